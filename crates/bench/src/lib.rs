@@ -1,0 +1,6 @@
+//! Ferrouter's fast-path benchmarks and the synthetic route sets they use.
+pub mod dpdk;
+pub mod fib_update;
+pub mod lpm;
+pub mod pipeline;
+pub mod routes;

@@ -1,0 +1,608 @@
+//! `ferrouter bench pipeline`: the whole forwarding graph from memory — pre-built frames,
+//! no I/O — over an Internet-scale FIB, per traffic profile and worker count.
+//!
+//! Each worker owns a pool of frames whose destinations are spread across the whole route
+//! table. A timed pass hands the pool to the graph one 256-packet vector at a time; between
+//! passes (untimed) nothing is touched, except every 200 passes the TTLs, which forwarding
+//! decrements, are restored. What is timed is exactly the per-packet work of a router:
+//! parse, validate, checksum, LPM, ECMP/adjacency, TTL with incremental checksum, L2
+//! rewrite and queueing for transmit.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use dataplane::{
+    Arena, Counters, Graph, GraphConfig, Interfaces, Output, PacketMemory, Pkt, PortInfo, Reason,
+    Vector, HEADROOM, VECTOR_SIZE,
+};
+use fib::{Adjacency, FibReader, FibWriter, NextHop, NextHopId};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::routes;
+
+/// A traffic profile: frame sizes (bytes on the wire, FCS included, as the reports count)
+/// with weights, and the IPv4 share.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Name as in the reports.
+    pub name: &'static str,
+    /// (frame size incl. 4-byte FCS, is IPv6, weight).
+    pub mix: &'static [(usize, bool, u32)],
+}
+
+/// The profiles of the 6WIND report (appendix table 1) plus the uniform smallest frames.
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "ipv4-64",
+        mix: &[(64, false, 1)],
+    },
+    Profile {
+        name: "ipv6-78",
+        mix: &[(78, true, 1)],
+    },
+    Profile {
+        name: "imix1",
+        mix: &[(64, false, 55), (594, false, 25), (1518, false, 20)],
+    },
+    Profile {
+        name: "imix2",
+        mix: &[
+            (64, false, 55),
+            (594, false, 25),
+            (1518, false, 20),
+            (78, true, 58),
+            (496, true, 3),
+            (594, true, 24),
+            (1518, true, 15),
+        ],
+    },
+    Profile {
+        name: "imix3",
+        mix: &[
+            (78, true, 58),
+            (496, true, 3),
+            (594, true, 24),
+            (1518, true, 15),
+        ],
+    },
+];
+
+/// Look a profile up by name.
+pub fn profile(name: &str) -> Result<&'static Profile> {
+    PROFILES.iter().find(|p| p.name == name).with_context(|| {
+        format!(
+            "unknown profile {name:?}; expected one of {}",
+            PROFILES
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// Options of a pipeline run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// IPv4 routes in the FIB.
+    pub routes4: usize,
+    /// IPv6 routes in the FIB.
+    pub routes6: usize,
+    /// Worker counts to measure (each profile runs once per count).
+    pub workers: Vec<usize>,
+    /// Profiles to run.
+    pub profiles: Vec<&'static Profile>,
+    /// Timed duration per (profile, workers) cell.
+    pub duration: Duration,
+    /// Frames per worker pool.
+    pub pool: usize,
+    /// Adjacencies the routes point to.
+    pub adjacencies: usize,
+    /// Seed of the route and traffic generators.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            routes4: 1_000_000,
+            routes6: 500_000,
+            workers: vec![1],
+            profiles: PROFILES.iter().collect(),
+            duration: Duration::from_secs(2),
+            pool: 16 * 1024,
+            adjacencies: 64,
+            seed: 1,
+        }
+    }
+}
+
+/// One measured cell.
+#[derive(Serialize, Clone, Debug)]
+pub struct CellResult {
+    /// Profile name.
+    pub profile: String,
+    /// Workers (= cores) used.
+    pub workers: usize,
+    /// Million packets per second per core.
+    pub mpps_per_core: f64,
+    /// Aggregate million packets per second.
+    pub mpps_total: f64,
+    /// Nanoseconds per packet per core.
+    pub ns_per_packet: f64,
+    /// L1 gigabits per second per core (frame + 20 bytes preamble/IFG).
+    pub gbps_l1_per_core: f64,
+    /// Packets not forwarded during the run (must be 0: every destination has a route).
+    pub not_forwarded: u64,
+}
+
+/// The whole report.
+#[derive(Serialize, Clone, Debug)]
+pub struct Report {
+    /// Cells.
+    pub results: Vec<CellResult>,
+    /// Committed FIB memory (tables, RIB, next hops).
+    pub fib_bytes: usize,
+    /// IPv4 routes loaded.
+    pub routes4: usize,
+    /// IPv6 routes loaded.
+    pub routes6: usize,
+    /// FIB bytes per route.
+    pub bytes_per_route: f64,
+    /// Seconds to load the FIB.
+    pub load_s: f64,
+}
+
+const MAC_RX: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const MAC_TX: [u8; 6] = [2, 0, 0, 0, 1, 1];
+const SRC_V4: u32 = 0x0a00_0002; // 10.0.0.2
+const SRC_V6: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const START_TTL: u8 = 255;
+/// Passes before the TTL (decremented once per pass) must be restored.
+const PASSES_PER_TTL_RESET: u32 = 200;
+
+/// A FIB filled with generated routes over `adjacencies` next hops on port 1.
+pub struct LoadedFib {
+    /// The writer (keep it alive: dropping it is fine, but benches may update).
+    pub writer: FibWriter,
+    /// A reader to clone per worker.
+    pub reader: FibReader,
+    /// IPv4 routes.
+    pub routes4: Vec<(u32, u8)>,
+    /// IPv6 routes.
+    pub routes6: Vec<([u8; 16], u8)>,
+    /// The adjacency ids.
+    pub nexthops: Vec<NextHopId>,
+    /// Seconds spent adding routes.
+    pub load_s: f64,
+}
+
+/// Generate and load routes.
+pub fn load_fib(
+    routes4: usize,
+    routes6: usize,
+    adjacencies: usize,
+    seed: u64,
+) -> Result<LoadedFib> {
+    let r4 = routes::gen_v4(routes4, seed);
+    let r6 = routes::gen_v6(routes6, seed);
+    let cfg = fib::FibConfig {
+        max_tbl8_v4: (routes4 / 8).max(1024),
+        max_tbl8_v6: (routes6 * 4).max(4096),
+        ..Default::default()
+    };
+    let (mut writer, reader) = fib::new(cfg);
+    let mut nexthops = Vec::with_capacity(adjacencies);
+    for i in 0..adjacencies.max(1) {
+        // The neighbours are the tester reflecting frames back to the rx port, so a frame
+        // rewritten in one pass is still addressed to the router in the next: the timed
+        // passes need no untimed MAC restore. The source MAC varies per adjacency so every
+        // adjacency is a distinct rewrite.
+        let src = [2, 0, 0, 1, (i >> 8) as u8, i as u8];
+        let id = writer.add_next_hop(NextHop::Forward(Adjacency {
+            port: 1,
+            dst_mac: MAC_RX,
+            src_mac: src,
+            mtu: 1500,
+        }))?;
+        nexthops.push(id);
+    }
+    let t = Instant::now();
+    for (k, &(p, l)) in r4.iter().enumerate() {
+        writer.add4(p, l, nexthops[k % nexthops.len()])?;
+    }
+    for (k, (p, l)) in r6.iter().enumerate() {
+        writer.add6(p, *l, nexthops[k % nexthops.len()])?;
+    }
+    let load_s = t.elapsed().as_secs_f64();
+    Ok(LoadedFib {
+        writer,
+        reader,
+        routes4: r4,
+        routes6: r6,
+        nexthops,
+        load_s,
+    })
+}
+
+/// The interface table of the benchmark's two ports.
+pub fn bench_interfaces() -> Interfaces {
+    Interfaces {
+        ports: vec![
+            PortInfo {
+                name: "rx".into(),
+                mac: MAC_RX,
+                mtu: 1500,
+                ip4: vec![0x0a00_0001],
+                ip6: vec![],
+            },
+            PortInfo {
+                name: "tx".into(),
+                mac: MAC_TX,
+                mtu: 1500,
+                ip4: vec![],
+                ip6: vec![],
+            },
+        ],
+    }
+}
+
+/// Write an Ethernet/IP/UDP frame of `size` wire bytes (FCS excluded from memory).
+fn build_frame(
+    buf: &mut [u8],
+    size: usize,
+    v6: bool,
+    dst4: u32,
+    dst6: &[u8; 16],
+    sport: u16,
+) -> usize {
+    let len = size - 4;
+    let f = &mut buf[..len];
+    f.fill(0);
+    f[0..6].copy_from_slice(&MAC_RX);
+    f[6..12].copy_from_slice(&[2, 0xbb, 0, 0, 0, 1]);
+    if v6 {
+        f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        let ip = &mut f[14..];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&((len - 14 - 40) as u16).to_be_bytes());
+        ip[6] = 17;
+        ip[7] = START_TTL;
+        ip[8..24].copy_from_slice(&SRC_V6);
+        ip[24..40].copy_from_slice(dst6);
+        ip[40..42].copy_from_slice(&sport.to_be_bytes());
+        ip[42..44].copy_from_slice(&4789u16.to_be_bytes());
+        ip[44..46].copy_from_slice(&((len - 14 - 40) as u16).to_be_bytes());
+    } else {
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        ip[8] = START_TTL;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&SRC_V4.to_be_bytes());
+        ip[16..20].copy_from_slice(&dst4.to_be_bytes());
+        let c = wire::checksum::checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        ip[20..22].copy_from_slice(&sport.to_be_bytes());
+        ip[22..24].copy_from_slice(&4789u16.to_be_bytes());
+        ip[24..26].copy_from_slice(&((len - 14 - 20) as u16).to_be_bytes());
+    }
+    len
+}
+
+/// A worker's pre-built traffic: frames at fixed buffers plus their descriptors.
+pub struct Traffic {
+    /// Packet memory holding the frames (and spare frames for fragments/ICMP).
+    pub arena: Arena,
+    /// One descriptor per frame, as received on port 0.
+    pub pkts: Vec<Pkt>,
+    /// Sum of wire sizes (bytes incl. FCS) over the pool, for Gbps.
+    pub wire_bytes: u64,
+}
+
+/// Build `n` frames of `profile` toward random destinations inside the loaded routes.
+pub fn build_traffic(fib: &LoadedFib, profile: &Profile, n: usize, seed: u64) -> Traffic {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let k4 = routes::keys_v4(&fib.routes4, n, seed);
+    let k6 = routes::keys_v6(&fib.routes6, n, seed);
+    let total_w: u32 = profile.mix.iter().map(|m| m.2).sum();
+    // Spare frames so nothing in the graph ever runs out of buffers.
+    let mut arena = Arena::new((n + 1024) as u32);
+    let mut pkts = Vec::with_capacity(n);
+    let mut wire_bytes = 0u64;
+    for i in 0..n {
+        let mut r = rng.gen_range(0..total_w);
+        let mut pick = profile.mix[0];
+        for m in profile.mix {
+            if r < m.2 {
+                pick = *m;
+                break;
+            }
+            r -= m.2;
+        }
+        let (size, v6, _) = pick;
+        let buf = arena.alloc().expect("arena sized for the pool");
+        let frame = arena.frame_mut(buf);
+        let len = build_frame(
+            &mut frame[HEADROOM..],
+            size,
+            v6,
+            k4[i],
+            &k6[i],
+            (i as u16) | 1024,
+        );
+        pkts.push(Pkt::new(buf, HEADROOM as u16, len as u16, 0));
+        wire_bytes += size as u64;
+    }
+    Traffic {
+        arena,
+        pkts,
+        wire_bytes,
+    }
+}
+
+/// Restore the TTL / hop limit of every frame (untimed, every `PASSES_PER_TTL_RESET`).
+fn reset_ttl(t: &mut Traffic) {
+    for p in &t.pkts {
+        let f = t.arena.frame_mut(p.buf);
+        let ip = &mut f[p.off as usize + 14..];
+        if ip[0] >> 4 == 6 {
+            ip[7] = START_TTL;
+        } else {
+            ip[8] = START_TTL;
+            ip[10..12].copy_from_slice(&[0, 0]);
+            let c = wire::checksum::checksum(&ip[..20]);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+}
+
+/// Forward the pool through `graph` until `stop`; returns (packets offered, forwarded).
+/// `on_pass` is called between passes (untimed bookkeeping such as QSBR quiescence).
+pub fn forward_loop(
+    graph: &mut Graph,
+    t: &mut Traffic,
+    stop: &AtomicBool,
+    max_passes: u64,
+    mut on_pass: impl FnMut(),
+) -> (u64, u64) {
+    let mut v = Vector::default();
+    let mut out = Output::new(2);
+    let (mut offered, mut sent) = (0u64, 0u64);
+    let epoch = Instant::now();
+    let mut pass = 0u64;
+    while !stop.load(Ordering::Relaxed) && pass < max_passes {
+        if pass % PASSES_PER_TTL_RESET as u64 == PASSES_PER_TTL_RESET as u64 - 1 {
+            reset_ttl(t);
+        }
+        let now = epoch.elapsed().as_nanos() as u64;
+        for chunk in t.pkts.chunks(VECTOR_SIZE) {
+            v.pkts[..chunk.len()].copy_from_slice(chunk);
+            v.len = chunk.len();
+            graph.process(&mut v, &mut t.arena, &mut out, now);
+            offered += chunk.len() as u64;
+            sent += out.tx_count() as u64;
+            // The frames stay where they are for the next pass: nothing to free except
+            // what the graph itself allocated (none in this benchmark).
+            for &b in &out.free {
+                if b as usize >= t.pkts.len() {
+                    t.arena.free(b);
+                }
+            }
+            out.clear();
+        }
+        on_pass();
+        pass += 1;
+    }
+    (offered, sent)
+}
+
+/// Run one (profile, workers) cell.
+fn run_cell(
+    fib: &LoadedFib,
+    profile: &'static Profile,
+    workers: usize,
+    opts: &Options,
+) -> Result<CellResult> {
+    let cores = dataplane::worker::cores();
+    if workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(workers + 1));
+    let ready = Arc::new(Barrier::new(workers + 1));
+    let totals = Arc::new(AtomicU64::new(0));
+    let forwarded = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        // Build each worker's traffic on its own thread (first touch = its own memory).
+        let reader = fib.reader.clone();
+        let (stop, barrier, ready, totals, forwarded, bytes) = (
+            stop.clone(),
+            barrier.clone(),
+            ready.clone(),
+            totals.clone(),
+            forwarded.clone(),
+            bytes.clone(),
+        );
+        let core = if cores.is_empty() {
+            None
+        } else {
+            Some(cores[w % cores.len()])
+        };
+        let mut t = build_traffic(
+            fib,
+            profile,
+            opts.pool,
+            opts.seed.wrapping_add(w as u64 * 7919),
+        );
+        handles.push(dataplane::worker::spawn(w, core, move |_| {
+            let q = reader.register();
+            let mut g = Graph::new(
+                reader,
+                Arc::new(bench_interfaces()),
+                Arc::new(Counters::default()),
+                None,
+                GraphConfig::default(),
+            );
+            // Warm caches and TLBs, untimed.
+            let warm = AtomicBool::new(false);
+            forward_loop(&mut g, &mut t, &warm, 3, || q.quiescent());
+            ready.wait();
+            barrier.wait();
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, u64::MAX, || q.quiescent());
+            let per_pass_bytes = t.wire_bytes;
+            let passes = off / t.pkts.len() as u64;
+            totals.fetch_add(off, Ordering::Relaxed);
+            forwarded.fetch_add(sent, Ordering::Relaxed);
+            bytes.fetch_add(per_pass_bytes * passes, Ordering::Relaxed);
+            q.offline();
+        })?);
+    }
+    ready.wait();
+    let start = Instant::now();
+    barrier.wait();
+    std::thread::sleep(opts.duration);
+    stop.store(true, Ordering::Relaxed);
+    for h in &mut handles {
+        if let dataplane::worker::WorkerExit::Panicked(m) = h.join() {
+            bail!("benchmark worker panicked: {m}");
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let pkts = totals.load(Ordering::Relaxed) as f64;
+    let fwd = forwarded.load(Ordering::Relaxed);
+    let mpps_total = pkts / secs / 1e6;
+    let mpps_per_core = mpps_total / workers as f64;
+    let l1_bits = (bytes.load(Ordering::Relaxed) as f64 + pkts * 20.0) * 8.0;
+    Ok(CellResult {
+        profile: profile.name.to_string(),
+        workers,
+        mpps_per_core,
+        mpps_total,
+        ns_per_packet: if mpps_per_core > 0.0 {
+            1e3 / mpps_per_core
+        } else {
+            0.0
+        },
+        gbps_l1_per_core: l1_bits / secs / 1e9 / workers as f64,
+        not_forwarded: pkts as u64 - fwd,
+    })
+}
+
+/// Run the benchmark.
+pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
+    progress(&format!(
+        "loading {} IPv4 + {} IPv6 routes",
+        opts.routes4, opts.routes6
+    ));
+    let fib = load_fib(opts.routes4, opts.routes6, opts.adjacencies, opts.seed)?;
+    let mem = fib.writer.memory();
+    let fib_bytes = mem.v4_table_bytes + mem.v6_table_bytes + mem.rib_bytes + mem.nexthop_bytes;
+    let n_routes = (fib.routes4.len() + fib.routes6.len()).max(1);
+    let mut results = Vec::new();
+    for &w in &opts.workers {
+        for p in &opts.profiles {
+            progress(&format!(
+                "{} with {} worker(s), {:.1} s",
+                p.name,
+                w,
+                opts.duration.as_secs_f64()
+            ));
+            results.push(run_cell(&fib, p, w, opts)?);
+        }
+    }
+    Ok(Report {
+        results,
+        fib_bytes,
+        routes4: fib.routes4.len(),
+        routes6: fib.routes6.len(),
+        bytes_per_route: fib_bytes as f64 / n_routes as f64,
+        load_s: fib.load_s,
+    })
+}
+
+/// Print a readable table.
+pub fn print_table(r: &Report) {
+    println!(
+        "FIB: {} IPv4 + {} IPv6 routes, {:.1} MiB ({:.0} bytes/route), loaded in {:.2} s",
+        r.routes4,
+        r.routes6,
+        r.fib_bytes as f64 / (1 << 20) as f64,
+        r.bytes_per_route,
+        r.load_s
+    );
+    println!(
+        "{:<10} {:>7} {:>14} {:>12} {:>10} {:>14} {:>14}",
+        "profile", "workers", "Mpps/core", "Mpps total", "ns/pkt", "Gbps L1/core", "not forwarded"
+    );
+    for c in &r.results {
+        println!(
+            "{:<10} {:>7} {:>14.2} {:>12.2} {:>10.2} {:>14.2} {:>14}",
+            c.profile,
+            c.workers,
+            c.mpps_per_core,
+            c.mpps_total,
+            c.ns_per_packet,
+            c.gbps_l1_per_core,
+            c.not_forwarded
+        );
+    }
+    let one = |p: &str| {
+        r.results
+            .iter()
+            .find(|c| c.profile == p && c.workers == 1)
+            .map(|c| c.mpps_total)
+    };
+    for c in r.results.iter().filter(|c| c.workers > 1) {
+        if let Some(base) = one(&c.profile) {
+            println!(
+                "scaling {}: {} workers = {:.2}x one worker",
+                c.profile,
+                c.workers,
+                c.mpps_total / base
+            );
+        }
+    }
+}
+
+/// Counters of drops seen by a graph, for diagnostics.
+pub fn drops(c: &Counters) -> Vec<(Reason, u64)> {
+    c.snapshot()
+        .nonzero()
+        .into_iter()
+        .filter(|(r, _)| r.kind() == dataplane::Kind::Drop)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_profile_forwards_everything_at_small_scale() {
+        let fib = load_fib(2000, 1000, 4, 5).unwrap();
+        for p in PROFILES {
+            let mut t = build_traffic(&fib, p, 1024, 9);
+            let counters = Arc::new(Counters::default());
+            let mut g = Graph::new(
+                fib.reader.clone(),
+                Arc::new(bench_interfaces()),
+                counters.clone(),
+                None,
+                GraphConfig::default(),
+            );
+            let stop = AtomicBool::new(false);
+            // 450 passes cross two TTL resets: TTL never runs out.
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, 450, || {});
+            assert_eq!(off, 1024 * 450);
+            assert_eq!(sent, off, "{}: drops {:?}", p.name, drops(&counters));
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! The forwarding graph: small nodes, each doing one job on a list of packets and handing
+//! each packet to a named next node, VPP-style.
+//!
+//! ```text
+//! ethernet-input ─┬─ ip4-input ─ ip4-lookup ─ ip4-rewrite ─┬─ port-tx
+//!                 │                   ▲              └─ ip4-frag ─┘
+//!                 │               icmp4-error ◄─ (no route, TTL, frag needed)
+//!                 ├─ ip6-input ─ ip6-lookup ─ ip6-rewrite ─── port-tx
+//!                 │                   ▲
+//!                 │               icmp6-error ◄─ (no route, hop limit, too big)
+//!                 └─ punt (ARP, local, unresolved, control multicast)
+//! ```
+//! Drops and punts are decided, counted under a named [`Reason`] and their buffer released
+//! on the spot. ICMP errors are built in place in the headroom in front of the packet they
+//! quote and re-enter the lookup, so the graph has a cycle; it is walked in rounds, bounded.
+
+use std::sync::Arc;
+
+use fib::{FibReader, NextHop, NextHopId, MISS};
+
+use crate::buffer::{
+    PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN, VECTOR_SIZE,
+};
+use crate::counters::{Counters, Reason};
+use crate::icmp::{self, RateLimiter};
+use crate::interfaces::Interfaces;
+use crate::punt::{PuntPacket, PuntProducer};
+use crate::{ip4, ip6};
+
+/// Graph nodes that hold packet lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Node {
+    /// Parse L2, classify by ethertype.
+    EthernetInput,
+    /// Validate IPv4.
+    Ip4Input,
+    /// Validate IPv6.
+    Ip6Input,
+    /// IPv4 longest-prefix match and next-hop resolution.
+    Ip4Lookup,
+    /// IPv6 longest-prefix match and next-hop resolution.
+    Ip6Lookup,
+    /// TTL, MTU, L2 rewrite.
+    Ip4Rewrite,
+    /// Hop limit, MTU, L2 rewrite.
+    Ip6Rewrite,
+    /// IPv4 fragmentation.
+    Ip4Frag,
+    /// Build ICMPv4 errors.
+    Icmp4Error,
+    /// Build ICMPv6 errors.
+    Icmp6Error,
+}
+
+/// Number of list-holding nodes.
+pub const NODE_COUNT: usize = 10;
+/// Dispatch order within a round (topological for the forward path).
+const ORDER: [Node; NODE_COUNT] = [
+    Node::EthernetInput,
+    Node::Ip4Input,
+    Node::Ip6Input,
+    Node::Icmp4Error,
+    Node::Icmp6Error,
+    Node::Ip4Lookup,
+    Node::Ip6Lookup,
+    Node::Ip4Rewrite,
+    Node::Ip6Rewrite,
+    Node::Ip4Frag,
+];
+/// A packet can pass lookup at most twice (itself, then as an ICMP error): 3 rounds suffice.
+const MAX_ROUNDS: usize = 4;
+
+impl Node {
+    /// Display name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Node::EthernetInput => "ethernet-input",
+            Node::Ip4Input => "ip4-input",
+            Node::Ip6Input => "ip6-input",
+            Node::Ip4Lookup => "ip4-lookup",
+            Node::Ip6Lookup => "ip6-lookup",
+            Node::Ip4Rewrite => "ip4-rewrite",
+            Node::Ip6Rewrite => "ip6-rewrite",
+            Node::Ip4Frag => "ip4-frag",
+            Node::Icmp4Error => "icmp4-error",
+            Node::Icmp6Error => "icmp6-error",
+        }
+    }
+}
+
+/// Per-node pending packet lists (indices into the vector).
+struct Frames {
+    lists: [[u16; VECTOR_SIZE]; NODE_COUNT],
+    lens: [usize; NODE_COUNT],
+}
+
+/// Where processed packets go. Every packet of a vector ends in exactly one place: a port's
+/// transmit list, or `free` (dropped, punted, or replaced by its fragments).
+pub struct Output {
+    /// Per-port transmit lists (capacity fixed at creation).
+    pub tx: Vec<Vec<Pkt>>,
+    /// Buffers to give back to packet memory.
+    pub free: Vec<u32>,
+}
+
+/// Transmit-list capacity per port: a whole vector plus room for fragments.
+pub const TX_CAPACITY: usize = VECTOR_SIZE * 4;
+
+impl Output {
+    /// Lists for `ports` ports.
+    pub fn new(ports: usize) -> Output {
+        Output {
+            tx: (0..ports)
+                .map(|_| Vec::with_capacity(TX_CAPACITY))
+                .collect(),
+            free: Vec::with_capacity(TX_CAPACITY * 2),
+        }
+    }
+    /// Empty every list (keeps capacity).
+    pub fn clear(&mut self) {
+        for t in &mut self.tx {
+            t.clear();
+        }
+        self.free.clear();
+    }
+    /// Packets waiting in transmit lists.
+    pub fn tx_count(&self) -> usize {
+        self.tx.iter().map(Vec::len).sum()
+    }
+}
+
+/// Settings of one graph instance.
+#[derive(Clone, Copy, Debug)]
+pub struct GraphConfig {
+    /// ICMP errors per second per worker.
+    pub icmp_rate: u64,
+    /// ICMP error burst.
+    pub icmp_burst: u64,
+}
+
+impl Default for GraphConfig {
+    fn default() -> Self {
+        GraphConfig {
+            icmp_rate: 1000,
+            icmp_burst: 200,
+        }
+    }
+}
+
+/// One worker's forwarding graph and its state.
+pub struct Graph {
+    pub(crate) fib: FibReader,
+    pub(crate) ifaces: Arc<Interfaces>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) icmp_limit: RateLimiter,
+    punt: Option<PuntProducer>,
+    frames: Box<Frames>,
+    pub(crate) ip_ident: u16,
+    keys4: Box<[u32; VECTOR_SIZE]>,
+    keys6: Box<[[u8; 16]; VECTOR_SIZE]>,
+    results: Box<[NextHopId; VECTOR_SIZE]>,
+}
+
+impl Graph {
+    /// A graph reading `fib`, counting into `counters`, punting into `punt` (if any).
+    pub fn new(
+        fib: FibReader,
+        ifaces: Arc<Interfaces>,
+        counters: Arc<Counters>,
+        punt: Option<PuntProducer>,
+        cfg: GraphConfig,
+    ) -> Graph {
+        Graph {
+            fib,
+            ifaces,
+            counters,
+            icmp_limit: RateLimiter::new(cfg.icmp_rate, cfg.icmp_burst),
+            punt,
+            frames: Box::new(Frames {
+                lists: [[0; VECTOR_SIZE]; NODE_COUNT],
+                lens: [0; NODE_COUNT],
+            }),
+            ip_ident: 1,
+            keys4: Box::new([0; VECTOR_SIZE]),
+            keys6: Box::new([[0; 16]; VECTOR_SIZE]),
+            results: Box::new([0; VECTOR_SIZE]),
+        }
+    }
+
+    /// Replace the interface table (control plane update between vectors).
+    pub fn set_interfaces(&mut self, ifaces: Arc<Interfaces>) {
+        self.ifaces = ifaces;
+    }
+
+    /// The counters this graph writes.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Push a vector of received frames through the graph. `now_ns` is a monotonic clock
+    /// read once per vector (ICMP rate limiting).
+    pub fn process<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        now_ns: u64,
+    ) {
+        let n = v.len.min(VECTOR_SIZE);
+        self.icmp_limit.refill(now_ns);
+        {
+            let f = &mut self.frames;
+            for (i, slot) in f.lists[Node::EthernetInput as usize][..n]
+                .iter_mut()
+                .enumerate()
+            {
+                *slot = i as u16;
+            }
+            f.lens[Node::EthernetInput as usize] = n;
+        }
+        let mut list = [0u16; VECTOR_SIZE];
+        for _round in 0..MAX_ROUNDS {
+            let mut any = false;
+            for node in ORDER {
+                let len = self.frames.lens[node as usize];
+                if len == 0 {
+                    continue;
+                }
+                any = true;
+                list[..len].copy_from_slice(&self.frames.lists[node as usize][..len]);
+                self.frames.lens[node as usize] = 0;
+                let list = &list[..len];
+                match node {
+                    Node::EthernetInput => self.ethernet_input(v, mem, out, list),
+                    Node::Ip4Input => ip4::input(self, v, mem, out, list),
+                    Node::Ip6Input => ip6::input(self, v, mem, out, list),
+                    Node::Ip4Lookup => self.ip4_lookup(v, mem, out, list),
+                    Node::Ip6Lookup => self.ip6_lookup(v, mem, out, list),
+                    Node::Ip4Rewrite => ip4::rewrite(self, v, mem, out, list),
+                    Node::Ip6Rewrite => ip6::rewrite(self, v, mem, out, list),
+                    Node::Ip4Frag => ip4::fragment(self, v, mem, out, list),
+                    Node::Icmp4Error => icmp::error4(self, v, mem, out, list),
+                    Node::Icmp6Error => icmp::error6(self, v, mem, out, list),
+                }
+            }
+            if !any {
+                return;
+            }
+        }
+        // Bounded rounds: anything still queued is a bug-shaped loop, dropped and counted.
+        for node in ORDER {
+            let len = std::mem::take(&mut self.frames.lens[node as usize]);
+            for &i in &self.frames.lists[node as usize][..len] {
+                self.counters.add(Reason::GraphLoop, 1);
+                out.free.push(v.pkts[i as usize].buf);
+            }
+        }
+    }
+
+    /// Hand packet `i` to `node`.
+    #[inline]
+    pub(crate) fn enqueue(&mut self, node: Node, i: u16) {
+        let f = &mut self.frames;
+        let len = f.lens[node as usize];
+        // A list can never exceed the vector size: each packet sits in one list at a time.
+        if len < VECTOR_SIZE {
+            f.lists[node as usize][len] = i;
+            f.lens[node as usize] = len + 1;
+        }
+    }
+
+    /// Drop a packet, counted under `r`.
+    #[inline]
+    pub(crate) fn drop_pkt(&self, out: &mut Output, p: &Pkt, r: Reason) {
+        self.counters.add(r, 1);
+        out.free.push(p.buf);
+    }
+
+    /// Copy a packet to the punt queue (or drop if full), counted under `r`.
+    pub(crate) fn punt<M: PacketMemory>(&mut self, mem: &M, out: &mut Output, p: &Pkt, r: Reason) {
+        out.free.push(p.buf);
+        let Some(q) = self.punt.as_mut() else {
+            self.counters.add(r, 1);
+            return;
+        };
+        if q.is_full() {
+            self.counters.add(Reason::PuntQueueFull, 1);
+            return;
+        }
+        let frame = mem.frame(p.buf);
+        let (s, e) = (
+            p.off as usize,
+            (p.off as usize + p.len as usize).min(FRAME_SIZE),
+        );
+        let mut pp = PuntPacket {
+            port: p.rx_port,
+            reason: r,
+            len: 0,
+            data: [0; FRAME_SIZE],
+        };
+        if let Some(src) = frame.get(s..e) {
+            pp.data[..src.len()].copy_from_slice(src);
+            pp.len = src.len() as u16;
+        }
+        if q.push(pp).is_ok() {
+            self.counters.add(r, 1);
+        } else {
+            self.counters.add(Reason::PuntQueueFull, 1);
+        }
+    }
+
+    /// Queue a rewritten packet on its port.
+    #[inline]
+    pub(crate) fn transmit(&self, out: &mut Output, p: Pkt) {
+        match out.tx.get_mut(p.tx_port as usize) {
+            Some(q) if q.len() < q.capacity() => q.push(p),
+            Some(_) => self.drop_pkt(out, &p, Reason::TxQueueFull),
+            None => self.drop_pkt(out, &p, Reason::NoSuchPort),
+        }
+    }
+
+    fn ethernet_input<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        list: &[u16],
+    ) {
+        for &i in list {
+            let p = &mut v.pkts[i as usize];
+            let frame = mem.frame(p.buf);
+            let data = frame
+                .get(p.off as usize..p.off as usize + p.len as usize)
+                .unwrap_or(&[]);
+            if data.len() < 14 {
+                let p = *p;
+                self.drop_pkt(out, &p, Reason::EthRunt);
+                continue;
+            }
+            let l2 = match wire::parse_l2(data) {
+                Ok(l2) => l2,
+                Err(_) => {
+                    let p = *p;
+                    self.drop_pkt(out, &p, Reason::EthMalformed);
+                    continue;
+                }
+            };
+            let dst_group = data[0] & 1 == 1;
+            if dst_group {
+                p.flags |= F_L2_MCAST;
+            } else if let Some(port) = self.ifaces.port(p.rx_port) {
+                if data[..6] != port.mac {
+                    let p = *p;
+                    self.drop_pkt(out, &p, Reason::EthNotForUs);
+                    continue;
+                }
+            }
+            p.l3 = l2.l3_offset as u16;
+            match l2.ethertype {
+                wire::ethertype::IPV4 => self.enqueue(Node::Ip4Input, i),
+                wire::ethertype::IPV6 => self.enqueue(Node::Ip6Input, i),
+                wire::ethertype::ARP => {
+                    let p = *p;
+                    self.punt(mem, out, &p, Reason::PuntArp)
+                }
+                _ => {
+                    let p = *p;
+                    self.drop_pkt(out, &p, Reason::EthUnknownType)
+                }
+            }
+        }
+    }
+
+    fn ip4_lookup<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        list: &[u16],
+    ) {
+        let n = list.len();
+        // ip4-input (and icmp4-error) left the destination address in `nh`.
+        for (k, &i) in list.iter().enumerate() {
+            self.keys4[k] = v.pkts[i as usize].nh;
+        }
+        self.fib
+            .lookup4_bulk(&self.keys4[..n], &mut self.results[..n]);
+        for (k, &i) in list.iter().enumerate() {
+            let id = self.results[k];
+            let mut p = v.pkts[i as usize];
+            let local = p.flags & F_LOCAL_ORIGIN != 0;
+            let Some(nh) = self.resolve(id, || ip4::flow_hash(mem, &p)) else {
+                if local {
+                    self.drop_pkt(out, &p, Reason::IcmpNoRouteBack);
+                } else {
+                    self.counters.add(Reason::Ip4NoRoute, 1);
+                    p.aux = icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_NET_UNREACH, 0);
+                    v.pkts[i as usize] = p;
+                    self.enqueue(Node::Icmp4Error, i);
+                }
+                continue;
+            };
+            match nh {
+                Resolved::Forward(id) => {
+                    v.pkts[i as usize].nh = id;
+                    self.enqueue(Node::Ip4Rewrite, i);
+                }
+                Resolved::Drop => self.drop_pkt(out, &p, Reason::Ip4Blackhole),
+                Resolved::Local => self.punt(mem, out, &p, Reason::PuntLocal),
+                Resolved::Glean => self.punt(mem, out, &p, Reason::PuntUnresolved),
+            }
+        }
+    }
+
+    fn ip6_lookup<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        list: &[u16],
+    ) {
+        let n = list.len();
+        for (k, &i) in list.iter().enumerate() {
+            let p = &v.pkts[i as usize];
+            let base = p.off as usize + p.l3 as usize;
+            self.keys6[k] = mem
+                .frame(p.buf)
+                .get(base + 24..base + 40)
+                .and_then(|s| <[u8; 16]>::try_from(s).ok())
+                .unwrap_or([0; 16]);
+        }
+        self.fib
+            .lookup6_bulk(&self.keys6[..n], &mut self.results[..n]);
+        for (k, &i) in list.iter().enumerate() {
+            let id = self.results[k];
+            let mut p = v.pkts[i as usize];
+            let local = p.flags & F_LOCAL_ORIGIN != 0;
+            let Some(nh) = self.resolve(id, || ip6::flow_hash(mem, &p)) else {
+                if local {
+                    self.drop_pkt(out, &p, Reason::IcmpNoRouteBack);
+                } else {
+                    self.counters.add(Reason::Ip6NoRoute, 1);
+                    p.aux = icmp::kind(icmp::V6_DST_UNREACH, icmp::V6_NO_ROUTE, 0);
+                    v.pkts[i as usize] = p;
+                    self.enqueue(Node::Icmp6Error, i);
+                }
+                continue;
+            };
+            match nh {
+                Resolved::Forward(id) => {
+                    v.pkts[i as usize].nh = id;
+                    self.enqueue(Node::Ip6Rewrite, i);
+                }
+                Resolved::Drop => self.drop_pkt(out, &p, Reason::Ip6Blackhole),
+                Resolved::Local => self.punt(mem, out, &p, Reason::PuntLocal),
+                Resolved::Glean => self.punt(mem, out, &p, Reason::PuntUnresolved),
+            }
+        }
+    }
+
+    /// Turn a lookup result into a disposition, resolving ECMP with the flow hash (computed
+    /// only for groups). `None` = no route.
+    #[inline]
+    fn resolve(&self, id: NextHopId, hash: impl FnOnce() -> u32) -> Option<Resolved> {
+        if id == MISS {
+            return None;
+        }
+        let mut id = id;
+        let mut nh = self.fib.next_hop(id)?;
+        if let NextHop::Ecmp(_) = nh {
+            id = self.fib.resolve(id, hash());
+            nh = self.fib.next_hop(id)?;
+        }
+        Some(match nh {
+            NextHop::Forward(_) => Resolved::Forward(id),
+            NextHop::Drop => Resolved::Drop,
+            NextHop::Local => Resolved::Local,
+            NextHop::Glean { .. } => Resolved::Glean,
+            // A group member that is itself a group is rejected by the FIB writer.
+            NextHop::Ecmp(_) => Resolved::Drop,
+        })
+    }
+}
+
+enum Resolved {
+    Forward(NextHopId),
+    Drop,
+    Local,
+    Glean,
+}
+
+/// Murmur3's 32-bit finaliser: cheap, and every input bit affects every output bit, so
+/// ECMP spreads flows evenly whatever the address plan.
+#[inline]
+pub(crate) fn mix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}

@@ -1,0 +1,375 @@
+//! IPv4 nodes: ip4-input (RFC 1812 §5.2.2 validation), ip4-rewrite (TTL, MTU, L2) and
+//! ip4-frag (RFC 791 fragmentation).
+
+use fib::NextHop;
+use wire::{checksum, Ipv4Packet};
+
+use crate::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN, HEADROOM};
+use crate::counters::Reason;
+use crate::graph::{mix32, Graph, Node, Output};
+use crate::icmp;
+
+const ETH_HLEN: usize = 14;
+const OPT_ROUTER_ALERT: u8 = 148;
+
+/// The L3 bytes of a packet (from its IP header to the end of the frame).
+#[inline]
+pub(crate) fn l3<'a, M: PacketMemory>(mem: &'a M, p: &Pkt) -> &'a [u8] {
+    let s = p.off as usize + p.l3 as usize;
+    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
+    mem.frame(p.buf).get(s..e).unwrap_or(&[])
+}
+
+/// Writable L3 bytes of a packet.
+#[inline]
+pub(crate) fn l3_mut<'a, M: PacketMemory>(mem: &'a mut M, p: &Pkt) -> &'a mut [u8] {
+    let s = p.off as usize + p.l3 as usize;
+    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
+    mem.frame_mut(p.buf).get_mut(s..e).unwrap_or(&mut [])
+}
+
+/// True for 0.0.0.0/8, 127/8, multicast and limited broadcast — never valid sources.
+#[inline]
+fn martian_src(a: u32) -> bool {
+    let b = a >> 24;
+    b == 0 || b == 127 || b >= 224
+}
+
+/// ip4-input: validate, classify, hand unicast transit to ip4-lookup.
+pub(crate) fn input<M: PacketMemory>(
+    g: &mut Graph,
+    v: &mut Vector,
+    mem: &mut M,
+    out: &mut Output,
+    list: &[u16],
+) {
+    for &i in list {
+        let p = v.pkts[i as usize];
+        let bytes = l3(mem, &p);
+        let ip = match Ipv4Packet::new_checked(bytes) {
+            Ok(ip) => ip,
+            Err(e) => {
+                let r = match e {
+                    wire::Error::BadVersion => Reason::Ip4BadVersion,
+                    wire::Error::BadHeaderLen => Reason::Ip4BadIhl,
+                    wire::Error::BadTotalLen => Reason::Ip4BadLength,
+                    _ => Reason::Ip4Truncated,
+                };
+                g.drop_pkt(out, &p, r);
+                continue;
+            }
+        };
+        if !ip.verify_checksum() {
+            g.drop_pkt(out, &p, Reason::Ip4BadChecksum);
+            continue;
+        }
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        // Multicast and broadcast destinations are control traffic (OSPF, VRRP, DHCP...):
+        // checked before the source, since DHCP clients legitimately send from 0.0.0.0.
+        if dst >> 28 == 0xe || dst == u32::MAX {
+            g.punt(mem, out, &p, Reason::PuntMulticast);
+            continue;
+        }
+        if martian_src(src) {
+            g.drop_pkt(out, &p, Reason::Ip4MartianSrc);
+            continue;
+        }
+        let db = dst >> 24;
+        if db == 0 || db == 127 || db >= 240 {
+            g.drop_pkt(out, &p, Reason::Ip4MartianDst);
+            continue;
+        }
+        if dst >> 16 == 0xa9fe {
+            g.punt(mem, out, &p, Reason::PuntLinkLocal);
+            continue;
+        }
+        if ip.header_len() > 20 {
+            if ip.validate_options().is_err() {
+                g.drop_pkt(out, &p, Reason::Ip4BadOptions);
+                continue;
+            }
+            if has_option(ip.options(), OPT_ROUTER_ALERT) {
+                g.punt(mem, out, &p, Reason::PuntOptions);
+                continue;
+            }
+        }
+        // RFC 1812 §5.3.4: a packet sent as link-layer broadcast is not forwarded.
+        if p.flags & F_L2_MCAST != 0 {
+            g.punt(mem, out, &p, Reason::PuntL2Mcast);
+            continue;
+        }
+        v.pkts[i as usize].nh = dst;
+        g.enqueue(Node::Ip4Lookup, i);
+    }
+}
+
+/// Whether a validated option area contains option `kind`.
+fn has_option(opts: &[u8], kind: u8) -> bool {
+    let mut k = 0;
+    // Bounded by the option area (≤ 40 bytes); every step advances by ≥ 1.
+    while k < opts.len() {
+        match opts[k] {
+            0 => return false,
+            1 => k += 1,
+            t => {
+                if t == kind {
+                    return true;
+                }
+                let l = opts.get(k + 1).copied().unwrap_or(0) as usize;
+                k += l.max(2);
+            }
+        }
+    }
+    false
+}
+
+/// ECMP flow hash over the 5-tuple (ports only for unfragmented TCP/UDP/SCTP).
+pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
+    let b = l3(mem, p);
+    let Ok(ip) = Ipv4Packet::new_checked(b) else {
+        return 0;
+    };
+    let mut h =
+        mix32(ip.src_addr()) ^ ip.dst_addr().rotate_left(7) ^ ((ip.protocol() as u32) << 24);
+    if !ip.more_frags() && ip.frag_offset() == 0 {
+        if let Some((s, d)) = wire::flow_ports(ip.protocol(), ip.payload()) {
+            h ^= (s as u32) << 16 | d as u32;
+        }
+    }
+    mix32(h)
+}
+
+/// ip4-rewrite: TTL, MTU, L2 header; then port-tx, ip4-frag or icmp4-error.
+pub(crate) fn rewrite<M: PacketMemory>(
+    g: &mut Graph,
+    v: &mut Vector,
+    mem: &mut M,
+    out: &mut Output,
+    list: &[u16],
+) {
+    for &i in list {
+        let mut p = v.pkts[i as usize];
+        let adj = match g.fib.next_hop(p.nh) {
+            Some(NextHop::Forward(a)) => *a,
+            // The next hop changed between lookup and rewrite (control-plane update).
+            _ => {
+                g.drop_pkt(out, &p, Reason::Ip4NoRoute);
+                continue;
+            }
+        };
+        let local = p.flags & F_LOCAL_ORIGIN != 0;
+        let ip = l3_mut(mem, &p);
+        if ip.len() < 20 {
+            g.drop_pkt(out, &p, Reason::Ip4Truncated);
+            continue;
+        }
+        let ttl = ip[8];
+        if !local && ttl <= 1 {
+            g.counters.add(Reason::Ip4TtlExpired, 1);
+            v.pkts[i as usize].aux = icmp::kind(icmp::V4_TIME_EXCEEDED, 0, 0);
+            g.enqueue(Node::Icmp4Error, i);
+            continue;
+        }
+        let total = u16::from_be_bytes([ip[2], ip[3]]);
+        let df = ip[6] & 0x40 != 0;
+        if !local {
+            // TTL is the high byte of the 16-bit word at offset 8 (TTL, protocol).
+            let old = u16::from_be_bytes([ttl, ip[9]]);
+            let new = u16::from_be_bytes([ttl - 1, ip[9]]);
+            let c = checksum::update16(u16::from_be_bytes([ip[10], ip[11]]), old, new);
+            ip[8] = ttl - 1;
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        if total > adj.mtu {
+            if df {
+                // Undo the decrement: the quote must show the packet as received.
+                if !local {
+                    restore_ttl(ip, ttl);
+                }
+                g.counters.add(Reason::Ip4FragNeeded, 1);
+                v.pkts[i as usize].aux =
+                    icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_FRAG_NEEDED, adj.mtu);
+                g.enqueue(Node::Icmp4Error, i);
+            } else {
+                p.tx_port = adj.port;
+                p.aux = adj.mtu as u32;
+                v.pkts[i as usize] = p;
+                g.enqueue(Node::Ip4Frag, i);
+            }
+            continue;
+        }
+        // New Ethernet header right in front of the IP header (a VLAN tag, if any, is dropped).
+        let l3_abs = p.off as usize + p.l3 as usize;
+        let frame = mem.frame_mut(p.buf);
+        let Some(eth) = frame.get_mut(l3_abs - ETH_HLEN..l3_abs) else {
+            g.drop_pkt(out, &p, Reason::EthRunt);
+            continue;
+        };
+        eth[0..6].copy_from_slice(&adj.dst_mac);
+        eth[6..12].copy_from_slice(&adj.src_mac);
+        eth[12..14].copy_from_slice(&wire::ethertype::IPV4.to_be_bytes());
+        p.off = (l3_abs - ETH_HLEN) as u16;
+        p.l3 = ETH_HLEN as u16;
+        p.len = ETH_HLEN as u16 + total;
+        p.tx_port = adj.port;
+        if !local {
+            g.counters.add(Reason::Ip4Forwarded, 1);
+        }
+        g.transmit(out, p);
+    }
+}
+
+fn restore_ttl(ip: &mut [u8], ttl: u8) {
+    let old = u16::from_be_bytes([ip[8], ip[9]]);
+    let new = u16::from_be_bytes([ttl, ip[9]]);
+    let c = checksum::update16(u16::from_be_bytes([ip[10], ip[11]]), old, new);
+    ip[8] = ttl;
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// ip4-frag: split a packet (already TTL-decremented, DF clear) into fragments of at most
+/// `p.aux` bytes (the egress MTU). RFC 791: offsets in 8-byte units, MF on all but the last
+/// (or on all if the original had MF), options without the copy bit only in the first.
+pub(crate) fn fragment<M: PacketMemory>(
+    g: &mut Graph,
+    v: &mut Vector,
+    mem: &mut M,
+    out: &mut Output,
+    list: &[u16],
+) {
+    for &i in list {
+        let p = v.pkts[i as usize];
+        let mtu = p.aux as usize;
+        if fragment_one(g, mem, out, &p, mtu).is_none() {
+            g.drop_pkt(out, &p, Reason::Ip4FragFailed);
+        } else {
+            out.free.push(p.buf);
+        }
+    }
+}
+
+fn fragment_one<M: PacketMemory>(
+    g: &mut Graph,
+    mem: &mut M,
+    out: &mut Output,
+    p: &Pkt,
+    mtu: usize,
+) -> Option<()> {
+    let adj = match g.fib.next_hop(p.nh) {
+        Some(NextHop::Forward(a)) => *a,
+        _ => return None,
+    };
+    let (hlen, total, orig_off, orig_mf) = {
+        let ip = Ipv4Packet::new_checked(l3(mem, p)).ok()?;
+        (
+            ip.header_len(),
+            ip.total_len() as usize,
+            ip.frag_offset() as usize,
+            ip.more_frags(),
+        )
+    };
+    // Header of later fragments: fixed part plus options with the copy bit.
+    let mut later_hdr = [0u8; 60];
+    let later_hlen = {
+        let ip = l3(mem, p);
+        later_hdr[..20].copy_from_slice(ip.get(..20)?);
+        let mut n = 20;
+        let opts = ip.get(20..hlen)?;
+        let mut k = 0;
+        while k < opts.len() {
+            let t = opts[k];
+            if t == 0 {
+                break;
+            }
+            if t == 1 {
+                k += 1;
+                continue;
+            }
+            let l = (*opts.get(k + 1)? as usize).max(2);
+            if t & 0x80 != 0 {
+                later_hdr[n..n + l].copy_from_slice(opts.get(k..k + l)?);
+                n += l;
+            }
+            k += l;
+        }
+        // Pad to a 4-byte multiple with EOL.
+        (n + 3) & !3
+    };
+    let first_chunk = mtu.checked_sub(hlen)? & !7;
+    let later_chunk = mtu.checked_sub(later_hlen)? & !7;
+    if first_chunk == 0 || later_chunk == 0 {
+        return None;
+    }
+    let payload_len = total - hlen;
+    let src_l3 = p.off as usize + p.l3 as usize;
+    let start_len = out.tx.get(adj.port as usize)?.len();
+    let mut done = 0usize;
+    let mut first = true;
+    // Bounded: each iteration consumes ≥ 8 payload bytes.
+    while done < payload_len {
+        let chunk = if first { first_chunk } else { later_chunk }.min(payload_len - done);
+        let last = done + chunk == payload_len;
+        let h = if first { hlen } else { later_hlen };
+        let Some(buf) = mem.alloc() else {
+            rollback(out, adj.port as usize, start_len);
+            return None;
+        };
+        let q = out.tx.get_mut(adj.port as usize)?;
+        if q.len() >= q.capacity() {
+            mem.free(buf);
+            rollback(out, adj.port as usize, start_len);
+            return None;
+        }
+        let (src, dst) = mem.frame_pair(p.buf, buf);
+        let d = HEADROOM;
+        dst[d..d + 6].copy_from_slice(&adj.dst_mac);
+        dst[d + 6..d + 12].copy_from_slice(&adj.src_mac);
+        dst[d + 12..d + 14].copy_from_slice(&wire::ethertype::IPV4.to_be_bytes());
+        let ipd = d + ETH_HLEN;
+        if first {
+            dst[ipd..ipd + hlen].copy_from_slice(&src[src_l3..src_l3 + hlen]);
+        } else {
+            dst[ipd..ipd + later_hlen].copy_from_slice(&later_hdr[..later_hlen]);
+        }
+        dst[ipd + h..ipd + h + chunk]
+            .copy_from_slice(&src[src_l3 + hlen + done..src_l3 + hlen + done + chunk]);
+        let mut ip = Ipv4Packet::new_unchecked(&mut dst[ipd..ipd + h + chunk]);
+        ip.set_header_len(h);
+        ip.set_total_len((h + chunk) as u16);
+        let off = orig_off + done;
+        ip.set_flags_frag(false, !last || orig_mf, off as u16);
+        ip.fill_checksum();
+        let frag = Pkt {
+            buf,
+            off: d as u16,
+            len: (ETH_HLEN + h + chunk) as u16,
+            rx_port: p.rx_port,
+            tx_port: adj.port,
+            l3: ETH_HLEN as u16,
+            flags: p.flags,
+            nh: p.nh,
+            aux: 0,
+        };
+        out.tx.get_mut(adj.port as usize)?.push(frag);
+        done += chunk;
+        first = false;
+    }
+    let sent = (out.tx.get(adj.port as usize)?.len() - start_len) as u64;
+    g.counters.add(Reason::Ip4Fragments, sent);
+    g.counters.add(Reason::Ip4Forwarded, 1);
+    Some(())
+}
+
+/// Take back fragments already queued when a later one could not be built; their buffers
+/// are returned through `free`.
+fn rollback(out: &mut Output, port: usize, start_len: usize) {
+    if let Some(q) = out.tx.get_mut(port) {
+        // Bounded by the queue length; `drain` would allocate nothing either, but this
+        // keeps the borrow of `out.free` separate.
+        while q.len() > start_len {
+            if let Some(f) = q.pop() {
+                out.free.push(f.buf);
+            }
+        }
+    }
+}

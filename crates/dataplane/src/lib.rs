@@ -1,0 +1,22 @@
+//! Ferrouter's fast path: packet vectors pushed through a graph of small nodes by
+//! run-to-completion workers (see DESIGN.md, "The fast path").
+//!
+//! Hot-path rules, enforced by construction: nothing here allocates, locks, logs or panics
+//! per packet. Every drop is counted under a named [`Reason`]; packets for the router, ARP,
+//! control multicast and unresolved next hops go to the [`punt`] queue.
+
+pub mod buffer;
+pub mod counters;
+pub mod graph;
+mod icmp;
+pub mod interfaces;
+mod ip4;
+mod ip6;
+pub mod punt;
+pub mod worker;
+
+pub use buffer::{Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+pub use counters::{Counters, Kind, Reason, Snapshot};
+pub use graph::{Graph, GraphConfig, Output};
+pub use icmp::RateLimiter;
+pub use interfaces::{Interfaces, PortInfo};

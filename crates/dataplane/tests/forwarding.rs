@@ -1,0 +1,653 @@
+//! RFC 1812 / RFC 8200 behaviour of the graph, packet by packet: every drop reason, every
+//! ICMP error (with its quote and checksums), fragmentation, punts, ECMP, and malformed
+//! input that must be counted, never panic.
+
+use std::sync::Arc;
+
+use dataplane::punt::{self, PuntConsumer};
+use dataplane::{
+    Arena, Counters, Graph, GraphConfig, Interfaces, Output, PacketMemory, Pkt, PortInfo, Reason,
+    Vector,
+};
+use fib::{Adjacency, NextHop};
+use proptest::prelude::*;
+use wire::checksum;
+
+const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const PEER0: [u8; 6] = [2, 0, 0, 0, 0, 0xa0];
+const PEER1: [u8; 6] = [2, 0, 0, 0, 0, 0xa1];
+const PEER2: [u8; 6] = [2, 0, 0, 0, 0, 0xa2];
+const R0_V4: u32 = 0xc0a8_0001; // 192.168.0.1
+const H0_V4: u32 = 0xc0a8_0064; // 192.168.0.100
+const R0_V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const H0_V6: [u8; 16] = [
+    0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x64,
+];
+const DST6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+
+fn ip4(s: &str) -> u32 {
+    u32::from(s.parse::<std::net::Ipv4Addr>().unwrap())
+}
+
+fn ip6(s: &str) -> [u8; 16] {
+    s.parse::<std::net::Ipv6Addr>().unwrap().octets()
+}
+
+struct Lab {
+    graph: Graph,
+    arena: Arena,
+    out: Output,
+    punts: PuntConsumer,
+    counters: Arc<Counters>,
+    _writer: fib::FibWriter,
+}
+
+fn lab_with(cfg: GraphConfig) -> Lab {
+    let (mut w, r) = fib::new(fib::FibConfig {
+        max_tbl8_v4: 256,
+        max_tbl8_v6: 4096,
+        max_readers: 8,
+    });
+    let adj = |port, dst_mac, src_mac, mtu| {
+        NextHop::Forward(Adjacency {
+            port,
+            dst_mac,
+            src_mac,
+            mtu,
+        })
+    };
+    let to_h0 = w.add_next_hop(adj(0, PEER0, MAC0, 1500)).unwrap();
+    let to_r1 = w.add_next_hop(adj(1, PEER1, MAC1, 1500)).unwrap();
+    let to_r2 = w.add_next_hop(adj(1, PEER2, MAC1, 1500)).unwrap();
+    let small = w.add_next_hop(adj(1, PEER1, MAC1, 576)).unwrap();
+    let local = w.add_next_hop(NextHop::Local).unwrap();
+    let glean = w.add_next_hop(NextHop::Glean { port: 1 }).unwrap();
+    let drop = w.add_next_hop(NextHop::Drop).unwrap();
+    let ecmp = w
+        .add_next_hop(NextHop::Ecmp(vec![to_r1, to_r2].into_boxed_slice()))
+        .unwrap();
+    w.add4(ip4("192.168.0.0"), 16, to_h0).unwrap();
+    w.add4(ip4("10.0.0.0"), 8, to_r1).unwrap();
+    w.add4(ip4("172.16.0.0"), 16, small).unwrap();
+    w.add4(R0_V4, 32, local).unwrap();
+    w.add4(ip4("198.51.100.0"), 24, glean).unwrap();
+    w.add4(ip4("203.0.113.0"), 24, drop).unwrap();
+    w.add4(ip4("100.64.0.0"), 10, ecmp).unwrap();
+    w.add6(&ip6("2001:db8:1::"), 48, to_h0).unwrap();
+    w.add6(&ip6("2001:db8:2::"), 48, to_r1).unwrap();
+    w.add6(&ip6("2001:db8:3::"), 48, small).unwrap();
+    w.add6(&R0_V6, 128, local).unwrap();
+    let ifaces = Interfaces {
+        ports: vec![
+            PortInfo {
+                name: "p0".into(),
+                mac: MAC0,
+                mtu: 1500,
+                ip4: vec![R0_V4],
+                ip6: vec![R0_V6],
+            },
+            PortInfo {
+                name: "p1".into(),
+                mac: MAC1,
+                mtu: 1500,
+                ip4: vec![ip4("10.0.0.1")],
+                ip6: vec![],
+            },
+        ],
+    };
+    let counters = Arc::new(Counters::default());
+    let (prod, cons) = punt::queue(64);
+    let graph = Graph::new(r, Arc::new(ifaces), counters.clone(), Some(prod), cfg);
+    Lab {
+        graph,
+        arena: Arena::new(512),
+        out: Output::new(2),
+        punts: cons,
+        counters,
+        _writer: w,
+    }
+}
+
+fn lab() -> Lab {
+    lab_with(GraphConfig::default())
+}
+
+/// Ethernet + IPv4 + UDP frame with correct checksums.
+fn frame4(src: u32, dst: u32, ttl: u8, df: bool, payload_len: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC0);
+    f.extend_from_slice(&PEER0);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let total = 20 + 8 + payload_len;
+    let mut ip = vec![
+        0x45,
+        0,
+        0,
+        0,
+        0x12,
+        0x34,
+        if df { 0x40 } else { 0 },
+        0,
+        ttl,
+        17,
+        0,
+        0,
+    ];
+    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    ip.extend_from_slice(&src.to_be_bytes());
+    ip.extend_from_slice(&dst.to_be_bytes());
+    let c = checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&1234u16.to_be_bytes());
+    f.extend_from_slice(&5678u16.to_be_bytes());
+    f.extend_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend((0..payload_len).map(|i| i as u8));
+    f
+}
+
+/// Ethernet + IPv6 + UDP frame.
+fn frame6(src: [u8; 16], dst: [u8; 16], hop: u8, next: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC0);
+    f.extend_from_slice(&PEER0);
+    f.extend_from_slice(&0x86ddu16.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    f.push(next);
+    f.push(hop);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(payload);
+    f
+}
+
+fn udp6(n: usize) -> Vec<u8> {
+    let mut u = vec![0x04, 0xd2, 0x16, 0x2e];
+    u.extend_from_slice(&((8 + n) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend((0..n).map(|i| i as u8));
+    u
+}
+
+impl Lab {
+    /// Run frames through the graph; returns (port, frame bytes) of everything sent.
+    fn run(&mut self, frames: &[Vec<u8>]) -> Vec<(u16, Vec<u8>)> {
+        let mut v = Vector::default();
+        for f in frames {
+            assert!(v.push(self.arena.load(f, 0).expect("arena")));
+        }
+        let n = v.len;
+        let free_before = self.arena.free_count();
+        self.graph
+            .process(&mut v, &mut self.arena, &mut self.out, 1_000_000_000);
+        let mut sent = Vec::new();
+        for (port, list) in self.out.tx.iter().enumerate() {
+            for p in list {
+                sent.push((port as u16, self.arena.data(p).to_vec()));
+            }
+        }
+        // Conservation: every buffer is either transmitted or released, exactly once.
+        let bufs: Vec<u32> = self
+            .out
+            .tx
+            .iter()
+            .flatten()
+            .map(|p: &Pkt| p.buf)
+            .chain(self.out.free.iter().copied())
+            .collect();
+        let mut uniq = bufs.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(
+            uniq.len(),
+            bufs.len(),
+            "a buffer was released or sent twice"
+        );
+        for p in self.out.tx.iter().flatten() {
+            self.arena.free(p.buf);
+        }
+        for &b in &self.out.free {
+            self.arena.free(b);
+        }
+        self.out.clear();
+        assert_eq!(self.arena.free_count(), free_before + n, "buffers leaked");
+        sent
+    }
+    fn count(&self, r: Reason) -> u64 {
+        self.counters.get(r)
+    }
+}
+
+fn ipv4_of(f: &[u8]) -> wire::Ipv4Packet<&[u8]> {
+    wire::Ipv4Packet::new_checked(&f[14..]).expect("valid IPv4")
+}
+
+#[test]
+fn forwards_ipv4_with_ttl_checksum_and_l2_rewrite() {
+    let mut l = lab();
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 100)]);
+    assert_eq!(out.len(), 1);
+    let (port, f) = &out[0];
+    assert_eq!(*port, 1);
+    assert_eq!(&f[0..6], &PEER1);
+    assert_eq!(&f[6..12], &MAC1);
+    let ip = ipv4_of(f);
+    assert_eq!(ip.ttl(), 63);
+    assert!(ip.verify_checksum(), "incremental checksum update is wrong");
+    assert_eq!(f.len(), 14 + 128);
+    assert_eq!(l.count(Reason::Ip4Forwarded), 1);
+}
+
+#[test]
+fn strips_ethernet_padding_on_short_frames() {
+    let mut l = lab();
+    let mut f = frame4(H0_V4, ip4("10.1.2.3"), 64, false, 0);
+    f.extend_from_slice(&[0xee; 18]); // pad to the 60-byte minimum plus more
+    let out = l.run(&[f]);
+    assert_eq!(out[0].1.len(), 14 + 28);
+}
+
+fn check_icmp4_error(f: &[u8], ty: u8, code: u8, quoted_ttl: u8) -> u32 {
+    let ip = ipv4_of(f);
+    assert!(ip.verify_checksum());
+    assert_eq!(ip.protocol(), 1);
+    assert_eq!(
+        ip.src_addr(),
+        R0_V4,
+        "error must come from the ingress port address"
+    );
+    assert_eq!(ip.dst_addr(), H0_V4);
+    let icmp = ip.payload();
+    assert_eq!((icmp[0], icmp[1]), (ty, code));
+    assert_eq!(checksum::checksum(icmp), 0, "ICMP checksum");
+    let quote = wire::Ipv4Packet::new_unchecked(&icmp[8..]);
+    assert_eq!(quote.src_addr(), H0_V4);
+    assert_eq!(
+        quote.ttl(),
+        quoted_ttl,
+        "quote must be the packet as received"
+    );
+    assert!(ip.total_len() as usize <= 576);
+    u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]])
+}
+
+#[test]
+fn ttl_expired_sends_time_exceeded_back_to_source() {
+    for ttl in [0u8, 1] {
+        let mut l = lab();
+        let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), ttl, false, 600)]);
+        assert_eq!(out.len(), 1, "ttl {ttl}");
+        assert_eq!(out[0].0, 0, "error goes back out of the source port");
+        assert_eq!(&out[0].1[0..6], &PEER0);
+        check_icmp4_error(&out[0].1, 11, 0, ttl);
+        assert_eq!(l.count(Reason::Ip4TtlExpired), 1);
+        assert_eq!(l.count(Reason::Icmp4Sent), 1);
+    }
+}
+
+#[test]
+fn no_route_sends_net_unreachable() {
+    let mut l = lab();
+    let out = l.run(&[frame4(H0_V4, ip4("8.8.8.8"), 64, false, 10)]);
+    assert_eq!(out.len(), 1);
+    check_icmp4_error(&out[0].1, 3, 0, 64);
+    assert_eq!(l.count(Reason::Ip4NoRoute), 1);
+}
+
+#[test]
+fn df_and_too_big_sends_frag_needed_with_mtu() {
+    let mut l = lab();
+    let out = l.run(&[frame4(H0_V4, ip4("172.16.0.9"), 64, true, 1000)]);
+    assert_eq!(out.len(), 1);
+    let rest = check_icmp4_error(&out[0].1, 3, 4, 64);
+    assert_eq!(rest & 0xffff, 576, "next-hop MTU");
+    assert_eq!(l.count(Reason::Ip4FragNeeded), 1);
+}
+
+#[test]
+fn fragments_when_df_clear() {
+    let mut l = lab();
+    let orig = frame4(H0_V4, ip4("172.16.0.9"), 64, false, 1400);
+    let out = l.run(&[orig.clone()]);
+    assert!(out.len() >= 3, "{} fragments", out.len());
+    let mut data = vec![0u8; 1408];
+    let mut covered = 0;
+    for (i, (port, f)) in out.iter().enumerate() {
+        assert_eq!(*port, 1);
+        let ip = ipv4_of(f);
+        assert!(ip.verify_checksum());
+        assert!(ip.total_len() <= 576);
+        assert_eq!(ip.ttl(), 63);
+        assert_eq!(ip.ident(), 0x1234);
+        assert_eq!(ip.more_frags(), i + 1 < out.len());
+        let off = ip.frag_offset() as usize;
+        assert_eq!(off % 8, 0);
+        data[off..off + ip.payload().len()].copy_from_slice(ip.payload());
+        covered += ip.payload().len();
+    }
+    assert_eq!(covered, 1408);
+    assert_eq!(
+        &data[..],
+        &orig[34..],
+        "reassembly must give back the original payload"
+    );
+    assert_eq!(l.count(Reason::Ip4Fragments), out.len() as u64);
+}
+
+#[test]
+fn header_errors_are_dropped_under_their_reason() {
+    let good = frame4(H0_V4, ip4("10.1.2.3"), 64, false, 20);
+    let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, Reason)> = vec![
+        (Box::new(|f| f[24] ^= 0xff), Reason::Ip4BadChecksum),
+        (Box::new(|f| f[14] = 0x55), Reason::Ip4BadVersion),
+        (Box::new(|f| f[14] = 0x44), Reason::Ip4BadIhl),
+        (Box::new(|f| f.truncate(14 + 12)), Reason::Ip4Truncated),
+        (
+            Box::new(|f| f[16..18].copy_from_slice(&2000u16.to_be_bytes())),
+            Reason::Ip4BadLength,
+        ),
+        (Box::new(|f| f.truncate(10)), Reason::EthRunt),
+        (
+            Box::new(|f| f[12..14].copy_from_slice(&[0x88, 0xb5])),
+            Reason::EthUnknownType,
+        ),
+        (
+            Box::new(|f| f[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9])),
+            Reason::EthNotForUs,
+        ),
+    ];
+    for (mangle, reason) in cases {
+        let mut l = lab();
+        let mut f = good.clone();
+        mangle(&mut f);
+        let out = l.run(&[f]);
+        assert!(out.is_empty(), "{reason:?} forwarded");
+        assert_eq!(l.count(reason), 1, "{reason:?} not counted");
+    }
+}
+
+fn with_src_dst(src: u32, dst: u32) -> Vec<u8> {
+    frame4(src, dst, 64, false, 8)
+}
+
+#[test]
+fn martians_blackholes_and_punts() {
+    let cases = [
+        (
+            with_src_dst(ip4("127.0.0.1"), ip4("10.1.1.1")),
+            Reason::Ip4MartianSrc,
+        ),
+        (
+            with_src_dst(ip4("0.1.2.3"), ip4("10.1.1.1")),
+            Reason::Ip4MartianSrc,
+        ),
+        (with_src_dst(H0_V4, ip4("127.0.0.1")), Reason::Ip4MartianDst),
+        (
+            with_src_dst(H0_V4, ip4("203.0.113.5")),
+            Reason::Ip4Blackhole,
+        ),
+        (with_src_dst(H0_V4, R0_V4), Reason::PuntLocal),
+        (
+            with_src_dst(H0_V4, ip4("198.51.100.7")),
+            Reason::PuntUnresolved,
+        ),
+        (with_src_dst(H0_V4, ip4("224.0.0.5")), Reason::PuntMulticast),
+        (
+            with_src_dst(ip4("0.0.0.0"), ip4("255.255.255.255")),
+            Reason::PuntMulticast,
+        ),
+        (
+            with_src_dst(H0_V4, ip4("169.254.1.1")),
+            Reason::PuntLinkLocal,
+        ),
+    ];
+    for (f, reason) in cases {
+        let mut l = lab();
+        let out = l.run(&[f.clone()]);
+        assert!(out.is_empty(), "{reason:?}");
+        assert_eq!(l.count(reason), 1, "{reason:?}");
+        if reason.kind() == dataplane::Kind::Punt {
+            let p = l.punts.pop().expect("punted frame in the queue");
+            assert_eq!(p.frame(), &f[..]);
+            assert_eq!(p.reason, reason);
+        }
+    }
+}
+
+#[test]
+fn arp_and_router_alert_are_punted() {
+    let mut l = lab();
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&PEER0);
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&[0; 20]);
+    l.run(&[arp]);
+    assert_eq!(l.count(Reason::PuntArp), 1);
+
+    // IPv4 with the router-alert option (RFC 2113): 24-byte header.
+    let mut f = frame4(H0_V4, ip4("10.1.1.1"), 64, false, 8);
+    let mut ip: Vec<u8> = f[14..34].to_vec();
+    ip[0] = 0x46;
+    ip.extend_from_slice(&[148, 4, 0, 0]);
+    let total = u16::from_be_bytes([ip[2], ip[3]]) + 4;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[10..12].copy_from_slice(&[0, 0]);
+    let c = checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let rest = f.split_off(34);
+    f.truncate(14);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&rest);
+    l.run(&[f]);
+    assert_eq!(l.count(Reason::PuntOptions), 1);
+}
+
+#[test]
+fn no_icmp_error_about_an_icmp_error() {
+    let mut l = lab();
+    let mut f = frame4(H0_V4, ip4("10.1.2.3"), 1, false, 0);
+    f[23] = 1; // protocol ICMP
+    f[34] = 3; // destination unreachable
+    f[24..26].copy_from_slice(&[0, 0]);
+    let c = checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    let out = l.run(&[f]);
+    assert!(out.is_empty());
+    assert_eq!(l.count(Reason::IcmpSuppressed), 1);
+}
+
+#[test]
+fn icmp_errors_are_rate_limited() {
+    let mut l = lab_with(GraphConfig {
+        icmp_rate: 1,
+        icmp_burst: 3,
+    });
+    let frames: Vec<_> = (0..10)
+        .map(|_| frame4(H0_V4, ip4("10.1.2.3"), 1, false, 0))
+        .collect();
+    let out = l.run(&frames);
+    assert_eq!(out.len(), 3);
+    assert_eq!(l.count(Reason::IcmpRateLimited), 7);
+}
+
+#[test]
+fn ecmp_is_stable_per_flow_and_uses_all_members() {
+    let mut l = lab();
+    let mut seen = std::collections::HashMap::new();
+    for round in 0..2 {
+        for i in 0..64u32 {
+            let f = frame4(H0_V4 + i, ip4("100.64.0.1"), 64, false, 4);
+            let out = l.run(&[f]);
+            let mac: [u8; 6] = out[0].1[0..6].try_into().unwrap();
+            if round == 0 {
+                seen.insert(i, mac);
+            } else {
+                assert_eq!(seen[&i], mac, "flow {i} moved between members");
+            }
+        }
+    }
+    let members: std::collections::HashSet<_> = seen.values().collect();
+    assert_eq!(members.len(), 2, "both ECMP members used");
+}
+
+#[test]
+fn forwards_ipv6_and_decrements_hop_limit() {
+    let mut l = lab();
+    let out = l.run(&[frame6(H0_V6, DST6, 64, 17, &udp6(50))]);
+    assert_eq!(out.len(), 1);
+    let (port, f) = &out[0];
+    assert_eq!(*port, 1);
+    assert_eq!(&f[0..6], &PEER1);
+    assert_eq!(f[14 + 7], 63);
+    assert_eq!(u16::from_be_bytes([f[12], f[13]]), 0x86dd);
+    assert_eq!(l.count(Reason::Ip6Forwarded), 1);
+}
+
+fn check_icmp6_error(f: &[u8], ty: u8, code: u8) -> u32 {
+    let ip = wire::Ipv6Packet::new_checked(&f[14..]).unwrap();
+    assert_eq!(ip.next_header(), 58);
+    assert_eq!(ip.src_addr(), R0_V6);
+    assert_eq!(ip.dst_addr(), H0_V6);
+    let icmp = ip.payload();
+    assert_eq!((icmp[0], icmp[1]), (ty, code));
+    let sum = checksum::pseudo_v6(&R0_V6, &H0_V6, 58, icmp.len() as u32) + checksum::sum(icmp);
+    assert_eq!(checksum::fold(sum), 0xffff, "ICMPv6 checksum");
+    assert!(40 + icmp.len() <= 1280);
+    let quote = wire::Ipv6Packet::new_unchecked(&icmp[8..]);
+    assert_eq!(quote.src_addr(), H0_V6);
+    u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]])
+}
+
+#[test]
+fn ipv6_errors_hop_limit_no_route_too_big() {
+    let mut l = lab();
+    let out = l.run(&[frame6(H0_V6, DST6, 1, 17, &udp6(10))]);
+    check_icmp6_error(&out[0].1, 3, 0);
+    assert_eq!(l.count(Reason::Ip6HopLimitExpired), 1);
+
+    let out = l.run(&[frame6(H0_V6, ip6("2001:db8:99::1"), 64, 17, &udp6(10))]);
+    check_icmp6_error(&out[0].1, 1, 0);
+    assert_eq!(l.count(Reason::Ip6NoRoute), 1);
+
+    let out = l.run(&[frame6(H0_V6, ip6("2001:db8:3::1"), 64, 17, &udp6(1000))]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(check_icmp6_error(&out[0].1, 2, 0), 576);
+    assert_eq!(l.count(Reason::Ip6TooBig), 1);
+}
+
+#[test]
+fn ipv6_drops_and_punts() {
+    // Ten destination-options headers: over the walk bound.
+    let mut chain = Vec::new();
+    for _ in 0..10 {
+        chain.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
+    }
+    let cases = [
+        (frame6(H0_V6, DST6, 64, 60, &chain), Reason::Ip6BadExtChain),
+        (
+            frame6(H0_V6, DST6, 64, 0, &[17, 0, 1, 4, 0, 0, 0, 0]),
+            Reason::PuntHopByHop,
+        ),
+        (
+            frame6(ip6("fe80::1"), DST6, 64, 17, &udp6(4)),
+            Reason::Ip6LinkLocalSrc,
+        ),
+        (
+            frame6(ip6("ff02::1"), DST6, 64, 17, &udp6(4)),
+            Reason::Ip6MartianSrc,
+        ),
+        (
+            frame6(H0_V6, ip6("::1"), 64, 17, &udp6(4)),
+            Reason::Ip6MartianDst,
+        ),
+        (
+            frame6(H0_V6, ip6("ff02::5"), 1, 89, &udp6(4)),
+            Reason::PuntMulticast,
+        ),
+        (
+            frame6(H0_V6, ip6("fe80::2"), 255, 58, &udp6(4)),
+            Reason::PuntLinkLocal,
+        ),
+        (frame6(H0_V6, R0_V6, 64, 58, &udp6(4)), Reason::PuntLocal),
+    ];
+    for (f, reason) in cases {
+        let mut l = lab();
+        let out = l.run(&[f]);
+        assert!(out.is_empty(), "{reason:?}");
+        assert_eq!(l.count(reason), 1, "{reason:?}");
+    }
+    let mut l = lab();
+    let mut f = frame6(H0_V6, DST6, 64, 17, &udp6(4));
+    f[14] = 0x40;
+    l.run(&[f.clone()]);
+    assert_eq!(l.count(Reason::Ip6BadVersion), 1);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&500u16.to_be_bytes());
+    l.run(&[f]);
+    assert_eq!(l.count(Reason::Ip6BadLength), 1);
+}
+
+/// A generator of hostile frames: valid IPv4/IPv6 frames truncated anywhere and with
+/// random bytes overwritten.
+fn hostile() -> impl Strategy<Value = Vec<u8>> {
+    let base = prop_oneof![
+        (0u8..=255, 0usize..300, any::<bool>()).prop_map(|(ttl, n, df)| frame4(
+            H0_V4,
+            ip4("10.9.8.7"),
+            ttl,
+            df,
+            n
+        )),
+        (0u8..=255, 0usize..300).prop_map(|(ttl, n)| frame4(
+            H0_V4,
+            ip4("172.16.1.1"),
+            ttl,
+            false,
+            n + 600
+        )),
+        (0u8..=255, 0usize..300).prop_map(|(hop, n)| frame6(H0_V6, DST6, hop, 17, &udp6(n))),
+        (0usize..200).prop_map(|n| frame6(H0_V6, DST6, 9, 60, &vec![60u8; n])),
+        proptest::collection::vec(any::<u8>(), 0..120),
+    ];
+    (
+        base,
+        proptest::collection::vec((0usize..1200, any::<u8>()), 0..8),
+        0usize..1600,
+    )
+        .prop_map(|(mut f, flips, cut)| {
+            for (i, b) in flips {
+                if !f.is_empty() {
+                    let k = i % f.len();
+                    f[k] = b;
+                }
+            }
+            f.truncate(cut.max(1));
+            f
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #[test]
+    fn hostile_frames_never_panic_and_are_all_accounted_for(frames in proptest::collection::vec(hostile(), 1..40)) {
+        let mut l = lab();
+        let n = frames.len() as u64;
+        let out = l.run(&frames); // also asserts buffer conservation
+        let s = l.counters.snapshot();
+        // Every input packet is forwarded (possibly as fragments), answered with an ICMP
+        // error, dropped or punted — exactly one of them.
+        let fwd = s.get(Reason::Ip4Forwarded) + s.get(Reason::Ip6Forwarded);
+        let errors_out = out.iter().filter(|(_, f)| {
+            (f.len() > 23 && f[12..14] == [8, 0] && f[23] == 1 && u32::from_be_bytes([f[26], f[27], f[28], f[29]]) == R0_V4)
+                || (f.len() > 20 && f[12..14] == [0x86, 0xdd] && f[20] == 58 && f[22..38] == R0_V6)
+        }).count() as u64;
+        let icmp_drops = s.get(Reason::Ip4TtlExpired) + s.get(Reason::Ip4NoRoute) + s.get(Reason::Ip4FragNeeded)
+            + s.get(Reason::Ip6HopLimitExpired) + s.get(Reason::Ip6NoRoute) + s.get(Reason::Ip6TooBig);
+        let final_drops = s.drops() - icmp_drops;
+        prop_assert_eq!(fwd + errors_out + final_drops + s.punts(), n, "counters: {:?}", s.nonzero());
+    }
+}

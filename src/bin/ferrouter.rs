@@ -1,0 +1,229 @@
+//! `ferrouter`: the one binary — fast-path benchmarks and the demo today; `run`, `show`,
+//! `lab`, `config` as the system grows.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ferrouter",
+    version,
+    about = "High-performance userspace router fast path beside the Linux stack"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show the fast path at work: load an Internet-like FIB and forward every traffic
+    /// profile through the full pipeline, printing rates and per-node counters.
+    Demo {
+        /// IPv4 routes.
+        #[arg(long, default_value_t = 200_000)]
+        routes4: usize,
+        /// IPv6 routes.
+        #[arg(long, default_value_t = 100_000)]
+        routes6: usize,
+        /// Seconds per profile.
+        #[arg(long, default_value_t = 0.5)]
+        duration: f64,
+    },
+    /// Benchmarks (release build; readable table, or one JSON object with --json).
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Full pipeline from memory (pre-built frames, no I/O) over a large FIB.
+    Pipeline(PipelineArgs),
+    /// Cycles per LPM lookup, optionally next to DPDK's dpdk-test-fib on the same routes/keys.
+    Lpm(LpmArgs),
+    /// Bulk add/delete of routes while a worker forwards.
+    FibUpdate(FibUpdateArgs),
+}
+
+#[derive(Args)]
+struct PipelineArgs {
+    /// IPv4 routes (Internet-like prefix-length mix).
+    #[arg(long, default_value_t = 1_000_000)]
+    routes4: usize,
+    /// IPv6 routes.
+    #[arg(long, default_value_t = 500_000)]
+    routes6: usize,
+    /// Worker counts to measure, comma-separated (e.g. 1,2).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    workers: Vec<usize>,
+    /// Profiles, comma-separated: ipv4-64, ipv6-78, imix1, imix2, imix3 (default all).
+    #[arg(long, value_delimiter = ',')]
+    profile: Vec<String>,
+    /// Seconds per profile and worker count.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Seed of the route and traffic generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct LpmArgs {
+    /// Run dpdk-test-fib (Debian dpdk-dev) on the same routes and keys.
+    #[arg(long)]
+    compare_dpdk: bool,
+    /// IPv4 routes.
+    #[arg(long, default_value_t = 1_000_000)]
+    routes4: usize,
+    /// IPv6 routes.
+    #[arg(long, default_value_t = 500_000)]
+    routes6: usize,
+    /// Lookup keys per pass.
+    #[arg(long, default_value_t = 1 << 20)]
+    lookups: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct FibUpdateArgs {
+    /// Routes added then deleted.
+    #[arg(long, default_value_t = 1_000_000)]
+    routes: usize,
+    /// Routes present throughout (the forwarded traffic's destinations).
+    #[arg(long, default_value_t = 100_000)]
+    base_routes: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn progress(json: bool) -> impl FnMut(&str) {
+    move |m: &str| {
+        if !json || std::env::var_os("FERROUTER_PROGRESS").is_some() {
+            eprintln!("... {m}");
+        }
+    }
+}
+
+fn seconds(s: f64) -> Result<Duration> {
+    if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
+        bail!("--duration must be between 0 and 3600 seconds, got {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
+    let profiles = if a.profile.is_empty() {
+        bench::pipeline::PROFILES.iter().collect()
+    } else {
+        a.profile
+            .iter()
+            .map(|p| bench::pipeline::profile(p))
+            .collect::<Result<Vec<_>>>()?
+    };
+    if a.workers.is_empty() || a.workers.contains(&0) {
+        bail!("--workers takes positive counts, e.g. --workers 1,2");
+    }
+    Ok(bench::pipeline::Options {
+        routes4: a.routes4,
+        routes6: a.routes6,
+        workers: a.workers.clone(),
+        profiles,
+        duration: seconds(a.duration)?,
+        seed: a.seed,
+        ..Default::default()
+    })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Demo {
+            routes4,
+            routes6,
+            duration,
+        } => demo(routes4, routes6, duration),
+        Cmd::Bench(Bench::Pipeline(a)) => {
+            let opts = pipeline_options(&a)?;
+            let r = bench::pipeline::run(&opts, progress(a.json))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                bench::pipeline::print_table(&r);
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Lpm(a)) => {
+            let opts = bench::lpm::LpmOptions {
+                routes4: a.routes4,
+                routes6: a.routes6,
+                lookups: a.lookups,
+                compare_dpdk: a.compare_dpdk,
+                seed: a.seed,
+                ..Default::default()
+            };
+            let r = bench::lpm::run(&opts).context("LPM benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                bench::lpm::print_table(&r);
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::FibUpdate(a)) => {
+            let opts = bench::fib_update::Options {
+                routes: a.routes,
+                base_routes: a.base_routes,
+                seed: a.seed,
+            };
+            let r = bench::fib_update::run(&opts, progress(a.json))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                bench::fib_update::print_table(&r);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn demo(routes4: usize, routes6: usize, duration: f64) -> Result<()> {
+    println!("Ferrouter demo: the fast path forwarding from memory (no ports yet).");
+    println!("Every profile runs through ethernet-input -> ip4/ip6-input -> lookup -> rewrite -> port-tx");
+    println!("over a FIB of {routes4} IPv4 + {routes6} IPv6 generated Internet-like routes.\n");
+    let workers = if dataplane::worker::cores().len() >= 2 {
+        vec![1, 2]
+    } else {
+        vec![1]
+    };
+    let opts = bench::pipeline::Options {
+        routes4,
+        routes6,
+        workers,
+        duration: seconds(duration)?,
+        pool: 8 * 1024,
+        ..Default::default()
+    };
+    let r = bench::pipeline::run(&opts, progress(false))?;
+    bench::pipeline::print_table(&r);
+    let lost: u64 = r.results.iter().map(|c| c.not_forwarded).sum();
+    println!("\npackets not forwarded: {lost}");
+    if lost != 0 {
+        bail!("{lost} packets were not forwarded although every destination has a route");
+    }
+    println!("For the full-scale figures: ferrouter bench pipeline --workers 1,2 (see README).");
+    Ok(())
+}
