@@ -7,36 +7,67 @@ use std::process::Command;
 use serde_json::Value;
 
 fn ferrouter(args: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter")).args(args).output().expect("run ferrouter");
-    let (so, se) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success(), "ferrouter {args:?} failed: {se}\n{so}");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+        .args(args)
+        .output()
+        .expect("run ferrouter");
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "ferrouter {args:?} failed: {se}\n{so}"
+    );
     (so, se)
 }
 
 fn json(args: &[&str]) -> Value {
     let (so, _) = ferrouter(args);
-    serde_json::from_str(so.trim()).unwrap_or_else(|e| panic!("stdout of {args:?} is not one JSON object ({e}): {so}"))
+    serde_json::from_str(so.trim())
+        .unwrap_or_else(|e| panic!("stdout of {args:?} is not one JSON object ({e}): {so}"))
 }
 
 #[test]
 fn pipeline_json_has_every_profile_and_loses_nothing() {
-    let v = json(&["bench", "pipeline", "--routes4", "20000", "--routes6", "10000", "--workers", "1,2", "--duration", "0.2", "--json"]);
+    let v = json(&[
+        "bench",
+        "pipeline",
+        "--routes4",
+        "20000",
+        "--routes6",
+        "10000",
+        "--workers",
+        "1,2",
+        "--duration",
+        "0.2",
+        "--json",
+    ]);
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 10, "5 profiles x 2 worker counts");
     for p in ["ipv4-64", "ipv6-78", "imix1", "imix2", "imix3"] {
         for w in [1, 2] {
-            let r = results.iter().find(|r| r["profile"] == p && r["workers"] == w).unwrap_or_else(|| panic!("{p}/{w} missing"));
+            let r = results
+                .iter()
+                .find(|r| r["profile"] == p && r["workers"] == w)
+                .unwrap_or_else(|| panic!("{p}/{w} missing"));
             assert!(r["mpps_per_core"].as_f64().unwrap() > 0.0);
             assert!(r["ns_per_packet"].as_f64().unwrap() > 0.0);
             assert_eq!(r["not_forwarded"], 0, "{p}/{w}");
         }
     }
-    assert!(v["fib_bytes"].as_u64().unwrap() > 64 << 20, "the tbl24 alone is 64 MiB");
+    assert!(
+        v["fib_bytes"].as_u64().unwrap() > 64 << 20,
+        "the tbl24 alone is 64 MiB"
+    );
 }
 
 #[test]
 fn pipeline_rejects_unknown_profile_with_the_valid_names() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter")).args(["bench", "pipeline", "--profile", "imix9"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+        .args(["bench", "pipeline", "--profile", "imix9"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("imix9") && e.contains("imix2"), "{e}");
@@ -44,7 +75,15 @@ fn pipeline_rejects_unknown_profile_with_the_valid_names() {
 
 #[test]
 fn fib_update_keeps_forwarding_without_loss() {
-    let v = json(&["bench", "fib-update", "--routes", "50000", "--base-routes", "5000", "--json"]);
+    let v = json(&[
+        "bench",
+        "fib-update",
+        "--routes",
+        "50000",
+        "--base-routes",
+        "5000",
+        "--json",
+    ]);
     assert_eq!(v["routes"], 50000);
     assert!(v["add_routes_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["del_routes_per_s"].as_f64().unwrap() > 0.0);
@@ -57,22 +96,58 @@ fn lpm_compare_dpdk_runs_the_real_dpdk_test_fib() {
     if !bench::dpdk::available() {
         // scripts/test.sh installs dpdk-dev; a bare `cargo test` without it still checks ours.
         eprintln!("dpdk-test-fib not installed: checking ferrouter's side only");
-        let v = json(&["bench", "lpm", "--routes4", "20000", "--routes6", "10000", "--lookups", "65536", "--json"]);
+        let v = json(&[
+            "bench",
+            "lpm",
+            "--routes4",
+            "20000",
+            "--routes6",
+            "10000",
+            "--lookups",
+            "65536",
+            "--json",
+        ]);
         assert!(v["ipv4"]["ferrouter_cycles"].as_f64().unwrap() > 0.0);
         return;
     }
-    let v = json(&["bench", "lpm", "--compare-dpdk", "--routes4", "20000", "--routes6", "10000", "--lookups", "65536", "--json"]);
+    let v = json(&[
+        "bench",
+        "lpm",
+        "--compare-dpdk",
+        "--routes4",
+        "20000",
+        "--routes6",
+        "10000",
+        "--lookups",
+        "65536",
+        "--json",
+    ]);
     for fam in ["ipv4", "ipv6"] {
         let f = &v[fam];
-        let (ours, dpdk, ratio) = (f["ferrouter_cycles"].as_f64().unwrap(), f["dpdk_cycles"].as_f64().unwrap(), f["ratio"].as_f64().unwrap());
+        let (ours, dpdk, ratio) = (
+            f["ferrouter_cycles"].as_f64().unwrap(),
+            f["dpdk_cycles"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
         assert!(ours > 0.0 && dpdk > 0.0, "{fam}: {f}");
-        assert!((ratio - ours / dpdk).abs() < 1e-9, "{fam}: ratio is ferrouter/dpdk");
+        assert!(
+            (ratio - ours / dpdk).abs() < 1e-9,
+            "{fam}: ratio is ferrouter/dpdk"
+        );
     }
 }
 
 #[test]
 fn demo_forwards_everything() {
-    let (so, _) = ferrouter(&["demo", "--routes4", "20000", "--routes6", "10000", "--duration", "0.2"]);
+    let (so, _) = ferrouter(&[
+        "demo",
+        "--routes4",
+        "20000",
+        "--routes6",
+        "10000",
+        "--duration",
+        "0.2",
+    ]);
     assert!(so.contains("packets not forwarded: 0"), "{so}");
     assert!(so.contains("ipv4-64") && so.contains("imix3"), "{so}");
 }

@@ -67,6 +67,10 @@ struct PipelineArgs {
     /// Seed of the route and traffic generators.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Fixed work instead of --duration: passes over each worker's 4096-frame pool
+    /// (repeatable instruction counts under valgrind --tool=callgrind).
+    #[arg(long)]
+    passes: Option<u64>,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -144,6 +148,7 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         profiles,
         duration: seconds(a.duration)?,
         seed: a.seed,
+        passes: a.passes,
         ..Default::default()
     })
 }

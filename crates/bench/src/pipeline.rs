@@ -104,6 +104,9 @@ pub struct Options {
     pub adjacencies: usize,
     /// Seed of the route and traffic generators.
     pub seed: u64,
+    /// Fixed work instead of fixed time: each worker makes exactly this many passes over
+    /// its pool (for instruction counting under callgrind, which is repeatable).
+    pub passes: Option<u64>,
 }
 
 impl Default for Options {
@@ -114,9 +117,10 @@ impl Default for Options {
             workers: vec![1],
             profiles: PROFILES.iter().collect(),
             duration: Duration::from_secs(2),
-            pool: 16 * 1024,
+            pool: 4096,
             adjacencies: 64,
             seed: 1,
+            passes: None,
         }
     }
 }
@@ -431,6 +435,7 @@ fn run_cell(
             forwarded.clone(),
             bytes.clone(),
         );
+        let max_passes = opts.passes.unwrap_or(u64::MAX);
         let core = if cores.is_empty() {
             None
         } else {
@@ -456,7 +461,7 @@ fn run_cell(
             forward_loop(&mut g, &mut t, &warm, 3, || q.quiescent());
             ready.wait();
             barrier.wait();
-            let (off, sent) = forward_loop(&mut g, &mut t, &stop, u64::MAX, || q.quiescent());
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, max_passes, || q.quiescent());
             let per_pass_bytes = t.wire_bytes;
             let passes = off / t.pkts.len() as u64;
             totals.fetch_add(off, Ordering::Relaxed);
@@ -468,8 +473,10 @@ fn run_cell(
     ready.wait();
     let start = Instant::now();
     barrier.wait();
-    std::thread::sleep(opts.duration);
-    stop.store(true, Ordering::Relaxed);
+    if opts.passes.is_none() {
+        std::thread::sleep(opts.duration);
+        stop.store(true, Ordering::Relaxed);
+    }
     for h in &mut handles {
         if let dataplane::worker::WorkerExit::Panicked(m) = h.join() {
             bail!("benchmark worker panicked: {m}");

@@ -28,6 +28,28 @@ pub(crate) fn l3_mut<'a, M: PacketMemory>(mem: &'a mut M, p: &Pkt) -> &'a mut [u
     mem.frame_mut(p.buf).get_mut(s..e).unwrap_or(&mut [])
 }
 
+/// First octets of destinations that need a closer look: 0/8, 127/8, 169/8 (for
+/// 169.254/16), multicast 224/4 and 240/4 (incl. broadcast).
+const SPECIAL_DST: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i == 0 || i == 127 || i == 169 || i >= 224) as u8;
+        i += 1;
+    }
+    t
+};
+/// First octets of sources that are never valid.
+const SPECIAL_SRC: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i == 0 || i == 127 || i >= 224) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// True for 0.0.0.0/8, 127/8, multicast and limited broadcast — never valid sources.
 #[inline]
 fn martian_src(a: u32) -> bool {
@@ -64,24 +86,28 @@ pub(crate) fn input<M: PacketMemory>(
             continue;
         }
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        // Multicast and broadcast destinations are control traffic (OSPF, VRRP, DHCP...):
-        // checked before the source, since DHCP clients legitimately send from 0.0.0.0.
-        if dst >> 28 == 0xe || dst == u32::MAX {
-            g.punt(mem, out, &p, Reason::PuntMulticast);
-            continue;
-        }
-        if martian_src(src) {
-            g.drop_pkt(out, &p, Reason::Ip4MartianSrc);
-            continue;
-        }
-        let db = dst >> 24;
-        if db == 0 || db == 127 || db >= 240 {
-            g.drop_pkt(out, &p, Reason::Ip4MartianDst);
-            continue;
-        }
-        if dst >> 16 == 0xa9fe {
-            g.punt(mem, out, &p, Reason::PuntLinkLocal);
-            continue;
+        // One table load per address settles the common case; only unusual first octets
+        // take the detailed classification.
+        if SPECIAL_DST[(dst >> 24) as usize] | SPECIAL_SRC[(src >> 24) as usize] != 0 {
+            // Multicast and broadcast destinations are control traffic (OSPF, VRRP,
+            // DHCP...): checked before the source, since DHCP clients send from 0.0.0.0.
+            if dst >> 28 == 0xe || dst == u32::MAX {
+                g.punt(mem, out, &p, Reason::PuntMulticast);
+                continue;
+            }
+            if martian_src(src) {
+                g.drop_pkt(out, &p, Reason::Ip4MartianSrc);
+                continue;
+            }
+            let db = dst >> 24;
+            if db == 0 || db == 127 || db >= 240 {
+                g.drop_pkt(out, &p, Reason::Ip4MartianDst);
+                continue;
+            }
+            if dst >> 16 == 0xa9fe {
+                g.punt(mem, out, &p, Reason::PuntLinkLocal);
+                continue;
+            }
         }
         if ip.header_len() > 20 {
             if ip.validate_options().is_err() {
@@ -173,12 +199,7 @@ pub(crate) fn rewrite<M: PacketMemory>(
         let total = u16::from_be_bytes([ip[2], ip[3]]);
         let df = ip[6] & 0x40 != 0;
         if !local {
-            // TTL is the high byte of the 16-bit word at offset 8 (TTL, protocol).
-            let old = u16::from_be_bytes([ttl, ip[9]]);
-            let new = u16::from_be_bytes([ttl - 1, ip[9]]);
-            let c = checksum::update16(u16::from_be_bytes([ip[10], ip[11]]), old, new);
-            ip[8] = ttl - 1;
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            Ipv4Packet::new_unchecked(&mut *ip).decrement_ttl();
         }
         if total > adj.mtu {
             if df {

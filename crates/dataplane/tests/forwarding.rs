@@ -311,7 +311,7 @@ fn df_and_too_big_sends_frag_needed_with_mtu() {
 fn fragments_when_df_clear() {
     let mut l = lab();
     let orig = frame4(H0_V4, ip4("172.16.0.9"), 64, false, 1400);
-    let out = l.run(&[orig.clone()]);
+    let out = l.run(std::slice::from_ref(&orig));
     assert!(out.len() >= 3, "{} fragments", out.len());
     let mut data = vec![0u8; 1408];
     let mut covered = 0;
@@ -340,7 +340,8 @@ fn fragments_when_df_clear() {
 #[test]
 fn header_errors_are_dropped_under_their_reason() {
     let good = frame4(H0_V4, ip4("10.1.2.3"), 64, false, 20);
-    let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, Reason)> = vec![
+    type Mangle = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(Mangle, Reason)> = vec![
         (Box::new(|f| f[24] ^= 0xff), Reason::Ip4BadChecksum),
         (Box::new(|f| f[14] = 0x55), Reason::Ip4BadVersion),
         (Box::new(|f| f[14] = 0x44), Reason::Ip4BadIhl),
@@ -406,7 +407,7 @@ fn martians_blackholes_and_punts() {
     ];
     for (f, reason) in cases {
         let mut l = lab();
-        let out = l.run(&[f.clone()]);
+        let out = l.run(std::slice::from_ref(&f));
         assert!(out.is_empty(), "{reason:?}");
         assert_eq!(l.count(reason), 1, "{reason:?}");
         if reason.kind() == dataplane::Kind::Punt {

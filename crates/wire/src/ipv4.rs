@@ -202,7 +202,10 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// True if the header checksum verifies.
     #[inline]
     pub fn verify_checksum(&self) -> bool {
-        checksum::fold(checksum::sum(self.header())) == 0xffff
+        match <&[u8; 20]>::try_from(self.header()) {
+            Ok(h) => checksum::verify20(h),
+            Err(_) => checksum::fold(checksum::sum(self.header())) == 0xffff,
+        }
     }
 
     /// Walks the option TLVs: End (0) stops, NOP (1) is one byte, every other
@@ -347,9 +350,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         if ttl == 0 {
             return;
         }
-        let old = u16::from_be_bytes([ttl, b[field::PROTOCOL]]);
-        let new = old - 0x0100;
-        let c = checksum::update16(self.checksum(), old, new);
+        // RFC 1624 eqn 3 specialised to m' = m - 0x0100: HC' = HC + 0x0100 with end-around
+        // carry (as Linux's ip_decrease_ttl). A valid IPv4 header never sums to zero (the
+        // version nibble is 4), so the 0x0000/0xFFFF ambiguity of RFC 1624 §3 cannot arise.
+        let c = u32::from(self.checksum()) + 0x0100;
+        let c = (c + (c >> 16)) as u16;
         self.set_ttl(ttl - 1);
         self.set_checksum(c);
     }
@@ -616,6 +621,22 @@ mod tests {
                 Err(Error::BadOption),
                 "{bad:x?}"
             );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn ttl_decrement_equals_full_recompute(mut h in proptest::array::uniform20(any::<u8>()), ttl in 1u8..=255) {
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&20u16.to_be_bytes());
+            h[8] = ttl;
+            let mut p = Ipv4Packet::new_checked(&mut h[..]).unwrap();
+            p.fill_checksum();
+            p.decrement_ttl();
+            prop_assert!(p.verify_checksum());
+            let incremental = p.checksum();
+            p.fill_checksum();
+            prop_assert_eq!(incremental, p.checksum());
         }
     }
 
