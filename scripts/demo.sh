@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build Ferrouter (release) and run its demo: the fast path forwarding every traffic profile
-# over an Internet-like FIB, with rates and counters printed.
+# Build Ferrouter (release) and run its lab demo: three network namespaces, ferrouter
+# forwarding between them, ping/ping6/TCP/UDP through it, counters printed, torn down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/deps.sh
 cargo build --release --locked -p ferrouter
-exec ./target/release/ferrouter demo "$@"
+exec ./target/release/ferrouter lab demo "$@"

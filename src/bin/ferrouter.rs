@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+mod ferrouter_cli;
+
 #[derive(Parser)]
 #[command(
     name = "ferrouter",
@@ -35,6 +37,49 @@ enum Cmd {
     /// Benchmarks (release build; readable table, or one JSON object with --json).
     #[command(subcommand)]
     Bench(Bench),
+    /// Run the router: open the configured ports, mirror the kernel's state, forward.
+    Run {
+        /// Config file (TOML).
+        #[arg(long, default_value = "/etc/ferrouter/ferrouter.toml")]
+        config: std::path::PathBuf,
+    },
+    /// Ask a running router (over its control socket).
+    Show {
+        /// interfaces | routes | neighbors | counters
+        what: String,
+        /// For routes: a prefix (exact) or an address (longest match).
+        arg: Option<String>,
+        /// Control socket.
+        #[arg(long, default_value = "/run/ferrouter/ferrouter.sock")]
+        socket: std::path::PathBuf,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Network-namespace lab: hosts h1 and h2 routed through ferrouter.
+    Lab {
+        #[command(subcommand)]
+        cmd: LabCmd,
+        /// Name prefix of the lab's namespaces.
+        #[arg(long, default_value = "fr", global = true)]
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Build the namespaces and start ferrouter in the router namespace.
+    Up,
+    /// Stop ferrouter and delete the namespaces.
+    Down,
+    /// Show what exists.
+    Status,
+    /// Everything end to end: up, ping/ping6, TCP and UDP through the router, counters, down.
+    Demo {
+        /// Seconds of each traffic run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -161,6 +206,28 @@ fn main() -> Result<()> {
             routes6,
             duration,
         } => demo(routes4, routes6, duration),
+        Cmd::Run { config } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
+                )
+                .init();
+            let cfg = control::config::Config::load(&config)?;
+            control::daemon::run(cfg, |sock| {
+                tracing::info!(
+                    "ready; try: ferrouter show interfaces --socket {}",
+                    sock.display()
+                )
+            })
+        }
+        Cmd::Show {
+            what,
+            arg,
+            socket,
+            json,
+        } => show(&socket, &what, arg.as_deref(), json),
+        Cmd::Lab { cmd, name } => lab_cmd(cmd, &name),
         Cmd::Bench(Bench::Pipeline(a)) => {
             let opts = pipeline_options(&a)?;
             let r = bench::pipeline::run(&opts, progress(a.json))?;
@@ -202,6 +269,59 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+fn show(socket: &std::path::Path, what: &str, arg: Option<&str>, json: bool) -> Result<()> {
+    let v = control::api::request(socket, what, arg)?;
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    print!("{}", ferrouter_cli::render(what, &v));
+    Ok(())
+}
+
+fn lab_cmd(cmd: LabCmd, name: &str) -> Result<()> {
+    let lab = lab::Lab::new(name);
+    let me = std::env::current_exe().context("locating the ferrouter binary")?;
+    match cmd {
+        LabCmd::Up => {
+            lab.up(&me)?;
+            println!(
+                "lab {name} is up: namespaces {:?}; control socket {}",
+                lab.existing(),
+                lab.socket().display()
+            );
+            println!("try: ip netns exec {} ping {}", lab.h1(), lab::H2_V4);
+            println!(
+                "     ferrouter show counters --socket {}",
+                lab.socket().display()
+            );
+            Ok(())
+        }
+        LabCmd::Down => {
+            lab.down();
+            println!("lab {name} is down");
+            Ok(())
+        }
+        LabCmd::Status => {
+            let ns = lab.existing();
+            println!(
+                "namespaces: {}",
+                if ns.is_empty() {
+                    "none".into()
+                } else {
+                    ns.join(" ")
+                }
+            );
+            match control::api::request(&lab.socket(), "interfaces", None) {
+                Ok(v) => print!("{}", ferrouter_cli::render("interfaces", &v)),
+                Err(_) => println!("ferrouter: not running"),
+            }
+            Ok(())
+        }
+        LabCmd::Demo { seconds } => ferrouter_cli::lab_demo(&lab, &me, seconds),
     }
 }
 

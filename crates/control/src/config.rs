@@ -1,0 +1,204 @@
+//! The daemon's configuration file (TOML). Unknown fields are errors: a typo must never be
+//! silently ignored on a router.
+//!
+//! ```toml
+//! # /etc/ferrouter/ferrouter.toml
+//! control_socket = "/run/ferrouter/ferrouter.sock"
+//! workers = 1
+//!
+//! [[port]]
+//! name = "eth1"
+//! backend = "auto"      # auto | af_packet | af_xdp
+//!
+//! [[port]]
+//! name = "eth2"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Port backend choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Best available for the interface.
+    #[default]
+    Auto,
+    /// AF_PACKET with a TPACKET_V3 ring (works on every interface).
+    AfPacket,
+    /// AF_XDP (not built yet: rejected with a clear message).
+    AfXdp,
+}
+
+/// One port.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    /// Linux interface name in the daemon's network namespace.
+    pub name: String,
+    /// Backend.
+    #[serde(default)]
+    pub backend: Backend,
+}
+
+/// The whole file.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Unix socket of the control API (`ferrouter show`).
+    #[serde(default = "default_socket")]
+    pub control_socket: PathBuf,
+    /// Worker threads (AF_PACKET ports are served by one worker).
+    #[serde(default = "one")]
+    pub workers: usize,
+    /// Netlink receive buffer in bytes. Notifications have no flow control; when they
+    /// overflow this buffer the daemon resyncs from a full dump.
+    #[serde(default = "default_rcvbuf")]
+    pub netlink_rcvbuf: usize,
+    /// Ports the fast path owns.
+    #[serde(rename = "port", default)]
+    pub ports: Vec<PortConfig>,
+}
+
+fn default_rcvbuf() -> usize {
+    32 << 20
+}
+
+fn default_socket() -> PathBuf {
+    PathBuf::from("/run/ferrouter/ferrouter.sock")
+}
+
+fn one() -> usize {
+    1
+}
+
+/// Why a config file was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// File could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Syntax or schema error, with its location.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// Path.
+        path: PathBuf,
+        /// The parser's message (line, column, what was expected).
+        message: String,
+    },
+    /// Semantically invalid.
+    #[error("config {path}: {message}")]
+    Invalid {
+        /// Path.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Read, parse and validate a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse and validate text (`path` only labels messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.into(),
+            message,
+        };
+        if c.ports.is_empty() {
+            return Err(invalid(
+                "no [[port]] configured: the fast path needs at least one interface".into(),
+            ));
+        }
+        if c.ports.len() > 64 {
+            return Err(invalid(format!(
+                "{} ports configured; at most 64 are supported",
+                c.ports.len()
+            )));
+        }
+        for (i, p) in c.ports.iter().enumerate() {
+            if p.name.is_empty() || p.name.len() > 15 || p.name.contains(['/', ' ', '\0']) {
+                return Err(invalid(format!("port[{i}].name {:?} is not a valid Linux interface name (1-15 characters, no '/' or spaces)", p.name)));
+            }
+            if c.ports[..i].iter().any(|q| q.name == p.name) {
+                return Err(invalid(format!(
+                    "port[{i}]: interface {:?} is listed twice",
+                    p.name
+                )));
+            }
+        }
+        if !(4096..=1 << 30).contains(&c.netlink_rcvbuf) {
+            return Err(invalid(format!(
+                "netlink_rcvbuf = {} is out of range (4096..=1073741824 bytes)",
+                c.netlink_rcvbuf
+            )));
+        }
+        if c.workers == 0 || c.workers > 64 {
+            return Err(invalid(format!(
+                "workers = {} is out of range (1..=64)",
+                c.workers
+            )));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<Config, ConfigError> {
+        Config::parse(t, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn minimal_and_full() {
+        let c = parse("[[port]]\nname = \"eth1\"\n").unwrap();
+        assert_eq!(c.ports[0].backend, Backend::Auto);
+        assert_eq!(c.workers, 1);
+        let c = parse("workers = 1\ncontrol_socket = \"/tmp/x.sock\"\n[[port]]\nname = \"a\"\nbackend = \"af_packet\"\n[[port]]\nname = \"b\"\n").unwrap();
+        assert_eq!(c.ports.len(), 2);
+        assert_eq!(c.ports[0].backend, Backend::AfPacket);
+    }
+
+    #[test]
+    fn rejections_say_what_and_where() {
+        let e = parse("[[port]]\nname = \"eth1\"\nspeed = 10\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("speed") && e.contains("line 3"), "{e}");
+        let e = parse("[[port]]\nname = \"eth1\"\n[[port]]\nname = \"eth1\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("listed twice"), "{e}");
+        let e = parse("workers = 0\n[[port]]\nname = \"e\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workers"), "{e}");
+        let e = parse("").unwrap_err().to_string();
+        assert!(e.contains("no [[port]]"), "{e}");
+        let e = parse("[[port]]\nname = \"a/b\"\n").unwrap_err().to_string();
+        assert!(e.contains("not a valid Linux interface name"), "{e}");
+        let e = parse("[[port]]\nname = \"e\"\nbackend = \"dpdk\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dpdk"), "{e}");
+    }
+}

@@ -1,0 +1,384 @@
+//! `ferrouter run`: open the ports, mirror the kernel, forward, answer the control socket,
+//! stop cleanly on SIGTERM/SIGINT.
+//!
+//! Threads: one worker (owns the ports, its packet memory and graph; never blocks on the
+//! control side), the control loop (netlink mirror → FIB, punted glean packets → neighbour
+//! resolution, interface updates, worker supervision) and the API listener.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use arc_swap::ArcSwap;
+use dataplane::punt::PuntConsumer;
+use dataplane::worker::{self, WorkerExit, WorkerHandle};
+use dataplane::{Arena, Graph, GraphConfig, Interfaces, Output, Reason, Vector};
+use ports::{AfPacket, AfPacketOptions};
+use rustc_hash::FxHashMap;
+
+use crate::api;
+use crate::config::{Backend, Config};
+use crate::sync::Sync;
+
+/// Per-port counters the worker publishes (single writer) for `show interfaces`.
+#[derive(Default)]
+pub struct PortCounters {
+    /// Frames received.
+    pub rx_packets: AtomicU64,
+    /// Bytes received.
+    pub rx_bytes: AtomicU64,
+    /// Frames transmitted.
+    pub tx_packets: AtomicU64,
+    /// Bytes transmitted.
+    pub tx_bytes: AtomicU64,
+    /// Receive drops (no buffer, too big, kernel ring drops).
+    pub rx_drops: AtomicU64,
+    /// Transmit errors.
+    pub tx_errors: AtomicU64,
+}
+
+/// Static facts about a port, for `show interfaces`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PortFacts {
+    /// Port id.
+    pub port: u16,
+    /// Interface name.
+    pub name: String,
+    /// Linux ifindex.
+    pub ifindex: u32,
+    /// Backend in use.
+    pub backend: &'static str,
+}
+
+/// Everything the API needs to answer.
+pub struct Shared {
+    /// Mirror state (control plane only; the workers never touch this lock).
+    pub sync: Mutex<Sync>,
+    /// Port facts.
+    pub ports: Vec<PortFacts>,
+    /// Port counters.
+    pub port_counters: Arc<Vec<PortCounters>>,
+    /// The worker's shared state (counters).
+    pub workers: Vec<Arc<worker::WorkerShared>>,
+    /// Daemon start.
+    pub started: Instant,
+}
+
+const PUNT_QUEUE: usize = 1024;
+/// Empty polls before the worker sleeps in poll(2) for up to 1 ms (adaptive polling: a busy
+/// port is polled continuously, an idle one costs no CPU).
+const IDLE_POLLS_BEFORE_SLEEP: u32 = 2048;
+
+fn write_sysctl(path: &str, value: &str) -> Result<()> {
+    std::fs::write(path, value).with_context(|| format!("cannot set {path} = {value}"))
+}
+
+/// Kernel IP forwarding in this namespace must be off: every forwarded packet is the fast
+/// path's, and the kernel only answers for the router itself.
+fn kernel_forwarding_off() -> Result<()> {
+    write_sysctl("/proc/sys/net/ipv4/ip_forward", "0")?;
+    write_sysctl("/proc/sys/net/ipv6/conf/all/forwarding", "0")?;
+    Ok(())
+}
+
+fn open_ports(cfg: &Config) -> Result<Vec<AfPacket>> {
+    let mut ports = Vec::with_capacity(cfg.ports.len());
+    for (i, p) in cfg.ports.iter().enumerate() {
+        match p.backend {
+            Backend::AfXdp => bail!(
+                "port {}: the af_xdp backend is not available in this build yet; use backend = \"af_packet\" or \"auto\"",
+                p.name
+            ),
+            Backend::Auto | Backend::AfPacket => {}
+        }
+        // An error drops the ports opened so far: nothing stays half-started.
+        // No qdisc bypass: frames we send stay visible to tcpdump, as operators expect.
+        let opts = AfPacketOptions {
+            qdisc_bypass: false,
+            ..AfPacketOptions::default()
+        };
+        let port = AfPacket::open(&p.name, i as u16, opts)
+            .with_context(|| format!("cannot open port {}", p.name))?;
+        ports.push(port);
+    }
+    Ok(ports)
+}
+
+fn spawn_worker(
+    mut ports: Vec<AfPacket>,
+    fib: fib::FibReader,
+    ifaces: Arc<ArcSwap<Interfaces>>,
+    iface_version: Arc<AtomicU64>,
+    punt: dataplane::punt::PuntProducer,
+    counters_out: Arc<Vec<PortCounters>>,
+) -> Result<WorkerHandle> {
+    let core = worker::cores().last().copied();
+    Ok(worker::spawn(0, core, move |shared| {
+        let q = fib.register();
+        let mut graph = Graph::new(
+            fib,
+            ifaces.load_full(),
+            shared.counters.clone(),
+            Some(punt),
+            GraphConfig::default(),
+        );
+        let mut seen_version = iface_version.load(Ordering::Acquire);
+        let mut mem = Arena::new(8192);
+        let mut v = Vector::default();
+        let mut out = Output::new(ports.len());
+        let epoch = Instant::now();
+        let mut idle = 0u32;
+        let mut iter = 0u64;
+        let mut fds: Vec<libc::pollfd> = ports
+            .iter()
+            .map(|p| libc::pollfd {
+                fd: p.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        while !shared.stop.load(Ordering::Relaxed) {
+            let ver = iface_version.load(Ordering::Acquire);
+            if ver != seen_version {
+                seen_version = ver;
+                graph.set_interfaces(ifaces.load_full());
+            }
+            let n = worker::poll_once(
+                &mut graph,
+                &mut mem,
+                &mut ports,
+                &mut v,
+                &mut out,
+                worker::now_ns(epoch),
+            );
+            q.quiescent();
+            iter += 1;
+            if n == 0 {
+                idle += 1;
+                if idle >= IDLE_POLLS_BEFORE_SLEEP {
+                    publish(&ports, &counters_out);
+                    q.offline();
+                    // SAFETY: `fds` is a live array of pollfd for sockets `ports` keeps open.
+                    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+                    q.online();
+                }
+            } else {
+                idle = 0;
+                if iter.is_multiple_of(256) {
+                    publish(&ports, &counters_out);
+                }
+            }
+        }
+        publish(&ports, &counters_out);
+        q.offline();
+        // Ports (sockets, rings) close when `ports` drops at the end of this closure.
+    })?)
+}
+
+fn publish(ports: &[AfPacket], out: &[PortCounters]) {
+    for (p, c) in ports.iter().zip(out) {
+        let s = p.stats();
+        c.rx_packets.store(s.rx_packets, Ordering::Relaxed);
+        c.rx_bytes.store(s.rx_bytes, Ordering::Relaxed);
+        c.tx_packets.store(s.tx_packets, Ordering::Relaxed);
+        c.tx_bytes.store(s.tx_bytes, Ordering::Relaxed);
+        c.rx_drops.store(
+            s.rx_dropped_no_buffer + s.rx_dropped_too_big + s.kernel_drops,
+            Ordering::Relaxed,
+        );
+        c.tx_errors.store(s.tx_errors, Ordering::Relaxed);
+    }
+}
+
+/// Ask the kernel to resolve the next hop of punted "glean" packets, at most once per
+/// target per second (a flood of packets to an unresolved host makes one request).
+struct Resolver {
+    last: FxHashMap<(u32, IpAddr), Instant>,
+}
+
+impl Resolver {
+    fn handle(&mut self, mirror: &mut linux::Mirror, sync: &Sync, frame: &[u8]) {
+        let Some(dst) = dst_of(frame) else { return };
+        let Some((ifx, target)) = sync.glean_target(dst) else {
+            return;
+        };
+        let now = Instant::now();
+        if self
+            .last
+            .get(&(ifx, target))
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        if self.last.len() > 4096 {
+            self.last
+                .retain(|_, t| now.duration_since(*t) < Duration::from_secs(1));
+        }
+        self.last.insert((ifx, target), now);
+        if let Err(e) = mirror.resolve(ifx, target) {
+            tracing::debug!("neighbour resolution of {target} on ifindex {ifx} failed: {e}");
+        }
+    }
+}
+
+/// Destination address of a punted Ethernet frame.
+fn dst_of(frame: &[u8]) -> Option<IpAddr> {
+    let l2 = wire::parse_l2(frame).ok()?;
+    let l3 = frame.get(l2.l3_offset..)?;
+    match l2.ethertype {
+        wire::ethertype::IPV4 => Some(IpAddr::V4(
+            wire::Ipv4Packet::new_checked(l3).ok()?.dst_addr().into(),
+        )),
+        wire::ethertype::IPV6 => Some(IpAddr::V6(
+            wire::Ipv6Packet::new_checked(l3).ok()?.dst_addr().into(),
+        )),
+        _ => None,
+    }
+}
+
+/// Run the daemon until SIGTERM/SIGINT. `ready` is called once forwarding has started.
+pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
+    }
+    // Ports first: a start that fails on an interface must change nothing on the system.
+    let ports = open_ports(&cfg)?;
+    kernel_forwarding_off()?;
+    let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let facts: Vec<PortFacts> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PortFacts {
+            port: i as u16,
+            name: p.ifname().to_string(),
+            ifindex: p.ifindex(),
+            backend: "af_packet",
+        })
+        .collect();
+
+    let (writer, reader) = fib::new(fib::FibConfig {
+        max_tbl8_v4: 1 << 14,
+        max_tbl8_v6: 1 << 18,
+        max_readers: 8,
+    });
+    let mut sync = Sync::new(writer, names);
+    let mut mirror =
+        linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
+    sync.resync(mirror.dump().context("dumping kernel state")?);
+
+    let ifaces = Arc::new(ArcSwap::from_pointee(sync.interfaces()));
+    let iface_version = Arc::new(AtomicU64::new(0));
+    let (punt_tx, mut punt_rx): (_, PuntConsumer) = dataplane::punt::queue(PUNT_QUEUE);
+    let port_counters: Arc<Vec<PortCounters>> =
+        Arc::new((0..ports.len()).map(|_| PortCounters::default()).collect());
+    let mut handle = spawn_worker(
+        ports,
+        reader,
+        ifaces.clone(),
+        iface_version.clone(),
+        punt_tx,
+        port_counters.clone(),
+    )?;
+
+    let shared = Arc::new(Shared {
+        sync: Mutex::new(sync),
+        ports: facts,
+        port_counters,
+        workers: vec![handle.shared.clone()],
+        started: Instant::now(),
+    });
+    let socket = cfg.control_socket.clone();
+    let server = api::serve(&socket, shared.clone())
+        .with_context(|| format!("control socket {}", socket.display()))?;
+    tracing::info!(
+        "forwarding on {} port(s); control socket {}",
+        shared.ports.len(),
+        socket.display()
+    );
+    ready(&socket);
+
+    let result = control_loop(
+        &shared,
+        &mut mirror,
+        &mut punt_rx,
+        &ifaces,
+        &iface_version,
+        &mut handle,
+        &term,
+    );
+    handle.stop();
+    let exit = handle.join();
+    server.stop();
+    let _ = std::fs::remove_file(&socket);
+    result?;
+    if let WorkerExit::Panicked(m) = exit {
+        bail!("worker 0 died: {m}");
+    }
+    Ok(())
+}
+
+fn control_loop(
+    shared: &Shared,
+    mirror: &mut linux::Mirror,
+    punts: &mut PuntConsumer,
+    ifaces: &ArcSwap<Interfaces>,
+    iface_version: &AtomicU64,
+    handle: &mut WorkerHandle,
+    term: &AtomicBool,
+) -> Result<()> {
+    let mut events = Vec::with_capacity(1024);
+    let mut resolver = Resolver {
+        last: FxHashMap::default(),
+    };
+    let mut published = u64::MAX;
+    while !term.load(Ordering::Relaxed) {
+        events.clear();
+        mirror
+            .poll_events(&mut events, Duration::from_millis(5))
+            .context("reading netlink notifications")?;
+        let mut sync = shared
+            .sync
+            .lock()
+            .map_err(|_| anyhow::anyhow!("sync state poisoned"))?;
+        let mut overflow = false;
+        for ev in events.drain(..) {
+            if !sync.apply(ev) {
+                overflow = true;
+            }
+        }
+        if overflow {
+            tracing::warn!("netlink overflow (ENOBUFS): full resync");
+            sync.resync(mirror.dump().context("resync dump")?);
+        }
+        if sync.interfaces_version() != published {
+            published = sync.interfaces_version();
+            ifaces.store(Arc::new(sync.interfaces()));
+            iface_version.fetch_add(1, Ordering::Release);
+        }
+        // Bounded: at most the queue's capacity per round.
+        for _ in 0..PUNT_QUEUE {
+            let Ok(p) = punts.pop() else { break };
+            if p.reason == Reason::PuntUnresolved {
+                resolver.handle(mirror, &sync, p.frame());
+            }
+        }
+        drop(sync);
+        if handle.is_finished() {
+            match handle.join() {
+                WorkerExit::Panicked(m) => bail!("worker 0 died: {m}"),
+                WorkerExit::Stopped => bail!("worker 0 stopped unexpectedly"),
+            }
+        }
+    }
+    tracing::info!("signal received: stopping");
+    Ok(())
+}
+
+/// Default config path.
+pub fn default_config() -> PathBuf {
+    PathBuf::from("/etc/ferrouter/ferrouter.toml")
+}

@@ -1,0 +1,7 @@
+//! Ferrouter's control side: the configuration file, the mirror of the kernel's forwarding
+//! state into the FIB, the daemon loop and its control API.
+
+pub mod api;
+pub mod config;
+pub mod daemon;
+pub mod sync;

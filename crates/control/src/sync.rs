@@ -1,0 +1,750 @@
+//! Mirror of the kernel's forwarding state into the fast path's FIB.
+//!
+//! The kernel stays the source of truth (iproute2, FRR's zebra, BIRD all program it); this
+//! module turns its links, addresses, neighbours and routes into FIB entries and next hops,
+//! the way VPP's linux-cp does:
+//!
+//! * local-table (255) `local`/`broadcast` routes → `Local` (punt: the kernel answers);
+//! * main-table (254) routes, lowest metric wins: `blackhole`/`unreachable`/`prohibit` →
+//!   `Drop`; unicast via a gateway → an adjacency to that neighbour (resolved when the kernel
+//!   knows its MAC, `Glean` until then); connected (no gateway) → `Glean` on the port; several
+//!   next hops → an ECMP group; next hops through interfaces the fast path does not own →
+//!   `Local` (the kernel has the packet and decides);
+//! * every usable neighbour on a port → a host route (/32, /128) to its adjacency, unless a
+//!   route of exactly that prefix exists — this is how directly connected hosts are reached
+//!   without a punt.
+//!
+//! Adjacencies are shared next-hop objects: when a neighbour's MAC or a port's MAC/MTU
+//! changes, one `set_next_hop` switches every route through it atomically.
+
+use std::net::IpAddr;
+
+use dataplane::{Interfaces, PortInfo};
+use fib::{Adjacency, FibWriter, NextHop, NextHopId};
+use linux::{Addr, Event, Link, Neigh, Route, RouteKind, Snapshot};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+const MAIN_TABLE: u32 = 254;
+const LOCAL_TABLE: u32 = 255;
+
+/// A prefix in the FIB.
+pub type Prefix = (IpAddr, u8);
+
+/// What a shared next hop stands for (the key that deduplicates it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum NhKey {
+    /// Neighbour `ip` on interface `ifindex`.
+    Adj(u32, IpAddr),
+    /// Unresolved destinations on a connected interface.
+    Glean(u32),
+    /// ECMP group of these member ids (sorted).
+    Group(Vec<NextHopId>),
+    /// Discard.
+    Drop,
+    /// Punt to the kernel.
+    Local,
+}
+
+struct NhEntry {
+    key: NhKey,
+    refs: usize,
+}
+
+/// Where an installed prefix came from (for `show routes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The router's own address (local table).
+    Local,
+    /// A main-table route.
+    Route,
+    /// A resolved neighbour's host route.
+    Neighbor,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Installed {
+    nh: NextHopId,
+    source: Source,
+}
+
+/// A route as `show routes` prints it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RouteView {
+    /// `addr/len`.
+    pub prefix: String,
+    /// Origin.
+    pub source: Source,
+    /// Next-hop description (`via 192.0.2.1 dev eth1 02:..`, `glean dev eth1`, `local`, `drop`, `ecmp [...]`).
+    pub next_hop: String,
+}
+
+/// A neighbour as `show neighbors` prints it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct NeighborView {
+    /// Address.
+    pub ip: String,
+    /// Interface.
+    pub dev: String,
+    /// MAC, if known.
+    pub mac: Option<String>,
+    /// Usable for forwarding.
+    pub usable: bool,
+}
+
+/// Counters of the sync itself.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct SyncStats {
+    /// Netlink events applied.
+    pub events: u64,
+    /// Full resyncs (start, and every overflow).
+    pub resyncs: u64,
+    /// FIB writes that failed (logged; the prefix keeps its previous state).
+    pub fib_errors: u64,
+}
+
+/// The mirror state and the FIB writer it programs.
+pub struct Sync {
+    writer: FibWriter,
+    /// Configured port names, index = port id.
+    port_names: Vec<String>,
+    links: FxHashMap<u32, Link>,
+    addrs: Vec<Addr>,
+    neighs: FxHashMap<(u32, IpAddr), Neigh>,
+    /// (table, prefix, metric) → route.
+    routes: FxHashMap<(u32, Prefix, u32), Route>,
+    installed: FxHashMap<Prefix, Installed>,
+    nh: FxHashMap<NextHopId, NhEntry>,
+    nh_by_key: FxHashMap<NhKey, NextHopId>,
+    stats: SyncStats,
+    iface_version: u64,
+}
+
+fn mac_str(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn masked(a: IpAddr, l: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(v) => IpAddr::V4(
+            (u32::from(v)
+                & if l == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - l.min(32))
+                })
+            .into(),
+        ),
+        IpAddr::V6(v) => IpAddr::V6(
+            (u128::from(v)
+                & if l == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - l.min(128))
+                })
+            .into(),
+        ),
+    }
+}
+
+fn host_len(ip: &IpAddr) -> u8 {
+    if ip.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+impl Sync {
+    /// A sync programming `writer` for the given ports (index = port id).
+    pub fn new(writer: FibWriter, port_names: Vec<String>) -> Sync {
+        Sync {
+            writer,
+            port_names,
+            links: FxHashMap::default(),
+            addrs: Vec::new(),
+            neighs: FxHashMap::default(),
+            routes: FxHashMap::default(),
+            installed: FxHashMap::default(),
+            nh: FxHashMap::default(),
+            nh_by_key: FxHashMap::default(),
+            stats: SyncStats::default(),
+            iface_version: 0,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SyncStats {
+        self.stats
+    }
+
+    /// Bumped whenever the interface table (MACs, MTUs, addresses) may have changed.
+    pub fn interfaces_version(&self) -> u64 {
+        self.iface_version
+    }
+
+    /// The FIB writer (for memory figures).
+    pub fn writer(&self) -> &FibWriter {
+        &self.writer
+    }
+
+    fn port_of(&self, ifindex: u32) -> Option<u16> {
+        let link = self.links.get(&ifindex)?;
+        self.port_names
+            .iter()
+            .position(|n| *n == link.name)
+            .map(|p| p as u16)
+    }
+
+    /// Linux ifindex of port `port`, if its link is known.
+    pub fn ifindex_of_port(&self, port: u16) -> Option<u32> {
+        let name = self.port_names.get(port as usize)?;
+        self.links
+            .values()
+            .find(|l| &l.name == name)
+            .map(|l| l.ifindex)
+    }
+
+    fn dev_name(&self, ifindex: u32) -> String {
+        self.links
+            .get(&ifindex)
+            .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
+    }
+
+    /// The fast path's view of its ports.
+    pub fn interfaces(&self) -> Interfaces {
+        let ports = self
+            .port_names
+            .iter()
+            .map(|name| {
+                let link = self.links.values().find(|l| &l.name == name);
+                let ifindex = link.map(|l| l.ifindex);
+                let mut ip4: Vec<u32> = Vec::new();
+                let mut ip6: Vec<[u8; 16]> = Vec::new();
+                for a in self.addrs.iter().filter(|a| Some(a.ifindex) == ifindex) {
+                    match a.addr {
+                        IpAddr::V4(v) => ip4.push(v.into()),
+                        IpAddr::V6(v) => ip6.push(v.octets()),
+                    }
+                }
+                ip4.sort_unstable();
+                ip6.sort_unstable();
+                PortInfo {
+                    name: name.clone(),
+                    mac: link.and_then(|l| l.mac).unwrap_or_default(),
+                    mtu: link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16),
+                    ip4,
+                    ip6,
+                }
+            })
+            .collect();
+        Interfaces { ports }
+    }
+
+    // ---- next-hop pool -------------------------------------------------------------
+
+    fn nh_object(&self, key: &NhKey) -> NextHop {
+        match key {
+            NhKey::Drop => NextHop::Drop,
+            NhKey::Local => NextHop::Local,
+            NhKey::Glean(ifx) => match self.port_of(*ifx) {
+                Some(port) => NextHop::Glean { port },
+                None => NextHop::Local,
+            },
+            NhKey::Adj(ifx, ip) => {
+                let Some(port) = self.port_of(*ifx) else {
+                    return NextHop::Local;
+                };
+                let link = self.links.get(ifx);
+                match (
+                    self.neighs
+                        .get(&(*ifx, *ip))
+                        .filter(|n| n.usable())
+                        .and_then(|n| n.mac),
+                    link.and_then(|l| l.mac),
+                ) {
+                    (Some(dst_mac), Some(src_mac)) => NextHop::Forward(Adjacency {
+                        port,
+                        dst_mac,
+                        src_mac,
+                        mtu: link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16),
+                    }),
+                    _ => NextHop::Glean { port },
+                }
+            }
+            NhKey::Group(members) => NextHop::Ecmp(members.clone().into_boxed_slice()),
+        }
+    }
+
+    /// Take a reference on the next hop for `key`, creating it if needed.
+    fn acquire(&mut self, key: NhKey) -> Result<NextHopId, fib::FibError> {
+        if let Some(&id) = self.nh_by_key.get(&key) {
+            if let Some(e) = self.nh.get_mut(&id) {
+                e.refs += 1;
+            }
+            return Ok(id);
+        }
+        let obj = self.nh_object(&key);
+        let id = self.writer.add_next_hop(obj)?;
+        self.nh.insert(
+            id,
+            NhEntry {
+                key: key.clone(),
+                refs: 1,
+            },
+        );
+        self.nh_by_key.insert(key, id);
+        Ok(id)
+    }
+
+    /// Drop a reference; the next hop (and, for groups, the members' references) goes away
+    /// with the last one.
+    fn release(&mut self, id: NextHopId) {
+        let Some(e) = self.nh.get_mut(&id) else {
+            return;
+        };
+        e.refs -= 1;
+        if e.refs > 0 {
+            return;
+        }
+        let key = e.key.clone();
+        self.nh.remove(&id);
+        self.nh_by_key.remove(&key);
+        if self.writer.remove_next_hop(id).is_err() {
+            self.stats.fib_errors += 1;
+        }
+        if let NhKey::Group(members) = key {
+            for m in members {
+                self.release(m);
+            }
+        }
+    }
+
+    /// Re-publish every next hop whose object depends on `ifindex` (or all with `None`).
+    fn refresh_next_hops(&mut self, ifindex: Option<u32>) {
+        let ids: Vec<(NextHopId, NhKey)> = self
+            .nh
+            .iter()
+            .filter(|(_, e)| match (&e.key, ifindex) {
+                (_, None) => true,
+                (NhKey::Adj(i, _) | NhKey::Glean(i), Some(x)) => *i == x,
+                _ => false,
+            })
+            .map(|(id, e)| (*id, e.key.clone()))
+            .collect();
+        for (id, key) in ids {
+            let obj = self.nh_object(&key);
+            if self.writer.set_next_hop(id, obj).is_err() {
+                self.stats.fib_errors += 1;
+            }
+        }
+    }
+
+    // ---- desired state ---------------------------------------------------------------
+
+    fn route_nh(&mut self, r: &Route) -> Result<Option<NextHopId>, fib::FibError> {
+        match r.kind {
+            RouteKind::Blackhole | RouteKind::Unreachable | RouteKind::Prohibit => {
+                return self.acquire(NhKey::Drop).map(Some)
+            }
+            RouteKind::Unicast => {}
+            _ => return Ok(None),
+        }
+        let mut members = Vec::with_capacity(r.nexthops.len());
+        for h in &r.nexthops {
+            let key = match (h.gateway, h.ifindex) {
+                (Some(gw), Some(ifx)) => NhKey::Adj(ifx, gw),
+                (None, Some(ifx)) => NhKey::Glean(ifx),
+                // A gateway with no interface can't be resolved here: the kernel decides.
+                _ => NhKey::Local,
+            };
+            match self.acquire(key) {
+                Ok(id) => members.push(id),
+                Err(e) => {
+                    for m in members {
+                        self.release(m);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        match members.len() {
+            0 => Ok(None),
+            1 => Ok(Some(members[0])),
+            _ => {
+                members.sort_unstable();
+                // The group holds the members' references.
+                let key = NhKey::Group(members.clone());
+                if self.nh_by_key.contains_key(&key) {
+                    for m in &members {
+                        self.release(*m);
+                    }
+                }
+                self.acquire(key).map(Some)
+            }
+        }
+    }
+
+    /// The next hop `prefix` should have now (with a reference taken), and its source.
+    fn desired(&mut self, p: Prefix) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
+        let local = self.routes.iter().any(|((t, q, _), r)| {
+            *t == LOCAL_TABLE
+                && *q == p
+                && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
+        });
+        if local {
+            return Ok(Some((self.acquire(NhKey::Local)?, Source::Local)));
+        }
+        let best = self
+            .routes
+            .iter()
+            .filter(|((t, q, _), r)| {
+                *t == MAIN_TABLE
+                    && *q == p
+                    && !matches!(
+                        r.kind,
+                        RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
+                    )
+            })
+            .min_by_key(|((_, _, metric), _)| *metric)
+            .map(|(_, r)| r.clone());
+        if let Some(r) = best {
+            if let Some(id) = self.route_nh(&r)? {
+                return Ok(Some((id, Source::Route)));
+            }
+        }
+        if p.1 == host_len(&p.0) {
+            let on_port: Option<u32> = self
+                .neighs
+                .values()
+                .find(|n| {
+                    n.ip == p.0
+                        && !n.ip.is_multicast()
+                        && n.usable()
+                        && self.port_of(n.ifindex).is_some()
+                })
+                .map(|n| n.ifindex);
+            if let Some(ifx) = on_port {
+                return Ok(Some((
+                    self.acquire(NhKey::Adj(ifx, p.0))?,
+                    Source::Neighbor,
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Bring one prefix of the FIB in line with the mirrored state.
+    fn refresh_prefix(&mut self, p: Prefix) {
+        let want = match self.desired(p) {
+            Ok(w) => w,
+            Err(_) => {
+                self.stats.fib_errors += 1;
+                return;
+            }
+        };
+        let old = self.installed.get(&p).copied();
+        match (want, old) {
+            (Some((id, src)), Some(o)) if o.nh == id => {
+                self.release(id);
+                self.installed.insert(
+                    p,
+                    Installed {
+                        nh: id,
+                        source: src,
+                    },
+                );
+            }
+            (Some((id, src)), _) => {
+                let r = match p.0 {
+                    IpAddr::V4(a) => self.writer.add4(a.into(), p.1, id),
+                    IpAddr::V6(a) => self.writer.add6(&a.octets(), p.1, id),
+                };
+                if r.is_err() {
+                    self.stats.fib_errors += 1;
+                    self.release(id);
+                    return;
+                }
+                self.installed.insert(
+                    p,
+                    Installed {
+                        nh: id,
+                        source: src,
+                    },
+                );
+                if let Some(o) = old {
+                    self.release(o.nh);
+                }
+            }
+            (None, Some(o)) => {
+                let _ = match p.0 {
+                    IpAddr::V4(a) => self.writer.del4(a.into(), p.1),
+                    IpAddr::V6(a) => self.writer.del6(&a.octets(), p.1),
+                };
+                self.installed.remove(&p);
+                self.release(o.nh);
+            }
+            (None, None) => {}
+        }
+    }
+
+    // ---- inputs ---------------------------------------------------------------------
+
+    /// Replace the whole mirrored state with a dump (start-up and after an overflow).
+    pub fn resync(&mut self, s: Snapshot) {
+        self.stats.resyncs += 1;
+        self.links = s.links.into_iter().map(|l| (l.ifindex, l)).collect();
+        self.addrs = s.addrs;
+        self.addrs.dedup();
+        self.neighs = s
+            .neighs
+            .into_iter()
+            .map(|n| ((n.ifindex, n.ip), n))
+            .collect();
+        self.routes = s
+            .routes
+            .into_iter()
+            .filter(|r| r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
+            .map(|r| ((r.table, (r.dst, r.dst_len), r.priority), r))
+            .collect();
+        self.refresh_next_hops(None);
+        let mut prefixes: FxHashSet<Prefix> = self.installed.keys().copied().collect();
+        prefixes.extend(self.routes.keys().map(|(_, p, _)| *p));
+        prefixes.extend(self.neighs.values().map(|n| (n.ip, host_len(&n.ip))));
+        for p in prefixes {
+            self.refresh_prefix(p);
+        }
+        self.writer.reclaim();
+        self.iface_version += 1;
+    }
+
+    /// Apply one notification. Returns false for `Overflow` (the caller must dump and
+    /// [`Sync::resync`]).
+    pub fn apply(&mut self, ev: Event) -> bool {
+        self.stats.events += 1;
+        match ev {
+            Event::Overflow => return false,
+            Event::NewLink(l) => {
+                let ifx = l.ifindex;
+                self.links.insert(ifx, l);
+                self.refresh_next_hops(Some(ifx));
+                self.iface_version += 1;
+            }
+            Event::DelLink(ifx) => {
+                self.links.remove(&ifx);
+                self.refresh_next_hops(Some(ifx));
+                self.iface_version += 1;
+            }
+            Event::NewAddr(a) => {
+                if !self.addrs.contains(&a) {
+                    self.addrs.push(a);
+                }
+                self.iface_version += 1;
+            }
+            Event::DelAddr(a) => {
+                self.addrs.retain(|x| *x != a);
+                self.iface_version += 1;
+            }
+            Event::NewNeigh(n) => {
+                let (ifx, ip) = (n.ifindex, n.ip);
+                self.neighs.insert((ifx, ip), n);
+                self.neighbor_changed(ifx, ip);
+            }
+            Event::DelNeigh(n) => {
+                let (ifx, ip) = (n.ifindex, n.ip);
+                self.neighs.remove(&(ifx, ip));
+                self.neighbor_changed(ifx, ip);
+            }
+            Event::NewRoute(r) => {
+                if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
+                    let p = (r.dst, r.dst_len);
+                    self.routes.insert((r.table, p, r.priority), r);
+                    self.refresh_prefix(p);
+                }
+            }
+            Event::DelRoute(r) => {
+                if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
+                    let p = (r.dst, r.dst_len);
+                    let key = (r.table, p, r.priority);
+                    // IPv6 deletes one next hop of a multipath route at a time: the message
+                    // lists only the removed ones, the rest of the route stays.
+                    let partial = r.dst.is_ipv6()
+                        && !r.nexthops.is_empty()
+                        && self.routes.get(&key).is_some_and(|old| {
+                            old.nexthops.iter().any(|h| !r.nexthops.contains(h))
+                        });
+                    if partial {
+                        if let Some(old) = self.routes.get_mut(&key) {
+                            old.nexthops.retain(|h| !r.nexthops.contains(h));
+                        }
+                    } else {
+                        self.routes.remove(&key);
+                    }
+                    self.refresh_prefix(p);
+                }
+            }
+        }
+        true
+    }
+
+    fn neighbor_changed(&mut self, ifx: u32, ip: IpAddr) {
+        if let Some(&id) = self.nh_by_key.get(&NhKey::Adj(ifx, ip)) {
+            let obj = self.nh_object(&NhKey::Adj(ifx, ip));
+            if self.writer.set_next_hop(id, obj).is_err() {
+                self.stats.fib_errors += 1;
+            }
+        }
+        self.refresh_prefix((ip, host_len(&ip)));
+    }
+
+    // ---- views ----------------------------------------------------------------------
+
+    fn describe(&self, id: NextHopId) -> String {
+        let Some(e) = self.nh.get(&id) else {
+            return format!("nh{id}?");
+        };
+        match &e.key {
+            NhKey::Drop => "drop".into(),
+            NhKey::Local => "local (kernel)".into(),
+            NhKey::Glean(ifx) => format!("glean dev {}", self.dev_name(*ifx)),
+            NhKey::Adj(ifx, ip) => match self.nh_object(&e.key) {
+                NextHop::Forward(a) => format!(
+                    "via {ip} dev {} lladdr {}",
+                    self.dev_name(*ifx),
+                    mac_str(&a.dst_mac)
+                ),
+                NextHop::Local => format!(
+                    "via {ip} dev {} (not a fast-path port: kernel)",
+                    self.dev_name(*ifx)
+                ),
+                _ => format!("via {ip} dev {} (unresolved: glean)", self.dev_name(*ifx)),
+            },
+            NhKey::Group(m) => format!(
+                "ecmp [{}]",
+                m.iter()
+                    .map(|x| self.describe(*x))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        }
+    }
+
+    /// Installed routes, sorted, optionally only those matching `filter` (exact `a/len`, or
+    /// the longest match for an address).
+    pub fn routes(&self, filter: Option<&str>) -> Result<Vec<RouteView>, String> {
+        let view = |(p, i): (&Prefix, &Installed)| RouteView {
+            prefix: format!("{}/{}", p.0, p.1),
+            source: i.source,
+            next_hop: self.describe(i.nh),
+        };
+        let Some(f) = filter else {
+            let mut v: Vec<(&Prefix, &Installed)> = self.installed.iter().collect();
+            v.sort_by(|a, b| {
+                (a.0 .0.is_ipv6(), a.0 .0, a.0 .1).cmp(&(b.0 .0.is_ipv6(), b.0 .0, b.0 .1))
+            });
+            return Ok(v.into_iter().map(view).collect());
+        };
+        let (addr, len) = match f.split_once('/') {
+            Some((a, l)) => {
+                let a: IpAddr = a
+                    .parse()
+                    .map_err(|_| format!("{a:?} is not an IP address"))?;
+                let l: u8 = l
+                    .parse()
+                    .ok()
+                    .filter(|l| *l <= host_len(&a))
+                    .ok_or_else(|| format!("bad prefix length in {f:?}"))?;
+                (a, Some(l))
+            }
+            None => (
+                f.parse()
+                    .map_err(|_| format!("{f:?} is neither an address nor a prefix"))?,
+                None,
+            ),
+        };
+        if let Some(l) = len {
+            let p = (masked(addr, l), l);
+            return Ok(self
+                .installed
+                .get_key_value(&p)
+                .map(view)
+                .into_iter()
+                .collect());
+        }
+        for l in (0..=host_len(&addr)).rev() {
+            let p = (masked(addr, l), l);
+            if let Some(kv) = self.installed.get_key_value(&p) {
+                return Ok(vec![view(kv)]);
+            }
+        }
+        Ok(vec![])
+    }
+
+    /// The longest installed prefix covering `dst`.
+    fn longest(&self, dst: IpAddr) -> Option<Installed> {
+        (0..=host_len(&dst))
+            .rev()
+            .find_map(|l| self.installed.get(&(masked(dst, l), l)).copied())
+    }
+
+    /// For a packet punted as unresolved: the interface and address the kernel must
+    /// resolve (the destination itself on a connected subnet, else the route's gateway).
+    pub fn glean_target(&self, dst: IpAddr) -> Option<(u32, IpAddr)> {
+        let i = self.longest(dst)?;
+        let mut key = &self.nh.get(&i.nh)?.key;
+        if let NhKey::Group(m) = key {
+            // Any unresolved member will do; the others resolve on their own traffic.
+            key = m
+                .iter()
+                .filter_map(|id| self.nh.get(id))
+                .map(|e| &e.key)
+                .find(|k| matches!(self.nh_object(k), NextHop::Glean { .. }))?;
+        }
+        match key {
+            NhKey::Glean(ifx) => Some((*ifx, dst)),
+            NhKey::Adj(ifx, gw) => Some((*ifx, *gw)),
+            _ => None,
+        }
+    }
+
+    /// Neighbours on fast-path ports.
+    pub fn neighbors(&self) -> Vec<NeighborView> {
+        let mut v: Vec<NeighborView> = self
+            .neighs
+            .values()
+            .filter(|n| self.port_of(n.ifindex).is_some())
+            .map(|n| NeighborView {
+                ip: n.ip.to_string(),
+                dev: self.dev_name(n.ifindex),
+                mac: n.mac.as_ref().map(mac_str),
+                usable: n.usable(),
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.dev, &a.ip).cmp(&(&b.dev, &b.ip)));
+        v
+    }
+
+    /// Installed prefixes by family: (IPv4, IPv6).
+    pub fn route_counts(&self) -> (usize, usize) {
+        let v4 = self.installed.keys().filter(|p| p.0.is_ipv4()).count();
+        (v4, self.installed.len() - v4)
+    }
+
+    /// Prefixes the kernel's main table holds that the FIB should mirror (for checks).
+    pub fn kernel_main_prefixes(&self) -> FxHashSet<Prefix> {
+        self.routes
+            .keys()
+            .filter(|(t, _, _)| *t == MAIN_TABLE)
+            .map(|(_, p, _)| *p)
+            .collect()
+    }
+
+    /// Whether `p` is installed.
+    pub fn is_installed(&self, p: &Prefix) -> bool {
+        self.installed.contains_key(p)
+    }
+}

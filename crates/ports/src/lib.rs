@@ -1,0 +1,88 @@
+//! Port backends: the places packets enter and leave the fast path.
+//!
+//! Each backend implements [`dataplane::worker::Port`] over some packet memory. Today:
+//! [`AfPacket`], a copying port on a Linux `AF_PACKET` socket (TPACKET_V3 receive ring,
+//! `sendmmsg` transmit) that works on any interface, including veth.
+
+#![warn(missing_docs)]
+
+pub mod afpacket;
+
+pub use afpacket::{AfPacket, AfPacketOptions};
+
+/// Why a port could not be opened or configured.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// No interface of that name exists where the socket was opened.
+    #[error("interface {ifname} not found in this network namespace")]
+    NotFound {
+        /// The interface asked for.
+        ifname: String,
+    },
+    /// The process lacks the privilege to open packet sockets.
+    #[error(
+        "no permission to open a packet socket on {ifname} (run as root / CAP_NET_RAW): {source}"
+    )]
+    Permission {
+        /// The interface asked for.
+        ifname: String,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+    /// A system call on the port failed.
+    #[error("{op} on {ifname} failed: {source}")]
+    Io {
+        /// The interface concerned.
+        ifname: String,
+        /// The operation, as the system call and option it used.
+        op: &'static str,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+}
+
+impl PortError {
+    /// Classify a failed system call `op` on `ifname`: missing device and missing privilege
+    /// get their own variants so callers can tell the operator what to fix.
+    pub(crate) fn from_io(ifname: &str, op: &'static str, source: std::io::Error) -> PortError {
+        match source.raw_os_error() {
+            Some(libc::ENODEV) | Some(libc::ENXIO) => PortError::NotFound {
+                ifname: ifname.to_string(),
+            },
+            Some(libc::EPERM) | Some(libc::EACCES) => PortError::Permission {
+                ifname: ifname.to_string(),
+                source,
+            },
+            _ => PortError::Io {
+                ifname: ifname.to_string(),
+                op,
+                source,
+            },
+        }
+    }
+}
+
+/// Counters a port keeps for itself (single writer: the worker driving the port; the
+/// caller publishes them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames handed to the dataplane.
+    pub rx_packets: u64,
+    /// Bytes of those frames (as delivered, VLAN tag included).
+    pub rx_bytes: u64,
+    /// Frames dropped because the packet memory had no free buffer.
+    pub rx_dropped_no_buffer: u64,
+    /// Frames dropped because they do not fit a buffer after the headroom (or were
+    /// truncated by the kernel); never delivered cut short.
+    pub rx_dropped_too_big: u64,
+    /// Frames the kernel accepted for transmission.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Frames not sent: queue full (`EAGAIN`/`ENOBUFS`), rejected by the kernel, or with a
+    /// descriptor outside its buffer.
+    pub tx_errors: u64,
+    /// Frames the kernel dropped before they reached the receive ring (ring full),
+    /// accumulated from `PACKET_STATISTICS`.
+    pub kernel_drops: u64,
+}

@@ -1,0 +1,279 @@
+//! Rendering of `show` output and the lab demo.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(x) => x.clone(),
+        Value::Null => "-".into(),
+        Value::Array(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// Human tables for `ferrouter show`.
+pub fn render(what: &str, v: &Value) -> String {
+    let mut o = String::new();
+    match what {
+        "interfaces" => {
+            let _ = writeln!(
+                o,
+                "{:<4} {:<10} {:<9} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  addresses",
+                "port",
+                "name",
+                "backend",
+                "mac",
+                "mtu",
+                "rx packets",
+                "tx packets",
+                "rx drops",
+                "tx errs"
+            );
+            for p in v.as_array().into_iter().flatten() {
+                let addrs = [s(&p["ipv4"]), s(&p["ipv6"])]
+                    .into_iter()
+                    .filter(|x| !x.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let _ = writeln!(
+                    o,
+                    "{:<4} {:<10} {:<9} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  {}",
+                    s(&p["port"]),
+                    s(&p["name"]),
+                    s(&p["backend"]),
+                    s(&p["mac"]),
+                    s(&p["mtu"]),
+                    s(&p["rx_packets"]),
+                    s(&p["tx_packets"]),
+                    s(&p["rx_drops"]),
+                    s(&p["tx_errors"]),
+                    addrs
+                );
+            }
+        }
+        "routes" => {
+            let _ = writeln!(
+                o,
+                "{} IPv4 and {} IPv6 prefixes in the fast-path FIB",
+                s(&v["ipv4"]),
+                s(&v["ipv6"])
+            );
+            for r in v["routes"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    o,
+                    "{:<44} {:<9} {}",
+                    s(&r["prefix"]),
+                    s(&r["source"]),
+                    s(&r["next_hop"])
+                );
+            }
+        }
+        "neighbors" => {
+            let _ = writeln!(o, "{:<40} {:<10} {:<18} usable", "address", "dev", "lladdr");
+            for n in v.as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    o,
+                    "{:<40} {:<10} {:<18} {}",
+                    s(&n["ip"]),
+                    s(&n["dev"]),
+                    s(&n["mac"]),
+                    s(&n["usable"])
+                );
+            }
+        }
+        "counters" => {
+            let _ = writeln!(
+                o,
+                "received {}  transmitted {}  forwarded {}  dropped {}  punted {}",
+                s(&v["rx"]),
+                s(&v["tx"]),
+                s(&v["forwarded"]),
+                s(&v["drops"]),
+                s(&v["punts"])
+            );
+            let _ = writeln!(
+                o,
+                "kernel forwarded: ipv4 {} ipv6 {} (must stay 0)",
+                s(&v["kernel_forwarded"]["ipv4"]),
+                s(&v["kernel_forwarded"]["ipv6"])
+            );
+            let _ = writeln!(
+                o,
+                "{:<16} {:<20} {:<5} {:>12}  description",
+                "node", "reason", "kind", "count"
+            );
+            for r in v["reasons"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    o,
+                    "{:<16} {:<20} {:<5} {:>12}  {}",
+                    s(&r["node"]),
+                    s(&r["reason"]),
+                    s(&r["kind"]),
+                    s(&r["count"]),
+                    s(&r["description"])
+                );
+            }
+        }
+        _ => {
+            let _ = writeln!(o, "{v:#}");
+        }
+    }
+    o
+}
+
+struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn need(tool: &str, package: &str) -> Result<()> {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        bail!("{tool} is not installed: apt-get install {package} (scripts/demo.sh installs it)");
+    }
+    Ok(())
+}
+
+fn ping(lab: &lab::Lab, ns: &str, v6: bool, dst: &str) -> Result<String> {
+    let mut args = vec!["ping", "-c", "3", "-i", "0.2", "-W", "2"];
+    if v6 {
+        args.insert(1, "-6");
+    }
+    args.push(dst);
+    let out = lab.exec_status(ns, &args)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("ping {dst} from {ns} failed:\n{text}");
+    }
+    Ok(text.lines().last().unwrap_or("").to_string())
+}
+
+fn iperf(lab: &lab::Lab, udp: bool, seconds: u32) -> Result<Value> {
+    let server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.h2(),
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            lab::H2_V4,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 server")?;
+    let _server = Background(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let t = seconds.to_string();
+    let mut args = vec!["iperf3", "-c", lab::H2_V4, "-t", &t, "-J"];
+    if udp {
+        // Small datagrams at an unlimited rate: a packets-per-second test, not a bandwidth test.
+        args.extend_from_slice(&["-u", "-b", "0", "-l", "64"]);
+    }
+    let out = lab.exec_status(&lab.h1(), &args)?;
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("iperf3 output: {}", String::from_utf8_lossy(&out.stderr)))?;
+    if let Some(e) = v.get("error") {
+        bail!("iperf3: {e}");
+    }
+    Ok(v)
+}
+
+/// `ferrouter lab demo`.
+pub fn lab_demo(lab: &lab::Lab, me: &Path, seconds: u32) -> Result<()> {
+    need("iperf3", "iperf3")?;
+    need("ping", "iputils-ping")?;
+    lab.down();
+    println!(
+        "building lab {}: {} <-> {} (ferrouter) <-> {}",
+        lab.prefix,
+        lab.h1(),
+        lab.rtr(),
+        lab.h2()
+    );
+    lab.up(me)?;
+    let _guard = lab::Guard(lab.clone());
+    let socket = lab.socket();
+    print!(
+        "{}",
+        render(
+            "interfaces",
+            &control::api::request(&socket, "interfaces", None)?
+        )
+    );
+    println!();
+    for (ns, v6, dst) in [
+        (lab.h1(), false, lab::H2_V4),
+        (lab.h1(), true, lab::H2_V6),
+        (lab.h2(), false, lab::H1_V4),
+        (lab.h2(), true, lab::H1_V6),
+    ] {
+        // On a cold lab the first packets wait for ARP/ND (the fast path punts them and asks
+        // the kernel to resolve): retry a few rounds before calling it a failure.
+        let mut result = ping(lab, &ns, v6, dst);
+        for _ in 0..4 {
+            if result.is_ok() {
+                break;
+            }
+            result = ping(lab, &ns, v6, dst);
+        }
+        println!(
+            "ping{} {ns} -> {dst}: {}",
+            if v6 { "6" } else { "" },
+            result?
+        );
+    }
+    let tcp = iperf(lab, false, seconds)?;
+    let bps = tcp["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    println!(
+        "TCP h1 -> h2 ({seconds} s, iperf3): {:.1} Mbit/s",
+        bps / 1e6
+    );
+    let udp = iperf(lab, true, seconds)?;
+    let sum = &udp["end"]["sum"];
+    let (pkts, lost) = (
+        sum["packets"].as_f64().unwrap_or(0.0),
+        sum["lost_packets"].as_f64().unwrap_or(0.0),
+    );
+    println!(
+        "UDP 64-byte datagrams h1 -> h2 ({seconds} s, iperf3 -b 0): offered {:.0} pps, delivered {:.0} pps ({:.1}% lost)",
+        pkts / seconds as f64,
+        (pkts - lost) / seconds as f64,
+        if pkts > 0.0 { 100.0 * lost / pkts } else { 0.0 }
+    );
+    println!();
+    print!(
+        "{}",
+        render(
+            "interfaces",
+            &control::api::request(&socket, "interfaces", None)?
+        )
+    );
+    let c = control::api::request(&socket, "counters", None)?;
+    print!("{}", render("counters", &c));
+    let kf = &c["kernel_forwarded"];
+    if kf["ipv4"].as_u64().unwrap_or(1) != 0 || kf["ipv6"].as_u64().unwrap_or(1) != 0 {
+        bail!("the kernel forwarded packets in {}: {kf}", lab.rtr());
+    }
+    println!("\nevery forwarded packet went through ferrouter's fast path (kernel forwarded 0); tearing down");
+    Ok(())
+}

@@ -1,0 +1,509 @@
+//! End to end through real network namespaces and the real kernel: ferrouter forwards
+//! between h1 and h2 with AF_PACKET ports while ping, traceroute, iperf3 and iproute2 do what
+//! users do. Needs root and the tools scripts/test.sh installs. The labs run one at a time (a
+//! running router busy-polls, and the machine has two cores) and are always torn down.
+
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lab::{Guard, Lab};
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ferrouter")
+}
+
+/// A lab with a unique name, started, torn down when the guard drops.
+fn start(tag: &str, extra_config: &str) -> Guard {
+    let mut lab = Lab::new(&format!("t{}{}", std::process::id() % 10000, tag));
+    lab.extra_config = extra_config.to_string();
+    lab.down();
+    lab.up(std::path::Path::new(bin()))
+        .unwrap_or_else(|e| panic!("lab up: {e:#}"));
+    Guard(lab)
+}
+
+fn api(lab: &Lab, what: &str, arg: Option<&str>) -> Value {
+    control::api::request(&lab.socket(), what, arg).unwrap_or_else(|e| panic!("show {what}: {e:#}"))
+}
+
+fn sh(lab: &Lab, ns: &str, args: &[&str]) -> (bool, String) {
+    let out = lab.exec_status(ns, args).unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn ping(lab: &Lab, ns: &str, dst: &str, extra: &[&str]) -> (bool, String) {
+    let mut a = vec!["ping", "-c", "3", "-i", "0.2", "-W", "2"];
+    if dst.contains(':') {
+        a.insert(1, "-6");
+    }
+    a.extend_from_slice(extra);
+    a.push(dst);
+    sh(lab, ns, &a)
+}
+
+/// Ping until one reply (the first packets may be dropped while the next hop resolves).
+fn ping_until_ok(lab: &Lab, ns: &str, dst: &str) {
+    for _ in 0..5 {
+        if ping(lab, ns, dst, &[]).0 {
+            return;
+        }
+    }
+    panic!("{dst} unreachable from {ns}: {}", ping(lab, ns, dst, &[]).1);
+}
+
+fn kernel_forwarded(lab: &Lab) -> (u64, u64) {
+    let c = api(lab, "counters", None);
+    (
+        c["kernel_forwarded"]["ipv4"].as_u64().unwrap(),
+        c["kernel_forwarded"]["ipv6"].as_u64().unwrap(),
+    )
+}
+
+fn forwarded(lab: &Lab) -> u64 {
+    api(lab, "counters", None)["forwarded"].as_u64().unwrap()
+}
+
+#[test]
+fn ping_and_ping6_both_ways_through_the_fast_path_only() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("a", "");
+    let lab = &g.0;
+    for (ns, dst) in [
+        (lab.h1(), lab::H2_V4),
+        (lab.h1(), lab::H2_V6),
+        (lab.h2(), lab::H1_V4),
+        (lab.h2(), lab::H1_V6),
+    ] {
+        ping_until_ok(lab, &ns, dst);
+        let (ok, out) = ping(lab, &ns, dst, &[]);
+        assert!(ok && out.contains("3 received"), "{ns} -> {dst}: {out}");
+    }
+    // The router's own addresses answer through the kernel (punted, not forwarded).
+    let (ok, out) = ping(lab, &lab.h1(), lab::R1_V4, &[]);
+    assert!(ok, "ping router: {out}");
+    let c = api(lab, "counters", None);
+    assert!(c["forwarded"].as_u64().unwrap() >= 24, "{c}");
+    assert_eq!(
+        kernel_forwarded(lab),
+        (0, 0),
+        "the kernel must forward nothing"
+    );
+    let i = api(lab, "interfaces", None);
+    assert_eq!(i.as_array().unwrap().len(), 2);
+    assert!(
+        i[0]["rx_packets"].as_u64().unwrap() > 0 && i[1]["tx_packets"].as_u64().unwrap() > 0,
+        "{i}"
+    );
+    let n = api(lab, "neighbors", None);
+    assert!(
+        n.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["ip"] == lab::H2_V4 && x["usable"] == true),
+        "{n}"
+    );
+}
+
+fn iperf(lab: &Lab, client_ns: &str, server_ns: &str, server_ip: &str, udp: bool) -> Value {
+    let mut server = Command::new("ip")
+        .args([
+            "netns", "exec", server_ns, "iperf3", "-s", "-1", "-B", server_ip,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 installed (scripts/test.sh installs it)");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut a = vec!["iperf3", "-c", server_ip, "-t", "2", "-J"];
+    if udp {
+        a.extend_from_slice(&["-u", "-b", "20M", "-l", "512"]);
+    }
+    let out = lab.exec_status(client_ns, &a).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "iperf3 json ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn tcp_and_udp_both_ways_with_iperf3() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("b", "");
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    ping_until_ok(lab, &lab.h1(), lab::H2_V6);
+    let before = forwarded(lab);
+    for (c, s, ip) in [
+        (lab.h1(), lab.h2(), lab::H2_V4),
+        (lab.h2(), lab.h1(), lab::H1_V4),
+        (lab.h1(), lab.h2(), lab::H2_V6),
+    ] {
+        let v = iperf(lab, &c, &s, ip, false);
+        assert!(v.get("error").is_none(), "{v}");
+        let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap();
+        assert!(bytes > 1_000_000, "TCP {c} -> {ip}: only {bytes} bytes");
+    }
+    let v = iperf(lab, &lab.h1(), &lab.h2(), lab::H2_V4, true);
+    let sum = &v["end"]["sum"];
+    let (pkts, lost) = (
+        sum["packets"].as_u64().unwrap(),
+        sum["lost_packets"].as_u64().unwrap(),
+    );
+    assert!(pkts > 1000, "{sum}");
+    // 20 Mbit/s of 512-byte datagrams is far below what the path carries: loss must be small.
+    assert!(lost * 100 <= pkts, "UDP lost {lost} of {pkts}");
+    assert!(forwarded(lab) - before > 10_000);
+    assert_eq!(kernel_forwarded(lab), (0, 0));
+}
+
+#[test]
+fn traceroute_shows_the_router_v4_and_v6() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("c", "");
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    ping_until_ok(lab, &lab.h1(), lab::H2_V6);
+    for (dst, router, flag) in [
+        (lab::H2_V4, lab::R1_V4, "-4"),
+        (lab::H2_V6, lab::R1_V6, "-6"),
+    ] {
+        let (ok, out) = sh(
+            lab,
+            &lab.h1(),
+            &[
+                "traceroute",
+                flag,
+                "-n",
+                "-q",
+                "1",
+                "-w",
+                "2",
+                "-m",
+                "5",
+                dst,
+            ],
+        );
+        assert!(ok, "{out}");
+        let hops: Vec<&str> = out.lines().skip(1).collect();
+        assert!(
+            hops.first().is_some_and(|h| h.contains(router)),
+            "hop 1 must be the router {router}:\n{out}"
+        );
+        assert!(
+            hops.get(1).is_some_and(|h| h.contains(dst)),
+            "hop 2 must be {dst}:\n{out}"
+        );
+    }
+    let c = api(lab, "counters", None);
+    let reasons: Vec<&str> = c["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["reason"].as_str())
+        .collect();
+    assert!(
+        reasons.contains(&"Ip4TtlExpired") && reasons.contains(&"Ip6HopLimitExpired"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"Icmp4Sent") && reasons.contains(&"Icmp6Sent"),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn smaller_mtu_gives_frag_needed_and_packet_too_big_and_tcp_completes() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("d", "");
+    let lab = &g.0;
+    let rtr = lab.rtr();
+    lab.exec(&rtr, &["ip", "link", "set", "r2", "mtu", "1280"])
+        .unwrap();
+    // h2 keeps MTU 1500 and advertises a large MSS, but sends at most 1280 toward the
+    // router (route MTU): h1 must discover the path MTU from the router's ICMP errors.
+    lab.exec(
+        &lab.h2(),
+        &[
+            "ip",
+            "route",
+            "replace",
+            "default",
+            "via",
+            lab::R2_V4,
+            "mtu",
+            "1280",
+            "advmss",
+            "1460",
+        ],
+    )
+    .unwrap();
+    lab.exec(
+        &lab.h2(),
+        &[
+            "ip",
+            "-6",
+            "route",
+            "replace",
+            "default",
+            "via",
+            lab::R2_V6,
+            "mtu",
+            "1280",
+            "advmss",
+            "1440",
+        ],
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    ping_until_ok(lab, &lab.h1(), lab::H2_V6);
+    // DF clear (before h1 learns the path MTU, after which it would fragment itself): the
+    // router fragments, h2 reassembles and answers.
+    let (ok, out) = ping(lab, &lab.h1(), lab::H2_V4, &["-M", "dont", "-s", "1400"]);
+    assert!(ok, "fragmented ping: {out}");
+    let (ok, out) = ping(lab, &lab.h1(), lab::H2_V4, &["-M", "do", "-s", "1400"]);
+    assert!(
+        !ok && out.contains("mtu = 1280"),
+        "expected frag needed with mtu 1280: {out}"
+    );
+    let (ok, out) = ping(lab, &lab.h1(), lab::H2_V6, &["-M", "do", "-s", "1400"]);
+    assert!(
+        !ok && out.to_lowercase().contains("mtu = 1280") || out.contains("Packet too big"),
+        "expected packet too big: {out}"
+    );
+    for ip in [lab::H2_V4, lab::H2_V6] {
+        let v = iperf(lab, &lab.h1(), &lab.h2(), ip, false);
+        assert!(v.get("error").is_none(), "{v}");
+        assert!(
+            v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 1_000_000,
+            "TCP to {ip} with PMTUD: {v}"
+        );
+    }
+    let c = api(lab, "counters", None);
+    let count = |name: &str| {
+        c["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["reason"] == name)
+            .map_or(0, |r| r["count"].as_u64().unwrap())
+    };
+    assert!(
+        count("Ip4FragNeeded") > 0 && count("Ip6TooBig") > 0 && count("Ip4Fragments") > 0,
+        "{c}"
+    );
+}
+
+#[test]
+fn route_changes_reach_the_fast_path_within_100ms() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("e", "");
+    let lab = &g.0;
+    let (h2, rtr) = (lab.h2(), lab.rtr());
+    lab.exec(&h2, &["ip", "addr", "add", "203.0.113.1/32", "dev", "lo"])
+        .unwrap();
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    let (ok, out) = ping(lab, &lab.h1(), "203.0.113.1", &["-c", "1"]);
+    assert!(
+        !ok && out.contains("Unreachable"),
+        "no route yet: the router answers unreachable: {out}"
+    );
+    let mut delays = Vec::new();
+    for round in 0..5 {
+        let t = Instant::now();
+        lab.exec(
+            &rtr,
+            &["ip", "route", "add", "203.0.113.0/24", "via", lab::H2_V4],
+        )
+        .unwrap();
+        while api(lab, "routes", Some("203.0.113.0/24"))["routes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "route never reached the FIB"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        delays.push(t.elapsed());
+        if round == 0 {
+            ping_until_ok(lab, &lab.h1(), "203.0.113.1");
+        }
+        let t = Instant::now();
+        lab.exec(&rtr, &["ip", "route", "del", "203.0.113.0/24"])
+            .unwrap();
+        while !api(lab, "routes", Some("203.0.113.0/24"))["routes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "route never left the FIB"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        delays.push(t.elapsed());
+    }
+    let (ok, _) = ping(lab, &lab.h1(), "203.0.113.1", &["-c", "1"]);
+    assert!(!ok, "route removed: no more forwarding");
+    delays.sort();
+    // The median includes spawning `ip` and the API round trips, so it bounds the real lag.
+    let median = delays[delays.len() / 2];
+    eprintln!("route add/del to FIB: {delays:?}");
+    assert!(median < Duration::from_millis(100), "median {median:?}");
+}
+
+#[test]
+fn netlink_overflow_resyncs_and_fib_equals_kernel_table() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("f", "netlink_rcvbuf = 4096\n");
+    let lab = &g.0;
+    let batch = lab.dir.join("storm.batch");
+    let add: String = (0..20_000u32)
+        .map(|i| {
+            format!(
+                "route add 10.{}.{}.{}/32 via {}\n",
+                100 + i / 65536,
+                (i / 256) % 256,
+                i % 256,
+                lab::H2_V4
+            )
+        })
+        .collect();
+    std::fs::write(&batch, add).unwrap();
+    lab.exec(&lab.rtr(), &["ip", "-batch", batch.to_str().unwrap()])
+        .unwrap();
+    // Then remove half of them, again in one storm.
+    let del: String = (0..10_000u32)
+        .map(|i| {
+            format!(
+                "route del 10.{}.{}.{}/32\n",
+                100 + i / 65536,
+                (i / 256) % 256,
+                i % 256
+            )
+        })
+        .collect();
+    std::fs::write(&batch, del).unwrap();
+    lab.exec(&lab.rtr(), &["ip", "-batch", batch.to_str().unwrap()])
+        .unwrap();
+    let kernel = |lab: &Lab| -> usize {
+        let out = lab
+            .exec(&lab.rtr(), &["ip", "-4", "route", "show", "table", "main"])
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("10."))
+            .count()
+    };
+    assert_eq!(kernel(lab), 10_000);
+    let t = Instant::now();
+    loop {
+        let c = api(lab, "counters", None);
+        let r = api(lab, "routes", None);
+        let fib: Vec<&str> = r["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x["prefix"].as_str())
+            .filter(|p| p.starts_with("10."))
+            .collect();
+        if fib.len() == 10_000 && c["sync"]["resyncs"].as_u64().unwrap() >= 2 {
+            // Exactly the kernel's set: the survivors, none of the deleted.
+            assert!(fib.iter().all(|p| p.ends_with("/32")));
+            assert!(
+                r["routes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x["prefix"] == "10.100.39.16/32"),
+                "10000th route present"
+            );
+            assert!(
+                !r["routes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x["prefix"] == "10.100.0.0/32"),
+                "deleted route gone"
+            );
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "FIB has {} 10/8 routes, resyncs {}",
+            fib.len(),
+            c["sync"]["resyncs"]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_a_restart_relearns_state() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("g", "");
+    let lab = &g.0;
+    lab.exec(
+        &lab.rtr(),
+        &["ip", "route", "add", "203.0.113.0/24", "via", lab::H2_V4],
+    )
+    .unwrap();
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    assert!(
+        lab.stop_router(),
+        "ferrouter must exit by itself on SIGTERM"
+    );
+    assert!(!lab.socket().exists(), "control socket removed on exit");
+    let log = std::fs::read_to_string(lab.log_file()).unwrap();
+    assert!(log.contains("stopping"), "{log}");
+    // Without the fast path nothing is forwarded (kernel forwarding is off).
+    let (ok, _) = ping(lab, &lab.h1(), lab::H2_V4, &["-c", "1", "-W", "1"]);
+    assert!(!ok, "forwarding must stop with the daemon");
+    lab.start_router(std::path::Path::new(bin())).unwrap();
+    let r = api(lab, "routes", Some("203.0.113.0/24"));
+    assert_eq!(
+        r["routes"].as_array().unwrap().len(),
+        1,
+        "state picked up from netlink again: {r}"
+    );
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+}
+
+#[test]
+fn bad_config_and_missing_interface_fail_clearly_and_start_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[[port]]\nname = \"nosuchif0\"\n").unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("nosuchif0") && e.contains("not found"), "{e}");
+    std::fs::write(&cfg, "[[port]]\nname = \"lo\"\nbogus = 1\n").unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("bogus"), "{e}");
+}
