@@ -507,3 +507,214 @@ fn bad_config_and_missing_interface_fail_clearly_and_start_nothing() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains("bogus"), "{e}");
 }
+
+/// Run `f` on a thread that has entered network namespace `ns`.
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on a valid namespace fd; only this (fresh) thread changes namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+/// Send one frame with a plain AF_PACKET socket on `ifindex` (any size up to the MTU).
+fn send_raw(ifindex: u32, frame: &[u8]) {
+    // SAFETY: plain socket calls on a socket this function owns and closes; `sll` and
+    // `frame` outlive the calls that read them.
+    unsafe {
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = ifindex as i32;
+        sll.sll_halen = 6;
+        let n = libc::sendto(
+            fd,
+            frame.as_ptr() as *const libc::c_void,
+            frame.len(),
+            0,
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        assert_eq!(n, frame.len() as isize, "sendto: {err}");
+    }
+}
+
+fn mac_of(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16).unwrap())
+        .collect();
+    v.try_into().unwrap()
+}
+
+/// Ethernet + IPv4 + UDP toward h2, valid unless mangled by the caller.
+fn udp4(dst_mac: [u8; 6], src_mac: [u8; 6], ttl: u8, df: bool, payload: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (28 + payload) as u16;
+    let mut ip = vec![
+        0x45,
+        0,
+        0,
+        0,
+        0,
+        1,
+        if df { 0x40 } else { 0 },
+        0,
+        ttl,
+        17,
+        0,
+        0,
+    ];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[192, 0, 2, 2, 198, 51, 100, 2]);
+    let c = wire::checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&[0x30, 0x39, 0x00, 0x09]);
+    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.resize(f.len() + payload, 0xab);
+    f
+}
+
+#[test]
+fn malformed_frames_on_a_live_port_are_counted_while_good_traffic_flows() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("h", "");
+    let lab = &g.0;
+    // Jumbo MTU on the h1 link so over-sized frames reach the router's port at all.
+    lab.exec(&lab.h1(), &["ip", "link", "set", "eth0", "mtu", "9000"])
+        .unwrap();
+    lab.exec(&lab.rtr(), &["ip", "link", "set", "r1", "mtu", "9000"])
+        .unwrap();
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    let r1_mac = mac_of(api(lab, "interfaces", None)[0]["mac"].as_str().unwrap());
+    let before = api(lab, "counters", None);
+    // Good traffic throughout: 300 pings at 100/s.
+    let pinger = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.h1(),
+            "ping",
+            "-q",
+            "-i",
+            "0.01",
+            "-c",
+            "300",
+            "-W",
+            "1",
+            lab::H2_V4,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    const ROUNDS: usize = 20;
+    in_netns(&lab.h1(), move || {
+        let mut port = ports::AfPacket::open("eth0", 0, ports::AfPacketOptions::default())
+            .expect("open h1 eth0");
+        let src = port.mac();
+        let good = udp4(r1_mac, src, 64, false, 18);
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        let mut f = good.clone();
+        f.truncate(14 + 12); // truncated IPv4 header
+        frames.push(f);
+        let mut f = good.clone();
+        f[14] = 0x44; // IHL 4
+        frames.push(f);
+        let mut f = good.clone();
+        f[16..18].copy_from_slice(&3000u16.to_be_bytes()); // total length beyond the frame
+        frames.push(f);
+        let mut f = good.clone();
+        f[24] ^= 0x5a; // header checksum
+        frames.push(f);
+        frames.push(udp4(r1_mac, src, 0, false, 18)); // TTL 0
+        frames.push(udp4(r1_mac, src, 1, false, 18)); // TTL 1
+        let mut f = r1_mac.to_vec(); // IPv6 with 10 destination-options headers
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 80, 60, 64]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        for _ in 0..10 {
+            f.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
+        }
+        frames.push(f);
+        let mut f = good.clone();
+        f[12..14].copy_from_slice(&[0x88, 0xb5]); // unknown ethertype
+        frames.push(f);
+        let mut mem = dataplane::Arena::new(64);
+        for _ in 0..ROUNDS {
+            let pkts: Vec<dataplane::Pkt> = frames
+                .iter()
+                .map(|f| {
+                    mem.load(f, 0)
+                        .unwrap_or_else(|| panic!("frame of {} bytes", f.len()))
+                })
+                .collect();
+            let sent = dataplane::worker::Port::tx_burst(&mut port, &mut mem, &pkts);
+            assert_eq!(sent, frames.len(), "all malformed frames left h1");
+            // Larger than a packet buffer (2 KiB): too big for the arena, so a plain socket.
+            send_raw(port.ifindex(), &udp4(r1_mac, src, 64, false, 4000));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let out = pinger.wait_with_output().unwrap();
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && summary.contains("300 received"),
+        "good traffic must keep flowing: {summary}"
+    );
+    let after = api(lab, "counters", None);
+    let count = |v: &Value, name: &str| {
+        v["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["reason"] == name)
+            .map_or(0, |r| r["count"].as_u64().unwrap())
+    };
+    let n = ROUNDS as u64;
+    for (reason, per_round) in [
+        ("Ip4BadIhl", 1),
+        ("Ip4BadLength", 1),
+        ("Ip4BadChecksum", 1),
+        ("Ip4TtlExpired", 2),
+        ("Ip6BadExtChain", 1),
+        ("EthUnknownType", 1),
+    ] {
+        assert_eq!(
+            count(&after, reason) - count(&before, reason),
+            per_round * n,
+            "{reason}: {after}"
+        );
+    }
+    // The 12-byte stub of an IPv4 header: too short for IPv4, counted as truncated.
+    assert_eq!(
+        count(&after, "Ip4Truncated") - count(&before, "Ip4Truncated"),
+        n,
+        "{after}"
+    );
+    let ifs = api(lab, "interfaces", None);
+    assert!(
+        ifs[0]["rx_drops"].as_u64().unwrap() >= n,
+        "over-sized frames counted as port drops: {ifs}"
+    );
+    assert!(
+        count(&after, "Icmp4Sent") > count(&before, "Icmp4Sent"),
+        "TTL errors answered"
+    );
+    assert_eq!(kernel_forwarded(lab), (0, 0));
+}
