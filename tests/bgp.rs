@@ -110,11 +110,11 @@ fn v4_prefix(i: usize) -> (String, String) {
     (format!("10.{a}.{b}.0/24"), format!("10.{a}.{b}.1"))
 }
 
+/// In canonical form (2001:db8:100::/64 for 0), as the FIB prints it.
 fn v6_prefix(i: usize) -> (String, String) {
-    (
-        format!("2001:db8:100:{i:x}::/64"),
-        format!("2001:db8:100:{i:x}::1"),
-    )
+    let net = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x100, i as u16, 0, 0, 0, 0);
+    let host = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x100, i as u16, 0, 0, 0, 1);
+    (format!("{net}/64"), host.to_string())
 }
 
 /// Spread over the whole range, first and last included.
@@ -150,7 +150,10 @@ impl Daemons {
             .arg(&d.frr)
             .status()
             .unwrap();
-        assert!(st.success(), "chown frr:frr (is the frr package installed?)");
+        assert!(
+            st.success(),
+            "chown frr:frr (is the frr package installed?)"
+        );
         d
     }
 
@@ -171,11 +174,15 @@ impl Daemons {
     fn check_alive(&mut self) {
         for (name, c) in &mut self.children {
             if let Ok(Some(st)) = c.try_wait() {
-                let dir = if *name == "bird" { &self.bird } else { &self.frr };
-                let out = std::fs::read_to_string(dir.join(format!("{name}.out")))
-                    .unwrap_or_default();
-                let log = std::fs::read_to_string(dir.join(format!("{name}.log")))
-                    .unwrap_or_default();
+                let dir = if *name == "bird" {
+                    &self.bird
+                } else {
+                    &self.frr
+                };
+                let out =
+                    std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
                 panic!("{name} exited ({st}):\n{out}\n{log}");
             }
         }
@@ -271,7 +278,12 @@ fn bird_config(dir: &Path) -> String {
 }
 
 /// Poll `done` every 100 ms for at most `limit`; returns how long it took.
-fn wait_for(what: &str, limit: Duration, d: &mut Daemons, mut done: impl FnMut() -> (bool, String)) -> Duration {
+fn wait_for(
+    what: &str,
+    limit: Duration,
+    d: &mut Daemons,
+    mut done: impl FnMut() -> (bool, String),
+) -> Duration {
     let t = Instant::now();
     loop {
         let (ok, state) = done();
@@ -279,7 +291,10 @@ fn wait_for(what: &str, limit: Duration, d: &mut Daemons, mut done: impl FnMut()
             return t.elapsed();
         }
         d.check_alive();
-        assert!(t.elapsed() < limit, "{what}: not done after {limit:?}: {state}");
+        assert!(
+            t.elapsed() < limit,
+            "{what}: not done after {limit:?}: {state}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -303,8 +318,11 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
             .unwrap();
     }
     for (_, a) in &s6 {
-        lab.exec(&h2, &["ip", "-6", "addr", "add", &format!("{a}/128"), "dev", "lo"])
-            .unwrap();
+        lab.exec(
+            &h2,
+            &["ip", "-6", "addr", "add", &format!("{a}/128"), "dev", "lo"],
+        )
+        .unwrap();
     }
 
     // FRR in the router namespace.
@@ -314,9 +332,22 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     std::fs::write(frr.join("bgpd.conf"), frr_config()).unwrap();
     let common = |conf: &str, daemon: &str| -> Vec<String> {
         [
-            "-f", &p(conf), "-i", &p(&format!("{daemon}.pid")), "-z", &p("zserv.api"),
-            "--vty_socket", &frr.display().to_string(), "-u", "frr", "-g", "frr", "-P", "0",
-            "--log", &format!("file:{}", p(&format!("{daemon}.log"))),
+            "-f",
+            &p(conf),
+            "-i",
+            &p(&format!("{daemon}.pid")),
+            "-z",
+            &p("zserv.api"),
+            "--vty_socket",
+            &frr.display().to_string(),
+            "-u",
+            "frr",
+            "-g",
+            "frr",
+            "-P",
+            "0",
+            "--log",
+            &format!("file:{}", p(&format!("{daemon}.log"))),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -327,9 +358,12 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     zebra.extend(["-s".to_string(), "90000000".to_string()]);
     let zebra: Vec<&str> = zebra.iter().map(String::as_str).collect();
     d.spawn("zebra", &rtr, &frr, &zebra);
-    wait_for("zebra's zserv socket", Duration::from_secs(10), &mut d, || {
-        (frr.join("zserv.api").exists(), String::new())
-    });
+    wait_for(
+        "zebra's zserv socket",
+        Duration::from_secs(10),
+        &mut d,
+        || (frr.join("zserv.api").exists(), String::new()),
+    );
     let mut bgpd = vec!["/usr/lib/frr/bgpd".to_string()];
     bgpd.extend(common("bgpd.conf", "bgpd"));
     let bgpd: Vec<&str> = bgpd.iter().map(String::as_str).collect();
@@ -340,7 +374,11 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
 
     // BIRD in h2.
     let bird = d.bird.clone();
-    let (bconf, bsock, bpid) = (bird.join("bird.conf"), bird.join("bird.ctl"), bird.join("bird.pid"));
+    let (bconf, bsock, bpid) = (
+        bird.join("bird.conf"),
+        bird.join("bird.ctl"),
+        bird.join("bird.pid"),
+    );
     std::fs::write(&bconf, bird_config(&bird)).unwrap();
     let (bconf, bsock, bpid) = (
         bconf.display().to_string(),
@@ -348,7 +386,12 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         bpid.display().to_string(),
     );
     let t_bird = Instant::now();
-    d.spawn("bird", &h2, &bird, &["bird", "-f", "-c", &bconf, "-s", &bsock, "-P", &bpid]);
+    d.spawn(
+        "bird",
+        &h2,
+        &bird,
+        &["bird", "-f", "-c", &bconf, "-s", &bsock, "-P", &bpid],
+    );
     let birdc = |args: &[&str]| -> String {
         let mut a = vec!["birdc", "-s", &bsock];
         a.extend_from_slice(args);
@@ -358,28 +401,49 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     };
 
     // All prefixes reach the FIB.
-    let learn = wait_for("learning the prefixes", Duration::from_secs(90), &mut d, || {
-        let (v4, v6) = fib_counts(lab);
-        (
-            v4 >= base4 + V4_PREFIXES as u64 && v6 >= base6 + V6_PREFIXES as u64,
-            format!("FIB has {v4} IPv4 (baseline {base4}), {v6} IPv6 (baseline {base6})"),
-        )
-    });
+    let learn = wait_for(
+        "learning the prefixes",
+        Duration::from_secs(90),
+        &mut d,
+        || {
+            let (v4, v6) = fib_counts(lab);
+            (
+                v4 >= base4 + V4_PREFIXES as u64 && v6 >= base6 + V6_PREFIXES as u64,
+                format!("FIB has {v4} IPv4 (baseline {base4}), {v6} IPv6 (baseline {base6})"),
+            )
+        },
+    );
     let learn_total = t_bird.elapsed();
     eprintln!("all {V4_PREFIXES} + {V6_PREFIXES} prefixes in the FIB {learn_total:?} after starting BIRD (polled {learn:?})");
 
     // The daemons agree: sessions up, every prefix received.
     let vtysh = |cmd: &str| -> Value {
-        let (ok, out) = sh(lab, &rtr, &["vtysh", "--vty_socket", &frr.display().to_string(), "-c", cmd]);
+        let (ok, out) = sh(
+            lab,
+            &rtr,
+            &[
+                "vtysh",
+                "--vty_socket",
+                &frr.display().to_string(),
+                "-c",
+                cmd,
+            ],
+        );
         assert!(ok, "vtysh {cmd}: {out}");
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("vtysh {cmd} json ({e}): {out}"))
     };
     let v = vtysh("show bgp ipv4 unicast summary json");
     let peer = &v["peers"][lab::H2_V4];
-    assert!(peer["state"] == "Established" && peer["pfxRcd"] == V4_PREFIXES, "{v}");
+    assert!(
+        peer["state"] == "Established" && peer["pfxRcd"] == V4_PREFIXES,
+        "{v}"
+    );
     let v = vtysh("show bgp ipv6 unicast summary json");
     let peer = &v["peers"][lab::H2_V6];
-    assert!(peer["state"] == "Established" && peer["pfxRcd"] == V6_PREFIXES, "{v}");
+    assert!(
+        peer["state"] == "Established" && peer["pfxRcd"] == V6_PREFIXES,
+        "{v}"
+    );
     for (proto, n) in [("rtr4", V4_PREFIXES), ("rtr6", V6_PREFIXES)] {
         let out = birdc(&["show", "protocols", "all", proto]);
         assert!(
@@ -394,7 +458,13 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     assert!(out.trim().is_empty(), "{out}");
 
     // Exact prefixes, with BGP's next hops: h2's address for IPv4, h2's link-local for IPv6.
-    let (_, ll) = sh(lab, &h2, &["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link"]);
+    let (_, ll) = sh(
+        lab,
+        &h2,
+        &[
+            "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link",
+        ],
+    );
     let ll = ll
         .split_whitespace()
         .skip_while(|w| *w != "inet6")
@@ -432,26 +502,48 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
             panic!("{a} ({prefix}) unreachable from h1: {out}");
         }
     }
-    eprintln!("pinged {} sampled addresses in {:?}", s4.len() + s6.len(), t.elapsed());
+    eprintln!(
+        "pinged {} sampled addresses in {:?}",
+        s4.len() + s6.len(),
+        t.elapsed()
+    );
     let fwd = forwarded(lab) - before;
-    assert!(fwd >= 2 * (s4.len() + s6.len()) as u64, "forwarded only {fwd}");
-    assert_eq!(kernel_forwarded(lab), (0, 0), "the kernel must forward nothing");
+    assert!(
+        fwd >= 2 * (s4.len() + s6.len()) as u64,
+        "forwarded only {fwd}"
+    );
+    assert_eq!(
+        kernel_forwarded(lab),
+        (0, 0),
+        "the kernel must forward nothing"
+    );
 
     // Withdraw: BIRD stops originating, FRR withdraws, zebra deletes, the FIB follows.
     let t_wd = Instant::now();
     birdc(&["disable", "static4"]);
     birdc(&["disable", "static6"]);
-    let wd = wait_for("withdrawing the prefixes", Duration::from_secs(60), &mut d, || {
-        let (v4, v6) = fib_counts(lab);
-        (
-            v4 <= base4 && v6 <= base6,
-            format!("FIB has {v4} IPv4 (baseline {base4}), {v6} IPv6 (baseline {base6})"),
-        )
-    });
-    eprintln!("all prefixes gone from the FIB {:?} after the withdrawal (polled {wd:?})", t_wd.elapsed());
+    let wd = wait_for(
+        "withdrawing the prefixes",
+        Duration::from_secs(60),
+        &mut d,
+        || {
+            let (v4, v6) = fib_counts(lab);
+            (
+                v4 <= base4 && v6 <= base6,
+                format!("FIB has {v4} IPv4 (baseline {base4}), {v6} IPv6 (baseline {base6})"),
+            )
+        },
+    );
+    eprintln!(
+        "all prefixes gone from the FIB {:?} after the withdrawal (polled {wd:?})",
+        t_wd.elapsed()
+    );
     assert_eq!(fib_counts(lab), (base4, base6));
     for (prefix, _) in [&s4[0], &s4[s4.len() - 1], &s6[0]] {
-        assert!(fib_route(lab, prefix).is_none(), "{prefix} still in the FIB");
+        assert!(
+            fib_route(lab, prefix).is_none(),
+            "{prefix} still in the FIB"
+        );
     }
     for (_, a) in [&s4[0], &s4[s4.len() / 2], &s6[0]] {
         let (ok, out) = ping1(lab, a);

@@ -31,12 +31,9 @@ use crate::{ip4, ip6};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Node {
-    /// Parse L2, classify by ethertype.
+    /// Parse L2, classify by ethertype, and validate IPv4/IPv6 (ip4-input / ip6-input run
+    /// inline for each packet: the counters keep their node names, the hop is saved).
     EthernetInput,
-    /// Validate IPv4.
-    Ip4Input,
-    /// Validate IPv6.
-    Ip6Input,
     /// IPv4 longest-prefix match and next-hop resolution.
     Ip4Lookup,
     /// IPv6 longest-prefix match and next-hop resolution.
@@ -54,12 +51,10 @@ pub enum Node {
 }
 
 /// Number of list-holding nodes.
-pub const NODE_COUNT: usize = 10;
+pub const NODE_COUNT: usize = 8;
 /// Dispatch order within a round (topological for the forward path).
 const ORDER: [Node; NODE_COUNT] = [
     Node::EthernetInput,
-    Node::Ip4Input,
-    Node::Ip6Input,
     Node::Icmp4Error,
     Node::Icmp6Error,
     Node::Ip4Lookup,
@@ -78,8 +73,6 @@ impl Node {
     pub fn name(self) -> &'static str {
         match self {
             Node::EthernetInput => "ethernet-input",
-            Node::Ip4Input => "ip4-input",
-            Node::Ip6Input => "ip6-input",
             Node::Ip4Lookup => "ip4-lookup",
             Node::Ip6Lookup => "ip6-lookup",
             Node::Ip4Rewrite => "ip4-rewrite",
@@ -239,8 +232,6 @@ impl Graph {
                 let list = &list[..len];
                 match node {
                     Node::EthernetInput => self.ethernet_input(v, mem, out, list),
-                    Node::Ip4Input => ip4::input(self, v, mem, out, list),
-                    Node::Ip6Input => ip6::input(self, v, mem, out, list),
                     Node::Ip4Lookup => self.ip4_lookup(v, mem, out, list),
                     Node::Ip6Lookup => self.ip6_lookup(v, mem, out, list),
                     Node::Ip4Rewrite => ip4::rewrite(self, v, mem, out, list),
@@ -387,8 +378,8 @@ impl Graph {
             }
             p.l3 = l2.l3_offset as u16;
             match l2.ethertype {
-                wire::ethertype::IPV4 => self.enqueue(Node::Ip4Input, i),
-                wire::ethertype::IPV6 => self.enqueue(Node::Ip6Input, i),
+                wire::ethertype::IPV4 => ip4::input_one(self, v, mem, out, i),
+                wire::ethertype::IPV6 => ip6::input_one(self, v, mem, out, i),
                 wire::ethertype::ARP => {
                     let p = *p;
                     self.punt(mem, out, &p, Reason::PuntArp)

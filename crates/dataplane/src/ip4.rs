@@ -57,76 +57,76 @@ fn martian_src(a: u32) -> bool {
     b == 0 || b == 127 || b >= 224
 }
 
-/// ip4-input: validate, classify, hand unicast transit to ip4-lookup.
-pub(crate) fn input<M: PacketMemory>(
+/// The input node for one packet: validate, classify, hand unicast transit to the lookup.
+/// ethernet-input calls it inline per packet (counters keep this node's name).
+#[inline(always)]
+pub(crate) fn input_one<M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
     out: &mut Output,
-    list: &[u16],
+    i: u16,
 ) {
-    for &i in list {
-        let p = v.pkts[i as usize];
-        let bytes = l3(mem, &p);
-        let ip = match Ipv4Packet::new_checked(bytes) {
-            Ok(ip) => ip,
-            Err(e) => {
-                let r = match e {
-                    wire::Error::BadVersion => Reason::Ip4BadVersion,
-                    wire::Error::BadHeaderLen => Reason::Ip4BadIhl,
-                    wire::Error::BadTotalLen => Reason::Ip4BadLength,
-                    _ => Reason::Ip4Truncated,
-                };
-                g.drop_pkt(out, &p, r);
-                continue;
-            }
-        };
-        if !ip.verify_checksum() {
-            g.drop_pkt(out, &p, Reason::Ip4BadChecksum);
-            continue;
+    let p = v.pkts[i as usize];
+    let bytes = l3(mem, &p);
+    let ip = match Ipv4Packet::new_checked(bytes) {
+        Ok(ip) => ip,
+        Err(e) => {
+            let r = match e {
+                wire::Error::BadVersion => Reason::Ip4BadVersion,
+                wire::Error::BadHeaderLen => Reason::Ip4BadIhl,
+                wire::Error::BadTotalLen => Reason::Ip4BadLength,
+                _ => Reason::Ip4Truncated,
+            };
+            g.drop_pkt(out, &p, r);
+            return;
         }
-        let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        // One table load per address settles the common case; only unusual first octets
-        // take the detailed classification.
-        if SPECIAL_DST[(dst >> 24) as usize] | SPECIAL_SRC[(src >> 24) as usize] != 0 {
-            // Multicast and broadcast destinations are control traffic (OSPF, VRRP,
-            // DHCP...): checked before the source, since DHCP clients send from 0.0.0.0.
-            if dst >> 28 == 0xe || dst == u32::MAX {
-                g.punt(mem, out, &p, Reason::PuntMulticast);
-                continue;
-            }
-            if martian_src(src) {
-                g.drop_pkt(out, &p, Reason::Ip4MartianSrc);
-                continue;
-            }
-            let db = dst >> 24;
-            if db == 0 || db == 127 || db >= 240 {
-                g.drop_pkt(out, &p, Reason::Ip4MartianDst);
-                continue;
-            }
-            if dst >> 16 == 0xa9fe {
-                g.punt(mem, out, &p, Reason::PuntLinkLocal);
-                continue;
-            }
-        }
-        if ip.header_len() > 20 {
-            if ip.validate_options().is_err() {
-                g.drop_pkt(out, &p, Reason::Ip4BadOptions);
-                continue;
-            }
-            if has_option(ip.options(), OPT_ROUTER_ALERT) {
-                g.punt(mem, out, &p, Reason::PuntOptions);
-                continue;
-            }
-        }
-        // RFC 1812 §5.3.4: a packet sent as link-layer broadcast is not forwarded.
-        if p.flags & F_L2_MCAST != 0 {
-            g.punt(mem, out, &p, Reason::PuntL2Mcast);
-            continue;
-        }
-        v.pkts[i as usize].nh = dst;
-        g.enqueue(Node::Ip4Lookup, i);
+    };
+    if !ip.verify_checksum() {
+        g.drop_pkt(out, &p, Reason::Ip4BadChecksum);
+        return;
     }
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    // One table load per address settles the common case; only unusual first octets
+    // take the detailed classification.
+    if SPECIAL_DST[(dst >> 24) as usize] | SPECIAL_SRC[(src >> 24) as usize] != 0 {
+        // Multicast and broadcast destinations are control traffic (OSPF, VRRP,
+        // DHCP...): checked before the source, since DHCP clients send from 0.0.0.0.
+        if dst >> 28 == 0xe || dst == u32::MAX {
+            g.punt(mem, out, &p, Reason::PuntMulticast);
+            return;
+        }
+        if martian_src(src) {
+            g.drop_pkt(out, &p, Reason::Ip4MartianSrc);
+            return;
+        }
+        let db = dst >> 24;
+        if db == 0 || db == 127 || db >= 240 {
+            g.drop_pkt(out, &p, Reason::Ip4MartianDst);
+            return;
+        }
+        if dst >> 16 == 0xa9fe {
+            g.punt(mem, out, &p, Reason::PuntLinkLocal);
+            return;
+        }
+    }
+    if ip.header_len() > 20 {
+        if ip.validate_options().is_err() {
+            g.drop_pkt(out, &p, Reason::Ip4BadOptions);
+            return;
+        }
+        if has_option(ip.options(), OPT_ROUTER_ALERT) {
+            g.punt(mem, out, &p, Reason::PuntOptions);
+            return;
+        }
+    }
+    // RFC 1812 §5.3.4: a packet sent as link-layer broadcast is not forwarded.
+    if p.flags & F_L2_MCAST != 0 {
+        g.punt(mem, out, &p, Reason::PuntL2Mcast);
+        return;
+    }
+    v.pkts[i as usize].nh = dst;
+    g.enqueue(Node::Ip4Lookup, i);
 }
 
 /// Whether a validated option area contains option `kind`.

@@ -23,69 +23,67 @@ fn is_unspecified_or_loopback(a: &[u8; 16]) -> bool {
     a[..15].iter().all(|&b| b == 0) && a[15] <= 1
 }
 
-/// ip6-input: validate, classify, hand unicast transit to ip6-lookup.
-pub(crate) fn input<M: PacketMemory>(
+/// The input node for one packet: validate, classify, hand unicast transit to the lookup.
+/// ethernet-input calls it inline per packet (counters keep this node's name).
+#[inline(always)]
+pub(crate) fn input_one<M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
     out: &mut Output,
-    list: &[u16],
+    i: u16,
 ) {
-    for &i in list {
-        let p = v.pkts[i as usize];
-        let ip = match Ipv6Packet::new_checked(l3(mem, &p)) {
-            Ok(ip) => ip,
-            Err(e) => {
-                let r = match e {
-                    wire::Error::BadVersion => Reason::Ip6BadVersion,
-                    wire::Error::Truncated => Reason::Ip6Truncated,
-                    _ => Reason::Ip6BadLength,
-                };
-                g.drop_pkt(out, &p, r);
-                continue;
-            }
-        };
-        let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        // Multicast destinations carry ND, MLD, OSPFv3, DHCPv6 — all for the kernel; checked
-        // before the source because DAD uses the unspecified source.
-        if dst[0] == 0xff {
-            g.punt(mem, out, &p, Reason::PuntMulticast);
-            continue;
+    let p = v.pkts[i as usize];
+    let ip = match Ipv6Packet::new_checked(l3(mem, &p)) {
+        Ok(ip) => ip,
+        Err(e) => {
+            let r = match e {
+                wire::Error::BadVersion => Reason::Ip6BadVersion,
+                wire::Error::Truncated => Reason::Ip6Truncated,
+                _ => Reason::Ip6BadLength,
+            };
+            g.drop_pkt(out, &p, r);
+            return;
         }
-        if src[0] == 0xff || is_unspecified_or_loopback(&src) {
-            g.drop_pkt(out, &p, Reason::Ip6MartianSrc);
-            continue;
-        }
-        if is_unspecified_or_loopback(&dst) {
-            g.drop_pkt(out, &p, Reason::Ip6MartianDst);
-            continue;
-        }
-        if dst[0] == 0xfe && dst[1] & 0xc0 == 0x80 {
-            g.punt(mem, out, &p, Reason::PuntLinkLocal);
-            continue;
-        }
-        if src[0] == 0xfe && src[1] & 0xc0 == 0x80 {
-            g.drop_pkt(out, &p, Reason::Ip6LinkLocalSrc);
-            continue;
-        }
-        let next = ip.next_header();
-        if next == 0 {
-            // Hop-by-hop options (router alert for MLD/RSVP) are for the slow path.
-            g.punt(mem, out, &p, Reason::PuntHopByHop);
-            continue;
-        }
-        if is_ext(next)
-            && wire::walk_ext_headers(next, ip.payload(), wire::MAX_EXT_HEADERS).is_err()
-        {
-            g.drop_pkt(out, &p, Reason::Ip6BadExtChain);
-            continue;
-        }
-        if p.flags & F_L2_MCAST != 0 {
-            g.punt(mem, out, &p, Reason::PuntL2Mcast);
-            continue;
-        }
-        g.enqueue(Node::Ip6Lookup, i);
+    };
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    // Multicast destinations carry ND, MLD, OSPFv3, DHCPv6 — all for the kernel; checked
+    // before the source because DAD uses the unspecified source.
+    if dst[0] == 0xff {
+        g.punt(mem, out, &p, Reason::PuntMulticast);
+        return;
     }
+    if src[0] == 0xff || is_unspecified_or_loopback(&src) {
+        g.drop_pkt(out, &p, Reason::Ip6MartianSrc);
+        return;
+    }
+    if is_unspecified_or_loopback(&dst) {
+        g.drop_pkt(out, &p, Reason::Ip6MartianDst);
+        return;
+    }
+    if dst[0] == 0xfe && dst[1] & 0xc0 == 0x80 {
+        g.punt(mem, out, &p, Reason::PuntLinkLocal);
+        return;
+    }
+    if src[0] == 0xfe && src[1] & 0xc0 == 0x80 {
+        g.drop_pkt(out, &p, Reason::Ip6LinkLocalSrc);
+        return;
+    }
+    let next = ip.next_header();
+    if next == 0 {
+        // Hop-by-hop options (router alert for MLD/RSVP) are for the slow path.
+        g.punt(mem, out, &p, Reason::PuntHopByHop);
+        return;
+    }
+    if is_ext(next) && wire::walk_ext_headers(next, ip.payload(), wire::MAX_EXT_HEADERS).is_err() {
+        g.drop_pkt(out, &p, Reason::Ip6BadExtChain);
+        return;
+    }
+    if p.flags & F_L2_MCAST != 0 {
+        g.punt(mem, out, &p, Reason::PuntL2Mcast);
+        return;
+    }
+    g.enqueue(Node::Ip6Lookup, i);
 }
 
 /// Upper-layer protocol and its bytes, past any extension headers (bounded walk).

@@ -1,14 +1,20 @@
 //! Port backends: the places packets enter and leave the fast path.
 //!
 //! Each backend implements [`dataplane::worker::Port`] over some packet memory. Today:
-//! [`AfPacket`], a copying port on a Linux `AF_PACKET` socket (TPACKET_V3 receive ring,
-//! `sendmmsg` transmit) that works on any interface, including veth.
+//! - [`AfXdp`], a port on an `AF_XDP` socket with its own UMEM and an XDP program that
+//!   passes the kernel's traffic (ARP, multicast, link-local, the router's addresses) to
+//!   the kernel and redirects the rest to the socket; native or generic XDP, copy or
+//!   zero-copy, whatever the driver allows (veth: native XDP, copy mode).
+//! - [`AfPacket`], a copying port on a Linux `AF_PACKET` socket (TPACKET_V3 receive ring,
+//!   `sendmmsg` transmit) that works on any interface, including veth.
 
 #![warn(missing_docs)]
 
 pub mod afpacket;
+pub mod afxdp;
 
 pub use afpacket::{AfPacket, AfPacketOptions};
+pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode};
 
 /// Why a port could not be opened or configured.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +34,16 @@ pub enum PortError {
         ifname: String,
         /// What the kernel said.
         source: std::io::Error,
+    },
+    /// The XDP side of an AF_XDP port failed: loading or attaching the program, a map
+    /// update, or binding the socket. `reason` says which and what to do.
+    #[error("AF_XDP port on {ifname}: {reason}")]
+    Xdp {
+        /// The interface concerned.
+        ifname: String,
+        /// What failed, e.g. "XDP not supported in native mode: ..." or
+        /// "AF_XDP bind failed (queue 3, zero-copy): ...".
+        reason: String,
     },
     /// A system call on the port failed.
     #[error("{op} on {ifname} failed: {source}")]

@@ -9,7 +9,7 @@
 //! Works on any interface (veth included) at the price of one copy each way; AF_XDP is the
 //! fast option where the driver supports it.
 
-mod sys;
+pub(crate) mod sys;
 
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Ferrouter's XDP program for AF_XDP ports: everything the fast path forwards is
+// redirected to the port's AF_XDP socket; everything the Linux stack must see (ARP and
+// other non-IP protocols, multicast/broadcast, link-local, hop-by-hop options, the
+// router's own addresses) is passed to the kernel unchanged.
+//
+// Every access is preceded by a bounds check against data_end; a frame too short for the
+// header being read is passed, so the kernel counts its own errors.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// Ferrouter's licence. Not GPL-compatible, so the kernel refuses GPL-only helpers: the
+// two used here (map lookup, redirect_map) are not.
+char LICENSE[] SEC("license") = "Apache-2.0";
+
+// One AF_XDP socket per receive queue, keyed by queue index.
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+// An address: IPv6 as is, IPv4 as ::ffff:a.b.c.d.
+struct addr {
+	__u32 w[4];
+};
+
+// The router's own addresses, filled by userspace: traffic to them goes to the kernel.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct addr);
+	__type(value, __u8);
+} local_addrs SEC(".maps");
+
+struct vlan {
+	__be16 tci;
+	__be16 proto;
+};
+
+SEC("xdp")
+int ferrouter_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct addr key = {};
+	__be16 proto;
+	void *l3;
+
+	if ((void *)(eth + 1) > end)
+		return XDP_PASS;
+	proto = eth->h_proto;
+	l3 = eth + 1;
+
+	// Up to two tags (802.1Q, or 802.1ad outer + 802.1Q inner).
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		struct vlan *tag = l3;
+		if ((void *)(tag + 1) > end)
+			return XDP_PASS;
+		proto = tag->proto;
+		l3 = tag + 1;
+	}
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = l3;
+		if ((void *)(ip + 1) > end)
+			return XDP_PASS;
+		__u32 dst = bpf_ntohl(ip->daddr);
+		if ((dst & 0xf0000000) == 0xe0000000 || // 224.0.0.0/4 multicast
+		    dst == 0xffffffff ||                // limited broadcast
+		    (dst & 0xffff0000) == 0xa9fe0000)   // 169.254.0.0/16 link-local
+			return XDP_PASS;
+		key.w[2] = bpf_htonl(0xffff);
+		key.w[3] = ip->daddr;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
+		if ((void *)(ip6 + 1) > end)
+			return XDP_PASS;
+		__u8 *d = ip6->daddr.in6_u.u6_addr8;
+		if (d[0] == 0xff ||                          // ff00::/8 multicast
+		    (d[0] == 0xfe && (d[1] & 0xc0) == 0x80) || // fe80::/10 link-local
+		    ip6->nexthdr == 0)                         // hop-by-hop options
+			return XDP_PASS;
+		__builtin_memcpy(&key, d, sizeof(key));
+	} else {
+		// ARP, LLDP, anything not IP: the kernel's business.
+		return XDP_PASS;
+	}
+
+	if (bpf_map_lookup_elem(&local_addrs, &key))
+		return XDP_PASS;
+	// No socket on this queue: the kernel gets the frame rather than a silent drop.
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}

@@ -1,0 +1,521 @@
+//! A port on a Linux `AF_XDP` socket, with an XDP program that keeps the kernel's traffic
+//! for the kernel.
+//!
+//! The XDP program (bpf/xdp_redirect.c) passes ARP, non-IP, multicast/broadcast,
+//! link-local, hop-by-hop and the router's own addresses (see [`AfXdp::set_local_addrs`])
+//! to the Linux stack and redirects everything else into the socket bound to the receive
+//! queue. The port owns its UMEM: a region of `frames` × 2048-byte frames split into a
+//! receive half (cycling through the fill and RX rings) and a transmit half (cycling
+//! through the TX and completion rings).
+//!
+//! This first version copies: received frames are copied out of the UMEM into the
+//! worker's [`PacketMemory`] and transmitted frames into it. Sharing the UMEM with the
+//! dataplane's packet memory (so forwarding moves descriptors, as DESIGN.md wants) is the
+//! next step; note that the kernel places received data at offset 256
+//! (`XDP_PACKET_HEADROOM`) + the UMEM headroom within a chunk, not at `HEADROOM`.
+
+mod program;
+mod sys;
+
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+use dataplane::worker::Port;
+
+use crate::afpacket::sys as ifsys;
+use crate::{PortError, PortStats};
+
+pub use program::XDP_OBJECT;
+
+/// Bytes per UMEM frame (chunk); the same as the dataplane's frames.
+const UMEM_FRAME: u64 = FRAME_SIZE as u64;
+
+/// How the socket shares packet memory with the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BindMode {
+    /// Zero-copy if the driver supports it, copy otherwise.
+    #[default]
+    Auto,
+    /// Zero-copy or fail (`XDP_ZEROCOPY`).
+    ZeroCopy,
+    /// Copy mode (`XDP_COPY`); works on every driver, veth included.
+    Copy,
+}
+
+/// Where the XDP program is attached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Native (in the driver) if supported, generic otherwise.
+    #[default]
+    Auto,
+    /// Native XDP only (`XDP_FLAGS_DRV_MODE`).
+    Native,
+    /// Generic XDP only (`XDP_FLAGS_SKB_MODE`): slower, works on any interface.
+    Generic,
+}
+
+/// How to set up an [`AfXdp`] port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfXdpOptions {
+    /// UMEM frames of 2048 bytes. Half receive, half transmit; a power of two, at least 64.
+    pub frames: u32,
+    /// Copy or zero-copy.
+    pub bind: BindMode,
+    /// Native or generic XDP.
+    pub attach: AttachMode,
+    /// Ask for `XDP_USE_NEED_WAKEUP` (fewer syscalls); retried without it if refused.
+    pub need_wakeup: bool,
+}
+
+impl Default for AfXdpOptions {
+    fn default() -> Self {
+        AfXdpOptions {
+            frames: 4096,
+            bind: BindMode::Auto,
+            attach: AttachMode::Auto,
+            need_wakeup: true,
+        }
+    }
+}
+
+/// A UMEM frame address cut down to its chunk's start (RX descriptors point past the
+/// kernel's headroom).
+#[inline]
+fn chunk(addr: u64) -> u64 {
+    addr & !(UMEM_FRAME - 1)
+}
+
+/// An `AF_XDP` port bound to one queue of one interface.
+pub struct AfXdp {
+    // Rings before the socket and UMEM: they are unmapped first, then the socket closes,
+    // then the UMEM it registered goes.
+    rx: sys::Ring<libc::xdp_desc>,
+    tx: sys::Ring<libc::xdp_desc>,
+    fill: sys::Ring<u64>,
+    comp: sys::Ring<u64>,
+    /// Detaches on drop; dropped before the socket so no frame is redirected to a closed
+    /// socket (they would be dropped, not passed).
+    program: program::XdpProgram,
+    fd: OwnedFd,
+    umem: sys::Mmap,
+    /// Receive-side frames waiting to go back on the fill ring.
+    fill_pending: Vec<u64>,
+    /// Transmit-side frames free for new TX descriptors.
+    tx_free: Vec<u64>,
+    ifname: String,
+    ifindex: u32,
+    queue_id: u32,
+    port_id: u16,
+    mac: [u8; 6],
+    mtu: u16,
+    zero_copy: bool,
+    need_wakeup: bool,
+    stats: PortStats,
+}
+
+impl std::fmt::Debug for AfXdp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfXdp")
+            .field("ifname", &self.ifname)
+            .field("ifindex", &self.ifindex)
+            .field("queue_id", &self.queue_id)
+            .field("port_id", &self.port_id)
+            .field("mode", &self.mode())
+            .field("fd", &self.fd.as_raw_fd())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AfXdp {
+    /// Attach the XDP program to `ifname` (in the calling thread's network namespace) and
+    /// open an AF_XDP socket on its receive queue `queue_id`, with a UMEM shaped by `opts`.
+    /// Received packets carry `port_id` as their `rx_port`. An XDP program left attached
+    /// by a crashed run is removed first. Until [`AfXdp::set_local_addrs`] is called, only
+    /// the protocol rules send traffic to the kernel.
+    pub fn open(
+        ifname: &str,
+        queue_id: u32,
+        port_id: u16,
+        opts: AfXdpOptions,
+    ) -> Result<AfXdp, PortError> {
+        let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
+        let xdp = |reason: String| PortError::Xdp {
+            ifname: ifname.to_string(),
+            reason,
+        };
+        if !opts.frames.is_power_of_two() || opts.frames < 64 {
+            return Err(xdp(format!(
+                "UMEM frames must be a power of two of at least 64, not {}",
+                opts.frames
+            )));
+        }
+        // Interface facts through a packet socket: AF_XDP sockets answer no ioctls.
+        let probe = ifsys::packet_socket().map_err(err("socket(AF_PACKET)"))?;
+        let ifindex =
+            ifsys::ifindex(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFINDEX)"))?;
+        let mac = ifsys::hwaddr(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFHWADDR)"))?;
+        let mtu = ifsys::mtu(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFMTU)"))?;
+        drop(probe);
+
+        let (native, generic) = match opts.attach {
+            AttachMode::Auto => (true, true),
+            AttachMode::Native => (true, false),
+            AttachMode::Generic => (false, true),
+        };
+        let mut program =
+            program::XdpProgram::attach(ifname, ifindex, native, generic).map_err(xdp)?;
+
+        let ring = opts.frames / 2;
+        let fd = sys::xdp_socket().map_err(err("socket(AF_XDP)"))?;
+        let raw = fd.as_raw_fd();
+        let umem =
+            sys::Mmap::anonymous(opts.frames as usize * FRAME_SIZE).map_err(err("mmap(UMEM)"))?;
+        sys::register_umem(raw, &umem, UMEM_FRAME as u32)
+            .map_err(err("setsockopt(XDP_UMEM_REG)"))?;
+        for (opt, name) in [
+            (libc::XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
+            (
+                libc::XDP_UMEM_COMPLETION_RING,
+                "setsockopt(XDP_UMEM_COMPLETION_RING)",
+            ),
+            (libc::XDP_RX_RING, "setsockopt(XDP_RX_RING)"),
+            (libc::XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
+        ] {
+            sys::set_ring_size(raw, opt, ring).map_err(err(name))?;
+        }
+        let off = sys::mmap_offsets(raw).map_err(err("getsockopt(XDP_MMAP_OFFSETS)"))?;
+        let map_err = err("mmap(AF_XDP ring)");
+        let rx = sys::Ring::map(&fd, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64, false)
+            .map_err(map_err)?;
+        let tx = sys::Ring::map(&fd, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64, true)
+            .map_err(map_err)?;
+        let mut fill = sys::Ring::map(&fd, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING, true)
+            .map_err(map_err)?;
+        let comp = sys::Ring::map(
+            &fd,
+            &off.cr,
+            ring,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            false,
+        )
+        .map_err(map_err)?;
+
+        // The receive half goes on the fill ring before bind, so frames can land at once.
+        let n = fill.free(ring).min(ring);
+        for i in 0..n {
+            fill.write(i, u64::from(i) * UMEM_FRAME);
+        }
+        fill.submit(n);
+        let tx_free: Vec<u64> = (ring..opts.frames)
+            .rev()
+            .map(|i| u64::from(i) * UMEM_FRAME)
+            .collect();
+
+        let (zero_copy, need_wakeup) =
+            bind(raw, ifindex, queue_id, &opts, program.attached()).map_err(xdp)?;
+        program.set_socket(queue_id, &fd).map_err(xdp)?;
+        tracing::info!(
+            ifname,
+            queue_id,
+            attach = ?program.attached(),
+            zero_copy,
+            need_wakeup,
+            "AF_XDP port open"
+        );
+        Ok(AfXdp {
+            rx,
+            tx,
+            fill,
+            comp,
+            program,
+            fd,
+            umem,
+            fill_pending: Vec::with_capacity(ring as usize),
+            tx_free,
+            ifname: ifname.to_string(),
+            ifindex,
+            queue_id,
+            port_id,
+            mac,
+            mtu: mtu.min(u32::from(u16::MAX)) as u16,
+            zero_copy,
+            need_wakeup,
+            stats: PortStats::default(),
+        })
+    }
+
+    /// Kernel index of the interface.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Name of the interface.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Receive queue the socket is bound to.
+    pub fn queue_id(&self) -> u32 {
+        self.queue_id
+    }
+
+    /// Port id stamped on received packets.
+    pub fn port_id(&self) -> u16 {
+        self.port_id
+    }
+
+    /// MAC address of the interface (read at open).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// MTU of the interface (read at open).
+    pub fn mtu(&self) -> u16 {
+        self.mtu
+    }
+
+    /// The socket, to `poll()` for `POLLIN` when idle.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// How the port runs: `"xdp-drv/zero-copy"`, `"xdp-drv/copy"` or `"xdp-skb/copy"`.
+    pub fn mode(&self) -> &'static str {
+        match (self.program.attached(), self.zero_copy) {
+            (program::Attached::Driver, true) => "xdp-drv/zero-copy",
+            (program::Attached::Driver, false) => "xdp-drv/copy",
+            (program::Attached::Generic, _) => "xdp-skb/copy",
+        }
+    }
+
+    /// Whether the socket uses `XDP_USE_NEED_WAKEUP`.
+    pub fn uses_need_wakeup(&self) -> bool {
+        self.need_wakeup
+    }
+
+    /// Make `addrs` the router's own addresses on this interface: traffic to them is passed
+    /// to the kernel instead of the fast path. Replaces the previous set.
+    pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), PortError> {
+        self.program
+            .set_local_addrs(addrs)
+            .map_err(|reason| PortError::Xdp {
+                ifname: self.ifname.clone(),
+                reason,
+            })
+    }
+
+    /// The addresses the XDP program currently treats as local, sorted.
+    pub fn local_addrs(&self) -> Vec<IpAddr> {
+        self.program.local_addrs()
+    }
+
+    /// The port's counters, with the kernel's socket drop counters (`XDP_STATISTICS`:
+    /// dropped for lack of a fill buffer, RX ring full, invalid descriptors) in
+    /// `kernel_drops` and invalid TX descriptors in `tx_errors`.
+    pub fn stats(&self) -> PortStats {
+        let mut s = self.stats;
+        if let Ok(k) = sys::statistics(self.fd.as_raw_fd()) {
+            s.kernel_drops = k.rx_dropped + k.rx_ring_full + k.rx_invalid_descs;
+            s.tx_errors += k.tx_invalid_descs;
+        }
+        s
+    }
+
+    /// Give received frames back to the kernel through the fill ring.
+    fn refill(&mut self) {
+        let want = self.fill_pending.len() as u32;
+        if want == 0 {
+            return;
+        }
+        let n = self.fill.free(want).min(want);
+        let start = self.fill_pending.len() - n as usize;
+        for (i, &addr) in self.fill_pending[start..].iter().enumerate() {
+            self.fill.write(i as u32, addr);
+        }
+        self.fill.submit(n);
+        self.fill_pending.truncate(start);
+        if self.need_wakeup && self.fill.needs_wakeup() {
+            sys::kick_rx(self.fd.as_raw_fd());
+        }
+    }
+
+    /// Collect transmitted frames from the completion ring.
+    fn reap_completions(&mut self) {
+        let n = self.comp.ready(self.comp.size());
+        for i in 0..n {
+            self.tx_free.push(chunk(self.comp.read(i)));
+        }
+        self.comp.release(n);
+    }
+
+    /// Make the kernel transmit what is on the TX ring. Copy mode sends at most a small
+    /// batch per call (32 by default), so keep kicking while each call makes progress.
+    fn flush_tx(&mut self) {
+        if self.need_wakeup && !self.tx.needs_wakeup() {
+            return;
+        }
+        let fd = self.fd.as_raw_fd();
+        let mut left = self.tx.pending();
+        while left > 0 {
+            if sys::kick_tx(fd).is_err() {
+                // Down link or a bad descriptor: the kernel counts it; nothing to retry.
+                break;
+            }
+            let now = self.tx.pending();
+            if now >= left {
+                break;
+            }
+            left = now;
+        }
+    }
+}
+
+/// Bind the socket as `opts` asks, falling back from zero-copy to copy and from
+/// need_wakeup to plain where allowed. Returns (zero-copy, need_wakeup).
+fn bind(
+    fd: RawFd,
+    ifindex: u32,
+    queue_id: u32,
+    opts: &AfXdpOptions,
+    attached: program::Attached,
+) -> Result<(bool, bool), String> {
+    let zc_choices: &[bool] = match (opts.bind, attached) {
+        (BindMode::Copy, _) => &[false],
+        (BindMode::ZeroCopy, _) => &[true],
+        // Generic XDP hands the socket skbs: zero-copy is impossible.
+        (BindMode::Auto, program::Attached::Generic) => &[false],
+        (BindMode::Auto, program::Attached::Driver) => &[true, false],
+    };
+    let wake_choices: &[bool] = if opts.need_wakeup {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    let mut last = None;
+    for &zc in zc_choices {
+        for &wake in wake_choices {
+            let mut flags = if zc {
+                libc::XDP_ZEROCOPY
+            } else {
+                libc::XDP_COPY
+            };
+            if wake {
+                flags |= libc::XDP_USE_NEED_WAKEUP;
+            }
+            match sys::bind(fd, ifindex, queue_id, flags) {
+                Ok(()) => return Ok((zc, wake)),
+                Err(e) => last = Some((zc, wake, e)),
+            }
+        }
+    }
+    let (zc, wake, e) = last.expect("at least one bind attempt");
+    let what = if zc { "zero-copy" } else { "copy" };
+    let hint = match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) if zc => {
+            ": the driver has no zero-copy support (use BindMode::Copy)"
+        }
+        Some(libc::EINVAL) => ": no such queue on this interface?",
+        Some(libc::EBUSY) => ": another AF_XDP socket holds this queue",
+        _ => "",
+    };
+    Err(format!(
+        "AF_XDP bind failed (queue {queue_id}, {what}{}): {e}{hint}",
+        if wake { ", need_wakeup" } else { "" }
+    ))
+}
+
+impl<M: PacketMemory> Port<M> for AfXdp {
+    fn rx_burst(&mut self, mem: &mut M, v: &mut Vector) -> usize {
+        let before = v.len;
+        let room = (VECTOR_SIZE - v.len.min(VECTOR_SIZE)) as u32;
+        let n = self.rx.ready(room);
+        if n == 0 {
+            if self.need_wakeup && self.fill.needs_wakeup() {
+                sys::kick_rx(self.fd.as_raw_fd());
+            }
+            return 0;
+        }
+        let umem = self.umem.as_slice();
+        for i in 0..n {
+            let d = self.rx.read(i);
+            self.fill_pending.push(chunk(d.addr));
+            let len = d.len as usize;
+            let start = d.addr as usize;
+            let Some(src) = umem.get(start..start.saturating_add(len)) else {
+                self.stats.rx_dropped_too_big += 1;
+                continue;
+            };
+            if len > FRAME_SIZE - HEADROOM {
+                self.stats.rx_dropped_too_big += 1;
+                continue;
+            }
+            let Some(buf) = mem.alloc() else {
+                self.stats.rx_dropped_no_buffer += 1;
+                continue;
+            };
+            match mem.frame_mut(buf).get_mut(HEADROOM..HEADROOM + len) {
+                Some(dst) => dst.copy_from_slice(src),
+                None => {
+                    mem.free(buf);
+                    self.stats.rx_dropped_too_big += 1;
+                    continue;
+                }
+            }
+            // `n` is bounded by the room in the vector: the push cannot fail.
+            v.push(Pkt::new(buf, HEADROOM as u16, len as u16, self.port_id));
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += len as u64;
+        }
+        self.rx.release(n);
+        self.refill();
+        v.len - before
+    }
+
+    fn tx_burst(&mut self, mem: &mut M, pkts: &[Pkt]) -> usize {
+        self.reap_completions();
+        let want = pkts.len().min(u32::MAX as usize) as u32;
+        let room = self.tx.free(want).min(want).min(self.tx_free.len() as u32);
+        let mut queued = 0u32;
+        let umem = self.umem.as_mut_slice();
+        for p in &pkts[..room as usize] {
+            let (off, len) = (p.off as usize, p.len as usize);
+            let src = mem.frame(p.buf).get(off..off + len);
+            let (Some(src), Some(&addr)) = (src, self.tx_free.last()) else {
+                self.stats.tx_errors += 1;
+                continue;
+            };
+            let start = addr as usize;
+            let dst = match umem.get_mut(start..start + len) {
+                Some(d) if len <= FRAME_SIZE => d,
+                _ => {
+                    self.stats.tx_errors += 1;
+                    continue;
+                }
+            };
+            dst.copy_from_slice(src);
+            self.tx_free.pop();
+            self.tx.write(
+                queued,
+                libc::xdp_desc {
+                    addr,
+                    len: len as u32,
+                    options: 0,
+                },
+            );
+            queued += 1;
+            self.stats.tx_bytes += len as u64;
+        }
+        // Ring (or UMEM) full: the rest is dropped, as a NIC queue would.
+        self.stats.tx_errors += (pkts.len() - room as usize) as u64;
+        self.stats.tx_packets += u64::from(queued);
+        if queued > 0 {
+            self.tx.submit(queued);
+        }
+        self.flush_tx();
+        for p in pkts {
+            mem.free(p.buf);
+        }
+        queued as usize
+    }
+}

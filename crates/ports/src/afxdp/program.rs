@@ -1,0 +1,225 @@
+//! The XDP program that splits an interface's traffic between the AF_XDP socket and the
+//! kernel, and the two maps userspace drives: `xsks` (queue → socket) and `local_addrs`
+//! (the router's own addresses, whose traffic the kernel keeps).
+//!
+//! Loading and attaching go through `aya`. On kernels with XDP bpf_links (5.9+) the
+//! attachment lives exactly as long as the link's file descriptor, so a crashed process
+//! leaves nothing behind; a program attached the older netlink way (by `ip link set dev X
+//! xdp ...`, another loader, or a kernel without links) stays until someone removes it,
+//! which [`XdpProgram::attach`] does before attaching its own.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+use aya::maps::{HashMap, MapData, XskMap};
+use aya::programs::{Xdp, XdpFlags};
+use aya::Ebpf;
+
+use super::sys;
+
+/// The compiled program (bpf/xdp_redirect.c), built by build.rs with clang's BPF target.
+pub static XDP_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.o"));
+
+/// Name of the program's function in the object.
+const PROGRAM: &str = "ferrouter_xdp";
+
+/// Where the program was attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attached {
+    /// In the driver (native XDP).
+    Driver,
+    /// In the generic path after the driver built an skb.
+    Generic,
+}
+
+/// A loaded and attached program; detaching happens when this is dropped (the `Ebpf`
+/// drops its links, closing their descriptors).
+pub(crate) struct XdpProgram {
+    xsks: XskMap<MapData>,
+    local: HashMap<MapData, [u8; 16], u8>,
+    local_set: HashSet<[u8; 16]>,
+    attached: Attached,
+    /// Owns the program and its link: dropping it closes the link and so detaches.
+    _ebpf: Ebpf,
+}
+
+/// What went wrong, as a sentence for `PortError::Xdp`.
+pub(crate) type Reason = String;
+
+impl XdpProgram {
+    /// Load the program and attach it to `ifindex`: natively if `allow_native`, falling
+    /// back to generic XDP if `allow_generic`. A netlink-attached program already there
+    /// is removed first.
+    pub(crate) fn attach(
+        ifname: &str,
+        ifindex: u32,
+        allow_native: bool,
+        allow_generic: bool,
+    ) -> Result<XdpProgram, Reason> {
+        remove_stale(ifname, ifindex)?;
+        let mut ebpf =
+            Ebpf::load(XDP_OBJECT).map_err(|e| format!("loading the XDP object failed: {e}"))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| format!("XDP object has no program {PROGRAM}"))?
+            .try_into()
+            .map_err(|e| format!("{PROGRAM} is not an XDP program: {e}"))?;
+        prog.load()
+            .map_err(|e| format!("the kernel refused the XDP program (verifier): {e}"))?;
+        let mut last_err = String::from("no XDP attach mode allowed by the options");
+        let mut attached = None;
+        let modes = [
+            (allow_native, XdpFlags::DRV_MODE, Attached::Driver, "native"),
+            (
+                allow_generic,
+                XdpFlags::SKB_MODE,
+                Attached::Generic,
+                "generic",
+            ),
+        ];
+        for (allowed, flags, kind, name) in modes {
+            if !allowed {
+                continue;
+            }
+            match prog.attach_to_if_index(ifindex, flags) {
+                Ok(_) => {
+                    attached = Some(kind);
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(ifname, mode = name, error = %e, "XDP attach failed");
+                    last_err = format!("XDP not supported in {name} mode: {e}");
+                }
+            }
+        }
+        let attached = attached.ok_or(last_err)?;
+        let xsks = XskMap::try_from(ebpf.take_map("xsks").ok_or("XDP object has no map xsks")?)
+            .map_err(|e| format!("map xsks: {e}"))?;
+        let local = HashMap::try_from(
+            ebpf.take_map("local_addrs")
+                .ok_or("XDP object has no map local_addrs")?,
+        )
+        .map_err(|e| format!("map local_addrs: {e}"))?;
+        Ok(XdpProgram {
+            xsks,
+            local,
+            local_set: HashSet::new(),
+            attached,
+            _ebpf: ebpf,
+        })
+    }
+
+    /// Where the program runs.
+    pub(crate) fn attached(&self) -> Attached {
+        self.attached
+    }
+
+    /// Redirect queue `queue_id`'s traffic to socket `fd`.
+    pub(crate) fn set_socket(&mut self, queue_id: u32, fd: &impl AsRawFd) -> Result<(), Reason> {
+        self.xsks
+            .set(queue_id, fd.as_raw_fd(), 0)
+            .map_err(|e| format!("inserting the AF_XDP socket into xsks[{queue_id}] failed: {e}"))
+    }
+
+    /// Make `addrs` exactly the set of addresses whose traffic goes to the kernel.
+    pub(crate) fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), Reason> {
+        let want: HashSet<[u8; 16]> = addrs.iter().map(|a| map_key(*a)).collect();
+        // Add before removing, so an address present in both sets never leaks to the fast
+        // path in between.
+        for k in want.difference(&self.local_set) {
+            self.local
+                .insert(k, 1u8, 0)
+                .map_err(|e| format!("adding {} to local_addrs failed: {e}", key_addr(k)))?;
+        }
+        for k in self.local_set.difference(&want) {
+            match self.local.remove(k) {
+                Ok(()) => {}
+                // Already gone: the goal is reached.
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => {
+                    return Err(format!(
+                        "removing {} from local_addrs failed: {e}",
+                        key_addr(k)
+                    ))
+                }
+            }
+        }
+        self.local_set = want;
+        Ok(())
+    }
+
+    /// Addresses currently in `local_addrs`, as the kernel holds them.
+    pub(crate) fn local_addrs(&self) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self
+            .local
+            .keys()
+            .filter_map(Result::ok)
+            .map(|k| key_addr(&k))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// Remove any netlink-attached program from `ifindex`, in both modes.
+fn remove_stale(ifname: &str, ifindex: u32) -> Result<(), Reason> {
+    for (mode, name) in [
+        (sys::XDP_FLAGS_DRV_MODE, "native"),
+        (sys::XDP_FLAGS_SKB_MODE, "generic"),
+    ] {
+        match sys::netlink_xdp_detach(ifindex, mode) {
+            Ok(()) => {}
+            // The device has no native XDP: nothing can be attached there.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return Err(format!(
+                    "another running process holds an XDP program on {ifname} ({name} mode, \
+                     bpf_link); stop it first (`bpftool net` shows it)"
+                ))
+            }
+            Err(e) => {
+                return Err(format!(
+                    "removing a stale {name} XDP program from {ifname} failed: {e} \
+                     (try `ip link set dev {ifname} xdp off`)"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `local_addrs` key of an address: IPv6 as is, IPv4 as `::ffff:a.b.c.d`.
+pub(crate) fn map_key(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The address a `local_addrs` key stands for.
+fn key_addr(k: &[u8; 16]) -> IpAddr {
+    std::net::Ipv6Addr::from(*k).to_canonical()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_ipv4_into_ipv6() {
+        let v4: IpAddr = "192.0.2.1".parse().unwrap();
+        let k = map_key(v4);
+        assert_eq!(k, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1]);
+        assert_eq!(key_addr(&k), v4);
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(key_addr(&map_key(v6)), v6);
+    }
+
+    #[test]
+    fn object_is_an_elf_for_bpf() {
+        assert_eq!(&XDP_OBJECT[..4], b"\x7fELF");
+        // e_machine EM_BPF (247), little endian.
+        assert_eq!(u16::from_le_bytes([XDP_OBJECT[18], XDP_OBJECT[19]]), 247);
+    }
+}
