@@ -92,6 +92,44 @@ fn fib_route(lab: &Lab, prefix: &str) -> Option<Value> {
         .cloned()
 }
 
+/// Every FIB entry: (prefix, source).
+fn fib_all(lab: &Lab) -> Vec<(String, String)> {
+    api(lab, "routes", None)["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["prefix"].as_str().unwrap().to_string(),
+                r["source"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// How many of the originated prefixes the FIB holds: (IPv4, IPv6).
+fn learned(lab: &Lab) -> (usize, usize) {
+    let (mut v4, mut v6) = (0, 0);
+    for (p, _) in fib_all(lab) {
+        let in_v4_range = p.strip_suffix(".0/24").is_some_and(|net| {
+            let o: Vec<u32> = net.split('.').filter_map(|x| x.parse().ok()).collect();
+            o.len() == 3 && o[0] == 10 && (200..240).contains(&o[1])
+        });
+        if in_v4_range {
+            v4 += 1;
+        } else if p.starts_with("2001:db8:100:") && p.ends_with("/64") {
+            v6 += 1;
+        }
+    }
+    (v4, v6)
+}
+
+/// FIB entries that came from main-table routes (not neighbours' host routes, which the
+/// pings add).
+fn route_entries(lab: &Lab) -> usize {
+    fib_all(lab).iter().filter(|(_, s)| s == "route").count()
+}
+
 fn kernel_forwarded(lab: &Lab) -> (u64, u64) {
     let c = api(lab, "counters", None);
     (
@@ -202,13 +240,16 @@ impl Drop for Daemons {
             let _ = c.kill();
             let _ = c.wait();
         }
-        // Last resort: anything still running from this lab's private directories.
+        // Last resort: anything still running from this lab's private directories. Their
+        // logs stay for a look after a failure.
         for dir in [&self.frr, &self.bird] {
             let _ = Command::new("pkill")
                 .args(["-KILL", "-f"])
                 .arg(format!("{}/", dir.display()))
                 .status();
-            let _ = std::fs::remove_dir_all(dir);
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
 }
@@ -309,6 +350,7 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     let mut d = Daemons::new(lab);
     let (h2, rtr) = (lab.h2(), lab.rtr());
     let (base4, base6) = fib_counts(lab);
+    let base_routes = route_entries(lab);
 
     // h2 answers on one address inside each sampled prefix.
     let s4: Vec<(String, String)> = sample(50, V4_PREFIXES).into_iter().map(v4_prefix).collect();
@@ -401,12 +443,16 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     };
 
     // All prefixes reach the FIB.
+    let mut first = None;
     let learn = wait_for(
         "learning the prefixes",
         Duration::from_secs(90),
         &mut d,
         || {
             let (v4, v6) = fib_counts(lab);
+            if first.is_none() && (v4 > base4 || v6 > base6) {
+                first = Some(t_bird.elapsed());
+            }
             (
                 v4 >= base4 + V4_PREFIXES as u64 && v6 >= base6 + V6_PREFIXES as u64,
                 format!("FIB has {v4} IPv4 (baseline {base4}), {v6} IPv6 (baseline {base6})"),
@@ -414,7 +460,16 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         },
     );
     let learn_total = t_bird.elapsed();
-    eprintln!("all {V4_PREFIXES} + {V6_PREFIXES} prefixes in the FIB {learn_total:?} after starting BIRD (polled {learn:?})");
+    eprintln!(
+        "all {V4_PREFIXES} + {V6_PREFIXES} prefixes in the FIB {learn_total:?} after starting BIRD \
+         (first one after {first:?}, polled {learn:?}); sync {}",
+        api(lab, "counters", None)["sync"]
+    );
+    assert_eq!(
+        learned(lab),
+        (V4_PREFIXES, V6_PREFIXES),
+        "exactly the originated prefixes"
+    );
 
     // The daemons agree: sessions up, every prefix received.
     let vtysh = |cmd: &str| -> Value {
@@ -432,18 +487,19 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         assert!(ok, "vtysh {cmd}: {out}");
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("vtysh {cmd} json ({e}): {out}"))
     };
-    let v = vtysh("show bgp ipv4 unicast summary json");
-    let peer = &v["peers"][lab::H2_V4];
-    assert!(
-        peer["state"] == "Established" && peer["pfxRcd"] == V4_PREFIXES,
-        "{v}"
-    );
-    let v = vtysh("show bgp ipv6 unicast summary json");
-    let peer = &v["peers"][lab::H2_V6];
-    assert!(
-        peer["state"] == "Established" && peer["pfxRcd"] == V6_PREFIXES,
-        "{v}"
-    );
+    for (af, peer, n) in [
+        ("ipv4", lab::H2_V4, V4_PREFIXES),
+        ("ipv6", lab::H2_V6, V6_PREFIXES),
+    ] {
+        let v = vtysh(&format!("show bgp {af} unicast summary json"));
+        let p = &v["peers"][peer];
+        assert!(p["state"] == "Established" && p["pfxRcd"] == n, "{v}");
+        let up = Duration::from_millis(p["peerUptimeMsec"].as_u64().unwrap_or(0));
+        eprintln!(
+            "{af} session with {peer} Established {:?} after starting BIRD",
+            t_bird.elapsed().saturating_sub(up)
+        );
+    }
     for (proto, n) in [("rtr4", V4_PREFIXES), ("rtr6", V6_PREFIXES)] {
         let out = birdc(&["show", "protocols", "all", proto]);
         assert!(
@@ -527,10 +583,10 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         Duration::from_secs(60),
         &mut d,
         || {
-            let (v4, v6) = fib_counts(lab);
+            let (v4, v6) = learned(lab);
             (
-                v4 <= base4 && v6 <= base6,
-                format!("FIB has {v4} IPv4 (baseline {base4}), {v6} IPv6 (baseline {base6})"),
+                (v4, v6) == (0, 0),
+                format!("FIB still has {v4} IPv4 and {v6} IPv6 of the prefixes"),
             )
         },
     );
@@ -538,7 +594,11 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         "all prefixes gone from the FIB {:?} after the withdrawal (polled {wd:?})",
         t_wd.elapsed()
     );
-    assert_eq!(fib_counts(lab), (base4, base6));
+    assert_eq!(
+        route_entries(lab),
+        base_routes,
+        "back to the routes before BGP"
+    );
     for (prefix, _) in [&s4[0], &s4[s4.len() - 1], &s6[0]] {
         assert!(
             fib_route(lab, prefix).is_none(),

@@ -208,6 +208,7 @@ fn main() -> Result<()> {
         } => demo(routes4, routes6, duration),
         Cmd::Run { config } => {
             tracing_subscriber::fmt()
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| "info".into()),

@@ -24,7 +24,7 @@ pub fn render(what: &str, v: &Value) -> String {
         "interfaces" => {
             let _ = writeln!(
                 o,
-                "{:<4} {:<10} {:<9} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  addresses",
+                "{:<4} {:<10} {:<21} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  addresses",
                 "port",
                 "name",
                 "backend",
@@ -43,7 +43,7 @@ pub fn render(what: &str, v: &Value) -> String {
                     .join(",");
                 let _ = writeln!(
                     o,
-                    "{:<4} {:<10} {:<9} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  {}",
+                    "{:<4} {:<10} {:<21} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  {}",
                     s(&p["port"]),
                     s(&p["name"]),
                     s(&p["backend"]),

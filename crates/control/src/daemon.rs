@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use dataplane::punt::PuntConsumer;
 use dataplane::worker::{self, WorkerExit, WorkerHandle};
 use dataplane::{Arena, Graph, GraphConfig, Interfaces, Output, Reason, Vector};
-use ports::{AfPacket, AfPacketOptions};
+use ports::{AfPacket, AfPacketOptions, AfXdp, AfXdpOptions, PortStats};
 use rustc_hash::FxHashMap;
 
 use crate::api;
@@ -49,8 +49,66 @@ pub struct PortFacts {
     pub name: String,
     /// Linux ifindex.
     pub ifindex: u32,
-    /// Backend in use.
-    pub backend: &'static str,
+    /// Backend in use (with the XDP mode for AF_XDP).
+    pub backend: String,
+}
+
+/// A port of either backend, as the worker drives it.
+pub enum LivePort {
+    /// AF_PACKET (TPACKET_V3): works everywhere; the kernel sees every frame too.
+    Packet(AfPacket),
+    /// AF_XDP: the XDP program passes the kernel's traffic up and redirects the rest.
+    Xdp(AfXdp),
+}
+
+impl LivePort {
+    fn stats(&self) -> PortStats {
+        match self {
+            LivePort::Packet(p) => p.stats(),
+            LivePort::Xdp(p) => p.stats(),
+        }
+    }
+    fn fd(&self) -> std::os::fd::RawFd {
+        match self {
+            LivePort::Packet(p) => p.fd(),
+            LivePort::Xdp(p) => p.fd(),
+        }
+    }
+    fn facts(&self, port: u16) -> PortFacts {
+        let (name, ifindex, backend) = match self {
+            LivePort::Packet(p) => (p.ifname(), p.ifindex(), "af_packet".to_string()),
+            LivePort::Xdp(p) => (p.ifname(), p.ifindex(), format!("af_xdp ({})", p.mode())),
+        };
+        PortFacts {
+            port,
+            name: name.to_string(),
+            ifindex,
+            backend,
+        }
+    }
+    /// Tell the XDP program which destinations are the router's own.
+    fn set_local_addrs(&mut self, addrs: &[IpAddr]) {
+        if let LivePort::Xdp(p) = self {
+            if let Err(e) = p.set_local_addrs(addrs) {
+                tracing::warn!("updating local addresses of {}: {e}", p.ifname());
+            }
+        }
+    }
+}
+
+impl dataplane::worker::Port<Arena> for LivePort {
+    fn rx_burst(&mut self, mem: &mut Arena, v: &mut Vector) -> usize {
+        match self {
+            LivePort::Packet(p) => p.rx_burst(mem, v),
+            LivePort::Xdp(p) => p.rx_burst(mem, v),
+        }
+    }
+    fn tx_burst(&mut self, mem: &mut Arena, pkts: &[dataplane::Pkt]) -> usize {
+        match self {
+            LivePort::Packet(p) => p.tx_burst(mem, pkts),
+            LivePort::Xdp(p) => p.tx_burst(mem, pkts),
+        }
+    }
 }
 
 /// Everything the API needs to answer.
@@ -84,33 +142,48 @@ fn kernel_forwarding_off() -> Result<()> {
     Ok(())
 }
 
-fn open_ports(cfg: &Config) -> Result<Vec<AfPacket>> {
+fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
+    // No qdisc bypass: frames we send stay visible to tcpdump, as operators expect.
+    let opts = AfPacketOptions {
+        qdisc_bypass: false,
+        ..AfPacketOptions::default()
+    };
+    Ok(LivePort::Packet(
+        AfPacket::open(name, port, opts).with_context(|| format!("cannot open port {name}"))?,
+    ))
+}
+
+/// Open every configured port, AF_XDP first where `auto` allows it. Any failure drops the
+/// ports opened so far (sockets closed, XDP programs detached): nothing stays half-started.
+fn open_ports(cfg: &Config, locals: &[IpAddr]) -> Result<Vec<LivePort>> {
     let mut ports = Vec::with_capacity(cfg.ports.len());
     for (i, p) in cfg.ports.iter().enumerate() {
-        match p.backend {
-            Backend::AfXdp => bail!(
-                "port {}: the af_xdp backend is not available in this build yet; use backend = \"af_packet\" or \"auto\"",
-                p.name
+        let port = i as u16;
+        let mut live = match p.backend {
+            Backend::AfPacket => open_af_packet(&p.name, port)?,
+            Backend::AfXdp => LivePort::Xdp(
+                AfXdp::open(&p.name, 0, port, AfXdpOptions::default())
+                    .with_context(|| format!("cannot open port {} with AF_XDP", p.name))?,
             ),
-            Backend::Auto | Backend::AfPacket => {}
-        }
-        // An error drops the ports opened so far: nothing stays half-started.
-        // No qdisc bypass: frames we send stay visible to tcpdump, as operators expect.
-        let opts = AfPacketOptions {
-            qdisc_bypass: false,
-            ..AfPacketOptions::default()
+            Backend::Auto => match AfXdp::open(&p.name, 0, port, AfXdpOptions::default()) {
+                Ok(x) => LivePort::Xdp(x),
+                Err(e) => {
+                    tracing::warn!("port {}: AF_XDP unavailable ({e}); using AF_PACKET", p.name);
+                    open_af_packet(&p.name, port)?
+                }
+            },
         };
-        let port = AfPacket::open(&p.name, i as u16, opts)
-            .with_context(|| format!("cannot open port {}", p.name))?;
-        ports.push(port);
+        live.set_local_addrs(locals);
+        ports.push(live);
     }
     Ok(ports)
 }
 
 fn spawn_worker(
-    mut ports: Vec<AfPacket>,
+    mut ports: Vec<LivePort>,
     fib: fib::FibReader,
     ifaces: Arc<ArcSwap<Interfaces>>,
+    locals: Arc<ArcSwap<Vec<IpAddr>>>,
     iface_version: Arc<AtomicU64>,
     punt: dataplane::punt::PuntProducer,
     counters_out: Arc<Vec<PortCounters>>,
@@ -145,6 +218,10 @@ fn spawn_worker(
             if ver != seen_version {
                 seen_version = ver;
                 graph.set_interfaces(ifaces.load_full());
+                let l = locals.load();
+                for p in &mut ports {
+                    p.set_local_addrs(&l);
+                }
             }
             let n = worker::poll_once(
                 &mut graph,
@@ -178,7 +255,7 @@ fn spawn_worker(
     })?)
 }
 
-fn publish(ports: &[AfPacket], out: &[PortCounters]) {
+fn publish(ports: &[LivePort], out: &[PortCounters]) {
     for (p, c) in ports.iter().zip(out) {
         let s = p.stats();
         c.rx_packets.store(s.rx_packets, Ordering::Relaxed);
@@ -245,21 +322,7 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
     }
-    // Ports first: a start that fails on an interface must change nothing on the system.
-    let ports = open_ports(&cfg)?;
-    kernel_forwarding_off()?;
     let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
-    let facts: Vec<PortFacts> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| PortFacts {
-            port: i as u16,
-            name: p.ifname().to_string(),
-            ifindex: p.ifindex(),
-            backend: "af_packet",
-        })
-        .collect();
-
     let (writer, reader) = fib::new(fib::FibConfig {
         max_tbl8_v4: 1 << 14,
         max_tbl8_v6: 1 << 18,
@@ -269,8 +332,19 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);
-
+    // Ports before any system change: a start that fails on an interface changes nothing.
+    let ports = open_ports(&cfg, &sync.local_addresses())?;
+    kernel_forwarding_off()?;
+    let facts: Vec<PortFacts> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| p.facts(i as u16))
+        .collect();
+    for f in &facts {
+        tracing::info!("port {} {}: {}", f.port, f.name, f.backend);
+    }
     let ifaces = Arc::new(ArcSwap::from_pointee(sync.interfaces()));
+    let locals = Arc::new(ArcSwap::from_pointee(sync.local_addresses()));
     let iface_version = Arc::new(AtomicU64::new(0));
     let (punt_tx, mut punt_rx): (_, PuntConsumer) = dataplane::punt::queue(PUNT_QUEUE);
     let port_counters: Arc<Vec<PortCounters>> =
@@ -279,6 +353,7 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         ports,
         reader,
         ifaces.clone(),
+        locals.clone(),
         iface_version.clone(),
         punt_tx,
         port_counters.clone(),
@@ -305,7 +380,7 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         &shared,
         &mut mirror,
         &mut punt_rx,
-        &ifaces,
+        (&ifaces, &locals),
         &iface_version,
         &mut handle,
         &term,
@@ -325,7 +400,7 @@ fn control_loop(
     shared: &Shared,
     mirror: &mut linux::Mirror,
     punts: &mut PuntConsumer,
-    ifaces: &ArcSwap<Interfaces>,
+    (ifaces, locals): (&ArcSwap<Interfaces>, &ArcSwap<Vec<IpAddr>>),
     iface_version: &AtomicU64,
     handle: &mut WorkerHandle,
     term: &AtomicBool,
@@ -357,6 +432,7 @@ fn control_loop(
         if sync.interfaces_version() != published {
             published = sync.interfaces_version();
             ifaces.store(Arc::new(sync.interfaces()));
+            locals.store(Arc::new(sync.local_addresses()));
             iface_version.fetch_add(1, Ordering::Release);
         }
         // Bounded: at most the queue's capacity per round.

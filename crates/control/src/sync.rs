@@ -215,6 +215,15 @@ impl Sync {
             .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
     }
 
+    /// Every address of the router, on any interface: traffic to them belongs to the kernel
+    /// (the XDP program passes it up).
+    pub fn local_addresses(&self) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self.addrs.iter().map(|a| a.addr).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// The fast path's view of its ports.
     pub fn interfaces(&self) -> Interfaces {
         let ports = self

@@ -40,6 +40,8 @@ pub struct Lab {
     pub dir: PathBuf,
     /// Extra top-level config lines (tests use it, e.g. a small netlink buffer).
     pub extra_config: String,
+    /// Port backend written into the config: "auto", "af_xdp" or "af_packet".
+    pub backend: String,
 }
 
 fn run(cmd: &mut Command) -> Result<Output> {
@@ -66,6 +68,7 @@ impl Lab {
             prefix: prefix.to_string(),
             dir: PathBuf::from(format!("/run/ferrouter-lab/{prefix}")),
             extra_config: String::new(),
+            backend: "auto".into(),
         }
     }
     /// Namespace of h1.
@@ -193,9 +196,10 @@ impl Lab {
     pub fn write_config(&self) -> Result<PathBuf> {
         let path = self.dir.join("ferrouter.toml");
         let text = format!(
-            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = 1\n{}\n[[port]]\nname = \"r1\"\n\n[[port]]\nname = \"r2\"\n",
+            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = 1\n{}\n[[port]]\nname = \"r1\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"r2\"\nbackend = \"{b}\"\n",
             self.socket().display(),
-            self.extra_config
+            self.extra_config,
+            b = self.backend
         );
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         Ok(path)

@@ -88,19 +88,21 @@ fn main() {
     println!("AF_XDP port: {} ({:?})", x.mode(), x);
     let run = Duration::from_secs_f64(secs);
     let mpps = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9) / 1e6;
+    let (xm, pm) = (x.mac(), p.mac());
+    let (xr, pr, stop) = (&mut x, &mut p, &stop);
     std::thread::scope(|s| {
         let ((sent, tx_time), (received, rx_time)) = if dir == "tx" {
-            let template = udp64(p.mac(), x.mac());
-            let rx = s.spawn(|| sink(&mut p, &stop));
-            let tx = s.spawn(|| blast(&mut x, &template, run));
+            let template = udp64(pm, xm);
+            let rx = s.spawn(move || sink(pr, stop));
+            let tx = s.spawn(move || blast(xr, &template, run));
             let t = tx.join().unwrap();
             std::thread::sleep(Duration::from_millis(50));
             stop.store(true, Ordering::Relaxed);
             (t, rx.join().unwrap())
         } else {
-            let template = udp64(x.mac(), p.mac());
-            let rx = s.spawn(|| sink(&mut x, &stop));
-            let tx = s.spawn(|| blast(&mut p, &template, run));
+            let template = udp64(xm, pm);
+            let rx = s.spawn(move || sink(xr, stop));
+            let tx = s.spawn(move || blast(pr, &template, run));
             let t = tx.join().unwrap();
             std::thread::sleep(Duration::from_millis(50));
             stop.store(true, Ordering::Relaxed);

@@ -19,7 +19,10 @@ use aya::Ebpf;
 use super::sys;
 
 /// The compiled program (bpf/xdp_redirect.c), built by build.rs with clang's BPF target.
-pub static XDP_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect.o"));
+/// Aligned to 32 bytes: the ELF parser reads headers in place and fails on a misaligned
+/// buffer, which a plain `include_bytes!` may be.
+pub static XDP_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_redirect.o"));
 
 /// Name of the program's function in the object.
 const PROGRAM: &str = "ferrouter_xdp";
@@ -221,5 +224,6 @@ mod tests {
         assert_eq!(&XDP_OBJECT[..4], b"\x7fELF");
         // e_machine EM_BPF (247), little endian.
         assert_eq!(u16::from_le_bytes([XDP_OBJECT[18], XDP_OBJECT[19]]), 247);
+        assert_eq!(XDP_OBJECT.as_ptr() as usize % 8, 0);
     }
 }
