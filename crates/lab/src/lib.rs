@@ -144,6 +144,17 @@ impl Lab {
         let (h1, h2, rtr) = (self.h1(), self.h2(), self.rtr());
         for ns in [&h1, &h2, &rtr] {
             ip(&["netns", "add", ns])?;
+            // No duplicate address detection in a lab of our own: link-local addresses are
+            // usable at once (routing daemons need them for IPv6 next hops).
+            let _ = self.exec_status(
+                ns,
+                &[
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.default.accept_dad=0",
+                    "net.ipv6.conf.all.accept_dad=0",
+                ],
+            );
             self.ns_in(ns, &["link", "set", "lo", "up"])?;
         }
         ip(&[
