@@ -65,7 +65,7 @@ fn mask6(len: u8) -> u128 {
 }
 
 /// `n` unique IPv4 prefixes (host byte order, host bits zero) in unicast space
-/// 1.0.0.0–223.255.255.255 excluding 127/8.
+/// 1.0.0.0–223.255.255.255 excluding 127/8 and 169.254/16.
 pub fn gen_v4(n: usize, seed: u64) -> Vec<(u32, u8)> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut seen: FxHashSet<(u32, u8)> = FxHashSet::default();
@@ -84,6 +84,10 @@ pub fn gen_v4(n: usize, seed: u64) -> Vec<(u32, u8)> {
             }
         };
         let addr = (first << 24 | rng.gen_range(0..1u32 << 24)) & mask4(len);
+        // 169.254/16 is link-local: never in a routing table, and a router never forwards it.
+        if addr >> 16 == 0xa9fe {
+            continue;
+        }
         if seen.insert((addr, len)) {
             out.push((addr, len));
         }
@@ -174,7 +178,7 @@ mod tests {
         assert_eq!(set.len(), r.len());
         for &(p, l) in &r {
             assert_eq!(p & !mask4(l), 0, "host bits set in {p:#x}/{l}");
-            assert!((1..224).contains(&(p >> 24)) && p >> 24 != 127);
+            assert!((1..224).contains(&(p >> 24)) && p >> 24 != 127 && p >> 16 != 0xa9fe);
         }
         let n24 = r.iter().filter(|x| x.1 == 24).count();
         assert!(n24 > 10_000 && n24 < 14_000, "{n24} /24s");

@@ -8,7 +8,7 @@
 //!
 //! [[port]]
 //! name = "eth1"
-//! backend = "auto"      # auto | af_packet | af_xdp
+//! backend = "auto"      # auto (AF_XDP, else AF_PACKET) | af_xdp | af_packet
 //!
 //! [[port]]
 //! name = "eth2"
@@ -22,12 +22,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// Best available for the interface.
+    /// AF_XDP if the interface takes it, else AF_PACKET (the reason is logged).
     #[default]
     Auto,
     /// AF_PACKET with a TPACKET_V3 ring (works on every interface).
     AfPacket,
-    /// AF_XDP (not built yet: rejected with a clear message).
+    /// AF_XDP with the XDP program (native or generic XDP, zero-copy or copy).
     AfXdp,
 }
 

@@ -58,7 +58,7 @@ pub enum LivePort {
     /// AF_PACKET (TPACKET_V3): works everywhere; the kernel sees every frame too.
     Packet(AfPacket),
     /// AF_XDP: the XDP program passes the kernel's traffic up and redirects the rest.
-    Xdp(AfXdp),
+    Xdp(Box<AfXdp>),
 }
 
 impl LivePort {
@@ -161,12 +161,12 @@ fn open_ports(cfg: &Config, locals: &[IpAddr]) -> Result<Vec<LivePort>> {
         let port = i as u16;
         let mut live = match p.backend {
             Backend::AfPacket => open_af_packet(&p.name, port)?,
-            Backend::AfXdp => LivePort::Xdp(
+            Backend::AfXdp => LivePort::Xdp(Box::new(
                 AfXdp::open(&p.name, 0, port, AfXdpOptions::default())
                     .with_context(|| format!("cannot open port {} with AF_XDP", p.name))?,
-            ),
+            )),
             Backend::Auto => match AfXdp::open(&p.name, 0, port, AfXdpOptions::default()) {
-                Ok(x) => LivePort::Xdp(x),
+                Ok(x) => LivePort::Xdp(Box::new(x)),
                 Err(e) => {
                     tracing::warn!("port {}: AF_XDP unavailable ({e}); using AF_PACKET", p.name);
                     open_af_packet(&p.name, port)?

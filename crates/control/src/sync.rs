@@ -757,3 +757,343 @@ impl Sync {
         self.installed.contains_key(p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linux::{RouteNextHop, NUD_FAILED, NUD_REACHABLE};
+
+    const MAC_P0: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const MAC_P1: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn link(ifindex: u32, name: &str, mac: [u8; 6]) -> Link {
+        Link {
+            ifindex,
+            name: name.into(),
+            mac: Some(mac),
+            mtu: 1500,
+            up: true,
+            oper_up: true,
+        }
+    }
+
+    fn route(
+        table: u32,
+        dst: &str,
+        len: u8,
+        kind: RouteKind,
+        hops: &[(Option<&str>, u32)],
+    ) -> Route {
+        Route {
+            table,
+            dst: ip(dst),
+            dst_len: len,
+            kind,
+            protocol: 4,
+            priority: 0,
+            nexthops: hops
+                .iter()
+                .map(|(g, i)| RouteNextHop {
+                    gateway: g.map(ip),
+                    ifindex: Some(*i),
+                    weight: 1,
+                })
+                .collect(),
+        }
+    }
+
+    fn neigh(ifindex: u32, addr: &str, mac: [u8; 6], state: u16) -> Neigh {
+        Neigh {
+            ifindex,
+            ip: ip(addr),
+            mac: Some(mac),
+            state,
+        }
+    }
+
+    /// A sync over ports p0 (ifindex 10) and p1 (ifindex 11), with lo (1) not a port.
+    fn setup() -> (Sync, fib::FibReader) {
+        let (w, r) = fib::new(fib::FibConfig {
+            max_tbl8_v4: 64,
+            max_tbl8_v6: 1024,
+            max_readers: 4,
+        });
+        let mut s = Sync::new(w, vec!["p0".into(), "p1".into()]);
+        s.resync(Snapshot {
+            links: vec![
+                link(1, "lo", [0; 6]),
+                link(10, "p0", MAC_P0),
+                link(11, "p1", MAC_P1),
+            ],
+            addrs: vec![Addr {
+                ifindex: 10,
+                addr: ip("192.0.2.1"),
+                prefix_len: 24,
+            }],
+            neighs: vec![neigh(10, "192.0.2.9", [2, 9, 9, 9, 9, 9], NUD_REACHABLE)],
+            routes: vec![
+                route(
+                    MAIN_TABLE,
+                    "192.0.2.0",
+                    24,
+                    RouteKind::Unicast,
+                    &[(None, 10)],
+                ),
+                route(
+                    LOCAL_TABLE,
+                    "192.0.2.1",
+                    32,
+                    RouteKind::Local,
+                    &[(None, 10)],
+                ),
+                route(
+                    MAIN_TABLE,
+                    "198.51.100.0",
+                    24,
+                    RouteKind::Unicast,
+                    &[(Some("192.0.2.9"), 10)],
+                ),
+                route(MAIN_TABLE, "203.0.113.0", 24, RouteKind::Blackhole, &[]),
+                route(
+                    MAIN_TABLE,
+                    "10.0.0.0",
+                    8,
+                    RouteKind::Unicast,
+                    &[(Some("192.0.2.9"), 10), (Some("192.0.2.10"), 10)],
+                ),
+                route(
+                    MAIN_TABLE,
+                    "172.16.0.0",
+                    12,
+                    RouteKind::Unicast,
+                    &[(Some("127.0.0.2"), 1)],
+                ),
+            ],
+        });
+        (s, r)
+    }
+
+    fn lookup(r: &fib::FibReader, a: &str) -> Option<NextHop> {
+        let IpAddr::V4(v) = ip(a) else { unreachable!() };
+        r.next_hop(r.lookup4(v.into())).cloned()
+    }
+
+    fn nh(s: &Sync, p: &str) -> String {
+        s.routes(Some(p))
+            .unwrap()
+            .first()
+            .map(|r| r.next_hop.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn kernel_state_becomes_fib_entries() {
+        let (s, r) = setup();
+        assert!(
+            matches!(lookup(&r, "192.0.2.1"), Some(NextHop::Local)),
+            "own address punts"
+        );
+        assert!(
+            matches!(lookup(&r, "192.0.2.77"), Some(NextHop::Glean { port: 0 })),
+            "connected, unresolved"
+        );
+        match lookup(&r, "192.0.2.9") {
+            Some(NextHop::Forward(a)) => assert_eq!(
+                (a.port, a.dst_mac, a.src_mac),
+                (0, [2, 9, 9, 9, 9, 9], MAC_P0)
+            ),
+            other => panic!("neighbour host route: {other:?}"),
+        }
+        assert!(
+            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Forward(_))),
+            "via a resolved gateway"
+        );
+        assert!(matches!(lookup(&r, "203.0.113.5"), Some(NextHop::Drop)));
+        assert!(matches!(lookup(&r, "10.1.2.3"), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        assert!(
+            matches!(lookup(&r, "172.16.0.1"), Some(NextHop::Local)),
+            "via a non-port interface: kernel"
+        );
+        assert!(
+            nh(&s, "10.0.0.0/8").starts_with("ecmp ["),
+            "{}",
+            nh(&s, "10.0.0.0/8")
+        );
+        assert_eq!(s.local_addresses(), vec![ip("192.0.2.1")]);
+        assert_eq!(
+            s.glean_target(ip("192.0.2.77")),
+            Some((10, ip("192.0.2.77")))
+        );
+    }
+
+    #[test]
+    fn neighbour_changes_switch_every_route_through_it() {
+        let (mut s, r) = setup();
+        s.apply(Event::NewNeigh(neigh(
+            10,
+            "192.0.2.9",
+            [2, 8, 8, 8, 8, 8],
+            NUD_REACHABLE,
+        )));
+        let Some(NextHop::Forward(a)) = lookup(&r, "198.51.100.5") else {
+            panic!()
+        };
+        assert_eq!(
+            a.dst_mac,
+            [2, 8, 8, 8, 8, 8],
+            "gateway MAC change reaches the route"
+        );
+        s.apply(Event::NewNeigh(neigh(
+            10,
+            "192.0.2.9",
+            [2, 8, 8, 8, 8, 8],
+            NUD_FAILED,
+        )));
+        assert!(
+            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Glean { port: 0 })),
+            "failed neighbour: glean"
+        );
+        assert!(
+            matches!(lookup(&r, "192.0.2.9"), Some(NextHop::Glean { .. })),
+            "host route gone, connected glean"
+        );
+        assert_eq!(
+            s.glean_target(ip("198.51.100.5")),
+            Some((10, ip("192.0.2.9"))),
+            "resolve the gateway"
+        );
+        // A port MAC change re-publishes its adjacencies.
+        s.apply(Event::NewNeigh(neigh(
+            10,
+            "192.0.2.9",
+            [2, 8, 8, 8, 8, 8],
+            NUD_REACHABLE,
+        )));
+        s.apply(Event::NewLink(link(10, "p0", [2, 7, 7, 7, 7, 7])));
+        let Some(NextHop::Forward(a)) = lookup(&r, "198.51.100.5") else {
+            panic!()
+        };
+        assert_eq!(a.src_mac, [2, 7, 7, 7, 7, 7]);
+    }
+
+    #[test]
+    fn route_events_metric_preference_and_cleanup() {
+        let (mut s, r) = setup();
+        let mut better = route(MAIN_TABLE, "198.51.100.0", 24, RouteKind::Blackhole, &[]);
+        better.priority = 0;
+        let mut worse = route(
+            MAIN_TABLE,
+            "198.51.100.0",
+            24,
+            RouteKind::Unicast,
+            &[(Some("192.0.2.9"), 10)],
+        );
+        worse.priority = 100;
+        s.apply(Event::NewRoute(worse.clone()));
+        s.apply(Event::DelRoute(route(
+            MAIN_TABLE,
+            "198.51.100.0",
+            24,
+            RouteKind::Unicast,
+            &[(Some("192.0.2.9"), 10)],
+        )));
+        assert!(
+            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Forward(_))),
+            "metric 100 route remains"
+        );
+        s.apply(Event::NewRoute(better.clone()));
+        assert!(
+            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Drop)),
+            "lower metric wins"
+        );
+        s.apply(Event::DelRoute(better));
+        s.apply(Event::DelRoute(worse));
+        assert_eq!(lookup(&r, "198.51.100.5"), None, "all gone: no route");
+        s.apply(Event::DelRoute(route(
+            MAIN_TABLE,
+            "10.0.0.0",
+            8,
+            RouteKind::Unicast,
+            &[],
+        )));
+        assert_eq!(lookup(&r, "10.1.1.1"), None);
+        // Every next hop that no route uses any more was released.
+        let used: usize = s.nh.values().map(|e| e.refs).sum();
+        assert!(
+            s.nh.len() <= 6 && used >= s.nh.len(),
+            "{} next hops left",
+            s.nh.len()
+        );
+    }
+
+    #[test]
+    fn ipv6_multipath_partial_delete_keeps_the_rest() {
+        let (mut s, r) = setup();
+        let full = route(
+            MAIN_TABLE,
+            "2001:db8:9::",
+            48,
+            RouteKind::Unicast,
+            &[(Some("fe80::1"), 10), (Some("fe80::2"), 11)],
+        );
+        s.apply(Event::NewRoute(full));
+        let key: [u8; 16] = "2001:db8:9::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
+        assert!(matches!(r.next_hop(r.lookup6(&key)), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        s.apply(Event::DelRoute(route(
+            MAIN_TABLE,
+            "2001:db8:9::",
+            48,
+            RouteKind::Unicast,
+            &[(Some("fe80::1"), 10)],
+        )));
+        assert!(
+            matches!(
+                r.next_hop(r.lookup6(&key)),
+                Some(NextHop::Glean { port: 1 })
+            ),
+            "one hop left, on p1"
+        );
+        s.apply(Event::DelRoute(route(
+            MAIN_TABLE,
+            "2001:db8:9::",
+            48,
+            RouteKind::Unicast,
+            &[(Some("fe80::2"), 11)],
+        )));
+        assert_eq!(r.lookup6(&key), fib::MISS);
+    }
+
+    #[test]
+    fn overflow_asks_for_resync_and_resync_converges() {
+        let (mut s, r) = setup();
+        assert!(!s.apply(Event::Overflow));
+        // The dump after an overflow lost the blackhole and gained a route.
+        s.resync(Snapshot {
+            links: vec![link(10, "p0", MAC_P0), link(11, "p1", MAC_P1)],
+            addrs: vec![],
+            neighs: vec![],
+            routes: vec![route(
+                MAIN_TABLE,
+                "100.64.0.0",
+                10,
+                RouteKind::Unicast,
+                &[(None, 11)],
+            )],
+        });
+        assert_eq!(lookup(&r, "203.0.113.5"), None);
+        assert_eq!(lookup(&r, "192.0.2.1"), None);
+        assert!(matches!(
+            lookup(&r, "100.64.1.1"),
+            Some(NextHop::Glean { port: 1 })
+        ));
+        assert_eq!(s.route_counts(), (1, 0));
+        assert_eq!(s.stats().resyncs, 2);
+    }
+}
