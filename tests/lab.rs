@@ -755,3 +755,63 @@ fn malformed_frames(backend: &str, mtu: u32, oversize: usize) {
     );
     assert_eq!(kernel_forwarded(lab), (0, 0));
 }
+
+#[test]
+fn two_workers_each_serve_a_queue_of_every_port() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::new(&format!("t{}w", std::process::id() % 10000));
+    lab.workers = 2;
+    lab.backend = "af_xdp".into();
+    lab.down();
+    lab.up(std::path::Path::new(bin()))
+        .unwrap_or_else(|e| panic!("lab up: {e:#}"));
+    let g = Guard(lab);
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    // Eight TCP streams: the sender's queue selection hashes flows over both veth queues, and
+    // each queue's frames reach the AF_XDP socket of the worker that owns that queue.
+    let mut server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.h2(),
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            lab::H2_V4,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = lab
+        .exec_status(
+            &lab.h1(),
+            &["iperf3", "-c", lab::H2_V4, "-t", "2", "-P", "8", "-J"],
+        )
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0) > 1_000_000,
+        "{v}"
+    );
+    let c = api(lab, "counters", None);
+    let workers = c["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{c}");
+    for w in workers {
+        assert!(
+            w["forwarded"].as_u64().unwrap() > 1000,
+            "every worker forwards its queue's share: {c}"
+        );
+    }
+    let i = api(lab, "interfaces", None);
+    assert!(
+        i[0]["backend"].as_str().unwrap().starts_with("af_xdp"),
+        "{i}"
+    );
+    assert_eq!(kernel_forwarded(lab), (0, 0));
+}

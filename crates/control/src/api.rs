@@ -17,7 +17,7 @@ use dataplane::{Kind, Reason};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::daemon::Shared;
+use crate::daemon::{PortCounters, Shared};
 
 /// Largest request accepted.
 const MAX_REQUEST: u64 = 4096;
@@ -121,16 +121,23 @@ fn answer(r: &Request, shared: &Shared) -> Result<Value, String> {
                 .iter()
                 .map(|f| {
                     let info = ifaces.ports.get(f.port as usize);
-                    let c = &shared.port_counters[f.port as usize];
-                    let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                    // Summed over the workers, each of which serves one queue of the port.
+                    let g = |field: fn(&PortCounters) -> &std::sync::atomic::AtomicU64| -> u64 {
+                        shared
+                            .port_counters
+                            .iter()
+                            .filter_map(|w| w.get(f.port as usize))
+                            .map(|c| field(c).load(Ordering::Relaxed))
+                            .sum()
+                    };
                     json!({
                         "port": f.port, "name": f.name, "ifindex": f.ifindex, "backend": f.backend,
                         "mac": info.map(|i| i.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")),
                         "mtu": info.map(|i| i.mtu),
                         "ipv4": info.map(|i| i.ip4.iter().map(|a| std::net::Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>()),
                         "ipv6": info.map(|i| i.ip6.iter().map(|a| std::net::Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>()),
-                        "rx_packets": g(&c.rx_packets), "rx_bytes": g(&c.rx_bytes), "tx_packets": g(&c.tx_packets),
-                        "tx_bytes": g(&c.tx_bytes), "rx_drops": g(&c.rx_drops), "tx_errors": g(&c.tx_errors),
+                        "rx_packets": g(|c| &c.rx_packets), "rx_bytes": g(|c| &c.rx_bytes), "tx_packets": g(|c| &c.tx_packets),
+                        "tx_bytes": g(|c| &c.tx_bytes), "rx_drops": g(|c| &c.rx_drops), "tx_errors": g(|c| &c.tx_errors),
                     })
                 })
                 .collect();
@@ -158,6 +165,12 @@ fn answer(r: &Request, shared: &Shared) -> Result<Value, String> {
                 "rx": s.rx, "tx": s.tx, "vectors": s.vectors, "drops": s.drops(), "punts": s.punts(),
                 "forwarded": s.get(Reason::Ip4Forwarded) + s.get(Reason::Ip6Forwarded),
                 "reasons": reasons,
+                "workers": shared.workers.iter().map(|w| {
+                    let c = w.counters.snapshot();
+                    json!({"id": w.id, "core": w.core, "rx": c.rx, "tx": c.tx,
+                           "forwarded": c.get(Reason::Ip4Forwarded) + c.get(Reason::Ip6Forwarded),
+                           "vectors": c.vectors, "idle_polls": c.idle_polls})
+                }).collect::<Vec<_>>(),
                 "sync": sync.stats(),
                 "kernel_forwarded": kernel_forwarded(),
                 "uptime_s": shared.started.elapsed().as_secs_f64(),

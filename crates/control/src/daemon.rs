@@ -117,8 +117,8 @@ pub struct Shared {
     pub sync: Mutex<Sync>,
     /// Port facts.
     pub ports: Vec<PortFacts>,
-    /// Port counters.
-    pub port_counters: Arc<Vec<PortCounters>>,
+    /// Port counters, per worker (each worker owns one queue of every port).
+    pub port_counters: Vec<Arc<Vec<PortCounters>>>,
     /// The worker's shared state (counters).
     pub workers: Vec<Arc<worker::WorkerShared>>,
     /// Daemon start.
@@ -153,33 +153,51 @@ fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
     ))
 }
 
-/// Open every configured port, AF_XDP first where `auto` allows it. Any failure drops the
-/// ports opened so far (sockets closed, XDP programs detached): nothing stays half-started.
-fn open_ports(cfg: &Config, locals: &[IpAddr]) -> Result<Vec<LivePort>> {
-    let mut ports = Vec::with_capacity(cfg.ports.len());
+/// Open every configured port for `workers` workers — AF_XDP first where `auto` allows
+/// it, one socket per receive queue and worker — and return them as `[worker][port]`. Any
+/// failure drops what was opened so far (sockets closed, XDP programs detached): nothing
+/// stays half-started.
+fn open_ports(cfg: &Config, locals: &[IpAddr]) -> Result<Vec<Vec<LivePort>>> {
+    let workers = cfg.workers;
+    let mut per_worker: Vec<Vec<LivePort>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, p) in cfg.ports.iter().enumerate() {
         let port = i as u16;
-        let mut live = match p.backend {
-            Backend::AfPacket => open_af_packet(&p.name, port)?,
-            Backend::AfXdp => LivePort::Xdp(Box::new(
-                AfXdp::open(&p.name, 0, port, AfXdpOptions::default())
-                    .with_context(|| format!("cannot open port {} with AF_XDP", p.name))?,
-            )),
-            Backend::Auto => match AfXdp::open(&p.name, 0, port, AfXdpOptions::default()) {
-                Ok(x) => LivePort::Xdp(Box::new(x)),
+        let queues = workers as u32;
+        let xdp = |name: &str| AfXdp::open_queues(name, queues, port, AfXdpOptions::default());
+        let opened: Vec<LivePort> = match p.backend {
+            Backend::AfXdp => xdp(&p.name)
+                .with_context(|| format!("cannot open port {} with AF_XDP on {queues} queue(s)", p.name))?
+                .into_iter()
+                .map(|x| LivePort::Xdp(Box::new(x)))
+                .collect(),
+            Backend::AfPacket if workers > 1 => bail!(
+                "port {}: backend af_packet is served by a single worker; set workers = 1 or use af_xdp",
+                p.name
+            ),
+            Backend::AfPacket => vec![open_af_packet(&p.name, port)?],
+            Backend::Auto => match xdp(&p.name) {
+                Ok(v) => v.into_iter().map(|x| LivePort::Xdp(Box::new(x))).collect(),
+                Err(e) if workers > 1 => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("port {}: workers = {workers} needs AF_XDP on {workers} receive queues", p.name)))
+                }
                 Err(e) => {
                     tracing::warn!("port {}: AF_XDP unavailable ({e}); using AF_PACKET", p.name);
-                    open_af_packet(&p.name, port)?
+                    vec![open_af_packet(&p.name, port)?]
                 }
             },
         };
-        live.set_local_addrs(locals);
-        ports.push(live);
+        for (w, mut live) in opened.into_iter().enumerate() {
+            live.set_local_addrs(locals);
+            per_worker[w].push(live);
+        }
     }
-    Ok(ports)
+    Ok(per_worker)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn_worker(
+    id: usize,
     mut ports: Vec<LivePort>,
     fib: fib::FibReader,
     ifaces: Arc<ArcSwap<Interfaces>>,
@@ -188,8 +206,14 @@ fn spawn_worker(
     punt: dataplane::punt::PuntProducer,
     counters_out: Arc<Vec<PortCounters>>,
 ) -> Result<WorkerHandle> {
-    let core = worker::cores().last().copied();
-    Ok(worker::spawn(0, core, move |shared| {
+    let cores = worker::cores();
+    // One worker: the last core (the control thread keeps the first); several: one each.
+    let core = if cores.is_empty() {
+        None
+    } else {
+        Some(cores[(cores.len() - 1 + id) % cores.len()])
+    };
+    Ok(worker::spawn(id, core, move |shared| {
         let q = fib.register();
         let mut graph = Graph::new(
             fib,
@@ -333,45 +357,73 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);
     // Ports before any system change: a start that fails on an interface changes nothing.
-    let ports = open_ports(&cfg, &sync.local_addresses())?;
+    let per_worker = open_ports(&cfg, &sync.local_addresses())?;
     kernel_forwarding_off()?;
-    let facts: Vec<PortFacts> = ports
+    let facts: Vec<PortFacts> = per_worker[0]
         .iter()
         .enumerate()
         .map(|(i, p)| p.facts(i as u16))
         .collect();
     for f in &facts {
-        tracing::info!("port {} {}: {}", f.port, f.name, f.backend);
+        tracing::info!(
+            "port {} {}: {} ({} worker(s))",
+            f.port,
+            f.name,
+            f.backend,
+            per_worker.len()
+        );
     }
     let ifaces = Arc::new(ArcSwap::from_pointee(sync.interfaces()));
     let locals = Arc::new(ArcSwap::from_pointee(sync.local_addresses()));
     let iface_version = Arc::new(AtomicU64::new(0));
-    let (punt_tx, mut punt_rx): (_, PuntConsumer) = dataplane::punt::queue(PUNT_QUEUE);
-    let port_counters: Arc<Vec<PortCounters>> =
-        Arc::new((0..ports.len()).map(|_| PortCounters::default()).collect());
-    let mut handle = spawn_worker(
-        ports,
-        reader,
-        ifaces.clone(),
-        locals.clone(),
-        iface_version.clone(),
-        punt_tx,
-        port_counters.clone(),
-    )?;
+    let nports = facts.len();
+    let mut punts: Vec<PuntConsumer> = Vec::new();
+    let mut counters: Vec<Arc<Vec<PortCounters>>> = Vec::new();
+    let mut handles: Vec<WorkerHandle> = Vec::new();
+    for (w, ports) in per_worker.into_iter().enumerate() {
+        let (punt_tx, punt_rx) = dataplane::punt::queue(PUNT_QUEUE);
+        let c: Arc<Vec<PortCounters>> =
+            Arc::new((0..nports).map(|_| PortCounters::default()).collect());
+        let spawned = spawn_worker(
+            w,
+            ports,
+            reader.clone(),
+            ifaces.clone(),
+            locals.clone(),
+            iface_version.clone(),
+            punt_tx,
+            c.clone(),
+        );
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                stop_all(&mut handles);
+                return Err(e);
+            }
+        }
+        punts.push(punt_rx);
+        counters.push(c);
+    }
 
     let shared = Arc::new(Shared {
         sync: Mutex::new(sync),
         ports: facts,
-        port_counters,
-        workers: vec![handle.shared.clone()],
+        port_counters: counters,
+        workers: handles.iter().map(|h| h.shared.clone()).collect(),
         started: Instant::now(),
     });
     let socket = cfg.control_socket.clone();
-    let server = api::serve(&socket, shared.clone())
-        .with_context(|| format!("control socket {}", socket.display()))?;
+    let server = match api::serve(&socket, shared.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            stop_all(&mut handles);
+            return Err(e.context(format!("control socket {}", socket.display())));
+        }
+    };
     tracing::info!(
-        "forwarding on {} port(s); control socket {}",
+        "forwarding on {} port(s) with {} worker(s); control socket {}",
         shared.ports.len(),
+        handles.len(),
         socket.display()
     );
     ready(&socket);
@@ -379,30 +431,43 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
     let result = control_loop(
         &shared,
         &mut mirror,
-        &mut punt_rx,
+        &mut punts,
         (&ifaces, &locals),
         &iface_version,
-        &mut handle,
+        &mut handles,
         &term,
     );
-    handle.stop();
-    let exit = handle.join();
+    let died = stop_all(&mut handles);
     server.stop();
     let _ = std::fs::remove_file(&socket);
     result?;
-    if let WorkerExit::Panicked(m) = exit {
-        bail!("worker 0 died: {m}");
+    if let Some(m) = died {
+        bail!("{m}");
     }
     Ok(())
+}
+
+/// Stop and join every worker; the first death, if any, as a message.
+fn stop_all(handles: &mut [WorkerHandle]) -> Option<String> {
+    for h in handles.iter() {
+        h.stop();
+    }
+    let mut died = None;
+    for (i, h) in handles.iter_mut().enumerate() {
+        if let WorkerExit::Panicked(m) = h.join() {
+            died.get_or_insert(format!("worker {i} died: {m}"));
+        }
+    }
+    died
 }
 
 fn control_loop(
     shared: &Shared,
     mirror: &mut linux::Mirror,
-    punts: &mut PuntConsumer,
+    punts: &mut [PuntConsumer],
     (ifaces, locals): (&ArcSwap<Interfaces>, &ArcSwap<Vec<IpAddr>>),
     iface_version: &AtomicU64,
-    handle: &mut WorkerHandle,
+    handles: &mut [WorkerHandle],
     term: &AtomicBool,
 ) -> Result<()> {
     let mut events = Vec::with_capacity(1024);
@@ -435,18 +500,22 @@ fn control_loop(
             locals.store(Arc::new(sync.local_addresses()));
             iface_version.fetch_add(1, Ordering::Release);
         }
-        // Bounded: at most the queue's capacity per round.
-        for _ in 0..PUNT_QUEUE {
-            let Ok(p) = punts.pop() else { break };
-            if p.reason == Reason::PuntUnresolved {
-                resolver.handle(mirror, &sync, p.frame());
+        // Bounded: at most each queue's capacity per round.
+        for q in punts.iter_mut() {
+            for _ in 0..PUNT_QUEUE {
+                let Ok(p) = q.pop() else { break };
+                if p.reason == Reason::PuntUnresolved {
+                    resolver.handle(mirror, &sync, p.frame());
+                }
             }
         }
         drop(sync);
-        if handle.is_finished() {
-            match handle.join() {
-                WorkerExit::Panicked(m) => bail!("worker 0 died: {m}"),
-                WorkerExit::Stopped => bail!("worker 0 stopped unexpectedly"),
+        for (i, h) in handles.iter_mut().enumerate() {
+            if h.is_finished() {
+                match h.join() {
+                    WorkerExit::Panicked(m) => bail!("worker {i} died: {m}"),
+                    WorkerExit::Stopped => bail!("worker {i} stopped unexpectedly"),
+                }
             }
         }
     }

@@ -42,6 +42,8 @@ pub struct Lab {
     pub extra_config: String,
     /// Port backend written into the config: "auto", "af_xdp" or "af_packet".
     pub backend: String,
+    /// Router workers; the veth links get as many queues.
+    pub workers: usize,
 }
 
 fn run(cmd: &mut Command) -> Result<Output> {
@@ -69,6 +71,7 @@ impl Lab {
             dir: PathBuf::from(format!("/run/ferrouter-lab/{prefix}")),
             extra_config: String::new(),
             backend: "auto".into(),
+            workers: 1,
         }
     }
     /// Namespace of h1.
@@ -157,14 +160,12 @@ impl Lab {
             );
             self.ns_in(ns, &["link", "set", "lo", "up"])?;
         }
-        ip(&[
-            "link", "add", "r1", "netns", &rtr, "type", "veth", "peer", "name", "eth0", "netns",
-            &h1,
-        ])?;
-        ip(&[
-            "link", "add", "r2", "netns", &rtr, "type", "veth", "peer", "name", "eth0", "netns",
-            &h2,
-        ])?;
+        let q = self.workers.max(1).to_string();
+        for (dev, host) in [("r1", &h1), ("r2", &h2)] {
+            #[rustfmt::skip]
+            ip(&["link", "add", dev, "netns", &rtr, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
+                 "peer", "name", "eth0", "netns", host, "numtxqueues", &q, "numrxqueues", &q])?;
+        }
         let plan = [
             (&h1, "eth0", H1_V4, H1_V6),
             (&h2, "eth0", H2_V4, H2_V6),
@@ -207,10 +208,11 @@ impl Lab {
     pub fn write_config(&self) -> Result<PathBuf> {
         let path = self.dir.join("ferrouter.toml");
         let text = format!(
-            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = 1\n{}\n[[port]]\nname = \"r1\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"r2\"\nbackend = \"{b}\"\n",
+            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = {w}\n{}\n[[port]]\nname = \"r1\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"r2\"\nbackend = \"{b}\"\n",
             self.socket().display(),
             self.extra_config,
-            b = self.backend
+            b = self.backend,
+            w = self.workers.max(1)
         );
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         Ok(path)

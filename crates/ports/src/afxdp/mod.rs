@@ -19,6 +19,7 @@ mod sys;
 
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
 use dataplane::worker::Port;
@@ -79,6 +80,13 @@ impl Default for AfXdpOptions {
     }
 }
 
+/// The shared program, whatever a panicking holder left behind (its state is a kernel
+/// object; a poisoned lock carries no broken invariant of ours). Taken only at control
+/// rate (open, local-address updates), never per packet.
+fn lock(p: &Mutex<program::XdpProgram>) -> MutexGuard<'_, program::XdpProgram> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A UMEM frame address cut down to its chunk's start (RX descriptors point past the
 /// kernel's headroom).
 #[inline]
@@ -96,7 +104,7 @@ pub struct AfXdp {
     comp: sys::Ring<u64>,
     /// Detaches on drop; dropped before the socket so no frame is redirected to a closed
     /// socket (they would be dropped, not passed).
-    program: program::XdpProgram,
+    program: Arc<Mutex<program::XdpProgram>>,
     fd: OwnedFd,
     umem: sys::Mmap,
     /// Receive-side frames waiting to go back on the fill ring.
@@ -139,6 +147,30 @@ impl AfXdp {
         port_id: u16,
         opts: AfXdpOptions,
     ) -> Result<AfXdp, PortError> {
+        let (facts, program) = Self::attach(ifname, &opts)?;
+        Self::open_socket(ifname, queue_id, port_id, &opts, facts, program)
+    }
+
+    /// One socket on each of the receive queues `0..queues`, sharing one XDP program (one
+    /// worker per queue). Fails, closing everything, if any queue cannot be bound — e.g. the
+    /// interface has fewer queues.
+    pub fn open_queues(
+        ifname: &str,
+        queues: u32,
+        port_id: u16,
+        opts: AfXdpOptions,
+    ) -> Result<Vec<AfXdp>, PortError> {
+        let (facts, program) = Self::attach(ifname, &opts)?;
+        (0..queues.max(1))
+            .map(|q| Self::open_socket(ifname, q, port_id, &opts, facts, program.clone()))
+            .collect()
+    }
+
+    /// Interface facts and the attached program.
+    fn attach(
+        ifname: &str,
+        opts: &AfXdpOptions,
+    ) -> Result<((u32, [u8; 6], u32), Arc<Mutex<program::XdpProgram>>), PortError> {
         let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
         let xdp = |reason: String| PortError::Xdp {
             ifname: ifname.to_string(),
@@ -157,15 +189,29 @@ impl AfXdp {
         let mac = ifsys::hwaddr(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFHWADDR)"))?;
         let mtu = ifsys::mtu(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFMTU)"))?;
         drop(probe);
-
         let (native, generic) = match opts.attach {
             AttachMode::Auto => (true, true),
             AttachMode::Native => (true, false),
             AttachMode::Generic => (false, true),
         };
-        let mut program =
-            program::XdpProgram::attach(ifname, ifindex, native, generic).map_err(xdp)?;
+        let program = program::XdpProgram::attach(ifname, ifindex, native, generic).map_err(xdp)?;
+        Ok(((ifindex, mac, mtu), Arc::new(Mutex::new(program))))
+    }
 
+    /// A socket on `queue_id` using an attached `program`.
+    fn open_socket(
+        ifname: &str,
+        queue_id: u32,
+        port_id: u16,
+        opts: &AfXdpOptions,
+        (ifindex, mac, mtu): (u32, [u8; 6], u32),
+        program: Arc<Mutex<program::XdpProgram>>,
+    ) -> Result<AfXdp, PortError> {
+        let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
+        let xdp = |reason: String| PortError::Xdp {
+            ifname: ifname.to_string(),
+            reason,
+        };
         let ring = opts.frames / 2;
         let fd = sys::xdp_socket().map_err(err("socket(AF_XDP)"))?;
         let raw = fd.as_raw_fd();
@@ -212,13 +258,13 @@ impl AfXdp {
             .map(|i| u64::from(i) * UMEM_FRAME)
             .collect();
 
-        let (zero_copy, need_wakeup) =
-            bind(raw, ifindex, queue_id, &opts, program.attached()).map_err(xdp)?;
-        program.set_socket(queue_id, &fd).map_err(xdp)?;
+        let attached = lock(&program).attached();
+        let (zero_copy, need_wakeup) = bind(raw, ifindex, queue_id, opts, attached).map_err(xdp)?;
+        lock(&program).set_socket(queue_id, &fd).map_err(xdp)?;
         tracing::info!(
             ifname,
             queue_id,
-            attach = ?program.attached(),
+            attach = ?attached,
             zero_copy,
             need_wakeup,
             "AF_XDP port open"
@@ -282,7 +328,7 @@ impl AfXdp {
 
     /// How the port runs: `"xdp-drv/zero-copy"`, `"xdp-drv/copy"` or `"xdp-skb/copy"`.
     pub fn mode(&self) -> &'static str {
-        match (self.program.attached(), self.zero_copy) {
+        match (lock(&self.program).attached(), self.zero_copy) {
             (program::Attached::Driver, true) => "xdp-drv/zero-copy",
             (program::Attached::Driver, false) => "xdp-drv/copy",
             (program::Attached::Generic, _) => "xdp-skb/copy",
@@ -297,7 +343,7 @@ impl AfXdp {
     /// Make `addrs` the router's own addresses on this interface: traffic to them is passed
     /// to the kernel instead of the fast path. Replaces the previous set.
     pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), PortError> {
-        self.program
+        lock(&self.program)
             .set_local_addrs(addrs)
             .map_err(|reason| PortError::Xdp {
                 ifname: self.ifname.clone(),
@@ -307,7 +353,7 @@ impl AfXdp {
 
     /// The addresses the XDP program currently treats as local, sorted.
     pub fn local_addrs(&self) -> Vec<IpAddr> {
-        self.program.local_addrs()
+        lock(&self.program).local_addrs()
     }
 
     /// The port's counters, with the kernel's socket drop counters (`XDP_STATISTICS`:
