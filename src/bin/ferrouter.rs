@@ -63,6 +63,12 @@ enum Cmd {
         /// Name prefix of the lab's namespaces.
         #[arg(long, default_value = "fr", global = true)]
         name: String,
+        /// Router workers (the lab's links get as many queues; more than 1 needs AF_XDP).
+        #[arg(long, default_value_t = 1, global = true)]
+        workers: usize,
+        /// Port backend: auto, af_xdp or af_packet.
+        #[arg(long, default_value = "auto", global = true)]
+        backend: String,
     },
 }
 
@@ -228,7 +234,12 @@ fn main() -> Result<()> {
             socket,
             json,
         } => show(&socket, &what, arg.as_deref(), json),
-        Cmd::Lab { cmd, name } => lab_cmd(cmd, &name),
+        Cmd::Lab {
+            cmd,
+            name,
+            workers,
+            backend,
+        } => lab_cmd(cmd, &name, workers, &backend),
         Cmd::Bench(Bench::Pipeline(a)) => {
             let opts = pipeline_options(&a)?;
             let r = bench::pipeline::run(&opts, progress(a.json))?;
@@ -283,8 +294,16 @@ fn show(socket: &std::path::Path, what: &str, arg: Option<&str>, json: bool) -> 
     Ok(())
 }
 
-fn lab_cmd(cmd: LabCmd, name: &str) -> Result<()> {
-    let lab = lab::Lab::new(name);
+fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str) -> Result<()> {
+    if !["auto", "af_xdp", "af_packet"].contains(&backend) {
+        bail!("--backend {backend:?}: expected auto, af_xdp or af_packet");
+    }
+    if workers == 0 || workers > 16 {
+        bail!("--workers {workers}: expected 1..=16");
+    }
+    let mut lab = lab::Lab::new(name);
+    lab.workers = workers;
+    lab.backend = backend.to_string();
     let me = std::env::current_exe().context("locating the ferrouter binary")?;
     match cmd {
         LabCmd::Up => {

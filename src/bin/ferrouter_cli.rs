@@ -103,6 +103,17 @@ pub fn render(what: &str, v: &Value) -> String {
                 s(&v["kernel_forwarded"]["ipv4"]),
                 s(&v["kernel_forwarded"]["ipv6"])
             );
+            for w in v["workers"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    o,
+                    "worker {} (core {}): rx {}  tx {}  forwarded {}",
+                    s(&w["id"]),
+                    s(&w["core"]),
+                    s(&w["rx"]),
+                    s(&w["tx"]),
+                    s(&w["forwarded"])
+                );
+            }
             let _ = writeln!(
                 o,
                 "{:<16} {:<20} {:<5} {:>12}  description",

@@ -80,6 +80,11 @@ impl Default for AfXdpOptions {
     }
 }
 
+/// Interface index, MAC and MTU.
+type IfFacts = (u32, [u8; 6], u32);
+/// One attached XDP program shared by the sockets of an interface's queues.
+type SharedProgram = Arc<Mutex<program::XdpProgram>>;
+
 /// The shared program, whatever a panicking holder left behind (its state is a kernel
 /// object; a poisoned lock carries no broken invariant of ours). Taken only at control
 /// rate (open, local-address updates), never per packet.
@@ -167,10 +172,7 @@ impl AfXdp {
     }
 
     /// Interface facts and the attached program.
-    fn attach(
-        ifname: &str,
-        opts: &AfXdpOptions,
-    ) -> Result<((u32, [u8; 6], u32), Arc<Mutex<program::XdpProgram>>), PortError> {
+    fn attach(ifname: &str, opts: &AfXdpOptions) -> Result<(IfFacts, SharedProgram), PortError> {
         let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
         let xdp = |reason: String| PortError::Xdp {
             ifname: ifname.to_string(),
@@ -204,8 +206,8 @@ impl AfXdp {
         queue_id: u32,
         port_id: u16,
         opts: &AfXdpOptions,
-        (ifindex, mac, mtu): (u32, [u8; 6], u32),
-        program: Arc<Mutex<program::XdpProgram>>,
+        (ifindex, mac, mtu): IfFacts,
+        program: SharedProgram,
     ) -> Result<AfXdp, PortError> {
         let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
         let xdp = |reason: String| PortError::Xdp {
