@@ -492,6 +492,11 @@ fn sigterm_stops_cleanly_and_a_restart_relearns_state() {
         "ferrouter must exit by itself on SIGTERM"
     );
     assert!(!lab.socket().exists(), "control socket removed on exit");
+    let xdp_attached = |lab: &Lab| {
+        let out = lab.exec(&lab.rtr(), &["ip", "link", "show"]).unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    };
+    assert!(!xdp_attached(lab), "XDP programs detached on SIGTERM");
     let log = std::fs::read_to_string(lab.log_file()).unwrap();
     assert!(log.contains("stopping"), "{log}");
     // Without the fast path nothing is forwarded (kernel forwarding is off).
@@ -504,6 +509,20 @@ fn sigterm_stops_cleanly_and_a_restart_relearns_state() {
         1,
         "state picked up from netlink again: {r}"
     );
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    // A crash (SIGKILL): the next start finds no stale state in its way and forwards again.
+    assert!(xdp_attached(lab), "running with AF_XDP");
+    let pid = std::fs::read_to_string(lab.pid_file()).unwrap();
+    let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/proc/{}", pid.trim())).exists()
+        && t.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!xdp_attached(lab), "the XDP link dies with the process");
+    lab.start_router(std::path::Path::new(bin())).unwrap();
+    assert!(xdp_attached(lab));
     ping_until_ok(lab, &lab.h1(), lab::H2_V4);
 }
 

@@ -90,7 +90,8 @@ impl Lab {
     pub fn socket(&self) -> PathBuf {
         self.dir.join("ferrouter.sock")
     }
-    fn pid_file(&self) -> PathBuf {
+    /// The daemon's pid file.
+    pub fn pid_file(&self) -> PathBuf {
         self.dir.join("ferrouter.pid")
     }
     /// The daemon's log.
