@@ -6,7 +6,7 @@
 //! resolution, interface updates, worker supervision) and the API listener.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -521,9 +521,4 @@ fn control_loop(
     }
     tracing::info!("signal received: stopping");
     Ok(())
-}
-
-/// Default config path.
-pub fn default_config() -> PathBuf {
-    PathBuf::from("/etc/ferrouter/ferrouter.toml")
 }

@@ -200,15 +200,6 @@ impl Sync {
             .map(|p| p as u16)
     }
 
-    /// Linux ifindex of port `port`, if its link is known.
-    pub fn ifindex_of_port(&self, port: u16) -> Option<u32> {
-        let name = self.port_names.get(port as usize)?;
-        self.links
-            .values()
-            .find(|l| &l.name == name)
-            .map(|l| l.ifindex)
-    }
-
     fn dev_name(&self, ifindex: u32) -> String {
         self.links
             .get(&ifindex)
@@ -741,20 +732,6 @@ impl Sync {
     pub fn route_counts(&self) -> (usize, usize) {
         let v4 = self.installed.keys().filter(|p| p.0.is_ipv4()).count();
         (v4, self.installed.len() - v4)
-    }
-
-    /// Prefixes the kernel's main table holds that the FIB should mirror (for checks).
-    pub fn kernel_main_prefixes(&self) -> FxHashSet<Prefix> {
-        self.routes
-            .keys()
-            .filter(|(t, _, _)| *t == MAIN_TABLE)
-            .map(|(_, p, _)| *p)
-            .collect()
-    }
-
-    /// Whether `p` is installed.
-    pub fn is_installed(&self, p: &Prefix) -> bool {
-        self.installed.contains_key(p)
     }
 }
 
