@@ -834,3 +834,51 @@ fn two_workers_each_serve_a_queue_of_every_port() {
     );
     assert_eq!(kernel_forwarded(lab), (0, 0));
 }
+
+#[test]
+fn control_socket_rejects_bad_requests_with_clear_errors_and_stays_up() {
+    use std::io::{BufRead, BufReader, Write};
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("i", "");
+    let lab = &g.0;
+    let raw = |req: &[u8]| -> Value {
+        let mut s = std::os::unix::net::UnixStream::connect(lab.socket()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(req).unwrap();
+        s.write_all(b"\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).unwrap();
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("response is not JSON ({e}): {line:?}"))
+    };
+    for (req, needle) in [
+        (&b"not json at all"[..], "malformed request"),
+        (&b"{\"show\": 7}"[..], "malformed request"),
+        (&b"{\"show\":\"routes\",\"bogus\":1}"[..], "bogus"),
+        (&b"{\"show\":\"everything\"}"[..], "unknown item"),
+        (
+            &b"{\"show\":\"routes\",\"arg\":\"300.1.2.3\"}"[..],
+            "neither an address nor a prefix",
+        ),
+        (
+            &b"{\"show\":\"routes\",\"arg\":\"10.0.0.0/99\"}"[..],
+            "bad prefix length",
+        ),
+        (&[0xff, 0xfe, 0x00, 0x01][..], "malformed request"),
+    ] {
+        let v = raw(req);
+        assert_eq!(v["ok"], false, "{v}");
+        assert!(
+            v["error"].as_str().unwrap().contains(needle),
+            "{needle:?} in {v}"
+        );
+    }
+    // An oversized request is cut at the limit and refused, not buffered without bound.
+    let big = vec![b'x'; 1 << 20];
+    let mut s = std::os::unix::net::UnixStream::connect(lab.socket()).unwrap();
+    let _ = s.write_all(&big);
+    drop(s);
+    // The daemon still answers and still forwards.
+    assert!(api(lab, "interfaces", None).as_array().is_some());
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+}

@@ -94,9 +94,10 @@ fn handle(s: UnixStream, shared: &Shared) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut line = String::new();
-    BufReader::new((&s).take(MAX_REQUEST)).read_line(&mut line)?;
-    let resp = match serde_json::from_str::<Request>(line.trim()) {
+    // Bytes, not a String: a request that is not UTF-8 still gets a JSON error back.
+    let mut line = Vec::new();
+    BufReader::new((&s).take(MAX_REQUEST)).read_until(b'\n', &mut line)?;
+    let resp = match serde_json::from_slice::<Request>(line.trim_ascii()) {
         Ok(r) => match answer(&r, shared) {
             Ok(data) => json!({"ok": true, "data": data}),
             Err(e) => json!({"ok": false, "error": e}),
