@@ -222,7 +222,8 @@ pub fn request(socket: &Path, show: &str, arg: Option<&str>) -> Result<Value> {
             socket.display()
         )
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // Generous: a resync of a large table holds the state for a while; the CLI waits.
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let req = serde_json::to_string(&Request {
         show: show.into(),
         arg: arg.map(Into::into),

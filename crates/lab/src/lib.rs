@@ -303,5 +303,9 @@ pub struct Guard(pub Lab);
 impl Drop for Guard {
     fn drop(&mut self) {
         self.0.down();
+        // Keep the daemon's log when a test failed; otherwise leave nothing behind.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0.dir);
+        }
     }
 }
