@@ -12,6 +12,7 @@
 
 pub mod afpacket;
 pub mod afxdp;
+mod sys;
 
 pub use afpacket::{AfPacket, AfPacketOptions};
 pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode};

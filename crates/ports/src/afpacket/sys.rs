@@ -4,55 +4,27 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_int, c_void, socklen_t};
 
+use crate::sys::{cvt, getsockopt, raw_socket, setsockopt};
+pub(crate) use crate::sys::{hwaddr, ifindex, mtu};
+
 /// `ETH_P_ALL` in network byte order, as `socket`/`bind` want it.
 const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
-
-fn cvt(r: c_int) -> io::Result<c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
 
 /// A non-blocking `AF_PACKET`/`SOCK_RAW` socket that receives nothing until bound.
 pub(crate) fn packet_socket() -> io::Result<OwnedFd> {
     // Protocol 0: no frames are queued before the ring exists and the socket is bound to
     // one interface (a socket opened with ETH_P_ALL would start collecting from all of them).
-    // SAFETY: plain system call with constant arguments; the result is checked.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
-    // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn setsockopt<T>(fd: RawFd, opt: c_int, val: &T) -> io::Result<()> {
-    // SAFETY: `val` is a live, initialised T and the length passed is exactly its size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            opt,
-            val as *const T as *const c_void,
-            size_of::<T>() as socklen_t,
-        )
-    })
-    .map(drop)
+    raw_socket(libc::AF_PACKET)
 }
 
 /// `setsockopt(SOL_PACKET, opt, val)` for an integer option.
 pub(crate) fn set_int(fd: RawFd, opt: c_int, val: c_int) -> io::Result<()> {
-    setsockopt(fd, opt, &val)
+    setsockopt(fd, libc::SOL_PACKET, opt, &val)
 }
 
 /// Geometry of the receive ring.
@@ -76,25 +48,13 @@ pub(crate) fn set_rx_ring(fd: RawFd, g: RingGeometry) -> io::Result<()> {
         tp_sizeof_priv: 0,
         tp_feature_req_word: 0,
     };
-    setsockopt(fd, libc::PACKET_RX_RING, &req)
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
 }
 
 /// Drops counted by the kernel since the previous call (`PACKET_STATISTICS` resets on read).
 pub(crate) fn take_drops(fd: RawFd) -> io::Result<u64> {
-    // SAFETY: tpacket_stats_v3 is plain integers; all-zero is a valid value.
-    let mut st: libc::tpacket_stats_v3 = unsafe { zeroed() };
-    let mut len = size_of::<libc::tpacket_stats_v3>() as socklen_t;
-    // SAFETY: `st` and `len` are live and `len` is the size of `st`; the kernel writes at
-    // most `len` bytes.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            &mut st as *mut _ as *mut c_void,
-            &mut len,
-        )
-    })?;
+    let (st, _) =
+        getsockopt::<libc::tpacket_stats_v3>(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS)?;
     Ok(u64::from(st.tp_drops))
 }
 
@@ -114,55 +74,6 @@ pub(crate) fn bind(fd: RawFd, ifindex: u32) -> io::Result<()> {
         )
     })
     .map(drop)
-}
-
-/// An `ifreq` naming `ifname`, or `ENODEV` when the name cannot be an interface name.
-fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
-    let b = ifname.as_bytes();
-    if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    // SAFETY: ifreq is a C struct of integers, arrays and a union of those; all-zero is valid.
-    let mut r: libc::ifreq = unsafe { zeroed() };
-    for (d, s) in r.ifr_name.iter_mut().zip(b) {
-        *d = *s as libc::c_char;
-    }
-    Ok(r)
-}
-
-fn ioctl_ifreq(fd: RawFd, req: libc::c_ulong, r: &mut libc::ifreq) -> io::Result<()> {
-    // SAFETY: every request used here (SIOCGIFINDEX, SIOCGIFHWADDR, SIOCGIFMTU) reads and
-    // writes only within the `ifreq` passed, which is live and exclusively borrowed.
-    cvt(unsafe { libc::ioctl(fd, req as _, r as *mut libc::ifreq) }).map(drop)
-}
-
-/// Index of `ifname` in the socket's network namespace (`ENODEV` if there is none).
-pub(crate) fn ifindex(fd: RawFd, ifname: &str) -> io::Result<u32> {
-    let mut r = ifreq(ifname)?;
-    ioctl_ifreq(fd, libc::SIOCGIFINDEX, &mut r)?;
-    // SAFETY: SIOCGIFINDEX filled the `ifru_ifindex` member of the union.
-    Ok(unsafe { r.ifr_ifru.ifru_ifindex } as u32)
-}
-
-/// Hardware address of `ifname`.
-pub(crate) fn hwaddr(fd: RawFd, ifname: &str) -> io::Result<[u8; 6]> {
-    let mut r = ifreq(ifname)?;
-    ioctl_ifreq(fd, libc::SIOCGIFHWADDR, &mut r)?;
-    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member of the union.
-    let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
-    let mut mac = [0u8; 6];
-    for (d, s) in mac.iter_mut().zip(sa.sa_data.iter()) {
-        *d = *s as u8;
-    }
-    Ok(mac)
-}
-
-/// MTU of `ifname`.
-pub(crate) fn mtu(fd: RawFd, ifname: &str) -> io::Result<u32> {
-    let mut r = ifreq(ifname)?;
-    ioctl_ifreq(fd, libc::SIOCGIFMTU, &mut r)?;
-    // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member of the union.
-    Ok(unsafe { r.ifr_ifru.ifru_mtu }.max(0) as u32)
 }
 
 /// Size of the per-packet header the kernel writes in front of each frame, before the

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
 use dataplane::worker::Port;
 
-use crate::afpacket::sys as ifsys;
+use crate::sys as ifsys;
 use crate::{PortError, PortStats};
 
 pub use program::XDP_OBJECT;
@@ -185,7 +185,7 @@ impl AfXdp {
             )));
         }
         // Interface facts through a packet socket: AF_XDP sockets answer no ioctls.
-        let probe = ifsys::packet_socket().map_err(err("socket(AF_PACKET)"))?;
+        let probe = ifsys::raw_socket(libc::AF_PACKET).map_err(err("socket(AF_PACKET)"))?;
         let ifindex =
             ifsys::ifindex(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFINDEX)"))?;
         let mac = ifsys::hwaddr(probe.as_raw_fd(), ifname).map_err(err("ioctl(SIOCGIFHWADDR)"))?;

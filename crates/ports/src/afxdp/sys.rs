@@ -3,20 +3,14 @@
 //! program. Every `unsafe` block of the AF_XDP port lives here.
 
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::{c_int, c_void, socklen_t};
 
-fn cvt(r: c_int) -> io::Result<c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
+use crate::sys::{cvt, getsockopt, raw_socket, setsockopt};
 
 /// A private anonymous mapping (the UMEM) or a shared mapping of a ring.
 pub(crate) struct Mmap {
@@ -106,48 +100,7 @@ impl Drop for Mmap {
 
 /// A non-blocking `AF_XDP` socket.
 pub(crate) fn xdp_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain system call with constant arguments; the result is checked.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_XDP,
-            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
-    // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn setsockopt<T>(fd: RawFd, opt: c_int, val: &T) -> io::Result<()> {
-    // SAFETY: `val` is a live, initialised T and the length passed is exactly its size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_XDP,
-            opt,
-            val as *const T as *const c_void,
-            size_of::<T>() as socklen_t,
-        )
-    })
-    .map(drop)
-}
-
-/// `getsockopt(SOL_XDP, opt)` into a `T`; also returns the length the kernel filled.
-fn getsockopt<T>(fd: RawFd, opt: c_int) -> io::Result<(T, usize)> {
-    // SAFETY: every T used here is a plain C struct of integers, for which all-zero is valid.
-    let mut val: T = unsafe { zeroed() };
-    let mut len = size_of::<T>() as socklen_t;
-    // SAFETY: `val` is writable for `len` bytes and `len` is a valid in/out length.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            opt,
-            &mut val as *mut T as *mut c_void,
-            &mut len,
-        )
-    })?;
-    Ok((val, len as usize))
+    raw_socket(libc::AF_XDP)
 }
 
 /// Register `umem` as the socket's UMEM, cut into `frame_size` chunks.
@@ -160,18 +113,19 @@ pub(crate) fn register_umem(fd: RawFd, umem: &Mmap, frame_size: u32) -> io::Resu
         flags: 0,
         tx_metadata_len: 0,
     };
-    setsockopt(fd, libc::XDP_UMEM_REG, &reg)
+    setsockopt(fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
 }
 
 /// Ask for a ring (`XDP_RX_RING`, `XDP_TX_RING`, `XDP_UMEM_FILL_RING`,
 /// `XDP_UMEM_COMPLETION_RING`) of `entries` entries (a power of two).
 pub(crate) fn set_ring_size(fd: RawFd, ring: c_int, entries: u32) -> io::Result<()> {
-    setsockopt(fd, ring, &entries)
+    setsockopt(fd, libc::SOL_XDP, ring, &entries)
 }
 
 /// Where the producer, consumer, flags and descriptors of each ring sit in its mapping.
 pub(crate) fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
-    let (off, len) = getsockopt::<libc::xdp_mmap_offsets>(fd, libc::XDP_MMAP_OFFSETS)?;
+    let (off, len) =
+        getsockopt::<libc::xdp_mmap_offsets>(fd, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS)?;
     if len != size_of::<libc::xdp_mmap_offsets>() {
         // Pre-5.4 layout without the flags word: need_wakeup is unknown there too.
         return Err(io::Error::new(
@@ -184,7 +138,7 @@ pub(crate) fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
 
 /// The kernel's drop counters for the socket.
 pub(crate) fn statistics(fd: RawFd) -> io::Result<libc::xdp_statistics> {
-    getsockopt::<libc::xdp_statistics>(fd, libc::XDP_STATISTICS).map(|(s, _)| s)
+    getsockopt::<libc::xdp_statistics>(fd, libc::SOL_XDP, libc::XDP_STATISTICS).map(|(s, _)| s)
 }
 
 /// Bind the socket to queue `queue_id` of interface `ifindex` with `XDP_*` `flags`.
