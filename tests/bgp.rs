@@ -21,39 +21,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use lab::{Guard, Lab};
+use lab::Lab;
 use serde_json::Value;
+
+mod common;
+use common::*;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const V4_PREFIXES: usize = 10_000;
 const V6_PREFIXES: usize = 1_000;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ferrouter")
-}
-
-/// A lab with a unique name, started, torn down when the guard drops.
-fn start(tag: &str, extra_config: &str) -> Guard {
-    let mut lab = Lab::new(&format!("t{}{}", std::process::id() % 10000, tag));
-    lab.extra_config = extra_config.to_string();
-    lab.down();
-    lab.up(Path::new(bin()))
-        .unwrap_or_else(|e| panic!("lab up: {e:#}"));
-    Guard(lab)
-}
-
-fn api(lab: &Lab, what: &str, arg: Option<&str>) -> Value {
-    control::api::request(&lab.socket(), what, arg).unwrap_or_else(|e| panic!("show {what}: {e:#}"))
-}
-
-fn sh(lab: &Lab, ns: &str, args: &[&str]) -> (bool, String) {
-    let out = lab.exec_status(ns, args).unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
 
 fn ping1(lab: &Lab, dst: &str) -> (bool, String) {
     let mut a = vec!["ping", "-c", "1", "-W", "1"];
@@ -128,18 +105,6 @@ fn learned(lab: &Lab) -> (usize, usize) {
 /// pings add).
 fn route_entries(lab: &Lab) -> usize {
     fib_all(lab).iter().filter(|(_, s)| s == "route").count()
-}
-
-fn kernel_forwarded(lab: &Lab) -> (u64, u64) {
-    let c = api(lab, "counters", None);
-    (
-        c["kernel_forwarded"]["ipv4"].as_u64().unwrap(),
-        c["kernel_forwarded"]["ipv6"].as_u64().unwrap(),
-    )
-}
-
-fn forwarded(lab: &Lab) -> u64 {
-    api(lab, "counters", None)["forwarded"].as_u64().unwrap()
 }
 
 /// The i-th originated prefix and the address h2 answers on inside it.

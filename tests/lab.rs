@@ -10,39 +10,10 @@ use std::time::{Duration, Instant};
 use lab::{Guard, Lab};
 use serde_json::Value;
 
+mod common;
+use common::*;
+
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ferrouter")
-}
-
-/// A lab with a unique name, started, torn down when the guard drops.
-fn start(tag: &str, extra_config: &str) -> Guard {
-    start_with(tag, extra_config, "auto")
-}
-
-/// A lab whose ports use `backend` ("auto" picks AF_XDP on veth).
-fn start_with(tag: &str, extra_config: &str, backend: &str) -> Guard {
-    let mut lab = Lab::new(&format!("t{}{}", std::process::id() % 10000, tag));
-    lab.extra_config = extra_config.to_string();
-    lab.backend = backend.to_string();
-    lab.down();
-    lab.up(std::path::Path::new(bin()))
-        .unwrap_or_else(|e| panic!("lab up: {e:#}"));
-    Guard(lab)
-}
-
-fn api(lab: &Lab, what: &str, arg: Option<&str>) -> Value {
-    control::api::request(&lab.socket(), what, arg).unwrap_or_else(|e| panic!("show {what}: {e:#}"))
-}
-
-fn sh(lab: &Lab, ns: &str, args: &[&str]) -> (bool, String) {
-    let out = lab.exec_status(ns, args).unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
 
 fn ping(lab: &Lab, ns: &str, dst: &str, extra: &[&str]) -> (bool, String) {
     let mut a = vec!["ping", "-c", "3", "-i", "0.2", "-W", "2"];
@@ -62,18 +33,6 @@ fn ping_until_ok(lab: &Lab, ns: &str, dst: &str) {
         }
     }
     panic!("{dst} unreachable from {ns}: {}", ping(lab, ns, dst, &[]).1);
-}
-
-fn kernel_forwarded(lab: &Lab) -> (u64, u64) {
-    let c = api(lab, "counters", None);
-    (
-        c["kernel_forwarded"]["ipv4"].as_u64().unwrap(),
-        c["kernel_forwarded"]["ipv6"].as_u64().unwrap(),
-    )
-}
-
-fn forwarded(lab: &Lab) -> u64 {
-    api(lab, "counters", None)["forwarded"].as_u64().unwrap()
 }
 
 #[test]
@@ -134,13 +93,8 @@ fn ping_both_ways(backend: &str, expect_backend: &str) {
 }
 
 fn iperf(lab: &Lab, client_ns: &str, server_ns: &str, server_ip: &str, udp: bool) -> Value {
-    let mut server = Command::new("ip")
-        .args([
-            "netns", "exec", server_ns, "iperf3", "-s", "-1", "-B", server_ip,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let server = lab
+        .spawn(server_ns, &["iperf3", "-s", "-1", "-B", server_ip])
         .expect("iperf3 installed (scripts/test.sh installs it)");
     std::thread::sleep(Duration::from_millis(300));
     let mut a = vec!["iperf3", "-c", server_ip, "-t", "2", "-J"];
@@ -148,8 +102,7 @@ fn iperf(lab: &Lab, client_ns: &str, server_ns: &str, server_ip: &str, udp: bool
         a.extend_from_slice(&["-u", "-b", "20M", "-l", "512"]);
     }
     let out = lab.exec_status(client_ns, &a).unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "iperf3 json ({e}): {}",
@@ -799,30 +752,14 @@ fn two_workers_each_serve_a_queue_of_every_port() {
     ping_until_ok(lab, &lab.h1(), lab::H2_V4);
     // Eight TCP streams: the sender's queue selection hashes flows over both veth queues, and
     // each queue's frames reach the AF_XDP socket of the worker that owns that queue.
-    let mut server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.h2(),
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            lab::H2_V4,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let server = lab.iperf3_server(lab::H2_V4).unwrap();
     let out = lab
         .exec_status(
             &lab.h1(),
             &["iperf3", "-c", lab::H2_V4, "-t", "2", "-P", "8", "-J"],
         )
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0) > 1_000_000,

@@ -2,8 +2,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -138,15 +137,6 @@ pub fn render(what: &str, v: &Value) -> String {
     o
 }
 
-struct Background(Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn need(tool: &str, package: &str) -> Result<()> {
     let ok = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -175,23 +165,9 @@ fn ping(lab: &lab::Lab, ns: &str, v6: bool, dst: &str) -> Result<String> {
 }
 
 fn iperf(lab: &lab::Lab, udp: bool, seconds: u32) -> Result<Value> {
-    let server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.h2(),
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            lab::H2_V4,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let _server = lab
+        .iperf3_server(lab::H2_V4)
         .context("starting iperf3 server")?;
-    let _server = Background(server);
-    std::thread::sleep(Duration::from_millis(300));
     let t = seconds.to_string();
     let mut args = vec!["iperf3", "-c", lab::H2_V4, "-t", &t, "-J"];
     if udp {

@@ -104,6 +104,26 @@ impl Lab {
         run(Command::new("ip").args(["netns", "exec", ns]).args(args))
     }
 
+    /// Start a command inside namespace `ns` in the background (output discarded).
+    pub fn spawn(&self, ns: &str, args: &[&str]) -> Result<Background> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {args:?} in {ns}"))?;
+        Ok(Background(child))
+    }
+
+    /// Start a one-shot iperf3 server on h2 and give it time to listen.
+    pub fn iperf3_server(&self, bind: &str) -> Result<Background> {
+        let server = self.spawn(&self.h2(), &["iperf3", "-s", "-1", "-B", bind])?;
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(server)
+    }
+
     /// Run a command inside `ns`, returning its output whatever the exit status.
     pub fn exec_status(&self, ns: &str, args: &[&str]) -> Result<Output> {
         Command::new("ip")
@@ -295,6 +315,16 @@ fn is_zombie(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.split_whitespace().nth(2) == Some("Z"))
         .unwrap_or(true)
+}
+
+/// A process started in one of the lab's namespaces, killed and reaped when dropped.
+pub struct Background(std::process::Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Removes a lab when dropped — tests hold one so namespaces go away even on panic.
