@@ -31,6 +31,19 @@ pub(crate) fn raw_socket(family: c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `bind(2)` to a socket address of type `A` (`sockaddr_ll`, `sockaddr_xdp`, ...).
+pub(crate) fn bind<A>(fd: RawFd, addr: &A) -> io::Result<()> {
+    // SAFETY: `addr` is a live socket address and the length passed is exactly its size.
+    cvt(unsafe {
+        libc::bind(
+            fd,
+            addr as *const A as *const libc::sockaddr,
+            size_of::<A>() as socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 /// `setsockopt(level, opt, val)`.
 pub(crate) fn setsockopt<T>(fd: RawFd, level: c_int, opt: c_int, val: &T) -> io::Result<()> {
     // SAFETY: `val` is a live, initialised T and the length passed is exactly its size.

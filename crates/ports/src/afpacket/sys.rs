@@ -7,9 +7,9 @@ use std::mem::{size_of, zeroed};
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use libc::{c_int, c_void, socklen_t};
+use libc::{c_int, c_void};
 
-use crate::sys::{cvt, getsockopt, raw_socket, setsockopt};
+use crate::sys::{getsockopt, raw_socket, setsockopt};
 pub(crate) use crate::sys::{hwaddr, ifindex, mtu};
 
 /// `ETH_P_ALL` in network byte order, as `socket`/`bind` want it.
@@ -65,15 +65,7 @@ pub(crate) fn bind(fd: RawFd, ifindex: u32) -> io::Result<()> {
     sll.sll_family = libc::AF_PACKET as u16;
     sll.sll_protocol = ETH_P_ALL_BE;
     sll.sll_ifindex = ifindex as c_int;
-    // SAFETY: `sll` is a live sockaddr_ll and the length passed is its size.
-    cvt(unsafe {
-        libc::bind(
-            fd,
-            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
-            size_of::<libc::sockaddr_ll>() as socklen_t,
-        )
-    })
-    .map(drop)
+    crate::sys::bind(fd, &sll)
 }
 
 /// Size of the per-packet header the kernel writes in front of each frame, before the

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use libc::{c_int, c_void, socklen_t};
+use libc::{c_int, c_void};
 
 use crate::sys::{cvt, getsockopt, raw_socket, setsockopt};
 
@@ -150,15 +150,7 @@ pub(crate) fn bind(fd: RawFd, ifindex: u32, queue_id: u32, flags: u16) -> io::Re
         sxdp_queue_id: queue_id,
         sxdp_shared_umem_fd: 0,
     };
-    // SAFETY: `addr` is a live sockaddr_xdp and the length passed is exactly its size.
-    cvt(unsafe {
-        libc::bind(
-            fd,
-            &addr as *const libc::sockaddr_xdp as *const libc::sockaddr,
-            size_of::<libc::sockaddr_xdp>() as socklen_t,
-        )
-    })
-    .map(drop)
+    crate::sys::bind(fd, &addr)
 }
 
 /// Tell the kernel there is work on the TX ring (in copy mode this call transmits).
