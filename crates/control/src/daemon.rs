@@ -492,7 +492,14 @@ fn control_loop(
         }
         if overflow {
             tracing::warn!("netlink overflow (ENOBUFS): full resync");
-            sync.resync(mirror.dump().context("resync dump")?);
+            // Dump without holding the state: the API keeps answering meanwhile.
+            drop(sync);
+            let snapshot = mirror.dump().context("resync dump")?;
+            sync = shared
+                .sync
+                .lock()
+                .map_err(|_| anyhow::anyhow!("sync state poisoned"))?;
+            sync.resync(snapshot);
         }
         if sync.interfaces_version() != published {
             published = sync.interfaces_version();
