@@ -96,6 +96,67 @@ enum Bench {
     Lpm(LpmArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
+    /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
+    /// forwarding and dpdk-testpmd, each started for real in its own topology (veth
+    /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
+    Rfc2544(Rfc2544Args),
+}
+
+#[derive(Args)]
+struct Rfc2544Args {
+    /// DUTs, comma-separated: ferrouter, linux, testpmd.
+    #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux,testpmd")]
+    dut: Vec<String>,
+    /// Transports, comma-separated: veth (ferrouter on AF_XDP, linux), memif (ferrouter,
+    /// testpmd). Default: every transport a chosen DUT supports.
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<String>,
+    /// Profiles, comma-separated: ipv4-SIZE, ipv6-SIZE (64..1518), imix1, imix2, imix3,
+    /// eantc1, eantc2, simple.
+    #[arg(long, value_delimiter = ',', default_value = "ipv4-64")]
+    profile: Vec<String>,
+    /// IPv4 routes in the DUT's table (Internet-like prefix mix; traffic spreads over them).
+    #[arg(long, default_value_t = 1_000_000)]
+    routes4: usize,
+    /// IPv6 routes in the DUT's table.
+    #[arg(long, default_value_t = 10_000)]
+    routes6: usize,
+    /// Flows (distinct 5-tuples) per direction, 1..=16777216.
+    #[arg(long, default_value_t = 1000)]
+    flows: u32,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Seconds to wait for late frames after each trial.
+    #[arg(long, default_value_t = 0.5)]
+    drain: f64,
+    /// Line rate per direction the offered loads refer to, Gbit/s (the reports: 10).
+    #[arg(long, default_value_t = 10.0)]
+    line_rate: f64,
+    /// Throughput search resolution, percent of the line rate.
+    #[arg(long, default_value_t = 0.1)]
+    resolution: f64,
+    /// Most trials of one throughput search.
+    #[arg(long, default_value_t = 14)]
+    max_trials: u32,
+    /// Offered loads of the frame-loss test, percent of the line rate.
+    #[arg(long, value_delimiter = ',', default_value = "25,50,75,100")]
+    loads: Vec<f64>,
+    /// Traffic in both directions at once (routes split between the two sides).
+    #[arg(long)]
+    bidirectional: bool,
+    /// IPv6 share of dual-stack profiles, percent (imix2 default 50).
+    #[arg(long)]
+    ipv6_ratio: Option<u8>,
+    /// Namespace/file prefix of the bench topology.
+    #[arg(long, default_value = "frb")]
+    name: String,
+    /// Print one JSON object on stdout instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG chart comparing the DUTs' throughput.
+    #[arg(long)]
+    chart: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -267,6 +328,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
         Cmd::Bench(Bench::FibUpdate(a)) => {
             let opts = bench::fib_update::Options {
                 routes: a.routes,
@@ -282,6 +344,91 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn rfc2544(a: Rfc2544Args) -> Result<()> {
+    use lab::rfc2544::dut::{DutKind, Transport};
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
+        bail!(
+            "--duration must be between 0 and 600 seconds, got {}",
+            a.duration
+        );
+    }
+    if !(a.drain.is_finite() && (0.0..=10.0).contains(&a.drain)) {
+        bail!("--drain must be between 0 and 10 seconds, got {}", a.drain);
+    }
+    if !(a.line_rate.is_finite() && a.line_rate > 0.0 && a.line_rate <= 1000.0) {
+        bail!(
+            "--line-rate must be between 0 and 1000 Gbit/s, got {}",
+            a.line_rate
+        );
+    }
+    if !(a.resolution.is_finite() && a.resolution > 0.0 && a.resolution <= 50.0) {
+        bail!(
+            "--resolution must be between 0 and 50 percent, got {}",
+            a.resolution
+        );
+    }
+    if a.loads
+        .iter()
+        .any(|l| !(l.is_finite() && *l > 0.0 && *l <= 100.0))
+    {
+        bail!("--loads are percents in (0, 100], got {:?}", a.loads);
+    }
+    if a.flows == 0 || a.flows > 1 << 24 {
+        bail!("--flows must be 1..=16777216, got {}", a.flows);
+    }
+    if a.ipv6_ratio.is_some_and(|r| r > 100) {
+        bail!("--ipv6-ratio is a percent (0..=100)");
+    }
+    if a.routes4 > 10_000_000 || a.routes6 > 2_000_000 {
+        bail!("--routes4 is limited to 10M and --routes6 to 2M");
+    }
+    if a.max_trials == 0 || a.max_trials > 64 {
+        bail!("--max-trials must be 1..=64");
+    }
+    if dataplane::worker::cores().len() < 2 {
+        bail!("the RFC 2544 bench needs 2 cores: one for the tester, one for the DUT");
+    }
+    let opts = lab::rfc2544::Options {
+        duts: a
+            .dut
+            .iter()
+            .map(|d| DutKind::parse(d))
+            .collect::<Result<_>>()?,
+        transports: a
+            .transport
+            .iter()
+            .map(|t| Transport::parse(t))
+            .collect::<Result<_>>()?,
+        profiles: a.profile.clone(),
+        routes4: a.routes4,
+        routes6: a.routes6,
+        flows: a.flows,
+        duration: a.duration,
+        drain: a.drain,
+        line_rate_gbps: a.line_rate,
+        resolution_pct: a.resolution,
+        max_search_trials: a.max_trials,
+        loads: a.loads.clone(),
+        bidirectional: a.bidirectional,
+        ipv6_percent: a.ipv6_ratio,
+        prefix: a.name.clone(),
+        ferrouter_bin: std::env::current_exe().context("locating the ferrouter binary")?,
+        ..Default::default()
+    };
+    let log = |m: &str| eprintln!("... {m}");
+    let r = lab::rfc2544::run(&opts, &log)?;
+    if let Some(path) = &a.chart {
+        r.chart(path)?;
+        eprintln!("... chart written to {}", path.display());
+    }
+    if a.json {
+        println!("{}", r.json());
+    } else {
+        print!("{}", r.table());
+    }
+    Ok(())
 }
 
 fn show(socket: &std::path::Path, what: &str, arg: Option<&str>, json: bool) -> Result<()> {

@@ -12,6 +12,14 @@
 //!
 //! [[port]]
 //! name = "eth2"
+//!
+//! [[port]]
+//! name = "mif0"         # a TAP of this name is the port's face in Linux
+//! backend = "memif"
+//! memif_socket = "/run/ferrouter/memif.sock"
+//! memif_role = "server" # server | client
+//! memif_id = 0
+//! mac = "02:fe:00:00:00:01"
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -29,6 +37,21 @@ pub enum Backend {
     AfPacket,
     /// AF_XDP with the XDP program (native or generic XDP, zero-copy or copy).
     AfXdp,
+    /// A memif shared-memory interface (libmemif / DPDK `net_memif` peers). The daemon
+    /// creates a TAP interface of the port's name as its kernel face.
+    Memif,
+}
+
+/// memif role (DPDK 22.11 names: server = listens, client = connects and allocates the
+/// shared memory).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemifRole {
+    /// Listen on the socket; the peer connects.
+    #[default]
+    Server,
+    /// Connect to the peer's socket (retried until it appears).
+    Client,
 }
 
 /// One port.
@@ -40,6 +63,33 @@ pub struct PortConfig {
     /// Backend.
     #[serde(default)]
     pub backend: Backend,
+    /// memif only: the control socket path.
+    #[serde(default)]
+    pub memif_socket: Option<PathBuf>,
+    /// memif only: role on that socket.
+    #[serde(default)]
+    pub memif_role: MemifRole,
+    /// memif only: interface id on that socket (both peers must agree).
+    #[serde(default)]
+    pub memif_id: u32,
+    /// memif only: the MAC of the port (and of its TAP), `aa:bb:cc:dd:ee:ff`; derived from
+    /// the name if absent.
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+/// Parse `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
 }
 
 /// The whole file.
@@ -137,6 +187,44 @@ impl Config {
             if p.name.is_empty() || p.name.len() > 15 || p.name.contains(['/', ' ', '\0']) {
                 return Err(invalid(format!("port[{i}].name {:?} is not a valid Linux interface name (1-15 characters, no '/' or spaces)", p.name)));
             }
+            let memif_fields = p.memif_socket.is_some()
+                || p.memif_role != MemifRole::Server
+                || p.memif_id != 0
+                || p.mac.is_some();
+            if p.backend != Backend::Memif && memif_fields {
+                return Err(invalid(format!("port[{i}] ({}): memif_socket, memif_role, memif_id and mac apply only to backend = \"memif\"", p.name)));
+            }
+            if p.backend == Backend::Memif {
+                match &p.memif_socket {
+                    None => return Err(invalid(format!("port[{i}] ({}): backend = \"memif\" needs memif_socket = \"/path/to/socket\"", p.name))),
+                    Some(s) if !s.is_absolute() => return Err(invalid(format!("port[{i}] ({}): memif_socket {} must be an absolute path", p.name, s.display()))),
+                    Some(_) => {}
+                }
+                if let Some(m) = &p.mac {
+                    match parse_mac(m) {
+                        Some(b) if b[0] & 1 == 0 && b != [0; 6] => {}
+                        _ => return Err(invalid(format!(
+                            "port[{i}] ({}): mac {m:?} is not a unicast MAC like 02:00:00:00:00:01",
+                            p.name
+                        ))),
+                    }
+                }
+                if c.ports[..i].iter().any(|q| {
+                    q.backend == Backend::Memif
+                        && q.memif_socket == p.memif_socket
+                        && q.memif_id == p.memif_id
+                }) {
+                    return Err(invalid(format!(
+                        "port[{i}] ({}): another port already uses memif_id {} on {}",
+                        p.name,
+                        p.memif_id,
+                        p.memif_socket
+                            .as_ref()
+                            .map(|s| s.display().to_string())
+                            .unwrap_or_default()
+                    )));
+                }
+            }
             if c.ports[..i].iter().any(|q| q.name == p.name) {
                 return Err(invalid(format!(
                     "port[{i}]: interface {:?} is listed twice",
@@ -200,5 +288,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("dpdk"), "{e}");
+    }
+
+    #[test]
+    fn memif_ports() {
+        let c = parse("[[port]]\nname = \"mif0\"\nbackend = \"memif\"\nmemif_socket = \"/run/m.sock\"\nmemif_role = \"client\"\nmemif_id = 3\nmac = \"02:00:00:00:00:01\"\n").unwrap();
+        assert_eq!(c.ports[0].backend, Backend::Memif);
+        assert_eq!(c.ports[0].memif_role, MemifRole::Client);
+        assert_eq!(c.ports[0].memif_id, 3);
+        let cases = [
+            ("backend = \"memif\"\n", "needs memif_socket"),
+            (
+                "backend = \"memif\"\nmemif_socket = \"rel.sock\"\n",
+                "absolute",
+            ),
+            ("memif_socket = \"/run/m.sock\"\n", "apply only to backend"),
+            (
+                "backend = \"memif\"\nmemif_socket = \"/m\"\nmac = \"01:00:00:00:00:01\"\n",
+                "not a unicast MAC",
+            ),
+            (
+                "backend = \"memif\"\nmemif_socket = \"/m\"\nmac = \"02:00:00:00:00\"\n",
+                "not a unicast MAC",
+            ),
+            (
+                "backend = \"memif\"\nmemif_socket = \"/m\"\nmemif_role = \"master\"\n",
+                "master",
+            ),
+        ];
+        for (body, want) in cases {
+            let e = parse(&format!("[[port]]\nname = \"mif0\"\n{body}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{body}: {e}");
+        }
+        let two = "[[port]]\nname = \"a\"\nbackend = \"memif\"\nmemif_socket = \"/m\"\n[[port]]\nname = \"b\"\nbackend = \"memif\"\nmemif_socket = \"/m\"\n";
+        assert!(parse(two)
+            .unwrap_err()
+            .to_string()
+            .contains("already uses memif_id 0"));
+        assert_eq!(
+            parse_mac("02:fe:0a:0B:c:ff"),
+            Some([2, 0xfe, 10, 11, 12, 255])
+        );
+        assert_eq!(parse_mac("02:fe:0a:0b:0c:ff:00"), None);
+        assert_eq!(parse_mac("02:fe:0a:0b:0c:fff"), None);
     }
 }

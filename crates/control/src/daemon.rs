@@ -20,8 +20,11 @@ use ports::{AfPacket, AfPacketOptions, AfXdp, AfXdpOptions, PortStats};
 use rustc_hash::FxHashMap;
 
 use crate::api;
-use crate::config::{Backend, Config};
+use crate::config::{parse_mac, Backend, Config, MemifRole};
 use crate::sync::Sync;
+use crate::tap::{derived_mac, Tap};
+use dataplane::punt::{PuntPacket, PuntProducer};
+use ports::memif::{Memif, MemifOptions};
 
 /// Per-port counters the worker publishes (single writer) for `show interfaces`.
 #[derive(Default)]
@@ -59,6 +62,18 @@ pub enum LivePort {
     Packet(AfPacket),
     /// AF_XDP: the XDP program passes the kernel's traffic up and redirects the rest.
     Xdp(Box<AfXdp>),
+    /// memif: shared memory with a userspace peer; its kernel face is a TAP of the port's
+    /// name (`ifindex`), fed by the control loop.
+    Memif {
+        /// The memif.
+        port: Box<Memif>,
+        /// Port name (the TAP's).
+        name: String,
+        /// The TAP's ifindex.
+        ifindex: u32,
+        /// Role and socket, for `show interfaces`.
+        describe: String,
+    },
 }
 
 impl LivePort {
@@ -66,18 +81,27 @@ impl LivePort {
         match self {
             LivePort::Packet(p) => p.stats(),
             LivePort::Xdp(p) => p.stats(),
+            LivePort::Memif { port, .. } => port.stats().port_stats(),
         }
     }
+    /// What to sleep on when idle (memif has no receive notification: -1, poll ignores it).
     fn fd(&self) -> std::os::fd::RawFd {
         match self {
             LivePort::Packet(p) => p.fd(),
             LivePort::Xdp(p) => p.fd(),
+            LivePort::Memif { .. } => -1,
         }
     }
     fn facts(&self, port: u16) -> PortFacts {
         let (name, ifindex, backend) = match self {
             LivePort::Packet(p) => (p.ifname(), p.ifindex(), "af_packet".to_string()),
             LivePort::Xdp(p) => (p.ifname(), p.ifindex(), format!("af_xdp ({})", p.mode())),
+            LivePort::Memif {
+                name,
+                ifindex,
+                describe,
+                ..
+            } => (name.as_str(), *ifindex, describe.clone()),
         };
         PortFacts {
             port,
@@ -101,12 +125,14 @@ impl dataplane::worker::Port<Arena> for LivePort {
         match self {
             LivePort::Packet(p) => p.rx_burst(mem, v),
             LivePort::Xdp(p) => p.rx_burst(mem, v),
+            LivePort::Memif { port, .. } => port.rx_burst(mem, v),
         }
     }
     fn tx_burst(&mut self, mem: &mut Arena, pkts: &[dataplane::Pkt]) -> usize {
         match self {
             LivePort::Packet(p) => p.tx_burst(mem, pkts),
             LivePort::Xdp(p) => p.tx_burst(mem, pkts),
+            LivePort::Memif { port, .. } => port.tx_burst(mem, pkts),
         }
     }
 }
@@ -126,6 +152,8 @@ pub struct Shared {
 }
 
 const PUNT_QUEUE: usize = 1024;
+/// Frames from the kernel (TAPs) waiting for a worker to transmit them.
+const INJECT_QUEUE: usize = 256;
 /// Empty polls before the worker sleeps in poll(2) for up to 1 ms (adaptive polling: a busy
 /// port is polled continuously, an idle one costs no CPU).
 const IDLE_POLLS_BEFORE_SLEEP: u32 = 2048;
@@ -157,7 +185,7 @@ fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
 /// it, one socket per receive queue and worker — and return them as `[worker][port]`. Any
 /// failure drops what was opened so far (sockets closed, XDP programs detached): nothing
 /// stays half-started.
-fn open_ports(cfg: &Config, locals: &[IpAddr]) -> Result<Vec<Vec<LivePort>>> {
+fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<Vec<Vec<LivePort>>> {
     let workers = cfg.workers;
     let mut per_worker: Vec<Vec<LivePort>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, p) in cfg.ports.iter().enumerate() {
@@ -175,6 +203,45 @@ fn open_ports(cfg: &Config, locals: &[IpAddr]) -> Result<Vec<Vec<LivePort>>> {
                 p.name
             ),
             Backend::AfPacket => vec![open_af_packet(&p.name, port)?],
+            Backend::Memif if workers > 1 => bail!(
+                "port {}: memif ports have one queue pair and are served by a single worker; set workers = 1",
+                p.name
+            ),
+            Backend::Memif => {
+                let socket = p.memif_socket.clone().context("memif port without memif_socket")?;
+                let describe = format!(
+                    "memif ({}, id {}, {})",
+                    match p.memif_role {
+                        MemifRole::Server => "server",
+                        MemifRole::Client => "client",
+                    },
+                    p.memif_id,
+                    socket.display()
+                );
+                let opts = MemifOptions {
+                    socket,
+                    role: match p.memif_role {
+                        MemifRole::Server => ports::memif::MemifRole::Server,
+                        MemifRole::Client => ports::memif::MemifRole::Client,
+                    },
+                    id: p.memif_id,
+                    name: p.name.clone(),
+                    ..MemifOptions::default()
+                };
+                let m = Memif::open(port, opts)
+                    .with_context(|| format!("cannot open memif port {}", p.name))?;
+                let ifindex = taps
+                    .get(i)
+                    .and_then(|t| t.as_ref())
+                    .map(|t| t.ifindex())
+                    .unwrap_or(0);
+                vec![LivePort::Memif {
+                    port: Box::new(m),
+                    name: p.name.clone(),
+                    ifindex,
+                    describe,
+                }]
+            }
             Backend::Auto => match xdp(&p.name) {
                 Ok(v) => v.into_iter().map(|x| LivePort::Xdp(Box::new(x))).collect(),
                 Err(e) if workers > 1 => {
@@ -204,6 +271,7 @@ fn spawn_worker(
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     iface_version: Arc<AtomicU64>,
     punt: dataplane::punt::PuntProducer,
+    mut inject: PuntConsumer,
     counters_out: Arc<Vec<PortCounters>>,
 ) -> Result<WorkerHandle> {
     let cores = worker::cores();
@@ -255,9 +323,10 @@ fn spawn_worker(
                 &mut out,
                 worker::now_ns(epoch),
             );
+            let injected = inject_from_kernel(&mut inject, &mut mem, &mut ports);
             q.quiescent();
             iter += 1;
-            if n == 0 {
+            if n == 0 && injected == 0 {
                 idle += 1;
                 if idle >= IDLE_POLLS_BEFORE_SLEEP {
                     publish(&ports, &counters_out);
@@ -277,6 +346,24 @@ fn spawn_worker(
         q.offline();
         // Ports (sockets, rings) close when `ports` drops at the end of this closure.
     })?)
+}
+
+/// Frames the kernel sent out of a TAP (memif ports' kernel face), transmitted on their
+/// port: at most one burst per loop iteration, so forwarding never waits on the kernel.
+fn inject_from_kernel(q: &mut PuntConsumer, mem: &mut Arena, ports: &mut [LivePort]) -> usize {
+    use dataplane::worker::Port;
+    let mut n = 0;
+    while n < 32 {
+        let Ok(p) = q.pop() else { break };
+        n += 1;
+        let Some(port) = ports.get_mut(p.port as usize) else {
+            continue;
+        };
+        if let Some(pkt) = mem.load(p.frame(), p.port) {
+            port.tx_burst(mem, &[pkt]);
+        }
+    }
+    n
 }
 
 fn publish(ports: &[LivePort], out: &[PortCounters]) {
@@ -352,12 +439,26 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         max_tbl8_v6: 1 << 18,
         max_readers: 8,
     });
+    // memif ports' kernel faces first, so the mirror's dump already knows them.
+    let mut taps: Vec<Option<Tap>> = Vec::with_capacity(cfg.ports.len());
+    for p in &cfg.ports {
+        taps.push(if p.backend == Backend::Memif {
+            let mac = p
+                .mac
+                .as_deref()
+                .and_then(parse_mac)
+                .unwrap_or_else(|| derived_mac(&p.name));
+            Some(Tap::open(&p.name, mac).with_context(|| format!("port {}", p.name))?)
+        } else {
+            None
+        });
+    }
     let mut sync = Sync::new(writer, names);
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);
     // Ports before any system change: a start that fails on an interface changes nothing.
-    let per_worker = open_ports(&cfg, &sync.local_addresses())?;
+    let per_worker = open_ports(&cfg, &sync.local_addresses(), &taps)?;
     kernel_forwarding_off()?;
     let facts: Vec<PortFacts> = per_worker[0]
         .iter()
@@ -380,8 +481,11 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
     let mut punts: Vec<PuntConsumer> = Vec::new();
     let mut counters: Vec<Arc<Vec<PortCounters>>> = Vec::new();
     let mut handles: Vec<WorkerHandle> = Vec::new();
+    let mut injects: Vec<PuntProducer> = Vec::new();
     for (w, ports) in per_worker.into_iter().enumerate() {
         let (punt_tx, punt_rx) = dataplane::punt::queue(PUNT_QUEUE);
+        let (inject_tx, inject_rx) = dataplane::punt::queue(INJECT_QUEUE);
+        injects.push(inject_tx);
         let c: Arc<Vec<PortCounters>> =
             Arc::new((0..nports).map(|_| PortCounters::default()).collect());
         let spawned = spawn_worker(
@@ -392,6 +496,7 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
             locals.clone(),
             iface_version.clone(),
             punt_tx,
+            inject_rx,
             c.clone(),
         );
         match spawned {
@@ -428,10 +533,12 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
     );
     ready(&socket);
 
+    let mut kernel_faces = KernelFaces { taps, injects };
     let result = control_loop(
         &shared,
         &mut mirror,
         &mut punts,
+        &mut kernel_faces,
         (&ifaces, &locals),
         &iface_version,
         &mut handles,
@@ -461,10 +568,58 @@ fn stop_all(handles: &mut [WorkerHandle]) -> Option<String> {
     died
 }
 
+/// The TAPs of memif ports and the queues into the worker that transmits on them.
+struct KernelFaces {
+    /// Per port: its TAP, for memif ports.
+    taps: Vec<Option<Tap>>,
+    /// Per worker: frames to transmit (memif ports are served by worker 0).
+    injects: Vec<PuntProducer>,
+}
+
+impl KernelFaces {
+    /// A punted frame that arrived on a memif port goes to the kernel through its TAP
+    /// (unresolved transit packets do not: the kernel does not forward; the resolver
+    /// handles those).
+    fn to_kernel(&mut self, p: &PuntPacket) {
+        if p.reason == Reason::PuntUnresolved {
+            return;
+        }
+        if let Some(Some(tap)) = self.taps.get_mut(p.port as usize) {
+            tap.write(p.frame());
+        }
+    }
+
+    /// Frames the kernel sent out of the TAPs, queued for transmission (bounded per call).
+    fn from_kernel(&mut self, scratch: &mut PuntPacket) {
+        let Some(q) = self.injects.first_mut() else {
+            return;
+        };
+        for (port, tap) in self.taps.iter_mut().enumerate() {
+            let Some(tap) = tap else { continue };
+            for _ in 0..INJECT_QUEUE {
+                let Some(n) = tap.read(&mut scratch.data) else {
+                    break;
+                };
+                if n < 14 || q.slots() == 0 {
+                    continue;
+                }
+                let _ = q.push(PuntPacket {
+                    port: port as u16,
+                    reason: Reason::PuntLocal,
+                    len: n as u16,
+                    data: scratch.data,
+                });
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn control_loop(
     shared: &Shared,
     mirror: &mut linux::Mirror,
     punts: &mut [PuntConsumer],
+    faces: &mut KernelFaces,
     (ifaces, locals): (&ArcSwap<Interfaces>, &ArcSwap<Vec<IpAddr>>),
     iface_version: &AtomicU64,
     handles: &mut [WorkerHandle],
@@ -475,10 +630,22 @@ fn control_loop(
         last: FxHashMap::default(),
     };
     let mut published = u64::MAX;
+    let mut scratch = Box::new(PuntPacket {
+        port: 0,
+        reason: Reason::PuntLocal,
+        len: 0,
+        data: [0; dataplane::FRAME_SIZE],
+    });
+    // With TAPs to serve, wake often: the kernel's ARP and ping replies wait for this loop.
+    let poll_timeout = if faces.taps.iter().any(Option::is_some) {
+        Duration::from_millis(1)
+    } else {
+        Duration::from_millis(5)
+    };
     while !term.load(Ordering::Relaxed) {
         events.clear();
         mirror
-            .poll_events(&mut events, Duration::from_millis(5))
+            .poll_events(&mut events, poll_timeout)
             .context("reading netlink notifications")?;
         let mut sync = shared
             .sync
@@ -514,8 +681,10 @@ fn control_loop(
                 if p.reason == Reason::PuntUnresolved {
                     resolver.handle(mirror, &sync, p.frame());
                 }
+                faces.to_kernel(&p);
             }
         }
+        faces.from_kernel(&mut scratch);
         drop(sync);
         for (i, h) in handles.iter_mut().enumerate() {
             if h.is_finished() {

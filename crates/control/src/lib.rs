@@ -5,3 +5,4 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod sync;
+pub mod tap;

@@ -339,3 +339,4 @@ impl Drop for Guard {
         }
     }
 }
+pub mod rfc2544;

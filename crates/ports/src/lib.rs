@@ -7,15 +7,19 @@
 //!   zero-copy, whatever the driver allows (veth: native XDP, copy mode).
 //! - [`AfPacket`], a copying port on a Linux `AF_PACKET` socket (TPACKET_V3 receive ring,
 //!   `sendmmsg` transmit) that works on any interface, including veth.
+//! - [`Memif`], a shared-memory interface (memif protocol 2.0, server or client role) to
+//!   another process: VPP, a libmemif application, DPDK's `net_memif` or another ferrouter.
 
 #![warn(missing_docs)]
 
 pub mod afpacket;
 pub mod afxdp;
+pub mod memif;
 mod sys;
 
 pub use afpacket::{AfPacket, AfPacketOptions};
 pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode};
+pub use memif::{Memif, MemifOptions, MemifRole, MemifStats};
 
 /// Why a port could not be opened or configured.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,214 @@
+//! The kernel face of a port that has no Linux netdev of its own (memif): a TAP interface
+//! of the port's name, so that Linux and its tools configure it like any other interface.
+//!
+//! Addresses, routes and neighbours put on the TAP are mirrored into the FIB as for any
+//! port; the fast path punts what the Linux stack must see (ARP/ND, traffic to the router,
+//! control multicast) into the TAP, and frames the kernel sends out of the TAP are
+//! transmitted on the port. A TAP the daemon creates lives as long as the daemon, and what
+//! was configured on it goes with it, as with a hot-unplugged NIC. To keep configuration
+//! across restarts, create it beforehand (`ip tuntap add mode tap name mif0`, then
+//! addresses and routes): the daemon attaches to an existing TAP of the port's name and
+//! changes nothing on it but its MAC (only if it differs) and its up flag.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `TUNSETIFF` (`_IOW('T', 202, int)`).
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+
+/// An open TAP interface (non-blocking).
+pub struct Tap {
+    fd: OwnedFd,
+    name: String,
+    /// Frames written into the kernel.
+    pub to_kernel: u64,
+    /// Frames read from the kernel.
+    pub from_kernel: u64,
+    /// Frames that could not be written (kernel queue full, too big).
+    pub to_kernel_drops: u64,
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a valid interface name"),
+        ));
+    }
+    // SAFETY: ifreq is a C struct of integers, arrays and a union of those; all-zero is valid.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r.ifr_name.iter_mut().zip(b) {
+        *d = *s as libc::c_char;
+    }
+    Ok(r)
+}
+
+impl Tap {
+    /// Create (or attach to) the TAP `name` with hardware address `mac` and bring it up.
+    pub fn open(name: &str, mac: [u8; 6]) -> io::Result<Tap> {
+        // SAFETY: open(2) on a constant NUL-terminated path; the result is checked.
+        let fd = cvt(unsafe {
+            libc::open(
+                c"/dev/net/tun".as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        })
+        .map_err(|e| io::Error::new(e.kind(), format!("opening /dev/net/tun: {e}")))?;
+        // SAFETY: `fd` was just returned by open() and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut r = ifreq(name)?;
+        r.ifr_ifru.ifru_flags = IFF_TAP | IFF_NO_PI;
+        // SAFETY: TUNSETIFF reads and writes the ifreq it is given, which is live.
+        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut r) })
+            .map_err(|e| io::Error::new(e.kind(), format!("creating TAP interface {name}: {e}")))?;
+        let tap = Tap {
+            fd,
+            name: name.to_string(),
+            to_kernel: 0,
+            from_kernel: 0,
+            to_kernel_drops: 0,
+        };
+        tap.configure(mac)?;
+        Ok(tap)
+    }
+
+    fn configure(&self, mac: [u8; 6]) -> io::Result<()> {
+        // SAFETY: plain socket(2) call; the result is checked and owned below.
+        let s =
+            cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: `s` was just returned by socket() and is owned by nobody else.
+        let s = unsafe { OwnedFd::from_raw_fd(s) };
+        // A MAC change flushes the interface's neighbours, static ones included: only set
+        // it when it differs (a pre-created TAP keeps its configuration).
+        let mut r = ifreq(&self.name)?;
+        // SAFETY: SIOCGIFHWADDR fills the sockaddr member of the live ifreq.
+        cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFHWADDR, &mut r) })?;
+        // SAFETY: the sockaddr member was just filled by the kernel.
+        let current: Vec<u8> = unsafe {
+            r.ifr_ifru.ifru_hwaddr.sa_data[..6]
+                .iter()
+                .map(|b| *b as u8)
+                .collect()
+        };
+        if current != mac {
+            // SAFETY: writing the sockaddr member of the union of the ifreq.
+            unsafe {
+                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+                for (d, b) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(mac) {
+                    *d = b as libc::c_char;
+                }
+            }
+            // SAFETY: SIOCSIFHWADDR reads the live ifreq.
+            cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFHWADDR, &r) }).map_err(|e| {
+                io::Error::new(e.kind(), format!("setting the MAC of {}: {e}", self.name))
+            })?;
+        }
+        let mut r = ifreq(&self.name)?;
+        // SAFETY: SIOCGIFFLAGS fills the flags member of the live ifreq.
+        cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r) })?;
+        // SAFETY: the flags member was just filled by the kernel.
+        unsafe { r.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+        // SAFETY: SIOCSIFFLAGS reads the live ifreq.
+        cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &r) })
+            .map_err(|e| io::Error::new(e.kind(), format!("bringing {} up: {e}", self.name)))?;
+        Ok(())
+    }
+
+    /// The interface name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Linux ifindex (0 if the interface vanished).
+    pub fn ifindex(&self) -> u32 {
+        let Ok(c) = std::ffi::CString::new(self.name.as_str()) else {
+            return 0;
+        };
+        // SAFETY: `c` is a live NUL-terminated string.
+        unsafe { libc::if_nametoindex(c.as_ptr()) }
+    }
+
+    /// The file descriptor (readable when the kernel has sent a frame).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Hand a frame to the kernel as if it had arrived on the interface. A full kernel
+    /// queue is a counted drop.
+    pub fn write(&mut self, frame: &[u8]) {
+        // SAFETY: `frame` is a live slice of the length passed.
+        let n = unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                frame.as_ptr() as *const libc::c_void,
+                frame.len(),
+            )
+        };
+        if n == frame.len() as isize {
+            self.to_kernel += 1;
+        } else {
+            self.to_kernel_drops += 1;
+        }
+    }
+
+    /// A frame the kernel transmitted on the interface, if any (never blocks).
+    pub fn read(&mut self, buf: &mut [u8]) -> Option<usize> {
+        // SAFETY: `buf` is a live, writable slice of the length passed.
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+            )
+        };
+        if n > 0 {
+            self.from_kernel += 1;
+            Some(n as usize)
+        } else {
+            None
+        }
+    }
+}
+
+/// A locally administered MAC for port `name` (stable across restarts).
+pub fn derived_mac(name: &str) -> [u8; 6] {
+    // FNV-1a over the name: stable, no dependency, collisions only matter on one link.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let b = h.to_be_bytes();
+    [0x02, 0xfe, b[0], b[1], b[2], b[3]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_macs_are_local_unicast_and_stable() {
+        let a = derived_mac("mif0");
+        assert_eq!(a, derived_mac("mif0"));
+        assert_ne!(a, derived_mac("mif1"));
+        assert_eq!(a[0] & 1, 0, "unicast");
+        assert_eq!(a[0] & 2, 2, "locally administered");
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        assert!(Tap::open("", [2, 0, 0, 0, 0, 1]).is_err());
+        assert!(Tap::open("a-name-that-is-far-too-long", [2, 0, 0, 0, 0, 1]).is_err());
+    }
+}

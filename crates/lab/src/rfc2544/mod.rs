@@ -1,0 +1,665 @@
+//! `ferrouter bench rfc2544`: the reports' RFC 2544 tables, reproduced on this machine
+//! against ferrouter, Linux kernel forwarding and dpdk-testpmd, in one run.
+//!
+//! For each transport the bench builds its own topology ([`topo`]), starts each DUT for
+//! real ([`dut`]), and runs the same profiles against it from the built-in tester (the
+//! `tester` crate) on its own core: the throughput search, frame loss at 25/50/75/100 % of
+//! the line rate, latency at the throughput. Results come back as a [`report::Report`]
+//! (table, JSON, SVG chart).
+
+pub mod dut;
+pub mod report;
+pub mod topo;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use dataplane::worker::Port;
+use dataplane::Arena;
+use tester::flows::{AddrRange, Endpoints, Prefix};
+use tester::rfc2544::{self as engine, Phase, Progress, Rfc2544Config};
+use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig};
+
+use dut::{DutKind, Running, Transport};
+use report::{Latency, LoadRow, Report, Run};
+use topo::{Topo, TopoGuard};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// DUTs, in order.
+    pub duts: Vec<DutKind>,
+    /// Transports to use (empty: each DUT on every transport it supports).
+    pub transports: Vec<Transport>,
+    /// Traffic profiles (`ipv4-64`, `imix2`, ...).
+    pub profiles: Vec<String>,
+    /// IPv4 routes in the DUT's table.
+    pub routes4: usize,
+    /// IPv6 routes in the DUT's table.
+    pub routes6: usize,
+    /// Flows per direction.
+    pub flows: u32,
+    /// Seconds per trial.
+    pub duration: f64,
+    /// Seconds to wait for stragglers after each trial.
+    pub drain: f64,
+    /// Line rate per direction the loads refer to, Gbit/s.
+    pub line_rate_gbps: f64,
+    /// Search resolution, percent of the line rate.
+    pub resolution_pct: f64,
+    /// Most trials of a throughput search.
+    pub max_search_trials: u32,
+    /// Offered loads of the frame-loss test, percent of the line rate.
+    pub loads: Vec<f64>,
+    /// Both directions at once.
+    pub bidirectional: bool,
+    /// IPv6 share override for dual-stack profiles, percent.
+    pub ipv6_percent: Option<u8>,
+    /// Namespace/file prefix.
+    pub prefix: String,
+    /// The ferrouter binary to start as a DUT.
+    pub ferrouter_bin: PathBuf,
+    /// Core of the tester (the DUT gets the other one).
+    pub tester_core: usize,
+    /// Core of the DUT.
+    pub dut_core: usize,
+    /// Seed of the route generator.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            duts: vec![DutKind::Ferrouter, DutKind::Linux, DutKind::Testpmd],
+            transports: vec![],
+            profiles: vec!["ipv4-64".into()],
+            routes4: 1_000_000,
+            routes6: 10_000,
+            flows: 1000,
+            duration: 2.0,
+            drain: 0.5,
+            line_rate_gbps: 10.0,
+            resolution_pct: 0.1,
+            max_search_trials: 14,
+            loads: vec![25.0, 50.0, 75.0, 100.0],
+            bidirectional: false,
+            ipv6_percent: None,
+            prefix: "frb".into(),
+            ferrouter_bin: PathBuf::from("ferrouter"),
+            tester_core: 0,
+            dut_core: 1,
+            seed: 1,
+        }
+    }
+}
+
+/// The (DUT, transport) pairs a run measures, in order: veth first (Linux, then
+/// ferrouter), then memif (testpmd, then ferrouter).
+pub fn plan(opts: &Options) -> Result<Vec<(DutKind, Transport)>> {
+    let supported = |d: DutKind, t: Transport| {
+        matches!(
+            (d, t),
+            (DutKind::Linux, Transport::Veth)
+                | (DutKind::Ferrouter, Transport::Veth)
+                | (DutKind::Testpmd, Transport::Memif)
+                | (DutKind::Ferrouter, Transport::Memif)
+        )
+    };
+    let mut out = Vec::new();
+    for t in [Transport::Veth, Transport::Memif] {
+        if !opts.transports.is_empty() && !opts.transports.contains(&t) {
+            continue;
+        }
+        for d in [DutKind::Linux, DutKind::Testpmd, DutKind::Ferrouter] {
+            if opts.duts.contains(&d) && supported(d, t) {
+                out.push((d, t));
+            }
+        }
+    }
+    for d in &opts.duts {
+        if !out.iter().any(|(x, _)| x == d) {
+            bail!(
+                "DUT {} does not run on the chosen transport(s) (linux: veth; testpmd: memif; ferrouter: both)",
+                d.name()
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Progress across the whole run, for the ETA.
+struct Eta {
+    start: Instant,
+    done: AtomicU32,
+    total: u32,
+}
+
+impl Eta {
+    fn line(&self, what: &str) -> String {
+        let done = self.done.load(Ordering::Relaxed);
+        let el = self.start.elapsed().as_secs_f64();
+        let eta = if done > 0 {
+            let left = el / done as f64 * (self.total.saturating_sub(done)) as f64;
+            format!("ETA ≤{:.0}s", left)
+        } else {
+            "ETA …".into()
+        };
+        format!(
+            "[{done:>3}/{} trials ≤, {el:>5.0}s, {eta}] {what}",
+            self.total
+        )
+    }
+}
+
+/// Everything a tester thread needs for one DUT.
+struct Side {
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+}
+
+/// Run the whole plan; progress lines go to `log`.
+pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
+    let plan = plan(opts)?;
+    let mut profiles = Vec::new();
+    for p in &opts.profiles {
+        let mut prof = Profile::parse(p).with_context(|| format!("profile {p}"))?;
+        if let Some(v6) = opts.ipv6_percent {
+            if prof.is_dual_stack() {
+                prof = prof.with_ipv6_percent(v6)?;
+            }
+        }
+        profiles.push(prof);
+    }
+    let routes4: Vec<(u32, u8)> =
+        bench::routes::gen_v4(opts.routes4 + opts.routes4 / 50 + 16, opts.seed)
+            .into_iter()
+            .filter(|(a, len)| !(*a >> 17 == (198 << 7 | 18 >> 1) && *len >= 15))
+            .take(opts.routes4)
+            .collect();
+    let routes6: Vec<([u8; 16], u8)> = bench::routes::gen_v6(opts.routes6, opts.seed);
+    let per_run_trials = {
+        let c = engine_config(opts, &profiles[0], 1);
+        c.max_trials()
+    };
+    let eta = Arc::new(Eta {
+        start: Instant::now(),
+        done: AtomicU32::new(0),
+        total: per_run_trials * (plan.len() * profiles.len()) as u32,
+    });
+    let mut report = Report { runs: Vec::new() };
+    for transport in [Transport::Veth, Transport::Memif] {
+        let duts: Vec<DutKind> = plan
+            .iter()
+            .filter(|(_, t)| *t == transport)
+            .map(|(d, _)| *d)
+            .collect();
+        if duts.is_empty() {
+            continue;
+        }
+        let topo = Topo::new(&opts.prefix);
+        topo.down();
+        let guard = TopoGuard(topo.clone());
+        topo.create()?;
+        let tester_macs = match transport {
+            Transport::Veth => {
+                let m = topo.veth()?;
+                log(&format!(
+                    "installing {} IPv4 + {} IPv6 routes in the DUT namespace",
+                    routes4.len(),
+                    routes6.len()
+                ));
+                let t = Instant::now();
+                topo.routes(["da", "db"], &routes4, &routes6, opts.bidirectional)?;
+                log(&format!(
+                    "routes installed in {:.1} s",
+                    t.elapsed().as_secs_f64()
+                ));
+                m
+            }
+            Transport::Memif => {
+                if duts.contains(&DutKind::Ferrouter) {
+                    topo.memif_taps()?;
+                    let t = Instant::now();
+                    topo.routes(["mif0", "mif1"], &routes4, &routes6, opts.bidirectional)?;
+                    log(&format!(
+                        "routes installed in {:.1} s",
+                        t.elapsed().as_secs_f64()
+                    ));
+                }
+                topo::TESTER_MEMIF_MAC
+            }
+        };
+        for dut in duts {
+            log(&format!(
+                "DUT {}/{}: starting",
+                dut.name(),
+                transport.name()
+            ));
+            let mut running = start_dut(
+                opts,
+                &topo,
+                dut,
+                transport,
+                routes4.len(),
+                routes6.len(),
+                log,
+            )?;
+            let dut_macs = match transport {
+                Transport::Veth => [
+                    topo::read_mac(&topo.dns(), "da")?,
+                    topo::read_mac(&topo.dns(), "db")?,
+                ],
+                Transport::Memif => topo::DUT_MEMIF_MAC,
+            };
+            let sides = [
+                Side {
+                    src_mac: tester_macs[0],
+                    dst_mac: dut_macs[0],
+                },
+                Side {
+                    src_mac: tester_macs[1],
+                    dst_mac: dut_macs[1],
+                },
+            ];
+            let runs = std::thread::scope(|s| {
+                s.spawn(|| {
+                    tester_thread(
+                        opts, &topo, transport, dut, &profiles, &sides, &routes4, &routes6, &eta,
+                        log,
+                    )
+                })
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("tester thread panicked")))
+            });
+            let alive = running.check();
+            running.stop();
+            let mut runs =
+                runs.with_context(|| format!("DUT {}/{}", dut.name(), transport.name()))?;
+            alive?;
+            for r in &mut runs {
+                r.routes4 = if dut == DutKind::Testpmd {
+                    0
+                } else {
+                    routes4.len()
+                };
+                r.routes6 = if dut == DutKind::Testpmd {
+                    0
+                } else {
+                    routes6.len()
+                };
+            }
+            report.runs.extend(runs);
+        }
+        drop(guard);
+    }
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_dut(
+    opts: &Options,
+    topo: &Topo,
+    dut: DutKind,
+    transport: Transport,
+    n4: usize,
+    n6: usize,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<Running> {
+    Ok(match (dut, transport) {
+        (DutKind::Linux, _) => {
+            topo.kernel_forwarding(true)?;
+            Running::none("linux")
+        }
+        (DutKind::Testpmd, _) => dut::start_testpmd(topo, opts.dut_core)?,
+        (DutKind::Ferrouter, t) => {
+            let ports = match t {
+                Transport::Veth => dut::ferrouter_veth_ports(),
+                Transport::Memif => dut::ferrouter_memif_ports(topo),
+            };
+            let start = Instant::now();
+            let mut r = dut::start_ferrouter(topo, &opts.ferrouter_bin, &ports)?;
+            // The FIB must hold every route before traffic starts.
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                r.check()?;
+                let (a, b) = dut::ferrouter_routes(topo).unwrap_or((0, 0));
+                if a as usize >= n4 && b as usize >= n6 {
+                    log(&format!(
+                        "ferrouter up with {a} IPv4 + {b} IPv6 routes in {:.1} s",
+                        start.elapsed().as_secs_f64()
+                    ));
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("ferrouter holds {a}/{n4} IPv4 and {b}/{n6} IPv6 routes after 120 s");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            r
+        }
+    })
+}
+
+fn engine_config(opts: &Options, profile: &Profile, directions: u32) -> Rfc2544Config {
+    let avg = profile.avg_frame_size();
+    let mut c = Rfc2544Config::new(
+        tester::line_rate_pps(opts.line_rate_gbps, avg),
+        avg,
+        directions,
+    );
+    c.resolution = opts.resolution_pct / 100.0;
+    c.max_search_trials = opts.max_search_trials;
+    c.loads_percent = opts.loads.clone();
+    c
+}
+
+/// Enter the network namespace `ns` (this thread only).
+fn enter_netns(ns: &str) -> Result<()> {
+    let f = std::fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("opening namespace {ns}"))?;
+    // SAFETY: setns(2) on a namespace fd we hold open; affects only the calling thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!(
+            "entering namespace {ns}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn pin(core: usize) {
+    if let Some(c) =
+        core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core))
+    {
+        core_affinity::set_for_current(c);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tester_thread(
+    opts: &Options,
+    topo: &Topo,
+    transport: Transport,
+    dut: DutKind,
+    profiles: &[Profile],
+    sides: &[Side; 2],
+    routes4: &[(u32, u8)],
+    routes6: &[([u8; 16], u8)],
+    eta: &Eta,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<Run>> {
+    pin(opts.tester_core);
+    let mut mem = Arena::new(16384);
+    match transport {
+        Transport::Veth => {
+            enter_netns(&topo.tns())?;
+            let mut a = ports::AfXdp::open("ta", 0, 0, ports::AfXdpOptions::default())
+                .context("tester port ta")?;
+            let mut b = ports::AfXdp::open("tb", 0, 1, ports::AfXdpOptions::default())
+                .context("tester port tb")?;
+            let label = format!("tester AF_XDP {}", a.mode());
+            run_profiles(
+                opts, dut, transport, &label, profiles, sides, routes4, routes6, &mut mem, &mut a,
+                &mut b, eta, log,
+            )
+        }
+        Transport::Memif => {
+            let open = |i: usize| -> Result<ports::memif::Memif> {
+                let mut m = ports::memif::Memif::open(
+                    i as u16,
+                    ports::memif::MemifOptions {
+                        socket: topo.memif_socket(i),
+                        role: ports::memif::MemifRole::Client,
+                        id: 0,
+                        name: format!("tester{i}"),
+                        ..Default::default()
+                    },
+                )
+                .with_context(|| format!("tester memif {}", topo.memif_socket(i).display()))?;
+                m.wait_connected(Duration::from_secs(15))
+                    .with_context(|| format!("connecting to {}", topo.memif_socket(i).display()))?;
+                Ok(m)
+            };
+            let mut a = open(0)?;
+            let mut b = open(1)?;
+            run_profiles(
+                opts,
+                dut,
+                transport,
+                "tester memif client",
+                profiles,
+                sides,
+                routes4,
+                routes6,
+                &mut mem,
+                &mut a,
+                &mut b,
+                eta,
+                log,
+            )
+        }
+    }
+}
+
+/// Destination prefixes of one direction: routes toward side B (forward) or, when
+/// routes are split for bidirectional runs, the odd ones toward side A.
+fn dst_prefixes4(routes: &[(u32, u8)], reverse: bool, split: bool) -> Vec<Prefix> {
+    routes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !split || (i % 2 == 1) == reverse)
+        .filter_map(|(_, (a, l))| Prefix::new(IpAddr::V4(Ipv4Addr::from(*a)), *l).ok())
+        .collect()
+}
+
+fn dst_prefixes6(routes: &[([u8; 16], u8)], reverse: bool, split: bool) -> Vec<Prefix> {
+    routes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !split || (i % 2 == 1) == reverse)
+        .filter_map(|(_, (a, l))| Prefix::new(IpAddr::V6(Ipv6Addr::from(*a)), *l).ok())
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_profiles<P: Port<Arena>>(
+    opts: &Options,
+    dut: DutKind,
+    transport: Transport,
+    tester_label: &str,
+    profiles: &[Profile],
+    sides: &[Side; 2],
+    routes4: &[(u32, u8)],
+    routes6: &[([u8; 16], u8)],
+    mem: &mut Arena,
+    a: &mut P,
+    b: &mut P,
+    eta: &Eta,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<Run>> {
+    let split = opts.bidirectional;
+    let dir = |from: usize, reverse: bool| -> DirectionConfig {
+        let (src4, src6) = if from == 0 {
+            (topo::TESTER_A4, topo::TESTER_A6)
+        } else {
+            (topo::TESTER_B4, topo::TESTER_B6)
+        };
+        let mut d4 = dst_prefixes4(routes4, reverse, split);
+        let mut d6 = dst_prefixes6(routes6, reverse, split);
+        // testpmd has no routes: any destination will do; keep the same ones.
+        if d4.is_empty() {
+            d4.push(
+                Prefix::new(
+                    IpAddr::V4(if from == 0 {
+                        topo::TESTER_B4
+                    } else {
+                        topo::TESTER_A4
+                    }),
+                    32,
+                )
+                .expect("valid"),
+            );
+        }
+        if d6.is_empty() {
+            d6.push(
+                Prefix::new(
+                    IpAddr::V6(if from == 0 {
+                        topo::TESTER_B6
+                    } else {
+                        topo::TESTER_A6
+                    }),
+                    128,
+                )
+                .expect("valid"),
+            );
+        }
+        DirectionConfig {
+            src_mac: sides[from].src_mac,
+            dst_mac: sides[from].dst_mac,
+            v4: Some(Endpoints::new(AddrRange::single(IpAddr::V4(src4)), d4)),
+            v6: Some(Endpoints::new(AddrRange::single(IpAddr::V6(src6)), d6)),
+        }
+    };
+    let mut runs = Vec::new();
+    for profile in profiles {
+        let directions = if opts.bidirectional { 2 } else { 1 };
+        let mut traffic = TrafficConfig::new(
+            profile.clone(),
+            dir(0, false),
+            opts.bidirectional.then(|| dir(1, true)),
+        );
+        traffic.flows = opts.flows;
+        let label = format!("{}/{} {}", dut.name(), transport.name(), profile.name());
+        let mut gen = match Generator::new(&traffic) {
+            Ok(g) => g,
+            Err(e) => bail!("{label}: {e:#}"),
+        };
+        if gen.max_buffer_len() > dataplane::FRAME_SIZE - dataplane::HEADROOM {
+            log(&format!("{label}: skipped: its largest frames ({} bytes) exceed the ports' {}-byte buffers (jumbo frames need chained buffers, not supported yet)", gen.max_buffer_len(), dataplane::FRAME_SIZE - dataplane::HEADROOM));
+            continue;
+        }
+        let cfg = engine_config(opts, profile, directions);
+        let mut tcfg = TrialConfig::new(1.0, Duration::from_secs_f64(opts.duration));
+        tcfg.bidirectional = opts.bidirectional;
+        tcfg.drain = Duration::from_secs_f64(opts.drain);
+        // A shared 2-core machine preempts the tester for milliseconds at a time: let it
+        // catch up on that much schedule rather than count the frames as never offered.
+        tcfg.max_lag = Duration::from_millis(5);
+        // Warm-up: a short trial so ARP-free static state, caches and the DUT's adaptive
+        // polling are awake before the first measured trial.
+        let mut warm = tcfg;
+        warm.rate_pps = 10_000.0;
+        warm.duration = Duration::from_millis(200);
+        let _ = gen.run_trial(mem, a, b, &warm);
+        let mut progress = |p: Progress<'_>| {
+            if let Progress::Finished {
+                phase,
+                rate_pps,
+                result,
+                passed,
+                ..
+            } = p
+            {
+                eta.done.fetch_add(1, Ordering::Relaxed);
+                let ph = match phase {
+                    Phase::Throughput => "search".to_string(),
+                    Phase::FrameLoss { load_percent } => format!("load {load_percent}%"),
+                    Phase::Latency => "latency".to_string(),
+                };
+                log(&eta.line(&format!(
+                    "{label} {ph}: offered {:.3} Mpps, sent {:.3}, received {:.3}, loss {:.3}% {}",
+                    rate_pps * directions as f64 / 1e6,
+                    result.tx_pps / 1e6,
+                    result.rx_pps / 1e6,
+                    result.loss_percent(),
+                    if passed { "✓" } else { "✗" }
+                )));
+            }
+        };
+        let mut trial_err = None;
+        let rep = engine::try_run(
+            &cfg,
+            |rate| {
+                let mut t = tcfg;
+                t.rate_pps = rate;
+                gen.run_trial(mem, a, b, &t)
+                    .inspect_err(|e| trial_err = Some(format!("{e:#}")))
+            },
+            Some(&mut progress),
+        )
+        .with_context(|| format!("{label}: trial failed"))?;
+        let _ = trial_err;
+        let mut loads = Vec::new();
+        for rec in &rep.trials {
+            let load = match rec.phase {
+                Phase::FrameLoss { load_percent } => load_percent,
+                Phase::Throughput
+                    if cfg.reuse_line_rate_trial && rec.n == 1 && opts.loads.contains(&100.0) =>
+                {
+                    100.0
+                }
+                _ => continue,
+            };
+            let r = &rec.result;
+            loads.push(LoadRow {
+                load_pct: load,
+                offered_mpps: rec.rate_pps * directions as f64 / 1e6,
+                sent_mpps: r.tx_pps / 1e6,
+                rx_mpps: r.rx_pps / 1e6,
+                rx_gbps_l1: r.rx_gbps_l1,
+                loss_pct: r.loss_percent(),
+            });
+        }
+        loads.sort_by(|x, y| x.load_pct.total_cmp(&y.load_pct));
+        let mut notes = vec![tester_label.to_string()];
+        if rep.generator_limited {
+            notes.push("the tester could not offer some rates (generator-limited): throughput is a lower bound set by the tester, not the DUT".into());
+        }
+        let v6 = profile.ipv6_percent();
+        runs.push(Run {
+            dut: dut.name().into(),
+            transport: transport.name().into(),
+            profile: profile.name().into(),
+            flows: opts.flows,
+            pattern: format!("1pp - {}", if opts.bidirectional { "bi" } else { "uni" }),
+            ratio: format!("{}/{}", 100 - v6 as u32, v6),
+            frame_size: frame_size_label(profile),
+            avg_frame: profile.avg_frame_size(),
+            routes4: 0,
+            routes6: 0,
+            line_rate_gbps: opts.line_rate_gbps,
+            throughput_mpps: rep.throughput_mpps,
+            throughput_gbps_l1: rep.throughput_gbps_l1,
+            throughput_load_pct: rep.throughput_percent,
+            loss_at_load: rep
+                .loss_at_load
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect::<BTreeMap<_, _>>(),
+            loads,
+            latency_us: rep.latency_us.map(|l| Latency {
+                min: l.min,
+                avg: l.avg,
+                max: l.max,
+                p99: l.p99,
+            }),
+            trials: rep.trials.len(),
+            notes,
+        });
+    }
+    Ok(runs)
+}
+
+fn frame_size_label(p: &Profile) -> String {
+    let name = p.name();
+    match name.split_once('-') {
+        Some(("ipv4" | "ipv6", size)) => size.to_string(),
+        _ => name.to_uppercase(),
+    }
+}
