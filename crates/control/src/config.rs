@@ -203,10 +203,12 @@ impl Config {
                 if let Some(m) = &p.mac {
                     match parse_mac(m) {
                         Some(b) if b[0] & 1 == 0 && b != [0; 6] => {}
-                        _ => return Err(invalid(format!(
+                        _ => {
+                            return Err(invalid(format!(
                             "port[{i}] ({}): mac {m:?} is not a unicast MAC like 02:00:00:00:00:01",
                             p.name
-                        ))),
+                        )))
+                        }
                     }
                 }
                 if c.ports[..i].iter().any(|q| {
