@@ -56,6 +56,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The built-in traffic generator on two ports: one trial (fixed rate, or as fast as the
+    /// ports allow), with exact loss, reordering and latency accounting.
+    Tester(TesterArgs),
     /// Network-namespace lab: hosts h1 and h2 routed through ferrouter.
     Lab {
         #[command(subcommand)]
@@ -70,6 +73,72 @@ enum Cmd {
         #[arg(long, default_value = "auto", global = true)]
         backend: String,
     },
+}
+
+#[derive(Args)]
+struct TesterArgs {
+    /// Port sending (and receiving the reverse direction): af_xdp:IFNAME, af_packet:IFNAME
+    /// or memif:SOCKET[:client|server[:ID]].
+    #[arg(long)]
+    port0: String,
+    /// Port receiving (and sending the reverse direction).
+    #[arg(long)]
+    port1: String,
+    /// Destination MAC of frames sent on port0 (the DUT's port facing it).
+    #[arg(long)]
+    dst_mac0: String,
+    /// Destination MAC of frames sent on port1.
+    #[arg(long, default_value = "02:fe:00:00:d0:0b")]
+    dst_mac1: String,
+    /// Source addresses of direction 0 (one per family).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.18.0.2,2001:2:0:a::2"
+    )]
+    src0: Vec<String>,
+    /// Destination prefixes of direction 0 (addresses inside routes toward port1).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.19.0.2/32,2001:2:0:b::2/128"
+    )]
+    dst0: Vec<String>,
+    /// Source addresses of direction 1.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.19.0.2,2001:2:0:b::2"
+    )]
+    src1: Vec<String>,
+    /// Destination prefixes of direction 1.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.18.0.2/32,2001:2:0:a::2/128"
+    )]
+    dst1: Vec<String>,
+    /// Profile: ipv4-SIZE, ipv6-SIZE, imix1, imix2, imix3, eantc1, eantc2, simple.
+    #[arg(long, default_value = "ipv4-64")]
+    profile: String,
+    /// Flows per direction.
+    #[arg(long, default_value_t = 2)]
+    flows: u32,
+    /// Frames/s per direction (default: as fast as the ports allow).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Both directions at once.
+    #[arg(long)]
+    bidirectional: bool,
+    /// Enter this network namespace before opening the ports.
+    #[arg(long)]
+    netns: Option<String>,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -139,6 +208,10 @@ struct Rfc2544Args {
     /// Most trials of one throughput search.
     #[arg(long, default_value_t = 14)]
     max_trials: u32,
+    /// Loss a passing search trial may have, percent of frames sent (0 = RFC 2544 zero
+    /// loss, "NDR"; e.g. 0.1 for a partial drop rate on a noisy machine).
+    #[arg(long, default_value_t = 0.0)]
+    loss_tolerance: f64,
     /// Offered loads of the frame-loss test, percent of the line rate.
     #[arg(long, value_delimiter = ',', default_value = "25,50,75,100")]
     loads: Vec<f64>,
@@ -329,6 +402,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
+        Cmd::Tester(a) => tester_cmd(a),
         Cmd::Bench(Bench::FibUpdate(a)) => {
             let opts = bench::fib_update::Options {
                 routes: a.routes,
@@ -344,6 +418,64 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn tester_cmd(a: TesterArgs) -> Result<()> {
+    use lab::rfc2544::standalone::{run, Standalone};
+    let mac =
+        |s: &str| control::config::parse_mac(s).with_context(|| format!("{s:?} is not a MAC"));
+    let addrs = |v: &[String]| -> Result<Vec<std::net::IpAddr>> {
+        v.iter()
+            .map(|s| {
+                s.parse()
+                    .with_context(|| format!("{s:?} is not an address"))
+            })
+            .collect()
+    };
+    let prefixes = |v: &[String]| -> Result<Vec<tester::Prefix>> {
+        v.iter()
+            .map(|s| s.parse().with_context(|| format!("{s:?} is not a prefix")))
+            .collect()
+    };
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
+        bail!(
+            "--duration must be between 0 and 3600 seconds, got {}",
+            a.duration
+        );
+    }
+    if a.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        bail!("--rate must be a positive number of frames/s");
+    }
+    let s = Standalone {
+        ports: [a.port0.clone(), a.port1.clone()],
+        dst_macs: [mac(&a.dst_mac0)?, mac(&a.dst_mac1)?],
+        src_macs: [None, None],
+        src: [addrs(&a.src0)?, addrs(&a.src1)?],
+        dst: [prefixes(&a.dst0)?, prefixes(&a.dst1)?],
+        profile: a.profile.clone(),
+        flows: a.flows,
+        rate_pps: a.rate,
+        duration: a.duration,
+        bidirectional: a.bidirectional,
+    };
+    if let Some(ns) = &a.netns {
+        lab::rfc2544::enter_netns(ns)?;
+    }
+    let r = run(&s)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "sent {} ({:.3} Mpps, {:.3} Gbit/s L1)  received {} ({:.3} Mpps)  lost {} ({:.4}%)  reordered {}  duplicates {}  foreign {}",
+            r.tx, r.tx_pps / 1e6, r.tx_gbps_l1, r.rx, r.rx_pps / 1e6, r.lost, r.loss_percent(), r.reordered, r.duplicates, r.foreign
+        );
+        let l = &r.latency;
+        println!(
+            "latency µs: min {:.1} avg {:.1} max {:.1} p99 {:.1} ({} samples)",
+            l.min_us, l.avg_us, l.max_us, l.p99_us, l.samples
+        );
+    }
+    Ok(())
 }
 
 fn rfc2544(a: Rfc2544Args) -> Result<()> {
@@ -384,6 +516,12 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
     if a.routes4 > 10_000_000 || a.routes6 > 2_000_000 {
         bail!("--routes4 is limited to 10M and --routes6 to 2M");
     }
+    if !(a.loss_tolerance.is_finite() && (0.0..=50.0).contains(&a.loss_tolerance)) {
+        bail!(
+            "--loss-tolerance is a percent in [0, 50], got {}",
+            a.loss_tolerance
+        );
+    }
     if a.max_trials == 0 || a.max_trials > 64 {
         bail!("--max-trials must be 1..=64");
     }
@@ -410,6 +548,7 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         line_rate_gbps: a.line_rate,
         resolution_pct: a.resolution,
         max_search_trials: a.max_trials,
+        loss_tolerance_pct: a.loss_tolerance,
         loads: a.loads.clone(),
         bidirectional: a.bidirectional,
         ipv6_percent: a.ipv6_ratio,

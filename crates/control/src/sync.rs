@@ -17,6 +17,7 @@
 //! Adjacencies are shared next-hop objects: when a neighbour's MAC or a port's MAC/MTU
 //! changes, one `set_next_hop` switches every route through it atomically.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use dataplane::{Interfaces, PortInfo};
@@ -113,7 +114,9 @@ pub struct Sync {
     addrs: Vec<Addr>,
     neighs: FxHashMap<(u32, IpAddr), Neigh>,
     /// (table, prefix, metric) → route.
-    routes: FxHashMap<(u32, Prefix, u32), Route>,
+    /// Keyed by (prefix, table, metric): every route of one prefix is one range away (a
+    /// hash map made each prefix's refresh a scan of the whole table — quadratic at 1M).
+    routes: BTreeMap<(Prefix, u32, u32), Route>,
     installed: FxHashMap<Prefix, Installed>,
     nh: FxHashMap<NextHopId, NhEntry>,
     nh_by_key: FxHashMap<NhKey, NextHopId>,
@@ -168,7 +171,7 @@ impl Sync {
             links: FxHashMap::default(),
             addrs: Vec::new(),
             neighs: FxHashMap::default(),
-            routes: FxHashMap::default(),
+            routes: BTreeMap::new(),
             installed: FxHashMap::default(),
             nh: FxHashMap::default(),
             nh_by_key: FxHashMap::default(),
@@ -391,20 +394,18 @@ impl Sync {
 
     /// The next hop `prefix` should have now (with a reference taken), and its source.
     fn desired(&mut self, p: Prefix) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
-        let local = self.routes.iter().any(|((t, q, _), r)| {
-            *t == LOCAL_TABLE
-                && *q == p
-                && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
+        let of_prefix = || self.routes.range((p, 0, 0)..=(p, u32::MAX, u32::MAX));
+        let local = of_prefix().any(|((_, t, _), r)| {
+            *t == LOCAL_TABLE && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
         });
         if local {
             return Ok(Some((self.acquire(NhKey::Local)?, Source::Local)));
         }
         let best = self
             .routes
-            .iter()
-            .filter(|((t, q, _), r)| {
+            .range((p, 0, 0)..=(p, u32::MAX, u32::MAX))
+            .filter(|((_, t, _), r)| {
                 *t == MAIN_TABLE
-                    && *q == p
                     && !matches!(
                         r.kind,
                         RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
@@ -509,11 +510,11 @@ impl Sync {
             .routes
             .into_iter()
             .filter(|r| r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
-            .map(|r| ((r.table, (r.dst, r.dst_len), r.priority), r))
+            .map(|r| (((r.dst, r.dst_len), r.table, r.priority), r))
             .collect();
         self.refresh_next_hops(None);
         let mut prefixes: FxHashSet<Prefix> = self.installed.keys().copied().collect();
-        prefixes.extend(self.routes.keys().map(|(_, p, _)| *p));
+        prefixes.extend(self.routes.keys().map(|(p, _, _)| *p));
         prefixes.extend(self.neighs.values().map(|n| (n.ip, host_len(&n.ip))));
         for p in prefixes {
             self.refresh_prefix(p);
@@ -562,14 +563,14 @@ impl Sync {
             Event::NewRoute(r) => {
                 if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
                     let p = (r.dst, r.dst_len);
-                    self.routes.insert((r.table, p, r.priority), r);
+                    self.routes.insert((p, r.table, r.priority), r);
                     self.refresh_prefix(p);
                 }
             }
             Event::DelRoute(r) => {
                 if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
                     let p = (r.dst, r.dst_len);
-                    let key = (r.table, p, r.priority);
+                    let key = (p, r.table, r.priority);
                     // IPv6 deletes one next hop of a multipath route at a time: the message
                     // lists only the removed ones, the rest of the route stays.
                     let partial = r.dst.is_ipv6()

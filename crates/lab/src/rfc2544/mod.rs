@@ -9,6 +9,7 @@
 
 pub mod dut;
 pub mod report;
+pub mod standalone;
 pub mod topo;
 
 use std::collections::BTreeMap;
@@ -27,7 +28,7 @@ use tester::rfc2544::{self as engine, Phase, Progress, Rfc2544Config};
 use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig};
 
 use dut::{DutKind, Running, Transport};
-use report::{Latency, LoadRow, Report, Run};
+use report::{CoreSplit, Latency, LoadRow, Report, Run};
 use topo::{Topo, TopoGuard};
 
 /// What to measure.
@@ -55,6 +56,9 @@ pub struct Options {
     pub resolution_pct: f64,
     /// Most trials of a throughput search.
     pub max_search_trials: u32,
+    /// Loss a passing trial may have, percent of frames sent (0: RFC 2544's zero loss,
+    /// "NDR"; e.g. 0.1 gives a partial drop rate, "PDR").
+    pub loss_tolerance_pct: f64,
     /// Offered loads of the frame-loss test, percent of the line rate.
     pub loads: Vec<f64>,
     /// Both directions at once.
@@ -87,6 +91,7 @@ impl Default for Options {
             line_rate_gbps: 10.0,
             resolution_pct: 0.1,
             max_search_trials: 14,
+            loss_tolerance_pct: 0.0,
             loads: vec![25.0, 50.0, 75.0, 100.0],
             bidirectional: false,
             ipv6_percent: None,
@@ -355,12 +360,13 @@ fn engine_config(opts: &Options, profile: &Profile, directions: u32) -> Rfc2544C
     );
     c.resolution = opts.resolution_pct / 100.0;
     c.max_search_trials = opts.max_search_trials;
+    c.loss_tolerance_ratio = opts.loss_tolerance_pct / 100.0;
     c.loads_percent = opts.loads.clone();
     c
 }
 
 /// Enter the network namespace `ns` (this thread only).
-fn enter_netns(ns: &str) -> Result<()> {
+pub fn enter_netns(ns: &str) -> Result<()> {
     let f = std::fs::File::open(format!("/run/netns/{ns}"))
         .with_context(|| format!("opening namespace {ns}"))?;
     // SAFETY: setns(2) on a namespace fd we hold open; affects only the calling thread.
@@ -582,6 +588,7 @@ fn run_profiles<P: Port<Arena>>(
                 )));
             }
         };
+        let cpu_before = cpu_times();
         let mut trial_err = None;
         let rep = engine::try_run(
             &cfg,
@@ -595,6 +602,7 @@ fn run_profiles<P: Port<Arena>>(
         )
         .with_context(|| format!("{label}: trial failed"))?;
         let _ = trial_err;
+        let cpu = cpu_split(&cpu_before, &cpu_times(), opts.tester_core, opts.dut_core);
         let mut loads = Vec::new();
         for rec in &rep.trials {
             let load = match rec.phase {
@@ -634,6 +642,7 @@ fn run_profiles<P: Port<Arena>>(
             routes4: 0,
             routes6: 0,
             line_rate_gbps: opts.line_rate_gbps,
+            loss_tolerance_pct: opts.loss_tolerance_pct,
             throughput_mpps: rep.throughput_mpps,
             throughput_gbps_l1: rep.throughput_gbps_l1,
             throughput_load_pct: rep.throughput_percent,
@@ -650,10 +659,62 @@ fn run_profiles<P: Port<Arena>>(
                 p99: l.p99,
             }),
             trials: rep.trials.len(),
+            cpu,
             notes,
         });
     }
     Ok(runs)
+}
+
+/// Per-core jiffies from /proc/stat: [user, nice, system, idle, iowait, irq, softirq, steal].
+fn cpu_times() -> Vec<[u64; 8]> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let mut out = Vec::new();
+    for l in text.lines() {
+        let mut it = l.split_whitespace();
+        let Some(name) = it.next() else { continue };
+        let Some(n) = name
+            .strip_prefix("cpu")
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let mut v = [0u64; 8];
+        for (x, t) in v.iter_mut().zip(&mut it) {
+            *x = t.parse().unwrap_or(0);
+        }
+        if out.len() <= n {
+            out.resize(n + 1, [0; 8]);
+        }
+        out[n] = v;
+    }
+    out
+}
+
+fn cpu_split(a: &[[u64; 8]], b: &[[u64; 8]], tester: usize, dut: usize) -> Vec<CoreSplit> {
+    let mut out = Vec::new();
+    for (core, role) in [(tester, "tester"), (dut, "dut")] {
+        let (Some(x), Some(y)) = (a.get(core), b.get(core)) else {
+            continue;
+        };
+        let d: Vec<f64> = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| q.saturating_sub(*p) as f64)
+            .collect();
+        let total: f64 = d.iter().sum::<f64>().max(1.0);
+        let pct = |v: f64| (v / total * 1000.0).round() / 10.0;
+        out.push(CoreSplit {
+            core,
+            role: role.into(),
+            user: pct(d[0] + d[1]),
+            system: pct(d[2] + d[5]),
+            softirq: pct(d[6]),
+            idle: pct(d[3] + d[4]),
+            steal: pct(d[7]),
+        });
+    }
+    out
 }
 
 fn frame_size_label(p: &Profile) -> String {

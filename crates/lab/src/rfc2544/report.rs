@@ -38,6 +38,25 @@ pub struct LoadRow {
     pub loss_pct: f64,
 }
 
+/// Where one core's time went during a run (from /proc/stat), percent.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct CoreSplit {
+    /// Core number.
+    pub core: usize,
+    /// What ran there: "tester" or "dut".
+    pub role: String,
+    /// Userspace (the tester, ferrouter's worker, testpmd).
+    pub user: f64,
+    /// Kernel, outside interrupts (system calls: AF_XDP/AF_PACKET kicks, veth transmit).
+    pub system: f64,
+    /// Softirq (NAPI: veth receive, XDP, the kernel's forwarding path).
+    pub softirq: f64,
+    /// Idle.
+    pub idle: f64,
+    /// Stolen by the hypervisor.
+    pub steal: f64,
+}
+
 /// One DUT × transport × profile.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Run {
@@ -63,7 +82,10 @@ pub struct Run {
     pub routes6: usize,
     /// The line rate loads are relative to, Gbit/s.
     pub line_rate_gbps: f64,
-    /// Throughput: the highest rate with no loss (RFC 2544 binary search), Mpps.
+    /// Loss the throughput search tolerated, percent (0 = RFC 2544 zero loss).
+    pub loss_tolerance_pct: f64,
+    /// Throughput: the highest rate with no more loss than tolerated (RFC 2544 binary
+    /// search), Mpps.
     pub throughput_mpps: f64,
     /// The same at L1, Gbit/s.
     pub throughput_gbps_l1: f64,
@@ -77,6 +99,8 @@ pub struct Run {
     pub latency_us: Option<Latency>,
     /// Trials run.
     pub trials: usize,
+    /// Where the two cores' time went over the whole run of this profile.
+    pub cpu: Vec<CoreSplit>,
     /// What limited or qualified the run.
     pub notes: Vec<String>,
 }
@@ -165,6 +189,32 @@ impl Report {
             let _ = writeln!(s);
             for (what, v) in ratios {
                 let _ = writeln!(s, "{what}: {v:.2}x");
+            }
+        }
+        if self.runs.iter().any(|r| !r.cpu.is_empty()) {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "CPU time during each run (% of the core: user / system / softirq / idle / steal)"
+            );
+            for r in &self.runs {
+                let cores: Vec<String> = r
+                    .cpu
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "core {} ({}): {:.0}/{:.0}/{:.0}/{:.0}/{:.0}",
+                            c.core, c.role, c.user, c.system, c.softirq, c.idle, c.steal
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "{:<18} {:<9} {}",
+                    dut_label(r),
+                    r.profile,
+                    cores.join("   ")
+                );
             }
         }
         for r in &self.runs {
@@ -305,6 +355,7 @@ mod tests {
             routes4: 1000,
             routes6: 0,
             line_rate_gbps: 10.0,
+            loss_tolerance_pct: 0.0,
             throughput_mpps: mpps,
             throughput_gbps_l1: mpps * 84.0 * 8.0 / 1000.0,
             throughput_load_pct: mpps / 14.88 * 100.0,
@@ -324,6 +375,12 @@ mod tests {
                 p99: 2.5,
             }),
             trials: 9,
+            cpu: vec![CoreSplit {
+                core: 0,
+                role: "tester".into(),
+                user: 50.0,
+                ..Default::default()
+            }],
             notes: vec![],
         }
     }
