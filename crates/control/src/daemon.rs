@@ -580,7 +580,7 @@ impl KernelFaces {
     /// A punted frame that arrived on a memif port goes to the kernel through its TAP
     /// (unresolved transit packets do not: the kernel does not forward; the resolver
     /// handles those).
-    fn to_kernel(&mut self, p: &PuntPacket) {
+    fn punt_to_kernel(&mut self, p: &PuntPacket) {
         if p.reason == Reason::PuntUnresolved {
             return;
         }
@@ -590,7 +590,7 @@ impl KernelFaces {
     }
 
     /// Frames the kernel sent out of the TAPs, queued for transmission (bounded per call).
-    fn from_kernel(&mut self, scratch: &mut PuntPacket) {
+    fn poll_kernel(&mut self, scratch: &mut PuntPacket) {
         let Some(q) = self.injects.first_mut() else {
             return;
         };
@@ -681,10 +681,10 @@ fn control_loop(
                 if p.reason == Reason::PuntUnresolved {
                     resolver.handle(mirror, &sync, p.frame());
                 }
-                faces.to_kernel(&p);
+                faces.punt_to_kernel(&p);
             }
         }
-        faces.from_kernel(&mut scratch);
+        faces.poll_kernel(&mut scratch);
         drop(sync);
         for (i, h) in handles.iter_mut().enumerate() {
             if h.is_finished() {

@@ -122,7 +122,7 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{:<7} {:<10} {:<9} {:<8} {:>8} {:>9} {:>9} {:>9} {:>10}  {}",
+            "{:<7} {:<10} {:<9} {:<8} {:>8} {:>9} {:>9} {:>9} {:>10}  DUT",
             "Flows",
             "Pattern",
             "IPv4/v6",
@@ -132,7 +132,6 @@ impl Report {
             "Mpps",
             "Gbps(L1)",
             "Loss %",
-            "DUT"
         );
         for r in &self.runs {
             for l in &r.loads {
