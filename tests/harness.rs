@@ -119,18 +119,28 @@ fn rfc2544_short_run_against_ferrouter_and_linux_over_veth() {
 }
 
 #[test]
-fn rfc2544_short_run_against_testpmd_and_ferrouter_over_memif() {
+fn rfc2544_short_bidirectional_run_against_testpmd_and_ferrouter_over_memif() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let name = format!("hm{}", std::process::id() % 10000);
     let v = bench(
         &name,
         &[
-            &["--dut", "testpmd,ferrouter", "--transport", "memif"],
+            // Both directions at once: the routes are split between the two sides.
+            &[
+                "--dut",
+                "testpmd,ferrouter",
+                "--transport",
+                "memif",
+                "--bidirectional",
+            ],
             SHORT,
         ]
         .concat(),
     );
     check_runs(&v, &[("testpmd", "memif"), ("ferrouter", "memif")]);
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(r["pattern"], "1pp - bi");
+    }
 }
 
 #[test]

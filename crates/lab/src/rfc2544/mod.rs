@@ -454,22 +454,20 @@ fn tester_thread(
 }
 
 /// Destination prefixes of one direction: routes toward side B (forward) or, when
-/// routes are split for bidirectional runs, the odd ones toward side A.
+/// routes are split for bidirectional runs, those [`topo::toward_a4`] picks toward side A.
 fn dst_prefixes4(routes: &[(u32, u8)], reverse: bool, split: bool) -> Vec<Prefix> {
     routes
         .iter()
-        .enumerate()
-        .filter(|(i, _)| !split || (i % 2 == 1) == reverse)
-        .filter_map(|(_, (a, l))| Prefix::new(IpAddr::V4(Ipv4Addr::from(*a)), *l).ok())
+        .filter(|(a, _)| !split || topo::toward_a4(*a) == reverse)
+        .filter_map(|(a, l)| Prefix::new(IpAddr::V4(Ipv4Addr::from(*a)), *l).ok())
         .collect()
 }
 
 fn dst_prefixes6(routes: &[([u8; 16], u8)], reverse: bool, split: bool) -> Vec<Prefix> {
     routes
         .iter()
-        .enumerate()
-        .filter(|(i, _)| !split || (i % 2 == 1) == reverse)
-        .filter_map(|(_, (a, l))| Prefix::new(IpAddr::V6(Ipv6Addr::from(*a)), *l).ok())
+        .filter(|(a, _)| !split || topo::toward_a6(a) == reverse)
+        .filter_map(|(a, l)| Prefix::new(IpAddr::V6(Ipv6Addr::from(*a)), *l).ok())
         .collect()
 }
 

@@ -39,6 +39,20 @@ pub const TESTER_MEMIF_MAC: [[u8; 6]; 2] = [[2, 0xfe, 0, 0, 0xff, 0xa], [2, 0xfe
 /// MACs of ferrouter's memif ports (and their TAPs).
 pub const DUT_MEMIF_MAC: [[u8; 6]; 2] = [[2, 0xfe, 0, 0, 0xd0, 0xa], [2, 0xfe, 0, 0, 0xd0, 0xb]];
 
+/// Whether a route goes toward side A when routes are split between the two sides
+/// (bidirectional runs): by the parity of the first octet, so a prefix and every more
+/// specific one inside it (all generated prefixes are /8 or longer) go the same way and no
+/// frame is routed to the side it was not meant for.
+pub fn toward_a4(addr: u32) -> bool {
+    (addr >> 24) & 1 == 1
+}
+
+/// IPv6 counterpart of [`toward_a4`]: the parity of the first 16 bits (generated prefixes
+/// are /29 or longer).
+pub fn toward_a6(addr: &[u8; 16]) -> bool {
+    addr[1] & 1 == 1
+}
+
 /// `aa:bb:..` text of a MAC.
 pub fn mac_str(m: [u8; 6]) -> String {
     m.iter()
@@ -226,7 +240,7 @@ impl Topo {
     }
 
     /// Install routes in the DUT's kernel table in one `ip -batch`: IPv4 via the tester's
-    /// side-B host (every other one via side A when `split`), IPv6 likewise.
+    /// side-B host (when `split`, those [`toward_a4`]/[`toward_a6`] picks via side A).
     pub fn routes(
         &self,
         devs: [&str; 2],
@@ -238,8 +252,8 @@ impl Topo {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
         );
-        for (i, (p, len)) in v4.iter().enumerate() {
-            let (nh, dev) = if split && i % 2 == 1 {
+        for (p, len) in v4 {
+            let (nh, dev) = if split && toward_a4(*p) {
                 (TESTER_A4, devs[0])
             } else {
                 (TESTER_B4, devs[1])
@@ -250,8 +264,8 @@ impl Topo {
                 Ipv4Addr::from(*p)
             )?;
         }
-        for (i, (p, len)) in v6.iter().enumerate() {
-            let (nh, dev) = if split && i % 2 == 1 {
+        for (p, len) in v6 {
+            let (nh, dev) = if split && toward_a6(p) {
                 (TESTER_A6, devs[0])
             } else {
                 (TESTER_B6, devs[1])
