@@ -397,4 +397,20 @@ mod tests {
         assert_eq!(from_c_string(&a), "abc");
         assert_eq!(from_c_string(b"xyz"), "xyz");
     }
+
+    proptest::proptest! {
+        /// Any 128 bytes (and any received length) decode to a message or a named error,
+        /// never a panic; whatever decodes re-encodes to a message that decodes the same.
+        #[test]
+        fn arbitrary_messages_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, MSG_SIZE), len in 0usize..300, ty in 0u16..12) {
+            let mut b = [0u8; MSG_SIZE];
+            b.copy_from_slice(&bytes);
+            b[..2].copy_from_slice(&ty.to_ne_bytes());
+            let _ = Msg::decode(&b, len);
+            if let Ok(m) = Msg::decode(&b, MSG_SIZE) {
+                let again = Msg::decode(&m.encode(), MSG_SIZE).expect("re-encoded message decodes");
+                proptest::prop_assert_eq!(format!("{m:?}"), format!("{again:?}"));
+            }
+        }
+    }
 }
