@@ -323,7 +323,7 @@ fn spawn_worker(
                 &mut out,
                 worker::now_ns(epoch),
             );
-            let injected = inject_from_kernel(&mut inject, &mut mem, &mut ports);
+            let injected = inject_from_kernel(&mut inject, &mut mem, &mut ports, &shared.counters);
             q.quiescent();
             iter += 1;
             if n == 0 && injected == 0 {
@@ -350,17 +350,25 @@ fn spawn_worker(
 
 /// Frames the kernel sent out of a TAP (memif ports' kernel face), transmitted on their
 /// port: at most one burst per loop iteration, so forwarding never waits on the kernel.
-fn inject_from_kernel(q: &mut PuntConsumer, mem: &mut Arena, ports: &mut [LivePort]) -> usize {
+fn inject_from_kernel(
+    q: &mut PuntConsumer,
+    mem: &mut Arena,
+    ports: &mut [LivePort],
+    counters: &dataplane::Counters,
+) -> usize {
     use dataplane::worker::Port;
     let mut n = 0;
     while n < 32 {
         let Ok(p) = q.pop() else { break };
         n += 1;
-        let Some(port) = ports.get_mut(p.port as usize) else {
-            continue;
-        };
-        if let Some(pkt) = mem.load(p.frame(), p.port) {
-            port.tx_burst(mem, &[pkt]);
+        let loaded = ports
+            .get_mut(p.port as usize)
+            .and_then(|port| mem.load(p.frame(), p.port).map(|pkt| (port, pkt)));
+        match loaded {
+            Some((port, pkt)) => {
+                port.tx_burst(mem, &[pkt]);
+            }
+            None => counters.add(Reason::InjectNoBuffer, 1),
         }
     }
     n
@@ -457,7 +465,8 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);
-    // Ports before any system change: a start that fails on an interface changes nothing.
+    // Ports before any other system change: a start that fails on an interface changes
+    // nothing (the TAPs created above vanish with their file descriptors).
     let per_worker = open_ports(&cfg, &sync.local_addresses(), &taps)?;
     kernel_forwarding_off()?;
     let facts: Vec<PortFacts> = per_worker[0]

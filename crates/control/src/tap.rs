@@ -28,6 +28,8 @@ pub struct Tap {
     pub from_kernel: u64,
     /// Frames that could not be written (kernel queue full, too big).
     pub to_kernel_drops: u64,
+    /// Frames from the kernel shorter than an Ethernet header (ignored).
+    pub runts: u64,
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -78,6 +80,7 @@ impl Tap {
             to_kernel: 0,
             from_kernel: 0,
             to_kernel_drops: 0,
+            runts: 0,
         };
         tap.configure(mac)?;
         Ok(tap)

@@ -91,6 +91,7 @@ reasons! {
     PuntQueueFull => Drop, "punt", "punt queue full";
     TxQueueFull => Drop, "port-tx", "transmit queue full";
     NoSuchPort => Drop, "port-tx", "next hop names a port that does not exist";
+    InjectNoBuffer => Drop, "kernel-inject", "frame from the kernel (TAP) with no free buffer, too big, or for no port";
     PuntArp => Punt, "ethernet-input", "ARP to the Linux stack";
     PuntL2Mcast => Punt, "ip4-input", "link-layer broadcast/multicast to the Linux stack";
     PuntLocal => Punt, "ip-lookup", "addressed to the router";

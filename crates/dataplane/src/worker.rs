@@ -17,7 +17,10 @@ pub trait Port<M: PacketMemory> {
     /// Append up to `VECTOR_SIZE - v.len` received frames to `v`; returns how many.
     fn rx_burst(&mut self, mem: &mut M, v: &mut Vector) -> usize;
     /// Send `pkts`; the port owns their buffers afterwards (returns them to `mem` when the
-    /// hardware is done, or at once for copying ports). Returns how many were sent.
+    /// hardware is done, or at once for copying ports). Returns how many were sent, and
+    /// those are always the first ones: a port that cannot send a frame drops it and every
+    /// frame after it in `pkts` (the tester relies on this to reuse sequence numbers). Only
+    /// a `Pkt` that does not fit its own buffer (a caller bug) may be skipped and counted.
     fn tx_burst(&mut self, mem: &mut M, pkts: &[Pkt]) -> usize;
 }
 

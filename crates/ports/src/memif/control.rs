@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::proto::{self, c_string, from_c_string, DecodeError, Msg};
 use super::shm::{Desc, Region};
@@ -39,6 +39,20 @@ impl Memif {
         }
     }
 
+    /// Whether a peer-triggered warning may be logged now (at most one per second; the
+    /// counters keep the full count).
+    fn may_warn(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .warned_at
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.warned_at = Some(now);
+        true
+    }
+
     pub(super) fn accept_pending(&mut self) {
         let Some(l) = &self.listener else { return };
         let lfd = l.as_raw_fd();
@@ -48,10 +62,12 @@ impl Memif {
                 Ok(Some(sock)) => {
                     if self.session.is_some() {
                         self.stats.control_errors += 1;
-                        tracing::warn!(
-                            name = %self.opts.name,
-                            "memif: refusing a second client, interface already in use"
-                        );
+                        if self.may_warn() {
+                            tracing::warn!(
+                                name = %self.opts.name,
+                                "memif: refusing a second client, interface already in use"
+                            );
+                        }
                         let m = Msg::disconnect("Interface already connected").encode();
                         let _ = sys::send_msg(sock.as_raw_fd(), &m, None);
                         continue;
@@ -512,7 +528,9 @@ impl Memif {
             self.stats.disconnects += 1;
         }
         if end.error {
-            tracing::warn!(name = %self.opts.name, "memif disconnected: {}", end.reason);
+            if self.may_warn() {
+                tracing::warn!(name = %self.opts.name, "memif disconnected: {}", end.reason);
+            }
         } else {
             tracing::info!(name = %self.opts.name, "memif disconnected: {}", end.reason);
         }

@@ -156,9 +156,17 @@ impl Memif {
         };
         let mut slot = c.tx_next;
         let mut sent = 0usize;
+        // The frames sent are always a prefix of `pkts` (the `Port::tx_burst` contract: the
+        // tester reuses the sequence numbers of the unsent tail): after one frame is
+        // refused, the rest of the burst is dropped too.
+        let mut refused = false;
         for p in pkts {
             if self.fault.is_some() {
                 self.stats.tx_dropped_disconnected += 1;
+                continue;
+            }
+            if refused {
+                self.stats.tx_dropped_after_refusal += 1;
                 continue;
             }
             if room == 0 {
@@ -168,11 +176,13 @@ impl Memif {
             let (off, len) = (p.off as usize, p.len as usize);
             let Some(src) = mem.frame(p.buf).get(off..off + len) else {
                 self.stats.tx_dropped_too_big += 1;
+                refused = true;
                 continue;
             };
             let ok = if client {
                 if len > c.bsize as usize {
                     self.stats.tx_dropped_too_big += 1;
+                    refused = true;
                     continue;
                 }
                 let boff = c.tx_bufs + u32::from(slot & (size - 1)) * c.bsize;
@@ -198,6 +208,7 @@ impl Memif {
                 if len > d.length as usize {
                     // The client's buffer is too small for this frame.
                     self.stats.tx_dropped_too_big += 1;
+                    refused = true;
                     continue;
                 }
                 let written = c
@@ -217,6 +228,7 @@ impl Memif {
             };
             if !ok {
                 self.stats.tx_dropped_disconnected += 1;
+                refused = true;
                 continue;
             }
             slot = slot.wrapping_add(1);

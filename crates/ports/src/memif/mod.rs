@@ -219,6 +219,9 @@ pub struct MemifStats {
     /// Frames dropped because they do not fit the peer's buffer, or whose packet
     /// descriptor does not fit its frame.
     pub tx_dropped_too_big: u64,
+    /// Frames dropped because an earlier frame of the same burst was refused (a burst is
+    /// sent as a prefix or not at all).
+    pub tx_dropped_after_refusal: u64,
     /// Descriptors from the peer naming memory outside its regions; never read or written.
     pub bad_descriptors: u64,
     /// Ring indices moved by the peer past what the protocol allows (each disconnects).
@@ -244,7 +247,8 @@ impl MemifStats {
             tx_bytes: self.tx_bytes,
             tx_errors: self.tx_dropped_ring_full
                 + self.tx_dropped_disconnected
-                + self.tx_dropped_too_big,
+                + self.tx_dropped_too_big
+                + self.tx_dropped_after_refusal,
             kernel_drops: 0,
         }
     }
@@ -376,6 +380,9 @@ pub struct Memif {
     /// disconnects.
     fault: Option<&'static str>,
     last_disconnect: Option<String>,
+    /// When the last peer-triggered warning was logged: a peer must not be able to make
+    /// the worker (which drives the control channel) log as fast as it reconnects.
+    warned_at: Option<Instant>,
     peer_name: String,
     peer_if_name: String,
 }
@@ -468,6 +475,7 @@ impl Memif {
             next_attempt: now,
             fault: None,
             last_disconnect: None,
+            warned_at: None,
             peer_name: String::new(),
             peer_if_name: String::new(),
         };

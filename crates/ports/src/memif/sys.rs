@@ -277,28 +277,35 @@ pub(crate) fn memfd(name: &str, size: u64) -> io::Result<OwnedFd> {
 /// under our mapping (which would turn accesses into `SIGBUS`): it must carry
 /// `F_SEAL_SHRINK` or let us add it. Returns what is wrong otherwise.
 pub(crate) fn check_region_fd(fd: RawFd, size: u64) -> Result<(), &'static str> {
-    // SAFETY: `st` is plain integers; fstat fills it; the result is checked.
-    let mut st: libc::stat = unsafe { zeroed() };
-    // SAFETY: `st` is a live, writable stat buffer.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+    let stat = || {
+        // SAFETY: `st` is plain integers; fstat fills it; the result is checked.
+        let mut st: libc::stat = unsafe { zeroed() };
+        // SAFETY: `st` is a live, writable stat buffer.
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st)
+    };
+    let Some(st) = stat() else {
         return Err("region fd cannot be inspected (fstat failed)");
-    }
+    };
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err("region fd is not a regular (memfd) file");
     }
+    // Seal, then measure: the peer still holds the file and could shrink it between a size
+    // check and the seal (then our first access would be a SIGBUS).
+    // SAFETY: plain fcntl queries/updates on a descriptor we own.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    let sealed = (seals >= 0 && seals & libc::F_SEAL_SHRINK != 0)
+        // SAFETY: as above.
+        || unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } == 0;
+    if !sealed {
+        return Err("region fd can be shrunk (no F_SEAL_SHRINK and sealing not allowed)");
+    }
+    let Some(st) = stat() else {
+        return Err("region fd cannot be inspected (fstat failed)");
+    };
     if (st.st_size as u64) < size {
         return Err("region fd is smaller than the announced region size");
     }
-    // SAFETY: plain fcntl queries/updates on a descriptor we own.
-    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
-    if seals >= 0 && seals & libc::F_SEAL_SHRINK != 0 {
-        return Ok(());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } == 0 {
-        return Ok(());
-    }
-    Err("region fd can be shrunk (no F_SEAL_SHRINK and sealing not allowed)")
+    Ok(())
 }
 
 /// A shared read-write mapping of a region file.

@@ -287,16 +287,21 @@ fn server_tx_fills_offered_buffers_and_respects_their_size() {
         .iter()
         .map(|f| mem.load(f, 0).unwrap())
         .collect();
-    // 20 → slot 0; 30 does not fit slot 1 (10 bytes): dropped; 8 → slot 1; then full.
-    assert_eq!(Port::<Arena>::tx_burst(&mut m, &mut mem, &pkts), 2);
+    // 20 → slot 0; 30 does not fit slot 1 (10 bytes): refused, and with it the rest of
+    // the burst (what is sent is always a prefix).
+    assert_eq!(Port::<Arena>::tx_burst(&mut m, &mut mem, &pkts), 1);
     assert_eq!(mem.free_count(), 16);
     let st = m.stats();
-    assert_eq!(st.tx_packets, 2);
+    assert_eq!(st.tx_packets, 1);
     assert_eq!(st.tx_dropped_too_big, 1);
-    assert_eq!(st.tx_dropped_ring_full, 1);
+    assert_eq!(st.tx_dropped_after_refusal, 2);
     let c = conn(&m);
-    assert_eq!(c.tx.tail().load(Ordering::Acquire), 2);
+    assert_eq!(c.tx.tail().load(Ordering::Acquire), 1);
     assert_eq!(c.tx.desc(0).length, 20);
+    // The next burst uses the 10-byte buffer for an 8-byte frame.
+    let small = mem.load(&[3u8; 8], 0).unwrap();
+    assert_eq!(Port::<Arena>::tx_burst(&mut m, &mut mem, &[small]), 1);
+    let c = conn(&m);
     assert_eq!(c.tx.desc(1).length, 8);
     let mut b = [0u8; 8];
     assert!(c.regions[0]
