@@ -151,3 +151,32 @@ fn demo_forwards_everything() {
     assert!(so.contains("packets not forwarded: 0"), "{so}");
     assert!(so.contains("ipv4-64") && so.contains("imix3"), "{so}");
 }
+
+#[test]
+fn route_sync_streams_every_route_into_the_fib_and_back_out() {
+    let v = json(&[
+        "bench",
+        "route-sync",
+        "--routes4",
+        "50000",
+        "--routes6",
+        "20000",
+        "--json",
+    ]);
+    // Every announcement installed (plus the two ports' connected prefixes per family),
+    // every withdrawal removed, nothing skipped or failed.
+    assert_eq!(v["fib_routes"][0].as_u64().unwrap(), 50_000 + 2, "{v}");
+    assert_eq!(v["fib_routes"][1].as_u64().unwrap(), 20_000 + 2, "{v}");
+    assert_eq!(
+        v["fib_routes_after_delete"],
+        serde_json::json!([2, 2]),
+        "{v}"
+    );
+    for phase in ["add", "replace", "delete"] {
+        assert_eq!(v[phase]["messages"], 70_000, "{phase}: {v}");
+        assert!(v[phase]["per_second"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(v["fib_errors"], 0);
+    assert_eq!(v["skipped"], 0);
+    assert!(v["fib_bytes_per_route"].as_f64().unwrap() > 0.0);
+}

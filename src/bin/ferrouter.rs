@@ -169,6 +169,22 @@ enum Bench {
     /// forwarding and dpdk-testpmd, each started for real in its own topology (veth
     /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
     Rfc2544(Rfc2544Args),
+    /// Route changes per second from a netlink stream into the FIB through the daemon's
+    /// parser and sync (add, replace, delete), and memory per route.
+    RouteSync {
+        /// IPv4 routes.
+        #[arg(long, default_value_t = 1_000_000)]
+        routes4: usize,
+        /// IPv6 routes.
+        #[arg(long, default_value_t = 500_000)]
+        routes6: usize,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -402,6 +418,35 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
+        Cmd::Bench(Bench::RouteSync {
+            routes4,
+            routes6,
+            seed,
+            json,
+        }) => {
+            if routes4 > 10_000_000 || routes6 > 4_000_000 {
+                bail!("--routes4 is limited to 10M and --routes6 to 4M");
+            }
+            let opts = lab::route_sync::Options {
+                routes4,
+                routes6,
+                seed,
+            };
+            let r = lab::route_sync::run(&opts, &|m| eprintln!("... {m}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::route_sync::table(&r));
+            }
+            if r.fib_errors != 0 || r.skipped != 0 {
+                bail!(
+                    "{} FIB errors and {} skipped messages",
+                    r.fib_errors,
+                    r.skipped
+                );
+            }
+            Ok(())
+        }
         Cmd::Tester(a) => tester_cmd(a),
         Cmd::Bench(Bench::FibUpdate(a)) => {
             let opts = bench::fib_update::Options {

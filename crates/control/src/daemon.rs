@@ -151,6 +151,16 @@ pub struct Shared {
     pub started: Instant,
 }
 
+/// The daemon's FIB: tbl8 groups for IPv4 prefixes longer than /24 and for IPv6 (the
+/// route-sync benchmark uses the same). Groups are committed lazily, so the maxima cost
+/// address space, not memory: 2^17 IPv4 groups hold an Internet table of 6M routes with
+/// 1 % longer than /24.
+pub const FIB_CONFIG: fib::FibConfig = fib::FibConfig {
+    max_tbl8_v4: 1 << 17,
+    max_tbl8_v6: 1 << 18,
+    max_readers: 8,
+};
+
 const PUNT_QUEUE: usize = 1024;
 /// Frames from the kernel (TAPs) waiting for a worker to transmit them.
 const INJECT_QUEUE: usize = 256;
@@ -442,11 +452,7 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
     }
     let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
-    let (writer, reader) = fib::new(fib::FibConfig {
-        max_tbl8_v4: 1 << 14,
-        max_tbl8_v6: 1 << 18,
-        max_readers: 8,
-    });
+    let (writer, reader) = fib::new(FIB_CONFIG);
     // memif ports' kernel faces first, so the mirror's dump already knows them.
     let mut taps: Vec<Option<Tap>> = Vec::with_capacity(cfg.ports.len());
     for p in &cfg.ports {

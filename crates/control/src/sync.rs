@@ -17,7 +17,6 @@
 //! Adjacencies are shared next-hop objects: when a neighbour's MAC or a port's MAC/MTU
 //! changes, one `set_next_hop` switches every route through it atomically.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use dataplane::{Interfaces, PortInfo};
@@ -114,9 +113,11 @@ pub struct Sync {
     addrs: Vec<Addr>,
     neighs: FxHashMap<(u32, IpAddr), Neigh>,
     /// (table, prefix, metric) → route.
-    /// Keyed by (prefix, table, metric): every route of one prefix is one range away (a
-    /// hash map made each prefix's refresh a scan of the whole table — quadratic at 1M).
-    routes: BTreeMap<(Prefix, u32, u32), Route>,
+    /// Per prefix, its routes keyed by (table, metric): a refresh looks at one prefix's
+    /// few routes (a single map keyed by (table, prefix, metric) made each refresh a scan of
+    /// the whole table — quadratic at 1M — and a B-tree spent 40 % of the sync comparing
+    /// keys).
+    routes: FxHashMap<Prefix, Vec<(u32, u32, Route)>>,
     installed: FxHashMap<Prefix, Installed>,
     nh: FxHashMap<NextHopId, NhEntry>,
     nh_by_key: FxHashMap<NhKey, NextHopId>,
@@ -171,7 +172,7 @@ impl Sync {
             links: FxHashMap::default(),
             addrs: Vec::new(),
             neighs: FxHashMap::default(),
-            routes: BTreeMap::new(),
+            routes: FxHashMap::default(),
             installed: FxHashMap::default(),
             nh: FxHashMap::default(),
             nh_by_key: FxHashMap::default(),
@@ -394,25 +395,24 @@ impl Sync {
 
     /// The next hop `prefix` should have now (with a reference taken), and its source.
     fn desired(&mut self, p: Prefix) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
-        let of_prefix = || self.routes.range((p, 0, 0)..=(p, u32::MAX, u32::MAX));
-        let local = of_prefix().any(|((_, t, _), r)| {
+        let of_prefix: &[(u32, u32, Route)] = self.routes.get(&p).map_or(&[], |v| v.as_slice());
+        let local = of_prefix.iter().any(|(t, _, r)| {
             *t == LOCAL_TABLE && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
         });
         if local {
             return Ok(Some((self.acquire(NhKey::Local)?, Source::Local)));
         }
-        let best = self
-            .routes
-            .range((p, 0, 0)..=(p, u32::MAX, u32::MAX))
-            .filter(|((_, t, _), r)| {
+        let best = of_prefix
+            .iter()
+            .filter(|(t, _, r)| {
                 *t == MAIN_TABLE
                     && !matches!(
                         r.kind,
                         RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
                     )
             })
-            .min_by_key(|((_, _, metric), _)| *metric)
-            .map(|(_, r)| r.clone());
+            .min_by_key(|(_, metric, _)| *metric)
+            .map(|(_, _, r)| r.clone());
         if let Some(r) = best {
             if let Some(id) = self.route_nh(&r)? {
                 return Ok(Some((id, Source::Route)));
@@ -506,21 +506,36 @@ impl Sync {
             .into_iter()
             .map(|n| ((n.ifindex, n.ip), n))
             .collect();
-        self.routes = s
+        self.routes = FxHashMap::default();
+        for r in s
             .routes
             .into_iter()
             .filter(|r| r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
-            .map(|r| (((r.dst, r.dst_len), r.table, r.priority), r))
-            .collect();
+        {
+            self.put_route(r);
+        }
         self.refresh_next_hops(None);
         let mut prefixes: FxHashSet<Prefix> = self.installed.keys().copied().collect();
-        prefixes.extend(self.routes.keys().map(|(p, _, _)| *p));
+        prefixes.extend(self.routes.keys().copied());
         prefixes.extend(self.neighs.values().map(|n| (n.ip, host_len(&n.ip))));
         for p in prefixes {
             self.refresh_prefix(p);
         }
         self.writer.reclaim();
         self.iface_version += 1;
+    }
+
+    /// Insert or replace a route (keyed by prefix, table and metric).
+    fn put_route(&mut self, r: Route) {
+        let p = (r.dst, r.dst_len);
+        let list = self.routes.entry(p).or_default();
+        match list
+            .iter_mut()
+            .find(|(t, m, _)| *t == r.table && *m == r.priority)
+        {
+            Some(slot) => slot.2 = r,
+            None => list.push((r.table, r.priority, r)),
+        }
     }
 
     /// Apply one notification. Returns false for `Overflow` (the caller must dump and
@@ -563,27 +578,34 @@ impl Sync {
             Event::NewRoute(r) => {
                 if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
                     let p = (r.dst, r.dst_len);
-                    self.routes.insert((p, r.table, r.priority), r);
+                    self.put_route(r);
                     self.refresh_prefix(p);
                 }
             }
             Event::DelRoute(r) => {
                 if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
                     let p = (r.dst, r.dst_len);
-                    let key = (p, r.table, r.priority);
-                    // IPv6 deletes one next hop of a multipath route at a time: the message
-                    // lists only the removed ones, the rest of the route stays.
-                    let partial = r.dst.is_ipv6()
-                        && !r.nexthops.is_empty()
-                        && self.routes.get(&key).is_some_and(|old| {
-                            old.nexthops.iter().any(|h| !r.nexthops.contains(h))
-                        });
-                    if partial {
-                        if let Some(old) = self.routes.get_mut(&key) {
-                            old.nexthops.retain(|h| !r.nexthops.contains(h));
+                    let (table, metric) = (r.table, r.priority);
+                    if let Some(list) = self.routes.get_mut(&p) {
+                        if let Some(i) = list
+                            .iter()
+                            .position(|(t, m, _)| *t == table && *m == metric)
+                        {
+                            // IPv6 deletes one next hop of a multipath route at a time:
+                            // the message lists only the removed ones, the rest stays.
+                            let old = &mut list[i].2;
+                            let partial = r.dst.is_ipv6()
+                                && !r.nexthops.is_empty()
+                                && old.nexthops.iter().any(|h| !r.nexthops.contains(h));
+                            if partial {
+                                old.nexthops.retain(|h| !r.nexthops.contains(h));
+                            } else {
+                                list.swap_remove(i);
+                            }
                         }
-                    } else {
-                        self.routes.remove(&key);
+                        if list.is_empty() {
+                            self.routes.remove(&p);
+                        }
                     }
                     self.refresh_prefix(p);
                 }

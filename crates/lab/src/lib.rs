@@ -340,3 +340,4 @@ impl Drop for Guard {
     }
 }
 pub mod rfc2544;
+pub mod route_sync;

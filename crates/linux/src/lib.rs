@@ -11,11 +11,13 @@
 
 #![warn(missing_docs)]
 
+mod encode;
 mod error;
 mod mirror;
 mod parse;
 mod types;
 
+pub use encode::encode_route;
 pub use error::Error;
 pub use mirror::Mirror;
 pub use parse::parse_messages;
