@@ -104,6 +104,24 @@ pub struct SyncStats {
     pub fib_errors: u64,
 }
 
+/// The preferred route of a prefix, as `desired` needs it.
+enum Best {
+    /// A unicast route with one next hop: its key.
+    One(NhKey),
+    /// Anything else (ECMP, blackhole, ...): the route.
+    Other(Route),
+}
+
+/// The next-hop key of one route next hop.
+fn hop_key(h: &linux::RouteNextHop) -> NhKey {
+    match (h.gateway, h.ifindex) {
+        (Some(gw), Some(ifx)) => NhKey::Adj(ifx, gw),
+        (None, Some(ifx)) => NhKey::Glean(ifx),
+        // A gateway with no interface can't be resolved here: the kernel decides.
+        _ => NhKey::Local,
+    }
+}
+
 /// The mirror state and the FIB writer it programs.
 pub struct Sync {
     writer: FibWriter,
@@ -360,13 +378,7 @@ impl Sync {
         }
         let mut members = Vec::with_capacity(r.nexthops.len());
         for h in &r.nexthops {
-            let key = match (h.gateway, h.ifindex) {
-                (Some(gw), Some(ifx)) => NhKey::Adj(ifx, gw),
-                (None, Some(ifx)) => NhKey::Glean(ifx),
-                // A gateway with no interface can't be resolved here: the kernel decides.
-                _ => NhKey::Local,
-            };
-            match self.acquire(key) {
+            match self.acquire(hop_key(h)) {
                 Ok(id) => members.push(id),
                 Err(e) => {
                     for m in members {
@@ -394,6 +406,8 @@ impl Sync {
     }
 
     /// The next hop `prefix` should have now (with a reference taken), and its source.
+    ///
+    /// Called for every route change: the single-next-hop case allocates nothing.
     fn desired(&mut self, p: Prefix) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
         let of_prefix: &[(u32, u32, Route)] = self.routes.get(&p).map_or(&[], |v| v.as_slice());
         let local = of_prefix.iter().any(|(t, _, r)| {
@@ -412,11 +426,18 @@ impl Sync {
                     )
             })
             .min_by_key(|(_, metric, _)| *metric)
-            .map(|(_, _, r)| r.clone());
-        if let Some(r) = best {
-            if let Some(id) = self.route_nh(&r)? {
-                return Ok(Some((id, Source::Route)));
-            }
+            .map(|(_, _, r)| match (r.kind, r.nexthops.as_slice()) {
+                // The common case (one next hop) without copying the route.
+                (RouteKind::Unicast, [h]) => Best::One(hop_key(h)),
+                _ => Best::Other(r.clone()),
+            });
+        let id = match best {
+            Some(Best::One(key)) => Some(self.acquire(key)?),
+            Some(Best::Other(r)) => self.route_nh(&r)?,
+            None => None,
+        };
+        if let Some(id) = id {
+            return Ok(Some((id, Source::Route)));
         }
         if p.1 == host_len(&p.0) {
             let on_port: Option<u32> = self
