@@ -456,6 +456,44 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         (V4_PREFIXES, V6_PREFIXES),
         "exactly the originated prefixes"
     );
+    // `show routes summary` agrees with the full listing and with what was originated.
+    let summary = api(lab, "routes", Some("summary"));
+    let (v4, v6) = fib_counts(lab);
+    assert_eq!(
+        (summary["ipv4"].as_u64(), summary["ipv6"].as_u64()),
+        (Some(v4), Some(v6)),
+        "{summary}"
+    );
+    let by = &summary["by_source"];
+    assert!(
+        by["route"].as_u64().unwrap() >= (V4_PREFIXES + V6_PREFIXES) as u64,
+        "{summary}"
+    );
+    assert_eq!(
+        by["route"].as_u64().unwrap()
+            + by["neighbor"].as_u64().unwrap()
+            + by["local"].as_u64().unwrap(),
+        v4 + v6,
+        "{summary}"
+    );
+    assert_eq!(summary["fib_errors"], 0, "{summary}");
+    assert!(summary["fib_memory_bytes"]["total"].as_u64().unwrap() > 0);
+    let (ok, text) = sh(
+        lab,
+        &rtr,
+        &[
+            common::bin(),
+            "show",
+            "routes",
+            "summary",
+            "--socket",
+            &lab.socket().display().to_string(),
+        ],
+    );
+    assert!(
+        ok && text.contains("prefixes in the fast-path FIB") && text.contains("FIB memory"),
+        "{text}"
+    );
 
     // The daemons agree: sessions up, every prefix received.
     let vtysh = |cmd: &str| -> Value {

@@ -56,6 +56,17 @@ pub fn render(what: &str, v: &Value) -> String {
                 );
             }
         }
+        "routes" if v.get("by_source").is_some() => {
+            let by = &v["by_source"];
+            let mem = &v["fib_memory_bytes"];
+            let _ = writeln!(
+                o,
+                "{} IPv4 and {} IPv6 prefixes in the fast-path FIB: {} routes, {} neighbour host routes, {} local\n{} kernel routes mirrored; {} netlink events, {} resyncs, {} FIB errors\nFIB memory: {:.1} MiB (IPv4 tables {:.1}, IPv6 tables {:.1}, route store {:.1}, next hops {:.1})",
+                s(&v["ipv4"]), s(&v["ipv6"]), s(&by["route"]), s(&by["neighbor"]), s(&by["local"]),
+                s(&v["kernel_routes_mirrored"]), s(&v["netlink_events"]), s(&v["resyncs"]), s(&v["fib_errors"]),
+                mib(&mem["total"]), mib(&mem["ipv4_tables"]), mib(&mem["ipv6_tables"]), mib(&mem["route_store"]), mib(&mem["next_hops"]),
+            );
+        }
         "routes" => {
             let _ = writeln!(
                 o,
@@ -263,4 +274,8 @@ pub fn lab_demo(lab: &lab::Lab, me: &Path, seconds: u32) -> Result<()> {
     }
     println!("\nevery forwarded packet went through ferrouter's fast path (kernel forwarded 0); tearing down");
     Ok(())
+}
+
+fn mib(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0) / (1u64 << 20) as f64
 }

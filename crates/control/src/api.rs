@@ -1,7 +1,8 @@
 //! The control API on a unix socket: one JSON request line, one JSON response. The CLI
 //! (`ferrouter show ...`) is a client of it.
 //!
-//! Request: `{"show":"interfaces"|"routes"|"neighbors"|"counters","arg":"PREFIX"?}`.
+//! Request: `{"show":"interfaces"|"routes"|"neighbors"|"counters","arg":"PREFIX"?}`;
+//! `{"show":"routes","arg":"summary"}` gives counts and FIB memory instead of the list.
 //! Response: `{"ok":true,"data":...}` or `{"ok":false,"error":"what was wrong"}`.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -143,6 +144,23 @@ fn answer(r: &Request, shared: &Shared) -> Result<Value, String> {
                 })
                 .collect();
             Ok(json!(v))
+        }
+        "routes" if r.arg.as_deref() == Some("summary") => {
+            let (v4, v6) = sync.route_counts();
+            let (route, neighbor, local) = sync.source_counts();
+            let m = sync.writer().memory();
+            let st = sync.stats();
+            Ok(json!({
+                "ipv4": v4, "ipv6": v6,
+                "by_source": {"route": route, "neighbor": neighbor, "local": local},
+                "kernel_routes_mirrored": sync.mirrored_routes(),
+                "fib_memory_bytes": {
+                    "ipv4_tables": m.v4_table_bytes, "ipv6_tables": m.v6_table_bytes,
+                    "route_store": m.rib_bytes, "next_hops": m.nexthop_bytes,
+                    "total": m.v4_table_bytes + m.v6_table_bytes + m.rib_bytes + m.nexthop_bytes,
+                },
+                "netlink_events": st.events, "resyncs": st.resyncs, "fib_errors": st.fib_errors,
+            }))
         }
         "routes" => {
             let routes = sync.routes(r.arg.as_deref())?;

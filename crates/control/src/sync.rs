@@ -777,6 +777,24 @@ impl Sync {
         let v4 = self.installed.keys().filter(|p| p.0.is_ipv4()).count();
         (v4, self.installed.len() - v4)
     }
+
+    /// Installed prefixes by origin: (routes, neighbours' host routes, the router's own).
+    pub fn source_counts(&self) -> (usize, usize, usize) {
+        let mut c = (0, 0, 0);
+        for i in self.installed.values() {
+            match i.source {
+                Source::Route => c.0 += 1,
+                Source::Neighbor => c.1 += 1,
+                Source::Local => c.2 += 1,
+            }
+        }
+        c
+    }
+
+    /// Kernel routes mirrored (main and local tables), whether installed or not.
+    pub fn mirrored_routes(&self) -> usize {
+        self.routes.values().map(Vec::len).sum()
+    }
 }
 
 #[cfg(test)]
