@@ -22,9 +22,9 @@ use rustc_hash::FxHashMap;
 use crate::api;
 use crate::config::{parse_mac, Backend, Config, MemifRole};
 use crate::sync::Sync;
-use crate::tap::{derived_mac, Tap};
 use dataplane::punt::{PuntPacket, PuntProducer};
 use ports::memif::{Memif, MemifOptions};
+use ports::tap::{derived_mac, Tap};
 
 /// Per-port counters the worker publishes (single writer) for `show interfaces`.
 #[derive(Default)]

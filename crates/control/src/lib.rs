@@ -5,4 +5,3 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod sync;
-pub mod tap;

@@ -46,7 +46,22 @@ pub struct Lab {
     pub workers: usize,
 }
 
-fn run(cmd: &mut Command) -> Result<Output> {
+/// Which of `names` exist as network namespaces.
+pub(crate) fn existing_namespaces(names: &[String]) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| names.iter().any(|x| x == n))
+        .map(String::from)
+        .collect()
+}
+
+/// Run a command, failing with its stderr.
+pub(crate) fn run(cmd: &mut Command) -> Result<Output> {
     let out = cmd
         .output()
         .with_context(|| format!("cannot run {cmd:?}"))?;
@@ -141,17 +156,7 @@ impl Lab {
 
     /// Which of the lab's namespaces exist.
     pub fn existing(&self) -> Vec<String> {
-        let out = Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        let names = [self.h1(), self.h2(), self.rtr()];
-        out.lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| names.iter().any(|x| x == n))
-            .map(String::from)
-            .collect()
+        existing_namespaces(&[self.h1(), self.h2(), self.rtr()])
     }
 
     /// Build the topology (namespaces, links, addresses, routes) without starting ferrouter.

@@ -9,6 +9,7 @@
 //!   `sendmmsg` transmit) that works on any interface, including veth.
 //! - [`Memif`], a shared-memory interface (memif protocol 2.0, server or client role) to
 //!   another process: VPP, a libmemif application, DPDK's `net_memif` or another ferrouter.
+//! - [`tap::Tap`], the Linux face of a port without a netdev (memif): a TAP interface.
 
 #![warn(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod memif;
 mod sys;
+pub mod tap;
 
 pub use afpacket::{AfPacket, AfPacketOptions};
 pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode};

@@ -71,7 +71,7 @@ pub(crate) fn getsockopt<T: Copy>(fd: RawFd, level: c_int, opt: c_int) -> io::Re
 }
 
 /// An `ifreq` naming `ifname`, or `ENODEV` when the name cannot be an interface name.
-fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
+pub(crate) fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
     let b = ifname.as_bytes();
     if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
@@ -84,9 +84,10 @@ fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
     Ok(r)
 }
 
-fn ioctl_ifreq(fd: RawFd, req: libc::c_ulong, r: &mut libc::ifreq) -> io::Result<()> {
-    // SAFETY: every request used here (SIOCGIFINDEX, SIOCGIFHWADDR, SIOCGIFMTU) reads and
-    // writes only within the `ifreq` passed, which is live and exclusively borrowed.
+pub(crate) fn ioctl_ifreq(fd: RawFd, req: libc::c_ulong, r: &mut libc::ifreq) -> io::Result<()> {
+    // SAFETY: every request used with this (SIOCGIFINDEX, SIOCG/SIOCSIFHWADDR, SIOCGIFMTU,
+    // SIOCG/SIOCSIFFLAGS, TUNSETIFF) reads and writes only within the `ifreq` passed, which
+    // is live and exclusively borrowed.
     cvt(unsafe { libc::ioctl(fd, req as _, r as *mut libc::ifreq) }).map(drop)
 }
 
@@ -109,6 +110,28 @@ pub(crate) fn hwaddr(fd: RawFd, ifname: &str) -> io::Result<[u8; 6]> {
         *d = *s as u8;
     }
     Ok(mac)
+}
+
+/// Set the hardware address of `ifname`.
+pub(crate) fn set_hwaddr(fd: RawFd, ifname: &str, mac: [u8; 6]) -> io::Result<()> {
+    let mut r = ifreq(ifname)?;
+    // SAFETY: writing the sockaddr member of the union of a zeroed ifreq.
+    unsafe {
+        r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+        for (d, b) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(mac) {
+            *d = b as libc::c_char;
+        }
+    }
+    ioctl_ifreq(fd, libc::SIOCSIFHWADDR, &mut r)
+}
+
+/// Set `ifname` administratively up.
+pub(crate) fn set_up(fd: RawFd, ifname: &str) -> io::Result<()> {
+    let mut r = ifreq(ifname)?;
+    ioctl_ifreq(fd, libc::SIOCGIFFLAGS, &mut r)?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    unsafe { r.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    ioctl_ifreq(fd, libc::SIOCSIFFLAGS, &mut r)
 }
 
 /// MTU of `ifname`.

@@ -13,7 +13,7 @@ pub mod standalone;
 pub mod topo;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,7 +28,7 @@ use tester::rfc2544::{self as engine, Phase, Progress, Rfc2544Config};
 use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig};
 
 use dut::{DutKind, Running, Transport};
-use report::{CoreSplit, Latency, LoadRow, Report, Run};
+use report::{CoreSplit, LoadRow, Report, Run};
 use topo::{Topo, TopoGuard};
 
 /// What to measure.
@@ -454,20 +454,15 @@ fn tester_thread(
 }
 
 /// Destination prefixes of one direction: routes toward side B (forward) or, when
-/// routes are split for bidirectional runs, those [`topo::toward_a4`] picks toward side A.
-fn dst_prefixes4(routes: &[(u32, u8)], reverse: bool, split: bool) -> Vec<Prefix> {
+/// routes are split for bidirectional runs, those [`topo::toward_a`] picks toward side A.
+fn dst_prefixes(
+    routes: impl Iterator<Item = (IpAddr, u8)>,
+    reverse: bool,
+    split: bool,
+) -> Vec<Prefix> {
     routes
-        .iter()
-        .filter(|(a, _)| !split || topo::toward_a4(*a) == reverse)
-        .filter_map(|(a, l)| Prefix::new(IpAddr::V4(Ipv4Addr::from(*a)), *l).ok())
-        .collect()
-}
-
-fn dst_prefixes6(routes: &[([u8; 16], u8)], reverse: bool, split: bool) -> Vec<Prefix> {
-    routes
-        .iter()
-        .filter(|(a, _)| !split || topo::toward_a6(a) == reverse)
-        .filter_map(|(a, l)| Prefix::new(IpAddr::V6(Ipv6Addr::from(*a)), *l).ok())
+        .filter(|(a, _)| !split || topo::toward_a(*a) == reverse)
+        .filter_map(|(a, l)| Prefix::new(a, l).ok())
         .collect()
 }
 
@@ -489,45 +484,23 @@ fn run_profiles<P: Port<Arena>>(
 ) -> Result<Vec<Run>> {
     let split = opts.bidirectional;
     let dir = |from: usize, reverse: bool| -> DirectionConfig {
-        let (src4, src6) = if from == 0 {
-            (topo::TESTER_A4, topo::TESTER_A6)
-        } else {
-            (topo::TESTER_B4, topo::TESTER_B6)
+        let to = 1 - from;
+        let dst = |v6: bool| {
+            let routes = topo::prefixes(routes4, routes6).filter(|(a, _)| a.is_ipv6() == v6);
+            let mut d = dst_prefixes(routes, reverse, split);
+            // testpmd has no routes: any destination will do; use the other side's host.
+            if d.is_empty() {
+                let host = topo::tester_host(to, v6);
+                d.extend(Prefix::new(host, if v6 { 128 } else { 32 }));
+            }
+            d
         };
-        let mut d4 = dst_prefixes4(routes4, reverse, split);
-        let mut d6 = dst_prefixes6(routes6, reverse, split);
-        // testpmd has no routes: any destination will do; keep the same ones.
-        if d4.is_empty() {
-            d4.push(
-                Prefix::new(
-                    IpAddr::V4(if from == 0 {
-                        topo::TESTER_B4
-                    } else {
-                        topo::TESTER_A4
-                    }),
-                    32,
-                )
-                .expect("valid"),
-            );
-        }
-        if d6.is_empty() {
-            d6.push(
-                Prefix::new(
-                    IpAddr::V6(if from == 0 {
-                        topo::TESTER_B6
-                    } else {
-                        topo::TESTER_A6
-                    }),
-                    128,
-                )
-                .expect("valid"),
-            );
-        }
+        let src = |v6: bool| AddrRange::single(topo::tester_host(from, v6));
         DirectionConfig {
             src_mac: sides[from].src_mac,
             dst_mac: sides[from].dst_mac,
-            v4: Some(Endpoints::new(AddrRange::single(IpAddr::V4(src4)), d4)),
-            v6: Some(Endpoints::new(AddrRange::single(IpAddr::V6(src6)), d6)),
+            v4: Some(Endpoints::new(src(false), dst(false))),
+            v6: Some(Endpoints::new(src(true), dst(true))),
         }
     };
     let mut runs = Vec::new();
@@ -587,19 +560,16 @@ fn run_profiles<P: Port<Arena>>(
             }
         };
         let cpu_before = cpu_times();
-        let mut trial_err = None;
         let rep = engine::try_run(
             &cfg,
             |rate| {
                 let mut t = tcfg;
                 t.rate_pps = rate;
                 gen.run_trial(mem, a, b, &t)
-                    .inspect_err(|e| trial_err = Some(format!("{e:#}")))
             },
             Some(&mut progress),
         )
         .with_context(|| format!("{label}: trial failed"))?;
-        let _ = trial_err;
         let cpu = cpu_split(&cpu_before, &cpu_times(), opts.tester_core, opts.dut_core);
         let mut loads = Vec::new();
         for rec in &rep.trials {
@@ -650,12 +620,7 @@ fn run_profiles<P: Port<Arena>>(
                 .map(|(k, v)| (k.clone(), *v))
                 .collect::<BTreeMap<_, _>>(),
             loads,
-            latency_us: rep.latency_us.map(|l| Latency {
-                min: l.min,
-                avg: l.avg,
-                max: l.max,
-                p99: l.p99,
-            }),
+            latency_us: rep.latency_us,
             trials: rep.trials.len(),
             cpu,
             notes,

@@ -6,19 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-
-/// Latency at the measured throughput, microseconds.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Latency {
-    /// Minimum.
-    pub min: f64,
-    /// Mean.
-    pub avg: f64,
-    /// Maximum.
-    pub max: f64,
-    /// 99th percentile.
-    pub p99: f64,
-}
+/// Latency at the measured throughput, microseconds (min, avg, max, p99).
+pub use tester::rfc2544::LatencyUs as Latency;
 
 /// One offered-load trial (frame loss test).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -167,7 +156,7 @@ impl Report {
             "p99 µs"
         );
         for r in &self.runs {
-            let lat = r.latency_us.clone().unwrap_or_default();
+            let lat = r.latency_us.unwrap_or_default();
             let _ = writeln!(
                 s,
                 "{:<18} {:<9} {:>7} {:>8} {:>11.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",

@@ -50,8 +50,8 @@ impl AnyPort {
             "af_xdp" => {
                 let p = ports::AfXdp::open(rest, 0, port_id, ports::AfXdpOptions::default())
                     .with_context(|| format!("opening AF_XDP on {rest}"))?;
-                let mac = mac_of(rest);
-                (AnyPort::Xdp(Box::new(p)), mac)
+                let mac = p.mac();
+                (AnyPort::Xdp(Box::new(p)), Some(mac))
             }
             "af_packet" => {
                 let opts = ports::AfPacketOptions {
@@ -60,7 +60,8 @@ impl AnyPort {
                 };
                 let p = ports::AfPacket::open(rest, port_id, opts)
                     .with_context(|| format!("opening AF_PACKET on {rest}"))?;
-                (AnyPort::Packet(p), mac_of(rest))
+                let mac = p.mac();
+                (AnyPort::Packet(p), Some(mac))
             }
             "memif" => {
                 let mut parts = rest.split(':');
@@ -97,11 +98,6 @@ impl AnyPort {
             _ => bail!("port {spec:?}: unknown backend {kind:?} (af_xdp, af_packet, memif)"),
         })
     }
-}
-
-fn mac_of(ifname: &str) -> Option<[u8; 6]> {
-    let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).ok()?;
-    control::config::parse_mac(s.trim())
 }
 
 /// One standalone trial.

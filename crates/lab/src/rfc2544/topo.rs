@@ -12,7 +12,7 @@
 //! tester's two "hosts" by static neighbour entries. Generated routes point at them.
 
 use std::io::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -40,17 +40,34 @@ pub const TESTER_MEMIF_MAC: [[u8; 6]; 2] = [[2, 0xfe, 0, 0, 0xff, 0xa], [2, 0xfe
 pub const DUT_MEMIF_MAC: [[u8; 6]; 2] = [[2, 0xfe, 0, 0, 0xd0, 0xa], [2, 0xfe, 0, 0, 0xd0, 0xb]];
 
 /// Whether a route goes toward side A when routes are split between the two sides
-/// (bidirectional runs): by the parity of the first octet, so a prefix and every more
+/// (bidirectional runs). IPv4: the parity of the first octet, so a prefix and every more
 /// specific one inside it (all generated prefixes are /8 or longer) go the same way and no
-/// frame is routed to the side it was not meant for.
-pub fn toward_a4(addr: u32) -> bool {
-    (addr >> 24) & 1 == 1
+/// frame is routed to the side it was not meant for. IPv6: the parity of the first 16
+/// bits (generated prefixes are /29 or longer).
+pub fn toward_a(dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(a) => a.octets()[0] & 1 == 1,
+        IpAddr::V6(a) => a.octets()[1] & 1 == 1,
+    }
 }
 
-/// IPv6 counterpart of [`toward_a4`]: the parity of the first 16 bits (generated prefixes
-/// are /29 or longer).
-pub fn toward_a6(addr: &[u8; 16]) -> bool {
-    addr[1] & 1 == 1
+/// The tester's host on side `side` (0 = A, 1 = B), of the family of `v6`.
+pub fn tester_host(side: usize, v6: bool) -> IpAddr {
+    match (side, v6) {
+        (0, false) => TESTER_A4.into(),
+        (0, true) => TESTER_A6.into(),
+        (_, false) => TESTER_B4.into(),
+        (_, true) => TESTER_B6.into(),
+    }
+}
+
+/// Generated routes of both families as (destination, length).
+pub fn prefixes<'a>(
+    v4: &'a [(u32, u8)],
+    v6: &'a [([u8; 16], u8)],
+) -> impl Iterator<Item = (IpAddr, u8)> + 'a {
+    let v4 = v4.iter().map(|(a, l)| (IpAddr::V4(Ipv4Addr::from(*a)), *l));
+    v4.chain(v6.iter().map(|(a, l)| (IpAddr::V6(Ipv6Addr::from(*a)), *l)))
 }
 
 /// `aa:bb:..` text of a MAC.
@@ -63,16 +80,7 @@ pub fn mac_str(m: [u8; 6]) -> String {
 
 /// Run a command, failing with its stderr.
 pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot run {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::run(cmd).map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `ip -n NS args...`.
@@ -111,17 +119,7 @@ impl Topo {
     }
 
     fn namespaces(&self) -> Vec<String> {
-        let out = Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        let mine = [self.tns(), self.dns()];
-        out.lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| mine.iter().any(|m| m == n))
-            .map(String::from)
-            .collect()
+        crate::existing_namespaces(&[self.tns(), self.dns()])
     }
 
     /// Create both namespaces (refusing to reuse existing ones) and the work directory.
@@ -240,7 +238,7 @@ impl Topo {
     }
 
     /// Install routes in the DUT's kernel table in one `ip -batch`: IPv4 via the tester's
-    /// side-B host (when `split`, those [`toward_a4`]/[`toward_a6`] picks via side A).
+    /// side-B host (when `split`, those [`toward_a`] picks via side A).
     pub fn routes(
         &self,
         devs: [&str; 2],
@@ -252,29 +250,10 @@ impl Topo {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
         );
-        for (p, len) in v4 {
-            let (nh, dev) = if split && toward_a4(*p) {
-                (TESTER_A4, devs[0])
-            } else {
-                (TESTER_B4, devs[1])
-            };
-            writeln!(
-                f,
-                "route add {}/{len} via {nh} dev {dev}",
-                Ipv4Addr::from(*p)
-            )?;
-        }
-        for (p, len) in v6 {
-            let (nh, dev) = if split && toward_a6(p) {
-                (TESTER_A6, devs[0])
-            } else {
-                (TESTER_B6, devs[1])
-            };
-            writeln!(
-                f,
-                "route add {}/{len} via {nh} dev {dev}",
-                Ipv6Addr::from(*p)
-            )?;
+        for (dst, len) in prefixes(v4, v6) {
+            let side = usize::from(!(split && toward_a(dst)));
+            let nh = tester_host(side, dst.is_ipv6());
+            writeln!(f, "route add {dst}/{len} via {nh} dev {}", devs[side])?;
         }
         f.flush()?;
         drop(f);

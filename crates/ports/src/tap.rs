@@ -13,6 +13,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use crate::sys;
+
 /// `TUNSETIFF` (`_IOW('T', 202, int)`).
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
@@ -32,100 +34,43 @@ pub struct Tap {
     pub runts: u64,
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn ifreq(name: &str) -> io::Result<libc::ifreq> {
-    let b = name.as_bytes();
-    if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{name:?} is not a valid interface name"),
-        ));
-    }
-    // SAFETY: ifreq is a C struct of integers, arrays and a union of those; all-zero is valid.
-    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r.ifr_name.iter_mut().zip(b) {
-        *d = *s as libc::c_char;
-    }
-    Ok(r)
+fn context(e: io::Error, what: String) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 impl Tap {
     /// Create (or attach to) the TAP `name` with hardware address `mac` and bring it up.
     pub fn open(name: &str, mac: [u8; 6]) -> io::Result<Tap> {
         // SAFETY: open(2) on a constant NUL-terminated path; the result is checked.
-        let fd = cvt(unsafe {
+        let fd = sys::cvt(unsafe {
             libc::open(
                 c"/dev/net/tun".as_ptr(),
                 libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
             )
         })
-        .map_err(|e| io::Error::new(e.kind(), format!("opening /dev/net/tun: {e}")))?;
+        .map_err(|e| context(e, "opening /dev/net/tun".into()))?;
         // SAFETY: `fd` was just returned by open() and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut r = ifreq(name)?;
+        let mut r = sys::ifreq(name).map_err(|e| context(e, format!("TAP name {name:?}")))?;
         r.ifr_ifru.ifru_flags = IFF_TAP | IFF_NO_PI;
-        // SAFETY: TUNSETIFF reads and writes the ifreq it is given, which is live.
-        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut r) })
-            .map_err(|e| io::Error::new(e.kind(), format!("creating TAP interface {name}: {e}")))?;
-        let tap = Tap {
+        sys::ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut r)
+            .map_err(|e| context(e, format!("creating TAP interface {name}")))?;
+        // A MAC change flushes the interface's neighbours, static ones included: only set
+        // it when it differs (a pre-created TAP keeps its configuration).
+        let s = sys::raw_socket(libc::AF_PACKET)?;
+        if sys::hwaddr(s.as_raw_fd(), name)? != mac {
+            sys::set_hwaddr(s.as_raw_fd(), name, mac)
+                .map_err(|e| context(e, format!("setting the MAC of {name}")))?;
+        }
+        sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
+        Ok(Tap {
             fd,
             name: name.to_string(),
             to_kernel: 0,
             from_kernel: 0,
             to_kernel_drops: 0,
             runts: 0,
-        };
-        tap.configure(mac)?;
-        Ok(tap)
-    }
-
-    fn configure(&self, mac: [u8; 6]) -> io::Result<()> {
-        // SAFETY: plain socket(2) call; the result is checked and owned below.
-        let s =
-            cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
-        // SAFETY: `s` was just returned by socket() and is owned by nobody else.
-        let s = unsafe { OwnedFd::from_raw_fd(s) };
-        // A MAC change flushes the interface's neighbours, static ones included: only set
-        // it when it differs (a pre-created TAP keeps its configuration).
-        let mut r = ifreq(&self.name)?;
-        // SAFETY: SIOCGIFHWADDR fills the sockaddr member of the live ifreq.
-        cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFHWADDR, &mut r) })?;
-        // SAFETY: the sockaddr member was just filled by the kernel.
-        let current: Vec<u8> = unsafe {
-            r.ifr_ifru.ifru_hwaddr.sa_data[..6]
-                .iter()
-                .map(|b| *b as u8)
-                .collect()
-        };
-        if current != mac {
-            // SAFETY: writing the sockaddr member of the union of the ifreq.
-            unsafe {
-                r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
-                for (d, b) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(mac) {
-                    *d = b as libc::c_char;
-                }
-            }
-            // SAFETY: SIOCSIFHWADDR reads the live ifreq.
-            cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFHWADDR, &r) }).map_err(|e| {
-                io::Error::new(e.kind(), format!("setting the MAC of {}: {e}", self.name))
-            })?;
-        }
-        let mut r = ifreq(&self.name)?;
-        // SAFETY: SIOCGIFFLAGS fills the flags member of the live ifreq.
-        cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r) })?;
-        // SAFETY: the flags member was just filled by the kernel.
-        unsafe { r.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
-        // SAFETY: SIOCSIFFLAGS reads the live ifreq.
-        cvt(unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &r) })
-            .map_err(|e| io::Error::new(e.kind(), format!("bringing {} up: {e}", self.name)))?;
-        Ok(())
+        })
     }
 
     /// The interface name.
@@ -135,11 +80,9 @@ impl Tap {
 
     /// The Linux ifindex (0 if the interface vanished).
     pub fn ifindex(&self) -> u32 {
-        let Ok(c) = std::ffi::CString::new(self.name.as_str()) else {
-            return 0;
-        };
-        // SAFETY: `c` is a live NUL-terminated string.
-        unsafe { libc::if_nametoindex(c.as_ptr()) }
+        sys::raw_socket(libc::AF_PACKET)
+            .and_then(|s| sys::ifindex(s.as_raw_fd(), &self.name))
+            .unwrap_or(0)
     }
 
     /// The file descriptor (readable when the kernel has sent a frame).
