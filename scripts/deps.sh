@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages Ferrouter's lab, demo and tests use (only those missing).
 set -euo pipefail
-pkgs=(iproute2 iputils-ping iperf3 ethtool traceroute procps frr bird2 clang libbpf-dev linux-libc-dev "$@")
+pkgs=(iproute2 iputils-ping iperf3 ethtool traceroute procps frr bird2 gobgpd clang libbpf-dev linux-libc-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -15,12 +15,11 @@
 //! /etc/frr nor a system FRR or BIRD is touched. The daemons are children of the test and
 //! are always stopped, and the lab torn down, even when the test fails.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use lab::daemons::Daemons;
 use lab::Lab;
 use serde_json::Value;
 
@@ -128,97 +127,6 @@ fn sample(n: usize, total: usize) -> Vec<usize> {
     v
 }
 
-/// The routing daemons of one test, stopped (and their directories removed) on drop.
-struct Daemons {
-    /// Name, child (`ip netns exec` execs the daemon in place: the child is the daemon).
-    children: Vec<(&'static str, Child)>,
-    frr: PathBuf,
-    bird: PathBuf,
-}
-
-impl Daemons {
-    fn new(lab: &Lab) -> Daemons {
-        let d = Daemons {
-            children: Vec::new(),
-            frr: lab.dir.join("frr"),
-            bird: lab.dir.join("bird"),
-        };
-        for dir in [&d.frr, &d.bird] {
-            let _ = std::fs::remove_dir_all(dir);
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        // FRR drops to the frr user; it must be able to create its sockets and pid files.
-        let st = Command::new("chown")
-            .args(["frr:frr"])
-            .arg(&d.frr)
-            .status()
-            .unwrap();
-        assert!(
-            st.success(),
-            "chown frr:frr (is the frr package installed?)"
-        );
-        d
-    }
-
-    fn spawn(&mut self, name: &'static str, ns: &str, log_dir: &Path, args: &[&str]) {
-        let log = File::create(log_dir.join(format!("{name}.out"))).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        self.children.push((name, child));
-    }
-
-    /// Panics with the daemon's output if it has exited.
-    fn check_alive(&mut self) {
-        for (name, c) in &mut self.children {
-            if let Ok(Some(st)) = c.try_wait() {
-                let dir = if *name == "bird" {
-                    &self.bird
-                } else {
-                    &self.frr
-                };
-                let out =
-                    std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap_or_default();
-                let log =
-                    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
-                panic!("{name} exited ({st}):\n{out}\n{log}");
-            }
-        }
-    }
-}
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        // Newest first: BIRD, bgpd, zebra. SIGTERM, then SIGKILL after 3 s.
-        for (_, c) in self.children.iter_mut().rev() {
-            let pid = c.id().to_string();
-            let _ = Command::new("kill").args(["-TERM", &pid]).status();
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // Last resort: anything still running from this lab's private directories. Their
-        // logs stay for a look after a failure.
-        for dir in [&self.frr, &self.bird] {
-            let _ = Command::new("pkill")
-                .args(["-KILL", "-f"])
-                .arg(format!("{}/", dir.display()))
-                .status();
-            if !std::thread::panicking() {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
-}
-
 fn frr_config() -> String {
     format!(
         "frr defaults traditional
@@ -284,26 +192,15 @@ fn bird_config(dir: &Path) -> String {
     s
 }
 
-/// Poll `done` every 100 ms for at most `limit`; returns how long it took.
+/// Poll `done` until it holds, for at most `limit` (failing early if a daemon died).
 fn wait_for(
     what: &str,
     limit: Duration,
     d: &mut Daemons,
     mut done: impl FnMut() -> (bool, String),
 ) -> Duration {
-    let t = Instant::now();
-    loop {
-        let (ok, state) = done();
-        if ok {
-            return t.elapsed();
-        }
-        d.check_alive();
-        assert!(
-            t.elapsed() < limit,
-            "{what}: not done after {limit:?}: {state}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    d.wait_for(what, limit, || Ok(done()))
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 #[test]
@@ -313,7 +210,7 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     let g = start("bgp", "");
     let lab = &g.0;
     // Declared after the lab guard: dropped (daemons stopped) before the lab goes down.
-    let mut d = Daemons::new(lab);
+    let mut d = Daemons::new(&lab.dir.join("daemons")).unwrap();
     let (h2, rtr) = (lab.h2(), lab.rtr());
     // Both IPv6 speakers need their link's link-local address, which the kernel only
     // finishes (DAD) a second or two after the lab is up: bgpd resets an IPv6 session
@@ -357,80 +254,16 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         .unwrap();
     }
 
-    // FRR in the router namespace.
-    let frr = d.frr.clone();
-    let p = |f: &str| frr.join(f).display().to_string();
-    std::fs::write(frr.join("zebra.conf"), "hostname ferrouter-lab\n").unwrap();
-    std::fs::write(frr.join("bgpd.conf"), frr_config()).unwrap();
-    let common = |conf: &str, daemon: &str| -> Vec<String> {
-        [
-            "-f",
-            &p(conf),
-            "-i",
-            &p(&format!("{daemon}.pid")),
-            "-z",
-            &p("zserv.api"),
-            "--vty_socket",
-            &frr.display().to_string(),
-            "-u",
-            "frr",
-            "-g",
-            "frr",
-            "-P",
-            "0",
-            "--log",
-            &format!("file:{}", p(&format!("{daemon}.log"))),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    let mut zebra = vec!["/usr/lib/frr/zebra".to_string()];
-    zebra.extend(common("zebra.conf", "zebra"));
-    zebra.extend(["-s".to_string(), "90000000".to_string()]);
-    let zebra: Vec<&str> = zebra.iter().map(String::as_str).collect();
-    d.spawn("zebra", &rtr, &frr, &zebra);
-    wait_for(
-        "zebra's zserv socket",
-        Duration::from_secs(10),
-        &mut d,
-        || (frr.join("zserv.api").exists(), String::new()),
-    );
-    let mut bgpd = vec!["/usr/lib/frr/bgpd".to_string()];
-    bgpd.extend(common("bgpd.conf", "bgpd"));
-    let bgpd: Vec<&str> = bgpd.iter().map(String::as_str).collect();
-    d.spawn("bgpd", &rtr, &frr, &bgpd);
-    wait_for("bgpd's vty socket", Duration::from_secs(10), &mut d, || {
-        (frr.join("bgpd.vty").exists(), String::new())
-    });
-
-    // BIRD in h2.
-    let bird = d.bird.clone();
-    let (bconf, bsock, bpid) = (
-        bird.join("bird.conf"),
-        bird.join("bird.ctl"),
-        bird.join("bird.pid"),
-    );
-    std::fs::write(&bconf, bird_config(&bird)).unwrap();
-    let (bconf, bsock, bpid) = (
-        bconf.display().to_string(),
-        bsock.display().to_string(),
-        bpid.display().to_string(),
-    );
+    // FRR in the router namespace, BIRD in h2.
+    let frr = d
+        .start_frr(&rtr, &[("bgpd", frr_config())], &[])
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let t_bird = Instant::now();
-    d.spawn(
-        "bird",
-        &h2,
-        &bird,
-        &["bird", "-f", "-c", &bconf, "-s", &bsock, "-P", &bpid],
-    );
-    let birdc = |args: &[&str]| -> String {
-        let mut a = vec!["birdc", "-s", &bsock];
-        a.extend_from_slice(args);
-        let (ok, out) = sh(lab, &h2, &a);
-        assert!(ok, "birdc {args:?}: {out}");
-        out
-    };
+    let bird_log = d.dir.join("bird");
+    let bird = d
+        .start_bird("bird", &h2, &bird_config(&bird_log))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let birdc = |args: &[&str]| -> String { bird.birdc(args).unwrap_or_else(|e| panic!("{e:#}")) };
 
     // All prefixes reach the FIB.
     let learn = wait_for(
@@ -457,13 +290,16 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         "exactly the originated prefixes"
     );
     // `show routes summary` agrees with the full listing and with what was originated.
-    let summary = api(lab, "routes", Some("summary"));
-    let (v4, v6) = fib_counts(lab);
-    assert_eq!(
-        (summary["ipv4"].as_u64(), summary["ipv6"].as_u64()),
-        (Some(v4), Some(v6)),
-        "{summary}"
-    );
+    // Two requests: a neighbour entry (the kernel refreshing one) may appear between them,
+    // so the pair is taken again until it is consistent.
+    let (summary, v4, v6) = (0..10)
+        .map(|_| {
+            let summary = api(lab, "routes", Some("summary"));
+            let (v4, v6) = fib_counts(lab);
+            (summary, v4, v6)
+        })
+        .find(|(s, v4, v6)| (s["ipv4"].as_u64(), s["ipv6"].as_u64()) == (Some(*v4), Some(*v6)))
+        .expect("routes summary never agreed with the full listing in 10 tries");
     let by = &summary["by_source"];
     assert!(
         by["route"].as_u64().unwrap() >= (V4_PREFIXES + V6_PREFIXES) as u64,
@@ -496,21 +332,7 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
     );
 
     // The daemons agree: sessions up, every prefix received.
-    let vtysh = |cmd: &str| -> Value {
-        let (ok, out) = sh(
-            lab,
-            &rtr,
-            &[
-                "vtysh",
-                "--vty_socket",
-                &frr.display().to_string(),
-                "-c",
-                cmd,
-            ],
-        );
-        assert!(ok, "vtysh {cmd}: {out}");
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("vtysh {cmd} json ({e}): {out}"))
-    };
+    let vtysh = |cmd: &str| -> Value { frr.json(cmd).unwrap_or_else(|e| panic!("{e:#}")) };
     for (af, peer, n) in [
         ("ipv4", lab::H2_V4, V4_PREFIXES),
         ("ipv6", lab::H2_V6, V6_PREFIXES),
@@ -634,6 +456,317 @@ fn frr_ebgp_with_bird_10k_v4_1k_v6_prefixes_cross_the_fast_path_and_withdraw() {
         assert!(!ok, "{a} still reachable after the withdrawal: {out}");
     }
     assert_eq!(kernel_forwarded(lab), (0, 0));
-    d.check_alive();
+    d.check_alive().unwrap();
     eprintln!("bgp test body took {:?}", t0.elapsed());
+}
+
+/// A prefix from the MRT generator, as the FIB prints it.
+fn v4_str((a, l): (u32, u8)) -> String {
+    format!("{}/{l}", std::net::Ipv4Addr::from(a))
+}
+
+fn v6_str((a, l): ([u8; 16], u8)) -> String {
+    format!("{}/{l}", std::net::Ipv6Addr::from(a))
+}
+
+/// Packets ferrouter sent out of port `name`.
+fn port_tx(lab: &Lab, name: &str) -> u64 {
+    let i = api(lab, "interfaces", None);
+    let p = i
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no port {name}: {i}"));
+    p["tx_packets"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("tx_packets of {name}: {p}"))
+}
+
+/// Every generated prefix in the FIB, and the next hop each has: `Some(dev)` when all of
+/// them are routes out of that one device (`r2` or `r3`), with the count per device.
+fn egress_of(lab: &Lab, want: &std::collections::HashSet<String>) -> (usize, usize, usize) {
+    let (mut r2, mut r3, mut other) = (0, 0, 0);
+    for r in api(lab, "routes", None)["routes"].as_array().unwrap() {
+        let p = r["prefix"].as_str().unwrap();
+        if !want.contains(p) {
+            continue;
+        }
+        let nh = r["next_hop"].as_str().unwrap_or("");
+        if r["source"] == "route" && nh.contains(" dev r2") {
+            r2 += 1;
+        } else if r["source"] == "route" && nh.contains(" dev r3") {
+            r3 += 1;
+        } else {
+            other += 1;
+        }
+    }
+    (r2, r3, other)
+}
+
+/// Two eBGP peers (GoBGP, loaded from generated MRT tables) advertise the same 10,000 IPv4
+/// and 1,000 IPv6 prefixes; FRR prefers h2 (local preference 200) over h3 (100). Every
+/// prefix must be in the FIB via h2; when h2 withdraws them all (UPDATE withdrawals on a
+/// live session), every prefix must move to h3 without disappearing, and traffic with it;
+/// when h2 advertises again, everything comes back.
+#[test]
+fn two_gobgp_peers_10k_v4_1k_v6_failover_and_failback_in_the_fib_and_the_traffic() {
+    use lab::convergence::bgp::{BgpLab, Families};
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    let mut l = Lab::new(&format!("t{}fo", std::process::id() % 10000));
+    l.h3 = true;
+    let g = start_lab(l);
+    let lab = &g.0;
+    let mut d = Daemons::new(&lab.dir.join("daemons")).unwrap();
+
+    let cfg = bench::mrt::MrtConfig {
+        v4: 10_000,
+        v6: 1_000,
+        peers: 2,
+        shared: true,
+        seed: 7,
+    };
+    let table = bench::mrt::peer_table(&cfg, 0);
+    assert_eq!(table, bench::mrt::peer_table(&cfg, 1), "shared prefixes");
+    let want: std::collections::HashSet<String> = table
+        .v4
+        .iter()
+        .map(|p| v4_str(*p))
+        .chain(table.v6.iter().map(|p| v6_str(*p)))
+        .collect();
+    assert_eq!(want.len(), 11_000);
+    let mut files = Vec::new();
+    for (i, (nh4, nh6)) in [(lab::H2_V4, lab::H2_V6), (lab::H3_V4, lab::H3_V6)]
+        .into_iter()
+        .enumerate()
+    {
+        let path = lab.dir.join(format!("peer{i}.mrt"));
+        lab::convergence::bgp::write_mrt(
+            &cfg,
+            i,
+            &table,
+            nh4.parse().unwrap(),
+            nh6.parse().unwrap(),
+            &path,
+        )
+        .unwrap();
+        files.push(path);
+    }
+
+    let bgp = BgpLab::start(lab, &mut d, Families { v4: true, v6: true })
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    wait_for("BGP sessions", Duration::from_secs(30), &mut d, || {
+        bgp.established().unwrap_or_else(|e| panic!("{e:#}"))
+    });
+    // h2 and h3 both answer on one address inside a few of the prefixes, so a ping succeeds
+    // whichever way it goes; the router's per-port counters tell which way that was.
+    let samples: Vec<String> = [0usize, 4_321, 9_999]
+        .iter()
+        .map(|&i| {
+            let (a, l) = table.v4[i];
+            std::net::Ipv4Addr::from(if l < 32 { a + 1 } else { a }).to_string()
+        })
+        .chain([0usize, 999].iter().map(|&i| {
+            let (mut a, l) = table.v6[i];
+            if l < 128 {
+                a[15] |= 1;
+            }
+            std::net::Ipv6Addr::from(a).to_string()
+        }))
+        .collect();
+    for host in [lab.h2(), lab.h3()] {
+        for a in &samples {
+            let plen = if a.contains(':') { "128" } else { "32" };
+            lab.exec(
+                &host,
+                &["ip", "addr", "add", &format!("{a}/{plen}"), "dev", "lo"],
+            )
+            .unwrap();
+        }
+    }
+    let ping_via = |dev: &str| {
+        for a in &samples {
+            let before = port_tx(lab, dev);
+            if let Err(out) = ping_ok(lab, a) {
+                panic!("{a} unreachable from h1: {out}");
+            }
+            assert!(
+                port_tx(lab, dev) > before,
+                "ping to {a} did not leave by {dev}"
+            );
+        }
+        assert_eq!(
+            kernel_forwarded(lab),
+            (0, 0),
+            "the kernel must forward nothing"
+        );
+    };
+
+    // Learn: both peers loaded; every prefix via h2.
+    let t_learn = Instant::now();
+    bgp.inject(0, &files[0], 10_000, 1_000).unwrap();
+    bgp.inject(1, &files[1], 10_000, 1_000).unwrap();
+    wait_for("learning via h2", Duration::from_secs(90), &mut d, || {
+        let e = egress_of(lab, &want);
+        (
+            e == (11_000, 0, 0),
+            format!("(via r2, via r3, other) = {e:?}"),
+        )
+    });
+    eprintln!(
+        "learned 10K + 1K prefixes from two peers in {:?}",
+        t_learn.elapsed()
+    );
+    let summary = api(lab, "routes", Some("summary"));
+    assert_eq!(summary["fib_errors"], 0, "{summary}");
+    assert!(
+        summary["by_source"]["route"].as_u64().unwrap() >= 11_000,
+        "{summary}"
+    );
+    // FRR holds both paths for every prefix, the primary best.
+    for (af, n) in [("ipv4", 10_000), ("ipv6", 1_000)] {
+        let v = bgp
+            .frr
+            .json(&format!("show bgp {af} unicast summary json"))
+            .unwrap();
+        for peer in [
+            if af == "ipv4" { lab::H2_V4 } else { lab::H2_V6 },
+            if af == "ipv4" { lab::H3_V4 } else { lab::H3_V6 },
+        ] {
+            assert_eq!(v["peers"][peer]["pfxRcd"], n, "{af} {peer}: {v}");
+        }
+    }
+    let r = fib_route(lab, &v4_str(table.v4[0])).unwrap();
+    assert!(
+        r["next_hop"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("via {} dev r2", lab::H2_V4)),
+        "{r}"
+    );
+    ping_via("r2");
+
+    // Failover: h2 withdraws everything; each prefix must move to h3. The FIB is sampled
+    // while it moves: a prefix may be via h2 or h3, but never missing.
+    let t_fo = Instant::now();
+    bgp.withdraw(0).unwrap();
+    let mut polls = 0;
+    wait_for("failover to h3", Duration::from_secs(60), &mut d, || {
+        let e = egress_of(lab, &want);
+        polls += 1;
+        assert_eq!(
+            e.0 + e.1,
+            11_000,
+            "a prefix went missing during failover: {e:?}"
+        );
+        (
+            e == (0, 11_000, 0),
+            format!("(via r2, via r3, other) = {e:?}"),
+        )
+    });
+    eprintln!(
+        "failover of 11K prefixes in {:?} ({polls} FIB samples)",
+        t_fo.elapsed()
+    );
+    let r = fib_route(lab, &v4_str(table.v4[0])).unwrap();
+    assert!(
+        r["next_hop"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("via {} dev r3", lab::H3_V4)),
+        "{r}"
+    );
+    ping_via("r3");
+
+    // Failback: h2 advertises again; everything returns to h2.
+    let t_fb = Instant::now();
+    bgp.readvertise(0, &files[0], 10_000, 1_000).unwrap();
+    wait_for("failback to h2", Duration::from_secs(60), &mut d, || {
+        let e = egress_of(lab, &want);
+        assert_eq!(
+            e.0 + e.1,
+            11_000,
+            "a prefix went missing during failback: {e:?}"
+        );
+        (
+            e == (11_000, 0, 0),
+            format!("(via r2, via r3, other) = {e:?}"),
+        )
+    });
+    eprintln!("failback of 11K prefixes in {:?}", t_fb.elapsed());
+    ping_via("r2");
+    let summary = api(lab, "routes", Some("summary"));
+    assert_eq!(summary["fib_errors"], 0, "{summary}");
+    d.check_alive().unwrap();
+    eprintln!("failover test body took {:?}", t0.elapsed());
+}
+
+/// `ferrouter bench convergence` end to end at a small scale: both DUTs, the JSON contract,
+/// every phase converged, no loss after convergence, and the kernel's view consistent with
+/// the traffic's (the kernel is done before the traffic has moved).
+#[test]
+fn bench_convergence_5k_routes_ferrouter_and_linux_json() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("c{}", std::process::id() % 100_000);
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "bench",
+            "convergence",
+            "--routes",
+            "5000",
+            "--dut",
+            "ferrouter,linux",
+            "--rate",
+            "50000",
+            "--timeout",
+            "120",
+            "--json",
+            "--netns-prefix",
+            &prefix,
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{v}");
+    for (r, dut) in runs.iter().zip(["ferrouter", "linux"]) {
+        assert_eq!(r["dut"], dut, "{r}");
+        assert_eq!(r["protocol"], "bgp");
+        assert_eq!(r["routes"], 5000);
+        for k in ["learn_s", "converge_s", "failover_s"] {
+            let s = r[k].as_f64().unwrap();
+            assert!(s > 0.0 && s < 120.0, "{k}: {r}");
+        }
+        assert_eq!(r["loss_after"], 0, "{r}");
+        assert_eq!(r["routes_with_loss"], 0, "{r}");
+        assert!(
+            r["verify_tx"].as_u64().unwrap() >= 10_000,
+            "two passes: {r}"
+        );
+        for phase in ["learn", "failover", "failback"] {
+            let p = &r[phase];
+            let (first, done, total) = (
+                p["first_kernel_change_s"].as_f64().unwrap(),
+                p["kernel_done_s"].as_f64().unwrap(),
+                p["total_s"].as_f64().unwrap(),
+            );
+            assert!(first <= done && done <= total + 0.001, "{phase}: {p}");
+        }
+    }
+    let f = &runs[0];
+    assert!(f["fib_memory_bytes"].as_u64().unwrap() > 0, "{f}");
+    assert!(f["fib_prefixes"].as_u64().unwrap() >= 5000, "{f}");
+    assert!(runs[1]["fib_memory_bytes"].is_null());
+    // No namespace left behind.
+    let ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(!ns.contains(&format!("{prefix}-")), "{ns}");
 }

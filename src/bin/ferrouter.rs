@@ -73,6 +73,46 @@ enum Cmd {
         #[arg(long, default_value = "auto", global = true)]
         backend: String,
     },
+    /// Synthetic MRT files (TABLE_DUMP_V2) for BGP speakers to load (`gobgp mrt inject`).
+    #[command(subcommand)]
+    Mrt(MrtCmd),
+}
+
+#[derive(Subcommand)]
+enum MrtCmd {
+    /// Write DIR/peer1.mrt .. peerK.mrt: Internet-like IPv4/IPv6 tables, one per eBGP peer.
+    Generate(MrtGenerateArgs),
+}
+
+#[derive(Args)]
+struct MrtGenerateArgs {
+    /// IPv4 prefixes per peer.
+    #[arg(long, default_value_t = 1_000_000)]
+    v4: usize,
+    /// IPv6 prefixes per peer.
+    #[arg(long, default_value_t = 200_000)]
+    v6: usize,
+    /// Peer files.
+    #[arg(long, default_value_t = 1)]
+    peers: usize,
+    /// Every peer advertises the same prefixes (with different AS paths); default: disjoint sets.
+    #[arg(long)]
+    shared: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// NEXT_HOP of the IPv4 routes (0.0.0.0: GoBGP puts its own address when it advertises).
+    #[arg(long, default_value = "0.0.0.0")]
+    next_hop4: std::net::Ipv4Addr,
+    /// MP_REACH_NLRI next hop of the IPv6 routes (:: likewise).
+    #[arg(long, default_value = "::")]
+    next_hop6: std::net::Ipv6Addr,
+    /// IPv6 next hops in RFC 6396's abbreviated MP_REACH_NLRI (GoBGP >= 3.17); the default
+    /// full form is what GoBGP < 3.17 (Debian 12's 3.10) reads.
+    #[arg(long)]
+    abbreviated_mp_reach: bool,
+    /// Output directory (created if missing).
+    #[arg(long)]
+    out: std::path::PathBuf,
 }
 
 #[derive(Args)]
@@ -171,6 +211,69 @@ enum Bench {
     Rfc2544(Rfc2544Args),
     /// Route changes per second from a netlink stream into the FIB through the daemon's
     /// parser and sync (add, replace, delete), and memory per route.
+    /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two eBGP peers
+    /// (GoBGP) advertise the same routes to FRR, the primary preferred; traffic goes to every
+    /// route; the primary withdraws and re-advertises; time until traffic to every route has
+    /// moved, split by what the kernel saw. Needs root, frr and gobgpd.
+    Convergence {
+        /// Routes per peer, comma-separated (one run per count and DUT).
+        #[arg(long, value_delimiter = ',', default_value = "100000")]
+        routes: Vec<usize>,
+        /// Routing protocol: bgp.
+        #[arg(long, default_value = "bgp")]
+        protocol: String,
+        /// DUTs, comma-separated: ferrouter, linux.
+        #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
+        dut: Vec<String>,
+        /// Traffic rate, frames/s; one pass over every route takes routes/rate seconds,
+        /// the resolution of the times measured.
+        #[arg(long, default_value_t = 200_000.0)]
+        rate: f64,
+        /// Give up a phase after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// Prefix of the lab's namespace names (several runs can coexist).
+        #[arg(long, default_value = "fcv")]
+        netns_prefix: String,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A full table learned from several eBGP peers (GoBGP instances loaded from generated
+    /// MRT tables) through FRR, verified by traffic to a random sample of the prefixes; times,
+    /// loss and memory. Needs root, frr and gobgpd.
+    BgpScale {
+        /// IPv4 routes in all, split evenly over the peers (disjoint prefixes).
+        #[arg(long, default_value_t = 1_000_000)]
+        routes: usize,
+        /// eBGP peers (1..=8).
+        #[arg(long, default_value_t = 4)]
+        peers: usize,
+        /// DUTs, comma-separated: ferrouter, linux.
+        #[arg(long, value_delimiter = ',', default_value = "ferrouter")]
+        dut: Vec<String>,
+        /// Prefixes the verification traffic goes to (a random sample).
+        #[arg(long, default_value_t = 100_000)]
+        sample: usize,
+        /// Traffic rate, frames/s.
+        #[arg(long, default_value_t = 200_000.0)]
+        rate: f64,
+        /// Give up learning after this many seconds.
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Prefix of the lab's namespace names.
+        #[arg(long, default_value = "fsc")]
+        netns_prefix: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     RouteSync {
         /// IPv4 routes.
         #[arg(long, default_value_t = 1_000_000)]
@@ -447,7 +550,93 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Bench(Bench::Convergence {
+            routes,
+            protocol,
+            dut,
+            rate,
+            timeout,
+            netns_prefix,
+            seed,
+            json,
+        }) => {
+            if netns_prefix.is_empty()
+                || netns_prefix.len() > 8
+                || !netns_prefix.chars().all(|c| c.is_ascii_alphanumeric())
+            {
+                bail!("--netns-prefix: 1 to 8 letters or digits");
+            }
+            if routes.iter().any(|&n| n == 0 || n > 10_000_000) {
+                bail!("--routes: each count must be 1..=10000000");
+            }
+            if !(rate.is_finite() && rate > 0.0 && rate <= 10e6) {
+                bail!("--rate must be in (0, 10M] frames/s");
+            }
+            let opts = lab::convergence::Options {
+                routes,
+                protocol: protocol.parse()?,
+                duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
+                rate_pps: rate,
+                phase_timeout: std::time::Duration::from_secs(timeout),
+                seed,
+                prefix: netns_prefix,
+                ferrouter: std::env::current_exe()?,
+            };
+            let r = lab::convergence::run(&opts, &|m| eprintln!("... {m}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::convergence::table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::BgpScale {
+            routes,
+            peers,
+            dut,
+            sample,
+            rate,
+            timeout,
+            seed,
+            netns_prefix,
+            json,
+        }) => {
+            if routes == 0 || routes > 10_000_000 || sample == 0 || sample > 16_000_000 {
+                bail!("--routes must be 1..=10000000 and --sample 1..=16000000");
+            }
+            if !(rate.is_finite() && rate > 0.0 && rate <= 10e6) {
+                bail!("--rate must be in (0, 10M] frames/s");
+            }
+            if netns_prefix.is_empty()
+                || netns_prefix.len() > 8
+                || !netns_prefix.chars().all(|c| c.is_ascii_alphanumeric())
+            {
+                bail!("--netns-prefix: 1 to 8 letters or digits");
+            }
+            let opts = lab::convergence::scale::ScaleOptions {
+                routes,
+                peers,
+                duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
+                sample,
+                rate_pps: rate,
+                timeout: std::time::Duration::from_secs(timeout),
+                seed,
+                prefix: netns_prefix,
+                ferrouter: std::env::current_exe()?,
+            };
+            let r = lab::convergence::scale::run(&opts, &|m| eprintln!("... {m}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::convergence::scale::table(&r));
+            }
+            if r.runs.iter().any(|x| x.loss > 0) {
+                bail!("traffic to the sampled prefixes was lost");
+            }
+            Ok(())
+        }
         Cmd::Tester(a) => tester_cmd(a),
+        Cmd::Mrt(MrtCmd::Generate(a)) => mrt_generate(a),
         Cmd::Bench(Bench::FibUpdate(a)) => {
             let opts = bench::fib_update::Options {
                 routes: a.routes,
@@ -701,5 +890,35 @@ fn demo(routes4: usize, routes6: usize, duration: f64) -> Result<()> {
         bail!("{lost} packets were not forwarded although every destination has a route");
     }
     println!("For the full-scale figures: ferrouter bench pipeline --workers 1,2 (see README).");
+    Ok(())
+}
+
+fn mrt_generate(a: MrtGenerateArgs) -> Result<()> {
+    use bench::mrt::{peer_tables, write_table_with, MpReach, MrtConfig, MAX_PEERS};
+    if a.peers == 0 || a.peers > MAX_PEERS {
+        bail!("--peers must be 1..={MAX_PEERS}");
+    }
+    let cfg = MrtConfig {
+        v4: a.v4,
+        v6: a.v6,
+        peers: a.peers,
+        shared: a.shared,
+        seed: a.seed,
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    for (i, t) in peer_tables(&cfg).iter().enumerate() {
+        let path = a.out.join(format!("peer{}.mrt", i + 1));
+        let f =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let mp = if a.abbreviated_mp_reach {
+            MpReach::Abbreviated
+        } else {
+            MpReach::Full
+        };
+        let (n4, n6) = write_table_with(&cfg, i, t, a.next_hop4, a.next_hop6, mp, f)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let bytes = std::fs::metadata(&path)?.len();
+        println!("{} v4 {n4} v6 {n6} bytes {bytes}", path.display());
+    }
     Ok(())
 }

@@ -52,3 +52,11 @@ pub fn kernel_forwarded(lab: &Lab) -> (u64, u64) {
 pub fn forwarded(lab: &Lab) -> u64 {
     api(lab, "counters", None)["forwarded"].as_u64().unwrap()
 }
+
+/// Start a lab built by the caller (e.g. with h3), torn down when the guard drops.
+pub fn start_lab(lab: Lab) -> Guard {
+    lab.down();
+    lab.up(std::path::Path::new(bin()))
+        .unwrap_or_else(|e| panic!("lab up: {e:#}"));
+    Guard(lab)
+}

@@ -2,5 +2,6 @@
 pub mod dpdk;
 pub mod fib_update;
 pub mod lpm;
+pub mod mrt;
 pub mod pipeline;
 pub mod routes;

@@ -30,6 +30,14 @@ pub const R1_V6: &str = "2001:db8:1::1";
 pub const H2_V6: &str = "2001:db8:2::2";
 /// Router side of h2's link, IPv6.
 pub const R2_V6: &str = "2001:db8:2::1";
+/// h3 (only in labs with three hosts).
+pub const H3_V4: &str = "203.0.113.2";
+/// Router side of h3's link.
+pub const R3_V4: &str = "203.0.113.1";
+/// h3 IPv6.
+pub const H3_V6: &str = "2001:db8:3::2";
+/// Router side of h3's link, IPv6.
+pub const R3_V6: &str = "2001:db8:3::1";
 
 /// One lab instance; names are prefixed so several can coexist.
 #[derive(Clone, Debug)]
@@ -44,6 +52,9 @@ pub struct Lab {
     pub backend: String,
     /// Router workers; the veth links get as many queues.
     pub workers: usize,
+    /// A third host, h3 on the router's r3 (203.0.113.0/24, 2001:db8:3::/64): a second
+    /// egress, e.g. for a secondary BGP peer.
+    pub h3: bool,
 }
 
 /// Which of `names` exist as network namespaces.
@@ -87,6 +98,7 @@ impl Lab {
             extra_config: String::new(),
             backend: "auto".into(),
             workers: 1,
+            h3: false,
         }
     }
     /// Namespace of h1.
@@ -96,6 +108,10 @@ impl Lab {
     /// Namespace of h2.
     pub fn h2(&self) -> String {
         format!("{}-h2", self.prefix)
+    }
+    /// Namespace of h3 (when [`Lab::h3`] is set).
+    pub fn h3(&self) -> String {
+        format!("{}-h3", self.prefix)
     }
     /// Namespace of the router.
     pub fn rtr(&self) -> String {
@@ -156,7 +172,28 @@ impl Lab {
 
     /// Which of the lab's namespaces exist.
     pub fn existing(&self) -> Vec<String> {
-        existing_namespaces(&[self.h1(), self.h2(), self.rtr()])
+        existing_namespaces(&[self.h1(), self.h2(), self.h3(), self.rtr()])
+    }
+
+    /// The hosts' namespaces and the router's interface toward each.
+    fn hosts(
+        &self,
+    ) -> Vec<(
+        String,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    )> {
+        let mut v = vec![
+            (self.h1(), "r1", H1_V4, H1_V6, R1_V4, R1_V6),
+            (self.h2(), "r2", H2_V4, H2_V6, R2_V4, R2_V6),
+        ];
+        if self.h3 {
+            v.push((self.h3(), "r3", H3_V4, H3_V6, R3_V4, R3_V6));
+        }
+        v
     }
 
     /// Build the topology (namespaces, links, addresses, routes) without starting ferrouter.
@@ -170,8 +207,11 @@ impl Lab {
         }
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
-        let (h1, h2, rtr) = (self.h1(), self.h2(), self.rtr());
-        for ns in [&h1, &h2, &rtr] {
+        let rtr = self.rtr();
+        let hosts = self.hosts();
+        let mut all: Vec<String> = hosts.iter().map(|h| h.0.clone()).collect();
+        all.push(rtr.clone());
+        for ns in &all {
             ip(&["netns", "add", ns])?;
             // No duplicate address detection in a lab of our own: link-local addresses are
             // usable at once (routing daemons need them for IPv6 next hops).
@@ -187,17 +227,16 @@ impl Lab {
             self.ns_in(ns, &["link", "set", "lo", "up"])?;
         }
         let q = self.workers.max(1).to_string();
-        for (dev, host) in [("r1", &h1), ("r2", &h2)] {
+        for (host, dev, ..) in &hosts {
             #[rustfmt::skip]
             ip(&["link", "add", dev, "netns", &rtr, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
                  "peer", "name", "eth0", "netns", host, "numtxqueues", &q, "numrxqueues", &q])?;
         }
-        let plan = [
-            (&h1, "eth0", H1_V4, H1_V6),
-            (&h2, "eth0", H2_V4, H2_V6),
-            (&rtr, "r1", R1_V4, R1_V6),
-            (&rtr, "r2", R2_V4, R2_V6),
-        ];
+        let mut plan = Vec::new();
+        for (host, dev, hv4, hv6, rv4, rv6) in &hosts {
+            plan.push((host.as_str(), "eth0", *hv4, *hv6));
+            plan.push((rtr.as_str(), *dev, *rv4, *rv6));
+        }
         for (ns, dev, v4, v6) in plan {
             // Segmentation and checksum offloads hand the router super-frames and frames
             // with unfinished checksums, which only a kernel could forward: turn them off,
@@ -223,10 +262,10 @@ impl Lab {
             )?;
             self.ns_in(ns, &["link", "set", dev, "up"])?;
         }
-        self.ns_in(&h1, &["route", "add", "default", "via", R1_V4])?;
-        self.ns_in(&h1, &["-6", "route", "add", "default", "via", R1_V6])?;
-        self.ns_in(&h2, &["route", "add", "default", "via", R2_V4])?;
-        self.ns_in(&h2, &["-6", "route", "add", "default", "via", R2_V6])?;
+        for (host, _, _, _, rv4, rv6) in &hosts {
+            self.ns_in(host, &["route", "add", "default", "via", rv4])?;
+            self.ns_in(host, &["-6", "route", "add", "default", "via", rv6])?;
+        }
         Ok(())
     }
 
@@ -234,12 +273,18 @@ impl Lab {
     pub fn write_config(&self) -> Result<PathBuf> {
         let path = self.dir.join("ferrouter.toml");
         let text = format!(
-            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = {w}\n{}\n[[port]]\nname = \"r1\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"r2\"\nbackend = \"{b}\"\n",
+            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = {w}\n{}\n",
             self.socket().display(),
             self.extra_config,
-            b = self.backend,
             w = self.workers.max(1)
         );
+        let mut text = text;
+        for (_, dev, ..) in self.hosts() {
+            text.push_str(&format!(
+                "\n[[port]]\nname = \"{dev}\"\nbackend = \"{}\"\n",
+                self.backend
+            ));
+        }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         Ok(path)
     }
@@ -344,5 +389,8 @@ impl Drop for Guard {
         }
     }
 }
+pub mod convergence;
+pub mod daemons;
+pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;

@@ -11,6 +11,9 @@
 //! - [`generator`]: paced transmission and exact receive accounting of a trial
 //!   ([`Generator::run_trial`] → [`TrialResult`]);
 //! - [`rfc2544`]: throughput search, loss at load and latency over any trial closure;
+//! - [`sweep`]: traffic to every route of a large table, per-route arrival port and
+//!   convergence time (which link each destination's traffic leaves the DUT on, and since
+//!   when), and loss per destination;
 //! - [`latency`], [`clock`]: the histogram and the time sources;
 //! - [`testing`]: fixtures for tests (in-memory port pair, rate-limited virtual DUT).
 //!
@@ -54,6 +57,7 @@ pub mod generator;
 pub mod latency;
 pub mod profile;
 pub mod rfc2544;
+pub mod sweep;
 pub mod testing;
 
 pub use clock::{Clock, MonotonicClock, VirtualClock};
@@ -65,3 +69,7 @@ pub use generator::{
 pub use latency::{LatencyHistogram, LatencyStats};
 pub use profile::{gbps_l1, line_rate_pps, Family, FrameKind, MixEntry, Profile};
 pub use rfc2544::{Rfc2544Config, Rfc2544Report};
+pub use sweep::{
+    run_receiver, run_sender, verify, SendLimit, SenderStats, SweepConfig, SweepCounts, Tracker,
+    VerifyPlan, VerifyReport,
+};

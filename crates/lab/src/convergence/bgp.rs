@@ -1,0 +1,325 @@
+//! The BGP side of the convergence lab: FRR (zebra + bgpd) in the router namespace with two
+//! eBGP neighbours, GoBGP in h2 (primary, local preference 200) and in h3 (secondary, 100),
+//! each loaded with the same synthetic table from an MRT TABLE_DUMP_V2 file.
+//!
+//! The router advertises nothing back (a deny-all export map): the peers' tables share
+//! prefixes with different AS paths, and a peer that learned a prefix back through the
+//! router with a shorter path would prefer that and stop advertising its own.
+//!
+//! Withdrawal and re-advertisement are UPDATE messages on established sessions: the
+//! primary deletes its whole table (withdrawing every route), then loads it again. The
+//! sessions stay up throughout, so the time measured is route processing, not session
+//! setup; re-advertising includes the peer's own time to load and send the table.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::daemons::{Daemons, Frr, GoBgp};
+use crate::Lab;
+
+/// Our AS, and the two peers'.
+pub const AS_DUT: u32 = 65001;
+/// The primary peer's AS (h2).
+pub const AS_PRIMARY: u32 = 65002;
+/// The secondary peer's AS (h3).
+pub const AS_SECONDARY: u32 = 65003;
+
+/// Whether the sessions carry IPv6 too (then each peer has a second, IPv6 session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Families {
+    /// IPv4 unicast session.
+    pub v4: bool,
+    /// IPv6 unicast session.
+    pub v6: bool,
+}
+
+/// FRR's bgpd configuration: both peers, the primary preferred by local preference.
+pub fn frr_config(f: Families) -> String {
+    let mut s = format!(
+        "frr defaults datacenter
+hostname ferrouter-dut
+!
+router bgp {AS_DUT}
+ bgp router-id {r2}
+ ! datacenter's 3/9 s keepalive/hold expire while bgpd and the peers are busy with millions
+ ! of routes on two cores; the session must survive the load it measures.
+ timers bgp 30 90
+ no bgp ebgp-requires-policy
+ no bgp default ipv4-unicast
+ no bgp network import-check
+",
+        r2 = crate::R2_V4
+    );
+    let peers = [
+        (crate::H2_V4, crate::H2_V6, AS_PRIMARY, "PRIMARY"),
+        (crate::H3_V4, crate::H3_V6, AS_SECONDARY, "SECONDARY"),
+    ];
+    for (v4, v6, asn, _) in peers {
+        for (on, addr) in [(f.v4, v4), (f.v6, v6)] {
+            if on {
+                s.push_str(&format!(
+                    " neighbor {addr} remote-as {asn}\n neighbor {addr} timers connect 1\n"
+                ));
+            }
+        }
+    }
+    for (on, af, idx) in [(f.v4, "ipv4", 0), (f.v6, "ipv6", 1)] {
+        if !on {
+            continue;
+        }
+        s.push_str(&format!(" !\n address-family {af} unicast\n"));
+        for p in peers {
+            let addr = if idx == 0 { p.0 } else { p.1 };
+            s.push_str(&format!(
+                "  neighbor {addr} activate\n  neighbor {addr} route-map {} in\n  neighbor {addr} route-map ADVERTISE-NOTHING out\n",
+                p.3
+            ));
+        }
+        s.push_str(" exit-address-family\n");
+    }
+    s.push_str(
+        "!\nroute-map PRIMARY permit 10\n set local-preference 200\n!\n\
+         route-map SECONDARY permit 10\n set local-preference 100\n!\n\
+         route-map ADVERTISE-NOTHING deny 10\n!\n",
+    );
+    s
+}
+
+/// GoBGP's configuration for one peer: its sessions toward the router.
+pub fn gobgp_config(asn: u32, router_id: &str, dut_v4: &str, dut_v6: &str, f: Families) -> String {
+    let mut s = format!("[global.config]\n  as = {asn}\n  router-id = \"{router_id}\"\n");
+    for (on, addr, afi) in [
+        (f.v4, dut_v4, "ipv4-unicast"),
+        (f.v6, dut_v6, "ipv6-unicast"),
+    ] {
+        if on {
+            s.push_str(&format!(
+                "\n[[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"{addr}\"\n    \
+                 peer-as = {AS_DUT}\n  [neighbors.timers.config]\n    connect-retry = 1\n  \
+                 [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      \
+                 afi-safi-name = \"{afi}\"\n"
+            ));
+        }
+    }
+    s
+}
+
+/// Write peer `i`'s MRT file for `gobgp mrt inject`: the table, then its first records
+/// again as padding.
+///
+/// GoBGP 3.10's client streams the records over gRPC and exits without waiting for the
+/// server to take the last ones (`injectMrt` never calls `CloseAndRecv`): the tail of
+/// every injection, a few hundred records here, is lost. The padding repeats routes the
+/// server already has (an identical path again changes nothing), so what is lost is only
+/// padding; [`BgpLab::inject`] checks the table is complete.
+pub fn write_mrt(
+    cfg: &bench::mrt::MrtConfig,
+    i: usize,
+    table: &bench::mrt::PeerTable,
+    next_hop_v4: std::net::Ipv4Addr,
+    next_hop_v6: std::net::Ipv6Addr,
+    path: &Path,
+) -> Result<()> {
+    let total = table.v4.len() + table.v6.len();
+    let pad = (total / 10).clamp(5_000, 200_000);
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    bench::mrt::write_table(cfg, i, table, next_hop_v4, next_hop_v6, &mut f)?;
+    let pv4 = pad.min(table.v4.len());
+    let padding = bench::mrt::PeerTable {
+        v4: table.v4[..pv4].to_vec(),
+        v6: table.v6[..(pad - pv4).min(table.v6.len())].to_vec(),
+    };
+    // The padding repeats whole records; with fewer routes than `pad` it repeats them all.
+    for _ in 0..pad.div_ceil(total.max(1)) {
+        bench::mrt::write_table(cfg, i, &padding, next_hop_v4, next_hop_v6, &mut f)?;
+    }
+    Ok(())
+}
+
+/// Routes in a GoBGP's own table, by family (`gobgp global rib summary`).
+pub fn peer_rib(p: &GoBgp) -> Result<(usize, usize)> {
+    let count = |af: &str| -> Result<usize> {
+        let out = p.run(&["global", "rib", "summary", "-a", af])?;
+        out.split("Destination:")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("gobgp global rib summary: {out}"))
+    };
+    Ok((count("ipv4")?, count("ipv6")?))
+}
+
+/// Load a GoBGP with the MRT file `mrt` written by [`write_mrt`] for `v4` and `v6` routes
+/// (`gobgp mrt inject global`), and check that its table is complete.
+pub fn inject_into(p: &GoBgp, mrt: &Path, v4: usize, v6: usize) -> Result<()> {
+    let f = mrt.display().to_string();
+    let mut last = (0, 0);
+    for _round in 0..3 {
+        p.run(&["mrt", "inject", "global", &f])
+            .with_context(|| format!("injecting {f}"))?;
+        // Until the server has applied what it received: two equal readings.
+        let mut prev = None;
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let now = peer_rib(p)?;
+            if prev == Some(now) {
+                break;
+            }
+            prev = Some(now);
+        }
+        last = prev.unwrap_or_default();
+        if last == (v4, v6) {
+            return Ok(());
+        }
+    }
+    anyhow::bail!(
+        "{} (API port {}) holds {} IPv4 and {} IPv6 routes after injecting {f} three times \
+         ({v4} and {v6} expected)",
+        p.ns,
+        p.port,
+        last.0,
+        last.1
+    )
+}
+
+/// The lab's routing daemons: FRR in the router, GoBGP in h2 (primary) and h3 (secondary).
+pub struct BgpLab {
+    /// FRR in the router namespace.
+    pub frr: Frr,
+    /// GoBGP in h2 and h3.
+    pub peers: [GoBgp; 2],
+    /// Which sessions exist.
+    pub families: Families,
+}
+
+impl BgpLab {
+    /// Start FRR and both GoBGP peers (sessions come up in the background).
+    pub fn start(lab: &Lab, d: &mut Daemons, f: Families) -> Result<BgpLab> {
+        let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(f))], &[])?;
+        let p1 = d.start_gobgp(
+            "gobgp-primary",
+            &lab.h2(),
+            &gobgp_config(AS_PRIMARY, crate::H2_V4, crate::R2_V4, crate::R2_V6, f),
+        )?;
+        let p2 = d.start_gobgp(
+            "gobgp-secondary",
+            &lab.h3(),
+            &gobgp_config(AS_SECONDARY, crate::H3_V4, crate::R3_V4, crate::R3_V6, f),
+        )?;
+        Ok(BgpLab {
+            frr,
+            peers: [p1, p2],
+            families: f,
+        })
+    }
+
+    /// Whether every session is Established (FRR's view), with a description otherwise.
+    pub fn established(&self) -> Result<(bool, String)> {
+        let mut all = true;
+        let mut desc = String::new();
+        for (on, af) in [(self.families.v4, "ipv4"), (self.families.v6, "ipv6")] {
+            if !on {
+                continue;
+            }
+            let v = self
+                .frr
+                .json(&format!("show bgp {af} unicast summary json"))?;
+            let peers = v["peers"].as_object().cloned().unwrap_or_default();
+            if peers.len() < 2 {
+                all = false;
+            }
+            for (addr, p) in &peers {
+                let st = p["state"].as_str().unwrap_or("?");
+                all &= st == "Established";
+                desc.push_str(&format!("{af} {addr} {st}; "));
+            }
+        }
+        Ok((all, desc))
+    }
+
+    /// Routes in peer `i`'s own table, by family (`gobgp global rib summary`).
+    pub fn peer_rib(&self, i: usize) -> Result<(usize, usize)> {
+        peer_rib(&self.peers[i])
+    }
+
+    /// Load peer `i` with the MRT file `mrt` written by [`write_mrt`] for `v4` and `v6`
+    /// routes, and check that its table is complete (see [`inject_into`]).
+    pub fn inject(&self, i: usize, mrt: &Path, v4: usize, v6: usize) -> Result<()> {
+        inject_into(&self.peers[i], mrt, v4, v6)
+    }
+
+    /// Peer `i` withdraws every route it advertised: it deletes its whole table, which
+    /// sends UPDATE withdrawals on the live sessions.
+    ///
+    /// (An export policy rejecting everything plus `softresetout` would keep the table, but
+    /// GoBGP 3.10 then only empties its Adj-RIB-Out and sends no withdrawals.)
+    pub fn withdraw(&self, i: usize) -> Result<()> {
+        for (on, af) in [(self.families.v4, "ipv4"), (self.families.v6, "ipv6")] {
+            if on {
+                self.peers[i].run(&["global", "rib", "del", "all", "-a", af])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Peer `i` advertises its table again (loads it again from `mrt`, see
+    /// [`BgpLab::inject`]).
+    pub fn readvertise(&self, i: usize, mrt: &Path, v4: usize, v6: usize) -> Result<()> {
+        self.inject(i, mrt, v4, v6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frr_config_prefers_the_primary_for_each_family() {
+        let c = frr_config(Families { v4: true, v6: true });
+        for addr in [crate::H2_V4, crate::H2_V6] {
+            assert!(
+                c.contains(&format!("neighbor {addr} route-map PRIMARY in")),
+                "{c}"
+            );
+        }
+        for addr in [crate::H3_V4, crate::H3_V6] {
+            assert!(
+                c.contains(&format!("neighbor {addr} route-map SECONDARY in")),
+                "{c}"
+            );
+        }
+        assert!(c.contains("set local-preference 200"));
+        let c4 = frr_config(Families {
+            v4: true,
+            v6: false,
+        });
+        assert!(!c4.contains("ipv6") && !c4.contains(crate::H2_V6), "{c4}");
+    }
+
+    #[test]
+    fn gobgp_config_has_a_session_per_family() {
+        let c = gobgp_config(
+            65002,
+            "1.1.1.1",
+            "10.0.0.1",
+            "fd00::1",
+            Families { v4: true, v6: true },
+        );
+        assert_eq!(c.matches("[[neighbors]]").count(), 2, "{c}");
+        assert!(c.contains("afi-safi-name = \"ipv6-unicast\""));
+        assert!(c.contains("peer-as = 65001"), "{c}");
+        let c4 = gobgp_config(
+            65002,
+            "1.1.1.1",
+            "10.0.0.1",
+            "fd00::1",
+            Families {
+                v4: true,
+                v6: false,
+            },
+        );
+        assert_eq!(c4.matches("[[neighbors]]").count(), 1);
+    }
+}

@@ -1,0 +1,418 @@
+//! `ferrouter bench convergence`: routing convergence measured as the EANTC and 6WIND
+//! reports measure it, by traffic.
+//!
+//! ```text
+//!   h1 (sweep sender) ── r1 [router: FRR + ferrouter, or FRR + Linux] r2 ── h2 GoBGP primary  (receiver 0)
+//!                                                                   r3 ── h3 GoBGP secondary (receiver 1)
+//! ```
+//! Both peers advertise the same N routes (a generated Internet-like table, loaded from MRT
+//! files); FRR prefers the primary by local preference. Traffic goes to one address in
+//! every route, round robin, and each frame says which route it was for, so the receivers
+//! know per route which egress its traffic takes and since when. Phases:
+//! 1. **learn**: both peers load the table; done when traffic to every route arrives at the
+//!    primary.
+//! 2. **failover**: the primary withdraws every route (UPDATEs on the live session); done
+//!    when traffic to every route arrives at the secondary.
+//! 3. **failback** (the reports' convergence figure): the primary advertises again; done
+//!    when traffic to every route is back on the primary.
+//! 4. **verification**: exact passes over every route; loss after convergence.
+//!
+//! Each phase's time is split by what a netlink watcher in the router's namespace saw:
+//! until the first kernel route changed (BGP: the peer, the session, bgpd's decision), until
+//! the last one did (bgpd and zebra installing routes in the kernel), and from there until
+//! traffic had moved (for ferrouter: its netlink sync and FIB; for Linux nothing but the
+//! traffic's own resolution, one pass over all routes).
+
+pub mod bgp;
+pub mod kernel;
+pub mod scale;
+pub mod traffic;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::daemons::Daemons;
+use crate::{Guard, Lab};
+use kernel::{monotonic_ns, KernelWatch};
+use traffic::Traffic;
+
+/// Which router forwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dut {
+    /// FRR installs into the kernel; ferrouter mirrors it and forwards (AF_XDP).
+    Ferrouter,
+    /// FRR installs into the kernel, which forwards.
+    Linux,
+}
+
+impl std::str::FromStr for Dut {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Dut> {
+        match s {
+            "ferrouter" => Ok(Dut::Ferrouter),
+            "linux" => Ok(Dut::Linux),
+            _ => bail!("unknown DUT {s:?}: ferrouter or linux"),
+        }
+    }
+}
+
+/// The routing protocol carrying the routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// eBGP from GoBGP peers.
+    Bgp,
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Protocol> {
+        match s {
+            "bgp" => Ok(Protocol::Bgp),
+            "ospf" => bail!("--protocol ospf is not implemented in this benchmark yet (bgp)"),
+            _ => bail!("unknown protocol {s:?}: bgp"),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Route counts, one run per count and DUT.
+    pub routes: Vec<usize>,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// DUTs.
+    pub duts: Vec<Dut>,
+    /// Sweep rate, frames/s (the time resolution is routes / rate).
+    pub rate_pps: f64,
+    /// Give up a phase after this long.
+    pub phase_timeout: Duration,
+    /// Route generator seed.
+    pub seed: u64,
+    /// Namespace prefix.
+    pub prefix: String,
+    /// The ferrouter binary (for the ferrouter DUT).
+    pub ferrouter: PathBuf,
+}
+
+/// One phase's time and where it went (seconds from the event).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PhaseTime {
+    /// Until traffic to every route took the new path.
+    pub total_s: f64,
+    /// Until the kernel's first route change (peer, session, bgpd's first decision).
+    pub first_kernel_change_s: Option<f64>,
+    /// Until the kernel's last route change (bgpd + zebra installing every route).
+    pub kernel_done_s: Option<f64>,
+    /// After the kernel was done, until traffic had moved (ferrouter: its sync and FIB,
+    /// plus up to one sweep pass of resolution; Linux: the resolution only).
+    pub after_kernel_s: Option<f64>,
+}
+
+/// One run's results.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    /// Which router forwarded.
+    pub dut: Dut,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Routes per peer.
+    pub routes: usize,
+    /// Learning both tables (from loading the peers) until traffic to every route flows.
+    pub learn_s: f64,
+    /// Failback time: the reports' convergence figure.
+    pub converge_s: f64,
+    /// Failover time.
+    pub failover_s: f64,
+    /// Phases in detail.
+    pub learn: PhaseTime,
+    /// See `learn`.
+    pub failover: PhaseTime,
+    /// See `learn`.
+    pub failback: PhaseTime,
+    /// Frames lost in the verification passes after convergence.
+    pub loss_after: u64,
+    /// Frames sent in the verification.
+    pub verify_tx: u64,
+    /// Routes that lost a frame in the verification.
+    pub routes_with_loss: usize,
+    /// Time for one traffic pass over every route (resolution of the times above).
+    pub sweep_period_s: f64,
+    /// ferrouter: FIB memory (tables, route store, next hops), bytes.
+    pub fib_memory_bytes: Option<u64>,
+    /// ferrouter: the daemon's resident memory after convergence, bytes.
+    pub process_rss_bytes: Option<u64>,
+    /// ferrouter: prefixes in the FIB (all sources) per `show routes summary`.
+    pub fib_prefixes: Option<u64>,
+}
+
+/// All runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// In the order run.
+    pub runs: Vec<Run>,
+}
+
+/// One address inside each prefix (the first host address where there is one).
+pub(crate) fn dest_of(a: u32, len: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(if len < 32 { a | 1 } else { a }))
+}
+
+fn secs(from: u64, to: u64) -> f64 {
+    to.saturating_sub(from) as f64 / 1e9
+}
+
+/// Run everything.
+pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<Report> {
+    let mut report = Report::default();
+    for &n in &opts.routes {
+        for &dut in &opts.duts {
+            log(&format!("== {dut:?}, {n} routes per peer =="));
+            let r =
+                run_one(opts, dut, n, log).with_context(|| format!("{dut:?} with {n} routes"))?;
+            log(&format!(
+                "   learn {:.2} s, failover {:.2} s, failback {:.2} s, loss after {}",
+                r.learn_s, r.failover_s, r.converge_s, r.loss_after
+            ));
+            report.runs.push(r);
+        }
+    }
+    Ok(report)
+}
+
+/// What a phase is watched through.
+struct Watch<'a> {
+    t: &'a Traffic,
+    kw: &'a mut KernelWatch,
+    d: &'a mut Daemons,
+    log: &'a dyn Fn(&str),
+    timeout: Duration,
+}
+
+/// Wait until traffic to every route arrives on receive port `port` (frames sent after
+/// `since`), keeping an eye on the kernel and the threads. Returns the phase's times.
+fn settle(
+    w: &mut Watch<'_>,
+    what: &str,
+    port: usize,
+    since: u64,
+    kernel_done: impl Fn(&kernel::KernelState) -> bool,
+) -> Result<PhaseTime> {
+    let (t, log, timeout) = (w.t, w.log, w.timeout);
+    let start = Instant::now();
+    let mut kernel_at: Option<u64> = None;
+    let mut last_log = Instant::now();
+    loop {
+        let st = t.tracker().settle_status(port, since);
+        let ks = w.kw.state();
+        if kernel_at.is_none() && kernel_done(&ks) {
+            kernel_at = Some(ks.last_change_ns.max(since));
+        }
+        if st.settled == t.tracker().dests() {
+            let done = st.latest_move_ns.unwrap_or(since).max(since);
+            let first = w.kw.first_change().map(|f| secs(since, f));
+            let kd = kernel_at.map(|k| secs(since, k));
+            return Ok(PhaseTime {
+                total_s: secs(since, done),
+                first_kernel_change_s: first,
+                kernel_done_s: kd,
+                after_kernel_s: kernel_at.map(|k| secs(k, done)),
+            });
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "{what}: traffic not settled after {timeout:?}: {st:?}; kernel {ks:?}; traffic {:?}",
+                t.tracker().counts()
+            );
+        }
+        if last_log.elapsed() > Duration::from_secs(5) {
+            last_log = Instant::now();
+            log(&format!(
+                "   {what}: {} of {} routes moved, kernel {:?} routes per egress ({} other, {} absent)",
+                st.settled,
+                t.tracker().dests(),
+                ks.on,
+                ks.other,
+                ks.absent
+            ));
+        }
+        t.check()?;
+        w.kw.check()?;
+        w.d.check_alive()?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run> {
+    let mut lab = Lab::new(&opts.prefix);
+    lab.h3 = true;
+    // A whole table of notifications may arrive at once; the buffer is only charged as used.
+    lab.extra_config = "netlink_rcvbuf = 1073741824\n".into();
+    lab.down();
+    let guard = Guard(lab.clone());
+    match dut {
+        Dut::Ferrouter => lab.up(&opts.ferrouter)?,
+        Dut::Linux => {
+            lab.build()?;
+            lab.exec(&lab.rtr(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        }
+    }
+    let mut d = Daemons::new(&lab.dir.join("daemons"))?;
+
+    // The same table for both peers, with each peer's own next hop.
+    let cfg = bench::mrt::MrtConfig {
+        v4: n,
+        v6: 0,
+        peers: 2,
+        shared: true,
+        seed: opts.seed,
+    };
+    let t_gen = Instant::now();
+    let table = bench::mrt::peer_table(&cfg, 0);
+    let mut files = Vec::new();
+    for (i, nh) in [crate::H2_V4, crate::H3_V4].into_iter().enumerate() {
+        let path = lab.dir.join(format!("peer{i}.mrt"));
+        bgp::write_mrt(&cfg, i, &table, nh.parse()?, Ipv6Addr::LOCALHOST, &path)?;
+        files.push(path);
+    }
+    log(&format!(
+        "   generated 2 MRT tables of {n} routes in {:.1} s",
+        t_gen.elapsed().as_secs_f64()
+    ));
+
+    let fam = bgp::Families {
+        v4: true,
+        v6: false,
+    };
+    let b = bgp::BgpLab::start(&lab, &mut d, fam)?;
+    d.wait_for("BGP sessions", Duration::from_secs(60), || b.established())?;
+
+    let prefixes: Vec<(IpAddr, u8)> = table
+        .v4
+        .iter()
+        .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(a)), l))
+        .collect();
+    let mut kw = KernelWatch::start(
+        &lab.rtr(),
+        prefixes,
+        vec![crate::H2_V4.parse()?, crate::H3_V4.parse()?],
+    )?;
+    let dests: Vec<IpAddr> = table.v4.iter().map(|&(a, l)| dest_of(a, l)).collect();
+    let r1_mac = crate::rfc2544::topo::read_mac(&lab.rtr(), "r1")?;
+    let mut t = Traffic::start(
+        (&lab.h1(), "eth0"),
+        &[(lab.h2(), "eth0"), (lab.h3(), "eth0")],
+        r1_mac,
+        (crate::H1_V4.parse()?, crate::H1_V6.parse()?),
+        dests,
+        opts.rate_pps,
+    )?;
+    let period = t.period().as_secs_f64();
+    log(&format!(
+        "   traffic: one pass over {n} routes every {period:.2} s"
+    ));
+
+    let mut w = Watch {
+        t: &t,
+        kw: &mut kw,
+        d: &mut d,
+        log,
+        timeout: opts.phase_timeout,
+    };
+    // 1. Learn.
+    let t0 = monotonic_ns();
+    w.kw.mark(t0);
+    b.inject(0, &files[0], n, 0)?;
+    b.inject(1, &files[1], n, 0)?;
+    let learn = settle(&mut w, "learn", 0, t0, |k| k.on[0] == n)?;
+    // 2. Failover.
+    let t1 = monotonic_ns();
+    w.kw.mark(t1);
+    b.withdraw(0)?;
+    let failover = settle(&mut w, "failover", 1, t1, |k| k.on[1] == n)?;
+    // Let the secondary path settle fully before the failback (bgpd's own work too).
+    std::thread::sleep(Duration::from_secs(1));
+    // 3. Failback.
+    let t2 = monotonic_ns();
+    w.kw.mark(t2);
+    b.readvertise(0, &files[0], n, 0)?;
+    let failback = settle(&mut w, "failback", 0, t2, |k| k.on[0] == n)?;
+    // 4. Verification.
+    let v = t.verify(2)?;
+    if v.dests_with_loss > 0 {
+        log(&format!(
+            "   verification: {} lost over {} routes, e.g. {:?}",
+            v.lost,
+            v.dests_with_loss,
+            v.lossy.iter().take(5).map(|l| l.addr).collect::<Vec<_>>()
+        ));
+    }
+    let (mut fib_memory, mut rss, mut fib_prefixes) = (None, None, None);
+    if dut == Dut::Ferrouter {
+        let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
+        fib_memory = s["fib_memory_bytes"]["total"].as_u64();
+        fib_prefixes = Some(s["ipv4"].as_u64().unwrap_or(0) + s["ipv6"].as_u64().unwrap_or(0));
+        rss = std::fs::read_to_string(lab.pid_file())
+            .ok()
+            .and_then(|p| std::fs::read_to_string(format!("/proc/{}/status", p.trim())).ok())
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .map(|kb| kb * 1024);
+    }
+    drop(t);
+    drop(kw);
+    drop(d);
+    drop(guard);
+    Ok(Run {
+        dut,
+        protocol: opts.protocol,
+        routes: n,
+        learn_s: learn.total_s,
+        converge_s: failback.total_s,
+        failover_s: failover.total_s,
+        learn,
+        failover,
+        failback,
+        loss_after: v.lost,
+        verify_tx: v.tx,
+        routes_with_loss: v.dests_with_loss,
+        sweep_period_s: period,
+        fib_memory_bytes: fib_memory,
+        process_rss_bytes: rss,
+        fib_prefixes,
+    })
+}
+
+/// The report as a table.
+pub fn table(r: &Report) -> String {
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let mut s = String::from(
+        "DUT        protocol  routes     learn s  failover s  failback s  loss after  (failback: first kernel change / kernel done / after kernel)  pass s\n",
+    );
+    for x in &r.runs {
+        s.push_str(&format!(
+            "{:<10} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  ({} / {} / {}){:>32.2}\n",
+            format!("{:?}", x.dut).to_lowercase(),
+            "bgp",
+            x.routes,
+            x.learn_s,
+            x.failover_s,
+            x.converge_s,
+            x.loss_after,
+            f(x.failback.first_kernel_change_s),
+            f(x.failback.kernel_done_s),
+            f(x.failback.after_kernel_s),
+            x.sweep_period_s
+        ));
+    }
+    s
+}

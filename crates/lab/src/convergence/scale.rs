@@ -1,0 +1,402 @@
+//! `ferrouter bench bgp-scale`: a full table learned from several eBGP peers and verified by
+//! traffic, as the reports do (6M routes from 1–4 peers for 6WIND).
+//!
+//! The peers are GoBGP instances in h2, one per address (198.51.100.2, .3, ...), each with
+//! its own share of a generated Internet-like table (disjoint prefixes) loaded from MRT. FRR
+//! learns them all and installs them in the router's kernel; ferrouter (or Linux) forwards.
+//! Timed: until the kernel holds every route, until ferrouter's FIB does, and until traffic
+//! to a random sample of the prefixes arrives at h2. Then exact passes over the sample
+//! measure loss, and the memory of the FIB, ferrouter and FRR is reported.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use super::kernel::{monotonic_ns, KernelWatch};
+use super::traffic::Traffic;
+use super::{bgp, Dut};
+use crate::daemons::{Daemons, GoBgp};
+use crate::{Guard, Lab};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ScaleOptions {
+    /// Routes in all (split evenly over the peers).
+    pub routes: usize,
+    /// eBGP peers (1..=8).
+    pub peers: usize,
+    /// DUTs.
+    pub duts: Vec<Dut>,
+    /// Prefixes the traffic goes to (a random sample; all when larger than the table).
+    pub sample: usize,
+    /// Traffic rate, frames/s.
+    pub rate_pps: f64,
+    /// Give up learning after this long.
+    pub timeout: Duration,
+    /// Route generator seed.
+    pub seed: u64,
+    /// Namespace prefix.
+    pub prefix: String,
+    /// The ferrouter binary.
+    pub ferrouter: PathBuf,
+}
+
+/// One run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScaleRun {
+    /// Which router forwarded.
+    pub dut: Dut,
+    /// Peers.
+    pub peers: usize,
+    /// Routes in all.
+    pub routes: usize,
+    /// From loading the peers until the kernel held every route.
+    pub kernel_done_s: f64,
+    /// Until ferrouter's FIB held every route (ferrouter only).
+    pub fib_done_s: Option<f64>,
+    /// Until traffic to every sampled prefix arrived.
+    pub learn_s: f64,
+    /// Prefixes the traffic went to.
+    pub sample: usize,
+    /// Frames sent in the verification (two passes over the sample).
+    pub verify_tx: u64,
+    /// Frames lost in it.
+    pub loss: u64,
+    /// Sampled prefixes that lost a frame.
+    pub routes_with_loss: usize,
+    /// ferrouter: FIB memory (tables, route store, next hops), bytes.
+    pub fib_memory_bytes: Option<u64>,
+    /// ferrouter: resident memory of the whole daemon, bytes.
+    pub process_rss_bytes: Option<u64>,
+    /// ferrouter: prefixes in the FIB, all sources.
+    pub fib_prefixes: Option<u64>,
+    /// FRR's bgpd and zebra resident memory, bytes.
+    pub frr_rss_bytes: u64,
+}
+
+/// All runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ScaleReport {
+    /// In the order run.
+    pub runs: Vec<ScaleRun>,
+}
+
+/// The address of peer `i` in h2 (198.51.100.2 + i).
+fn peer_addr(i: usize) -> Ipv4Addr {
+    let base: Ipv4Addr = crate::H2_V4.parse().expect("constant");
+    Ipv4Addr::from(u32::from(base) + i as u32)
+}
+
+/// FRR with one eBGP neighbour per peer address, advertising nothing back.
+fn frr_config(peers: usize) -> String {
+    let mut s = format!(
+        "frr defaults datacenter\nhostname ferrouter-dut\n!\nrouter bgp {}\n bgp router-id {}\n timers bgp 30 90\n \
+         no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n",
+        bgp::AS_DUT,
+        crate::R2_V4
+    );
+    for i in 0..peers {
+        s.push_str(&format!(
+            " neighbor {a} remote-as {asn}\n neighbor {a} timers connect 1\n neighbor {a} passive\n",
+            a = peer_addr(i),
+            asn = 65010 + i
+        ));
+    }
+    s.push_str(" !\n address-family ipv4 unicast\n");
+    for i in 0..peers {
+        s.push_str(&format!(
+            "  neighbor {a} activate\n  neighbor {a} route-map ADVERTISE-NOTHING out\n",
+            a = peer_addr(i)
+        ));
+    }
+    s.push_str(" exit-address-family\n!\nroute-map ADVERTISE-NOTHING deny 10\n!\n");
+    s
+}
+
+/// One GoBGP peer sharing h2 with the others: it does not listen (FRR is passive toward
+/// it and it connects from its own address).
+fn gobgp_config(i: usize) -> String {
+    let a = peer_addr(i);
+    format!(
+        "[global.config]\n  as = {asn}\n  router-id = \"{a}\"\n  port = -1\n\n\
+         [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"{dut}\"\n    peer-as = {dut_as}\n  \
+         [neighbors.transport.config]\n    local-address = \"{a}\"\n  \
+         [neighbors.timers.config]\n    connect-retry = 1\n  \
+         [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"ipv4-unicast\"\n",
+        asn = 65010 + i,
+        dut = crate::R2_V4,
+        dut_as = bgp::AS_DUT
+    )
+}
+
+fn rss_of(pid: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).ok()?;
+    let kb: u64 = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Run everything.
+pub fn run(opts: &ScaleOptions, log: &dyn Fn(&str)) -> Result<ScaleReport> {
+    if !(1..=8).contains(&opts.peers) {
+        bail!("--peers must be 1..=8");
+    }
+    let mut r = ScaleReport::default();
+    for &dut in &opts.duts {
+        log(&format!(
+            "== {dut:?}: {} routes from {} peers ==",
+            opts.routes, opts.peers
+        ));
+        let x = run_one(opts, dut, log).with_context(|| format!("{dut:?}"))?;
+        log(&format!(
+            "   kernel {:.1} s, FIB {}, traffic {:.1} s, loss {} over {} sampled routes",
+            x.kernel_done_s,
+            x.fib_done_s.map_or("-".into(), |f| format!("{f:.1} s")),
+            x.learn_s,
+            x.loss,
+            x.sample
+        ));
+        r.runs.push(x);
+    }
+    Ok(r)
+}
+
+fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun> {
+    let mut lab = Lab::new(&opts.prefix);
+    lab.extra_config = "netlink_rcvbuf = 1073741824\n".into();
+    lab.down();
+    let guard = Guard(lab.clone());
+    match dut {
+        Dut::Ferrouter => lab.up(&opts.ferrouter)?,
+        Dut::Linux => {
+            lab.build()?;
+            lab.exec(&lab.rtr(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        }
+    }
+    for i in 1..opts.peers {
+        lab.exec(
+            &lab.h2(),
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", peer_addr(i)),
+                "dev",
+                "eth0",
+            ],
+        )?;
+    }
+    let per = opts.routes / opts.peers;
+    let cfg = bench::mrt::MrtConfig {
+        v4: per,
+        v6: 0,
+        peers: opts.peers,
+        shared: false,
+        seed: opts.seed,
+    };
+    let t_gen = Instant::now();
+    let tables = bench::mrt::peer_tables(&cfg);
+    let mut files = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let path = lab.dir.join(format!("peer{i}.mrt"));
+        bgp::write_mrt(&cfg, i, t, peer_addr(i), Ipv6Addr::LOCALHOST, &path)?;
+        files.push(path);
+    }
+    log(&format!(
+        "   generated {} MRT tables of {per} routes in {:.1} s",
+        opts.peers,
+        t_gen.elapsed().as_secs_f64()
+    ));
+
+    let mut d = Daemons::new(&lab.dir.join("daemons"))?;
+    let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(opts.peers))], &[])?;
+    let mut peers: Vec<GoBgp> = Vec::new();
+    for i in 0..opts.peers {
+        peers.push(d.start_gobgp_on(
+            &format!("gobgp{i}"),
+            &lab.h2(),
+            &gobgp_config(i),
+            50051 + i as u16,
+        )?);
+    }
+    d.wait_for("BGP sessions", Duration::from_secs(60), || {
+        let v = frr.json("show bgp ipv4 unicast summary json")?;
+        let up = v["peers"].as_object().map_or(0, |p| {
+            p.values().filter(|x| x["state"] == "Established").count()
+        });
+        Ok((
+            up == opts.peers,
+            format!("{up} of {} sessions up", opts.peers),
+        ))
+    })?;
+
+    let all: Vec<(u32, u8)> = tables.iter().flat_map(|t| t.v4.iter().copied()).collect();
+    let total = all.len();
+    let mut kw = KernelWatch::start(
+        &lab.rtr(),
+        all.iter()
+            .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(a)), l))
+            .collect(),
+        (0..opts.peers).map(|i| IpAddr::V4(peer_addr(i))).collect(),
+    )?;
+    let mut sample = all;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed ^ 0x5eed);
+    sample.shuffle(&mut rng);
+    sample.truncate(opts.sample.max(1));
+    let dests: Vec<IpAddr> = sample.iter().map(|&(a, l)| super::dest_of(a, l)).collect();
+    let r1_mac = crate::rfc2544::topo::read_mac(&lab.rtr(), "r1")?;
+    let mut t = Traffic::start(
+        (&lab.h1(), "eth0"),
+        &[(lab.h2(), "eth0")],
+        r1_mac,
+        (crate::H1_V4.parse()?, crate::H1_V6.parse()?),
+        dests,
+        opts.rate_pps,
+    )?;
+
+    // Load every peer at once, as a full table arrives from all sides after a restart.
+    let t0 = monotonic_ns();
+    let started = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let hs: Vec<_> = peers
+            .iter()
+            .zip(&files)
+            .map(|(p, f)| s.spawn(move || bgp::inject_into(p, f, per, 0)))
+            .collect();
+        for h in hs {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("an injection thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    log(&format!(
+        "   peers loaded in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    let mut kernel_done = None;
+    let mut fib_done = None;
+    let mut last_log = Instant::now();
+    let mut last_fib_poll = Instant::now();
+    loop {
+        let ks = kw.state();
+        if kernel_done.is_none() && ks.on.iter().sum::<usize>() == total {
+            kernel_done = Some(ks.last_change_ns);
+        }
+        if dut == Dut::Ferrouter
+            && fib_done.is_none()
+            && last_fib_poll.elapsed() > Duration::from_millis(500)
+        {
+            last_fib_poll = Instant::now();
+            let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
+            if s["by_source"]["route"].as_u64().unwrap_or(0) >= total as u64 {
+                fib_done = Some(monotonic_ns());
+            }
+        }
+        let st = t.tracker().settle_status(0, t0);
+        let settled = st.settled == t.tracker().dests();
+        if settled && kernel_done.is_some() && (dut == Dut::Linux || fib_done.is_some()) {
+            break;
+        }
+        if started.elapsed() > opts.timeout {
+            bail!(
+                "not learned after {:?}: kernel {ks:?}, traffic {st:?}",
+                opts.timeout
+            );
+        }
+        if last_log.elapsed() > Duration::from_secs(10) {
+            last_log = Instant::now();
+            log(&format!(
+                "   {:.0} s: kernel has {} of {total} routes, traffic reaches {} of {} sampled",
+                started.elapsed().as_secs_f64(),
+                ks.on.iter().sum::<usize>(),
+                st.settled,
+                t.tracker().dests()
+            ));
+        }
+        t.check()?;
+        kw.check()?;
+        d.check_alive()?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let learn_at = t
+        .tracker()
+        .settle_status(0, t0)
+        .latest_move_ns
+        .unwrap_or(t0)
+        .max(kernel_done.unwrap_or(t0));
+    let v = t.verify(2)?;
+    let (mut fib_memory, mut rss, mut fib_prefixes) = (None, None, None);
+    if dut == Dut::Ferrouter {
+        let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
+        fib_memory = s["fib_memory_bytes"]["total"].as_u64();
+        fib_prefixes = Some(s["ipv4"].as_u64().unwrap_or(0) + s["ipv6"].as_u64().unwrap_or(0));
+        rss = std::fs::read_to_string(lab.pid_file())
+            .ok()
+            .and_then(|p| rss_of(&p));
+    }
+    let mut frr_rss = 0;
+    for daemon in ["bgpd", "zebra"] {
+        if let Ok(pid) = std::fs::read_to_string(frr.dir.join(format!("{daemon}.pid"))) {
+            frr_rss += rss_of(&pid).unwrap_or(0);
+        }
+    }
+    let secs = |x: u64| x.saturating_sub(t0) as f64 / 1e9;
+    drop(t);
+    drop(kw);
+    drop(d);
+    drop(guard);
+    Ok(ScaleRun {
+        dut,
+        peers: opts.peers,
+        routes: total,
+        kernel_done_s: kernel_done.map_or(0.0, secs),
+        fib_done_s: fib_done.map(secs),
+        learn_s: secs(learn_at),
+        sample: v.dests,
+        verify_tx: v.tx,
+        loss: v.lost,
+        routes_with_loss: v.dests_with_loss,
+        fib_memory_bytes: fib_memory,
+        process_rss_bytes: rss,
+        fib_prefixes,
+        frr_rss_bytes: frr_rss,
+    })
+}
+
+/// The report as a table.
+pub fn table(r: &ScaleReport) -> String {
+    let mib =
+        |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1048576.0));
+    let mut s = String::from(
+        "DUT        peers  routes     kernel s  FIB s   traffic s  sampled   loss  FIB MiB  B/route  ferrouter MiB  FRR MiB\n",
+    );
+    for x in &r.runs {
+        s.push_str(&format!(
+            "{:<10} {:>5}  {:<10} {:>8.1}  {:>6}  {:>9.1}  {:>7}  {:>5}  {:>7}  {:>7}  {:>13}  {:>7.0}\n",
+            format!("{:?}", x.dut).to_lowercase(),
+            x.peers,
+            x.routes,
+            x.kernel_done_s,
+            x.fib_done_s.map_or("-".into(), |f| format!("{f:.1}")),
+            x.learn_s,
+            x.sample,
+            x.loss,
+            mib(x.fib_memory_bytes),
+            x.fib_memory_bytes
+                .map_or("-".into(), |b| format!("{}", b / x.routes.max(1) as u64)),
+            mib(x.process_rss_bytes),
+            x.frr_rss_bytes as f64 / 1048576.0
+        ));
+    }
+    s
+}
