@@ -14,6 +14,10 @@
 //! takes to learn N externals from BIRD until all are in ferrouter's FIB, and to lose them
 //! again; OSPF_SCALE sets the sizes (default `20000,200000`).
 //!
+//! `bench_convergence_ospf_2k_routes_ferrouter_and_linux_json` runs `ferrouter bench
+//! convergence --protocol ospf` at 2,000 routes (BIRD in h2 and h3 as primary and secondary)
+//! against both DUTs and checks the JSON.
+//!
 //! Needs root and the packages scripts/deps.sh installs (frr, bird2). See tests/bgp.rs for
 //! how the daemons are run (as the frr user, everything under the lab's directory).
 
@@ -641,4 +645,14 @@ fn ospf_scale() {
             .all(|s| s.fib.is_some() && (s.withdraw.is_some() || s.n > withdraw_max)),
         "not all runs finished"
     );
+}
+
+/// `bench convergence --protocol ospf` end to end at 2,000 routes against both DUTs: BIRD in
+/// h2 (primary) and h3 (secondary) originate the same externals, the primary withdraws and
+/// re-advertises; every phase must converge (traffic to every route on the expected host),
+/// with no loss after convergence and the JSON contract of the BGP mode.
+#[test]
+fn bench_convergence_ospf_2k_routes_ferrouter_and_linux_json() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    check_bench_convergence("ospf", 2000, &format!("o{}", std::process::id() % 100_000));
 }

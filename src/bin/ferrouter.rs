@@ -209,17 +209,17 @@ enum Bench {
     /// forwarding and dpdk-testpmd, each started for real in its own topology (veth
     /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
     Rfc2544(Rfc2544Args),
-    /// Route changes per second from a netlink stream into the FIB through the daemon's
-    /// parser and sync (add, replace, delete), and memory per route.
-    /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two eBGP peers
-    /// (GoBGP) advertise the same routes to FRR, the primary preferred; traffic goes to every
-    /// route; the primary withdraws and re-advertises; time until traffic to every route has
-    /// moved, split by what the kernel saw. Needs root, frr and gobgpd.
+    /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
+    /// advertise the same routes to FRR, the primary preferred (bgp: GoBGP over eBGP, by
+    /// local preference; ospf: BIRD originating OSPFv2 type-2 externals, by metric, IPv4
+    /// only); traffic goes to every route; the primary withdraws and re-advertises; time
+    /// until traffic to every route has moved, split by what the kernel saw. Needs root, frr
+    /// and gobgpd (bgp) or bird2 (ospf).
     Convergence {
         /// Routes per peer, comma-separated (one run per count and DUT).
         #[arg(long, value_delimiter = ',', default_value = "100000")]
         routes: Vec<usize>,
-        /// Routing protocol: bgp.
+        /// Routing protocol: bgp or ospf.
         #[arg(long, default_value = "bgp")]
         protocol: String,
         /// DUTs, comma-separated: ferrouter, linux.
@@ -274,6 +274,8 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Route changes per second from a netlink stream into the FIB through the daemon's
+    /// parser and sync (add, replace, delete), and memory per route.
     RouteSync {
         /// IPv4 routes.
         #[arg(long, default_value_t = 1_000_000)]

@@ -60,3 +60,81 @@ pub fn start_lab(lab: Lab) -> Guard {
         .unwrap_or_else(|e| panic!("lab up: {e:#}"));
     Guard(lab)
 }
+
+/// Runs `ferrouter bench convergence --protocol PROTOCOL --routes ROUTES --dut
+/// ferrouter,linux --json` in namespaces named `NETNS_PREFIX-*` and checks what both of its
+/// runs report: the JSON contract, every phase converged with its kernel times in order,
+/// no loss after convergence, two verification passes, ferrouter's FIB memory, and no
+/// namespace left behind. No timing limits: the machine is shared.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn check_bench_convergence(protocol: &str, routes: u64, netns_prefix: &str) {
+    let routes_s = routes.to_string();
+    let out = std::process::Command::new(bin())
+        .args([
+            "bench",
+            "convergence",
+            "--protocol",
+            protocol,
+            "--routes",
+            &routes_s,
+            "--dut",
+            "ferrouter,linux",
+            "--rate",
+            "50000",
+            "--timeout",
+            "120",
+            "--json",
+            "--netns-prefix",
+            netns_prefix,
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{v}");
+    for (r, dut) in runs.iter().zip(["ferrouter", "linux"]) {
+        assert_eq!(r["dut"], dut, "{r}");
+        assert_eq!(r["protocol"], protocol, "{r}");
+        assert_eq!(r["routes"], routes, "{r}");
+        for k in ["learn_s", "converge_s", "failover_s", "sweep_period_s"] {
+            let s = r[k].as_f64().unwrap_or(f64::NAN);
+            assert!(s.is_finite() && s > 0.0, "{k}: {r}");
+        }
+        assert_eq!(r["loss_after"], 0, "{r}");
+        assert_eq!(r["routes_with_loss"], 0, "{r}");
+        assert!(
+            r["verify_tx"].as_u64().unwrap() >= 2 * routes,
+            "two passes: {r}"
+        );
+        for (phase, total) in [
+            ("learn", "learn_s"),
+            ("failover", "failover_s"),
+            ("failback", "converge_s"),
+        ] {
+            let p = &r[phase];
+            let (first, done, t) = (
+                p["first_kernel_change_s"].as_f64().unwrap(),
+                p["kernel_done_s"].as_f64().unwrap(),
+                p["total_s"].as_f64().unwrap(),
+            );
+            assert_eq!(p["total_s"], r[total], "{phase}: {r}");
+            assert!(first <= done && done <= t + 0.001, "{phase}: {p}");
+            assert!(p["after_kernel_s"].as_f64().unwrap() >= 0.0, "{phase}: {p}");
+        }
+    }
+    let f = &runs[0];
+    assert!(f["fib_memory_bytes"].as_u64().unwrap() > 0, "{f}");
+    assert!(f["fib_prefixes"].as_u64().unwrap() >= routes, "{f}");
+    assert!(runs[1]["fib_memory_bytes"].is_null());
+    let ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(!ns.contains(&format!("{netns_prefix}-")), "{ns}");
+}

@@ -19,11 +19,19 @@
 
 use std::net::IpAddr;
 
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+use allocator_api2::alloc::{AllocError, Allocator, Global};
+use hashbrown::hash_map::Entry;
+use rustc_hash::FxBuildHasher;
+
 use dataplane::{Interfaces, PortInfo};
 use fib::{Adjacency, FibWriter, NextHop, NextHopId};
-use linux::{Addr, Event, Link, Neigh, Route, RouteKind, Snapshot};
+use linux::{Addr, Event, Link, Neigh, Route, RouteKind, RouteNextHop, Snapshot};
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 
 const MAIN_TABLE: u32 = 254;
 const LOCAL_TABLE: u32 = 255;
@@ -104,16 +112,211 @@ pub struct SyncStats {
     pub fib_errors: u64,
 }
 
-/// The preferred route of a prefix, as `desired` needs it.
-enum Best {
-    /// A unicast route with one next hop: its key.
+/// What a prefix's routes ask for, read off its entry: `desired` turns it into a next hop.
+enum Want {
+    /// A local-table `local`/`broadcast` route: the kernel's.
+    Local,
+    /// The preferred main-table route, unicast with one next hop: that hop's key.
     One(NhKey),
-    /// Anything else (ECMP, blackhole, ...): the route.
-    Other(Route),
+    /// The preferred main-table route, any other (ECMP, blackhole, ...): its type and hops.
+    Other(RouteKind, HopsId),
+    /// No route that installs anything (a neighbour's host route may still apply).
+    Nothing,
+}
+
+/// What `routes` (one prefix's) ask for.
+fn want(routes: &[Stored], hop_lists: &HopLists) -> Want {
+    let local = routes.iter().any(|r| {
+        r.table == LOCAL_TABLE && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
+    });
+    if local {
+        return Want::Local;
+    }
+    let best = routes
+        .iter()
+        .filter(|r| {
+            r.table == MAIN_TABLE
+                && !matches!(
+                    r.kind,
+                    RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
+                )
+        })
+        .min_by_key(|r| r.metric);
+    match best {
+        Some(r) => match (r.kind, hop_lists.get(r.hops)) {
+            (RouteKind::Unicast, [h]) => Want::One(hop_key(h)),
+            _ => Want::Other(r.kind, r.hops),
+        },
+        None => Want::Nothing,
+    }
+}
+
+/// Id of an interned next-hop list ([`HopLists`]).
+type HopsId = u32;
+
+/// A mirrored kernel route of a prefix (the prefix is its key in `Sync::prefixes`; the
+/// route's protocol is not needed).
+#[derive(Clone, Copy, Debug)]
+struct Stored {
+    table: u32,
+    metric: u32,
+    hops: HopsId,
+    kind: RouteKind,
+}
+
+/// All the sync knows about one prefix: the kernel's routes for it (keyed by table and
+/// metric; nearly always one, stored inline) and what it installed in the FIB.
+///
+/// One map for both, and next-hop lists interned, so a route change costs one lookup in a
+/// table of millions of prefixes and no allocation: with a map of `Vec<Route>` per
+/// prefix beside a map of installed prefixes, each change took several cache misses there
+/// (the two maps, the `Vec`, the route's next-hop `Vec`), and those lookups were 25 % of
+/// the route-sync benchmark.
+#[derive(Default)]
+struct PrefixState {
+    routes: SmallVec<[Stored; 1]>,
+    installed: Option<Installed>,
+}
+
+/// Allocations this large or larger get huge pages ([`HugePages`]).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Allocator of the prefix map: tables of 2 MiB and more get their own 2 MiB-aligned
+/// anonymous mapping with transparent huge pages requested (`MADV_HUGEPAGE`), as the FIB's
+/// own tables do; anything smaller comes from the global allocator.
+///
+/// Each route change reads one random slot of a table of millions (120 MB at 1.5M
+/// prefixes); with 4 KiB pages nearly every such read was also a TLB miss. In
+/// `ferrouter bench route-sync` (1M IPv4 + 500K IPv6) huge pages for the process's large
+/// allocations (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`) raised the rate per CPU-second by
+/// about 20 %; this allocator does it for this table without any setting.
+#[derive(Clone, Copy, Debug, Default)]
+struct HugePages;
+
+impl HugePages {
+    fn huge(layout: &Layout) -> bool {
+        layout.size() >= HUGE_PAGE && layout.align() <= HUGE_PAGE
+    }
+}
+
+// SAFETY: memory handed out stays valid until `deallocate`; large blocks are whole private
+// mappings (never shared, unmapped exactly once), small ones are the global allocator's.
+unsafe impl Allocator for HugePages {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if !Self::huge(&layout) {
+            return Global.allocate(layout);
+        }
+        let len = layout.size().next_multiple_of(HUGE_PAGE);
+        let map_len = len + HUGE_PAGE;
+        // SAFETY: a fresh anonymous private mapping; the kernel picks the address.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(AllocError);
+        }
+        let base = base as usize;
+        let start = base.next_multiple_of(HUGE_PAGE);
+        // Keep exactly [start, start + len): 2 MiB aligned, so it can be all huge pages.
+        // SAFETY: both ranges lie inside the mapping just made and outside the kept part.
+        unsafe {
+            if start > base {
+                libc::munmap(base as *mut libc::c_void, start - base);
+            }
+            let tail = base + map_len - (start + len);
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+            // Best effort: without huge pages the table only costs more TLB misses.
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+        let ptr = NonNull::new(start as *mut u8).ok_or(AllocError)?;
+        Ok(NonNull::slice_from_raw_parts(ptr, len))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        if !Self::huge(&layout) {
+            // SAFETY: a small block, so `Global` allocated it with this layout.
+            return unsafe { Global.deallocate(ptr, layout) };
+        }
+        // SAFETY: a large block is a whole mapping of this rounded length made by
+        // `allocate`, and the caller no longer uses it.
+        unsafe {
+            libc::munmap(
+                ptr.as_ptr().cast(),
+                layout.size().next_multiple_of(HUGE_PAGE),
+            );
+        }
+    }
+}
+
+/// Prefix → its state, in huge pages.
+type PrefixMap = hashbrown::HashMap<Prefix, PrefixState, FxBuildHasher, HugePages>;
+
+/// Interned next-hop lists of mirrored routes. Routes share few distinct lists (one per
+/// gateway, or per ECMP set), so a stored route holds a 4-byte id instead of a `Vec`.
+#[derive(Default)]
+struct HopLists {
+    lists: Vec<HopList>,
+    ids: FxHashMap<Box<[RouteNextHop]>, HopsId>,
+    free: Vec<HopsId>,
+}
+
+#[derive(Default)]
+struct HopList {
+    hops: Box<[RouteNextHop]>,
+    refs: u32,
+}
+
+impl HopLists {
+    /// The id of `hops` (in this order), with a reference taken.
+    fn intern(&mut self, hops: &[RouteNextHop]) -> HopsId {
+        if let Some(&id) = self.ids.get(hops) {
+            self.lists[id as usize].refs += 1;
+            return id;
+        }
+        let list = HopList {
+            hops: hops.into(),
+            refs: 1,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.lists[id as usize] = list;
+                id
+            }
+            None => {
+                self.lists.push(list);
+                HopsId::try_from(self.lists.len() - 1).expect("fewer than 2^32 next-hop lists")
+            }
+        };
+        self.ids.insert(hops.into(), id);
+        id
+    }
+
+    fn get(&self, id: HopsId) -> &[RouteNextHop] {
+        &self.lists[id as usize].hops
+    }
+
+    fn release(&mut self, id: HopsId) {
+        let l = &mut self.lists[id as usize];
+        l.refs -= 1;
+        if l.refs == 0 {
+            let hops = std::mem::take(&mut l.hops);
+            self.ids.remove(&hops);
+            self.free.push(id);
+        }
+    }
 }
 
 /// The next-hop key of one route next hop.
-fn hop_key(h: &linux::RouteNextHop) -> NhKey {
+fn hop_key(h: &RouteNextHop) -> NhKey {
     match (h.gateway, h.ifindex) {
         (Some(gw), Some(ifx)) => NhKey::Adj(ifx, gw),
         (None, Some(ifx)) => NhKey::Glean(ifx),
@@ -125,18 +328,21 @@ fn hop_key(h: &linux::RouteNextHop) -> NhKey {
 /// The mirror state and the FIB writer it programs.
 pub struct Sync {
     writer: FibWriter,
+    /// A reader of the same FIB, to look ahead at the table entries a batch will write.
+    reader: fib::FibReader,
     /// Configured port names, index = port id.
     port_names: Vec<String>,
     links: FxHashMap<u32, Link>,
     addrs: Vec<Addr>,
     neighs: FxHashMap<(u32, IpAddr), Neigh>,
-    /// (table, prefix, metric) → route.
-    /// Per prefix, its routes keyed by (table, metric): a refresh looks at one prefix's
-    /// few routes (a single map keyed by (table, prefix, metric) made each refresh a scan of
-    /// the whole table — quadratic at 1M — and a B-tree spent 40 % of the sync comparing
-    /// keys).
-    routes: FxHashMap<Prefix, Vec<(u32, u32, Route)>>,
-    installed: FxHashMap<Prefix, Installed>,
+    /// Per prefix, its routes keyed by (table, metric) and what is installed: a refresh
+    /// looks at one prefix's few routes (a single map keyed by (table, prefix, metric) made
+    /// each refresh a scan of the whole table — quadratic at 1M — and a B-tree spent 40 %
+    /// of the sync comparing keys). An entry exists while the prefix has a route or an
+    /// installed FIB entry (a neighbour's host route has only the latter).
+    prefixes: PrefixMap,
+    /// Next-hop lists of the routes in `prefixes`.
+    hop_lists: HopLists,
     nh: FxHashMap<NextHopId, NhEntry>,
     nh_by_key: FxHashMap<NhKey, NextHopId>,
     stats: SyncStats,
@@ -185,13 +391,14 @@ impl Sync {
     /// A sync programming `writer` for the given ports (index = port id).
     pub fn new(writer: FibWriter, port_names: Vec<String>) -> Sync {
         Sync {
+            reader: writer.reader(),
             writer,
             port_names,
             links: FxHashMap::default(),
             addrs: Vec::new(),
             neighs: FxHashMap::default(),
-            routes: FxHashMap::default(),
-            installed: FxHashMap::default(),
+            prefixes: PrefixMap::with_hasher_in(FxBuildHasher, HugePages),
+            hop_lists: HopLists::default(),
             nh: FxHashMap::default(),
             nh_by_key: FxHashMap::default(),
             stats: SyncStats::default(),
@@ -368,17 +575,22 @@ impl Sync {
 
     // ---- desired state ---------------------------------------------------------------
 
-    fn route_nh(&mut self, r: &Route) -> Result<Option<NextHopId>, fib::FibError> {
-        match r.kind {
+    fn route_nh(
+        &mut self,
+        kind: RouteKind,
+        hops: HopsId,
+    ) -> Result<Option<NextHopId>, fib::FibError> {
+        match kind {
             RouteKind::Blackhole | RouteKind::Unreachable | RouteKind::Prohibit => {
                 return self.acquire(NhKey::Drop).map(Some)
             }
             RouteKind::Unicast => {}
             _ => return Ok(None),
         }
-        let mut members = Vec::with_capacity(r.nexthops.len());
-        for h in &r.nexthops {
-            match self.acquire(hop_key(h)) {
+        let keys: SmallVec<[NhKey; 4]> = self.hop_lists.get(hops).iter().map(hop_key).collect();
+        let mut members = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.acquire(key) {
                 Ok(id) => members.push(id),
                 Err(e) => {
                     for m in members {
@@ -405,36 +617,20 @@ impl Sync {
         }
     }
 
-    /// The next hop `prefix` should have now (with a reference taken), and its source.
+    /// The next hop `prefix` should have now (with a reference taken), and its source,
+    /// given what its routes ask for.
     ///
     /// Called for every route change: the single-next-hop case allocates nothing.
-    fn desired(&mut self, p: Prefix) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
-        let of_prefix: &[(u32, u32, Route)] = self.routes.get(&p).map_or(&[], |v| v.as_slice());
-        let local = of_prefix.iter().any(|(t, _, r)| {
-            *t == LOCAL_TABLE && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
-        });
-        if local {
-            return Ok(Some((self.acquire(NhKey::Local)?, Source::Local)));
-        }
-        let best = of_prefix
-            .iter()
-            .filter(|(t, _, r)| {
-                *t == MAIN_TABLE
-                    && !matches!(
-                        r.kind,
-                        RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
-                    )
-            })
-            .min_by_key(|(_, metric, _)| *metric)
-            .map(|(_, _, r)| match (r.kind, r.nexthops.as_slice()) {
-                // The common case (one next hop) without copying the route.
-                (RouteKind::Unicast, [h]) => Best::One(hop_key(h)),
-                _ => Best::Other(r.clone()),
-            });
-        let id = match best {
-            Some(Best::One(key)) => Some(self.acquire(key)?),
-            Some(Best::Other(r)) => self.route_nh(&r)?,
-            None => None,
+    fn desired(
+        &mut self,
+        p: Prefix,
+        want: Want,
+    ) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
+        let id = match want {
+            Want::Local => return Ok(Some((self.acquire(NhKey::Local)?, Source::Local))),
+            Want::One(key) => Some(self.acquire(key)?),
+            Want::Other(kind, hops) => self.route_nh(kind, hops)?,
+            Want::Nothing => None,
         };
         if let Some(id) = id {
             return Ok(Some((id, Source::Route)));
@@ -460,26 +656,53 @@ impl Sync {
         Ok(None)
     }
 
+    /// Record what `p` has installed (an entry is created or dropped as needed).
+    fn set_installed(&mut self, p: Prefix, installed: Option<Installed>) {
+        match installed {
+            Some(i) => self.prefixes.entry(p).or_default().installed = Some(i),
+            None => {
+                if let Entry::Occupied(mut e) = self.prefixes.entry(p) {
+                    e.get_mut().installed = None;
+                    if e.get().routes.is_empty() {
+                        e.remove();
+                    }
+                }
+            }
+        }
+    }
+
     /// Bring one prefix of the FIB in line with the mirrored state.
     fn refresh_prefix(&mut self, p: Prefix) {
-        let want = match self.desired(p) {
+        let (want, old) = match self.prefixes.get(&p) {
+            Some(st) => (want(&st.routes, &self.hop_lists), st.installed),
+            None => (Want::Nothing, None),
+        };
+        self.update_prefix(p, want, old);
+    }
+
+    /// Bring `p` in line with `want` (what its routes ask for); `old` is what it has
+    /// installed. The callers read both off the prefix's entry, which they have just
+    /// looked up anyway.
+    fn update_prefix(&mut self, p: Prefix, want: Want, old: Option<Installed>) {
+        let want = match self.desired(p, want) {
             Ok(w) => w,
             Err(_) => {
                 self.stats.fib_errors += 1;
                 return;
             }
         };
-        let old = self.installed.get(&p).copied();
         match (want, old) {
             (Some((id, src)), Some(o)) if o.nh == id => {
                 self.release(id);
-                self.installed.insert(
-                    p,
-                    Installed {
-                        nh: id,
-                        source: src,
-                    },
-                );
+                if o.source != src {
+                    self.set_installed(
+                        p,
+                        Some(Installed {
+                            nh: id,
+                            source: src,
+                        }),
+                    );
+                }
             }
             (Some((id, src)), _) => {
                 let r = match p.0 {
@@ -491,12 +714,12 @@ impl Sync {
                     self.release(id);
                     return;
                 }
-                self.installed.insert(
+                self.set_installed(
                     p,
-                    Installed {
+                    Some(Installed {
                         nh: id,
                         source: src,
-                    },
+                    }),
                 );
                 if let Some(o) = old {
                     self.release(o.nh);
@@ -507,7 +730,7 @@ impl Sync {
                     IpAddr::V4(a) => self.writer.del4(a.into(), p.1),
                     IpAddr::V6(a) => self.writer.del6(&a.octets(), p.1),
                 };
-                self.installed.remove(&p);
+                self.set_installed(p, None);
                 self.release(o.nh);
             }
             (None, None) => {}
@@ -527,68 +750,149 @@ impl Sync {
             .into_iter()
             .map(|n| ((n.ifindex, n.ip), n))
             .collect();
-        self.routes = FxHashMap::default();
+        for st in self.prefixes.values_mut() {
+            st.routes.clear();
+        }
+        self.hop_lists = HopLists::default();
         for r in s
             .routes
             .into_iter()
             .filter(|r| r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
         {
-            self.put_route(r);
+            self.put_route(&r);
         }
         self.refresh_next_hops(None);
-        let mut prefixes: FxHashSet<Prefix> = self.installed.keys().copied().collect();
-        prefixes.extend(self.routes.keys().copied());
+        let mut prefixes: FxHashSet<Prefix> = self.prefixes.keys().copied().collect();
         prefixes.extend(self.neighs.values().map(|n| (n.ip, host_len(&n.ip))));
         for p in prefixes {
             self.refresh_prefix(p);
         }
+        self.prefixes
+            .retain(|_, st| !st.routes.is_empty() || st.installed.is_some());
         self.writer.reclaim();
         self.iface_version += 1;
     }
 
-    /// Insert or replace a route (keyed by prefix, table and metric).
-    fn put_route(&mut self, r: Route) {
-        let p = (r.dst, r.dst_len);
-        let list = self.routes.entry(p).or_default();
-        match list
+    /// Insert or replace a route (keyed by prefix, table and metric). Returns what the
+    /// prefix's routes now ask for and what it has installed.
+    fn put_route(&mut self, r: &Route) -> (Want, Option<Installed>) {
+        let new = Stored {
+            table: r.table,
+            metric: r.priority,
+            hops: self.hop_lists.intern(&r.nexthops),
+            kind: r.kind,
+        };
+        let st = match self.prefixes.entry((r.dst, r.dst_len)) {
+            Entry::Vacant(v) => {
+                // A new prefix: what it wants without reading back the slot just written
+                // (that read waited for the slot's cache line).
+                let want = want(std::slice::from_ref(&new), &self.hop_lists);
+                v.insert(PrefixState {
+                    routes: smallvec::smallvec![new],
+                    installed: None,
+                });
+                return (want, None);
+            }
+            Entry::Occupied(o) => o.into_mut(),
+        };
+        match st
+            .routes
             .iter_mut()
-            .find(|(t, m, _)| *t == r.table && *m == r.priority)
+            .find(|s| s.table == new.table && s.metric == new.metric)
         {
-            Some(slot) => slot.2 = r,
-            None => list.push((r.table, r.priority, r)),
+            Some(slot) => {
+                let old = std::mem::replace(slot, new);
+                self.hop_lists.release(old.hops);
+            }
+            None => st.routes.push(new),
         }
+        (want(&st.routes, &self.hop_lists), st.installed)
+    }
+
+    /// Apply a batch of notifications in order, as [`Sync::apply`] would one by one, and
+    /// empty `events`. Returns false if one of them was `Overflow` (the caller must dump and
+    /// [`Sync::resync`]).
+    ///
+    /// Faster than one by one for route changes: each touches random places of tables far
+    /// larger than the CPU caches (its prefix's entry here, its entry in the FIB's RIB and
+    /// in the FIB's tables), and applying them one after the other waits for those misses
+    /// one at a time. Looking a chunk's prefixes up first, in a loop of independent reads,
+    /// lets the CPU fetch many at once; applying the chunk then finds them in cache.
+    pub fn apply_all(&mut self, events: &mut Vec<Event>) -> bool {
+        /// Events looked ahead at once (32 to 128 were best; without looking ahead the
+        /// route-sync benchmark ran 15-25 % slower).
+        const CHUNK: usize = 64;
+        let mut ok = true;
+        for chunk in events.chunks(CHUNK) {
+            self.look_ahead(chunk);
+            for ev in chunk {
+                ok &= self.apply_ref(ev);
+            }
+        }
+        events.clear();
+        ok
+    }
+
+    /// Reads (and discards) what applying `events` will read first: see [`Sync::apply_all`].
+    fn look_ahead(&self, events: &[Event]) {
+        let mut seen = 0usize;
+        for ev in events {
+            let (Event::NewRoute(r) | Event::DelRoute(r)) = ev else {
+                continue;
+            };
+            seen += usize::from(self.prefixes.contains_key(&(r.dst, r.dst_len)));
+            let (in_rib, in_table) = match r.dst {
+                IpAddr::V4(a) => (
+                    self.writer.get4(a.into(), r.dst_len),
+                    self.reader.lookup4(a.into()),
+                ),
+                IpAddr::V6(a) => (
+                    self.writer.get6(&a.octets(), r.dst_len),
+                    self.reader.lookup6(&a.octets()),
+                ),
+            };
+            seen += usize::from(in_rib.is_some()) + in_table as usize;
+        }
+        std::hint::black_box(seen);
     }
 
     /// Apply one notification. Returns false for `Overflow` (the caller must dump and
     /// [`Sync::resync`]).
     pub fn apply(&mut self, ev: Event) -> bool {
+        self.apply_ref(&ev)
+    }
+
+    /// [`Sync::apply`] on a borrowed event (route changes need nothing of it but to read
+    /// it; the few other kinds are copied).
+    fn apply_ref(&mut self, ev: &Event) -> bool {
         self.stats.events += 1;
         match ev {
             Event::Overflow => return false,
             Event::NewLink(l) => {
                 let ifx = l.ifindex;
-                self.links.insert(ifx, l);
+                self.links.insert(ifx, l.clone());
                 self.refresh_next_hops(Some(ifx));
                 self.iface_version += 1;
             }
             Event::DelLink(ifx) => {
+                let ifx = *ifx;
                 self.links.remove(&ifx);
                 self.refresh_next_hops(Some(ifx));
                 self.iface_version += 1;
             }
             Event::NewAddr(a) => {
-                if !self.addrs.contains(&a) {
-                    self.addrs.push(a);
+                if !self.addrs.contains(a) {
+                    self.addrs.push(a.clone());
                 }
                 self.iface_version += 1;
             }
             Event::DelAddr(a) => {
-                self.addrs.retain(|x| *x != a);
+                self.addrs.retain(|x| x != a);
                 self.iface_version += 1;
             }
             Event::NewNeigh(n) => {
                 let (ifx, ip) = (n.ifindex, n.ip);
-                self.neighs.insert((ifx, ip), n);
+                self.neighs.insert((ifx, ip), n.clone());
                 self.neighbor_changed(ifx, ip);
             }
             Event::DelNeigh(n) => {
@@ -599,36 +903,51 @@ impl Sync {
             Event::NewRoute(r) => {
                 if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
                     let p = (r.dst, r.dst_len);
-                    self.put_route(r);
-                    self.refresh_prefix(p);
+                    let (want, old) = self.put_route(r);
+                    self.update_prefix(p, want, old);
                 }
             }
             Event::DelRoute(r) => {
                 if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
                     let p = (r.dst, r.dst_len);
                     let (table, metric) = (r.table, r.priority);
-                    if let Some(list) = self.routes.get_mut(&p) {
-                        if let Some(i) = list
-                            .iter()
-                            .position(|(t, m, _)| *t == table && *m == metric)
-                        {
-                            // IPv6 deletes one next hop of a multipath route at a time:
-                            // the message lists only the removed ones, the rest stays.
-                            let old = &mut list[i].2;
-                            let partial = r.dst.is_ipv6()
-                                && !r.nexthops.is_empty()
-                                && old.nexthops.iter().any(|h| !r.nexthops.contains(h));
-                            if partial {
-                                old.nexthops.retain(|h| !r.nexthops.contains(h));
-                            } else {
-                                list.swap_remove(i);
+                    let (want_now, installed) = match self.prefixes.entry(p) {
+                        Entry::Occupied(mut e) => {
+                            let list = &mut e.get_mut().routes;
+                            if let Some(i) = list
+                                .iter()
+                                .position(|s| s.table == table && s.metric == metric)
+                            {
+                                // IPv6 deletes one next hop of a multipath route at a time:
+                                // the message lists only the removed ones, the rest stays.
+                                let hops = self.hop_lists.get(list[i].hops);
+                                let partial = r.dst.is_ipv6()
+                                    && !r.nexthops.is_empty()
+                                    && hops.iter().any(|h| !r.nexthops.contains(h));
+                                if partial {
+                                    let rest: Vec<RouteNextHop> = hops
+                                        .iter()
+                                        .filter(|h| !r.nexthops.contains(h))
+                                        .cloned()
+                                        .collect();
+                                    let rest = self.hop_lists.intern(&rest);
+                                    let gone = std::mem::replace(&mut list[i].hops, rest);
+                                    self.hop_lists.release(gone);
+                                } else {
+                                    let gone = list.swap_remove(i);
+                                    self.hop_lists.release(gone.hops);
+                                }
                             }
+                            let st = e.get();
+                            let now = (want(&st.routes, &self.hop_lists), st.installed);
+                            if st.routes.is_empty() && st.installed.is_none() {
+                                e.remove();
+                            }
+                            now
                         }
-                        if list.is_empty() {
-                            self.routes.remove(&p);
-                        }
-                    }
-                    self.refresh_prefix(p);
+                        Entry::Vacant(_) => (Want::Nothing, None),
+                    };
+                    self.update_prefix(p, want_now, installed);
                 }
             }
         }
@@ -686,7 +1005,7 @@ impl Sync {
             next_hop: self.describe(i.nh),
         };
         let Some(f) = filter else {
-            let mut v: Vec<(&Prefix, &Installed)> = self.installed.iter().collect();
+            let mut v: Vec<(&Prefix, &Installed)> = self.installed().collect();
             v.sort_by(|a, b| {
                 (a.0 .0.is_ipv6(), a.0 .0, a.0 .1).cmp(&(b.0 .0.is_ipv6(), b.0 .0, b.0 .1))
             });
@@ -712,27 +1031,35 @@ impl Sync {
         };
         if let Some(l) = len {
             let p = (masked(addr, l), l);
-            return Ok(self
-                .installed
-                .get_key_value(&p)
-                .map(view)
-                .into_iter()
-                .collect());
+            return Ok(self.installed_at(&p).map(view).into_iter().collect());
         }
         for l in (0..=host_len(&addr)).rev() {
             let p = (masked(addr, l), l);
-            if let Some(kv) = self.installed.get_key_value(&p) {
+            if let Some(kv) = self.installed_at(&p) {
                 return Ok(vec![view(kv)]);
             }
         }
         Ok(vec![])
     }
 
+    /// What `p` has installed, with the map's copy of the key.
+    fn installed_at(&self, p: &Prefix) -> Option<(&Prefix, &Installed)> {
+        let (k, s) = self.prefixes.get_key_value(p)?;
+        Some((k, s.installed.as_ref()?))
+    }
+
+    /// Every installed prefix.
+    fn installed(&self) -> impl Iterator<Item = (&Prefix, &Installed)> {
+        self.prefixes
+            .iter()
+            .filter_map(|(p, s)| Some((p, s.installed.as_ref()?)))
+    }
+
     /// The longest installed prefix covering `dst`.
     fn longest(&self, dst: IpAddr) -> Option<Installed> {
         (0..=host_len(&dst))
             .rev()
-            .find_map(|l| self.installed.get(&(masked(dst, l), l)).copied())
+            .find_map(|l| self.installed_at(&(masked(dst, l), l)).map(|(_, i)| *i))
     }
 
     /// For a packet punted as unresolved: the interface and address the kernel must
@@ -774,14 +1101,21 @@ impl Sync {
 
     /// Installed prefixes by family: (IPv4, IPv6).
     pub fn route_counts(&self) -> (usize, usize) {
-        let v4 = self.installed.keys().filter(|p| p.0.is_ipv4()).count();
-        (v4, self.installed.len() - v4)
+        let mut c = (0, 0);
+        for (p, _) in self.installed() {
+            if p.0.is_ipv4() {
+                c.0 += 1;
+            } else {
+                c.1 += 1;
+            }
+        }
+        c
     }
 
     /// Installed prefixes by origin: (routes, neighbours' host routes, the router's own).
     pub fn source_counts(&self) -> (usize, usize, usize) {
         let mut c = (0, 0, 0);
-        for i in self.installed.values() {
+        for (_, i) in self.installed() {
             match i.source {
                 Source::Route => c.0 += 1,
                 Source::Neighbor => c.1 += 1,
@@ -793,7 +1127,7 @@ impl Sync {
 
     /// Kernel routes mirrored (main and local tables), whether installed or not.
     pub fn mirrored_routes(&self) -> usize {
-        self.routes.values().map(Vec::len).sum()
+        self.prefixes.values().map(|s| s.routes.len()).sum()
     }
 }
 
@@ -1134,5 +1468,227 @@ mod tests {
         ));
         assert_eq!(s.route_counts(), (1, 0));
         assert_eq!(s.stats().resyncs, 2);
+    }
+
+    /// Random route, neighbour, link and resync sequences over a few overlapping prefixes,
+    /// next hops and tables.
+    mod random {
+        use super::*;
+        use proptest::prelude::*;
+
+        const P4: [(&str, u8); 7] = [
+            ("10.0.0.0", 8),
+            ("10.1.0.0", 16),
+            ("10.1.2.0", 24),
+            ("10.1.2.3", 32),
+            ("192.0.2.9", 32),
+            ("192.0.2.0", 24),
+            ("0.0.0.0", 0),
+        ];
+        const P6: [(&str, u8); 4] = [
+            ("2001:db8:9::", 48),
+            ("2001:db8:9::1", 128),
+            ("fe80::1", 128),
+            ("::", 0),
+        ];
+        const H4: [(Option<&str>, Option<u32>); 6] = [
+            (Some("192.0.2.9"), Some(10)),
+            (Some("192.0.2.10"), Some(11)),
+            (None, Some(10)),
+            (Some("127.0.0.2"), Some(1)),
+            (Some("192.0.2.9"), None),
+            (Some("192.0.2.9"), Some(11)),
+        ];
+        const H6: [(Option<&str>, Option<u32>); 4] = [
+            (Some("fe80::1"), Some(10)),
+            (Some("fe80::2"), Some(11)),
+            (None, Some(11)),
+            (Some("fe80::1"), Some(11)),
+        ];
+
+        fn arb_route() -> impl Strategy<Value = Route> {
+            (
+                any::<bool>(),
+                0usize..7,
+                prop_oneof![Just(254u32), Just(255), Just(100)],
+                prop_oneof![
+                    4 => Just(RouteKind::Unicast),
+                    1 => Just(RouteKind::Blackhole),
+                    1 => Just(RouteKind::Unreachable),
+                    1 => Just(RouteKind::Local),
+                    1 => Just(RouteKind::Broadcast),
+                    1 => Just(RouteKind::Other(9)),
+                ],
+                prop_oneof![Just(0u32), Just(10), Just(20)],
+                proptest::collection::vec((0usize..6, 1u16..3), 0..4),
+            )
+                .prop_map(|(is4, pi, table, kind, priority, hops)| {
+                    let (dst, dst_len) = if is4 { P4[pi] } else { P6[pi % 4] };
+                    let nexthops = hops
+                        .into_iter()
+                        .map(|(h, weight)| {
+                            let (g, i) = if is4 { H4[h] } else { H6[h % 4] };
+                            RouteNextHop {
+                                gateway: g.map(ip),
+                                ifindex: i,
+                                weight,
+                            }
+                        })
+                        .collect();
+                    Route {
+                        table,
+                        dst: ip(dst),
+                        dst_len,
+                        kind,
+                        protocol: 4,
+                        priority,
+                        nexthops,
+                    }
+                })
+        }
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Ev(Event),
+            Resync(Vec<Route>),
+        }
+
+        fn arb_op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                8 => arb_route().prop_map(|r| Op::Ev(Event::NewRoute(r))),
+                6 => arb_route().prop_map(|r| Op::Ev(Event::DelRoute(r))),
+                2 => (0usize..3, prop_oneof![Just(NUD_REACHABLE), Just(NUD_FAILED)], any::<bool>())
+                    .prop_map(|(i, st, add)| {
+                        let (ifx, a) = [(10, "192.0.2.9"), (11, "192.0.2.10"), (10, "10.1.2.3")][i];
+                        let n = neigh(ifx, a, [2, 9, 9, 9, 9, i as u8], st);
+                        Op::Ev(if add { Event::NewNeigh(n) } else { Event::DelNeigh(n) })
+                    }),
+                1 => any::<u8>().prop_map(|m| Op::Ev(Event::NewLink(link(10, "p0", [2, 0, 0, 0, 0, m])))),
+                1 => Just(Op::Ev(Event::DelLink(11))),
+                1 => Just(Op::Ev(Event::NewLink(link(11, "p1", MAC_P1)))),
+                1 => proptest::collection::vec(arb_route(), 0..6).prop_map(Op::Resync),
+            ]
+        }
+
+        fn snapshot(routes: Vec<Route>) -> Snapshot {
+            Snapshot {
+                links: vec![
+                    link(1, "lo", [0; 6]),
+                    link(10, "p0", MAC_P0),
+                    link(11, "p1", MAC_P1),
+                ],
+                addrs: vec![],
+                neighs: vec![neigh(10, "192.0.2.9", [2, 9, 9, 9, 9, 9], NUD_REACHABLE)],
+                routes,
+            }
+        }
+
+        /// The sync's books balance: no empty prefix entries, interned next-hop lists
+        /// counted once per stored route, next-hop references = installed prefixes + group
+        /// memberships, and the FIB holds exactly the installed prefixes.
+        fn check_books(s: &Sync) -> Result<(), TestCaseError> {
+            let mut routes = 0;
+            let mut hop_refs: FxHashMap<HopsId, u32> = FxHashMap::default();
+            let mut nh_refs: FxHashMap<NextHopId, usize> = FxHashMap::default();
+            for (p, st) in &s.prefixes {
+                prop_assert!(
+                    !st.routes.is_empty() || st.installed.is_some(),
+                    "empty entry {p:?}"
+                );
+                routes += st.routes.len();
+                for r in &st.routes {
+                    *hop_refs.entry(r.hops).or_default() += 1;
+                }
+                if let Some(i) = st.installed {
+                    *nh_refs.entry(i.nh).or_default() += 1;
+                    let in_fib = match p.0 {
+                        IpAddr::V4(a) => s.writer.get4(a.into(), p.1),
+                        IpAddr::V6(a) => s.writer.get6(&a.octets(), p.1),
+                    };
+                    prop_assert_eq!(in_fib, Some(i.nh), "{:?}", p);
+                }
+            }
+            prop_assert_eq!(s.mirrored_routes(), routes);
+            for (id, l) in s.hop_lists.lists.iter().enumerate() {
+                let id = id as HopsId;
+                prop_assert_eq!(l.refs, hop_refs.get(&id).copied().unwrap_or(0));
+                if l.refs > 0 {
+                    prop_assert_eq!(s.hop_lists.ids.get(&l.hops), Some(&id));
+                }
+            }
+            prop_assert_eq!(s.hop_lists.ids.len(), hop_refs.len());
+            for e in s.nh.values() {
+                if let NhKey::Group(m) = &e.key {
+                    for x in m {
+                        *nh_refs.entry(*x).or_default() += 1;
+                    }
+                }
+            }
+            for (id, e) in &s.nh {
+                prop_assert_eq!(e.refs, nh_refs.get(id).copied().unwrap_or(0), "{:?}", e.key);
+                prop_assert!(e.refs > 0);
+            }
+            let m = s.writer.memory();
+            let (v4, v6) = s.route_counts();
+            prop_assert_eq!((m.routes_v4, m.routes_v6), (v4, v6));
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn books_balance_through_random_changes(ops in proptest::collection::vec(arb_op(), 1..60)) {
+                let (mut s, _r) = setup();
+                for op in ops {
+                    match op {
+                        Op::Ev(e) => {
+                            s.apply(e);
+                        }
+                        Op::Resync(rs) => s.resync(snapshot(rs)),
+                    }
+                    check_books(&s)?;
+                }
+                // A dump with nothing in it: every prefix, list and next hop goes.
+                s.resync(Snapshot::default());
+                check_books(&s)?;
+                prop_assert!(s.prefixes.is_empty() && s.nh.is_empty());
+                prop_assert!(s.hop_lists.ids.is_empty());
+            }
+
+            /// A batch through `apply_all` (which looks ahead) does what the same events do
+            /// one by one through `apply`.
+            #[test]
+            fn apply_all_is_apply_in_order(ops in proptest::collection::vec(arb_op(), 1..60)) {
+                let (mut one, r1) = setup();
+                let (mut all, r2) = setup();
+                let mut batch = Vec::new();
+                let mut ok = (true, true);
+                let view = |s: &Sync| {
+                    let mut nh: Vec<_> = s.nh.iter().map(|(id, e)| (*id, e.key.clone(), e.refs)).collect();
+                    nh.sort_by_key(|x| x.0);
+                    (s.routes(None).unwrap().into_iter().map(|r| (r.prefix, r.source, r.next_hop)).collect::<Vec<_>>(), nh)
+                };
+                for op in ops.into_iter().chain([Op::Resync(vec![])]) {
+                    match op {
+                        Op::Ev(e) => {
+                            ok.0 &= one.apply(e.clone());
+                            batch.push(e);
+                        }
+                        Op::Resync(rs) => {
+                            ok.1 &= all.apply_all(&mut batch);
+                            prop_assert!(batch.is_empty());
+                            prop_assert_eq!(ok.0, ok.1);
+                            prop_assert_eq!(view(&one), view(&all));
+                            for a in ["10.1.2.3", "10.9.9.9", "192.0.2.9", "192.0.2.44"] {
+                                let IpAddr::V4(x) = ip(a) else { unreachable!() };
+                                prop_assert_eq!(r1.lookup4(x.into()), r2.lookup4(x.into()));
+                            }
+                            one.resync(snapshot(rs.clone()));
+                            all.resync(snapshot(rs));
+                        }
+                    }
+                }
+            }
+        }
     }
 }

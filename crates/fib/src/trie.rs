@@ -306,14 +306,28 @@ impl TableWriter {
 
     /// Overwrite `s` (or, if it points to a group, every entry below it) when it was
     /// written by a prefix no longer than `len`.
+    ///
+    /// Leaves are handled in the loop over a group and only group pointers recurse: an add
+    /// or replace of an aggregate walks every group below it (IPv6 allocations with their
+    /// more-specifics: thousands of entries), and a call per entry was most of that cost.
+    #[inline]
     fn set_if(t: &Table, s: &AtomicU32, len: u8, new: u32) {
         let cur = s.load(Ordering::Relaxed);
         if cur & EXT != 0 {
-            for c in Self::group(t, (cur & PAYLOAD) as usize) {
-                Self::set_if(t, c, len, new);
-            }
+            Self::set_group_if(t, (cur & PAYLOAD) as usize, len, new);
         } else if (cur & VALID == 0 || depth(cur) <= len) && cur != new {
             s.store(new, Ordering::Release);
+        }
+    }
+
+    fn set_group_if(t: &Table, g: usize, len: u8, new: u32) {
+        for c in Self::group(t, g) {
+            let cur = c.load(Ordering::Relaxed);
+            if cur & EXT != 0 {
+                Self::set_group_if(t, (cur & PAYLOAD) as usize, len, new);
+            } else if (cur & VALID == 0 || depth(cur) <= len) && cur != new {
+                c.store(new, Ordering::Release);
+            }
         }
     }
 
@@ -394,11 +408,18 @@ impl TableWriter {
         }
     }
 
+    /// Leaves are handled in the loop over a group, only group pointers recurse (as in
+    /// [`TableWriter::set_if`]).
     fn clear_if(&mut self, t: &Table, s: &AtomicU32, level: usize, len: u8, repl: u32) {
         let cur = s.load(Ordering::Relaxed);
         if cur & EXT != 0 {
             for c in Self::group(t, (cur & PAYLOAD) as usize) {
-                self.clear_if(t, c, level + 1, len, repl);
+                let e = c.load(Ordering::Relaxed);
+                if e & EXT != 0 {
+                    self.clear_if(t, c, level + 1, len, repl);
+                } else if e & VALID != 0 && depth(e) == len {
+                    c.store(repl, Ordering::Release);
+                }
             }
             self.fold(t, s, level + 1);
         } else if cur & VALID != 0 && depth(cur) == len {

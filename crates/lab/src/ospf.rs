@@ -209,6 +209,21 @@ pub fn bird_ospf_config_with(
     s
 }
 
+/// `conf` (from [`bird_ospf_config_with`]) with both static protocols starting disabled:
+/// BIRD forms its adjacencies originating no externals until `birdc enable static4` (or
+/// `static6`). An error if `conf` has no such protocols.
+pub fn bird_statics_disabled(conf: &str) -> anyhow::Result<String> {
+    let mut s = conf.to_string();
+    for p in ["static4", "static6"] {
+        let head = format!("protocol static {p} {{\n");
+        let Some(at) = s.find(&head) else {
+            anyhow::bail!("no {p} protocol in the BIRD config");
+        };
+        s.insert_str(at + head.len(), "  disabled;\n");
+    }
+    Ok(s)
+}
+
 /// The lab's own ranges and the special ones no external may overlap: the link prefixes
 /// 192.0.2/24, 198.51.100/24, 203.0.113/24, loopback, link-local and multicast.
 const RESERVED_V4: &[(u32, u8)] = &[
@@ -405,6 +420,17 @@ mod tests {
         assert!(c.contains("      dead 120;\n      retransmit 2;\n      tx length 65535;\n    };"));
         assert_eq!(c.matches("tx length").count(), 2);
         assert!(c.contains("protocol static static6 {\n  ipv6;\n}"));
+        let d = bird_statics_disabled(&c).unwrap();
+        assert!(
+            d.contains("protocol static static4 {\n  disabled;\n  ipv4;\n"),
+            "{d}"
+        );
+        assert!(
+            d.contains("protocol static static6 {\n  disabled;\n  ipv6;\n}"),
+            "{d}"
+        );
+        assert_eq!(d.matches("disabled;").count(), 2);
+        assert!(bird_statics_disabled("router id 1.1.1.1;\n").is_err());
     }
 
     #[test]

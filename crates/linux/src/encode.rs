@@ -104,7 +104,7 @@ mod tests {
             kind: RouteKind::Unicast,
             protocol: 186,
             priority: 20,
-            nexthops: hops,
+            nexthops: hops.into(),
         }
     }
 

@@ -13,6 +13,7 @@
 
 mod encode;
 mod error;
+mod fastroute;
 mod mirror;
 mod parse;
 mod types;
@@ -22,7 +23,7 @@ pub use error::Error;
 pub use mirror::Mirror;
 pub use parse::parse_messages;
 pub use types::{
-    Addr, Event, Link, Neigh, Route, RouteKind, RouteNextHop, Snapshot, NUD_DELAY, NUD_FAILED,
-    NUD_INCOMPLETE, NUD_NOARP, NUD_PERMANENT, NUD_PROBE, NUD_REACHABLE, NUD_STALE, RT_TABLE_LOCAL,
-    RT_TABLE_MAIN,
+    Addr, Event, Link, Neigh, NextHops, Route, RouteKind, RouteNextHop, Snapshot, NUD_DELAY,
+    NUD_FAILED, NUD_INCOMPLETE, NUD_NOARP, NUD_PERMANENT, NUD_PROBE, NUD_REACHABLE, NUD_STALE,
+    RT_TABLE_LOCAL, RT_TABLE_MAIN,
 };

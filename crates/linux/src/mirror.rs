@@ -22,6 +22,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use crate::error::Error;
+use crate::fastroute::{route_message, Fast};
 use crate::parse::{decode, event, split};
 use crate::types::{Event, Snapshot};
 
@@ -404,6 +405,17 @@ impl Mirror {
                 }
                 if h.flags & NLM_F_DUMP_INTR != 0 {
                     consistent = false;
+                }
+                match route_message(m) {
+                    Fast::Event(e) => {
+                        out.push(e);
+                        return;
+                    }
+                    Fast::Skip => {
+                        skipped += 1;
+                        return;
+                    }
+                    Fast::Generic => {}
                 }
                 match decode(m) {
                     Ok(NetlinkPayload::InnerMessage(m)) => match event(m) {

@@ -1,7 +1,8 @@
 //! rtnetlink messages → [`Event`]s.
 //!
-//! The rust-netlink crates do the decoding; this module splits a datagram into messages,
-//! keeps what the fast path needs and counts the rest. Nothing here can fail or panic on
+//! The rust-netlink crates do the decoding (but for route messages, which the `fastroute`
+//! module decodes the same way without allocating); this module splits a datagram into
+//! messages, keeps what the fast path needs and counts the rest. Nothing here can fail or panic on
 //! kernel (or hostile) input: a message that does not decode is skipped and counted.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -18,7 +19,8 @@ use netlink_packet_route::route::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use crate::types::{Addr, Event, Link, Neigh, Route, RouteKind, RouteNextHop};
+use crate::fastroute::{route_message, Fast};
+use crate::types::{Addr, Event, Link, Neigh, NextHops, Route, RouteKind, RouteNextHop};
 
 /// Smallest netlink message: the 16-byte `nlmsghdr`.
 const HEADER_LEN: usize = 16;
@@ -74,15 +76,38 @@ pub(crate) fn decode(msg: &[u8]) -> Result<NetlinkPayload<RouteNetlinkMessage>, 
 /// Returns how many messages were skipped: unsupported types, families other than IPv4/IPv6
 /// (bridge FDB, MPLS, ...), and anything malformed, including trailing bytes that do not
 /// form a message. `NLMSG_NOOP` is not counted. Never panics.
+///
+/// Route messages go through the `fastroute` decoder, which gives what the generic decoder
+/// gives without its allocations (or hands the message over to it).
 pub fn parse_messages(buf: &[u8], out: &mut Vec<Event>) -> usize {
+    parse_with(buf, out, true)
+}
+
+/// [`parse_messages`] with the generic decoder only: the reference the fast route decoder
+/// is tested against.
+#[cfg(test)]
+pub(crate) fn generic_messages(buf: &[u8], out: &mut Vec<Event>) -> usize {
+    parse_with(buf, out, false)
+}
+
+fn parse_with(buf: &[u8], out: &mut Vec<Event>, fast: bool) -> usize {
     let mut skipped = 0;
-    let trailing = split(buf, |_, msg| match decode(msg) {
-        Ok(NetlinkPayload::InnerMessage(m)) => match event(m) {
-            Some(e) => out.push(e),
-            None => skipped += 1,
-        },
-        Ok(NetlinkPayload::Noop) => {}
-        Ok(_) | Err(()) => skipped += 1,
+    let trailing = split(buf, |_, msg| {
+        if fast {
+            match route_message(msg) {
+                Fast::Event(e) => return out.push(e),
+                Fast::Skip => return skipped += 1,
+                Fast::Generic => {}
+            }
+        }
+        match decode(msg) {
+            Ok(NetlinkPayload::InnerMessage(m)) => match event(m) {
+                Some(e) => out.push(e),
+                None => skipped += 1,
+            },
+            Ok(NetlinkPayload::Noop) => {}
+            Ok(_) | Err(()) => skipped += 1,
+        }
     });
     skipped + usize::from(trailing != 0)
 }
@@ -247,7 +272,7 @@ fn route(m: &RouteMessage) -> Option<Route> {
         kind: kind(m.header.kind),
         protocol: m.header.protocol.into(),
         priority: 0,
-        nexthops: Vec::new(),
+        nexthops: NextHops::new(),
     };
     let mut oif = None;
     let mut multipath = None;
@@ -335,7 +360,8 @@ mod tests {
                     gateway: Some("192.0.2.9".parse().unwrap()),
                     ifindex: Some(2),
                     weight: 1,
-                }],
+                }]
+                .into(),
             })]
         );
     }

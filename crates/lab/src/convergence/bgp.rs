@@ -11,7 +11,9 @@
 //! sessions stay up throughout, so the time measured is route processing, not session
 //! setup; re-advertising includes the peer's own time to load and send the table.
 
-use std::path::Path;
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -268,6 +270,86 @@ impl BgpLab {
     /// [`BgpLab::inject`]).
     pub fn readvertise(&self, i: usize, mrt: &Path, v4: usize, v6: usize) -> Result<()> {
         self.inject(i, mrt, v4, v6)
+    }
+}
+
+/// The convergence benchmark's BGP side ([`super::Routing`]): both peers get the same
+/// generated table (each with its own next hop) from MRT files; learning loads both,
+/// withdrawing deletes the primary's table, re-advertising loads it again.
+pub struct Convergence {
+    bgp: BgpLab,
+    /// Each peer's MRT file.
+    files: [PathBuf; 2],
+    /// The table's IPv4 prefixes.
+    prefixes: Vec<(u32, u8)>,
+}
+
+impl Convergence {
+    /// Generate the table (`n` IPv4 routes, seed `seed`), write both peers' MRT files, start
+    /// FRR and the peers, and wait until the sessions are established.
+    pub fn setup(
+        lab: &Lab,
+        d: &mut Daemons,
+        n: usize,
+        seed: u64,
+        log: &dyn Fn(&str),
+    ) -> Result<Convergence> {
+        // The same table for both peers, with each peer's own next hop.
+        let cfg = bench::mrt::MrtConfig {
+            v4: n,
+            v6: 0,
+            peers: 2,
+            shared: true,
+            seed,
+        };
+        let t_gen = Instant::now();
+        let table = bench::mrt::peer_table(&cfg, 0);
+        let files = [0, 1].map(|i| lab.dir.join(format!("peer{i}.mrt")));
+        for (i, nh) in [crate::H2_V4, crate::H3_V4].into_iter().enumerate() {
+            write_mrt(&cfg, i, &table, nh.parse()?, Ipv6Addr::LOCALHOST, &files[i])?;
+        }
+        log(&format!(
+            "   generated 2 MRT tables of {n} routes in {:.1} s",
+            t_gen.elapsed().as_secs_f64()
+        ));
+        let fam = Families {
+            v4: true,
+            v6: false,
+        };
+        let bgp = BgpLab::start(lab, d, fam)?;
+        d.wait_for("BGP sessions", Duration::from_secs(60), || {
+            bgp.established()
+        })?;
+        Ok(Convergence {
+            bgp,
+            files,
+            prefixes: table.v4,
+        })
+    }
+}
+
+impl super::Routing for Convergence {
+    fn prefixes(&self) -> &[(u32, u8)] {
+        &self.prefixes
+    }
+
+    fn learn(&self) -> Result<()> {
+        let n = self.prefixes.len();
+        self.bgp.inject(0, &self.files[0], n, 0)?;
+        self.bgp.inject(1, &self.files[1], n, 0)
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        self.bgp.withdraw(0)
+    }
+
+    fn pause_before_failback(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn readvertise(&self) -> Result<()> {
+        self.bgp
+            .readvertise(0, &self.files[0], self.prefixes.len(), 0)
     }
 }
 

@@ -2,33 +2,42 @@
 //! reports measure it, by traffic.
 //!
 //! ```text
-//!   h1 (sweep sender) ── r1 [router: FRR + ferrouter, or FRR + Linux] r2 ── h2 GoBGP primary  (receiver 0)
-//!                                                                   r3 ── h3 GoBGP secondary (receiver 1)
+//!   h1 (sweep sender) ── r1 [router: FRR + ferrouter, or FRR + Linux] r2 ── h2 primary   (receiver 0)
+//!                                                                   r3 ── h3 secondary (receiver 1)
 //! ```
-//! Both peers advertise the same N routes (a generated Internet-like table, loaded from MRT
-//! files); FRR prefers the primary by local preference. Traffic goes to one address in
-//! every route, round robin, and each frame says which route it was for, so the receivers
-//! know per route which egress its traffic takes and since when. Phases:
-//! 1. **learn**: both peers load the table; done when traffic to every route arrives at the
-//!    primary.
-//! 2. **failover**: the primary withdraws every route (UPDATEs on the live session); done
-//!    when traffic to every route arrives at the secondary.
+//! Both peers advertise the same N routes and the router prefers the primary's. The
+//! protocol ([`Protocol`]) decides who the peers are and how they advertise and withdraw:
+//! - **bgp** ([`bgp`]): GoBGP peers loaded with a generated Internet-like table from MRT
+//!   files; FRR's bgpd prefers the primary by local preference; withdrawal and
+//!   re-advertisement are UPDATEs on the live sessions.
+//! - **ospf** ([`ospf`], IPv4 only): BIRD 2 in each host originates the N prefixes as
+//!   AS-external (E2) LSAs, the primary with the lower metric; FRR's ospfd prefers it;
+//!   withdrawal flushes the primary's LSAs, re-advertisement originates them again.
+//!
+//! Traffic goes to one address in every route, round robin, and each frame says which
+//! route it was for, so the receivers know per route which egress its traffic takes and
+//! since when. Phases:
+//! 1. **learn**: both peers advertise the table; done when traffic to every route arrives
+//!    at the primary.
+//! 2. **failover**: the primary withdraws every route; done when traffic to every route
+//!    arrives at the secondary.
 //! 3. **failback** (the reports' convergence figure): the primary advertises again; done
 //!    when traffic to every route is back on the primary.
 //! 4. **verification**: exact passes over every route; loss after convergence.
 //!
 //! Each phase's time is split by what a netlink watcher in the router's namespace saw:
-//! until the first kernel route changed (BGP: the peer, the session, bgpd's decision), until
-//! the last one did (bgpd and zebra installing routes in the kernel), and from there until
-//! traffic had moved (for ferrouter: its netlink sync and FIB; for Linux nothing but the
-//! traffic's own resolution, one pass over all routes).
+//! until the first kernel route changed (the peer, the protocol, the routing daemon's
+//! decision), until the last one did (the daemon and zebra installing routes in the
+//! kernel), and from there until traffic had moved (for ferrouter: its netlink sync and
+//! FIB; for Linux nothing but the traffic's own resolution, one pass over all routes).
 
 pub mod bgp;
 pub mod kernel;
+pub mod ospf;
 pub mod scale;
 pub mod traffic;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -67,6 +76,18 @@ impl std::str::FromStr for Dut {
 pub enum Protocol {
     /// eBGP from GoBGP peers.
     Bgp,
+    /// OSPFv2 AS-external routes originated by BIRD peers (IPv4 only).
+    Ospf,
+}
+
+impl Protocol {
+    /// The name the CLI and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Bgp => "bgp",
+            Protocol::Ospf => "ospf",
+        }
+    }
 }
 
 impl std::str::FromStr for Protocol {
@@ -74,8 +95,8 @@ impl std::str::FromStr for Protocol {
     fn from_str(s: &str) -> Result<Protocol> {
         match s {
             "bgp" => Ok(Protocol::Bgp),
-            "ospf" => bail!("--protocol ospf is not implemented in this benchmark yet (bgp)"),
-            _ => bail!("unknown protocol {s:?}: bgp"),
+            "ospf" => Ok(Protocol::Ospf),
+            _ => bail!("unknown protocol {s:?}: bgp or ospf"),
         }
     }
 }
@@ -106,9 +127,10 @@ pub struct Options {
 pub struct PhaseTime {
     /// Until traffic to every route took the new path.
     pub total_s: f64,
-    /// Until the kernel's first route change (peer, session, bgpd's first decision).
+    /// Until the kernel's first route change (peer, protocol, the routing daemon's first
+    /// decision).
     pub first_kernel_change_s: Option<f64>,
-    /// Until the kernel's last route change (bgpd + zebra installing every route).
+    /// Until the kernel's last route change (bgpd or ospfd + zebra installing every route).
     pub kernel_done_s: Option<f64>,
     /// After the kernel was done, until traffic had moved (ferrouter: its sync and FIB,
     /// plus up to one sweep pass of resolution; Linux: the resolution only).
@@ -124,7 +146,8 @@ pub struct Run {
     pub protocol: Protocol,
     /// Routes per peer.
     pub routes: usize,
-    /// Learning both tables (from loading the peers) until traffic to every route flows.
+    /// Learning both tables (from the peers starting to advertise) until traffic to every
+    /// route flows.
     pub learn_s: f64,
     /// Failback time: the reports' convergence figure.
     pub converge_s: f64,
@@ -157,6 +180,22 @@ pub struct Run {
 pub struct Report {
     /// In the order run.
     pub runs: Vec<Run>,
+}
+
+/// The protocol side of a run: the routing daemons (started by each protocol's `setup`,
+/// which returns once they are ready to advertise), and what the peers do in each phase.
+/// The daemons belong to the run's [`Daemons`], which stops them when dropped.
+pub trait Routing {
+    /// The IPv4 prefixes (address in host byte order, length) both peers advertise.
+    fn prefixes(&self) -> &[(u32, u8)];
+    /// Both peers start advertising every route (the learn phase's event).
+    fn learn(&self) -> Result<()>;
+    /// The primary withdraws every route.
+    fn withdraw(&self) -> Result<()>;
+    /// How long to let the secondary path settle after the failover before the failback.
+    fn pause_before_failback(&self) -> Duration;
+    /// The primary advertises every route again.
+    fn readvertise(&self) -> Result<()>;
 }
 
 /// One address inside each prefix (the first host address where there is one).
@@ -264,37 +303,12 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         }
     }
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
-
-    // The same table for both peers, with each peer's own next hop.
-    let cfg = bench::mrt::MrtConfig {
-        v4: n,
-        v6: 0,
-        peers: 2,
-        shared: true,
-        seed: opts.seed,
+    let routing: Box<dyn Routing> = match opts.protocol {
+        Protocol::Bgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
+        Protocol::Ospf => Box::new(ospf::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
     };
-    let t_gen = Instant::now();
-    let table = bench::mrt::peer_table(&cfg, 0);
-    let mut files = Vec::new();
-    for (i, nh) in [crate::H2_V4, crate::H3_V4].into_iter().enumerate() {
-        let path = lab.dir.join(format!("peer{i}.mrt"));
-        bgp::write_mrt(&cfg, i, &table, nh.parse()?, Ipv6Addr::LOCALHOST, &path)?;
-        files.push(path);
-    }
-    log(&format!(
-        "   generated 2 MRT tables of {n} routes in {:.1} s",
-        t_gen.elapsed().as_secs_f64()
-    ));
-
-    let fam = bgp::Families {
-        v4: true,
-        v6: false,
-    };
-    let b = bgp::BgpLab::start(&lab, &mut d, fam)?;
-    d.wait_for("BGP sessions", Duration::from_secs(60), || b.established())?;
-
+    let table = routing.prefixes();
     let prefixes: Vec<(IpAddr, u8)> = table
-        .v4
         .iter()
         .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(a)), l))
         .collect();
@@ -303,7 +317,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         prefixes,
         vec![crate::H2_V4.parse()?, crate::H3_V4.parse()?],
     )?;
-    let dests: Vec<IpAddr> = table.v4.iter().map(|&(a, l)| dest_of(a, l)).collect();
+    let dests: Vec<IpAddr> = table.iter().map(|&(a, l)| dest_of(a, l)).collect();
     let r1_mac = crate::rfc2544::topo::read_mac(&lab.rtr(), "r1")?;
     let mut t = Traffic::start(
         (&lab.h1(), "eth0"),
@@ -328,20 +342,19 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     // 1. Learn.
     let t0 = monotonic_ns();
     w.kw.mark(t0);
-    b.inject(0, &files[0], n, 0)?;
-    b.inject(1, &files[1], n, 0)?;
+    routing.learn()?;
     let learn = settle(&mut w, "learn", 0, t0, |k| k.on[0] == n)?;
     // 2. Failover.
     let t1 = monotonic_ns();
     w.kw.mark(t1);
-    b.withdraw(0)?;
+    routing.withdraw()?;
     let failover = settle(&mut w, "failover", 1, t1, |k| k.on[1] == n)?;
-    // Let the secondary path settle fully before the failback (bgpd's own work too).
-    std::thread::sleep(Duration::from_secs(1));
+    // Let the secondary path settle fully before the failback (the daemons' own work too).
+    std::thread::sleep(routing.pause_before_failback());
     // 3. Failback.
     let t2 = monotonic_ns();
     w.kw.mark(t2);
-    b.readvertise(0, &files[0], n, 0)?;
+    routing.readvertise()?;
     let failback = settle(&mut w, "failback", 0, t2, |k| k.on[0] == n)?;
     // 4. Verification.
     let v = t.verify(2)?;
@@ -370,6 +383,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     }
     drop(t);
     drop(kw);
+    drop(routing);
     drop(d);
     drop(guard);
     Ok(Run {
@@ -402,7 +416,7 @@ pub fn table(r: &Report) -> String {
         s.push_str(&format!(
             "{:<10} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  ({} / {} / {}){:>32.2}\n",
             format!("{:?}", x.dut).to_lowercase(),
-            "bgp",
+            x.protocol.name(),
             x.routes,
             x.learn_s,
             x.failover_s,

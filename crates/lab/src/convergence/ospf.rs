@@ -1,0 +1,228 @@
+//! The OSPF side of the convergence lab (IPv4 only: OSPFv2): FRR (zebra + ospfd) in the
+//! router namespace with point-to-point adjacencies on r2 and r3, and BIRD 2 in h2
+//! (primary) and h3 (secondary), each originating the same N prefixes
+//! ([`crate::ospf::externals_v4`]) as AS-external type-2 LSAs: the primary with metric
+//! [`METRIC_PRIMARY`], the secondary with [`METRIC_SECONDARY`], so ospfd prefers the
+//! primary. BIRD's routes are blackhole statics exported into OSPF (no forwarding address):
+//! the router's next hop is the originating host's address on the link.
+//!
+//! Setup starts BIRD with its static protocol (`static4`) disabled, so the adjacencies form
+//! with no externals, and waits until both are Full and ospfd has a route to both BIRDs as
+//! ASBRs (their router-LSAs with the link back to the router arrived, which BIRD's
+//! MinLSInterval delays to ~6 s after its start). The learn phase then starts with
+//! `birdc enable static4` on both: it measures the externals' origination, flooding, SPF,
+//! and installation, not adjacency formation.
+//!
+//! Withdrawal is `birdc disable static4` on the primary: BIRD flushes its externals
+//! (premature aging, MaxAge LSAs flooded); re-advertisement is `birdc enable static4`,
+//! which originates them again. The adjacencies stay up throughout.
+//!
+//! BIRD originates an instance of an LSA at most every MinLSInterval (5 s, not
+//! configurable; the flush counts as an instance) and postpones one that comes sooner to
+//! its 1 s tick: re-enabling the externals right after the failover measured a failback of
+//! ~6.6 s from the withdrawal, almost all of it BIRD's hold-down (2,000 routes; 0.2 s
+//! without it). The pause before the failback ([`PAUSE_BEFORE_FAILBACK`], counted from
+//! the failover's end, by which time the flush went out) keeps that hold-down, a property
+//! of the peer, out of the failback figure.
+//!
+//! Timers: [`Tuning::FAST`] (hello 1 s, dead 4 s) up to [`BULK_ABOVE`] routes,
+//! [`Tuning::BULK`] above (dead 120 s and 64 KiB BIRD packets: see [`Tuning`] for why
+//! 100K+ LSAs need them). At 100,000 routes (ferrouter, 2 cores) each phase took 37-41 s:
+//! 96-98% of the routes moved within ~5 s and the rest waited ~30 s for retransmission of
+//! LSAs the daemons' raw sockets dropped (see [`crate::ospf`]).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::daemons::{Bird, Daemons, Frr};
+use crate::ospf::{self, Tuning};
+use crate::Lab;
+
+/// The primary's (h2) external metric: lower, so preferred.
+pub const METRIC_PRIMARY: u32 = 100;
+/// The secondary's (h3) external metric.
+pub const METRIC_SECONDARY: u32 = 200;
+/// Above this many routes, [`Tuning::BULK`]; [`Tuning::FAST`] up to it.
+pub const BULK_ABOVE: usize = 50_000;
+/// BIRD's static protocol holding the externals.
+const STATIC: &str = "static4";
+/// More than BIRD's MinLSInterval (5 s) since the flush: see the module doc.
+pub const PAUSE_BEFORE_FAILBACK: Duration = Duration::from_secs(6);
+
+/// The timers for `n` externals.
+pub fn tuning_for(n: usize) -> Tuning {
+    if n > BULK_ABOVE {
+        Tuning::BULK
+    } else {
+        Tuning::FAST
+    }
+}
+
+/// The peers: (BIRD instance name, router id = its address on the link, metric).
+fn peers(lab: &Lab) -> [(&'static str, String, &'static str, u32); 2] {
+    [
+        ("bird-primary", lab.h2(), crate::H2_V4, METRIC_PRIMARY),
+        ("bird-secondary", lab.h3(), crate::H3_V4, METRIC_SECONDARY),
+    ]
+}
+
+/// The router's view of neighbour `id`: its adjacency state (e.g. "Full/-"), empty if
+/// ospfd does not list it.
+fn neighbour_state(neighbours: &serde_json::Value, id: &str) -> String {
+    neighbours["neighbors"][id][0]["state"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Whether ospfd's routing table (`show ip ospf route json`, which lists routers by id next
+/// to networks; ospfd 8.4 has no JSON `border-routers`) has a route to router `id`.
+fn router_reachable(routes: &serde_json::Value, id: &str) -> bool {
+    routes[id]["routeType"]
+        .as_str()
+        .is_some_and(|t| t.starts_with('R'))
+}
+
+/// Whether both adjacencies are Full and both BIRDs reachable as ASBRs, and a description.
+fn ready(frr: &Frr, ids: &[&str]) -> Result<(bool, String)> {
+    let nb = frr.json("show ip ospf neighbor json")?;
+    // Before the externals are enabled: a small table.
+    let routes = frr.json("show ip ospf route json")?;
+    let mut all = true;
+    let mut desc = String::new();
+    for id in ids {
+        let st = neighbour_state(&nb, id);
+        let asbr = router_reachable(&routes, id);
+        all &= st.starts_with("Full") && asbr;
+        desc.push_str(&format!("{id}: {st:?}, router route {}; ", routes[id]));
+    }
+    Ok((all, desc))
+}
+
+/// The convergence benchmark's OSPF side ([`super::Routing`]); see the module doc.
+pub struct Convergence {
+    /// BIRD in h2 (primary) and h3 (secondary).
+    birds: [Bird; 2],
+    /// FRR in the router namespace.
+    pub frr: Frr,
+    /// The externals both BIRDs originate.
+    prefixes: Vec<(u32, u8)>,
+}
+
+impl Convergence {
+    /// Generate `n` externals (seed `seed`), start FRR and both BIRDs (their externals
+    /// disabled), and wait until the adjacencies are Full and both BIRDs are reachable
+    /// ASBRs.
+    pub fn setup(
+        lab: &Lab,
+        d: &mut Daemons,
+        n: usize,
+        seed: u64,
+        log: &dyn Fn(&str),
+    ) -> Result<Convergence> {
+        let tuning = tuning_for(n);
+        let prefixes = ospf::externals_v4(n, seed);
+        let frr = d.start_frr(
+            &lab.rtr(),
+            &[(
+                "ospfd",
+                ospf::frr_ospf_config_with(crate::R2_V4, &["r2", "r3"], tuning),
+            )],
+            &[],
+        )?;
+        let t0 = Instant::now();
+        let mut birds = Vec::with_capacity(2);
+        for (name, ns, id, metric) in peers(lab) {
+            let conf = ospf::bird_ospf_config_with(
+                id,
+                "eth0",
+                &prefixes,
+                &[],
+                metric,
+                &d.dir.join(name).join("bird.log"),
+                tuning,
+            );
+            let conf = ospf::bird_statics_disabled(&conf)?;
+            birds.push(d.start_bird(name, &ns, &conf)?);
+        }
+        let limit = Duration::from_secs(if n > BULK_ABOVE { 300 } else { 60 });
+        d.wait_for("OSPF adjacencies and ASBRs", limit, || {
+            ready(&frr, &[crate::H2_V4, crate::H3_V4])
+        })?;
+        log(&format!(
+            "   OSPF ({tuning:?}): adjacencies Full and both ASBRs reachable {:.1} s after \
+             starting BIRD",
+            t0.elapsed().as_secs_f64()
+        ));
+        let Ok(birds) = <[Bird; 2]>::try_from(birds) else {
+            anyhow::bail!("two BIRD instances expected");
+        };
+        Ok(Convergence {
+            birds,
+            frr,
+            prefixes,
+        })
+    }
+
+    fn birdc(&self, i: usize, cmd: &str) -> Result<()> {
+        let out = self.birds[i].birdc(&[cmd, STATIC])?;
+        // birdc exits 0 even when BIRD refuses a command; it answers "static4: enabled",
+        // "static4: disabled" or "static4: already ...".
+        if !out.contains(&format!("{STATIC}:")) {
+            anyhow::bail!("birdc {cmd} {STATIC} in {}: {out}", self.birds[i].ns);
+        }
+        Ok(())
+    }
+}
+
+impl super::Routing for Convergence {
+    fn prefixes(&self) -> &[(u32, u8)] {
+        &self.prefixes
+    }
+
+    fn learn(&self) -> Result<()> {
+        self.birdc(0, "enable")?;
+        self.birdc(1, "enable")
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        self.birdc(0, "disable")
+    }
+
+    fn pause_before_failback(&self) -> Duration {
+        PAUSE_BEFORE_FAILBACK
+    }
+
+    fn readvertise(&self) -> Result<()> {
+        self.birdc(0, "enable")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tuning_switches_to_bulk_above_50k() {
+        assert_eq!(tuning_for(2_000), Tuning::FAST);
+        assert_eq!(tuning_for(BULK_ABOVE), Tuning::FAST);
+        assert_eq!(tuning_for(BULK_ABOVE + 1), Tuning::BULK);
+    }
+
+    #[test]
+    fn frr_json_readers() {
+        let nb = json!({"neighbors": {"198.51.100.2": [{"state": "Full/-"}]}});
+        assert_eq!(neighbour_state(&nb, "198.51.100.2"), "Full/-");
+        assert_eq!(neighbour_state(&nb, "203.0.113.2"), "");
+        assert_eq!(neighbour_state(&json!({}), "203.0.113.2"), "");
+        let routes = json!({
+            "198.51.100.0/24": {"routeType": "N"},
+            "198.51.100.2": {"routeType": "R ", "routerType": "asbr"}
+        });
+        assert!(router_reachable(&routes, "198.51.100.2"));
+        assert!(!router_reachable(&routes, "203.0.113.2"));
+        assert!(!router_reachable(&routes, "198.51.100.0/24"));
+    }
+}
