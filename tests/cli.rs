@@ -180,3 +180,26 @@ fn route_sync_streams_every_route_into_the_fib_and_back_out() {
     assert_eq!(v["skipped"], 0);
     assert!(v["fib_bytes_per_route"].as_f64().unwrap() > 0.0);
 }
+
+/// `ferrouter --version` names the package version and the commit the binary was built
+/// from (the checkout's HEAD, as git reports it).
+#[test]
+fn version_names_the_commit() {
+    let (so, _) = ferrouter(&["--version"]);
+    assert!(
+        so.starts_with(&format!("ferrouter {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{so}"
+    );
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(h) => assert!(so.contains(&format!("(commit {h}")), "HEAD {h}: {so}"),
+        // Built outside a git checkout: the commit is unknown, and says so.
+        None => assert!(so.contains("(commit unknown)"), "{so}"),
+    }
+}

@@ -8,10 +8,19 @@ use clap::{Args, Parser, Subcommand};
 
 mod ferrouter_cli;
 
+/// `ferrouter --version`: the package version and the commit it was built from (see
+/// build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("FERROUTER_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "ferrouter",
-    version,
+    version = VERSION,
     about = "High-performance userspace router fast path beside the Linux stack"
 )]
 struct Cli {

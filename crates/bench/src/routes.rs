@@ -64,8 +64,20 @@ fn mask6(len: u8) -> u128 {
     }
 }
 
+/// The documentation ranges (RFC 5737: 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24), as
+/// the top 24 bits. No Internet table carries them, and the lab numbers its links from them:
+/// a generated route equal to or inside one would shadow a lab link (found by a 6M-route
+/// `bench bgp-scale`, where 198.51.100.0/24 stayed out of the FIB behind the connected route).
+const DOC_NETS_V4: [u32; 3] = [0xc0_0002, 0xc6_3364, 0xcb_0071];
+
+/// Whether `addr/len` is one of [`DOC_NETS_V4`] or inside one.
+fn in_doc_net_v4(addr: u32, len: u8) -> bool {
+    len >= 24 && DOC_NETS_V4.contains(&(addr >> 8))
+}
+
 /// `n` unique IPv4 prefixes (host byte order, host bits zero) in unicast space
-/// 1.0.0.0–223.255.255.255 excluding 127/8 and 169.254/16.
+/// 1.0.0.0–223.255.255.255 excluding 127/8, 169.254/16 and any prefix equal to or inside
+/// the documentation ranges ([`DOC_NETS_V4`]).
 pub fn gen_v4(n: usize, seed: u64) -> Vec<(u32, u8)> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut seen: FxHashSet<(u32, u8)> = FxHashSet::default();
@@ -85,7 +97,7 @@ pub fn gen_v4(n: usize, seed: u64) -> Vec<(u32, u8)> {
         };
         let addr = (first << 24 | rng.gen_range(0..1u32 << 24)) & mask4(len);
         // 169.254/16 is link-local: never in a routing table, and a router never forwards it.
-        if addr >> 16 == 0xa9fe {
+        if addr >> 16 == 0xa9fe || in_doc_net_v4(addr, len) {
             continue;
         }
         if seen.insert((addr, len)) {
@@ -109,6 +121,11 @@ pub fn gen_v6(n: usize, seed: u64) -> Vec<([u8; 16], u8)> {
         attempts += 1;
         let len = if rng.gen_ratio(1, 5) { 29 } else { 32 };
         let a = ((0x2u128 << 124) | ((rng.gen::<u32>() as u128 & 0x1fff_ffff) << 96)) & mask6(len);
+        // 2001:db8::/32 is for documentation (RFC 3849), and the lab's IPv6 range.
+        let m = u32::MAX << (32 - u32::from(len));
+        if (a >> 96) as u32 & m == 0x2001_0db8 & m {
+            continue;
+        }
         if seen.insert((a, len)) {
             allocs.push((a, len));
             if out.len() < n {
@@ -182,6 +199,23 @@ mod tests {
         }
         let n24 = r.iter().filter(|x| x.1 == 24).count();
         assert!(n24 > 10_000 && n24 < 14_000, "{n24} /24s");
+    }
+
+    #[test]
+    fn no_route_equal_to_or_inside_a_documentation_range() {
+        assert!(in_doc_net_v4(0xc633_6400, 24)); // 198.51.100.0/24
+        assert!(in_doc_net_v4(0xc000_0280, 25)); // 192.0.2.128/25
+        assert!(in_doc_net_v4(0xcb00_71ff, 32)); // 203.0.113.255/32
+        assert!(!in_doc_net_v4(0xc633_0000, 16)); // 198.51.0.0/16 covers: harmless
+        assert!(!in_doc_net_v4(0xc633_6500, 24)); // 198.51.101.0/24
+        let r = gen_v4(200_000, 1);
+        assert!(r.iter().all(|&(p, l)| !in_doc_net_v4(p, l)));
+        let doc6 = 0x2001_0db8u128 << 96;
+        for &(p, l) in &gen_v6(50_000, 1) {
+            let v = u128::from_be_bytes(p);
+            let m = mask6(l.min(32));
+            assert_ne!(v & m, doc6 & m, "{v:#x}/{l}");
+        }
     }
 
     #[test]
