@@ -710,3 +710,73 @@ fn bench_convergence_5k_routes_ferrouter_and_linux_json() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     common::check_bench_convergence("bgp", 5000, &format!("c{}", std::process::id() % 100_000));
 }
+
+/// A benchmark interrupted mid-run (SIGTERM, as `timeout` or `kill` sends) tears its lab
+/// down: no namespace, daemon or lab directory is left behind, and it exits with 128 + 15.
+#[test]
+fn interrupted_benchmark_leaves_nothing_behind() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("k{}", std::process::id() % 100_000);
+    let mut child = std::process::Command::new(common::bin())
+        .args([
+            "bench",
+            "convergence",
+            "--routes",
+            "2000",
+            "--dut",
+            "ferrouter",
+            "--netns-prefix",
+            &prefix,
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let namespaces = || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with(&format!("{prefix}-")))
+            .count()
+    };
+    let daemons = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", &format!("/run/ferrouter-lab/{prefix}/")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    // Interrupt once the lab and its daemons are up (bounded wait).
+    let t = Instant::now();
+    while !(namespaces() >= 3 && daemons()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the lab never came up"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("still running 60 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert_eq!(namespaces(), 0, "namespaces left behind");
+    assert!(!daemons(), "daemons left behind");
+    assert!(!std::path::Path::new(&format!("/run/ferrouter-lab/{prefix}")).exists());
+}

@@ -593,6 +593,7 @@ fn main() -> Result<()> {
                 prefix: netns_prefix,
                 ferrouter: std::env::current_exe()?,
             };
+            lab::tear_down_on_signal(&opts.prefix)?;
             let r = lab::convergence::run(&opts, &|m| eprintln!("... {m}"))?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
@@ -635,6 +636,7 @@ fn main() -> Result<()> {
                 prefix: netns_prefix,
                 ferrouter: std::env::current_exe()?,
             };
+            lab::tear_down_on_signal(&opts.prefix)?;
             let r = lab::convergence::scale::run(&opts, &|m| eprintln!("... {m}"))?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);

@@ -361,6 +361,49 @@ impl Lab {
     }
 }
 
+/// Tear the lab `prefix` down if this process is interrupted (SIGINT, SIGTERM, SIGHUP),
+/// then exit with 128 + the signal: a benchmark stopped by Ctrl-C, `kill` or `timeout`
+/// would otherwise leave its namespaces, its daemons (FRR, BIRD, GoBGP, the router) and
+/// gigabytes of routes behind, as its guards never run. Call once, before the lab is
+/// built; the watcher thread lives as long as the process.
+pub fn tear_down_on_signal(prefix: &str) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("installing the signal handlers")?;
+    let lab = Lab::new(prefix);
+    std::thread::Builder::new()
+        .name("lab-teardown".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                eprintln!("signal {sig}: tearing lab {} down", lab.prefix);
+                // Daemons started under the lab's directory (lab::daemons) and anything else
+                // still in its namespaces go first: a namespace lives on while a process is
+                // in it.
+                let _ = Command::new("pkill")
+                    .args(["-KILL", "-f"])
+                    .arg(format!("{}/", lab.dir.display()))
+                    .status();
+                for ns in lab.existing() {
+                    let _ = Command::new("ip")
+                        .args(["netns", "pids", &ns])
+                        .output()
+                        .map(|o| {
+                            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                                if pid != std::process::id().to_string() {
+                                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                                }
+                            }
+                        });
+                }
+                lab.down();
+                let _ = std::fs::remove_dir_all(&lab.dir);
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("starting the teardown thread")?;
+    Ok(())
+}
+
 fn is_zombie(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.split_whitespace().nth(2) == Some("Z"))
