@@ -594,7 +594,9 @@ fn main() -> Result<()> {
                 ferrouter: std::env::current_exe()?,
             };
             lab::tear_down_on_signal(&opts.prefix)?;
-            let r = lab::convergence::run(&opts, &|m| eprintln!("... {m}"))?;
+            let r = lab::convergence::run(&opts, &|m| eprintln!("... {m}"));
+            lab::wait_if_tearing_down();
+            let r = r?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -637,7 +639,9 @@ fn main() -> Result<()> {
                 ferrouter: std::env::current_exe()?,
             };
             lab::tear_down_on_signal(&opts.prefix)?;
-            let r = lab::convergence::scale::run(&opts, &|m| eprintln!("... {m}"))?;
+            let r = lab::convergence::scale::run(&opts, &|m| eprintln!("... {m}"));
+            lab::wait_if_tearing_down();
+            let r = r?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {

@@ -366,6 +366,10 @@ impl Lab {
 /// would otherwise leave its namespaces, its daemons (FRR, BIRD, GoBGP, the router) and
 /// gigabytes of routes behind, as its guards never run. Call once, before the lab is
 /// built; the watcher thread lives as long as the process.
+///
+/// The benchmark's own thread fails as its daemons and namespaces vanish; it must call
+/// [`wait_if_tearing_down`] before it returns, so that the process exits with the signal's
+/// status once the teardown is complete rather than with that failure halfway through it.
 pub fn tear_down_on_signal(prefix: &str) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
@@ -375,6 +379,7 @@ pub fn tear_down_on_signal(prefix: &str) -> Result<()> {
         .name("lab-teardown".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                TEARING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
                 eprintln!("signal {sig}: tearing lab {} down", lab.prefix);
                 // Daemons started under the lab's directory (lab::daemons) and anything else
                 // still in its namespaces go first: a namespace lives on while a process is
@@ -402,6 +407,20 @@ pub fn tear_down_on_signal(prefix: &str) -> Result<()> {
         })
         .context("starting the teardown thread")?;
     Ok(())
+}
+
+/// Set while [`tear_down_on_signal`]'s thread is tearing the lab down.
+static TEARING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// If an interrupt is being handled ([`tear_down_on_signal`]), wait for the teardown, which
+/// exits the process; returns at once otherwise, or after 120 s if the teardown hangs.
+pub fn wait_if_tearing_down() {
+    let t = Instant::now();
+    while TEARING_DOWN.load(std::sync::atomic::Ordering::SeqCst)
+        && t.elapsed() < Duration::from_secs(120)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn is_zombie(pid: &str) -> bool {
