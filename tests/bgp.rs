@@ -31,28 +31,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const V4_PREFIXES: usize = 10_000;
 const V6_PREFIXES: usize = 1_000;
 
-fn ping1(lab: &Lab, dst: &str) -> (bool, String) {
-    let mut a = vec!["ping", "-c", "1", "-W", "1"];
-    if dst.contains(':') {
-        a.insert(1, "-6");
-    }
-    a.push(dst);
-    sh(lab, &lab.h1(), &a)
-}
-
-/// One reply within a few tries (the first packet may go while a next hop resolves).
-fn ping_ok(lab: &Lab, dst: &str) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..4 {
-        let (ok, out) = ping1(lab, dst);
-        if ok {
-            return Ok(());
-        }
-        last = out;
-    }
-    Err(last)
-}
-
 /// Installed FIB prefixes by family. The filter keeps the answer small (the counts are
 /// global either way).
 fn fib_counts(lab: &Lab) -> (u64, u64) {

@@ -41,28 +41,6 @@ const V6_PREFIXES: usize = 100;
 const METRIC: u32 = 150;
 const SEED: u64 = 89;
 
-fn ping1(lab: &Lab, dst: &str) -> (bool, String) {
-    let mut a = vec!["ping", "-c", "1", "-W", "1"];
-    if dst.contains(':') {
-        a.insert(1, "-6");
-    }
-    a.push(dst);
-    sh(lab, &lab.h1(), &a)
-}
-
-/// One reply within a few tries (the first packet may go while a next hop resolves).
-fn ping_ok(lab: &Lab, dst: &str) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..4 {
-        let (ok, out) = ping1(lab, dst);
-        if ok {
-            return Ok(());
-        }
-        last = out;
-    }
-    Err(last)
-}
-
 /// FIB entries that came from main-table routes: prefix -> next hop.
 fn fib_routes(lab: &Lab) -> Vec<(String, String)> {
     api(lab, "routes", None)["routes"]

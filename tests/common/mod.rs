@@ -138,3 +138,28 @@ pub fn check_bench_convergence(protocol: &str, routes: u64, netns_prefix: &str) 
     let ns = String::from_utf8_lossy(&ns.stdout);
     assert!(!ns.contains(&format!("{netns_prefix}-")), "{ns}");
 }
+
+/// One ping from h1 to `dst` (IPv4 or IPv6): whether it was answered, and ping's output.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn ping1(lab: &Lab, dst: &str) -> (bool, String) {
+    let mut a = vec!["ping", "-c", "1", "-W", "1"];
+    if dst.contains(':') {
+        a.insert(1, "-6");
+    }
+    a.push(dst);
+    sh(lab, &lab.h1(), &a)
+}
+
+/// One reply within a few tries (the first packet may go while a next hop resolves).
+#[allow(dead_code)]
+pub fn ping_ok(lab: &Lab, dst: &str) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..4 {
+        let (ok, out) = ping1(lab, dst);
+        if ok {
+            return Ok(());
+        }
+        last = out;
+    }
+    Err(last)
+}
