@@ -28,6 +28,42 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// How the CLI reaches the daemon's API.
+#[derive(Args, Clone)]
+struct ApiArgs {
+    /// Control socket (local access).
+    #[arg(long, default_value = "/run/ferrouter/ferrouter.sock")]
+    socket: std::path::PathBuf,
+    /// Reach the daemon over TCP instead, at HOST:PORT (its `[api] listen`).
+    #[arg(long, value_name = "HOST:PORT")]
+    api: Option<String>,
+    /// With --api: the file holding the bearer token (FERROUTER_TOKEN is used if unset).
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
+}
+
+impl ApiArgs {
+    fn client(&self) -> Result<control::client::Client> {
+        use control::client::{Client, Endpoint};
+        let Some(addr) = &self.api else {
+            return Ok(Client::new(Endpoint::Unix(self.socket.clone())));
+        };
+        let token = match &self.token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading --token-file {}", p.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => std::env::var("FERROUTER_TOKEN").ok(),
+        };
+        Ok(Client::new(Endpoint::Tcp {
+            addr: addr.clone(),
+            token,
+        }))
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Show the fast path at work: load an Internet-like FIB and forward every traffic
@@ -51,16 +87,20 @@ enum Cmd {
         /// Config file (TOML).
         #[arg(long, default_value = "/etc/ferrouter/ferrouter.toml")]
         config: std::path::PathBuf,
+        /// Log format on stdout: text, or json (one object per line, for journald/log
+        /// shippers). The level comes from RUST_LOG (default info), e.g.
+        /// RUST_LOG=control=debug,info.
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
     },
     /// Ask a running router (over its control socket).
     Show {
         /// interfaces | routes | neighbors | counters
         what: String,
-        /// For routes: a prefix (exact) or an address (longest match).
+        /// For routes: a prefix (exact) or an address (longest match), or `summary`.
         arg: Option<String>,
-        /// Control socket.
-        #[arg(long, default_value = "/run/ferrouter/ferrouter.sock")]
-        socket: std::path::PathBuf,
+        #[command(flatten)]
+        api: ApiArgs,
         /// JSON output.
         #[arg(long)]
         json: bool,
@@ -476,16 +516,11 @@ fn main() -> Result<()> {
             routes6,
             duration,
         } => demo(routes4, routes6, duration),
-        Cmd::Run { config } => {
-            tracing_subscriber::fmt()
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .init();
+        Cmd::Run { config, log_format } => {
+            init_logs(&log_format);
             let cfg = control::config::Config::load(&config)?;
-            control::daemon::run(cfg, |sock| {
+            tracing::info!(version = VERSION, config = %config.display(), "starting");
+            control::daemon::run(cfg, VERSION, |sock| {
                 tracing::info!(
                     "ready; try: ferrouter show interfaces --socket {}",
                     sock.display()
@@ -495,9 +530,9 @@ fn main() -> Result<()> {
         Cmd::Show {
             what,
             arg,
-            socket,
+            api,
             json,
-        } => show(&socket, &what, arg.as_deref(), json),
+        } => show(&api.client()?, &what, arg.as_deref(), json),
         Cmd::Lab {
             cmd,
             name,
@@ -821,8 +856,21 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
     Ok(())
 }
 
-fn show(socket: &std::path::Path, what: &str, arg: Option<&str>, json: bool) -> Result<()> {
-    let v = control::api::request(socket, what, arg)?;
+/// Structured logs on stdout (journald keeps them under systemd), level from RUST_LOG.
+fn init_logs(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        b.json().with_current_span(false).init();
+    } else {
+        b.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init();
+    }
+}
+
+fn show(client: &control::client::Client, what: &str, arg: Option<&str>, json: bool) -> Result<()> {
+    let v = control::api::request_with(client, what, arg)?;
     if json {
         println!("{v}");
         return Ok(());

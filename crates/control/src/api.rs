@@ -1,121 +1,29 @@
-//! The control API on a unix socket: one JSON request line, one JSON response. The CLI
-//! (`ferrouter show ...`) is a client of it.
-//!
-//! Request: `{"show":"interfaces"|"routes"|"neighbors"|"counters","arg":"PREFIX"?}`;
-//! `{"show":"routes","arg":"summary"}` gives counts and FIB memory instead of the list.
-//! Response: `{"ok":true,"data":...}` or `{"ok":false,"error":"what was wrong"}`.
+//! What the API shows: the data behind `GET /v1/interfaces`, `/v1/routes`,
+//! `/v1/routes/summary`, `/v1/neighbors` and `/v1/counters` (served by [`crate::http`]),
+//! and [`request`], the client call the CLI, the lab and the tests use.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use dataplane::{Kind, Reason};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::client::{Client, Endpoint};
 use crate::daemon::{PortCounters, Shared};
 
-/// Largest request accepted.
-const MAX_REQUEST: u64 = 4096;
-
-/// A request.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Request {
-    /// What to show.
-    pub show: String,
-    /// Optional argument (a prefix or address for routes).
-    #[serde(default)]
-    pub arg: Option<String>,
+/// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
+/// address, or `summary`), `neighbors` or `counters`.
+pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, String> {
+    answer(what, arg, shared)
 }
 
-/// The running listener.
-pub struct Server {
-    stop: Arc<AtomicBool>,
-    join: Option<JoinHandle<()>>,
-}
-
-impl Server {
-    /// Stop accepting and wait for the thread.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
-    }
-}
-
-/// Listen on `path` (replacing a stale socket file) and answer requests.
-pub fn serve(path: &Path, shared: Arc<Shared>) -> Result<Server> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            anyhow::bail!(
-                "another ferrouter is already listening on {}",
-                path.display()
-            );
-        }
-        std::fs::remove_file(path)
-            .with_context(|| format!("removing stale socket {}", path.display()))?;
-    }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-    listener.set_nonblocking(true)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let join = std::thread::Builder::new()
-        .name("ferrouter-api".into())
-        .spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((s, _)) => {
-                        let _ = handle(s, &shared);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(10))
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        })?;
-    Ok(Server {
-        stop,
-        join: Some(join),
-    })
-}
-
-fn handle(s: UnixStream, shared: &Shared) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
-    // Bytes, not a String: a request that is not UTF-8 still gets a JSON error back.
-    let mut line = Vec::new();
-    BufReader::new((&s).take(MAX_REQUEST)).read_until(b'\n', &mut line)?;
-    let resp = match serde_json::from_slice::<Request>(line.trim_ascii()) {
-        Ok(r) => match answer(&r, shared) {
-            Ok(data) => json!({"ok": true, "data": data}),
-            Err(e) => json!({"ok": false, "error": e}),
-        },
-        Err(e) => json!({"ok": false, "error": format!("malformed request: {e}")}),
-    };
-    let mut w = &s;
-    w.write_all(resp.to_string().as_bytes())?;
-    w.write_all(b"\n")
-}
-
-fn answer(r: &Request, shared: &Shared) -> Result<Value, String> {
+fn answer(what: &str, arg: Option<&str>, shared: &Shared) -> Result<Value, String> {
     let sync = shared
         .sync
         .lock()
         .map_err(|_| "internal state unavailable".to_string())?;
-    match r.show.as_str() {
+    match what {
         "interfaces" => {
             let ifaces = sync.interfaces();
             let v: Vec<Value> = shared
@@ -145,7 +53,7 @@ fn answer(r: &Request, shared: &Shared) -> Result<Value, String> {
                 .collect();
             Ok(json!(v))
         }
-        "routes" if r.arg.as_deref() == Some("summary") => {
+        "routes" if arg == Some("summary") => {
             let (v4, v6) = sync.route_counts();
             let (route, neighbor, local) = sync.source_counts();
             let m = sync.writer().memory();
@@ -163,7 +71,7 @@ fn answer(r: &Request, shared: &Shared) -> Result<Value, String> {
             }))
         }
         "routes" => {
-            let routes = sync.routes(r.arg.as_deref())?;
+            let routes = sync.routes(arg)?;
             let (v4, v6) = sync.route_counts();
             Ok(json!({"ipv4": v4, "ipv6": v6, "routes": routes}))
         }
@@ -232,29 +140,24 @@ fn snmp6_value(field: &str) -> Option<u64> {
     })
 }
 
-/// Client side: send one request to the daemon at `socket` and return its `data`.
+/// Client side: ask the daemon at `socket` for a `show` item (see [`show`]) over the
+/// HTTP API and return its data.
 pub fn request(socket: &Path, show: &str, arg: Option<&str>) -> Result<Value> {
-    let mut s = UnixStream::connect(socket).with_context(|| {
-        format!(
-            "cannot reach ferrouter at {} (is `ferrouter run` running?)",
-            socket.display()
-        )
-    })?;
-    // Generous: a resync of a large table holds the state for a while; the CLI waits.
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let req = serde_json::to_string(&Request {
-        show: show.into(),
-        arg: arg.map(Into::into),
-    })?;
-    s.write_all(req.as_bytes())?;
-    s.write_all(b"\n")?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
-    let v: Value = serde_json::from_str(&line)
-        .with_context(|| format!("bad response from daemon: {line:?}"))?;
-    if v["ok"] == true {
-        Ok(v["data"].clone())
-    } else {
-        anyhow::bail!("daemon: {}", v["error"].as_str().unwrap_or("unknown error"))
-    }
+    request_with(&Client::new(Endpoint::Unix(socket.into())), show, arg)
+}
+
+/// [`request`] through any client (TCP with a token, say).
+pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Value> {
+    let path = match (show, arg) {
+        ("routes", Some("summary")) => "/v1/routes/summary".to_string(),
+        ("routes", Some(p)) => format!(
+            "/v1/routes?{}",
+            serde_urlencoded::to_string([("prefix", p)])?
+        ),
+        ("interfaces" | "routes" | "neighbors" | "counters", _) => format!("/v1/{show}"),
+        (other, _) => anyhow::bail!(
+            "unknown item {other:?}: expected interfaces, routes, neighbors or counters"
+        ),
+    };
+    client.get(&path)
 }

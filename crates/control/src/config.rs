@@ -106,6 +106,9 @@ pub struct Config {
     /// overflow this buffer the daemon resyncs from a full dump.
     #[serde(default = "default_rcvbuf")]
     pub netlink_rcvbuf: usize,
+    /// The API's TCP listener and its token (`[api]`; the unix socket is always on).
+    #[serde(default)]
+    pub api: crate::http::ApiSettings,
     /// Ports the fast path owns.
     #[serde(rename = "port", default)]
     pub ports: Vec<PortConfig>,
@@ -239,6 +242,9 @@ impl Config {
                 "netlink_rcvbuf = {} is out of range (4096..=1073741824 bytes)",
                 c.netlink_rcvbuf
             )));
+        }
+        if let Some(m) = c.api.problem() {
+            return Err(invalid(m));
         }
         if c.workers == 0 || c.workers > 64 {
             return Err(invalid(format!(

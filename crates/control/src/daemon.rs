@@ -19,8 +19,8 @@ use dataplane::{Arena, Graph, GraphConfig, Interfaces, Output, Reason, Vector};
 use ports::{AfPacket, AfPacketOptions, AfXdp, AfXdpOptions, PortStats};
 use rustc_hash::FxHashMap;
 
-use crate::api;
 use crate::config::{parse_mac, Backend, Config, MemifRole};
+use crate::http;
 use crate::sync::Sync;
 use dataplane::punt::{PuntPacket, PuntProducer};
 use ports::memif::{Memif, MemifOptions};
@@ -149,6 +149,10 @@ pub struct Shared {
     pub workers: Vec<Arc<worker::WorkerShared>>,
     /// Daemon start.
     pub started: Instant,
+    /// Version and build commit.
+    pub version: String,
+    /// How long netlink changes wait before the FIB has them.
+    pub sync_lag: crate::metrics::SyncLag,
 }
 
 /// The daemon's FIB: tbl8 groups for IPv4 prefixes longer than /24 and for IPv6 (the
@@ -446,7 +450,9 @@ fn dst_of(frame: &[u8]) -> Option<IpAddr> {
 }
 
 /// Run the daemon until SIGTERM/SIGINT. `ready` is called once forwarding has started.
-pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
+pub fn run(cfg: Config, version: &str, ready: impl FnOnce(&Path)) -> Result<()> {
+    // The API token is read before anything changes: a bad one stops the start.
+    let token = cfg.api.read_token()?;
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
@@ -531,9 +537,12 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         port_counters: counters,
         workers: handles.iter().map(|h| h.shared.clone()).collect(),
         started: Instant::now(),
+        version: version.to_string(),
+        sync_lag: Default::default(),
     });
     let socket = cfg.control_socket.clone();
-    let server = match api::serve(&socket, shared.clone()) {
+    let tcp = cfg.api.listen.zip(token);
+    let server = match http::serve(&socket, tcp, shared.clone()) {
         Ok(s) => s,
         Err(e) => {
             stop_all(&mut handles);
@@ -541,10 +550,11 @@ pub fn run(cfg: Config, ready: impl FnOnce(&Path)) -> Result<()> {
         }
     };
     tracing::info!(
-        "forwarding on {} port(s) with {} worker(s); control socket {}",
-        shared.ports.len(),
-        handles.len(),
-        socket.display()
+        ports = shared.ports.len(),
+        workers = handles.len(),
+        socket = %socket.display(),
+        tcp = ?server.tcp,
+        "forwarding"
     );
     ready(&socket);
 
@@ -662,6 +672,7 @@ fn control_loop(
         mirror
             .poll_events(&mut events, poll_timeout)
             .context("reading netlink notifications")?;
+        let batch_read = (!events.is_empty()).then(Instant::now);
         let mut sync = shared
             .sync
             .lock()
@@ -682,6 +693,9 @@ fn control_loop(
                 .lock()
                 .map_err(|_| anyhow::anyhow!("sync state poisoned"))?;
             sync.resync(snapshot);
+        }
+        if let Some(t) = batch_read {
+            shared.sync_lag.record(t.elapsed().as_nanos() as u64);
         }
         if sync.interfaces_version() != published {
             published = sync.interfaces_version();

@@ -2,6 +2,9 @@
 //! state into the FIB, the daemon loop and its control API.
 
 pub mod api;
+pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod http;
+pub mod metrics;
 pub mod sync;

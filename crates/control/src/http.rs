@@ -1,0 +1,467 @@
+//! The REST/JSON API: HTTP/1.1 on the control unix socket (local: the socket's file
+//! permissions decide who may connect) and optionally on TCP, where every request must
+//! carry `Authorization: Bearer TOKEN`. `ferrouter show|config|trace|capture` are clients
+//! of it; `GET /openapi.json` describes every endpoint; `GET /metrics` is for Prometheus.
+//!
+//! Every error is JSON, `{"error": "what was wrong"}`, with a 4xx status for the client's
+//! mistakes (400 malformed, 401 no or wrong token, 404 unknown path or object, 405 wrong
+//! method, 413 too large, 422 a valid request the router refuses) and 5xx for its own.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::OpenApi;
+
+use crate::api;
+use crate::daemon::Shared;
+
+/// Largest request body (a config file is the largest thing anyone sends).
+pub const MAX_BODY: usize = 1 << 20;
+
+/// Where the API listens, from the config file's `[api]` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSettings {
+    /// TCP address for remote clients and Prometheus, e.g. `"127.0.0.1:9180"` (off when
+    /// absent). Requires `token_file`.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// File holding the bearer token TCP clients must send (one line; at least 16
+    /// characters). Keep it mode 0600.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl ApiSettings {
+    /// What is wrong with the settings, if anything (the file itself is read at start).
+    pub fn problem(&self) -> Option<String> {
+        match (&self.listen, &self.token_file) {
+            (Some(a), None) => Some(format!(
+                "api.listen = \"{a}\" needs api.token_file: TCP clients must authenticate"
+            )),
+            (None, Some(_)) => Some("api.token_file is set but api.listen is not".into()),
+            (_, Some(p)) if !p.is_absolute() => Some(format!(
+                "api.token_file {} must be an absolute path",
+                p.display()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Read the token (trimmed). Errors name the file and the rule broken.
+    pub fn read_token(&self) -> Result<Option<String>> {
+        let Some(p) = &self.token_file else {
+            return Ok(None);
+        };
+        let t = std::fs::read_to_string(p)
+            .with_context(|| format!("reading api.token_file {}", p.display()))?;
+        let t = t.trim().to_string();
+        if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            anyhow::bail!(
+                "api.token_file {}: the token must be one line of at least 16 printable characters without spaces",
+                p.display()
+            );
+        }
+        Ok(Some(t))
+    }
+}
+
+/// A JSON error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with `status`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+    /// 400: the request itself is malformed.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    /// 422: well-formed, but the router refuses it (an invalid config, say).
+    pub fn unprocessable(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
+    /// 500: the router failed.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> ApiError {
+        let status = match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, format!("malformed request body: {}", r.body_text()))
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> ApiError {
+        ApiError::bad_request(format!("malformed query string: {}", r.body_text()))
+    }
+}
+
+/// Handler result.
+pub type ApiResult<T = Value> = std::result::Result<Json<T>, ApiError>;
+
+/// Run `f` on a blocking thread (it takes the control state's lock, which a resync of a
+/// large table holds for a while): the API's async threads never block.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, ApiError> + Send + 'static,
+) -> std::result::Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("request handler failed: {e}")))?
+}
+
+fn show(shared: Arc<Shared>, what: &'static str, arg: Option<String>) -> ApiResult {
+    api::show(&shared, what, arg.as_deref())
+        .map(Json)
+        .map_err(|e| {
+            if e.contains("unavailable") {
+                ApiError::internal(e)
+            } else {
+                ApiError::bad_request(e)
+            }
+        })
+}
+
+/// The ports: facts, addresses and counters.
+#[utoipa::path(get, path = "/v1/interfaces", tag = "show",
+    responses((status = 200, description = "One object per port: port, name, ifindex, backend, mac, mtu, ipv4, ipv6, rx/tx packets and bytes, rx_drops, tx_errors")))]
+async fn interfaces(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || show(s, "interfaces", None)).await
+}
+
+/// Query of `GET /v1/routes`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RoutesQuery {
+    /// A prefix (exact match) or an address (longest match); all routes when absent.
+    #[serde(default)]
+    pub prefix: Option<String>,
+}
+
+/// Routes in the fast path's FIB.
+#[utoipa::path(get, path = "/v1/routes", tag = "show", params(RoutesQuery),
+    responses((status = 200, description = "{ipv4, ipv6, routes: [{prefix, source, next_hop}]}"),
+              (status = 400, description = "Not an address or prefix")))]
+async fn routes(
+    State(s): State<Arc<Shared>>,
+    q: std::result::Result<Query<RoutesQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = q?;
+    blocking(move || show(s, "routes", q.prefix)).await
+}
+
+/// Route counts, FIB memory and sync statistics.
+#[utoipa::path(get, path = "/v1/routes/summary", tag = "show",
+    responses((status = 200, description = "{ipv4, ipv6, by_source, kernel_routes_mirrored, fib_memory_bytes, netlink_events, resyncs, fib_errors}")))]
+async fn routes_summary(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || show(s, "routes", Some("summary".into()))).await
+}
+
+/// Neighbours (ARP/NDP) the fast path uses.
+#[utoipa::path(get, path = "/v1/neighbors", tag = "show",
+    responses((status = 200, description = "[{ip, dev, mac, usable}]")))]
+async fn neighbors(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || show(s, "neighbors", None)).await
+}
+
+/// Packet counters: totals, per worker, and every non-zero drop/punt reason by node.
+#[utoipa::path(get, path = "/v1/counters", tag = "show",
+    responses((status = 200, description = "{rx, tx, forwarded, drops, punts, reasons: [{node, reason, kind, count, description}], workers, sync, kernel_forwarded, uptime_s}")))]
+async fn counters(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || show(s, "counters", None)).await
+}
+
+/// Version and build.
+#[utoipa::path(get, path = "/v1/version", tag = "show",
+    responses((status = 200, description = "{version, uptime_s}")))]
+async fn version(State(s): State<Arc<Shared>>) -> ApiResult {
+    Ok(Json(json!({
+        "version": s.version,
+        "uptime_s": s.started.elapsed().as_secs_f64(),
+    })))
+}
+
+/// Prometheus metrics (OpenMetrics text).
+#[utoipa::path(get, path = "/metrics", tag = "metrics",
+    responses((status = 200, description = "OpenMetrics text: ports, drop reasons, worker load, FIB and neighbour sizes, route-sync lag", content_type = "application/openmetrics-text")))]
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    match blocking(move || crate::metrics::render(&s).map_err(ApiError::internal)).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 description of this API")))]
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
+    paths(interfaces, routes, routes_summary, neighbors, counters, version, metrics, openapi),
+    modifiers(&BearerAuth),
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let c = doc.components.get_or_insert_with(Default::default);
+        c.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        doc.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// The OpenAPI document (also served at `/openapi.json`).
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such endpoint: {} {} (GET /openapi.json lists them)",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+async fn wrong_method(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {} (GET /openapi.json lists the methods)",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// The routes, without authentication (the unix socket's).
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/interfaces", get(interfaces))
+        .route("/v1/routes", get(routes))
+        .route("/v1/routes/summary", get(routes_summary))
+        .route("/v1/neighbors", get(neighbors))
+        .route("/v1/counters", get(counters))
+        .route("/v1/version", get(version))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(shared)
+}
+
+/// Bearer-token check for TCP clients. The comparison takes the same time wherever the
+/// tokens differ.
+async fn require_token(
+    State(token): State<Arc<String>>,
+    req: Request,
+    next: Next,
+) -> std::result::Result<Response, ApiError> {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(t) if constant_time_eq::constant_time_eq(t.trim().as_bytes(), token.as_bytes()) => {
+            Ok(next.run(req).await)
+        }
+        Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "wrong token")),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs `Authorization: Bearer TOKEN` (the token is in the daemon's api.token_file)",
+        )),
+    }
+}
+
+/// The running API listeners.
+pub struct Server {
+    shutdown: tokio::sync::watch::Sender<bool>,
+    join: Option<JoinHandle<()>>,
+    /// The TCP address actually bound (port 0 in the settings picks a free one).
+    pub tcp: Option<SocketAddr>,
+}
+
+impl Server {
+    /// Stop listening and wait for the API thread (in-flight requests finish first).
+    pub fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "another ferrouter is already listening on {}",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing stale socket {}", path.display()))?;
+    }
+    let l = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("binding {}", path.display()))?;
+    // Owner and group only: whoever can connect can reconfigure the router.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("setting the mode of {}", path.display()))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Listen on the unix socket `path` (replacing a stale socket file) and, if configured,
+/// on TCP with `token`; answer on a thread of its own until [`Server::stop`].
+pub fn serve(
+    path: &Path,
+    tcp: Option<(SocketAddr, String)>,
+    shared: Arc<Shared>,
+) -> Result<Server> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .thread_name("ferrouter-api")
+        .enable_all()
+        .build()
+        .context("starting the API runtime")?;
+    let unix = bind_unix(path)?;
+    let (tcp_listener, tcp_token) = match tcp {
+        Some((addr, token)) => {
+            let l = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("binding the API to {addr}"))?;
+            l.set_nonblocking(true)?;
+            (Some(l), Some(token))
+        }
+        None => (None, None),
+    };
+    let tcp_addr = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let (shutdown, rx) = tokio::sync::watch::channel(false);
+    let app = router(shared);
+    let join = std::thread::Builder::new()
+        .name("ferrouter-api".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                };
+                let mut tasks = Vec::new();
+                match tokio::net::UnixListener::from_std(unix) {
+                    Ok(l) => {
+                        let app = app.clone();
+                        let stop = stopped(rx.clone());
+                        tasks.push(tokio::spawn(async move {
+                            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {
+                                tracing::error!("API on the unix socket failed: {e}");
+                            }
+                        }));
+                    }
+                    Err(e) => tracing::error!("API on the unix socket: {e}"),
+                }
+                if let (Some(l), Some(token)) = (tcp_listener, tcp_token) {
+                    match tokio::net::TcpListener::from_std(l) {
+                        Ok(l) => {
+                            let app = app.layer(axum::middleware::from_fn_with_state(
+                                Arc::new(token),
+                                require_token,
+                            ));
+                            let stop = stopped(rx.clone());
+                            tasks.push(tokio::spawn(async move {
+                                if let Err(e) =
+                                    axum::serve(l, app).with_graceful_shutdown(stop).await
+                                {
+                                    tracing::error!("API on TCP failed: {e}");
+                                }
+                            }));
+                        }
+                        Err(e) => tracing::error!("API on TCP: {e}"),
+                    }
+                }
+                let all = async {
+                    for t in tasks {
+                        let _ = t.await;
+                    }
+                };
+                // Idle keep-alive connections close at once; a request still running
+                // (a capture, say) gets a few seconds.
+                let deadline = async {
+                    stopped(rx.clone()).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                };
+                tokio::select! {
+                    _ = all => {}
+                    _ = deadline => tracing::warn!("API stopped with requests still running"),
+                }
+            });
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        })?;
+    Ok(Server {
+        shutdown,
+        join: Some(join),
+        tcp: tcp_addr,
+    })
+}

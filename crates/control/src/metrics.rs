@@ -1,0 +1,292 @@
+//! `GET /metrics`: the daemon's state in the OpenMetrics text format Prometheus scrapes.
+//!
+//! Read at scrape time from the same counters `show` uses (the workers' single-writer
+//! counters, the ports' statistics they publish, the sync's state), so scraping costs the
+//! fast path nothing.
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `ferrouter_port_{rx,tx}_{packets,bytes}_total` | port | frames and bytes per port |
+//! | `ferrouter_port_rx_drops_total`, `ferrouter_port_tx_errors_total` | port | |
+//! | `ferrouter_node_packets_total` | node, reason, kind | every drop/punt/info reason by graph node |
+//! | `ferrouter_worker_polls_total` | worker, state=busy/idle | polls that found packets vs none |
+//! | `ferrouter_worker_{rx,tx}_packets_total` | worker | |
+//! | `ferrouter_fib_routes` | family | prefixes in the fast path's FIB |
+//! | `ferrouter_fib_memory_bytes`, `ferrouter_neighbors` | | |
+//! | `ferrouter_route_sync_events_total`, `_resyncs_total`, `_fib_errors_total` | | |
+//! | `ferrouter_route_sync_lag_seconds` | | last batch of netlink changes: read to in the FIB |
+//! | `ferrouter_route_sync_lag_seconds_max` | | the largest since start |
+//! | `ferrouter_kernel_forwarded_packets_total` | family | must stay 0 |
+//! | `ferrouter_build_info` | version | 1 |
+//! | `ferrouter_uptime_seconds` | | |
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dataplane::{Kind, Reason};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::daemon::Shared;
+
+/// How long netlink changes wait before the FIB has them, measured by the control loop
+/// for each batch it reads.
+#[derive(Default, Debug)]
+pub struct SyncLag {
+    /// The last batch's delay, ns.
+    pub last_ns: AtomicU64,
+    /// The largest, ns.
+    pub max_ns: AtomicU64,
+}
+
+impl SyncLag {
+    /// Record one batch (the control loop is the only writer).
+    pub fn record(&self, ns: u64) {
+        self.last_ns.store(ns, Ordering::Relaxed);
+        self.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+/// A metric family: name, help, and its samples.
+type Family<T> = (&'static str, &'static str, Vec<(Labels, T)>);
+
+/// One scrape's values, gathered first so the encoder holds no lock.
+#[derive(Debug, Default)]
+struct Scrape {
+    counters: Vec<Family<u64>>,
+    gauges: Vec<Family<f64>>,
+}
+
+impl Scrape {
+    fn counter(&mut self, name: &'static str, help: &'static str, v: Vec<(Labels, u64)>) {
+        self.counters.push((name, help, v));
+    }
+    fn gauge(&mut self, name: &'static str, help: &'static str, v: Vec<(Labels, f64)>) {
+        self.gauges.push((name, help, v));
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, help, values) in &self.counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (labels, v) in values {
+                ConstCounter::new(*v).encode(family.encode_family(labels)?)?;
+            }
+        }
+        for (name, help, values) in &self.gauges {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (labels, v) in values {
+                ConstGauge::new(*v).encode(family.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn kind(k: Kind) -> &'static str {
+    match k {
+        Kind::Drop => "drop",
+        Kind::Punt => "punt",
+        Kind::Info => "info",
+    }
+}
+
+/// The metrics text.
+pub fn render(shared: &Shared) -> Result<String, String> {
+    let mut s = Scrape::default();
+    // Ports: summed over the workers (each serves one queue of every port).
+    let port = |field: fn(&crate::daemon::PortCounters) -> &AtomicU64| -> Vec<(Labels, u64)> {
+        shared
+            .ports
+            .iter()
+            .map(|f| {
+                let v = shared
+                    .port_counters
+                    .iter()
+                    .filter_map(|w| w.get(f.port as usize))
+                    .map(|c| field(c).load(Ordering::Relaxed))
+                    .sum();
+                (vec![("port", f.name.clone())], v)
+            })
+            .collect()
+    };
+    s.counter(
+        "ferrouter_port_rx_packets",
+        "Frames received on the port.",
+        port(|c| &c.rx_packets),
+    );
+    s.counter(
+        "ferrouter_port_rx_bytes",
+        "Bytes received on the port.",
+        port(|c| &c.rx_bytes),
+    );
+    s.counter(
+        "ferrouter_port_tx_packets",
+        "Frames sent on the port.",
+        port(|c| &c.tx_packets),
+    );
+    s.counter(
+        "ferrouter_port_tx_bytes",
+        "Bytes sent on the port.",
+        port(|c| &c.tx_bytes),
+    );
+    s.counter(
+        "ferrouter_port_rx_drops",
+        "Frames the port dropped on receive (no buffer, too big, kernel ring full).",
+        port(|c| &c.rx_drops),
+    );
+    s.counter(
+        "ferrouter_port_tx_errors",
+        "Frames the port failed to send.",
+        port(|c| &c.tx_errors),
+    );
+
+    let total = dataplane::worker::aggregate(shared.workers.iter());
+    s.counter(
+        "ferrouter_node_packets",
+        "Packets each graph node dropped, punted to Linux, or counted, by reason.",
+        Reason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    vec![
+                        ("node", r.node().to_string()),
+                        ("reason", r.name().to_string()),
+                        ("kind", kind(r.kind()).to_string()),
+                    ],
+                    total.get(*r),
+                )
+            })
+            .collect(),
+    );
+    let mut polls = Vec::new();
+    let mut wrx = Vec::new();
+    let mut wtx = Vec::new();
+    for w in &shared.workers {
+        let c = w.counters.snapshot();
+        let id = w.id.to_string();
+        polls.push((
+            vec![("worker", id.clone()), ("state", "busy".into())],
+            c.vectors,
+        ));
+        polls.push((
+            vec![("worker", id.clone()), ("state", "idle".into())],
+            c.idle_polls,
+        ));
+        wrx.push((vec![("worker", id.clone())], c.rx));
+        wtx.push((vec![("worker", id)], c.tx));
+    }
+    s.counter(
+        "ferrouter_worker_polls",
+        "Port polls by a worker that found packets (busy) or none (idle); busy/(busy+idle) is its load.",
+        polls,
+    );
+    s.counter(
+        "ferrouter_worker_rx_packets",
+        "Packets a worker received.",
+        wrx,
+    );
+    s.counter("ferrouter_worker_tx_packets", "Packets a worker sent.", wtx);
+
+    {
+        let sync = shared
+            .sync
+            .lock()
+            .map_err(|_| "internal state unavailable".to_string())?;
+        let (v4, v6) = sync.route_counts();
+        let m = sync.writer().memory();
+        let st = sync.stats();
+        s.gauge(
+            "ferrouter_fib_routes",
+            "Prefixes in the fast path's FIB.",
+            vec![
+                (vec![("family", "ipv4".into())], v4 as f64),
+                (vec![("family", "ipv6".into())], v6 as f64),
+            ],
+        );
+        s.gauge(
+            "ferrouter_fib_memory_bytes",
+            "Memory of the FIB: lookup tables, route store and next hops.",
+            vec![(
+                vec![],
+                (m.v4_table_bytes + m.v6_table_bytes + m.rib_bytes + m.nexthop_bytes) as f64,
+            )],
+        );
+        s.gauge(
+            "ferrouter_neighbors",
+            "Neighbours (ARP/NDP entries) the fast path knows.",
+            vec![(vec![], sync.neighbors().len() as f64)],
+        );
+        s.gauge(
+            "ferrouter_kernel_routes_mirrored",
+            "Kernel routes mirrored from netlink.",
+            vec![(vec![], sync.mirrored_routes() as f64)],
+        );
+        s.counter(
+            "ferrouter_route_sync_events",
+            "Netlink changes applied to the FIB.",
+            vec![(vec![], st.events)],
+        );
+        s.counter(
+            "ferrouter_route_sync_resyncs",
+            "Full resyncs from a kernel dump (start, and every netlink overflow).",
+            vec![(vec![], st.resyncs)],
+        );
+        s.counter(
+            "ferrouter_route_sync_fib_errors",
+            "FIB writes that failed.",
+            vec![(vec![], st.fib_errors)],
+        );
+    }
+    let ns = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
+    s.gauge(
+        "ferrouter_route_sync_lag_seconds",
+        "Time from reading the last batch of netlink changes to having all of them in the FIB.",
+        vec![(vec![], ns(&shared.sync_lag.last_ns))],
+    );
+    s.gauge(
+        "ferrouter_route_sync_lag_seconds_max",
+        "The largest route-sync lag since start.",
+        vec![(vec![], ns(&shared.sync_lag.max_ns))],
+    );
+    let kf = crate::api::kernel_forwarded();
+    s.counter(
+        "ferrouter_kernel_forwarded_packets",
+        "Packets the kernel forwarded in the router's namespace (the fast path forwards: must stay 0).",
+        ["ipv4", "ipv6"]
+            .iter()
+            .map(|f| (vec![("family", f.to_string())], kf[f].as_u64().unwrap_or(0)))
+            .collect(),
+    );
+    s.gauge(
+        "ferrouter_build_info",
+        "The running build (always 1).",
+        vec![(vec![("version", shared.version.clone())], 1.0)],
+    );
+    s.gauge(
+        "ferrouter_uptime_seconds",
+        "Seconds since the daemon started.",
+        vec![(vec![], shared.started.elapsed().as_secs_f64())],
+    );
+
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(s));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg)
+        .map_err(|e| format!("encoding metrics: {e}"))?;
+    Ok(out)
+}

@@ -1,0 +1,349 @@
+//! The management API end to end, against `ferrouter run` in a namespace lab: HTTP on the
+//! control socket, TCP with a bearer token (curl from a host namespace, and the CLI), JSON
+//! errors for every kind of bad request, the OpenAPI document, and Prometheus metrics read
+//! by the reference parser (Python prometheus_client, Debian python3-prometheus-client).
+
+use std::process::Command;
+use std::sync::Mutex;
+
+use control::client::{Client, Endpoint};
+use lab::Lab;
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+const PORT: u16 = 9180;
+
+fn unix(lab: &Lab) -> Client {
+    Client::new(Endpoint::Unix(lab.socket()))
+}
+
+/// `curl` from host h1 to the router's TCP API: (status, body).
+fn curl(lab: &Lab, args: &[&str]) -> (u16, String) {
+    let mut a = vec!["curl", "-s", "-m", "10", "-o", "-", "-w", "\n%{http_code}"];
+    a.extend_from_slice(args);
+    let (_, out) = sh(lab, &lab.h1(), &a);
+    let (body, code) = out.trim_end().rsplit_once('\n').unwrap_or(("", out.trim()));
+    (
+        code.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("curl {args:?}: {out}")),
+        body.to_string(),
+    )
+}
+
+fn error_of(body: &str) -> String {
+    let v: Value = serde_json::from_str(body)
+        .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {body:?}"));
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message in {v}"))
+        .to_string()
+}
+
+#[test]
+fn unix_socket_answers_and_rejects_bad_requests_with_json_errors() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("a", "");
+    let lab = &g.0;
+    let c = unix(lab);
+    let ifs = c.get("/v1/interfaces").unwrap();
+    assert_eq!(ifs.as_array().unwrap().len(), 2, "{ifs}");
+    assert!(
+        c.get("/v1/routes/summary").unwrap()["ipv4"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let r = c.get("/v1/routes?prefix=198.51.100.7").unwrap();
+    assert!(
+        r["routes"][0]["prefix"]
+            .as_str()
+            .unwrap()
+            .starts_with("198.51.100."),
+        "{r}"
+    );
+    let v = c.get("/v1/version").unwrap();
+    assert!(v["version"].as_str().unwrap().contains("commit"), "{v}");
+    for (method, path, status, needle) in [
+        ("GET", "/v1/nothing", 404, "no such endpoint"),
+        ("DELETE", "/v1/counters", 405, "DELETE is not allowed"),
+        (
+            "GET",
+            "/v1/routes?prefix=300.1.2.3",
+            400,
+            "neither an address nor a prefix",
+        ),
+        (
+            "GET",
+            "/v1/routes?prefix=10.0.0.0/99",
+            400,
+            "bad prefix length",
+        ),
+        ("GET", "/v1/routes?bogus=1", 400, "bogus"),
+    ] {
+        let r = c.call(method, path, None).unwrap();
+        assert_eq!(r.status, status, "{method} {path}: {r:?}");
+        assert!(
+            r.error_message().contains(needle),
+            "{method} {path}: {needle:?} in {:?}",
+            r.error_message()
+        );
+    }
+    // A request that is not HTTP at all, and an oversized one: the connection is refused
+    // or answered with an error, and the daemon stays up and keeps forwarding.
+    {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(lab.socket()).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        s.write_all(b"\xff\xfe not http\r\n\r\n").unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        let text = String::from_utf8_lossy(&buf);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 400"),
+            "{text}"
+        );
+        let mut s = std::os::unix::net::UnixStream::connect(lab.socket()).unwrap();
+        let _ = s.write_all(
+            format!(
+                "POST /v1/counters HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+                64 << 20
+            )
+            .as_bytes(),
+        );
+        let _ = s.write_all(&vec![b'x'; 1 << 20]);
+        drop(s);
+    }
+    assert_eq!(
+        c.get("/v1/interfaces").unwrap().as_array().unwrap().len(),
+        2
+    );
+    ping_ok(lab, lab::H2_V4).unwrap();
+
+    // The OpenAPI document describes every endpoint the tests call.
+    let doc = c.get("/openapi.json").unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{doc}");
+    for p in [
+        "/v1/interfaces",
+        "/v1/routes",
+        "/v1/routes/summary",
+        "/v1/neighbors",
+        "/v1/counters",
+        "/v1/version",
+        "/metrics",
+        "/openapi.json",
+    ] {
+        assert!(doc["paths"][p]["get"].is_object(), "{p} missing from {doc}");
+    }
+}
+
+#[test]
+fn tcp_needs_the_token_and_the_cli_uses_it() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let g = start(
+        "t",
+        &format!(
+            "[api]\nlisten = \"192.0.2.1:{PORT}\"\ntoken_file = \"{}\"\n",
+            token_file.display()
+        ),
+    );
+    let lab = &g.0;
+    let url = format!("http://192.0.2.1:{PORT}/v1/interfaces");
+    let (status, body) = curl(lab, &[&url]);
+    assert_eq!(status, 401, "{body}");
+    assert!(error_of(&body).contains("Authorization: Bearer"), "{body}");
+    let (status, body) = curl(
+        lab,
+        &["-H", "Authorization: Bearer wrong-token-xxxxxxxxx", &url],
+    );
+    assert_eq!(status, 401, "{body}");
+    assert!(error_of(&body).contains("wrong token"), "{body}");
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let (status, body) = curl(lab, &["-H", &auth, &url]);
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    // Unauthenticated requests to unknown paths are 401 too: nothing leaks without a token.
+    let (status, _) = curl(lab, &[&format!("http://192.0.2.1:{PORT}/openapi.json")]);
+    assert_eq!(status, 401);
+    // The CLI as a remote client, from the host namespace h1.
+    let api = format!("192.0.2.1:{PORT}");
+    let out = lab
+        .exec_status(
+            &lab.h1(),
+            &[
+                bin(),
+                "show",
+                "counters",
+                "--json",
+                "--api",
+                &api,
+                "--token-file",
+                token_file.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["uptime_s"].as_f64().is_some(), "{v}");
+    let out = lab
+        .exec_status(&lab.h1(), &[bin(), "show", "counters", "--api", &api])
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Authorization: Bearer"), "{err}");
+}
+
+#[test]
+fn a_tcp_listener_without_a_token_is_refused_at_start() {
+    let e = control::config::Config::parse(
+        "[api]\nlisten = \"127.0.0.1:9180\"\n[[port]]\nname = \"e\"\n",
+        std::path::Path::new("t.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("needs api.token_file"), "{e}");
+}
+
+/// The metrics text parsed by the reference OpenMetrics parser; returns {name: [(labels,
+/// value)]} as JSON.
+fn parse_metrics(text: &str) -> Value {
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.setdefault(s.name, []).append([s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (Debian) with python3-prometheus-client");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser rejected the text: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn sample(m: &Value, name: &str, labels: &[(&str, &str)]) -> f64 {
+    m[name]
+        .as_array()
+        .unwrap_or_else(|| panic!("{name} missing"))
+        .iter()
+        .find(|s| labels.iter().all(|(k, v)| s[0][k] == *v))
+        .unwrap_or_else(|| panic!("{name}{labels:?} missing in {}", m[name]))[1]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn metrics_parse_and_count_traffic() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("m", "");
+    let lab = &g.0;
+    ping_ok(lab, lab::H2_V4).unwrap();
+    // 20 packets to a prefix nobody routes: counted as ip4-lookup no-route drops.
+    let _ = sh(
+        lab,
+        &lab.h1(),
+        &["ping", "-c", "20", "-i", "0.01", "-W", "1", "203.0.113.99"],
+    );
+    let c = unix(lab);
+    // Counters reach the API within a few polls of the worker; wait for the drops.
+    let mut m = Value::Null;
+    for _ in 0..50 {
+        let r = c.call("GET", "/metrics", None).unwrap();
+        assert_eq!(r.status, 200);
+        assert!(
+            r.content_type.starts_with("application/openmetrics-text"),
+            "{}",
+            r.content_type
+        );
+        m = parse_metrics(std::str::from_utf8(&r.body).unwrap());
+        if sample(
+            &m,
+            "ferrouter_node_packets_total",
+            &[("reason", "Ip4NoRoute")],
+        ) >= 20.0
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let ifs = c.get("/v1/interfaces").unwrap();
+    let r1 = ifs[0]["name"].as_str().unwrap();
+    assert!(sample(&m, "ferrouter_port_rx_packets_total", &[("port", r1)]) >= 21.0);
+    assert!(sample(&m, "ferrouter_port_rx_bytes_total", &[("port", r1)]) > 0.0);
+    assert_eq!(
+        sample(
+            &m,
+            "ferrouter_node_packets_total",
+            &[
+                ("node", "ip4-lookup"),
+                ("reason", "Ip4NoRoute"),
+                ("kind", "drop")
+            ]
+        ),
+        20.0
+    );
+    assert!(
+        sample(
+            &m,
+            "ferrouter_node_packets_total",
+            &[("reason", "Ip4Forwarded")]
+        ) >= 1.0
+    );
+    let busy = sample(
+        &m,
+        "ferrouter_worker_polls_total",
+        &[("worker", "0"), ("state", "busy")],
+    );
+    let idle = sample(
+        &m,
+        "ferrouter_worker_polls_total",
+        &[("worker", "0"), ("state", "idle")],
+    );
+    assert!(busy >= 1.0 && idle > busy, "busy {busy} idle {idle}");
+    let summary = c.get("/v1/routes/summary").unwrap();
+    assert_eq!(
+        sample(&m, "ferrouter_fib_routes", &[("family", "ipv4")]),
+        summary["ipv4"].as_f64().unwrap()
+    );
+    assert!(sample(&m, "ferrouter_fib_memory_bytes", &[]) > 0.0);
+    assert!(sample(&m, "ferrouter_neighbors", &[]) >= 1.0);
+    assert!(sample(&m, "ferrouter_route_sync_events_total", &[]) >= 1.0);
+    assert!(sample(&m, "ferrouter_route_sync_lag_seconds_max", &[]) > 0.0);
+    assert_eq!(
+        sample(
+            &m,
+            "ferrouter_kernel_forwarded_packets_total",
+            &[("family", "ipv4")]
+        ),
+        0.0
+    );
+    assert_eq!(sample(&m, "ferrouter_build_info", &[]), 1.0);
+}
