@@ -2,6 +2,9 @@
 //! state into the FIB, the daemon loop and its control API.
 
 pub mod api;
+pub mod apply;
 pub mod config;
+pub mod configsvc;
 pub mod daemon;
+pub mod history;
 pub mod sync;
