@@ -20,7 +20,30 @@
 //! memif_role = "server" # server | client
 //! memif_id = 0
 //! mac = "02:fe:00:00:00:01"
+//!
+//! # What Ferrouter owns in the kernel, applied live by `config apply` (crate::apply)
+//! [[interface]]
+//! name = "eth1"         # a [[port]] or an existing Linux interface
+//! mtu = 9000            # 68..=65535 (>= 1280 with an IPv6 address)
+//! addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
+//!
+//! [[route]]
+//! prefix = "10.0.0.0/8" # host bits zero
+//! via = ["192.0.2.2", "192.0.2.3"]   # ECMP; optional interface = "eth1"
+//! metric = 20           # optional
+//!
+//! [[route]]
+//! prefix = "2001:db8:dead::/48"
+//! blackhole = true
+//!
+//! [[neighbor]]
+//! interface = "eth1"
+//! ip = "192.0.2.2"
+//! mac = "02:00:00:00:00:02"
 //! ```
+//!
+//! [`Config::parse`] reports every problem, each as `FILE:LINE:COL: PATH: MESSAGE`;
+//! [`check_system`] adds those that depend on the machine (unknown interfaces).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
