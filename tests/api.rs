@@ -347,3 +347,301 @@ fn metrics_parse_and_count_traffic() {
     );
     assert_eq!(sample(&m, "ferrouter_build_info", &[]), 1.0);
 }
+
+/// `ferrouter config ...` against the lab's router.
+fn config_cli(lab: &Lab, args: &[&str]) -> (bool, String) {
+    let sock = lab.socket();
+    let mut a: Vec<&str> = vec!["config"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--socket", sock.to_str().unwrap()]);
+    let out = Command::new(bin()).args(&a).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// What the router namespace's kernel holds that a config can change: addresses, MTUs,
+/// main-table routes and permanent neighbours (sorted, as JSON text).
+fn kernel_state(lab: &Lab) -> String {
+    let mut parts = Vec::new();
+    for args in [
+        &["-j", "addr", "show"][..],
+        &["-j", "route", "show", "table", "main"][..],
+        &["-j", "-6", "route", "show", "table", "main"][..],
+        &["-j", "neigh", "show", "nud", "permanent"][..],
+    ] {
+        let mut a = vec!["ip"];
+        a.extend_from_slice(args);
+        let (ok, out) = sh(lab, &lab.rtr(), &a);
+        assert!(ok, "{a:?}: {out}");
+        let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        // Counters and lifetimes change by themselves; keep what a config decides.
+        let mut items: Vec<String> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| {
+                let mut o = o.clone();
+                if let Some(m) = o.as_object_mut() {
+                    for k in ["stats64", "operstate", "linkmode", "flags", "xdp"] {
+                        m.remove(k);
+                    }
+                    if let Some(Value::Array(ai)) = m.get_mut("addr_info") {
+                        // Link-local addresses come and go with DAD on their own.
+                        ai.retain(|a| a["scope"] != "link");
+                        for a in ai {
+                            if let Some(am) = a.as_object_mut() {
+                                am.remove("valid_life_time");
+                                am.remove("preferred_life_time");
+                            }
+                        }
+                    }
+                }
+                o.to_string()
+            })
+            .collect();
+        items.sort();
+        parts.push(items.join("\n"));
+    }
+    parts.join("\n--\n")
+}
+
+#[test]
+fn config_check_apply_diff_rollback_and_restart() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("c", "");
+    let lab = &g.0;
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(lab.config_file()).unwrap();
+    let extra = "
+[[interface]]
+name = \"r1\"
+mtu = 1400
+addresses = [\"10.77.0.1/24\", \"2001:db8:77::1/64\"]
+
+[[route]]
+prefix = \"10.99.0.0/16\"
+via = [\"198.51.100.2\"]
+
+[[route]]
+prefix = \"2001:db8:99::/48\"
+via = [\"2001:db8:2::2\"]
+
+[[route]]
+prefix = \"10.66.0.0/16\"
+blackhole = true
+
+[[neighbor]]
+interface = \"r2\"
+ip = \"198.51.100.9\"
+mac = \"02:00:00:00:00:09\"
+";
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, format!("{base}{extra}")).unwrap();
+
+    // Every kind of bad config is refused with its location and what is expected, by
+    // `config check` (here) and by `config apply` (the daemon), and nothing changes.
+    let before = kernel_state(lab);
+    let bad = [
+        ("[[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"198.51.100.2\"]\ninterface = \"nosuch0\"\n", "nosuch0"),
+        (
+            "[[interface]]\nname = \"r1\"\naddresses = [\"10.5.0.1/16\"]\n[[interface]]\nname = \"r2\"\naddresses = [\"10.5.7.1/24\"]\n",
+            "overlaps",
+        ),
+        ("[[route]]\nprefix = \"10.1.0.1/16\"\nblackhole = true\n", "did you mean 10.1.0.0/16"),
+        ("[[route]]\nprefix = \"10.1.0.0/33\"\nblackhole = true\n", "10.1.0.0/33"),
+        ("[[interface]]\nname = \"r1\"\nmtu = 1400\nmtu = 1500\n", "duplicate key"),
+        ("[[interface]]\nname = \"r1\"\nmtu = 70000\n", "out of range"),
+        ("[[interface]]\nname = \"r1\"\nspeed = 10\n", "speed"),
+    ];
+    for (i, (body, needle)) in bad.iter().enumerate() {
+        let f = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&f, format!("{base}\n{body}")).unwrap();
+        let (ok, out) = config_cli(lab, &["check", f.to_str().unwrap()]);
+        assert!(!ok, "{body}: {out}");
+        assert!(out.contains(needle), "check {body}: {needle:?} in {out}");
+        // FILE:LINE:COL of the offending value.
+        let fname = f.display().to_string();
+        let located = out.lines().any(|l| {
+            l.split_once(&format!("{fname}:")).is_some_and(|(_, rest)| {
+                let mut it = rest.split(':');
+                it.next().is_some_and(|n| n.parse::<u32>().is_ok())
+                    && it.next().is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+        });
+        assert!(located, "no FILE:LINE:COL in {out}");
+        let (ok, out) = config_cli(lab, &["apply", f.to_str().unwrap()]);
+        assert!(!ok, "{body}: {out}");
+        assert!(out.contains(needle), "apply {body}: {needle:?} in {out}");
+    }
+    // Changing a port needs a restart: refused, nothing changed.
+    let f = dir.path().join("port.toml");
+    std::fs::write(&f, base.replace("workers = 1", "workers = 2")).unwrap();
+    let (ok, out) = config_cli(lab, &["apply", f.to_str().unwrap()]);
+    assert!(!ok && out.contains("restart"), "{out}");
+    // The HTTP API itself: malformed JSON is a 400 with a message, an invalid config a 422
+    // with every problem located.
+    let c = unix(lab);
+    let r = c
+        .call(
+            "POST",
+            "/v1/config/apply",
+            Some(("application/json", b"{\"text\": ".to_vec())),
+        )
+        .unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        r.error_message().contains("malformed request body"),
+        "{r:?}"
+    );
+    let r = c
+        .call(
+            "POST",
+            "/v1/config/apply",
+            Some(("application/json", b"{\"txt\": \"\"}".to_vec())),
+        )
+        .unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.error_message().contains("txt"), "{r:?}");
+    let r = c
+        .call(
+            "POST",
+            "/v1/config/check",
+            Some((
+                "application/json",
+                serde_json::json!({"text": format!("{base}\n[[route]]\nprefix = \"10.1.0.1/16\"\nblackhole = true\n[[interface]]\nname = \"r1\"\nmtu = 1\n")})
+                    .to_string()
+                    .into_bytes(),
+            )),
+        )
+        .unwrap();
+    assert_eq!(r.status, 422, "{r:?}");
+    let v = r.json().unwrap();
+    let problems = v["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 2, "both problems reported: {v}");
+    assert!(
+        problems.iter().all(|p| p["line"].as_u64().unwrap() > 0),
+        "{v}"
+    );
+    assert_eq!(
+        kernel_state(lab),
+        before,
+        "a refused config changed the kernel"
+    );
+
+    // Apply: the kernel and the fast path have it.
+    let (ok, out) = config_cli(lab, &["check", good.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let (ok, out) = config_cli(
+        lab,
+        &[
+            "apply",
+            good.to_str().unwrap(),
+            "--comment",
+            "add lab routes",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("history entry"), "{out}");
+    let (_, addr) = sh(lab, &lab.rtr(), &["ip", "-j", "addr", "show", "dev", "r1"]);
+    assert!(
+        addr.contains("10.77.0.1") && addr.contains("2001:db8:77::1"),
+        "{addr}"
+    );
+    assert!(addr.contains("\"mtu\":1400"), "{addr}");
+    let (_, nb) = sh(lab, &lab.rtr(), &["ip", "neigh", "show", "198.51.100.9"]);
+    assert!(
+        nb.contains("02:00:00:00:00:09") && nb.contains("PERMANENT"),
+        "{nb}"
+    );
+    let mut fib = Value::Null;
+    for _ in 0..50 {
+        fib = api(lab, "routes", Some("10.99.1.1"));
+        if fib["routes"][0]["prefix"] == "10.99.0.0/16" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(fib["routes"][0]["prefix"], "10.99.0.0/16", "{fib}");
+    assert!(
+        fib["routes"][0]["next_hop"]
+            .as_str()
+            .unwrap()
+            .contains("198.51.100.2"),
+        "{fib}"
+    );
+    let fib6 = api(lab, "routes", Some("2001:db8:99::1"));
+    assert_eq!(fib6["routes"][0]["prefix"], "2001:db8:99::/48", "{fib6}");
+    let bh = api(lab, "routes", Some("10.66.0.1"));
+    assert_eq!(bh["routes"][0]["next_hop"], "drop", "{bh}");
+    // The saved file is the applied one (a restart comes back with it).
+    assert_eq!(
+        std::fs::read_to_string(lab.config_file()).unwrap(),
+        std::fs::read_to_string(&good).unwrap()
+    );
+
+    // Diff from running to a candidate without the blackhole, and previous → running.
+    let next = dir.path().join("next.toml");
+    std::fs::write(
+        &next,
+        format!("{base}{extra}").replace(
+            "[[route]]\nprefix = \"10.66.0.0/16\"\nblackhole = true\n",
+            "",
+        ),
+    )
+    .unwrap();
+    let (ok, d) = config_cli(lab, &["diff", next.to_str().unwrap()]);
+    assert!(ok, "{d}");
+    assert!(
+        d.contains("-prefix = \"10.66.0.0/16\"") && d.contains("-blackhole = true"),
+        "{d}"
+    );
+    assert!(
+        !d.lines()
+            .any(|l| l.starts_with('+') && !l.starts_with("+++")),
+        "{d}"
+    );
+    let (ok, out) = config_cli(lab, &["apply", next.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("10.66.0.0/16"),
+        "the removed route is listed: {out}"
+    );
+    let (_, routes) = sh(lab, &lab.rtr(), &["ip", "route", "show", "table", "main"]);
+    assert!(
+        !routes.contains("10.66.0.0") && routes.contains("10.99.0.0/16"),
+        "{routes}"
+    );
+    let (ok, d) = config_cli(lab, &["diff"]);
+    assert!(ok && d.contains("-blackhole = true"), "{d}");
+
+    // Rollback 2 goes back to the config the lab started with: the kernel is as before.
+    let (ok, h) = config_cli(lab, &["history"]);
+    assert!(ok && h.contains("add lab routes"), "{h}");
+    let (ok, out) = config_cli(lab, &["rollback", "2"]);
+    assert!(ok, "{out}");
+    assert_eq!(kernel_state(lab), before, "rollback 2 restores the start");
+    let (ok, out) = config_cli(lab, &["rollback", "99"]);
+    assert!(!ok && out.contains("cannot roll back 99"), "{out}");
+
+    // Rollback 1 returns to `next`; a restart keeps it (the daemon re-reads its file).
+    let (ok, out) = config_cli(lab, &["rollback"]);
+    assert!(ok, "{out}");
+    let running = kernel_state(lab);
+    assert!(running.contains("10.99.0.0/16") && !running.contains("10.66.0.0"));
+    lab.stop_router();
+    lab.run_router(std::path::Path::new(bin()), &lab.config_file())
+        .unwrap();
+    assert_eq!(kernel_state(lab), running, "the restart changed the kernel");
+    let (ok, shown) = config_cli(lab, &["show"]);
+    assert!(
+        ok && shown.contains("10.99.0.0/16") && !shown.contains("10.66.0.0"),
+        "{shown}"
+    );
+    let (ok, h) = config_cli(lab, &["history"]);
+    let entries = h.lines().skip(1).count();
+    assert!(ok && entries >= 4, "{h}");
+    // The daemon forwards throughout.
+    ping_ok(lab, lab::H2_V4).unwrap();
+}

@@ -287,8 +287,9 @@ fn memif_port_answers_arp_and_ping_through_its_tap() {
     std::fs::write(
         &cfg,
         format!(
-            "control_socket = \"{}\"\n[[port]]\nname = \"mif0\"\nbackend = \"memif\"\nmemif_socket = \"{}\"\nmac = \"02:fe:00:00:00:01\"\n",
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\n[[port]]\nname = \"mif0\"\nbackend = \"memif\"\nmemif_socket = \"{}\"\nmac = \"02:fe:00:00:00:01\"\n",
             ctl.display(),
+            dir.path().join("state").display(),
             sock.display()
         ),
     )

@@ -493,7 +493,8 @@ fn sigterm_stops_cleanly_and_a_restart_relearns_state() {
 fn bad_config_and_missing_interface_fail_clearly_and_start_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
-    std::fs::write(&cfg, "[[port]]\nname = \"nosuchif0\"\n").unwrap();
+    let state = format!("state_dir = \"{}\"\n", dir.path().join("state").display());
+    std::fs::write(&cfg, format!("{state}[[port]]\nname = \"nosuchif0\"\n")).unwrap();
     let out = Command::new(bin())
         .args(["run", "--config"])
         .arg(&cfg)
@@ -502,7 +503,7 @@ fn bad_config_and_missing_interface_fail_clearly_and_start_nothing() {
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("nosuchif0") && e.contains("not found"), "{e}");
-    std::fs::write(&cfg, "[[port]]\nname = \"lo\"\nbogus = 1\n").unwrap();
+    std::fs::write(&cfg, format!("{state}[[port]]\nname = \"lo\"\nbogus = 1\n")).unwrap();
     let out = Command::new(bin())
         .args(["run", "--config"])
         .arg(&cfg)

@@ -32,13 +32,13 @@ struct Cli {
 #[derive(Args, Clone)]
 struct ApiArgs {
     /// Control socket (local access).
-    #[arg(long, default_value = "/run/ferrouter/ferrouter.sock")]
+    #[arg(long, default_value = "/run/ferrouter/ferrouter.sock", global = true)]
     socket: std::path::PathBuf,
     /// Reach the daemon over TCP instead, at HOST:PORT (its `[api] listen`).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", global = true)]
     api: Option<String>,
     /// With --api: the file holding the bearer token (FERROUTER_TOKEN is used if unset).
-    #[arg(long)]
+    #[arg(long, global = true)]
     token_file: Option<std::path::PathBuf>,
 }
 
@@ -62,6 +62,44 @@ impl ApiArgs {
             token,
         }))
     }
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Validate FILE: every problem with its line:column and what is expected. Runs here
+    /// (no daemon needed); with --api, the daemon checks it, and also shows the plan.
+    Check {
+        /// Config file (TOML).
+        file: std::path::PathBuf,
+    },
+    /// Apply FILE as one transaction: all of it, or nothing. It becomes the running config,
+    /// saved to the daemon's config file and recorded in the history.
+    Apply {
+        /// Config file (TOML).
+        file: std::path::PathBuf,
+        /// Why (kept in the history).
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Unified diff from the running config to FILE; without FILE, from the previous
+    /// config to the running one.
+    Diff {
+        /// Candidate config file.
+        file: Option<std::path::PathBuf>,
+    },
+    /// Re-apply the config N applies back (1 = the previous one), as a new transaction.
+    Rollback {
+        /// How many back.
+        #[arg(default_value_t = 1)]
+        n: usize,
+    },
+    /// The history of applied configs.
+    History,
+    /// Print the running config, or history entry ID.
+    Show {
+        /// History entry.
+        id: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -104,6 +142,14 @@ enum Cmd {
         /// JSON output.
         #[arg(long)]
         json: bool,
+    },
+    /// The declarative config: check a file, apply it as one transaction, diff, roll back,
+    /// and the history of applied configs.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+        #[command(flatten)]
+        api: ApiArgs,
     },
     /// The built-in traffic generator on two ports: one trial (fixed rate, or as fast as the
     /// ports allow), with exact loss, reordering and latency accounting.
@@ -518,15 +564,15 @@ fn main() -> Result<()> {
         } => demo(routes4, routes6, duration),
         Cmd::Run { config, log_format } => {
             init_logs(&log_format);
-            let cfg = control::config::Config::load(&config)?;
             tracing::info!(version = VERSION, config = %config.display(), "starting");
-            control::daemon::run(cfg, VERSION, |sock| {
+            control::daemon::run(&config, VERSION, |sock| {
                 tracing::info!(
                     "ready; try: ferrouter show interfaces --socket {}",
                     sock.display()
                 )
             })
         }
+        Cmd::Config { cmd, api } => config_cmd(cmd, &api),
         Cmd::Show {
             what,
             arg,
@@ -854,6 +900,118 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         print!("{}", r.table());
     }
     Ok(())
+}
+
+fn read_file(p: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+}
+
+fn print_applied(v: &serde_json::Value) {
+    let changed = v["changed"].as_array().map(Vec::len).unwrap_or(0);
+    let unchanged = v["unchanged"].as_array().map(Vec::len).unwrap_or(0);
+    for step in v["changed"].as_array().into_iter().flatten() {
+        println!("{}", step.as_str().unwrap_or_default());
+    }
+    match v["history_id"].as_u64() {
+        Some(id) => println!(
+            "applied: {changed} change(s), {unchanged} already in place; history entry {id}"
+        ),
+        None => println!("no changes: the running config is the same"),
+    }
+}
+
+fn config_cmd(cmd: ConfigCmd, api: &ApiArgs) -> Result<()> {
+    use serde_json::json;
+    let client = api.client()?;
+    match cmd {
+        ConfigCmd::Check { file } => {
+            let text = read_file(&file)?;
+            if api.api.is_none() {
+                // Locally: the same checks the daemon makes, in this network namespace.
+                let cfg = control::config::Config::parse(&text, &file)
+                    .map_err(|p| anyhow::anyhow!("{p}"))?;
+                control::config::check_system(&cfg, &text, &file)
+                    .map_err(|p| anyhow::anyhow!("{p}"))?;
+                println!("{}: valid", file.display());
+                return Ok(());
+            }
+            let r = client.call(
+                "POST",
+                "/v1/config/check",
+                Some((
+                    "application/json",
+                    json!({"text": text, "file": file.display().to_string()})
+                        .to_string()
+                        .into_bytes(),
+                )),
+            )?;
+            if r.status != 200 {
+                bail!("{}", r.error_message());
+            }
+            let v = r.json()?;
+            println!("{}: valid; applying it would:", file.display());
+            let plan = v["plan"].as_array().cloned().unwrap_or_default();
+            if plan.is_empty() {
+                println!("  change nothing");
+            }
+            for s in plan {
+                println!("  {}", s.as_str().unwrap_or_default());
+            }
+            Ok(())
+        }
+        ConfigCmd::Apply { file, comment } => {
+            let text = read_file(&file)?;
+            let v = client.send_json(
+                "POST",
+                "/v1/config/apply",
+                &json!({"text": text, "file": file.display().to_string(), "comment": comment}),
+            )?;
+            print_applied(&v);
+            Ok(())
+        }
+        ConfigCmd::Diff { file } => {
+            let text = file.as_deref().map(read_file).transpose()?;
+            let v = client.send_json("POST", "/v1/config/diff", &json!({"text": text}))?;
+            print!("{}", v["diff"].as_str().unwrap_or_default());
+            Ok(())
+        }
+        ConfigCmd::Rollback { n } => {
+            let v = client.send_json("POST", "/v1/config/rollback", &json!({"steps": n}))?;
+            print_applied(&v);
+            Ok(())
+        }
+        ConfigCmd::History => {
+            let v = client.get("/v1/config/history")?;
+            println!(
+                "{:>6}  {:<20} {:>7}  comment",
+                "id", "applied (UTC)", "bytes"
+            );
+            for e in v.as_array().into_iter().flatten() {
+                let t = e["time"].as_u64().unwrap_or(0);
+                println!(
+                    "{:>6}  {:<20} {:>7}  {}",
+                    e["id"],
+                    utc(t),
+                    e["bytes"],
+                    e["comment"].as_str().unwrap_or("")
+                );
+            }
+            Ok(())
+        }
+        ConfigCmd::Show { id } => {
+            let v = match id {
+                Some(id) => client.get(&format!("/v1/config/history/{id}"))?,
+                None => client.get("/v1/config")?,
+            };
+            print!("{}", v["text"].as_str().unwrap_or_default());
+            Ok(())
+        }
+    }
+}
+
+/// RFC 3339 of a Unix time, UTC.
+fn utc(t: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(t)).to_string()
 }
 
 /// Structured logs on stdout (journald keeps them under systemd), level from RUST_LOG.

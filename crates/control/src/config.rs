@@ -20,8 +20,32 @@
 //! memif_role = "server" # server | client
 //! memif_id = 0
 //! mac = "02:fe:00:00:00:01"
+//!
+//! # What Ferrouter owns in the kernel, applied live by `config apply` (crate::apply)
+//! [[interface]]
+//! name = "eth1"         # a [[port]] or an existing Linux interface
+//! mtu = 9000            # 68..=65535 (>= 1280 with an IPv6 address)
+//! addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
+//!
+//! [[route]]
+//! prefix = "10.0.0.0/8" # host bits zero
+//! via = ["192.0.2.2", "192.0.2.3"]   # ECMP; optional interface = "eth1"
+//! metric = 20           # optional
+//!
+//! [[route]]
+//! prefix = "2001:db8:dead::/48"
+//! blackhole = true
+//!
+//! [[neighbor]]
+//! interface = "eth1"
+//! ip = "192.0.2.2"
+//! mac = "02:00:00:00:00:02"
 //! ```
+//!
+//! [`Config::parse`] reports every problem, each as `FILE:LINE:COL: PATH: MESSAGE`;
+//! [`check_system`] adds those that depend on the machine (unknown interfaces).
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -109,9 +133,168 @@ pub struct Config {
     /// The API's TCP listener and its token (`[api]`; the unix socket is always on).
     #[serde(default)]
     pub api: crate::http::ApiSettings,
+    /// Where the history of applied configs lives (`running.toml`, `history/`).
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
     /// Ports the fast path owns.
     #[serde(rename = "port", default)]
     pub ports: Vec<PortConfig>,
+    /// Addresses and MTUs Ferrouter sets on interfaces (through the kernel).
+    #[serde(rename = "interface", default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceConfig>,
+    /// Static routes in the kernel's main table.
+    #[serde(rename = "route", default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteConfig>,
+    /// Permanent neighbour (ARP/NDP) entries.
+    #[serde(rename = "neighbor", default, skip_serializing_if = "Vec::is_empty")]
+    pub neighbors: Vec<NeighborConfig>,
+}
+
+/// `[[interface]]`: what Ferrouter owns of one Linux interface.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceConfig {
+    /// A `[[port]]` name or an existing Linux interface.
+    pub name: String,
+    /// MTU (68..=65535; at least 1280 with an IPv6 address); left alone when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Addresses with their prefix length, `192.0.2.1/24`, `2001:db8::1/64`.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+}
+
+/// `[[route]]`: a static route, via gateways (ECMP when several) or a blackhole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Destination prefix, host bits zero: `10.0.0.0/8`, `2001:db8:100::/48`.
+    pub prefix: String,
+    /// Gateways, of the prefix's family.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub via: Vec<String>,
+    /// Output interface of every gateway (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Drop matching packets silently instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blackhole: bool,
+    /// Metric; the kernel's default when absent (0 for IPv4, 1024 for IPv6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+}
+
+/// `[[neighbor]]`: a permanent ARP/NDP entry.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighborConfig {
+    /// Interface the neighbour is on.
+    pub interface: String,
+    /// Its IPv4 or IPv6 address.
+    pub ip: String,
+    /// Its MAC, `aa:bb:cc:dd:ee:ff` (unicast).
+    pub mac: String,
+}
+
+/// An address with a prefix length: `192.0.2.1/24`. As an interface address the host bits
+/// are the address; as a route destination they must be zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Prefix {
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length (0..=32 or 0..=128).
+    pub len: u8,
+}
+
+impl Prefix {
+    /// The address with its host bits cleared.
+    pub fn network(&self) -> Prefix {
+        let addr = match self.addr {
+            IpAddr::V4(a) => {
+                let m = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
+            }
+            IpAddr::V6(a) => {
+                let m = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
+            }
+        };
+        Prefix {
+            addr,
+            len: self.len,
+        }
+    }
+
+    /// Whether `ip` is inside this prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4()
+            && Prefix {
+                addr: ip,
+                len: self.len,
+            }
+            .network()
+                == self.network()
+    }
+
+    /// Whether the two prefixes share any address.
+    pub fn overlaps(&self, other: &Prefix) -> bool {
+        let shorter = if self.len <= other.len { self } else { other };
+        let longer = if self.len <= other.len { other } else { self };
+        shorter.contains(longer.addr)
+    }
+}
+
+impl std::str::FromStr for Prefix {
+    type Err = String;
+
+    /// `ADDR/LEN`; the message says what is wrong.
+    fn from_str(s: &str) -> Result<Prefix, String> {
+        let Some((a, l)) = s.split_once('/') else {
+            return Err(format!(
+                "{s:?} has no prefix length; expected ADDRESS/LENGTH like 192.0.2.1/24"
+            ));
+        };
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("{a:?} in {s:?} is not an IPv4 or IPv6 address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        match l.parse::<u8>() {
+            Ok(len) if len <= max => Ok(Prefix { addr, len }),
+            _ => Err(format!(
+                "{s:?} has an invalid prefix length {l:?}; expected 0..={max}"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl RouteConfig {
+    /// The destination (valid after [`Config::parse`]).
+    pub fn dst(&self) -> Option<Prefix> {
+        self.prefix.parse().ok()
+    }
+
+    /// The gateways (valid after [`Config::parse`]).
+    pub fn gateways(&self) -> Vec<IpAddr> {
+        self.via.iter().filter_map(|v| v.parse().ok()).collect()
+    }
+
+    /// The metric the kernel files the route under: the configured one, else its default
+    /// (0 for IPv4, 1024 for IPv6).
+    pub fn effective_metric(&self) -> u32 {
+        match (self.metric, self.dst()) {
+            (Some(m), _) => m,
+            (None, Some(p)) if p.addr.is_ipv6() => 1024,
+            _ => 0,
+        }
+    }
 }
 
 fn default_rcvbuf() -> usize {
@@ -122,8 +305,52 @@ fn default_socket() -> PathBuf {
     PathBuf::from("/run/ferrouter/ferrouter.sock")
 }
 
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/ferrouter")
+}
+
 fn one() -> usize {
     1
+}
+
+/// One problem in a config file: where (line and column, 1-based; the dotted path of the
+/// value) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column (in characters), from 1.
+    pub column: usize,
+    /// The value's path, `route[2].prefix`; empty for syntax errors.
+    pub path: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+/// Every problem found in one file, displayed one per line as
+/// `FILE:LINE:COL: PATH: MESSAGE`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+pub struct Problems {
+    /// The file's label (its path).
+    pub file: String,
+    /// The problems, in file order.
+    pub problems: Vec<Problem>,
+}
+
+impl std::fmt::Display for Problems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}:{}:{}: ", self.file, p.line, p.column)?;
+            if !p.path.is_empty() {
+                write!(f, "{}: ", p.path)?;
+            }
+            write!(f, "{}", p.message)?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a config file was rejected.
@@ -137,22 +364,118 @@ pub enum ConfigError {
         /// Cause.
         source: std::io::Error,
     },
-    /// Syntax or schema error, with its location.
-    #[error("config {path}: {message}")]
-    Parse {
-        /// Path.
-        path: PathBuf,
-        /// The parser's message (line, column, what was expected).
-        message: String,
-    },
-    /// Semantically invalid.
-    #[error("config {path}: {message}")]
-    Invalid {
-        /// Path.
-        path: PathBuf,
-        /// What is wrong and how to fix it.
-        message: String,
-    },
+    /// Syntax, schema or semantic errors, each with its location.
+    #[error("{0}")]
+    Invalid(#[from] Problems),
+}
+
+/// Locates dotted paths (`route[2].via[1]`) in the text of a config, for messages.
+struct Locator<'a> {
+    text: &'a str,
+    doc: Option<toml_edit::ImDocument<&'a str>>,
+}
+
+impl<'a> Locator<'a> {
+    fn new(text: &'a str) -> Locator<'a> {
+        Locator {
+            text,
+            doc: toml_edit::ImDocument::parse(text).ok(),
+        }
+    }
+
+    /// Line and column of the value at `path`, or of the nearest enclosing item found.
+    fn locate(&self, path: &str) -> (usize, usize) {
+        let span = self.span(path).unwrap_or(0..0);
+        line_col(self.text, span.start)
+    }
+
+    fn span(&self, path: &str) -> Option<std::ops::Range<usize>> {
+        let doc = self.doc.as_ref()?;
+        let mut table: &dyn toml_edit::TableLike = doc.as_table();
+        let mut best = None;
+        for seg in path.split('.').filter(|s| !s.is_empty()) {
+            let (key, index) = match seg.split_once('[') {
+                Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+                None => (seg, None),
+            };
+            let Some((k, item)) = table.get_key_value(key) else {
+                break;
+            };
+            best = item.span().or_else(|| k.span()).or(best);
+            match index {
+                Some(i) => {
+                    if let Some(t) = item.as_array_of_tables().and_then(|a| a.get(i)) {
+                        best = t.span().or(best);
+                        table = t;
+                    } else if let Some(v) = item.as_array().and_then(|a| a.get(i)) {
+                        return v.span().or(best);
+                    } else {
+                        break;
+                    }
+                }
+                None => match item.as_table_like() {
+                    Some(t) => table = t,
+                    None => break,
+                },
+            }
+        }
+        best
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or("");
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, col)
+}
+
+/// Collects problems by path, then locates them.
+struct Report {
+    issues: Vec<(String, String)>,
+}
+
+impl Report {
+    fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.issues.push((path.into(), message.into()));
+    }
+
+    fn finish(self, text: &str, file: &Path) -> Result<(), Problems> {
+        if self.issues.is_empty() {
+            return Ok(());
+        }
+        let loc = Locator::new(text);
+        let mut problems: Vec<Problem> = self
+            .issues
+            .into_iter()
+            .map(|(path, message)| {
+                let (line, column) = loc.locate(&path);
+                Problem {
+                    line,
+                    column,
+                    path,
+                    message,
+                }
+            })
+            .collect();
+        problems.sort_by_key(|p| (p.line, p.column));
+        Err(Problems {
+            file: file.display().to_string(),
+            problems,
+        })
+    }
+}
+
+/// Whether `name` can be a Linux interface name.
+fn valid_ifname(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 15 && !name.contains(['/', ' ', '\0', ':'])
 }
 
 impl Config {
@@ -162,56 +485,83 @@ impl Config {
             path: path.into(),
             source,
         })?;
-        Self::parse(&text, path)
+        Ok(Self::parse(&text, path)?)
     }
 
-    /// Parse and validate text (`path` only labels messages).
-    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.into(),
-            message: e.to_string(),
+    /// Parse and validate text (`path` only labels messages): every problem is reported,
+    /// each with its line, column and path. Nothing here looks at the system; see
+    /// [`check_system`].
+    pub fn parse(text: &str, path: &Path) -> Result<Config, Problems> {
+        let c: Config = toml::from_str(text).map_err(|e| {
+            let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
+            Problems {
+                file: path.display().to_string(),
+                problems: vec![Problem {
+                    line,
+                    column,
+                    path: String::new(),
+                    message: e.message().trim_end().to_string(),
+                }],
+            }
         })?;
-        let invalid = |message: String| ConfigError::Invalid {
-            path: path.into(),
-            message,
-        };
+        let mut r = Report { issues: Vec::new() };
+        c.validate(&mut r);
+        r.finish(text, path)?;
+        Ok(c)
+    }
+
+    fn validate(&self, r: &mut Report) {
+        let c = self;
         if c.ports.is_empty() {
-            return Err(invalid(
-                "no [[port]] configured: the fast path needs at least one interface".into(),
-            ));
+            r.add(
+                "",
+                "no [[port]] configured: the fast path needs at least one interface",
+            );
         }
         if c.ports.len() > 64 {
-            return Err(invalid(format!(
-                "{} ports configured; at most 64 are supported",
-                c.ports.len()
-            )));
+            r.add(
+                "port",
+                format!(
+                    "{} ports configured; at most 64 are supported",
+                    c.ports.len()
+                ),
+            );
         }
         for (i, p) in c.ports.iter().enumerate() {
-            if p.name.is_empty() || p.name.len() > 15 || p.name.contains(['/', ' ', '\0']) {
-                return Err(invalid(format!("port[{i}].name {:?} is not a valid Linux interface name (1-15 characters, no '/' or spaces)", p.name)));
+            if !valid_ifname(&p.name) {
+                r.add(format!("port[{i}].name"), format!("{:?} is not a valid Linux interface name (1-15 characters, no '/', ':' or spaces)", p.name));
             }
             let memif_fields = p.memif_socket.is_some()
                 || p.memif_role != MemifRole::Server
                 || p.memif_id != 0
                 || p.mac.is_some();
             if p.backend != Backend::Memif && memif_fields {
-                return Err(invalid(format!("port[{i}] ({}): memif_socket, memif_role, memif_id and mac apply only to backend = \"memif\"", p.name)));
+                r.add(format!("port[{i}]"), format!("({}): memif_socket, memif_role, memif_id and mac apply only to backend = \"memif\"", p.name));
             }
             if p.backend == Backend::Memif {
                 match &p.memif_socket {
-                    None => return Err(invalid(format!("port[{i}] ({}): backend = \"memif\" needs memif_socket = \"/path/to/socket\"", p.name))),
-                    Some(s) if !s.is_absolute() => return Err(invalid(format!("port[{i}] ({}): memif_socket {} must be an absolute path", p.name, s.display()))),
+                    None => r.add(
+                        format!("port[{i}].backend"),
+                        format!(
+                            "({}): backend = \"memif\" needs memif_socket = \"/path/to/socket\"",
+                            p.name
+                        ),
+                    ),
+                    Some(s) if !s.is_absolute() => r.add(
+                        format!("port[{i}].memif_socket"),
+                        format!("({}): {} must be an absolute path", p.name, s.display()),
+                    ),
                     Some(_) => {}
                 }
                 if let Some(m) = &p.mac {
-                    match parse_mac(m) {
-                        Some(b) if b[0] & 1 == 0 && b != [0; 6] => {}
-                        _ => {
-                            return Err(invalid(format!(
-                            "port[{i}] ({}): mac {m:?} is not a unicast MAC like 02:00:00:00:00:01",
-                            p.name
-                        )))
-                        }
+                    if !parse_mac(m).is_some_and(unicast) {
+                        r.add(
+                            format!("port[{i}].mac"),
+                            format!(
+                                "({}): {m:?} is not a unicast MAC like 02:00:00:00:00:01",
+                                p.name
+                            ),
+                        );
                     }
                 }
                 if c.ports[..i].iter().any(|q| {
@@ -219,48 +569,320 @@ impl Config {
                         && q.memif_socket == p.memif_socket
                         && q.memif_id == p.memif_id
                 }) {
-                    return Err(invalid(format!(
-                        "port[{i}] ({}): another port already uses memif_id {} on {}",
-                        p.name,
-                        p.memif_id,
-                        p.memif_socket
-                            .as_ref()
-                            .map(|s| s.display().to_string())
-                            .unwrap_or_default()
-                    )));
+                    r.add(
+                        format!("port[{i}].memif_id"),
+                        format!(
+                            "({}): another port already uses memif_id {} on {}",
+                            p.name,
+                            p.memif_id,
+                            p.memif_socket
+                                .as_ref()
+                                .map(|s| s.display().to_string())
+                                .unwrap_or_default()
+                        ),
+                    );
                 }
             }
             if c.ports[..i].iter().any(|q| q.name == p.name) {
-                return Err(invalid(format!(
-                    "port[{i}]: interface {:?} is listed twice",
-                    p.name
-                )));
+                r.add(
+                    format!("port[{i}].name"),
+                    format!("interface {:?} is listed twice", p.name),
+                );
             }
         }
         if !(4096..=1 << 30).contains(&c.netlink_rcvbuf) {
-            return Err(invalid(format!(
-                "netlink_rcvbuf = {} is out of range (4096..=1073741824 bytes)",
-                c.netlink_rcvbuf
-            )));
+            r.add(
+                "netlink_rcvbuf",
+                format!(
+                    "{} is out of range; expected 4096..=1073741824 bytes",
+                    c.netlink_rcvbuf
+                ),
+            );
         }
         if let Some(m) = c.api.problem() {
-            return Err(invalid(m));
+            r.add("api", m);
         }
         if c.workers == 0 || c.workers > 64 {
-            return Err(invalid(format!(
-                "workers = {} is out of range (1..=64)",
-                c.workers
-            )));
+            r.add(
+                "workers",
+                format!("{} is out of range; expected 1..=64", c.workers),
+            );
         }
-        Ok(c)
+        if !c.state_dir.is_absolute() {
+            r.add(
+                "state_dir",
+                format!("{} must be an absolute path", c.state_dir.display()),
+            );
+        }
+        self.validate_interfaces(r);
+        self.validate_routes(r);
+        self.validate_neighbors(r);
     }
+
+    fn validate_interfaces(&self, r: &mut Report) {
+        // (path, interface, address) of every valid address so far.
+        let mut seen: Vec<(String, &str, Prefix)> = Vec::new();
+        for (i, f) in self.interfaces.iter().enumerate() {
+            if !valid_ifname(&f.name) {
+                r.add(
+                    format!("interface[{i}].name"),
+                    format!("{:?} is not a valid Linux interface name (1-15 characters, no '/', ':' or spaces)", f.name),
+                );
+            }
+            if let Some(j) = self.interfaces[..i].iter().position(|g| g.name == f.name) {
+                r.add(
+                    format!("interface[{i}].name"),
+                    format!(
+                        "interface {:?} already has a section at interface[{j}]; merge the two",
+                        f.name
+                    ),
+                );
+            }
+            let mut has_v6 = false;
+            for (k, a) in f.addresses.iter().enumerate() {
+                let path = format!("interface[{i}].addresses[{k}]");
+                let p: Prefix = match a.parse() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        r.add(path, e);
+                        continue;
+                    }
+                };
+                has_v6 |= p.addr.is_ipv6();
+                if p.addr.is_unspecified() || p.addr.is_multicast() || p.addr.is_loopback() {
+                    r.add(
+                        &path,
+                        format!(
+                            "{a:?} is not a unicast host address; expected one like 192.0.2.1/24"
+                        ),
+                    );
+                }
+                for (other, name, q) in &seen {
+                    if q.addr == p.addr {
+                        r.add(
+                            &path,
+                            format!("address {} is already configured at {other} ({name}); an address can be configured once", p.addr),
+                        );
+                    } else if *name != f.name && q.overlaps(&p) {
+                        r.add(
+                            &path,
+                            format!("{p} overlaps {q} on {name} ({other}); a subnet can be on one interface only"),
+                        );
+                    }
+                }
+                seen.push((path, &f.name, p));
+            }
+            if let Some(mtu) = f.mtu {
+                let min = if has_v6 { 1280 } else { 68 };
+                if !(min..=65535).contains(&mtu) {
+                    let why = if has_v6 {
+                        " (the interface has an IPv6 address, which needs at least 1280)"
+                    } else {
+                        ""
+                    };
+                    r.add(
+                        format!("interface[{i}].mtu"),
+                        format!("{mtu} is out of range; expected {min}..=65535{why}"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn validate_routes(&self, r: &mut Report) {
+        let mut seen: Vec<(usize, Prefix, u32)> = Vec::new();
+        for (i, rt) in self.routes.iter().enumerate() {
+            let path = format!("route[{i}].prefix");
+            let dst: Option<Prefix> = match rt.prefix.parse::<Prefix>() {
+                Ok(p) if p.network() != p => {
+                    r.add(
+                        &path,
+                        format!(
+                            "{:?} has host bits set; did you mean {}?",
+                            rt.prefix,
+                            p.network()
+                        ),
+                    );
+                    None
+                }
+                Ok(p) => Some(p),
+                Err(e) => {
+                    r.add(&path, e);
+                    None
+                }
+            };
+            match (rt.via.is_empty(), rt.blackhole) {
+                (true, false) => r.add(
+                    format!("route[{i}]"),
+                    "needs a next hop: via = [\"GATEWAY\", ...] or blackhole = true",
+                ),
+                (false, true) => r.add(
+                    format!("route[{i}].blackhole"),
+                    "a route is either via gateways or a blackhole, not both",
+                ),
+                _ => {}
+            }
+            if rt.blackhole && rt.interface.is_some() {
+                r.add(
+                    format!("route[{i}].interface"),
+                    "a blackhole route has no interface",
+                );
+            }
+            if let Some(name) = &rt.interface {
+                if !valid_ifname(name) {
+                    r.add(
+                        format!("route[{i}].interface"),
+                        format!("{name:?} is not a valid Linux interface name"),
+                    );
+                }
+            }
+            for (k, v) in rt.via.iter().enumerate() {
+                let vpath = format!("route[{i}].via[{k}]");
+                match v.parse::<IpAddr>() {
+                    Err(_) => r.add(
+                        vpath,
+                        format!("{v:?} is not an IPv4 or IPv6 address; expected a gateway like 192.0.2.2"),
+                    ),
+                    Ok(g) => {
+                        if let Some(d) = dst {
+                            if g.is_ipv4() != d.addr.is_ipv4() {
+                                let fam = if d.addr.is_ipv4() { "IPv4" } else { "IPv6" };
+                                r.add(
+                                    vpath,
+                                    format!("gateway {g} is not {fam} like the route's prefix {d}"),
+                                );
+                            }
+                        }
+                        if g.is_unspecified() || g.is_multicast() {
+                            r.add(
+                                format!("route[{i}].via[{k}]"),
+                                format!("{g} cannot be a gateway"),
+                            );
+                        }
+                        if rt.via[..k].iter().any(|w| w.parse::<IpAddr>() == Ok(g)) {
+                            r.add(
+                                format!("route[{i}].via[{k}]"),
+                                format!("gateway {g} is listed twice"),
+                            );
+                        }
+                    }
+                }
+            }
+            if let Some(d) = dst {
+                let metric = rt.effective_metric();
+                if let Some((j, _, _)) = seen.iter().find(|(_, p, m)| *p == d && *m == metric) {
+                    r.add(
+                        &path,
+                        format!("route {d} (metric {metric}) is already configured at route[{j}]; give one of them another metric, or list all gateways in one via"),
+                    );
+                }
+                seen.push((i, d, metric));
+            }
+        }
+    }
+
+    fn validate_neighbors(&self, r: &mut Report) {
+        let mut seen: Vec<(usize, &str, IpAddr)> = Vec::new();
+        for (i, n) in self.neighbors.iter().enumerate() {
+            if !valid_ifname(&n.interface) {
+                r.add(
+                    format!("neighbor[{i}].interface"),
+                    format!("{:?} is not a valid Linux interface name", n.interface),
+                );
+            }
+            match n.ip.parse::<IpAddr>() {
+                Err(_) => r.add(
+                    format!("neighbor[{i}].ip"),
+                    format!("{:?} is not an IPv4 or IPv6 address", n.ip),
+                ),
+                Ok(ip) if ip.is_unspecified() || ip.is_multicast() => r.add(
+                    format!("neighbor[{i}].ip"),
+                    format!("{ip} is not a unicast address"),
+                ),
+                Ok(ip) => {
+                    if let Some((j, _, _)) =
+                        seen.iter().find(|(_, f, a)| *f == n.interface && *a == ip)
+                    {
+                        r.add(
+                            format!("neighbor[{i}].ip"),
+                            format!(
+                                "neighbour {ip} on {} is already configured at neighbor[{j}]",
+                                n.interface
+                            ),
+                        );
+                    }
+                    seen.push((i, &n.interface, ip));
+                }
+            }
+            match parse_mac(&n.mac) {
+                Some(m) if unicast(m) => {}
+                Some(_) => r.add(
+                    format!("neighbor[{i}].mac"),
+                    format!("{:?} is not a unicast MAC (multicast bit set, or all zeros); expected one like 02:00:00:00:00:02", n.mac),
+                ),
+                None => r.add(
+                    format!("neighbor[{i}].mac"),
+                    format!("{:?} is not a MAC address; expected six hex bytes like 02:00:00:00:00:02", n.mac),
+                ),
+            }
+        }
+    }
+
+    /// Every interface name the config refers to in `[[interface]]`, `[[route]]` and
+    /// `[[neighbor]]`, with the path that names it.
+    fn interface_refs(&self) -> Vec<(String, &str)> {
+        let mut v = Vec::new();
+        for (i, f) in self.interfaces.iter().enumerate() {
+            v.push((format!("interface[{i}].name"), f.name.as_str()));
+        }
+        for (i, rt) in self.routes.iter().enumerate() {
+            if let Some(n) = &rt.interface {
+                v.push((format!("route[{i}].interface"), n.as_str()));
+            }
+        }
+        for (i, n) in self.neighbors.iter().enumerate() {
+            v.push((format!("neighbor[{i}].interface"), n.interface.as_str()));
+        }
+        v
+    }
+}
+
+/// Whether a MAC is a unicast station address (not multicast/broadcast, not all zeros).
+fn unicast(m: [u8; 6]) -> bool {
+    m[0] & 1 == 0 && m != [0; 6]
+}
+
+/// Checks against the running system (the calling thread's network namespace): every
+/// interface named in `[[interface]]`, `[[route]]` or `[[neighbor]]` must be a `[[port]]`
+/// or exist. `text` and `file` locate the problems.
+pub fn check_system(cfg: &Config, text: &str, file: &Path) -> Result<(), Problems> {
+    let mut r = Report { issues: Vec::new() };
+    for (path, name) in cfg.interface_refs() {
+        if cfg.ports.iter().any(|p| p.name == name) || if_exists(name) {
+            continue;
+        }
+        r.add(
+            path,
+            format!("unknown interface {name:?}: it is neither a [[port]] nor an interface in this network namespace"),
+        );
+    }
+    r.finish(text, file)
+}
+
+/// Whether an interface of this name exists in the calling thread's network namespace.
+pub fn if_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(t: &str) -> Result<Config, ConfigError> {
+    fn parse(t: &str) -> Result<Config, Problems> {
         Config::parse(t, Path::new("test.toml"))
     }
 
@@ -279,7 +901,10 @@ mod tests {
         let e = parse("[[port]]\nname = \"eth1\"\nspeed = 10\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("speed") && e.contains("line 3"), "{e}");
+        assert!(
+            e.contains("speed") && e.starts_with("test.toml:3:1: "),
+            "{e}"
+        );
         let e = parse("[[port]]\nname = \"eth1\"\n[[port]]\nname = \"eth1\"\n")
             .unwrap_err()
             .to_string();
@@ -341,5 +966,153 @@ mod tests {
         );
         assert_eq!(parse_mac("02:fe:0a:0b:0c:ff:00"), None);
         assert_eq!(parse_mac("02:fe:0a:0b:0c:fff"), None);
+    }
+
+    const PORT: &str = "[[port]]\nname = \"eth1\"\n";
+
+    /// The one problem `body` (after a port) has, as displayed.
+    fn problems(body: &str) -> String {
+        parse(&format!("{PORT}{body}")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn full_schema() {
+        let c = parse(&format!(
+            "state_dir = \"/tmp/fr\"\n{PORT}\
+             [[interface]]\nname = \"eth1\"\nmtu = 9000\naddresses = [\"192.0.2.1/24\", \"2001:db8:1::1/64\"]\n\
+             [[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\nmetric = 20\n\
+             [[route]]\nprefix = \"2001:db8:100::/48\"\nblackhole = true\n\
+             [[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.interfaces[0].mtu, Some(9000));
+        assert_eq!(c.routes[0].gateways().len(), 2);
+        assert_eq!(c.routes[0].effective_metric(), 20);
+        assert_eq!(c.routes[1].effective_metric(), 1024);
+        assert_eq!(c.neighbors[0].mac, "02:00:00:00:00:02");
+        // What is serialized parses back to the same thing.
+        let again = parse(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn each_bad_config_is_located_and_explained() {
+        let cases: &[(&str, &str)] = &[
+            // Unknown field, from serde, at its key.
+            (
+                "[[route]]\nprefix = \"10.0.0.0/8\"\nblackhole = true\ngateway = \"1.2.3.4\"\n",
+                "test.toml:6:1: unknown field `gateway`",
+            ),
+            // Duplicate key, from the TOML parser.
+            (
+                "[[interface]]\nname = \"eth1\"\nmtu = 1500\nmtu = 9000\n",
+                "test.toml:6:1: duplicate key `mtu`",
+            ),
+            (
+                "[[route]]\nprefix = \"10.0.0.0/33\"\nblackhole = true\n",
+                "test.toml:4:10: route[0].prefix: \"10.0.0.0/33\" has an invalid prefix length \"33\"; expected 0..=32",
+            ),
+            (
+                "[[route]]\nprefix = \"10.0.0.1/8\"\nblackhole = true\n",
+                "test.toml:4:10: route[0].prefix: \"10.0.0.1/8\" has host bits set; did you mean 10.0.0.0/8?",
+            ),
+            (
+                "[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.300/24\"]\n",
+                "test.toml:5:14: interface[0].addresses[0]: \"192.0.2.300\" in \"192.0.2.300/24\" is not an IPv4 or IPv6 address",
+            ),
+            (
+                "[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\n[[interface]]\nname = \"eth2\"\naddresses = [\"192.0.2.7/25\"]\n",
+                "test.toml:8:14: interface[1].addresses[0]: 192.0.2.7/25 overlaps 192.0.2.1/24 on eth1 (interface[0].addresses[0]); a subnet can be on one interface only",
+            ),
+            (
+                "[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\", \"192.0.2.1/24\"]\n",
+                "test.toml:5:30: interface[0].addresses[1]: address 192.0.2.1 is already configured at interface[0].addresses[0] (eth1); an address can be configured once",
+            ),
+            (
+                "[[interface]]\nname = \"eth1\"\nmtu = 70000\n",
+                "test.toml:5:7: interface[0].mtu: 70000 is out of range; expected 68..=65535",
+            ),
+            (
+                "[[interface]]\nname = \"eth1\"\nmtu = 1000\naddresses = [\"2001:db8::1/64\"]\n",
+                "test.toml:5:7: interface[0].mtu: 1000 is out of range; expected 1280..=65535 (the interface has an IPv6 address, which needs at least 1280)",
+            ),
+            (
+                "[[route]]\nprefix = \"10.0.0.0/8\"\nblackhole = true\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\"]\n",
+                "test.toml:7:10: route[1].prefix: route 10.0.0.0/8 (metric 0) is already configured at route[0]",
+            ),
+            (
+                "[[interface]]\nname = \"eth1\"\n[[interface]]\nname = \"eth1\"\n",
+                "test.toml:6:8: interface[1].name: interface \"eth1\" already has a section at interface[0]; merge the two",
+            ),
+            (
+                "[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:03\"\n",
+                "test.toml:9:6: neighbor[1].ip: neighbour 192.0.2.2 on eth1 is already configured at neighbor[0]",
+            ),
+            (
+                "[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"2001:db8::1\"]\n",
+                "test.toml:5:8: route[0].via[0]: gateway 2001:db8::1 is not IPv4 like the route's prefix 10.0.0.0/8",
+            ),
+            (
+                "[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"01:00:5e:00:00:01\"\n",
+                "test.toml:6:7: neighbor[0].mac: \"01:00:5e:00:00:01\" is not a unicast MAC",
+            ),
+            (
+                "[[route]]\nprefix = \"10.0.0.0/8\"\n",
+                "test.toml:3:1: route[0]: needs a next hop",
+            ),
+        ];
+        for (body, want) in cases {
+            let got = problems(body);
+            assert!(got.starts_with(want), "{body}\n got: {got}\nwant: {want}");
+            assert_eq!(
+                got.lines().count(),
+                1,
+                "{body}: one problem expected: {got}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let got = problems(
+            "[[interface]]\nname = \"eth1\"\nmtu = 10\n\
+             [[route]]\nprefix = \"10.0.0.1/8\"\nvia = [\"x\"]\n",
+        );
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines.len(), 3, "{got}");
+        assert!(lines[0].contains("interface[0].mtu"), "{got}");
+        assert!(lines[1].contains("route[0].prefix"), "{got}");
+        assert!(lines[2].contains("route[0].via[0]"), "{got}");
+    }
+
+    #[test]
+    fn prefixes() {
+        let p: Prefix = "192.0.2.77/26".parse().unwrap();
+        assert_eq!(p.network().to_string(), "192.0.2.64/26");
+        assert!(p.contains("192.0.2.127".parse().unwrap()));
+        assert!(!p.contains("192.0.2.128".parse().unwrap()));
+        let q: Prefix = "192.0.0.0/16".parse().unwrap();
+        assert!(p.overlaps(&q) && q.overlaps(&p));
+        let d: Prefix = "0.0.0.0/0".parse().unwrap();
+        assert_eq!(d.network(), d);
+        let v6: Prefix = "2001:db8::1/64".parse().unwrap();
+        assert_eq!(v6.network().to_string(), "2001:db8::/64");
+        assert!("2001:db8::/129".parse::<Prefix>().is_err());
+        assert!("10.0.0.0".parse::<Prefix>().is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(text in "\\PC{0,300}") {
+            let _ = parse(&text);
+        }
+
+        #[test]
+        fn parse_never_panics_on_near_configs(
+            a in "[0-9a-f:./]{0,24}", b in "[0-9a-z:./ ]{0,24}", m in 0u64..100_000
+        ) {
+            let t = format!("{PORT}[[interface]]\nname = \"{b}\"\nmtu = {m}\naddresses = [\"{a}\"]\n[[route]]\nprefix = \"{a}\"\nvia = [\"{b}\"]\n[[neighbor]]\ninterface = \"{b}\"\nip = \"{a}\"\nmac = \"{b}\"\n");
+            let _ = parse(&t);
+        }
     }
 }

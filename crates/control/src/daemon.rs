@@ -151,6 +151,8 @@ pub struct Shared {
     pub started: Instant,
     /// Version and build commit.
     pub version: String,
+    /// The running config, its history, and config transactions.
+    pub config: Mutex<crate::configsvc::ConfigService>,
     /// How long netlink changes wait before the FIB has them.
     pub sync_lag: crate::metrics::SyncLag,
 }
@@ -450,7 +452,8 @@ fn dst_of(frame: &[u8]) -> Option<IpAddr> {
 }
 
 /// Run the daemon until SIGTERM/SIGINT. `ready` is called once forwarding has started.
-pub fn run(cfg: Config, version: &str, ready: impl FnOnce(&Path)) -> Result<()> {
+pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Result<()> {
+    let cfg = Config::load(config_path)?;
     // The API token is read before anything changes: a bad one stops the start.
     let token = cfg.api.read_token()?;
     let term = Arc::new(AtomicBool::new(false));
@@ -473,6 +476,23 @@ pub fn run(cfg: Config, version: &str, ready: impl FnOnce(&Path)) -> Result<()> 
             None
         });
     }
+    // The config's addresses, MTUs, routes and neighbours into the kernel (what is already
+    // there changes nothing), before the mirror's dump so the FIB starts with them.
+    let (config_svc, started) = crate::configsvc::ConfigService::start(config_path)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("applying {}", config_path.display()))?;
+    if config_svc.running().ports != cfg.ports {
+        bail!(
+            "{} changed while the daemon was starting; start again",
+            config_path.display()
+        );
+    }
+    tracing::info!(
+        changed = started.report.changed.len(),
+        unchanged = started.report.unchanged.len(),
+        history_id = ?started.id,
+        "config applied"
+    );
     let mut sync = Sync::new(writer, names);
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
@@ -538,6 +558,7 @@ pub fn run(cfg: Config, version: &str, ready: impl FnOnce(&Path)) -> Result<()> 
         workers: handles.iter().map(|h| h.shared.clone()).collect(),
         started: Instant::now(),
         version: version.to_string(),
+        config: Mutex::new(config_svc),
         sync_lag: Default::default(),
     });
     let socket = cfg.control_socket.clone();

@@ -18,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -214,6 +214,217 @@ async fn version(State(s): State<Arc<Shared>>) -> ApiResult {
     })))
 }
 
+/// A config candidate.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigBody {
+    /// The whole config file (TOML).
+    pub text: String,
+    /// Its name, for the locations in error messages (e.g. `ferrouter.toml`).
+    #[serde(default)]
+    pub file: Option<String>,
+    /// Why it is applied (kept in the history).
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// `POST /v1/config/diff`: a candidate, or none for previous vs running.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiffBody {
+    /// The candidate config text; without it, the diff is from the previous config in the
+    /// history to the running one.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// `POST /v1/config/rollback`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackBody {
+    /// How many configs back (1 = the one before the running one).
+    #[serde(default = "one")]
+    pub steps: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn config_error(e: crate::configsvc::Error) -> ApiError {
+    use crate::configsvc::Error as E;
+    let status = match &e {
+        E::Problems(_) | E::Plan(_) | E::NoSuchEntry(..) => StatusCode::UNPROCESSABLE_ENTITY,
+        E::Apply(_) => StatusCode::CONFLICT,
+        E::Load(_) | E::Persist(_) | E::History(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, e.to_string())
+}
+
+fn with_config<T: Send + 'static>(
+    s: &Shared,
+    f: impl FnOnce(&mut crate::configsvc::ConfigService) -> std::result::Result<T, ApiError>,
+) -> std::result::Result<T, ApiError> {
+    let mut svc = s
+        .config
+        .lock()
+        .map_err(|_| ApiError::internal("config state unavailable"))?;
+    f(&mut svc)
+}
+
+fn applied_json(a: &crate::configsvc::Applied) -> Value {
+    json!({
+        "history_id": a.id,
+        "plan": a.plan.ops.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
+        "changed": a.report.changed,
+        "unchanged": a.report.unchanged,
+    })
+}
+
+/// The running config's text.
+#[utoipa::path(get, path = "/v1/config", tag = "config",
+    responses((status = 200, description = "{text}")))]
+async fn config_get(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || with_config(&s, |c| Ok(Json(json!({"text": c.running_text()}))))).await
+}
+
+/// Validate a candidate: syntax, schema, values, and the interfaces it names.
+#[utoipa::path(post, path = "/v1/config/check", tag = "config", request_body = ConfigBody,
+    responses((status = 200, description = "{valid: true, plan: [steps apply would take]}"),
+              (status = 422, description = "{error, problems: [{line, column, path, message}]}")))]
+async fn config_check(
+    State(s): State<Arc<Shared>>,
+    body: std::result::Result<Json<ConfigBody>, JsonRejection>,
+) -> Response {
+    let Json(b) = match body {
+        Ok(b) => b,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let r = blocking(move || {
+        with_config(&s, |c| {
+            let label = b.file.as_deref().unwrap_or("candidate");
+            Ok(match c.check_as(&b.text, label) {
+                Ok(cfg) => {
+                    let plan = crate::apply::plan(c.running(), &cfg)
+                        .map(|p| p.ops.iter().map(|o| o.to_string()).collect::<Vec<_>>());
+                    match plan {
+                        Ok(p) => (StatusCode::OK, json!({"valid": true, "plan": p})),
+                        Err(e) => (
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            json!({"error": e.to_string(), "problems": []}),
+                        ),
+                    }
+                }
+                Err(p) => (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    json!({"error": p.to_string(), "problems": p.problems}),
+                ),
+            })
+        })
+    })
+    .await;
+    match r {
+        Ok((status, v)) => (status, Json(v)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Apply a candidate as one transaction: all of it or, on any failure, nothing (what was
+/// done is undone). On success it is the running config, saved to the daemon's config file
+/// and recorded in the history.
+#[utoipa::path(post, path = "/v1/config/apply", tag = "config", request_body = ConfigBody,
+    responses((status = 200, description = "{history_id, plan, changed, unchanged}"),
+              (status = 422, description = "Invalid, or needs a restart: nothing changed"),
+              (status = 409, description = "A step failed; everything done was undone")))]
+async fn config_apply(
+    State(s): State<Arc<Shared>>,
+    body: std::result::Result<Json<ConfigBody>, JsonRejection>,
+) -> ApiResult {
+    let Json(b) = body?;
+    blocking(move || {
+        with_config(&s, |c| {
+            let label = b.file.as_deref().unwrap_or("candidate");
+            let a = c
+                .apply_as(&b.text, label, b.comment.as_deref())
+                .map_err(config_error)?;
+            tracing::info!(history_id = ?a.id, changed = a.report.changed.len(), "config applied");
+            Ok(Json(applied_json(&a)))
+        })
+    })
+    .await
+}
+
+/// Unified diff: running → candidate, or previous → running.
+#[utoipa::path(post, path = "/v1/config/diff", tag = "config", request_body = DiffBody,
+    responses((status = 200, description = "{diff}")))]
+async fn config_diff(
+    State(s): State<Arc<Shared>>,
+    body: std::result::Result<Json<DiffBody>, JsonRejection>,
+) -> ApiResult {
+    let Json(b) = body?;
+    blocking(move || {
+        with_config(&s, |c| {
+            let d = c.diff(b.text.as_deref()).map_err(config_error)?;
+            Ok(Json(json!({"diff": d})))
+        })
+    })
+    .await
+}
+
+/// Re-apply an earlier config from the history, as a new transaction.
+#[utoipa::path(post, path = "/v1/config/rollback", tag = "config", request_body = RollbackBody,
+    responses((status = 200, description = "{history_id, plan, changed, unchanged}"),
+              (status = 422, description = "No such entry"),
+              (status = 409, description = "A step failed; everything done was undone")))]
+async fn config_rollback(
+    State(s): State<Arc<Shared>>,
+    body: std::result::Result<Json<RollbackBody>, JsonRejection>,
+) -> ApiResult {
+    let Json(b) = body?;
+    blocking(move || {
+        with_config(&s, |c| {
+            let a = c.rollback(b.steps).map_err(config_error)?;
+            tracing::info!(steps = b.steps, history_id = ?a.id, "config rolled back");
+            Ok(Json(applied_json(&a)))
+        })
+    })
+    .await
+}
+
+/// The history of applied configs, oldest first.
+#[utoipa::path(get, path = "/v1/config/history", tag = "config",
+    responses((status = 200, description = "[{id, time, bytes, comment}]")))]
+async fn config_history(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || {
+        with_config(&s, |c| {
+            Ok(Json(json!(c.history().map_err(config_error)?)))
+        })
+    })
+    .await
+}
+
+/// One history entry's text.
+#[utoipa::path(get, path = "/v1/config/history/{id}", tag = "config",
+    params(("id" = u64, Path, description = "History entry")),
+    responses((status = 200, description = "{id, text}"), (status = 404, description = "No such entry")))]
+async fn config_entry(
+    State(s): State<Arc<Shared>>,
+    id: std::result::Result<axum::extract::Path<u64>, axum::extract::rejection::PathRejection>,
+) -> ApiResult {
+    let axum::extract::Path(id) =
+        id.map_err(|e| ApiError::bad_request(format!("bad history id: {}", e.body_text())))?;
+    blocking(move || {
+        with_config(&s, |c| match c.entry(id) {
+            Ok(t) => Ok(Json(json!({"id": id, "text": t}))),
+            Err(e) => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("history entry {id}: {e}"),
+            )),
+        })
+    })
+    .await
+}
+
 /// Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", tag = "metrics",
     responses((status = 200, description = "OpenMetrics text: ports, drop reasons, worker load, FIB and neighbour sizes, route-sync lag", content_type = "application/openmetrics-text")))]
@@ -243,7 +454,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
-    paths(interfaces, routes, routes_summary, neighbors, counters, version, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, metrics, openapi),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -301,6 +512,13 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/neighbors", get(neighbors))
         .route("/v1/counters", get(counters))
         .route("/v1/version", get(version))
+        .route("/v1/config", get(config_get))
+        .route("/v1/config/check", post(config_check))
+        .route("/v1/config/apply", post(config_apply))
+        .route("/v1/config/diff", post(config_diff))
+        .route("/v1/config/rollback", post(config_rollback))
+        .route("/v1/config/history", get(config_history))
+        .route("/v1/config/history/{id}", get(config_entry))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)

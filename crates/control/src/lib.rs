@@ -2,9 +2,12 @@
 //! state into the FIB, the daemon loop and its control API.
 
 pub mod api;
+pub mod apply;
 pub mod client;
 pub mod config;
+pub mod configsvc;
 pub mod daemon;
+pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod sync;

@@ -271,10 +271,11 @@ impl Lab {
 
     /// Write the router's config file and return its path.
     pub fn write_config(&self) -> Result<PathBuf> {
-        let path = self.dir.join("ferrouter.toml");
+        let path = self.config_file();
         let text = format!(
-            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nworkers = {w}\n{}\n",
+            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\nworkers = {w}\n{}\n",
             self.socket().display(),
+            self.dir.join("state").display(),
             self.extra_config,
             w = self.workers.max(1)
         );
@@ -292,12 +293,23 @@ impl Lab {
     /// Start `ferrouter run` in the router namespace and wait until it answers.
     pub fn start_router(&self, ferrouter: &Path) -> Result<()> {
         let cfg = self.write_config()?;
+        self.run_router(ferrouter, &cfg)
+    }
+
+    /// The router's config file (as `write_config` writes it, or as `config apply` left it).
+    pub fn config_file(&self) -> PathBuf {
+        self.dir.join("ferrouter.toml")
+    }
+
+    /// Start `ferrouter run --config CFG` in the router namespace, as it is (a restart
+    /// keeps what `config apply` saved), and wait until it answers.
+    pub fn run_router(&self, ferrouter: &Path, cfg: &Path) -> Result<()> {
         let log = std::fs::File::create(self.log_file())?;
         let child = Command::new("ip")
             .args(["netns", "exec", &self.rtr()])
             .arg(ferrouter)
             .args(["run", "--config"])
-            .arg(&cfg)
+            .arg(cfg)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

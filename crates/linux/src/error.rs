@@ -77,3 +77,19 @@ pub enum Error {
     #[error("poll on the netlink notification socket failed: {0}")]
     Poll(#[source] io::Error),
 }
+
+impl Error {
+    /// The OS error behind this failure (for a rejected request, the kernel's errno).
+    pub fn os_error(&self) -> Option<&io::Error> {
+        match self {
+            Error::Open(e) | Error::Poll(e) => Some(e),
+            Error::Subscribe { source, .. }
+            | Error::RcvBuf { source, .. }
+            | Error::SockOpt { source, .. }
+            | Error::Send { source, .. }
+            | Error::Recv { source, .. }
+            | Error::Kernel { source, .. } => Some(source),
+            Error::Timeout { .. } | Error::DumpInterrupted { .. } => None,
+        }
+    }
+}

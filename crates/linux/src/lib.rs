@@ -6,6 +6,9 @@
 //! [`Snapshot`], [`Mirror::poll_events`] for the changes since, and [`Mirror::resolve`] to
 //! have the kernel resolve a next hop the fast path has no MAC for yet.
 //!
+//! [`Netlink`] changes that view (addresses, MTUs, static routes, permanent neighbours) for
+//! the declarative config.
+//!
 //! Everything is synchronous and meant for one control thread; the mirror works in the
 //! network namespace of the thread that opened it.
 
@@ -15,12 +18,14 @@ mod encode;
 mod error;
 mod fastroute;
 mod mirror;
+mod netlink;
 mod parse;
 mod types;
 
 pub use encode::encode_route;
 pub use error::Error;
 pub use mirror::Mirror;
+pub use netlink::{Netlink, RouteTarget, StaticRoute};
 pub use parse::parse_messages;
 pub use types::{
     Addr, Event, Link, Neigh, NextHops, Route, RouteKind, RouteNextHop, Snapshot, NUD_DELAY,

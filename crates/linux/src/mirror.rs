@@ -41,7 +41,7 @@ const DUMP_ATTEMPTS: u32 = 8;
 
 /// How long a request waits for the kernel's answer. The kernel answers at once; this only
 /// guards against a wedged socket blocking the control thread forever.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most datagrams one `poll_events` call reads, so that a storm of updates cannot keep the
 /// control thread from acting on what it already has.
@@ -462,7 +462,7 @@ fn is_ipv4(e: &Event) -> Option<bool> {
 
 /// `recv` with `MSG_TRUNC`: the returned length is the datagram's, even when larger than
 /// `buf` (whose excess is then lost).
-fn recv(sock: &Socket, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+pub(crate) fn recv(sock: &Socket, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     sock.recv(&mut &mut buf[..], flags | libc::MSG_TRUNC)
 }
 
@@ -494,7 +494,7 @@ fn set_rcvbuf(fd: RawFd, bytes: usize) -> Result<(), Error> {
         .map_err(|source| Error::RcvBuf { bytes, source })
 }
 
-fn set_rcvtimeo(fd: RawFd, timeout: Duration) -> Result<(), Error> {
+pub(crate) fn set_rcvtimeo(fd: RawFd, timeout: Duration) -> Result<(), Error> {
     let tv = libc::timeval {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),

@@ -147,7 +147,11 @@ fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<Running> {
 pub fn start_ferrouter(topo: &Topo, bin: &Path, ports: &[String]) -> Result<Running> {
     let socket = topo.dir.join("ferrouter.sock");
     let cfg = topo.dir.join("ferrouter.toml");
-    let mut text = format!("control_socket = \"{}\"\nworkers = 1\n", socket.display());
+    let mut text = format!(
+        "control_socket = \"{}\"\nstate_dir = \"{}\"\nworkers = 1\n",
+        socket.display(),
+        topo.dir.join("state").display()
+    );
     for p in ports {
         text.push_str("\n[[port]]\n");
         text.push_str(p);

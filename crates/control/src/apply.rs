@@ -1,0 +1,655 @@
+//! Applying a config to the kernel as one transaction.
+//!
+//! [`plan`] compares what two configs own — interface addresses and MTUs, static routes,
+//! permanent neighbours — and lists the [`Op`]s that take the kernel from one to the
+//! other. [`apply`] runs them in a safe order (removals first: routes, neighbours,
+//! addresses; then MTUs, addresses, neighbours, routes) and, on any failure, undoes what it
+//! had changed in reverse order, so the kernel is never left half-configured.
+//!
+//! Only what a step actually changed is undone: before running, [`apply`] reads the
+//! kernel's state once and a step whose result is already there (an address present, an
+//! MTU already set, the same route already installed — e.g. after a daemon restart) changes
+//! nothing and records no undo. A route whose destination and metric the kernel already has
+//! with other next hops is not ours to overwrite: that step fails (and the transaction rolls
+//! back). Undoing an MTU change restores the value read from the kernel; undoing a new
+//! neighbour deletes it, or restores the permanent entry it replaced.
+//!
+//! The fast path needs nothing of its own here: the daemon's netlink mirror carries every
+//! kernel change into the FIB.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use linux::{Netlink, RouteKind, RouteTarget, StaticRoute, NUD_PERMANENT, RT_TABLE_MAIN};
+
+use crate::config::{parse_mac, Config, Prefix, RouteConfig};
+
+/// One change to the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Set an interface's MTU.
+    SetMtu {
+        /// Interface name.
+        interface: String,
+        /// New MTU.
+        mtu: u32,
+    },
+    /// Add an address to an interface.
+    AddAddress {
+        /// Interface name.
+        interface: String,
+        /// Address and prefix length.
+        addr: Prefix,
+    },
+    /// Remove an address from an interface.
+    DelAddress {
+        /// Interface name.
+        interface: String,
+        /// Address and prefix length.
+        addr: Prefix,
+    },
+    /// Add or change a permanent neighbour.
+    SetNeighbor {
+        /// Interface name.
+        interface: String,
+        /// Its IP.
+        ip: IpAddr,
+        /// Its MAC.
+        mac: [u8; 6],
+    },
+    /// Remove a neighbour (the MAC is what it had, for the undo).
+    DelNeighbor {
+        /// Interface name.
+        interface: String,
+        /// Its IP.
+        ip: IpAddr,
+        /// Its MAC.
+        mac: [u8; 6],
+    },
+    /// Add a static route.
+    AddRoute(RouteConfig),
+    /// Change the next hops of a static route (same destination and metric).
+    ReplaceRoute {
+        /// As it was.
+        old: RouteConfig,
+        /// As it will be.
+        new: RouteConfig,
+    },
+    /// Remove a static route.
+    DelRoute(RouteConfig),
+}
+
+fn mac_str(m: &[u8; 6]) -> String {
+    let h: Vec<String> = m.iter().map(|b| format!("{b:02x}")).collect();
+    h.join(":")
+}
+
+fn route_str(r: &RouteConfig) -> String {
+    let mut s = r.prefix.clone();
+    if r.blackhole {
+        s.push_str(" blackhole");
+    } else {
+        s.push_str(" via ");
+        s.push_str(&r.via.join(", "));
+    }
+    if let Some(i) = &r.interface {
+        s.push_str(&format!(" dev {i}"));
+    }
+    s.push_str(&format!(" metric {}", r.effective_metric()));
+    s
+}
+
+impl Op {
+    /// What the step does, as a gerund for error messages: "adding address 192.0.2.1/24 to
+    /// eth1".
+    pub fn doing(&self) -> String {
+        match self {
+            Op::SetMtu { interface, mtu } => format!("setting the MTU of {interface} to {mtu}"),
+            Op::AddAddress { interface, addr } => format!("adding address {addr} to {interface}"),
+            Op::DelAddress { interface, addr } => {
+                format!("removing address {addr} from {interface}")
+            }
+            Op::SetNeighbor { interface, ip, mac } => {
+                format!("setting neighbour {ip} on {interface} to {}", mac_str(mac))
+            }
+            Op::DelNeighbor { interface, ip, .. } => {
+                format!("removing neighbour {ip} from {interface}")
+            }
+            Op::AddRoute(r) => format!("adding route {}", route_str(r)),
+            Op::ReplaceRoute { new, .. } => format!("replacing route {}", route_str(new)),
+            Op::DelRoute(r) => format!("removing route {}", route_str(r)),
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::SetMtu { interface, mtu } => write!(f, "~ interface {interface} mtu {mtu}"),
+            Op::AddAddress { interface, addr } => write!(f, "+ address {addr} on {interface}"),
+            Op::DelAddress { interface, addr } => write!(f, "- address {addr} on {interface}"),
+            Op::SetNeighbor { interface, ip, mac } => {
+                write!(f, "+ neighbor {ip} lladdr {} on {interface}", mac_str(mac))
+            }
+            Op::DelNeighbor { interface, ip, mac } => {
+                write!(f, "- neighbor {ip} lladdr {} on {interface}", mac_str(mac))
+            }
+            Op::AddRoute(r) => write!(f, "+ route {}", route_str(r)),
+            Op::ReplaceRoute { old, new } => {
+                write!(f, "~ route {} (was {})", route_str(new), route_str(old))
+            }
+            Op::DelRoute(r) => write!(f, "- route {}", route_str(r)),
+        }
+    }
+}
+
+/// The MTU an interface returns to when the config stops setting one.
+pub const DEFAULT_MTU: u32 = 1500;
+
+/// The steps from one config to another, in the order they run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The steps.
+    pub ops: Vec<Op>,
+}
+
+impl Plan {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.ops.is_empty() {
+            return writeln!(f, "no changes");
+        }
+        for op in &self.ops {
+            writeln!(f, "{op}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Settings the daemon reads only when it starts changed.
+    #[error("{} changed; this cannot be applied live: restart the daemon with the new file (ferrouter run --config FILE)", .0.join(", "))]
+    RestartNeeded(Vec<&'static str>),
+}
+
+/// Key of a route: destination and metric (the kernel's identity of a route in a table).
+fn route_key(r: &RouteConfig) -> (Option<Prefix>, u32) {
+    (r.dst(), r.effective_metric())
+}
+
+/// Whether two routes with the same key forward the same way.
+fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
+    let gw = |r: &RouteConfig| r.gateways().into_iter().collect::<BTreeSet<_>>();
+    a.blackhole == b.blackhole && a.interface == b.interface && gw(a) == gw(b)
+}
+
+/// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
+/// only a restart applies (`[[port]]`, `workers`, `control_socket`, `netlink_rcvbuf`,
+/// `state_dir`, `[api]`) differs.
+pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
+    let mut restart = Vec::new();
+    if old.ports != new.ports {
+        restart.push("[[port]]");
+    }
+    if old.workers != new.workers {
+        restart.push("workers");
+    }
+    if old.control_socket != new.control_socket {
+        restart.push("control_socket");
+    }
+    if old.netlink_rcvbuf != new.netlink_rcvbuf {
+        restart.push("netlink_rcvbuf");
+    }
+    if old.state_dir != new.state_dir {
+        restart.push("state_dir");
+    }
+    if old.api != new.api {
+        restart.push("[api]");
+    }
+    if !restart.is_empty() {
+        return Err(PlanError::RestartNeeded(restart));
+    }
+
+    let addrs = |c: &Config| -> Vec<(String, Prefix)> {
+        let mut v = Vec::new();
+        for f in &c.interfaces {
+            for a in &f.addresses {
+                if let Ok(p) = a.parse::<Prefix>() {
+                    v.push((f.name.clone(), p));
+                }
+            }
+        }
+        v
+    };
+    let neighs = |c: &Config| -> BTreeMap<(String, IpAddr), [u8; 6]> {
+        c.neighbors
+            .iter()
+            .filter_map(|n| {
+                Some((
+                    (n.interface.clone(), n.ip.parse().ok()?),
+                    parse_mac(&n.mac)?,
+                ))
+            })
+            .collect()
+    };
+    let (old_addrs, new_addrs) = (addrs(old), addrs(new));
+    let (old_neighs, new_neighs) = (neighs(old), neighs(new));
+
+    let mut ops = Vec::new();
+    // Removals, routes first (they may depend on addresses and neighbours).
+    for r in &old.routes {
+        if !new.routes.iter().any(|n| route_key(n) == route_key(r)) {
+            ops.push(Op::DelRoute(r.clone()));
+        }
+    }
+    for ((interface, ip), mac) in &old_neighs {
+        if !new_neighs.contains_key(&(interface.clone(), *ip)) {
+            ops.push(Op::DelNeighbor {
+                interface: interface.clone(),
+                ip: *ip,
+                mac: *mac,
+            });
+        }
+    }
+    for (interface, addr) in &old_addrs {
+        if !new_addrs.contains(&(interface.clone(), *addr)) {
+            ops.push(Op::DelAddress {
+                interface: interface.clone(),
+                addr: *addr,
+            });
+        }
+    }
+    // Additions: MTUs, addresses, neighbours, then routes over them. An MTU the config no
+    // longer sets goes back to the Ethernet default, as on other routers.
+    for o in &old.interfaces {
+        let now = new.interfaces.iter().find(|f| f.name == o.name);
+        if o.mtu.is_some_and(|m| m != DEFAULT_MTU) && now.and_then(|f| f.mtu).is_none() {
+            ops.push(Op::SetMtu {
+                interface: o.name.clone(),
+                mtu: DEFAULT_MTU,
+            });
+        }
+    }
+    for f in &new.interfaces {
+        let before = old
+            .interfaces
+            .iter()
+            .find(|o| o.name == f.name)
+            .and_then(|o| o.mtu);
+        if let Some(mtu) = f.mtu {
+            if before != Some(mtu) {
+                ops.push(Op::SetMtu {
+                    interface: f.name.clone(),
+                    mtu,
+                });
+            }
+        }
+    }
+    for (interface, addr) in &new_addrs {
+        if !old_addrs.contains(&(interface.clone(), *addr)) {
+            ops.push(Op::AddAddress {
+                interface: interface.clone(),
+                addr: *addr,
+            });
+        }
+    }
+    for ((interface, ip), mac) in &new_neighs {
+        if old_neighs.get(&(interface.clone(), *ip)) != Some(mac) {
+            ops.push(Op::SetNeighbor {
+                interface: interface.clone(),
+                ip: *ip,
+                mac: *mac,
+            });
+        }
+    }
+    for r in &new.routes {
+        match old.routes.iter().find(|o| route_key(o) == route_key(r)) {
+            None => ops.push(Op::AddRoute(r.clone())),
+            Some(o) if !same_route(o, r) => ops.push(Op::ReplaceRoute {
+                old: o.clone(),
+                new: r.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    Ok(Plan { ops })
+}
+
+/// What a successful [`apply`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Steps that changed the kernel.
+    pub changed: Vec<String>,
+    /// Steps whose result was already in the kernel.
+    pub unchanged: Vec<String>,
+}
+
+/// Why [`apply`] failed. Whatever it had changed has been undone (see `undo_errors`).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The kernel's state could not be read; nothing was changed.
+    #[error("cannot read the kernel's state before applying (nothing was changed): {0}")]
+    Snapshot(#[source] linux::Error),
+    /// A step failed; the ones before it were undone.
+    #[error("{doing}: {cause}; {}", rolled_back(*.undone, .undo_errors))]
+    Step {
+        /// The failed step, "adding route 10.0.0.0/8 via 198.51.100.1 metric 0".
+        doing: String,
+        /// Why.
+        cause: String,
+        /// Index of the failed step in the plan.
+        index: usize,
+        /// How many earlier changes were undone.
+        undone: usize,
+        /// Undo steps that failed in turn (empty when the rollback was complete).
+        undo_errors: Vec<String>,
+    },
+}
+
+fn rolled_back(undone: usize, errors: &[String]) -> String {
+    if errors.is_empty() {
+        format!("nothing was applied: the {undone} change(s) made before it were rolled back")
+    } else {
+        format!(
+            "rolled back {undone} earlier change(s), but {} undo step(s) failed: {}",
+            errors.len(),
+            errors.join("; ")
+        )
+    }
+}
+
+/// A kernel request, with ifindexes resolved.
+#[derive(Clone, Debug)]
+enum Action {
+    Mtu(u32, u32),
+    AddAddr(u32, Prefix),
+    DelAddr(u32, Prefix),
+    SetNeigh(u32, IpAddr, [u8; 6]),
+    DelNeigh(u32, IpAddr),
+    AddRoute(StaticRoute),
+    ReplaceRoute(StaticRoute),
+    DelRoute(StaticRoute),
+}
+
+impl Action {
+    fn run(&self, nl: &mut Netlink) -> Result<(), linux::Error> {
+        match self {
+            Action::Mtu(i, m) => nl.set_mtu(*i, *m),
+            Action::AddAddr(i, p) => nl.add_address(*i, p.addr, p.len),
+            Action::DelAddr(i, p) => nl.del_address(*i, p.addr, p.len),
+            Action::SetNeigh(i, ip, mac) => nl.set_neighbour(*i, *ip, *mac),
+            Action::DelNeigh(i, ip) => nl.del_neighbour(*i, *ip),
+            Action::AddRoute(r) => nl.add_route(r),
+            Action::ReplaceRoute(r) => nl.replace_route(r),
+            Action::DelRoute(r) => nl.del_route(r),
+        }
+    }
+}
+
+/// The kernel's error without the request's name (the caller names the object).
+fn cause(e: &linux::Error) -> String {
+    match e.os_error() {
+        Some(os) => os.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// The kernel's state as read before the transaction.
+struct Kernel {
+    snap: linux::Snapshot,
+}
+
+impl Kernel {
+    fn link(&self, name: &str) -> Result<&linux::Link, String> {
+        self.snap
+            .links
+            .iter()
+            .find(|l| l.name == name)
+            .ok_or_else(|| format!("interface {name} not found in this network namespace"))
+    }
+
+    fn route(&self, r: &StaticRoute) -> Option<&linux::Route> {
+        self.snap.routes.iter().find(|k| {
+            k.table == RT_TABLE_MAIN
+                && k.dst == r.dst
+                && k.dst_len == r.dst_len
+                && k.priority == r.metric
+        })
+    }
+
+    fn static_route(&self, r: &RouteConfig) -> Result<StaticRoute, String> {
+        let dst = r
+            .dst()
+            .ok_or_else(|| format!("invalid prefix {:?}", r.prefix))?;
+        let oif = match &r.interface {
+            Some(n) => Some(self.link(n)?.ifindex),
+            None => None,
+        };
+        let target = if r.blackhole {
+            RouteTarget::Blackhole
+        } else {
+            RouteTarget::Via(r.gateways().into_iter().map(|g| (g, oif)).collect())
+        };
+        Ok(StaticRoute {
+            dst: dst.addr,
+            dst_len: dst.len,
+            metric: r.effective_metric(),
+            target,
+        })
+    }
+
+    /// Whether the kernel's route forwards as `want` does.
+    fn matches(k: &linux::Route, want: &StaticRoute) -> bool {
+        match &want.target {
+            RouteTarget::Blackhole => k.kind == RouteKind::Blackhole,
+            RouteTarget::Via(hops) => {
+                let have: BTreeSet<(IpAddr, Option<u32>)> = k
+                    .nexthops
+                    .iter()
+                    .filter_map(|h| Some((h.gateway?, h.ifindex)))
+                    .collect();
+                k.kind == RouteKind::Unicast
+                    && have.len() == hops.len()
+                    && hops.iter().all(|(g, oif)| {
+                        have.iter()
+                            .any(|(hg, hi)| hg == g && (oif.is_none() || oif == hi))
+                    })
+            }
+        }
+    }
+
+    /// The action for `op` and its undo; `None` when the kernel already is as `op` wants.
+    fn prepare(&self, op: &Op) -> Result<Option<(Action, Action)>, String> {
+        Ok(match op {
+            Op::SetMtu { interface, mtu } => {
+                let l = self.link(interface)?;
+                (l.mtu != *mtu)
+                    .then_some((Action::Mtu(l.ifindex, *mtu), Action::Mtu(l.ifindex, l.mtu)))
+            }
+            Op::AddAddress { interface, addr } => {
+                let i = self.link(interface)?.ifindex;
+                let present = self.has_addr(i, addr);
+                (!present).then_some((Action::AddAddr(i, *addr), Action::DelAddr(i, *addr)))
+            }
+            Op::DelAddress { interface, addr } => {
+                let i = self.link(interface)?.ifindex;
+                let present = self.has_addr(i, addr);
+                present.then_some((Action::DelAddr(i, *addr), Action::AddAddr(i, *addr)))
+            }
+            Op::SetNeighbor { interface, ip, mac } => {
+                let i = self.link(interface)?.ifindex;
+                match self.permanent_neigh(i, *ip) {
+                    Some(old) if old == *mac => None,
+                    Some(old) => Some((
+                        Action::SetNeigh(i, *ip, *mac),
+                        Action::SetNeigh(i, *ip, old),
+                    )),
+                    // A learnt (non-permanent) entry is not restored: the kernel learns it again.
+                    None => Some((Action::SetNeigh(i, *ip, *mac), Action::DelNeigh(i, *ip))),
+                }
+            }
+            Op::DelNeighbor { interface, ip, mac } => {
+                let i = self.link(interface)?.ifindex;
+                let present = self
+                    .snap
+                    .neighs
+                    .iter()
+                    .any(|n| n.ifindex == i && n.ip == *ip);
+                present.then_some((Action::DelNeigh(i, *ip), Action::SetNeigh(i, *ip, *mac)))
+            }
+            Op::AddRoute(r) => {
+                let want = self.static_route(r)?;
+                match self.route(&want) {
+                    Some(k) if Self::matches(k, &want) => None,
+                    Some(_) => {
+                        return Err(format!(
+                            "the kernel already has a route to {} with metric {} and other next hops, which this config does not own; remove it (ip route del) or give this route another metric",
+                            r.prefix,
+                            want.metric
+                        ))
+                    }
+                    None => Some((Action::AddRoute(want.clone()), Action::DelRoute(want))),
+                }
+            }
+            Op::ReplaceRoute { old, new } => {
+                let want = self.static_route(new)?;
+                let was = self.static_route(old)?;
+                match self.route(&want) {
+                    Some(k) if Self::matches(k, &want) => None,
+                    Some(_) => Some((Action::ReplaceRoute(want), Action::ReplaceRoute(was))),
+                    None => Some((Action::AddRoute(want.clone()), Action::DelRoute(want))),
+                }
+            }
+            Op::DelRoute(r) => {
+                let was = self.static_route(r)?;
+                self.route(&was)
+                    .is_some()
+                    .then_some((Action::DelRoute(was.clone()), Action::AddRoute(was)))
+            }
+        })
+    }
+
+    fn has_addr(&self, ifindex: u32, p: &Prefix) -> bool {
+        self.snap
+            .addrs
+            .iter()
+            .any(|a| a.ifindex == ifindex && a.addr == p.addr && a.prefix_len == p.len)
+    }
+
+    fn permanent_neigh(&self, ifindex: u32, ip: IpAddr) -> Option<[u8; 6]> {
+        self.snap
+            .neighs
+            .iter()
+            .find(|n| n.ifindex == ifindex && n.ip == ip && n.state & NUD_PERMANENT != 0)
+            .and_then(|n| n.mac)
+    }
+}
+
+/// Runs `plan` against the kernel of the calling thread's network namespace, all or
+/// nothing: on the first failure, every change made so far is undone in reverse order and
+/// the error names the failed step.
+pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
+    let snap = linux::Mirror::open(1 << 20)
+        .and_then(|mut m| m.dump())
+        .map_err(ApplyError::Snapshot)?;
+    let kernel = Kernel { snap };
+    let mut nl = Netlink::open().map_err(ApplyError::Snapshot)?;
+    let mut report = Report::default();
+    let mut undo: Vec<(String, Action)> = Vec::new();
+    for (index, op) in plan.ops.iter().enumerate() {
+        let result = kernel.prepare(op).and_then(|step| match step {
+            None => {
+                report.unchanged.push(op.to_string());
+                Ok(())
+            }
+            Some((action, back)) => {
+                action.run(&mut nl).map_err(|e| cause(&e))?;
+                report.changed.push(op.to_string());
+                undo.push((op.doing(), back));
+                Ok(())
+            }
+        });
+        if let Err(cause) = result {
+            let undone = undo.len();
+            let mut undo_errors = Vec::new();
+            for (doing, back) in undo.into_iter().rev() {
+                if let Err(e) = back.run(&mut nl) {
+                    undo_errors.push(format!("undoing {doing}: {}", self::cause(&e)));
+                }
+            }
+            tracing::warn!(step = %op.doing(), %cause, undone, "config apply failed and was rolled back");
+            return Err(ApplyError::Step {
+                doing: op.doing(),
+                cause,
+                index,
+                undone,
+                undo_errors,
+            });
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cfg(body: &str) -> Config {
+        Config::parse(
+            &format!("[[port]]\nname = \"eth1\"\n{body}"),
+            Path::new("t.toml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn plan_orders_removals_then_additions() {
+        let a = cfg("[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\"]\n[[route]]\nprefix = \"10.1.0.0/16\"\nblackhole = true\n");
+        let b = cfg("[[interface]]\nname = \"eth1\"\nmtu = 9000\naddresses = [\"192.0.2.1/24\", \"2001:db8::1/64\"]\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\n[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n");
+        let p = plan(&a, &b).unwrap();
+        assert_eq!(
+            p.to_string(),
+            "- route 10.1.0.0/16 blackhole metric 0\n\
+             ~ interface eth1 mtu 9000\n\
+             + address 2001:db8::1/64 on eth1\n\
+             + neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1\n\
+             ~ route 10.0.0.0/8 via 192.0.2.2, 192.0.2.3 metric 0 (was 10.0.0.0/8 via 192.0.2.2 metric 0)\n"
+        );
+        let back = plan(&b, &a).unwrap();
+        assert_eq!(
+            back.to_string(),
+            "- neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1\n\
+             - address 2001:db8::1/64 on eth1\n\
+             ~ interface eth1 mtu 1500\n\
+             ~ route 10.0.0.0/8 via 192.0.2.2 metric 0 (was 10.0.0.0/8 via 192.0.2.2, 192.0.2.3 metric 0)\n\
+             + route 10.1.0.0/16 blackhole metric 0\n"
+        );
+        assert!(plan(&a, &a).unwrap().is_empty());
+        // Gateway order does not matter.
+        let c = cfg("[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.3\", \"192.0.2.2\"]\n");
+        let d = cfg("[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\n");
+        assert!(plan(&c, &d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn restart_only_settings_are_refused() {
+        let a = cfg("");
+        let b = Config::parse(
+            "workers = 2\nstate_dir = \"/tmp/x\"\n[[port]]\nname = \"eth2\"\n",
+            Path::new("t"),
+        )
+        .unwrap();
+        let e = plan(&a, &b).unwrap_err().to_string();
+        assert_eq!(e, "[[port]], workers, state_dir changed; this cannot be applied live: restart the daemon with the new file (ferrouter run --config FILE)");
+    }
+}
