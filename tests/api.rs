@@ -645,3 +645,201 @@ mac = \"02:00:00:00:00:09\"
     // The daemon forwards throughout.
     ping_ok(lab, lab::H2_V4).unwrap();
 }
+
+fn trace_nodes(t: &Value) -> Vec<String> {
+    t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["node"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Wait until the trace holds at least `n` packets (the worker hands records over
+/// asynchronously).
+fn traces(c: &Client, n: usize) -> Value {
+    let mut v = Value::Null;
+    for _ in 0..100 {
+        v = c.get("/v1/trace").unwrap();
+        if v["traces"].as_array().unwrap().len() >= n {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    v
+}
+
+#[test]
+fn trace_shows_routed_dropped_and_punted_packets() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // AF_PACKET: the graph sees the router's own traffic too (AF_XDP passes it to Linux in
+    // the XDP program), so a punt is traced.
+    let g = start_with("tr", "", "af_packet");
+    let lab = &g.0;
+    ping_ok(lab, lab::H2_V4).unwrap();
+    let c = unix(lab);
+    let run = |args: &[&str]| -> (bool, String) {
+        let sock = lab.socket();
+        let mut a = vec!["trace"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--socket", sock.to_str().unwrap()]);
+        let out = Command::new(bin()).args(&a).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // Routed: an echo request from h1 to h2.
+    let (ok, out) = run(&[
+        "add",
+        "1",
+        "--port",
+        "r1",
+        "--match",
+        "ip4 and dst 198.51.100.2 and proto icmp",
+    ]);
+    assert!(ok, "{out}");
+    ping_ok(lab, lab::H2_V4).unwrap();
+    let v = traces(&c, 1);
+    let t = &v["traces"][0];
+    assert_eq!(
+        trace_nodes(t),
+        [
+            "ethernet-input",
+            "ip4-input",
+            "ip4-lookup",
+            "ip4-rewrite",
+            "port-tx"
+        ],
+        "{v}"
+    );
+    assert!(
+        t["summary"].as_str().unwrap().contains("198.51.100.2"),
+        "{t}"
+    );
+    assert_eq!(t["port_name"], "r1");
+    let (ok, text) = run(&["show"]);
+    assert!(
+        ok && text.contains("ip4-rewrite") && text.contains("port-tx"),
+        "{text}"
+    );
+    let (ok, _) = run(&["clear"]);
+    assert!(ok);
+    assert_eq!(
+        c.get("/v1/trace").unwrap()["traces"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+
+    // Dropped: no route to 203.0.113.99 (the drop is counted and an ICMP error goes back).
+    run(&["add", "1", "--match", "dst 203.0.113.99"]);
+    let _ = common::ping1(lab, "203.0.113.99");
+    let v = traces(&c, 1);
+    let t = &v["traces"][0];
+    let nodes = trace_nodes(t);
+    assert_eq!(
+        &nodes[..3],
+        ["ethernet-input", "ip4-input", "ip4-lookup"],
+        "{v}"
+    );
+    let text = serde_json::to_string(&t["steps"]).unwrap();
+    assert!(
+        text.contains("Ip4NoRoute") || text.contains("no route"),
+        "{v}"
+    );
+    assert!(nodes.contains(&"icmp4-error".to_string()), "{v}");
+    run(&["clear"]);
+
+    // Punted: a ping to the router's own address goes to Linux.
+    run(&["add", "1", "--match", "dst 192.0.2.1 and proto icmp"]);
+    let _ = common::ping1(lab, "192.0.2.1");
+    let v = traces(&c, 1);
+    let t = &v["traces"][0];
+    assert_eq!(
+        trace_nodes(t),
+        ["ethernet-input", "ip4-input", "punt"],
+        "{v}"
+    );
+    assert!(
+        serde_json::to_string(t).unwrap().contains("PuntLocal"),
+        "{t}"
+    );
+
+    // Bad requests name what is wrong.
+    let (ok, out) = run(&["add", "1", "--match", "dst 10.0.0.0/40"]);
+    assert!(!ok && out.contains("10.0.0.0/40"), "{out}");
+    let (ok, out) = run(&["add", "1", "--port", "nosuch"]);
+    assert!(!ok && out.contains("nosuch"), "{out}");
+    let (ok, out) = run(&["add", "1", "--match", "ip4 or ip6"]);
+    assert!(!ok && out.contains("or"), "{out}");
+}
+
+#[test]
+fn capture_writes_pcap_that_tshark_reads() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("cp", "");
+    let lab = &g.0;
+    ping_ok(lab, lab::H2_V4).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r1.pcap");
+    let sock = lab.socket();
+    // Capture 10 frames on r1 in both directions while h1 pings h2 five times: five
+    // requests in, five replies out.
+    let cap = {
+        let file = file.clone();
+        let sock = sock.clone();
+        std::thread::spawn(move || {
+            Command::new(bin())
+                .args(["capture", "r1", "--count", "10", "--timeout", "20", "-w"])
+                .arg(&file)
+                .arg("--socket")
+                .arg(&sock)
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ok, out) = sh(
+        lab,
+        &lab.h1(),
+        &["ping", "-c", "5", "-i", "0.2", "-W", "2", lab::H2_V4],
+    );
+    assert!(ok, "{out}");
+    let out = cap.join().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("10 frame(s)"),
+        "{out:?}"
+    );
+    let t = Command::new("tshark")
+        .args(["-r"])
+        .arg(&file)
+        .args(["-T", "fields", "-e", "icmp.type", "-e", "ip.dst"])
+        .output()
+        .expect("tshark (Debian package tshark)");
+    assert!(t.status.success(), "{t:?}");
+    let text = String::from_utf8_lossy(&t.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 10, "tshark read: {text}");
+    let requests = lines
+        .iter()
+        .filter(|l| l.starts_with("8\t") && l.ends_with(lab::H2_V4))
+        .count();
+    let replies = lines.iter().filter(|l| l.starts_with("0\t")).count();
+    assert_eq!((requests, replies), (5, 5), "{text}");
+    // Forwarding was not disturbed, and a second capture with a bad port is refused.
+    ping_ok(lab, lab::H2_V4).unwrap();
+    let out = Command::new(bin())
+        .args(["capture", "nosuch", "-w", "/dev/null", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nosuch"),
+        "{out:?}"
+    );
+}

@@ -65,6 +65,30 @@ impl ApiArgs {
 }
 
 #[derive(Subcommand)]
+enum TraceCmd {
+    /// Trace the next N matching packets (per worker).
+    Add {
+        /// How many.
+        n: u32,
+        /// Only packets received on this port (name or number).
+        #[arg(long)]
+        port: Option<String>,
+        /// Match expression, e.g. "ip4 and dst 10.0.0.0/8 and proto udp and port 53"
+        /// (ip4, ip6, arp, src|dst|host ADDR[/LEN], proto NAME|N, port N; not; and).
+        #[arg(long = "match")]
+        expr: Option<String>,
+    },
+    /// Print the traced packets.
+    Show {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Disarm and forget the traced packets.
+    Clear,
+}
+
+#[derive(Subcommand)]
 enum ConfigCmd {
     /// Validate FILE: every problem with its line:column and what is expected. Runs here
     /// (no daemon needed); with --api, the daemon checks it, and also shows the plan.
@@ -148,6 +172,36 @@ enum Cmd {
     Config {
         #[command(subcommand)]
         cmd: ConfigCmd,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Packet trace: the next N matching packets' path through the graph nodes, with each
+    /// node's decision (as VPP's trace).
+    Trace {
+        #[command(subcommand)]
+        cmd: TraceCmd,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Capture frames on a port into a pcap file (tshark/wireshark read it).
+    Capture {
+        /// Port (name or number).
+        port: String,
+        /// rx, tx or both.
+        #[arg(long, default_value = "both", value_parser = ["rx", "tx", "both"])]
+        direction: String,
+        /// Frames to capture.
+        #[arg(long, default_value_t = 100)]
+        count: u32,
+        /// Bytes kept of each frame (default: all).
+        #[arg(long)]
+        snaplen: Option<u16>,
+        /// Stop after this many seconds even if fewer frames came.
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+        /// Output file.
+        #[arg(short = 'w', long = "write")]
+        file: std::path::PathBuf,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -573,6 +627,37 @@ fn main() -> Result<()> {
             })
         }
         Cmd::Config { cmd, api } => config_cmd(cmd, &api),
+        Cmd::Trace { cmd, api } => trace_cmd(cmd, &api),
+        Cmd::Capture {
+            port,
+            direction,
+            count,
+            snaplen,
+            timeout,
+            file,
+            api,
+        } => {
+            let mut client = api.client()?;
+            client.timeout = Duration::from_secs_f64(timeout.clamp(0.0, 3600.0) + 15.0);
+            let body = serde_json::json!({
+                "port": port, "direction": direction, "count": count,
+                "snaplen": snaplen, "timeout_s": timeout,
+            });
+            let r = client.call(
+                "POST",
+                "/v1/capture",
+                Some(("application/json", body.to_string().into_bytes())),
+            )?;
+            if r.status != 200 {
+                bail!("{}", r.error_message());
+            }
+            std::fs::write(&file, &r.body)
+                .with_context(|| format!("writing {}", file.display()))?;
+            // 24-byte file header, then 16 bytes of record header per frame.
+            let frames = count_pcap_records(&r.body);
+            println!("{frames} frame(s) written to {}", file.display());
+            Ok(())
+        }
         Cmd::Show {
             what,
             arg,
@@ -898,6 +983,48 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         println!("{}", r.json());
     } else {
         print!("{}", r.table());
+    }
+    Ok(())
+}
+
+/// Records in a classic pcap file (the daemon wrote it: little-endian).
+fn count_pcap_records(b: &[u8]) -> usize {
+    let mut off = 24;
+    let mut n = 0;
+    while let Some(h) = b.get(off + 8..off + 12) {
+        let incl = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        off += 16 + incl;
+        n += 1;
+    }
+    n
+}
+
+fn trace_cmd(cmd: TraceCmd, api: &ApiArgs) -> Result<()> {
+    let client = api.client()?;
+    match cmd {
+        TraceCmd::Add { n, port, expr } => {
+            client.send_json(
+                "POST",
+                "/v1/trace",
+                &serde_json::json!({"count": n, "port": port, "match": expr}),
+            )?;
+            println!("tracing the next {n} matching packet(s); see `ferrouter trace show`");
+        }
+        TraceCmd::Show { json } => {
+            let v = client.get("/v1/trace")?;
+            if json {
+                println!("{}", v["traces"]);
+            } else {
+                print!("{}", v["text"].as_str().unwrap_or_default());
+                if v["lost"].as_u64().unwrap_or(0) > 0 {
+                    println!("({} trace records lost: queue full)", v["lost"]);
+                }
+            }
+        }
+        TraceCmd::Clear => {
+            client.call("DELETE", "/v1/trace", None)?.ok_json()?;
+            println!("trace cleared");
+        }
     }
     Ok(())
 }

@@ -19,9 +19,11 @@ use dataplane::{Arena, Graph, GraphConfig, Interfaces, Output, Reason, Vector};
 use ports::{AfPacket, AfPacketOptions, AfXdp, AfXdpOptions, PortStats};
 use rustc_hash::FxHashMap;
 
+use crate::capture::CaptureService;
 use crate::config::{parse_mac, Backend, Config, MemifRole};
 use crate::http;
 use crate::sync::Sync;
+use crate::trace::TraceService;
 use dataplane::punt::{PuntPacket, PuntProducer};
 use ports::memif::{Memif, MemifOptions};
 use ports::tap::{derived_mac, Tap};
@@ -155,6 +157,10 @@ pub struct Shared {
     pub config: Mutex<crate::configsvc::ConfigService>,
     /// How long netlink changes wait before the FIB has them.
     pub sync_lag: crate::metrics::SyncLag,
+    /// Packet trace (`trace add|show|clear`).
+    pub trace: TraceService,
+    /// Packet capture to pcap.
+    pub capture: CaptureService,
 }
 
 /// The daemon's FIB: tbl8 groups for IPv4 prefixes longer than /24 and for IPv6 (the
@@ -168,6 +174,10 @@ pub const FIB_CONFIG: fib::FibConfig = fib::FibConfig {
 };
 
 const PUNT_QUEUE: usize = 1024;
+/// Finished trace records in flight per worker.
+const TRACE_QUEUE: usize = 256;
+/// Captured frames in flight per worker (2 KiB each); the control loop drains every few ms.
+const CAPTURE_QUEUE: usize = 1024;
 /// Frames from the kernel (TAPs) waiting for a worker to transmit them.
 const INJECT_QUEUE: usize = 256;
 /// Empty polls before the worker sleeps in poll(2) for up to 1 ms (adaptive polling: a busy
@@ -289,6 +299,7 @@ fn spawn_worker(
     punt: dataplane::punt::PuntProducer,
     mut inject: PuntConsumer,
     counters_out: Arc<Vec<PortCounters>>,
+    (tracer, capturer): (dataplane::trace::Tracer, dataplane::capture::Capturer),
 ) -> Result<WorkerHandle> {
     let cores = worker::cores();
     // One worker: the last core (the control thread keeps the first); several: one each.
@@ -306,6 +317,8 @@ fn spawn_worker(
             Some(punt),
             GraphConfig::default(),
         );
+        graph.set_tracer(tracer);
+        graph.set_capturer(capturer);
         let mut seen_version = iface_version.load(Ordering::Acquire);
         let mut mem = Arena::new(8192);
         let mut v = Vector::default();
@@ -523,8 +536,13 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let mut counters: Vec<Arc<Vec<PortCounters>>> = Vec::new();
     let mut handles: Vec<WorkerHandle> = Vec::new();
     let mut injects: Vec<PuntProducer> = Vec::new();
+    let (mut traces, mut captures) = (Vec::new(), Vec::new());
     for (w, ports) in per_worker.into_iter().enumerate() {
         let (punt_tx, punt_rx) = dataplane::punt::queue(PUNT_QUEUE);
+        let (trace_h, tracer) = dataplane::trace::channel(TRACE_QUEUE);
+        let (capture_h, capturer) = dataplane::capture::channel(CAPTURE_QUEUE);
+        traces.push(trace_h);
+        captures.push(capture_h);
         let (inject_tx, inject_rx) = dataplane::punt::queue(INJECT_QUEUE);
         injects.push(inject_tx);
         let c: Arc<Vec<PortCounters>> =
@@ -539,6 +557,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             punt_tx,
             inject_rx,
             c.clone(),
+            (tracer, capturer),
         );
         match spawned {
             Ok(h) => handles.push(h),
@@ -551,7 +570,10 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         counters.push(c);
     }
 
+    let port_names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
     let shared = Arc::new(Shared {
+        trace: TraceService::new(traces, port_names.clone()),
+        capture: CaptureService::new(captures, port_names),
         sync: Mutex::new(sync),
         ports: facts,
         port_counters: counters,
@@ -736,6 +758,8 @@ fn control_loop(
         }
         faces.poll_kernel(&mut scratch);
         drop(sync);
+        shared.trace.drain();
+        shared.capture.drain();
         for (i, h) in handles.iter_mut().enumerate() {
             if h.is_finished() {
                 match h.join() {

@@ -425,6 +425,146 @@ async fn config_entry(
     .await
 }
 
+/// `POST /v1/trace`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceBody {
+    /// Trace the next COUNT matching packets (per worker, as VPP does).
+    pub count: u32,
+    /// Only packets received on this port (number or name).
+    #[serde(default)]
+    pub port: Option<String>,
+    /// Match expression: `ip4`, `ip6`, `arp`, `src|dst|host ADDR[/LEN]`, `proto
+    /// tcp|udp|icmp|icmp6|N`, `port N`, each optionally preceded by `not`, joined by `and`.
+    #[serde(default, rename = "match")]
+    pub expr: Option<String>,
+}
+
+/// Arm the packet trace.
+#[utoipa::path(post, path = "/v1/trace", tag = "trace", request_body = TraceBody,
+    responses((status = 200, description = "{armed: count}"), (status = 422, description = "Bad port or match expression")))]
+async fn trace_add(
+    State(s): State<Arc<Shared>>,
+    body: std::result::Result<Json<TraceBody>, JsonRejection>,
+) -> ApiResult {
+    let Json(b) = body?;
+    if b.count == 0 || b.count > 10_000 {
+        return Err(ApiError::unprocessable(format!(
+            "count {} is out of range; expected 1..=10000",
+            b.count
+        )));
+    }
+    blocking(move || {
+        s.trace
+            .add(b.count, b.port.as_deref(), b.expr.as_deref())
+            .map_err(ApiError::unprocessable)?;
+        Ok(Json(json!({"armed": b.count})))
+    })
+    .await
+}
+
+/// The traced packets, oldest first, structured and as VPP-style text.
+#[utoipa::path(get, path = "/v1/trace", tag = "trace",
+    responses((status = 200, description = "{traces: [{seq, worker, port, port_name, len, summary, steps: [{node, text}]}], text, lost}")))]
+async fn trace_show(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || {
+        let t = s.trace.show();
+        Ok(Json(json!({
+            "text": crate::trace::format_all(&t),
+            "lost": s.trace.lost(),
+            "traces": t,
+        })))
+    })
+    .await
+}
+
+/// Disarm the trace and forget the traced packets.
+#[utoipa::path(delete, path = "/v1/trace", tag = "trace",
+    responses((status = 200, description = "{cleared: true}")))]
+async fn trace_clear(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || {
+        s.trace.clear();
+        Ok(Json(json!({"cleared": true})))
+    })
+    .await
+}
+
+/// `POST /v1/capture`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureBody {
+    /// Port (number or name).
+    pub port: String,
+    /// rx, tx or both (default both).
+    #[serde(default)]
+    pub direction: Option<String>,
+    /// Stop after this many frames (default 100).
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Bytes kept of each frame (default: all).
+    #[serde(default)]
+    pub snaplen: Option<u16>,
+    /// Stop after this many seconds even if fewer frames came (default 10, at most 3600).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// Capture frames on a port and return them as a pcap file. The request returns when
+/// `count` frames are captured or `timeout_s` has passed.
+#[utoipa::path(post, path = "/v1/capture", tag = "capture", request_body = CaptureBody,
+    responses((status = 200, description = "The pcap file", content_type = "application/vnd.tcpdump.pcap"),
+              (status = 409, description = "Another capture is running"),
+              (status = 422, description = "Bad port, direction or count")))]
+async fn capture(
+    State(s): State<Arc<Shared>>,
+    body: std::result::Result<Json<CaptureBody>, JsonRejection>,
+) -> Response {
+    let Json(b) = match body {
+        Ok(b) => b,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let r = blocking(move || {
+        let dir = crate::capture::parse_direction(b.direction.as_deref().unwrap_or("both"))
+            .map_err(ApiError::unprocessable)?;
+        let count = b.count.unwrap_or(100);
+        if count == 0 || count > 1_000_000 {
+            return Err(ApiError::unprocessable(format!(
+                "count {count} is out of range; expected 1..=1000000"
+            )));
+        }
+        let timeout = b.timeout_s.unwrap_or(10.0);
+        if !(timeout > 0.0 && timeout <= 3600.0) {
+            return Err(ApiError::unprocessable(format!(
+                "timeout_s {timeout} is out of range; expected more than 0 and at most 3600"
+            )));
+        }
+        s.capture
+            .start(&b.port, dir, count, b.snaplen)
+            .map_err(|e| {
+                if e.contains("already running") {
+                    ApiError::new(StatusCode::CONFLICT, e)
+                } else {
+                    ApiError::unprocessable(e)
+                }
+            })?;
+        s.capture
+            .finish(std::time::Duration::from_secs_f64(timeout))
+            .map_err(ApiError::internal)
+    })
+    .await;
+    match r {
+        Ok(pcap) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/vnd.tcpdump.pcap"),
+            )],
+            pcap,
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", tag = "metrics",
     responses((status = 200, description = "OpenMetrics text: ports, drop reasons, worker load, FIB and neighbour sizes, route-sync lag", content_type = "application/openmetrics-text")))]
@@ -454,7 +594,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
-    paths(interfaces, routes, routes_summary, neighbors, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -519,6 +659,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/config/rollback", post(config_rollback))
         .route("/v1/config/history", get(config_history))
         .route("/v1/config/history/{id}", get(config_entry))
+        .route(
+            "/v1/trace",
+            get(trace_show).post(trace_add).delete(trace_clear),
+        )
+        .route("/v1/capture", post(capture))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod capture;
 pub mod client;
 pub mod config;
 pub mod configsvc;
@@ -11,3 +12,4 @@ pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod sync;
+pub mod trace;

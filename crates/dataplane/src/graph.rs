@@ -21,10 +21,12 @@ use fib::{FibReader, NextHop, NextHopId, MISS};
 use crate::buffer::{
     prefetch, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN, VECTOR_SIZE,
 };
+use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
 use crate::icmp::{self, RateLimiter};
 use crate::interfaces::Interfaces;
 use crate::punt::{PuntPacket, PuntProducer};
+use crate::trace::{Step, Tracer, F_TRACED};
 use crate::{ip4, ip6};
 
 /// Graph nodes that hold packet lists.
@@ -157,6 +159,8 @@ pub struct Graph {
     keys4: Box<[u32; VECTOR_SIZE]>,
     keys6: Box<[[u8; 16]; VECTOR_SIZE]>,
     results: Box<[NextHopId; VECTOR_SIZE]>,
+    tracer: Option<Box<Tracer>>,
+    pub(crate) capture: Option<Box<Capturer>>,
 }
 
 impl Graph {
@@ -183,7 +187,20 @@ impl Graph {
             keys4: Box::new([0; VECTOR_SIZE]),
             keys6: Box::new([[0; 16]; VECTOR_SIZE]),
             results: Box::new([0; VECTOR_SIZE]),
+            tracer: None,
+            capture: None,
         }
+    }
+
+    /// Attach a packet tracer (see [`crate::trace`]).
+    pub fn set_tracer(&mut self, t: Tracer) {
+        self.tracer = Some(Box::new(t));
+    }
+
+    /// Attach a packet capturer (see [`crate::capture`]); [`crate::worker::poll_once`]
+    /// feeds it.
+    pub fn set_capturer(&mut self, c: Capturer) {
+        self.capture = Some(Box::new(c));
     }
 
     /// Replace the interface table (control plane update between vectors).
@@ -200,6 +217,55 @@ impl Graph {
     /// Push a vector of received frames through the graph. `now_ns` is a monotonic clock
     /// read once per vector (ICMP rate limiting).
     pub fn process<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        now_ns: u64,
+    ) {
+        // The one per-vector check of an idle tracer; the untraced instantiation has no
+        // trace code at all.
+        let traced = match self.tracer.as_deref_mut() {
+            Some(t) => t.begin(),
+            None => false,
+        };
+        if traced {
+            self.select_traced(v, mem, now_ns);
+            self.run::<true, M>(v, mem, out, now_ns);
+            if let Some(t) = self.tracer.as_deref_mut() {
+                t.finish();
+            }
+        } else {
+            self.run::<false, M>(v, mem, out, now_ns);
+        }
+    }
+
+    /// Flag the packets of `v` the tracer wants and start their records.
+    #[cold]
+    fn select_traced<M: PacketMemory>(&mut self, v: &mut Vector, mem: &M, now_ns: u64) {
+        let Some(t) = self.tracer.as_deref_mut() else {
+            return;
+        };
+        let n = v.len.min(VECTOR_SIZE);
+        for p in &mut v.pkts[..n] {
+            let s = p.off as usize;
+            let e = (s + p.len as usize).min(FRAME_SIZE);
+            let frame = mem.frame(p.buf).get(s..e).unwrap_or(&[]);
+            t.select(p, frame, now_ns);
+        }
+    }
+
+    /// Append a step to a traced packet's record (compiled out when `T` is false).
+    #[inline(always)]
+    pub(crate) fn trace<const T: bool>(&mut self, p: &Pkt, s: Step) {
+        if T && p.flags & F_TRACED != 0 {
+            if let Some(t) = self.tracer.as_deref_mut() {
+                t.step(p, s);
+            }
+        }
+    }
+
+    fn run<const T: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -231,14 +297,14 @@ impl Graph {
                 self.frames.lens[node as usize] = 0;
                 let list = &list[..len];
                 match node {
-                    Node::EthernetInput => self.ethernet_input(v, mem, out, list),
-                    Node::Ip4Lookup => self.ip4_lookup(v, mem, out, list),
-                    Node::Ip6Lookup => self.ip6_lookup(v, mem, out, list),
-                    Node::Ip4Rewrite => ip4::rewrite(self, v, mem, out, list),
-                    Node::Ip6Rewrite => ip6::rewrite(self, v, mem, out, list),
-                    Node::Ip4Frag => ip4::fragment(self, v, mem, out, list),
-                    Node::Icmp4Error => icmp::error4(self, v, mem, out, list),
-                    Node::Icmp6Error => icmp::error6(self, v, mem, out, list),
+                    Node::EthernetInput => self.ethernet_input::<T, M>(v, mem, out, list),
+                    Node::Ip4Lookup => self.ip4_lookup::<T, M>(v, mem, out, list),
+                    Node::Ip6Lookup => self.ip6_lookup::<T, M>(v, mem, out, list),
+                    Node::Ip4Rewrite => ip4::rewrite::<T, M>(self, v, mem, out, list),
+                    Node::Ip6Rewrite => ip6::rewrite::<T, M>(self, v, mem, out, list),
+                    Node::Ip4Frag => ip4::fragment::<T, M>(self, v, mem, out, list),
+                    Node::Icmp4Error => icmp::error4::<T, M>(self, v, mem, out, list),
+                    Node::Icmp6Error => icmp::error6::<T, M>(self, v, mem, out, list),
                 }
             }
             if !any {
@@ -248,9 +314,10 @@ impl Graph {
         // Bounded rounds: anything still queued is a bug-shaped loop, dropped and counted.
         for node in ORDER {
             let len = std::mem::take(&mut self.frames.lens[node as usize]);
-            for &i in &self.frames.lists[node as usize][..len] {
-                self.counters.add(Reason::GraphLoop, 1);
-                out.free.push(v.pkts[i as usize].buf);
+            for k in 0..len {
+                let i = self.frames.lists[node as usize][k];
+                let p = v.pkts[i as usize];
+                self.drop_pkt::<T>(out, &p, Reason::GraphLoop);
             }
         }
     }
@@ -269,20 +336,29 @@ impl Graph {
 
     /// Drop a packet, counted under `r`.
     #[inline]
-    pub(crate) fn drop_pkt(&self, out: &mut Output, p: &Pkt, r: Reason) {
+    pub(crate) fn drop_pkt<const T: bool>(&mut self, out: &mut Output, p: &Pkt, r: Reason) {
+        self.trace::<T>(p, Step::Drop(r));
         self.counters.add(r, 1);
         out.free.push(p.buf);
     }
 
     /// Copy a packet to the punt queue (or drop if full), counted under `r`.
-    pub(crate) fn punt<M: PacketMemory>(&mut self, mem: &M, out: &mut Output, p: &Pkt, r: Reason) {
+    pub(crate) fn punt<const T: bool, M: PacketMemory>(
+        &mut self,
+        mem: &M,
+        out: &mut Output,
+        p: &Pkt,
+        r: Reason,
+    ) {
         out.free.push(p.buf);
         let Some(q) = self.punt.as_mut() else {
             self.counters.add(r, 1);
+            self.trace::<T>(p, Step::Punt(r));
             return;
         };
         if q.is_full() {
             self.counters.add(Reason::PuntQueueFull, 1);
+            self.trace::<T>(p, Step::Drop(Reason::PuntQueueFull));
             return;
         }
         let frame = mem.frame(p.buf);
@@ -302,22 +378,27 @@ impl Graph {
         }
         if q.push(pp).is_ok() {
             self.counters.add(r, 1);
+            self.trace::<T>(p, Step::Punt(r));
         } else {
             self.counters.add(Reason::PuntQueueFull, 1);
+            self.trace::<T>(p, Step::Drop(Reason::PuntQueueFull));
         }
     }
 
     /// Queue a rewritten packet on its port.
     #[inline]
-    pub(crate) fn transmit(&self, out: &mut Output, p: Pkt) {
+    pub(crate) fn transmit<const T: bool>(&mut self, out: &mut Output, p: Pkt) {
         match out.tx.get_mut(p.tx_port as usize) {
-            Some(q) if q.len() < q.capacity() => q.push(p),
-            Some(_) => self.drop_pkt(out, &p, Reason::TxQueueFull),
-            None => self.drop_pkt(out, &p, Reason::NoSuchPort),
+            Some(q) if q.len() < q.capacity() => {
+                q.push(p);
+                self.trace::<T>(&p, Step::Tx { port: p.tx_port });
+            }
+            Some(_) => self.drop_pkt::<T>(out, &p, Reason::TxQueueFull),
+            None => self.drop_pkt::<T>(out, &p, Reason::NoSuchPort),
         }
     }
 
-    fn ethernet_input<M: PacketMemory>(
+    fn ethernet_input<const T: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -342,7 +423,7 @@ impl Graph {
                 .unwrap_or(&[]);
             if data.len() < 14 {
                 let p = *p;
-                self.drop_pkt(out, &p, Reason::EthRunt);
+                self.drop_pkt::<T>(out, &p, Reason::EthRunt);
                 continue;
             }
             // Untagged IPv4/IPv6 is the common case: no VLAN walk.
@@ -358,7 +439,7 @@ impl Graph {
                     Ok(l2) => l2,
                     Err(_) => {
                         let p = *p;
-                        self.drop_pkt(out, &p, Reason::EthMalformed);
+                        self.drop_pkt::<T>(out, &p, Reason::EthMalformed);
                         continue;
                     }
                 }
@@ -372,27 +453,38 @@ impl Graph {
                 ]);
                 if dst != mac {
                     let p = *p;
-                    self.drop_pkt(out, &p, Reason::EthNotForUs);
+                    self.drop_pkt::<T>(out, &p, Reason::EthNotForUs);
                     continue;
                 }
             }
             p.l3 = l2.l3_offset as u16;
+            if T {
+                let p = *p;
+                self.trace::<T>(
+                    &p,
+                    Step::EthernetInput {
+                        ethertype: l2.ethertype,
+                        vlan: l2.vlan,
+                        l2_mcast: dst_group,
+                    },
+                );
+            }
             match l2.ethertype {
-                wire::ethertype::IPV4 => ip4::input_one(self, v, mem, out, i),
-                wire::ethertype::IPV6 => ip6::input_one(self, v, mem, out, i),
+                wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i),
+                wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, v, mem, out, i),
                 wire::ethertype::ARP => {
                     let p = *p;
-                    self.punt(mem, out, &p, Reason::PuntArp)
+                    self.punt::<T, M>(mem, out, &p, Reason::PuntArp)
                 }
                 _ => {
                     let p = *p;
-                    self.drop_pkt(out, &p, Reason::EthUnknownType)
+                    self.drop_pkt::<T>(out, &p, Reason::EthUnknownType)
                 }
             }
         }
     }
 
-    fn ip4_lookup<M: PacketMemory>(
+    fn ip4_lookup<const T: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -412,9 +504,10 @@ impl Graph {
             let local = p.flags & F_LOCAL_ORIGIN != 0;
             let Some(nh) = self.resolve(id, || ip4::flow_hash(mem, &p)) else {
                 if local {
-                    self.drop_pkt(out, &p, Reason::IcmpNoRouteBack);
+                    self.drop_pkt::<T>(out, &p, Reason::IcmpNoRouteBack);
                 } else {
                     self.counters.add(Reason::Ip4NoRoute, 1);
+                    self.trace::<T>(&p, Step::ToIcmp(Reason::Ip4NoRoute));
                     p.aux = icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_NET_UNREACH, 0);
                     v.pkts[i as usize] = p;
                     self.enqueue(Node::Icmp4Error, i);
@@ -424,16 +517,19 @@ impl Graph {
             match nh {
                 Resolved::Forward(id) => {
                     v.pkts[i as usize].nh = id;
+                    if T {
+                        self.trace_forward::<T>(&p, false, id);
+                    }
                     self.enqueue(Node::Ip4Rewrite, i);
                 }
-                Resolved::Drop => self.drop_pkt(out, &p, Reason::Ip4Blackhole),
-                Resolved::Local => self.punt(mem, out, &p, Reason::PuntLocal),
-                Resolved::Glean => self.punt(mem, out, &p, Reason::PuntUnresolved),
+                Resolved::Drop => self.drop_pkt::<T>(out, &p, Reason::Ip4Blackhole),
+                Resolved::Local => self.punt::<T, M>(mem, out, &p, Reason::PuntLocal),
+                Resolved::Glean => self.punt::<T, M>(mem, out, &p, Reason::PuntUnresolved),
             }
         }
     }
 
-    fn ip6_lookup<M: PacketMemory>(
+    fn ip6_lookup<const T: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -458,9 +554,10 @@ impl Graph {
             let local = p.flags & F_LOCAL_ORIGIN != 0;
             let Some(nh) = self.resolve(id, || ip6::flow_hash(mem, &p)) else {
                 if local {
-                    self.drop_pkt(out, &p, Reason::IcmpNoRouteBack);
+                    self.drop_pkt::<T>(out, &p, Reason::IcmpNoRouteBack);
                 } else {
                     self.counters.add(Reason::Ip6NoRoute, 1);
+                    self.trace::<T>(&p, Step::ToIcmp(Reason::Ip6NoRoute));
                     p.aux = icmp::kind(icmp::V6_DST_UNREACH, icmp::V6_NO_ROUTE, 0);
                     v.pkts[i as usize] = p;
                     self.enqueue(Node::Icmp6Error, i);
@@ -470,13 +567,26 @@ impl Graph {
             match nh {
                 Resolved::Forward(id) => {
                     v.pkts[i as usize].nh = id;
+                    if T {
+                        self.trace_forward::<T>(&p, true, id);
+                    }
                     self.enqueue(Node::Ip6Rewrite, i);
                 }
-                Resolved::Drop => self.drop_pkt(out, &p, Reason::Ip6Blackhole),
-                Resolved::Local => self.punt(mem, out, &p, Reason::PuntLocal),
-                Resolved::Glean => self.punt(mem, out, &p, Reason::PuntUnresolved),
+                Resolved::Drop => self.drop_pkt::<T>(out, &p, Reason::Ip6Blackhole),
+                Resolved::Local => self.punt::<T, M>(mem, out, &p, Reason::PuntLocal),
+                Resolved::Glean => self.punt::<T, M>(mem, out, &p, Reason::PuntUnresolved),
             }
         }
+    }
+
+    /// Trace a forwarding lookup result.
+    #[cold]
+    fn trace_forward<const T: bool>(&mut self, p: &Pkt, v6: bool, nh: NextHopId) {
+        let port = match self.fib.next_hop(nh) {
+            Some(NextHop::Forward(a)) => a.port,
+            _ => u16::MAX,
+        };
+        self.trace::<T>(p, Step::Lookup { v6, nh, port });
     }
 
     /// Turn a lookup result into a disposition, resolving ECMP with the flow hash (computed

@@ -9,6 +9,7 @@ use crate::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, F_LOCAL_ORIGIN};
 use crate::counters::Reason;
 use crate::graph::{Graph, Node, Output};
 use crate::ip4::l3;
+use crate::trace::{Step, F_TRACED};
 
 /// ICMPv4 destination unreachable.
 pub const V4_DST_UNREACH: u8 = 3;
@@ -86,7 +87,7 @@ impl RateLimiter {
 
 /// icmp4-error: replace each packet by the ICMPv4 error in its `aux`, routed back to its
 /// source through ip4-lookup.
-pub(crate) fn error4<M: PacketMemory>(
+pub(crate) fn error4<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -96,12 +97,25 @@ pub(crate) fn error4<M: PacketMemory>(
     for &i in list {
         let p = v.pkts[i as usize];
         match build4(g, mem, &p) {
-            Ok(np) => {
+            Ok(mut np) => {
                 g.counters.add(Reason::Icmp4Sent, 1);
+                if T {
+                    // The error keeps the packet's buffer, and its trace record.
+                    np.flags |= p.flags & F_TRACED;
+                    let (ty, code, _) = unpack(p.aux);
+                    g.trace::<T>(
+                        &np,
+                        Step::IcmpError {
+                            v6: false,
+                            ty,
+                            code,
+                        },
+                    );
+                }
                 v.pkts[i as usize] = np;
                 g.enqueue(Node::Ip4Lookup, i);
             }
-            Err(r) => g.drop_pkt(out, &p, r),
+            Err(r) => g.drop_pkt::<T>(out, &p, r),
         }
     }
 }
@@ -187,7 +201,7 @@ fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
 
 /// icmp6-error: replace each packet by the ICMPv6 error in its `aux`, routed back to its
 /// source through ip6-lookup.
-pub(crate) fn error6<M: PacketMemory>(
+pub(crate) fn error6<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -197,12 +211,18 @@ pub(crate) fn error6<M: PacketMemory>(
     for &i in list {
         let p = v.pkts[i as usize];
         match build6(g, mem, &p) {
-            Ok(np) => {
+            Ok(mut np) => {
                 g.counters.add(Reason::Icmp6Sent, 1);
+                if T {
+                    // The error keeps the packet's buffer, and its trace record.
+                    np.flags |= p.flags & F_TRACED;
+                    let (ty, code, _) = unpack(p.aux);
+                    g.trace::<T>(&np, Step::IcmpError { v6: true, ty, code });
+                }
                 v.pkts[i as usize] = np;
                 g.enqueue(Node::Ip6Lookup, i);
             }
-            Err(r) => g.drop_pkt(out, &p, r),
+            Err(r) => g.drop_pkt::<T>(out, &p, r),
         }
     }
 }

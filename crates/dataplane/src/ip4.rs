@@ -8,6 +8,7 @@ use crate::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_O
 use crate::counters::Reason;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
+use crate::trace::Step;
 
 const ETH_HLEN: usize = 14;
 const OPT_ROUTER_ALERT: u8 = 148;
@@ -60,7 +61,7 @@ fn martian_src(a: u32) -> bool {
 /// The input node for one packet: validate, classify, hand unicast transit to the lookup.
 /// ethernet-input calls it inline per packet (counters keep this node's name).
 #[inline(always)]
-pub(crate) fn input_one<M: PacketMemory>(
+pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -78,12 +79,12 @@ pub(crate) fn input_one<M: PacketMemory>(
                 wire::Error::BadTotalLen => Reason::Ip4BadLength,
                 _ => Reason::Ip4Truncated,
             };
-            g.drop_pkt(out, &p, r);
+            g.drop_pkt::<T>(out, &p, r);
             return;
         }
     };
     if !ip.verify_checksum() {
-        g.drop_pkt(out, &p, Reason::Ip4BadChecksum);
+        g.drop_pkt::<T>(out, &p, Reason::Ip4BadChecksum);
         return;
     }
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -93,39 +94,40 @@ pub(crate) fn input_one<M: PacketMemory>(
         // Multicast and broadcast destinations are control traffic (OSPF, VRRP,
         // DHCP...): checked before the source, since DHCP clients send from 0.0.0.0.
         if dst >> 28 == 0xe || dst == u32::MAX {
-            g.punt(mem, out, &p, Reason::PuntMulticast);
+            g.punt::<T, M>(mem, out, &p, Reason::PuntMulticast);
             return;
         }
         if martian_src(src) {
-            g.drop_pkt(out, &p, Reason::Ip4MartianSrc);
+            g.drop_pkt::<T>(out, &p, Reason::Ip4MartianSrc);
             return;
         }
         let db = dst >> 24;
         if db == 0 || db == 127 || db >= 240 {
-            g.drop_pkt(out, &p, Reason::Ip4MartianDst);
+            g.drop_pkt::<T>(out, &p, Reason::Ip4MartianDst);
             return;
         }
         if dst >> 16 == 0xa9fe {
-            g.punt(mem, out, &p, Reason::PuntLinkLocal);
+            g.punt::<T, M>(mem, out, &p, Reason::PuntLinkLocal);
             return;
         }
     }
     if ip.header_len() > 20 {
         if ip.validate_options().is_err() {
-            g.drop_pkt(out, &p, Reason::Ip4BadOptions);
+            g.drop_pkt::<T>(out, &p, Reason::Ip4BadOptions);
             return;
         }
         if has_option(ip.options(), OPT_ROUTER_ALERT) {
-            g.punt(mem, out, &p, Reason::PuntOptions);
+            g.punt::<T, M>(mem, out, &p, Reason::PuntOptions);
             return;
         }
     }
     // RFC 1812 §5.3.4: a packet sent as link-layer broadcast is not forwarded.
     if p.flags & F_L2_MCAST != 0 {
-        g.punt(mem, out, &p, Reason::PuntL2Mcast);
+        g.punt::<T, M>(mem, out, &p, Reason::PuntL2Mcast);
         return;
     }
     v.pkts[i as usize].nh = dst;
+    g.trace::<T>(&p, Step::IpInput { v6: false });
     g.enqueue(Node::Ip4Lookup, i);
 }
 
@@ -166,7 +168,7 @@ pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
 }
 
 /// ip4-rewrite: TTL, MTU, L2 header; then port-tx, ip4-frag or icmp4-error.
-pub(crate) fn rewrite<M: PacketMemory>(
+pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -179,19 +181,20 @@ pub(crate) fn rewrite<M: PacketMemory>(
             Some(NextHop::Forward(a)) => *a,
             // The next hop changed between lookup and rewrite (control-plane update).
             _ => {
-                g.drop_pkt(out, &p, Reason::Ip4NoRoute);
+                g.drop_pkt::<T>(out, &p, Reason::Ip4NoRoute);
                 continue;
             }
         };
         let local = p.flags & F_LOCAL_ORIGIN != 0;
         let ip = l3_mut(mem, &p);
         if ip.len() < 20 {
-            g.drop_pkt(out, &p, Reason::Ip4Truncated);
+            g.drop_pkt::<T>(out, &p, Reason::Ip4Truncated);
             continue;
         }
         let ttl = ip[8];
         if !local && ttl <= 1 {
             g.counters.add(Reason::Ip4TtlExpired, 1);
+            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip4TtlExpired));
             v.pkts[i as usize].aux = icmp::kind(icmp::V4_TIME_EXCEEDED, 0, 0);
             g.enqueue(Node::Icmp4Error, i);
             continue;
@@ -208,6 +211,7 @@ pub(crate) fn rewrite<M: PacketMemory>(
                     restore_ttl(ip, ttl);
                 }
                 g.counters.add(Reason::Ip4FragNeeded, 1);
+                g.trace::<T>(&p, Step::ToIcmp(Reason::Ip4FragNeeded));
                 v.pkts[i as usize].aux =
                     icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_FRAG_NEEDED, adj.mtu);
                 g.enqueue(Node::Icmp4Error, i);
@@ -215,6 +219,7 @@ pub(crate) fn rewrite<M: PacketMemory>(
                 p.tx_port = adj.port;
                 p.aux = adj.mtu as u32;
                 v.pkts[i as usize] = p;
+                g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
                 g.enqueue(Node::Ip4Frag, i);
             }
             continue;
@@ -223,7 +228,7 @@ pub(crate) fn rewrite<M: PacketMemory>(
         let l3_abs = p.off as usize + p.l3 as usize;
         let frame = mem.frame_mut(p.buf);
         let Some(eth) = frame.get_mut(l3_abs - ETH_HLEN..l3_abs) else {
-            g.drop_pkt(out, &p, Reason::EthRunt);
+            g.drop_pkt::<T>(out, &p, Reason::EthRunt);
             continue;
         };
         eth[0..6].copy_from_slice(&adj.dst_mac);
@@ -236,7 +241,24 @@ pub(crate) fn rewrite<M: PacketMemory>(
         if !local {
             g.counters.add(Reason::Ip4Forwarded, 1);
         }
-        g.transmit(out, p);
+        if T {
+            let new_ttl = if local { ttl } else { ttl - 1 };
+            g.trace::<T>(&p, rewrite_step(false, ttl, new_ttl, &adj));
+        }
+        g.transmit::<T>(out, p);
+    }
+}
+
+/// The trace step of a rewrite (ip4 and ip6).
+#[cold]
+pub(crate) fn rewrite_step(v6: bool, ttl: u8, new_ttl: u8, adj: &fib::Adjacency) -> Step {
+    Step::Rewrite {
+        v6,
+        ttl,
+        new_ttl,
+        port: adj.port,
+        src_mac: adj.src_mac,
+        dst_mac: adj.dst_mac,
     }
 }
 
@@ -251,7 +273,7 @@ fn restore_ttl(ip: &mut [u8], ttl: u8) {
 /// ip4-frag: split a packet (already TTL-decremented, DF clear) into fragments of at most
 /// `p.aux` bytes (the egress MTU). RFC 791: offsets in 8-byte units, MF on all but the last
 /// (or on all if the original had MF), options without the copy bit only in the first.
-pub(crate) fn fragment<M: PacketMemory>(
+pub(crate) fn fragment<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -261,10 +283,12 @@ pub(crate) fn fragment<M: PacketMemory>(
     for &i in list {
         let p = v.pkts[i as usize];
         let mtu = p.aux as usize;
-        if fragment_one(g, mem, out, &p, mtu).is_none() {
-            g.drop_pkt(out, &p, Reason::Ip4FragFailed);
-        } else {
-            out.free.push(p.buf);
+        match fragment_one(g, mem, out, &p, mtu) {
+            None => g.drop_pkt::<T>(out, &p, Reason::Ip4FragFailed),
+            Some((count, port)) => {
+                g.trace::<T>(&p, Step::Fragmented { count, port });
+                out.free.push(p.buf);
+            }
         }
     }
 }
@@ -275,7 +299,7 @@ fn fragment_one<M: PacketMemory>(
     out: &mut Output,
     p: &Pkt,
     mtu: usize,
-) -> Option<()> {
+) -> Option<(u16, u16)> {
     let adj = match g.fib.next_hop(p.nh) {
         Some(NextHop::Forward(a)) => *a,
         _ => return None,
@@ -378,7 +402,7 @@ fn fragment_one<M: PacketMemory>(
     let sent = (out.tx.get(adj.port as usize)?.len() - start_len) as u64;
     g.counters.add(Reason::Ip4Fragments, sent);
     g.counters.add(Reason::Ip4Forwarded, 1);
-    Some(())
+    Some((sent as u16, adj.port))
 }
 
 /// Take back fragments already queued when a later one could not be built; their buffers

@@ -9,6 +9,7 @@ use crate::counters::Reason;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
 use crate::ip4::{l3, l3_mut};
+use crate::trace::Step;
 
 const ETH_HLEN: usize = 14;
 
@@ -26,7 +27,7 @@ fn is_unspecified_or_loopback(a: &[u8; 16]) -> bool {
 /// The input node for one packet: validate, classify, hand unicast transit to the lookup.
 /// ethernet-input calls it inline per packet (counters keep this node's name).
 #[inline(always)]
-pub(crate) fn input_one<M: PacketMemory>(
+pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -42,7 +43,7 @@ pub(crate) fn input_one<M: PacketMemory>(
                 wire::Error::Truncated => Reason::Ip6Truncated,
                 _ => Reason::Ip6BadLength,
             };
-            g.drop_pkt(out, &p, r);
+            g.drop_pkt::<T>(out, &p, r);
             return;
         }
     };
@@ -50,39 +51,40 @@ pub(crate) fn input_one<M: PacketMemory>(
     // Multicast destinations carry ND, MLD, OSPFv3, DHCPv6 — all for the kernel; checked
     // before the source because DAD uses the unspecified source.
     if dst[0] == 0xff {
-        g.punt(mem, out, &p, Reason::PuntMulticast);
+        g.punt::<T, M>(mem, out, &p, Reason::PuntMulticast);
         return;
     }
     if src[0] == 0xff || is_unspecified_or_loopback(&src) {
-        g.drop_pkt(out, &p, Reason::Ip6MartianSrc);
+        g.drop_pkt::<T>(out, &p, Reason::Ip6MartianSrc);
         return;
     }
     if is_unspecified_or_loopback(&dst) {
-        g.drop_pkt(out, &p, Reason::Ip6MartianDst);
+        g.drop_pkt::<T>(out, &p, Reason::Ip6MartianDst);
         return;
     }
     if dst[0] == 0xfe && dst[1] & 0xc0 == 0x80 {
-        g.punt(mem, out, &p, Reason::PuntLinkLocal);
+        g.punt::<T, M>(mem, out, &p, Reason::PuntLinkLocal);
         return;
     }
     if src[0] == 0xfe && src[1] & 0xc0 == 0x80 {
-        g.drop_pkt(out, &p, Reason::Ip6LinkLocalSrc);
+        g.drop_pkt::<T>(out, &p, Reason::Ip6LinkLocalSrc);
         return;
     }
     let next = ip.next_header();
     if next == 0 {
         // Hop-by-hop options (router alert for MLD/RSVP) are for the slow path.
-        g.punt(mem, out, &p, Reason::PuntHopByHop);
+        g.punt::<T, M>(mem, out, &p, Reason::PuntHopByHop);
         return;
     }
     if is_ext(next) && wire::walk_ext_headers(next, ip.payload(), wire::MAX_EXT_HEADERS).is_err() {
-        g.drop_pkt(out, &p, Reason::Ip6BadExtChain);
+        g.drop_pkt::<T>(out, &p, Reason::Ip6BadExtChain);
         return;
     }
     if p.flags & F_L2_MCAST != 0 {
-        g.punt(mem, out, &p, Reason::PuntL2Mcast);
+        g.punt::<T, M>(mem, out, &p, Reason::PuntL2Mcast);
         return;
     }
+    g.trace::<T>(&p, Step::IpInput { v6: true });
     g.enqueue(Node::Ip6Lookup, i);
 }
 
@@ -129,7 +131,7 @@ pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
 }
 
 /// ip6-rewrite: hop limit, MTU, L2 header; then port-tx or icmp6-error.
-pub(crate) fn rewrite<M: PacketMemory>(
+pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -141,19 +143,20 @@ pub(crate) fn rewrite<M: PacketMemory>(
         let adj = match g.fib.next_hop(p.nh) {
             Some(NextHop::Forward(a)) => *a,
             _ => {
-                g.drop_pkt(out, &p, Reason::Ip6NoRoute);
+                g.drop_pkt::<T>(out, &p, Reason::Ip6NoRoute);
                 continue;
             }
         };
         let local = p.flags & F_LOCAL_ORIGIN != 0;
         let ip = l3_mut(mem, &p);
         if ip.len() < 40 {
-            g.drop_pkt(out, &p, Reason::Ip6Truncated);
+            g.drop_pkt::<T>(out, &p, Reason::Ip6Truncated);
             continue;
         }
         let hl = ip[7];
         if !local && hl <= 1 {
             g.counters.add(Reason::Ip6HopLimitExpired, 1);
+            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip6HopLimitExpired));
             v.pkts[i as usize].aux = icmp::kind(icmp::V6_TIME_EXCEEDED, 0, 0);
             g.enqueue(Node::Icmp6Error, i);
             continue;
@@ -161,6 +164,7 @@ pub(crate) fn rewrite<M: PacketMemory>(
         let total = 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
         if total > adj.mtu as usize {
             g.counters.add(Reason::Ip6TooBig, 1);
+            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip6TooBig));
             v.pkts[i as usize].aux = icmp::kind(icmp::V6_PACKET_TOO_BIG, 0, adj.mtu);
             g.enqueue(Node::Icmp6Error, i);
             continue;
@@ -171,7 +175,7 @@ pub(crate) fn rewrite<M: PacketMemory>(
         let l3_abs = p.off as usize + p.l3 as usize;
         let frame = mem.frame_mut(p.buf);
         let Some(eth) = frame.get_mut(l3_abs - ETH_HLEN..l3_abs) else {
-            g.drop_pkt(out, &p, Reason::EthRunt);
+            g.drop_pkt::<T>(out, &p, Reason::EthRunt);
             continue;
         };
         eth[0..6].copy_from_slice(&adj.dst_mac);
@@ -184,6 +188,10 @@ pub(crate) fn rewrite<M: PacketMemory>(
         if !local {
             g.counters.add(Reason::Ip6Forwarded, 1);
         }
-        g.transmit(out, p);
+        if T {
+            let new_hl = if local { hl } else { hl - 1 };
+            g.trace::<T>(&p, crate::ip4::rewrite_step(true, hl, new_hl, &adj));
+        }
+        g.transmit::<T>(out, p);
     }
 }

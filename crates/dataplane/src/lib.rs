@@ -6,6 +6,7 @@
 //! control multicast and unresolved next hops go to the [`punt`] queue.
 
 pub mod buffer;
+pub mod capture;
 pub mod counters;
 pub mod graph;
 mod icmp;
@@ -13,6 +14,7 @@ pub mod interfaces;
 mod ip4;
 mod ip6;
 pub mod punt;
+pub mod trace;
 pub mod worker;
 
 pub use buffer::{Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};

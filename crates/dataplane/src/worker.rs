@@ -57,10 +57,24 @@ pub fn poll_once<M: PacketMemory, P: Port<M>>(
         total += n;
         graph.counters().rx.add(n as u64);
         graph.counters().vectors.add(1);
+        // One check per burst; the copies happen only while a capture is armed.
+        let mut capture = false;
+        if let Some(c) = graph.capture.as_deref_mut() {
+            if c.armed() {
+                c.rx(rx as u16, mem, v.as_slice());
+                capture = true;
+            }
+        }
         graph.process(v, mem, out, now_ns);
         for (port, list) in out.tx.iter().enumerate() {
             if !list.is_empty() {
                 if let Some(p) = ports.get_mut(port) {
+                    if capture {
+                        if let Some(c) = graph.capture.as_deref_mut() {
+                            c.tx(port as u16, mem, list);
+                            capture = c.armed();
+                        }
+                    }
                     let sent = p.tx_burst(mem, list);
                     graph.counters().tx.add(sent as u64);
                 }

@@ -652,3 +652,357 @@ proptest! {
         prop_assert_eq!(fwd + errors_out + final_drops + s.punts(), n, "counters: {:?}", s.nonzero());
     }
 }
+
+// ---- Packet trace (`trace add`) and capture ----
+
+use dataplane::capture::{self, CaptureArm, Direction};
+use dataplane::trace::{self, Filter, Pred, Prefix, Step, Term, TraceArm, TraceHandle};
+
+impl Lab {
+    /// Attach a tracer armed for `count` packets matching `filter`.
+    fn trace(&mut self, count: u32, filter: Filter) -> TraceHandle {
+        let (mut h, t) = trace::channel(256);
+        self.graph.set_tracer(t);
+        h.arm(TraceArm { count, filter }).unwrap();
+        h
+    }
+}
+
+fn steps_of(h: &mut TraceHandle) -> Vec<Vec<Step>> {
+    std::iter::from_fn(|| h.pop())
+        .map(|r| r.steps().to_vec())
+        .collect()
+}
+
+fn eth(ethertype: u16) -> Step {
+    Step::EthernetInput {
+        ethertype,
+        vlan: None,
+        l2_mcast: false,
+    }
+}
+
+#[test]
+fn trace_shows_the_path_of_a_routed_packet() {
+    let mut l = lab();
+    let mut h = l.trace(10, Filter::default());
+    l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 100)]);
+    let t = steps_of(&mut h);
+    assert_eq!(t.len(), 1);
+    let s = &t[0];
+    assert_eq!(s.len(), 5, "{s:?}");
+    assert_eq!(s[0], eth(0x0800));
+    assert_eq!(s[1], Step::IpInput { v6: false });
+    assert!(
+        matches!(
+            s[2],
+            Step::Lookup {
+                v6: false,
+                port: 1,
+                ..
+            }
+        ),
+        "{s:?}"
+    );
+    assert_eq!(
+        s[3],
+        Step::Rewrite {
+            v6: false,
+            ttl: 64,
+            new_ttl: 63,
+            port: 1,
+            src_mac: MAC1,
+            dst_mac: PEER1
+        }
+    );
+    assert_eq!(s[4], Step::Tx { port: 1 });
+
+    // IPv6 takes the same shape.
+    l.run(&[frame6(H0_V6, DST6, 64, 17, &udp6(8))]);
+    let s = &steps_of(&mut h)[0];
+    assert_eq!(s[0], eth(0x86dd));
+    assert_eq!(s[1], Step::IpInput { v6: true });
+    assert!(matches!(
+        s[3],
+        Step::Rewrite {
+            v6: true,
+            ttl: 64,
+            new_ttl: 63,
+            ..
+        }
+    ));
+    assert_eq!(s[4], Step::Tx { port: 1 });
+}
+
+#[test]
+fn trace_shows_drops_and_icmp_errors() {
+    let mut l = lab();
+    let mut h = l.trace(10, Filter::default());
+    l.run(&[frame4(H0_V4, ip4("203.0.113.9"), 64, false, 8)]);
+    assert_eq!(
+        steps_of(&mut h),
+        vec![vec![
+            eth(0x0800),
+            Step::IpInput { v6: false },
+            Step::Drop(Reason::Ip4Blackhole)
+        ]]
+    );
+    // No route: counted, answered with an ICMP error that is itself routed back.
+    l.run(&[frame4(H0_V4, ip4("8.8.8.8"), 64, false, 8)]);
+    let s = &steps_of(&mut h)[0];
+    assert_eq!(s[2], Step::ToIcmp(Reason::Ip4NoRoute));
+    assert_eq!(
+        s[3],
+        Step::IcmpError {
+            v6: false,
+            ty: 3,
+            code: 0
+        }
+    );
+    assert!(matches!(s[4], Step::Lookup { port: 0, .. }));
+    assert_eq!(s[6], Step::Tx { port: 0 });
+    // Header errors are drops of ip4-input.
+    let mut bad = frame4(H0_V4, ip4("10.1.2.3"), 64, false, 8);
+    bad[24] ^= 0xff;
+    l.run(&[bad]);
+    assert_eq!(
+        steps_of(&mut h),
+        vec![vec![eth(0x0800), Step::Drop(Reason::Ip4BadChecksum)]]
+    );
+}
+
+#[test]
+fn trace_shows_punts() {
+    let mut l = lab();
+    let mut h = l.trace(10, Filter::default());
+    l.run(&[frame4(H0_V4, R0_V4, 64, false, 8)]);
+    assert_eq!(
+        steps_of(&mut h),
+        vec![vec![
+            eth(0x0800),
+            Step::IpInput { v6: false },
+            Step::Punt(Reason::PuntLocal)
+        ]]
+    );
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&PEER0);
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&[0; 20]);
+    l.run(&[arp]);
+    assert_eq!(
+        steps_of(&mut h),
+        vec![vec![
+            Step::EthernetInput {
+                ethertype: 0x0806,
+                vlan: None,
+                l2_mcast: true
+            },
+            Step::Punt(Reason::PuntArp)
+        ]]
+    );
+}
+
+#[test]
+fn trace_honours_filter_count_and_disarm() {
+    let mut l = lab();
+    let mut f = Filter::default();
+    f.push(Term {
+        negate: false,
+        pred: Pred::Dst(Prefix {
+            v6: false,
+            addr: ip4("10.0.0.0") as u128,
+            len: 8,
+        }),
+    });
+    let mut h = l.trace(2, f);
+    let frames: Vec<_> = (0..5)
+        .flat_map(|k| {
+            [
+                frame4(H0_V4, ip4("10.0.0.1") + k, 64, false, 8),
+                frame4(H0_V4, ip4("172.16.0.1") + k, 64, false, 8),
+            ]
+        })
+        .collect();
+    l.run(&frames);
+    let recs: Vec<_> = std::iter::from_fn(|| h.pop()).collect();
+    assert_eq!(recs.len(), 2, "count limit");
+    for r in &recs {
+        assert_eq!(r.head()[30], 10, "destination in 10/8");
+        assert!(matches!(r.steps()[2], Step::Lookup { port: 1, .. }));
+    }
+    // Budget spent: later packets are not traced.
+    l.run(&frames);
+    assert!(h.pop().is_none());
+    // Re-armed, then disarmed before any traffic: nothing.
+    h.arm(TraceArm {
+        count: 5,
+        filter: Filter::default(),
+    })
+    .unwrap();
+    h.arm(TraceArm {
+        count: 0,
+        filter: Filter::default(),
+    })
+    .unwrap();
+    l.run(&frames);
+    assert!(h.pop().is_none());
+    // Port filter.
+    let mut f = Filter::default();
+    f.port = Some(1);
+    h.arm(TraceArm {
+        count: 5,
+        filter: f,
+    })
+    .unwrap();
+    l.run(&frames); // all arrive on port 0
+    assert!(h.pop().is_none());
+}
+
+#[test]
+fn no_trace_when_not_armed() {
+    let mut l = lab();
+    let (mut h, t) = trace::channel(16);
+    l.graph.set_tracer(t);
+    l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, false, 8)]);
+    assert!(h.pop().is_none());
+}
+
+/// A port that receives from a list and keeps what it sends.
+struct QueuePort {
+    rx: std::collections::VecDeque<Vec<u8>>,
+    id: u16,
+    sent: Vec<Vec<u8>>,
+}
+
+impl dataplane::worker::Port<Arena> for QueuePort {
+    fn rx_burst(&mut self, mem: &mut Arena, v: &mut Vector) -> usize {
+        let mut n = 0;
+        while v.len < dataplane::VECTOR_SIZE {
+            let Some(f) = self.rx.pop_front() else { break };
+            let Some(p) = mem.load(&f, self.id) else {
+                break;
+            };
+            v.push(p);
+            n += 1;
+        }
+        n
+    }
+    fn tx_burst(&mut self, mem: &mut Arena, pkts: &[Pkt]) -> usize {
+        for p in pkts {
+            self.sent.push(mem.data(p).to_vec());
+            mem.free(p.buf);
+        }
+        pkts.len()
+    }
+}
+
+#[test]
+fn capture_copies_both_directions_up_to_the_count_without_disturbing_forwarding() {
+    let mut l = lab();
+    let (mut h, c) = capture::channel(64);
+    l.graph.set_capturer(c);
+    let port = |id, frames: Vec<Vec<u8>>| QueuePort {
+        rx: frames.into(),
+        id,
+        sent: Vec::new(),
+    };
+    let to_r1: Vec<_> = (0..4)
+        .map(|k| frame4(H0_V4, ip4("10.0.0.1") + k, 64, false, 8 + k as usize))
+        .collect();
+    let mut ports = vec![port(0, to_r1.clone()), port(1, vec![])];
+    let mut v = Vector::default();
+    // Idle: nothing captured.
+    dataplane::worker::poll_once(
+        &mut l.graph,
+        &mut l.arena,
+        &mut ports,
+        &mut v,
+        &mut l.out,
+        0,
+    );
+    assert!(h.pop().is_none());
+    assert_eq!(ports[1].sent.len(), 4);
+
+    h.arm(CaptureArm {
+        session: 1,
+        port: 1,
+        dir: Direction::Both,
+        count: 3,
+        snaplen: 2048,
+    })
+    .unwrap();
+    ports[0].rx = to_r1.clone().into();
+    dataplane::worker::poll_once(
+        &mut l.graph,
+        &mut l.arena,
+        &mut ports,
+        &mut v,
+        &mut l.out,
+        0,
+    );
+    assert_eq!(
+        ports[1].sent.len(),
+        8,
+        "capturing must not change forwarding"
+    );
+    let got: Vec<_> = std::iter::from_fn(|| h.pop()).collect();
+    assert_eq!(got.len(), 3, "count limit");
+    for (r, sent) in got.iter().zip(&ports[1].sent[4..]) {
+        assert_eq!(r.dir, Direction::Tx);
+        assert_eq!(r.bytes(), &sent[..]);
+        assert_eq!(r.orig_len as usize, sent.len());
+    }
+
+    // Rx on port 0 with a snap length.
+    h.arm(CaptureArm {
+        session: 2,
+        port: 0,
+        dir: Direction::Rx,
+        count: 100,
+        snaplen: 20,
+    })
+    .unwrap();
+    ports[0].rx = to_r1.clone().into();
+    dataplane::worker::poll_once(
+        &mut l.graph,
+        &mut l.arena,
+        &mut ports,
+        &mut v,
+        &mut l.out,
+        0,
+    );
+    let got: Vec<_> = std::iter::from_fn(|| h.pop()).collect();
+    assert_eq!(got.len(), 4);
+    for (r, f) in got.iter().zip(&to_r1) {
+        assert_eq!((r.session, r.dir), (2, Direction::Rx));
+        assert_eq!(r.bytes(), &f[..20]);
+        assert_eq!(r.orig_len as usize, f.len());
+    }
+    assert_eq!(l.arena.free_count(), 512, "no buffer leaked");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    /// Tracing changes nothing about what the graph does, whatever the input.
+    #[test]
+    fn traced_graph_decides_like_the_untraced_one(frames in proptest::collection::vec(hostile(), 1..40)) {
+        let mut plain = lab();
+        let mut traced = lab();
+        let mut h = traced.trace(1000, Filter::default());
+        let a = plain.run(&frames);
+        let b = traced.run(&frames);
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(plain.counters.snapshot(), traced.counters.snapshot());
+        let recs: Vec<_> = std::iter::from_fn(|| h.pop()).collect();
+        prop_assert_eq!(recs.len(), frames.len().min(trace::MAX_PER_VECTOR));
+        for r in recs {
+            // Every traced packet ends somewhere: a transmit, a drop or a punt.
+            let last = r.steps().last().copied();
+            prop_assert!(
+                matches!(last, Some(Step::Tx { .. } | Step::Drop(_) | Step::Punt(_) | Step::Fragmented { .. })),
+                "{:?}", r.steps()
+            );
+        }
+    }
+}
