@@ -3,7 +3,7 @@
 # Works as root on a fresh machine that has only the Rust toolchain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/deps.sh dpdk-dev librte-net-memif23 curl python3-prometheus-client tshark
+./scripts/deps.sh dpdk-dev librte-net-memif23 curl python3-prometheus-client tshark systemd
 cargo fmt --all -- --check
 # Unit, property, concurrency, real-kernel (veth, netlink, network-namespace lab) tests and
 # the benchmark commands at small scale. The test profile is optimised (Cargo.toml).

@@ -843,3 +843,43 @@ fn capture_writes_pcap_that_tshark_reads() {
         "{out:?}"
     );
 }
+
+#[test]
+fn systemd_unit_verifies_and_the_daemon_notifies_ready() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The unit as shipped, pointing at the binary under test.
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dist/ferrouter.service"
+    ))
+    .unwrap()
+    .replace("/usr/local/bin/ferrouter", bin());
+    let path = dir.path().join("ferrouter.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd)");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify: {out:?}"
+    );
+    // Type=notify: READY=1 arrives on NOTIFY_SOCKET once the daemon forwards.
+    let sock_path = dir.path().join("notify");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    // SAFETY: the tests of this binary run one at a time (SERIAL); only the daemon this
+    // test starts reads the variable.
+    unsafe { std::env::set_var("NOTIFY_SOCKET", &sock_path) };
+    let g = start("sd", "");
+    unsafe { std::env::remove_var("NOTIFY_SOCKET") };
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("no READY=1 from the daemon");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "READY=1");
+    g.0.stop_router();
+    let n = sock.recv(&mut buf).expect("no STOPPING=1 from the daemon");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "STOPPING=1");
+}

@@ -203,3 +203,41 @@ fn version_names_the_commit() {
         None => assert!(so.contains("(commit unknown)"), "{so}"),
     }
 }
+
+/// The example config shipped for /etc/ferrouter is valid, and `config check` reports every
+/// problem of a broken one with its location.
+#[test]
+fn shipped_example_config_checks() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/dist/ferrouter.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+        .args(["config", "check", example])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string(example)
+        .unwrap()
+        .replace("prefix = \"10.0.0.0/8\"", "prefix = \"10.0.0.1/8\"")
+        .replace("mtu = 1500", "mtu = 20");
+    std::fs::write(&bad, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    let f = bad.display().to_string();
+    assert!(
+        e.contains(&format!("{f}:"))
+            && e.contains("interface[0].mtu")
+            && e.contains("out of range"),
+        "{e}"
+    );
+    assert!(
+        e.contains("route[0].prefix") && e.contains("did you mean 10.0.0.0/8"),
+        "{e}"
+    );
+}

@@ -619,12 +619,17 @@ fn main() -> Result<()> {
         Cmd::Run { config, log_format } => {
             init_logs(&log_format);
             tracing::info!(version = VERSION, config = %config.display(), "starting");
-            control::daemon::run(&config, VERSION, |sock| {
+            let r = control::daemon::run(&config, VERSION, |sock| {
                 tracing::info!(
                     "ready; try: ferrouter show interfaces --socket {}",
                     sock.display()
-                )
-            })
+                );
+                if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+                    tracing::warn!("telling systemd we are ready: {e}");
+                }
+            });
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+            r
         }
         Cmd::Config { cmd, api } => config_cmd(cmd, &api),
         Cmd::Trace { cmd, api } => trace_cmd(cmd, &api),
@@ -653,8 +658,7 @@ fn main() -> Result<()> {
             }
             std::fs::write(&file, &r.body)
                 .with_context(|| format!("writing {}", file.display()))?;
-            // 24-byte file header, then 16 bytes of record header per frame.
-            let frames = count_pcap_records(&r.body);
+            let frames = control::capture::count_frames(&r.body).map_err(anyhow::Error::msg)?;
             println!("{frames} frame(s) written to {}", file.display());
             Ok(())
         }
@@ -985,18 +989,6 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         print!("{}", r.table());
     }
     Ok(())
-}
-
-/// Records in a classic pcap file (the daemon wrote it: little-endian).
-fn count_pcap_records(b: &[u8]) -> usize {
-    let mut off = 24;
-    let mut n = 0;
-    while let Some(h) = b.get(off + 8..off + 12) {
-        let incl = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        off += 16 + incl;
-        n += 1;
-    }
-    n
 }
 
 fn trace_cmd(cmd: TraceCmd, api: &ApiArgs) -> Result<()> {

@@ -35,28 +35,36 @@ pub struct Frame {
     pub data: Vec<u8>,
 }
 
-/// Classic pcap (nanosecond timestamps, Ethernet link type).
-///
-/// Written by hand rather than with the `pcap-file` crate: the format is two fixed
-/// little headers, the 2.x crate would be a dependency for 30 lines, and only its 3.x
-/// release candidate is in our registry mirror.
-pub fn pcap(frames: &[Frame], snaplen: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(24 + frames.iter().map(|f| 16 + f.data.len()).sum::<usize>());
-    out.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes()); // nanosecond-resolution magic
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&4u16.to_le_bytes());
-    out.extend_from_slice(&0i32.to_le_bytes()); // thiszone
-    out.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
-    out.extend_from_slice(&snaplen.to_le_bytes());
-    out.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+/// Classic pcap (nanosecond timestamps, Ethernet link type), by the `pcap-file` crate.
+pub fn pcap(frames: &[Frame], snaplen: u32) -> Result<Vec<u8>, String> {
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let header = PcapHeader {
+        snaplen,
+        datalink: pcap_file::DataLink::ETHERNET,
+        ts_resolution: pcap_file::TsResolution::NanoSecond,
+        endianness: pcap_file::Endianness::Little,
+        ..PcapHeader::default()
+    };
+    let bytes = 24 + frames.iter().map(|f| 16 + f.data.len()).sum::<usize>();
+    let mut w = PcapWriter::with_header(Vec::with_capacity(bytes), header)
+        .map_err(|e| format!("writing pcap: {e}"))?;
     for f in frames {
-        out.extend_from_slice(&((f.ts_ns / 1_000_000_000) as u32).to_le_bytes());
-        out.extend_from_slice(&((f.ts_ns % 1_000_000_000) as u32).to_le_bytes());
-        out.extend_from_slice(&(f.data.len() as u32).to_le_bytes());
-        out.extend_from_slice(&f.orig_len.to_le_bytes());
-        out.extend_from_slice(&f.data);
+        let ts = Duration::from_nanos(f.ts_ns);
+        w.write_packet(&PcapPacket::new(ts, f.orig_len, &f.data))
+            .map_err(|e| format!("writing pcap: {e}"))?;
     }
-    out
+    Ok(w.into_writer())
+}
+
+/// Frames in a pcap file, or why it is not one.
+pub fn count_frames(pcap: &[u8]) -> Result<usize, String> {
+    let mut r = pcap_file::pcap::PcapReader::new(pcap).map_err(|e| format!("not pcap: {e}"))?;
+    let mut n = 0;
+    while let Some(p) = r.next_packet() {
+        p.map_err(|e| format!("pcap record {n}: {e}"))?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Where a capture stands.
@@ -197,7 +205,7 @@ impl CaptureService {
         let mut s = g.session.take().ok_or("no capture running")?;
         s.frames.sort_by_key(|f| f.ts_ns);
         s.frames.truncate(s.count as usize);
-        Ok(pcap(&s.frames, s.snaplen as u32))
+        pcap(&s.frames, s.snaplen as u32)
     }
 
     /// Wait until `count` frames are in or `timeout` passes, then [`Self::stop`].
@@ -253,7 +261,8 @@ mod tests {
             orig_len: 60,
             data: vec![0xab; 20],
         };
-        let b = pcap(&[f], 2048);
+        let b = pcap(&[f], 2048).unwrap();
+        assert_eq!(count_frames(&b), Ok(1));
         assert_eq!(b.len(), 24 + 16 + 20);
         assert_eq!(&b[0..4], &[0x4d, 0x3c, 0xb2, 0xa1]);
         assert_eq!(u32::from_le_bytes(b[24..28].try_into().unwrap()), 1);
