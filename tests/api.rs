@@ -475,6 +475,20 @@ mac = \"02:00:00:00:00:09\"
         assert!(!ok, "{body}: {out}");
         assert!(out.contains(needle), "apply {body}: {needle:?} in {out}");
     }
+    // A subnet already on another interface in the kernel (the lab put 192.0.2.1/24 on
+    // r1): the check passes (the file itself is consistent), apply refuses it.
+    let f = dir.path().join("kernel-overlap.toml");
+    std::fs::write(
+        &f,
+        format!("{base}\n[[interface]]\nname = \"r2\"\naddresses = [\"192.0.2.77/24\"]\n"),
+    )
+    .unwrap();
+    let (ok, out) = config_cli(lab, &["apply", f.to_str().unwrap()]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("overlaps 192.0.2.1/24 already on r1") && out.contains("nothing was changed"),
+        "{out}"
+    );
     // Changing a port needs a restart: refused, nothing changed.
     let f = dir.path().join("port.toml");
     std::fs::write(&f, base.replace("workers = 1", "workers = 2")).unwrap();

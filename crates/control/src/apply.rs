@@ -339,6 +339,10 @@ pub enum ApplyError {
     /// The kernel's state could not be read; nothing was changed.
     #[error("cannot read the kernel's state before applying (nothing was changed): {0}")]
     Snapshot(#[source] linux::Error),
+    /// An address to add overlaps a subnet already on another interface (configured
+    /// outside Ferrouter, or by the running config and not removed): nothing was changed.
+    #[error("{0} (nothing was changed)")]
+    Conflict(String),
     /// A step failed; the ones before it were undone.
     #[error("{doing}: {cause}; {}", rolled_back(*.undone, .undo_errors))]
     Step {
@@ -409,6 +413,46 @@ struct Kernel {
 }
 
 impl Kernel {
+    /// Every address the plan adds against the kernel's addresses on other interfaces
+    /// that the plan leaves in place: overlapping subnets on two interfaces are refused.
+    fn check_overlaps(&self, plan: &Plan) -> Result<(), ApplyError> {
+        let name = |ifindex: u32| {
+            self.snap
+                .links
+                .iter()
+                .find(|l| l.ifindex == ifindex)
+                .map(|l| l.name.as_str())
+                .unwrap_or("?")
+        };
+        for op in &plan.ops {
+            let Op::AddAddress { interface, addr } = op else {
+                continue;
+            };
+            for a in &self.snap.addrs {
+                let theirs = Prefix {
+                    addr: a.addr,
+                    len: a.prefix_len,
+                };
+                let dev = name(a.ifindex);
+                let removed = plan.ops.iter().any(|o| {
+                    matches!(o, Op::DelAddress { interface: i, addr: p } if i == dev && p.addr == a.addr)
+                });
+                let link_local =
+                    matches!(a.addr, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+                if dev == interface || removed || link_local || a.addr.is_loopback() {
+                    continue;
+                }
+                if theirs.addr == addr.addr || theirs.overlaps(addr) {
+                    return Err(ApplyError::Conflict(format!(
+                        "address {addr} on {interface} overlaps {}/{} already on {dev}; a subnet can be on one interface only",
+                        a.addr, a.prefix_len
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn link(&self, name: &str) -> Result<&linux::Link, String> {
         self.snap
             .links
@@ -562,6 +606,7 @@ pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
         .and_then(|mut m| m.dump())
         .map_err(ApplyError::Snapshot)?;
     let kernel = Kernel { snap };
+    kernel.check_overlaps(plan)?;
     let mut nl = Netlink::open().map_err(ApplyError::Snapshot)?;
     let mut report = Report::default();
     let mut undo: Vec<(String, Action)> = Vec::new();
