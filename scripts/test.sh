@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh dpdk-dev librte-net-memif23 curl python3-prometheus-client tshark systemd
+# The API fuzzer that tests/api.rs runs against the daemon's own OpenAPI document (PyPI).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'schemathesis==4.32.5'
 cargo fmt --all -- --check
 # Unit, property, concurrency, real-kernel (veth, netlink, network-namespace lab) tests and
 # the benchmark commands at small scale. The test profile is optimised (Cargo.toml).

@@ -897,3 +897,62 @@ fn systemd_unit_verifies_and_the_daemon_notifies_ready() {
     let n = sock.recv(&mut buf).expect("no STOPPING=1 from the daemon");
     assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "STOPPING=1");
 }
+
+/// Schemathesis (PyPI) generates requests from the daemon's own OpenAPI document, valid and
+/// invalid, over TCP with the token: no answer may be a server error, every status and
+/// content type must be documented, and the router keeps forwarding. (Capture is left out:
+/// a request blocks until its timeout. Rejecting a schema-valid but semantically invalid
+/// config is expected, so that check is off.)
+#[test]
+fn api_fuzzed_from_its_openapi_document() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let g = start(
+        "f",
+        &format!(
+            "[api]\nlisten = \"192.0.2.1:{PORT}\"\ntoken_file = \"{}\"\n",
+            token_file.display()
+        ),
+    );
+    let lab = &g.0;
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let url = format!("http://192.0.2.1:{PORT}/openapi.json");
+    let (ok, out) = sh(
+        lab,
+        &lab.h1(),
+        &[
+            "python3",
+            "-m",
+            "schemathesis.cli",
+            "run",
+            &url,
+            "-H",
+            &auth,
+            "--exclude-path",
+            "/v1/capture",
+            "--exclude-checks",
+            "positive_data_acceptance",
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--request-timeout",
+            "20",
+            "--no-color",
+        ],
+    );
+    assert!(ok, "schemathesis found problems:\n{out}");
+    assert!(out.contains("Tested:"), "{out}");
+    ping_ok(lab, lab::H2_V4).unwrap();
+    assert_eq!(
+        unix(lab)
+            .get("/v1/interfaces")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}

@@ -244,6 +244,7 @@ pub struct DiffBody {
 pub struct RollbackBody {
     /// How many configs back (1 = the one before the running one).
     #[serde(default = "one")]
+    #[schema(minimum = 1)]
     pub steps: usize,
 }
 
@@ -430,6 +431,7 @@ async fn config_entry(
 #[serde(deny_unknown_fields)]
 pub struct TraceBody {
     /// Trace the next COUNT matching packets (per worker, as VPP does).
+    #[schema(minimum = 1, maximum = 10000)]
     pub count: u32,
     /// Only packets received on this port (number or name).
     #[serde(default)]
@@ -500,12 +502,14 @@ pub struct CaptureBody {
     pub direction: Option<String>,
     /// Stop after this many frames (default 100).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000000)]
     pub count: Option<u32>,
     /// Bytes kept of each frame (default: all).
     #[serde(default)]
     pub snaplen: Option<u16>,
     /// Stop after this many seconds even if fewer frames came (default 10, at most 3600).
     #[serde(default)]
+    #[schema(exclusive_minimum = 0.0, maximum = 3600.0)]
     pub timeout_s: Option<f64>,
 }
 
@@ -613,6 +617,40 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             Vec::<String>::new(),
         )]);
+        // The answers every operation can give, whatever it does: all are JSON errors.
+        let common = [
+            ("400", "Malformed request (body, query or path): {error}"),
+            ("401", "TCP without the right bearer token: {error}"),
+            ("413", "Body larger than 1 MiB: {error}"),
+            (
+                "415",
+                "Body without Content-Type: application/json: {error}",
+            ),
+            ("500", "The router failed: {error}"),
+        ];
+        for item in doc.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.put,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                for (code, what) in common {
+                    op.responses
+                        .responses
+                        .entry(code.to_string())
+                        .or_insert_with(|| {
+                            utoipa::openapi::ResponseBuilder::new()
+                                .description(what)
+                                .into()
+                        });
+                }
+            }
+        }
     }
 }
 
