@@ -120,6 +120,10 @@ pub(crate) fn error4<const T: bool, M: PacketMemory>(
     }
 }
 
+// Slow path, shared by the traced and untraced graph: kept out of line and cold so it
+// does not shape register allocation of the hot per-packet loops.
+#[cold]
+#[inline(never)]
 fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, Reason> {
     let (ty, code, mtu) = unpack(p.aux);
     let (orig_src, quote_len) = {
@@ -227,6 +231,10 @@ pub(crate) fn error6<const T: bool, M: PacketMemory>(
     }
 }
 
+// Slow path, shared by the traced and untraced graph: kept out of line and cold so it
+// does not shape register allocation of the hot per-packet loops.
+#[cold]
+#[inline(never)]
 fn build6<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, Reason> {
     let (ty, code, mtu) = unpack(p.aux);
     let (orig_src, quote_len) = {

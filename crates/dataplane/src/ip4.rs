@@ -293,6 +293,10 @@ pub(crate) fn fragment<const T: bool, M: PacketMemory>(
     }
 }
 
+// Slow path, shared by the traced and untraced graph: kept out of line and cold so it
+// does not shape register allocation of the hot per-packet loops.
+#[cold]
+#[inline(never)]
 fn fragment_one<M: PacketMemory>(
     g: &mut Graph,
     mem: &mut M,
