@@ -167,12 +167,51 @@ pub struct Run {
     pub routes_with_loss: usize,
     /// Time for one traffic pass over every route (resolution of the times above).
     pub sweep_period_s: f64,
-    /// ferrouter: FIB memory (tables, route store, next hops), bytes.
+    /// ferrouter's memory after convergence.
+    #[serde(flatten)]
+    pub memory: DutMemory,
+}
+
+/// ferrouter's memory at the end of a run (all `None` for other DUTs); the JSON of a run
+/// carries these fields at its top level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DutMemory {
+    /// FIB memory (tables, route store, next hops), bytes.
     pub fib_memory_bytes: Option<u64>,
-    /// ferrouter: the daemon's resident memory after convergence, bytes.
+    /// The daemon's resident memory, bytes.
     pub process_rss_bytes: Option<u64>,
-    /// ferrouter: prefixes in the FIB (all sources) per `show routes summary`.
+    /// Prefixes in the FIB (all sources) per `show routes summary`.
     pub fib_prefixes: Option<u64>,
+}
+
+impl DutMemory {
+    /// Read off the lab's running router when `dut` is ferrouter.
+    pub fn read(lab: &Lab, dut: Dut) -> Result<DutMemory> {
+        if dut != Dut::Ferrouter {
+            return Ok(DutMemory::default());
+        }
+        let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
+        Ok(DutMemory {
+            fib_memory_bytes: s["fib_memory_bytes"]["total"].as_u64(),
+            fib_prefixes: Some(s["ipv4"].as_u64().unwrap_or(0) + s["ipv6"].as_u64().unwrap_or(0)),
+            process_rss_bytes: std::fs::read_to_string(lab.pid_file())
+                .ok()
+                .and_then(|p| rss_of(&p)),
+        })
+    }
+}
+
+/// Resident memory of process `pid`, bytes.
+pub(crate) fn rss_of(pid: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).ok()?;
+    let kb: u64 = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// All runs.
@@ -366,21 +405,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
             v.lossy.iter().take(5).map(|l| l.addr).collect::<Vec<_>>()
         ));
     }
-    let (mut fib_memory, mut rss, mut fib_prefixes) = (None, None, None);
-    if dut == Dut::Ferrouter {
-        let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
-        fib_memory = s["fib_memory_bytes"]["total"].as_u64();
-        fib_prefixes = Some(s["ipv4"].as_u64().unwrap_or(0) + s["ipv6"].as_u64().unwrap_or(0));
-        rss = std::fs::read_to_string(lab.pid_file())
-            .ok()
-            .and_then(|p| std::fs::read_to_string(format!("/proc/{}/status", p.trim())).ok())
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            })
-            .map(|kb| kb * 1024);
-    }
+    let memory = DutMemory::read(&lab, dut)?;
     drop(t);
     drop(kw);
     drop(routing);
@@ -400,9 +425,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         verify_tx: v.tx,
         routes_with_loss: v.dests_with_loss,
         sweep_period_s: period,
-        fib_memory_bytes: fib_memory,
-        process_rss_bytes: rss,
-        fib_prefixes,
+        memory,
     })
 }
 

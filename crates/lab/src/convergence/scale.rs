@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::kernel::{monotonic_ns, KernelWatch};
 use super::traffic::Traffic;
-use super::{bgp, Dut};
+use super::{bgp, rss_of, Dut, DutMemory};
 use crate::daemons::{Daemons, GoBgp};
 use crate::{Guard, Lab};
 
@@ -69,12 +69,9 @@ pub struct ScaleRun {
     pub loss: u64,
     /// Sampled prefixes that lost a frame.
     pub routes_with_loss: usize,
-    /// ferrouter: FIB memory (tables, route store, next hops), bytes.
-    pub fib_memory_bytes: Option<u64>,
-    /// ferrouter: resident memory of the whole daemon, bytes.
-    pub process_rss_bytes: Option<u64>,
-    /// ferrouter: prefixes in the FIB, all sources.
-    pub fib_prefixes: Option<u64>,
+    /// ferrouter's memory once everything is learned.
+    #[serde(flatten)]
+    pub memory: DutMemory,
     /// FRR's bgpd and zebra resident memory, bytes.
     pub frr_rss_bytes: u64,
 }
@@ -132,18 +129,6 @@ fn gobgp_config(i: usize) -> String {
         dut = crate::R2_V4,
         dut_as = bgp::AS_DUT
     )
-}
-
-fn rss_of(pid: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).ok()?;
-    let kb: u64 = s
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
 }
 
 /// Run everything.
@@ -335,15 +320,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         .unwrap_or(t0)
         .max(kernel_done.unwrap_or(t0));
     let v = t.verify(2)?;
-    let (mut fib_memory, mut rss, mut fib_prefixes) = (None, None, None);
-    if dut == Dut::Ferrouter {
-        let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
-        fib_memory = s["fib_memory_bytes"]["total"].as_u64();
-        fib_prefixes = Some(s["ipv4"].as_u64().unwrap_or(0) + s["ipv6"].as_u64().unwrap_or(0));
-        rss = std::fs::read_to_string(lab.pid_file())
-            .ok()
-            .and_then(|p| rss_of(&p));
-    }
+    let memory = DutMemory::read(&lab, dut)?;
     let mut frr_rss = 0;
     for daemon in ["bgpd", "zebra"] {
         if let Ok(pid) = std::fs::read_to_string(frr.dir.join(format!("{daemon}.pid"))) {
@@ -366,9 +343,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         verify_tx: v.tx,
         loss: v.lost,
         routes_with_loss: v.dests_with_loss,
-        fib_memory_bytes: fib_memory,
-        process_rss_bytes: rss,
-        fib_prefixes,
+        memory,
         frr_rss_bytes: frr_rss,
     })
 }
@@ -391,10 +366,11 @@ pub fn table(r: &ScaleReport) -> String {
             x.learn_s,
             x.sample,
             x.loss,
-            mib(x.fib_memory_bytes),
-            x.fib_memory_bytes
+            mib(x.memory.fib_memory_bytes),
+            x.memory
+                .fib_memory_bytes
                 .map_or("-".into(), |b| format!("{}", b / x.routes.max(1) as u64)),
-            mib(x.process_rss_bytes),
+            mib(x.memory.process_rss_bytes),
             x.frr_rss_bytes as f64 / 1048576.0
         ));
     }
