@@ -41,7 +41,7 @@ const DUMP_ATTEMPTS: u32 = 8;
 
 /// How long a request waits for the kernel's answer. The kernel answers at once; this only
 /// guards against a wedged socket blocking the control thread forever.
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most datagrams one `poll_events` call reads, so that a storm of updates cannot keep the
 /// control thread from acting on what it already has.
@@ -59,11 +59,20 @@ const RECV_BUF: usize = 64 * 1024;
 /// showed; `New*` events are upserts and `Del*` removals, so applying them again is harmless.
 pub struct Mirror {
     events: Socket,
-    requests: Socket,
-    seq: u32,
+    requests: Requests,
+    /// Receive buffer of the notification socket.
     buf: Vec<u8>,
     skipped: u64,
     overflows: u64,
+}
+
+/// A connected NETLINK_ROUTE socket for requests (dumps, and ACKed changes), with its
+/// sequence numbers and receive buffer. [`Mirror`] and [`crate::Netlink`] each own one.
+pub(crate) struct Requests {
+    sock: Socket,
+    seq: u32,
+    /// Receive buffer; grown when the kernel sends a bigger datagram.
+    pub(crate) buf: Vec<u8>,
 }
 
 impl Mirror {
@@ -88,17 +97,9 @@ impl Mirror {
                 })?;
         }
 
-        let mut requests = Socket::new(NETLINK_ROUTE).map_err(Error::Open)?;
-        requests.bind_auto().map_err(Error::Open)?;
-        requests
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(Error::Open)?;
-        set_rcvtimeo(requests.as_raw_fd(), REQUEST_TIMEOUT)?;
-
         Ok(Mirror {
             events,
-            requests,
-            seq: 0,
+            requests: Requests::open()?,
             buf: vec![0; RECV_BUF],
             skipped: 0,
             overflows: 0,
@@ -235,7 +236,7 @@ impl Mirror {
         };
         m.header.family = family;
         m.attributes.push(NeighbourAttribute::Destination(dst));
-        self.request_ack(
+        self.requests.request_ack(
             "RTM_NEWNEIGH NTF_USE",
             RouteNetlinkMessage::NewNeighbour(m),
             NLM_F_REQUEST | NLM_F_CREATE | NLM_F_ACK,
@@ -256,99 +257,6 @@ impl Mirror {
     /// Times the kernel reported dropped notifications (each reported as [`Event::Overflow`]).
     pub fn overflows(&self) -> u64 {
         self.overflows
-    }
-
-    fn send(
-        &mut self,
-        what: &'static str,
-        msg: RouteNetlinkMessage,
-        flags: u16,
-    ) -> Result<u32, Error> {
-        self.discard_stale_replies(what)?;
-        self.seq = self.seq.wrapping_add(1);
-        let mut header = NetlinkHeader::default();
-        header.flags = flags;
-        header.sequence_number = self.seq;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
-        packet.finalize();
-        let mut bytes = vec![0; packet.buffer_len()];
-        packet.serialize(&mut bytes);
-        loop {
-            match self.requests.send(&bytes, 0) {
-                Ok(_) => return Ok(self.seq),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(Error::Send { what, source }),
-            }
-        }
-    }
-
-    /// Reads and drops whatever an earlier, abandoned request left on the request socket
-    /// (reading also lets an unfinished kernel dump run to its end, which a new dump on the
-    /// same socket would otherwise find busy).
-    fn discard_stale_replies(&mut self, what: &'static str) -> Result<(), Error> {
-        loop {
-            match recv(&self.requests, &mut self.buf, libc::MSG_DONTWAIT) {
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(Error::Recv { what, source }),
-            }
-        }
-    }
-
-    /// Blocking read of one reply datagram to the current request. Returns its length, or
-    /// `None` if it did not fit the buffer (which has been grown for the next time).
-    fn recv_reply(&mut self, what: &'static str) -> Result<Option<usize>, Error> {
-        loop {
-            match recv(&self.requests, &mut self.buf, 0) {
-                Ok(n) if n > self.buf.len() => {
-                    self.buf.resize(n.next_power_of_two(), 0);
-                    return Ok(None);
-                }
-                Ok(n) => return Ok(Some(n)),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Err(Error::Timeout {
-                        what,
-                        timeout: REQUEST_TIMEOUT,
-                    })
-                }
-                Err(source) => return Err(Error::Recv { what, source }),
-            }
-        }
-    }
-
-    fn request_ack(
-        &mut self,
-        what: &'static str,
-        msg: RouteNetlinkMessage,
-        flags: u16,
-    ) -> Result<(), Error> {
-        let seq = self.send(what, msg, flags)?;
-        loop {
-            let Some(n) = self.recv_reply(what)? else {
-                continue;
-            };
-            let mut answer = None;
-            split(&self.buf[..n], |h, m| {
-                if h.seq != seq {
-                    return;
-                }
-                if let Ok(NetlinkPayload::Error(e)) = decode(m) {
-                    answer = Some(e.raw_code());
-                }
-            });
-            match answer {
-                Some(0) => return Ok(()),
-                Some(code) => {
-                    return Err(Error::Kernel {
-                        what,
-                        source: io::Error::from_raw_os_error(-code),
-                    })
-                }
-                None => continue,
-            }
-        }
     }
 
     fn dump_retrying(
@@ -389,17 +297,17 @@ impl Mirror {
         msg: RouteNetlinkMessage,
         out: &mut Vec<Event>,
     ) -> Result<bool, Error> {
-        let seq = self.send(what, msg, NLM_F_REQUEST | NLM_F_DUMP)?;
+        let seq = self.requests.send(what, msg, NLM_F_REQUEST | NLM_F_DUMP)?;
         let mut consistent = true;
         loop {
-            let Some(n) = self.recv_reply(what)? else {
+            let Some(n) = self.requests.recv_reply(what)? else {
                 consistent = false;
                 continue;
             };
             let mut done = None;
             let mut error = 0;
             let mut skipped = 0;
-            split(&self.buf[..n], |h, m| {
+            split(&self.requests.buf[..n], |h, m| {
                 if h.seq != seq {
                     return;
                 }
@@ -451,6 +359,114 @@ impl Mirror {
 }
 
 /// Whether an event is about IPv4 (`Some(true)`) or IPv6 (`Some(false)`) state.
+impl Requests {
+    /// Opens and connects the socket, with [`REQUEST_TIMEOUT`] on its replies.
+    pub(crate) fn open() -> Result<Requests, Error> {
+        let mut sock = Socket::new(NETLINK_ROUTE).map_err(Error::Open)?;
+        sock.bind_auto().map_err(Error::Open)?;
+        sock.connect(&SocketAddr::new(0, 0)).map_err(Error::Open)?;
+        set_rcvtimeo(sock.as_raw_fd(), REQUEST_TIMEOUT)?;
+        Ok(Requests {
+            sock,
+            seq: 0,
+            buf: vec![0; RECV_BUF],
+        })
+    }
+
+    pub(crate) fn send(
+        &mut self,
+        what: &'static str,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<u32, Error> {
+        self.discard_stale_replies(what)?;
+        self.seq = self.seq.wrapping_add(1);
+        let mut header = NetlinkHeader::default();
+        header.flags = flags;
+        header.sequence_number = self.seq;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+        packet.finalize();
+        let mut bytes = vec![0; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        loop {
+            match self.sock.send(&bytes, 0) {
+                Ok(_) => return Ok(self.seq),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => return Err(Error::Send { what, source }),
+            }
+        }
+    }
+
+    /// Reads and drops whatever an earlier, abandoned request left on the request socket
+    /// (reading also lets an unfinished kernel dump run to its end, which a new dump on the
+    /// same socket would otherwise find busy).
+    fn discard_stale_replies(&mut self, what: &'static str) -> Result<(), Error> {
+        loop {
+            match recv(&self.sock, &mut self.buf, libc::MSG_DONTWAIT) {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => return Err(Error::Recv { what, source }),
+            }
+        }
+    }
+
+    /// Blocking read of one reply datagram to the current request. Returns its length, or
+    /// `None` if it did not fit the buffer (which has been grown for the next time).
+    pub(crate) fn recv_reply(&mut self, what: &'static str) -> Result<Option<usize>, Error> {
+        loop {
+            match recv(&self.sock, &mut self.buf, 0) {
+                Ok(n) if n > self.buf.len() => {
+                    self.buf.resize(n.next_power_of_two(), 0);
+                    return Ok(None);
+                }
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(Error::Timeout {
+                        what,
+                        timeout: REQUEST_TIMEOUT,
+                    })
+                }
+                Err(source) => return Err(Error::Recv { what, source }),
+            }
+        }
+    }
+
+    pub(crate) fn request_ack(
+        &mut self,
+        what: &'static str,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<(), Error> {
+        let seq = self.send(what, msg, flags)?;
+        loop {
+            let Some(n) = self.recv_reply(what)? else {
+                continue;
+            };
+            let mut answer = None;
+            split(&self.buf[..n], |h, m| {
+                if h.seq != seq {
+                    return;
+                }
+                if let Ok(NetlinkPayload::Error(e)) = decode(m) {
+                    answer = Some(e.raw_code());
+                }
+            });
+            match answer {
+                Some(0) => return Ok(()),
+                Some(code) => {
+                    return Err(Error::Kernel {
+                        what,
+                        source: io::Error::from_raw_os_error(-code),
+                    })
+                }
+                None => continue,
+            }
+        }
+    }
+}
+
 fn is_ipv4(e: &Event) -> Option<bool> {
     match e {
         Event::NewAddr(a) | Event::DelAddr(a) => Some(a.addr.is_ipv4()),
@@ -462,7 +478,7 @@ fn is_ipv4(e: &Event) -> Option<bool> {
 
 /// `recv` with `MSG_TRUNC`: the returned length is the datagram's, even when larger than
 /// `buf` (whose excess is then lost).
-pub(crate) fn recv(sock: &Socket, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+fn recv(sock: &Socket, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     sock.recv(&mut &mut buf[..], flags | libc::MSG_TRUNC)
 }
 
@@ -494,7 +510,7 @@ fn set_rcvbuf(fd: RawFd, bytes: usize) -> Result<(), Error> {
         .map_err(|source| Error::RcvBuf { bytes, source })
 }
 
-pub(crate) fn set_rcvtimeo(fd: RawFd, timeout: Duration) -> Result<(), Error> {
+fn set_rcvtimeo(fd: RawFd, timeout: Duration) -> Result<(), Error> {
     let tv = libc::timeval {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),

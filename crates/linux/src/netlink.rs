@@ -2,14 +2,9 @@
 //! permanent neighbours. Each is one ACKed rtnetlink request built from
 //! netlink-packet-route's message types; the caller names the object in its messages.
 
-use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL,
-    NLM_F_REPLACE, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::neighbour::{
@@ -20,11 +15,9 @@ use netlink_packet_route::route::{
     RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use crate::error::Error;
-use crate::mirror::{recv, set_rcvtimeo, REQUEST_TIMEOUT};
-use crate::parse::{decode, split};
+use crate::mirror::Requests;
 use crate::types::RT_TABLE_MAIN;
 
 /// A static route as Ferrouter configures it: main table, `RTPROT_STATIC`.
@@ -53,22 +46,14 @@ pub enum RouteTarget {
 /// A NETLINK_ROUTE socket for configuration requests, in the network namespace of the
 /// thread that opened it.
 pub struct Netlink {
-    sock: Socket,
-    seq: u32,
-    buf: Vec<u8>,
+    requests: Requests,
 }
 
 impl Netlink {
     /// Opens the socket.
     pub fn open() -> Result<Netlink, Error> {
-        let mut sock = Socket::new(NETLINK_ROUTE).map_err(Error::Open)?;
-        sock.bind_auto().map_err(Error::Open)?;
-        sock.connect(&SocketAddr::new(0, 0)).map_err(Error::Open)?;
-        set_rcvtimeo(sock.as_raw_fd(), REQUEST_TIMEOUT)?;
         Ok(Netlink {
-            sock,
-            seq: 0,
-            buf: vec![0; 16 * 1024],
+            requests: Requests::open()?,
         })
     }
 
@@ -148,60 +133,8 @@ impl Netlink {
         msg: RouteNetlinkMessage,
         flags: u16,
     ) -> Result<(), Error> {
-        // Drop whatever an abandoned request left behind.
-        while recv(&self.sock, &mut self.buf, libc::MSG_DONTWAIT).is_ok() {}
-        self.seq = self.seq.wrapping_add(1);
-        let seq = self.seq;
-        let mut header = NetlinkHeader::default();
-        header.flags = flags | NLM_F_REQUEST | NLM_F_ACK;
-        header.sequence_number = seq;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
-        packet.finalize();
-        let mut bytes = vec![0; packet.buffer_len()];
-        packet.serialize(&mut bytes);
-        loop {
-            match self.sock.send(&bytes, 0) {
-                Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(Error::Send { what, source }),
-            }
-        }
-        loop {
-            let n = match recv(&self.sock, &mut self.buf, 0) {
-                Ok(n) if n > self.buf.len() => {
-                    // An ACK carrying our (large) request back; grow and wait for the next.
-                    self.buf.resize(n.next_power_of_two(), 0);
-                    continue;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Err(Error::Timeout {
-                        what,
-                        timeout: REQUEST_TIMEOUT,
-                    })
-                }
-                Err(source) => return Err(Error::Recv { what, source }),
-            };
-            let mut answer = None;
-            split(&self.buf[..n], |h, m| {
-                if h.seq == seq {
-                    if let Ok(NetlinkPayload::Error(e)) = decode(m) {
-                        answer = Some(e.raw_code());
-                    }
-                }
-            });
-            match answer {
-                Some(0) => return Ok(()),
-                Some(code) => {
-                    return Err(Error::Kernel {
-                        what,
-                        source: io::Error::from_raw_os_error(-code),
-                    })
-                }
-                None => continue,
-            }
-        }
+        self.requests
+            .request_ack(what, msg, flags | NLM_F_REQUEST | NLM_F_ACK)
     }
 }
 
