@@ -6,10 +6,11 @@
 //! ([`CaptureShared::dropped`]), never a wait. Idle, the cost is one relaxed load and
 //! branch per burst.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::arm::{ArmReceiver, ArmSender};
 use crate::buffer::{PacketMemory, Pkt, FRAME_SIZE};
 
 /// Which way the captured packets go.
@@ -75,7 +76,6 @@ impl CaptureRecord {
 /// What worker and control side share about one worker's capturer.
 #[derive(Default)]
 pub struct CaptureShared {
-    armed: AtomicBool,
     /// Frames not captured because the queue was full.
     pub dropped: AtomicU64,
 }
@@ -83,7 +83,7 @@ pub struct CaptureShared {
 /// Worker side: owned by the graph, fed by [`crate::worker::poll_once`].
 pub struct Capturer {
     shared: Arc<CaptureShared>,
-    cmds: rtrb::Consumer<CaptureArm>,
+    cmds: ArmReceiver<CaptureArm>,
     records_out: rtrb::Producer<CaptureRecord>,
     active: CaptureArm,
 }
@@ -92,14 +92,14 @@ pub struct Capturer {
 pub struct CaptureHandle {
     /// Shared flag and loss counter.
     pub shared: Arc<CaptureShared>,
-    cmds: rtrb::Producer<CaptureArm>,
+    cmds: ArmSender<CaptureArm>,
     records_in: rtrb::Consumer<CaptureRecord>,
 }
 
 /// A capturer and its control handle, with room for `capacity` frames in flight.
 pub fn channel(capacity: usize) -> (CaptureHandle, Capturer) {
     let shared = Arc::new(CaptureShared::default());
-    let (cp, cc) = rtrb::RingBuffer::new(4);
+    let (cp, cc) = crate::arm::channel();
     let (rp, rc) = rtrb::RingBuffer::new(capacity.max(1));
     (
         CaptureHandle {
@@ -126,10 +126,7 @@ impl CaptureHandle {
     /// Start (or with `count` 0, stop) capturing on the worker.
     pub fn arm(&mut self, req: CaptureArm) -> Result<(), &'static str> {
         self.cmds
-            .push(req)
-            .map_err(|_| "worker has not taken its previous capture request")?;
-        self.shared.armed.store(true, Ordering::SeqCst);
-        Ok(())
+            .send(req, "worker has not taken its previous capture request")
     }
     /// The next captured frame, if any.
     pub fn pop(&mut self) -> Option<CaptureRecord> {
@@ -141,7 +138,7 @@ impl Capturer {
     /// Once per burst: take requests; true if capturing.
     #[inline]
     pub fn armed(&mut self) -> bool {
-        if !self.shared.armed.load(Ordering::Relaxed) {
+        if !self.cmds.raised() {
             return false;
         }
         self.take_requests()
@@ -149,18 +146,10 @@ impl Capturer {
 
     #[cold]
     fn take_requests(&mut self) -> bool {
-        while let Ok(req) = self.cmds.pop() {
+        while let Some(req) = self.cmds.next() {
             self.active = req;
         }
-        if self.active.count == 0 {
-            self.shared.armed.store(false, Ordering::SeqCst);
-            // A request queued between the pops and the store re-arms.
-            if !self.cmds.is_empty() {
-                self.shared.armed.store(true, Ordering::SeqCst);
-            }
-            return false;
-        }
-        true
+        self.cmds.settle(self.active.count != 0)
     }
 
     /// Frames just received on `port` (call only when [`Capturer::armed`]).

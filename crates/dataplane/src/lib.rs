@@ -5,6 +5,7 @@
 //! per packet. Every drop is counted under a named [`Reason`]; packets for the router, ARP,
 //! control multicast and unresolved next hops go to the [`punt`] queue.
 
+mod arm;
 pub mod buffer;
 pub mod capture;
 pub mod counters;

@@ -8,9 +8,10 @@
 //! Armed, the filter runs once per received packet and steps are written only for the
 //! flagged ones. Nothing here allocates, locks or panics on the worker.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::arm::{ArmReceiver, ArmSender};
 use crate::buffer::{Pkt, VECTOR_SIZE};
 use crate::counters::Reason;
 
@@ -387,8 +388,6 @@ pub struct TraceArm {
 /// What worker and control side share about one worker's tracer.
 #[derive(Default)]
 pub struct TraceShared {
-    /// Set by the control side when a request is queued; the worker clears it when idle.
-    armed: AtomicBool,
     /// Records lost because the record queue was full.
     pub lost: AtomicU64,
 }
@@ -396,7 +395,7 @@ pub struct TraceShared {
 /// Worker side: owned by the graph.
 pub struct Tracer {
     shared: Arc<TraceShared>,
-    cmds: rtrb::Consumer<TraceArm>,
+    cmds: ArmReceiver<TraceArm>,
     records_out: rtrb::Producer<TraceRecord>,
     remaining: u32,
     filter: Filter,
@@ -408,14 +407,14 @@ pub struct Tracer {
 pub struct TraceHandle {
     /// Shared flags and counters.
     pub shared: Arc<TraceShared>,
-    cmds: rtrb::Producer<TraceArm>,
+    cmds: ArmSender<TraceArm>,
     records_in: rtrb::Consumer<TraceRecord>,
 }
 
 /// A tracer and its control handle, with room for `capacity` finished records in flight.
 pub fn channel(capacity: usize) -> (TraceHandle, Tracer) {
     let shared = Arc::new(TraceShared::default());
-    let (cp, cc) = rtrb::RingBuffer::new(4);
+    let (cp, cc) = crate::arm::channel();
     let (rp, rc) = rtrb::RingBuffer::new(capacity.max(1));
     (
         TraceHandle {
@@ -440,11 +439,7 @@ impl TraceHandle {
     /// (a stuck worker).
     pub fn arm(&mut self, req: TraceArm) -> Result<(), &'static str> {
         self.cmds
-            .push(req)
-            .map_err(|_| "worker has not taken its previous trace request")?;
-        // After the push: a worker that sees the flag finds the request.
-        self.shared.armed.store(true, Ordering::SeqCst);
-        Ok(())
+            .send(req, "worker has not taken its previous trace request")
     }
     /// The next finished record, if any.
     pub fn pop(&mut self) -> Option<TraceRecord> {
@@ -456,7 +451,7 @@ impl Tracer {
     /// Once per vector: take requests and say whether this vector is to be traced.
     #[inline]
     pub fn begin(&mut self) -> bool {
-        if !self.shared.armed.load(Ordering::Relaxed) {
+        if !self.cmds.raised() {
             return false;
         }
         self.begin_slow()
@@ -464,16 +459,11 @@ impl Tracer {
 
     #[cold]
     fn begin_slow(&mut self) -> bool {
-        while let Ok(req) = self.cmds.pop() {
+        while let Some(req) = self.cmds.next() {
             self.remaining = req.count;
             self.filter = req.filter;
         }
-        if self.remaining == 0 {
-            self.shared.armed.store(false, Ordering::SeqCst);
-            // A request queued between the pops and the store re-arms.
-            if !self.cmds.is_empty() {
-                self.shared.armed.store(true, Ordering::SeqCst);
-            }
+        if !self.cmds.settle(self.remaining != 0) {
             return false;
         }
         self.used = 0;
