@@ -3,14 +3,13 @@
 //! and [`request`], the client call the CLI, the lab and the tests use.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use anyhow::Result;
-use dataplane::{Kind, Reason};
+use dataplane::Reason;
 use serde_json::{json, Value};
 
 use crate::client::{Client, Endpoint};
-use crate::daemon::{PortCounters, Shared};
+use crate::daemon::Shared;
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors` or `counters`.
@@ -31,15 +30,7 @@ fn answer(what: &str, arg: Option<&str>, shared: &Shared) -> Result<Value, Strin
                 .iter()
                 .map(|f| {
                     let info = ifaces.ports.get(f.port as usize);
-                    // Summed over the workers, each of which serves one queue of the port.
-                    let g = |field: fn(&PortCounters) -> &std::sync::atomic::AtomicU64| -> u64 {
-                        shared
-                            .port_counters
-                            .iter()
-                            .filter_map(|w| w.get(f.port as usize))
-                            .map(|c| field(c).load(Ordering::Relaxed))
-                            .sum()
-                    };
+                    let g = |field| shared.port_total(f.port, field);
                     json!({
                         "port": f.port, "name": f.name, "ifindex": f.ifindex, "backend": f.backend,
                         "mac": info.map(|i| i.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")),
@@ -82,7 +73,7 @@ fn answer(what: &str, arg: Option<&str>, shared: &Shared) -> Result<Value, Strin
             let reasons: Vec<Value> = s
                 .nonzero()
                 .into_iter()
-                .map(|(r, n)| json!({"node": r.node(), "reason": r.name(), "kind": kind(r), "count": n, "description": r.desc()}))
+                .map(|(r, n)| json!({"node": r.node(), "reason": r.name(), "kind": r.kind().name(), "count": n, "description": r.desc()}))
                 .collect();
             let sync = shared
                 .sync
@@ -106,14 +97,6 @@ fn answer(what: &str, arg: Option<&str>, shared: &Shared) -> Result<Value, Strin
         other => Err(format!(
             "unknown item {other:?}: expected interfaces, routes, neighbors or counters"
         )),
-    }
-}
-
-fn kind(r: Reason) -> &'static str {
-    match r.kind() {
-        Kind::Drop => "drop",
-        Kind::Punt => "punt",
-        Kind::Info => "info",
     }
 }
 

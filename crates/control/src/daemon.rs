@@ -163,6 +163,18 @@ pub struct Shared {
     pub capture: CaptureService,
 }
 
+impl Shared {
+    /// One counter of port `port`, summed over the workers (each serves one queue of every
+    /// port).
+    pub fn port_total(&self, port: u16, field: fn(&PortCounters) -> &AtomicU64) -> u64 {
+        self.port_counters
+            .iter()
+            .filter_map(|w| w.get(port as usize))
+            .map(|c| field(c).load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
 /// The daemon's FIB: tbl8 groups for IPv4 prefixes longer than /24 and for IPv6 (the
 /// route-sync benchmark uses the same). Groups are committed lazily, so the maxima cost
 /// address space, not memory: 2^17 IPv4 groups hold an Internet table of 6M routes with

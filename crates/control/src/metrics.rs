@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dataplane::{Kind, Reason};
+use dataplane::Reason;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -97,30 +97,18 @@ impl Collector for Scrape {
     }
 }
 
-fn kind(k: Kind) -> &'static str {
-    match k {
-        Kind::Drop => "drop",
-        Kind::Punt => "punt",
-        Kind::Info => "info",
-    }
-}
-
 /// The metrics text.
 pub fn render(shared: &Shared) -> Result<String, String> {
     let mut s = Scrape::default();
-    // Ports: summed over the workers (each serves one queue of every port).
     let port = |field: fn(&crate::daemon::PortCounters) -> &AtomicU64| -> Vec<(Labels, u64)> {
         shared
             .ports
             .iter()
             .map(|f| {
-                let v = shared
-                    .port_counters
-                    .iter()
-                    .filter_map(|w| w.get(f.port as usize))
-                    .map(|c| field(c).load(Ordering::Relaxed))
-                    .sum();
-                (vec![("port", f.name.clone())], v)
+                (
+                    vec![("port", f.name.clone())],
+                    shared.port_total(f.port, field),
+                )
             })
             .collect()
     };
@@ -166,7 +154,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
                     vec![
                         ("node", r.node().to_string()),
                         ("reason", r.name().to_string()),
-                        ("kind", kind(r.kind()).to_string()),
+                        ("kind", r.kind().name().to_string()),
                     ],
                     total.get(*r),
                 )

@@ -31,6 +31,17 @@ pub enum Kind {
     Info,
 }
 
+impl Kind {
+    /// `drop`, `punt` or `info`, for JSON and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Drop => "drop",
+            Kind::Punt => "punt",
+            Kind::Info => "info",
+        }
+    }
+}
+
 macro_rules! reasons {
     ($($id:ident => $kind:ident, $node:literal, $desc:literal;)*) => {
         /// Every named reason a node counts, `show errors`-style.
