@@ -217,7 +217,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
         s.gauge(
             "ferrouter_neighbors",
             "Neighbours (ARP/NDP entries) the fast path knows.",
-            vec![(vec![], sync.neighbors().len() as f64)],
+            vec![(vec![], sync.neighbor_count() as f64)],
         );
         s.gauge(
             "ferrouter_kernel_routes_mirrored",

@@ -1082,6 +1082,14 @@ impl Sync {
         }
     }
 
+    /// How many neighbours [`Sync::neighbors`] lists.
+    pub fn neighbor_count(&self) -> usize {
+        self.neighs
+            .values()
+            .filter(|n| self.port_of(n.ifindex).is_some())
+            .count()
+    }
+
     /// Neighbours on fast-path ports.
     pub fn neighbors(&self) -> Vec<NeighborView> {
         let mut v: Vec<NeighborView> = self
