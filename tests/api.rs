@@ -348,10 +348,11 @@ fn metrics_parse_and_count_traffic() {
     assert_eq!(sample(&m, "ferrouter_build_info", &[]), 1.0);
 }
 
-/// `ferrouter config ...` against the lab's router.
-fn config_cli(lab: &Lab, args: &[&str]) -> (bool, String) {
+/// `ferrouter COMMAND ARGS... --socket SOCKET` against the lab's router: (success,
+/// stdout + stderr).
+fn cli(lab: &Lab, command: &str, args: &[&str]) -> (bool, String) {
     let sock = lab.socket();
-    let mut a: Vec<&str> = vec!["config"];
+    let mut a: Vec<&str> = vec![command];
     a.extend_from_slice(args);
     a.extend_from_slice(&["--socket", sock.to_str().unwrap()]);
     let out = Command::new(bin()).args(&a).output().unwrap();
@@ -359,6 +360,11 @@ fn config_cli(lab: &Lab, args: &[&str]) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
+}
+
+/// `ferrouter config ...` against the lab's router.
+fn config_cli(lab: &Lab, args: &[&str]) -> (bool, String) {
+    cli(lab, "config", args)
 }
 
 /// What the router namespace's kernel holds that a config can change: addresses, MTUs,
@@ -692,18 +698,7 @@ fn trace_shows_routed_dropped_and_punted_packets() {
     let lab = &g.0;
     ping_ok(lab, lab::H2_V4).unwrap();
     let c = unix(lab);
-    let run = |args: &[&str]| -> (bool, String) {
-        let sock = lab.socket();
-        let mut a = vec!["trace"];
-        a.extend_from_slice(args);
-        a.extend_from_slice(&["--socket", sock.to_str().unwrap()]);
-        let out = Command::new(bin()).args(&a).output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let run = |args: &[&str]| cli(lab, "trace", args);
     // Routed: an echo request from h1 to h2.
     let (ok, out) = run(&[
         "add",

@@ -14,10 +14,6 @@ use crate::daemon::Shared;
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors` or `counters`.
 pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, String> {
-    answer(what, arg, shared)
-}
-
-fn answer(what: &str, arg: Option<&str>, shared: &Shared) -> Result<Value, String> {
     let sync = shared
         .sync
         .lock()
