@@ -680,13 +680,31 @@ fn two_gobgp_peers_10k_v4_1k_v6_failover_and_failback_in_the_fib_and_the_traffic
     eprintln!("failover test body took {:?}", t0.elapsed());
 }
 
-/// `ferrouter bench convergence` end to end at a small scale: both DUTs, the JSON contract,
-/// every phase converged, no loss after convergence, and the kernel's view consistent with
-/// the traffic's (the kernel is done before the traffic has moved).
+/// `ferrouter bench convergence` end to end at a small scale with BIRD peers (the default):
+/// both DUTs, the JSON contract, every phase converged, no loss after convergence, the
+/// kernel's view consistent with the traffic's (the kernel is done before the traffic has
+/// moved), and every process's CPU time accounted.
 #[test]
-fn bench_convergence_5k_routes_ferrouter_and_linux_json() {
+fn bench_convergence_5k_routes_bird_peers_ferrouter_and_linux_json() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    common::check_bench_convergence("bgp", 5000, &format!("c{}", std::process::id() % 100_000));
+    common::check_bench_convergence(
+        "bgp",
+        "bird",
+        5000,
+        &format!("c{}", std::process::id() % 100_000),
+    );
+}
+
+/// The same with GoBGP peers loaded from MRT files (`--speaker gobgp`).
+#[test]
+fn bench_convergence_5k_routes_gobgp_peers_ferrouter_and_linux_json() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    common::check_bench_convergence(
+        "bgp",
+        "gobgp",
+        5000,
+        &format!("g{}", std::process::id() % 100_000),
+    );
 }
 
 /// A benchmark interrupted mid-run (SIGTERM, as `timeout` or `kill` sends) tears its lab

@@ -632,5 +632,10 @@ fn ospf_scale() {
 #[test]
 fn bench_convergence_ospf_2k_routes_ferrouter_and_linux_json() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    check_bench_convergence("ospf", 2000, &format!("o{}", std::process::id() % 100_000));
+    check_bench_convergence(
+        "ospf",
+        "bird",
+        2000,
+        &format!("o{}", std::process::id() % 100_000),
+    );
 }

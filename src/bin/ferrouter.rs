@@ -359,11 +359,11 @@ enum Bench {
     /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
     Rfc2544(Rfc2544Args),
     /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
-    /// advertise the same routes to FRR, the primary preferred (bgp: GoBGP over eBGP, by
-    /// local preference; ospf: BIRD originating OSPFv2 type-2 externals, by metric, IPv4
-    /// only); traffic goes to every route; the primary withdraws and re-advertises; time
+    /// advertise the same routes to FRR, the primary preferred (bgp: BIRD or GoBGP over
+    /// eBGP, by local preference; ospf: BIRD originating OSPFv2 type-2 externals, by metric,
+    /// IPv4 only); traffic goes to every route; the primary withdraws and re-advertises; time
     /// until traffic to every route has moved, split by what the kernel saw. Needs root, frr
-    /// and gobgpd (bgp) or bird2 (ospf).
+    /// and bird2 (or gobgpd for --speaker gobgp).
     Convergence {
         /// Routes per peer, comma-separated (one run per count and DUT).
         #[arg(long, value_delimiter = ',', default_value = "100000")]
@@ -371,6 +371,11 @@ enum Bench {
         /// Routing protocol: bgp or ospf.
         #[arg(long, default_value = "bgp")]
         protocol: String,
+        /// The BGP peers: bird (packed UPDATEs, as a tester's emulated routers send them)
+        /// or gobgp (MRT-loaded, per-prefix AS paths, one UPDATE per prefix: slow above
+        /// ~10K routes). OSPF peers are always BIRD.
+        #[arg(long, default_value = "bird")]
+        speaker: String,
         /// DUTs, comma-separated: ferrouter, linux.
         #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
         dut: Vec<String>,
@@ -391,9 +396,9 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// A full table learned from several eBGP peers (GoBGP instances loaded from generated
-    /// MRT tables) through FRR, verified by traffic to a random sample of the prefixes; times,
-    /// loss and memory. Needs root, frr and gobgpd.
+    /// A full table learned from several eBGP peers (BIRD or GoBGP instances, each with its
+    /// share of a generated table) through FRR, verified by traffic to a random sample of the
+    /// prefixes; times, loss and memory. Needs root, frr and bird2 (or gobgpd).
     BgpScale {
         /// IPv4 routes in all, split evenly over the peers (disjoint prefixes).
         #[arg(long, default_value_t = 1_000_000)]
@@ -401,6 +406,10 @@ enum Bench {
         /// eBGP peers (1..=8).
         #[arg(long, default_value_t = 4)]
         peers: usize,
+        /// The peers: bird (a static protocol exported over the session, packed UPDATEs) or
+        /// gobgp (loaded from MRT files, one UPDATE per prefix).
+        #[arg(long, default_value = "bird")]
+        speaker: String,
         /// DUTs, comma-separated: ferrouter, linux.
         #[arg(long, value_delimiter = ',', default_value = "ferrouter")]
         dut: Vec<String>,
@@ -734,6 +743,7 @@ fn main() -> Result<()> {
         Cmd::Bench(Bench::Convergence {
             routes,
             protocol,
+            speaker,
             dut,
             rate,
             timeout,
@@ -756,6 +766,7 @@ fn main() -> Result<()> {
             let opts = lab::convergence::Options {
                 routes,
                 protocol: protocol.parse()?,
+                speaker: speaker.parse()?,
                 duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
                 rate_pps: rate,
                 phase_timeout: std::time::Duration::from_secs(timeout),
@@ -777,6 +788,7 @@ fn main() -> Result<()> {
         Cmd::Bench(Bench::BgpScale {
             routes,
             peers,
+            speaker,
             dut,
             sample,
             rate,
@@ -800,6 +812,7 @@ fn main() -> Result<()> {
             let opts = lab::convergence::scale::ScaleOptions {
                 routes,
                 peers,
+                speaker: speaker.parse()?,
                 duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
                 sample,
                 rate_pps: rate,

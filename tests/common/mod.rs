@@ -61,13 +61,14 @@ pub fn start_lab(lab: Lab) -> Guard {
     Guard(lab)
 }
 
-/// Runs `ferrouter bench convergence --protocol PROTOCOL --routes ROUTES --dut
-/// ferrouter,linux --json` in namespaces named `NETNS_PREFIX-*` and checks what both of its
-/// runs report: the JSON contract, every phase converged with its kernel times in order,
-/// no loss after convergence, two verification passes, ferrouter's FIB memory, and no
-/// namespace left behind. No timing limits: the machine is shared.
+/// Runs `ferrouter bench convergence --protocol PROTOCOL --speaker SPEAKER --routes ROUTES
+/// --dut ferrouter,linux --json` in namespaces named `NETNS_PREFIX-*` and checks what both
+/// of its runs report: the JSON contract, every phase converged with its kernel times in
+/// order and the CPU its processes used, no loss after convergence, two verification
+/// passes, ferrouter's FIB memory, and no namespace left behind. No timing limits: the
+/// machine is shared.
 #[allow(dead_code)] // not every test binary uses every helper
-pub fn check_bench_convergence(protocol: &str, routes: u64, netns_prefix: &str) {
+pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns_prefix: &str) {
     let routes_s = routes.to_string();
     let out = std::process::Command::new(bin())
         .args([
@@ -75,6 +76,8 @@ pub fn check_bench_convergence(protocol: &str, routes: u64, netns_prefix: &str) 
             "convergence",
             "--protocol",
             protocol,
+            "--speaker",
+            speaker,
             "--routes",
             &routes_s,
             "--dut",
@@ -100,6 +103,11 @@ pub fn check_bench_convergence(protocol: &str, routes: u64, netns_prefix: &str) 
     for (r, dut) in runs.iter().zip(["ferrouter", "linux"]) {
         assert_eq!(r["dut"], dut, "{r}");
         assert_eq!(r["protocol"], protocol, "{r}");
+        assert_eq!(
+            r["speaker"],
+            if protocol == "ospf" { "bird" } else { speaker },
+            "{r}"
+        );
         assert_eq!(r["routes"], routes, "{r}");
         for k in ["learn_s", "converge_s", "failover_s", "sweep_period_s"] {
             let s = r[k].as_f64().unwrap_or(f64::NAN);
@@ -125,6 +133,22 @@ pub fn check_bench_convergence(protocol: &str, routes: u64, netns_prefix: &str) 
             assert_eq!(p["total_s"], r[total], "{phase}: {r}");
             assert!(first <= done && done <= t + 0.001, "{phase}: {p}");
             assert!(p["after_kernel_s"].as_f64().unwrap() >= 0.0, "{phase}: {p}");
+            // Every process of the run is accounted for, with a plausible CPU time.
+            let cpu = p["cpu_s"].as_object().unwrap();
+            let daemon = if protocol == "ospf" { "ospfd" } else { "bgpd" };
+            let mut expected = vec!["zebra", daemon];
+            if dut == "ferrouter" {
+                expected.push("ferrouter");
+            }
+            for k in expected {
+                let c = cpu.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                // Two cores: no process can use more than twice the wall time (plus a tick).
+                assert!(c >= 0.0 && c <= 2.0 * t + 0.02, "{phase}: {k}: {p}");
+            }
+            assert!(
+                cpu.keys().filter(|k| k.starts_with(speaker)).count() == 2,
+                "{phase}: both peers' CPU: {p}"
+            );
         }
     }
     let f = &runs[0];

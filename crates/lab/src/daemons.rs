@@ -86,6 +86,14 @@ impl Daemons {
         }
     }
 
+    /// CPU time (user + system, seconds) each running daemon has used so far, by name.
+    pub fn cpu_seconds(&self) -> Vec<(String, f64)> {
+        self.children
+            .iter()
+            .filter_map(|(name, _, c, _)| Some((name.clone(), cpu_seconds_of(c.id())?)))
+            .collect()
+    }
+
     /// Poll `done` every 50 ms for at most `limit`, failing early if a daemon dies.
     pub fn wait_for(
         &mut self,
@@ -315,6 +323,68 @@ impl Frr {
     }
 }
 
+/// CPU time (user + system, all threads) process `pid` has used, seconds; `None` if it
+/// is gone.
+pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may contain anything.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 / hz as f64)
+}
+
+/// The common head of a BIRD 2 config: router id, log file, the device protocol, and two
+/// static protocols, `static4` and `static6`, holding the given prefixes as blackholes for
+/// the caller's protocols to export. Prefixes are (address, length), host bits zero: IPv4
+/// in host byte order, IPv6 as bytes. `birdc disable static4` withdraws the IPv4 ones from
+/// every protocol exporting them, `enable` brings them back.
+pub fn bird_statics_config(
+    router_id: &str,
+    log: &Path,
+    v4: &[(u32, u8)],
+    v6: &[([u8; 16], u8)],
+) -> String {
+    use std::fmt::Write as _;
+    // ~35 bytes a route: 2M routes are a 70 MB file, which BIRD parses in seconds.
+    let mut s = String::with_capacity(1024 + 40 * (v4.len() + v6.len()));
+    let _ = write!(
+        s,
+        "router id {router_id};\n\
+         log \"{}\" {{ info, remote, warning, error, auth, fatal, bug }};\n\
+         protocol device {{}}\n\
+         protocol static static4 {{\n  ipv4;\n",
+        log.display()
+    );
+    for &(p, l) in v4 {
+        let _ = writeln!(s, "  route {}/{l} blackhole;", std::net::Ipv4Addr::from(p));
+    }
+    s.push_str("}\nprotocol static static6 {\n  ipv6;\n");
+    for &(p, l) in v6 {
+        let _ = writeln!(s, "  route {}/{l} blackhole;", std::net::Ipv6Addr::from(p));
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// `conf` (from [`bird_statics_config`]) with both static protocols starting disabled:
+/// BIRD forms its adjacencies originating no externals until `birdc enable static4` (or
+/// `static6`). An error if `conf` has no such protocols.
+pub fn bird_statics_disabled(conf: &str) -> anyhow::Result<String> {
+    let mut s = conf.to_string();
+    for p in ["static4", "static6"] {
+        let head = format!("protocol static {p} {{\n");
+        let Some(at) = s.find(&head) else {
+            anyhow::bail!("no {p} protocol in the BIRD config");
+        };
+        s.insert_str(at + head.len(), "  disabled;\n");
+    }
+    Ok(s)
+}
+
 /// A running BIRD.
 pub struct Bird {
     /// Namespace it runs in.
@@ -334,6 +404,17 @@ impl Bird {
             bail!("birdc {args:?}: {out}");
         }
         Ok(out)
+    }
+
+    /// `birdc enable|disable PROTOCOL`, an error unless BIRD did it (birdc exits 0 even when
+    /// BIRD refuses a command; it answers "NAME: enabled", "NAME: disabled" or
+    /// "NAME: already ...").
+    pub fn set_protocol(&self, cmd: &str, protocol: &str) -> Result<()> {
+        let out = self.birdc(&[cmd, protocol])?;
+        if !out.contains(&format!("{protocol}:")) {
+            bail!("birdc {cmd} {protocol} in {}: {out}", self.ns);
+        }
+        Ok(())
     }
 }
 

@@ -158,24 +158,7 @@ pub fn bird_ospf_config_with(
     log: &Path,
     t: Tuning,
 ) -> String {
-    // ~35 bytes a route: 2M routes are a 70 MB file, which BIRD parses in seconds.
-    let mut s = String::with_capacity(1024 + 40 * (externals_v4.len() + externals_v6.len()));
-    let _ = write!(
-        s,
-        "router id {router_id};\n\
-         log \"{}\" {{ info, remote, warning, error, auth, fatal, bug }};\n\
-         protocol device {{}}\n\
-         protocol static static4 {{\n  ipv4;\n",
-        log.display()
-    );
-    for &(p, l) in externals_v4 {
-        let _ = writeln!(s, "  route {}/{l} blackhole;", Ipv4Addr::from(p));
-    }
-    s.push_str("}\nprotocol static static6 {\n  ipv6;\n");
-    for &(p, l) in externals_v6 {
-        let _ = writeln!(s, "  route {}/{l} blackhole;", Ipv6Addr::from(p));
-    }
-    s.push_str("}\n");
+    let mut s = crate::daemons::bird_statics_config(router_id, log, externals_v4, externals_v6);
     for (name, version, af, stat) in [
         ("ospf4", "v2", "ipv4", "static4"),
         ("ospf6", "v3", "ipv6", "static6"),
@@ -207,21 +190,6 @@ pub fn bird_ospf_config_with(
         );
     }
     s
-}
-
-/// `conf` (from [`bird_ospf_config_with`]) with both static protocols starting disabled:
-/// BIRD forms its adjacencies originating no externals until `birdc enable static4` (or
-/// `static6`). An error if `conf` has no such protocols.
-pub fn bird_statics_disabled(conf: &str) -> anyhow::Result<String> {
-    let mut s = conf.to_string();
-    for p in ["static4", "static6"] {
-        let head = format!("protocol static {p} {{\n");
-        let Some(at) = s.find(&head) else {
-            anyhow::bail!("no {p} protocol in the BIRD config");
-        };
-        s.insert_str(at + head.len(), "  disabled;\n");
-    }
-    Ok(s)
 }
 
 /// The lab's own ranges and the special ones no external may overlap: the link prefixes
@@ -420,7 +388,7 @@ mod tests {
         assert!(c.contains("      dead 120;\n      retransmit 2;\n      tx length 65535;\n    };"));
         assert_eq!(c.matches("tx length").count(), 2);
         assert!(c.contains("protocol static static6 {\n  ipv6;\n}"));
-        let d = bird_statics_disabled(&c).unwrap();
+        let d = crate::daemons::bird_statics_disabled(&c).unwrap();
         assert!(
             d.contains("protocol static static4 {\n  disabled;\n  ipv4;\n"),
             "{d}"
@@ -430,7 +398,7 @@ mod tests {
             "{d}"
         );
         assert_eq!(d.matches("disabled;").count(), 2);
-        assert!(bird_statics_disabled("router id 1.1.1.1;\n").is_err());
+        assert!(crate::daemons::bird_statics_disabled("router id 1.1.1.1;\n").is_err());
     }
 
     #[test]

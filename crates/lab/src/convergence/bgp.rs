@@ -1,15 +1,21 @@
 //! The BGP side of the convergence lab: FRR (zebra + bgpd) in the router namespace with two
-//! eBGP neighbours, GoBGP in h2 (primary, local preference 200) and in h3 (secondary, 100),
-//! each loaded with the same synthetic table from an MRT TABLE_DUMP_V2 file.
+//! eBGP neighbours, h2 (primary, local preference 200) and h3 (secondary, 100), both
+//! advertising the same synthetic Internet-like table ([`bench::mrt`]'s prefix mix). The
+//! peers are one of two real BGP speakers ([`super::Speaker`]):
+//!
+//! - **BIRD 2** ([`BirdConvergence`]), the default, behaves like the reports' emulated
+//!   routers: its table is a static protocol exported over the session, every route with the
+//!   same attributes, so announcements and withdrawals are packed, hundreds of prefixes to
+//!   an UPDATE. Withdrawal is `birdc disable static4` (the session stays up), re-advertising
+//!   `birdc enable static4`. What the failback measures is the router's own work.
+//! - **GoBGP** ([`Convergence`]) is loaded from MRT files with a per-prefix AS path and
+//!   MED. GoBGP 3.10 withdraws (`global rib del all`) and re-advertises (`mrt inject`) with
+//!   one UPDATE per prefix, at about 5,000 routes/s per peer: above ~10K routes that is what
+//!   its times measure.
 //!
 //! The router advertises nothing back (a deny-all export map): the peers' tables share
-//! prefixes with different AS paths, and a peer that learned a prefix back through the
-//! router with a shorter path would prefer that and stop advertising its own.
-//!
-//! Withdrawal and re-advertisement are UPDATE messages on established sessions: the
-//! primary deletes its whole table (withdrawing every route), then loads it again. The
-//! sessions stay up throughout, so the time measured is route processing, not session
-//! setup; re-advertising includes the peer's own time to load and send the table.
+//! prefixes, and a peer that learned a prefix back through the router would prefer that and
+//! stop advertising its own.
 
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
@@ -17,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::daemons::{Daemons, Frr, GoBgp};
+use crate::daemons::{Bird, Daemons, Frr, GoBgp};
 use crate::Lab;
 
 /// Our AS, and the two peers'.
@@ -186,6 +192,29 @@ pub fn inject_into(p: &GoBgp, mrt: &Path, v4: usize, v6: usize) -> Result<()> {
     )
 }
 
+/// Whether both peers' sessions are Established in FRR (`f`: which families have
+/// sessions), with a description otherwise.
+pub fn established(frr: &Frr, f: Families) -> Result<(bool, String)> {
+    let mut all = true;
+    let mut desc = String::new();
+    for (on, af) in [(f.v4, "ipv4"), (f.v6, "ipv6")] {
+        if !on {
+            continue;
+        }
+        let v = frr.json(&format!("show bgp {af} unicast summary json"))?;
+        let peers = v["peers"].as_object().cloned().unwrap_or_default();
+        if peers.len() < 2 {
+            all = false;
+        }
+        for (addr, p) in &peers {
+            let st = p["state"].as_str().unwrap_or("?");
+            all &= st == "Established";
+            desc.push_str(&format!("{af} {addr} {st}; "));
+        }
+    }
+    Ok((all, desc))
+}
+
 /// The lab's routing daemons: FRR in the router, GoBGP in h2 (primary) and h3 (secondary).
 pub struct BgpLab {
     /// FRR in the router namespace.
@@ -219,26 +248,7 @@ impl BgpLab {
 
     /// Whether every session is Established (FRR's view), with a description otherwise.
     pub fn established(&self) -> Result<(bool, String)> {
-        let mut all = true;
-        let mut desc = String::new();
-        for (on, af) in [(self.families.v4, "ipv4"), (self.families.v6, "ipv6")] {
-            if !on {
-                continue;
-            }
-            let v = self
-                .frr
-                .json(&format!("show bgp {af} unicast summary json"))?;
-            let peers = v["peers"].as_object().cloned().unwrap_or_default();
-            if peers.len() < 2 {
-                all = false;
-            }
-            for (addr, p) in &peers {
-                let st = p["state"].as_str().unwrap_or("?");
-                all &= st == "Established";
-                desc.push_str(&format!("{af} {addr} {st}; "));
-            }
-        }
-        Ok((all, desc))
+        established(&self.frr, self.families)
     }
 
     /// Routes in peer `i`'s own table, by family (`gobgp global rib summary`).
@@ -273,6 +283,144 @@ impl BgpLab {
     }
 }
 
+/// The table both peers advertise: `n` IPv4 routes with seed `seed`, shared.
+fn table_config(n: usize, seed: u64) -> bench::mrt::MrtConfig {
+    bench::mrt::MrtConfig {
+        v4: n,
+        v6: 0,
+        peers: 2,
+        shared: true,
+        seed,
+    }
+}
+
+/// BIRD 2's configuration for one emulated peer: `prefixes` in a static protocol
+/// (`static4`, starting disabled) exported over an IPv4 eBGP session to the router at
+/// `dut` from `local` in AS `asn`. BIRD sets itself as the next hop (eBGP) and packs
+/// routes with equal attributes into one UPDATE.
+pub fn bird_bgp_config(
+    asn: u32,
+    local: &str,
+    dut: &str,
+    prefixes: &[(u32, u8)],
+    log: &Path,
+) -> Result<String> {
+    let mut s = crate::daemons::bird_statics_disabled(&crate::daemons::bird_statics_config(
+        local,
+        log,
+        prefixes,
+        &[],
+    ))?;
+    s.push_str(&format!(
+        "protocol bgp dut {{
+  local {local} as {asn};
+  # Listen on `local` only: several peers may share a namespace.
+  strict bind yes;
+  neighbor {dut} as {AS_DUT};
+  hold time 90;
+  keepalive time 30;
+  connect retry time 1;
+  ipv4 {{
+    import none;
+    export where proto = \"static4\";
+  }};
+}}
+"
+    ));
+    Ok(s)
+}
+
+/// The convergence benchmark's BGP side with BIRD peers ([`super::Speaker::Bird`]): both
+/// get the generated table as a disabled static protocol; learning enables it on both,
+/// withdrawing disables it on the primary, re-advertising enables it again.
+pub struct BirdConvergence {
+    /// FRR in the router namespace.
+    pub frr: Frr,
+    /// BIRD in h2 (primary) and h3 (secondary).
+    birds: [Bird; 2],
+    /// The table's IPv4 prefixes.
+    prefixes: Vec<(u32, u8)>,
+}
+
+impl BirdConvergence {
+    /// Generate the table (`n` IPv4 routes, seed `seed`), start FRR and both BIRDs, and
+    /// wait until the sessions are established (no routes advertised yet).
+    pub fn setup(
+        lab: &Lab,
+        d: &mut Daemons,
+        n: usize,
+        seed: u64,
+        log: &dyn Fn(&str),
+    ) -> Result<BirdConvergence> {
+        let t_gen = Instant::now();
+        let prefixes = bench::mrt::peer_table(&table_config(n, seed), 0).v4;
+        let fam = Families {
+            v4: true,
+            v6: false,
+        };
+        let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(fam))], &[])?;
+        let mut birds = Vec::with_capacity(2);
+        for (name, ns, asn, local, dut) in [
+            (
+                "bird-primary",
+                lab.h2(),
+                AS_PRIMARY,
+                crate::H2_V4,
+                crate::R2_V4,
+            ),
+            (
+                "bird-secondary",
+                lab.h3(),
+                AS_SECONDARY,
+                crate::H3_V4,
+                crate::R3_V4,
+            ),
+        ] {
+            let log = d.dir.join(name).join("bird.log");
+            let conf = bird_bgp_config(asn, local, dut, &prefixes, &log)?;
+            birds.push(d.start_bird(name, &ns, &conf)?);
+        }
+        log(&format!(
+            "   generated the table and started 2 BIRD peers with {n} routes in {:.1} s",
+            t_gen.elapsed().as_secs_f64()
+        ));
+        d.wait_for("BGP sessions", Duration::from_secs(120), || {
+            established(&frr, fam)
+        })?;
+        let Ok(birds) = <[Bird; 2]>::try_from(birds) else {
+            anyhow::bail!("two BIRD instances expected");
+        };
+        Ok(BirdConvergence {
+            frr,
+            birds,
+            prefixes,
+        })
+    }
+}
+
+impl super::Routing for BirdConvergence {
+    fn prefixes(&self) -> &[(u32, u8)] {
+        &self.prefixes
+    }
+
+    fn learn(&self) -> Result<()> {
+        self.birds[0].set_protocol("enable", "static4")?;
+        self.birds[1].set_protocol("enable", "static4")
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        self.birds[0].set_protocol("disable", "static4")
+    }
+
+    fn pause_before_failback(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn readvertise(&self) -> Result<()> {
+        self.birds[0].set_protocol("enable", "static4")
+    }
+}
+
 /// The convergence benchmark's BGP side ([`super::Routing`]): both peers get the same
 /// generated table (each with its own next hop) from MRT files; learning loads both,
 /// withdrawing deletes the primary's table, re-advertising loads it again.
@@ -295,13 +443,7 @@ impl Convergence {
         log: &dyn Fn(&str),
     ) -> Result<Convergence> {
         // The same table for both peers, with each peer's own next hop.
-        let cfg = bench::mrt::MrtConfig {
-            v4: n,
-            v6: 0,
-            peers: 2,
-            shared: true,
-            seed,
-        };
+        let cfg = table_config(n, seed);
         let t_gen = Instant::now();
         let table = bench::mrt::peer_table(&cfg, 0);
         let files = [0, 1].map(|i| lab.dir.join(format!("peer{i}.mrt")));
@@ -378,6 +520,28 @@ mod tests {
             v6: false,
         });
         assert!(!c4.contains("ipv6") && !c4.contains(crate::H2_V6), "{c4}");
+    }
+
+    #[test]
+    fn bird_bgp_config_exports_the_disabled_statics_over_one_session() {
+        let c = bird_bgp_config(
+            65002,
+            "198.51.100.2",
+            "198.51.100.1",
+            &[(0x0a00_0000, 8), (0x0b01_0200, 24)],
+            Path::new("/tmp/x.log"),
+        )
+        .unwrap();
+        assert!(c.contains("route 10.0.0.0/8 blackhole;"), "{c}");
+        assert!(c.contains("route 11.1.2.0/24 blackhole;"), "{c}");
+        assert!(c.contains("protocol static static4 {\n  disabled;"), "{c}");
+        assert!(c.contains("local 198.51.100.2 as 65002;"), "{c}");
+        assert!(
+            c.contains(&format!("neighbor 198.51.100.1 as {AS_DUT};")),
+            "{c}"
+        );
+        assert!(c.contains("export where proto = \"static4\";"), "{c}");
+        assert_eq!(c.matches("protocol bgp").count(), 1, "{c}");
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! ```
 //! Both peers advertise the same N routes and the router prefers the primary's. The
 //! protocol ([`Protocol`]) decides who the peers are and how they advertise and withdraw:
-//! - **bgp** ([`bgp`]): GoBGP peers loaded with a generated Internet-like table from MRT
-//!   files; FRR's bgpd prefers the primary by local preference; withdrawal and
-//!   re-advertisement are UPDATEs on the live sessions.
+//! - **bgp** ([`bgp`]): eBGP peers advertising a generated Internet-like table; FRR's bgpd
+//!   prefers the primary by local preference; withdrawal and re-advertisement are UPDATEs
+//!   on the live sessions. The peers are BIRD 2 (the default: packed UPDATEs, like the
+//!   reports' emulated routers) or GoBGP loaded from MRT files (one UPDATE per prefix);
+//!   see [`Speaker`].
 //! - **ospf** ([`ospf`], IPv4 only): BIRD 2 in each host originates the N prefixes as
 //!   AS-external (E2) LSAs, the primary with the lower metric; FRR's ospfd prefers it;
 //!   withdrawal flushes the primary's LSAs, re-advertisement originates them again.
@@ -37,6 +39,7 @@ pub mod ospf;
 pub mod scale;
 pub mod traffic;
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -101,6 +104,38 @@ impl std::str::FromStr for Protocol {
     }
 }
 
+/// Which real BGP speaker emulates the peers (bgp only; the OSPF peers are always BIRD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speaker {
+    /// BIRD 2: a static protocol exported over the session; routes share attributes, so
+    /// UPDATEs carry hundreds of prefixes each, as a tester's emulated router sends them.
+    Bird,
+    /// GoBGP loaded from MRT files with per-prefix AS paths; one UPDATE per prefix.
+    Gobgp,
+}
+
+impl Speaker {
+    /// The name the CLI and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Speaker::Bird => "bird",
+            Speaker::Gobgp => "gobgp",
+        }
+    }
+}
+
+impl std::str::FromStr for Speaker {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Speaker> {
+        match s {
+            "bird" => Ok(Speaker::Bird),
+            "gobgp" => Ok(Speaker::Gobgp),
+            _ => bail!("unknown BGP speaker {s:?}: bird or gobgp"),
+        }
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -108,6 +143,8 @@ pub struct Options {
     pub routes: Vec<usize>,
     /// Protocol.
     pub protocol: Protocol,
+    /// The peers' BGP speaker (bgp only).
+    pub speaker: Speaker,
     /// DUTs.
     pub duts: Vec<Dut>,
     /// Sweep rate, frames/s (the time resolution is routes / rate).
@@ -135,6 +172,31 @@ pub struct PhaseTime {
     /// After the kernel was done, until traffic had moved (ferrouter: its sync and FIB,
     /// plus up to one sweep pass of resolution; Linux: the resolution only).
     pub after_kernel_s: Option<f64>,
+    /// CPU seconds (user + system) each process used during the phase: the routing daemons
+    /// by name (zebra, bgpd or ospfd, the peers) and "ferrouter". A daemon near `total_s`
+    /// was busy throughout and sets the pace; the machine has two cores for all of them.
+    #[serde(default)]
+    pub cpu_s: BTreeMap<String, f64>,
+}
+
+/// CPU seconds used so far by every daemon of the run, and by ferrouter (`pid`).
+fn cpu_now(d: &Daemons, ferrouter: Option<u32>) -> BTreeMap<String, f64> {
+    let mut m: BTreeMap<String, f64> = d.cpu_seconds().into_iter().collect();
+    if let Some(c) = ferrouter.and_then(crate::daemons::cpu_seconds_of) {
+        m.insert("ferrouter".into(), c);
+    }
+    m
+}
+
+/// CPU seconds used between two [`cpu_now`] readings, by process, rounded to the tick.
+fn cpu_used(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(k, a)| Some((k.clone(), ((a - before.get(k)?) * 100.0).round() / 100.0)))
+        .collect()
 }
 
 /// One run's results.
@@ -144,6 +206,8 @@ pub struct Run {
     pub dut: Dut,
     /// Protocol.
     pub protocol: Protocol,
+    /// The peers: "bird" or "gobgp".
+    pub speaker: Speaker,
     /// Routes per peer.
     pub routes: usize,
     /// Learning both tables (from the peers starting to advertise) until traffic to every
@@ -255,8 +319,18 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<Report> {
             let r =
                 run_one(opts, dut, n, log).with_context(|| format!("{dut:?} with {n} routes"))?;
             log(&format!(
-                "   learn {:.2} s, failover {:.2} s, failback {:.2} s, loss after {}",
-                r.learn_s, r.failover_s, r.converge_s, r.loss_after
+                "   learn {:.2} s, failover {:.2} s, failback {:.2} s, loss after {}; \
+                 failback CPU s: {}",
+                r.learn_s,
+                r.failover_s,
+                r.converge_s,
+                r.loss_after,
+                r.failback
+                    .cpu_s
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
             report.runs.push(r);
         }
@@ -301,6 +375,7 @@ fn settle(
                 first_kernel_change_s: first,
                 kernel_done_s: kd,
                 after_kernel_s: kernel_at.map(|k| secs(k, done)),
+                cpu_s: BTreeMap::new(),
             });
         }
         if start.elapsed() > timeout {
@@ -343,7 +418,12 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     }
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
     let routing: Box<dyn Routing> = match opts.protocol {
-        Protocol::Bgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
+        Protocol::Bgp => match opts.speaker {
+            Speaker::Bird => Box::new(bgp::BirdConvergence::setup(
+                &lab, &mut d, n, opts.seed, log,
+            )?),
+            Speaker::Gobgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
+        },
         Protocol::Ospf => Box::new(ospf::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
     };
     let table = routing.prefixes();
@@ -378,23 +458,38 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         log,
         timeout: opts.phase_timeout,
     };
+    let pid = match dut {
+        Dut::Ferrouter => Some(
+            std::fs::read_to_string(lab.pid_file())?
+                .trim()
+                .parse::<u32>()
+                .context("ferrouter's pid file")?,
+        ),
+        Dut::Linux => None,
+    };
     // 1. Learn.
+    let c0 = cpu_now(w.d, pid);
     let t0 = monotonic_ns();
     w.kw.mark(t0);
     routing.learn()?;
-    let learn = settle(&mut w, "learn", 0, t0, |k| k.on[0] == n)?;
+    let mut learn = settle(&mut w, "learn", 0, t0, |k| k.on[0] == n)?;
+    let c1 = cpu_now(w.d, pid);
+    learn.cpu_s = cpu_used(&c0, &c1);
     // 2. Failover.
     let t1 = monotonic_ns();
     w.kw.mark(t1);
     routing.withdraw()?;
-    let failover = settle(&mut w, "failover", 1, t1, |k| k.on[1] == n)?;
+    let mut failover = settle(&mut w, "failover", 1, t1, |k| k.on[1] == n)?;
+    failover.cpu_s = cpu_used(&c1, &cpu_now(w.d, pid));
     // Let the secondary path settle fully before the failback (the daemons' own work too).
     std::thread::sleep(routing.pause_before_failback());
     // 3. Failback.
+    let c2 = cpu_now(w.d, pid);
     let t2 = monotonic_ns();
     w.kw.mark(t2);
     routing.readvertise()?;
-    let failback = settle(&mut w, "failback", 0, t2, |k| k.on[0] == n)?;
+    let mut failback = settle(&mut w, "failback", 0, t2, |k| k.on[0] == n)?;
+    failback.cpu_s = cpu_used(&c2, &cpu_now(w.d, pid));
     // 4. Verification.
     let v = t.verify(2)?;
     if v.dests_with_loss > 0 {
@@ -414,6 +509,10 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     Ok(Run {
         dut,
         protocol: opts.protocol,
+        speaker: match opts.protocol {
+            Protocol::Bgp => opts.speaker,
+            Protocol::Ospf => Speaker::Bird,
+        },
         routes: n,
         learn_s: learn.total_s,
         converge_s: failback.total_s,
@@ -439,7 +538,7 @@ pub fn table(r: &Report) -> String {
         s.push_str(&format!(
             "{:<10} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  ({} / {} / {}){:>32.2}\n",
             format!("{:?}", x.dut).to_lowercase(),
-            x.protocol.name(),
+            format!("{}/{}", x.protocol.name(), x.speaker.name()),
             x.routes,
             x.learn_s,
             x.failover_s,

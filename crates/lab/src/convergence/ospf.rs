@@ -143,7 +143,7 @@ impl Convergence {
                 &d.dir.join(name).join("bird.log"),
                 tuning,
             );
-            let conf = ospf::bird_statics_disabled(&conf)?;
+            let conf = crate::daemons::bird_statics_disabled(&conf)?;
             birds.push(d.start_bird(name, &ns, &conf)?);
         }
         let limit = Duration::from_secs(if n > BULK_ABOVE { 300 } else { 60 });
@@ -166,13 +166,7 @@ impl Convergence {
     }
 
     fn birdc(&self, i: usize, cmd: &str) -> Result<()> {
-        let out = self.birds[i].birdc(&[cmd, STATIC])?;
-        // birdc exits 0 even when BIRD refuses a command; it answers "static4: enabled",
-        // "static4: disabled" or "static4: already ...".
-        if !out.contains(&format!("{STATIC}:")) {
-            anyhow::bail!("birdc {cmd} {STATIC} in {}: {out}", self.birds[i].ns);
-        }
-        Ok(())
+        self.birds[i].set_protocol(cmd, STATIC)
     }
 }
 

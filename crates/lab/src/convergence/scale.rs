@@ -1,9 +1,11 @@
 //! `ferrouter bench bgp-scale`: a full table learned from several eBGP peers and verified by
 //! traffic, as the reports do (6M routes from 1–4 peers for 6WIND).
 //!
-//! The peers are GoBGP instances in h2, one per address (198.51.100.2, .3, ...), each with
-//! its own share of a generated Internet-like table (disjoint prefixes) loaded from MRT. FRR
-//! learns them all and installs them in the router's kernel; ferrouter (or Linux) forwards.
+//! The peers are BIRD 2 or GoBGP instances ([`Speaker`]) in h2, one per address
+//! (198.51.100.2, .3, ...), each with its own share of a generated Internet-like table
+//! (disjoint prefixes): BIRD's as a static protocol enabled at the start, GoBGP's loaded
+//! from MRT. FRR learns them all and installs them in the router's kernel; ferrouter (or
+//! Linux) forwards.
 //! Timed: until the kernel holds every route, until ferrouter's FIB does, and until traffic
 //! to a random sample of the prefixes arrives at h2. Then exact passes over the sample
 //! measure loss, and the memory of the FIB, ferrouter and FRR is reported.
@@ -19,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use super::kernel::{monotonic_ns, KernelWatch};
 use super::traffic::Traffic;
-use super::{bgp, rss_of, Dut, DutMemory};
-use crate::daemons::{Daemons, GoBgp};
+use super::{bgp, rss_of, Dut, DutMemory, Speaker};
+use crate::daemons::{Bird, Daemons, GoBgp};
 use crate::{Guard, Lab};
 
 /// What to run.
@@ -30,6 +32,8 @@ pub struct ScaleOptions {
     pub routes: usize,
     /// eBGP peers (1..=8).
     pub peers: usize,
+    /// What the peers are.
+    pub speaker: Speaker,
     /// DUTs.
     pub duts: Vec<Dut>,
     /// Prefixes the traffic goes to (a random sample; all when larger than the table).
@@ -53,6 +57,8 @@ pub struct ScaleRun {
     pub dut: Dut,
     /// Peers.
     pub peers: usize,
+    /// What the peers were.
+    pub speaker: Speaker,
     /// Routes in all.
     pub routes: usize,
     /// From loading the peers until the kernel held every route.
@@ -81,6 +87,14 @@ pub struct ScaleRun {
 pub struct ScaleReport {
     /// In the order run.
     pub runs: Vec<ScaleRun>,
+}
+
+/// The running peers.
+enum Peers {
+    /// GoBGP instances, loaded from MRT files.
+    Gobgp(Vec<GoBgp>),
+    /// BIRD instances, each with its share as a disabled static protocol.
+    Bird(Vec<Bird>),
 }
 
 /// The address of peer `i` in h2 (198.51.100.2 + i).
@@ -192,28 +206,52 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     let t_gen = Instant::now();
     let tables = bench::mrt::peer_tables(&cfg);
     let mut files = Vec::new();
-    for (i, t) in tables.iter().enumerate() {
-        let path = lab.dir.join(format!("peer{i}.mrt"));
-        bgp::write_mrt(&cfg, i, t, peer_addr(i), Ipv6Addr::LOCALHOST, &path)?;
-        files.push(path);
+    if opts.speaker == Speaker::Gobgp {
+        for (i, t) in tables.iter().enumerate() {
+            let path = lab.dir.join(format!("peer{i}.mrt"));
+            bgp::write_mrt(&cfg, i, t, peer_addr(i), Ipv6Addr::LOCALHOST, &path)?;
+            files.push(path);
+        }
     }
     log(&format!(
-        "   generated {} MRT tables of {per} routes in {:.1} s",
+        "   generated {} tables of {per} routes in {:.1} s",
         opts.peers,
         t_gen.elapsed().as_secs_f64()
     ));
 
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
     let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(opts.peers))], &[])?;
-    let mut peers: Vec<GoBgp> = Vec::new();
-    for i in 0..opts.peers {
-        peers.push(d.start_gobgp_on(
-            &format!("gobgp{i}"),
-            &lab.h2(),
-            &gobgp_config(i),
-            50051 + i as u16,
-        )?);
-    }
+    let peers = match opts.speaker {
+        Speaker::Gobgp => Peers::Gobgp(
+            (0..opts.peers)
+                .map(|i| {
+                    d.start_gobgp_on(
+                        &format!("gobgp{i}"),
+                        &lab.h2(),
+                        &gobgp_config(i),
+                        50051 + i as u16,
+                    )
+                })
+                .collect::<Result<_>>()?,
+        ),
+        Speaker::Bird => Peers::Bird(
+            tables
+                .iter()
+                .enumerate()
+                .map(|(i, table)| {
+                    let name = format!("bird{i}");
+                    let conf = bgp::bird_bgp_config(
+                        65010 + i as u32,
+                        &peer_addr(i).to_string(),
+                        crate::R2_V4,
+                        &table.v4,
+                        &d.dir.join(&name).join("bird.log"),
+                    )?;
+                    d.start_bird(&name, &lab.h2(), &conf)
+                })
+                .collect::<Result<_>>()?,
+        ),
+    };
     d.wait_for("BGP sessions", Duration::from_secs(60), || {
         let v = frr.json("show bgp ipv4 unicast summary json")?;
         let up = v["peers"].as_object().map_or(0, |p| {
@@ -252,18 +290,33 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     // Load every peer at once, as a full table arrives from all sides after a restart.
     let t0 = monotonic_ns();
     let started = Instant::now();
-    std::thread::scope(|s| -> Result<()> {
-        let hs: Vec<_> = peers
-            .iter()
-            .zip(&files)
-            .map(|(p, f)| s.spawn(move || bgp::inject_into(p, f, per, 0)))
-            .collect();
-        for h in hs {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("an injection thread panicked"))??;
-        }
-        Ok(())
-    })?;
+    match &peers {
+        Peers::Gobgp(peers) => std::thread::scope(|s| -> Result<()> {
+            let hs: Vec<_> = peers
+                .iter()
+                .zip(&files)
+                .map(|(p, f)| s.spawn(move || bgp::inject_into(p, f, per, 0)))
+                .collect();
+            for h in hs {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("an injection thread panicked"))??;
+            }
+            Ok(())
+        })?,
+        // BIRD loads a static protocol's routes within the `enable` command (seconds per
+        // million), so all are enabled at once.
+        Peers::Bird(birds) => std::thread::scope(|s| -> Result<()> {
+            let hs: Vec<_> = birds
+                .iter()
+                .map(|b| s.spawn(move || b.set_protocol("enable", "static4")))
+                .collect();
+            for h in hs {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a birdc thread panicked"))??;
+            }
+            Ok(())
+        })?,
+    }
     log(&format!(
         "   peers loaded in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -335,6 +388,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     Ok(ScaleRun {
         dut,
         peers: opts.peers,
+        speaker: opts.speaker,
         routes: total,
         kernel_done_s: kernel_done.map_or(0.0, secs),
         fib_done_s: fib_done.map(secs),
