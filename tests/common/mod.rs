@@ -114,6 +114,10 @@ pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns
             assert!(s.is_finite() && s > 0.0, "{k}: {r}");
         }
         assert_eq!(r["loss_after"], 0, "{r}");
+        // Who dropped what during the verification: counted on both sides, the DUT's only
+        // where it has counters (ferrouter).
+        assert!(r["verify_receiver_drops"].is_u64(), "{r}");
+        assert_eq!(r["verify_dut_drops"].is_u64(), dut == "ferrouter", "{r}");
         assert_eq!(r["routes_with_loss"], 0, "{r}");
         assert!(
             r["verify_tx"].as_u64().unwrap() >= 2 * routes,

@@ -231,9 +231,67 @@ pub struct Run {
     pub routes_with_loss: usize,
     /// Time for one traffic pass over every route (resolution of the times above).
     pub sweep_period_s: f64,
+    /// Who dropped the frames lost in the verification.
+    #[serde(flatten)]
+    pub loss_cause: LossCause,
     /// ferrouter's memory after convergence.
     #[serde(flatten)]
     pub memory: DutMemory,
+}
+
+/// Who dropped the frames lost in a verification: the receivers' own sockets (the
+/// benchmark's side, starved of CPU) or the DUT (ferrouter's port and graph drop counters;
+/// `None` for Linux, whose drops have no per-namespace counter). The JSON of a run carries
+/// these fields at its top level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LossCause {
+    /// Frames the receivers' sockets dropped during the verification.
+    pub verify_receiver_drops: u64,
+    /// Frames ferrouter dropped during the verification (rx drops, tx errors, graph drops).
+    pub verify_dut_drops: Option<u64>,
+}
+
+impl LossCause {
+    /// Run `verify` (the verification) on `t` and count who dropped what meanwhile.
+    pub fn around<T>(
+        lab: &Lab,
+        dut: Dut,
+        t: &mut Traffic,
+        verify: impl FnOnce(&mut Traffic) -> Result<T>,
+    ) -> Result<(T, LossCause)> {
+        let d0 = dut_drops(lab, dut)?;
+        let r0 = t.receiver_drops();
+        let v = verify(t)?;
+        // The receivers read their counters every ~100 ms.
+        std::thread::sleep(Duration::from_millis(250));
+        let d1 = dut_drops(lab, dut)?;
+        Ok((
+            v,
+            LossCause {
+                verify_receiver_drops: t.receiver_drops().saturating_sub(r0),
+                verify_dut_drops: d0.zip(d1).map(|(a, b)| b.saturating_sub(a)),
+            },
+        ))
+    }
+}
+
+/// Frames ferrouter has dropped so far: every port's rx drops and tx errors, and the
+/// graph's drops (`None` for other DUTs).
+fn dut_drops(lab: &Lab, dut: Dut) -> Result<Option<u64>> {
+    if dut != Dut::Ferrouter {
+        return Ok(None);
+    }
+    let ports = control::api::request(&lab.socket(), "interfaces", None)?;
+    let c = control::api::request(&lab.socket(), "counters", None)?;
+    let port_drops: u64 = ports
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| p["rx_drops"].as_u64().unwrap_or(0) + p["tx_errors"].as_u64().unwrap_or(0))
+                .sum()
+        })
+        .unwrap_or(0);
+    Ok(Some(port_drops + c["drops"].as_u64().unwrap_or(0)))
 }
 
 /// ferrouter's memory at the end of a run (all `None` for other DUTs); the JSON of a run
@@ -491,13 +549,16 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     let mut failback = settle(&mut w, "failback", 0, t2, |k| k.on[0] == n)?;
     failback.cpu_s = cpu_used(&c2, &cpu_now(w.d, pid));
     // 4. Verification.
-    let v = t.verify(2)?;
+    let (v, loss_cause) = LossCause::around(&lab, dut, &mut t, |t| t.verify(2))?;
     if v.dests_with_loss > 0 {
         log(&format!(
-            "   verification: {} lost over {} routes, e.g. {:?}",
+            "   verification: {} lost over {} routes, e.g. {:?}; dropped by the receivers' \
+             sockets {}, by the DUT {:?}",
             v.lost,
             v.dests_with_loss,
-            v.lossy.iter().take(5).map(|l| l.addr).collect::<Vec<_>>()
+            v.lossy.iter().take(5).map(|l| l.addr).collect::<Vec<_>>(),
+            loss_cause.verify_receiver_drops,
+            loss_cause.verify_dut_drops
         ));
     }
     let memory = DutMemory::read(&lab, dut)?;
@@ -524,6 +585,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         verify_tx: v.tx,
         routes_with_loss: v.dests_with_loss,
         sweep_period_s: period,
+        loss_cause,
         memory,
     })
 }

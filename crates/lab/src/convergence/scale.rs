@@ -75,6 +75,9 @@ pub struct ScaleRun {
     pub loss: u64,
     /// Sampled prefixes that lost a frame.
     pub routes_with_loss: usize,
+    /// Who dropped the frames lost in the verification.
+    #[serde(flatten)]
+    pub loss_cause: super::LossCause,
     /// ferrouter's memory once everything is learned.
     #[serde(flatten)]
     pub memory: DutMemory,
@@ -372,7 +375,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         .latest_move_ns
         .unwrap_or(t0)
         .max(kernel_done.unwrap_or(t0));
-    let v = t.verify(2)?;
+    let (v, loss_cause) = super::LossCause::around(&lab, dut, &mut t, |t| t.verify(2))?;
     let memory = DutMemory::read(&lab, dut)?;
     let mut frr_rss = 0;
     for daemon in ["bgpd", "zebra"] {
@@ -397,6 +400,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         verify_tx: v.tx,
         loss: v.lost,
         routes_with_loss: v.dests_with_loss,
+        loss_cause,
         memory,
         frr_rss_bytes: frr_rss,
     })

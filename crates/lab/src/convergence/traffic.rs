@@ -9,7 +9,7 @@
 //! two-core machine.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -30,6 +30,8 @@ pub struct Traffic {
     stop_rx: Arc<AtomicBool>,
     sender: Option<JoinHandle<Result<SenderStats>>>,
     receivers: Vec<JoinHandle<Result<()>>>,
+    /// Frames each receiver's socket dropped (its ring was full), as last read.
+    rx_drops: Arc<Vec<AtomicU64>>,
 }
 
 fn open_packet(dev: &str, id: u16) -> Result<ports::AfPacket> {
@@ -54,13 +56,16 @@ impl Traffic {
     ) -> Result<Traffic> {
         let tracker = Tracker::try_new(dests.len(), rx.len())?;
         let stop_rx = Arc::new(AtomicBool::new(false));
+        let rx_drops: Arc<Vec<AtomicU64>> =
+            Arc::new(rx.iter().map(|_| AtomicU64::new(0)).collect());
         let mut receivers = Vec::new();
         for (k, (ns, dev)) in rx.iter().enumerate() {
-            let (ns, dev, t, stop) = (
+            let (ns, dev, t, stop, drops) = (
                 ns.clone(),
                 dev.to_string(),
                 tracker.clone(),
                 stop_rx.clone(),
+                rx_drops.clone(),
             );
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             receivers.push(
@@ -78,7 +83,7 @@ impl Traffic {
                                 return Err(e);
                             }
                         };
-                        receive(&mut port, k, &t, &stop)
+                        receive(&mut port, k, &t, &stop, &drops[k])
                     })?,
             );
             match ready_rx.recv() {
@@ -100,6 +105,7 @@ impl Traffic {
             stop_rx,
             sender: None,
             receivers,
+            rx_drops,
         };
         t.start_sender()?;
         Ok(t)
@@ -118,6 +124,15 @@ impl Traffic {
             },
         )?);
         Ok(())
+    }
+
+    /// Frames the receivers' own sockets dropped so far (ring full: the receiving side of
+    /// the benchmark, not the DUT, lost them), read at most ~100 ms ago.
+    pub fn receiver_drops(&self) -> u64 {
+        self.rx_drops
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The shared per-route state.
@@ -180,8 +195,15 @@ impl Traffic {
 }
 
 /// Receive until `stop`, sleeping in poll(2) for up to 2 ms when the ring is empty.
-fn receive(port: &mut ports::AfPacket, k: usize, t: &Tracker, stop: &AtomicBool) -> Result<()> {
+fn receive(
+    port: &mut ports::AfPacket,
+    k: usize,
+    t: &Tracker,
+    stop: &AtomicBool,
+    drops: &AtomicU64,
+) -> Result<()> {
     let mut r = sweep::Receiver::new(t, k)?;
+    let mut last_stats = std::time::Instant::now();
     let mut mem = Arena::new(4096);
     let mut clock = tester::MonotonicClock;
     let mut pfd = libc::pollfd {
@@ -190,6 +212,10 @@ fn receive(port: &mut ports::AfPacket, k: usize, t: &Tracker, stop: &AtomicBool)
         revents: 0,
     };
     while !stop.load(Ordering::Relaxed) {
+        if last_stats.elapsed() > Duration::from_millis(100) {
+            last_stats = std::time::Instant::now();
+            drops.store(port.stats().kernel_drops, Ordering::Relaxed);
+        }
         if r.poll(&mut mem, port, &mut clock) == 0 {
             // SAFETY: one valid pollfd for a socket `port` keeps open.
             unsafe { libc::poll(&mut pfd, 1, 2) };
