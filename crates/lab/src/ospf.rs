@@ -66,10 +66,24 @@ impl Tuning {
     };
 }
 
-fn frr_common(daemon: &str, body: &str) -> String {
-    format!(
-        "frr defaults traditional\nhostname ferrouter-lab\n! {daemon}, written by lab::ospf\n!\n{body}"
-    )
+/// An FRR OSPF daemon's config: each of `ifaces` in area 0, point-to-point, with the
+/// timers of `t` (`kw`: the interface commands' prefix, `ip ospf` or `ipv6 ospf6`), then
+/// the `router` block.
+fn frr_config(daemon: &str, kw: &str, ifaces: &[&str], t: Tuning, router: &str) -> String {
+    let mut s = format!(
+        "frr defaults traditional\nhostname ferrouter-lab\n! {daemon}, written by lab::ospf\n!\n"
+    );
+    for i in ifaces {
+        let _ = write!(
+            s,
+            "interface {i}\n {kw} area 0\n {kw} network point-to-point\n \
+             {kw} hello-interval {}\n {kw} dead-interval {}\n \
+             {kw} retransmit-interval {}\nexit\n!\n",
+            t.hello, t.dead, t.retransmit
+        );
+    }
+    s.push_str(router);
+    s
 }
 
 /// FRR ospfd config with [`Tuning::FAST`]: see [`frr_ospf_config_with`].
@@ -81,21 +95,16 @@ pub fn frr_ospf_config(router_id: &str, ifaces: &[&str]) -> String {
 /// `router_id`, SPF run at once on a change (`timers throttle spf 0 50 1000`), own LSAs
 /// re-originated and received ones accepted without the 5 s / 1 s rate limits.
 pub fn frr_ospf_config_with(router_id: &str, ifaces: &[&str], t: Tuning) -> String {
-    let mut s = String::new();
-    for i in ifaces {
-        let _ = write!(
-            s,
-            "interface {i}\n ip ospf area 0\n ip ospf network point-to-point\n \
-             ip ospf hello-interval {}\n ip ospf dead-interval {}\n \
-             ip ospf retransmit-interval {}\nexit\n!\n",
-            t.hello, t.dead, t.retransmit
-        );
-    }
-    let _ = write!(
-        s,
-        "router ospf\n ospf router-id {router_id}\n timers throttle spf 0 50 1000\n timers throttle lsa all 0\n timers lsa min-arrival 0\nexit\n!\n"
-    );
-    frr_common("ospfd", &s)
+    frr_config(
+        "ospfd",
+        "ip ospf",
+        ifaces,
+        t,
+        &format!(
+            "router ospf\n ospf router-id {router_id}\n timers throttle spf 0 50 1000\n \
+             timers throttle lsa all 0\n timers lsa min-arrival 0\nexit\n!\n"
+        ),
+    )
 }
 
 /// FRR ospf6d config with [`Tuning::FAST`]: see [`frr_ospf6_config_with`].
@@ -106,21 +115,16 @@ pub fn frr_ospf6_config(router_id: &str, ifaces: &[&str]) -> String {
 /// FRR ospf6d config: OSPFv3 area 0 on each of `ifaces` (point-to-point), router id
 /// `router_id` (a dotted quad, as in OSPFv2). (ospf6d 8.4 has no `timers throttle lsa`.)
 pub fn frr_ospf6_config_with(router_id: &str, ifaces: &[&str], t: Tuning) -> String {
-    let mut s = String::new();
-    for i in ifaces {
-        let _ = write!(
-            s,
-            "interface {i}\n ipv6 ospf6 area 0\n ipv6 ospf6 network point-to-point\n \
-             ipv6 ospf6 hello-interval {}\n ipv6 ospf6 dead-interval {}\n \
-             ipv6 ospf6 retransmit-interval {}\nexit\n!\n",
-            t.hello, t.dead, t.retransmit
-        );
-    }
-    let _ = write!(
-        s,
-        "router ospf6\n ospf6 router-id {router_id}\n timers throttle spf 0 50 1000\n timers lsa min-arrival 0\nexit\n!\n"
-    );
-    frr_common("ospf6d", &s)
+    frr_config(
+        "ospf6d",
+        "ipv6 ospf6",
+        ifaces,
+        t,
+        &format!(
+            "router ospf6\n ospf6 router-id {router_id}\n timers throttle spf 0 50 1000\n \
+             timers lsa min-arrival 0\nexit\n!\n"
+        ),
+    )
 }
 
 /// BIRD 2 config with [`Tuning::FAST`]: see [`bird_ospf_config_with`].
