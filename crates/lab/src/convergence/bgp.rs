@@ -3,7 +3,7 @@
 //! advertising the same synthetic Internet-like table ([`bench::mrt`]'s prefix mix). The
 //! peers are one of two real BGP speakers ([`super::Speaker`]):
 //!
-//! - **BIRD 2** ([`BirdConvergence`]), the default, behaves like the reports' emulated
+//! - **BIRD 2** ([`setup_bird_peers`]), the default, behaves like the reports' emulated
 //!   routers: its table is a static protocol exported over the session, every route with the
 //!   same attributes, so announcements and withdrawals are packed, hundreds of prefixes to
 //!   an UPDATE. Withdrawal is `birdc disable static4` (the session stays up), re-advertising
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::daemons::{Bird, Daemons, Frr, GoBgp};
+use crate::daemons::{Daemons, Frr, GoBgp};
 use crate::Lab;
 
 /// Our AS, and the two peers'.
@@ -330,95 +330,53 @@ pub fn bird_bgp_config(
     Ok(s)
 }
 
-/// The convergence benchmark's BGP side with BIRD peers ([`super::Speaker::Bird`]): both
-/// get the generated table as a disabled static protocol; learning enables it on both,
-/// withdrawing disables it on the primary, re-advertising enables it again.
-pub struct BirdConvergence {
-    /// FRR in the router namespace.
-    pub frr: Frr,
-    /// BIRD in h2 (primary) and h3 (secondary).
-    birds: [Bird; 2],
-    /// The table's IPv4 prefixes.
-    prefixes: Vec<(u32, u8)>,
-}
-
-impl BirdConvergence {
-    /// Generate the table (`n` IPv4 routes, seed `seed`), start FRR and both BIRDs, and
-    /// wait until the sessions are established (no routes advertised yet).
-    pub fn setup(
-        lab: &Lab,
-        d: &mut Daemons,
-        n: usize,
-        seed: u64,
-        log: &dyn Fn(&str),
-    ) -> Result<BirdConvergence> {
-        let t_gen = Instant::now();
-        let prefixes = bench::mrt::peer_table(&table_config(n, seed), 0).v4;
-        let fam = Families {
-            v4: true,
-            v6: false,
-        };
-        let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(fam))], &[])?;
-        let mut birds = Vec::with_capacity(2);
-        for (name, ns, asn, local, dut) in [
-            (
-                "bird-primary",
-                lab.h2(),
-                AS_PRIMARY,
-                crate::H2_V4,
-                crate::R2_V4,
-            ),
-            (
-                "bird-secondary",
-                lab.h3(),
-                AS_SECONDARY,
-                crate::H3_V4,
-                crate::R3_V4,
-            ),
-        ] {
-            let log = d.dir.join(name).join("bird.log");
-            let conf = bird_bgp_config(asn, local, dut, &prefixes, &log)?;
-            birds.push(d.start_bird(name, &ns, &conf)?);
-        }
-        log(&format!(
-            "   generated the table and started 2 BIRD peers with {n} routes in {:.1} s",
-            t_gen.elapsed().as_secs_f64()
-        ));
-        d.wait_for("BGP sessions", Duration::from_secs(120), || {
-            established(&frr, fam)
-        })?;
-        let Ok(birds) = <[Bird; 2]>::try_from(birds) else {
-            anyhow::bail!("two BIRD instances expected");
-        };
-        Ok(BirdConvergence {
-            frr,
-            birds,
-            prefixes,
-        })
+/// The convergence benchmark's BGP side with BIRD peers ([`super::Speaker::Bird`]):
+/// generate the table (`n` IPv4 routes, seed `seed`), start FRR and both BIRDs with it as
+/// their disabled `static4`, and wait until the sessions are established (no routes
+/// advertised yet).
+pub fn setup_bird_peers(
+    lab: &Lab,
+    d: &mut Daemons,
+    n: usize,
+    seed: u64,
+    log: &dyn Fn(&str),
+) -> Result<super::StaticPeers> {
+    let t_gen = Instant::now();
+    let prefixes = bench::mrt::peer_table(&table_config(n, seed), 0).v4;
+    let fam = Families {
+        v4: true,
+        v6: false,
+    };
+    let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(fam))], &[])?;
+    let mut birds = Vec::with_capacity(2);
+    for (name, ns, asn, local, dut) in [
+        (
+            "bird-primary",
+            lab.h2(),
+            AS_PRIMARY,
+            crate::H2_V4,
+            crate::R2_V4,
+        ),
+        (
+            "bird-secondary",
+            lab.h3(),
+            AS_SECONDARY,
+            crate::H3_V4,
+            crate::R3_V4,
+        ),
+    ] {
+        let log = d.dir.join(name).join("bird.log");
+        let conf = bird_bgp_config(asn, local, dut, &prefixes, &log)?;
+        birds.push(d.start_bird(name, &ns, &conf)?);
     }
-}
-
-impl super::Routing for BirdConvergence {
-    fn prefixes(&self) -> &[(u32, u8)] {
-        &self.prefixes
-    }
-
-    fn learn(&self) -> Result<()> {
-        self.birds[0].set_protocol("enable", "static4")?;
-        self.birds[1].set_protocol("enable", "static4")
-    }
-
-    fn withdraw(&self) -> Result<()> {
-        self.birds[0].set_protocol("disable", "static4")
-    }
-
-    fn pause_before_failback(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-
-    fn readvertise(&self) -> Result<()> {
-        self.birds[0].set_protocol("enable", "static4")
-    }
+    log(&format!(
+        "   generated the table and started 2 BIRD peers with {n} routes in {:.1} s",
+        t_gen.elapsed().as_secs_f64()
+    ));
+    d.wait_for("BGP sessions", Duration::from_secs(120), || {
+        established(&frr, fam)
+    })?;
+    super::StaticPeers::new(birds, prefixes, Duration::from_secs(1))
 }
 
 /// The convergence benchmark's BGP side ([`super::Routing`]): both peers get the same

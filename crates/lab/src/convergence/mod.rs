@@ -359,6 +359,61 @@ pub trait Routing {
     fn readvertise(&self) -> Result<()>;
 }
 
+/// Two BIRD peers, h2 (primary) and h3 (secondary), whose routes are a static protocol,
+/// `static4`, that starts disabled ([`crate::daemons::bird_statics_disabled`]): learning
+/// enables it on both, withdrawing disables it on the primary, re-advertising enables it
+/// again. The BGP (`--speaker bird`) and OSPF sides differ only in how BIRD exports those
+/// routes and in the pause before the failback.
+pub struct StaticPeers {
+    /// h2's and h3's BIRD.
+    birds: [crate::daemons::Bird; 2],
+    /// The IPv4 prefixes both advertise.
+    prefixes: Vec<(u32, u8)>,
+    /// See [`Routing::pause_before_failback`].
+    pause: Duration,
+}
+
+impl StaticPeers {
+    /// The primary's and the secondary's BIRD, in that order.
+    pub fn new(
+        birds: Vec<crate::daemons::Bird>,
+        prefixes: Vec<(u32, u8)>,
+        pause: Duration,
+    ) -> Result<StaticPeers> {
+        let Ok(birds) = <[crate::daemons::Bird; 2]>::try_from(birds) else {
+            bail!("two BIRD instances expected");
+        };
+        Ok(StaticPeers {
+            birds,
+            prefixes,
+            pause,
+        })
+    }
+}
+
+impl Routing for StaticPeers {
+    fn prefixes(&self) -> &[(u32, u8)] {
+        &self.prefixes
+    }
+
+    fn learn(&self) -> Result<()> {
+        self.birds[0].set_protocol("enable", "static4")?;
+        self.birds[1].set_protocol("enable", "static4")
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        self.birds[0].set_protocol("disable", "static4")
+    }
+
+    fn pause_before_failback(&self) -> Duration {
+        self.pause
+    }
+
+    fn readvertise(&self) -> Result<()> {
+        self.birds[0].set_protocol("enable", "static4")
+    }
+}
+
 /// One address inside each prefix (the first host address where there is one).
 pub(crate) fn dest_of(a: u32, len: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(if len < 32 { a | 1 } else { a }))
@@ -477,12 +532,10 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
     let routing: Box<dyn Routing> = match opts.protocol {
         Protocol::Bgp => match opts.speaker {
-            Speaker::Bird => Box::new(bgp::BirdConvergence::setup(
-                &lab, &mut d, n, opts.seed, log,
-            )?),
+            Speaker::Bird => Box::new(bgp::setup_bird_peers(&lab, &mut d, n, opts.seed, log)?),
             Speaker::Gobgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
         },
-        Protocol::Ospf => Box::new(ospf::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
+        Protocol::Ospf => Box::new(ospf::setup(&lab, &mut d, n, opts.seed, log)?),
     };
     let table = routing.prefixes();
     let prefixes: Vec<(IpAddr, u8)> = table

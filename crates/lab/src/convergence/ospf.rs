@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::daemons::{Bird, Daemons, Frr};
+use crate::daemons::{Daemons, Frr};
 use crate::ospf::{self, Tuning};
 use crate::Lab;
 
@@ -45,8 +45,6 @@ pub const METRIC_PRIMARY: u32 = 100;
 pub const METRIC_SECONDARY: u32 = 200;
 /// Above this many routes, [`Tuning::BULK`]; [`Tuning::FAST`] up to it.
 pub const BULK_ABOVE: usize = 50_000;
-/// BIRD's static protocol holding the externals.
-const STATIC: &str = "static4";
 /// More than BIRD's MinLSInterval (5 s) since the flush: see the module doc.
 pub const PAUSE_BEFORE_FAILBACK: Duration = Duration::from_secs(6);
 
@@ -100,97 +98,51 @@ fn ready(frr: &Frr, ids: &[&str]) -> Result<(bool, String)> {
     Ok((all, desc))
 }
 
-/// The convergence benchmark's OSPF side ([`super::Routing`]); see the module doc.
-pub struct Convergence {
-    /// BIRD in h2 (primary) and h3 (secondary).
-    birds: [Bird; 2],
-    /// FRR in the router namespace.
-    pub frr: Frr,
-    /// The externals both BIRDs originate.
-    prefixes: Vec<(u32, u8)>,
-}
-
-impl Convergence {
-    /// Generate `n` externals (seed `seed`), start FRR and both BIRDs (their externals
-    /// disabled), and wait until the adjacencies are Full and both BIRDs are reachable
-    /// ASBRs.
-    pub fn setup(
-        lab: &Lab,
-        d: &mut Daemons,
-        n: usize,
-        seed: u64,
-        log: &dyn Fn(&str),
-    ) -> Result<Convergence> {
-        let tuning = tuning_for(n);
-        let prefixes = ospf::externals_v4(n, seed);
-        let frr = d.start_frr(
-            &lab.rtr(),
-            &[(
-                "ospfd",
-                ospf::frr_ospf_config_with(crate::R2_V4, &["r2", "r3"], tuning),
-            )],
+/// The convergence benchmark's OSPF side (see the module doc): generate `n` externals
+/// (seed `seed`), start FRR and both BIRDs (their externals disabled), and wait until the
+/// adjacencies are Full and both BIRDs are reachable ASBRs.
+pub fn setup(
+    lab: &Lab,
+    d: &mut Daemons,
+    n: usize,
+    seed: u64,
+    log: &dyn Fn(&str),
+) -> Result<super::StaticPeers> {
+    let tuning = tuning_for(n);
+    let prefixes = ospf::externals_v4(n, seed);
+    let frr = d.start_frr(
+        &lab.rtr(),
+        &[(
+            "ospfd",
+            ospf::frr_ospf_config_with(crate::R2_V4, &["r2", "r3"], tuning),
+        )],
+        &[],
+    )?;
+    let t0 = Instant::now();
+    let mut birds = Vec::with_capacity(2);
+    for (name, ns, id, metric) in peers(lab) {
+        let conf = ospf::bird_ospf_config_with(
+            id,
+            "eth0",
+            &prefixes,
             &[],
-        )?;
-        let t0 = Instant::now();
-        let mut birds = Vec::with_capacity(2);
-        for (name, ns, id, metric) in peers(lab) {
-            let conf = ospf::bird_ospf_config_with(
-                id,
-                "eth0",
-                &prefixes,
-                &[],
-                metric,
-                &d.dir.join(name).join("bird.log"),
-                tuning,
-            );
-            let conf = crate::daemons::bird_statics_disabled(&conf)?;
-            birds.push(d.start_bird(name, &ns, &conf)?);
-        }
-        let limit = Duration::from_secs(if n > BULK_ABOVE { 300 } else { 60 });
-        d.wait_for("OSPF adjacencies and ASBRs", limit, || {
-            ready(&frr, &[crate::H2_V4, crate::H3_V4])
-        })?;
-        log(&format!(
-            "   OSPF ({tuning:?}): adjacencies Full and both ASBRs reachable {:.1} s after \
+            metric,
+            &d.dir.join(name).join("bird.log"),
+            tuning,
+        );
+        let conf = crate::daemons::bird_statics_disabled(&conf)?;
+        birds.push(d.start_bird(name, &ns, &conf)?);
+    }
+    let limit = Duration::from_secs(if n > BULK_ABOVE { 300 } else { 60 });
+    d.wait_for("OSPF adjacencies and ASBRs", limit, || {
+        ready(&frr, &[crate::H2_V4, crate::H3_V4])
+    })?;
+    log(&format!(
+        "   OSPF ({tuning:?}): adjacencies Full and both ASBRs reachable {:.1} s after \
              starting BIRD",
-            t0.elapsed().as_secs_f64()
-        ));
-        let Ok(birds) = <[Bird; 2]>::try_from(birds) else {
-            anyhow::bail!("two BIRD instances expected");
-        };
-        Ok(Convergence {
-            birds,
-            frr,
-            prefixes,
-        })
-    }
-
-    fn birdc(&self, i: usize, cmd: &str) -> Result<()> {
-        self.birds[i].set_protocol(cmd, STATIC)
-    }
-}
-
-impl super::Routing for Convergence {
-    fn prefixes(&self) -> &[(u32, u8)] {
-        &self.prefixes
-    }
-
-    fn learn(&self) -> Result<()> {
-        self.birdc(0, "enable")?;
-        self.birdc(1, "enable")
-    }
-
-    fn withdraw(&self) -> Result<()> {
-        self.birdc(0, "disable")
-    }
-
-    fn pause_before_failback(&self) -> Duration {
-        PAUSE_BEFORE_FAILBACK
-    }
-
-    fn readvertise(&self) -> Result<()> {
-        self.birdc(0, "enable")
-    }
+        t0.elapsed().as_secs_f64()
+    ));
+    super::StaticPeers::new(birds, prefixes, PAUSE_BEFORE_FAILBACK)
 }
 
 #[cfg(test)]

@@ -100,6 +100,22 @@ enum Peers {
     Bird(Vec<Bird>),
 }
 
+/// Run `f` on every item at once, one thread each; the first error.
+fn at_once<T: Send>(
+    items: impl Iterator<Item = T>,
+    f: impl Fn(T) -> Result<()> + Sync,
+) -> Result<()> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let hs: Vec<_> = items.map(|x| s.spawn(move || f(x))).collect();
+        for h in hs {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a peer-loading thread panicked"))??;
+        }
+        Ok(())
+    })
+}
+
 /// The address of peer `i` in h2 (198.51.100.2 + i).
 fn peer_addr(i: usize) -> Ipv4Addr {
     let base: Ipv4Addr = crate::H2_V4.parse().expect("constant");
@@ -294,31 +310,12 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     let t0 = monotonic_ns();
     let started = Instant::now();
     match &peers {
-        Peers::Gobgp(peers) => std::thread::scope(|s| -> Result<()> {
-            let hs: Vec<_> = peers
-                .iter()
-                .zip(&files)
-                .map(|(p, f)| s.spawn(move || bgp::inject_into(p, f, per, 0)))
-                .collect();
-            for h in hs {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("an injection thread panicked"))??;
-            }
-            Ok(())
+        Peers::Gobgp(peers) => at_once(peers.iter().zip(&files), |(p, f)| {
+            bgp::inject_into(p, f, per, 0)
         })?,
         // BIRD loads a static protocol's routes within the `enable` command (seconds per
-        // million), so all are enabled at once.
-        Peers::Bird(birds) => std::thread::scope(|s| -> Result<()> {
-            let hs: Vec<_> = birds
-                .iter()
-                .map(|b| s.spawn(move || b.set_protocol("enable", "static4")))
-                .collect();
-            for h in hs {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("a birdc thread panicked"))??;
-            }
-            Ok(())
-        })?,
+        // million), so all are enabled at once too.
+        Peers::Bird(birds) => at_once(birds.iter(), |b| b.set_protocol("enable", "static4"))?,
     }
     log(&format!(
         "   peers loaded in {:.1} s",
