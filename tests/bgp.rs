@@ -707,6 +707,72 @@ fn bench_convergence_5k_routes_gobgp_peers_ferrouter_and_linux_json() {
     );
 }
 
+/// `ferrouter bench bgp-scale` end to end at a small scale with BIRD peers: 8,000 disjoint
+/// routes from two peers reach the kernel and ferrouter's FIB, traffic to a sample of them
+/// arrives with no loss, for both DUTs; the JSON carries the times, memory and loss cause,
+/// and no namespace is left behind.
+#[test]
+fn bench_bgp_scale_8k_routes_two_bird_peers_json() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("q{}", std::process::id() % 100_000);
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "bench",
+            "bgp-scale",
+            "--routes",
+            "8000",
+            "--peers",
+            "2",
+            "--sample",
+            "2000",
+            "--dut",
+            "ferrouter,linux",
+            "--timeout",
+            "300",
+            "--json",
+            "--netns-prefix",
+            &prefix,
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{v}");
+    for (r, dut) in runs.iter().zip(["ferrouter", "linux"]) {
+        assert_eq!(r["dut"], dut, "{r}");
+        assert_eq!(r["speaker"], "bird", "{r}");
+        assert_eq!(r["peers"], 2, "{r}");
+        assert_eq!(r["routes"], 8000, "{r}");
+        assert_eq!(r["sample"], 2000, "{r}");
+        assert_eq!(r["loss"], 0, "{r}");
+        assert_eq!(r["routes_with_loss"], 0, "{r}");
+        assert!(r["verify_tx"].as_u64().unwrap() >= 4000, "two passes: {r}");
+        let (k, l) = (
+            r["kernel_done_s"].as_f64().unwrap(),
+            r["learn_s"].as_f64().unwrap(),
+        );
+        assert!(k > 0.0 && k <= l + 0.001, "{r}");
+        assert!(r["frr_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["verify_receiver_drops"].is_u64(), "{r}");
+        assert_eq!(r["verify_dut_drops"].is_u64(), dut == "ferrouter", "{r}");
+    }
+    let f = &runs[0];
+    assert!(f["fib_done_s"].as_f64().unwrap() > 0.0, "{f}");
+    assert!(f["fib_prefixes"].as_u64().unwrap() >= 8000, "{f}");
+    assert!(f["fib_memory_bytes"].as_u64().unwrap() > 0, "{f}");
+    assert!(runs[1]["fib_done_s"].is_null(), "{v}");
+    let ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(!ns.contains(&format!("{prefix}-")), "{ns}");
+}
+
 /// A benchmark interrupted mid-run (SIGTERM, as `timeout` or `kill` sends) tears its lab
 /// down: no namespace, daemon or lab directory is left behind, and it exits with 128 + 15.
 #[test]
