@@ -194,7 +194,7 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
 /// only a restart applies (`[[port]]`, `workers`, `control_socket`, `netlink_rcvbuf`,
-/// `state_dir`, `[api]`) differs.
+/// `state_dir`, `[api]`, `[bgp]`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
     if old.ports != new.ports {
@@ -214,6 +214,11 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     }
     if old.api != new.api {
         restart.push("[api]");
+    }
+    // The speaker takes its config at start only (for now); adding or removing the section
+    // is a change too.
+    if old.bgp != new.bgp {
+        restart.push("[bgp]");
     }
     if !restart.is_empty() {
         return Err(PlanError::RestartNeeded(restart));
@@ -696,5 +701,42 @@ mod tests {
         .unwrap();
         let e = plan(&a, &b).unwrap_err().to_string();
         assert_eq!(e, "[[port]], workers, state_dir changed; this cannot be applied live: restart the daemon with the new file (ferrouter run --config FILE)");
+    }
+
+    #[test]
+    fn a_bgp_change_needs_a_restart() {
+        const BGP: &str = "[bgp]\nasn = 65001\nrouter_id = \"192.0.2.1\"\n[[bgp.neighbor]]\naddress = \"192.0.2.2\"\nremote_as = 65002\n";
+        let none = cfg("");
+        let one = cfg(BGP);
+        // Unchanged: nothing to do, even beside other changes.
+        assert!(plan(&one, &cfg(BGP)).unwrap().is_empty());
+        let more = cfg(&format!(
+            "[[route]]\nprefix = \"10.0.0.0/8\"\nblackhole = true\n{BGP}"
+        ));
+        assert_eq!(
+            plan(&one, &more).unwrap().to_string(),
+            "+ route 10.0.0.0/8 blackhole metric 0\n"
+        );
+        let refused = "[bgp] changed; this cannot be applied live: restart the daemon with the new file (ferrouter run --config FILE)";
+        // Added, removed, changed.
+        assert_eq!(plan(&none, &one).unwrap_err().to_string(), refused);
+        assert_eq!(plan(&one, &none).unwrap_err().to_string(), refused);
+        let other = cfg(&BGP.replace("65002", "65003"));
+        assert_eq!(plan(&one, &other).unwrap_err().to_string(), refused);
+        let hold = cfg(&BGP.replace("asn = 65001\n", "asn = 65001\nhold_time = 30\n"));
+        assert_eq!(plan(&one, &hold).unwrap_err().to_string(), refused);
+        // Writing a default out is no change.
+        let explicit = cfg(&BGP.replace("asn = 65001\n", "asn = 65001\nhold_time = 90\n"));
+        assert!(plan(&one, &explicit).unwrap().is_empty());
+        // With other restart-only settings, all are named.
+        let b = Config::parse(
+            &format!("workers = 2\n[[port]]\nname = \"eth1\"\n{BGP}"),
+            Path::new("t"),
+        )
+        .unwrap();
+        assert_eq!(
+            plan(&none, &b).unwrap_err(),
+            PlanError::RestartNeeded(vec!["workers", "[bgp]"])
+        );
     }
 }

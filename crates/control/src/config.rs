@@ -40,6 +40,18 @@
 //! interface = "eth1"
 //! ip = "192.0.2.2"
 //! mac = "02:00:00:00:00:02"
+//!
+//! # The native BGP speaker (bgp::config); a change needs a restart
+//! [bgp]
+//! asn = 65001           # not 0, not 23456 (AS_TRANS)
+//! router_id = "192.0.2.1"
+//! hold_time = 90        # 0 or 3..=65535
+//! connect_retry = 5     # 1..=3600
+//!
+//! [[bgp.neighbor]]
+//! address = "192.0.2.2" # unique, not one of our own [[interface]] addresses
+//! remote_as = 65002
+//! families = ["ipv4", "ipv6"]   # optional, no duplicates
 //! ```
 //!
 //! [`Config::parse`] reports every problem, each as `FILE:LINE:COL: PATH: MESSAGE`;
@@ -148,6 +160,10 @@ pub struct Config {
     /// Permanent neighbour (ARP/NDP) entries.
     #[serde(rename = "neighbor", default, skip_serializing_if = "Vec::is_empty")]
     pub neighbors: Vec<NeighborConfig>,
+    /// The native BGP speaker (`[bgp]` with `[[bgp.neighbor]]`); off when absent. A change
+    /// needs a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<bgp::config::BgpConfig>,
 }
 
 /// `[[interface]]`: what Ferrouter owns of one Linux interface.
@@ -617,6 +633,7 @@ impl Config {
         self.validate_interfaces(r);
         self.validate_routes(r);
         self.validate_neighbors(r);
+        self.validate_bgp(r);
     }
 
     fn validate_interfaces(&self, r: &mut Report) {
@@ -828,6 +845,108 @@ impl Config {
         }
     }
 
+    fn validate_bgp(&self, r: &mut Report) {
+        let Some(b) = &self.bgp else {
+            return;
+        };
+        if let Some(m) = asn_problem(b.asn) {
+            r.add("bgp.asn", m);
+        }
+        let id = b.router_id;
+        if id.is_unspecified() || id.is_multicast() || id.is_broadcast() {
+            r.add(
+                "bgp.router_id",
+                format!("{id} cannot be a BGP identifier; expected a unicast IPv4 address, usually one of the router's own"),
+            );
+        }
+        if matches!(b.hold_time, 1 | 2) {
+            r.add(
+                "bgp.hold_time",
+                format!(
+                    "{} is out of range; expected 0 (no keepalives) or 3..=65535 seconds",
+                    b.hold_time
+                ),
+            );
+        }
+        if !(1..=3600).contains(&b.connect_retry) {
+            r.add(
+                "bgp.connect_retry",
+                format!(
+                    "{} is out of range; expected 1..=3600 seconds",
+                    b.connect_retry
+                ),
+            );
+        }
+        // Our own addresses, with the path that configures each.
+        let own: Vec<(String, &str, IpAddr)> = self
+            .interfaces
+            .iter()
+            .enumerate()
+            .flat_map(|(i, f)| {
+                f.addresses.iter().enumerate().filter_map(move |(k, a)| {
+                    let p = a.parse::<Prefix>().ok()?;
+                    Some((
+                        format!("interface[{i}].addresses[{k}]"),
+                        f.name.as_str(),
+                        p.addr,
+                    ))
+                })
+            })
+            .collect();
+        for (i, n) in b.neighbors.iter().enumerate() {
+            let path = |field: &str| format!("bgp.neighbor[{i}].{field}");
+            let a = n.address;
+            if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+                r.add(
+                    path("address"),
+                    format!("{a} cannot be a neighbour's address; expected the unicast address of another router"),
+                );
+            }
+            if let Some(j) = b.neighbors[..i].iter().position(|m| m.address == a) {
+                r.add(
+                    path("address"),
+                    format!("neighbour {a} is already configured at bgp.neighbor[{j}]; one session per neighbour"),
+                );
+            }
+            if let Some((at, name, _)) = own.iter().find(|(_, _, o)| *o == a) {
+                r.add(
+                    path("address"),
+                    format!("{a} is this router's own address ({at} on {name}); expected the address of another router"),
+                );
+            }
+            if let Some(m) = asn_problem(n.remote_as) {
+                r.add(path("remote_as"), m);
+            }
+            if n.port == 0 {
+                r.add(
+                    path("port"),
+                    "0 is out of range; expected 1..=65535 (179 is BGP's)",
+                );
+            }
+            for (k, f) in n.families.iter().enumerate() {
+                if n.families[..k].contains(f) {
+                    let name = match f {
+                        bgp::config::Family::Ipv4 => "ipv4",
+                        bgp::config::Family::Ipv6 => "ipv6",
+                    };
+                    r.add(
+                        format!("bgp.neighbor[{i}].families[{k}]"),
+                        format!("family {name:?} is listed twice"),
+                    );
+                }
+            }
+            if let Some(d) = &n.description {
+                let len = d.chars().count();
+                if len > MAX_DESCRIPTION {
+                    r.add(
+                        path("description"),
+                        format!("{len} characters is too long; expected at most {MAX_DESCRIPTION}"),
+                    );
+                }
+            }
+        }
+    }
+
     /// Every interface name the config refers to in `[[interface]]`, `[[route]]` and
     /// `[[neighbor]]`, with the path that names it.
     fn interface_refs(&self) -> Vec<(String, &str)> {
@@ -844,6 +963,21 @@ impl Config {
             v.push((format!("neighbor[{i}].interface"), n.interface.as_str()));
         }
         v
+    }
+}
+
+/// Longest `bgp.neighbor[].description`, in characters.
+const MAX_DESCRIPTION: usize = 200;
+
+/// What is wrong with an AS number, if anything: 0 is reserved (RFC 7607) and 23456 is
+/// AS_TRANS, which stands in for a 4-octet AS in 2-octet fields (RFC 6793).
+fn asn_problem(asn: u32) -> Option<String> {
+    match asn {
+        0 => Some("AS 0 is reserved (RFC 7607); expected 1..=4294967295".into()),
+        23456 => Some(
+            "AS 23456 is AS_TRANS (RFC 6793), not a real AS; expected the 4-octet AS itself".into(),
+        ),
+        _ => None,
     }
 }
 
@@ -1069,6 +1203,254 @@ mod tests {
                 1,
                 "{body}: one problem expected: {got}"
             );
+        }
+    }
+
+    const BGP: &str = "[bgp]\nasn = 65001\nrouter_id = \"198.51.100.1\"\n";
+
+    #[test]
+    fn bgp_section() {
+        use bgp::config::{BgpConfig, Family, NeighborConfig};
+        // Absent: no speaker.
+        assert_eq!(parse(PORT).unwrap().bgp, None);
+        let c = parse(&format!(
+            "{PORT}[[interface]]\nname = \"eth1\"\naddresses = [\"198.51.100.1/24\"]\n\
+             [bgp]\nasn = 4200000001\nrouter_id = \"198.51.100.1\"\nhold_time = 0\nconnect_retry = 30\n\
+             [[bgp.neighbor]]\naddress = \"198.51.100.2\"\nremote_as = 65002\nlocal_pref = 200\n\
+             description = \"transit A\"\n\
+             [[bgp.neighbor]]\naddress = \"2001:db8:2::2\"\nremote_as = 4200000001\nport = 1179\n\
+             families = [\"ipv6\", \"ipv4\"]\n"
+        ))
+        .unwrap();
+        let want = BgpConfig {
+            asn: 4_200_000_001,
+            router_id: Ipv4Addr::new(198, 51, 100, 1),
+            hold_time: 0,
+            connect_retry: 30,
+            neighbors: vec![
+                NeighborConfig {
+                    address: "198.51.100.2".parse().unwrap(),
+                    remote_as: 65002,
+                    port: 179,
+                    local_pref: 200,
+                    families: vec![],
+                    description: Some("transit A".into()),
+                },
+                NeighborConfig {
+                    address: "2001:db8:2::2".parse().unwrap(),
+                    remote_as: 4_200_000_001,
+                    port: 1179,
+                    local_pref: 100,
+                    families: vec![Family::Ipv6, Family::Ipv4],
+                    description: None,
+                },
+            ],
+        };
+        assert_eq!(c.bgp.as_ref(), Some(&want));
+        assert_eq!(want.neighbors[0].families(), vec![Family::Ipv4]);
+        // Defaults.
+        let d = parse(&format!("{PORT}{BGP}")).unwrap().bgp.unwrap();
+        assert_eq!((d.hold_time, d.connect_retry), (90, 5));
+        assert!(d.neighbors.is_empty());
+        // What is serialized parses back to the same thing.
+        let again = parse(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn each_bad_bgp_setting_is_located_and_explained() {
+        // BGP is lines 3-5; a neighbour added after it starts at line 6.
+        const N: &str = "[[bgp.neighbor]]\naddress = \"192.0.2.2\"\nremote_as = 65002\n";
+        let cases: &[(String, &str)] = &[
+            (
+                BGP.replace("65001", "0"),
+                "test.toml:4:7: bgp.asn: AS 0 is reserved (RFC 7607); expected 1..=4294967295",
+            ),
+            (
+                BGP.replace("65001", "23456"),
+                "test.toml:4:7: bgp.asn: AS 23456 is AS_TRANS (RFC 6793), not a real AS",
+            ),
+            (
+                BGP.replace("198.51.100.1", "0.0.0.0"),
+                "test.toml:5:13: bgp.router_id: 0.0.0.0 cannot be a BGP identifier",
+            ),
+            (
+                BGP.replace("198.51.100.1", "224.0.0.5"),
+                "test.toml:5:13: bgp.router_id: 224.0.0.5 cannot be a BGP identifier",
+            ),
+            (
+                BGP.replace("198.51.100.1", "255.255.255.255"),
+                "test.toml:5:13: bgp.router_id: 255.255.255.255 cannot be a BGP identifier",
+            ),
+            (
+                format!("{BGP}hold_time = 1\n"),
+                "test.toml:6:13: bgp.hold_time: 1 is out of range; expected 0 (no keepalives) or 3..=65535 seconds",
+            ),
+            (
+                format!("{BGP}hold_time = 2\n"),
+                "test.toml:6:13: bgp.hold_time: 2 is out of range",
+            ),
+            (
+                format!("{BGP}connect_retry = 0\n"),
+                "test.toml:6:17: bgp.connect_retry: 0 is out of range; expected 1..=3600 seconds",
+            ),
+            (
+                format!("{BGP}connect_retry = 3601\n"),
+                "test.toml:6:17: bgp.connect_retry: 3601 is out of range; expected 1..=3600 seconds",
+            ),
+            (
+                format!("{BGP}{N}{N}"),
+                "test.toml:10:11: bgp.neighbor[1].address: neighbour 192.0.2.2 is already configured at bgp.neighbor[0]",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "0.0.0.0")),
+                "test.toml:7:11: bgp.neighbor[0].address: 0.0.0.0 cannot be a neighbour's address",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "::")),
+                "test.toml:7:11: bgp.neighbor[0].address: :: cannot be a neighbour's address",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "ff02::5")),
+                "test.toml:7:11: bgp.neighbor[0].address: ff02::5 cannot be a neighbour's address",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "224.0.0.1")),
+                "test.toml:7:11: bgp.neighbor[0].address: 224.0.0.1 cannot be a neighbour's address",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "127.0.0.2")),
+                "test.toml:7:11: bgp.neighbor[0].address: 127.0.0.2 cannot be a neighbour's address",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "::1")),
+                "test.toml:7:11: bgp.neighbor[0].address: ::1 cannot be a neighbour's address",
+            ),
+            (
+                format!(
+                    "[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\", \"2001:db8::1/64\"]\n{BGP}{}",
+                    N.replace("192.0.2.2", "2001:db8::1")
+                ),
+                "test.toml:10:11: bgp.neighbor[0].address: 2001:db8::1 is this router's own address (interface[0].addresses[1] on eth1)",
+            ),
+            (
+                format!("{BGP}{}", N.replace("65002", "0")),
+                "test.toml:8:13: bgp.neighbor[0].remote_as: AS 0 is reserved",
+            ),
+            (
+                format!("{BGP}{}", N.replace("65002", "23456")),
+                "test.toml:8:13: bgp.neighbor[0].remote_as: AS 23456 is AS_TRANS",
+            ),
+            (
+                format!("{BGP}{N}port = 0\n"),
+                "test.toml:9:8: bgp.neighbor[0].port: 0 is out of range; expected 1..=65535",
+            ),
+            (
+                format!("{BGP}{N}families = [\"ipv4\", \"ipv6\", \"ipv4\"]\n"),
+                "test.toml:9:29: bgp.neighbor[0].families[2]: family \"ipv4\" is listed twice",
+            ),
+            (
+                format!("{BGP}{N}description = \"{}\"\n", "x".repeat(201)),
+                "test.toml:9:15: bgp.neighbor[0].description: 201 characters is too long; expected at most 200",
+            ),
+            // From serde, at the value or key.
+            (
+                format!("{BGP}{N}password = \"x\"\n"),
+                "test.toml:9:1: unknown field `password`",
+            ),
+            (
+                format!("{BGP}router = 1\n"),
+                "test.toml:6:1: unknown field `router`",
+            ),
+            (
+                format!("{BGP}{}", N.replace("192.0.2.2", "192.0.2")),
+                "test.toml:7:11: invalid IP address syntax",
+            ),
+            (
+                BGP.replace("198.51.100.1", "2001:db8::1"),
+                "test.toml:5:13: invalid IPv4 address syntax",
+            ),
+            (
+                BGP.replace("65001", "\"65001\""),
+                "test.toml:4:7: invalid type: string \"65001\", expected u32",
+            ),
+            (
+                format!("{BGP}hold_time = 65536\n"),
+                "test.toml:6:13: invalid value: integer `65536`, expected u16",
+            ),
+            (
+                format!("{BGP}{N}families = [\"ipv4\", \"vpnv4\"]\n"),
+                "test.toml:9:",
+            ),
+            (
+                "[bgp]\nrouter_id = \"198.51.100.1\"\n".to_string(),
+                "test.toml:3:1: missing field `asn`",
+            ),
+        ];
+        for (body, want) in cases {
+            let got = problems(body);
+            assert!(got.starts_with(want), "{body}\n got: {got}\nwant: {want}");
+            assert_eq!(
+                got.lines().count(),
+                1,
+                "{body}: one problem expected: {got}"
+            );
+        }
+        // Valid edges: hold time 0 and 3, retry 3600, description of 200, the other family
+        // over a session (MP-BGP), the same AS as ours (iBGP).
+        let c = parse(&format!(
+            "{PORT}{BGP}hold_time = 3\nconnect_retry = 3600\n{N}families = [\"ipv6\"]\ndescription = \"{}\"\n\
+             [[bgp.neighbor]]\naddress = \"2001:db8::2\"\nremote_as = 65001\nfamilies = [\"ipv4\", \"ipv6\"]\n",
+            "é".repeat(200)
+        ));
+        assert!(c.is_ok(), "{c:?}");
+        assert!(parse(&format!("{PORT}{BGP}hold_time = 0\n")).is_ok());
+    }
+
+    /// The commented-out `[bgp]` of the shipped example is valid once uncommented.
+    #[test]
+    fn shipped_bgp_example_is_valid() {
+        let text = include_str!("../../../dist/ferrouter.toml");
+        let start = text
+            .find("# [bgp]")
+            .expect("the example has a [bgp] section");
+        let bgp: String = text[start..]
+            .lines()
+            .map(|l| l.strip_prefix('#').unwrap_or(l).trim_start())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = parse(&format!("{}\n{bgp}\n", &text[..start])).unwrap();
+        let b = c.bgp.unwrap();
+        assert_eq!(b.neighbors.len(), 2);
+        // Still commented out: the example runs without a speaker.
+        assert_eq!(parse(text).unwrap().bgp, None);
+    }
+
+    #[test]
+    fn every_bgp_problem_is_reported() {
+        let got = problems(
+            "[[interface]]\nname = \"eth1\"\nmtu = 10\naddresses = [\"192.0.2.1/24\"]\n\
+             [bgp]\nasn = 0\nrouter_id = \"0.0.0.0\"\nhold_time = 1\nconnect_retry = 0\n\
+             [[bgp.neighbor]]\naddress = \"192.0.2.1\"\nremote_as = 23456\nport = 0\nfamilies = [\"ipv6\", \"ipv6\"]\n\
+             [[bgp.neighbor]]\naddress = \"192.0.2.1\"\nremote_as = 65002\n",
+        );
+        let want = [
+            "test.toml:5:7: interface[0].mtu: ",
+            "test.toml:8:7: bgp.asn: ",
+            "test.toml:9:13: bgp.router_id: ",
+            "test.toml:10:13: bgp.hold_time: ",
+            "test.toml:11:17: bgp.connect_retry: ",
+            "test.toml:13:11: bgp.neighbor[0].address: 192.0.2.1 is this router's own address",
+            "test.toml:14:13: bgp.neighbor[0].remote_as: ",
+            "test.toml:15:8: bgp.neighbor[0].port: ",
+            "test.toml:16:21: bgp.neighbor[0].families[1]: ",
+            "test.toml:18:11: bgp.neighbor[1].address: neighbour 192.0.2.1 is already configured",
+            "test.toml:18:11: bgp.neighbor[1].address: 192.0.2.1 is this router's own address",
+        ];
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines.len(), want.len(), "{got}");
+        for (l, w) in lines.iter().zip(want) {
+            assert!(l.starts_with(w), "{l}\nwant: {w}\nall:\n{got}");
         }
     }
 

@@ -11,7 +11,8 @@
 //! text.
 //!
 //! Settings the daemon reads only at start (`[[port]]`, `workers`, `control_socket`,
-//! `netlink_rcvbuf`, `state_dir`) are refused by apply with a message asking for a restart.
+//! `netlink_rcvbuf`, `state_dir`, `[api]`, `[bgp]`) are refused by apply with a message
+//! asking for a restart.
 
 use std::path::{Path, PathBuf};
 
