@@ -157,7 +157,7 @@ enum Cmd {
     },
     /// Ask a running router (over its control socket).
     Show {
-        /// interfaces | routes | neighbors | counters
+        /// interfaces | routes | neighbors | counters | bgp
         what: String,
         /// For routes: a prefix (exact) or an address (longest match), or `summary`.
         arg: Option<String>,
@@ -376,7 +376,8 @@ enum Bench {
         /// ~10K routes). OSPF peers are always BIRD.
         #[arg(long, default_value = "bird")]
         speaker: String,
-        /// DUTs, comma-separated: ferrouter, linux.
+        /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),
+        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bgp with bird peers), linux.
         #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
         dut: Vec<String>,
         /// Traffic rate, frames/s; one pass over every route takes routes/rate seconds,

@@ -97,6 +97,41 @@ pub fn render(what: &str, v: &Value) -> String {
                 );
             }
         }
+        "bgp" => {
+            let Some(sp) = v.get("speaker") else {
+                let _ = writeln!(o, "BGP speaker: not configured (no [bgp] in the config)");
+                return o;
+            };
+            let _ = writeln!(
+                o,
+                "BGP AS {}, router id {}: {} IPv4 and {} IPv6 prefixes with a best path, {} paths, {} FIB changes",
+                s(&sp["asn"]),
+                s(&sp["router_id"]),
+                s(&sp["prefixes_v4"]),
+                s(&sp["prefixes_v6"]),
+                s(&sp["paths"]),
+                s(&sp["fib_changes"])
+            );
+            let _ = writeln!(
+                o,
+                "{:<26} {:>10} {:<12} {:>9} {:>10} {:>10} {:>11}  last error",
+                "neighbor", "AS", "state", "for s", "prefixes", "updates", "withdrawn"
+            );
+            for n in sp["neighbors"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    o,
+                    "{:<26} {:>10} {:<12} {:>9} {:>10} {:>10} {:>11}  {}",
+                    s(&n["address"]),
+                    s(&n["remote_as"]),
+                    s(&n["state"]),
+                    s(&n["state_s"]),
+                    s(&n["prefixes"]),
+                    s(&n["updates_received"]),
+                    s(&n["prefixes_withdrawn"]),
+                    s(&n["last_error"])
+                );
+            }
+        }
         "counters" => {
             let _ = writeln!(
                 o,

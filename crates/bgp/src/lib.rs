@@ -11,4 +11,6 @@
 //! - [`config`]: the `[bgp]` section of ferrouter's config file.
 
 pub mod config;
+pub mod rib;
+pub mod speaker;
 pub mod wire;

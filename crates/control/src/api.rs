@@ -12,8 +12,21 @@ use crate::client::{Client, Endpoint};
 use crate::daemon::Shared;
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
-/// address, or `summary`), `neighbors` or `counters`.
+/// address, or `summary`), `neighbors`, `counters` or `bgp`.
 pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, String> {
+    if what == "bgp" {
+        // The speaker's own status: no sync lock needed.
+        return Ok(match shared.bgp.get() {
+            Some(st) => json!({
+                "enabled": true,
+                "speaker": st.view(),
+                "last_fib_change_monotonic_ns": shared
+                    .bgp_fib_done_ns
+                    .load(std::sync::atomic::Ordering::Acquire),
+            }),
+            None => json!({"enabled": false}),
+        });
+    }
     let sync = shared
         .sync
         .lock()
@@ -55,6 +68,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                     "total": m.v4_table_bytes + m.v6_table_bytes + m.rib_bytes + m.nexthop_bytes,
                 },
                 "netlink_events": st.events, "resyncs": st.resyncs, "fib_errors": st.fib_errors,
+                "bgp_changes": st.bgp_changes, "bgp_unresolved": st.bgp_unresolved,
             }))
         }
         "routes" => {
@@ -133,9 +147,9 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Va
             "/v1/routes?{}",
             serde_urlencoded::to_string([("prefix", p)])?
         ),
-        ("interfaces" | "routes" | "neighbors" | "counters", _) => format!("/v1/{show}"),
+        ("interfaces" | "routes" | "neighbors" | "counters" | "bgp", _) => format!("/v1/{show}"),
         (other, _) => anyhow::bail!(
-            "unknown item {other:?}: expected interfaces, routes, neighbors or counters"
+            "unknown item {other:?}: expected interfaces, routes, neighbors, counters or bgp"
         ),
     };
     client.get(&path)

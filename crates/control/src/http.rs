@@ -197,6 +197,13 @@ async fn neighbors(State(s): State<Arc<Shared>>) -> ApiResult {
     blocking(move || show(s, "neighbors", None)).await
 }
 
+/// The native BGP speaker: sessions, their counters, and the RIB's size.
+#[utoipa::path(get, path = "/v1/bgp", tag = "show",
+    responses((status = 200, description = "{enabled, speaker: {asn, router_id, prefixes_v4, prefixes_v6, paths, fib_changes, neighbors: [{address, remote_as, state, state_s, prefixes, updates_received, prefixes_announced, prefixes_withdrawn, treat_as_withdraw, attributes_discarded, as_loops, notifications_sent, notifications_received, established_transitions, last_error, ...}]}}")))]
+async fn bgp(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || show(s, "bgp", None)).await
+}
+
 /// Packet counters: totals, per worker, and every non-zero drop/punt reason by node.
 #[utoipa::path(get, path = "/v1/counters", tag = "show",
     responses((status = 200, description = "{rx, tx, forwarded, drops, punts, reasons: [{node, reason, kind, count, description}], workers, sync, kernel_forwarded, uptime_s}")))]
@@ -598,7 +605,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
-    paths(interfaces, routes, routes_summary, neighbors, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -688,6 +695,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/routes", get(routes))
         .route("/v1/routes/summary", get(routes_summary))
         .route("/v1/neighbors", get(neighbors))
+        .route("/v1/bgp", get(bgp))
         .route("/v1/counters", get(counters))
         .route("/v1/version", get(version))
         .route("/v1/config", get(config_get))

@@ -28,13 +28,21 @@ use rustc_hash::FxBuildHasher;
 
 use dataplane::{Interfaces, PortInfo};
 use fib::{Adjacency, FibWriter, NextHop, NextHopId};
-use linux::{Addr, Event, Link, Neigh, Route, RouteKind, RouteNextHop, Snapshot};
+use linux::{Addr, Event, Link, Neigh, NextHops, Route, RouteKind, RouteNextHop, Snapshot};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
 const MAIN_TABLE: u32 = 254;
 const LOCAL_TABLE: u32 = 255;
+/// Where the native BGP speaker's best paths are kept beside the kernel's routes. Never a
+/// kernel table here: kernel routes of tables other than main and local are not mirrored.
+/// A prefix's main-table routes win over its BGP route (connected, static and routing
+/// daemons' routes in the kernel come first); the BGP route installs only where the kernel
+/// has none.
+const BGP_TABLE: u32 = u32::MAX;
+/// The kernel's protocol number for BGP routes (`RTPROT_BGP`), given to the speaker's.
+const RTPROT_BGP: u8 = 186;
 
 /// A prefix in the FIB.
 pub type Prefix = (IpAddr, u8);
@@ -69,6 +77,8 @@ pub enum Source {
     Route,
     /// A resolved neighbour's host route.
     Neighbor,
+    /// A best path of ferrouter's own BGP speaker.
+    Bgp,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -110,14 +120,20 @@ pub struct SyncStats {
     pub resyncs: u64,
     /// FIB writes that failed (logged; the prefix keeps its previous state).
     pub fib_errors: u64,
+    /// Route changes from the native BGP speaker applied.
+    pub bgp_changes: u64,
+    /// BGP best paths not installed: their next hop is on no connected subnet (or is one
+    /// of the router's own addresses).
+    pub bgp_unresolved: u64,
 }
 
 /// What a prefix's routes ask for, read off its entry: `desired` turns it into a next hop.
 enum Want {
     /// A local-table `local`/`broadcast` route: the kernel's.
     Local,
-    /// The preferred main-table route, unicast with one next hop: that hop's key.
-    One(NhKey),
+    /// The preferred route, unicast with one next hop: that hop's key (and whether it is
+    /// the kernel's or the BGP speaker's).
+    One(NhKey, Source),
     /// The preferred main-table route, any other (ECMP, blackhole, ...): its type and hops.
     Other(RouteKind, HopsId),
     /// No route that installs anything (a neighbour's host route may still apply).
@@ -135,16 +151,23 @@ fn want(routes: &[Stored], hop_lists: &HopLists) -> Want {
     let best = routes
         .iter()
         .filter(|r| {
-            r.table == MAIN_TABLE
+            (r.table == MAIN_TABLE || r.table == BGP_TABLE)
                 && !matches!(
                     r.kind,
                     RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
                 )
         })
-        .min_by_key(|r| r.metric);
+        .min_by_key(|r| (r.table == BGP_TABLE, r.metric));
     match best {
         Some(r) => match (r.kind, hop_lists.get(r.hops)) {
-            (RouteKind::Unicast, [h]) => Want::One(hop_key(h)),
+            (RouteKind::Unicast, [h]) => Want::One(
+                hop_key(h),
+                if r.table == BGP_TABLE {
+                    Source::Bgp
+                } else {
+                    Source::Route
+                },
+            ),
             _ => Want::Other(r.kind, r.hops),
         },
         None => Want::Nothing,
@@ -312,6 +335,19 @@ impl HopLists {
             self.ids.remove(&hops);
             self.free.push(id);
         }
+    }
+}
+
+/// The speaker's route for `p` through `hops`, as the sync stores it.
+fn bgp_route(p: Prefix, hops: NextHops) -> Route {
+    Route {
+        table: BGP_TABLE,
+        dst: p.0,
+        dst_len: p.1,
+        kind: RouteKind::Unicast,
+        protocol: RTPROT_BGP,
+        priority: 0,
+        nexthops: hops,
     }
 }
 
@@ -628,12 +664,12 @@ impl Sync {
     ) -> Result<Option<(NextHopId, Source)>, fib::FibError> {
         let id = match want {
             Want::Local => return Ok(Some((self.acquire(NhKey::Local)?, Source::Local))),
-            Want::One(key) => Some(self.acquire(key)?),
-            Want::Other(kind, hops) => self.route_nh(kind, hops)?,
+            Want::One(key, src) => Some((self.acquire(key)?, src)),
+            Want::Other(kind, hops) => self.route_nh(kind, hops)?.map(|id| (id, Source::Route)),
             Want::Nothing => None,
         };
-        if let Some(id) = id {
-            return Ok(Some((id, Source::Route)));
+        if id.is_some() {
+            return Ok(id);
         }
         if p.1 == host_len(&p.0) {
             let on_port: Option<u32> = self
@@ -750,10 +786,19 @@ impl Sync {
             .into_iter()
             .map(|n| ((n.ifindex, n.ip), n))
             .collect();
-        for st in self.prefixes.values_mut() {
+        // The BGP speaker's routes are not the kernel's: they survive the resync (their
+        // next-hop lists are interned again in the new lists).
+        let mut bgp: Vec<(Prefix, NextHops)> = Vec::new();
+        for (p, st) in self.prefixes.iter_mut() {
+            for r in st.routes.iter().filter(|r| r.table == BGP_TABLE) {
+                bgp.push((*p, self.hop_lists.get(r.hops).iter().cloned().collect()));
+            }
             st.routes.clear();
         }
         self.hop_lists = HopLists::default();
+        for (p, hops) in bgp {
+            let _ = self.put_route(&bgp_route(p, hops));
+        }
         for r in s
             .routes
             .into_iter()
@@ -964,6 +1009,82 @@ impl Sync {
         self.refresh_prefix((ip, host_len(&ip)));
     }
 
+    /// Apply the native BGP speaker's decisions (see [`BGP_TABLE`] for how they rank
+    /// against the kernel's routes). A next hop is resolved to the interface whose
+    /// connected subnet holds it; one that is on none, or is the router's own address,
+    /// leaves its prefix without a BGP route (counted in `bgp_unresolved`).
+    pub fn apply_bgp(&mut self, changes: &[bgp::rib::Change]) {
+        // Nearly every change of a batch has the same next hop as the one before.
+        let mut last: Option<(IpAddr, Option<u32>)> = None;
+        for c in changes {
+            self.stats.bgp_changes += 1;
+            let (p, next_hop) = match *c {
+                bgp::rib::Change::Set { prefix, next_hop } => (prefix, Some(next_hop)),
+                bgp::rib::Change::Remove { prefix } => (prefix, None),
+            };
+            let ifindex = next_hop.and_then(|nh| match last {
+                Some((ip, ifx)) if ip == nh => ifx,
+                _ => {
+                    let ifx = self.connected_ifindex(nh);
+                    last = Some((nh, ifx));
+                    ifx
+                }
+            });
+            match (next_hop, ifindex) {
+                (Some(nh), Some(ifx)) => {
+                    let hop = RouteNextHop {
+                        gateway: Some(nh),
+                        ifindex: Some(ifx),
+                        weight: 1,
+                    };
+                    let (want, old) = self.put_route(&bgp_route(p, smallvec::smallvec![hop]));
+                    self.update_prefix(p, want, old);
+                }
+                (nh, _) => {
+                    if nh.is_some() {
+                        self.stats.bgp_unresolved += 1;
+                    }
+                    self.remove_bgp_route(p);
+                }
+            }
+        }
+    }
+
+    /// Drop `p`'s BGP route, if it has one.
+    fn remove_bgp_route(&mut self, p: Prefix) {
+        let Entry::Occupied(mut e) = self.prefixes.entry(p) else {
+            return;
+        };
+        let list = &mut e.get_mut().routes;
+        let Some(i) = list.iter().position(|s| s.table == BGP_TABLE) else {
+            return;
+        };
+        let gone = list.swap_remove(i);
+        self.hop_lists.release(gone.hops);
+        let st = e.get();
+        let (want_now, installed) = (want(&st.routes, &self.hop_lists), st.installed);
+        if st.routes.is_empty() && st.installed.is_none() {
+            e.remove();
+        }
+        self.update_prefix(p, want_now, installed);
+    }
+
+    /// The interface whose connected subnet holds `ip`, unless `ip` is the router's own
+    /// address (the longest such subnet wins).
+    pub fn connected_ifindex(&self, ip: IpAddr) -> Option<u32> {
+        if self.addrs.iter().any(|a| a.addr == ip) {
+            return None;
+        }
+        self.addrs
+            .iter()
+            .filter(|a| {
+                a.addr.is_ipv4() == ip.is_ipv4()
+                    && masked(a.addr, a.prefix_len) == masked(ip, a.prefix_len)
+            })
+            .max_by_key(|a| a.prefix_len)
+            .map(|a| a.ifindex)
+    }
+
     // ---- views ----------------------------------------------------------------------
 
     fn describe(&self, id: NextHopId) -> String {
@@ -1128,6 +1249,7 @@ impl Sync {
                 Source::Route => c.0 += 1,
                 Source::Neighbor => c.1 += 1,
                 Source::Local => c.2 += 1,
+                Source::Bgp => c.0 += 1,
             }
         }
         c

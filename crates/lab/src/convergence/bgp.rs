@@ -330,13 +330,49 @@ pub fn bird_bgp_config(
     Ok(s)
 }
 
+/// Who terminates the peers' sessions in the router namespace.
+#[derive(Clone, Debug)]
+pub enum Router {
+    /// FRR's bgpd (started here), installing through zebra into the kernel.
+    Frr,
+    /// Ferrouter's own speaker (already running with [`ferrouter_bgp_config`]), answering
+    /// on this control socket.
+    Ferrouter(PathBuf),
+}
+
+/// The `[bgp]` section for ferrouter's own speaker in the convergence lab: the same AS,
+/// neighbours and preference (local preference 200 for the primary) as [`frr_config`].
+pub fn ferrouter_bgp_config() -> String {
+    format!(
+        "\n[bgp]\nasn = {AS_DUT}\nrouter_id = \"{r2}\"\nconnect_retry = 1\n\n\
+         [[bgp.neighbor]]\naddress = \"{h2}\"\nremote_as = {AS_PRIMARY}\nlocal_pref = 200\ndescription = \"primary\"\n\n\
+         [[bgp.neighbor]]\naddress = \"{h3}\"\nremote_as = {AS_SECONDARY}\nlocal_pref = 100\ndescription = \"secondary\"\n",
+        r2 = crate::R2_V4,
+        h2 = crate::H2_V4,
+        h3 = crate::H3_V4,
+    )
+}
+
+/// Whether every neighbour of ferrouter's speaker (control socket `socket`) is
+/// established, and its status.
+pub fn ferrouter_established(socket: &Path) -> Result<(bool, String)> {
+    let v = control::api::request(socket, "bgp", None)?;
+    let ns = v["speaker"]["neighbors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let up = !ns.is_empty() && ns.iter().all(|n| n["state"] == "established");
+    Ok((up, v.to_string()))
+}
+
 /// The convergence benchmark's BGP side with BIRD peers ([`super::Speaker::Bird`]):
-/// generate the table (`n` IPv4 routes, seed `seed`), start FRR and both BIRDs with it as
-/// their disabled `static4`, and wait until the sessions are established (no routes
-/// advertised yet).
+/// generate the table (`n` IPv4 routes, seed `seed`), start FRR (for [`Router::Frr`]) and
+/// both BIRDs with it as their disabled `static4`, and wait until the sessions are
+/// established (no routes advertised yet).
 pub fn setup_bird_peers(
     lab: &Lab,
     d: &mut Daemons,
+    router: Router,
     n: usize,
     seed: u64,
     log: &dyn Fn(&str),
@@ -347,7 +383,10 @@ pub fn setup_bird_peers(
         v4: true,
         v6: false,
     };
-    let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(fam))], &[])?;
+    let frr = match router {
+        Router::Frr => Some(d.start_frr(&lab.rtr(), &[("bgpd", frr_config(fam))], &[])?),
+        Router::Ferrouter(_) => None,
+    };
     let mut birds = Vec::with_capacity(2);
     for (name, ns, asn, local, dut) in [
         (
@@ -374,7 +413,11 @@ pub fn setup_bird_peers(
         t_gen.elapsed().as_secs_f64()
     ));
     d.wait_for("BGP sessions", Duration::from_secs(120), || {
-        established(&frr, fam)
+        match (&frr, &router) {
+            (Some(frr), _) => established(frr, fam),
+            (None, Router::Ferrouter(socket)) => ferrouter_established(socket),
+            (None, Router::Frr) => anyhow::bail!("FRR was not started"),
+        }
     })?;
     super::StaticPeers::new(birds, prefixes, Duration::from_secs(1))
 }

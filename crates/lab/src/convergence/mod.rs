@@ -60,6 +60,26 @@ pub enum Dut {
     Ferrouter,
     /// FRR installs into the kernel, which forwards.
     Linux,
+    /// Ferrouter's own BGP speaker (`[bgp]`) takes the sessions and feeds its FIB
+    /// directly; no FRR, nothing in the kernel (bgp with BIRD peers only).
+    #[serde(rename = "ferrouter-bgp")]
+    FerrouterBgp,
+}
+
+impl Dut {
+    /// The name the CLI and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dut::Ferrouter => "ferrouter",
+            Dut::Linux => "linux",
+            Dut::FerrouterBgp => "ferrouter-bgp",
+        }
+    }
+
+    /// Ferrouter forwards (with either route source).
+    pub fn is_ferrouter(self) -> bool {
+        self != Dut::Linux
+    }
 }
 
 impl std::str::FromStr for Dut {
@@ -68,7 +88,8 @@ impl std::str::FromStr for Dut {
         match s {
             "ferrouter" => Ok(Dut::Ferrouter),
             "linux" => Ok(Dut::Linux),
-            _ => bail!("unknown DUT {s:?}: ferrouter or linux"),
+            "ferrouter-bgp" => Ok(Dut::FerrouterBgp),
+            _ => bail!("unknown DUT {s:?}: ferrouter, ferrouter-bgp or linux"),
         }
     }
 }
@@ -155,7 +176,7 @@ pub struct Options {
     pub seed: u64,
     /// Namespace prefix.
     pub prefix: String,
-    /// The ferrouter binary (for the ferrouter DUT).
+    /// The ferrouter binary (for the ferrouter DUTs).
     pub ferrouter: PathBuf,
 }
 
@@ -172,6 +193,11 @@ pub struct PhaseTime {
     /// After the kernel was done, until traffic had moved (ferrouter: its sync and FIB,
     /// plus up to one sweep pass of resolution; Linux: the resolution only).
     pub after_kernel_s: Option<f64>,
+    /// ferrouter-bgp only (nothing changes in the kernel there): until ferrouter's own
+    /// speaker had every change of the phase in its FIB, by the daemon's clock. The rest of
+    /// `total_s` is the traffic's resolution (up to one sweep pass).
+    #[serde(default)]
+    pub fib_done_s: Option<f64>,
     /// CPU seconds (user + system) each process used during the phase: the routing daemons
     /// by name (zebra, bgpd or ospfd, the peers) and "ferrouter". A daemon near `total_s`
     /// was busy throughout and sets the pace; the machine has two cores for all of them.
@@ -278,7 +304,7 @@ impl LossCause {
 /// Frames ferrouter has dropped so far: every port's rx drops and tx errors, and the
 /// graph's drops (`None` for other DUTs).
 fn dut_drops(lab: &Lab, dut: Dut) -> Result<Option<u64>> {
-    if dut != Dut::Ferrouter {
+    if !dut.is_ferrouter() {
         return Ok(None);
     }
     let ports = control::api::request(&lab.socket(), "interfaces", None)?;
@@ -309,7 +335,7 @@ pub struct DutMemory {
 impl DutMemory {
     /// Read off the lab's running router when `dut` is ferrouter.
     pub fn read(lab: &Lab, dut: Dut) -> Result<DutMemory> {
-        if dut != Dut::Ferrouter {
+        if !dut.is_ferrouter() {
             return Ok(DutMemory::default());
         }
         let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
@@ -428,7 +454,7 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<Report> {
     let mut report = Report::default();
     for &n in &opts.routes {
         for &dut in &opts.duts {
-            log(&format!("== {dut:?}, {n} routes per peer =="));
+            log(&format!("== {}, {n} routes per peer ==", dut.name()));
             let r =
                 run_one(opts, dut, n, log).with_context(|| format!("{dut:?} with {n} routes"))?;
             log(&format!(
@@ -458,6 +484,21 @@ struct Watch<'a> {
     d: &'a mut Daemons,
     log: &'a dyn Fn(&str),
     timeout: Duration,
+    /// ferrouter-bgp: the daemon's control socket, to read its speaker's progress.
+    speaker: Option<PathBuf>,
+}
+
+/// When ferrouter's speaker had every change in its FIB (CLOCK_MONOTONIC ns), once the
+/// primary and the secondary hold `want` prefixes each; `None` before that.
+fn speaker_fib_done(socket: &std::path::Path, want: [usize; 2]) -> Result<Option<u64>> {
+    let v = control::api::request(socket, "bgp", None)?;
+    let n = &v["speaker"]["neighbors"];
+    let held = |i: usize| n[i]["prefixes"].as_u64();
+    Ok(
+        (held(0) == Some(want[0] as u64) && held(1) == Some(want[1] as u64))
+            .then(|| v["last_fib_change_monotonic_ns"].as_u64())
+            .flatten(),
+    )
 }
 
 /// Wait until traffic to every route arrives on receive port `port` (frames sent after
@@ -467,17 +508,21 @@ fn settle(
     what: &str,
     port: usize,
     since: u64,
-    kernel_done: impl Fn(&kernel::KernelState) -> bool,
+    (kernel_done, speaker_want): (impl Fn(&kernel::KernelState) -> bool, [usize; 2]),
 ) -> Result<PhaseTime> {
     let (t, log, timeout) = (w.t, w.log, w.timeout);
     let start = Instant::now();
     let mut kernel_at: Option<u64> = None;
+    let mut fib_at: Option<u64> = None;
     let mut last_log = Instant::now();
     loop {
         let st = t.tracker().settle_status(port, since);
         let ks = w.kw.state();
         if kernel_at.is_none() && kernel_done(&ks) {
             kernel_at = Some(ks.last_change_ns.max(since));
+        }
+        if let (None, Some(sock)) = (fib_at, &w.speaker) {
+            fib_at = speaker_fib_done(sock, speaker_want)?.map(|f| f.max(since));
         }
         if st.settled == t.tracker().dests() {
             let done = st.latest_move_ns.unwrap_or(since).max(since);
@@ -488,6 +533,7 @@ fn settle(
                 first_kernel_change_s: first,
                 kernel_done_s: kd,
                 after_kernel_s: kernel_at.map(|k| secs(k, done)),
+                fib_done_s: fib_at.map(|f| secs(since, f)),
                 cpu_s: BTreeMap::new(),
             });
         }
@@ -522,17 +568,29 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     lab.extra_config = "netlink_rcvbuf = 1073741824\n".into();
     lab.down();
     let guard = Guard(lab.clone());
+    if dut == Dut::FerrouterBgp {
+        if (opts.protocol, opts.speaker) != (Protocol::Bgp, Speaker::Bird) {
+            bail!("the ferrouter-bgp DUT runs with --protocol bgp --speaker bird only");
+        }
+        lab.extra_config.push_str(&bgp::ferrouter_bgp_config());
+    }
     match dut {
-        Dut::Ferrouter => lab.up(&opts.ferrouter)?,
+        Dut::Ferrouter | Dut::FerrouterBgp => lab.up(&opts.ferrouter)?,
         Dut::Linux => {
             lab.build()?;
             lab.exec(&lab.rtr(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
         }
     }
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
+    let router = match dut {
+        Dut::FerrouterBgp => bgp::Router::Ferrouter(lab.socket()),
+        _ => bgp::Router::Frr,
+    };
     let routing: Box<dyn Routing> = match opts.protocol {
         Protocol::Bgp => match opts.speaker {
-            Speaker::Bird => Box::new(bgp::setup_bird_peers(&lab, &mut d, n, opts.seed, log)?),
+            Speaker::Bird => Box::new(bgp::setup_bird_peers(
+                &lab, &mut d, router, n, opts.seed, log,
+            )?),
             Speaker::Gobgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
         },
         Protocol::Ospf => Box::new(ospf::setup(&lab, &mut d, n, opts.seed, log)?),
@@ -568,9 +626,10 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         d: &mut d,
         log,
         timeout: opts.phase_timeout,
+        speaker: (dut == Dut::FerrouterBgp).then(|| lab.socket()),
     };
     let pid = match dut {
-        Dut::Ferrouter => Some(
+        Dut::Ferrouter | Dut::FerrouterBgp => Some(
             std::fs::read_to_string(lab.pid_file())?
                 .trim()
                 .parse::<u32>()
@@ -583,14 +642,14 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     let t0 = monotonic_ns();
     w.kw.mark(t0);
     routing.learn()?;
-    let mut learn = settle(&mut w, "learn", 0, t0, |k| k.on[0] == n)?;
+    let mut learn = settle(&mut w, "learn", 0, t0, (|k| k.on[0] == n, [n, n]))?;
     let c1 = cpu_now(w.d, pid);
     learn.cpu_s = cpu_used(&c0, &c1);
     // 2. Failover.
     let t1 = monotonic_ns();
     w.kw.mark(t1);
     routing.withdraw()?;
-    let mut failover = settle(&mut w, "failover", 1, t1, |k| k.on[1] == n)?;
+    let mut failover = settle(&mut w, "failover", 1, t1, (|k| k.on[1] == n, [0, n]))?;
     failover.cpu_s = cpu_used(&c1, &cpu_now(w.d, pid));
     // Let the secondary path settle fully before the failback (the daemons' own work too).
     std::thread::sleep(routing.pause_before_failback());
@@ -599,7 +658,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     let t2 = monotonic_ns();
     w.kw.mark(t2);
     routing.readvertise()?;
-    let mut failback = settle(&mut w, "failback", 0, t2, |k| k.on[0] == n)?;
+    let mut failback = settle(&mut w, "failback", 0, t2, (|k| k.on[0] == n, [n, n]))?;
     failback.cpu_s = cpu_used(&c2, &cpu_now(w.d, pid));
     // 4. Verification.
     let (v, loss_cause) = LossCause::around(&lab, dut, &mut t, |t| t.verify(2))?;
@@ -646,23 +705,30 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
 /// The report as a table.
 pub fn table(r: &Report) -> String {
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let split = |x: &Run| match x.failback.fib_done_s {
+        Some(d) => format!("(speaker's FIB done {d:.2})"),
+        None => format!(
+            "({} / {} / {})",
+            f(x.failback.first_kernel_change_s),
+            f(x.failback.kernel_done_s),
+            f(x.failback.after_kernel_s)
+        ),
+    };
     let mut s = String::from(
-        "DUT        protocol  routes     learn s  failover s  failback s  loss after  (failback: first kernel change / kernel done / after kernel)  pass s\n",
+        "DUT            protocol  routes     learn s  failover s  failback s  loss after  pass s  failback: first kernel change / kernel done / after kernel\n",
     );
     for x in &r.runs {
         s.push_str(&format!(
-            "{:<10} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  ({} / {} / {}){:>32.2}\n",
-            format!("{:?}", x.dut).to_lowercase(),
+            "{:<14} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  {:>6.2}  {}\n",
+            x.dut.name(),
             format!("{}/{}", x.protocol.name(), x.speaker.name()),
             x.routes,
             x.learn_s,
             x.failover_s,
             x.converge_s,
             x.loss_after,
-            f(x.failback.first_kernel_change_s),
-            f(x.failback.kernel_done_s),
-            f(x.failback.after_kernel_s),
-            x.sweep_period_s
+            x.sweep_period_s,
+            split(x)
         ));
     }
     s

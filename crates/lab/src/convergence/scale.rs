@@ -196,6 +196,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     let guard = Guard(lab.clone());
     match dut {
         Dut::Ferrouter => lab.up(&opts.ferrouter)?,
+        Dut::FerrouterBgp => bail!("bgp-scale runs against ferrouter or linux (FRR routes)"),
         Dut::Linux => {
             lab.build()?;
             lab.exec(&lab.rtr(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;

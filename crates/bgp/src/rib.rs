@@ -1,0 +1,526 @@
+//! The speaker's RIB: every neighbour's paths per prefix (Adj-RIB-In after import) and the
+//! best one (Loc-RIB), with the FIB changes that selection implies.
+//!
+//! A path's attributes are interned ([`Paths`]): a full table from one neighbour shares a
+//! few hundred thousand attribute sets at most, and a table generated or re-advertised in
+//! bulk shares one per UPDATE, so a prefix holds only a 4-byte path id per neighbour.
+//! Changes are reported only when the FIB's view changes: the best path's next hop, or the
+//! prefix appearing or going away.
+
+use std::hash::Hash;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::wire::Attrs;
+
+/// A neighbour's index in the speaker's configuration.
+pub type PeerId = u16;
+
+/// A path as received from a neighbour, with what import decided about it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PathInfo {
+    /// Who sent it.
+    pub peer: PeerId,
+    /// The neighbour's BGP identifier (a tie breaker).
+    pub peer_router_id: Ipv4Addr,
+    /// The neighbour's address (the last tie breaker).
+    pub peer_addr: IpAddr,
+    /// Learned over eBGP.
+    pub ebgp: bool,
+    /// LOCAL_PREF after import (the neighbour's setting for eBGP, the attribute for iBGP).
+    pub local_pref: u32,
+    /// Where to forward.
+    pub next_hop: IpAddr,
+    /// The attributes as received.
+    pub attrs: Arc<Attrs>,
+}
+
+impl PathInfo {
+    /// RFC 4271 §9.1.2.2 in order: true if `self` is preferred over `other`.
+    pub fn better_than(&self, other: &PathInfo) -> bool {
+        use std::cmp::Ordering::*;
+        let order = other
+            .local_pref
+            .cmp(&self.local_pref)
+            .then(
+                self.attrs
+                    .as_path
+                    .path_len()
+                    .cmp(&other.attrs.as_path.path_len()),
+            )
+            .then(self.attrs.origin.cmp(&other.attrs.origin))
+            .then_with(|| {
+                // MED only between paths from the same neighbouring AS; a missing MED is 0.
+                if self.attrs.as_path.first() == other.attrs.as_path.first() {
+                    self.attrs
+                        .med
+                        .unwrap_or(0)
+                        .cmp(&other.attrs.med.unwrap_or(0))
+                } else {
+                    Equal
+                }
+            })
+            .then(other.ebgp.cmp(&self.ebgp))
+            .then(self.peer_router_id.cmp(&other.peer_router_id))
+            .then(self.peer_addr.cmp(&other.peer_addr));
+        order == Less
+    }
+}
+
+/// Id of an interned path.
+type PathId = u32;
+
+/// Interned paths with reference counts.
+#[derive(Default)]
+struct Paths {
+    slots: Vec<Option<(Arc<PathInfo>, u32)>>,
+    free: Vec<PathId>,
+    by_value: FxHashMap<Arc<PathInfo>, PathId>,
+}
+
+impl Paths {
+    fn intern(&mut self, p: &Arc<PathInfo>) -> PathId {
+        if let Some(&id) = self.by_value.get(p) {
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some((p.clone(), 0));
+                id
+            }
+            None => {
+                self.slots.push(Some((p.clone(), 0)));
+                (self.slots.len() - 1) as PathId
+            }
+        };
+        self.by_value.insert(p.clone(), id);
+        id
+    }
+
+    fn get(&self, id: PathId) -> &PathInfo {
+        match &self.slots[id as usize] {
+            Some((p, _)) => p,
+            None => unreachable!("path {id} used after release"),
+        }
+    }
+
+    fn acquire(&mut self, id: PathId) {
+        if let Some((_, refs)) = &mut self.slots[id as usize] {
+            *refs += 1;
+        }
+    }
+
+    fn release(&mut self, id: PathId) {
+        let slot = &mut self.slots[id as usize];
+        let gone = match slot {
+            Some((_, refs)) => {
+                *refs -= 1;
+                *refs == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some((p, _)) = slot.take() {
+                self.by_value.remove(&p);
+            }
+            self.free.push(id);
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.by_value.len()
+    }
+}
+
+/// What a prefix has: every neighbour's path (at most one each) and which is best.
+#[derive(Clone, Debug, Default)]
+struct Candidates {
+    paths: smallvec::SmallVec<[PathId; 2]>,
+    /// Index into `paths`.
+    best: u8,
+}
+
+/// A change the FIB must make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Forward `prefix` to `next_hop` (new, or a different next hop than before).
+    Set {
+        /// The prefix (host bits clear).
+        prefix: (IpAddr, u8),
+        /// The best path's next hop.
+        next_hop: IpAddr,
+    },
+    /// The prefix has no path left.
+    Remove {
+        /// The prefix.
+        prefix: (IpAddr, u8),
+    },
+}
+
+/// Prefix keys: IPv4 as one word (address << 8 | length), IPv6 as (address, length).
+trait Key: Copy + Eq + Hash {
+    fn prefix(self) -> (IpAddr, u8);
+}
+
+impl Key for u64 {
+    fn prefix(self) -> (IpAddr, u8) {
+        (IpAddr::V4(Ipv4Addr::from((self >> 8) as u32)), self as u8)
+    }
+}
+
+impl Key for (u128, u8) {
+    fn prefix(self) -> (IpAddr, u8) {
+        (IpAddr::V6(Ipv6Addr::from(self.0)), self.1)
+    }
+}
+
+/// One family's prefixes.
+struct Table<K> {
+    map: FxHashMap<K, Candidates>,
+}
+
+impl<K: Key> Table<K> {
+    fn new() -> Self {
+        Table {
+            map: FxHashMap::default(),
+        }
+    }
+
+    /// `peer`'s path for `key` is now `path` (`None`: withdrawn). Returns whether `peer`
+    /// had a path for it before, and the FIB change.
+    fn update(
+        &mut self,
+        paths: &mut Paths,
+        key: K,
+        peer: PeerId,
+        path: Option<PathId>,
+    ) -> (bool, Option<Change>) {
+        let prefix = key.prefix();
+        let c = match (self.map.get_mut(&key), path) {
+            (Some(c), _) => c,
+            (None, None) => return (false, None),
+            (None, Some(id)) => {
+                paths.acquire(id);
+                let mut c = Candidates::default();
+                c.paths.push(id);
+                self.map.insert(key, c);
+                let next_hop = paths.get(id).next_hop;
+                return (false, Some(Change::Set { prefix, next_hop }));
+            }
+        };
+        let old_nh = paths.get(c.paths[c.best as usize]).next_hop;
+        let mine = c.paths.iter().position(|&id| paths.get(id).peer == peer);
+        match (mine, path) {
+            (Some(i), Some(id)) => {
+                if c.paths[i] == id {
+                    return (true, None);
+                }
+                paths.acquire(id);
+                paths.release(std::mem::replace(&mut c.paths[i], id));
+            }
+            (Some(i), None) => {
+                paths.release(c.paths.swap_remove(i));
+                if c.paths.is_empty() {
+                    self.map.remove(&key);
+                    return (true, Some(Change::Remove { prefix }));
+                }
+            }
+            (None, Some(id)) => {
+                paths.acquire(id);
+                c.paths.push(id);
+            }
+            (None, None) => return (false, None),
+        }
+        let had = mine.is_some();
+        let mut best = 0;
+        for i in 1..c.paths.len() {
+            if paths.get(c.paths[i]).better_than(paths.get(c.paths[best])) {
+                best = i;
+            }
+        }
+        c.best = best as u8;
+        let nh = paths.get(c.paths[best]).next_hop;
+        let change = (nh != old_nh).then_some(Change::Set {
+            prefix,
+            next_hop: nh,
+        });
+        (had, change)
+    }
+
+    /// Drop every path of `peer`, appending the FIB changes.
+    fn drop_peer(&mut self, paths: &mut Paths, peer: PeerId, out: &mut Vec<Change>) {
+        let keys: Vec<K> = self
+            .map
+            .iter()
+            .filter(|(_, c)| c.paths.iter().any(|&id| paths.get(id).peer == peer))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            out.extend(self.update(paths, k, peer, None).1);
+        }
+    }
+
+    fn best(&self, paths: &Paths, key: K) -> Option<Arc<PathInfo>> {
+        let c = self.map.get(&key)?;
+        paths.slots[c.paths[c.best as usize] as usize]
+            .as_ref()
+            .map(|(p, _)| p.clone())
+    }
+}
+
+/// The whole RIB.
+pub struct Rib {
+    paths: Paths,
+    v4: Table<u64>,
+    v6: Table<(u128, u8)>,
+    /// Prefixes each neighbour has a path for.
+    per_peer: Vec<usize>,
+}
+
+/// A path handle for [`Rib::announce`] (interned once per UPDATE, used for all its prefixes).
+#[derive(Clone, Copy, Debug)]
+pub struct PathHandle(PathId);
+
+impl Rib {
+    /// An empty RIB for `peers` neighbours.
+    pub fn new(peers: usize) -> Rib {
+        Rib {
+            paths: Paths::default(),
+            v4: Table::new(),
+            v6: Table::new(),
+            per_peer: vec![0; peers],
+        }
+    }
+
+    /// Intern `path` for announcing prefixes with it. Call [`Rib::done_with`] when the
+    /// UPDATE has been applied (a path no prefix took is freed then).
+    pub fn path(&mut self, path: &Arc<PathInfo>) -> PathHandle {
+        let id = self.paths.intern(path);
+        // Held by the handle until `done_with`.
+        self.paths.acquire(id);
+        PathHandle(id)
+    }
+
+    /// Release a handle from [`Rib::path`].
+    pub fn done_with(&mut self, h: PathHandle) {
+        self.paths.release(h.0);
+    }
+
+    /// `peer` announces `prefix` (host bits clear) with path `h`; the FIB change, if any,
+    /// is appended to `out`.
+    pub fn announce(
+        &mut self,
+        peer: PeerId,
+        prefix: (IpAddr, u8),
+        h: PathHandle,
+        out: &mut Vec<Change>,
+    ) {
+        self.change(peer, prefix, Some(h.0), out);
+    }
+
+    /// `peer` withdraws `prefix`.
+    pub fn withdraw(&mut self, peer: PeerId, prefix: (IpAddr, u8), out: &mut Vec<Change>) {
+        self.change(peer, prefix, None, out);
+    }
+
+    fn change(
+        &mut self,
+        peer: PeerId,
+        prefix: (IpAddr, u8),
+        path: Option<PathId>,
+        out: &mut Vec<Change>,
+    ) {
+        let (had, change) = match prefix.0 {
+            IpAddr::V4(a) => {
+                let k = (u64::from(u32::from(a)) << 8) | u64::from(prefix.1);
+                self.v4.update(&mut self.paths, k, peer, path)
+            }
+            IpAddr::V6(a) => {
+                let k = (u128::from(a), prefix.1);
+                self.v6.update(&mut self.paths, k, peer, path)
+            }
+        };
+        out.extend(change);
+        if let Some(n) = self.per_peer.get_mut(peer as usize) {
+            match (had, path.is_some()) {
+                (false, true) => *n += 1,
+                (true, false) => *n -= 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// The session with `peer` went down: drop all its paths.
+    pub fn peer_down(&mut self, peer: PeerId, out: &mut Vec<Change>) {
+        self.v4.drop_peer(&mut self.paths, peer, out);
+        self.v6.drop_peer(&mut self.paths, peer, out);
+        if let Some(n) = self.per_peer.get_mut(peer as usize) {
+            *n = 0;
+        }
+    }
+
+    /// Prefixes `peer` has a path for.
+    pub fn prefixes_of(&self, peer: PeerId) -> usize {
+        self.per_peer.get(peer as usize).copied().unwrap_or(0)
+    }
+
+    /// Prefixes with a best path: (IPv4, IPv6).
+    pub fn prefixes(&self) -> (usize, usize) {
+        (self.v4.map.len(), self.v6.map.len())
+    }
+
+    /// Distinct paths held.
+    pub fn path_count(&self) -> usize {
+        self.paths.live()
+    }
+
+    /// The best path of exactly `prefix`.
+    pub fn best(&self, prefix: (IpAddr, u8)) -> Option<Arc<PathInfo>> {
+        match prefix.0 {
+            IpAddr::V4(a) => self.v4.best(
+                &self.paths,
+                (u64::from(u32::from(a)) << 8) | u64::from(prefix.1),
+            ),
+            IpAddr::V6(a) => self.v6.best(&self.paths, (u128::from(a), prefix.1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{AsPath, AsSegment, SegmentKind};
+
+    fn path(peer: PeerId, lp: u32, as_path: &[u32], med: Option<u32>, nh: &str) -> Arc<PathInfo> {
+        let attrs = Attrs {
+            as_path: AsPath {
+                segments: vec![AsSegment {
+                    kind: SegmentKind::Sequence,
+                    asns: as_path.to_vec(),
+                }],
+            },
+            med,
+            next_hop: Some(nh.parse().unwrap()),
+            ..Default::default()
+        };
+        Arc::new(PathInfo {
+            peer,
+            peer_router_id: Ipv4Addr::new(10, 0, 0, peer as u8 + 1),
+            peer_addr: nh.parse().unwrap(),
+            ebgp: true,
+            local_pref: lp,
+            next_hop: nh.parse().unwrap(),
+            attrs: Arc::new(attrs),
+        })
+    }
+
+    fn p(s: &str) -> (IpAddr, u8) {
+        let (a, l) = s.split_once('/').unwrap();
+        (a.parse().unwrap(), l.parse().unwrap())
+    }
+
+    fn announce(rib: &mut Rib, path: &Arc<PathInfo>, prefixes: &[&str]) -> Vec<Change> {
+        let mut out = Vec::new();
+        let h = rib.path(path);
+        for x in prefixes {
+            rib.announce(path.peer, p(x), h, &mut out);
+        }
+        rib.done_with(h);
+        out
+    }
+
+    #[test]
+    fn higher_local_pref_wins_and_failover_and_failback_report_only_next_hop_changes() {
+        let mut rib = Rib::new(2);
+        let primary = path(0, 200, &[65002], None, "198.51.100.2");
+        let secondary = path(1, 100, &[65003], None, "203.0.113.2");
+        let set = |pfx: &str, nh: &str| Change::Set {
+            prefix: p(pfx),
+            next_hop: nh.parse().unwrap(),
+        };
+        // Secondary first: installed; then the primary takes over.
+        assert_eq!(
+            announce(&mut rib, &secondary, &["10.0.0.0/8", "2001:db8:10::/48"]),
+            vec![
+                set("10.0.0.0/8", "203.0.113.2"),
+                set("2001:db8:10::/48", "203.0.113.2")
+            ]
+        );
+        assert_eq!(
+            announce(&mut rib, &primary, &["10.0.0.0/8", "2001:db8:10::/48"]),
+            vec![
+                set("10.0.0.0/8", "198.51.100.2"),
+                set("2001:db8:10::/48", "198.51.100.2")
+            ]
+        );
+        // The same announcement again changes nothing.
+        assert!(announce(&mut rib, &primary, &["10.0.0.0/8"]).is_empty());
+        // A worse path from the secondary changes nothing either.
+        let worse = path(1, 100, &[65003, 65010], None, "203.0.113.2");
+        assert!(announce(&mut rib, &worse, &["10.0.0.0/8"]).is_empty());
+        assert_eq!(rib.prefixes(), (1, 1));
+        assert_eq!((rib.prefixes_of(0), rib.prefixes_of(1)), (2, 2));
+        // Failover.
+        let mut out = Vec::new();
+        rib.withdraw(0, p("10.0.0.0/8"), &mut out);
+        assert_eq!(out, vec![set("10.0.0.0/8", "203.0.113.2")]);
+        // Withdrawing what was never announced is nothing.
+        out.clear();
+        rib.withdraw(0, p("10.0.0.0/8"), &mut out);
+        rib.withdraw(0, p("172.16.0.0/12"), &mut out);
+        assert!(out.is_empty());
+        // Failback.
+        assert_eq!(
+            announce(&mut rib, &primary, &["10.0.0.0/8"]),
+            vec![set("10.0.0.0/8", "198.51.100.2")]
+        );
+        // The secondary goes down: nothing changes for the FIB; then the primary: gone.
+        rib.peer_down(1, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        rib.peer_down(0, &mut out);
+        out.sort_by_key(|c| format!("{c:?}"));
+        assert_eq!(
+            out,
+            vec![
+                Change::Remove {
+                    prefix: p("10.0.0.0/8")
+                },
+                Change::Remove {
+                    prefix: p("2001:db8:10::/48")
+                }
+            ]
+        );
+        assert_eq!(rib.prefixes(), (0, 0));
+        assert_eq!(rib.path_count(), 0, "every path released");
+    }
+
+    #[test]
+    fn decision_order_follows_rfc4271() {
+        let a = path(0, 100, &[65002, 1], None, "192.0.2.1");
+        let b = path(1, 100, &[65003], None, "192.0.2.2");
+        assert!(b.better_than(&a), "shorter AS path");
+        assert!(!a.better_than(&b));
+        let c = path(0, 150, &[65002, 1, 2, 3], None, "192.0.2.1");
+        assert!(c.better_than(&b), "local preference before path length");
+        // MED compared only within the same neighbouring AS.
+        let m1 = path(0, 100, &[65002], Some(10), "192.0.2.1");
+        let m2 = path(1, 100, &[65002], Some(5), "192.0.2.2");
+        assert!(m2.better_than(&m1));
+        let m3 = path(1, 100, &[65009], Some(5), "192.0.2.9");
+        // Different AS: MED ignored; router id decides (peer 0 has the lower id).
+        assert!(m1.better_than(&m3));
+        assert!(!m3.better_than(&m1));
+        // Equal paths: neither is better than itself.
+        assert!(!a.better_than(&a));
+    }
+
+    #[test]
+    fn a_path_no_prefix_took_is_freed() {
+        let mut rib = Rib::new(1);
+        let h = rib.path(&path(0, 100, &[65002], None, "192.0.2.1"));
+        rib.done_with(h);
+        assert_eq!(rib.path_count(), 0);
+    }
+}

@@ -1,0 +1,892 @@
+//! Sessions and the RIB thread.
+//!
+//! One thread per neighbour runs its session (RFC 4271 §8, the active side: we connect,
+//! OPEN, KEEPALIVE, then UPDATEs until an error, a NOTIFICATION or the hold timer ends it,
+//! and we connect again after `connect_retry`). It parses each UPDATE in its own thread and
+//! hands the RIB thread the prefixes with one shared path per UPDATE, over a bounded
+//! channel: when the RIB falls behind, the session stops reading and TCP's window pushes
+//! back on the neighbour.
+//!
+//! The RIB thread owns [`Rib`], applies what the sessions send, and gives the resulting FIB
+//! changes to a [`FibSink`] in batches (everything that is queued, up to
+//! [`MAX_BATCH`] changes).
+//!
+//! This first version only receives: it advertises nothing (no export policy yet), which is
+//! what a router learning a table from its upstreams needs for forwarding.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::config::{BgpConfig, Family, NeighborConfig};
+use crate::rib::{Change, PathInfo, PeerId, Rib};
+use crate::wire::{self, Notification};
+
+/// Most FIB changes handed to the sink at once.
+pub const MAX_BATCH: usize = 65_536;
+
+/// UPDATEs queued from the sessions to the RIB thread (each up to ~900 prefixes).
+const QUEUE: usize = 256;
+
+/// How often a session looks at its timers and the stop flag while waiting for data.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Where the RIB's decisions go: ferrouter's FIB sync.
+pub trait FibSink: Send + 'static {
+    /// Apply these changes, in order.
+    fn apply(&mut self, changes: &[Change]);
+}
+
+impl<F: FnMut(&[Change]) + Send + 'static> FibSink for F {
+    fn apply(&mut self, changes: &[Change]) {
+        self(changes)
+    }
+}
+
+/// RFC 4271 §8 session states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Not connected (waiting to retry).
+    Idle,
+    /// Connecting.
+    Connect,
+    /// OPEN sent, waiting for the neighbour's.
+    OpenSent,
+    /// OPENs exchanged, waiting for its KEEPALIVE.
+    OpenConfirm,
+    /// Up: routes flow.
+    Established,
+}
+
+/// Counters of one neighbour (monotonic unless said).
+#[derive(Debug, Default)]
+struct Counters {
+    updates_received: AtomicU64,
+    prefixes_announced: AtomicU64,
+    prefixes_withdrawn: AtomicU64,
+    treat_as_withdraw: AtomicU64,
+    attributes_discarded: AtomicU64,
+    as_loops: AtomicU64,
+    notifications_sent: AtomicU64,
+    notifications_received: AtomicU64,
+    established_transitions: AtomicU64,
+    /// Prefixes this neighbour has a path for now (set by the RIB thread).
+    prefixes: AtomicU64,
+}
+
+/// What changes rarely: the state and why the last session ended.
+#[derive(Debug)]
+struct Session {
+    state: State,
+    since: Instant,
+    remote_router_id: Option<std::net::Ipv4Addr>,
+    hold_time: Option<u16>,
+    families: Vec<Family>,
+    last_error: Option<String>,
+}
+
+/// One neighbour's live status.
+#[derive(Debug)]
+struct Neighbor {
+    cfg: NeighborConfig,
+    counters: Counters,
+    session: Mutex<Session>,
+}
+
+impl Neighbor {
+    fn set_state(&self, state: State) {
+        if let Ok(mut s) = self.session.lock() {
+            if s.state != state {
+                s.state = state;
+                s.since = Instant::now();
+            }
+        }
+    }
+
+    fn session_ended(&self, why: String) {
+        if let Ok(mut s) = self.session.lock() {
+            s.state = State::Idle;
+            s.since = Instant::now();
+            s.remote_router_id = None;
+            s.hold_time = None;
+            s.families.clear();
+            s.last_error = Some(why);
+        }
+    }
+}
+
+/// The RIB's size, as the RIB thread last published it.
+#[derive(Debug, Default)]
+struct RibCounters {
+    prefixes_v4: AtomicU64,
+    prefixes_v6: AtomicU64,
+    paths: AtomicU64,
+    fib_changes: AtomicU64,
+    batches: AtomicU64,
+}
+
+/// The speaker's status, shared with the API.
+#[derive(Debug)]
+pub struct Status {
+    asn: u32,
+    router_id: std::net::Ipv4Addr,
+    neighbors: Vec<Neighbor>,
+    rib: RibCounters,
+}
+
+/// One neighbour as `show bgp` prints it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NeighborView {
+    /// Its address.
+    pub address: IpAddr,
+    /// Its AS.
+    pub remote_as: u32,
+    /// From the config.
+    pub description: Option<String>,
+    /// Session state.
+    pub state: State,
+    /// Seconds in this state.
+    pub state_s: u64,
+    /// Its BGP identifier (while a session is up).
+    pub remote_router_id: Option<std::net::Ipv4Addr>,
+    /// Negotiated hold time.
+    pub hold_time: Option<u16>,
+    /// Negotiated families.
+    pub families: Vec<Family>,
+    /// Prefixes it has a path for now.
+    pub prefixes: u64,
+    /// UPDATE messages received.
+    pub updates_received: u64,
+    /// Prefixes announced to us (all UPDATEs).
+    pub prefixes_announced: u64,
+    /// Prefixes withdrawn (all UPDATEs).
+    pub prefixes_withdrawn: u64,
+    /// UPDATEs whose announcements were treated as withdrawals (RFC 7606).
+    pub treat_as_withdraw: u64,
+    /// Malformed optional attributes dropped (RFC 7606 attribute discard).
+    pub attributes_discarded: u64,
+    /// UPDATEs refused because our AS was in their AS_PATH.
+    pub as_loops: u64,
+    /// NOTIFICATIONs sent.
+    pub notifications_sent: u64,
+    /// NOTIFICATIONs received.
+    pub notifications_received: u64,
+    /// Times the session reached Established.
+    pub established_transitions: u64,
+    /// Why the last session ended.
+    pub last_error: Option<String>,
+}
+
+/// The speaker as `show bgp` prints it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct View {
+    /// Our AS.
+    pub asn: u32,
+    /// Our BGP identifier.
+    pub router_id: std::net::Ipv4Addr,
+    /// IPv4 prefixes with a best path.
+    pub prefixes_v4: u64,
+    /// IPv6 prefixes with a best path.
+    pub prefixes_v6: u64,
+    /// Distinct paths (attribute sets per neighbour) held.
+    pub paths: u64,
+    /// FIB changes handed to the fast path.
+    pub fib_changes: u64,
+    /// The neighbours, in config order.
+    pub neighbors: Vec<NeighborView>,
+}
+
+impl Status {
+    fn new(cfg: &BgpConfig) -> Status {
+        Status {
+            asn: cfg.asn,
+            router_id: cfg.router_id,
+            neighbors: cfg
+                .neighbors
+                .iter()
+                .map(|n| Neighbor {
+                    cfg: n.clone(),
+                    counters: Counters::default(),
+                    session: Mutex::new(Session {
+                        state: State::Idle,
+                        since: Instant::now(),
+                        remote_router_id: None,
+                        hold_time: None,
+                        families: Vec::new(),
+                        last_error: None,
+                    }),
+                })
+                .collect(),
+            rib: RibCounters::default(),
+        }
+    }
+
+    /// A snapshot for the API.
+    pub fn view(&self) -> View {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        View {
+            asn: self.asn,
+            router_id: self.router_id,
+            prefixes_v4: get(&self.rib.prefixes_v4),
+            prefixes_v6: get(&self.rib.prefixes_v6),
+            paths: get(&self.rib.paths),
+            fib_changes: get(&self.rib.fib_changes),
+            neighbors: self
+                .neighbors
+                .iter()
+                .map(|n| {
+                    let c = &n.counters;
+                    let (state, state_s, rid, hold, fams, err) = match n.session.lock() {
+                        Ok(s) => (
+                            s.state,
+                            s.since.elapsed().as_secs(),
+                            s.remote_router_id,
+                            s.hold_time,
+                            s.families.clone(),
+                            s.last_error.clone(),
+                        ),
+                        Err(_) => (State::Idle, 0, None, None, vec![], None),
+                    };
+                    NeighborView {
+                        address: n.cfg.address,
+                        remote_as: n.cfg.remote_as,
+                        description: n.cfg.description.clone(),
+                        state,
+                        state_s,
+                        remote_router_id: rid,
+                        hold_time: hold,
+                        families: fams,
+                        prefixes: get(&c.prefixes),
+                        updates_received: get(&c.updates_received),
+                        prefixes_announced: get(&c.prefixes_announced),
+                        prefixes_withdrawn: get(&c.prefixes_withdrawn),
+                        treat_as_withdraw: get(&c.treat_as_withdraw),
+                        attributes_discarded: get(&c.attributes_discarded),
+                        as_loops: get(&c.as_loops),
+                        notifications_sent: get(&c.notifications_sent),
+                        notifications_received: get(&c.notifications_received),
+                        established_transitions: get(&c.established_transitions),
+                        last_error: err,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A prefix: address (host bits clear) and length.
+type Prefix = (IpAddr, u8);
+
+/// What a session hands the RIB thread.
+enum RibMsg {
+    /// One UPDATE's effect.
+    Update {
+        peer: PeerId,
+        withdraw: Vec<Prefix>,
+        announce: Vec<(Arc<PathInfo>, Vec<Prefix>)>,
+    },
+    /// The session ended: drop its paths.
+    Down { peer: PeerId },
+}
+
+/// A running speaker.
+pub struct Speaker {
+    status: Arc<Status>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Speaker {
+    /// Start a session per neighbour and the RIB thread feeding `sink`.
+    pub fn start(cfg: BgpConfig, sink: impl FibSink) -> std::io::Result<Speaker> {
+        let status = Arc::new(Status::new(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = sync_channel(QUEUE);
+        let mut threads = Vec::new();
+        let cfg = Arc::new(cfg);
+        {
+            let (status, stop) = (status.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("bgp-rib".into())
+                    .spawn(move || rib_thread(rx, status, sink, stop))?,
+            );
+        }
+        for i in 0..cfg.neighbors.len() {
+            let (st, sp, tx, cfg) = (status.clone(), stop.clone(), tx.clone(), cfg.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("bgp-{}", cfg.neighbors[i].address))
+                .spawn(move || session_thread(i as PeerId, &cfg, &st, &tx, &sp));
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    let mut s = Speaker {
+                        status,
+                        stop,
+                        threads,
+                    };
+                    s.shutdown();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Speaker {
+            status,
+            stop,
+            threads,
+        })
+    }
+
+    /// The status the API reads.
+    pub fn status(&self) -> Arc<Status> {
+        self.status.clone()
+    }
+
+    /// Close every session (Cease / Administrative Shutdown) and stop the threads.
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Speaker {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn rib_thread(
+    rx: Receiver<RibMsg>,
+    status: Arc<Status>,
+    mut sink: impl FibSink,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rib = Rib::new(status.neighbors.len());
+    let mut changes: Vec<Change> = Vec::with_capacity(MAX_BATCH);
+    let mut touched = vec![false; status.neighbors.len()];
+    loop {
+        let first = match rx.recv_timeout(TICK) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        apply(&mut rib, first, &mut changes, &mut touched);
+        while changes.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(m) => apply(&mut rib, m, &mut changes, &mut touched),
+                Err(_) => break,
+            }
+        }
+        if !changes.is_empty() {
+            sink.apply(&changes);
+            status
+                .rib
+                .fib_changes
+                .fetch_add(changes.len() as u64, Ordering::Relaxed);
+            status.rib.batches.fetch_add(1, Ordering::Relaxed);
+            changes.clear();
+        }
+        let (v4, v6) = rib.prefixes();
+        status.rib.prefixes_v4.store(v4 as u64, Ordering::Relaxed);
+        status.rib.prefixes_v6.store(v6 as u64, Ordering::Relaxed);
+        status
+            .rib
+            .paths
+            .store(rib.path_count() as u64, Ordering::Relaxed);
+        for (i, t) in touched.iter_mut().enumerate() {
+            if std::mem::take(t) {
+                status.neighbors[i]
+                    .counters
+                    .prefixes
+                    .store(rib.prefixes_of(i as PeerId) as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn apply(rib: &mut Rib, m: RibMsg, out: &mut Vec<Change>, touched: &mut [bool]) {
+    match m {
+        RibMsg::Update {
+            peer,
+            withdraw,
+            announce,
+        } => {
+            for p in withdraw {
+                rib.withdraw(peer, p, out);
+            }
+            for (path, prefixes) in announce {
+                let h = rib.path(&path);
+                for p in prefixes {
+                    rib.announce(peer, p, h, out);
+                }
+                rib.done_with(h);
+            }
+            if let Some(t) = touched.get_mut(peer as usize) {
+                *t = true;
+            }
+        }
+        RibMsg::Down { peer } => {
+            rib.peer_down(peer, out);
+            if let Some(t) = touched.get_mut(peer as usize) {
+                *t = true;
+            }
+        }
+    }
+}
+
+/// Why a session ended.
+enum End {
+    /// We are stopping.
+    Stop,
+    /// The connection failed or closed.
+    Io(String),
+    /// We sent this NOTIFICATION.
+    Sent(Notification),
+    /// The neighbour sent this NOTIFICATION.
+    Received(Notification),
+}
+
+impl End {
+    fn describe(&self) -> String {
+        match self {
+            End::Stop => "stopped".into(),
+            End::Io(e) => e.clone(),
+            End::Sent(n) => format!("sent NOTIFICATION: {n}"),
+            End::Received(n) => format!("received NOTIFICATION: {n}"),
+        }
+    }
+}
+
+fn session_thread(
+    peer: PeerId,
+    cfg: &BgpConfig,
+    status: &Status,
+    tx: &SyncSender<RibMsg>,
+    stop: &AtomicBool,
+) {
+    let me = &status.neighbors[peer as usize];
+    let retry = Duration::from_secs(u64::from(cfg.connect_retry.max(1)));
+    while !stop.load(Ordering::Relaxed) {
+        me.set_state(State::Connect);
+        let addr = SocketAddr::new(me.cfg.address, me.cfg.port);
+        let end = match TcpStream::connect_timeout(&addr, retry.min(Duration::from_secs(5))) {
+            Ok(s) => {
+                let mut sess = Conn::new(s, peer, cfg, me, tx, stop);
+                let end = sess.run();
+                if sess.established {
+                    // Its routes go whatever ended it.
+                    let _ = tx.send(RibMsg::Down { peer });
+                }
+                end
+            }
+            Err(e) => End::Io(format!("connect to {addr}: {e}")),
+        };
+        if let End::Stop = end {
+            me.set_state(State::Idle);
+            return;
+        }
+        let why = end.describe();
+        tracing::info!(neighbor = %me.cfg.address, "BGP session down: {why}");
+        me.session_ended(why);
+        let until = Instant::now() + retry;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(TICK);
+        }
+    }
+}
+
+/// One TCP connection's session.
+struct Conn<'a> {
+    s: TcpStream,
+    peer: PeerId,
+    cfg: &'a BgpConfig,
+    me: &'a Neighbor,
+    tx: &'a SyncSender<RibMsg>,
+    stop: &'a AtomicBool,
+    buf: Vec<u8>,
+    /// Start of unparsed data in `buf`.
+    start: usize,
+    out: Vec<u8>,
+    hold: Duration,
+    last_rx: Instant,
+    last_tx: Instant,
+    four_octet: bool,
+    ebgp: bool,
+    families: Vec<Family>,
+    remote_id: std::net::Ipv4Addr,
+    established: bool,
+}
+
+impl<'a> Conn<'a> {
+    fn new(
+        s: TcpStream,
+        peer: PeerId,
+        cfg: &'a BgpConfig,
+        me: &'a Neighbor,
+        tx: &'a SyncSender<RibMsg>,
+        stop: &'a AtomicBool,
+    ) -> Conn<'a> {
+        Conn {
+            s,
+            peer,
+            cfg,
+            me,
+            tx,
+            stop,
+            buf: Vec::with_capacity(1 << 18),
+            start: 0,
+            out: Vec::with_capacity(wire::MAX_MESSAGE_LEN),
+            // RFC 4271 §8.2.2: a large hold timer until the OPENs are exchanged.
+            hold: Duration::from_secs(240),
+            last_rx: Instant::now(),
+            last_tx: Instant::now(),
+            four_octet: false,
+            ebgp: me.cfg.remote_as != cfg.asn,
+            families: Vec::new(),
+            remote_id: std::net::Ipv4Addr::UNSPECIFIED,
+            established: false,
+        }
+    }
+
+    fn send(&mut self) -> Result<(), End> {
+        let r = self.s.write_all(&self.out);
+        self.out.clear();
+        self.last_tx = Instant::now();
+        r.map_err(|e| End::Io(format!("write: {e}")))
+    }
+
+    fn notify(&mut self, n: Notification) -> End {
+        wire::encode_notification(&mut self.out, &n);
+        let _ = self.send();
+        self.me
+            .counters
+            .notifications_sent
+            .fetch_add(1, Ordering::Relaxed);
+        End::Sent(n)
+    }
+
+    fn run(&mut self) -> End {
+        let _ = self.s.set_nodelay(true);
+        if let Err(e) = self
+            .s
+            .set_read_timeout(Some(TICK))
+            .and_then(|_| self.s.set_write_timeout(Some(Duration::from_secs(10))))
+        {
+            return End::Io(format!("socket options: {e}"));
+        }
+        let fams: Vec<(u16, u8)> = self
+            .me
+            .cfg
+            .families()
+            .iter()
+            .map(|f| match f {
+                Family::Ipv4 => (wire::AFI_IPV4, wire::SAFI_UNICAST),
+                Family::Ipv6 => (wire::AFI_IPV6, wire::SAFI_UNICAST),
+            })
+            .collect();
+        wire::encode_open(
+            &mut self.out,
+            self.cfg.asn,
+            self.cfg.hold_time,
+            self.cfg.router_id,
+            &fams,
+        );
+        if let Err(e) = self.send() {
+            return e;
+        }
+        self.me.set_state(State::OpenSent);
+        match self.session() {
+            Ok(()) => End::Stop,
+            Err(e) => e,
+        }
+    }
+
+    /// Read and handle messages until the session ends (Err) or we stop (Ok, after a
+    /// Cease).
+    fn session(&mut self) -> Result<(), End> {
+        let mut state = State::OpenSent;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                if state != State::OpenSent {
+                    // Administrative Shutdown.
+                    let _ = self.notify(Notification::new(wire::ERR_CEASE, 2, &[]));
+                }
+                return Ok(());
+            }
+            // Everything whole in the buffer.
+            while let Some((kind, len)) = self.next_message()? {
+                self.last_rx = Instant::now();
+                let body_at = self.start + wire::HEADER_LEN;
+                let end = self.start + len;
+                state = self.handle(state, kind, body_at, end)?;
+                self.start = end;
+            }
+            // Compact and read more.
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let old = self.buf.len();
+            self.buf.resize(old + (1 << 16), 0);
+            let r = self.s.read(&mut self.buf[old..]);
+            match r {
+                Ok(0) => {
+                    self.buf.truncate(old);
+                    return Err(End::Io("the neighbour closed the connection".into()));
+                }
+                Ok(n) => self.buf.truncate(old + n),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) =>
+                {
+                    self.buf.truncate(old);
+                }
+                Err(e) => {
+                    self.buf.truncate(old);
+                    return Err(End::Io(format!("read: {e}")));
+                }
+            }
+            self.timers(state)?;
+        }
+    }
+
+    fn next_message(&self) -> Result<Option<(u8, usize)>, End> {
+        match wire::frame(&self.buf[self.start..]) {
+            Ok(m) => Ok(m),
+            Err(n) => Err(End::Sent(n)),
+        }
+        .map_err(|e| match e {
+            End::Sent(n) => {
+                // Send it (frame errors are ours to report).
+                let mut out = Vec::new();
+                wire::encode_notification(&mut out, &n);
+                let _ = (&self.s).write_all(&out);
+                self.me
+                    .counters
+                    .notifications_sent
+                    .fetch_add(1, Ordering::Relaxed);
+                End::Sent(n)
+            }
+            other => other,
+        })
+    }
+
+    /// Hold timer and keepalives.
+    fn timers(&mut self, state: State) -> Result<(), End> {
+        if !self.hold.is_zero() && self.last_rx.elapsed() > self.hold {
+            return Err(self.notify(Notification::new(wire::ERR_HOLD, 0, &[])));
+        }
+        if state != State::OpenSent
+            && !self.hold.is_zero()
+            && self.last_tx.elapsed() >= self.hold / 3
+        {
+            wire::encode_keepalive(&mut self.out);
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, state: State, kind: u8, body_at: usize, end: usize) -> Result<State, End> {
+        match (state, kind) {
+            (_, wire::MSG_NOTIFICATION) => {
+                self.me
+                    .counters
+                    .notifications_received
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(End::Received(wire::parse_notification(
+                    &self.buf[body_at..end],
+                )))
+            }
+            (State::OpenSent, wire::MSG_OPEN) => {
+                let open = match wire::parse_open(&self.buf[body_at..end]) {
+                    Ok(o) => o,
+                    Err(n) => return Err(self.notify(n)),
+                };
+                self.opened(open)?;
+                Ok(State::OpenConfirm)
+            }
+            (State::OpenConfirm, wire::MSG_KEEPALIVE) => {
+                self.established = true;
+                self.me.set_state(State::Established);
+                self.me
+                    .counters
+                    .established_transitions
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(neighbor = %self.me.cfg.address, "BGP session established");
+                Ok(State::Established)
+            }
+            (State::Established, wire::MSG_KEEPALIVE) => Ok(state),
+            (State::Established, wire::MSG_UPDATE) => {
+                self.update(body_at, end)?;
+                Ok(state)
+            }
+            // We advertise nothing, so there is nothing to refresh.
+            (State::Established, wire::MSG_ROUTE_REFRESH) => Ok(state),
+            // RFC 4271 §6.6: any other message in this state is a Finite State Machine
+            // Error (subcode per RFC 6608: 1 OpenSent, 2 OpenConfirm, 3 Established).
+            (s, _) => {
+                let sub = match s {
+                    State::OpenSent => 1,
+                    State::OpenConfirm => 2,
+                    _ => 3,
+                };
+                Err(self.notify(Notification::new(wire::ERR_FSM, sub, &[])))
+            }
+        }
+    }
+
+    /// The neighbour's OPEN: check it, settle the session's parameters, KEEPALIVE.
+    fn opened(&mut self, open: wire::Open) -> Result<(), End> {
+        let n = &self.me.cfg;
+        if open.asn != n.remote_as {
+            // Bad Peer AS, with the AS it sent (2 octets, as the field in the OPEN).
+            let data = (open.asn.min(u32::from(u16::MAX)) as u16).to_be_bytes();
+            return Err(self.notify(Notification::new(wire::ERR_OPEN, 2, &data)));
+        }
+        if !self.ebgp && open.router_id == self.cfg.router_id {
+            return Err(self.notify(Notification::new(wire::ERR_OPEN, 3, &[])));
+        }
+        let ours = self.cfg.hold_time;
+        let hold = if ours == 0 || open.hold_time == 0 {
+            0
+        } else {
+            ours.min(open.hold_time)
+        };
+        self.hold = Duration::from_secs(u64::from(hold));
+        self.four_octet = open.four_octet_as;
+        // A neighbour without multiprotocol capabilities speaks IPv4 unicast (RFC 4760 §8).
+        let theirs: Vec<(u16, u8)> = if open.families.is_empty() {
+            vec![(wire::AFI_IPV4, wire::SAFI_UNICAST)]
+        } else {
+            open.families.clone()
+        };
+        self.families = n
+            .families()
+            .into_iter()
+            .filter(|f| {
+                let afi = match f {
+                    Family::Ipv4 => wire::AFI_IPV4,
+                    Family::Ipv6 => wire::AFI_IPV6,
+                };
+                theirs.contains(&(afi, wire::SAFI_UNICAST))
+            })
+            .collect();
+        self.remote_id = open.router_id;
+        if let Ok(mut s) = self.me.session.lock() {
+            s.remote_router_id = Some(open.router_id);
+            s.hold_time = Some(hold);
+            s.families = self.families.clone();
+        }
+        self.me.set_state(State::OpenConfirm);
+        wire::encode_keepalive(&mut self.out);
+        self.send()
+    }
+
+    fn update(&mut self, body_at: usize, end: usize) -> Result<(), End> {
+        let c = &self.me.counters;
+        c.updates_received.fetch_add(1, Ordering::Relaxed);
+        let u = match wire::parse_update(&self.buf[body_at..end], self.four_octet) {
+            Ok(u) => u,
+            Err(n) => return Err(self.notify(n)),
+        };
+        c.attributes_discarded
+            .fetch_add(u64::from(u.discarded_attrs), Ordering::Relaxed);
+        let v4 = self.families.contains(&Family::Ipv4);
+        let v6 = self.families.contains(&Family::Ipv6);
+        let mut withdraw: Vec<(IpAddr, u8)> = Vec::new();
+        if v4 {
+            withdraw.extend(u.withdrawn.iter());
+        }
+        if let Some(mp) = &u.mp_unreach {
+            if (mp.afi() == wire::AFI_IPV6 && v6) || (mp.afi() == wire::AFI_IPV4 && v4) {
+                withdraw.extend(mp.iter());
+            }
+        }
+        let mut refuse = u.treat_as_withdraw.is_some();
+        if refuse {
+            c.treat_as_withdraw.fetch_add(1, Ordering::Relaxed);
+        } else if u.attrs.as_path.contains(self.cfg.asn) {
+            c.as_loops.fetch_add(1, Ordering::Relaxed);
+            refuse = true;
+        }
+        let mut announce = Vec::new();
+        let v4_nlri: Vec<(IpAddr, u8)> = if v4 {
+            u.nlri.iter().collect()
+        } else {
+            Vec::new()
+        };
+        let mp_nlri: Option<(IpAddr, Vec<(IpAddr, u8)>)> = u.mp_reach.as_ref().and_then(|mp| {
+            let ok = (mp.afi == wire::AFI_IPV6 && v6) || (mp.afi == wire::AFI_IPV4 && v4);
+            ok.then(|| (mp.next_hop, mp.nlri.iter().collect()))
+        });
+        let announced = v4_nlri.len() + mp_nlri.as_ref().map_or(0, |m| m.1.len());
+        c.prefixes_announced
+            .fetch_add(announced as u64, Ordering::Relaxed);
+        if refuse {
+            withdraw.extend(v4_nlri);
+            if let Some((_, p)) = mp_nlri {
+                withdraw.extend(p);
+            }
+        } else {
+            let attrs = Arc::new(u.attrs);
+            let local_pref = if self.ebgp {
+                self.me.cfg.local_pref
+            } else {
+                attrs.local_pref.unwrap_or(100)
+            };
+            let path = |next_hop: IpAddr| {
+                Arc::new(PathInfo {
+                    peer: self.peer,
+                    peer_router_id: self.remote_id,
+                    peer_addr: self.me.cfg.address,
+                    ebgp: self.ebgp,
+                    local_pref,
+                    next_hop,
+                    attrs: attrs.clone(),
+                })
+            };
+            if !v4_nlri.is_empty() {
+                // parse_update guarantees NEXT_HOP when there are IPv4 NLRI (else it is a
+                // treat-as-withdraw); guard anyway.
+                match attrs.next_hop {
+                    Some(nh) => announce.push((path(nh), v4_nlri)),
+                    None => withdraw.extend(v4_nlri),
+                }
+            }
+            if let Some((nh, p)) = mp_nlri {
+                if !p.is_empty() {
+                    announce.push((path(nh), p));
+                }
+            }
+        }
+        c.prefixes_withdrawn
+            .fetch_add(withdraw.len() as u64, Ordering::Relaxed);
+        if withdraw.is_empty() && announce.is_empty() {
+            return Ok(());
+        }
+        // Blocks while the RIB thread is behind: we stop reading, TCP pushes back.
+        self.tx
+            .send(RibMsg::Update {
+                peer: self.peer,
+                withdraw,
+                announce,
+            })
+            .map_err(|_| End::Stop)
+    }
+}
