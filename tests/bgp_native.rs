@@ -242,6 +242,29 @@ fn native_speaker_two_bird_peers_v4_v6_failover_failback_in_fib_and_traffic() {
         assert_eq!(n["notifications_sent"], 0, "{n}");
         assert_eq!(n["hold_time"], 9, "{n}");
     }
+    // Prometheus: the sessions and the RIB.
+    let m = std::process::Command::new("curl")
+        .args(["-sf", "--unix-socket"])
+        .arg(lab.socket())
+        .arg("http://x/metrics")
+        .output()
+        .unwrap();
+    let m = String::from_utf8_lossy(&m.stdout);
+    for line in [
+        format!(
+            "ferrouter_bgp_session_established{{neighbor=\"{}\"}} 1",
+            lab::H2_V4
+        ),
+        format!("ferrouter_bgp_prefixes{{neighbor=\"{}\"}} {V4}", lab::H3_V4),
+        format!("ferrouter_bgp_prefixes{{neighbor=\"{}\"}} {V6}", lab::H2_V6),
+        format!("ferrouter_bgp_rib_prefixes{{family=\"ipv4\"}} {V4}"),
+        format!("ferrouter_bgp_rib_prefixes{{family=\"ipv6\"}} {V6}"),
+        "ferrouter_bgp_unresolved_total 0".to_string(),
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in:\n{m}");
+    }
+    let summary = api(lab, "routes", Some("summary"));
+    assert_eq!(summary["by_source"]["bgp"], (V4 + V6) as u64, "{summary}");
     // The CLI's table.
     let out = std::process::Command::new(bin())
         .args(["show", "bgp", "--socket"])

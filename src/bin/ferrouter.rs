@@ -411,7 +411,8 @@ enum Bench {
         /// gobgp (loaded from MRT files, one UPDATE per prefix).
         #[arg(long, default_value = "bird")]
         speaker: String,
-        /// DUTs, comma-separated: ferrouter, linux.
+        /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),
+        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bird peers), linux.
         #[arg(long, value_delimiter = ',', default_value = "ferrouter")]
         dut: Vec<String>,
         /// Prefixes the verification traffic goes to (a random sample).

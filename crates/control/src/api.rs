@@ -55,12 +55,12 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
         }
         "routes" if arg == Some("summary") => {
             let (v4, v6) = sync.route_counts();
-            let (route, neighbor, local) = sync.source_counts();
+            let (route, neighbor, local, bgp) = sync.source_counts();
             let m = sync.writer().memory();
             let st = sync.stats();
             Ok(json!({
                 "ipv4": v4, "ipv6": v6,
-                "by_source": {"route": route, "neighbor": neighbor, "local": local},
+                "by_source": {"route": route, "neighbor": neighbor, "local": local, "bgp": bgp},
                 "kernel_routes_mirrored": sync.mirrored_routes(),
                 "fib_memory_bytes": {
                     "ipv4_tables": m.v4_table_bytes, "ipv6_tables": m.v6_table_bytes,

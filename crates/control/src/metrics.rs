@@ -17,6 +17,11 @@
 //! | `ferrouter_route_sync_lag_seconds` | | last batch of netlink changes: read to in the FIB |
 //! | `ferrouter_route_sync_lag_seconds_max` | | the largest since start |
 //! | `ferrouter_kernel_forwarded_packets_total` | family | must stay 0 |
+//! | `ferrouter_bgp_session_established` | neighbor | 1 when the session is up (with `[bgp]`) |
+//! | `ferrouter_bgp_prefixes` | neighbor | prefixes the neighbour has a path for |
+//! | `ferrouter_bgp_updates_received_total`, `_treat_as_withdraw_total`, `_notifications_sent_total`, `_notifications_received_total`, `_established_transitions_total` | neighbor | |
+//! | `ferrouter_bgp_rib_prefixes` | family | prefixes with a best path |
+//! | `ferrouter_bgp_fib_changes_total`, `ferrouter_bgp_unresolved_total` | | FIB changes from the speaker; best paths whose next hop is on no connected subnet |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -238,6 +243,76 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             "ferrouter_route_sync_fib_errors",
             "FIB writes that failed.",
             vec![(vec![], st.fib_errors)],
+        );
+        if shared.bgp.get().is_some() {
+            s.counter(
+                "ferrouter_bgp_unresolved",
+                "BGP best paths not installed: next hop on no connected subnet.",
+                vec![(vec![], st.bgp_unresolved)],
+            );
+        }
+    }
+    if let Some(b) = shared.bgp.get() {
+        let v = b.view();
+        let per = |f: fn(&bgp::speaker::NeighborView) -> u64| -> Vec<(Labels, u64)> {
+            v.neighbors
+                .iter()
+                .map(|n| (vec![("neighbor", n.address.to_string())], f(n)))
+                .collect()
+        };
+        s.gauge(
+            "ferrouter_bgp_session_established",
+            "1 while the BGP session with the neighbour is established.",
+            per(|n| u64::from(n.state == bgp::speaker::State::Established))
+                .into_iter()
+                .map(|(l, x)| (l, x as f64))
+                .collect(),
+        );
+        s.gauge(
+            "ferrouter_bgp_prefixes",
+            "Prefixes the neighbour has a path for.",
+            per(|n| n.prefixes)
+                .into_iter()
+                .map(|(l, x)| (l, x as f64))
+                .collect(),
+        );
+        s.counter(
+            "ferrouter_bgp_updates_received",
+            "UPDATE messages received.",
+            per(|n| n.updates_received),
+        );
+        s.counter(
+            "ferrouter_bgp_treat_as_withdraw",
+            "UPDATEs whose announcements were treated as withdrawals (RFC 7606).",
+            per(|n| n.treat_as_withdraw),
+        );
+        s.counter(
+            "ferrouter_bgp_notifications_sent",
+            "NOTIFICATIONs sent.",
+            per(|n| n.notifications_sent),
+        );
+        s.counter(
+            "ferrouter_bgp_notifications_received",
+            "NOTIFICATIONs received.",
+            per(|n| n.notifications_received),
+        );
+        s.counter(
+            "ferrouter_bgp_established_transitions",
+            "Times the session reached Established.",
+            per(|n| n.established_transitions),
+        );
+        s.gauge(
+            "ferrouter_bgp_rib_prefixes",
+            "Prefixes with a best path in the BGP speaker's RIB.",
+            vec![
+                (vec![("family", "ipv4".into())], v.prefixes_v4 as f64),
+                (vec![("family", "ipv6".into())], v.prefixes_v6 as f64),
+            ],
+        );
+        s.counter(
+            "ferrouter_bgp_fib_changes",
+            "FIB changes the BGP speaker handed to the fast path.",
+            vec![(vec![], v.fib_changes)],
         );
     }
     let ns = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;

@@ -1241,15 +1241,16 @@ impl Sync {
         c
     }
 
-    /// Installed prefixes by origin: (routes, neighbours' host routes, the router's own).
-    pub fn source_counts(&self) -> (usize, usize, usize) {
-        let mut c = (0, 0, 0);
+    /// Installed prefixes by origin: (kernel routes, neighbours' host routes, the router's
+    /// own, the BGP speaker's).
+    pub fn source_counts(&self) -> (usize, usize, usize, usize) {
+        let mut c = (0, 0, 0, 0);
         for (_, i) in self.installed() {
             match i.source {
                 Source::Route => c.0 += 1,
                 Source::Neighbor => c.1 += 1,
                 Source::Local => c.2 += 1,
-                Source::Bgp => c.0 += 1,
+                Source::Bgp => c.3 += 1,
             }
         }
         c

@@ -61,9 +61,10 @@ pub struct ScaleRun {
     pub speaker: Speaker,
     /// Routes in all.
     pub routes: usize,
-    /// From loading the peers until the kernel held every route.
-    pub kernel_done_s: f64,
-    /// Until ferrouter's FIB held every route (ferrouter only).
+    /// From loading the peers until the kernel held every route (none for ferrouter-bgp:
+    /// its routes never enter the kernel).
+    pub kernel_done_s: Option<f64>,
+    /// Until ferrouter's FIB held every route (ferrouter DUTs only).
     pub fib_done_s: Option<f64>,
     /// Until traffic to every sampled prefix arrived.
     pub learn_s: f64,
@@ -148,6 +149,24 @@ fn frr_config(peers: usize) -> String {
     s
 }
 
+/// The `[bgp]` section for ferrouter's own speaker: one eBGP neighbour per peer address
+/// (the peers' ASes as in [`frr_config`]).
+fn speaker_config(peers: usize) -> String {
+    let mut s = format!(
+        "\n[bgp]\nasn = {}\nrouter_id = \"{}\"\nconnect_retry = 1\n",
+        bgp::AS_DUT,
+        crate::R2_V4
+    );
+    for i in 0..peers {
+        s.push_str(&format!(
+            "\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = {}\n",
+            peer_addr(i),
+            65010 + i
+        ));
+    }
+    s
+}
+
 /// One GoBGP peer sharing h2 with the others: it does not listen (FRR is passive toward
 /// it and it connects from its own address).
 fn gobgp_config(i: usize) -> String {
@@ -172,13 +191,15 @@ pub fn run(opts: &ScaleOptions, log: &dyn Fn(&str)) -> Result<ScaleReport> {
     let mut r = ScaleReport::default();
     for &dut in &opts.duts {
         log(&format!(
-            "== {dut:?}: {} routes from {} peers ==",
-            opts.routes, opts.peers
+            "== {}: {} routes from {} peers ==",
+            dut.name(),
+            opts.routes,
+            opts.peers
         ));
-        let x = run_one(opts, dut, log).with_context(|| format!("{dut:?}"))?;
+        let x = run_one(opts, dut, log).with_context(|| dut.name().to_string())?;
         log(&format!(
-            "   kernel {:.1} s, FIB {}, traffic {:.1} s, loss {} over {} sampled routes",
-            x.kernel_done_s,
+            "   kernel {}, FIB {}, traffic {:.1} s, loss {} over {} sampled routes",
+            x.kernel_done_s.map_or("-".into(), |f| format!("{f:.1} s")),
             x.fib_done_s.map_or("-".into(), |f| format!("{f:.1} s")),
             x.learn_s,
             x.loss,
@@ -194,9 +215,14 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     lab.extra_config = "netlink_rcvbuf = 1073741824\n".into();
     lab.down();
     let guard = Guard(lab.clone());
+    if dut == Dut::FerrouterBgp {
+        if opts.speaker != Speaker::Bird {
+            bail!("the ferrouter-bgp DUT runs with --speaker bird only");
+        }
+        lab.extra_config.push_str(&speaker_config(opts.peers));
+    }
     match dut {
-        Dut::Ferrouter => lab.up(&opts.ferrouter)?,
-        Dut::FerrouterBgp => bail!("bgp-scale runs against ferrouter or linux (FRR routes)"),
+        Dut::Ferrouter | Dut::FerrouterBgp => lab.up(&opts.ferrouter)?,
         Dut::Linux => {
             lab.build()?;
             lab.exec(&lab.rtr(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
@@ -240,7 +266,10 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     ));
 
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
-    let frr = d.start_frr(&lab.rtr(), &[("bgpd", frr_config(opts.peers))], &[])?;
+    let frr = match dut {
+        Dut::FerrouterBgp => None,
+        _ => Some(d.start_frr(&lab.rtr(), &[("bgpd", frr_config(opts.peers))], &[])?),
+    };
     let peers = match opts.speaker {
         Speaker::Gobgp => Peers::Gobgp(
             (0..opts.peers)
@@ -273,6 +302,9 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         ),
     };
     d.wait_for("BGP sessions", Duration::from_secs(60), || {
+        let Some(frr) = &frr else {
+            return bgp::ferrouter_established(&lab.socket());
+        };
         let v = frr.json("show bgp ipv4 unicast summary json")?;
         let up = v["peers"].as_object().map_or(0, |p| {
             p.values().filter(|x| x["state"] == "Established").count()
@@ -331,19 +363,25 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         if kernel_done.is_none() && ks.on.iter().sum::<usize>() == total {
             kernel_done = Some(ks.last_change_ns);
         }
-        if dut == Dut::Ferrouter
+        if dut.is_ferrouter()
             && fib_done.is_none()
             && last_fib_poll.elapsed() > Duration::from_millis(500)
         {
             last_fib_poll = Instant::now();
             let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
-            if s["by_source"]["route"].as_u64().unwrap_or(0) >= total as u64 {
+            let source = if dut == Dut::FerrouterBgp {
+                "bgp"
+            } else {
+                "route"
+            };
+            if s["by_source"][source].as_u64().unwrap_or(0) >= total as u64 {
                 fib_done = Some(monotonic_ns());
             }
         }
         let st = t.tracker().settle_status(0, t0);
         let settled = st.settled == t.tracker().dests();
-        if settled && kernel_done.is_some() && (dut == Dut::Linux || fib_done.is_some()) {
+        let kernel_ok = kernel_done.is_some() || dut == Dut::FerrouterBgp;
+        if settled && kernel_ok && (dut == Dut::Linux || fib_done.is_some()) {
             break;
         }
         if started.elapsed() > opts.timeout {
@@ -355,7 +393,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         if last_log.elapsed() > Duration::from_secs(10) {
             last_log = Instant::now();
             log(&format!(
-                "   {:.0} s: kernel has {} of {total} routes, traffic reaches {} of {} sampled",
+                "   {:.0} s: kernel has {} of {total} routes, traffic reaches {} of {} sampled (ferrouter-bgp: nothing in the kernel)",
                 started.elapsed().as_secs_f64(),
                 ks.on.iter().sum::<usize>(),
                 st.settled,
@@ -377,6 +415,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     let memory = DutMemory::read(&lab, dut)?;
     let mut frr_rss = 0;
     for daemon in ["bgpd", "zebra"] {
+        let Some(frr) = &frr else { break };
         if let Ok(pid) = std::fs::read_to_string(frr.dir.join(format!("{daemon}.pid"))) {
             frr_rss += rss_of(&pid).unwrap_or(0);
         }
@@ -391,7 +430,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         peers: opts.peers,
         speaker: opts.speaker,
         routes: total,
-        kernel_done_s: kernel_done.map_or(0.0, secs),
+        kernel_done_s: kernel_done.map(secs),
         fib_done_s: fib_done.map(secs),
         learn_s: secs(learn_at),
         sample: v.dests,
@@ -409,15 +448,15 @@ pub fn table(r: &ScaleReport) -> String {
     let mib =
         |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1048576.0));
     let mut s = String::from(
-        "DUT        peers  routes     kernel s  FIB s   traffic s  sampled   loss  FIB MiB  B/route  ferrouter MiB  FRR MiB\n",
+        "DUT           peers  routes     kernel s  FIB s   traffic s  sampled   loss  FIB MiB  B/route  ferrouter MiB  FRR MiB\n",
     );
     for x in &r.runs {
         s.push_str(&format!(
-            "{:<10} {:>5}  {:<10} {:>8.1}  {:>6}  {:>9.1}  {:>7}  {:>5}  {:>7}  {:>7}  {:>13}  {:>7.0}\n",
-            format!("{:?}", x.dut).to_lowercase(),
+            "{:<13} {:>5}  {:<10} {:>8}  {:>6}  {:>9.1}  {:>7}  {:>5}  {:>7}  {:>7}  {:>13}  {:>7.0}\n",
+            x.dut.name(),
             x.peers,
             x.routes,
-            x.kernel_done_s,
+            x.kernel_done_s.map_or("-".into(), |f| format!("{f:.1}")),
             x.fib_done_s.map_or("-".into(), |f| format!("{f:.1}")),
             x.learn_s,
             x.sample,
