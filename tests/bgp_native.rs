@@ -250,19 +250,32 @@ fn native_speaker_two_bird_peers_v4_v6_failover_failback_in_fib_and_traffic() {
         .output()
         .unwrap();
     let m = String::from_utf8_lossy(&m.stdout);
-    for line in [
-        format!(
-            "ferrouter_bgp_session_established{{neighbor=\"{}\"}} 1",
-            lab::H2_V4
+    let metric = |series: String| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{series} in:\n{m}"))
+    };
+    let n = |name: &str, addr: &str| format!("{name}{{neighbor=\"{addr}\"}}");
+    for (series, want) in [
+        (n("ferrouter_bgp_session_established", lab::H2_V4), 1),
+        (n("ferrouter_bgp_session_established", lab::H3_V6), 1),
+        (n("ferrouter_bgp_prefixes", lab::H3_V4), V4),
+        (n("ferrouter_bgp_prefixes", lab::H2_V6), V6),
+        (n("ferrouter_bgp_treat_as_withdraw_total", lab::H2_V4), 0),
+        (
+            "ferrouter_bgp_rib_prefixes{family=\"ipv4\"}".to_string(),
+            V4,
         ),
-        format!("ferrouter_bgp_prefixes{{neighbor=\"{}\"}} {V4}", lab::H3_V4),
-        format!("ferrouter_bgp_prefixes{{neighbor=\"{}\"}} {V6}", lab::H2_V6),
-        format!("ferrouter_bgp_rib_prefixes{{family=\"ipv4\"}} {V4}"),
-        format!("ferrouter_bgp_rib_prefixes{{family=\"ipv6\"}} {V6}"),
-        "ferrouter_bgp_unresolved_total 0".to_string(),
+        (
+            "ferrouter_bgp_rib_prefixes{family=\"ipv6\"}".to_string(),
+            V6,
+        ),
+        ("ferrouter_bgp_unresolved_total{}".to_string(), 0),
     ] {
-        assert!(m.lines().any(|l| l == line), "{line} in:\n{m}");
+        assert_eq!(metric(series.clone()), want as f64, "{series}");
     }
+    assert!(metric("ferrouter_bgp_fib_changes_total{}".into()) >= (V4 + V6) as f64);
     let summary = api(lab, "routes", Some("summary"));
     assert_eq!(summary["by_source"]["bgp"], (V4 + V6) as u64, "{summary}");
     // The CLI's table.
