@@ -181,6 +181,31 @@ fn route_sync_streams_every_route_into_the_fib_and_back_out() {
     assert!(v["fib_bytes_per_route"].as_f64().unwrap() > 0.0);
 }
 
+/// `ferrouter bench bgp-speaker` at a small scale: two loopback peers, the real speaker and
+/// sync; every prefix learned, moved on failover and back on failback (sampled prefixes
+/// checked each time inside the benchmark), with the FIB changes each phase implies.
+#[test]
+fn bgp_speaker_bench_learns_fails_over_and_back() {
+    let v = json(&["bench", "bgp-speaker", "--routes", "30000", "--json"]);
+    assert_eq!(v["routes"], 30_000, "{v}");
+    assert_eq!(v["fib_bgp_routes"], 30_000, "{v}");
+    assert!(v["checked"].as_u64().unwrap() >= 3 * 1000, "{v}");
+    assert!(
+        v["updates_per_table"].as_u64().unwrap() >= 30,
+        "packed: {v}"
+    );
+    assert_eq!(v["learn"]["prefixes"], 60_000, "{v}");
+    // Learning installs each prefix once, and at most once more if the backup's path came
+    // first; failover and failback move every prefix exactly once.
+    let learn = v["learn"]["fib_changes"].as_u64().unwrap();
+    assert!((30_000..=60_000).contains(&learn), "{v}");
+    for phase in ["failover", "failback"] {
+        assert_eq!(v[phase]["prefixes"], 30_000, "{phase}: {v}");
+        assert_eq!(v[phase]["fib_changes"], 30_000, "{phase}: {v}");
+        assert!(v[phase]["seconds"].as_f64().unwrap() > 0.0, "{phase}: {v}");
+    }
+}
+
 /// `ferrouter --version` names the package version and the commit the binary was built
 /// from (the checkout's HEAD, as git reports it).
 #[test]

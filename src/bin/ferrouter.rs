@@ -434,6 +434,20 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Prefixes per second through ferrouter's own BGP speaker into the FIB: two peers on
+    /// loopback TCP send packed UPDATEs (learn, failover, failback); the speaker's CPU and
+    /// memory per route.
+    BgpSpeaker {
+        /// IPv4 routes from each peer (the same prefixes).
+        #[arg(long, default_value_t = 1_000_000)]
+        routes: usize,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Route changes per second from a netlink stream into the FIB through the daemon's
     /// parser and sync (add, replace, delete), and memory per route.
     RouteSync {
@@ -713,6 +727,19 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
+        Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {
+            if routes > 10_000_000 {
+                bail!("--routes is limited to 10M");
+            }
+            let opts = lab::speaker_bench::Options { routes, seed };
+            let r = lab::speaker_bench::run(&opts, &|m| eprintln!("... {m}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::speaker_bench::table(&r));
+            }
+            Ok(())
+        }
         Cmd::Bench(Bench::RouteSync {
             routes4,
             routes6,

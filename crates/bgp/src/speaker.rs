@@ -34,6 +34,9 @@ pub const MAX_BATCH: usize = 65_536;
 /// UPDATEs queued from the sessions to the RIB thread (each up to ~900 prefixes).
 const QUEUE: usize = 256;
 
+/// Prefixes of an UPDATE whose RIB entries are read ahead at once ([`Rib::look_ahead`]).
+const LOOK_AHEAD: usize = 64;
+
 /// How often a session looks at its timers and the stop flag while waiting for data.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -425,13 +428,19 @@ fn apply(rib: &mut Rib, m: RibMsg, out: &mut Vec<Change>, touched: &mut [bool]) 
             withdraw,
             announce,
         } => {
-            for p in withdraw {
-                rib.withdraw(peer, p, out);
+            for chunk in withdraw.chunks(LOOK_AHEAD) {
+                rib.look_ahead(chunk);
+                for &p in chunk {
+                    rib.withdraw(peer, p, out);
+                }
             }
             for (path, prefixes) in announce {
                 let h = rib.path(&path);
-                for p in prefixes {
-                    rib.announce(peer, p, h, out);
+                for chunk in prefixes.chunks(LOOK_AHEAD) {
+                    rib.look_ahead(chunk);
+                    for &p in chunk {
+                        rib.announce(peer, p, h, out);
+                    }
                 }
                 rib.done_with(h);
             }

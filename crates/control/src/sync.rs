@@ -880,19 +880,25 @@ impl Sync {
 
     /// Reads (and discards) what applying `events` will read first: see [`Sync::apply_all`].
     fn look_ahead(&self, events: &[Event]) {
+        self.touch(events.iter().filter_map(|ev| match ev {
+            Event::NewRoute(r) | Event::DelRoute(r) => Some((r.dst, r.dst_len)),
+            _ => None,
+        }));
+    }
+
+    /// Read (and discard) the places a change to each of `prefixes` reads first: its entry
+    /// here, in the FIB's route store and in its table.
+    fn touch(&self, prefixes: impl Iterator<Item = Prefix>) {
         let mut seen = 0usize;
-        for ev in events {
-            let (Event::NewRoute(r) | Event::DelRoute(r)) = ev else {
-                continue;
-            };
-            seen += usize::from(self.prefixes.contains_key(&(r.dst, r.dst_len)));
-            let (in_rib, in_table) = match r.dst {
+        for (dst, len) in prefixes {
+            seen += usize::from(self.prefixes.contains_key(&(dst, len)));
+            let (in_rib, in_table) = match dst {
                 IpAddr::V4(a) => (
-                    self.writer.get4(a.into(), r.dst_len),
+                    self.writer.get4(a.into(), len),
                     self.reader.lookup4(a.into()),
                 ),
                 IpAddr::V6(a) => (
-                    self.writer.get6(&a.octets(), r.dst_len),
+                    self.writer.get6(&a.octets(), len),
                     self.reader.lookup6(&a.octets()),
                 ),
             };
@@ -1016,36 +1022,49 @@ impl Sync {
     pub fn apply_bgp(&mut self, changes: &[bgp::rib::Change]) {
         // Nearly every change of a batch has the same next hop as the one before.
         let mut last: Option<(IpAddr, Option<u32>)> = None;
-        for c in changes {
-            self.stats.bgp_changes += 1;
-            let (p, next_hop) = match *c {
-                bgp::rib::Change::Set { prefix, next_hop } => (prefix, Some(next_hop)),
-                bgp::rib::Change::Remove { prefix } => (prefix, None),
-            };
-            let ifindex = next_hop.and_then(|nh| match last {
-                Some((ip, ifx)) if ip == nh => ifx,
-                _ => {
-                    let ifx = self.connected_ifindex(nh);
-                    last = Some((nh, ifx));
-                    ifx
+        // Looked ahead by chunks, as `apply_all` does for netlink.
+        for chunk in changes.chunks(64) {
+            self.touch(chunk.iter().map(|c| match *c {
+                bgp::rib::Change::Set { prefix, .. } | bgp::rib::Change::Remove { prefix } => {
+                    prefix
                 }
-            });
-            match (next_hop, ifindex) {
-                (Some(nh), Some(ifx)) => {
-                    let hop = RouteNextHop {
-                        gateway: Some(nh),
-                        ifindex: Some(ifx),
-                        weight: 1,
-                    };
-                    let (want, old) = self.put_route(&bgp_route(p, smallvec::smallvec![hop]));
-                    self.update_prefix(p, want, old);
+            }));
+            for c in chunk {
+                self.apply_bgp_one(c, &mut last);
+            }
+        }
+    }
+
+    /// One change of [`Sync::apply_bgp`]; `last` caches the last next hop's interface.
+    fn apply_bgp_one(&mut self, c: &bgp::rib::Change, last: &mut Option<(IpAddr, Option<u32>)>) {
+        self.stats.bgp_changes += 1;
+        let (p, next_hop) = match *c {
+            bgp::rib::Change::Set { prefix, next_hop } => (prefix, Some(next_hop)),
+            bgp::rib::Change::Remove { prefix } => (prefix, None),
+        };
+        let ifindex = next_hop.and_then(|nh| match *last {
+            Some((ip, ifx)) if ip == nh => ifx,
+            _ => {
+                let ifx = self.connected_ifindex(nh);
+                *last = Some((nh, ifx));
+                ifx
+            }
+        });
+        match (next_hop, ifindex) {
+            (Some(nh), Some(ifx)) => {
+                let hop = RouteNextHop {
+                    gateway: Some(nh),
+                    ifindex: Some(ifx),
+                    weight: 1,
+                };
+                let (want, old) = self.put_route(&bgp_route(p, smallvec::smallvec![hop]));
+                self.update_prefix(p, want, old);
+            }
+            (nh, _) => {
+                if nh.is_some() {
+                    self.stats.bgp_unresolved += 1;
                 }
-                (nh, _) => {
-                    if nh.is_some() {
-                        self.stats.bgp_unresolved += 1;
-                    }
-                    self.remove_bgp_route(p);
-                }
+                self.remove_bgp_route(p);
             }
         }
     }

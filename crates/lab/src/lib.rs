@@ -468,3 +468,4 @@ pub mod daemons;
 pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;
+pub mod speaker_bench;

@@ -85,7 +85,7 @@ fn gateways() -> [(IpAddr, u32); 4] {
 }
 
 /// Two ports with addresses and resolved gateways, as after the daemon's first dump.
-fn base() -> Snapshot {
+pub(crate) fn base() -> Snapshot {
     let link = |ifindex, name: &str| Link {
         ifindex,
         name: name.into(),
