@@ -420,7 +420,7 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tag = format!("b{}", std::process::id() % 10000);
     let cfg = format!(
-        "\n[bgp]\nasn = 65001\nrouter_id = \"{}\"\nconnect_retry = 1\n\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = 65002\n",
+        "\n[bgp]\nasn = 65001\nrouter_id = \"{}\"\nconnect_retry = 1\n\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = 65002\nmax_prefixes = 20\n",
         lab::R2_V4,
         lab::H2_V4
     );
@@ -448,6 +448,10 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
             &[],
             true,
         );
+        // A next hop on no connected subnet of the router: left out of the decision.
+        let mut far = attrs(0);
+        far.next_hop = Some("10.99.99.1".parse().unwrap());
+        wire::encode_updates(&mut out, &far, None, &prefixes(&["10.9.5.0/24"]), &[], true);
         s.write_all(&out).unwrap();
         notifications.push(b"sent-good".to_vec());
         // Wait for the test to see them (it tells us by closing its side of a pipe: keep
@@ -506,6 +510,15 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
         wait_until("the test's go", || {
             Path::new(&format!("/tmp/{ns}-go3")).exists()
         });
+        // 30 more prefixes: past the neighbour's max_prefixes (20).
+        out.clear();
+        let many: Vec<String> = (0..30).map(|i| format!("10.10.{i}.0/24")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        wire::encode_updates(&mut out, &attrs(0), None, &prefixes(&many), &[], true);
+        s.write_all(&out).unwrap();
+        let (kind, body) = read_msg(&mut s);
+        assert_eq!(kind, wire::MSG_NOTIFICATION);
+        notifications.push(body);
         notifications
     });
     let ns = lab.h2();
@@ -528,6 +541,13 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
             .iter()
             .all(|p| fib_has(p))
     });
+    wait_until("the unresolvable next hop counted", || {
+        speaker(&lab)["neighbors"][0]["unresolved"] == 1
+    });
+    assert!(
+        !fib_has("10.9.5.0/24"),
+        "a next hop on no connected subnet is not installed"
+    );
     go(1);
     wait_until("10.9.2.0/24 treated as withdrawn", || {
         !fib_has("10.9.2.0/24")
@@ -546,9 +566,22 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
     // Connection Not Synchronized.
     assert_eq!(&notes[1][..2], &[3, 1], "{notes:?}");
     assert_eq!(&notes[2][..2], &[1, 1], "{notes:?}");
+    // Cease / Maximum Number of Prefixes Reached, with AFI 1, SAFI 1 and the limit.
+    assert_eq!(notes[3], [6, 1, 0, 1, 1, 0, 0, 0, 20], "{notes:?}");
+    wait_until("the over-limit session's routes gone", || {
+        !fib_has("10.9.4.0/24") && !fib_has("10.10.0.0/24")
+    });
     let n = &speaker(&lab)["neighbors"][0];
-    assert_eq!(n["notifications_sent"], 2, "{n}");
+    assert_eq!(n["notifications_sent"], 3, "{n}");
+    // Sessions 1 and 3 (session 2 never left OpenSent).
     assert_eq!(n["established_transitions"], 2, "{n}");
+    assert!(
+        n["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("Maximum Number of Prefixes"),
+        "{n}"
+    );
     // The router forwarded throughout.
     ping_ok(&lab, lab::H2_V4).unwrap();
     assert_eq!(kernel_forwarded(&lab), (0, 0));

@@ -11,6 +11,7 @@
 //! address = "198.51.100.2"
 //! remote_as = 65002
 //! local_pref = 200      # LOCAL_PREF given to routes learned over this eBGP session
+//! max_prefixes = 1000000  # end the session (Cease) past this many prefixes
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -66,6 +67,11 @@ pub struct NeighborConfig {
     /// LOCAL_PREF of routes learned from an eBGP neighbour (iBGP routes keep theirs).
     #[serde(default = "default_local_pref")]
     pub local_pref: u32,
+    /// Most prefixes this neighbour may have paths for: past it, the session ends with a
+    /// Cease / Maximum Number of Prefixes Reached (RFC 4486) and is retried after
+    /// `connect_retry`. No limit when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_prefixes: Option<u32>,
     /// Address families carried: `"ipv4"`, `"ipv6"`. Default: the family of `address`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub families: Vec<Family>,

@@ -138,8 +138,8 @@ impl Paths {
 #[derive(Clone, Debug, Default)]
 struct Candidates {
     paths: smallvec::SmallVec<[PathId; 2]>,
-    /// Index into `paths`.
-    best: u8,
+    /// Index into `paths` (one path per neighbour; neighbours are far fewer than 2^16).
+    best: u16,
 }
 
 /// A change the FIB must make.
@@ -240,7 +240,7 @@ impl<K: Key> Table<K> {
                 best = i;
             }
         }
-        c.best = best as u8;
+        c.best = best as u16;
         let nh = paths.get(c.paths[best]).next_hop;
         let change = (nh != old_nh).then_some(Change::Set {
             prefix,

@@ -17,7 +17,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,6 +31,9 @@ use crate::wire::{self, Notification};
 /// Most FIB changes handed to the sink at once.
 pub const MAX_BATCH: usize = 65_536;
 
+/// Most FIB changes handed to the sink in one call (the sink holds the sync's lock for it).
+const SINK_CHUNK: usize = 8192;
+
 /// UPDATEs queued from the sessions to the RIB thread (each up to ~900 prefixes).
 const QUEUE: usize = 256;
 
@@ -39,6 +42,11 @@ const LOOK_AHEAD: usize = 64;
 
 /// How often a session looks at its timers and the stop flag while waiting for data.
 const TICK: Duration = Duration::from_millis(100);
+
+/// Whether a next hop can be installed (RFC 4271 §9.1.2.1): on a connected subnet and not
+/// one of the router's own addresses. Paths whose next hop is not are left out of the
+/// decision (counted as `unresolved`), so that a less preferred usable path wins.
+pub type Resolvable = Arc<dyn Fn(IpAddr) -> bool + Send + std::marker::Sync>;
 
 /// Where the RIB's decisions go: ferrouter's FIB sync.
 pub trait FibSink: Send + 'static {
@@ -77,6 +85,7 @@ struct Counters {
     treat_as_withdraw: AtomicU64,
     attributes_discarded: AtomicU64,
     as_loops: AtomicU64,
+    unresolved: AtomicU64,
     notifications_sent: AtomicU64,
     notifications_received: AtomicU64,
     established_transitions: AtomicU64,
@@ -177,6 +186,8 @@ pub struct NeighborView {
     pub attributes_discarded: u64,
     /// UPDATEs refused because our AS was in their AS_PATH.
     pub as_loops: u64,
+    /// Announcements left out of the decision: next hop on no connected subnet, or ours.
+    pub unresolved: u64,
     /// NOTIFICATIONs sent.
     pub notifications_sent: u64,
     /// NOTIFICATIONs received.
@@ -273,6 +284,7 @@ impl Status {
                         treat_as_withdraw: get(&c.treat_as_withdraw),
                         attributes_discarded: get(&c.attributes_discarded),
                         as_loops: get(&c.as_loops),
+                        unresolved: get(&c.unresolved),
                         notifications_sent: get(&c.notifications_sent),
                         notifications_received: get(&c.notifications_received),
                         established_transitions: get(&c.established_transitions),
@@ -307,8 +319,13 @@ pub struct Speaker {
 }
 
 impl Speaker {
-    /// Start a session per neighbour and the RIB thread feeding `sink`.
-    pub fn start(cfg: BgpConfig, sink: impl FibSink) -> std::io::Result<Speaker> {
+    /// Start a session per neighbour and the RIB thread feeding `sink`; announcements whose
+    /// next hop is not `resolvable` are left out of the decision.
+    pub fn start(
+        cfg: BgpConfig,
+        resolvable: Resolvable,
+        sink: impl FibSink,
+    ) -> std::io::Result<Speaker> {
         let status = Arc::new(Status::new(&cfg));
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = sync_channel(QUEUE);
@@ -324,9 +341,10 @@ impl Speaker {
         }
         for i in 0..cfg.neighbors.len() {
             let (st, sp, tx, cfg) = (status.clone(), stop.clone(), tx.clone(), cfg.clone());
+            let res = resolvable.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("bgp-{}", cfg.neighbors[i].address))
-                .spawn(move || session_thread(i as PeerId, &cfg, &st, &tx, &sp));
+                .spawn(move || session_thread(i as PeerId, &cfg, &st, &tx, &sp, &res));
             match spawned {
                 Ok(h) => threads.push(h),
                 Err(e) => {
@@ -395,7 +413,11 @@ fn rib_thread(
             }
         }
         if !changes.is_empty() {
-            sink.apply(&changes);
+            // A session going down yields a change per prefix it had: hand them over in
+            // pieces, so the sync's lock is let go in between.
+            for c in changes.chunks(SINK_CHUNK) {
+                sink.apply(c);
+            }
             status
                 .rib
                 .fib_changes
@@ -486,6 +508,7 @@ fn session_thread(
     status: &Status,
     tx: &SyncSender<RibMsg>,
     stop: &AtomicBool,
+    resolvable: &Resolvable,
 ) {
     let me = &status.neighbors[peer as usize];
     let retry = Duration::from_secs(u64::from(cfg.connect_retry.max(1)));
@@ -494,7 +517,7 @@ fn session_thread(
         let addr = SocketAddr::new(me.cfg.address, me.cfg.port);
         let end = match TcpStream::connect_timeout(&addr, retry.min(Duration::from_secs(5))) {
             Ok(s) => {
-                let mut sess = Conn::new(s, peer, cfg, me, tx, stop);
+                let mut sess = Conn::new(s, peer, cfg, me, tx, stop, resolvable);
                 let end = sess.run();
                 if sess.established {
                     // Its routes go whatever ended it.
@@ -526,11 +549,14 @@ struct Conn<'a> {
     me: &'a Neighbor,
     tx: &'a SyncSender<RibMsg>,
     stop: &'a AtomicBool,
+    resolvable: &'a Resolvable,
     buf: Vec<u8>,
     /// Start of unparsed data in `buf`.
     start: usize,
     out: Vec<u8>,
     hold: Duration,
+    /// The hold time agreed in the OPENs, in force once Established.
+    negotiated_hold: Duration,
     last_rx: Instant,
     last_tx: Instant,
     four_octet: bool,
@@ -548,6 +574,7 @@ impl<'a> Conn<'a> {
         me: &'a Neighbor,
         tx: &'a SyncSender<RibMsg>,
         stop: &'a AtomicBool,
+        resolvable: &'a Resolvable,
     ) -> Conn<'a> {
         Conn {
             s,
@@ -556,11 +583,13 @@ impl<'a> Conn<'a> {
             me,
             tx,
             stop,
+            resolvable,
             buf: Vec::with_capacity(1 << 18),
             start: 0,
             out: Vec::with_capacity(wire::MAX_MESSAGE_LEN),
             // RFC 4271 §8.2.2: a large hold timer until the OPENs are exchanged.
             hold: Duration::from_secs(240),
+            negotiated_hold: Duration::from_secs(240),
             last_rx: Instant::now(),
             last_tx: Instant::now(),
             four_octet: false,
@@ -630,10 +659,8 @@ impl<'a> Conn<'a> {
         let mut state = State::OpenSent;
         loop {
             if self.stop.load(Ordering::Relaxed) {
-                if state != State::OpenSent {
-                    // Administrative Shutdown.
-                    let _ = self.notify(Notification::new(wire::ERR_CEASE, 2, &[]));
-                }
+                // Administrative Shutdown (our OPEN has gone out: RFC 4271 §8.2.2).
+                let _ = self.notify(Notification::new(wire::ERR_CEASE, 2, &[]));
                 return Ok(());
             }
             // Everything whole in the buffer.
@@ -657,7 +684,11 @@ impl<'a> Conn<'a> {
                     self.buf.truncate(old);
                     return Err(End::Io("the neighbour closed the connection".into()));
                 }
-                Ok(n) => self.buf.truncate(old + n),
+                Ok(n) => {
+                    self.buf.truncate(old + n);
+                    // Bytes arrived: the neighbour is alive even before they are parsed.
+                    self.last_rx = Instant::now();
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -696,11 +727,37 @@ impl<'a> Conn<'a> {
         })
     }
 
-    /// Hold timer and keepalives.
+    /// End the session (Cease / Maximum Number of Prefixes Reached, RFC 4486) if the
+    /// neighbour has paths for more prefixes than its `max_prefixes`. Checked against what
+    /// the RIB holds for it, which trails the session by the UPDATEs queued (at most
+    /// `QUEUE`), after each UPDATE and at every tick.
+    fn check_max_prefixes(&mut self) -> Result<(), End> {
+        let Some(max) = self.me.cfg.max_prefixes else {
+            return Ok(());
+        };
+        if self.me.counters.prefixes.load(Ordering::Relaxed) <= u64::from(max) {
+            return Ok(());
+        }
+        // AFI, SAFI and the limit, as RFC 4486 suggests.
+        let mut data = wire::AFI_IPV4.to_be_bytes().to_vec();
+        data.push(wire::SAFI_UNICAST);
+        data.extend_from_slice(&max.to_be_bytes());
+        Err(self.notify(Notification::new(wire::ERR_CEASE, 1, &data)))
+    }
+
+    /// Hold timer, keepalives and the prefix limit.
     fn timers(&mut self, state: State) -> Result<(), End> {
+        if state == State::Established {
+            self.check_max_prefixes()?;
+        }
         if !self.hold.is_zero() && self.last_rx.elapsed() > self.hold {
             return Err(self.notify(Notification::new(wire::ERR_HOLD, 0, &[])));
         }
+        self.keepalive_if_due(state)
+    }
+
+    /// Send a KEEPALIVE if a third of the hold time has passed since we last sent anything.
+    fn keepalive_if_due(&mut self, state: State) -> Result<(), End> {
         if state != State::OpenSent
             && !self.hold.is_zero()
             && self.last_tx.elapsed() >= self.hold / 3
@@ -731,6 +788,9 @@ impl<'a> Conn<'a> {
                 Ok(State::OpenConfirm)
             }
             (State::OpenConfirm, wire::MSG_KEEPALIVE) => {
+                // The negotiated hold time from here on (a 0 one would have left OpenConfirm
+                // waiting for ever).
+                self.hold = self.negotiated_hold;
                 self.established = true;
                 self.me.set_state(State::Established);
                 self.me
@@ -777,7 +837,7 @@ impl<'a> Conn<'a> {
         } else {
             ours.min(open.hold_time)
         };
-        self.hold = Duration::from_secs(u64::from(hold));
+        self.negotiated_hold = Duration::from_secs(u64::from(hold));
         self.four_octet = open.four_octet_as;
         // A neighbour without multiprotocol capabilities speaks IPv4 unicast (RFC 4760 §8).
         let theirs: Vec<(u16, u8)> = if open.families.is_empty() {
@@ -870,32 +930,54 @@ impl<'a> Conn<'a> {
                     attrs: attrs.clone(),
                 })
             };
+            // A path whose next hop cannot be installed takes no part in the decision: it
+            // is a withdrawal of this neighbour's earlier path for those prefixes.
+            let mut add = |nh: Option<IpAddr>, p: Vec<Prefix>| match nh {
+                Some(nh) if (self.resolvable)(nh) => announce.push((path(nh), p)),
+                _ => {
+                    c.unresolved.fetch_add(1, Ordering::Relaxed);
+                    withdraw.extend(p);
+                }
+            };
             if !v4_nlri.is_empty() {
                 // parse_update guarantees NEXT_HOP when there are IPv4 NLRI (else it is a
-                // treat-as-withdraw); guard anyway.
-                match attrs.next_hop {
-                    Some(nh) => announce.push((path(nh), v4_nlri)),
-                    None => withdraw.extend(v4_nlri),
-                }
+                // treat-as-withdraw); a missing one is unresolvable anyway.
+                add(attrs.next_hop, v4_nlri);
             }
             if let Some((nh, p)) = mp_nlri {
                 if !p.is_empty() {
-                    announce.push((path(nh), p));
+                    add(Some(nh), p);
                 }
             }
         }
         c.prefixes_withdrawn
             .fetch_add(withdraw.len() as u64, Ordering::Relaxed);
+        self.check_max_prefixes()?;
         if withdraw.is_empty() && announce.is_empty() {
             return Ok(());
         }
-        // Blocks while the RIB thread is behind: we stop reading, TCP pushes back.
-        self.tx
-            .send(RibMsg::Update {
-                peer: self.peer,
-                withdraw,
-                announce,
-            })
-            .map_err(|_| End::Stop)
+        // Waits while the RIB thread is behind: we stop reading and TCP pushes back, but
+        // KEEPALIVEs still go out, so that the neighbour's hold timer does not expire.
+        let mut msg = RibMsg::Update {
+            peer: self.peer,
+            withdraw,
+            announce,
+        };
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(m)) => {
+                    msg = m;
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Err(End::Stop);
+                    }
+                    self.keepalive_if_due(State::Established)?;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err(End::Io("the RIB thread stopped".into()))
+                }
+            }
+        }
     }
 }

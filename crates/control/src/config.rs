@@ -923,6 +923,12 @@ impl Config {
                     "0 is out of range; expected 1..=65535 (179 is BGP's)",
                 );
             }
+            if n.max_prefixes == Some(0) {
+                r.add(
+                    path("max_prefixes"),
+                    "0 would end every session at its first route; expected at least 1, or leave it out for no limit",
+                );
+            }
             for (k, f) in n.families.iter().enumerate() {
                 if n.families[..k].contains(f) {
                     let name = match f {
@@ -1233,6 +1239,7 @@ mod tests {
                     remote_as: 65002,
                     port: 179,
                     local_pref: 200,
+                    max_prefixes: None,
                     families: vec![],
                     description: Some("transit A".into()),
                 },
@@ -1241,6 +1248,7 @@ mod tests {
                     remote_as: 4_200_000_001,
                     port: 1179,
                     local_pref: 100,
+                    max_prefixes: None,
                     families: vec![Family::Ipv6, Family::Ipv4],
                     description: None,
                 },
@@ -1297,6 +1305,10 @@ mod tests {
             (
                 format!("{BGP}connect_retry = 3601\n"),
                 "test.toml:6:17: bgp.connect_retry: 3601 is out of range; expected 1..=3600 seconds",
+            ),
+            (
+                format!("{BGP}{N}max_prefixes = 0\n"),
+                "test.toml:9:16: bgp.neighbor[0].max_prefixes: 0 would end every session at its first route",
             ),
             (
                 format!("{BGP}{N}{N}"),

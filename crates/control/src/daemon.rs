@@ -548,6 +548,8 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     }
     let ifaces = Arc::new(ArcSwap::from_pointee(sync.interfaces()));
     let locals = Arc::new(ArcSwap::from_pointee(sync.local_addresses()));
+    // The router's addresses and subnets, for the BGP speaker's next-hop checks.
+    let connected = Arc::new(ArcSwap::from_pointee(sync.addresses()));
     let iface_version = Arc::new(AtomicU64::new(0));
     let nports = facts.len();
     let mut punts: Vec<PuntConsumer> = Vec::new();
@@ -623,13 +625,16 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let mut speaker = match cfg.bgp.clone() {
         Some(b) => {
             let sh = shared.clone();
+            let addrs = connected.clone();
+            let resolvable: bgp::speaker::Resolvable =
+                Arc::new(move |ip| crate::sync::connected_in(&addrs.load(), ip).is_some());
             let sink = move |changes: &[bgp::rib::Change]| {
                 if let Ok(mut sync) = sh.sync.lock() {
                     sync.apply_bgp(changes);
                 }
                 sh.bgp_fib_done_ns.store(monotonic_ns(), Ordering::Release);
             };
-            match bgp::speaker::Speaker::start(b, sink) {
+            match bgp::speaker::Speaker::start(b, resolvable, sink) {
                 Ok(sp) => {
                     let _ = shared.bgp.set(sp.status());
                     tracing::info!(
@@ -655,7 +660,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         &mut mirror,
         &mut punts,
         &mut kernel_faces,
-        (&ifaces, &locals),
+        (&ifaces, &locals, &connected),
         &iface_version,
         &mut handles,
         &term,
@@ -752,7 +757,11 @@ fn control_loop(
     mirror: &mut linux::Mirror,
     punts: &mut [PuntConsumer],
     faces: &mut KernelFaces,
-    (ifaces, locals): (&ArcSwap<Interfaces>, &ArcSwap<Vec<IpAddr>>),
+    (ifaces, locals, connected): (
+        &ArcSwap<Interfaces>,
+        &ArcSwap<Vec<IpAddr>>,
+        &ArcSwap<Vec<linux::Addr>>,
+    ),
     iface_version: &AtomicU64,
     handles: &mut [WorkerHandle],
     term: &AtomicBool,
@@ -808,6 +817,7 @@ fn control_loop(
             published = sync.interfaces_version();
             ifaces.store(Arc::new(sync.interfaces()));
             locals.store(Arc::new(sync.local_addresses()));
+            connected.store(Arc::new(sync.addresses()));
             iface_version.fetch_add(1, Ordering::Release);
         }
         // Bounded: at most each queue's capacity per round.

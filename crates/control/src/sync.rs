@@ -338,6 +338,29 @@ impl HopLists {
     }
 }
 
+/// The interface whose connected subnet (of `addrs`, the router's addresses) holds `ip`,
+/// the longest such subnet winning; `None` if `ip` is on none, is one of the router's own
+/// addresses, or is IPv6 link-local (fe80::/10 is on every interface: which one a BGP next
+/// hop there means is the session's, which this does not know).
+pub fn connected_in(addrs: &[Addr], ip: IpAddr) -> Option<u32> {
+    if let IpAddr::V6(a) = ip {
+        if a.segments()[0] & 0xffc0 == 0xfe80 {
+            return None;
+        }
+    }
+    if addrs.iter().any(|a| a.addr == ip) {
+        return None;
+    }
+    addrs
+        .iter()
+        .filter(|a| {
+            a.addr.is_ipv4() == ip.is_ipv4()
+                && masked(a.addr, a.prefix_len) == masked(ip, a.prefix_len)
+        })
+        .max_by_key(|a| a.prefix_len)
+        .map(|a| a.ifindex)
+}
+
 /// The speaker's route for `p` through `hops`, as the sync stores it.
 fn bgp_route(p: Prefix, hops: NextHops) -> Route {
     Route {
@@ -1088,20 +1111,14 @@ impl Sync {
         self.update_prefix(p, want_now, installed);
     }
 
-    /// The interface whose connected subnet holds `ip`, unless `ip` is the router's own
-    /// address (the longest such subnet wins).
+    /// The interface whose connected subnet holds `ip` ([`connected_in`]).
     pub fn connected_ifindex(&self, ip: IpAddr) -> Option<u32> {
-        if self.addrs.iter().any(|a| a.addr == ip) {
-            return None;
-        }
-        self.addrs
-            .iter()
-            .filter(|a| {
-                a.addr.is_ipv4() == ip.is_ipv4()
-                    && masked(a.addr, a.prefix_len) == masked(ip, a.prefix_len)
-            })
-            .max_by_key(|a| a.prefix_len)
-            .map(|a| a.ifindex)
+        connected_in(&self.addrs, ip)
+    }
+
+    /// The router's addresses with their subnets (for [`connected_in`] outside the lock).
+    pub fn addresses(&self) -> Vec<Addr> {
+        self.addrs.clone()
     }
 
     // ---- views ----------------------------------------------------------------------

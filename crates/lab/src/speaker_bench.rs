@@ -241,6 +241,7 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
             remote_as: 65002 + i as u32,
             port: a.port(),
             local_pref: lp,
+            max_prefixes: None,
             families: vec![],
             description: None,
         })
@@ -265,7 +266,10 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
     let last_change = Arc::new(Mutex::new(Instant::now()));
     let (s2, l2) = (sync.clone(), last_change.clone());
     let rss0 = rss_bytes();
-    let speaker = Speaker::start(cfg, move |changes: &[bgp::rib::Change]| {
+    let addrs = crate::route_sync::base().addrs;
+    let resolvable: bgp::speaker::Resolvable =
+        Arc::new(move |ip| control::sync::connected_in(&addrs, ip).is_some());
+    let speaker = Speaker::start(cfg, resolvable, move |changes: &[bgp::rib::Change]| {
         if let Ok(mut s) = s2.lock() {
             s.apply_bgp(changes);
         }
