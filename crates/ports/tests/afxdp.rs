@@ -361,6 +361,13 @@ fn drop_detaches_the_program() {
         let x = AfXdp::open(A_IF, 0, 0, Default::default()).unwrap();
         assert!(has_xdp(&lab.a, A_IF), "{}", link_show(&lab.a, A_IF));
         drop(x);
+        // The kernel releases the program's link when its last reference goes, which can
+        // trail the close by a moment (a CI run saw it still attached right after): wait
+        // for it, bounded.
+        let t = Instant::now();
+        while has_xdp(&lab.a, A_IF) && t.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(!has_xdp(&lab.a, A_IF), "{}", link_show(&lab.a, A_IF));
         // And the port can be opened again.
         let x = AfXdp::open(A_IF, 0, 0, Default::default()).unwrap();
