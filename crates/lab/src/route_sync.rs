@@ -120,7 +120,8 @@ pub(crate) fn base() -> Snapshot {
     }
 }
 
-fn rss_bytes() -> u64 {
+/// Resident memory of this process, bytes.
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| {

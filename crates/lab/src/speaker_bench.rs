@@ -152,18 +152,6 @@ fn speaker_cpu() -> f64 {
     total as f64 / tick
 }
 
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|x| x.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 4096
-}
-
 /// Wait until `done` holds on the speaker's view (at most `limit`), then return the time
 /// the last FIB change was made (the sink's clock).
 fn wait_done(
@@ -265,7 +253,7 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
         .resync(crate::route_sync::base());
     let last_change = Arc::new(Mutex::new(Instant::now()));
     let (s2, l2) = (sync.clone(), last_change.clone());
-    let rss0 = rss_bytes();
+    let rss0 = crate::route_sync::rss_bytes();
     let addrs = crate::route_sync::base().addrs;
     let resolvable: bgp::speaker::Resolvable =
         Arc::new(move |ip| control::sync::connected_in(&addrs, ip).is_some());
@@ -355,7 +343,7 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
         .map_err(|_| anyhow::anyhow!("poisoned"))?
         .source_counts()
         .3;
-    let rss1 = rss_bytes();
+    let rss1 = crate::route_sync::rss_bytes();
     let failover = phase(
         "failover: the preferred peer withdraws every route",
         &mut peers[..1],
