@@ -715,31 +715,23 @@ fn bench_convergence_5k_routes_gobgp_peers_ferrouter_and_linux_json() {
 fn bench_bgp_scale_8k_routes_two_bird_peers_json() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("q{}", std::process::id() % 100_000);
-    let out = std::process::Command::new(common::bin())
-        .args([
-            "bench",
-            "bgp-scale",
-            "--routes",
-            "8000",
-            "--peers",
-            "2",
-            "--sample",
-            "2000",
-            "--dut",
-            "ferrouter,linux,ferrouter-bgp",
-            "--timeout",
-            "300",
-            "--json",
-            "--netns-prefix",
-            &prefix,
-        ])
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let v = common::bench_json(&[
+        "bench",
+        "bgp-scale",
+        "--routes",
+        "8000",
+        "--peers",
+        "2",
+        "--sample",
+        "2000",
+        "--dut",
+        "ferrouter,linux,ferrouter-bgp",
+        "--timeout",
+        "300",
+        "--json",
+        "--netns-prefix",
+        &prefix,
+    ]);
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3, "{v}");
     for (r, dut) in runs.iter().zip(["ferrouter", "linux", "ferrouter-bgp"]) {

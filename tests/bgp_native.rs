@@ -595,29 +595,21 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
 fn bench_convergence_5k_routes_ferrouter_bgp_json() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("v{}", std::process::id() % 100_000);
-    let out = std::process::Command::new(bin())
-        .args([
-            "bench",
-            "convergence",
-            "--routes",
-            "5000",
-            "--dut",
-            "ferrouter-bgp",
-            "--rate",
-            "50000",
-            "--timeout",
-            "120",
-            "--json",
-            "--netns-prefix",
-            &prefix,
-        ])
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stderr}");
-    assert!(out.status.success(), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = bench_json(&[
+        "bench",
+        "convergence",
+        "--routes",
+        "5000",
+        "--dut",
+        "ferrouter-bgp",
+        "--rate",
+        "50000",
+        "--timeout",
+        "120",
+        "--json",
+        "--netns-prefix",
+        &prefix,
+    ]);
     let r = &v["runs"][0];
     assert_eq!(v["runs"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(r["dut"], "ferrouter-bgp", "{r}");

@@ -61,6 +61,21 @@ pub fn start_lab(lab: Lab) -> Guard {
     Guard(lab)
 }
 
+/// Run `ferrouter` with `args` (a `bench ... --json` command): its stderr is printed, it
+/// must succeed, and its stdout is the JSON returned.
+pub fn bench_json(args: &[&str]) -> Value {
+    let out = std::process::Command::new(bin())
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// Runs `ferrouter bench convergence --protocol PROTOCOL --speaker SPEAKER --routes ROUTES
 /// --dut ferrouter,linux --json` in namespaces named `NETNS_PREFIX-*` and checks what both
 /// of its runs report: the JSON contract, every phase converged with its kernel times in
@@ -70,34 +85,25 @@ pub fn start_lab(lab: Lab) -> Guard {
 #[allow(dead_code)] // not every test binary uses every helper
 pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns_prefix: &str) {
     let routes_s = routes.to_string();
-    let out = std::process::Command::new(bin())
-        .args([
-            "bench",
-            "convergence",
-            "--protocol",
-            protocol,
-            "--speaker",
-            speaker,
-            "--routes",
-            &routes_s,
-            "--dut",
-            "ferrouter,linux",
-            "--rate",
-            "50000",
-            "--timeout",
-            "120",
-            "--json",
-            "--netns-prefix",
-            netns_prefix,
-        ])
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stderr}");
-    assert!(out.status.success(), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let v = bench_json(&[
+        "bench",
+        "convergence",
+        "--protocol",
+        protocol,
+        "--speaker",
+        speaker,
+        "--routes",
+        &routes_s,
+        "--dut",
+        "ferrouter,linux",
+        "--rate",
+        "50000",
+        "--timeout",
+        "120",
+        "--json",
+        "--netns-prefix",
+        netns_prefix,
+    ]);
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{v}");
     for (r, dut) in runs.iter().zip(["ferrouter", "linux"]) {

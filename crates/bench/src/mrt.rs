@@ -354,56 +354,84 @@ pub fn write_table_with<W: Write>(
     let mut seq = 0u32;
     for &p in &table.v4 {
         let path = gen.path(i, hash_v4(p));
-        let at = begin_record(&mut buf, RIB_IPV4_UNICAST);
-        rib_head(&mut buf, seq, &p.0.to_be_bytes(), p.1);
-        let attrs_at = rib_entry_head(&mut buf);
-        common_attrs(&mut buf, &path);
-        buf.extend_from_slice(&[0x40, 3, 4]); // NEXT_HOP
-        buf.extend_from_slice(&next_hop_v4.octets());
-        med(&mut buf, path.med);
-        end_attrs(&mut buf, attrs_at);
-        end_record(&mut buf, at);
+        rib_record(
+            &mut buf,
+            RIB_IPV4_UNICAST,
+            seq,
+            &p.0.to_be_bytes(),
+            p.1,
+            &path,
+            |buf| {
+                buf.extend_from_slice(&[0x40, 3, 4]); // NEXT_HOP
+                buf.extend_from_slice(&next_hop_v4.octets());
+            },
+        );
         seq = seq.wrapping_add(1);
-        if buf.len() > (1 << 20) - 512 {
-            out.write_all(&buf)?;
-            buf.clear();
-        }
+        flush_full(&mut buf, &mut out)?;
     }
     for &p in &table.v6 {
         let path = gen.path(i, hash_v6(p));
-        let at = begin_record(&mut buf, RIB_IPV6_UNICAST);
-        rib_head(&mut buf, seq, &p.0, p.1);
-        let attrs_at = rib_entry_head(&mut buf);
-        common_attrs(&mut buf, &path);
-        match mp_reach {
-            MpReach::Full => {
-                let n = p.1.div_ceil(8) as usize;
-                // AFI 2, SAFI 1, next hop, reserved, NLRI (this record's prefix).
-                buf.extend_from_slice(&[0x80, 14, (2 + 1 + 1 + 16 + 1 + 1 + n) as u8]);
-                buf.extend_from_slice(&[0, 2, 1, 16]);
-                buf.extend_from_slice(&next_hop_v6.octets());
-                buf.push(0);
-                buf.push(p.1);
-                buf.extend_from_slice(&p.0[..n]);
-            }
-            MpReach::Abbreviated => {
-                // RFC 6396 §4.3.4: next-hop length and address only.
-                buf.extend_from_slice(&[0x80, 14, 17, 16]);
-                buf.extend_from_slice(&next_hop_v6.octets());
-            }
-        }
-        med(&mut buf, path.med);
-        end_attrs(&mut buf, attrs_at);
-        end_record(&mut buf, at);
+        rib_record(
+            &mut buf,
+            RIB_IPV6_UNICAST,
+            seq,
+            &p.0,
+            p.1,
+            &path,
+            |buf| match mp_reach {
+                MpReach::Full => {
+                    let n = p.1.div_ceil(8) as usize;
+                    // AFI 2, SAFI 1, next hop, reserved, NLRI (this record's prefix).
+                    buf.extend_from_slice(&[0x80, 14, (2 + 1 + 1 + 16 + 1 + 1 + n) as u8]);
+                    buf.extend_from_slice(&[0, 2, 1, 16]);
+                    buf.extend_from_slice(&next_hop_v6.octets());
+                    buf.push(0);
+                    buf.push(p.1);
+                    buf.extend_from_slice(&p.0[..n]);
+                }
+                MpReach::Abbreviated => {
+                    // RFC 6396 §4.3.4: next-hop length and address only.
+                    buf.extend_from_slice(&[0x80, 14, 17, 16]);
+                    buf.extend_from_slice(&next_hop_v6.octets());
+                }
+            },
+        );
         seq = seq.wrapping_add(1);
-        if buf.len() > (1 << 20) - 512 {
-            out.write_all(&buf)?;
-            buf.clear();
-        }
+        flush_full(&mut buf, &mut out)?;
     }
     out.write_all(&buf)?;
     out.flush()?;
     Ok((table.v4.len(), table.v6.len()))
+}
+
+/// One RIB_IPV4_UNICAST / RIB_IPV6_UNICAST record: the prefix `addr`/`len` with one entry
+/// whose attributes are the common ones, then what `next_hop` writes, then MED.
+fn rib_record(
+    buf: &mut Vec<u8>,
+    subtype: u16,
+    seq: u32,
+    addr: &[u8],
+    len: u8,
+    path: &Path,
+    next_hop: impl FnOnce(&mut Vec<u8>),
+) {
+    let at = begin_record(buf, subtype);
+    rib_head(buf, seq, addr, len);
+    let attrs_at = rib_entry_head(buf);
+    common_attrs(buf, path);
+    next_hop(buf);
+    med(buf, path.med);
+    end_attrs(buf, attrs_at);
+    end_record(buf, at);
+}
+
+/// Write `buf` out once it is nearly 1 MiB (a record is far below 512 bytes).
+fn flush_full<W: Write>(buf: &mut Vec<u8>, out: &mut W) -> Result<()> {
+    if buf.len() > (1 << 20) - 512 {
+        out.write_all(buf)?;
+        buf.clear();
+    }
+    Ok(())
 }
 
 /// MRT common header with a length placeholder; returns where the body starts.

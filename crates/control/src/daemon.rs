@@ -632,7 +632,8 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
                 if let Ok(mut sync) = sh.sync.lock() {
                     sync.apply_bgp(changes);
                 }
-                sh.bgp_fib_done_ns.store(monotonic_ns(), Ordering::Release);
+                sh.bgp_fib_done_ns
+                    .store(worker::monotonic_ns(), Ordering::Release);
             };
             match bgp::speaker::Speaker::start(b, resolvable, sink) {
                 Ok(sp) => {
@@ -677,18 +678,6 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         bail!("{m}");
     }
     Ok(())
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (the clock the benchmarks read, so their times and the
-/// daemon's compare).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Stop and join every worker; the first death, if any, as a message.

@@ -117,36 +117,40 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             })
             .collect()
     };
-    s.counter(
-        "ferrouter_port_rx_packets",
-        "Frames received on the port.",
-        port(|c| &c.rx_packets),
-    );
-    s.counter(
-        "ferrouter_port_rx_bytes",
-        "Bytes received on the port.",
-        port(|c| &c.rx_bytes),
-    );
-    s.counter(
-        "ferrouter_port_tx_packets",
-        "Frames sent on the port.",
-        port(|c| &c.tx_packets),
-    );
-    s.counter(
-        "ferrouter_port_tx_bytes",
-        "Bytes sent on the port.",
-        port(|c| &c.tx_bytes),
-    );
-    s.counter(
-        "ferrouter_port_rx_drops",
-        "Frames the port dropped on receive (no buffer, too big, kernel ring full).",
-        port(|c| &c.rx_drops),
-    );
-    s.counter(
-        "ferrouter_port_tx_errors",
-        "Frames the port failed to send.",
-        port(|c| &c.tx_errors),
-    );
+    type PortField = fn(&crate::daemon::PortCounters) -> &AtomicU64;
+    let port_counters: [(&str, &str, PortField); 6] = [
+        (
+            "ferrouter_port_rx_packets",
+            "Frames received on the port.",
+            |c| &c.rx_packets,
+        ),
+        (
+            "ferrouter_port_rx_bytes",
+            "Bytes received on the port.",
+            |c| &c.rx_bytes,
+        ),
+        (
+            "ferrouter_port_tx_packets",
+            "Frames sent on the port.",
+            |c| &c.tx_packets,
+        ),
+        ("ferrouter_port_tx_bytes", "Bytes sent on the port.", |c| {
+            &c.tx_bytes
+        }),
+        (
+            "ferrouter_port_rx_drops",
+            "Frames the port dropped on receive (no buffer, too big, kernel ring full).",
+            |c| &c.rx_drops,
+        ),
+        (
+            "ferrouter_port_tx_errors",
+            "Frames the port failed to send.",
+            |c| &c.tx_errors,
+        ),
+    ];
+    for (name, help, field) in port_counters {
+        s.counter(name, help, port(field));
+    }
 
     let total = dataplane::worker::aggregate(shared.workers.iter());
     s.counter(
@@ -254,53 +258,56 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     }
     if let Some(b) = shared.bgp.get() {
         let v = b.view();
-        let per = |f: fn(&bgp::speaker::NeighborView) -> u64| -> Vec<(Labels, u64)> {
+        type NeighborField = fn(&bgp::speaker::NeighborView) -> u64;
+        let per = |f: NeighborField| -> Vec<(Labels, u64)> {
             v.neighbors
                 .iter()
                 .map(|n| (vec![("neighbor", n.address.to_string())], f(n)))
                 .collect()
         };
+        let gauge = |f: NeighborField| -> Vec<(Labels, f64)> {
+            per(f).into_iter().map(|(l, x)| (l, x as f64)).collect()
+        };
         s.gauge(
             "ferrouter_bgp_session_established",
             "1 while the BGP session with the neighbour is established.",
-            per(|n| u64::from(n.state == bgp::speaker::State::Established))
-                .into_iter()
-                .map(|(l, x)| (l, x as f64))
-                .collect(),
+            gauge(|n| u64::from(n.state == bgp::speaker::State::Established)),
         );
         s.gauge(
             "ferrouter_bgp_prefixes",
             "Prefixes the neighbour has a path for.",
-            per(|n| n.prefixes)
-                .into_iter()
-                .map(|(l, x)| (l, x as f64))
-                .collect(),
+            gauge(|n| n.prefixes),
         );
-        s.counter(
-            "ferrouter_bgp_updates_received",
-            "UPDATE messages received.",
-            per(|n| n.updates_received),
-        );
-        s.counter(
-            "ferrouter_bgp_treat_as_withdraw",
-            "UPDATEs whose announcements were treated as withdrawals (RFC 7606).",
-            per(|n| n.treat_as_withdraw),
-        );
-        s.counter(
-            "ferrouter_bgp_notifications_sent",
-            "NOTIFICATIONs sent.",
-            per(|n| n.notifications_sent),
-        );
-        s.counter(
-            "ferrouter_bgp_notifications_received",
-            "NOTIFICATIONs received.",
-            per(|n| n.notifications_received),
-        );
-        s.counter(
-            "ferrouter_bgp_established_transitions",
-            "Times the session reached Established.",
-            per(|n| n.established_transitions),
-        );
+        let neighbor_counters: [(&str, &str, NeighborField); 5] = [
+            (
+                "ferrouter_bgp_updates_received",
+                "UPDATE messages received.",
+                |n| n.updates_received,
+            ),
+            (
+                "ferrouter_bgp_treat_as_withdraw",
+                "UPDATEs whose announcements were treated as withdrawals (RFC 7606).",
+                |n| n.treat_as_withdraw,
+            ),
+            (
+                "ferrouter_bgp_notifications_sent",
+                "NOTIFICATIONs sent.",
+                |n| n.notifications_sent,
+            ),
+            (
+                "ferrouter_bgp_notifications_received",
+                "NOTIFICATIONs received.",
+                |n| n.notifications_received,
+            ),
+            (
+                "ferrouter_bgp_established_transitions",
+                "Times the session reached Established.",
+                |n| n.established_transitions,
+            ),
+        ];
+        for (name, help, field) in neighbor_counters {
+            s.counter(name, help, per(field));
+        }
         s.gauge(
             "ferrouter_bgp_rib_prefixes",
             "Prefixes with a best path in the BGP speaker's RIB.",

@@ -88,6 +88,19 @@ pub fn poll_once<M: PacketMemory, P: Port<M>>(
     total
 }
 
+/// Nanoseconds of `CLOCK_MONOTONIC` (vDSO: no system call). The clock every process on
+/// the host shares, so times the daemon reports compare with a tester's or a benchmark's.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Monotonic nanoseconds since `epoch` (read once per poll, not per packet).
 #[inline]
 pub fn now_ns(epoch: Instant) -> u64 {

@@ -19,17 +19,8 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// Nanoseconds of `CLOCK_MONOTONIC` (vDSO: no system call).
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// Nanoseconds of `CLOCK_MONOTONIC` (the dataplane's clock).
+pub use dataplane::worker::monotonic_ns;
 
 /// A clock that advances by a fixed step at every read: a trial driven by it does the
 /// same thing every run, whatever the machine's speed or load.

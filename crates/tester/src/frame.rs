@@ -65,7 +65,7 @@ impl Signature {
     /// the first next header), UDP, then the magic. `None` for anything else.
     #[inline]
     pub fn parse(frame: &[u8]) -> Option<Signature> {
-        let off = signature_offset(frame)?;
+        let off = udp_payload_offset(frame)?;
         let s = frame.get(off..off + SIGNATURE_LEN)?;
         if u16::from_be_bytes([s[0], s[1]]) != MAGIC {
             return None;
@@ -87,9 +87,10 @@ pub fn stream_field(tag: u16, direction: u8, family: Family) -> u16 {
     ((tag & ((1 << TAG_BITS) - 1)) << 3) | (u16::from(direction & 1) << 1) | family.index() as u16
 }
 
-/// Offset of the UDP payload in an Ethernet frame, if it is IPv4/IPv6 + UDP.
+/// Offset of the UDP payload in an Ethernet frame, if it is IPv4/IPv6 + UDP (first
+/// fragment only), where both the trial and the sweep signatures start.
 #[inline]
-fn signature_offset(f: &[u8]) -> Option<usize> {
+pub(crate) fn udp_payload_offset(f: &[u8]) -> Option<usize> {
     let be16 = |i: usize| -> Option<u16> { Some(u16::from_be_bytes([*f.get(i)?, *f.get(i + 1)?])) };
     let mut et = be16(12)?;
     let mut l3 = ETH_LEN;
@@ -122,7 +123,7 @@ fn signature_offset(f: &[u8]) -> Option<usize> {
 /// Sum of the eight 16-bit words of an IPv6 address (or the two of an IPv4 one, which has
 /// the upper 96 bits zero).
 #[inline]
-fn sum_words(v: u128) -> u32 {
+pub(crate) fn sum_words(v: u128) -> u32 {
     let mut s = 0u32;
     let mut x = v;
     while x != 0 {

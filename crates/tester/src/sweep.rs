@@ -115,7 +115,7 @@ use serde::{Deserialize, Serialize};
 use wire::checksum::fold;
 
 use crate::clock::{monotonic_ns, Clock, MonotonicClock};
-use crate::frame::DEFAULT_TTL;
+use crate::frame::{sum_words, udp_payload_offset, DEFAULT_TTL};
 use crate::profile::FCS_LEN;
 
 /// First two bytes of every sweep signature.
@@ -322,50 +322,6 @@ impl SweepSignature {
     fn session_dest(&self) -> u32 {
         (u32::from(self.session) << 24) | (self.dest & 0x00ff_ffff)
     }
-}
-
-/// Offset of the UDP payload of an Ethernet frame, if it is IPv4/IPv6 + UDP.
-#[inline]
-fn udp_payload_offset(f: &[u8]) -> Option<usize> {
-    let be16 = |i: usize| -> Option<u16> { Some(u16::from_be_bytes([*f.get(i)?, *f.get(i + 1)?])) };
-    let mut et = be16(12)?;
-    let mut l3 = ETH_LEN;
-    if et == 0x8100 || et == 0x88a8 {
-        et = be16(16)?;
-        l3 += 4;
-    }
-    match et {
-        0x0800 => {
-            let vihl = *f.get(l3)?;
-            let ihl = usize::from(vihl & 0xf) * 4;
-            if vihl >> 4 != 4 || ihl < 20 || *f.get(l3 + 9)? != PROTO_UDP {
-                return None;
-            }
-            if be16(l3 + 6)? & 0x1fff != 0 {
-                return None;
-            }
-            Some(l3 + ihl + UDP_LEN)
-        }
-        0x86dd => {
-            if *f.get(l3)? >> 4 != 6 || *f.get(l3 + 6)? != PROTO_UDP {
-                return None;
-            }
-            Some(l3 + 40 + UDP_LEN)
-        }
-        _ => None,
-    }
-}
-
-/// Sum of the 16-bit words of a 128-bit value (an IPv4 address in the low 32 bits).
-#[inline]
-fn sum_words(v: u128) -> u32 {
-    let mut s = 0u32;
-    let mut x = v;
-    while x != 0 {
-        s += (x & 0xffff) as u32;
-        x >>= 16;
-    }
-    s
 }
 
 #[inline]
