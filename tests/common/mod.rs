@@ -143,6 +143,14 @@ pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns
             assert_eq!(p["total_s"], r[total], "{phase}: {r}");
             assert!(first <= done && done <= t + 0.001, "{phase}: {p}");
             assert!(p["after_kernel_s"].as_f64().unwrap() >= 0.0, "{phase}: {p}");
+            // The measured time per traffic pass: none if fewer than two passes started in
+            // the phase, otherwise no shorter than the nominal one (the sender keeps to its
+            // rate; 20 ms of sampling slack).
+            if !p["pass_s"].is_null() {
+                let pass = p["pass_s"].as_f64().unwrap();
+                let nominal = r["sweep_period_s"].as_f64().unwrap();
+                assert!(pass.is_finite() && pass > nominal - 0.05, "{phase}: {p}");
+            }
             // Every process of the run is accounted for, with a plausible CPU time.
             let cpu = p["cpu_s"].as_object().unwrap();
             let daemon = if protocol == "ospf" { "ospfd" } else { "bgpd" };

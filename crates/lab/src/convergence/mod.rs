@@ -198,6 +198,13 @@ pub struct PhaseTime {
     /// `total_s` is the traffic's resolution (up to one sweep pass).
     #[serde(default)]
     pub fib_done_s: Option<f64>,
+    /// The traffic's actual time per pass over every route while the phase ran: from the
+    /// first pass the sender started in the phase to the last one, over the passes between
+    /// (seen every 20 ms; `None` if fewer than two started). Above the nominal
+    /// `sweep_period_s` when the sender was starved of CPU or the port pushed back, which
+    /// coarsens `total_s` by as much.
+    #[serde(default)]
+    pub pass_s: Option<f64>,
     /// CPU seconds (user + system) each process used during the phase: the routing daemons
     /// by name (zebra, bgpd or ospfd, the peers) and "ferrouter". A daemon near `total_s`
     /// was busy throughout and sets the pace; the machine has two cores for all of them.
@@ -501,6 +508,40 @@ fn speaker_fib_done(socket: &std::path::Path, want: [usize; 2]) -> Result<Option
     )
 }
 
+/// The sender's pass starts as [`settle`] sees them: the first and the latest change of the
+/// count, and when.
+struct PassClock {
+    last: u64,
+    first: Option<(u64, Instant)>,
+    latest: Option<(u64, Instant)>,
+}
+
+impl PassClock {
+    fn new(started: u64) -> PassClock {
+        PassClock {
+            last: started,
+            first: None,
+            latest: None,
+        }
+    }
+
+    /// The count of passes started, read now.
+    fn see(&mut self, started: u64) {
+        if started != self.last {
+            self.last = started;
+            let now = (started, Instant::now());
+            self.first.get_or_insert(now);
+            self.latest = Some(now);
+        }
+    }
+
+    /// Mean seconds per pass between the first and the latest start seen.
+    fn mean_s(&self) -> Option<f64> {
+        let ((n0, t0), (n1, t1)) = (self.first?, self.latest?);
+        (n1 > n0).then(|| t1.duration_since(t0).as_secs_f64() / (n1 - n0) as f64)
+    }
+}
+
 /// Wait until traffic to every route arrives on receive port `port` (frames sent after
 /// `since`), keeping an eye on the kernel and the threads. Returns the phase's times.
 fn settle(
@@ -512,10 +553,12 @@ fn settle(
 ) -> Result<PhaseTime> {
     let (t, log, timeout) = (w.t, w.log, w.timeout);
     let start = Instant::now();
+    let mut passes = PassClock::new(t.tracker().passes_started());
     let mut kernel_at: Option<u64> = None;
     let mut fib_at: Option<u64> = None;
     let mut last_log = Instant::now();
     loop {
+        passes.see(t.tracker().passes_started());
         let st = t.tracker().settle_status(port, since);
         let ks = w.kw.state();
         if kernel_at.is_none() && kernel_done(&ks) {
@@ -534,6 +577,7 @@ fn settle(
                 kernel_done_s: kd,
                 after_kernel_s: kernel_at.map(|k| secs(k, done)),
                 fib_done_s: fib_at.map(|f| secs(since, f)),
+                pass_s: passes.mean_s(),
                 cpu_s: BTreeMap::new(),
             });
         }
@@ -715,11 +759,11 @@ pub fn table(r: &Report) -> String {
         ),
     };
     let mut s = String::from(
-        "DUT            protocol  routes     learn s  failover s  failback s  loss after  pass s  failback: first kernel change / kernel done / after kernel\n",
+        "DUT            protocol  routes     learn s  failover s  failback s  loss after  pass s (nominal/failback)  failback: first kernel change / kernel done / after kernel\n",
     );
     for x in &r.runs {
         s.push_str(&format!(
-            "{:<14} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  {:>6.2}  {}\n",
+            "{:<14} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  {:>11.2} / {:<11}  {}\n",
             x.dut.name(),
             format!("{}/{}", x.protocol.name(), x.speaker.name()),
             x.routes,
@@ -728,6 +772,7 @@ pub fn table(r: &Report) -> String {
             x.converge_s,
             x.loss_after,
             x.sweep_period_s,
+            f(x.failback.pass_s),
             split(x)
         ));
     }

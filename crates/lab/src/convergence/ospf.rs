@@ -45,6 +45,10 @@ pub const METRIC_PRIMARY: u32 = 100;
 pub const METRIC_SECONDARY: u32 = 200;
 /// Above this many routes, [`Tuning::BULK`]; [`Tuning::FAST`] up to it.
 pub const BULK_ABOVE: usize = 50_000;
+/// The most routes per peer this lab has converged with on a 2-vCPU machine. At 2M the BIRD
+/// peers and ospfd stalled in the learn phase (docs/performance.md, "OSPF at 2M routes"):
+/// above this, the run says so before it starts.
+pub const LARGEST_MEASURED: usize = 400_000;
 /// More than BIRD's MinLSInterval (5 s) since the flush: see the module doc.
 pub const PAUSE_BEFORE_FAILBACK: Duration = Duration::from_secs(6);
 
@@ -109,6 +113,13 @@ pub fn setup(
     log: &dyn Fn(&str),
 ) -> Result<super::StaticPeers> {
     let tuning = tuning_for(n);
+    if n > LARGEST_MEASURED {
+        log(&format!(
+            "   note: {n} routes per peer is above the {LARGEST_MEASURED} this lab has converged \
+             with on 2 vCPUs; at 2M its BIRD peers and ospfd stalled in the learn phase \
+             (docs/performance.md, \"OSPF at 2M routes\"): each phase gives up after --timeout"
+        ));
+    }
     let prefixes = ospf::externals_v4(n, seed);
     let frr = d.start_frr(
         &lab.rtr(),
