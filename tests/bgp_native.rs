@@ -587,6 +587,92 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
     assert_eq!(kernel_forwarded(&lab), (0, 0));
 }
 
+/// A path whose next hop is on no connected subnet is left out, and taken once an address
+/// on that subnet appears: the speaker asks the neighbour (the codec speaking in h2, which
+/// advertises the route refresh capability) for its IPv4 routes again with a ROUTE-REFRESH,
+/// and installs the path the neighbour sends again.
+#[test]
+fn next_hop_that_becomes_reachable_is_taken_after_a_route_refresh() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = format!("r{}", std::process::id() % 10000);
+    let cfg = format!(
+        "\n[bgp]\nasn = 65001\nrouter_id = \"{}\"\nconnect_retry = 1\n\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = 65002\n",
+        lab::R2_V4,
+        lab::H2_V4
+    );
+    let guard = start(&tag, &cfg);
+    let lab = guard.0.clone();
+    let path = format!("/var/run/netns/{}", lab.h2());
+    let far = || {
+        let mut a = attrs(0);
+        a.next_hop = Some("10.99.99.1".parse().unwrap());
+        let mut out = Vec::new();
+        wire::encode_updates(&mut out, &a, None, &prefixes(&["10.9.5.0/24"]), &[], true);
+        out
+    };
+    // The peer: the UPDATE, then (on its own thread) wait for the ROUTE-REFRESH, skipping
+    // KEEPALIVEs, and send the UPDATE again. It hands back the session to keep it up.
+    let peer = std::thread::spawn(move || -> (TcpStream, (u16, u8)) {
+        let file = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on a valid namespace fd; only this thread changes namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0);
+        let l = TcpListener::bind((lab::H2_V4, 179)).expect("bind 179 in h2");
+        let mut s = accept_session(&l);
+        s.write_all(&far()).unwrap();
+        // ferrouter's KEEPALIVEs come every 30 s at most (hold time 90 s).
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let started = Instant::now();
+        let refresh = loop {
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "no ROUTE-REFRESH"
+            );
+            let (kind, body) = read_msg(&mut s);
+            match kind {
+                wire::MSG_KEEPALIVE => continue,
+                wire::MSG_ROUTE_REFRESH => {
+                    break wire::parse_route_refresh(&body).expect("a valid ROUTE-REFRESH")
+                }
+                k => panic!("unexpected message type {k}: {body:?}"),
+            }
+        };
+        s.write_all(&far()).unwrap();
+        (s, refresh)
+    });
+    let fib_has = |p: &str| {
+        api(&lab, "routes", Some(p))["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["source"] == "bgp")
+    };
+    wait_until("the unresolvable next hop counted", || {
+        speaker(&lab)["neighbors"][0]["unresolved"] == 1
+    });
+    assert!(!fib_has("10.9.5.0/24"), "a next hop on no connected subnet");
+    assert_eq!(speaker(&lab)["neighbors"][0]["route_refresh_sent"], 0);
+    // The next hop's subnet appears on the router's interface towards h2.
+    let (ok, out) = sh(
+        &lab,
+        &lab.rtr(),
+        &["ip", "addr", "add", "10.99.99.2/24", "dev", "r2"],
+    );
+    assert!(ok, "{out}");
+    let (_session, refresh) = peer.join().expect("the peer got a ROUTE-REFRESH");
+    assert_eq!(refresh, (wire::AFI_IPV4, wire::SAFI_UNICAST));
+    wait_until("the path sent again is installed", || {
+        fib_has("10.9.5.0/24")
+    });
+    let r = api(&lab, "routes", Some("10.9.5.0/24"));
+    assert!(r.to_string().contains("10.99.99.1"), "{r}");
+    let n = &speaker(&lab)["neighbors"][0];
+    assert_eq!(n["route_refresh_sent"], 1, "{n}");
+    assert_eq!(n["unresolved"], 1, "{n}");
+    assert_eq!(n["state"], "established", "{n}");
+}
+
 /// `ferrouter bench convergence --dut ferrouter-bgp` at a small scale: the speaker in place
 /// of FRR, every phase converged with the speaker's FIB time inside the traffic's, no
 /// kernel split (nothing changes in the kernel), no loss after convergence, the CPU of

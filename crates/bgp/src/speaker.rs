@@ -43,6 +43,13 @@ const LOOK_AHEAD: usize = 64;
 /// How often a session looks at its timers and the stop flag while waiting for data.
 const TICK: Duration = Duration::from_millis(100);
 
+/// The MP_REACH_NLRI a session takes: AFI, next hop, prefixes.
+type MpNlri = (u16, IpAddr, Vec<(IpAddr, u8)>);
+
+/// Distinct unresolved next hops a session watches for becoming usable (see
+/// [`Conn::refresh_if_resolved`]); past this many, further ones are not watched.
+const WATCHED_NEXT_HOPS: usize = 64;
+
 /// Whether a next hop can be installed (RFC 4271 §9.1.2.1): on a connected subnet and not
 /// one of the router's own addresses. Paths whose next hop is not are left out of the
 /// decision (counted as `unresolved`), so that a less preferred usable path wins.
@@ -86,6 +93,7 @@ struct Counters {
     attributes_discarded: AtomicU64,
     as_loops: AtomicU64,
     unresolved: AtomicU64,
+    route_refresh_sent: AtomicU64,
     notifications_sent: AtomicU64,
     notifications_received: AtomicU64,
     established_transitions: AtomicU64,
@@ -188,6 +196,9 @@ pub struct NeighborView {
     pub as_loops: u64,
     /// Announcements left out of the decision: next hop on no connected subnet, or ours.
     pub unresolved: u64,
+    /// ROUTE-REFRESH requests sent (RFC 2918): a next hop that was unresolved has become
+    /// usable, so the neighbour is asked to send its routes again.
+    pub route_refresh_sent: u64,
     /// NOTIFICATIONs sent.
     pub notifications_sent: u64,
     /// NOTIFICATIONs received.
@@ -285,6 +296,7 @@ impl Status {
                         attributes_discarded: get(&c.attributes_discarded),
                         as_loops: get(&c.as_loops),
                         unresolved: get(&c.unresolved),
+                        route_refresh_sent: get(&c.route_refresh_sent),
                         notifications_sent: get(&c.notifications_sent),
                         notifications_received: get(&c.notifications_received),
                         established_transitions: get(&c.established_transitions),
@@ -564,6 +576,11 @@ struct Conn<'a> {
     families: Vec<Family>,
     remote_id: std::net::Ipv4Addr,
     established: bool,
+    /// The neighbour advertised the route refresh capability (RFC 2918).
+    route_refresh: bool,
+    /// Next hops of paths left out of the decision, with the AFI of their prefixes: when
+    /// one becomes usable, the neighbour is asked for that AFI's routes again.
+    watched: Vec<(IpAddr, u16)>,
 }
 
 impl<'a> Conn<'a> {
@@ -597,6 +614,8 @@ impl<'a> Conn<'a> {
             families: Vec::new(),
             remote_id: std::net::Ipv4Addr::UNSPECIFIED,
             established: false,
+            route_refresh: false,
+            watched: Vec::new(),
         }
     }
 
@@ -745,15 +764,48 @@ impl<'a> Conn<'a> {
         Err(self.notify(Notification::new(wire::ERR_CEASE, 1, &data)))
     }
 
-    /// Hold timer, keepalives and the prefix limit.
+    /// Hold timer, keepalives, the prefix limit and the watched next hops.
     fn timers(&mut self, state: State) -> Result<(), End> {
         if state == State::Established {
             self.check_max_prefixes()?;
+            self.refresh_if_resolved()?;
         }
         if !self.hold.is_zero() && self.last_rx.elapsed() > self.hold {
             return Err(self.notify(Notification::new(wire::ERR_HOLD, 0, &[])));
         }
         self.keepalive_if_due(state)
+    }
+
+    /// A path whose next hop could not be installed was dropped, not kept (the RIB holds
+    /// only usable paths), so when such a next hop becomes usable (an address added on its
+    /// subnet), ask the neighbour to send that AFI's routes again (ROUTE-REFRESH, RFC 2918),
+    /// if it advertised the capability. Checked every tick, for at most
+    /// [`WATCHED_NEXT_HOPS`] next hops; each is forgotten once refreshed.
+    fn refresh_if_resolved(&mut self) -> Result<(), End> {
+        if self.watched.is_empty() {
+            return Ok(());
+        }
+        let resolvable = self.resolvable;
+        let mut afis: Vec<u16> = Vec::new();
+        self.watched.retain(|&(nh, afi)| {
+            let now = resolvable(nh);
+            if now && !afis.contains(&afi) {
+                afis.push(afi);
+            }
+            !now
+        });
+        if afis.is_empty() || !self.route_refresh {
+            return Ok(());
+        }
+        for afi in afis {
+            wire::encode_route_refresh(&mut self.out, afi, wire::SAFI_UNICAST);
+            self.me
+                .counters
+                .route_refresh_sent
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(neighbor = %self.me.cfg.address, afi, "next hop usable now: route refresh requested");
+        }
+        self.send()
     }
 
     /// Send a KEEPALIVE if a third of the hold time has passed since we last sent anything.
@@ -857,6 +909,7 @@ impl<'a> Conn<'a> {
             })
             .collect();
         self.remote_id = open.router_id;
+        self.route_refresh = open.route_refresh;
         if let Ok(mut s) = self.me.session.lock() {
             s.remote_router_id = Some(open.router_id);
             s.hold_time = Some(hold);
@@ -900,16 +953,16 @@ impl<'a> Conn<'a> {
         } else {
             Vec::new()
         };
-        let mp_nlri: Option<(IpAddr, Vec<(IpAddr, u8)>)> = u.mp_reach.as_ref().and_then(|mp| {
+        let mp_nlri: Option<MpNlri> = u.mp_reach.as_ref().and_then(|mp| {
             let ok = (mp.afi == wire::AFI_IPV6 && v6) || (mp.afi == wire::AFI_IPV4 && v4);
-            ok.then(|| (mp.next_hop, mp.nlri.iter().collect()))
+            ok.then(|| (mp.afi, mp.next_hop, mp.nlri.iter().collect()))
         });
-        let announced = v4_nlri.len() + mp_nlri.as_ref().map_or(0, |m| m.1.len());
+        let announced = v4_nlri.len() + mp_nlri.as_ref().map_or(0, |m| m.2.len());
         c.prefixes_announced
             .fetch_add(announced as u64, Ordering::Relaxed);
         if refuse {
             withdraw.extend(v4_nlri);
-            if let Some((_, p)) = mp_nlri {
+            if let Some((_, _, p)) = mp_nlri {
                 withdraw.extend(p);
             }
         } else {
@@ -931,22 +984,32 @@ impl<'a> Conn<'a> {
                 })
             };
             // A path whose next hop cannot be installed takes no part in the decision: it
-            // is a withdrawal of this neighbour's earlier path for those prefixes.
-            let mut add = |nh: Option<IpAddr>, p: Vec<Prefix>| match nh {
+            // is a withdrawal of this neighbour's earlier path for those prefixes. Its next
+            // hop is watched (`refresh_if_resolved`).
+            let mut unresolved: Vec<(IpAddr, u16)> = Vec::new();
+            let mut add = |nh: Option<IpAddr>, afi: u16, p: Vec<Prefix>| match nh {
                 Some(nh) if (self.resolvable)(nh) => announce.push((path(nh), p)),
                 _ => {
                     c.unresolved.fetch_add(1, Ordering::Relaxed);
+                    if let Some(nh) = nh {
+                        unresolved.push((nh, afi));
+                    }
                     withdraw.extend(p);
                 }
             };
             if !v4_nlri.is_empty() {
                 // parse_update guarantees NEXT_HOP when there are IPv4 NLRI (else it is a
                 // treat-as-withdraw); a missing one is unresolvable anyway.
-                add(attrs.next_hop, v4_nlri);
+                add(attrs.next_hop, wire::AFI_IPV4, v4_nlri);
             }
-            if let Some((nh, p)) = mp_nlri {
+            if let Some((afi, nh, p)) = mp_nlri {
                 if !p.is_empty() {
-                    add(Some(nh), p);
+                    add(Some(nh), afi, p);
+                }
+            }
+            for w in unresolved {
+                if !self.watched.contains(&w) && self.watched.len() < WATCHED_NEXT_HOPS {
+                    self.watched.push(w);
                 }
             }
         }

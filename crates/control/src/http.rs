@@ -199,7 +199,7 @@ async fn neighbors(State(s): State<Arc<Shared>>) -> ApiResult {
 
 /// The native BGP speaker: sessions, their counters, and the RIB's size.
 #[utoipa::path(get, path = "/v1/bgp", tag = "show",
-    responses((status = 200, description = "{enabled, speaker: {asn, router_id, prefixes_v4, prefixes_v6, paths, fib_changes, neighbors: [{address, remote_as, state, state_s, prefixes, updates_received, prefixes_announced, prefixes_withdrawn, treat_as_withdraw, attributes_discarded, as_loops, notifications_sent, notifications_received, established_transitions, last_error, ...}]}}")))]
+    responses((status = 200, description = "{enabled, speaker: {asn, router_id, prefixes_v4, prefixes_v6, paths, fib_changes, neighbors: [{address, remote_as, state, state_s, prefixes, updates_received, prefixes_announced, prefixes_withdrawn, treat_as_withdraw, attributes_discarded, as_loops, unresolved, route_refresh_sent, notifications_sent, notifications_received, established_transitions, last_error, ...}]}}")))]
 async fn bgp(State(s): State<Arc<Shared>>) -> ApiResult {
     blocking(move || show(s, "bgp", None)).await
 }

@@ -19,7 +19,7 @@
 //! | `ferrouter_kernel_forwarded_packets_total` | family | must stay 0 |
 //! | `ferrouter_bgp_session_established` | neighbor | 1 when the session is up (with `[bgp]`) |
 //! | `ferrouter_bgp_prefixes` | neighbor | prefixes the neighbour has a path for |
-//! | `ferrouter_bgp_updates_received_total`, `_treat_as_withdraw_total`, `_notifications_sent_total`, `_notifications_received_total`, `_established_transitions_total` | neighbor | |
+//! | `ferrouter_bgp_updates_received_total`, `_treat_as_withdraw_total`, `_notifications_sent_total`, `_notifications_received_total`, `_established_transitions_total`, `_route_refresh_sent_total` | neighbor | |
 //! | `ferrouter_bgp_rib_prefixes` | family | prefixes with a best path |
 //! | `ferrouter_bgp_fib_changes_total`, `ferrouter_bgp_unresolved_total` | | FIB changes from the speaker; best paths whose next hop is on no connected subnet |
 //! | `ferrouter_build_info` | version | 1 |
@@ -278,7 +278,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             "Prefixes the neighbour has a path for.",
             gauge(|n| n.prefixes),
         );
-        let neighbor_counters: [(&str, &str, NeighborField); 5] = [
+        let neighbor_counters: [(&str, &str, NeighborField); 6] = [
             (
                 "ferrouter_bgp_updates_received",
                 "UPDATE messages received.",
@@ -303,6 +303,11 @@ pub fn render(shared: &Shared) -> Result<String, String> {
                 "ferrouter_bgp_established_transitions",
                 "Times the session reached Established.",
                 |n| n.established_transitions,
+            ),
+            (
+                "ferrouter_bgp_route_refresh_sent",
+                "ROUTE-REFRESH requests sent: an unresolved next hop became usable.",
+                |n| n.route_refresh_sent,
             ),
         ];
         for (name, help, field) in neighbor_counters {
