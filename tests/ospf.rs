@@ -18,6 +18,10 @@
 //! convergence --protocol ospf` at 2,000 routes (BIRD in h2 and h3 as primary and secondary)
 //! against both DUTs and checks the JSON.
 //!
+//! `tester_ospf_routers_...` puts the tester's emulated OSPF routers (`crates/ospf`) in h2
+//! and h3 in place of BIRD, against ospfd; `bench_convergence_ospf_tester_20k_...` runs
+//! `bench convergence --protocol ospf --speaker tester` at 20,000 routes.
+//!
 //! Needs root and the packages scripts/deps.sh installs (frr, bird2). See tests/bgp.rs for
 //! how the daemons are run (as the frr user, everything under the lab's directory).
 
@@ -637,5 +641,175 @@ fn bench_convergence_ospf_2k_routes_ferrouter_and_linux_json() {
         "bird",
         2000,
         &format!("o{}", std::process::id() % 100_000),
+    );
+}
+
+/// Send `pkts` as OSPF (IP protocol 89) from the router namespace to h2's address: what a
+/// hostile or broken neighbour might send the tester's emulated router.
+fn send_ospf_from_router(lab: &Lab, pkts: Vec<Vec<u8>>) {
+    let ns = lab.rtr();
+    std::thread::spawn(move || {
+        lab::rfc2544::enter_netns(&ns).unwrap();
+        // SAFETY: plain socket(2); closed below.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, 89) };
+        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let dst = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(lab::H2_V4.parse::<std::net::Ipv4Addr>().unwrap()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        for p in &pkts {
+            // SAFETY: p and dst are valid for the lengths given.
+            let rc = unsafe {
+                libc::sendto(
+                    fd,
+                    p.as_ptr().cast(),
+                    p.len(),
+                    0,
+                    (&dst as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, p.len() as isize, "{}", std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+    })
+    .join()
+    .unwrap();
+}
+
+/// The tester's emulated OSPF routers (`ospf::peer`, `--speaker tester`) against FRR's
+/// ospfd: both form adjacencies, originate 5,000 externals each (primary metric 100,
+/// secondary 200), ospfd installs the primary's and ferrouter's FIB follows; every LSA is
+/// acknowledged both ways (ospfd floods each router's externals to the other, which
+/// acknowledges them). The primary withdraws (MaxAge) and every route moves to the
+/// secondary; it advertises again (next sequence number) and they move back. Malformed
+/// packets sent to the primary are counted and change nothing.
+#[test]
+fn tester_ospf_routers_feed_ospfd_withdraw_readvertise_and_shrug_off_bad_packets() {
+    use lab::convergence::Routing;
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 5000;
+    let mut l = Lab::new(&format!("t{}oe", std::process::id() % 10000));
+    l.h3 = true;
+    let g = start_lab(l);
+    let lab = &g.0;
+    let mut d = Daemons::new(&lab.dir.join("daemons")).unwrap();
+    let peers = lab::convergence::ospf::setup_tester(lab, &mut d, N, SEED, &|m| eprintln!("{m}"))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let want: BTreeSet<String> = peers.prefixes().iter().map(|&p| v4_str(p)).collect();
+    assert_eq!(want.len(), N);
+    let on = |nh: &str| {
+        fib_routes(lab)
+            .into_iter()
+            .filter(|(p, h)| h.starts_with(&format!("via {nh} ")) && want.contains(p))
+            .count()
+    };
+    let all_on = |d: &mut Daemons, what: &str, nh: &str| {
+        wait_for(what, Duration::from_secs(60), d, || {
+            let n = on(nh);
+            (n == N, format!("{n} of {N} via {nh}"))
+        });
+    };
+    let settled = |d: &mut Daemons, what: &str| {
+        wait_for(what, Duration::from_secs(30), d, || {
+            let s = peers.stats();
+            (
+                s.iter().all(|s| s.unacked == 0 && s.unsent == 0),
+                format!("{s:?}"),
+            )
+        });
+    };
+    peers.learn().unwrap();
+    all_on(&mut d, "the primary's externals in the FIB", lab::H2_V4);
+    settled(&mut d, "every LSA acknowledged after the learn");
+    let [p, s] = peers.stats();
+    for x in [&p, &s] {
+        assert_eq!(x.state, Some(ospf_tester::peer::State::Full), "{x:?}");
+        assert!(x.lsas_acked >= N as u64, "{x:?}");
+        assert_eq!(
+            (x.bad_packets, x.adjacency_resets, x.unoriginated),
+            (0, 0, 0),
+            "{x:?}"
+        );
+        // ospfd floods each router's externals to the other.
+        assert!(x.lsas_received >= N as u64, "{x:?}");
+    }
+
+    peers.withdraw().unwrap();
+    all_on(&mut d, "failover to the secondary", lab::H3_V4);
+    settled(&mut d, "every flush acknowledged");
+    peers.readvertise().unwrap();
+    all_on(&mut d, "failback to the primary", lab::H2_V4);
+    settled(&mut d, "every new instance acknowledged");
+
+    // Bad packets at the primary: short, version 3, bad checksum, an LSU whose LSA runs
+    // past the packet (checksum right), and an LSU with a bad LSA checksum.
+    let rid: std::net::Ipv4Addr = lab::R2_V4.parse().unwrap();
+    let mut ack = Vec::new();
+    ospf_tester::wire::encode_ls_ack(&mut ack, rid, &[]);
+    let mut v3 = ack.clone();
+    v3[0] = 3;
+    let mut sum = ack.clone();
+    sum[5] ^= 0xff;
+    let mut overrun = Vec::new();
+    ospf_tester::wire::lsu_begin(&mut overrun, rid);
+    ospf_tester::wire::lsu_push(
+        &mut overrun,
+        &[
+            0, 1, 2, 5, 1, 2, 3, 4, 1, 2, 3, 4, 0x80, 0, 0, 1, 0, 0, 1, 0,
+        ],
+    );
+    ospf_tester::wire::finish(&mut overrun);
+    let mut bad_lsa = Vec::new();
+    let mut lsa = [0u8; ospf_tester::wire::EXTERNAL_LSA_LEN];
+    ospf_tester::wire::external_lsa(
+        &mut lsa,
+        rid,
+        1,
+        ospf_tester::wire::INITIAL_SEQ,
+        ospf_tester::wire::External {
+            id: 0x0a00_0000,
+            mask: 0xff00_0000,
+            metric: 1,
+        },
+    );
+    lsa[30] ^= 1;
+    ospf_tester::wire::lsu_begin(&mut bad_lsa, rid);
+    ospf_tester::wire::lsu_push(&mut bad_lsa, &lsa);
+    ospf_tester::wire::finish(&mut bad_lsa);
+    let before = peers.stats()[0].bad_packets;
+    send_ospf_from_router(lab, vec![ack[..10].to_vec(), v3, sum, overrun, bad_lsa]);
+    wait_for(
+        "the bad packets counted",
+        Duration::from_secs(10),
+        &mut d,
+        || {
+            let b = peers.stats()[0].bad_packets;
+            (b >= before + 5, format!("bad_packets {b}"))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let [p, _] = peers.stats();
+    assert_eq!(p.state, Some(ospf_tester::peer::State::Full), "{p:?}");
+    assert_eq!(p.adjacency_resets, 0, "{p:?}");
+    assert_eq!(on(lab::H2_V4), N);
+    drop(peers);
+}
+
+/// `bench convergence --protocol ospf --speaker tester` at 20,000 routes against both DUTs,
+/// with the checks of the BIRD run.
+#[test]
+fn bench_convergence_ospf_tester_20k_routes_ferrouter_and_linux_json() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    check_bench_convergence(
+        "ospf",
+        "tester",
+        20_000,
+        &format!("q{}", std::process::id() % 100_000),
     );
 }

@@ -360,8 +360,8 @@ enum Bench {
     Rfc2544(Rfc2544Args),
     /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
     /// advertise the same routes to FRR, the primary preferred (bgp: BIRD or GoBGP over
-    /// eBGP, by local preference; ospf: BIRD originating OSPFv2 type-2 externals, by metric,
-    /// IPv4 only); traffic goes to every route; the primary withdraws and re-advertises; time
+    /// eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
+    /// originating OSPFv2 type-2 externals, by metric, IPv4 only); traffic goes to every route; the primary withdraws and re-advertises; time
     /// until traffic to every route has moved, split by what the kernel saw. Needs root, frr
     /// and bird2 (or gobgpd for --speaker gobgp).
     Convergence {
@@ -373,7 +373,9 @@ enum Bench {
         protocol: String,
         /// The BGP peers: bird (packed UPDATEs, as a tester's emulated routers send them)
         /// or gobgp (MRT-loaded, per-prefix AS paths, one UPDATE per prefix: slow above
-        /// ~10K routes). OSPF peers are always BIRD.
+        /// ~10K routes). OSPF peers: bird, or tester (ferrouter's emulated OSPF routers:
+        /// no link-state database of their own, every LSA acknowledged at once, flooding
+        /// paced by the router's acknowledgments; for 1M+ externals).
         #[arg(long, default_value = "bird")]
         speaker: String,
         /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),

@@ -95,6 +95,12 @@ pub fn frr_ospf_config(router_id: &str, ifaces: &[&str]) -> String {
 /// `router_id`, SPF run at once on a change (`timers throttle spf 0 50 1000`), own LSAs
 /// re-originated and received ones accepted without the 5 s / 1 s rate limits.
 pub fn frr_ospf_config_with(router_id: &str, ifaces: &[&str], t: Tuning) -> String {
+    frr_ospf_config_extra(router_id, ifaces, t, "")
+}
+
+/// [`frr_ospf_config_with`] with `extra` (whole lines, each starting with a space) added to
+/// the `router ospf` block.
+pub fn frr_ospf_config_extra(router_id: &str, ifaces: &[&str], t: Tuning, extra: &str) -> String {
     frr_config(
         "ospfd",
         "ip ospf",
@@ -102,7 +108,7 @@ pub fn frr_ospf_config_with(router_id: &str, ifaces: &[&str], t: Tuning) -> Stri
         t,
         &format!(
             "router ospf\n ospf router-id {router_id}\n timers throttle spf 0 50 1000\n \
-             timers throttle lsa all 0\n timers lsa min-arrival 0\nexit\n!\n"
+             timers throttle lsa all 0\n timers lsa min-arrival 0\n{extra}exit\n!\n"
         ),
     )
 }

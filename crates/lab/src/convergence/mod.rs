@@ -125,7 +125,7 @@ impl std::str::FromStr for Protocol {
     }
 }
 
-/// Which real BGP speaker emulates the peers (bgp only; the OSPF peers are always BIRD).
+/// What emulates the peers: BIRD (bgp and ospf), GoBGP (bgp) or ferrouter's tester (ospf).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Speaker {
@@ -134,6 +134,8 @@ pub enum Speaker {
     Bird,
     /// GoBGP loaded from MRT files with per-prefix AS paths; one UPDATE per prefix.
     Gobgp,
+    /// ospf only: the tester's emulated OSPF routers ([`ospf::peer`]).
+    Tester,
 }
 
 impl Speaker {
@@ -142,6 +144,7 @@ impl Speaker {
         match self {
             Speaker::Bird => "bird",
             Speaker::Gobgp => "gobgp",
+            Speaker::Tester => "tester",
         }
     }
 }
@@ -152,7 +155,8 @@ impl std::str::FromStr for Speaker {
         match s {
             "bird" => Ok(Speaker::Bird),
             "gobgp" => Ok(Speaker::Gobgp),
-            _ => bail!("unknown BGP speaker {s:?}: bird or gobgp"),
+            "tester" => Ok(Speaker::Tester),
+            _ => bail!("unknown speaker {s:?}: bird, gobgp (bgp) or tester (ospf)"),
         }
     }
 }
@@ -258,6 +262,11 @@ pub struct Run {
     pub failback: PhaseTime,
     /// Frames lost in the verification passes after convergence.
     pub loss_after: u64,
+    /// How long the verification waited, after the failback, for the peers to report the
+    /// router quiet (the tester's OSPF routers: ospfd done flooding); absent for peers
+    /// that do not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_wait_s: Option<f64>,
     /// Frames sent in the verification.
     pub verify_tx: u64,
     /// Routes that lost a frame in the verification.
@@ -276,12 +285,16 @@ pub struct Run {
 /// benchmark's side, starved of CPU) or the DUT (ferrouter's port and graph drop counters;
 /// `None` for Linux, whose drops have no per-namespace counter). The JSON of a run carries
 /// these fields at its top level.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LossCause {
     /// Frames the receivers' sockets dropped during the verification.
     pub verify_receiver_drops: u64,
     /// Frames ferrouter dropped during the verification (rx drops, tx errors, graph drops).
     pub verify_dut_drops: Option<u64>,
+    /// Those by cause: `port rx_drops` (a port's ring full: the worker did not keep up),
+    /// `port tx_errors`, and `node/reason` for the graph's drops (e.g. `ip4-lookup/Ip4NoRoute`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub verify_dut_drop_reasons: BTreeMap<String, u64>,
 }
 
 impl LossCause {
@@ -298,33 +311,50 @@ impl LossCause {
         // The receivers read their counters every ~100 ms.
         std::thread::sleep(Duration::from_millis(250));
         let d1 = dut_drops(lab, dut)?;
+        let reasons: BTreeMap<String, u64> = match (&d0, &d1) {
+            (Some(a), Some(b)) => b
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(a.get(k).copied().unwrap_or(0))))
+                .filter(|&(_, v)| v > 0)
+                .collect(),
+            _ => BTreeMap::new(),
+        };
         Ok((
             v,
             LossCause {
                 verify_receiver_drops: t.receiver_drops().saturating_sub(r0),
-                verify_dut_drops: d0.zip(d1).map(|(a, b)| b.saturating_sub(a)),
+                verify_dut_drops: d1.is_some().then(|| reasons.values().sum()),
+                verify_dut_drop_reasons: reasons,
             },
         ))
     }
 }
 
-/// Frames ferrouter has dropped so far: every port's rx drops and tx errors, and the
-/// graph's drops (`None` for other DUTs).
-fn dut_drops(lab: &Lab, dut: Dut) -> Result<Option<u64>> {
+/// Frames ferrouter has dropped so far, by cause (see [`LossCause::verify_dut_drop_reasons`];
+/// `None` for other DUTs).
+fn dut_drops(lab: &Lab, dut: Dut) -> Result<Option<BTreeMap<String, u64>>> {
     if !dut.is_ferrouter() {
         return Ok(None);
     }
     let ports = control::api::request(&lab.socket(), "interfaces", None)?;
     let c = control::api::request(&lab.socket(), "counters", None)?;
-    let port_drops: u64 = ports
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| p["rx_drops"].as_u64().unwrap_or(0) + p["tx_errors"].as_u64().unwrap_or(0))
-                .sum()
-        })
-        .unwrap_or(0);
-    Ok(Some(port_drops + c["drops"].as_u64().unwrap_or(0)))
+    let mut m = BTreeMap::new();
+    for p in ports.as_array().into_iter().flatten() {
+        for k in ["rx_drops", "tx_errors"] {
+            *m.entry(format!("port {k}")).or_insert(0) += p[k].as_u64().unwrap_or(0);
+        }
+    }
+    for r in c["reasons"].as_array().into_iter().flatten() {
+        if r["kind"] == "drop" {
+            let key = format!(
+                "{}/{}",
+                r["node"].as_str().unwrap_or("?"),
+                r["reason"].as_str().unwrap_or("?")
+            );
+            *m.entry(key).or_insert(0) += r["count"].as_u64().unwrap_or(0);
+        }
+    }
+    Ok(Some(m))
 }
 
 /// ferrouter's memory at the end of a run (all `None` for other DUTs); the JSON of a run
@@ -390,7 +420,24 @@ pub trait Routing {
     fn pause_before_failback(&self) -> Duration;
     /// The primary advertises every route again.
     fn readvertise(&self) -> Result<()>;
+    /// An error if a peer not run as a daemon (the tester's) has stopped.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The peers' progress, for the phase's progress lines (the tester's counters).
+    fn status(&self) -> Option<String> {
+        None
+    }
+    /// Wait, at most `limit`, until the router has stopped sending the peers routing
+    /// updates, and say how long that took; `None` for peers that cannot tell.
+    fn wait_quiet(&self, _limit: Duration) -> Result<Option<Duration>> {
+        Ok(None)
+    }
 }
+
+/// At most this long, after the failback, for the router to go quiet before the
+/// verification ([`Routing::wait_quiet`]).
+pub const QUIET_LIMIT: Duration = Duration::from_secs(300);
 
 /// Two BIRD peers, h2 (primary) and h3 (secondary), whose routes are a static protocol,
 /// `static4`, that starts disabled ([`crate::daemons::bird_statics_disabled`]): learning
@@ -493,6 +540,8 @@ struct Watch<'a> {
     timeout: Duration,
     /// ferrouter-bgp: the daemon's control socket, to read its speaker's progress.
     speaker: Option<PathBuf>,
+    /// The peers.
+    routing: &'a dyn Routing,
 }
 
 /// When ferrouter's speaker had every change in its FIB (CLOCK_MONOTONIC ns), once the
@@ -597,10 +646,14 @@ fn settle(
                 ks.other,
                 ks.absent
             ));
+            if let Some(s) = w.routing.status() {
+                log(&format!("   {what}: peers: {s}"));
+            }
         }
         t.check()?;
         w.kw.check()?;
         w.d.check_alive()?;
+        w.routing.check()?;
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -636,8 +689,13 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
                 &lab, &mut d, router, n, opts.seed, log,
             )?),
             Speaker::Gobgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
+            Speaker::Tester => bail!("--speaker tester is for --protocol ospf"),
         },
-        Protocol::Ospf => Box::new(ospf::setup(&lab, &mut d, n, opts.seed, log)?),
+        Protocol::Ospf => match opts.speaker {
+            Speaker::Tester => Box::new(ospf::setup_tester(&lab, &mut d, n, opts.seed, log)?),
+            Speaker::Bird => Box::new(ospf::setup(&lab, &mut d, n, opts.seed, log)?),
+            Speaker::Gobgp => bail!("--protocol ospf runs with --speaker bird or tester"),
+        },
     };
     let table = routing.prefixes();
     let prefixes: Vec<(IpAddr, u8)> = table
@@ -671,6 +729,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         log,
         timeout: opts.phase_timeout,
         speaker: (dut == Dut::FerrouterBgp).then(|| lab.socket()),
+        routing: routing.as_ref(),
     };
     let pid = match dut {
         Dut::Ferrouter | Dut::FerrouterBgp => Some(
@@ -704,17 +763,26 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     routing.readvertise()?;
     let mut failback = settle(&mut w, "failback", 0, t2, (|k| k.on[0] == n, [n, n]))?;
     failback.cpu_s = cpu_used(&c2, &cpu_now(w.d, pid));
-    // 4. Verification.
+    // 4. Verification, once the router is quiet if the peers can tell: a router still
+    // flooding takes CPU the forwarding then lacks, on a 2-vCPU machine.
+    let quiet = routing.wait_quiet(QUIET_LIMIT)?;
+    if let Some(q) = quiet {
+        log(&format!(
+            "   the router was quiet {:.1} s after the failback",
+            q.as_secs_f64()
+        ));
+    }
     let (v, loss_cause) = LossCause::around(&lab, dut, &mut t, |t| t.verify(2))?;
     if v.dests_with_loss > 0 {
         log(&format!(
             "   verification: {} lost over {} routes, e.g. {:?}; dropped by the receivers' \
-             sockets {}, by the DUT {:?}",
+             sockets {}, by the DUT {:?} {:?}",
             v.lost,
             v.dests_with_loss,
             v.lossy.iter().take(5).map(|l| l.addr).collect::<Vec<_>>(),
             loss_cause.verify_receiver_drops,
-            loss_cause.verify_dut_drops
+            loss_cause.verify_dut_drops,
+            loss_cause.verify_dut_drop_reasons
         ));
     }
     let memory = DutMemory::read(&lab, dut)?;
@@ -726,10 +794,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     Ok(Run {
         dut,
         protocol: opts.protocol,
-        speaker: match opts.protocol {
-            Protocol::Bgp => opts.speaker,
-            Protocol::Ospf => Speaker::Bird,
-        },
+        speaker: opts.speaker,
         routes: n,
         learn_s: learn.total_s,
         converge_s: failback.total_s,
@@ -738,6 +803,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         failover,
         failback,
         loss_after: v.lost,
+        quiet_wait_s: quiet.map(|q| q.as_secs_f64()),
         verify_tx: v.tx,
         routes_with_loss: v.dests_with_loss,
         sweep_period_s: period,

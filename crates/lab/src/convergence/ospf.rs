@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use crate::daemons::{Daemons, Frr};
 use crate::ospf::{self, Tuning};
@@ -61,8 +61,8 @@ pub fn tuning_for(n: usize) -> Tuning {
     }
 }
 
-/// The peers: (BIRD instance name, router id = its address on the link, metric).
-fn peers(lab: &Lab) -> [(&'static str, String, &'static str, u32); 2] {
+/// The peers: (BIRD instance name, namespace, router id = its address on the link, metric).
+fn peers_of(lab: &Lab) -> [(&'static str, String, &'static str, u32); 2] {
     [
         ("bird-primary", lab.h2(), crate::H2_V4, METRIC_PRIMARY),
         ("bird-secondary", lab.h3(), crate::H3_V4, METRIC_SECONDARY),
@@ -131,7 +131,7 @@ pub fn setup(
     )?;
     let t0 = Instant::now();
     let mut birds = Vec::with_capacity(2);
-    for (name, ns, id, metric) in peers(lab) {
+    for (name, ns, id, metric) in peers_of(lab) {
         let conf = ospf::bird_ospf_config_with(
             id,
             "eth0",
@@ -154,6 +154,190 @@ pub fn setup(
         t0.elapsed().as_secs_f64()
     ));
     super::StaticPeers::new(birds, prefixes, PAUSE_BEFORE_FAILBACK)
+}
+
+/// The tester's emulated routers wait this long for an acknowledgment before sending an
+/// LSA again: more than ospfd's delayed acknowledgment (1 s) plus its backlog.
+/// (It waits longer when ospfd's acknowledgments come later: see `ospf::peer::Config`.)
+pub const TESTER_RETRANSMIT: Duration = Duration::from_secs(5);
+/// At most this many of an emulated router's LSAs in flight. ospfd's receive buffer
+/// (`rmem_max`, 4 MiB here) holds about a thousand MTU-sized packets of 40 LSAs; ospfd
+/// takes 5-10K LSAs/s on two shared cores, so more in flight would only queue.
+pub const TESTER_WINDOW: usize = 20_000;
+/// With the tester's peers above [`BULK_ABOVE`] routes: ospfd's retransmission interval (s).
+/// Every interval it resends each LSA on a neighbour's list sent more than an interval
+/// ago; the emulated routers acknowledge at once, so LSAs still on the list were not yet
+/// sent out by ospfd's write queue, and 2 s would only queue them again.
+pub const TESTER_ROUTER_RETRANSMIT: u32 = 30;
+/// With the tester's peers: ospfd's `write-multiplier` (packets written per write event,
+/// default 20, at most 100), so that flooding to 2 neighbours and acknowledging keep up.
+pub const TESTER_WRITE_MULTIPLIER: u32 = 100;
+
+/// The convergence benchmark's OSPF side with the tester's emulated routers (`--speaker
+/// tester`) in h2 (primary) and h3 (secondary) instead of BIRD: FRR as in [`setup`], and
+/// two [`::ospf::peer::Peer`]s with the same addresses, router IDs and metrics as the BIRDs
+/// would have. Learning, withdrawal and re-advertisement are the peers' commands; there is
+/// no MinLSInterval to wait out, so the pause before the failback is 1 s.
+pub fn setup_tester(
+    lab: &Lab,
+    d: &mut Daemons,
+    n: usize,
+    seed: u64,
+    log: &dyn Fn(&str),
+) -> Result<TesterPeers> {
+    let tuning = match tuning_for(n) {
+        t if t == Tuning::BULK => Tuning {
+            retransmit: TESTER_ROUTER_RETRANSMIT,
+            bird_tx_length: None,
+            ..t
+        },
+        t => t,
+    };
+    let prefixes = ospf::externals_v4(n, seed);
+    let frr = d.start_frr(
+        &lab.rtr(),
+        &[(
+            "ospfd",
+            ospf::frr_ospf_config_extra(
+                crate::R2_V4,
+                &["r2", "r3"],
+                tuning,
+                &format!(" write-multiplier {TESTER_WRITE_MULTIPLIER}\n"),
+            ),
+        )],
+        &[],
+    )?;
+    let t0 = Instant::now();
+    let mut peers = Vec::with_capacity(2);
+    for (_, ns, id, metric) in peers_of(lab) {
+        let cfg = ::ospf::peer::Config {
+            ifname: "eth0".into(),
+            address: id.parse()?,
+            prefix_len: 24,
+            hello: tuning.hello as u16,
+            dead: tuning.dead,
+            retransmit: TESTER_RETRANSMIT,
+            mtu: 1500,
+            window: TESTER_WINDOW,
+            externals: prefixes.clone(),
+            metric,
+        };
+        let enter = Box::new(move || {
+            crate::rfc2544::enter_netns(&ns).map_err(|e| std::io::Error::other(format!("{e:#}")))
+        });
+        peers.push(::ospf::peer::Peer::start(cfg, enter)?);
+    }
+    let Ok(peers) = <[::ospf::peer::Peer; 2]>::try_from(peers) else {
+        bail!("two emulated routers expected");
+    };
+    let limit = Duration::from_secs(if n > BULK_ABOVE { 300 } else { 60 });
+    d.wait_for("OSPF adjacencies and ASBRs", limit, || {
+        ready(&frr, &[crate::H2_V4, crate::H3_V4])
+    })?;
+    log(&format!(
+        "   OSPF ({tuning:?}), the tester's emulated routers: adjacencies Full and both ASBRs \
+         reachable {:.1} s after starting them",
+        t0.elapsed().as_secs_f64()
+    ));
+    Ok(TesterPeers { peers, prefixes })
+}
+
+/// No LSA to either tester peer for this long: the router is done flooding.
+pub const QUIET_FOR: Duration = Duration::from_secs(5);
+
+/// The tester's two emulated OSPF routers: [0] primary (h2), [1] secondary (h3).
+pub struct TesterPeers {
+    peers: [::ospf::peer::Peer; 2],
+    prefixes: Vec<(u32, u8)>,
+}
+
+impl TesterPeers {
+    /// Each peer's counters.
+    pub fn stats(&self) -> [::ospf::peer::Stats; 2] {
+        [self.peers[0].stats(), self.peers[1].stats()]
+    }
+}
+
+impl super::Routing for TesterPeers {
+    fn prefixes(&self) -> &[(u32, u8)] {
+        &self.prefixes
+    }
+
+    fn learn(&self) -> Result<()> {
+        self.peers[0].advertise()?;
+        Ok(self.peers[1].advertise()?)
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        Ok(self.peers[0].withdraw()?)
+    }
+
+    fn pause_before_failback(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn readvertise(&self) -> Result<()> {
+        Ok(self.peers[0].advertise()?)
+    }
+
+    fn check(&self) -> Result<()> {
+        for (p, name) in self.peers.iter().zip(["primary", "secondary"]) {
+            if !p.alive() {
+                bail!("the tester's {name} OSPF router stopped");
+            }
+            let s = p.stats();
+            if s.unoriginated > 0 {
+                bail!(
+                    "the {name} could not give {} prefixes a Link State ID",
+                    s.unoriginated
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Quiet: neither peer has been sent an LSA for [`QUIET_FOR`] (ospfd has flooded
+    /// each peer's externals to the other and emptied its retransmission lists). The time
+    /// is until the last LSA; `limit` itself if the router never went quiet.
+    fn wait_quiet(&self, limit: Duration) -> Result<Option<Duration>> {
+        let t0 = Instant::now();
+        let received = || self.stats().map(|s| s.lsas_received);
+        let mut last = received();
+        let mut since = Instant::now();
+        while t0.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(200));
+            self.check()?;
+            let now = received();
+            if now != last {
+                last = now;
+                since = Instant::now();
+            } else if since.elapsed() >= QUIET_FOR {
+                return Ok(Some(since.duration_since(t0)));
+            }
+        }
+        // Still flooding: verify anyway; a wait equal to the limit says so.
+        Ok(Some(limit))
+    }
+
+    fn status(&self) -> Option<String> {
+        let [a, b] = self.stats();
+        let f = |s: &::ospf::peer::Stats| {
+            format!(
+                "{:?}, sent {} (rxmt {}), acked {} (latency {} ms), unacked {}, unsent {}, received {}, resets {}, bad {}",
+                s.state.unwrap_or(::ospf::peer::State::Down),
+                s.lsas_sent,
+                s.lsas_retransmitted,
+                s.lsas_acked,
+                s.ack_latency_ms,
+                s.unacked,
+                s.unsent,
+                s.lsas_received,
+                s.adjacency_resets,
+                s.bad_packets
+            )
+        };
+        Some(format!("primary {}; secondary {}", f(&a), f(&b)))
+    }
 }
 
 #[cfg(test)]

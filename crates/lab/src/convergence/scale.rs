@@ -215,6 +215,9 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     lab.extra_config = "netlink_rcvbuf = 1073741824\n".into();
     lab.down();
     let guard = Guard(lab.clone());
+    if opts.speaker == Speaker::Tester {
+        bail!("bgp-scale runs with --speaker bird or gobgp");
+    }
     if dut == Dut::FerrouterBgp {
         if opts.speaker != Speaker::Bird {
             bail!("the ferrouter-bgp DUT runs with --speaker bird only");
@@ -283,6 +286,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
                 })
                 .collect::<Result<_>>()?,
         ),
+        Speaker::Tester => bail!("bgp-scale runs with --speaker bird or gobgp"),
         Speaker::Bird => Peers::Bird(
             tables
                 .iter()
