@@ -415,16 +415,30 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_router_recovers() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tag = format!("b{}", std::process::id() % 10000);
+/// Whether the FIB has a route from the speaker for exactly `prefix`.
+fn bgp_route_in_fib(lab: &Lab, prefix: &str) -> bool {
+    api(lab, "routes", Some(prefix))["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["source"] == "bgp")
+}
+
+/// A lab whose ferrouter (AS 65001) has one neighbour, h2 (AS 65002, a codec speaking in
+/// the test), with `extra` lines in its `[[bgp.neighbor]]`.
+fn start_with_codec_neighbor(tag: char, extra: &str) -> lab::Guard {
     let cfg = format!(
-        "\n[bgp]\nasn = 65001\nrouter_id = \"{}\"\nconnect_retry = 1\n\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = 65002\nmax_prefixes = 20\n",
+        "\n[bgp]\nasn = 65001\nrouter_id = \"{}\"\nconnect_retry = 1\n\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = 65002\n{extra}",
         lab::R2_V4,
         lab::H2_V4
     );
-    let guard = start(&tag, &cfg);
+    start(&format!("{tag}{}", std::process::id() % 10000), &cfg)
+}
+
+#[test]
+fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_router_recovers() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = start_with_codec_neighbor('b', "max_prefixes = 20\n");
     let lab = guard.0.clone();
     let ns = lab.h2();
     // The "peer" runs in h2's namespace on its own thread.
@@ -522,13 +536,7 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
         notifications
     });
     let ns = lab.h2();
-    let fib_has = |p: &str| {
-        api(&lab, "routes", Some(p))["routes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["source"] == "bgp")
-    };
+    let fib_has = |p: &str| bgp_route_in_fib(&lab, p);
     let go = |n: u8| std::fs::write(format!("/tmp/{ns}-go{n}"), b"").unwrap();
     let cleanup = |ns: &str| {
         for n in 1..=3 {
@@ -594,13 +602,7 @@ fn hostile_peer_malformed_updates_are_withdrawn_or_end_the_session_and_the_route
 #[test]
 fn next_hop_that_becomes_reachable_is_taken_after_a_route_refresh() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tag = format!("r{}", std::process::id() % 10000);
-    let cfg = format!(
-        "\n[bgp]\nasn = 65001\nrouter_id = \"{}\"\nconnect_retry = 1\n\n[[bgp.neighbor]]\naddress = \"{}\"\nremote_as = 65002\n",
-        lab::R2_V4,
-        lab::H2_V4
-    );
-    let guard = start(&tag, &cfg);
+    let guard = start_with_codec_neighbor('r', "");
     let lab = guard.0.clone();
     let path = format!("/var/run/netns/{}", lab.h2());
     let far = || {
@@ -641,13 +643,7 @@ fn next_hop_that_becomes_reachable_is_taken_after_a_route_refresh() {
         s.write_all(&far()).unwrap();
         (s, refresh)
     });
-    let fib_has = |p: &str| {
-        api(&lab, "routes", Some(p))["routes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["source"] == "bgp")
-    };
+    let fib_has = |p: &str| bgp_route_in_fib(&lab, p);
     wait_until("the unresolvable next hop counted", || {
         speaker(&lab)["neighbors"][0]["unresolved"] == 1
     });

@@ -784,6 +784,22 @@ impl Emulated {
         v
     }
 
+    /// ExStart decided: Exchange, as master or slave, from DD sequence number `seq`, with
+    /// our database's summary to send.
+    fn begin_exchange(&mut self, master: bool, seq: u32) {
+        self.set_state(State::Exchange);
+        let summary = self.summary();
+        self.xchg = Some(Exchange {
+            master,
+            seq,
+            summary,
+            pos: 0,
+            last: Vec::new(),
+            last_more: true,
+            sent_at: Instant::now(),
+        });
+    }
+
     /// Send the next Database Description of the exchange (master or slave) with `seq`.
     fn send_next_dd(&mut self, seq: u32) {
         let per = self.room().saturating_sub(8) / wire::LSA_HEADER_LEN;
@@ -842,34 +858,14 @@ impl Emulated {
             State::ExStart => {
                 if init && !we_are_master {
                     // We are the slave: take the master's sequence number.
-                    self.set_state(State::Exchange);
-                    let summary = self.summary();
-                    self.xchg = Some(Exchange {
-                        master: false,
-                        seq: d.seq,
-                        summary,
-                        pos: 0,
-                        last: Vec::new(),
-                        last_more: true,
-                        sent_at: Instant::now(),
-                    });
+                    self.begin_exchange(false, d.seq);
                     self.send_next_dd(d.seq);
                 } else if d.flags & (wire::DD_I | wire::DD_MS) == 0
                     && we_are_master
                     && self.xchg.as_ref().is_some_and(|x| x.seq == d.seq)
                 {
                     // The slave answered our initial packet.
-                    self.set_state(State::Exchange);
-                    let summary = self.summary();
-                    self.xchg = Some(Exchange {
-                        master: true,
-                        seq: d.seq,
-                        summary,
-                        pos: 0,
-                        last: Vec::new(),
-                        last_more: true,
-                        sent_at: Instant::now(),
-                    });
+                    self.begin_exchange(true, d.seq);
                     self.send_next_dd(d.seq.wrapping_add(1));
                 }
             }
