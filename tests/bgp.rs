@@ -707,6 +707,19 @@ fn bench_convergence_5k_routes_gobgp_peers_ferrouter_and_linux_json() {
     );
 }
 
+/// The same with the tester's emulated BGP routers (`--speaker tester`): threads of the
+/// benchmark that FRR's bgpd connects to in h2 and h3.
+#[test]
+fn bench_convergence_5k_routes_tester_peers_ferrouter_and_linux_json() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    common::check_bench_convergence(
+        "bgp",
+        "tester",
+        5000,
+        &format!("e{}", std::process::id() % 100_000),
+    );
+}
+
 /// `ferrouter bench bgp-scale` end to end at a small scale with BIRD peers: 8,000 disjoint
 /// routes from two peers reach the kernel and ferrouter's FIB, traffic to a sample of them
 /// arrives with no loss, for both DUTs; the JSON carries the times, memory and loss cause,

@@ -675,13 +675,28 @@ fn next_hop_that_becomes_reachable_is_taken_after_a_route_refresh() {
 /// ferrouter and both BIRD peers accounted, and no namespace left behind.
 #[test]
 fn bench_convergence_5k_routes_ferrouter_bgp_json() {
+    check_ferrouter_bgp_convergence("bird", 5000, None);
+}
+
+/// The same with the tester's emulated BGP routers, and the traffic to a random sample of
+/// the routes (`--sample`): the speaker's FIB time covers all 20,000 routes, the traffic
+/// and the verification the 2,000 sampled.
+#[test]
+fn bench_convergence_20k_routes_ferrouter_bgp_tester_peers_sampled_json() {
+    check_ferrouter_bgp_convergence("tester", 20_000, Some(2000));
+}
+
+fn check_ferrouter_bgp_convergence(speaker: &str, routes: u64, sample: Option<u64>) {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("v{}", std::process::id() % 100_000);
-    let v = bench_json(&[
+    let routes_s = routes.to_string();
+    let mut args = vec![
         "bench",
         "convergence",
         "--routes",
-        "5000",
+        &routes_s,
+        "--speaker",
+        speaker,
         "--dut",
         "ferrouter-bgp",
         "--rate",
@@ -691,20 +706,31 @@ fn bench_convergence_5k_routes_ferrouter_bgp_json() {
         "--json",
         "--netns-prefix",
         &prefix,
-    ]);
+    ];
+    let sample_s = sample.map(|k| k.to_string());
+    if let Some(k) = &sample_s {
+        args.extend(["--sample", k]);
+    }
+    let v = bench_json(&args);
     let r = &v["runs"][0];
     assert_eq!(v["runs"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(r["dut"], "ferrouter-bgp", "{r}");
     assert_eq!(
         (r["protocol"].as_str(), r["speaker"].as_str()),
-        (Some("bgp"), Some("bird"))
+        (Some("bgp"), Some(speaker))
     );
-    assert_eq!(r["routes"], 5000);
+    assert_eq!(r["routes"], routes);
+    let traffic = sample.unwrap_or(routes);
+    assert_eq!(r["traffic_routes"], traffic, "{r}");
     assert_eq!(r["loss_after"], 0, "{r}");
     assert_eq!(r["routes_with_loss"], 0, "{r}");
-    assert!(r["verify_tx"].as_u64().unwrap() >= 10_000, "{r}");
+    // Two verification passes over the routes the traffic goes to, and no more.
+    let tx = r["verify_tx"].as_u64().unwrap();
+    assert!(tx >= 2 * traffic && tx < 2 * routes.max(traffic + 1), "{r}");
+    let nominal = r["sweep_period_s"].as_f64().unwrap();
+    assert!((nominal - traffic as f64 / 50_000.0).abs() < 1e-6, "{r}");
     assert!(r["verify_dut_drops"].is_u64(), "{r}");
-    assert!(r["fib_prefixes"].as_u64().unwrap() >= 5000, "{r}");
+    assert!(r["fib_prefixes"].as_u64().unwrap() >= routes, "{r}");
     for (phase, total) in [
         ("learn", "learn_s"),
         ("failover", "failover_s"),
@@ -721,10 +747,16 @@ fn bench_convergence_5k_routes_ferrouter_bgp_json() {
             assert!(p[k].is_null(), "{phase}: {k}: {p}");
         }
         let cpu = p["cpu_s"].as_object().unwrap();
-        for k in ["ferrouter", "bird-primary", "bird-secondary"] {
-            let c = cpu.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        // The tester's routers are threads of the benchmark: no process of theirs.
+        let peers: &[&str] = match speaker {
+            "bird" => &["bird-primary", "bird-secondary"],
+            _ => &[],
+        };
+        for k in std::iter::once(&"ferrouter").chain(peers) {
+            let c = cpu.get(*k).and_then(Value::as_f64).unwrap_or(f64::NAN);
             assert!(c >= 0.0 && c <= 2.0 * t + 0.02, "{phase}: {k}: {p}");
         }
+        assert_eq!(cpu.len(), 1 + peers.len(), "{phase}: {p}");
         assert!(
             !cpu.contains_key("zebra") && !cpu.contains_key("bgpd"),
             "{p}"

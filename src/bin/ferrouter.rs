@@ -359,8 +359,8 @@ enum Bench {
     /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
     Rfc2544(Rfc2544Args),
     /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
-    /// advertise the same routes to FRR, the primary preferred (bgp: BIRD or GoBGP over
-    /// eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
+    /// advertise the same routes to FRR, the primary preferred (bgp: BIRD, GoBGP or the
+    /// tester's emulated BGP routers over eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
     /// originating OSPFv2 type-2 externals, by metric, IPv4 only); traffic goes to every route; the primary withdraws and re-advertises; time
     /// until traffic to every route has moved, split by what the kernel saw. Needs root, frr
     /// and bird2 (or gobgpd for --speaker gobgp).
@@ -371,21 +371,30 @@ enum Bench {
         /// Routing protocol: bgp or ospf.
         #[arg(long, default_value = "bgp")]
         protocol: String,
-        /// The BGP peers: bird (packed UPDATEs, as a tester's emulated routers send them)
-        /// or gobgp (MRT-loaded, per-prefix AS paths, one UPDATE per prefix: slow above
-        /// ~10K routes). OSPF peers: bird, or tester (ferrouter's emulated OSPF routers:
-        /// no link-state database of their own, every LSA acknowledged at once, flooding
-        /// paced by the router's acknowledgments; for 1M+ externals).
+        /// The BGP peers: bird (packed UPDATEs, as a tester's emulated routers send them),
+        /// gobgp (MRT-loaded, per-prefix AS paths, one UPDATE per prefix: slow above
+        /// ~10K routes) or tester (ferrouter's emulated BGP routers: the table encoded once,
+        /// sent as a copy from memory, next to no CPU). OSPF peers: bird, or tester
+        /// (ferrouter's emulated OSPF routers: no link-state database of their own, every
+        /// LSA acknowledged at once, flooding paced by the router's acknowledgments; for 1M+
+        /// externals).
         #[arg(long, default_value = "bird")]
         speaker: String,
         /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),
-        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bgp with bird peers), linux.
+        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bgp with bird or tester
+        /// peers), linux.
         #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
         dut: Vec<String>,
         /// Traffic rate, frames/s; one pass over every route takes routes/rate seconds,
         /// the resolution of the times measured.
         #[arg(long, default_value_t = 200_000.0)]
         rate: f64,
+        /// Send the traffic to a random sample of this many routes (the same for every
+        /// DUT) instead of to all: one pass takes sample/rate seconds. The traffic times
+        /// and the verification then cover the sample; the kernel's and the speaker's FIB
+        /// times still cover every route.
+        #[arg(long)]
+        sample: Option<usize>,
         /// Give up a phase after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
@@ -777,6 +786,7 @@ fn main() -> Result<()> {
             speaker,
             dut,
             rate,
+            sample,
             timeout,
             netns_prefix,
             seed,
@@ -794,12 +804,16 @@ fn main() -> Result<()> {
             if !(rate.is_finite() && rate > 0.0 && rate <= 10e6) {
                 bail!("--rate must be in (0, 10M] frames/s");
             }
+            if sample == Some(0) {
+                bail!("--sample must be at least 1");
+            }
             let opts = lab::convergence::Options {
                 routes,
                 protocol: protocol.parse()?,
                 speaker: speaker.parse()?,
                 duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
                 rate_pps: rate,
+                sample,
                 phase_timeout: std::time::Duration::from_secs(timeout),
                 seed,
                 prefix: netns_prefix,

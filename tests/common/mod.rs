@@ -113,12 +113,13 @@ pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns
         // The tester's OSPF routers tell when the router stopped flooding them: well
         // before the 300 s limit at this scale.
         let quiet = r["quiet_wait_s"].as_f64();
-        if speaker == "tester" {
+        if (protocol, speaker) == ("ospf", "tester") {
             assert!(quiet.is_some_and(|q| (0.0..300.0).contains(&q)), "{r}");
         } else {
             assert!(quiet.is_none(), "{r}");
         }
         assert_eq!(r["routes"], routes, "{r}");
+        assert_eq!(r["traffic_routes"], routes, "traffic to every route: {r}");
         for k in ["learn_s", "converge_s", "failover_s", "sweep_period_s"] {
             let s = r[k].as_f64().unwrap_or(f64::NAN);
             assert!(s.is_finite() && s > 0.0, "{k}: {r}");
@@ -167,7 +168,7 @@ pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns
                 // Two cores: no process can use more than twice the wall time (plus a tick).
                 assert!(c >= 0.0 && c <= 2.0 * t + 0.02, "{phase}: {k}: {p}");
             }
-            // The tester's OSPF routers are threads of the benchmark, not processes.
+            // The tester's routers are threads of the benchmark, not processes.
             let peers = if speaker == "tester" { 0 } else { 2 };
             assert!(
                 cpu.keys().filter(|k| k.starts_with(speaker)).count() == peers,

@@ -9,8 +9,10 @@
 //!   KEEPALIVE), with RFC 7606 error handling: a malformed message ends in a counted
 //!   treat-as-withdraw or a NOTIFICATION, never a panic.
 //! - [`config`]: the `[bgp]` section of ferrouter's config file.
+//! - [`peer`]: an emulated BGP router for the test harness (a tester's route source).
 
 pub mod config;
+pub mod peer;
 pub mod rib;
 pub mod speaker;
 pub mod wire;

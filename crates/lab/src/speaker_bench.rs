@@ -2,8 +2,8 @@
 //! FIB changes — the speaker's part of convergence alone, without the peers' or the traffic's
 //! CPU — and what a route costs it in memory.
 //!
-//! Two peers on loopback TCP (this process's threads, speaking BGP with the crate's codec)
-//! send UPDATEs packed as BIRD packs them (one attribute set, ~1,000 /24s per message) to a
+//! Two peers on loopback TCP (the tester's emulated routers, [`bgp::peer`], threads of this
+//! process) send UPDATEs packed as BIRD packs them (one attribute set, ~1,000 /24s per message) to a
 //! real [`bgp::speaker::Speaker`] whose sink is a real [`Sync`] with a real FIB, set up as
 //! the daemon's after its first dump (two ports, resolved next hops). Phases, as in
 //! `bench convergence`: both peers announce every route (learn), the preferred one
@@ -11,13 +11,13 @@
 //! (failback). Each phase is timed from the first byte sent to the speaker reporting every
 //! change applied, and the speaker's threads' CPU is read from /proc.
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use bgp::config::{BgpConfig, NeighborConfig};
+use bgp::peer::{Config as PeerConfig, Peer};
 use bgp::speaker::Speaker;
 use bgp::wire;
 use control::sync::Sync;
@@ -74,58 +74,6 @@ pub struct SpeakerBench {
 /// Next hops the peers put in their UPDATEs: on the two connected subnets of the sync's
 /// ports (as [`crate::route_sync`] sets them up).
 const NH: [Ipv4Addr; 2] = [Ipv4Addr::new(192, 0, 2, 9), Ipv4Addr::new(198, 51, 100, 9)];
-
-/// A peer: its accepted connection, after the OPEN exchange.
-struct Peer {
-    s: TcpStream,
-}
-
-impl Peer {
-    /// Accept the speaker's connection on `l` and bring the session up as AS `asn`.
-    fn accept(l: &TcpListener, asn: u32, id: Ipv4Addr) -> Result<Peer> {
-        l.set_nonblocking(false)?;
-        let (mut s, _) = l.accept().context("the speaker did not connect")?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.set_nodelay(true)?;
-        let (kind, _) = read_msg(&mut s)?;
-        if kind != wire::MSG_OPEN {
-            bail!("expected the speaker's OPEN, got message type {kind}");
-        }
-        let mut out = Vec::new();
-        wire::encode_open(
-            &mut out,
-            asn,
-            90,
-            id,
-            &[(wire::AFI_IPV4, wire::SAFI_UNICAST)],
-        );
-        wire::encode_keepalive(&mut out);
-        s.write_all(&out)?;
-        let (kind, _) = read_msg(&mut s)?;
-        if kind != wire::MSG_KEEPALIVE {
-            bail!("expected the speaker's KEEPALIVE, got message type {kind}");
-        }
-        // The speaker's keepalives are not read from here on: 64 KiB of socket buffer
-        // holds hours of them.
-        Ok(Peer { s })
-    }
-}
-
-fn read_msg(s: &mut TcpStream) -> Result<(u8, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    for _ in 0..1000 {
-        if let Some((kind, len)) = wire::frame(&buf).map_err(|n| anyhow::anyhow!("{n}"))? {
-            return Ok((kind, buf[wire::HEADER_LEN..len].to_vec()));
-        }
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            bail!("the speaker closed the connection");
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    bail!("no whole message from the speaker")
-}
 
 /// CPU seconds of this process's threads named `bgp-*` (the speaker's).
 fn speaker_cpu() -> f64 {
@@ -191,39 +139,48 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
         ..Default::default()
     };
     log(&format!("encoding {n} prefixes per peer"));
-    let mut announce = [Vec::new(), Vec::new()];
-    for (i, buf) in announce.iter_mut().enumerate() {
-        wire::encode_updates(
-            buf,
-            &attrs(NH[i], 65002 + i as u32),
-            None,
-            &prefixes,
-            &[],
-            true,
-        );
-    }
-    let mut withdraw = Vec::new();
-    wire::encode_updates(
-        &mut withdraw,
-        &attrs(NH[0], 65002),
-        None,
-        &[],
-        &prefixes,
-        true,
-    );
-    let mut updates = 0usize;
-    let mut at = 0;
-    while let Ok(Some((_, len))) = wire::frame(&announce[0][at..]) {
-        updates += 1;
-        at += len;
+    // Each peer's table and its withdrawal, as the tester's emulated routers send them.
+    let mut peers = Vec::new();
+    let (mut updates, mut table_bytes) = (0usize, 0usize);
+    for (i, nh) in NH.into_iter().enumerate() {
+        let (mut table, mut withdrawal) = (Vec::new(), Vec::new());
+        let a = attrs(nh, 65002 + i as u32);
+        wire::encode_updates(&mut table, &a, None, &prefixes, &[], true);
+        wire::encode_updates(&mut withdrawal, &a, None, &[], &prefixes, true);
+        if i == 0 {
+            table_bytes = table.len();
+            let mut at = 0;
+            while let Ok(Some((_, len))) = wire::frame(&table[at..]) {
+                updates += 1;
+                at += len;
+            }
+        }
+        let (table, withdrawal) = (Arc::new(table), Arc::new(withdrawal));
+        // Two peers on 127.0.0.1 would be one neighbour address twice; the second falls
+        // back to it only where 127.0.0.2 cannot be bound, with another port.
+        let start = |listen: &str| {
+            Peer::start(
+                PeerConfig {
+                    listen: listen.parse().map_err(std::io::Error::other)?,
+                    asn: 65002 + i as u32,
+                    router_id: nh,
+                    hold_time: 90,
+                    families: vec![(wire::AFI_IPV4, wire::SAFI_UNICAST)],
+                    table: table.clone(),
+                    withdrawal: withdrawal.clone(),
+                },
+                Box::new(|| Ok(())),
+            )
+        };
+        let p = match i {
+            0 => start("127.0.0.1:0")?,
+            _ => start("127.0.0.2:0").or_else(|_| start("127.0.0.1:0"))?,
+        };
+        peers.push(p);
     }
 
-    let listeners = [
-        TcpListener::bind("127.0.0.1:0")?,
-        TcpListener::bind("127.0.0.2:0").or_else(|_| TcpListener::bind("127.0.0.1:0"))?,
-    ];
     let neighbor = |i: usize, lp: u32| -> Result<NeighborConfig> {
-        let a = listeners[i].local_addr()?;
+        let a = peers[i].local_addr();
         Ok(NeighborConfig {
             address: a.ip(),
             remote_as: 65002 + i as u32,
@@ -234,8 +191,6 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
             description: None,
         })
     };
-    // Two listeners on 127.0.0.1 would be one neighbour address twice; the second falls
-    // back to it only where 127.0.0.2 cannot be bound, with another port.
     let cfg = BgpConfig {
         asn: 65001,
         router_id: Ipv4Addr::new(192, 0, 2, 1),
@@ -265,10 +220,6 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
             *t = Instant::now();
         }
     })?;
-    let mut peers = Vec::new();
-    for (i, l) in listeners.iter().enumerate() {
-        peers.push(Peer::accept(l, 65002 + i as u32, NH[i])?);
-    }
     let limit = Duration::from_secs(600);
     let established = |v: &bgp::speaker::View| {
         v.neighbors
@@ -279,8 +230,8 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
     let held = |v: &bgp::speaker::View, i: usize| v.neighbors[i].prefixes as usize;
 
     let phase = |what: &str,
-                 peers: &mut [Peer],
-                 sends: &[&[u8]],
+                 peers: &[&Peer],
+                 advertise: bool,
                  prefixes: u64,
                  done: &dyn Fn(&bgp::speaker::View) -> bool|
      -> Result<Phase> {
@@ -288,18 +239,14 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
         let changes0 = speaker.status().view().fib_changes;
         let cpu0 = speaker_cpu();
         let t0 = Instant::now();
-        // Each peer from its own thread: both at once, as in the lab.
-        std::thread::scope(|sc| -> Result<()> {
-            let mut hs = Vec::new();
-            for (p, bytes) in peers.iter_mut().zip(sends) {
-                hs.push(sc.spawn(move || p.s.write_all(bytes)));
+        // Each peer sends from its own thread: both at once, as in the lab.
+        for p in peers {
+            if advertise {
+                p.advertise();
+            } else {
+                p.withdraw();
             }
-            for h in hs {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("a peer thread panicked"))??;
-            }
-            Ok(())
-        })?;
+        }
         let end = wait_done(&speaker, &last_change, limit, done)?;
         let seconds = end.saturating_duration_since(t0).as_secs_f64();
         Ok(Phase {
@@ -332,8 +279,8 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
 
     let learn = phase(
         "learn: both peers announce every route",
-        &mut peers,
-        &[&announce[0], &announce[1]],
+        &[&peers[0], &peers[1]],
+        true,
         2 * n as u64,
         &|v| held(v, 0) == n && held(v, 1) == n,
     )?;
@@ -346,16 +293,16 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
     let rss1 = crate::route_sync::rss_bytes();
     let failover = phase(
         "failover: the preferred peer withdraws every route",
-        &mut peers[..1],
-        &[&withdraw],
+        &[&peers[0]],
+        false,
         n as u64,
         &|v| held(v, 0) == 0,
     )?;
     checked += check(NH[1])?;
     let failback = phase(
         "failback: the preferred peer announces every route again",
-        &mut peers[..1],
-        &[&announce[0]],
+        &[&peers[0]],
+        true,
         n as u64,
         &|v| held(v, 0) == n,
     )?;
@@ -364,7 +311,7 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
     drop(peers);
     Ok(SpeakerBench {
         routes: n,
-        update_bytes_per_route: announce[0].len() as f64 / n as f64,
+        update_bytes_per_route: table_bytes as f64 / n as f64,
         updates_per_table: updates,
         learn,
         failover,

@@ -21,7 +21,7 @@ use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::daemons::{Daemons, Frr, GoBgp};
 use crate::Lab;
@@ -47,6 +47,10 @@ pub fn frr_config(f: Families) -> String {
     let mut s = format!(
         "frr defaults datacenter
 hostname ferrouter-dut
+! Route-map changes apply at once: the default 5 s delay has bgpd, once the configuration's
+! route maps are loaded, ask every peer for its table again (ROUTE-REFRESH) in the middle of
+! the learn phase, which the peers then send twice.
+bgp route-map delay-timer 0
 !
 router bgp {AS_DUT}
  bgp router-id {r2}
@@ -420,6 +424,177 @@ pub fn setup_bird_peers(
         }
     })?;
     super::StaticPeers::new(birds, prefixes, Duration::from_secs(1))
+}
+
+/// The tester's emulated BGP routers ([`super::Speaker::Tester`]): one [`::bgp::peer::Peer`]
+/// in h2 (primary) and one in h3 (secondary), each listening on its address's port 179 for
+/// the router's session, with the same table as BIRD's (the same generator and seed),
+/// encoded once as UPDATEs of one attribute set (AS path: the peer's AS; next hop: its
+/// address). Sending it is a copy to the socket: unlike BIRD, which needs 15-18 CPU s for
+/// a 6M-prefix table, the peers leave both cores to the router and the traffic.
+pub struct TesterPeers {
+    peers: [::bgp::peer::Peer; 2],
+    prefixes: Vec<(u32, u8)>,
+}
+
+/// The hold time the tester's routers propose (as FRR's `timers bgp 30 90`).
+const TESTER_HOLD: u16 = 90;
+
+/// Generate the table, start FRR (for [`Router::Frr`]) and the two emulated routers, and
+/// wait until the sessions are established (nothing advertised yet).
+pub fn setup_tester_peers(
+    lab: &Lab,
+    d: &mut Daemons,
+    router: Router,
+    n: usize,
+    seed: u64,
+    log: &dyn Fn(&str),
+) -> Result<TesterPeers> {
+    let t_gen = Instant::now();
+    let prefixes = bench::mrt::peer_table(&table_config(n, seed), 0).v4;
+    let nets: Vec<(std::net::IpAddr, u8)> = prefixes
+        .iter()
+        .map(|&(a, l)| (std::net::IpAddr::V4(std::net::Ipv4Addr::from(a)), l))
+        .collect();
+    let mut peers = Vec::with_capacity(2);
+    let mut table_bytes = 0;
+    for (ns, asn, local) in [
+        (lab.h2(), AS_PRIMARY, crate::H2_V4),
+        (lab.h3(), AS_SECONDARY, crate::H3_V4),
+    ] {
+        let addr: std::net::Ipv4Addr = local.parse()?;
+        let attrs = ::bgp::wire::Attrs {
+            as_path: ::bgp::wire::AsPath::sequence(&[asn]),
+            next_hop: Some(std::net::IpAddr::V4(addr)),
+            ..Default::default()
+        };
+        let (mut table, mut withdrawal) = (Vec::new(), Vec::new());
+        ::bgp::wire::encode_updates(&mut table, &attrs, None, &nets, &[], true);
+        ::bgp::wire::encode_updates(&mut withdrawal, &attrs, None, &[], &nets, true);
+        table_bytes = table.len();
+        let cfg = ::bgp::peer::Config {
+            listen: std::net::SocketAddr::new(addr.into(), 179),
+            asn,
+            router_id: addr,
+            hold_time: TESTER_HOLD,
+            families: vec![(::bgp::wire::AFI_IPV4, ::bgp::wire::SAFI_UNICAST)],
+            table: std::sync::Arc::new(table),
+            withdrawal: std::sync::Arc::new(withdrawal),
+        };
+        let enter = Box::new(move || {
+            crate::rfc2544::enter_netns(&ns).map_err(|e| std::io::Error::other(format!("{e:#}")))
+        });
+        peers.push(
+            ::bgp::peer::Peer::start(cfg, enter)
+                .with_context(|| format!("starting the tester's BGP router on {local}"))?,
+        );
+    }
+    let Ok(peers) = <[::bgp::peer::Peer; 2]>::try_from(peers) else {
+        bail!("two emulated routers expected");
+    };
+    log(&format!(
+        "   generated the table and started the tester's 2 BGP routers with {n} routes \
+         ({:.1} MB of UPDATEs each) in {:.1} s",
+        table_bytes as f64 / 1e6,
+        t_gen.elapsed().as_secs_f64()
+    ));
+    let frr = match router {
+        Router::Frr => Some(d.start_frr(
+            &lab.rtr(),
+            &[(
+                "bgpd",
+                frr_config(Families {
+                    v4: true,
+                    v6: false,
+                }),
+            )],
+            &[],
+        )?),
+        Router::Ferrouter(_) => None,
+    };
+    let peers = TesterPeers { peers, prefixes };
+    d.wait_for("BGP sessions", Duration::from_secs(120), || {
+        peers.check()?;
+        let up = peers.peers.iter().all(|p| p.status().established);
+        let router = match (&frr, &router) {
+            (Some(frr), _) => established(
+                frr,
+                Families {
+                    v4: true,
+                    v6: false,
+                },
+            )?,
+            (None, Router::Ferrouter(socket)) => ferrouter_established(socket)?,
+            (None, Router::Frr) => bail!("FRR was not started"),
+        };
+        Ok((up && router.0, router.1))
+    })?;
+    Ok(peers)
+}
+
+impl TesterPeers {
+    fn check(&self) -> Result<()> {
+        for (p, name) in self.peers.iter().zip(["primary", "secondary"]) {
+            if !p.is_running() {
+                bail!("the tester's {name} BGP router stopped");
+            }
+            let s = p.status();
+            if s.resets > 0 {
+                bail!(
+                    "the tester's {name} BGP router lost its session: {}",
+                    s.last_error.unwrap_or_default()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl super::Routing for TesterPeers {
+    fn prefixes(&self) -> &[(u32, u8)] {
+        &self.prefixes
+    }
+
+    fn learn(&self) -> Result<()> {
+        self.peers[0].advertise();
+        self.peers[1].advertise();
+        Ok(())
+    }
+
+    fn withdraw(&self) -> Result<()> {
+        self.peers[0].withdraw();
+        Ok(())
+    }
+
+    fn pause_before_failback(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn readvertise(&self) -> Result<()> {
+        self.peers[0].advertise();
+        Ok(())
+    }
+
+    fn check(&self) -> Result<()> {
+        TesterPeers::check(self)
+    }
+
+    fn status(&self) -> Option<String> {
+        let f = |s: ::bgp::peer::Status| {
+            format!(
+                "sent {:.1} of {:.1} MB, {} keepalives, {} route refreshes received",
+                s.sent_bytes as f64 / 1e6,
+                s.queued_bytes as f64 / 1e6,
+                s.keepalives_sent,
+                s.refreshes_received
+            )
+        };
+        Some(format!(
+            "primary {}; secondary {}",
+            f(self.peers[0].status()),
+            f(self.peers[1].status())
+        ))
+    }
 }
 
 /// The convergence benchmark's BGP side ([`super::Routing`]): both peers get the same

@@ -61,7 +61,7 @@ pub enum Dut {
     /// FRR installs into the kernel, which forwards.
     Linux,
     /// Ferrouter's own BGP speaker (`[bgp]`) takes the sessions and feeds its FIB
-    /// directly; no FRR, nothing in the kernel (bgp with BIRD peers only).
+    /// directly; no FRR, nothing in the kernel (bgp with BIRD or the tester's peers).
     #[serde(rename = "ferrouter-bgp")]
     FerrouterBgp,
 }
@@ -125,7 +125,8 @@ impl std::str::FromStr for Protocol {
     }
 }
 
-/// What emulates the peers: BIRD (bgp and ospf), GoBGP (bgp) or ferrouter's tester (ospf).
+/// What emulates the peers: BIRD (bgp and ospf), GoBGP (bgp) or ferrouter's tester (bgp
+/// and ospf).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Speaker {
@@ -134,7 +135,8 @@ pub enum Speaker {
     Bird,
     /// GoBGP loaded from MRT files with per-prefix AS paths; one UPDATE per prefix.
     Gobgp,
-    /// ospf only: the tester's emulated OSPF routers ([`ospf::peer`]).
+    /// The tester's emulated routers: BGP ([`::bgp::peer`]: the table pre-encoded, sent
+    /// as a copy from memory) or OSPF ([`::ospf::peer`]).
     Tester,
 }
 
@@ -156,7 +158,7 @@ impl std::str::FromStr for Speaker {
             "bird" => Ok(Speaker::Bird),
             "gobgp" => Ok(Speaker::Gobgp),
             "tester" => Ok(Speaker::Tester),
-            _ => bail!("unknown speaker {s:?}: bird, gobgp (bgp) or tester (ospf)"),
+            _ => bail!("unknown speaker {s:?}: bird, gobgp (bgp) or tester (bgp, ospf)"),
         }
     }
 }
@@ -174,6 +176,10 @@ pub struct Options {
     pub duts: Vec<Dut>,
     /// Sweep rate, frames/s (the time resolution is routes / rate).
     pub rate_pps: f64,
+    /// Traffic to a random sample of this many routes instead of every route (the
+    /// resolution becomes sample / rate); the kernel's and the speaker's FIB's times still
+    /// cover every route.
+    pub sample: Option<usize>,
     /// Give up a phase after this long.
     pub phase_timeout: Duration,
     /// Route generator seed.
@@ -271,6 +277,10 @@ pub struct Run {
     pub verify_tx: u64,
     /// Routes that lost a frame in the verification.
     pub routes_with_loss: usize,
+    /// Routes the traffic went to: every route, or the random sample asked for
+    /// (`--sample`), which the traffic times and the verification then cover.
+    #[serde(default)]
+    pub traffic_routes: usize,
     /// Time for one traffic pass over every route (resolution of the times above).
     pub sweep_period_s: f64,
     /// Who dropped the frames lost in the verification.
@@ -494,6 +504,22 @@ impl Routing for StaticPeers {
     }
 }
 
+/// The traffic's destinations: one address in every route, or in a random sample of
+/// `sample` routes (seeded, so both DUTs of a run get the same sample).
+fn traffic_dests(table: &[(u32, u8)], sample: Option<usize>, seed: u64) -> Vec<IpAddr> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    match sample {
+        Some(k) if k < table.len() => {
+            let mut v = table.to_vec();
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ 0x5eed);
+            let (chosen, _) = v.partial_shuffle(&mut rng, k.max(1));
+            chosen.iter().map(|&(a, l)| dest_of(a, l)).collect()
+        }
+        _ => table.iter().map(|&(a, l)| dest_of(a, l)).collect(),
+    }
+}
+
 /// One address inside each prefix (the first host address where there is one).
 pub(crate) fn dest_of(a: u32, len: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(if len < 32 { a | 1 } else { a }))
@@ -666,8 +692,8 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     lab.down();
     let guard = Guard(lab.clone());
     if dut == Dut::FerrouterBgp {
-        if (opts.protocol, opts.speaker) != (Protocol::Bgp, Speaker::Bird) {
-            bail!("the ferrouter-bgp DUT runs with --protocol bgp --speaker bird only");
+        if opts.protocol != Protocol::Bgp || opts.speaker == Speaker::Gobgp {
+            bail!("the ferrouter-bgp DUT runs with --protocol bgp --speaker bird or tester");
         }
         lab.extra_config.push_str(&bgp::ferrouter_bgp_config());
     }
@@ -689,7 +715,9 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
                 &lab, &mut d, router, n, opts.seed, log,
             )?),
             Speaker::Gobgp => Box::new(bgp::Convergence::setup(&lab, &mut d, n, opts.seed, log)?),
-            Speaker::Tester => bail!("--speaker tester is for --protocol ospf"),
+            Speaker::Tester => Box::new(bgp::setup_tester_peers(
+                &lab, &mut d, router, n, opts.seed, log,
+            )?),
         },
         Protocol::Ospf => match opts.speaker {
             Speaker::Tester => Box::new(ospf::setup_tester(&lab, &mut d, n, opts.seed, log)?),
@@ -707,7 +735,8 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         prefixes,
         vec![crate::H2_V4.parse()?, crate::H3_V4.parse()?],
     )?;
-    let dests: Vec<IpAddr> = table.iter().map(|&(a, l)| dest_of(a, l)).collect();
+    let dests = traffic_dests(table, opts.sample, opts.seed);
+    let traffic_routes = dests.len();
     let r1_mac = crate::rfc2544::topo::read_mac(&lab.rtr(), "r1")?;
     let mut t = Traffic::start(
         (&lab.h1(), "eth0"),
@@ -719,7 +748,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     )?;
     let period = t.period().as_secs_f64();
     log(&format!(
-        "   traffic: one pass over {n} routes every {period:.2} s"
+        "   traffic: one pass over {traffic_routes} of {n} routes every {period:.2} s"
     ));
 
     let mut w = Watch {
@@ -806,6 +835,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
         quiet_wait_s: quiet.map(|q| q.as_secs_f64()),
         verify_tx: v.tx,
         routes_with_loss: v.dests_with_loss,
+        traffic_routes,
         sweep_period_s: period,
         loss_cause,
         memory,
@@ -825,14 +855,15 @@ pub fn table(r: &Report) -> String {
         ),
     };
     let mut s = String::from(
-        "DUT            protocol  routes     learn s  failover s  failback s  loss after  pass s (nominal/failback)  failback: first kernel change / kernel done / after kernel\n",
+        "DUT            protocol  routes     traffic to  learn s  failover s  failback s  loss after  pass s (nominal/failback)  failback: first kernel change / kernel done / after kernel\n",
     );
     for x in &r.runs {
         s.push_str(&format!(
-            "{:<14} {:<9} {:<10} {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  {:>11.2} / {:<11}  {}\n",
+            "{:<14} {:<9} {:<10} {:<10}  {:>7.2}  {:>10.2}  {:>10.2}  {:>10}  {:>11.2} / {:<11}  {}\n",
             x.dut.name(),
             format!("{}/{}", x.protocol.name(), x.speaker.name()),
             x.routes,
+            x.traffic_routes,
             x.learn_s,
             x.failover_s,
             x.converge_s,
