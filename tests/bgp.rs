@@ -726,11 +726,23 @@ fn bench_convergence_5k_routes_tester_peers_ferrouter_and_linux_json() {
 /// and no namespace is left behind.
 #[test]
 fn bench_bgp_scale_8k_routes_two_bird_peers_json() {
+    check_bench_bgp_scale("bird", 'q');
+}
+
+/// The same with the tester's emulated BGP routers (bgpd connects to them).
+#[test]
+fn bench_bgp_scale_8k_routes_two_tester_peers_json() {
+    check_bench_bgp_scale("tester", 'y');
+}
+
+fn check_bench_bgp_scale(speaker: &str, tag: char) {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let prefix = format!("q{}", std::process::id() % 100_000);
+    let prefix = format!("{tag}{}", std::process::id() % 100_000);
     let v = common::bench_json(&[
         "bench",
         "bgp-scale",
+        "--speaker",
+        speaker,
         "--routes",
         "8000",
         "--peers",
@@ -749,7 +761,7 @@ fn bench_bgp_scale_8k_routes_two_bird_peers_json() {
     assert_eq!(runs.len(), 3, "{v}");
     for (r, dut) in runs.iter().zip(["ferrouter", "linux", "ferrouter-bgp"]) {
         assert_eq!(r["dut"], dut, "{r}");
-        assert_eq!(r["speaker"], "bird", "{r}");
+        assert_eq!(r["speaker"], speaker, "{r}");
         assert_eq!(r["peers"], 2, "{r}");
         assert_eq!(r["routes"], 8000, "{r}");
         assert_eq!(r["sample"], 2000, "{r}");

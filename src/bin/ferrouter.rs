@@ -408,8 +408,8 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// A full table learned from several eBGP peers (BIRD or GoBGP instances, each with its
-    /// share of a generated table) through FRR, verified by traffic to a random sample of the
+    /// A full table learned from several eBGP peers (BIRD or GoBGP instances, or the
+    /// tester's emulated BGP routers, each with its share of a generated table) through FRR, verified by traffic to a random sample of the
     /// prefixes; times, loss and memory. Needs root, frr and bird2 (or gobgpd).
     BgpScale {
         /// IPv4 routes in all, split evenly over the peers (disjoint prefixes).
@@ -418,12 +418,13 @@ enum Bench {
         /// eBGP peers (1..=8).
         #[arg(long, default_value_t = 4)]
         peers: usize,
-        /// The peers: bird (a static protocol exported over the session, packed UPDATEs) or
-        /// gobgp (loaded from MRT files, one UPDATE per prefix).
+        /// The peers: bird (a static protocol exported over the session, packed UPDATEs),
+        /// gobgp (loaded from MRT files, one UPDATE per prefix) or tester (ferrouter's
+        /// emulated BGP routers: the share encoded once, sent as a copy from memory).
         #[arg(long, default_value = "bird")]
         speaker: String,
         /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),
-        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bird peers), linux.
+        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bird or tester peers), linux.
         #[arg(long, value_delimiter = ',', default_value = "ferrouter")]
         dut: Vec<String>,
         /// Prefixes the verification traffic goes to (a random sample).

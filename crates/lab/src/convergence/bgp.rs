@@ -440,6 +440,72 @@ pub struct TesterPeers {
 /// The hold time the tester's routers propose (as FRR's `timers bgp 30 90`).
 const TESTER_HOLD: u16 = 90;
 
+/// One of the tester's emulated BGP routers, and the size of its table.
+pub struct TesterPeer {
+    /// The running router.
+    pub peer: ::bgp::peer::Peer,
+    /// Bytes of UPDATEs its table takes.
+    pub table_bytes: usize,
+}
+
+/// Start one of the tester's emulated BGP routers in namespace `ns`: AS `asn`, listening on
+/// `local`:179, its table `prefixes` (next hop `local`, AS path `asn`) encoded up front.
+pub fn tester_peer(
+    ns: &str,
+    asn: u32,
+    local: std::net::Ipv4Addr,
+    prefixes: &[(u32, u8)],
+) -> Result<TesterPeer> {
+    let nets: Vec<(std::net::IpAddr, u8)> = prefixes
+        .iter()
+        .map(|&(a, l)| (std::net::IpAddr::V4(std::net::Ipv4Addr::from(a)), l))
+        .collect();
+    let attrs = ::bgp::wire::Attrs {
+        as_path: ::bgp::wire::AsPath::sequence(&[asn]),
+        next_hop: Some(std::net::IpAddr::V4(local)),
+        ..Default::default()
+    };
+    let (mut table, mut withdrawal) = (Vec::new(), Vec::new());
+    ::bgp::wire::encode_updates(&mut table, &attrs, None, &nets, &[], true);
+    ::bgp::wire::encode_updates(&mut withdrawal, &attrs, None, &[], &nets, true);
+    let table_bytes = table.len();
+    let cfg = ::bgp::peer::Config {
+        listen: std::net::SocketAddr::new(local.into(), 179),
+        asn,
+        router_id: local,
+        hold_time: TESTER_HOLD,
+        families: vec![(::bgp::wire::AFI_IPV4, ::bgp::wire::SAFI_UNICAST)],
+        table: std::sync::Arc::new(table),
+        withdrawal: std::sync::Arc::new(withdrawal),
+    };
+    let ns = ns.to_string();
+    let enter = Box::new(move || {
+        crate::rfc2544::enter_netns(&ns).map_err(|e| std::io::Error::other(format!("{e:#}")))
+    });
+    let peer = ::bgp::peer::Peer::start(cfg, enter)
+        .with_context(|| format!("starting the tester's BGP router on {local}"))?;
+    Ok(TesterPeer { peer, table_bytes })
+}
+
+/// An error if one of the tester's routers stopped or lost its session.
+pub fn check_tester_peers<'a>(
+    peers: impl IntoIterator<Item = (&'a ::bgp::peer::Peer, String)>,
+) -> Result<()> {
+    for (p, name) in peers {
+        if !p.is_running() {
+            bail!("the tester's {name} BGP router stopped");
+        }
+        let s = p.status();
+        if s.resets > 0 {
+            bail!(
+                "the tester's {name} BGP router lost its session: {}",
+                s.last_error.unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Generate the table, start FRR (for [`Router::Frr`]) and the two emulated routers, and
 /// wait until the sessions are established (nothing advertised yet).
 pub fn setup_tester_peers(
@@ -452,43 +518,15 @@ pub fn setup_tester_peers(
 ) -> Result<TesterPeers> {
     let t_gen = Instant::now();
     let prefixes = bench::mrt::peer_table(&table_config(n, seed), 0).v4;
-    let nets: Vec<(std::net::IpAddr, u8)> = prefixes
-        .iter()
-        .map(|&(a, l)| (std::net::IpAddr::V4(std::net::Ipv4Addr::from(a)), l))
-        .collect();
     let mut peers = Vec::with_capacity(2);
-    let mut table_bytes = 0;
     for (ns, asn, local) in [
         (lab.h2(), AS_PRIMARY, crate::H2_V4),
         (lab.h3(), AS_SECONDARY, crate::H3_V4),
     ] {
-        let addr: std::net::Ipv4Addr = local.parse()?;
-        let attrs = ::bgp::wire::Attrs {
-            as_path: ::bgp::wire::AsPath::sequence(&[asn]),
-            next_hop: Some(std::net::IpAddr::V4(addr)),
-            ..Default::default()
-        };
-        let (mut table, mut withdrawal) = (Vec::new(), Vec::new());
-        ::bgp::wire::encode_updates(&mut table, &attrs, None, &nets, &[], true);
-        ::bgp::wire::encode_updates(&mut withdrawal, &attrs, None, &[], &nets, true);
-        table_bytes = table.len();
-        let cfg = ::bgp::peer::Config {
-            listen: std::net::SocketAddr::new(addr.into(), 179),
-            asn,
-            router_id: addr,
-            hold_time: TESTER_HOLD,
-            families: vec![(::bgp::wire::AFI_IPV4, ::bgp::wire::SAFI_UNICAST)],
-            table: std::sync::Arc::new(table),
-            withdrawal: std::sync::Arc::new(withdrawal),
-        };
-        let enter = Box::new(move || {
-            crate::rfc2544::enter_netns(&ns).map_err(|e| std::io::Error::other(format!("{e:#}")))
-        });
-        peers.push(
-            ::bgp::peer::Peer::start(cfg, enter)
-                .with_context(|| format!("starting the tester's BGP router on {local}"))?,
-        );
+        peers.push(tester_peer(&ns, asn, local.parse()?, &prefixes)?);
     }
+    let table_bytes = peers.first().map_or(0, |p: &TesterPeer| p.table_bytes);
+    let peers: Vec<::bgp::peer::Peer> = peers.into_iter().map(|p| p.peer).collect();
     let Ok(peers) = <[::bgp::peer::Peer; 2]>::try_from(peers) else {
         bail!("two emulated routers expected");
     };
@@ -534,19 +572,11 @@ pub fn setup_tester_peers(
 
 impl TesterPeers {
     fn check(&self) -> Result<()> {
-        for (p, name) in self.peers.iter().zip(["primary", "secondary"]) {
-            if !p.is_running() {
-                bail!("the tester's {name} BGP router stopped");
-            }
-            let s = p.status();
-            if s.resets > 0 {
-                bail!(
-                    "the tester's {name} BGP router lost its session: {}",
-                    s.last_error.unwrap_or_default()
-                );
-            }
-        }
-        Ok(())
+        check_tester_peers(
+            self.peers
+                .iter()
+                .zip(["primary", "secondary"].map(String::from)),
+        )
     }
 }
 

@@ -99,6 +99,8 @@ enum Peers {
     Gobgp(Vec<GoBgp>),
     /// BIRD instances, each with its share as a disabled static protocol.
     Bird(Vec<Bird>),
+    /// The tester's emulated BGP routers, each with its share encoded up front.
+    Tester(Vec<::bgp::peer::Peer>),
 }
 
 /// Run `f` on every item at once, one thread each; the first error.
@@ -124,7 +126,9 @@ fn peer_addr(i: usize) -> Ipv4Addr {
 }
 
 /// FRR with one eBGP neighbour per peer address, advertising nothing back.
-fn frr_config(peers: usize) -> String {
+/// `passive`: bgpd waits for the peers to connect (BIRD and GoBGP do); the tester's
+/// routers only listen, so bgpd connects to them.
+fn frr_config(peers: usize, passive: bool) -> String {
     let mut s = format!(
         "frr defaults datacenter\nhostname ferrouter-dut\n!\nrouter bgp {}\n bgp router-id {}\n timers bgp 30 90\n \
          no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n",
@@ -133,10 +137,13 @@ fn frr_config(peers: usize) -> String {
     );
     for i in 0..peers {
         s.push_str(&format!(
-            " neighbor {a} remote-as {asn}\n neighbor {a} timers connect 1\n neighbor {a} passive\n",
+            " neighbor {a} remote-as {asn}\n neighbor {a} timers connect 1\n",
             a = peer_addr(i),
             asn = 65010 + i
         ));
+        if passive {
+            s.push_str(&format!(" neighbor {} passive\n", peer_addr(i)));
+        }
     }
     s.push_str(" !\n address-family ipv4 unicast\n");
     for i in 0..peers {
@@ -215,12 +222,9 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     lab.extra_config = "netlink_rcvbuf = 1073741824\n".into();
     lab.down();
     let guard = Guard(lab.clone());
-    if opts.speaker == Speaker::Tester {
-        bail!("bgp-scale runs with --speaker bird or gobgp");
-    }
     if dut == Dut::FerrouterBgp {
-        if opts.speaker != Speaker::Bird {
-            bail!("the ferrouter-bgp DUT runs with --speaker bird only");
+        if opts.speaker == Speaker::Gobgp {
+            bail!("the ferrouter-bgp DUT runs with --speaker bird or tester");
         }
         lab.extra_config.push_str(&speaker_config(opts.peers));
     }
@@ -271,7 +275,14 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
     let mut d = Daemons::new(&lab.dir.join("daemons"))?;
     let frr = match dut {
         Dut::FerrouterBgp => None,
-        _ => Some(d.start_frr(&lab.rtr(), &[("bgpd", frr_config(opts.peers))], &[])?),
+        _ => Some(d.start_frr(
+            &lab.rtr(),
+            &[(
+                "bgpd",
+                frr_config(opts.peers, opts.speaker != Speaker::Tester),
+            )],
+            &[],
+        )?),
     };
     let peers = match opts.speaker {
         Speaker::Gobgp => Peers::Gobgp(
@@ -286,7 +297,18 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
                 })
                 .collect::<Result<_>>()?,
         ),
-        Speaker::Tester => bail!("bgp-scale runs with --speaker bird or gobgp"),
+        Speaker::Tester => Peers::Tester(
+            tables
+                .iter()
+                .enumerate()
+                .map(|(i, table)| {
+                    Ok(
+                        bgp::tester_peer(&lab.h2(), 65010 + i as u32, peer_addr(i), &table.v4)?
+                            .peer,
+                    )
+                })
+                .collect::<Result<_>>()?,
+        ),
         Speaker::Bird => Peers::Bird(
             tables
                 .iter()
@@ -306,6 +328,9 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         ),
     };
     d.wait_for("BGP sessions", Duration::from_secs(60), || {
+        if let Peers::Tester(p) = &peers {
+            bgp::check_tester_peers(p.iter().enumerate().map(|(i, p)| (p, format!("peer {i}"))))?;
+        }
         let Some(frr) = &frr else {
             return bgp::ferrouter_established(&lab.socket());
         };
@@ -353,6 +378,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         // BIRD loads a static protocol's routes within the `enable` command (seconds per
         // million), so all are enabled at once too.
         Peers::Bird(birds) => at_once(birds.iter(), |b| b.set_protocol("enable", "static4"))?,
+        Peers::Tester(peers) => peers.iter().for_each(|p| p.advertise()),
     }
     log(&format!(
         "   peers loaded in {:.1} s",
@@ -407,6 +433,9 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         t.check()?;
         kw.check()?;
         d.check_alive()?;
+        if let Peers::Tester(p) = &peers {
+            bgp::check_tester_peers(p.iter().enumerate().map(|(i, p)| (p, format!("peer {i}"))))?;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     let learn_at = t
