@@ -386,13 +386,19 @@ fn session(
                 if let Ok(mut g) = ended.lock() {
                     g.get_or_insert(why);
                 }
+                // A writer blocked on a router that stopped reading fails at once.
+                let _ = r.shutdown(Shutdown::Both);
             })
             .map_err(io)?
     };
     let r = write_loop(cfg, &mut s, shared, rx, hold, &ended);
     let _ = s.shutdown(Shutdown::Both);
     let _ = reader.join();
-    r
+    // A write that failed because the reader ended the session: the reader's reason.
+    match (r, ended.lock().ok().and_then(|g| g.clone())) {
+        (Err(_), Some(why)) if why != "stopped" => Err(why),
+        (r, _) => r,
+    }
 }
 
 /// Send a NOTIFICATION, best effort.
@@ -586,13 +592,17 @@ mod tests {
 
     /// The router side, by hand: connect, OPEN, KEEPALIVE.
     fn connect(addr: SocketAddr, four_octet: bool) -> (TcpStream, Vec<u8>) {
+        connect_with_hold(addr, four_octet, 9)
+    }
+
+    fn connect_with_hold(addr: SocketAddr, four_octet: bool, hold: u16) -> (TcpStream, Vec<u8>) {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut out = Vec::new();
         wire::encode_open(
             &mut out,
             65001,
-            9,
+            hold,
             Ipv4Addr::new(192, 0, 2, 1),
             &[(wire::AFI_IPV4, wire::SAFI_UNICAST)],
         );
@@ -724,5 +734,24 @@ mod tests {
         drop(s);
         let st = wait(&p, |st| st.resets == 4);
         assert!(p.is_running(), "{st:?}");
+    }
+
+    #[test]
+    fn a_silent_router_is_dropped_when_the_hold_timer_expires() {
+        let (p, addr, _, _) = start(90);
+        // 3 s negotiated; the router sends nothing after its KEEPALIVE, and reads nothing.
+        let (mut s, mut buf) = connect_with_hold(addr, true, 3);
+        assert_eq!(next(&mut s, &mut buf).0, wire::MSG_OPEN);
+        wait(&p, |st| st.established);
+        p.advertise();
+        let st = wait(&p, |st| st.resets == 1);
+        assert!(!st.established, "{st:?}");
+        assert!(
+            st.last_error
+                .as_deref()
+                .unwrap()
+                .contains("hold timer expired"),
+            "{st:?}"
+        );
     }
 }
