@@ -369,6 +369,39 @@ pub fn ferrouter_established(socket: &Path) -> Result<(bool, String)> {
     Ok((up, v.to_string()))
 }
 
+/// The router of a convergence run: FRR's bgpd started for [`Router::Frr`] (IPv4 sessions
+/// to both peers), nothing for ferrouter's own speaker, which the lab already runs.
+struct RouterSide {
+    frr: Option<crate::daemons::Frr>,
+    router: Router,
+}
+
+impl RouterSide {
+    const FAMILIES: Families = Families {
+        v4: true,
+        v6: false,
+    };
+
+    fn start(lab: &Lab, d: &mut Daemons, router: Router) -> Result<RouterSide> {
+        let frr = match router {
+            Router::Frr => {
+                Some(d.start_frr(&lab.rtr(), &[("bgpd", frr_config(Self::FAMILIES))], &[])?)
+            }
+            Router::Ferrouter(_) => None,
+        };
+        Ok(RouterSide { frr, router })
+    }
+
+    /// Whether the router has both sessions established, and its status.
+    fn established(&self) -> Result<(bool, String)> {
+        match (&self.frr, &self.router) {
+            (Some(frr), _) => established(frr, Self::FAMILIES),
+            (None, Router::Ferrouter(socket)) => ferrouter_established(socket),
+            (None, Router::Frr) => bail!("FRR was not started"),
+        }
+    }
+}
+
 /// The convergence benchmark's BGP side with BIRD peers ([`super::Speaker::Bird`]):
 /// generate the table (`n` IPv4 routes, seed `seed`), start FRR (for [`Router::Frr`]) and
 /// both BIRDs with it as their disabled `static4`, and wait until the sessions are
@@ -383,14 +416,7 @@ pub fn setup_bird_peers(
 ) -> Result<super::StaticPeers> {
     let t_gen = Instant::now();
     let prefixes = bench::mrt::peer_table(&table_config(n, seed), 0).v4;
-    let fam = Families {
-        v4: true,
-        v6: false,
-    };
-    let frr = match router {
-        Router::Frr => Some(d.start_frr(&lab.rtr(), &[("bgpd", frr_config(fam))], &[])?),
-        Router::Ferrouter(_) => None,
-    };
+    let side = RouterSide::start(lab, d, router)?;
     let mut birds = Vec::with_capacity(2);
     for (name, ns, asn, local, dut) in [
         (
@@ -417,11 +443,7 @@ pub fn setup_bird_peers(
         t_gen.elapsed().as_secs_f64()
     ));
     d.wait_for("BGP sessions", Duration::from_secs(120), || {
-        match (&frr, &router) {
-            (Some(frr), _) => established(frr, fam),
-            (None, Router::Ferrouter(socket)) => ferrouter_established(socket),
-            (None, Router::Frr) => anyhow::bail!("FRR was not started"),
-        }
+        side.established()
     })?;
     super::StaticPeers::new(birds, prefixes, Duration::from_secs(1))
 }
@@ -536,35 +558,12 @@ pub fn setup_tester_peers(
         table_bytes as f64 / 1e6,
         t_gen.elapsed().as_secs_f64()
     ));
-    let frr = match router {
-        Router::Frr => Some(d.start_frr(
-            &lab.rtr(),
-            &[(
-                "bgpd",
-                frr_config(Families {
-                    v4: true,
-                    v6: false,
-                }),
-            )],
-            &[],
-        )?),
-        Router::Ferrouter(_) => None,
-    };
+    let side = RouterSide::start(lab, d, router)?;
     let peers = TesterPeers { peers, prefixes };
     d.wait_for("BGP sessions", Duration::from_secs(120), || {
         peers.check()?;
         let up = peers.peers.iter().all(|p| p.status().established);
-        let router = match (&frr, &router) {
-            (Some(frr), _) => established(
-                frr,
-                Families {
-                    v4: true,
-                    v6: false,
-                },
-            )?,
-            (None, Router::Ferrouter(socket)) => ferrouter_established(socket)?,
-            (None, Router::Frr) => bail!("FRR was not started"),
-        };
+        let router = side.established()?;
         Ok((up && router.0, router.1))
     })?;
     Ok(peers)
