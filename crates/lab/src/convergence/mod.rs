@@ -220,26 +220,37 @@ pub struct PhaseTime {
     /// was busy throughout and sets the pace; the machine has two cores for all of them.
     #[serde(default)]
     pub cpu_s: BTreeMap<String, f64>,
+    /// The wall time between the two readings of `cpu_s`: from just before the phase began
+    /// until it was seen settled, so a little longer than `total_s` (which ends at the last
+    /// route's move). No process can use more than this times the number of cores.
+    #[serde(default)]
+    pub cpu_window_s: Option<f64>,
 }
 
-/// CPU seconds used so far by every daemon of the run, and by ferrouter (`pid`).
-fn cpu_now(d: &Daemons, ferrouter: Option<u32>) -> BTreeMap<String, f64> {
-    let mut m: BTreeMap<String, f64> = d.cpu_seconds().into_iter().collect();
+/// CPU seconds used so far by every daemon of the run and by ferrouter (`pid`), and when.
+struct CpuReading {
+    at: Instant,
+    by: BTreeMap<String, f64>,
+}
+
+fn cpu_now(d: &Daemons, ferrouter: Option<u32>) -> CpuReading {
+    let at = Instant::now();
+    let mut by: BTreeMap<String, f64> = d.cpu_seconds().into_iter().collect();
     if let Some(c) = ferrouter.and_then(crate::daemons::cpu_seconds_of) {
-        m.insert("ferrouter".into(), c);
+        by.insert("ferrouter".into(), c);
     }
-    m
+    CpuReading { at, by }
 }
 
-/// CPU seconds used between two [`cpu_now`] readings, by process, rounded to the tick.
-fn cpu_used(
-    before: &BTreeMap<String, f64>,
-    after: &BTreeMap<String, f64>,
-) -> BTreeMap<String, f64> {
-    after
+/// Sets `phase`'s CPU seconds used between two [`cpu_now`] readings, by process (rounded to
+/// the tick), and the wall time between them.
+fn set_cpu_used(phase: &mut PhaseTime, before: &CpuReading, after: &CpuReading) {
+    phase.cpu_s = after
+        .by
         .iter()
-        .filter_map(|(k, a)| Some((k.clone(), ((a - before.get(k)?) * 100.0).round() / 100.0)))
-        .collect()
+        .filter_map(|(k, a)| Some((k.clone(), ((a - before.by.get(k)?) * 100.0).round() / 100.0)))
+        .collect();
+    phase.cpu_window_s = Some(after.at.duration_since(before.at).as_secs_f64());
 }
 
 /// One run's results.
@@ -654,6 +665,7 @@ fn settle(
                 fib_done_s: fib_at.map(|f| secs(since, f)),
                 pass_s: passes.mean_s(),
                 cpu_s: BTreeMap::new(),
+                cpu_window_s: None,
             });
         }
         if start.elapsed() > timeout {
@@ -776,13 +788,13 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     routing.learn()?;
     let mut learn = settle(&mut w, "learn", 0, t0, (|k| k.on[0] == n, [n, n]))?;
     let c1 = cpu_now(w.d, pid);
-    learn.cpu_s = cpu_used(&c0, &c1);
+    set_cpu_used(&mut learn, &c0, &c1);
     // 2. Failover.
     let t1 = monotonic_ns();
     w.kw.mark(t1);
     routing.withdraw()?;
     let mut failover = settle(&mut w, "failover", 1, t1, (|k| k.on[1] == n, [0, n]))?;
-    failover.cpu_s = cpu_used(&c1, &cpu_now(w.d, pid));
+    set_cpu_used(&mut failover, &c1, &cpu_now(w.d, pid));
     // Let the secondary path settle fully before the failback (the daemons' own work too).
     std::thread::sleep(routing.pause_before_failback());
     // 3. Failback.
@@ -791,7 +803,7 @@ fn run_one(opts: &Options, dut: Dut, n: usize, log: &dyn Fn(&str)) -> Result<Run
     w.kw.mark(t2);
     routing.readvertise()?;
     let mut failback = settle(&mut w, "failback", 0, t2, (|k| k.on[0] == n, [n, n]))?;
-    failback.cpu_s = cpu_used(&c2, &cpu_now(w.d, pid));
+    set_cpu_used(&mut failback, &c2, &cpu_now(w.d, pid));
     // 4. Verification, once the router is quiet if the peers can tell: a router still
     // flooding takes CPU the forwarding then lacks, on a 2-vCPU machine.
     let quiet = routing.wait_quiet(QUIET_LIMIT)?;
