@@ -774,6 +774,9 @@ fn two_workers_each_serve_a_queue_of_every_port() {
             w["forwarded"].as_u64().unwrap() > 1000,
             "every worker forwards its queue's share: {c}"
         );
+        // The default worker_nice, set as root: forwarding ahead of the routing daemons.
+        assert_eq!(w["nice"], -10, "{c}");
+        assert!(w["nice_error"].is_null(), "{c}");
     }
     let i = api(lab, "interfaces", None);
     assert!(

@@ -95,7 +95,11 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                 "reasons": reasons,
                 "workers": shared.workers.iter().map(|w| {
                     let c = w.counters.snapshot();
-                    json!({"id": w.id, "core": w.core, "rx": c.rx, "tx": c.tx,
+                    let nice = w.nice.load(std::sync::atomic::Ordering::Relaxed);
+                    json!({"id": w.id, "core": w.core,
+                           "nice": (nice != dataplane::worker::NICE_UNKNOWN).then_some(nice),
+                           "nice_error": w.nice_error.get(),
+                           "rx": c.rx, "tx": c.tx,
                            "forwarded": c.get(Reason::Ip4Forwarded) + c.get(Reason::Ip6Forwarded),
                            "vectors": c.vectors, "idle_polls": c.idle_polls})
                 }).collect::<Vec<_>>(),

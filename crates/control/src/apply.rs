@@ -193,7 +193,7 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 }
 
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
-/// only a restart applies (`[[port]]`, `workers`, `control_socket`, `netlink_rcvbuf`,
+/// only a restart applies (`[[port]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
 /// `state_dir`, `[api]`, `[bgp]`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
@@ -202,6 +202,9 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     }
     if old.workers != new.workers {
         restart.push("workers");
+    }
+    if old.worker_nice != new.worker_nice {
+        restart.push("worker_nice");
     }
     if old.control_socket != new.control_socket {
         restart.push("control_socket");

@@ -5,6 +5,7 @@
 //! # /etc/ferrouter/ferrouter.toml
 //! control_socket = "/run/ferrouter/ferrouter.sock"
 //! workers = 1
+//! worker_nice = -10     # -20..=19: workers' priority over the routing daemons (0: equal)
 //!
 //! [[port]]
 //! name = "eth1"
@@ -138,6 +139,12 @@ pub struct Config {
     /// Worker threads (AF_PACKET ports are served by one worker).
     #[serde(default = "one")]
     pub workers: usize,
+    /// The workers' nice value (-20..=19). Below 0, forwarding takes its core ahead of the
+    /// routing daemons and everything else at the default 0, so their bursts of work do not
+    /// overflow the ports' receive rings; 0 shares the core equally. A worker sleeps when
+    /// its ports are idle, so the priority costs nothing then.
+    #[serde(default = "default_worker_nice")]
+    pub worker_nice: i32,
     /// Netlink receive buffer in bytes. Notifications have no flow control; when they
     /// overflow this buffer the daemon resyncs from a full dump.
     #[serde(default = "default_rcvbuf")]
@@ -327,6 +334,10 @@ fn default_state_dir() -> PathBuf {
 
 fn one() -> usize {
     1
+}
+
+fn default_worker_nice() -> i32 {
+    -10
 }
 
 /// One problem in a config file: where (line and column, 1-based; the dotted path of the
@@ -617,6 +628,12 @@ impl Config {
         }
         if let Some(m) = c.api.problem() {
             r.add("api", m);
+        }
+        if !(-20..=19).contains(&c.worker_nice) {
+            r.add(
+                "worker_nice",
+                format!("{} is out of range; expected -20..=19", c.worker_nice),
+            );
         }
         if c.workers == 0 || c.workers > 64 {
             r.add(
@@ -1031,6 +1048,20 @@ mod tests {
         let c = parse("[[port]]\nname = \"eth1\"\n").unwrap();
         assert_eq!(c.ports[0].backend, Backend::Auto);
         assert_eq!(c.workers, 1);
+        assert_eq!(c.worker_nice, -10);
+        let c = parse("worker_nice = 0\n[[port]]\nname = \"eth1\"\n").unwrap();
+        assert_eq!(c.worker_nice, 0);
+        for bad in ["-21", "20"] {
+            let e = parse(&format!("worker_nice = {bad}\n[[port]]\nname = \"e\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("test.toml:1:")
+                    && e.contains("worker_nice")
+                    && e.contains("-20..=19"),
+                "{e}"
+            );
+        }
         let c = parse("workers = 1\ncontrol_socket = \"/tmp/x.sock\"\n[[port]]\nname = \"a\"\nbackend = \"af_packet\"\n[[port]]\nname = \"b\"\n").unwrap();
         assert_eq!(c.ports.len(), 2);
         assert_eq!(c.ports[0].backend, Backend::AfPacket);

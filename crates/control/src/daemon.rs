@@ -318,6 +318,7 @@ fn spawn_worker(
     mut inject: PuntConsumer,
     counters_out: Arc<Vec<PortCounters>>,
     (tracer, capturer): (dataplane::trace::Tracer, dataplane::capture::Capturer),
+    nice: i32,
 ) -> Result<WorkerHandle> {
     let cores = worker::cores();
     // One worker: the last core (the control thread keeps the first); several: one each.
@@ -326,7 +327,14 @@ fn spawn_worker(
     } else {
         Some(cores[(cores.len() - 1 + id) % cores.len()])
     };
-    Ok(worker::spawn(id, core, move |shared| {
+    let at = worker::Placement {
+        core,
+        nice: Some(nice),
+    };
+    Ok(worker::spawn(id, at, move |shared| {
+        if let Some(e) = shared.nice_error.get() {
+            tracing::warn!("worker {id}: {e}; it runs at the inherited priority");
+        }
         let q = fib.register();
         let mut graph = Graph::new(
             fib,
@@ -578,6 +586,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             inject_rx,
             c.clone(),
             (tracer, capturer),
+            cfg.worker_nice,
         );
         match spawned {
             Ok(h) => handles.push(h),

@@ -3,8 +3,8 @@
 //! (counters), so the poll loop takes no lock.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -30,6 +30,11 @@ pub struct WorkerShared {
     pub id: usize,
     /// Core it is pinned to, if pinning succeeded.
     pub core: Option<usize>,
+    /// The nice value the thread runs at, read back after setting it ([`NICE_UNKNOWN`]
+    /// until the thread has started, or if it could not be read).
+    pub nice: AtomicI32,
+    /// Why the requested nice value could not be set, if it could not.
+    pub nice_error: OnceLock<String>,
     /// Counters (single writer: the worker).
     pub counters: Arc<Counters>,
     /// Set by the control thread to stop the loop.
@@ -123,15 +128,69 @@ pub struct WorkerHandle {
     join: Option<JoinHandle<WorkerExit>>,
 }
 
-/// Start worker `id` pinned to `core` (if given and available), running `body` until it
-/// returns. A panic inside `body` is caught and reported by [`WorkerHandle::join`].
-pub fn spawn<F>(id: usize, core: Option<usize>, body: F) -> std::io::Result<WorkerHandle>
+/// [`WorkerShared::nice`] before the thread has read its own.
+pub const NICE_UNKNOWN: i32 = i32::MIN;
+
+/// Set the calling thread's nice value (Linux: `setpriority` on the thread id affects that
+/// thread alone). A value below the current one needs `CAP_SYS_NICE` (or `RLIMIT_NICE`).
+pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: plain system call on our own thread id.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread's nice value.
+pub fn thread_nice() -> std::io::Result<i32> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // -1 is a valid nice value, so errors are told apart by errno (cleared first).
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: plain system call on our own thread id.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) };
+    let e = std::io::Error::last_os_error();
+    if n == -1 && e.raw_os_error().unwrap_or(0) != 0 {
+        return Err(e);
+    }
+    Ok(n)
+}
+
+/// Where and how a worker thread runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The core to pin it to (if available).
+    pub core: Option<usize>,
+    /// The nice value to give it (`None`: inherit). A fast path gives its workers a higher
+    /// priority than the routing daemons, so that their bursts of work do not starve
+    /// forwarding on a core they share.
+    pub nice: Option<i32>,
+}
+
+impl From<Option<usize>> for Placement {
+    fn from(core: Option<usize>) -> Placement {
+        Placement { core, nice: None }
+    }
+}
+
+/// Start worker `id` placed as `at` says (pinned to its core if given and available, at its
+/// nice value if given), running `body` until it returns. A nice value that cannot be set
+/// leaves the thread at its inherited one, with the reason in
+/// [`WorkerShared::nice_error`]. A panic inside `body` is caught and reported by
+/// [`WorkerHandle::join`].
+pub fn spawn<F>(id: usize, at: impl Into<Placement>, body: F) -> std::io::Result<WorkerHandle>
 where
     F: FnOnce(&WorkerShared) + Send + 'static,
 {
+    let at: Placement = at.into();
     let shared = Arc::new(WorkerShared {
         id,
-        core,
+        core: at.core,
+        nice: AtomicI32::new(NICE_UNKNOWN),
+        nice_error: OnceLock::new(),
         counters: Arc::new(Counters::default()),
         stop: AtomicBool::new(false),
     });
@@ -141,6 +200,14 @@ where
         .spawn(move || {
             if let Some(c) = s2.core {
                 core_affinity::set_for_current(core_affinity::CoreId { id: c });
+            }
+            if let Some(n) = at.nice {
+                if let Err(e) = set_thread_nice(n) {
+                    let _ = s2.nice_error.set(format!("setting nice {n}: {e}"));
+                }
+            }
+            if let Ok(n) = thread_nice() {
+                s2.nice.store(n, Ordering::Relaxed);
             }
             match catch_unwind(AssertUnwindSafe(|| body(&s2))) {
                 Ok(()) => WorkerExit::Stopped,
@@ -215,5 +282,55 @@ mod tests {
         ok.stop();
         assert_eq!(ok.join(), WorkerExit::Stopped);
         assert!(aggregate([&ok.shared]).rx > 0);
+    }
+
+    #[test]
+    fn worker_runs_at_the_nice_value_asked_for_or_says_why_not() {
+        let ours = thread_nice().unwrap();
+        // Raising the nice value (lower priority) needs no privilege.
+        let want = (ours + 3).min(19);
+        let mut w = spawn(
+            0,
+            Placement {
+                core: None,
+                nice: Some(want),
+            },
+            |s| {
+                while !s.stop.load(Ordering::Relaxed) {
+                    std::thread::yield_now();
+                }
+            },
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        while w.shared.nice.load(Ordering::Relaxed) == NICE_UNKNOWN {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "the worker never read its nice value"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(w.shared.nice.load(Ordering::Relaxed), want);
+        assert!(w.shared.nice_error.get().is_none());
+        w.stop();
+        assert_eq!(w.join(), WorkerExit::Stopped);
+        // The spawning thread is left as it was.
+        assert_eq!(thread_nice().unwrap(), ours);
+        // Below our own value needs CAP_SYS_NICE: the worker gets it, or says why not.
+        let mut w = spawn(
+            1,
+            Placement {
+                core: None,
+                nice: Some(-20),
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(w.join(), WorkerExit::Stopped);
+        let got = w.shared.nice.load(Ordering::Relaxed);
+        assert!(
+            got == -20 || w.shared.nice_error.get().is_some(),
+            "nice {got} without an error"
+        );
     }
 }
