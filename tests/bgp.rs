@@ -735,14 +735,19 @@ fn bench_bgp_scale_8k_routes_two_tester_peers_json() {
     check_bench_bgp_scale("tester", 'y');
 }
 
+/// `v6`: the peers carry 2,000 IPv6 routes beside the 8,000 IPv4 ones (the tester's).
 fn check_bench_bgp_scale(speaker: &str, tag: char) {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("{tag}{}", std::process::id() % 100_000);
+    let v6 = speaker == "tester";
+    let routes6 = if v6 { 2000 } else { 0 };
     let v = common::bench_json(&[
         "bench",
         "bgp-scale",
         "--speaker",
         speaker,
+        "--routes6",
+        &routes6.to_string(),
         "--routes",
         "8000",
         "--peers",
@@ -764,7 +769,11 @@ fn check_bench_bgp_scale(speaker: &str, tag: char) {
         assert_eq!(r["speaker"], speaker, "{r}");
         assert_eq!(r["peers"], 2, "{r}");
         assert_eq!(r["routes"], 8000, "{r}");
+        assert_eq!(r["routes6"], routes6, "{r}");
         assert_eq!(r["sample"], 2000, "{r}");
+        // A random sample of 10,000 routes of which 2,000 are IPv6: both families are in it.
+        let s6 = r["sample6"].as_u64().unwrap();
+        assert!(if v6 { s6 > 100 && s6 < 1000 } else { s6 == 0 }, "{r}");
         assert_eq!(r["loss"], 0, "{r}");
         assert_eq!(r["routes_with_loss"], 0, "{r}");
         assert!(r["verify_tx"].as_u64().unwrap() >= 4000, "two passes: {r}");
@@ -783,10 +792,10 @@ fn check_bench_bgp_scale(speaker: &str, tag: char) {
     }
     let b = &runs[2];
     assert!(b["fib_done_s"].as_f64().unwrap() > 0.0, "{b}");
-    assert!(b["fib_prefixes"].as_u64().unwrap() >= 8000, "{b}");
+    assert!(b["fib_prefixes"].as_u64().unwrap() >= 8000 + routes6, "{b}");
     let f = &runs[0];
     assert!(f["fib_done_s"].as_f64().unwrap() > 0.0, "{f}");
-    assert!(f["fib_prefixes"].as_u64().unwrap() >= 8000, "{f}");
+    assert!(f["fib_prefixes"].as_u64().unwrap() >= 8000 + routes6, "{f}");
     assert!(f["fib_memory_bytes"].as_u64().unwrap() > 0, "{f}");
     assert!(runs[1]["fib_done_s"].is_null(), "{v}");
     let ns = std::process::Command::new("ip")

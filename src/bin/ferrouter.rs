@@ -415,6 +415,9 @@ enum Bench {
         /// IPv4 routes in all, split evenly over the peers (disjoint prefixes).
         #[arg(long, default_value_t = 1_000_000)]
         routes: usize,
+        /// IPv6 routes in all, likewise, on the same sessions (MP-BGP; --speaker tester).
+        #[arg(long, default_value_t = 0)]
+        routes6: usize,
         /// eBGP peers (1..=8).
         #[arg(long, default_value_t = 4)]
         peers: usize,
@@ -833,6 +836,7 @@ fn main() -> Result<()> {
         }
         Cmd::Bench(Bench::BgpScale {
             routes,
+            routes6,
             peers,
             speaker,
             dut,
@@ -846,6 +850,9 @@ fn main() -> Result<()> {
             if routes == 0 || routes > 10_000_000 || sample == 0 || sample > 16_000_000 {
                 bail!("--routes must be 1..=10000000 and --sample 1..=16000000");
             }
+            if routes6 > 2_000_000 {
+                bail!("--routes6 must be 0..=2000000");
+            }
             if !(rate.is_finite() && rate > 0.0 && rate <= 10e6) {
                 bail!("--rate must be in (0, 10M] frames/s");
             }
@@ -857,6 +864,7 @@ fn main() -> Result<()> {
             }
             let opts = lab::convergence::scale::ScaleOptions {
                 routes,
+                routes6,
                 peers,
                 speaker: speaker.parse()?,
                 duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,

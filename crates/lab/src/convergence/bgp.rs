@@ -470,33 +470,50 @@ pub struct TesterPeer {
     pub table_bytes: usize,
 }
 
+/// An emulated router's IPv6 side: its address (the routes' next hop) and its prefixes.
+pub type V6Side<'a> = (std::net::Ipv6Addr, &'a [([u8; 16], u8)]);
+
 /// Start one of the tester's emulated BGP routers in namespace `ns`: AS `asn`, listening on
 /// `local`:179, its table `prefixes` (next hop `local`, AS path `asn`) encoded up front.
+/// With `v6` = (address, prefixes), the session also carries IPv6 unicast (MP-BGP) and the
+/// table those prefixes, with that address as their next hop.
 pub fn tester_peer(
     ns: &str,
     asn: u32,
     local: std::net::Ipv4Addr,
     prefixes: &[(u32, u8)],
+    v6: Option<V6Side>,
 ) -> Result<TesterPeer> {
-    let nets: Vec<(std::net::IpAddr, u8)> = prefixes
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let nets: Vec<(IpAddr, u8)> = prefixes
         .iter()
-        .map(|&(a, l)| (std::net::IpAddr::V4(std::net::Ipv4Addr::from(a)), l))
+        .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(a)), l))
+        .chain(
+            v6.iter()
+                .flat_map(|(_, p)| p.iter())
+                .map(|&(a, l)| (IpAddr::V6(Ipv6Addr::from(a)), l)),
+        )
         .collect();
     let attrs = ::bgp::wire::Attrs {
         as_path: ::bgp::wire::AsPath::sequence(&[asn]),
-        next_hop: Some(std::net::IpAddr::V4(local)),
+        next_hop: Some(IpAddr::V4(local)),
         ..Default::default()
     };
+    let next_hop6 = v6.map(|(a, _)| a);
     let (mut table, mut withdrawal) = (Vec::new(), Vec::new());
-    ::bgp::wire::encode_updates(&mut table, &attrs, None, &nets, &[], true);
-    ::bgp::wire::encode_updates(&mut withdrawal, &attrs, None, &[], &nets, true);
+    ::bgp::wire::encode_updates(&mut table, &attrs, next_hop6, &nets, &[], true);
+    ::bgp::wire::encode_updates(&mut withdrawal, &attrs, next_hop6, &[], &nets, true);
+    let mut families = vec![(::bgp::wire::AFI_IPV4, ::bgp::wire::SAFI_UNICAST)];
+    if v6.is_some() {
+        families.push((::bgp::wire::AFI_IPV6, ::bgp::wire::SAFI_UNICAST));
+    }
     let table_bytes = table.len();
     let cfg = ::bgp::peer::Config {
         listen: std::net::SocketAddr::new(local.into(), 179),
         asn,
         router_id: local,
         hold_time: TESTER_HOLD,
-        families: vec![(::bgp::wire::AFI_IPV4, ::bgp::wire::SAFI_UNICAST)],
+        families,
         table: std::sync::Arc::new(table),
         withdrawal: std::sync::Arc::new(withdrawal),
     };
@@ -545,7 +562,7 @@ pub fn setup_tester_peers(
         (lab.h2(), AS_PRIMARY, crate::H2_V4),
         (lab.h3(), AS_SECONDARY, crate::H3_V4),
     ] {
-        peers.push(tester_peer(&ns, asn, local.parse()?, &prefixes)?);
+        peers.push(tester_peer(&ns, asn, local.parse()?, &prefixes, None)?);
     }
     let table_bytes = peers.first().map_or(0, |p: &TesterPeer| p.table_bytes);
     let peers: Vec<::bgp::peer::Peer> = peers.into_iter().map(|p| p.peer).collect();

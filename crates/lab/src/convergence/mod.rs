@@ -533,7 +533,16 @@ fn traffic_dests(table: &[(u32, u8)], sample: Option<usize>, seed: u64) -> Vec<I
 
 /// One address inside each prefix (the first host address where there is one).
 pub(crate) fn dest_of(a: u32, len: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(if len < 32 { a | 1 } else { a }))
+    host_in(IpAddr::V4(Ipv4Addr::from(a)), len)
+}
+
+/// [`dest_of`] for a prefix of either family.
+pub(crate) fn host_in(a: IpAddr, len: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(v) if len < 32 => IpAddr::V4(Ipv4Addr::from(u32::from(v) | 1)),
+        IpAddr::V6(v) if len < 128 => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v) | 1)),
+        other => other,
+    }
 }
 
 fn secs(from: u64, to: u64) -> f64 {

@@ -6,6 +6,9 @@
 //! (disjoint prefixes): BIRD's as a static protocol enabled at the start, GoBGP's loaded
 //! from MRT. FRR learns them all and installs them in the router's kernel; ferrouter (or
 //! Linux) forwards.
+//! With `routes6`, the tester's routers also carry IPv6 unicast over the same sessions
+//! (MP-BGP, next hop each peer's IPv6 address in h2), as the reports' tables hold IPv6
+//! routes beside the IPv4 ones, and the traffic's sample covers both families.
 //! Timed: until the kernel holds every route, until ferrouter's FIB does, and until traffic
 //! to a random sample of the prefixes arrives at h2. Then exact passes over the sample
 //! measure loss, and the memory of the FIB, ferrouter and FRR is reported.
@@ -28,8 +31,10 @@ use crate::{Guard, Lab};
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct ScaleOptions {
-    /// Routes in all (split evenly over the peers).
+    /// IPv4 routes in all (split evenly over the peers).
     pub routes: usize,
+    /// IPv6 routes in all, likewise (the tester's routers only).
+    pub routes6: usize,
     /// eBGP peers (1..=8).
     pub peers: usize,
     /// What the peers are.
@@ -59,8 +64,11 @@ pub struct ScaleRun {
     pub peers: usize,
     /// What the peers were.
     pub speaker: Speaker,
-    /// Routes in all.
+    /// IPv4 routes in all.
     pub routes: usize,
+    /// IPv6 routes in all.
+    #[serde(default)]
+    pub routes6: usize,
     /// From loading the peers until the kernel held every route (none for ferrouter-bgp:
     /// its routes never enter the kernel).
     pub kernel_done_s: Option<f64>,
@@ -70,6 +78,9 @@ pub struct ScaleRun {
     pub learn_s: f64,
     /// Prefixes the traffic went to.
     pub sample: usize,
+    /// IPv6 prefixes among them.
+    #[serde(default)]
+    pub sample6: usize,
     /// Frames sent in the verification (two passes over the sample).
     pub verify_tx: u64,
     /// Frames lost in it.
@@ -125,10 +136,16 @@ fn peer_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(base) + i as u32)
 }
 
+/// The IPv6 address of peer `i` in h2 (2001:db8:2::2 + i), its routes' next hop.
+fn peer_addr6(i: usize) -> Ipv6Addr {
+    let base: Ipv6Addr = crate::H2_V6.parse().expect("constant");
+    Ipv6Addr::from(u128::from(base) + i as u128)
+}
+
 /// FRR with one eBGP neighbour per peer address, advertising nothing back.
 /// `passive`: bgpd waits for the peers to connect (BIRD and GoBGP do); the tester's
-/// routers only listen, so bgpd connects to them.
-fn frr_config(peers: usize, passive: bool) -> String {
+/// routers only listen, so bgpd connects to them. `v6`: the sessions carry IPv6 unicast too.
+fn frr_config(peers: usize, passive: bool, v6: bool) -> String {
     let mut s = format!(
         "frr defaults datacenter\nhostname ferrouter-dut\n!\nrouter bgp {}\n bgp router-id {}\n timers bgp 30 90\n \
          no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n",
@@ -145,20 +162,24 @@ fn frr_config(peers: usize, passive: bool) -> String {
             s.push_str(&format!(" neighbor {} passive\n", peer_addr(i)));
         }
     }
-    s.push_str(" !\n address-family ipv4 unicast\n");
-    for i in 0..peers {
-        s.push_str(&format!(
-            "  neighbor {a} activate\n  neighbor {a} route-map ADVERTISE-NOTHING out\n",
-            a = peer_addr(i)
-        ));
+    let families: &[&str] = if v6 { &["ipv4", "ipv6"] } else { &["ipv4"] };
+    for af in families {
+        s.push_str(&format!(" !\n address-family {af} unicast\n"));
+        for i in 0..peers {
+            s.push_str(&format!(
+                "  neighbor {a} activate\n  neighbor {a} route-map ADVERTISE-NOTHING out\n",
+                a = peer_addr(i)
+            ));
+        }
+        s.push_str(" exit-address-family\n");
     }
-    s.push_str(" exit-address-family\n!\nroute-map ADVERTISE-NOTHING deny 10\n!\n");
+    s.push_str("!\nroute-map ADVERTISE-NOTHING deny 10\n!\n");
     s
 }
 
 /// The `[bgp]` section for ferrouter's own speaker: one eBGP neighbour per peer address
-/// (the peers' ASes as in [`frr_config`]).
-fn speaker_config(peers: usize) -> String {
+/// (the peers' ASes as in [`frr_config`]); `v6`: IPv6 unicast on the same sessions.
+fn speaker_config(peers: usize, v6: bool) -> String {
     let mut s = format!(
         "\n[bgp]\nasn = {}\nrouter_id = \"{}\"\nconnect_retry = 1\n",
         bgp::AS_DUT,
@@ -170,6 +191,9 @@ fn speaker_config(peers: usize) -> String {
             peer_addr(i),
             65010 + i
         ));
+        if v6 {
+            s.push_str("families = [\"ipv4\", \"ipv6\"]\n");
+        }
     }
     s
 }
@@ -196,11 +220,15 @@ pub fn run(opts: &ScaleOptions, log: &dyn Fn(&str)) -> Result<ScaleReport> {
         bail!("--peers must be 1..=8");
     }
     let mut r = ScaleReport::default();
+    if opts.routes6 > 0 && opts.speaker != Speaker::Tester {
+        bail!("IPv6 routes (--routes6) come from the tester's routers: use --speaker tester");
+    }
     for &dut in &opts.duts {
         log(&format!(
-            "== {}: {} routes from {} peers ==",
+            "== {}: {} IPv4 + {} IPv6 routes from {} peers ==",
             dut.name(),
             opts.routes,
+            opts.routes6,
             opts.peers
         ));
         let x = run_one(opts, dut, log).with_context(|| dut.name().to_string())?;
@@ -226,32 +254,38 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         if opts.speaker == Speaker::Gobgp {
             bail!("the ferrouter-bgp DUT runs with --speaker bird or tester");
         }
-        lab.extra_config.push_str(&speaker_config(opts.peers));
+        lab.extra_config
+            .push_str(&speaker_config(opts.peers, opts.routes6 > 0));
     }
     match dut {
         Dut::Ferrouter | Dut::FerrouterBgp => lab.up(&opts.ferrouter)?,
         Dut::Linux => {
             lab.build()?;
             lab.exec(&lab.rtr(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+            lab.exec(
+                &lab.rtr(),
+                &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"],
+            )?;
         }
     }
     for i in 1..opts.peers {
-        lab.exec(
-            &lab.h2(),
-            &[
-                "ip",
-                "addr",
-                "add",
-                &format!("{}/24", peer_addr(i)),
-                "dev",
-                "eth0",
-            ],
-        )?;
+        let v4 = format!("{}/24", peer_addr(i));
+        lab.exec(&lab.h2(), &["ip", "addr", "add", &v4, "dev", "eth0"])?;
+        if opts.routes6 > 0 {
+            // No duplicate address detection: the next hop answers neighbour solicitations
+            // at once.
+            let v6 = format!("{}/64", peer_addr6(i));
+            lab.exec(
+                &lab.h2(),
+                &["ip", "-6", "addr", "add", &v6, "dev", "eth0", "nodad"],
+            )?;
+        }
     }
     let per = opts.routes / opts.peers;
+    let per6 = opts.routes6 / opts.peers;
     let cfg = bench::mrt::MrtConfig {
         v4: per,
-        v6: 0,
+        v6: per6,
         peers: opts.peers,
         shared: false,
         seed: opts.seed,
@@ -267,7 +301,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         }
     }
     log(&format!(
-        "   generated {} tables of {per} routes in {:.1} s",
+        "   generated {} tables of {per} IPv4 + {per6} IPv6 routes in {:.1} s",
         opts.peers,
         t_gen.elapsed().as_secs_f64()
     ));
@@ -279,7 +313,11 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
             &lab.rtr(),
             &[(
                 "bgpd",
-                frr_config(opts.peers, opts.speaker != Speaker::Tester),
+                frr_config(
+                    opts.peers,
+                    opts.speaker != Speaker::Tester,
+                    opts.routes6 > 0,
+                ),
             )],
             &[],
         )?),
@@ -302,10 +340,9 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
                 .iter()
                 .enumerate()
                 .map(|(i, table)| {
-                    Ok(
-                        bgp::tester_peer(&lab.h2(), 65010 + i as u32, peer_addr(i), &table.v4)?
-                            .peer,
-                    )
+                    let v6 = (opts.routes6 > 0).then_some((peer_addr6(i), table.v6.as_slice()));
+                    let asn = 65010 + i as u32;
+                    Ok(bgp::tester_peer(&lab.h2(), asn, peer_addr(i), &table.v4, v6)?.peer)
                 })
                 .collect::<Result<_>>()?,
         ),
@@ -344,20 +381,27 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         ))
     })?;
 
-    let all: Vec<(u32, u8)> = tables.iter().flat_map(|t| t.v4.iter().copied()).collect();
+    let v4 = tables
+        .iter()
+        .flat_map(|t| t.v4.iter())
+        .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(a)), l));
+    let v6 = tables
+        .iter()
+        .flat_map(|t| t.v6.iter())
+        .map(|&(a, l)| (IpAddr::V6(Ipv6Addr::from(a)), l));
+    let all: Vec<(IpAddr, u8)> = v4.chain(v6).collect();
     let total = all.len();
-    let mut kw = KernelWatch::start(
-        &lab.rtr(),
-        all.iter()
-            .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(a)), l))
-            .collect(),
-        (0..opts.peers).map(|i| IpAddr::V4(peer_addr(i))).collect(),
-    )?;
+    let total6 = all.iter().filter(|p| p.0.is_ipv6()).count();
+    let gateways = (0..opts.peers)
+        .map(|i| IpAddr::V4(peer_addr(i)))
+        .chain((0..opts.peers).map(|i| IpAddr::V6(peer_addr6(i))))
+        .collect();
+    let mut kw = KernelWatch::start(&lab.rtr(), all.clone(), gateways)?;
     let mut sample = all;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed ^ 0x5eed);
     sample.shuffle(&mut rng);
     sample.truncate(opts.sample.max(1));
-    let dests: Vec<IpAddr> = sample.iter().map(|&(a, l)| super::dest_of(a, l)).collect();
+    let dests: Vec<IpAddr> = sample.iter().map(|&(a, l)| super::host_in(a, l)).collect();
     let r1_mac = crate::rfc2544::topo::read_mac(&lab.rtr(), "r1")?;
     let mut t = Traffic::start(
         (&lab.h1(), "eth0"),
@@ -462,11 +506,13 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
         dut,
         peers: opts.peers,
         speaker: opts.speaker,
-        routes: total,
+        routes: total - total6,
+        routes6: total6,
         kernel_done_s: kernel_done.map(secs),
         fib_done_s: fib_done.map(secs),
         learn_s: secs(learn_at),
         sample: v.dests,
+        sample6: sample.iter().filter(|p| p.0.is_ipv6()).count(),
         verify_tx: v.tx,
         loss: v.lost,
         routes_with_loss: v.dests_with_loss,
@@ -481,14 +527,15 @@ pub fn table(r: &ScaleReport) -> String {
     let mib =
         |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1048576.0));
     let mut s = String::from(
-        "DUT           peers  routes     kernel s  FIB s   traffic s  sampled   loss  FIB MiB  B/route  ferrouter MiB  FRR MiB\n",
+        "DUT           peers  IPv4       IPv6     kernel s  FIB s   traffic s  sampled   loss  FIB MiB  B/route  ferrouter MiB  FRR MiB\n",
     );
     for x in &r.runs {
         s.push_str(&format!(
-            "{:<13} {:>5}  {:<10} {:>8}  {:>6}  {:>9.1}  {:>7}  {:>5}  {:>7}  {:>7}  {:>13}  {:>7.0}\n",
+            "{:<13} {:>5}  {:<10} {:<8} {:>8}  {:>6}  {:>9.1}  {:>7}  {:>5}  {:>7}  {:>7}  {:>13}  {:>7.0}\n",
             x.dut.name(),
             x.peers,
             x.routes,
+            x.routes6,
             x.kernel_done_s.map_or("-".into(), |f| format!("{f:.1}")),
             x.fib_done_s.map_or("-".into(), |f| format!("{f:.1}")),
             x.learn_s,
@@ -497,7 +544,7 @@ pub fn table(r: &ScaleReport) -> String {
             mib(x.memory.fib_memory_bytes),
             x.memory
                 .fib_memory_bytes
-                .map_or("-".into(), |b| format!("{}", b / x.routes.max(1) as u64)),
+                .map_or("-".into(), |b| format!("{}", b / (x.routes + x.routes6).max(1) as u64)),
             mib(x.memory.process_rss_bytes),
             x.frr_rss_bytes as f64 / 1048576.0
         ));
