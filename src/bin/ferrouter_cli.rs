@@ -151,13 +151,17 @@ pub fn render(what: &str, v: &Value) -> String {
             for w in v["workers"].as_array().into_iter().flatten() {
                 let _ = writeln!(
                     o,
-                    "worker {} (core {}): rx {}  tx {}  forwarded {}",
+                    "worker {} (core {}, nice {}): rx {}  tx {}  forwarded {}",
                     s(&w["id"]),
                     s(&w["core"]),
+                    s(&w["nice"]),
                     s(&w["rx"]),
                     s(&w["tx"]),
                     s(&w["forwarded"])
                 );
+                if let Some(e) = w["nice_error"].as_str() {
+                    let _ = writeln!(o, "  worker {}: {e}", s(&w["id"]));
+                }
             }
             let _ = writeln!(
                 o,

@@ -43,20 +43,6 @@ const RX_BLOCKS: u32 = 64;
 /// 256 KiB a block: a whole millisecond at up to ~2M frames/s.
 const RX_BLOCK_SIZE: u32 = 256 << 10;
 
-/// The nice value of the traffic's threads. They stand in for a hardware tester, which the
-/// router's daemons cannot slow down: at the default 0 on this two-core machine, ospfd and
-/// zebra working through millions of routes delayed the sender's passes and overflowed the
-/// receivers' rings. At -10 they share with ferrouter's workers (`worker_nice`, default
-/// -10), ahead of the daemons, for both DUTs alike.
-const TRAFFIC_NICE: i32 = -10;
-
-/// Enter namespace `ns` and take the traffic's priority, in a sender or receiver thread.
-fn traffic_thread(ns: &str) -> Result<()> {
-    enter_netns(ns)?;
-    dataplane::worker::set_thread_nice(TRAFFIC_NICE)
-        .with_context(|| format!("setting the traffic thread's nice value to {TRAFFIC_NICE}"))
-}
-
 /// An AF_PACKET port on `dev`: a receiver's (`rx`: the deep ring above) or the sender's.
 fn open_packet(dev: &str, id: u16, rx: bool) -> Result<ports::AfPacket> {
     let mut opts = ports::AfPacketOptions {
@@ -101,7 +87,7 @@ impl Traffic {
                     .name(format!("sweep-rx{k}"))
                     .spawn(move || -> Result<()> {
                         let opened =
-                            traffic_thread(&ns).and_then(|()| open_packet(&dev, k as u16, true));
+                            enter_netns(&ns).and_then(|()| open_packet(&dev, k as u16, true));
                         let mut port = match opened {
                             Ok(p) => {
                                 let _ = ready_tx.send(Ok(()));
@@ -146,7 +132,7 @@ impl Traffic {
         let (ns, dev) = (self.tx_ns.clone(), self.tx_dev.clone());
         self.sender = Some(std::thread::Builder::new().name("sweep-tx".into()).spawn(
             move || -> Result<SenderStats> {
-                traffic_thread(&ns)?;
+                enter_netns(&ns)?;
                 let mut port = open_packet(&dev, 0, false)?;
                 let mut mem = Arena::new(4096);
                 sweep::run_sender(&cfg, &mut mem, &mut port, &t, &stop, SendLimit::default())
@@ -208,7 +194,7 @@ impl Traffic {
         let r = std::thread::Builder::new()
             .name("sweep-verify".into())
             .spawn(move || -> Result<VerifyReport> {
-                traffic_thread(&ns)?;
+                enter_netns(&ns)?;
                 let mut port = open_packet(&dev, 0, false)?;
                 let mut mem = Arena::new(4096);
                 let mut plan = VerifyPlan::new(passes);
