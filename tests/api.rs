@@ -328,6 +328,9 @@ fn metrics_parse_and_count_traffic() {
         &[("worker", "0"), ("state", "idle")],
     );
     assert!(busy >= 1.0 && idle > busy, "busy {busy} idle {idle}");
+    // Idle between the test's few frames, the worker slept rather than spun.
+    let sleeps = sample(&m, "ferrouter_worker_sleeps_total", &[("worker", "0")]);
+    assert!(sleeps >= 1.0, "sleeps {sleeps}");
     let summary = c.get("/v1/routes/summary").unwrap();
     assert_eq!(
         sample(&m, "ferrouter_fib_routes", &[("family", "ipv4")]),

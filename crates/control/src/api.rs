@@ -101,7 +101,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                            "nice_error": w.nice_error.get(),
                            "rx": c.rx, "tx": c.tx,
                            "forwarded": c.get(Reason::Ip4Forwarded) + c.get(Reason::Ip6Forwarded),
-                           "vectors": c.vectors, "idle_polls": c.idle_polls})
+                           "vectors": c.vectors, "idle_polls": c.idle_polls, "sleeps": c.sleeps})
                 }).collect::<Vec<_>>(),
                 "sync": sync.stats(),
                 "kernel_forwarded": kernel_forwarded(),

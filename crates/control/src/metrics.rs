@@ -11,6 +11,7 @@
 //! | `ferrouter_node_packets_total` | node, reason, kind | every drop/punt/info reason by graph node |
 //! | `ferrouter_worker_polls_total` | worker, state=busy/idle | polls that found packets vs none |
 //! | `ferrouter_worker_{rx,tx}_packets_total` | worker | |
+//! | `ferrouter_worker_sleeps_total` | worker | sleeps in poll(2): idle, or light load |
 //! | `ferrouter_fib_routes` | family | prefixes in the fast path's FIB |
 //! | `ferrouter_fib_memory_bytes`, `ferrouter_neighbors` | | |
 //! | `ferrouter_route_sync_events_total`, `_resyncs_total`, `_fib_errors_total` | | |
@@ -173,9 +174,11 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();
+    let mut sleeps = Vec::new();
     for w in &shared.workers {
         let c = w.counters.snapshot();
         let id = w.id.to_string();
+        sleeps.push((vec![("worker", id.clone())], c.sleeps));
         polls.push((
             vec![("worker", id.clone()), ("state", "busy".into())],
             c.vectors,
@@ -198,6 +201,11 @@ pub fn render(shared: &Shared) -> Result<String, String> {
         wrx,
     );
     s.counter("ferrouter_worker_tx_packets", "Packets a worker sent.", wtx);
+    s.counter(
+        "ferrouter_worker_sleeps",
+        "Times a worker slept in poll(2) waiting for its ports: idle, or under light load (adaptive polling).",
+        sleeps,
+    );
 
     {
         let sync = shared

@@ -131,6 +131,8 @@ pub struct Counters {
     pub vectors: Counter,
     /// Polls that found no packet.
     pub idle_polls: Counter,
+    /// Times the worker slept in poll(2) waiting for its ports (idle, or light load).
+    pub sleeps: Counter,
 }
 
 impl Default for Counters {
@@ -141,6 +143,7 @@ impl Default for Counters {
             tx: Counter::default(),
             vectors: Counter::default(),
             idle_polls: Counter::default(),
+            sleeps: Counter::default(),
         }
     }
 }
@@ -166,6 +169,7 @@ impl Counters {
             tx: self.tx.get(),
             vectors: self.vectors.get(),
             idle_polls: self.idle_polls.get(),
+            sleeps: self.sleeps.get(),
         }
     }
 }
@@ -183,6 +187,8 @@ pub struct Snapshot {
     pub vectors: u64,
     /// Idle polls.
     pub idle_polls: u64,
+    /// Sleeps in poll(2).
+    pub sleeps: u64,
 }
 
 impl Default for Snapshot {
@@ -193,6 +199,7 @@ impl Default for Snapshot {
             tx: 0,
             vectors: 0,
             idle_polls: 0,
+            sleeps: 0,
         }
     }
 }
@@ -211,6 +218,7 @@ impl Snapshot {
         self.tx += o.tx;
         self.vectors += o.vectors;
         self.idle_polls += o.idle_polls;
+        self.sleeps += o.sleeps;
     }
     /// Sum of all drop reasons.
     pub fn drops(&self) -> u64 {
