@@ -74,6 +74,36 @@ fn pipeline_rejects_unknown_profile_with_the_valid_names() {
 }
 
 #[test]
+fn bgp_scale_refuses_ipv6_routes_it_cannot_source_and_says_why() {
+    for (args, want) in [
+        (
+            &["--routes6", "1000", "--speaker", "bird"][..],
+            "--speaker tester",
+        ),
+        (
+            &["--routes6", "3000000", "--speaker", "tester"][..],
+            "--routes6 must be",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+            .args([
+                "bench",
+                "bgp-scale",
+                "--routes",
+                "1000",
+                "--netns-prefix",
+                "clir6",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
+
+#[test]
 fn fib_update_keeps_forwarding_without_loss() {
     let v = json(&[
         "bench",
