@@ -752,14 +752,10 @@ fn check_ferrouter_bgp_convergence(speaker: &str, routes: u64, sample: Option<u6
             "bird" => &["bird-primary", "bird-secondary"],
             _ => &[],
         };
-        // Read over a window from just before the phase until it was seen settled.
-        let window = p["cpu_window_s"].as_f64().unwrap_or(f64::NAN);
-        assert!(window >= t, "{phase}: {p}");
-        for k in std::iter::once(&"ferrouter").chain(peers) {
-            let c = cpu.get(*k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-            // Two cores: at most twice the window's wall time, plus a tick per core.
-            assert!(c >= 0.0 && c <= 2.0 * window + 0.02, "{phase}: {k}: {p}");
-        }
+        let processes: Vec<&str> = std::iter::once("ferrouter")
+            .chain(peers.iter().copied())
+            .collect();
+        assert_phase_cpu(phase, p, &processes);
         assert_eq!(cpu.len(), 1 + peers.len(), "{phase}: {p}");
         assert!(
             !cpu.contains_key("zebra") && !cpu.contains_key("bgpd"),

@@ -163,16 +163,7 @@ pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns
             if dut == "ferrouter" {
                 expected.push("ferrouter");
             }
-            // The CPU was read over a window from just before the phase until it was seen
-            // settled: no shorter than the phase.
-            let window = p["cpu_window_s"].as_f64().unwrap_or(f64::NAN);
-            assert!(window >= t, "{phase}: {p}");
-            for k in expected {
-                let c = cpu.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-                // Two cores: no process can use more than twice the window's wall time (plus
-                // a tick per core).
-                assert!(c >= 0.0 && c <= 2.0 * window + 0.02, "{phase}: {k}: {p}");
-            }
+            assert_phase_cpu(phase, p, &expected);
             // The tester's routers are threads of the benchmark, not processes.
             let peers = if speaker == "tester" { 0 } else { 2 };
             assert!(
@@ -194,6 +185,20 @@ pub fn check_bench_convergence(protocol: &str, speaker: &str, routes: u64, netns
 }
 
 /// One ping from h1 to `dst` (IPv4 or IPv6): whether it was answered, and ping's output.
+/// A convergence phase `p` (JSON) reports a plausible CPU time for each of `processes`: its
+/// CPU was read over a window (`cpu_window_s`) from just before the phase until it was seen
+/// settled, so no shorter than the phase (`total_s`), and on two cores no process can use
+/// more than twice that window's wall time (plus a tick per core).
+pub fn assert_phase_cpu(phase: &str, p: &Value, processes: &[&str]) {
+    let t = p["total_s"].as_f64().unwrap_or(f64::NAN);
+    let window = p["cpu_window_s"].as_f64().unwrap_or(f64::NAN);
+    assert!(window >= t, "{phase}: {p}");
+    for k in processes {
+        let c = p["cpu_s"][*k].as_f64().unwrap_or(f64::NAN);
+        assert!(c >= 0.0 && c <= 2.0 * window + 0.02, "{phase}: {k}: {p}");
+    }
+}
+
 #[allow(dead_code)] // not every test binary uses every helper
 pub fn ping1(lab: &Lab, dst: &str) -> (bool, String) {
     let mut a = vec!["ping", "-c", "1", "-W", "1"];
