@@ -222,3 +222,91 @@ pub fn ping_ok(lab: &Lab, dst: &str) -> Result<(), String> {
     }
     Err(last)
 }
+
+/// The count of one graph reason (by its snake-case name) in `show counters`.
+pub fn reason_count(lab: &Lab, reason: &str) -> u64 {
+    let c = api(lab, "counters", None);
+    c["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["reason"] == reason)
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum()
+}
+
+/// A value of `/proc/net/snmp` (`Udp:`, `InCsumErrors`) or `/proc/net/snmp6`
+/// (`Udp6InCsumErrors`, prefix empty) in namespace `ns`.
+pub fn snmp(lab: &Lab, ns: &str, prefix: &str, field: &str) -> u64 {
+    let file = if prefix.is_empty() {
+        "/proc/net/snmp6"
+    } else {
+        "/proc/net/snmp"
+    };
+    let (ok, text) = sh(lab, ns, &["cat", file]);
+    assert!(ok, "{text}");
+    if prefix.is_empty() {
+        return text
+            .lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(field)).then(|| w.next().unwrap().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("{field} not in {file}"));
+    }
+    let mut rows = text.lines().filter(|l| l.starts_with(prefix));
+    let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+    let i = names
+        .split_whitespace()
+        .position(|n| n == field)
+        .unwrap_or_else(|| panic!("{field} not in {file}"));
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+/// Run `f` on a thread that has entered network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on a valid namespace fd; only this (fresh) thread changes namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+/// Send one frame with a plain AF_PACKET socket on `ifindex` (any size up to the MTU).
+pub fn send_raw(ifindex: u32, frame: &[u8]) {
+    // SAFETY: plain socket calls on a socket this function owns and closes; `sll` and
+    // `frame` outlive the calls that read them.
+    unsafe {
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = ifindex as i32;
+        sll.sll_halen = 6;
+        let n = libc::sendto(
+            fd,
+            frame.as_ptr() as *const libc::c_void,
+            frame.len(),
+            0,
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        assert_eq!(n, frame.len() as isize, "sendto: {err}");
+    }
+}
+
+pub fn mac_of(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16).unwrap())
+        .collect();
+    v.try_into().unwrap()
+}

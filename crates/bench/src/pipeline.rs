@@ -235,24 +235,24 @@ pub fn load_fib(
 
 /// The interface table of the benchmark's two ports.
 pub fn bench_interfaces() -> Interfaces {
-    Interfaces {
-        ports: vec![
-            PortInfo {
-                name: "rx".into(),
-                mac: MAC_RX,
-                mtu: 1500,
-                ip4: vec![0x0a00_0001],
-                ip6: vec![],
-            },
-            PortInfo {
-                name: "tx".into(),
-                mac: MAC_TX,
-                mtu: 1500,
-                ip4: vec![],
-                ip6: vec![],
-            },
-        ],
-    }
+    Interfaces::from_ports(vec![
+        PortInfo {
+            name: "rx".into(),
+            mac: MAC_RX,
+            mtu: 1500,
+            ip4: vec![0x0a00_0001],
+            ip6: vec![],
+            ..Default::default()
+        },
+        PortInfo {
+            name: "tx".into(),
+            mac: MAC_TX,
+            mtu: 1500,
+            ip4: vec![],
+            ip6: vec![],
+            ..Default::default()
+        },
+    ])
 }
 
 /// Write an Ethernet/IP/UDP frame of `size` wire bytes (FCS excluded from memory).

@@ -48,6 +48,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                         "ipv6": info.map(|i| i.ip6.iter().map(|a| std::net::Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>()),
                         "rx_packets": g(|c| &c.rx_packets), "rx_bytes": g(|c| &c.rx_bytes), "tx_packets": g(|c| &c.tx_packets),
                         "tx_bytes": g(|c| &c.tx_bytes), "rx_drops": g(|c| &c.rx_drops), "tx_errors": g(|c| &c.tx_errors),
+                        "rx_csum_completed": g(|c| &c.rx_csum_completed), "rx_gso_split": g(|c| &c.rx_gso_split),
                     })
                 })
                 .collect();

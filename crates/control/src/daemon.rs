@@ -43,6 +43,10 @@ pub struct PortCounters {
     pub rx_drops: AtomicU64,
     /// Transmit errors.
     pub tx_errors: AtomicU64,
+    /// Partial checksums (the sender's checksum offload) the port completed.
+    pub rx_csum_completed: AtomicU64,
+    /// Super-frames (the sender's segmentation offload, GRO) the port cut into segments.
+    pub rx_gso_split: AtomicU64,
 }
 
 /// Static facts about a port, for `show interfaces`.
@@ -91,6 +95,15 @@ impl LivePort {
     /// timeout later), and memif has no notification.
     fn wakes_per_frame(&self) -> bool {
         matches!(self, LivePort::Xdp(_))
+    }
+    /// How what the fast path punts from this port reaches the kernel.
+    fn punt_path(&self) -> dataplane::interfaces::PuntPath {
+        use dataplane::interfaces::PuntPath;
+        match self {
+            LivePort::Packet(_) => PuntPath::KernelSawIt,
+            LivePort::Xdp(_) => PuntPath::Unreachable,
+            LivePort::Memif { .. } => PuntPath::Queue,
+        }
     }
     /// What to sleep on when idle (memif has no receive notification: -1, poll ignores it).
     fn fd(&self) -> std::os::fd::RawFd {
@@ -464,10 +477,13 @@ fn publish(ports: &[LivePort], out: &[PortCounters]) {
         c.tx_packets.store(s.tx_packets, Ordering::Relaxed);
         c.tx_bytes.store(s.tx_bytes, Ordering::Relaxed);
         c.rx_drops.store(
-            s.rx_dropped_no_buffer + s.rx_dropped_too_big + s.kernel_drops,
+            s.rx_dropped_no_buffer + s.rx_dropped_too_big + s.rx_dropped_offload + s.kernel_drops,
             Ordering::Relaxed,
         );
         c.tx_errors.store(s.tx_errors, Ordering::Relaxed);
+        c.rx_csum_completed
+            .store(s.rx_csum_completed, Ordering::Relaxed);
+        c.rx_gso_split.store(s.rx_gso_split, Ordering::Relaxed);
     }
 }
 
@@ -581,6 +597,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             per_worker.len()
         );
     }
+    sync.set_punt_paths(per_worker[0].iter().map(LivePort::punt_path).collect());
     let ifaces = Arc::new(ArcSwap::from_pointee(sync.interfaces()));
     let locals = Arc::new(ArcSwap::from_pointee(sync.local_addresses()));
     // The router's addresses and subnets, for the BGP speaker's next-hop checks.

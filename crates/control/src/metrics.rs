@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `ferrouter_port_{rx,tx}_{packets,bytes}_total` | port | frames and bytes per port |
 //! | `ferrouter_port_rx_drops_total`, `ferrouter_port_tx_errors_total` | port | |
+//! | `ferrouter_port_rx_csum_completed_total`, `ferrouter_port_rx_gso_split_total` | port | offloads a sender left to the port |
 //! | `ferrouter_node_packets_total` | node, reason, kind | every drop/punt/info reason by graph node |
 //! | `ferrouter_worker_polls_total` | worker, state=busy/idle | polls that found packets vs none |
 //! | `ferrouter_worker_{rx,tx}_packets_total` | worker | |
@@ -119,7 +120,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             .collect()
     };
     type PortField = fn(&crate::daemon::PortCounters) -> &AtomicU64;
-    let port_counters: [(&str, &str, PortField); 6] = [
+    let port_counters: [(&str, &str, PortField); 8] = [
         (
             "ferrouter_port_rx_packets",
             "Frames received on the port.",
@@ -147,6 +148,16 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             "ferrouter_port_tx_errors",
             "Frames the port failed to send.",
             |c| &c.tx_errors,
+        ),
+        (
+            "ferrouter_port_rx_csum_completed",
+            "Partial L4 checksums (the sender's checksum offload) the port completed.",
+            |c| &c.rx_csum_completed,
+        ),
+        (
+            "ferrouter_port_rx_gso_split",
+            "Super-frames (the sender's segmentation offload, GRO) the port cut into segments.",
+            |c| &c.rx_gso_split,
         ),
     ];
     for (name, help, field) in port_counters {

@@ -391,6 +391,8 @@ pub struct Sync {
     reader: fib::FibReader,
     /// Configured port names, index = port id.
     port_names: Vec<String>,
+    /// How each port's punts reach the kernel (set once its backend is known).
+    punt_paths: Vec<dataplane::interfaces::PuntPath>,
     links: FxHashMap<u32, Link>,
     addrs: Vec<Addr>,
     neighs: FxHashMap<(u32, IpAddr), Neigh>,
@@ -453,6 +455,7 @@ impl Sync {
             reader: writer.reader(),
             writer,
             port_names,
+            punt_paths: Vec::new(),
             links: FxHashMap::default(),
             addrs: Vec::new(),
             neighs: FxHashMap::default(),
@@ -463,6 +466,13 @@ impl Sync {
             stats: SyncStats::default(),
             iface_version: 0,
         }
+    }
+
+    /// How each port's punts reach the kernel, by port id (the backends decide: see
+    /// [`dataplane::interfaces::PuntPath`]).
+    pub fn set_punt_paths(&mut self, paths: Vec<dataplane::interfaces::PuntPath>) {
+        self.punt_paths = paths;
+        self.iface_version += 1;
     }
 
     /// Counters.
@@ -494,10 +504,18 @@ impl Sync {
             .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
     }
 
-    /// Every address of the router, on any interface: traffic to them belongs to the kernel
-    /// (the XDP program passes it up).
+    /// Every address of the router, on any interface, and the directed broadcast address
+    /// of each of its IPv4 subnets (up to /30): traffic to them belongs to the kernel (the
+    /// XDP program passes it up), and none of them is a valid source from outside.
     pub fn local_addresses(&self) -> Vec<IpAddr> {
-        let mut v: Vec<IpAddr> = self.addrs.iter().map(|a| a.addr).collect();
+        let broadcast = self.addrs.iter().filter_map(|a| match a.addr {
+            IpAddr::V4(v) if a.prefix_len <= 30 => {
+                let host = u32::MAX >> a.prefix_len;
+                Some(IpAddr::V4((u32::from(v) | host).into()))
+            }
+            _ => None,
+        });
+        let mut v: Vec<IpAddr> = self.addrs.iter().map(|a| a.addr).chain(broadcast).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -508,7 +526,8 @@ impl Sync {
         let ports = self
             .port_names
             .iter()
-            .map(|name| {
+            .enumerate()
+            .map(|(i, name)| {
                 let link = self.links.values().find(|l| &l.name == name);
                 let ifindex = link.map(|l| l.ifindex);
                 let mut ip4: Vec<u32> = Vec::new();
@@ -527,10 +546,14 @@ impl Sync {
                     mtu: link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16),
                     ip4,
                     ip6,
+                    punt_path: self.punt_paths.get(i).copied().unwrap_or_default(),
                 }
             })
             .collect();
-        Interfaces { ports }
+        Interfaces {
+            ports,
+            own: dataplane::interfaces::OwnAddrs::new(self.local_addresses()),
+        }
     }
 
     // ---- next-hop pool -------------------------------------------------------------
@@ -1463,7 +1486,11 @@ mod tests {
             "{}",
             nh(&s, "10.0.0.0/8")
         );
-        assert_eq!(s.local_addresses(), vec![ip("192.0.2.1")]);
+        assert_eq!(
+            s.local_addresses(),
+            vec![ip("192.0.2.1"), ip("192.0.2.255")],
+            "the address and its subnet's directed broadcast"
+        );
         assert_eq!(
             s.glean_target(ip("192.0.2.77")),
             Some((10, ip("192.0.2.77")))

@@ -172,6 +172,13 @@ impl PacketMemory for Arena {
 pub const F_LOCAL_ORIGIN: u16 = 1;
 /// Frame arrived as link-layer broadcast or multicast.
 pub const F_L2_MCAST: u16 = 2;
+/// The port cannot tell whether the sender left the L4 checksum partial (checksum
+/// offload: AF_XDP has no such metadata): the rewrite nodes complete a TCP/UDP checksum
+/// that carries the mark of a partial one (see `wire::offload::complete_if_partial`).
+pub const F_CSUM_UNKNOWN: u16 = 8;
+/// The IPv4 source is link-local (169.254/16): delivered to the router, never forwarded
+/// (RFC 3927 §7).
+pub const F_LINK_LOCAL_SRC: u16 = 16;
 
 /// Descriptor of one packet in a vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

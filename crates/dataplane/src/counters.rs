@@ -70,12 +70,16 @@ reasons! {
     EthMalformed => Drop, "ethernet-input", "bad VLAN tagging (truncated or more than 2 tags)";
     EthUnknownType => Drop, "ethernet-input", "ethertype not handled";
     EthNotForUs => Drop, "ethernet-input", "unicast destination MAC is not the port's";
+    EthVlanNoSubif => Drop, "ethernet-input", "802.1Q/802.1ad-tagged frame: the port has no such VLAN sub-interface";
     Ip4Truncated => Drop, "ip4-input", "IPv4 header truncated";
     Ip4BadVersion => Drop, "ip4-input", "IP version is not 4";
     Ip4BadIhl => Drop, "ip4-input", "IPv4 header length below 20 bytes";
     Ip4BadLength => Drop, "ip4-input", "IPv4 total length inconsistent with header or frame";
     Ip4BadChecksum => Drop, "ip4-input", "IPv4 header checksum error";
-    Ip4BadOptions => Drop, "ip4-input", "malformed IPv4 options";
+    Ip4BadOptions => Drop, "ip4-input", "malformed IPv4 options (answered by a parameter problem)";
+    Ip4SourceRoute => Drop, "ip4-input", "loose or strict source route option (RFC 7126)";
+    Ip4OwnSrc => Drop, "ip4-input", "source is one of the router's own addresses (spoofed)";
+    Ip4LinkLocalSrc => Drop, "ip4-lookup", "link-local source (169.254/16) cannot be forwarded (RFC 3927)";
     Ip4MartianSrc => Drop, "ip4-input", "source is zero-net, loopback, multicast or broadcast";
     Ip4MartianDst => Drop, "ip4-input", "destination is zero-net or loopback";
     Ip4NoRoute => Drop, "ip4-lookup", "no route to destination";
@@ -86,20 +90,22 @@ reasons! {
     Ip6Truncated => Drop, "ip6-input", "IPv6 header truncated";
     Ip6BadVersion => Drop, "ip6-input", "IP version is not 6";
     Ip6BadLength => Drop, "ip6-input", "IPv6 payload length exceeds frame";
-    Ip6BadExtChain => Drop, "ip6-input", "extension-header chain too long or truncated";
     Ip6MartianSrc => Drop, "ip6-input", "source is multicast, loopback or unspecified";
     Ip6MartianDst => Drop, "ip6-input", "destination is loopback or unspecified";
     Ip6LinkLocalSrc => Drop, "ip6-input", "link-local source cannot be forwarded";
+    Ip6OwnSrc => Drop, "ip6-input", "source is one of the router's own addresses (spoofed)";
     Ip6NoRoute => Drop, "ip6-lookup", "no route to destination";
     Ip6Blackhole => Drop, "ip6-lookup", "blackhole route";
     Ip6HopLimitExpired => Drop, "ip6-rewrite", "hop limit expired in transit";
     Ip6TooBig => Drop, "ip6-rewrite", "larger than egress MTU";
     IcmpRateLimited => Drop, "icmp-error", "ICMP error suppressed by rate limit";
+    IcmpRateLimitedPeer => Drop, "icmp-error", "ICMP error suppressed by the per-destination limit (6, then 1 a second)";
     IcmpSuppressed => Drop, "icmp-error", "no ICMP error for errors, fragments, multicast or bad sources";
     IcmpNoSource => Drop, "icmp-error", "ingress port has no address to send an ICMP error from";
     IcmpNoRouteBack => Drop, "icmp-error", "no route back to the source of an errored packet";
     GraphLoop => Drop, "graph", "packet still in the graph after the round limit";
     PuntQueueFull => Drop, "punt", "punt queue full";
+    PuntNoKernelPath => Drop, "punt", "for the kernel, but arrived on an AF_XDP port, whose frames cannot be handed back to the kernel's receive path";
     TxQueueFull => Drop, "port-tx", "transmit queue full";
     NoSuchPort => Drop, "port-tx", "next hop names a port that does not exist";
     InjectNoBuffer => Drop, "kernel-inject", "frame from the kernel (TAP) with no free buffer, too big, or for no port";
@@ -109,13 +115,12 @@ reasons! {
     PuntUnresolved => Punt, "ip-lookup", "next hop not resolved yet (glean)";
     PuntMulticast => Punt, "ip-input", "multicast or broadcast control traffic";
     PuntLinkLocal => Punt, "ip-input", "link-local destination";
-    PuntOptions => Punt, "ip4-input", "IPv4 router-alert option";
-    PuntHopByHop => Punt, "ip6-input", "IPv6 hop-by-hop options";
     Ip4Forwarded => Info, "ip4-rewrite", "IPv4 packets forwarded";
     Ip6Forwarded => Info, "ip6-rewrite", "IPv6 packets forwarded";
     Ip4Fragments => Info, "ip4-frag", "IPv4 fragments sent";
     Icmp4Sent => Info, "icmp-error", "ICMPv4 errors sent";
     Icmp6Sent => Info, "icmp-error", "ICMPv6 errors sent";
+    CsumCompleted => Info, "ip-rewrite", "partial TCP/UDP checksums completed (the sender's checksum offload)";
 }
 
 /// One worker's counters, indexed by [`Reason`]. Cache-line aligned so workers never share

@@ -19,12 +19,13 @@ use std::sync::Arc;
 use fib::{FibReader, NextHop, NextHopId, MISS};
 
 use crate::buffer::{
-    prefetch, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN, VECTOR_SIZE,
+    prefetch, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN,
+    VECTOR_SIZE,
 };
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
-use crate::icmp::{self, RateLimiter};
-use crate::interfaces::Interfaces;
+use crate::icmp::{self, PeerLimiter, RateLimiter};
+use crate::interfaces::{Interfaces, PuntPath};
 use crate::punt::{PuntPacket, PuntProducer};
 use crate::trace::{Step, Tracer, F_TRACED};
 use crate::{ip4, ip6};
@@ -134,6 +135,10 @@ pub struct GraphConfig {
     pub icmp_rate: u64,
     /// ICMP error burst.
     pub icmp_burst: u64,
+    /// ICMP errors to one destination: one per this many nanoseconds...
+    pub icmp_peer_interval_ns: u64,
+    /// ...and at most this many at once.
+    pub icmp_peer_burst: u64,
 }
 
 impl Default for GraphConfig {
@@ -141,6 +146,9 @@ impl Default for GraphConfig {
         GraphConfig {
             icmp_rate: 1000,
             icmp_burst: 200,
+            // Linux's defaults (net.ipv4.icmp_ratelimit = 1000 ms, XRLIM_BURST_FACTOR 6).
+            icmp_peer_interval_ns: 1_000_000_000,
+            icmp_peer_burst: 6,
         }
     }
 }
@@ -153,6 +161,9 @@ pub struct Graph {
     port_macs: Vec<u64>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) icmp_limit: RateLimiter,
+    pub(crate) icmp_peers: PeerLimiter,
+    /// The clock of the vector being processed (for the per-destination ICMP limit).
+    pub(crate) now_ns: u64,
     punt: Option<PuntProducer>,
     frames: Box<Frames>,
     pub(crate) ip_ident: u16,
@@ -178,6 +189,8 @@ impl Graph {
             ifaces,
             counters,
             icmp_limit: RateLimiter::new(cfg.icmp_rate, cfg.icmp_burst),
+            icmp_peers: PeerLimiter::new(cfg.icmp_peer_interval_ns, cfg.icmp_peer_burst),
+            now_ns: 0,
             punt,
             frames: Box::new(Frames {
                 lists: [[0; VECTOR_SIZE]; NODE_COUNT],
@@ -274,6 +287,7 @@ impl Graph {
     ) {
         let n = v.len.min(VECTOR_SIZE);
         self.icmp_limit.refill(now_ns);
+        self.now_ns = now_ns;
         {
             let f = &mut self.frames;
             for (i, slot) in f.lists[Node::EthernetInput as usize][..n]
@@ -351,6 +365,16 @@ impl Graph {
         r: Reason,
     ) {
         out.free.push(p.buf);
+        // A frame an AF_XDP port took from the kernel cannot be given back to it; only the
+        // signal of an unresolved next hop is still worth queueing (the control thread
+        // resolves it).
+        if r != Reason::PuntUnresolved
+            && self.ifaces.port(p.rx_port).map(|x| x.punt_path) == Some(PuntPath::Unreachable)
+        {
+            self.counters.add(Reason::PuntNoKernelPath, 1);
+            self.trace::<T>(p, Step::Drop(Reason::PuntNoKernelPath));
+            return;
+        }
         let Some(q) = self.punt.as_mut() else {
             self.counters.add(r, 1);
             self.trace::<T>(p, Step::Punt(r));
@@ -457,6 +481,15 @@ impl Graph {
                     continue;
                 }
             }
+            // A tagged frame belongs to a VLAN sub-interface; this port has none, so it is
+            // not routed as if it were untagged (ARP included: the kernel answers for its
+            // own VLAN devices, which see the frame under AF_PACKET; AF_XDP passes to the
+            // kernel every frame for the router's addresses).
+            if l2.vlan.is_some() {
+                let p = *p;
+                self.drop_pkt::<T>(out, &p, Reason::EthVlanNoSubif);
+                continue;
+            }
             p.l3 = l2.l3_offset as u16;
             if T {
                 let p = *p;
@@ -515,6 +548,9 @@ impl Graph {
                 continue;
             };
             match nh {
+                Resolved::Forward(_) if p.flags & F_LINK_LOCAL_SRC != 0 => {
+                    self.drop_pkt::<T>(out, &p, Reason::Ip4LinkLocalSrc)
+                }
                 Resolved::Forward(id) => {
                     v.pkts[i as usize].nh = id;
                     if T {

@@ -19,6 +19,8 @@ pub const V4_NET_UNREACH: u8 = 0;
 pub const V4_FRAG_NEEDED: u8 = 4;
 /// ICMPv4 time exceeded.
 pub const V4_TIME_EXCEEDED: u8 = 11;
+/// ICMPv4 parameter problem (the `mtu` argument of [`kind`] carries the pointer).
+pub const V4_PARAM_PROBLEM: u8 = 12;
 /// ICMPv6 destination unreachable.
 pub const V6_DST_UNREACH: u8 = 1;
 /// Code: no route to destination.
@@ -73,6 +75,11 @@ impl RateLimiter {
             .saturating_add(dt.saturating_mul(self.rate))
             .min(self.burst_nano_tokens);
     }
+    /// Whether a token is available (without taking it).
+    #[inline]
+    pub fn has_token(&self) -> bool {
+        self.nano_tokens >= 1_000_000_000
+    }
     /// Take one token if available.
     #[inline]
     pub fn take(&mut self) -> bool {
@@ -83,6 +90,72 @@ impl RateLimiter {
             false
         }
     }
+}
+
+/// Slots of the per-destination table (a power of two).
+const PEER_SLOTS: usize = 1024;
+
+/// One destination's bucket: credit in nanoseconds, as Linux's `inet_peer_xrlim_allow`
+/// keeps it in jiffies.
+#[derive(Clone, Copy, Default)]
+struct PeerSlot {
+    /// The destination (IPv4 as `::ffff:a.b.c.d`); 0 for an empty slot.
+    key: u128,
+    credit_ns: u64,
+    last_ns: u64,
+}
+
+/// ICMP errors per destination, as Linux limits them per peer (`icmp_ratelimit`, 1 s, with
+/// a burst of 6): on top of the worker's global bucket, so that one spoofed victim does not
+/// get the whole budget. A direct-mapped table per worker, touched only when an error is
+/// about to be built; a destination that lands on a taken slot takes it over with a fresh
+/// bucket (Linux's peer cache evicts too), so the table never grows.
+pub struct PeerLimiter {
+    slots: Box<[PeerSlot; PEER_SLOTS]>,
+    interval_ns: u64,
+    burst: u64,
+}
+
+impl PeerLimiter {
+    /// One error per `interval_ns` per destination, `burst` at once.
+    pub fn new(interval_ns: u64, burst: u64) -> PeerLimiter {
+        PeerLimiter {
+            slots: Box::new([PeerSlot::default(); PEER_SLOTS]),
+            interval_ns: interval_ns.max(1),
+            burst: burst.max(1),
+        }
+    }
+
+    /// Whether an error may go to `dst` at `now_ns` (taking its token if so).
+    pub fn allow(&mut self, dst: u128, now_ns: u64) -> bool {
+        let h = (dst as u64) ^ ((dst >> 64) as u64);
+        let i = (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % PEER_SLOTS;
+        let cap = self.burst.saturating_mul(self.interval_ns);
+        let s = &mut self.slots[i];
+        if s.key != dst || dst == 0 {
+            *s = PeerSlot {
+                key: dst,
+                credit_ns: cap,
+                last_ns: now_ns,
+            };
+        }
+        s.credit_ns = s
+            .credit_ns
+            .saturating_add(now_ns.saturating_sub(s.last_ns))
+            .min(cap);
+        s.last_ns = s.last_ns.max(now_ns);
+        if s.credit_ns >= self.interval_ns {
+            s.credit_ns -= self.interval_ns;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The per-destination key of an IPv4 address.
+fn peer4(a: u32) -> u128 {
+    0xffff_0000_0000 | u128::from(a)
 }
 
 /// icmp4-error: replace each packet by the ICMPv4 error in its `aux`, routed back to its
@@ -153,9 +226,18 @@ fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
         .port(p.rx_port)
         .and_then(|x| x.primary_ip4())
         .ok_or(Reason::IcmpNoSource)?;
-    if !g.icmp_limit.take() {
+    // Path MTU discovery is not limited per destination (as Linux): a sender needs every
+    // "fragmentation needed" to find the path's MTU.
+    let pmtu = ty == V4_DST_UNREACH && code == V4_FRAG_NEEDED;
+    // The global bucket is looked at first and charged last, so that an error the
+    // destination's own limit refuses costs the others nothing (as Linux since 6.2).
+    if !g.icmp_limit.has_token() {
         return Err(Reason::IcmpRateLimited);
     }
+    if !pmtu && !g.icmp_peers.allow(peer4(orig_src), g.now_ns) {
+        return Err(Reason::IcmpRateLimitedPeer);
+    }
+    g.icmp_limit.take();
     let orig = p.off as usize + p.l3 as usize;
     let ip_at = orig.checked_sub(28).ok_or(Reason::IcmpSuppressed)?;
     let eth_at = ip_at.checked_sub(ETH_HLEN).ok_or(Reason::IcmpSuppressed)?;
@@ -186,8 +268,13 @@ fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
     icmp[0] = ty;
     icmp[1] = code;
     icmp[2..4].copy_from_slice(&[0, 0]);
-    icmp[4..6].copy_from_slice(&[0, 0]);
-    icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
+    if ty == V4_PARAM_PROBLEM {
+        // RFC 792: the pointer is the first octet after the checksum.
+        icmp[4..8].copy_from_slice(&[mtu as u8, 0, 0, 0]);
+    } else {
+        icmp[4..6].copy_from_slice(&[0, 0]);
+        icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
+    }
     let c = checksum::checksum(icmp);
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
     Ok(Pkt {
@@ -258,9 +345,13 @@ fn build6<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
         .port(p.rx_port)
         .and_then(|x| x.primary_ip6())
         .ok_or(Reason::IcmpNoSource)?;
-    if !g.icmp_limit.take() {
+    if !g.icmp_limit.has_token() {
         return Err(Reason::IcmpRateLimited);
     }
+    if ty != V6_PACKET_TOO_BIG && !g.icmp_peers.allow(u128::from_be_bytes(orig_src), g.now_ns) {
+        return Err(Reason::IcmpRateLimitedPeer);
+    }
+    g.icmp_limit.take();
     let orig = p.off as usize + p.l3 as usize;
     let ip_at = orig.checked_sub(48).ok_or(Reason::IcmpSuppressed)?;
     let eth_at = ip_at.checked_sub(ETH_HLEN).ok_or(Reason::IcmpSuppressed)?;
@@ -317,5 +408,24 @@ mod tests {
         assert!(!r.take());
         r.refill(100_000_000_000); // long idle: capped at the burst
         assert_eq!((0..10).filter(|_| r.take()).count(), 3);
+    }
+
+    #[test]
+    fn peer_limiter_gives_each_destination_its_own_burst_then_one_a_second() {
+        let s = 1_000_000_000u64;
+        let mut l = PeerLimiter::new(s, 6);
+        let victim = peer4(0xc000_0202);
+        assert_eq!((0..100).filter(|_| l.allow(victim, 5 * s)).count(), 6);
+        // Another destination is not affected.
+        assert!(l.allow(peer4(0xc000_0203), 5 * s));
+        // One more a second afterwards, and never more than the burst after a pause.
+        assert!(!l.allow(victim, 5 * s + s / 2));
+        assert!(l.allow(victim, 6 * s));
+        assert!(!l.allow(victim, 6 * s));
+        assert_eq!((0..100).filter(|_| l.allow(victim, 1000 * s)).count(), 6);
+        // A thousand destinations churning the table never make it grow or panic.
+        for a in 0..100_000u32 {
+            l.allow(peer4(a), 2000 * s);
+        }
     }
 }

@@ -1,6 +1,23 @@
 //! What the fast path knows about its ports: MAC, MTU and the router's own addresses
 //! (source addresses of ICMP errors).
 
+/// How what the fast path punts on a port reaches the Linux stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PuntPath {
+    /// Through the punt queue: the control thread writes it into the port's kernel face
+    /// (the TAP of a memif port), or in-memory ports with no kernel.
+    #[default]
+    Queue,
+    /// The kernel received the frame itself (AF_PACKET sees a copy of what the kernel
+    /// gets): a punt is only a signal, and the kernel answers for itself (ARP, ICMP about
+    /// malformed options).
+    KernelSawIt,
+    /// None: a frame redirected into an AF_XDP socket cannot be handed back to the kernel's
+    /// receive path. The XDP program passes what is the kernel's; anything else the fast path
+    /// would punt is dropped and counted (`PuntNoKernelPath`).
+    Unreachable,
+}
+
 /// One port as the fast path sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortInfo {
@@ -14,6 +31,8 @@ pub struct PortInfo {
     pub ip4: Vec<u32>,
     /// IPv6 addresses of the router on this port.
     pub ip6: Vec<[u8; 16]>,
+    /// How punted frames reach the kernel.
+    pub punt_path: PuntPath,
 }
 
 impl PortInfo {
@@ -37,12 +56,117 @@ impl PortInfo {
 pub struct Interfaces {
     /// Port table.
     pub ports: Vec<PortInfo>,
+    /// Every address of the router (all interfaces, loopback included): a packet from
+    /// outside with one of them as its source is spoofed.
+    pub own: OwnAddrs,
+}
+
+/// A set of the router's own addresses, built by the control thread and read per packet:
+/// a 1,024-bit filter answers most sources with one load, the sorted lists the rest.
+#[derive(Clone, Debug, Default)]
+pub struct OwnAddrs {
+    v4: Vec<u32>,
+    v6: Vec<[u8; 16]>,
+    filter: Box<[u64; 16]>,
+}
+
+#[inline]
+fn filter_bit(h: u32) -> (usize, u64) {
+    let h = h.wrapping_mul(0x9e37_79b1) >> 22;
+    ((h >> 6) as usize & 15, 1u64 << (h & 63))
+}
+
+#[inline]
+fn fold6(a: &[u8; 16]) -> u32 {
+    let w = u128::from_be_bytes(*a);
+    (w as u32) ^ ((w >> 32) as u32) ^ ((w >> 64) as u32) ^ ((w >> 96) as u32)
+}
+
+impl OwnAddrs {
+    /// The set of `addrs`.
+    pub fn new(addrs: impl IntoIterator<Item = std::net::IpAddr>) -> OwnAddrs {
+        let mut o = OwnAddrs::default();
+        for a in addrs {
+            let h = match a {
+                std::net::IpAddr::V4(v) => {
+                    o.v4.push(v.into());
+                    u32::from(v)
+                }
+                std::net::IpAddr::V6(v) => {
+                    o.v6.push(v.octets());
+                    fold6(&v.octets())
+                }
+            };
+            let (w, b) = filter_bit(h);
+            o.filter[w] |= b;
+        }
+        o.v4.sort_unstable();
+        o.v4.dedup();
+        o.v6.sort_unstable();
+        o.v6.dedup();
+        o
+    }
+    /// Whether `a` (host order) is one of the router's IPv4 addresses.
+    #[inline]
+    pub fn contains4(&self, a: u32) -> bool {
+        let (w, b) = filter_bit(a);
+        self.filter[w] & b != 0 && self.v4.binary_search(&a).is_ok()
+    }
+    /// Whether `a` is one of the router's IPv6 addresses.
+    #[inline]
+    pub fn contains6(&self, a: &[u8; 16]) -> bool {
+        let (w, b) = filter_bit(fold6(a));
+        self.filter[w] & b != 0 && self.v6.binary_search(a).is_ok()
+    }
 }
 
 impl Interfaces {
+    /// A table of `ports` whose addresses are all the router's own addresses.
+    pub fn from_ports(ports: Vec<PortInfo>) -> Interfaces {
+        let own = OwnAddrs::new(ports.iter().flat_map(|p| {
+            p.ip4
+                .iter()
+                .map(|a| std::net::IpAddr::from(std::net::Ipv4Addr::from(*a)))
+                .chain(p.ip6.iter().map(|a| std::net::IpAddr::from(*a)))
+                .collect::<Vec<_>>()
+        }));
+        Interfaces { ports, own }
+    }
+
     /// Port `i`, if it exists.
     #[inline]
     pub fn port(&self, i: u16) -> Option<&PortInfo> {
         self.ports.get(i as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_addresses_are_found_and_others_are_not() {
+        let addrs: Vec<std::net::IpAddr> = (0..300u32)
+            .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i * 7).into())
+            .chain(["2001:db8::1".parse().unwrap(), "fe80::1".parse().unwrap()])
+            .collect();
+        let o = OwnAddrs::new(addrs.clone());
+        for a in &addrs {
+            match a {
+                std::net::IpAddr::V4(v) => assert!(o.contains4((*v).into())),
+                std::net::IpAddr::V6(v) => assert!(o.contains6(&v.octets())),
+            }
+        }
+        let others = (0..100_000u32)
+            .filter(|i| o.contains4(0xc000_0200 + i))
+            .count();
+        assert_eq!(others, 0);
+        assert!(!o.contains6(
+            &"2001:db8::2"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
+        ));
+        assert!(!OwnAddrs::default().contains4(0));
     }
 }

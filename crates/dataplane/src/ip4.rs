@@ -4,14 +4,17 @@
 use fib::NextHop;
 use wire::{checksum, Ipv4Packet};
 
-use crate::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN, HEADROOM};
+use crate::buffer::{
+    PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, F_L2_MCAST, F_LINK_LOCAL_SRC,
+    F_LOCAL_ORIGIN, HEADROOM,
+};
 use crate::counters::Reason;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
+use crate::interfaces::PuntPath;
 use crate::trace::Step;
 
 const ETH_HLEN: usize = 14;
-const OPT_ROUTER_ALERT: u8 = 148;
 
 /// The L3 bytes of a packet (from its IP header to the end of the frame).
 #[inline]
@@ -40,12 +43,12 @@ const SPECIAL_DST: [u8; 256] = {
     }
     t
 };
-/// First octets of sources that are never valid.
+/// First octets of sources that are never valid, or never forwarded (169 for 169.254/16).
 const SPECIAL_SRC: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut i = 0;
     while i < 256 {
-        t[i] = (i == 0 || i == 127 || i >= 224) as u8;
+        t[i] = (i == 0 || i == 127 || i == 169 || i >= 224) as u8;
         i += 1;
     }
     t
@@ -110,15 +113,41 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
             g.punt::<T, M>(mem, out, &p, Reason::PuntLinkLocal);
             return;
         }
+        // RFC 3927 §7: a link-local source may talk to the router, never through it.
+        if src >> 16 == 0xa9fe {
+            v.pkts[i as usize].flags |= F_LINK_LOCAL_SRC;
+        }
+    }
+    // RFC 1812 §5.3.7: our own address as a source, from outside, is spoofed.
+    if g.ifaces.own.contains4(src) {
+        g.drop_pkt::<T>(out, &p, Reason::Ip4OwnSrc);
+        return;
     }
     if ip.header_len() > 20 {
-        if ip.validate_options().is_err() {
-            g.drop_pkt::<T>(out, &p, Reason::Ip4BadOptions);
-            return;
-        }
-        if has_option(ip.options(), OPT_ROUTER_ALERT) {
-            g.punt::<T, M>(mem, out, &p, Reason::PuntOptions);
-            return;
+        match wire::check_options(ip.options()) {
+            // Record Route and Timestamp are forwarded unchanged, Router Alert in transit
+            // forwarded (RFC 6398 §3: a router that does not process it forwards it).
+            Ok(o) if !o.source_route => {}
+            Ok(_) => {
+                g.drop_pkt::<T>(out, &p, Reason::Ip4SourceRoute);
+                return;
+            }
+            // The kernel saw the frame too (AF_PACKET) and answers it itself.
+            Err(_)
+                if g.ifaces.port(p.rx_port).map(|x| x.punt_path) == Some(PuntPath::KernelSawIt) =>
+            {
+                g.drop_pkt::<T>(out, &p, Reason::Ip4BadOptions);
+                return;
+            }
+            Err(k) => {
+                // RFC 1812 §5.2.5 / §4.3.2.2: parameter problem pointing at the bad octet.
+                g.counters.add(Reason::Ip4BadOptions, 1);
+                g.trace::<T>(&p, Step::ToIcmp(Reason::Ip4BadOptions));
+                v.pkts[i as usize].aux =
+                    icmp::kind(icmp::V4_PARAM_PROBLEM, 0, (20 + k).min(59) as u16);
+                g.enqueue(Node::Icmp4Error, i);
+                return;
+            }
         }
     }
     // RFC 1812 §5.3.4: a packet sent as link-layer broadcast is not forwarded.
@@ -129,26 +158,6 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     v.pkts[i as usize].nh = dst;
     g.trace::<T>(&p, Step::IpInput { v6: false });
     g.enqueue(Node::Ip4Lookup, i);
-}
-
-/// Whether a validated option area contains option `kind`.
-fn has_option(opts: &[u8], kind: u8) -> bool {
-    let mut k = 0;
-    // Bounded by the option area (≤ 40 bytes); every step advances by ≥ 1.
-    while k < opts.len() {
-        match opts[k] {
-            0 => return false,
-            1 => k += 1,
-            t => {
-                if t == kind {
-                    return true;
-                }
-                let l = opts.get(k + 1).copied().unwrap_or(0) as usize;
-                k += l.max(2);
-            }
-        }
-    }
-    false
 }
 
 /// ECMP flow hash over the 5-tuple (ports only for unfragmented TCP/UDP/SCTP).
@@ -198,6 +207,11 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
             v.pkts[i as usize].aux = icmp::kind(icmp::V4_TIME_EXCEEDED, 0, 0);
             g.enqueue(Node::Icmp4Error, i);
             continue;
+        }
+        // A checksum the sender left to the hardware is finished before the packet leaves
+        // (or is fragmented): its receiver would drop it.
+        if p.flags & F_CSUM_UNKNOWN != 0 && wire::offload::complete_if_partial(ip) {
+            g.counters.add(Reason::CsumCompleted, 1);
         }
         let total = u16::from_be_bytes([ip[2], ip[3]]);
         let df = ip[6] & 0x40 != 0;

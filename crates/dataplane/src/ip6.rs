@@ -4,7 +4,7 @@
 use fib::NextHop;
 use wire::Ipv6Packet;
 
-use crate::buffer::{PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN};
+use crate::buffer::{PacketMemory, Pkt, Vector, F_CSUM_UNKNOWN, F_L2_MCAST, F_LOCAL_ORIGIN};
 use crate::counters::Reason;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
@@ -70,16 +70,15 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
         g.drop_pkt::<T>(out, &p, Reason::Ip6LinkLocalSrc);
         return;
     }
-    let next = ip.next_header();
-    if next == 0 {
-        // Hop-by-hop options (router alert for MLD/RSVP) are for the slow path.
-        g.punt::<T, M>(mem, out, &p, Reason::PuntHopByHop);
+    if g.ifaces.own.contains6(&src) {
+        g.drop_pkt::<T>(out, &p, Reason::Ip6OwnSrc);
         return;
     }
-    if is_ext(next) && wire::walk_ext_headers(next, ip.payload(), wire::MAX_EXT_HEADERS).is_err() {
-        g.drop_pkt::<T>(out, &p, Reason::Ip6BadExtChain);
-        return;
-    }
+    // Extension headers are the end hosts' business (RFC 8200 §4): transit packets are
+    // forwarded whatever their chain, Hop-by-Hop included (RFC 9098), as Linux forwards
+    // them. Only the ECMP hash and ICMP errors look past them (bounded walks that give up
+    // quietly). Hop-by-Hop for the router itself (MLD, router alert to a local address)
+    // reaches the kernel as local or multicast traffic.
     if p.flags & F_L2_MCAST != 0 {
         g.punt::<T, M>(mem, out, &p, Reason::PuntL2Mcast);
         return;
@@ -168,6 +167,9 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
             v.pkts[i as usize].aux = icmp::kind(icmp::V6_PACKET_TOO_BIG, 0, adj.mtu);
             g.enqueue(Node::Icmp6Error, i);
             continue;
+        }
+        if p.flags & F_CSUM_UNKNOWN != 0 && wire::offload::complete_if_partial(ip) {
+            g.counters.add(Reason::CsumCompleted, 1);
         }
         if !local {
             ip[7] = hl - 1;

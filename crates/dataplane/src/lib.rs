@@ -21,5 +21,5 @@ pub mod worker;
 pub use buffer::{Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
 pub use counters::{Counters, Kind, Reason, Snapshot};
 pub use graph::{Graph, GraphConfig, Output};
-pub use icmp::RateLimiter;
+pub use icmp::{PeerLimiter, RateLimiter};
 pub use interfaces::{Interfaces, PortInfo};

@@ -238,15 +238,9 @@ impl Lab {
             plan.push((rtr.as_str(), *dev, *rv4, *rv6));
         }
         for (ns, dev, v4, v6) in plan {
-            // Segmentation and checksum offloads hand the router super-frames and frames
-            // with unfinished checksums, which only a kernel could forward: turn them off,
-            // as on a real wire.
-            let _ = self.exec_status(
-                ns,
-                &[
-                    "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off",
-                ],
-            );
+            // Offloads stay at veth's defaults (checksum offload and TSO on), as users have
+            // them: the hosts hand the router partial checksums and, unless an XDP program
+            // is attached, TCP super-frames, which the ports finish and cut.
             self.ns_in(ns, &["addr", "add", &format!("{v4}/24"), "dev", dev])?;
             self.ns_in(
                 ns,

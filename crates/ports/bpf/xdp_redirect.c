@@ -2,8 +2,8 @@
 //
 // Ferrouter's XDP program for AF_XDP ports: everything the fast path forwards is
 // redirected to the port's AF_XDP socket; everything the Linux stack must see (ARP and
-// other non-IP protocols, multicast/broadcast, link-local, hop-by-hop options, the
-// router's own addresses) is passed to the kernel unchanged.
+// other non-IP protocols, link-layer and IP multicast/broadcast, link-local, the router's
+// own addresses and its subnets' directed broadcasts) is passed to the kernel unchanged.
 //
 // Every access is preceded by a bounds check against data_end; a frame too short for the
 // header being read is passed, so the kernel counts its own errors.
@@ -58,6 +58,10 @@ int ferrouter_xdp(struct xdp_md *ctx)
 
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
+	// Link-layer broadcast and multicast (ARP, subnet broadcasts, control protocols): the
+	// kernel's, and never forwarded (RFC 1812 5.3.4).
+	if (eth->h_dest[0] & 1)
+		return XDP_PASS;
 	proto = eth->h_proto;
 	l3 = eth + 1;
 
@@ -89,9 +93,10 @@ int ferrouter_xdp(struct xdp_md *ctx)
 		if ((void *)(ip6 + 1) > end)
 			return XDP_PASS;
 		__u8 *d = ip6->daddr.in6_u.u6_addr8;
+		// Hop-by-Hop options in transit are forwarded (RFC 9098); those for the
+		// router are to its addresses or multicast, passed here.
 		if (d[0] == 0xff ||                          // ff00::/8 multicast
-		    (d[0] == 0xfe && (d[1] & 0xc0) == 0x80) || // fe80::/10 link-local
-		    ip6->nexthdr == 0)                         // hop-by-hop options
+		    (d[0] == 0xfe && (d[1] & 0xc0) == 0x80))   // fe80::/10 link-local
 			return XDP_PASS;
 		__builtin_memcpy(&key, d, sizeof(key));
 	} else {

@@ -108,4 +108,13 @@ pub struct PortStats {
     /// Frames the kernel dropped before they reached the receive ring (ring full),
     /// accumulated from `PACKET_STATISTICS`.
     pub kernel_drops: u64,
+    /// Received frames whose L4 checksum the sender had left to be completed (checksum
+    /// offload) and the port completed.
+    pub rx_csum_completed: u64,
+    /// Received TCP/UDP super-frames (segmentation offload, GRO) the port cut into
+    /// segments; each segment is counted in `rx_packets`.
+    pub rx_gso_split: u64,
+    /// Super-frames dropped because they could not be cut: a kind of segmentation this port
+    /// does not do, headers that do not add up, or more than 256 segments.
+    pub rx_dropped_offload: u64,
 }

@@ -22,10 +22,92 @@ const FLAG_DF: u16 = 0x4000;
 const FLAG_MF: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
 
-/// Option kinds that stand alone without a length byte.
+/// Option kinds (RFC 791, RFC 2113).
 mod option {
     pub const END: u8 = 0;
     pub const NOP: u8 = 1;
+    pub const RECORD_ROUTE: u8 = 7;
+    pub const TIMESTAMP: u8 = 68;
+    pub const LSRR: u8 = 131;
+    pub const SSRR: u8 = 137;
+    pub const ROUTER_ALERT: u8 = 148;
+}
+
+/// What a header's options hold, once [`check_options`] found them well formed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OptionSummary {
+    /// Loose or strict source route (RFC 791 §3.1): dropped by default (RFC 7126 §4.3, 4.4).
+    pub source_route: bool,
+    /// Record Route.
+    pub record_route: bool,
+    /// Internet Timestamp.
+    pub timestamp: bool,
+    /// Router Alert (RFC 2113).
+    pub router_alert: bool,
+}
+
+/// Check the option area of a header (the bytes after the fixed 20) as Linux's
+/// `ip_options_compile` does: End stops, NOP is one byte, every other option needs a
+/// length ≥ 2 inside the area; Record Route and the source routes need length ≥ 3 and
+/// pointer ≥ 4, Timestamp length ≥ 4 and pointer ≥ 5; two source routes are an error.
+/// `Err(k)` is the offset, within `opts`, of the first bad octet: the pointer of an ICMP
+/// Parameter Problem is `20 + k`.
+pub fn check_options(opts: &[u8]) -> core::result::Result<OptionSummary, usize> {
+    let mut s = OptionSummary::default();
+    let mut i = 0;
+    // Bounded by the area (≤ 40 bytes); every step advances by ≥ 1.
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            option::END => break,
+            option::NOP => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let len = match opts.get(i + 1) {
+            Some(&l) => usize::from(l),
+            None => return Err(i),
+        };
+        if len < 2 || i + len > opts.len() {
+            return Err(i);
+        }
+        let ptr = opts.get(i + 2).copied().unwrap_or(0);
+        match kind {
+            option::RECORD_ROUTE | option::LSRR | option::SSRR => {
+                if len < 3 {
+                    return Err(i + 1);
+                }
+                if ptr < 4 {
+                    return Err(i + 2);
+                }
+                if kind == option::RECORD_ROUTE {
+                    s.record_route = true;
+                } else if s.source_route {
+                    return Err(i);
+                } else {
+                    s.source_route = true;
+                }
+            }
+            option::TIMESTAMP => {
+                if len < 4 {
+                    return Err(i + 1);
+                }
+                if ptr < 5 {
+                    return Err(i + 2);
+                }
+                // Flags 0 (timestamps), 1 (address + timestamp), 3 (prespecified).
+                if !matches!(opts.get(i + 3).map(|b| b & 0x0f), Some(0 | 1 | 3)) {
+                    return Err(i + 3);
+                }
+                s.timestamp = true;
+            }
+            option::ROUTER_ALERT => s.router_alert = true,
+            _ => {}
+        }
+        i += len;
+    }
+    Ok(s)
 }
 
 /// A read/write view of an IPv4 packet.
@@ -595,6 +677,44 @@ mod tests {
         v[3] = hlen as u8;
         v.extend_from_slice(opts);
         v
+    }
+
+    #[test]
+    fn options_are_checked_like_linux_does() {
+        assert_eq!(check_options(&[]), Ok(OptionSummary::default()));
+        assert_eq!(
+            check_options(&[0x94, 4, 0, 0]).map(|s| s.router_alert),
+            Ok(true)
+        );
+        // LSRR with one hop, then NOPs and End.
+        let lsrr = [131, 7, 4, 192, 0, 2, 1, 1, 0];
+        assert_eq!(check_options(&lsrr).map(|s| s.source_route), Ok(true));
+        assert_eq!(
+            check_options(&[137, 3, 4, 0]).map(|s| s.source_route),
+            Ok(true)
+        );
+        // Record Route, Timestamp: fine.
+        let s = check_options(&[7, 7, 4, 0, 0, 0, 0, 68, 8, 5, 0, 0, 0, 0, 0]).unwrap();
+        assert!(s.record_route && s.timestamp && !s.source_route);
+        // Errors point at the bad octet.
+        assert_eq!(check_options(&[7]), Err(0), "no length byte");
+        assert_eq!(check_options(&[1, 7, 1]), Err(1), "length below 2");
+        assert_eq!(check_options(&[7, 9, 4, 0]), Err(0), "length past the area");
+        assert_eq!(check_options(&[7, 3, 3, 0]), Err(2), "RR pointer below 4");
+        assert_eq!(check_options(&[68, 4, 4, 0]), Err(2), "TS pointer below 5");
+        assert_eq!(check_options(&[68, 4, 5, 2]), Err(3), "TS flag 2");
+        assert_eq!(
+            check_options(&[131, 3, 4, 137, 3, 4]),
+            Err(3),
+            "two source routes"
+        );
+        // Nothing panics.
+        for a in 0..=255u8 {
+            for b in 0..=255u8 {
+                let _ = check_options(&[a, b, a, b]);
+                let _ = check_options(&[a, b]);
+            }
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod icmpv6;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
+pub mod offload;
 pub mod tcp;
 pub mod udp;
 
@@ -30,7 +31,7 @@ pub use ethernet::{ethertype, parse_l2, EthernetFrame, L2Info, VlanTag};
 pub use icmpv4::Icmpv4Packet;
 pub use icmpv6::{Icmpv6Packet, NdpRepr, PrefixInfo, PrefixInfos};
 pub use ip::{flow_ports, protocol};
-pub use ipv4::{Ipv4Packet, Ipv4Repr};
+pub use ipv4::{check_options, Ipv4Packet, Ipv4Repr, OptionSummary};
 pub use ipv6::{walk_ext_headers, ExtWalk, FragInfo, Ipv6Packet, Ipv6Repr, MAX_EXT_HEADERS};
 pub use tcp::TcpPacket;
 pub use udp::{UdpPacket, UdpRepr};

@@ -17,7 +17,7 @@ pub enum AnyPort {
     /// AF_XDP.
     Xdp(Box<ports::AfXdp>),
     /// AF_PACKET.
-    Packet(ports::AfPacket),
+    Packet(Box<ports::AfPacket>),
     /// memif.
     Memif(Box<ports::memif::Memif>),
 }
@@ -61,7 +61,7 @@ impl AnyPort {
                 let p = ports::AfPacket::open(rest, port_id, opts)
                     .with_context(|| format!("opening AF_PACKET on {rest}"))?;
                 let mac = p.mac();
-                (AnyPort::Packet(p), Some(mac))
+                (AnyPort::Packet(Box::new(p)), Some(mac))
             }
             "memif" => {
                 let mut parts = rest.split(':');

@@ -41,6 +41,10 @@ pub struct AfPacketOptions {
     /// (`PACKET_IGNORE_OUTGOING`). When false, or when the kernel refuses, the port skips
     /// frames marked `PACKET_OUTGOING` itself.
     pub kernel_ignore_outgoing: bool,
+    /// Ask for a virtio-net header with every frame (`PACKET_VNET_HDR`), so that checksums
+    /// a sender left to offload are completed with its offsets and super-frames (TSO/GSO
+    /// from a local sender, GRO) are cut into segments. Ignored if the kernel refuses.
+    pub vnet_hdr: bool,
 }
 
 impl Default for AfPacketOptions {
@@ -52,6 +56,7 @@ impl Default for AfPacketOptions {
             retire_timeout_ms: 1,
             qdisc_bypass: true,
             kernel_ignore_outgoing: true,
+            vnet_hdr: true,
         }
     }
 }
@@ -77,6 +82,9 @@ pub struct AfPacket {
     mtu: u16,
     cursor: RxCursor,
     skip_outgoing: bool,
+    /// Frames come with a virtio-net header (`PACKET_VNET_HDR`), which says what the
+    /// sender left to finish (checksum, segmentation).
+    vnet: bool,
     stats: PortStats,
     /// `PACKET_STATISTICS` resets on every read, so the sum is kept here; a `Cell` lets
     /// `stats()` take `&self`.
@@ -124,13 +132,17 @@ impl AfPacket {
             frame_size: opts.frame_size,
             retire_timeout_ms: opts.retire_timeout_ms,
         };
+        // Before the ring: the kernel then writes the header with every frame. Without it
+        // (a kernel that refuses), partial checksums are still flagged by
+        // TP_STATUS_CSUMNOTREADY, but super-frames cannot be cut and are dropped, counted.
+        let vnet = opts.vnet_hdr && sys::enable_vnet_hdr(raw).is_ok();
         sys::set_rx_ring(raw, geometry).map_err(err("setsockopt(PACKET_RX_RING)"))?;
-        let ring = sys::Ring::map(raw, geometry).map_err(err("mmap(PACKET_RX_RING)"))?;
+        let ring = sys::Ring::map(raw, geometry, vnet).map_err(err("mmap(PACKET_RX_RING)"))?;
         // Bind last: frames start flowing only once the ring is in place.
         sys::bind(raw, ifindex).map_err(err("bind(AF_PACKET)"))?;
         Ok(AfPacket {
             ring,
-            tx: sys::TxBatch::new(VECTOR_SIZE),
+            tx: sys::TxBatch::new(VECTOR_SIZE, vnet),
             fd,
             ifname: ifname.to_string(),
             ifindex,
@@ -139,6 +151,7 @@ impl AfPacket {
             mtu: mtu.min(u32::from(u16::MAX)) as u16,
             cursor: RxCursor::default(),
             skip_outgoing,
+            vnet,
             stats: PortStats::default(),
             kernel_drops: Cell::new(0),
         })
@@ -186,6 +199,12 @@ impl AfPacket {
         self.fd.as_raw_fd()
     }
 
+    /// Whether frames come with a virtio-net header (offloads completed with the sender's
+    /// offsets, super-frames cut), or only with `TP_STATUS_CSUMNOTREADY`.
+    pub fn has_vnet_hdr(&self) -> bool {
+        self.vnet
+    }
+
     /// Whether the port filters out its own transmitted frames itself, because the kernel
     /// could not be asked to (or was told not to be).
     pub fn filters_outgoing(&self) -> bool {
@@ -204,7 +223,72 @@ impl AfPacket {
     }
 }
 
-/// Copy one frame from the ring into a fresh buffer and append it to `v`, or count why not.
+/// What the virtio-net header in front of a frame says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct VnetHdr {
+    /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the L4 checksum is partial.
+    needs_csum: bool,
+    /// `VIRTIO_NET_HDR_GSO_*` without the ECN bit.
+    gso_type: u8,
+    /// Payload bytes per segment.
+    gso_size: u16,
+    /// Where the checksummed bytes start, from the MAC header (VLAN tag not counted).
+    csum_start: u16,
+    /// Where the checksum goes, from `csum_start`.
+    csum_offset: u16,
+}
+
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
+
+impl VnetHdr {
+    /// Parse the header as the kernel writes it for a packet socket (little-endian fields,
+    /// as `vio_le()` on the little-endian hosts Ferrouter runs on).
+    fn parse(b: &[u8; sys::VNET_HDR_LEN]) -> VnetHdr {
+        let le = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        VnetHdr {
+            needs_csum: b[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0,
+            gso_type: b[1] & !VIRTIO_NET_HDR_GSO_ECN,
+            gso_size: le(4),
+            csum_start: le(6),
+            csum_offset: le(8),
+        }
+    }
+}
+
+/// Whether a frame could be taken: `NoRoom` leaves it in the ring for the next burst (a
+/// super-frame's segments must all fit the vector).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Delivery {
+    Taken,
+    NoRoom,
+}
+
+/// Write the frame's L2 header to `dst` (the VLAN tag the kernel moved into metadata put
+/// back, as TPID + TCI after the MACs); returns its length, or `None` if `dst` is too small.
+fn write_l2(data: &[u8], l3: usize, tag: Option<[u8; 4]>, dst: &mut [u8]) -> Option<usize> {
+    let src = data.get(..l3)?;
+    match tag {
+        Some(t) => {
+            let d = dst.get_mut(..l3 + 4)?;
+            d[..12].copy_from_slice(src.get(..12)?);
+            d[12..16].copy_from_slice(&t);
+            d[16..].copy_from_slice(src.get(12..)?);
+            Some(l3 + 4)
+        }
+        None => {
+            dst.get_mut(..l3)?.copy_from_slice(src);
+            Some(l3)
+        }
+    }
+}
+
+/// Copy one frame from the ring into fresh buffers and append them to `v` (one, or one per
+/// segment of a super-frame), or count why not.
 #[inline]
 fn deliver<M: PacketMemory>(
     f: &sys::RxFrame<'_>,
@@ -213,45 +297,148 @@ fn deliver<M: PacketMemory>(
     stats: &mut PortStats,
     port_id: u16,
     skip_outgoing: bool,
-) {
+) -> Delivery {
     if skip_outgoing && f.pkttype == libc::PACKET_OUTGOING {
-        return;
+        return Delivery::Taken;
     }
     // The kernel moves an 802.1Q/802.1ad tag out of the frame into metadata; put it back so
     // the dataplane sees what was on the wire.
     let vlan = f.status & libc::TP_STATUS_VLAN_VALID != 0 && f.data.len() >= 12;
-    let len = f.data.len() + if vlan { 4 } else { 0 };
-    if (f.data.len() as u64) < u64::from(f.wire_len) || len > FRAME_SIZE - HEADROOM {
-        stats.rx_dropped_too_big += 1;
-        return;
-    }
-    let Some(buf) = mem.alloc() else {
-        stats.rx_dropped_no_buffer += 1;
-        return;
-    };
-    let Some(dst) = mem.frame_mut(buf).get_mut(HEADROOM..HEADROOM + len) else {
-        mem.free(buf);
-        stats.rx_dropped_too_big += 1;
-        return;
-    };
-    if vlan {
+    let tag = vlan.then(|| {
         let tpid = if f.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 && f.vlan_tpid != 0 {
             f.vlan_tpid
         } else {
             ETH_P_8021Q
         };
-        let (macs, rest) = f.data.split_at(12);
-        dst[..12].copy_from_slice(macs);
-        dst[12..14].copy_from_slice(&tpid.to_be_bytes());
-        dst[14..16].copy_from_slice(&f.vlan_tci.to_be_bytes());
-        dst[16..].copy_from_slice(rest);
-    } else {
-        dst.copy_from_slice(f.data);
+        let [a, b] = tpid.to_be_bytes();
+        let [c, d] = f.vlan_tci.to_be_bytes();
+        [a, b, c, d]
+    });
+    let shift = if vlan { 4 } else { 0 };
+    if (f.data.len() as u64) < u64::from(f.wire_len) {
+        stats.rx_dropped_too_big += 1;
+        return Delivery::Taken;
+    }
+    let hdr = f.vnet.map(|b| VnetHdr::parse(&b)).unwrap_or_default();
+    if hdr.gso_type != VIRTIO_NET_HDR_GSO_NONE {
+        return deliver_segments(f, &hdr, tag, mem, v, stats, port_id);
+    }
+    let len = f.data.len() + shift;
+    if len > FRAME_SIZE - HEADROOM {
+        stats.rx_dropped_too_big += 1;
+        return Delivery::Taken;
+    }
+    let Some(buf) = mem.alloc() else {
+        stats.rx_dropped_no_buffer += 1;
+        return Delivery::Taken;
+    };
+    let Some(dst) = mem.frame_mut(buf).get_mut(HEADROOM..HEADROOM + len) else {
+        mem.free(buf);
+        stats.rx_dropped_too_big += 1;
+        return Delivery::Taken;
+    };
+    match tag {
+        // Only the 12 MAC bytes form the "L2 header" here: the rest is copied after the tag.
+        Some(_) => {
+            let _ = write_l2(f.data, 12, tag, dst);
+            dst[16..].copy_from_slice(f.data.get(12..).unwrap_or(&[]));
+        }
+        None => dst.copy_from_slice(f.data),
+    }
+    // A checksum the sender left to the hardware (checksum offload on veth, TAP, virtio) is
+    // completed here, as the NIC would have; the frame is otherwise unusable to its
+    // receiver.
+    if f.vnet.is_some() {
+        if hdr.needs_csum {
+            let start = usize::from(hdr.csum_start) + shift;
+            if wire::offload::complete_at(dst, start, usize::from(hdr.csum_offset)).is_ok() {
+                stats.rx_csum_completed += 1;
+            }
+        }
+    } else if f.status & libc::TP_STATUS_CSUMNOTREADY != 0 {
+        let l3 = wire::parse_l2(dst)
+            .map(|l| l.l3_offset)
+            .unwrap_or(usize::MAX);
+        if dst
+            .get_mut(l3..)
+            .is_some_and(wire::offload::complete_if_partial)
+        {
+            stats.rx_csum_completed += 1;
+        }
     }
     // The caller stops before the vector is full, so this push cannot fail.
     v.push(Pkt::new(buf, HEADROOM as u16, len as u16, port_id));
     stats.rx_packets += 1;
     stats.rx_bytes += len as u64;
+    Delivery::Taken
+}
+
+/// Cut a TCP/UDP super-frame into segments of `hdr.gso_size` payload bytes, each in its own
+/// buffer with its headers and checksums finished, as Linux does before it forwards one
+/// (`skb_segment`). All of them go into `v` or, if they do not fit, none yet.
+#[cold]
+fn deliver_segments<M: PacketMemory>(
+    f: &sys::RxFrame<'_>,
+    hdr: &VnetHdr,
+    tag: Option<[u8; 4]>,
+    mem: &mut M,
+    v: &mut Vector,
+    stats: &mut PortStats,
+    port_id: u16,
+) -> Delivery {
+    let kind = match hdr.gso_type {
+        VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_TCPV6 => wire::offload::GsoKind::Tcp,
+        VIRTIO_NET_HDR_GSO_UDP_L4 => wire::offload::GsoKind::Udp,
+        // UFO (IP fragmentation of one datagram) and anything newer.
+        _ => {
+            stats.rx_dropped_offload += 1;
+            return Delivery::Taken;
+        }
+    };
+    let Ok(l2) = wire::parse_l2(f.data) else {
+        stats.rx_dropped_offload += 1;
+        return Delivery::Taken;
+    };
+    let ip = f.data.get(l2.l3_offset..).unwrap_or(&[]);
+    let Ok(seg) = wire::offload::Segmenter::new(ip, kind, hdr.gso_size) else {
+        stats.rx_dropped_offload += 1;
+        return Delivery::Taken;
+    };
+    let l2_len = l2.l3_offset + if tag.is_some() { 4 } else { 0 };
+    let room = VECTOR_SIZE - v.len.min(VECTOR_SIZE);
+    if seg.count() > room {
+        if v.len > 0 {
+            return Delivery::NoRoom;
+        }
+        // Cannot happen (MAX_SEGMENTS ≤ VECTOR_SIZE), but never loop on it.
+        stats.rx_dropped_offload += 1;
+        return Delivery::Taken;
+    }
+    if l2_len + seg.len(0) > FRAME_SIZE - HEADROOM {
+        stats.rx_dropped_too_big += 1;
+        return Delivery::Taken;
+    }
+    for k in 0..seg.count() {
+        let Some(buf) = mem.alloc() else {
+            stats.rx_dropped_no_buffer += (seg.count() - k) as u64;
+            break;
+        };
+        let dst = mem.frame_mut(buf).get_mut(HEADROOM..).unwrap_or(&mut []);
+        let len = write_l2(f.data, l2.l3_offset, tag, dst).and_then(|n| {
+            let m = seg.write(ip, k, dst.get_mut(n..)?).ok()?;
+            Some(n + m)
+        });
+        let Some(len) = len else {
+            mem.free(buf);
+            stats.rx_dropped_offload += 1;
+            break;
+        };
+        v.push(Pkt::new(buf, HEADROOM as u16, len as u16, port_id));
+        stats.rx_packets += 1;
+        stats.rx_bytes += len as u64;
+    }
+    stats.rx_gso_split += 1;
+    Delivery::Taken
 }
 
 impl<M: PacketMemory> Port<M> for AfPacket {
@@ -260,7 +447,8 @@ impl<M: PacketMemory> Port<M> for AfPacket {
         // Each block is looked at most once per call, so a stream of empty blocks cannot
         // keep us here.
         let mut blocks_seen = 0;
-        while v.len < VECTOR_SIZE {
+        let mut full = false;
+        while v.len < VECTOR_SIZE && !full {
             let c = &mut self.cursor;
             if c.left == 0 {
                 if blocks_seen == self.ring.blocks() {
@@ -279,7 +467,7 @@ impl<M: PacketMemory> Port<M> for AfPacket {
                     c.left = 0;
                     break;
                 };
-                deliver(
+                let d = deliver(
                     &f,
                     mem,
                     v,
@@ -287,6 +475,11 @@ impl<M: PacketMemory> Port<M> for AfPacket {
                     self.port_id,
                     self.skip_outgoing,
                 );
+                if d == Delivery::NoRoom {
+                    // Resume at this frame in the next burst.
+                    full = true;
+                    break;
+                }
                 c.left -= 1;
                 if f.next_offset == 0 {
                     c.left = 0;

@@ -51,6 +51,17 @@ pub(crate) fn set_rx_ring(fd: RawFd, g: RingGeometry) -> io::Result<()> {
     setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
 }
 
+/// Size of `struct virtio_net_hdr`, which the kernel writes in front of every received
+/// frame and expects in front of every transmitted one once `PACKET_VNET_HDR` is set.
+pub(crate) const VNET_HDR_LEN: usize = 10;
+
+/// Ask for a virtio-net header with every frame (`PACKET_VNET_HDR`): it says whether the
+/// L4 checksum is still to be completed and whether the frame is a TCP/UDP super-frame
+/// (GSO), with the offsets and segment size. Must be set before the ring.
+pub(crate) fn enable_vnet_hdr(fd: RawFd) -> io::Result<()> {
+    set_int(fd, libc::PACKET_VNET_HDR, 1)
+}
+
 /// Drops counted by the kernel since the previous call (`PACKET_STATISTICS` resets on read).
 pub(crate) fn take_drops(fd: RawFd) -> io::Result<u64> {
     let (st, _) =
@@ -98,6 +109,8 @@ pub(crate) struct RxFrame<'a> {
     pub pkttype: u8,
     /// Offset of the next packet from this one (0 for the last).
     pub next_offset: u32,
+    /// The virtio-net header in front of the frame, when the ring has them.
+    pub vnet: Option<[u8; VNET_HDR_LEN]>,
 }
 
 /// The mmap'ed TPACKET_V3 receive ring: `count` blocks of `size` bytes, each owned either
@@ -106,6 +119,8 @@ pub(crate) struct Ring {
     base: *mut u8,
     block_size: usize,
     block_count: usize,
+    /// Frames carry a virtio-net header in front of the MAC header.
+    vnet: bool,
 }
 
 // SAFETY: the mapping is owned by this value alone; the kernel side of the protocol does
@@ -113,8 +128,9 @@ pub(crate) struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
-    /// Map the ring configured on `fd` with `g`.
-    pub(crate) fn map(fd: RawFd, g: RingGeometry) -> io::Result<Ring> {
+    /// Map the ring configured on `fd` with `g`; `vnet` says whether `PACKET_VNET_HDR` was
+    /// set on the socket before the ring.
+    pub(crate) fn map(fd: RawFd, g: RingGeometry, vnet: bool) -> io::Result<Ring> {
         let len = g.block_size as usize * g.block_count as usize;
         // SAFETY: mapping the ring the kernel allocated for `fd`; no address hint, result
         // checked.
@@ -135,6 +151,7 @@ impl Ring {
             base: p as *mut u8,
             block_size: g.block_size as usize,
             block_count: g.block_count as usize,
+            vnet,
         })
     }
 
@@ -205,6 +222,28 @@ impl Ring {
         let data = unsafe {
             std::slice::from_raw_parts(self.base.add(block * self.block_size + start), end - start)
         };
+        // The kernel writes the virtio-net header right in front of the MAC header, after the
+        // frame's own headers.
+        let vnet = if self.vnet {
+            let v = start.checked_sub(VNET_HDR_LEN)?;
+            if v < off + HDR3_FULL {
+                return None;
+            }
+            let mut h = [0u8; VNET_HDR_LEN];
+            // SAFETY: [v, start) lies inside the user-owned block (v ≥ off + HDR3_FULL, and
+            // start ≤ end ≤ block_size were checked above); a byte copy has no alignment
+            // requirement.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.base.add(block * self.block_size + v),
+                    h.as_mut_ptr(),
+                    VNET_HDR_LEN,
+                )
+            };
+            Some(h)
+        } else {
+            None
+        };
         Some(RxFrame {
             data,
             wire_len: h.tp_len,
@@ -213,6 +252,7 @@ impl Ring {
             vlan_tpid: h.hv1.tp_vlan_tpid,
             pkttype: sll.sll_pkttype,
             next_offset: h.tp_next_offset,
+            vnet,
         })
     }
 
@@ -233,11 +273,17 @@ impl Drop for Ring {
     }
 }
 
-/// Preallocated `sendmmsg` arguments: one iovec and one message header per packet.
+/// Preallocated `sendmmsg` arguments: one message header per packet, with one iovec (the
+/// frame) or two (an all-zero virtio-net header, then the frame).
 pub(crate) struct TxBatch {
     iov: Box<[libc::iovec]>,
     msgs: Box<[libc::mmsghdr]>,
+    /// Prepend a virtio-net header (the socket has `PACKET_VNET_HDR`).
+    vnet: bool,
 }
+
+/// The virtio-net header sent with every frame: no offload asked of the kernel.
+static VNET_NONE: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
 
 // SAFETY: the raw pointers inside are scratch space, written immediately before each
 // sendmmsg call and never dereferenced by us; stale values left behind are never used.
@@ -255,14 +301,14 @@ pub(crate) struct TxResult {
 }
 
 impl TxBatch {
-    /// Room for `cap` packets per call.
-    pub(crate) fn new(cap: usize) -> TxBatch {
+    /// Room for `cap` packets per call; `vnet`: the socket has `PACKET_VNET_HDR`.
+    pub(crate) fn new(cap: usize, vnet: bool) -> TxBatch {
         let iov = vec![
             libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
             };
-            cap
+            cap * 2
         ];
         // SAFETY: mmsghdr is integers and raw pointers; all-zero (null pointers) is valid.
         let msgs = (0..cap)
@@ -271,12 +317,13 @@ impl TxBatch {
         TxBatch {
             iov: iov.into_boxed_slice(),
             msgs,
+            vnet,
         }
     }
 
     /// Maximum frames per call.
     pub(crate) fn capacity(&self) -> usize {
-        self.iov.len()
+        self.msgs.len()
     }
 
     /// Send up to `capacity()` frames on the bound socket `fd`. One `sendmmsg` call in the
@@ -289,13 +336,24 @@ impl TxBatch {
         frames: impl Iterator<Item = &'a [u8]>,
     ) -> TxResult {
         let mut n = 0;
-        for (f, (iov, msg)) in frames.zip(self.iov.iter_mut().zip(self.msgs.iter_mut())) {
-            *iov = libc::iovec {
+        let vnet = self.vnet;
+        for (f, (iov, msg)) in frames.zip(self.iov.chunks_exact_mut(2).zip(self.msgs.iter_mut())) {
+            let frame = libc::iovec {
                 iov_base: f.as_ptr() as *mut c_void,
                 iov_len: f.len(),
             };
-            msg.msg_hdr.msg_iov = iov;
-            msg.msg_hdr.msg_iovlen = 1;
+            if vnet {
+                iov[0] = libc::iovec {
+                    // The kernel only reads it.
+                    iov_base: VNET_NONE.as_ptr() as *mut c_void,
+                    iov_len: VNET_HDR_LEN,
+                };
+                iov[1] = frame;
+            } else {
+                iov[0] = frame;
+            }
+            msg.msg_hdr.msg_iov = iov.as_mut_ptr();
+            msg.msg_hdr.msg_iovlen = if vnet { 2 } else { 1 };
             n += 1;
         }
         let mut res = TxResult::default();
@@ -306,9 +364,9 @@ impl TxBatch {
         let mut after_short = false;
         while start < n {
             let msgs = &mut self.msgs[start..n];
-            // SAFETY: every header in `msgs` points at one iovec of `self.iov` (stable boxed
-            // storage), whose base and length were taken from a slice borrowed for `'a`, live
-            // for this whole call; msg_name/msg_control are null (send to the bound
+            // SAFETY: every header in `msgs` points at one or two iovecs of `self.iov` (stable
+            // boxed storage): the static all-zero vnet header, and a frame whose base and
+            // length were taken from a slice borrowed for `'a`, live for this whole call; msg_name/msg_control are null (send to the bound
             // interface, no ancillary data). The kernel only reads the buffers and writes
             // `msg_len`.
             let r = unsafe {
@@ -322,9 +380,11 @@ impl TxBatch {
             if r > 0 {
                 let k = r as usize;
                 res.sent += k;
-                res.bytes += self.iov[start..start + k]
-                    .iter()
-                    .map(|v| v.iov_len as u64)
+                // The frame is the last iovec of each message (after the vnet header).
+                let last = usize::from(vnet);
+                res.bytes += self.iov[2 * start..2 * (start + k)]
+                    .chunks_exact(2)
+                    .map(|v| v[last].iov_len as u64)
                     .sum::<u64>();
                 start += k;
                 if start < n {

@@ -2,7 +2,7 @@
 //! for the kernel.
 //!
 //! The XDP program (bpf/xdp_redirect.c) passes ARP, non-IP, multicast/broadcast,
-//! link-local, hop-by-hop and the router's own addresses (see [`AfXdp::set_local_addrs`])
+//! link-layer broadcast, link-local and the router's own addresses (see [`AfXdp::set_local_addrs`])
 //! to the Linux stack and redirects everything else into the socket bound to the receive
 //! queue. The port owns its UMEM: a region of `frames` × 2048-byte frames split into a
 //! receive half (cycling through the fill and RX rings) and a transmit half (cycling
@@ -21,7 +21,9 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+use dataplane::buffer::{
+    PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, HEADROOM, VECTOR_SIZE,
+};
 use dataplane::worker::Port;
 
 use crate::sys as ifsys;
@@ -510,8 +512,12 @@ impl<M: PacketMemory> Port<M> for AfXdp {
                     continue;
                 }
             }
-            // `n` is bounded by the room in the vector: the push cannot fail.
-            v.push(Pkt::new(buf, HEADROOM as u16, len as u16, self.port_id));
+            // `n` is bounded by the room in the vector: the push cannot fail. AF_XDP says
+            // nothing of the sender's checksum offload: a local sender (veth, TAP) hands
+            // over partial checksums, which the rewrite nodes recognise and complete.
+            let mut p = Pkt::new(buf, HEADROOM as u16, len as u16, self.port_id);
+            p.flags |= F_CSUM_UNKNOWN;
+            v.push(p);
             self.stats.rx_packets += 1;
             self.stats.rx_bytes += len as u64;
         }

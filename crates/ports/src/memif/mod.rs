@@ -249,7 +249,7 @@ impl MemifStats {
                 + self.tx_dropped_disconnected
                 + self.tx_dropped_too_big
                 + self.tx_dropped_after_refusal,
-            kernel_drops: 0,
+            ..PortStats::default()
         }
     }
 }
