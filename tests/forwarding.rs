@@ -318,3 +318,53 @@ fn icmp_errors_toward_one_source_are_limited_per_destination() {
     );
     assert!(reason_count(lab, "IcmpRateLimitedPeer") - before.1 >= 200 - 7 - secs);
 }
+
+/// The first packets toward a neighbour the router has not resolved yet are held while the
+/// kernel resolves it, then sent (a few per next hop, as Linux queues them), where they used
+/// to be lost.
+#[test]
+fn first_packets_to_an_unresolved_neighbour_arrive_af_xdp() {
+    first_packets("af_xdp", "gx");
+}
+
+#[test]
+fn first_packets_to_an_unresolved_neighbour_arrive_af_packet() {
+    first_packets("af_packet", "gp");
+}
+
+fn first_packets(backend: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start_with(tag, "", backend);
+    let lab = &g.0;
+    let n = api(lab, "neighbors", None);
+    assert!(
+        !n.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["ip"] == lab::H2_V4 || x["ip"] == lab::H2_V6),
+        "h2 must not be resolved yet: {n}"
+    );
+    let socks: (UdpSocket, UdpSocket) = in_netns(&lab.h2(), || {
+        (
+            UdpSocket::bind("0.0.0.0:7011").unwrap(),
+            UdpSocket::bind("[::]:7012").unwrap(),
+        )
+    });
+    let (v4, v6) = (lab::H2_V4.to_string(), lab::H2_V6.to_string());
+    in_netns(&lab.h1(), move || {
+        let s4 = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let s6 = UdpSocket::bind("[::]:0").unwrap();
+        for k in 0..3u8 {
+            s4.send_to(&[k], (v4.as_str(), 7011)).unwrap();
+            s6.send_to(&[k], (v6.as_str(), 7012)).unwrap();
+        }
+    });
+    let got4 = received(&socks.0, Duration::from_millis(2500));
+    let got6 = received(&socks.1, Duration::from_millis(500));
+    assert_eq!(got4, vec![vec![0], vec![1], vec![2]], "IPv4, in order");
+    assert_eq!(got6, vec![vec![0], vec![1], vec![2]], "IPv6, in order");
+    let c = api(lab, "counters", None);
+    assert!(c["glean"]["sent"].as_u64().unwrap() >= 2, "{c}");
+    assert_eq!(c["glean"]["expired"], 0, "{c}");
+    assert_eq!(kernel_forwarded(lab), (0, 0));
+}

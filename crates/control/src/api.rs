@@ -105,6 +105,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                            "vectors": c.vectors, "idle_polls": c.idle_polls, "sleeps": c.sleeps})
                 }).collect::<Vec<_>>(),
                 "sync": sync.stats(),
+                "glean": shared.glean.json(),
                 "kernel_forwarded": kernel_forwarded(),
                 "uptime_s": shared.started.elapsed().as_secs_f64(),
             }))

@@ -668,12 +668,12 @@ mod tests {
     #[test]
     fn plan_orders_removals_then_additions() {
         let a = cfg("[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\"]\n[[route]]\nprefix = \"10.1.0.0/16\"\nblackhole = true\n");
-        let b = cfg("[[interface]]\nname = \"eth1\"\nmtu = 9000\naddresses = [\"192.0.2.1/24\", \"2001:db8::1/64\"]\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\n[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n");
+        let b = cfg("[[interface]]\nname = \"eth1\"\nmtu = 1700\naddresses = [\"192.0.2.1/24\", \"2001:db8::1/64\"]\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\n[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n");
         let p = plan(&a, &b).unwrap();
         assert_eq!(
             p.to_string(),
             "- route 10.1.0.0/16 blackhole metric 0\n\
-             ~ interface eth1 mtu 9000\n\
+             ~ interface eth1 mtu 1700\n\
              + address 2001:db8::1/64 on eth1\n\
              + neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1\n\
              ~ route 10.0.0.0/8 via 192.0.2.2, 192.0.2.3 metric 0 (was 10.0.0.0/8 via 192.0.2.2 metric 0)\n"

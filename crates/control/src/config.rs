@@ -25,7 +25,8 @@
 //! # What Ferrouter owns in the kernel, applied live by `config apply` (crate::apply)
 //! [[interface]]
 //! name = "eth1"         # a [[port]] or an existing Linux interface
-//! mtu = 9000            # 68..=65535 (>= 1280 with an IPv6 address)
+//! mtu = 1500            # 68..=65535 (>= 1280 with an IPv6 address); on a [[port]], at
+//!                       # most what its backend carries (1778 af_xdp/auto, 1906 af_packet/memif)
 //! addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
 //!
 //! [[route]]
@@ -718,6 +719,25 @@ impl Config {
                         format!("interface[{i}].mtu"),
                         format!("{mtu} is out of range; expected {min}..=65535{why}"),
                     );
+                } else if let Some(port) = self.ports.iter().find(|p| p.name == f.name) {
+                    // A larger MTU would let the kernel accept packets the port then drops
+                    // at receive, unseen by anyone: a silent blackhole.
+                    let (max, which) = match port.backend {
+                        Backend::AfPacket | Backend::Memif => {
+                            (ports::BUFFER_MAX_MTU, "af_packet and memif ports carry")
+                        }
+                        Backend::AfXdp => (ports::AF_XDP_MAX_MTU, "af_xdp ports carry"),
+                        Backend::Auto => (
+                            ports::AF_XDP_MAX_MTU,
+                            "a port with backend \"auto\" (AF_XDP where it can) carries",
+                        ),
+                    };
+                    if mtu > max {
+                        r.add(
+                            format!("interface[{i}].mtu"),
+                            format!("{mtu} is larger than the {max} bytes {which} today (2 KiB packet buffers; jumbo frames are not supported yet)"),
+                        );
+                    }
                 }
             }
         }
@@ -1150,13 +1170,13 @@ mod tests {
     fn full_schema() {
         let c = parse(&format!(
             "state_dir = \"/tmp/fr\"\n{PORT}\
-             [[interface]]\nname = \"eth1\"\nmtu = 9000\naddresses = [\"192.0.2.1/24\", \"2001:db8:1::1/64\"]\n\
+             [[interface]]\nname = \"eth1\"\nmtu = 1700\naddresses = [\"192.0.2.1/24\", \"2001:db8:1::1/64\"]\n\
              [[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\nmetric = 20\n\
              [[route]]\nprefix = \"2001:db8:100::/48\"\nblackhole = true\n\
              [[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n"
         ))
         .unwrap();
-        assert_eq!(c.interfaces[0].mtu, Some(9000));
+        assert_eq!(c.interfaces[0].mtu, Some(1700));
         assert_eq!(c.routes[0].gateways().len(), 2);
         assert_eq!(c.routes[0].effective_metric(), 20);
         assert_eq!(c.routes[1].effective_metric(), 1024);
@@ -1164,6 +1184,48 @@ mod tests {
         // What is serialized parses back to the same thing.
         let again = parse(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn port_mtus_are_bounded_by_what_the_backend_carries() {
+        let ok = |t: &str| parse(t).map(|_| ()).map_err(|e| e.to_string());
+        // Not a port (a loopback or dummy interface): only the Linux range applies.
+        assert_eq!(
+            ok(&format!(
+                "{PORT}[[interface]]\nname = \"lo9\"\nmtu = 9000\n"
+            )),
+            Ok(())
+        );
+        let packet = "[[port]]\nname = \"eth1\"\nbackend = \"af_packet\"\n";
+        assert_eq!(
+            ok(&format!(
+                "{packet}[[interface]]\nname = \"eth1\"\nmtu = 1906\n"
+            )),
+            Ok(())
+        );
+        let e = ok(&format!(
+            "{packet}[[interface]]\nname = \"eth1\"\nmtu = 1907\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("1907 is larger than the 1906 bytes af_packet and memif ports carry"),
+            "{e}"
+        );
+        let xdp = "[[port]]\nname = \"eth1\"\nbackend = \"af_xdp\"\n";
+        assert_eq!(
+            ok(&format!(
+                "{xdp}[[interface]]\nname = \"eth1\"\nmtu = 1778\n"
+            )),
+            Ok(())
+        );
+        let e = ok(&format!(
+            "{xdp}[[interface]]\nname = \"eth1\"\nmtu = 3000\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("3000 is larger than the 1778 bytes af_xdp ports carry"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1202,6 +1264,11 @@ mod tests {
             (
                 "[[interface]]\nname = \"eth1\"\nmtu = 70000\n",
                 "test.toml:5:7: interface[0].mtu: 70000 is out of range; expected 68..=65535",
+            ),
+            // More than the port's buffers carry: refused rather than a silent blackhole.
+            (
+                "[[interface]]\nname = \"eth1\"\nmtu = 9000\n",
+                "test.toml:5:7: interface[0].mtu: 9000 is larger than the 1778 bytes a port with backend \"auto\" (AF_XDP where it can) carries today (2 KiB packet buffers; jumbo frames are not supported yet)",
             ),
             (
                 "[[interface]]\nname = \"eth1\"\nmtu = 1000\naddresses = [\"2001:db8::1/64\"]\n",

@@ -186,6 +186,8 @@ pub struct Shared {
     /// never). Stored before the speaker's per-neighbour prefix counts move, so a reader
     /// that sees the counts it waits for gets the time its FIB changes completed.
     pub bgp_fib_done_ns: AtomicU64,
+    /// Packets held while their next hop resolved.
+    pub glean: crate::glean::GleanStats,
 }
 
 impl Shared {
@@ -406,7 +408,13 @@ fn spawn_worker(
             }
             let now = worker::now_ns(epoch);
             let n = worker::poll_once(&mut graph, &mut mem, &mut ports, &mut v, &mut out, now);
-            let injected = inject_from_kernel(&mut inject, &mut mem, &mut ports, &shared.counters);
+            let injected = inject_from_kernel(
+                &mut inject,
+                &mut mem,
+                &mut ports,
+                (&mut graph, &mut v, &mut out),
+                now,
+            );
             q.quiescent();
             iter += 1;
             window_rx += n as u64;
@@ -443,19 +451,36 @@ fn spawn_worker(
     })?)
 }
 
-/// Frames the kernel sent out of a TAP (memif ports' kernel face), transmitted on their
-/// port: at most one burst per loop iteration, so forwarding never waits on the kernel.
+/// Frames from the control thread, at most one burst per loop iteration so forwarding
+/// never waits on it: those the kernel sent out of a TAP (memif ports' kernel face),
+/// transmitted on their port, and packets held while their next hop resolved (reason
+/// `PuntUnresolved`, see `crate::glean`), pushed through the graph again as received.
 fn inject_from_kernel(
     q: &mut PuntConsumer,
     mem: &mut Arena,
     ports: &mut [LivePort],
-    counters: &dataplane::Counters,
+    (graph, v, out): (&mut Graph, &mut Vector, &mut Output),
+    now_ns: u64,
 ) -> usize {
     use dataplane::worker::Port;
     let mut n = 0;
+    v.len = 0;
     while n < 32 {
         let Ok(p) = q.pop() else { break };
         n += 1;
+        if p.reason == Reason::PuntUnresolved {
+            match mem.load(p.frame(), p.port) {
+                // Its checksum may still be the sender's partial one (an AF_XDP port):
+                // the rewrite nodes finish it, as for any frame of such a port.
+                Some(mut pkt) => {
+                    pkt.flags |= dataplane::buffer::F_CSUM_UNKNOWN;
+                    v.push(pkt);
+                }
+                None => graph.counters().add(Reason::InjectNoBuffer, 1),
+            }
+            continue;
+        }
+        let counters = graph.counters();
         let loaded = ports
             .get_mut(p.port as usize)
             .and_then(|port| mem.load(p.frame(), p.port).map(|pkt| (port, pkt)));
@@ -465,6 +490,10 @@ fn inject_from_kernel(
             }
             None => counters.add(Reason::InjectNoBuffer, 1),
         }
+    }
+    if v.len > 0 {
+        graph.process(v, mem, out, now_ns);
+        worker::flush(graph, mem, ports, out, false);
     }
     n
 }
@@ -494,18 +523,23 @@ struct Resolver {
 }
 
 impl Resolver {
-    fn handle(&mut self, mirror: &mut linux::Mirror, sync: &Sync, frame: &[u8]) {
-        let Some(dst) = dst_of(frame) else { return };
-        let Some((ifx, target)) = sync.glean_target(dst) else {
-            return;
-        };
+    /// Ask for the next hop of a glean frame to be resolved (at most once a second per next
+    /// hop) and return it: where the frame waits meanwhile.
+    fn handle(
+        &mut self,
+        mirror: &mut linux::Mirror,
+        sync: &Sync,
+        frame: &[u8],
+    ) -> Option<(u32, IpAddr)> {
+        let dst = dst_of(frame)?;
+        let (ifx, target) = sync.glean_target(dst)?;
         let now = Instant::now();
         if self
             .last
             .get(&(ifx, target))
             .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(1))
         {
-            return;
+            return Some((ifx, target));
         }
         if self.last.len() > 4096 {
             self.last
@@ -515,6 +549,7 @@ impl Resolver {
         if let Err(e) = mirror.resolve(ifx, target) {
             tracing::debug!("neighbour resolution of {target} on ifindex {ifx} failed: {e}");
         }
+        Some((ifx, target))
     }
 }
 
@@ -657,6 +692,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         sync_lag: Default::default(),
         bgp: std::sync::OnceLock::new(),
         bgp_fib_done_ns: AtomicU64::new(0),
+        glean: Default::default(),
     });
     let socket = cfg.control_socket.clone();
     let tcp = cfg.api.listen.zip(token);
@@ -812,6 +848,7 @@ fn control_loop(
     let mut resolver = Resolver {
         last: FxHashMap::default(),
     };
+    let mut held = crate::glean::GleanQueue::default();
     let mut published = u64::MAX;
     let mut scratch = Box::new(PuntPacket {
         port: 0,
@@ -863,15 +900,25 @@ fn control_loop(
             iface_version.fetch_add(1, Ordering::Release);
         }
         // Bounded: at most each queue's capacity per round.
-        for q in punts.iter_mut() {
+        let now = Instant::now();
+        for (w, q) in punts.iter_mut().enumerate() {
             for _ in 0..PUNT_QUEUE {
                 let Ok(p) = q.pop() else { break };
                 if p.reason == Reason::PuntUnresolved {
-                    resolver.handle(mirror, &sync, p.frame());
+                    if let Some(target) = resolver.handle(mirror, &sync, p.frame()) {
+                        held.hold(&shared.glean, w, target, Box::new(p), now);
+                    }
+                    continue;
                 }
                 faces.punt_to_kernel(&p);
             }
         }
+        held.release(
+            &shared.glean,
+            |ifx, ip| sync.neighbor_usable(ifx, ip),
+            &mut faces.injects,
+            now,
+        );
         faces.poll_kernel(&mut scratch);
         drop(sync);
         shared.trace.drain();

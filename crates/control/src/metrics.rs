@@ -19,6 +19,7 @@
 //! | `ferrouter_route_sync_lag_seconds` | | last batch of netlink changes: read to in the FIB |
 //! | `ferrouter_route_sync_lag_seconds_max` | | the largest since start |
 //! | `ferrouter_kernel_forwarded_packets_total` | family | must stay 0 |
+//! | `ferrouter_glean_packets_total` | state=held/sent/expired/dropped | packets held while their next hop resolved (docs/forwarding.md) |
 //! | `ferrouter_bgp_session_established` | neighbor | 1 when the session is up (with `[bgp]`) |
 //! | `ferrouter_bgp_prefixes` | neighbor | prefixes the neighbour has a path for |
 //! | `ferrouter_bgp_updates_received_total`, `_treat_as_withdraw_total`, `_notifications_sent_total`, `_notifications_received_total`, `_established_transitions_total`, `_route_refresh_sent_total` | neighbor | |
@@ -364,6 +365,15 @@ pub fn render(shared: &Shared) -> Result<String, String> {
         ["ipv4", "ipv6"]
             .iter()
             .map(|f| (vec![("family", f.to_string())], kf[f].as_u64().unwrap_or(0)))
+            .collect(),
+    );
+    let g = shared.glean.json();
+    s.counter(
+        "ferrouter_glean_packets",
+        "Packets to a next hop not yet resolved: held, sent once it resolved, expired, or not held (bounds).",
+        ["held", "sent", "expired", "dropped"]
+            .iter()
+            .map(|k| (vec![("state", k.to_string())], g[k].as_u64().unwrap_or(0)))
             .collect(),
     );
     s.gauge(

@@ -1262,6 +1262,12 @@ impl Sync {
         }
     }
 
+    /// Whether the kernel's neighbour `ip` on interface `ifx` is usable (has a MAC in a
+    /// usable state): its adjacency is then in the FIB.
+    pub fn neighbor_usable(&self, ifx: u32, ip: IpAddr) -> bool {
+        self.neighs.get(&(ifx, ip)).is_some_and(|n| n.usable())
+    }
+
     /// How many neighbours [`Sync::neighbors`] lists.
     pub fn neighbor_count(&self) -> usize {
         self.neighs

@@ -71,26 +71,38 @@ pub fn poll_once<M: PacketMemory, P: Port<M>>(
             }
         }
         graph.process(v, mem, out, now_ns);
-        for (port, list) in out.tx.iter().enumerate() {
-            if !list.is_empty() {
-                if let Some(p) = ports.get_mut(port) {
-                    if capture {
-                        if let Some(c) = graph.capture.as_deref_mut() {
-                            c.tx(port as u16, mem, list);
-                            capture = c.armed();
-                        }
-                    }
-                    let sent = p.tx_burst(mem, list);
-                    graph.counters().tx.add(sent as u64);
-                }
-            }
-        }
-        for &b in &out.free {
-            mem.free(b);
-        }
-        out.clear();
+        flush(graph, mem, ports, out, capture);
     }
     total
+}
+
+/// Send what [`Graph::process`] left in `out` on `ports`, give the rest of the buffers back
+/// to `mem`, and empty `out`. `capture`: a capture is armed and copies what is sent.
+pub fn flush<M: PacketMemory, P: Port<M>>(
+    graph: &mut Graph,
+    mem: &mut M,
+    ports: &mut [P],
+    out: &mut Output,
+    mut capture: bool,
+) {
+    for (port, list) in out.tx.iter().enumerate() {
+        if !list.is_empty() {
+            if let Some(p) = ports.get_mut(port) {
+                if capture {
+                    if let Some(c) = graph.capture.as_deref_mut() {
+                        c.tx(port as u16, mem, list);
+                        capture = c.armed();
+                    }
+                }
+                let sent = p.tx_burst(mem, list);
+                graph.counters().tx.add(sent as u64);
+            }
+        }
+    }
+    for &b in &out.free {
+        mem.free(b);
+    }
+    out.clear();
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC` (vDSO: no system call). The clock every process on

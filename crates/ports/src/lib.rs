@@ -85,6 +85,16 @@ impl PortError {
     }
 }
 
+/// The largest IP MTU an AF_XDP port carries: a 2,048-byte UMEM chunk less the kernel's
+/// 256 bytes of XDP headroom (`XDP_PACKET_HEADROOM`) and the Ethernet header. Larger frames
+/// are dropped at receive (`rx_drops`) until packet buffers grow (jumbo frames).
+pub const AF_XDP_MAX_MTU: u32 = 2048 - 256 - 14;
+/// The largest IP MTU an AF_PACKET or memif port carries: a packet buffer less its headroom
+/// and the Ethernet header. (AF_PACKET super-frames from segmentation offload are cut into
+/// segments, so they are not limited by it.)
+pub const BUFFER_MAX_MTU: u32 =
+    (dataplane::buffer::FRAME_SIZE - dataplane::buffer::HEADROOM - 14) as u32;
+
 /// Counters a port keeps for itself (single writer: the worker driving the port; the
 /// caller publishes them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

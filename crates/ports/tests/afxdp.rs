@@ -217,7 +217,7 @@ fn kernel_traffic_is_passed_and_the_rest_redirected() {
             ip6(xm, pm, "2001:db8::1", 17, 6),                      // local address
             ip6(xm, pm, "ff02::1", 17, 7),                          // multicast
             ip6(xm, pm, "fe80::1", 17, 8),                          // link-local
-            ip6(xm, pm, "2001:db8:1::9", 0, 9),                     // hop-by-hop
+            udp4([0xff; 6], pm, [198, 51, 100, 1], 9, 32),          // link-layer broadcast
             udp4(xm, pm, [198, 51, 100, 1], 10, 32)[..24].to_vec(), // truncated IPv4
             tag(
                 tag(udp4(xm, pm, [192, 0, 2, 1], 11, 32), 0x8100, 7),
@@ -235,6 +235,8 @@ fn kernel_traffic_is_passed_and_the_rest_redirected() {
             ),
             udp4(xm, pm, [192, 0, 2, 2], 23, 32),
             ip6(xm, pm, "2001:db8:1::9", 17, 24),
+            // Hop-by-Hop in transit is forwarded by the fast path (RFC 9098).
+            ip6(xm, pm, "2001:db8:1::9", 0, 25),
         ];
         let mut mem = Arena::new(1024);
         let mut all = passed.clone();
