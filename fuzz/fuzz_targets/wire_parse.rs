@@ -25,6 +25,9 @@ fuzz_target!(|data: &[u8]| {
     let Some(l3) = data.get(l2.l3_offset..) else {
         panic!("l3_offset past frame")
     };
+    if matches!(l2.ethertype, wire::ethertype::IPV4 | wire::ethertype::IPV6) {
+        offload_path(l3);
+    }
     match l2.ethertype {
         wire::ethertype::IPV4 => ipv4_path(l3),
         wire::ethertype::IPV6 => ipv6_path(l3),
@@ -37,6 +40,28 @@ fuzz_target!(|data: &[u8]| {
         _ => {}
     }
 });
+
+/// What the ports do with a sender's offloads: complete a partial checksum (which must
+/// then verify), cut a super-frame (every segment of a plan must build and verify).
+fn offload_path(l3: &[u8]) {
+    let mut copy = l3.to_vec();
+    if wire::offload::complete_if_partial(&mut copy) {
+        assert_eq!(wire::offload::transport_checksum_ok(&copy), Some(true));
+    }
+    let mss = l3.first().map_or(1, |b| u16::from(*b) * 8 + 1);
+    for kind in [wire::offload::GsoKind::Tcp, wire::offload::GsoKind::Udp] {
+        if let Ok(seg) = wire::offload::Segmenter::new(l3, kind, mss) {
+            let mut buf = vec![0u8; 65_600];
+            for k in 0..seg.count() {
+                let n = seg
+                    .write(l3, k, &mut buf)
+                    .expect("a planned segment builds");
+                assert_eq!(n, seg.len(k));
+                assert_eq!(wire::offload::transport_checksum_ok(&buf[..n]), Some(true));
+            }
+        }
+    }
+}
 
 fn ipv4_path(l3: &[u8]) {
     let Ok(ip) = Ipv4Packet::new_checked(l3) else {
@@ -66,6 +91,7 @@ fn ipv4_path(l3: &[u8]) {
     let _ = black_box((
         ip.verify_checksum(),
         ip.validate_options(),
+        ipv4::check_options(ip.options()),
         Ipv4Repr::parse(&ip),
     ));
     let l4 = ip.payload();
