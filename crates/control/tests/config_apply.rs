@@ -69,7 +69,7 @@ name = "eth1"
 
 [[interface]]
 name = "eth1"
-mtu = 9000
+mtu = 1700
 addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
 
 [[interface]]
@@ -147,7 +147,7 @@ fn check_apply_fail_rollback_and_history() {
     assert_eq!(started.id, Some(1));
     let ka = kernel(&ns);
     let joined = ka.join("\n");
-    assert!(joined.contains("link \"eth1\" mtu 9000"), "{joined}");
+    assert!(joined.contains("link \"eth1\" mtu 1700"), "{joined}");
     assert!(
         joined.contains("192.0.2.1/24") && joined.contains("2001:db8:1::1/64"),
         "{joined}"
@@ -246,7 +246,7 @@ fn check_apply_fail_rollback_and_history() {
     assert!(svc
         .diff(Some(&b))
         .unwrap()
-        .contains("-mtu = 9000\n+mtu = 1500\n"));
+        .contains("-mtu = 1700\n+mtu = 1500\n"));
     let applied = svc.apply(&b, Some("test")).unwrap();
     assert_eq!(applied.id, Some(2));
     let kb = kernel(&ns);
@@ -268,14 +268,14 @@ fn check_apply_fail_rollback_and_history() {
     );
     let d = svc.diff(None).unwrap();
     assert!(
-        d.starts_with("--- previous\n+++ running\n") && d.contains("-mtu = 9000\n+mtu = 1500"),
+        d.starts_with("--- previous\n+++ running\n") && d.contains("-mtu = 1700\n+mtu = 1500"),
         "{d}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), b);
 
     // A config the kernel refuses midway (the last route's gateway is on no connected
     // subnet): everything before it is undone.
-    let c = b.replace("mtu = 1500", "mtu = 4000").replace(
+    let c = b.replace("mtu = 1500", "mtu = 1600").replace(
         "addresses = [\"192.0.2.1/24\", \"2001:db8:1::1/64\"]",
         "addresses = [\"192.0.2.1/24\", \"2001:db8:1::1/64\", \"192.0.2.100/24\"]",
     ) + "\n[[route]]\nprefix = \"100.64.0.0/10\"\nvia = [\"203.0.113.77\"]\n";
