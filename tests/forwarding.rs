@@ -216,18 +216,7 @@ fn transit_policy(backend: &str, tag: &str) {
         assert_eq!(n(&got6, t), N, "{}: {got6:?}", String::from_utf8_lossy(t));
     }
     let after = api(lab, "counters", None);
-    let delta = |r: &str| {
-        let c = |v: &serde_json::Value| {
-            v["reasons"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|x| x["reason"] == r)
-                .map(|x| x["count"].as_u64().unwrap())
-                .sum::<u64>()
-        };
-        c(&after) - c(&before)
-    };
+    let delta = |r: &str| reason_in(&after, r) - reason_in(&before, r);
     let n = N as u64;
     assert_eq!(delta("Ip4SourceRoute"), 2 * n, "{after}");
     assert_eq!(delta("Ip4OwnSrc"), n, "{after}");

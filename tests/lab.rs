@@ -826,14 +826,7 @@ fn malformed_frames(backend: &str, mtu: u32, oversize: usize) {
         "good traffic must keep flowing: {summary}"
     );
     let after = api(lab, "counters", None);
-    let count = |v: &Value, name: &str| {
-        v["reasons"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["reason"] == name)
-            .map_or(0, |r| r["count"].as_u64().unwrap())
-    };
+    let count = reason_in;
     let n = ROUNDS as u64;
     for (reason, per_round) in [
         ("Ip4BadIhl", 1),

@@ -225,8 +225,12 @@ pub fn ping_ok(lab: &Lab, dst: &str) -> Result<(), String> {
 
 /// The count of one graph reason (by its snake-case name) in `show counters`.
 pub fn reason_count(lab: &Lab, reason: &str) -> u64 {
-    let c = api(lab, "counters", None);
-    c["reasons"]
+    reason_in(&api(lab, "counters", None), reason)
+}
+
+/// The count of one graph reason in the JSON of `show counters` (0 when absent).
+pub fn reason_in(counters: &Value, reason: &str) -> u64 {
+    counters["reasons"]
         .as_array()
         .unwrap()
         .iter()

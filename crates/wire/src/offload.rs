@@ -137,7 +137,8 @@ pub fn complete_if_partial(ip: &mut [u8]) -> bool {
         return false;
     };
     let at = t.off + f;
-    let Some(field) = ip.get(at..at + 2) else {
+    // The field must lie inside the transport segment, not in Ethernet padding after it.
+    let Some(field) = ip.get(at..at + 2).filter(|_| at + 2 <= t.end) else {
         return false;
     };
     if u16::from_be_bytes([field[0], field[1]]) != fold(t.pseudo) {
@@ -153,6 +154,9 @@ pub fn complete_if_partial(ip: &mut [u8]) -> bool {
 pub fn transport_checksum_ok(ip: &[u8]) -> Option<bool> {
     let t = transport(ip)?;
     let at = t.off + csum_field(t.proto)?;
+    if at + 2 > t.end {
+        return None;
+    }
     if t.proto == UDP && ip.first()? >> 4 == 4 && ip.get(at..at + 2)? == [0, 0] {
         return None;
     }
@@ -431,6 +435,14 @@ mod tests {
         assert!(!complete_if_partial(&mut frag));
         assert_eq!(frag, f2);
         assert!(!complete_if_partial(&mut ip4(1, &[8, 0, 0, 0, 0, 0, 0, 0])));
+        // A TCP segment too short to hold its checksum field, padded to look long enough:
+        // the padding is not touched.
+        let mut short = ip4(TCP, &[0u8; 10]);
+        short.extend_from_slice(&[0u8; 20]);
+        let s2 = short.clone();
+        assert!(!complete_if_partial(&mut short));
+        assert_eq!(short, s2);
+        assert_eq!(transport_checksum_ok(&short), None);
         for n in 0..60 {
             let mut junk = vec![0x45u8; n];
             let _ = complete_if_partial(&mut junk);
