@@ -440,7 +440,11 @@ impl Graph {
                 let q = &v.pkts[j as usize];
                 prefetch(mem.frame(q.buf).as_ptr().wrapping_add(q.off as usize));
             }
-            let p = &mut v.pkts[i as usize];
+            // Read once, not written in place before the input nodes run: they get a copy by
+            // value. Narrow stores into a descriptor followed by a wide reload of it stall
+            // store forwarding (measured with perf: a quarter of the IPv4 rate).
+            let p = &v.pkts[i as usize];
+            let mut flags = p.flags;
             let frame = mem.frame(p.buf);
             let data = frame
                 .get(p.off as usize..p.off as usize + p.len as usize)
@@ -470,7 +474,7 @@ impl Graph {
             };
             let dst_group = data[0] & 1 == 1;
             if dst_group {
-                p.flags |= F_L2_MCAST;
+                flags |= F_L2_MCAST;
             } else if let Some(&mac) = self.port_macs.get(p.rx_port as usize) {
                 let dst = u64::from_le_bytes([
                     data[0], data[1], data[2], data[3], data[4], data[5], 0, 0,
@@ -490,9 +494,13 @@ impl Graph {
                 self.drop_pkt::<T>(out, &p, Reason::EthVlanNoSubif);
                 continue;
             }
-            p.l3 = l2.l3_offset as u16;
+            let pk = Pkt {
+                l3: l2.l3_offset as u16,
+                flags,
+                ..*p
+            };
             if T {
-                let p = *p;
+                let p = pk;
                 self.trace::<T>(
                     &p,
                     Step::EthernetInput {
@@ -502,17 +510,16 @@ impl Graph {
                     },
                 );
             }
+            // Only the changed fields go back (a whole-descriptor store would reload the
+            // copy just built field by field: the same stall).
+            let d = &mut v.pkts[i as usize];
+            d.l3 = pk.l3;
+            d.flags = pk.flags;
             match l2.ethertype {
-                wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i),
-                wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, v, mem, out, i),
-                wire::ethertype::ARP => {
-                    let p = *p;
-                    self.punt::<T, M>(mem, out, &p, Reason::PuntArp)
-                }
-                _ => {
-                    let p = *p;
-                    self.drop_pkt::<T>(out, &p, Reason::EthUnknownType)
-                }
+                wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i, pk),
+                wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, mem, out, i, pk),
+                wire::ethertype::ARP => self.punt::<T, M>(mem, out, &pk, Reason::PuntArp),
+                _ => self.drop_pkt::<T>(out, &pk, Reason::EthUnknownType),
             }
         }
     }

@@ -110,13 +110,40 @@ impl OwnAddrs {
     #[inline]
     pub fn contains4(&self, a: u32) -> bool {
         let (w, b) = filter_bit(a);
-        self.filter[w] & b != 0 && self.v4.binary_search(&a).is_ok()
+        self.filter[w] & b != 0 && self.contains4_exact(a)
+    }
+    /// The exact check behind the filter, out of line: the filter answers nearly every
+    /// packet.
+    #[cold]
+    #[inline(never)]
+    fn contains4_exact(&self, a: u32) -> bool {
+        self.v4.binary_search(&a).is_ok()
     }
     /// Whether `a` is one of the router's IPv6 addresses.
     #[inline]
     pub fn contains6(&self, a: &[u8; 16]) -> bool {
         let (w, b) = filter_bit(fold6(a));
         self.filter[w] & b != 0 && self.v6.binary_search(a).is_ok()
+    }
+    /// [`OwnAddrs::contains6`] for an address read in place (16 bytes of a packet): two
+    /// word loads from the packet, where a copied array would be stored byte-wise and
+    /// reloaded whole (a store-forwarding stall, measured with perf). `false` unless `a`
+    /// holds 16 bytes.
+    #[inline]
+    pub fn contains6_in(&self, a: &[u8]) -> bool {
+        let (Some(hi), Some(lo)) = (a.get(..8), a.get(8..16)) else {
+            return false;
+        };
+        let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+        let w = (u128::from(word(hi)) << 64) | u128::from(word(lo));
+        let h = (w as u32) ^ ((w >> 32) as u32) ^ ((w >> 64) as u32) ^ ((w >> 96) as u32);
+        let (i, b) = filter_bit(h);
+        self.filter[i] & b != 0 && self.contains6_exact(a)
+    }
+    #[cold]
+    #[inline(never)]
+    fn contains6_exact(&self, a: &[u8]) -> bool {
+        <[u8; 16]>::try_from(a).is_ok_and(|k| self.v6.binary_search(&k).is_ok())
     }
 }
 
@@ -154,7 +181,10 @@ mod tests {
         for a in &addrs {
             match a {
                 std::net::IpAddr::V4(v) => assert!(o.contains4((*v).into())),
-                std::net::IpAddr::V6(v) => assert!(o.contains6(&v.octets())),
+                std::net::IpAddr::V6(v) => {
+                    assert!(o.contains6(&v.octets()));
+                    assert!(o.contains6_in(&v.octets()));
+                }
             }
         }
         let others = (0..100_000u32)

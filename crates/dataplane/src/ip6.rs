@@ -29,12 +29,11 @@ fn is_unspecified_or_loopback(a: &[u8; 16]) -> bool {
 #[inline(always)]
 pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     g: &mut Graph,
-    v: &mut Vector,
     mem: &mut M,
     out: &mut Output,
     i: u16,
+    p: Pkt,
 ) {
-    let p = v.pkts[i as usize];
     let ip = match Ipv6Packet::new_checked(l3(mem, &p)) {
         Ok(ip) => ip,
         Err(e) => {
@@ -70,7 +69,10 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
         g.drop_pkt::<T>(out, &p, Reason::Ip6LinkLocalSrc);
         return;
     }
-    if g.ifaces.own.contains6(&src) {
+    if g.ifaces
+        .own
+        .contains6_in(l3(mem, &p).get(8..24).unwrap_or(&[]))
+    {
         g.drop_pkt::<T>(out, &p, Reason::Ip6OwnSrc);
         return;
     }
