@@ -348,10 +348,14 @@ fn first_packets(backend: &str, tag: &str) {
             s6.send_to(&[k], (v6.as_str(), 7012)).unwrap();
         }
     });
-    let got4 = received(&socks.0, Duration::from_millis(2500));
-    let got6 = received(&socks.1, Duration::from_millis(500));
-    assert_eq!(got4, vec![vec![0], vec![1], vec![2]], "IPv4, in order");
-    assert_eq!(got6, vec![vec![0], vec![1], vec![2]], "IPv6, in order");
+    let mut got4 = received(&socks.0, Duration::from_millis(2500));
+    let mut got6 = received(&socks.1, Duration::from_millis(500));
+    // All of them; a packet sent just as the neighbour resolved may overtake a held one
+    // (docs/forwarding.md), so the order is not asserted.
+    got4.sort();
+    got6.sort();
+    assert_eq!(got4, vec![vec![0], vec![1], vec![2]], "IPv4");
+    assert_eq!(got6, vec![vec![0], vec![1], vec![2]], "IPv6");
     let c = api(lab, "counters", None);
     assert!(c["glean"]["sent"].as_u64().unwrap() >= 2, "{c}");
     assert_eq!(c["glean"]["expired"], 0, "{c}");

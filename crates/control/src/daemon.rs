@@ -407,7 +407,9 @@ fn spawn_worker(
                 }
             }
             let now = worker::now_ns(epoch);
-            let n = worker::poll_once(&mut graph, &mut mem, &mut ports, &mut v, &mut out, now);
+            // Frames handed back first: packets held while their next hop resolved go out
+            // before the ones that arrived after it (the FIB has the neighbour a moment before
+            // the held packets come back, so a few may still be overtaken).
             let injected = inject_from_kernel(
                 &mut inject,
                 &mut mem,
@@ -415,6 +417,7 @@ fn spawn_worker(
                 (&mut graph, &mut v, &mut out),
                 now,
             );
+            let n = worker::poll_once(&mut graph, &mut mem, &mut ports, &mut v, &mut out, now);
             q.quiescent();
             iter += 1;
             window_rx += n as u64;
