@@ -796,12 +796,8 @@ struct KernelFaces {
 
 impl KernelFaces {
     /// A punted frame that arrived on a memif port goes to the kernel through its TAP
-    /// (unresolved transit packets do not: the kernel does not forward; the resolver
-    /// handles those).
+    /// (unresolved transit packets never come here: they wait in the glean queue).
     fn punt_to_kernel(&mut self, p: &PuntPacket) {
-        if p.reason == Reason::PuntUnresolved {
-            return;
-        }
         if let Some(Some(tap)) = self.taps.get_mut(p.port as usize) {
             tap.write(p.frame());
         }
@@ -908,8 +904,12 @@ fn control_loop(
             for _ in 0..PUNT_QUEUE {
                 let Ok(p) = q.pop() else { break };
                 if p.reason == Reason::PuntUnresolved {
-                    if let Some(target) = resolver.handle(mirror, &sync, p.frame()) {
-                        held.hold(&shared.glean, w, target, Box::new(p), now);
+                    match resolver.handle(mirror, &sync, p.frame()) {
+                        Some(target) => {
+                            held.hold(&shared.glean, w, target, Box::new(p), now);
+                        }
+                        // The route changed since the worker looked: nothing to wait for.
+                        None => shared.glean.not_held(),
                     }
                     continue;
                 }

@@ -33,11 +33,17 @@ pub struct GleanStats {
     /// Held packets dropped because their next hop did not resolve in time.
     pub expired: AtomicU64,
     /// Packets not held: their next hop already had [`HOLD_PER_TARGET`], or
-    /// [`HOLD_TOTAL`] were held, or the worker's queue back was full.
+    /// [`HOLD_TOTAL`] were held, or no next hop to wait for was found, or the worker's queue
+    /// back was full.
     pub dropped: AtomicU64,
 }
 
 impl GleanStats {
+    /// Count a glean packet dropped without being held.
+    pub fn not_held(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters as JSON.
     pub fn json(&self) -> serde_json::Value {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -74,7 +80,7 @@ impl GleanQueue {
     ) -> bool {
         let list = self.by_target.entry(target).or_default();
         if list.len() >= HOLD_PER_TARGET || self.total >= HOLD_TOTAL {
-            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            stats.not_held();
             return false;
         }
         list.push(Entry {

@@ -71,7 +71,7 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     }
     if g.ifaces
         .own
-        .contains6_in(l3(mem, &p).get(8..24).unwrap_or(&[]))
+        .contains6(l3(mem, &p).get(8..24).unwrap_or(&[]))
     {
         g.drop_pkt::<T>(out, &p, Reason::Ip6OwnSrc);
         return;
