@@ -236,6 +236,55 @@ const LOAD_WINDOW_NS: u64 = 1_000_000;
 /// still taken without a wake-up.
 const IDLE_POLLS_LIGHT: u32 = 32;
 
+/// When a worker sleeps: after [`IDLE_POLLS_BEFORE_SLEEP`] empty polls, or after
+/// [`IDLE_POLLS_LIGHT`] when its ports wake it per frame and the last load window brought
+/// fewer than [`LIGHT_LOAD_PPS`]. The rate is averaged over the window's real span, so a
+/// worker descheduled for a while does not mistake the frames that queued meanwhile for load.
+#[derive(Debug)]
+struct AdaptivePoll {
+    wakes_per_frame: bool,
+    light: bool,
+    idle: u32,
+    window_start: u64,
+    window_rx: u64,
+}
+
+impl AdaptivePoll {
+    fn new(wakes_per_frame: bool) -> Self {
+        Self {
+            wakes_per_frame,
+            light: wakes_per_frame,
+            idle: 0,
+            window_start: 0,
+            window_rx: 0,
+        }
+    }
+
+    /// Accounts one poll that brought `frames` at `now_ns`; true when the worker should
+    /// sleep in poll(2) now.
+    fn after_poll(&mut self, frames: usize, now_ns: u64) -> bool {
+        self.window_rx += frames as u64;
+        let span = now_ns.saturating_sub(self.window_start);
+        if span >= LOAD_WINDOW_NS {
+            self.light = self.wakes_per_frame
+                && u128::from(self.window_rx) * 1_000_000_000
+                    < u128::from(LIGHT_LOAD_PPS) * u128::from(span);
+            (self.window_start, self.window_rx) = (now_ns, 0);
+        }
+        if frames != 0 {
+            self.idle = 0;
+            return false;
+        }
+        self.idle = self.idle.saturating_add(1);
+        let limit = if self.light {
+            IDLE_POLLS_LIGHT
+        } else {
+            IDLE_POLLS_BEFORE_SLEEP
+        };
+        self.idle >= limit
+    }
+}
+
 fn write_sysctl(path: &str, value: &str) -> Result<()> {
     std::fs::write(path, value).with_context(|| format!("cannot set {path} = {value}"))
 }
@@ -384,10 +433,8 @@ fn spawn_worker(
         let mut v = Vector::default();
         let mut out = Output::new(ports.len());
         let epoch = Instant::now();
-        let mut idle = 0u32;
         let mut iter = 0u64;
-        let wakes_per_frame = ports.iter().all(LivePort::wakes_per_frame);
-        let (mut window_start, mut window_rx, mut light) = (0u64, 0u64, wakes_per_frame);
+        let mut pacing = AdaptivePoll::new(ports.iter().all(LivePort::wakes_per_frame));
         let mut fds: Vec<libc::pollfd> = ports
             .iter()
             .map(|p| libc::pollfd {
@@ -420,32 +467,15 @@ fn spawn_worker(
             let n = worker::poll_once(&mut graph, &mut mem, &mut ports, &mut v, &mut out, now);
             q.quiescent();
             iter += 1;
-            window_rx += n as u64;
-            let span = now.saturating_sub(window_start);
-            if span >= LOAD_WINDOW_NS {
-                light = wakes_per_frame && window_rx * 1_000_000_000 < LIGHT_LOAD_PPS * span;
-                (window_start, window_rx) = (now, 0);
-            }
-            if n == 0 && injected == 0 {
-                idle += 1;
-                let limit = if light {
-                    IDLE_POLLS_LIGHT
-                } else {
-                    IDLE_POLLS_BEFORE_SLEEP
-                };
-                if idle >= limit {
-                    publish(&ports, &counters_out);
-                    q.offline();
-                    shared.counters.sleeps.add(1);
-                    // SAFETY: `fds` is a live array of pollfd for sockets `ports` keeps open.
-                    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
-                    q.online();
-                }
-            } else {
-                idle = 0;
-                if iter.is_multiple_of(256) {
-                    publish(&ports, &counters_out);
-                }
+            if pacing.after_poll(n + injected, now) {
+                publish(&ports, &counters_out);
+                q.offline();
+                shared.counters.sleeps.add(1);
+                // SAFETY: `fds` is a live array of pollfd for sockets `ports` keeps open.
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+                q.online();
+            } else if n + injected != 0 && iter.is_multiple_of(256) {
+                publish(&ports, &counters_out);
             }
         }
         publish(&ports, &counters_out);
@@ -937,4 +967,59 @@ fn control_loop(
     }
     tracing::info!("signal received: stopping");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `polls` polls `gap_ns` apart, a frame every `every` polls; returns the sleeps.
+    fn run(p: &mut AdaptivePoll, start: u64, polls: u64, gap_ns: u64, every: u64) -> u64 {
+        (0..polls)
+            .filter(|i| {
+                let frames = usize::from(i % every == 0);
+                p.after_poll(frames, start + i * gap_ns)
+            })
+            .count() as u64
+    }
+
+    #[test]
+    fn light_load_on_ports_that_wake_per_frame_sleeps_soon_after_each_frame() {
+        let mut p = AdaptivePoll::new(true);
+        // 50K frames/s: a frame every 20 us, polls 200 ns apart (100 polls per frame).
+        let sleeps = run(&mut p, 0, 1_000_000, 200, 100);
+        let frames = 10_000;
+        // Sleeps on the 32nd empty poll after each frame, then on every empty poll after it.
+        assert_eq!(sleeps, frames * (100 - IDLE_POLLS_LIGHT as u64));
+    }
+
+    #[test]
+    fn heavy_load_or_ports_that_do_not_wake_per_frame_poll_on() {
+        // 500K frames/s: a frame every 2 us; the 9 empty polls between them never sleep.
+        let mut p = AdaptivePoll::new(true);
+        assert_eq!(run(&mut p, 0, 1_000_000, 200, 10), 0);
+        // AF_PACKET-like ports: 50K frames/s is polled on, as 2,048 empty polls never pass.
+        let mut p = AdaptivePoll::new(false);
+        assert_eq!(run(&mut p, 0, 1_000_000, 200, 100), 0);
+    }
+
+    #[test]
+    fn the_rate_is_averaged_over_the_real_span_and_idle_sleeps_either_way() {
+        let mut p = AdaptivePoll::new(true);
+        // Heavy first: polls on.
+        assert_eq!(run(&mut p, 0, 100_000, 200, 10), 0);
+        assert!(!p.light);
+        // A worker descheduled for 10 ms finds 300 frames queued (30K/s over the real span):
+        // light, although 300 frames arrived in one poll.
+        let t = 20_000_000 + 10_000_000;
+        assert!(!p.after_poll(300, t));
+        assert!(p.light);
+        // After a last frame, the first sleep comes on the 32nd empty poll when light, on
+        // the 2,048th when heavy.
+        let mut idle_light = AdaptivePoll::new(true);
+        assert_eq!(run(&mut idle_light, 0, 1 + 32, 200, u64::MAX), 1);
+        let mut idle_heavy = AdaptivePoll::new(false);
+        assert_eq!(run(&mut idle_heavy, 0, 1 + 2_047, 200, u64::MAX), 0);
+        assert!(idle_heavy.after_poll(0, 2_048 * 200));
+    }
 }
