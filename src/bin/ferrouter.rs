@@ -221,6 +221,10 @@ enum Cmd {
         /// Port backend: auto, af_xdp or af_packet.
         #[arg(long, default_value = "auto", global = true)]
         backend: String,
+        /// Make h2's link an 802.1Q trunk: a switch, and hosts on VLAN 100 (hv) and on
+        /// QinQ 200/300 (hq) behind the router's sub-interfaces r2.100 and r2.q.
+        #[arg(long, global = true)]
+        vlans: bool,
     },
     /// Synthetic MRT files (TABLE_DUMP_V2) for BGP speakers to load (`gobgp mrt inject`).
     #[command(subcommand)]
@@ -713,7 +717,8 @@ fn main() -> Result<()> {
             name,
             workers,
             backend,
-        } => lab_cmd(cmd, &name, workers, &backend),
+            vlans,
+        } => lab_cmd(cmd, &name, workers, &backend, vlans),
         Cmd::Bench(Bench::Pipeline(a)) => {
             let opts = pipeline_options(&a)?;
             let r = bench::pipeline::run(&opts, progress(a.json))?;
@@ -1223,7 +1228,7 @@ fn show(client: &control::client::Client, what: &str, arg: Option<&str>, json: b
     Ok(())
 }
 
-fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str) -> Result<()> {
+fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str, vlans: bool) -> Result<()> {
     if !["auto", "af_xdp", "af_packet"].contains(&backend) {
         bail!("--backend {backend:?}: expected auto, af_xdp or af_packet");
     }
@@ -1233,6 +1238,10 @@ fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str) -> Result<()>
     let mut lab = lab::Lab::new(name);
     lab.workers = workers;
     lab.backend = backend.to_string();
+    lab.vlans = vlans;
+    if vlans && backend == "af_xdp" {
+        bail!("--vlans with --backend af_xdp: VLAN sub-interfaces need AF_PACKET on their parent (AF_XDP cannot see tags kept in packet metadata); use auto or af_packet");
+    }
     let me = std::env::current_exe().context("locating the ferrouter binary")?;
     match cmd {
         LabCmd::Up => {
@@ -1243,6 +1252,14 @@ fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str) -> Result<()>
                 lab.socket().display()
             );
             println!("try: ip netns exec {} ping {}", lab.h1(), lab::H2_V4);
+            if vlans {
+                println!(
+                    "     ip netns exec {} ping {}   (VLAN 100; {} is on QinQ 200/300)",
+                    lab.h1(),
+                    lab::vlan::HV_V4,
+                    lab::vlan::HQ_V4
+                );
+            }
             println!(
                 "     ferrouter show counters --socket {}",
                 lab.socket().display()

@@ -52,7 +52,29 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                     })
                 })
                 .collect();
-            Ok(json!(v))
+            // Then the VLAN sub-interfaces, with what the fast path received and sent on them.
+            let first = shared.ports.len();
+            let subifs = ifaces.ports.iter().enumerate().skip(first).filter_map(|(i, info)| {
+                let t = info.vlan?;
+                let c = shared.subif_total(i - first);
+                let tags = match (t.tpid, t.inner) {
+                    (0x8100, 0) => format!("vlan {}", t.outer),
+                    (_, 0) => format!("802.1ad {}", t.outer),
+                    (_, inner) => format!("qinq {}/{inner}", t.outer),
+                };
+                let parent = ifaces.ports.get(t.parent as usize).map(|p| p.name.clone());
+                Some(json!({
+                    "port": i, "name": info.name, "ifindex": sync.ifindex_of(&info.name),
+                    "backend": format!("{tags} on {}", parent.as_deref().unwrap_or("?")),
+                    "parent": parent, "vlan": {"tpid": format!("{:#06x}", t.tpid), "id": t.outer, "inner_id": (t.inner != 0).then_some(t.inner)},
+                    "mac": info.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+                    "mtu": info.mtu,
+                    "ipv4": info.ip4.iter().map(|a| std::net::Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>(),
+                    "ipv6": info.ip6.iter().map(|a| std::net::Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>(),
+                    "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
+                }))
+            });
+            Ok(json!(v.into_iter().chain(subifs).collect::<Vec<_>>()))
         }
         "routes" if arg == Some("summary") => {
             let (v4, v6) = sync.route_counts();

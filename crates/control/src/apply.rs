@@ -193,12 +193,15 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 }
 
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
-/// only a restart applies (`[[port]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
+/// only a restart applies (`[[port]]`, `[[vlan]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
 /// `state_dir`, `[api]`, `[bgp]`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
     if old.ports != new.ports {
         restart.push("[[port]]");
+    }
+    if old.vlans != new.vlans {
+        restart.push("[[vlan]]");
     }
     if old.workers != new.workers {
         restart.push("workers");

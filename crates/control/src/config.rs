@@ -22,6 +22,16 @@
 //! memif_id = 0
 //! mac = "02:fe:00:00:00:01"
 //!
+//! # A VLAN sub-interface: a routed interface of its own (addresses in [[interface]]),
+//! # receiving the frames of eth1 tagged 100 and tagging what it sends; a TAP of its name
+//! # is its face in Linux. A change needs a restart.
+//! [[vlan]]
+//! name = "eth1.100"
+//! parent = "eth1"       # a [[port]] with backend auto or af_packet
+//! id = 100              # 1..=4094
+//! # inner_id = 200      # QinQ: the inner (C-)tag; the outer one is then 802.1ad
+//! # proto = "802.1q"    # the outer tag's TPID: 802.1q (0x8100) or 802.1ad (0x88a8)
+//!
 //! # What Ferrouter owns in the kernel, applied live by `config apply` (crate::apply)
 //! [[interface]]
 //! name = "eth1"         # a [[port]] or an existing Linux interface
@@ -116,6 +126,70 @@ pub struct PortConfig {
     pub mac: Option<String>,
 }
 
+/// The TPID of a VLAN sub-interface's outer tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub enum VlanProto {
+    /// 0x8100, IEEE 802.1Q.
+    #[serde(rename = "802.1q")]
+    Dot1q,
+    /// 0x88a8, IEEE 802.1ad (QinQ's service tag).
+    #[serde(rename = "802.1ad")]
+    Dot1ad,
+}
+
+/// Most VLAN sub-interfaces in a config.
+pub const MAX_VLANS: usize = 1024;
+
+/// `[[vlan]]`: a VLAN sub-interface of a port.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VlanConfig {
+    /// Its name; the daemon creates a TAP of this name as its face in Linux.
+    pub name: String,
+    /// The `[[port]]` it rides on.
+    pub parent: String,
+    /// The (outer) VLAN id, 1..=4094.
+    pub id: u16,
+    /// QinQ: the inner (802.1Q C-tag) VLAN id, 1..=4094.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inner_id: Option<u16>,
+    /// The outer tag's TPID; 802.1q for a single tag, 802.1ad for QinQ when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proto: Option<VlanProto>,
+}
+
+impl VlanConfig {
+    /// The outer tag's TPID.
+    pub fn tpid(&self) -> u16 {
+        match self.proto {
+            Some(VlanProto::Dot1q) => 0x8100,
+            Some(VlanProto::Dot1ad) => 0x88a8,
+            None if self.inner_id.is_some() => 0x88a8,
+            None => 0x8100,
+        }
+    }
+    /// Bytes its tags add to a frame.
+    pub fn tag_bytes(&self) -> u32 {
+        if self.inner_id.is_some() {
+            8
+        } else {
+            4
+        }
+    }
+    /// How the tags read: `802.1q 100`, `802.1ad 100 / 802.1q 200`.
+    pub fn describe(&self) -> String {
+        let outer = if self.tpid() == 0x88a8 {
+            "802.1ad"
+        } else {
+            "802.1q"
+        };
+        match self.inner_id {
+            Some(i) => format!("{outer} {} / 802.1q {i}", self.id),
+            None => format!("{outer} {}", self.id),
+        }
+    }
+}
+
 /// Parse `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -159,6 +233,9 @@ pub struct Config {
     /// Ports the fast path owns.
     #[serde(rename = "port", default)]
     pub ports: Vec<PortConfig>,
+    /// VLAN sub-interfaces of the ports (a change needs a restart).
+    #[serde(rename = "vlan", default, skip_serializing_if = "Vec::is_empty")]
+    pub vlans: Vec<VlanConfig>,
     /// Addresses and MTUs Ferrouter sets on interfaces (through the kernel).
     #[serde(rename = "interface", default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<InterfaceConfig>,
@@ -501,6 +578,16 @@ impl Report {
     }
 }
 
+/// A backend as the config spells it.
+fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Auto => "auto",
+        Backend::AfPacket => "af_packet",
+        Backend::AfXdp => "af_xdp",
+        Backend::Memif => "memif",
+    }
+}
+
 /// Whether `name` can be a Linux interface name.
 fn valid_ifname(name: &str) -> bool {
     !name.is_empty() && name.len() <= 15 && !name.contains(['/', ' ', '\0', ':'])
@@ -648,10 +735,86 @@ impl Config {
                 format!("{} must be an absolute path", c.state_dir.display()),
             );
         }
+        self.validate_vlans(r);
         self.validate_interfaces(r);
         self.validate_routes(r);
         self.validate_neighbors(r);
         self.validate_bgp(r);
+    }
+
+    fn validate_vlans(&self, r: &mut Report) {
+        if self.vlans.len() > MAX_VLANS {
+            r.add(
+                "vlan",
+                format!(
+                    "{} VLAN sub-interfaces configured; at most {MAX_VLANS} are supported",
+                    self.vlans.len()
+                ),
+            );
+        }
+        for (i, v) in self.vlans.iter().enumerate() {
+            if !valid_ifname(&v.name) {
+                r.add(format!("vlan[{i}].name"), format!("{:?} is not a valid Linux interface name (1-15 characters, no '/', ':' or spaces)", v.name));
+            }
+            if self.ports.iter().any(|p| p.name == v.name)
+                || self.vlans[..i].iter().any(|w| w.name == v.name)
+            {
+                r.add(
+                    format!("vlan[{i}].name"),
+                    format!(
+                        "{:?} is already the name of a [[port]] or another [[vlan]]",
+                        v.name
+                    ),
+                );
+            }
+            match self.ports.iter().find(|p| p.name == v.parent) {
+                None => r.add(
+                    format!("vlan[{i}].parent"),
+                    format!(
+                        "({}): {:?} is not a [[port]]; a VLAN sub-interface rides on a port",
+                        v.name, v.parent
+                    ),
+                ),
+                // AF_XDP cannot see a tag that the NIC stripped or that a veth peer left
+                // in the packet's metadata (XDP reads only the frame's bytes), so such a
+                // port would route tagged frames as untagged ones. AF_PACKET sees every tag.
+                Some(p) if matches!(p.backend, Backend::AfXdp | Backend::Memif) => r.add(
+                    format!("vlan[{i}].parent"),
+                    format!("({}): port {:?} has backend {:?}; VLAN sub-interfaces need a parent with backend \"auto\" or \"af_packet\" (such a port runs AF_PACKET, which sees every tag: AF_XDP cannot see tags a NIC or a veth keeps in packet metadata)", v.name, v.parent, backend_name(p.backend)),
+                ),
+                Some(_) => {}
+            }
+            for (field, id) in [("id", Some(v.id)), ("inner_id", v.inner_id)] {
+                if let Some(id) = id {
+                    if !(1..=4094).contains(&id) {
+                        r.add(
+                            format!("vlan[{i}].{field}"),
+                            format!(
+                                "({}): VLAN id {id} is out of range; expected 1..=4094",
+                                v.name
+                            ),
+                        );
+                    }
+                }
+            }
+            if let Some(j) = self.vlans[..i].iter().position(|w| {
+                w.parent == v.parent
+                    && w.id == v.id
+                    && w.inner_id == v.inner_id
+                    && w.tpid() == v.tpid()
+            }) {
+                r.add(
+                    format!("vlan[{i}].id"),
+                    format!(
+                        "({}): {} on {} is already vlan[{j}] ({})",
+                        v.name,
+                        v.describe(),
+                        v.parent,
+                        self.vlans[j].name
+                    ),
+                );
+            }
+        }
     }
 
     fn validate_interfaces(&self, r: &mut Report) {
@@ -719,6 +882,14 @@ impl Config {
                         format!("interface[{i}].mtu"),
                         format!("{mtu} is out of range; expected {min}..=65535{why}"),
                     );
+                } else if let Some(v) = self.vlans.iter().find(|v| v.name == f.name) {
+                    let max = ports::BUFFER_MAX_MTU - v.tag_bytes();
+                    if mtu > max {
+                        r.add(
+                            format!("interface[{i}].mtu"),
+                            format!("{mtu} is larger than the {max} bytes a VLAN sub-interface with {} carries today ({} bytes of AF_PACKET port less {} of tags; jumbo frames are not supported yet)", v.describe(), ports::BUFFER_MAX_MTU, v.tag_bytes()),
+                        );
+                    }
                 } else if let Some(port) = self.ports.iter().find(|p| p.name == f.name) {
                     // A larger MTU would let the kernel accept packets the port then drops
                     // at receive, unseen by anyone: a silent blackhole.
@@ -1035,7 +1206,10 @@ fn unicast(m: [u8; 6]) -> bool {
 pub fn check_system(cfg: &Config, text: &str, file: &Path) -> Result<(), Problems> {
     let mut r = Report { issues: Vec::new() };
     for (path, name) in cfg.interface_refs() {
-        if cfg.ports.iter().any(|p| p.name == name) || if_exists(name) {
+        if cfg.ports.iter().any(|p| p.name == name)
+            || cfg.vlans.iter().any(|v| v.name == name)
+            || if_exists(name)
+        {
             continue;
         }
         r.add(
@@ -1591,6 +1765,94 @@ mod tests {
         assert_eq!(v6.network().to_string(), "2001:db8::/64");
         assert!("2001:db8::/129".parse::<Prefix>().is_err());
         assert!("10.0.0.0".parse::<Prefix>().is_err());
+    }
+
+    #[test]
+    fn vlan_sub_interfaces() {
+        let base =
+            "[[port]]\nname = \"eth1\"\n[[port]]\nname = \"eth2\"\nbackend = \"af_packet\"\n";
+        let c = parse(&format!("{base}[[vlan]]\nname = \"eth1.100\"\nparent = \"eth1\"\nid = 100\n[[vlan]]\nname = \"eth2.q\"\nparent = \"eth2\"\nid = 200\ninner_id = 300\n[[vlan]]\nname = \"eth2.101\"\nparent = \"eth2\"\nid = 101\nproto = \"802.1ad\"\n[[interface]]\nname = \"eth1.100\"\nmtu = 1500\naddresses = [\"10.100.0.1/24\"]\n")).unwrap();
+        assert_eq!(c.vlans.len(), 3);
+        assert_eq!(c.vlans[0].tpid(), 0x8100);
+        assert_eq!(
+            c.vlans[1].tpid(),
+            0x88a8,
+            "QinQ's outer tag is 802.1ad by default"
+        );
+        assert_eq!(c.vlans[1].describe(), "802.1ad 200 / 802.1q 300");
+        assert_eq!(c.vlans[2].tpid(), 0x88a8);
+        // The same tags on another parent, or another TPID, are another sub-interface.
+        parse(&format!("{base}[[vlan]]\nname = \"a\"\nparent = \"eth1\"\nid = 5\n[[vlan]]\nname = \"b\"\nparent = \"eth2\"\nid = 5\n[[vlan]]\nname = \"c\"\nparent = \"eth2\"\nid = 5\nproto = \"802.1ad\"\n")).unwrap();
+        let bad = [
+            (
+                "name = \"x\"\nparent = \"eth9\"\nid = 5",
+                "vlan[0].parent",
+                "is not a [[port]]",
+            ),
+            (
+                "name = \"x\"\nparent = \"eth1\"\nid = 0",
+                "vlan[0].id",
+                "1..=4094",
+            ),
+            (
+                "name = \"x\"\nparent = \"eth1\"\nid = 4095",
+                "vlan[0].id",
+                "1..=4094",
+            ),
+            (
+                "name = \"x\"\nparent = \"eth1\"\nid = 5\ninner_id = 0",
+                "vlan[0].inner_id",
+                "1..=4094",
+            ),
+            (
+                "name = \"eth2\"\nparent = \"eth1\"\nid = 5",
+                "vlan[0].name",
+                "already the name",
+            ),
+            (
+                "name = \"a/b\"\nparent = \"eth1\"\nid = 5",
+                "vlan[0].name",
+                "not a valid Linux interface name",
+            ),
+            (
+                "name = \"x\"\nparent = \"eth1\"\nid = 5\nproto = \"qinq\"",
+                "",
+                "unknown variant",
+            ),
+            (
+                "name = \"x\"\nparent = \"eth1\"\nid = 5\ncolour = 1",
+                "",
+                "unknown field",
+            ),
+        ];
+        for (body, path, what) in bad {
+            let e = parse(&format!("{base}[[vlan]]\n{body}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(path) && e.contains(what), "{body}: {e}");
+        }
+        let e = parse(&format!("{base}[[vlan]]\nname = \"a\"\nparent = \"eth1\"\nid = 5\n[[vlan]]\nname = \"b\"\nparent = \"eth1\"\nid = 5\nproto = \"802.1q\"\n")).unwrap_err().to_string();
+        assert!(
+            e.contains("vlan[1].id") && e.contains("already vlan[0] (a)"),
+            "{e}"
+        );
+        // AF_XDP and memif parents are refused, with the reason.
+        let e = parse("[[port]]\nname = \"x1\"\nbackend = \"af_xdp\"\n[[vlan]]\nname = \"v\"\nparent = \"x1\"\nid = 7\n").unwrap_err().to_string();
+        assert!(
+            e.contains("vlan[0].parent") && e.contains("\"af_xdp\"") && e.contains("metadata"),
+            "{e}"
+        );
+        // A sub-interface's MTU leaves room for its tags.
+        let e = parse(&format!("{base}[[vlan]]\nname = \"q\"\nparent = \"eth2\"\nid = 2\ninner_id = 3\n[[interface]]\nname = \"q\"\nmtu = 1900\n")).unwrap_err().to_string();
+        assert!(e.contains("interface[0].mtu") && e.contains("1898"), "{e}");
+        // A change of sub-interfaces needs a restart.
+        let old = parse(base).unwrap();
+        let new = parse(&format!(
+            "{base}[[vlan]]\nname = \"a\"\nparent = \"eth1\"\nid = 5\n"
+        ))
+        .unwrap();
+        let e = crate::apply::plan(&old, &new).unwrap_err().to_string();
+        assert!(e.contains("[[vlan]]"), "{e}");
     }
 
     proptest::proptest! {

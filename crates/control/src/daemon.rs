@@ -164,6 +164,8 @@ pub struct Shared {
     pub sync: Mutex<Sync>,
     /// Port facts.
     pub ports: Vec<PortFacts>,
+    /// The VLAN sub-interfaces' names (their port ids follow the ports').
+    pub subifs: Vec<String>,
     /// Port counters, per worker (each worker owns one queue of every port).
     pub port_counters: Vec<Arc<Vec<PortCounters>>>,
     /// The worker's shared state (counters).
@@ -199,6 +201,20 @@ impl Shared {
             .filter_map(|w| w.get(port as usize))
             .map(|c| field(c).load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// What the fast path received and sent on sub-interface `k` (its index among them),
+    /// summed over the workers.
+    pub fn subif_total(&self, k: usize) -> dataplane::counters::SubifCounts {
+        let mut c = dataplane::counters::SubifCounts::default();
+        for w in &self.workers {
+            let x = w.counters.subif(k);
+            c.rx_packets += x.rx_packets;
+            c.rx_bytes += x.rx_bytes;
+            c.tx_packets += x.tx_packets;
+            c.tx_bytes += x.tx_bytes;
+        }
+        c
     }
 }
 
@@ -368,6 +384,18 @@ fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<V
                     ifindex,
                     describe,
                 }]
+            }
+            // AF_XDP cannot see tags kept in packet metadata (a NIC's VLAN stripping, a
+            // veth peer's offload): a port carrying sub-interfaces runs AF_PACKET.
+            Backend::Auto if cfg.vlans.iter().any(|v| v.parent == p.name) => {
+                if workers > 1 {
+                    bail!(
+                        "port {}: it carries VLAN sub-interfaces, which need AF_PACKET (AF_XDP cannot see tags kept in packet metadata), served by a single worker; set workers = 1",
+                        p.name
+                    );
+                }
+                tracing::info!("port {}: AF_PACKET, as it carries VLAN sub-interfaces", p.name);
+                vec![open_af_packet(&p.name, port)?]
             }
             Backend::Auto => match xdp(&p.name) {
                 Ok(v) => v.into_iter().map(|x| LivePort::Xdp(Box::new(x))).collect(),
@@ -610,7 +638,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
     }
-    let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    // Ports first, then VLAN sub-interfaces: the fast path's interface table in that order.
+    let names: Vec<String> = cfg
+        .ports
+        .iter()
+        .map(|p| p.name.clone())
+        .chain(cfg.vlans.iter().map(|v| v.name.clone()))
+        .collect();
+    let vlan_tags = vlan_tags(&cfg);
     let (writer, reader) = fib::new(FIB_CONFIG);
     // memif ports' kernel faces first, so the mirror's dump already knows them.
     let mut taps: Vec<Option<Tap>> = Vec::with_capacity(cfg.ports.len());
@@ -625,6 +660,31 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         } else {
             None
         });
+    }
+    // VLAN sub-interfaces' faces: TAPs with their parent's MAC, as Linux VLAN devices have.
+    for v in &cfg.vlans {
+        let mac = ports::tap::interface_mac(&v.parent)
+            .with_context(|| format!("vlan {}: parent port {}", v.name, v.parent))?;
+        let tap = Tap::open(&v.name, mac)
+            .with_context(|| format!("vlan {} ({} on {})", v.name, v.describe(), v.parent))?;
+        // Frames the kernel sends on it must fit its parent with the tags (the fast path
+        // clamps forwarded packets the same way); an MTU in [[interface]] applies after this.
+        let parent_mtu = ports::tap::interface_mtu(&v.parent)
+            .with_context(|| format!("vlan {}: parent port {}", v.name, v.parent))?;
+        let allowance = if v.tpid() == 0x8100 { 4 } else { 0 };
+        let max = (parent_mtu + allowance).saturating_sub(v.tag_bytes());
+        if let Some(was) = tap
+            .clamp_mtu(max)
+            .with_context(|| format!("vlan {}", v.name))?
+        {
+            tracing::info!(
+                "vlan {}: MTU {max} (was {was}): {} on {} (MTU {parent_mtu})",
+                v.name,
+                v.describe(),
+                v.parent
+            );
+        }
+        taps.push(Some(tap));
     }
     // The config's addresses, MTUs, routes and neighbours into the kernel (what is already
     // there changes nothing), before the mirror's dump so the FIB starts with them.
@@ -644,6 +704,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         "config applied"
     );
     let mut sync = Sync::new(writer, names);
+    sync.set_vlans(vlan_tags.clone());
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);
@@ -665,7 +726,18 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             per_worker.len()
         );
     }
-    sync.set_punt_paths(per_worker[0].iter().map(LivePort::punt_path).collect());
+    // A sub-interface's punts go to its TAP, whatever its parent's backend.
+    sync.set_punt_paths(
+        per_worker[0]
+            .iter()
+            .map(LivePort::punt_path)
+            .chain(
+                cfg.vlans
+                    .iter()
+                    .map(|_| dataplane::interfaces::PuntPath::Queue),
+            )
+            .collect(),
+    );
     let ifaces = Arc::new(ArcSwap::from_pointee(sync.interfaces()));
     let locals = Arc::new(ArcSwap::from_pointee(sync.local_addresses()));
     // The router's addresses and subnets, for the BGP speaker's next-hop checks.
@@ -717,6 +789,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         capture: CaptureService::new(captures, port_names),
         sync: Mutex::new(sync),
         ports: facts,
+        subifs: cfg.vlans.iter().map(|v| v.name.clone()).collect(),
         port_counters: counters,
         workers: handles.iter().map(|h| h.shared.clone()).collect(),
         started: Instant::now(),
@@ -777,7 +850,11 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     };
     ready(&socket);
 
-    let mut kernel_faces = KernelFaces { taps, injects };
+    let mut kernel_faces = KernelFaces {
+        taps,
+        vlans: vlan_tags,
+        injects,
+    };
     let result = control_loop(
         &shared,
         &mut mirror,
@@ -816,10 +893,30 @@ fn stop_all(handles: &mut [WorkerHandle]) -> Option<String> {
     died
 }
 
-/// The TAPs of memif ports and the queues into the worker that transmits on them.
+/// The tags of each entry of the interface table: none for ports, then the sub-interfaces'.
+fn vlan_tags(cfg: &Config) -> Vec<Option<dataplane::interfaces::VlanTags>> {
+    let parent = |name: &str| cfg.ports.iter().position(|p| p.name == name);
+    cfg.ports
+        .iter()
+        .map(|_| None)
+        .chain(cfg.vlans.iter().map(|v| {
+            Some(dataplane::interfaces::VlanTags {
+                parent: parent(&v.parent)? as u16,
+                tpid: v.tpid(),
+                outer: v.id,
+                inner: v.inner_id.unwrap_or(0),
+            })
+        }))
+        .collect()
+}
+
+/// The TAPs of memif ports and VLAN sub-interfaces, and the queues into the worker that
+/// transmits what the kernel sends on them.
 struct KernelFaces {
-    /// Per port: its TAP, for memif ports.
+    /// Per port, then per sub-interface: its TAP, for memif ports and sub-interfaces.
     taps: Vec<Option<Tap>>,
+    /// Per entry of `taps`: the sub-interface's tags, if it is one.
+    vlans: Vec<Option<dataplane::interfaces::VlanTags>>,
     /// Per worker: frames to transmit (memif ports are served by worker 0).
     injects: Vec<PuntProducer>,
 }
@@ -828,8 +925,24 @@ impl KernelFaces {
     /// A punted frame that arrived on a memif port goes to the kernel through its TAP
     /// (unresolved transit packets never come here: they wait in the glean queue).
     fn punt_to_kernel(&mut self, p: &PuntPacket) {
-        if let Some(Some(tap)) = self.taps.get_mut(p.port as usize) {
-            tap.write(p.frame());
+        let Some(Some(tap)) = self.taps.get_mut(p.port as usize) else {
+            return;
+        };
+        match self.vlans.get(p.port as usize).copied().flatten() {
+            // The kernel sees a sub-interface's frames untagged, as a VLAN device's.
+            Some(t) => {
+                let f = p.frame();
+                let tl = t.len();
+                if f.len() < 14 + tl {
+                    return;
+                }
+                let mut untagged = [0u8; dataplane::FRAME_SIZE];
+                untagged[..12].copy_from_slice(&f[..12]);
+                let rest = &f[12 + tl..];
+                untagged[12..12 + rest.len()].copy_from_slice(rest);
+                tap.write(&untagged[..12 + rest.len()]);
+            }
+            None => tap.write(p.frame()),
         }
     }
 
@@ -840,15 +953,29 @@ impl KernelFaces {
         };
         for (port, tap) in self.taps.iter_mut().enumerate() {
             let Some(tap) = tap else { continue };
+            let vlan = self.vlans.get(port).copied().flatten();
             for _ in 0..INJECT_QUEUE {
-                let Some(n) = tap.read(&mut scratch.data) else {
+                let Some(mut n) = tap.read(&mut scratch.data) else {
                     break;
                 };
                 if n < 14 || q.slots() == 0 {
                     continue;
                 }
+                // A sub-interface's frames leave by its parent, tagged.
+                let mut out_port = port as u16;
+                if let Some(t) = vlan {
+                    let tl = t.len();
+                    if n + tl > scratch.data.len() {
+                        tap.to_kernel_drops += 1;
+                        continue;
+                    }
+                    scratch.data.copy_within(12..n, 12 + tl);
+                    t.write(&mut scratch.data[12..12 + tl]);
+                    n += tl;
+                    out_port = t.parent;
+                }
                 let _ = q.push(PuntPacket {
-                    port: port as u16,
+                    port: out_port,
                     reason: Reason::PuntLocal,
                     len: n as u16,
                     data: scratch.data,

@@ -9,6 +9,7 @@
 //! | `ferrouter_port_{rx,tx}_{packets,bytes}_total` | port | frames and bytes per port |
 //! | `ferrouter_port_rx_drops_total`, `ferrouter_port_tx_errors_total` | port | |
 //! | `ferrouter_port_rx_csum_completed_total`, `ferrouter_port_rx_gso_split_total` | port | offloads a sender left to the port |
+//! | `ferrouter_vlan_{rx,tx}_{packets,bytes}_total` | vlan | what the fast path received and sent on each VLAN sub-interface |
 //! | `ferrouter_node_packets_total` | node, reason, kind | every drop/punt/info reason by graph node |
 //! | `ferrouter_worker_polls_total` | worker, state=busy/idle | polls that found packets vs none |
 //! | `ferrouter_worker_{rx,tx}_packets_total` | worker | |
@@ -163,6 +164,44 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     ];
     for (name, help, field) in port_counters {
         s.counter(name, help, port(field));
+    }
+    type SubifField = fn(&dataplane::counters::SubifCounts) -> u64;
+    let subif_counters: [(&str, &str, SubifField); 4] = [
+        (
+            "ferrouter_vlan_rx_packets",
+            "Packets the fast path received on the VLAN sub-interface.",
+            |c| c.rx_packets,
+        ),
+        (
+            "ferrouter_vlan_rx_bytes",
+            "Bytes (tags included) the fast path received on the VLAN sub-interface.",
+            |c| c.rx_bytes,
+        ),
+        (
+            "ferrouter_vlan_tx_packets",
+            "Packets the fast path sent from the VLAN sub-interface.",
+            |c| c.tx_packets,
+        ),
+        (
+            "ferrouter_vlan_tx_bytes",
+            "Bytes (tags included) the fast path sent from the VLAN sub-interface.",
+            |c| c.tx_bytes,
+        ),
+    ];
+    let subifs: Vec<_> = (0..shared.subifs.len())
+        .map(|k| shared.subif_total(k))
+        .collect();
+    for (name, help, field) in subif_counters {
+        s.counter(
+            name,
+            help,
+            shared
+                .subifs
+                .iter()
+                .zip(&subifs)
+                .map(|(n, c)| (vec![("vlan", n.clone())], field(c)))
+                .collect(),
+        );
     }
 
     let total = dataplane::worker::aggregate(shared.workers.iter());

@@ -393,6 +393,8 @@ pub struct Sync {
     port_names: Vec<String>,
     /// How each port's punts reach the kernel (set once its backend is known).
     punt_paths: Vec<dataplane::interfaces::PuntPath>,
+    /// Per port: its tags, for VLAN sub-interfaces.
+    vlans: Vec<Option<dataplane::interfaces::VlanTags>>,
     links: FxHashMap<u32, Link>,
     addrs: Vec<Addr>,
     neighs: FxHashMap<(u32, IpAddr), Neigh>,
@@ -456,6 +458,7 @@ impl Sync {
             writer,
             port_names,
             punt_paths: Vec::new(),
+            vlans: Vec::new(),
             links: FxHashMap::default(),
             addrs: Vec::new(),
             neighs: FxHashMap::default(),
@@ -472,6 +475,12 @@ impl Sync {
     /// [`dataplane::interfaces::PuntPath`]).
     pub fn set_punt_paths(&mut self, paths: Vec<dataplane::interfaces::PuntPath>) {
         self.punt_paths = paths;
+        self.iface_version += 1;
+    }
+
+    /// The tags of each port that is a VLAN sub-interface, by port id.
+    pub fn set_vlans(&mut self, vlans: Vec<Option<dataplane::interfaces::VlanTags>>) {
+        self.vlans = vlans;
         self.iface_version += 1;
     }
 
@@ -496,6 +505,35 @@ impl Sync {
             .iter()
             .position(|n| *n == link.name)
             .map(|p| p as u16)
+    }
+
+    /// The IP MTU of port `port`, whose link is `link`: the link's; for a VLAN
+    /// sub-interface, at most what its parent carries with the tags. The parent's port sends
+    /// frames of its MTU plus the Ethernet header, and plus one 802.1Q tag when the frame's
+    /// outer tag is one (AF_PACKET's and veth's limit; most NICs' too).
+    fn port_mtu(&self, port: u16, link: Option<&Link>) -> u16 {
+        let own = link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16);
+        let Some(t) = self.vlans.get(port as usize).copied().flatten() else {
+            return own;
+        };
+        let parent = self
+            .port_names
+            .get(t.parent as usize)
+            .and_then(|n| self.links.values().find(|l| &l.name == n));
+        let Some(p) = parent else {
+            return own;
+        };
+        let allowance = if t.tpid == 0x8100 { 4 } else { 0 };
+        let limit = (p.mtu + allowance).saturating_sub(t.len() as u32);
+        own.min(limit.min(u16::MAX as u32) as u16)
+    }
+
+    /// The ifindex of interface `name`, if the kernel has it.
+    pub fn ifindex_of(&self, name: &str) -> Option<u32> {
+        self.links
+            .values()
+            .find(|l| l.name == name)
+            .map(|l| l.ifindex)
     }
 
     fn dev_name(&self, ifindex: u32) -> String {
@@ -543,10 +581,11 @@ impl Sync {
                 PortInfo {
                     name: name.clone(),
                     mac: link.and_then(|l| l.mac).unwrap_or_default(),
-                    mtu: link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16),
+                    mtu: self.port_mtu(i as u16, link),
                     ip4,
                     ip6,
                     punt_path: self.punt_paths.get(i).copied().unwrap_or_default(),
+                    vlan: self.vlans.get(i).copied().flatten(),
                 }
             })
             .collect();
@@ -571,6 +610,7 @@ impl Sync {
                     return NextHop::Local;
                 };
                 let link = self.links.get(ifx);
+                let mtu = self.port_mtu(port, link);
                 match (
                     self.neighs
                         .get(&(*ifx, *ip))
@@ -582,7 +622,7 @@ impl Sync {
                         port,
                         dst_mac,
                         src_mac,
-                        mtu: link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16),
+                        mtu,
                     }),
                     _ => NextHop::Glean { port },
                 }
@@ -968,7 +1008,11 @@ impl Sync {
             Event::NewLink(l) => {
                 let ifx = l.ifindex;
                 self.links.insert(ifx, l.clone());
-                self.refresh_next_hops(Some(ifx));
+                // A parent's MTU bounds its sub-interfaces' next hops too.
+                let parent = self
+                    .port_of(ifx)
+                    .is_some_and(|p| self.vlans.iter().flatten().any(|t| t.parent == p));
+                self.refresh_next_hops(if parent { None } else { Some(ifx) });
                 self.iface_version += 1;
             }
             Event::DelLink(ifx) => {

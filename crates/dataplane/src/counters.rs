@@ -138,6 +138,36 @@ pub struct Counters {
     pub idle_polls: Counter,
     /// Times the worker slept in poll(2) waiting for its ports (idle, or light load).
     pub sleeps: Counter,
+    /// Per VLAN sub-interface (by its index after the first one): packets and bytes
+    /// received and sent.
+    subifs: Box<[SubifCounters]>,
+}
+
+/// Most VLAN sub-interfaces whose packets are counted.
+pub const MAX_SUBIFS: usize = 1024;
+
+/// What one sub-interface received and sent through the fast path.
+#[derive(Default)]
+struct SubifCounters {
+    rx_packets: Counter,
+    rx_bytes: Counter,
+    tx_packets: Counter,
+    tx_bytes: Counter,
+}
+
+/// A sub-interface's counts: packets and bytes the fast path received on it (tags
+/// included) and sent from it (the kernel's own frames, which its TAP carries, not
+/// included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubifCounts {
+    /// Received packets.
+    pub rx_packets: u64,
+    /// Received bytes.
+    pub rx_bytes: u64,
+    /// Sent packets.
+    pub tx_packets: u64,
+    /// Sent bytes.
+    pub tx_bytes: u64,
 }
 
 impl Default for Counters {
@@ -149,6 +179,7 @@ impl Default for Counters {
             vectors: Counter::default(),
             idle_polls: Counter::default(),
             sleeps: Counter::default(),
+            subifs: (0..MAX_SUBIFS).map(|_| SubifCounters::default()).collect(),
         }
     }
 }
@@ -165,6 +196,33 @@ impl Counters {
     /// Value of one reason.
     pub fn get(&self, r: Reason) -> u64 {
         self.by_reason.get(r as usize).map_or(0, Counter::get)
+    }
+    /// Count a packet of `bytes` received on sub-interface `k` (its index among them).
+    #[inline]
+    pub fn subif_rx(&self, k: usize, bytes: u64) {
+        if let Some(c) = self.subifs.get(k) {
+            c.rx_packets.add(1);
+            c.rx_bytes.add(bytes);
+        }
+    }
+    /// Count a packet of `bytes` sent from sub-interface `k`.
+    #[inline]
+    pub fn subif_tx(&self, k: usize, bytes: u64) {
+        if let Some(c) = self.subifs.get(k) {
+            c.tx_packets.add(1);
+            c.tx_bytes.add(bytes);
+        }
+    }
+    /// The counts of sub-interface `k`.
+    pub fn subif(&self, k: usize) -> SubifCounts {
+        self.subifs
+            .get(k)
+            .map_or_else(SubifCounts::default, |c| SubifCounts {
+                rx_packets: c.rx_packets.get(),
+                rx_bytes: c.rx_bytes.get(),
+                tx_packets: c.tx_packets.get(),
+                tx_bytes: c.tx_bytes.get(),
+            })
     }
     /// Snapshot of every counter.
     pub fn snapshot(&self) -> Snapshot {

@@ -25,7 +25,7 @@ use crate::buffer::{
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
 use crate::icmp::{self, PeerLimiter, RateLimiter};
-use crate::interfaces::{Interfaces, PuntPath};
+use crate::interfaces::{vlan_key, Interfaces, PuntPath, VlanTags};
 use crate::punt::{PuntPacket, PuntProducer};
 use crate::trace::{Step, Tracer, F_TRACED};
 use crate::{ip4, ip6};
@@ -159,6 +159,11 @@ pub struct Graph {
     pub(crate) ifaces: Arc<Interfaces>,
     /// Port MACs as integers, for a one-compare destination check.
     port_macs: Vec<u64>,
+    /// Index of the first VLAN sub-interface in the port table (its length if none): an
+    /// adjacency on a port below it is sent untagged, on that port.
+    first_subif: usize,
+    /// Sub-interfaces by the key of their tags on their parent ([`vlan_key`]), sorted.
+    subifs: Vec<(u64, u16)>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) icmp_limit: RateLimiter,
     pub(crate) icmp_peers: PeerLimiter,
@@ -183,9 +188,12 @@ impl Graph {
         punt: Option<PuntProducer>,
         cfg: GraphConfig,
     ) -> Graph {
+        let (first_subif, subifs) = subifs_of(&ifaces);
         Graph {
             fib,
             port_macs: macs_of(&ifaces),
+            first_subif,
+            subifs,
             ifaces,
             counters,
             icmp_limit: RateLimiter::new(cfg.icmp_rate, cfg.icmp_burst),
@@ -219,6 +227,7 @@ impl Graph {
     /// Replace the interface table (control plane update between vectors).
     pub fn set_interfaces(&mut self, ifaces: Arc<Interfaces>) {
         self.port_macs = macs_of(&ifaces);
+        (self.first_subif, self.subifs) = subifs_of(&ifaces);
         self.ifaces = ifaces;
     }
 
@@ -485,18 +494,30 @@ impl Graph {
                     continue;
                 }
             }
-            // A tagged frame belongs to a VLAN sub-interface; this port has none, so it is
-            // not routed as if it were untagged (ARP included: the kernel answers for its
-            // own VLAN devices, which see the frame under AF_PACKET; AF_XDP passes to the
-            // kernel every frame for the router's addresses).
+            // A tagged frame belongs to the VLAN sub-interface of its tags, and is received
+            // there; without one it is dropped, never routed as if it were untagged.
+            let mut rx_port = p.rx_port;
             if l2.vlan.is_some() {
-                let p = *p;
-                self.drop_pkt::<T>(out, &p, Reason::EthVlanNoSubif);
-                continue;
+                match self.subif_of(p.rx_port, data) {
+                    Some(s) => {
+                        // Counted once: not again when a held packet comes back.
+                        if (p.rx_port as usize) < self.first_subif {
+                            self.counters
+                                .subif_rx(s as usize - self.first_subif, u64::from(p.len));
+                        }
+                        rx_port = s;
+                    }
+                    None => {
+                        let p = *p;
+                        self.drop_pkt::<T>(out, &p, Reason::EthVlanNoSubif);
+                        continue;
+                    }
+                }
             }
             let pk = Pkt {
                 l3: l2.l3_offset as u16,
                 flags,
+                rx_port,
                 ..*p
             };
             if T {
@@ -515,12 +536,70 @@ impl Graph {
             let d = &mut v.pkts[i as usize];
             d.l3 = pk.l3;
             d.flags = pk.flags;
+            if l2.vlan.is_some() {
+                d.rx_port = pk.rx_port;
+            }
             match l2.ethertype {
                 wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i, pk),
                 wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, mem, out, i, pk),
                 wire::ethertype::ARP => self.punt::<T, M>(mem, out, &pk, Reason::PuntArp),
                 _ => self.drop_pkt::<T>(out, &pk, Reason::EthUnknownType),
             }
+        }
+    }
+
+    /// The sub-interface a tagged frame received on `rx_port` belongs to, by its tags
+    /// (VLAN ids only: priority and DEI bits do not matter). `rx_port` may already be a
+    /// sub-interface (a packet held for its next hop and sent through again): its parent's
+    /// table is searched.
+    #[cold]
+    #[inline(never)]
+    fn subif_of(&self, rx_port: u16, data: &[u8]) -> Option<u16> {
+        let be16 = |at: usize| Some(u16::from_be_bytes([*data.get(at)?, *data.get(at + 1)?]));
+        let port = if (rx_port as usize) < self.first_subif {
+            rx_port
+        } else {
+            self.ifaces.port(rx_port)?.vlan?.parent
+        };
+        let tpid = be16(12)?;
+        let outer = be16(14)? & 0x0fff;
+        let inner = match be16(16)? {
+            wire::ethertype::VLAN => be16(18)? & 0x0fff,
+            // An S-tag inside is no stack a sub-interface is declared with.
+            wire::ethertype::QINQ => return None,
+            _ => 0,
+        };
+        let key = vlan_key(port, tpid, outer, inner);
+        let i = self.subifs.binary_search_by_key(&key, |e| e.0).ok()?;
+        Some(self.subifs[i].1)
+    }
+
+    /// Where a frame for `adj` leaves: its port, untagged; a sub-interface's frames leave by
+    /// its parent, with its tags.
+    #[inline]
+    pub(crate) fn egress(&self, adj: &fib::Adjacency) -> (u16, Option<VlanTags>) {
+        if (adj.port as usize) < self.first_subif {
+            (adj.port, None)
+        } else {
+            self.subif_egress(adj.port)
+        }
+    }
+
+    /// Count a frame of `bytes` sent from sub-interface `port`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn subif_sent(&self, port: u16, bytes: usize) {
+        if let Some(k) = (port as usize).checked_sub(self.first_subif) {
+            self.counters.subif_tx(k, bytes as u64);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn subif_egress(&self, port: u16) -> (u16, Option<VlanTags>) {
+        match self.ifaces.port(port).and_then(|p| p.vlan) {
+            Some(t) => (t.parent, Some(t)),
+            None => (port, None),
         }
     }
 
@@ -661,6 +740,49 @@ enum Resolved {
     Drop,
     Local,
     Glean,
+}
+
+/// Write the Ethernet header toward `adj` into `eth` (14 bytes, or 14 plus the tags):
+/// destination, source, the tags if any, `ethertype`.
+#[inline]
+pub(crate) fn write_eth(
+    eth: &mut [u8],
+    adj: &fib::Adjacency,
+    tags: Option<VlanTags>,
+    ethertype: u16,
+) {
+    if eth.len() < 14 {
+        return;
+    }
+    eth[0..6].copy_from_slice(&adj.dst_mac);
+    eth[6..12].copy_from_slice(&adj.src_mac);
+    let at = match tags {
+        Some(t) => {
+            t.write(&mut eth[12..]);
+            12 + t.len()
+        }
+        None => 12,
+    };
+    if let Some(e) = eth.get_mut(at..at + 2) {
+        e.copy_from_slice(&ethertype.to_be_bytes());
+    }
+}
+
+/// The first sub-interface's index and the sub-interfaces by their tags' key.
+fn subifs_of(ifaces: &Interfaces) -> (usize, Vec<(u64, u16)>) {
+    let first = ifaces
+        .ports
+        .iter()
+        .position(|p| p.vlan.is_some())
+        .unwrap_or(ifaces.ports.len());
+    let mut v: Vec<(u64, u16)> = ifaces
+        .ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((p.vlan?.key(), i as u16)))
+        .collect();
+    v.sort_unstable();
+    (first, v)
 }
 
 fn macs_of(ifaces: &Interfaces) -> Vec<u64> {

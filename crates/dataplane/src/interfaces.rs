@@ -18,6 +18,59 @@ pub enum PuntPath {
     Unreachable,
 }
 
+/// The tags of a VLAN sub-interface: frames on `parent` carrying exactly these belong to
+/// it, and what it sends leaves by `parent` with them pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VlanTags {
+    /// The port the sub-interface rides on.
+    pub parent: u16,
+    /// TPID of the outer tag: 0x8100 (802.1Q) or 0x88a8 (802.1ad, QinQ's S-tag).
+    pub tpid: u16,
+    /// Outer VLAN id, 1..=4094.
+    pub outer: u16,
+    /// Inner (802.1Q C-tag) VLAN id for QinQ, 1..=4094; 0 for a single tag.
+    pub inner: u16,
+}
+
+impl VlanTags {
+    /// Bytes the tags take in a frame (4 or 8).
+    #[inline]
+    pub fn len(&self) -> usize {
+        if self.inner == 0 {
+            4
+        } else {
+            8
+        }
+    }
+    /// Always false: a sub-interface has at least one tag (for clippy's `len` rule).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// The lookup key of these tags on their parent.
+    #[inline]
+    pub fn key(&self) -> u64 {
+        vlan_key(self.parent, self.tpid, self.outer, self.inner)
+    }
+    /// Write the tags (TPID and TCI each, priority 0) into `dst`, which holds [`Self::len`]
+    /// bytes; the frame's EtherType follows them.
+    pub fn write(&self, dst: &mut [u8]) {
+        let mut w = [0u8; 8];
+        w[0..2].copy_from_slice(&self.tpid.to_be_bytes());
+        w[2..4].copy_from_slice(&self.outer.to_be_bytes());
+        w[4..6].copy_from_slice(&wire::ethertype::VLAN.to_be_bytes());
+        w[6..8].copy_from_slice(&self.inner.to_be_bytes());
+        let n = self.len().min(dst.len());
+        dst[..n].copy_from_slice(&w[..n]);
+    }
+}
+
+/// The key of a tag stack on a port: the port, the outer TPID and VLAN id, the inner id
+/// (0 for none).
+#[inline]
+pub fn vlan_key(port: u16, tpid: u16, outer: u16, inner: u16) -> u64 {
+    u64::from(port) << 48 | u64::from(tpid) << 32 | u64::from(outer) << 16 | u64::from(inner)
+}
+
 /// One port as the fast path sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortInfo {
@@ -33,6 +86,9 @@ pub struct PortInfo {
     pub ip6: Vec<[u8; 16]>,
     /// How punted frames reach the kernel.
     pub punt_path: PuntPath,
+    /// A VLAN sub-interface (its kernel face is a TAP; punts go through the queue): the
+    /// port it rides on and its tags. Sub-interfaces come after every port in the table.
+    pub vlan: Option<VlanTags>,
 }
 
 impl PortInfo {

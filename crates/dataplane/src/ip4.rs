@@ -247,20 +247,27 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
             }
             continue;
         }
-        // New Ethernet header right in front of the IP header (a VLAN tag, if any, is dropped).
+        // New Ethernet header right in front of the IP header: the received tags, if any,
+        // are replaced by the egress sub-interface's, if any.
+        let (tx_port, tags) = g.egress(&adj);
+        let hlen = ETH_HLEN + tags.map_or(0, |t| t.len());
         let l3_abs = p.off as usize + p.l3 as usize;
         let frame = mem.frame_mut(p.buf);
-        let Some(eth) = frame.get_mut(l3_abs - ETH_HLEN..l3_abs) else {
+        let Some(eth) = l3_abs
+            .checked_sub(hlen)
+            .and_then(|s| frame.get_mut(s..l3_abs))
+        else {
             g.drop_pkt::<T>(out, &p, Reason::EthRunt);
             continue;
         };
-        eth[0..6].copy_from_slice(&adj.dst_mac);
-        eth[6..12].copy_from_slice(&adj.src_mac);
-        eth[12..14].copy_from_slice(&wire::ethertype::IPV4.to_be_bytes());
-        p.off = (l3_abs - ETH_HLEN) as u16;
-        p.l3 = ETH_HLEN as u16;
-        p.len = ETH_HLEN as u16 + total;
-        p.tx_port = adj.port;
+        crate::graph::write_eth(eth, &adj, tags, wire::ethertype::IPV4);
+        p.off = (l3_abs - hlen) as u16;
+        p.l3 = hlen as u16;
+        p.len = hlen as u16 + total;
+        p.tx_port = tx_port;
+        if tags.is_some() {
+            g.subif_sent(adj.port, p.len as usize);
+        }
         if !local {
             g.counters.add(Reason::Ip4Forwarded, 1);
         }
@@ -374,7 +381,9 @@ fn fragment_one<M: PacketMemory>(
     }
     let payload_len = total - hlen;
     let src_l3 = p.off as usize + p.l3 as usize;
-    let start_len = out.tx.get(adj.port as usize)?.len();
+    let (tx_port, tags) = g.egress(&adj);
+    let eth_len = ETH_HLEN + tags.map_or(0, |t| t.len());
+    let start_len = out.tx.get(tx_port as usize)?.len();
     let mut done = 0usize;
     let mut first = true;
     // Bounded: each iteration consumes ≥ 8 payload bytes.
@@ -383,21 +392,19 @@ fn fragment_one<M: PacketMemory>(
         let last = done + chunk == payload_len;
         let h = if first { hlen } else { later_hlen };
         let Some(buf) = mem.alloc() else {
-            rollback(out, adj.port as usize, start_len);
+            rollback(out, tx_port as usize, start_len);
             return None;
         };
-        let q = out.tx.get_mut(adj.port as usize)?;
+        let q = out.tx.get_mut(tx_port as usize)?;
         if q.len() >= q.capacity() {
             mem.free(buf);
-            rollback(out, adj.port as usize, start_len);
+            rollback(out, tx_port as usize, start_len);
             return None;
         }
         let (src, dst) = mem.frame_pair(p.buf, buf);
         let d = HEADROOM;
-        dst[d..d + 6].copy_from_slice(&adj.dst_mac);
-        dst[d + 6..d + 12].copy_from_slice(&adj.src_mac);
-        dst[d + 12..d + 14].copy_from_slice(&wire::ethertype::IPV4.to_be_bytes());
-        let ipd = d + ETH_HLEN;
+        crate::graph::write_eth(&mut dst[d..d + eth_len], &adj, tags, wire::ethertype::IPV4);
+        let ipd = d + eth_len;
         if first {
             dst[ipd..ipd + hlen].copy_from_slice(&src[src_l3..src_l3 + hlen]);
         } else {
@@ -414,22 +421,28 @@ fn fragment_one<M: PacketMemory>(
         let frag = Pkt {
             buf,
             off: d as u16,
-            len: (ETH_HLEN + h + chunk) as u16,
+            len: (eth_len + h + chunk) as u16,
             rx_port: p.rx_port,
-            tx_port: adj.port,
-            l3: ETH_HLEN as u16,
+            tx_port,
+            l3: eth_len as u16,
             flags: p.flags,
             nh: p.nh,
             aux: 0,
         };
-        out.tx.get_mut(adj.port as usize)?.push(frag);
+        out.tx.get_mut(tx_port as usize)?.push(frag);
         done += chunk;
         first = false;
     }
-    let sent = (out.tx.get(adj.port as usize)?.len() - start_len) as u64;
+    let queued = out.tx.get(tx_port as usize)?;
+    if tags.is_some() {
+        for f in &queued[start_len..] {
+            g.subif_sent(adj.port, f.len as usize);
+        }
+    }
+    let sent = (queued.len() - start_len) as u64;
     g.counters.add(Reason::Ip4Fragments, sent);
     g.counters.add(Reason::Ip4Forwarded, 1);
-    Some((sent as u16, adj.port))
+    Some((sent as u16, tx_port))
 }
 
 /// Take back fragments already queued when a later one could not be built; their buffers

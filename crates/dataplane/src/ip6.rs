@@ -176,19 +176,25 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
         if !local {
             ip[7] = hl - 1;
         }
+        let (tx_port, tags) = g.egress(&adj);
+        let hlen = ETH_HLEN + tags.map_or(0, |t| t.len());
         let l3_abs = p.off as usize + p.l3 as usize;
         let frame = mem.frame_mut(p.buf);
-        let Some(eth) = frame.get_mut(l3_abs - ETH_HLEN..l3_abs) else {
+        let Some(eth) = l3_abs
+            .checked_sub(hlen)
+            .and_then(|s| frame.get_mut(s..l3_abs))
+        else {
             g.drop_pkt::<T>(out, &p, Reason::EthRunt);
             continue;
         };
-        eth[0..6].copy_from_slice(&adj.dst_mac);
-        eth[6..12].copy_from_slice(&adj.src_mac);
-        eth[12..14].copy_from_slice(&wire::ethertype::IPV6.to_be_bytes());
-        p.off = (l3_abs - ETH_HLEN) as u16;
-        p.l3 = ETH_HLEN as u16;
-        p.len = (ETH_HLEN + total) as u16;
-        p.tx_port = adj.port;
+        crate::graph::write_eth(eth, &adj, tags, wire::ethertype::IPV6);
+        p.off = (l3_abs - hlen) as u16;
+        p.l3 = hlen as u16;
+        p.len = (hlen + total) as u16;
+        p.tx_port = tx_port;
+        if tags.is_some() {
+            g.subif_sent(adj.port, p.len as usize);
+        }
         if !local {
             g.counters.add(Reason::Ip6Forwarded, 1);
         }

@@ -54,6 +54,7 @@ fn lab_interfaces(p0_punts: PuntPath) -> Interfaces {
             ip4: vec![R0_V4],
             ip6: vec![R0_V6],
             punt_path: p0_punts,
+            vlan: None,
         },
         PortInfo {
             name: "p1".into(),

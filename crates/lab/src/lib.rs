@@ -55,6 +55,10 @@ pub struct Lab {
     /// A third host, h3 on the router's r3 (203.0.113.0/24, 2001:db8:3::/64): a second
     /// egress, e.g. for a secondary BGP peer.
     pub h3: bool,
+    /// VLANs on h2's link (see [`vlan`]): r2 becomes a trunk through a switch to h2
+    /// (untagged), hv (802.1Q 100) and hq (QinQ 802.1ad 200 / 802.1Q 300), and the router
+    /// gets the sub-interfaces r2.100 and r2.q.
+    pub vlans: bool,
 }
 
 /// Which of `names` exist as network namespaces.
@@ -99,6 +103,7 @@ impl Lab {
             backend: "auto".into(),
             workers: 1,
             h3: false,
+            vlans: false,
         }
     }
     /// Namespace of h1.
@@ -172,7 +177,15 @@ impl Lab {
 
     /// Which of the lab's namespaces exist.
     pub fn existing(&self) -> Vec<String> {
-        existing_namespaces(&[self.h1(), self.h2(), self.h3(), self.rtr()])
+        existing_namespaces(&[
+            self.h1(),
+            self.h2(),
+            self.h3(),
+            self.rtr(),
+            self.switch(),
+            self.hv(),
+            self.hq(),
+        ])
     }
 
     /// The hosts' namespaces and the router's interface toward each.
@@ -211,6 +224,9 @@ impl Lab {
         let hosts = self.hosts();
         let mut all: Vec<String> = hosts.iter().map(|h| h.0.clone()).collect();
         all.push(rtr.clone());
+        if self.vlans {
+            all.extend([self.switch(), self.hv(), self.hq()]);
+        }
         for ns in &all {
             ip(&["netns", "add", ns])?;
             // No duplicate address detection in a lab of our own: link-local addresses are
@@ -228,6 +244,18 @@ impl Lab {
         }
         let q = self.workers.max(1).to_string();
         for (host, dev, ..) in &hosts {
+            if self.vlans && *dev == "r2" {
+                // Through the switch: r2 is its trunk port, h2 an untagged station.
+                let sw = self.switch();
+                #[rustfmt::skip]
+                ip(&["link", "add", dev, "netns", &rtr, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
+                     "peer", "name", "trunk", "netns", &sw, "numtxqueues", &q, "numrxqueues", &q])?;
+                ip(&[
+                    "link", "add", "eth0", "netns", host, "type", "veth", "peer", "name", "to-h2",
+                    "netns", &sw,
+                ])?;
+                continue;
+            }
             #[rustfmt::skip]
             ip(&["link", "add", dev, "netns", &rtr, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
                  "peer", "name", "eth0", "netns", host, "numtxqueues", &q, "numrxqueues", &q])?;
@@ -260,7 +288,23 @@ impl Lab {
             self.ns_in(host, &["route", "add", "default", "via", rv4])?;
             self.ns_in(host, &["-6", "route", "add", "default", "via", rv6])?;
         }
+        if self.vlans {
+            vlan::build(self)?;
+        }
         Ok(())
+    }
+
+    /// Namespace of the switch on h2's link (with [`Lab::vlans`]).
+    pub fn switch(&self) -> String {
+        format!("{}-sw", self.prefix)
+    }
+    /// Namespace of the VLAN 100 host (with [`Lab::vlans`]).
+    pub fn hv(&self) -> String {
+        format!("{}-hv", self.prefix)
+    }
+    /// Namespace of the QinQ host (with [`Lab::vlans`]).
+    pub fn hq(&self) -> String {
+        format!("{}-hq", self.prefix)
     }
 
     /// Write the router's config file and return its path.
@@ -279,6 +323,9 @@ impl Lab {
                 "\n[[port]]\nname = \"{dev}\"\nbackend = \"{}\"\n",
                 self.backend
             ));
+        }
+        if self.vlans {
+            text.push_str(&vlan::router_config());
         }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         Ok(path)
@@ -463,3 +510,4 @@ pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;
 pub mod speaker_bench;
+pub mod vlan;

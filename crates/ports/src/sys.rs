@@ -134,6 +134,13 @@ pub(crate) fn set_up(fd: RawFd, ifname: &str) -> io::Result<()> {
     ioctl_ifreq(fd, libc::SIOCSIFFLAGS, &mut r)
 }
 
+/// Set the MTU of `ifname`.
+pub(crate) fn set_mtu(fd: RawFd, ifname: &str, mtu: u32) -> io::Result<()> {
+    let mut r = ifreq(ifname)?;
+    r.ifr_ifru.ifru_mtu = mtu.min(i32::MAX as u32) as i32;
+    ioctl_ifreq(fd, libc::SIOCSIFMTU, &mut r)
+}
+
 /// MTU of `ifname`.
 pub(crate) fn mtu(fd: RawFd, ifname: &str) -> io::Result<u32> {
     let mut r = ifreq(ifname)?;

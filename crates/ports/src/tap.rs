@@ -127,6 +127,34 @@ impl Tap {
     }
 }
 
+/// The hardware address of interface `name` (a VLAN sub-interface's TAP takes its
+/// parent's, as Linux VLAN devices do).
+pub fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
+    let s = sys::raw_socket(libc::AF_PACKET)?;
+    sys::hwaddr(s.as_raw_fd(), name).map_err(|e| context(e, format!("reading the MAC of {name}")))
+}
+
+/// The MTU of interface `name`.
+pub fn interface_mtu(name: &str) -> io::Result<u32> {
+    let s = sys::raw_socket(libc::AF_PACKET)?;
+    sys::mtu(s.as_raw_fd(), name).map_err(|e| context(e, format!("reading the MTU of {name}")))
+}
+
+impl Tap {
+    /// Lower the TAP's MTU to `max` if it is above; returns the MTU it had when lowered.
+    pub fn clamp_mtu(&self, max: u32) -> io::Result<Option<u32>> {
+        let s = sys::raw_socket(libc::AF_PACKET)?;
+        let now = sys::mtu(s.as_raw_fd(), &self.name)
+            .map_err(|e| context(e, format!("reading the MTU of {}", self.name)))?;
+        if now <= max {
+            return Ok(None);
+        }
+        sys::set_mtu(s.as_raw_fd(), &self.name, max)
+            .map_err(|e| context(e, format!("setting the MTU of {} to {max}", self.name)))?;
+        Ok(Some(now))
+    }
+}
+
 /// A locally administered MAC for port `name` (stable across restarts).
 pub fn derived_mac(name: &str) -> [u8; 6] {
     // FNV-1a over the name: stable, no dependency, collisions only matter on one link.
