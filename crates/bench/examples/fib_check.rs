@@ -26,7 +26,7 @@ fn main() {
                 reference[l as usize].get(&(key & m)).copied()
             })
             .unwrap_or(fib::MISS);
-        let got = loaded.reader.lookup4(key);
+        let got = loaded.writer.lookup4(key);
         if got != want {
             bad += 1;
             if bad <= 10 {
@@ -51,7 +51,7 @@ fn pipeline_drops(loaded: &bench::pipeline::LoadedFib) {
     let mut t = bench::pipeline::build_traffic(loaded, p, 4096, 1);
     let counters = Arc::new(dataplane::Counters::default());
     let mut g = dataplane::Graph::new(
-        loaded.reader.clone(),
+        loaded.readers.register(),
         Arc::new(bench::pipeline::bench_interfaces()),
         counters.clone(),
         None,

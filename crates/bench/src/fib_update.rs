@@ -79,12 +79,11 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
     let stop = Arc::new(AtomicBool::new(false));
     let offered = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
-    let reader = fib.reader.clone();
+    let readers = fib.readers.clone();
     let (stop2, offered2, sent2) = (stop.clone(), offered.clone(), sent.clone());
     let mut worker = dataplane::worker::spawn(0, worker_core, move |_| {
-        let q = reader.register();
         let mut g = Graph::new(
-            reader,
+            readers.register(),
             Arc::new(bench_interfaces()),
             Arc::new(Counters::default()),
             None,
@@ -94,11 +93,9 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
         let mut passes = 0u64;
         // Offered packets are published per pass (for rates), forwarded once at the end.
         forward_loop(&mut g, &mut traffic, &stop2, u64::MAX, || {
-            q.quiescent();
             passes += 1;
             offered2.store(passes * pool, Ordering::Relaxed);
         });
-        q.offline();
         sent2.store(
             g.counters().get(dataplane::Reason::Ip4Forwarded),
             Ordering::Relaxed,

@@ -17,7 +17,7 @@ use dataplane::{
     Arena, Counters, Graph, GraphConfig, Interfaces, Output, PacketMemory, Pkt, PortInfo, Reason,
     Vector, HEADROOM, VECTOR_SIZE,
 };
-use fib::{Adjacency, FibReader, FibWriter, NextHop, NextHopId};
+use fib::{Adjacency, FibReaders, FibWriter, NextHop, NextHopId};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -173,8 +173,8 @@ const PASSES_PER_TTL_RESET: u32 = 200;
 pub struct LoadedFib {
     /// The writer (keep it alive: dropping it is fine, but benches may update).
     pub writer: FibWriter,
-    /// A reader to clone per worker.
-    pub reader: FibReader,
+    /// Where each worker's reader comes from.
+    pub readers: FibReaders,
     /// IPv4 routes.
     pub routes4: Vec<(u32, u8)>,
     /// IPv6 routes.
@@ -199,7 +199,7 @@ pub fn load_fib(
         max_tbl8_v6: (routes6 * 4).max(4096),
         ..Default::default()
     };
-    let (mut writer, reader) = fib::new(cfg);
+    let (mut writer, readers) = fib::new(cfg);
     let mut nexthops = Vec::with_capacity(adjacencies);
     for i in 0..adjacencies.max(1) {
         // The neighbours are the tester reflecting frames back to the rx port, so a frame
@@ -225,7 +225,7 @@ pub fn load_fib(
     let load_s = t.elapsed().as_secs_f64();
     Ok(LoadedFib {
         writer,
-        reader,
+        readers,
         routes4: r4,
         routes6: r6,
         nexthops,
@@ -367,7 +367,8 @@ fn reset_ttl(t: &mut Traffic) {
 }
 
 /// Forward the pool through `graph` until `stop`; returns (packets offered, forwarded).
-/// `on_pass` is called between passes (untimed bookkeeping such as QSBR quiescence).
+/// The graph's FIB reader reports a quiescent point after every pass, and `on_pass` is
+/// called then (untimed bookkeeping).
 pub fn forward_loop(
     graph: &mut Graph,
     t: &mut Traffic,
@@ -400,6 +401,7 @@ pub fn forward_loop(
             }
             out.clear();
         }
+        graph.quiescent();
         on_pass();
         pass += 1;
     }
@@ -426,7 +428,7 @@ fn run_cell(
     let mut handles = Vec::new();
     for w in 0..workers {
         // Build each worker's traffic on its own thread (first touch = its own memory).
-        let reader = fib.reader.clone();
+        let readers = fib.readers.clone();
         let (stop, barrier, ready, totals, forwarded, bytes) = (
             stop.clone(),
             barrier.clone(),
@@ -448,9 +450,8 @@ fn run_cell(
             opts.seed.wrapping_add(w as u64 * 7919),
         );
         handles.push(dataplane::worker::spawn(w, core, move |_| {
-            let q = reader.register();
             let mut g = Graph::new(
-                reader,
+                readers.register(),
                 Arc::new(bench_interfaces()),
                 Arc::new(Counters::default()),
                 None,
@@ -458,16 +459,16 @@ fn run_cell(
             );
             // Warm caches and TLBs, untimed.
             let warm = AtomicBool::new(false);
-            forward_loop(&mut g, &mut t, &warm, 3, || q.quiescent());
+            forward_loop(&mut g, &mut t, &warm, 3, || {});
             ready.wait();
             barrier.wait();
-            let (off, sent) = forward_loop(&mut g, &mut t, &stop, max_passes, || q.quiescent());
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, max_passes, || {});
             let per_pass_bytes = t.wire_bytes;
             let passes = off / t.pkts.len() as u64;
             totals.fetch_add(off, Ordering::Relaxed);
             forwarded.fetch_add(sent, Ordering::Relaxed);
             bytes.fetch_add(per_pass_bytes * passes, Ordering::Relaxed);
-            q.offline();
+            // The reader goes offline as `g` drops.
         })?);
     }
     ready.wait();
@@ -599,7 +600,7 @@ mod tests {
             let mut t = build_traffic(&fib, p, 1024, 9);
             let counters = Arc::new(Counters::default());
             let mut g = Graph::new(
-                fib.reader.clone(),
+                fib.readers.register(),
                 Arc::new(bench_interfaces()),
                 counters.clone(),
                 None,

@@ -421,7 +421,7 @@ fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<V
 fn spawn_worker(
     id: usize,
     mut ports: Vec<LivePort>,
-    fib: fib::FibReader,
+    fib: fib::FibReaders,
     ifaces: Arc<ArcSwap<Interfaces>>,
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     iface_version: Arc<AtomicU64>,
@@ -446,9 +446,8 @@ fn spawn_worker(
         if let Some(e) = shared.nice_error.get() {
             tracing::warn!("worker {id}: {e}; it runs at the inherited priority");
         }
-        let q = fib.register();
         let mut graph = Graph::new(
-            fib,
+            fib.register(),
             ifaces.load_full(),
             shared.counters.clone(),
             Some(punt),
@@ -493,22 +492,23 @@ fn spawn_worker(
                 now,
             );
             let n = worker::poll_once(&mut graph, &mut mem, &mut ports, &mut v, &mut out, now);
-            q.quiescent();
+            graph.quiescent();
             iter += 1;
             if pacing.after_poll(n + injected, now) {
                 publish(&ports, &counters_out);
-                q.offline();
                 shared.counters.sleeps.add(1);
-                // SAFETY: `fds` is a live array of pollfd for sockets `ports` keeps open.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
-                q.online();
+                graph.offline_while(|| {
+                    // SAFETY: `fds` is a live array of pollfd for sockets `ports` keeps open.
+                    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) }
+                });
             } else if n + injected != 0 && iter.is_multiple_of(256) {
                 publish(&ports, &counters_out);
             }
         }
         publish(&ports, &counters_out);
-        q.offline();
-        // Ports (sockets, rings) close when `ports` drops at the end of this closure.
+        // The FIB reader goes offline and frees its slot as `graph` drops; ports (sockets,
+        // rings) close when `ports` drops at the end of this closure.
+        drop(graph);
     })?)
 }
 
@@ -646,7 +646,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         .chain(cfg.vlans.iter().map(|v| v.name.clone()))
         .collect();
     let vlan_tags = vlan_tags(&cfg);
-    let (writer, reader) = fib::new(FIB_CONFIG);
+    let (writer, readers) = fib::new(FIB_CONFIG);
     // memif ports' kernel faces first, so the mirror's dump already knows them.
     let mut taps: Vec<Option<Tap>> = Vec::with_capacity(cfg.ports.len());
     for p in &cfg.ports {
@@ -762,7 +762,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         let spawned = spawn_worker(
             w,
             ports,
-            reader.clone(),
+            readers.clone(),
             ifaces.clone(),
             locals.clone(),
             iface_version.clone(),

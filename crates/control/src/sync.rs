@@ -387,8 +387,6 @@ fn hop_key(h: &RouteNextHop) -> NhKey {
 /// The mirror state and the FIB writer it programs.
 pub struct Sync {
     writer: FibWriter,
-    /// A reader of the same FIB, to look ahead at the table entries a batch will write.
-    reader: fib::FibReader,
     /// Configured port names, index = port id.
     port_names: Vec<String>,
     /// How each port's punts reach the kernel (set once its backend is known).
@@ -454,7 +452,6 @@ impl Sync {
     /// A sync programming `writer` for the given ports (index = port id).
     pub fn new(writer: FibWriter, port_names: Vec<String>) -> Sync {
         Sync {
-            reader: writer.reader(),
             writer,
             port_names,
             punt_paths: Vec::new(),
@@ -981,11 +978,11 @@ impl Sync {
             let (in_rib, in_table) = match dst {
                 IpAddr::V4(a) => (
                     self.writer.get4(a.into(), len),
-                    self.reader.lookup4(a.into()),
+                    self.writer.lookup4(a.into()),
                 ),
                 IpAddr::V6(a) => (
                     self.writer.get6(&a.octets(), len),
-                    self.reader.lookup6(&a.octets()),
+                    self.writer.lookup6(&a.octets()),
                 ),
             };
             seen += usize::from(in_rib.is_some()) + in_table as usize;
@@ -1429,7 +1426,7 @@ mod tests {
     }
 
     /// A sync over ports p0 (ifindex 10) and p1 (ifindex 11), with lo (1) not a port.
-    fn setup() -> (Sync, fib::FibReader) {
+    fn setup() -> (Sync, fib::FibReaders) {
         let (w, r) = fib::new(fib::FibConfig {
             max_tbl8_v4: 64,
             max_tbl8_v6: 1024,
@@ -1490,9 +1487,12 @@ mod tests {
         (s, r)
     }
 
-    fn lookup(r: &fib::FibReader, a: &str) -> Option<NextHop> {
+    /// What the fast path would find for `a` (read through the writer, which this thread
+    /// owns: a registered reader here would hold back the writer's grace periods).
+    fn lookup(s: &Sync, a: &str) -> Option<NextHop> {
         let IpAddr::V4(v) = ip(a) else { unreachable!() };
-        r.next_hop(r.lookup4(v.into())).cloned()
+        let w = s.writer();
+        w.next_hop(w.lookup4(v.into())).cloned()
     }
 
     fn nh(s: &Sync, p: &str) -> String {
@@ -1505,16 +1505,16 @@ mod tests {
 
     #[test]
     fn kernel_state_becomes_fib_entries() {
-        let (s, r) = setup();
+        let (s, _r) = setup();
         assert!(
-            matches!(lookup(&r, "192.0.2.1"), Some(NextHop::Local)),
+            matches!(lookup(&s, "192.0.2.1"), Some(NextHop::Local)),
             "own address punts"
         );
         assert!(
-            matches!(lookup(&r, "192.0.2.77"), Some(NextHop::Glean { port: 0 })),
+            matches!(lookup(&s, "192.0.2.77"), Some(NextHop::Glean { port: 0 })),
             "connected, unresolved"
         );
-        match lookup(&r, "192.0.2.9") {
+        match lookup(&s, "192.0.2.9") {
             Some(NextHop::Forward(a)) => assert_eq!(
                 (a.port, a.dst_mac, a.src_mac),
                 (0, [2, 9, 9, 9, 9, 9], MAC_P0)
@@ -1522,13 +1522,13 @@ mod tests {
             other => panic!("neighbour host route: {other:?}"),
         }
         assert!(
-            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Forward(_))),
+            matches!(lookup(&s, "198.51.100.5"), Some(NextHop::Forward(_))),
             "via a resolved gateway"
         );
-        assert!(matches!(lookup(&r, "203.0.113.5"), Some(NextHop::Drop)));
-        assert!(matches!(lookup(&r, "10.1.2.3"), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        assert!(matches!(lookup(&s, "203.0.113.5"), Some(NextHop::Drop)));
+        assert!(matches!(lookup(&s, "10.1.2.3"), Some(NextHop::Ecmp(m)) if m.len() == 2));
         assert!(
-            matches!(lookup(&r, "172.16.0.1"), Some(NextHop::Local)),
+            matches!(lookup(&s, "172.16.0.1"), Some(NextHop::Local)),
             "via a non-port interface: kernel"
         );
         assert!(
@@ -1549,14 +1549,14 @@ mod tests {
 
     #[test]
     fn neighbour_changes_switch_every_route_through_it() {
-        let (mut s, r) = setup();
+        let (mut s, _r) = setup();
         s.apply(Event::NewNeigh(neigh(
             10,
             "192.0.2.9",
             [2, 8, 8, 8, 8, 8],
             NUD_REACHABLE,
         )));
-        let Some(NextHop::Forward(a)) = lookup(&r, "198.51.100.5") else {
+        let Some(NextHop::Forward(a)) = lookup(&s, "198.51.100.5") else {
             panic!()
         };
         assert_eq!(
@@ -1571,11 +1571,11 @@ mod tests {
             NUD_FAILED,
         )));
         assert!(
-            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Glean { port: 0 })),
+            matches!(lookup(&s, "198.51.100.5"), Some(NextHop::Glean { port: 0 })),
             "failed neighbour: glean"
         );
         assert!(
-            matches!(lookup(&r, "192.0.2.9"), Some(NextHop::Glean { .. })),
+            matches!(lookup(&s, "192.0.2.9"), Some(NextHop::Glean { .. })),
             "host route gone, connected glean"
         );
         assert_eq!(
@@ -1591,7 +1591,7 @@ mod tests {
             NUD_REACHABLE,
         )));
         s.apply(Event::NewLink(link(10, "p0", [2, 7, 7, 7, 7, 7])));
-        let Some(NextHop::Forward(a)) = lookup(&r, "198.51.100.5") else {
+        let Some(NextHop::Forward(a)) = lookup(&s, "198.51.100.5") else {
             panic!()
         };
         assert_eq!(a.src_mac, [2, 7, 7, 7, 7, 7]);
@@ -1599,7 +1599,7 @@ mod tests {
 
     #[test]
     fn route_events_metric_preference_and_cleanup() {
-        let (mut s, r) = setup();
+        let (mut s, _r) = setup();
         let mut better = route(MAIN_TABLE, "198.51.100.0", 24, RouteKind::Blackhole, &[]);
         better.priority = 0;
         let mut worse = route(
@@ -1619,17 +1619,17 @@ mod tests {
             &[(Some("192.0.2.9"), 10)],
         )));
         assert!(
-            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Forward(_))),
+            matches!(lookup(&s, "198.51.100.5"), Some(NextHop::Forward(_))),
             "metric 100 route remains"
         );
         s.apply(Event::NewRoute(better.clone()));
         assert!(
-            matches!(lookup(&r, "198.51.100.5"), Some(NextHop::Drop)),
+            matches!(lookup(&s, "198.51.100.5"), Some(NextHop::Drop)),
             "lower metric wins"
         );
         s.apply(Event::DelRoute(better));
         s.apply(Event::DelRoute(worse));
-        assert_eq!(lookup(&r, "198.51.100.5"), None, "all gone: no route");
+        assert_eq!(lookup(&s, "198.51.100.5"), None, "all gone: no route");
         s.apply(Event::DelRoute(route(
             MAIN_TABLE,
             "10.0.0.0",
@@ -1637,7 +1637,7 @@ mod tests {
             RouteKind::Unicast,
             &[],
         )));
-        assert_eq!(lookup(&r, "10.1.1.1"), None);
+        assert_eq!(lookup(&s, "10.1.1.1"), None);
         // Every next hop that no route uses any more was released.
         let used: usize = s.nh.values().map(|e| e.refs).sum();
         assert!(
@@ -1649,7 +1649,7 @@ mod tests {
 
     #[test]
     fn ipv6_multipath_partial_delete_keeps_the_rest() {
-        let (mut s, r) = setup();
+        let (mut s, _r) = setup();
         let full = route(
             MAIN_TABLE,
             "2001:db8:9::",
@@ -1662,7 +1662,9 @@ mod tests {
             .parse::<std::net::Ipv6Addr>()
             .unwrap()
             .octets();
-        assert!(matches!(r.next_hop(r.lookup6(&key)), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        assert!(
+            matches!(s.writer().next_hop(s.writer().lookup6(&key)), Some(NextHop::Ecmp(m)) if m.len() == 2)
+        );
         s.apply(Event::DelRoute(route(
             MAIN_TABLE,
             "2001:db8:9::",
@@ -1672,7 +1674,7 @@ mod tests {
         )));
         assert!(
             matches!(
-                r.next_hop(r.lookup6(&key)),
+                s.writer().next_hop(s.writer().lookup6(&key)),
                 Some(NextHop::Glean { port: 1 })
             ),
             "one hop left, on p1"
@@ -1684,12 +1686,12 @@ mod tests {
             RouteKind::Unicast,
             &[(Some("fe80::2"), 11)],
         )));
-        assert_eq!(r.lookup6(&key), fib::MISS);
+        assert_eq!(s.writer().lookup6(&key), fib::MISS);
     }
 
     #[test]
     fn overflow_asks_for_resync_and_resync_converges() {
-        let (mut s, r) = setup();
+        let (mut s, _r) = setup();
         assert!(!s.apply(Event::Overflow));
         // The dump after an overflow lost the blackhole and gained a route.
         s.resync(Snapshot {
@@ -1704,10 +1706,10 @@ mod tests {
                 &[(None, 11)],
             )],
         });
-        assert_eq!(lookup(&r, "203.0.113.5"), None);
-        assert_eq!(lookup(&r, "192.0.2.1"), None);
+        assert_eq!(lookup(&s, "203.0.113.5"), None);
+        assert_eq!(lookup(&s, "192.0.2.1"), None);
         assert!(matches!(
-            lookup(&r, "100.64.1.1"),
+            lookup(&s, "100.64.1.1"),
             Some(NextHop::Glean { port: 1 })
         ));
         assert_eq!(s.route_counts(), (1, 0));
@@ -1903,8 +1905,8 @@ mod tests {
             /// one by one through `apply`.
             #[test]
             fn apply_all_is_apply_in_order(ops in proptest::collection::vec(arb_op(), 1..60)) {
-                let (mut one, r1) = setup();
-                let (mut all, r2) = setup();
+                let (mut one, _r1) = setup();
+                let (mut all, _r2) = setup();
                 let mut batch = Vec::new();
                 let mut ok = (true, true);
                 let view = |s: &Sync| {
@@ -1925,7 +1927,7 @@ mod tests {
                             prop_assert_eq!(view(&one), view(&all));
                             for a in ["10.1.2.3", "10.9.9.9", "192.0.2.9", "192.0.2.44"] {
                                 let IpAddr::V4(x) = ip(a) else { unreachable!() };
-                                prop_assert_eq!(r1.lookup4(x.into()), r2.lookup4(x.into()));
+                                prop_assert_eq!(one.writer().lookup4(x.into()), all.writer().lookup4(x.into()));
                             }
                             one.resync(snapshot(rs.clone()));
                             all.resync(snapshot(rs));

@@ -180,7 +180,8 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// A graph reading `fib`, counting into `counters`, punting into `punt` (if any).
+    /// A graph reading `fib` (a registered reader: call [`Graph::quiescent`] between
+    /// vectors), counting into `counters`, punting into `punt` (if any).
     pub fn new(
         fib: FibReader,
         ifaces: Arc<Interfaces>,
@@ -229,6 +230,18 @@ impl Graph {
         self.port_macs = macs_of(&ifaces);
         (self.first_subif, self.subifs) = subifs_of(&ifaces);
         self.ifaces = ifaces;
+    }
+
+    /// Report that the graph holds nothing of the FIB (between vectors): the FIB's writer
+    /// may then free what it retired before now.
+    pub fn quiescent(&mut self) {
+        self.fib.quiescent();
+    }
+
+    /// Run `f` (a sleep) with the graph's FIB reader offline: the writer does not wait for
+    /// it meanwhile.
+    pub fn offline_while<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.fib.offline_while(f)
     }
 
     /// The counters this graph writes.

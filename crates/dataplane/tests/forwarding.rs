@@ -105,7 +105,13 @@ fn lab_with(cfg: GraphConfig) -> Lab {
     let ifaces = lab_interfaces(PuntPath::Queue);
     let counters = Arc::new(Counters::default());
     let (prod, cons) = punt::queue(64);
-    let graph = Graph::new(r, Arc::new(ifaces), counters.clone(), Some(prod), cfg);
+    let graph = Graph::new(
+        r.register(),
+        Arc::new(ifaces),
+        counters.clone(),
+        Some(prod),
+        cfg,
+    );
     Lab {
         graph,
         arena: Arena::new(512),

@@ -103,7 +103,7 @@ fn lab() -> Lab {
     let counters = Arc::new(Counters::default());
     let (prod, cons) = punt::queue(64);
     let graph = Graph::new(
-        r,
+        r.register(),
         Arc::new(ifaces),
         counters.clone(),
         Some(prod),

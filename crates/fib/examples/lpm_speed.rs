@@ -78,7 +78,7 @@ fn main() {
     let n6 = args.get(1).copied().unwrap_or(500_000);
     let mut rng = SmallRng::seed_from_u64(42);
 
-    let (mut w, r) = fib::new(FibConfig::default());
+    let (mut w, readers) = fib::new(FibConfig::default());
     let nhs: Vec<NextHopId> = (0..1024u16)
         .map(|i| {
             let adj = Adjacency {
@@ -117,6 +117,8 @@ fn main() {
         })
         .collect();
     let mut out = vec![0; KEYS];
+    // Online only while it looks up: a route add may wait for every online reader.
+    let r = readers.register();
     let mut best4 = f64::MAX;
     for _ in 0..5 {
         let c = cycles();
@@ -135,6 +137,7 @@ fn main() {
         single4 = single4.min((cycles() - c) as f64 / KEYS as f64);
     }
     let (g4, _) = w.tbl8_in_use();
+    drop(r);
 
     // ---- IPv6 ----
     let routes6 = v6_routes(&mut rng, n6);
@@ -151,6 +154,7 @@ fn main() {
             (p | (rng.gen::<u128>() & !(u128::MAX << (128 - l)))).to_be_bytes()
         })
         .collect();
+    let r = readers.register();
     let mut best6 = f64::MAX;
     for _ in 0..5 {
         let c = cycles();

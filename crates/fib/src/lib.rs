@@ -2,11 +2,17 @@
 //! a next-hop (adjacency) table with ECMP groups, and safe concurrent update.
 //!
 //! Concurrency model: exactly one writer ([`FibWriter`], owned by the control thread) and
-//! any number of lock-free readers ([`FibReader`], one clone per worker). Every table entry a
-//! lookup reads is a single aligned atomic word, so a reader sees either the old or the new
-//! result of an update, never a mix. Memory that readers may still hold (tbl8 groups,
-//! replaced next-hop objects) is reclaimed only after every registered reader has passed a
-//! quiescent point ([`qsbr`]).
+//! any number of lock-free readers ([`FibReader`], one per worker thread, each registered
+//! when [`FibReaders::register`] creates it). Every table entry a lookup reads is a single
+//! aligned atomic word, so a reader sees either the old or the new result of an update,
+//! never a mix. Memory that readers may still hold (tbl8 groups, replaced next-hop objects)
+//! is reclaimed only after every registered reader has passed a quiescent point (`qsbr`).
+//!
+//! The types enforce the reader's side of that contract: a reference a reader hands out
+//! borrows the reader, and [`FibReader::quiescent`] and [`FibReader::offline_while`] take it
+//! mutably, so no reference can outlive the point after which the writer may free what it
+//! points to. A reader is neither `Clone` nor `Sync`: its slot stands for one thread's
+//! progress. The writer reads with `&self` and frees only with `&mut self`.
 //!
 //! IPv4 and IPv6 use the same DIR-24-8 multibit trie (`trie`): a 2^24-entry first level
 //! and 256-entry groups below it, with the writing prefix's length kept in every entry so
@@ -15,7 +21,7 @@
 #![warn(missing_docs)]
 
 mod mem;
-pub mod qsbr;
+mod qsbr;
 mod rib;
 mod trie;
 
@@ -28,7 +34,7 @@ use mem::Region;
 use rib::{mask4, mask6, Rib4, Rib6};
 use trie::{Table, TableWriter};
 
-/// Index of a next hop in the [`NextHopTable`]. Route entries store these.
+/// Index of a next hop in the FIB's next-hop table. Route entries store these.
 pub type NextHopId = u32;
 
 /// Lookup result when no route matches.
@@ -139,12 +145,12 @@ pub struct FibMemory {
 /// Create a FIB: the writer and a first reader handle (clone it per worker).
 ///
 /// Panics if the kernel refuses to reserve the table memory; see [`try_new`].
-pub fn new(cfg: FibConfig) -> (FibWriter, FibReader) {
+pub fn new(cfg: FibConfig) -> (FibWriter, FibReaders) {
     try_new(cfg).expect("cannot reserve FIB table memory (mmap failed)")
 }
 
 /// Like [`new`], but reports a failure to reserve the table memory.
-pub fn try_new(cfg: FibConfig) -> std::io::Result<(FibWriter, FibReader)> {
+pub fn try_new(cfg: FibConfig) -> std::io::Result<(FibWriter, FibReaders)> {
     let max4 = cfg.max_tbl8_v4.min(trie::MAX_GROUPS);
     let max6 = cfg.max_tbl8_v6.min(trie::MAX_GROUPS);
     let shared = Arc::new(Shared {
@@ -172,23 +178,24 @@ pub fn try_new(cfg: FibConfig) -> std::io::Result<(FibWriter, FibReader)> {
         nh_bytes: 0,
         nh_freed: 0,
     };
-    Ok((writer, FibReader { s: shared }))
+    Ok((writer, FibReaders { s: shared }))
 }
 
 /// The next-hop (adjacency) table: `MAX_NEXT_HOPS` slots, each an atomic pointer to an
 /// immutable [`NextHop`]. Reading a slot is one atomic load and a dereference. The slot
 /// array is reserved up front and committed by the kernel as ids are used.
-pub struct NextHopTable {
+struct NextHopTable {
     slots: Region<AtomicPtr<NextHop>>,
     /// One past the highest id ever defined.
     hwm: AtomicUsize,
 }
 
 impl NextHopTable {
-    /// The next hop behind `id`, `None` if undefined. Readers may use the reference until
-    /// their next quiescent point.
+    /// The next hop behind `id`, `None` if undefined. Private: only a [`FibReader`] (whose
+    /// borrow bounds the reference) and the writer (which frees only through `&mut self`)
+    /// hand these out.
     #[inline]
-    pub fn get(&self, id: NextHopId) -> Option<&NextHop> {
+    fn get(&self, id: NextHopId) -> Option<&NextHop> {
         let p = self
             .slots
             .as_slice()
@@ -240,10 +247,78 @@ impl Drop for Shared {
     }
 }
 
-/// Lock-free lookup handle. `Clone + Send + Sync`; one per worker thread.
+/// Where readers come from: `Clone + Send + Sync`, so a spawner can hand one to each worker
+/// thread, which registers its own [`FibReader`]. It reads nothing itself.
 #[derive(Clone)]
+pub struct FibReaders {
+    s: Arc<Shared>,
+}
+
+impl FibReaders {
+    /// A new registered reader, online.
+    ///
+    /// Panics when `FibConfig::max_readers` readers are already registered; see
+    /// [`FibReaders::try_register`].
+    pub fn register(&self) -> FibReader {
+        self.try_register()
+            .expect("all FibConfig::max_readers FIB reader slots are taken")
+    }
+    /// A new registered reader, online; `None` when all reader slots are taken.
+    pub fn try_register(&self) -> Option<FibReader> {
+        Some(FibReader {
+            h: self.s.qsbr.try_register()?,
+            s: Arc::clone(&self.s),
+            _one_thread: std::marker::PhantomData,
+        })
+    }
+}
+
+/// A registered lock-free reader: one per worker thread. `Send` (created by a spawner,
+/// moved to its thread) but not `Sync` or `Clone`.
+///
+/// While it is online the writer frees nothing the reader could still hold. Every
+/// reference it hands out borrows it, and only [`FibReader::quiescent`] and
+/// [`FibReader::offline_while`] (both `&mut self`) let the writer go further: so the borrow
+/// checker proves that no reference is used past the point where its object may be freed.
+/// An online reader that never reports holds the writer's [`FibWriter::synchronize`] back:
+/// report once per packet vector, and go offline to sleep. Dropping it releases its slot.
+///
+/// A reference cannot be kept across a quiescent point:
+/// ```compile_fail
+/// let (mut w, readers) = fib::new(fib::FibConfig::default());
+/// let id = w.add_next_hop(fib::NextHop::Drop).unwrap();
+/// let mut r = readers.register();
+/// let nh = r.next_hop(id);
+/// r.quiescent(); // error: `r` is still borrowed by `nh`
+/// assert!(nh.is_some());
+/// ```
+/// nor used while the reader is offline:
+/// ```compile_fail
+/// let (mut w, readers) = fib::new(fib::FibConfig::default());
+/// let id = w.add_next_hop(fib::NextHop::Drop).unwrap();
+/// let mut r = readers.register();
+/// r.offline_while(|| r.next_hop(id).is_some()); // error: `r` is borrowed mutably
+/// ```
+/// and a reader is not `Clone` (nor `Sync`):
+/// ```compile_fail
+/// let (_w, readers) = fib::new(fib::FibConfig::default());
+/// let r = readers.register();
+/// let r2 = r.clone();
+/// ```
+/// Used as intended, it compiles:
+/// ```
+/// let (mut w, readers) = fib::new(fib::FibConfig::default());
+/// let id = w.add_next_hop(fib::NextHop::Drop).unwrap();
+/// let mut r = readers.register();
+/// assert_eq!(r.next_hop(id), Some(&fib::NextHop::Drop));
+/// r.quiescent();
+/// r.offline_while(|| w.synchronize());
+/// ```
 pub struct FibReader {
     s: Arc<Shared>,
+    h: qsbr::ReaderHandle,
+    /// Not `Sync`: the slot stands for one thread's progress.
+    _one_thread: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 impl FibReader {
@@ -267,8 +342,8 @@ impl FibReader {
     pub fn lookup6_bulk(&self, dst: &[[u8; 16]], out: &mut [NextHopId]) {
         self.s.v6.lookup6_bulk(dst, out)
     }
-    /// The next hop behind `id`. The reference is valid until this reader's next
-    /// quiescent point. `None` for an undefined id.
+    /// The next hop behind `id`, `None` for an undefined id. The reference borrows this
+    /// reader, so it ends before the reader's next quiescent point.
     #[inline]
     pub fn next_hop(&self, id: NextHopId) -> Option<&NextHop> {
         self.s.nh.get(id)
@@ -277,24 +352,32 @@ impl FibReader {
     /// anything else return it unchanged. Returns the chosen id.
     #[inline]
     pub fn resolve(&self, id: NextHopId, flow_hash: u32) -> NextHopId {
-        match self.next_hop(id) {
-            Some(NextHop::Ecmp(m)) if !m.is_empty() => {
-                m.get(flow_hash as usize % m.len()).copied().unwrap_or(id)
-            }
-            _ => id,
+        resolve_in(&self.s.nh, id, flow_hash)
+    }
+    /// Report that this reader holds no reference into the FIB (once per packet vector):
+    /// the writer may then free what it retired before now.
+    #[inline]
+    pub fn quiescent(&mut self) {
+        self.h.quiescent();
+    }
+    /// Run `f` with the reader offline (idle, about to block): the writer does not wait
+    /// for it meanwhile. The reader cannot be used inside `f`, and comes back online after.
+    pub fn offline_while<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.h.offline();
+        let r = f();
+        self.h.online();
+        r
+    }
+}
+
+/// ECMP resolution over `nh` (readers' and the writer's).
+#[inline]
+fn resolve_in(nh: &NextHopTable, id: NextHopId, flow_hash: u32) -> NextHopId {
+    match nh.get(id) {
+        Some(NextHop::Ecmp(m)) if !m.is_empty() => {
+            m.get(flow_hash as usize % m.len()).copied().unwrap_or(id)
         }
-    }
-    /// Register this reader in the QSBR domain (once per worker thread, before lookups).
-    ///
-    /// Panics when `FibConfig::max_readers` handles are already registered; see
-    /// [`FibReader::try_register`].
-    pub fn register(&self) -> qsbr::ReaderHandle {
-        self.try_register()
-            .expect("all FibConfig::max_readers QSBR reader slots are taken")
-    }
-    /// Register in the QSBR domain; `None` when all reader slots are taken.
-    pub fn try_register(&self) -> Option<qsbr::ReaderHandle> {
-        self.s.qsbr.try_register()
+        _ => id,
     }
 }
 
@@ -658,8 +741,8 @@ impl FibWriter {
     }
     /// Block until every online reader passed a quiescent point, then reclaim.
     ///
-    /// The writer's own thread must not hold an online [`qsbr::ReaderHandle`] (it would
-    /// wait for itself). Route adds call this when tbl8 groups run out while retired
+    /// The writer's own thread must not hold an online [`FibReader`] (it would wait for
+    /// itself). Route adds call this when tbl8 groups run out while retired
     /// groups are still waiting for their grace period.
     pub fn synchronize(&mut self) {
         let target = self.s.qsbr.advance();
@@ -681,11 +764,28 @@ impl FibWriter {
             routes_v6: self.rib6.len(),
         }
     }
-    /// Another reader handle on this FIB.
-    pub fn reader(&self) -> FibReader {
-        FibReader {
+    /// Where readers of this FIB come from.
+    pub fn readers(&self) -> FibReaders {
+        FibReaders {
             s: Arc::clone(&self.s),
         }
+    }
+    /// Longest-prefix match of one IPv4 destination, as the fast path sees the table now
+    /// (the writer's own reads need no registration: it frees only through `&mut self`).
+    pub fn lookup4(&self, dst: u32) -> NextHopId {
+        self.s.v4.lookup4(dst)
+    }
+    /// Longest-prefix match of one IPv6 destination, as the fast path sees the table now.
+    pub fn lookup6(&self, dst: &[u8; 16]) -> NextHopId {
+        self.s.v6.lookup6(dst)
+    }
+    /// The next hop behind `id` as published, `None` if undefined.
+    pub fn next_hop(&self, id: NextHopId) -> Option<&NextHop> {
+        self.s.nh.get(id)
+    }
+    /// ECMP resolution as a reader does it.
+    pub fn resolve(&self, id: NextHopId, flow_hash: u32) -> NextHopId {
+        resolve_in(&self.s.nh, id, flow_hash)
     }
     /// tbl8 groups reachable from the IPv4 and IPv6 tables (retired groups not counted).
     pub fn tbl8_in_use(&self) -> (usize, usize) {

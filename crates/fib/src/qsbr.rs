@@ -68,11 +68,6 @@ impl Domain {
         None
     }
 
-    /// Number of reader slots.
-    pub fn max_readers(&self) -> usize {
-        self.slots.len()
-    }
-
     /// Epoch to tag an object with right after unpublishing it: it may be freed once every
     /// online reader has reported at least this value.
     pub fn retire_epoch(&self) -> u64 {

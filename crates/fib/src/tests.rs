@@ -27,7 +27,7 @@ fn adj(i: u16) -> NextHop {
     })
 }
 
-fn with_next_hops(cfg: FibConfig, n: u16) -> (FibWriter, FibReader, Vec<NextHopId>) {
+fn with_next_hops(cfg: FibConfig, n: u16) -> (FibWriter, FibReaders, Vec<NextHopId>) {
     let (mut w, r) = new(cfg);
     let ids = (0..n).map(|i| w.add_next_hop(adj(i)).unwrap()).collect();
     (w, r, ids)
@@ -92,25 +92,27 @@ fn probe_addrs(rng: &mut SmallRng, r: &Reference, bases: &[u128], bits: u32) -> 
 
 fn check_family(
     w: &mut FibWriter,
-    r: &FibReader,
+    r: &FibReaders,
     rf: &Reference,
     rng: &mut SmallRng,
     bases: &[u128],
     v6: bool,
 ) {
     let addrs = probe_addrs(rng, rf, bases, if v6 { 128 } else { 32 });
+    // Registered for the check only: no write happens while it is online.
+    let r = r.register();
     let got: Vec<NextHopId> = if v6 {
         let keys: Vec<[u8; 16]> = addrs.iter().map(|a| a.to_be_bytes()).collect();
         let mut bulk = vec![0; keys.len()];
         r.lookup6_bulk(&keys, &mut bulk);
-        let single: Vec<_> = keys.iter().map(|k| r.lookup6(k)).collect();
+        let single: Vec<_> = keys.iter().map(|k| w.lookup6(k)).collect();
         assert_eq!(bulk, single, "lookup6_bulk differs from lookup6");
         single
     } else {
         let keys: Vec<u32> = addrs.iter().map(|a| (a >> 96) as u32).collect();
         let mut bulk = vec![0; keys.len()];
         r.lookup4_bulk(&keys, &mut bulk);
-        let single: Vec<_> = keys.iter().map(|&k| r.lookup4(k)).collect();
+        let single: Vec<_> = keys.iter().map(|&k| w.lookup4(k)).collect();
         assert_eq!(bulk, single, "lookup4_bulk differs from lookup4");
         single
     };
@@ -220,52 +222,52 @@ fn v6_matches_reference() {
 
 #[test]
 fn v4_edge_prefixes() {
-    let (mut w, r, nh) = with_next_hops(small_cfg(), 4);
+    let (mut w, _r, nh) = with_next_hops(small_cfg(), 4);
     w.add4(0, 0, nh[0]).unwrap();
     w.add4(0x0a00_0000, 8, nh[1]).unwrap();
     w.add4(0x0a01_0200, 24, nh[2]).unwrap();
     w.add4(0x0a01_0203, 32, nh[3]).unwrap();
-    assert_eq!(r.lookup4(0x0b00_0000), nh[0]);
-    assert_eq!(r.lookup4(0x0a02_0000), nh[1]);
-    assert_eq!(r.lookup4(0x0a01_02ff), nh[2]);
-    assert_eq!(r.lookup4(0x0a01_0203), nh[3]);
+    assert_eq!(w.lookup4(0x0b00_0000), nh[0]);
+    assert_eq!(w.lookup4(0x0a02_0000), nh[1]);
+    assert_eq!(w.lookup4(0x0a01_02ff), nh[2]);
+    assert_eq!(w.lookup4(0x0a01_0203), nh[3]);
     assert_eq!(w.tbl8_in_use().0, 1);
     // Replacing the /24 must not disturb the /32 below it.
     w.add4(0x0a01_0200, 24, nh[1]).unwrap();
-    assert_eq!(r.lookup4(0x0a01_0204), nh[1]);
-    assert_eq!(r.lookup4(0x0a01_0203), nh[3]);
+    assert_eq!(w.lookup4(0x0a01_0204), nh[1]);
+    assert_eq!(w.lookup4(0x0a01_0203), nh[3]);
     assert!(w.del4(0x0a01_0203, 32).unwrap());
     assert_eq!(w.tbl8_in_use().0, 0);
-    assert_eq!(r.lookup4(0x0a01_0203), nh[1]);
+    assert_eq!(w.lookup4(0x0a01_0203), nh[1]);
     assert!(!w.del4(0x0a01_0203, 32).unwrap());
     assert!(w.del4(0, 0).unwrap());
-    assert_eq!(r.lookup4(0x0b00_0000), MISS);
+    assert_eq!(w.lookup4(0x0b00_0000), MISS);
     // Sixteen /28s with one next hop make a uniform group that must not be folded.
     for i in 0..16u32 {
         w.add4(0x1400_0000 | i << 4, 28, nh[2]).unwrap();
     }
     assert!(w.del4(0x1400_0010, 28).unwrap());
-    assert_eq!(r.lookup4(0x1400_0011), MISS);
-    assert_eq!(r.lookup4(0x1400_0021), nh[2]);
+    assert_eq!(w.lookup4(0x1400_0011), MISS);
+    assert_eq!(w.lookup4(0x1400_0021), nh[2]);
 }
 
 #[test]
 fn v6_edge_prefixes() {
-    let (mut w, r, nh) = with_next_hops(small_cfg(), 4);
+    let (mut w, _r, nh) = with_next_hops(small_cfg(), 4);
     let a: u128 = 0x2001_0db8_0000_0000_0000_0000_0000_0001;
     w.add6(&a.to_be_bytes(), 128, nh[0]).unwrap();
     assert_eq!(w.tbl8_in_use().1, 13);
     w.add6(&[0; 16], 0, nh[1]).unwrap();
-    assert_eq!(r.lookup6(&a.to_be_bytes()), nh[0]);
-    assert_eq!(r.lookup6(&(a + 1).to_be_bytes()), nh[1]);
+    assert_eq!(w.lookup6(&a.to_be_bytes()), nh[0]);
+    assert_eq!(w.lookup6(&(a + 1).to_be_bytes()), nh[1]);
     w.add6(&a.to_be_bytes(), 64, nh[2]).unwrap();
-    assert_eq!(r.lookup6(&(a + 1).to_be_bytes()), nh[2]);
+    assert_eq!(w.lookup6(&(a + 1).to_be_bytes()), nh[2]);
     assert!(w.del6(&a.to_be_bytes(), 128).unwrap());
-    assert_eq!(r.lookup6(&a.to_be_bytes()), nh[2]);
+    assert_eq!(w.lookup6(&a.to_be_bytes()), nh[2]);
     assert_eq!(w.tbl8_in_use().1, 5);
     assert!(w.del6(&a.to_be_bytes(), 64).unwrap());
     assert_eq!(w.tbl8_in_use().1, 0);
-    assert_eq!(r.lookup6(&a.to_be_bytes()), nh[1]);
+    assert_eq!(w.lookup6(&a.to_be_bytes()), nh[1]);
 }
 
 // ---------------------------------------------------------------- concurrency
@@ -274,16 +276,16 @@ fn v6_edge_prefixes() {
 /// `allowed(i, nh)` says whether key `i` may map to `nh` at any point during the update.
 fn race(
     w: &mut FibWriter,
-    r: &FibReader,
+    r: &FibReaders,
     keys: Vec<u32>,
     allowed: impl Fn(usize, NextHopId) -> bool + Send + 'static,
     write: impl FnOnce(&mut FibWriter),
 ) -> usize {
     let done = Arc::new(AtomicBool::new(false));
-    let reader = r.clone();
+    let readers = r.clone();
     let d = Arc::clone(&done);
     let t = std::thread::spawn(move || {
-        let h = reader.register();
+        let mut reader = readers.register();
         let mut out = vec![0; keys.len()];
         let start = Instant::now();
         let mut passes = 0;
@@ -291,7 +293,7 @@ fn race(
             let finished = d.load(Ordering::Acquire);
             for (kc, oc) in keys.chunks(64).zip(out.chunks_mut(64)) {
                 reader.lookup4_bulk(kc, oc);
-                h.quiescent();
+                reader.quiescent();
             }
             for (i, &nh) in out.iter().enumerate() {
                 assert!(allowed(i, nh), "key {:#x} gave next hop {nh}", keys[i]);
@@ -337,7 +339,7 @@ fn concurrent_replace() {
         },
     );
     assert!(passes >= 1);
-    assert!(keys.iter().all(|&k| r.lookup4(k) == b));
+    assert!(keys.iter().all(|&k| w.lookup4(k) == b));
 }
 
 #[test]
@@ -367,7 +369,7 @@ fn concurrent_delete_more_specifics() {
             }
         },
     );
-    assert!(keys.iter().all(|&k| r.lookup4(k) == a));
+    assert!(keys.iter().all(|&k| w.lookup4(k) == a));
 }
 
 #[test]
@@ -416,9 +418,9 @@ fn concurrent_group_churn() {
 
 #[test]
 fn replaced_next_hop_waits_for_readers() {
-    let (mut w, r, nh) = with_next_hops(small_cfg(), 1);
+    let (mut w, readers, nh) = with_next_hops(small_cfg(), 1);
     let id = nh[0];
-    let h = r.register();
+    let mut r = readers.register();
     let held = r.next_hop(id).unwrap().clone();
     w.set_next_hop(id, adj(99)).unwrap();
     assert_eq!(r.next_hop(id), Some(&adj(99)));
@@ -426,34 +428,30 @@ fn replaced_next_hop_waits_for_readers() {
     w.reclaim();
     assert_eq!(w.next_hops_freed(), 0, "freed while a reader may hold it");
     assert_eq!(held, adj(0));
-    h.quiescent();
+    r.quiescent();
     w.reclaim();
     assert_eq!(w.next_hops_freed(), 1);
 
     // An offline reader does not block synchronize; an online one is waited for.
-    let h2 = r.register();
-    h2.offline();
+    let mut r2 = readers.register();
     w.set_next_hop(id, adj(5)).unwrap();
-    let reader = r.clone();
     let quiesced = Arc::new(AtomicUsize::new(0));
     let q = Arc::clone(&quiesced);
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         q.store(1, Ordering::SeqCst);
-        h.quiescent();
-        drop(reader);
-        h
+        r.quiescent();
+        r
     });
-    w.synchronize();
+    r2.offline_while(|| w.synchronize());
     assert_eq!(
         quiesced.load(Ordering::SeqCst),
         1,
         "synchronize returned before the online reader quiesced"
     );
     assert_eq!(w.next_hops_freed(), 2);
-    let h = t.join().unwrap();
-    drop(h);
-    drop(h2);
+    drop(t.join().unwrap());
+    drop(r2);
     // No reader registered: reclaim frees at once.
     w.set_next_hop(id, adj(6)).unwrap();
     w.reclaim();
@@ -462,20 +460,30 @@ fn replaced_next_hop_waits_for_readers() {
 
 #[test]
 fn readers_outlive_writer() {
-    let (mut w, r, nh) = with_next_hops(small_cfg(), 1);
+    let (mut w, readers, nh) = with_next_hops(small_cfg(), 1);
     w.add4(0x0a00_0000, 8, nh[0]).unwrap();
-    let _h = r.register();
+    let r = readers.register();
     w.set_next_hop(nh[0], adj(3)).unwrap();
     drop(w);
     assert_eq!(r.lookup4(0x0a01_0203), nh[0]);
     assert_eq!(r.next_hop(nh[0]), Some(&adj(3)));
+    // Registration still works, up to the configured number of readers.
+    let more: Vec<FibReader> = (1..small_cfg().max_readers)
+        .map(|_| readers.try_register().expect("a free slot"))
+        .collect();
+    assert!(readers.try_register().is_none(), "all slots are taken");
+    drop(more);
+    assert!(
+        readers.try_register().is_some(),
+        "slots are released on drop"
+    );
 }
 
 // ---------------------------------------------------------------- errors
 
 #[test]
 fn errors_leave_fib_unchanged() {
-    let (mut w, r, nh) = with_next_hops(
+    let (mut w, _r, nh) = with_next_hops(
         FibConfig {
             max_tbl8_v4: 2,
             max_tbl8_v6: 3,
@@ -507,7 +515,7 @@ fn errors_leave_fib_unchanged() {
         w.add6(&[0x20; 16], 48, MISS),
         Err(FibError::UnknownNextHop(MISS))
     );
-    assert_eq!(r.lookup4(0x0a00_0001), MISS);
+    assert_eq!(w.lookup4(0x0a00_0001), MISS);
     assert_eq!(w.get4(0x0a00_0000, 8), None);
     assert_eq!(w.memory().routes_v4 + w.memory().routes_v6, 0);
 
@@ -522,7 +530,7 @@ fn errors_leave_fib_unchanged() {
         w.remove_next_hop(12345),
         Err(FibError::UnknownNextHop(12345))
     );
-    assert_eq!(r.next_hop(nh[1]), Some(&adj(1)));
+    assert_eq!(w.next_hop(nh[1]), Some(&adj(1)));
 
     // Bad groups.
     let bad: Vec<Box<[NextHopId]>> = vec![
@@ -550,8 +558,8 @@ fn errors_leave_fib_unchanged() {
         w.set_next_hop(nh[1], NextHop::Ecmp(vec![nh[0]].into())),
         Err(FibError::BadEcmpGroup)
     );
-    assert_eq!(r.next_hop(nh[0]), Some(&adj(0)));
-    assert_eq!(r.next_hop(nh[1]), Some(&adj(1)));
+    assert_eq!(w.next_hop(nh[0]), Some(&adj(0)));
+    assert_eq!(w.next_hop(nh[1]), Some(&adj(1)));
     assert_eq!(
         w.set_next_hop(MAX_NEXT_HOPS as u32, Drop_()),
         Err(FibError::NextHopTableFull(MAX_NEXT_HOPS))
@@ -560,7 +568,7 @@ fn errors_leave_fib_unchanged() {
     // Removing the group releases its members.
     w.remove_next_hop(g).unwrap();
     w.remove_next_hop(nh[1]).unwrap();
-    assert_eq!(r.next_hop(nh[1]), None);
+    assert_eq!(w.next_hop(nh[1]), None);
 
     // tbl8 exhaustion (2 groups for v4, 3 for v6).
     w.add4(0x0b00_0080, 25, nh[0]).unwrap();
@@ -570,7 +578,7 @@ fn errors_leave_fib_unchanged() {
         Err(FibError::Tbl8Exhausted(2))
     );
     assert_eq!(w.get4(0x0d00_0080, 25), None);
-    assert_eq!(r.lookup4(0x0d00_0081), MISS);
+    assert_eq!(w.lookup4(0x0d00_0081), MISS);
     assert_eq!(w.tbl8_in_use().0, 2);
     // A route inside an existing group needs no new group.
     w.add4(0x0b00_0000, 25, nh[2]).unwrap();
@@ -580,13 +588,13 @@ fn errors_leave_fib_unchanged() {
         Err(FibError::Tbl8Exhausted(3))
     );
     assert_eq!(w.tbl8_in_use().1, 0);
-    assert_eq!(r.lookup6(&a.to_be_bytes()), MISS);
+    assert_eq!(w.lookup6(&a.to_be_bytes()), MISS);
     w.add6(&a.to_be_bytes(), 48, nh[0]).unwrap();
     assert_eq!(w.tbl8_in_use().1, 3);
     // Deleting frees groups; after their grace period they can be used again.
     assert!(w.del4(0x0c00_0080, 25).unwrap());
     w.add4(0x0d00_0080, 25, nh[0]).unwrap();
-    assert_eq!(r.lookup4(0x0d00_0081), nh[0]);
+    assert_eq!(w.lookup4(0x0d00_0081), nh[0]);
 }
 
 #[allow(non_snake_case)]
@@ -598,16 +606,16 @@ fn Drop_() -> NextHop {
 
 #[test]
 fn ecmp_resolve_is_stable_and_spreads() {
-    let (mut w, r, nh) = with_next_hops(small_cfg(), 4);
+    let (mut w, _r, nh) = with_next_hops(small_cfg(), 4);
     let g = w.add_next_hop(NextHop::Ecmp(nh.clone().into())).unwrap();
     w.add4(0x0a00_0000, 8, g).unwrap();
-    assert_eq!(r.lookup4(0x0a00_0001), g);
+    assert_eq!(w.lookup4(0x0a00_0001), g);
     let mut rng = SmallRng::seed_from_u64(1);
     let mut hits = HashMap::new();
     for _ in 0..10_000 {
         let h: u32 = rng.gen();
-        let m = r.resolve(g, h);
-        assert_eq!(r.resolve(g, h), m);
+        let m = w.resolve(g, h);
+        assert_eq!(w.resolve(g, h), m);
         assert!(nh.contains(&m));
         *hits.entry(m).or_insert(0) += 1;
     }
@@ -616,8 +624,8 @@ fn ecmp_resolve_is_stable_and_spreads() {
         hits.values().all(|&n| (2000..=3000).contains(&n)),
         "{hits:?}"
     );
-    assert_eq!(r.resolve(nh[0], 5), nh[0]);
-    assert_eq!(r.resolve(4242, 5), 4242);
+    assert_eq!(w.resolve(nh[0], 5), nh[0]);
+    assert_eq!(w.resolve(4242, 5), 4242);
     // Ids are reused only after removal and a grace period.
     w.set_next_hop(g, NextHop::Local).unwrap();
     w.remove_next_hop(nh[3]).unwrap();
@@ -629,8 +637,10 @@ fn ecmp_resolve_is_stable_and_spreads() {
 fn handles_are_send_and_sync() {
     fn send<T: Send>() {}
     fn sync<T: Sync>() {}
+    // A reader moves to its worker thread but is not shared (see the compile_fail
+    // examples on `FibReader`); the spawner's handle is shared freely.
     send::<FibReader>();
-    sync::<FibReader>();
+    send::<FibReaders>();
+    sync::<FibReaders>();
     send::<FibWriter>();
-    send::<qsbr::ReaderHandle>();
 }
