@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 # The API fuzzer that tests/api.rs runs against the daemon's own OpenAPI document (PyPI).
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'schemathesis==4.32.5'
 cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# The FIB's reclamation protocol under every interleaving loom explores (crates/fib/src/qsbr.rs);
+# its own target directory, as --cfg loom rebuilds the crate.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p fib --release --lib --locked loom
 # Unit, property, concurrency, real-kernel (veth, netlink, network-namespace lab) tests and
 # the benchmark commands at small scale. The test profile is optimised (Cargo.toml).
 cargo test --workspace --locked

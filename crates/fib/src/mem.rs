@@ -48,14 +48,21 @@ impl<T: ZeroValid> Region<T> {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "table too large")
             })?;
         let map_len = if huge { bytes + HUGE_PAGE } else { bytes };
+        // MAP_NORESERVE: pages are committed on first touch only. (Miri, which checks the
+        // unsafe code here in CI, knows only plain private anonymous mappings.)
+        let flags = if cfg!(miri) {
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+        } else {
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE
+        };
         // SAFETY: anonymous private mapping with no address hint; the kernel picks the
-        // address. MAP_NORESERVE: pages are committed on first touch only.
+        // address.
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                flags,
                 -1,
                 0,
             )
@@ -69,7 +76,7 @@ impl<T: ZeroValid> Region<T> {
         } else {
             base
         };
-        if huge {
+        if huge && !cfg!(miri) {
             // THP is best effort: a failure only costs TLB misses, so the result is ignored.
             // SAFETY: [start, start + bytes) lies inside the mapping created above.
             unsafe {
@@ -77,7 +84,9 @@ impl<T: ZeroValid> Region<T> {
             }
         }
         Ok(Region {
-            ptr: NonNull::new(start as *mut T).expect("mmap returned a non-null address"),
+            // Offset from the mapping's own pointer, keeping its provenance.
+            ptr: NonNull::new((map as *mut u8).wrapping_add(start - base) as *mut T)
+                .expect("mmap returned a non-null address"),
             len,
             map: NonNull::new(map).expect("mmap returned a non-null address"),
             map_len,
@@ -113,11 +122,11 @@ impl<T: ZeroValid> Drop for Region<T> {
 /// Hint the CPU to bring the cache line holding `p` into L1.
 #[inline(always)]
 pub(crate) fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetch never faults, whatever the address; SSE is baseline on x86_64.
     unsafe {
         core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = p;
 }
