@@ -58,7 +58,11 @@ impl HugeMem {
             );
         }
         // SAFETY: advisory call on the mapping just created; failure only means 4 KiB pages.
-        unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
+        // (Miri, which checks this module, does not know madvise.)
+        #[cfg(not(miri))]
+        unsafe {
+            libc::madvise(ptr, len, libc::MADV_HUGEPAGE)
+        };
         HugeMem {
             ptr: ptr as *mut u8,
             len,
@@ -85,30 +89,48 @@ impl Drop for HugeMem {
 /// Hint the CPU to bring the cache line at `p` in. Never faults, whatever the address.
 #[inline(always)]
 pub fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: PREFETCHT0 is a hint; it never faults, even on invalid addresses.
     unsafe {
         core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
     };
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = p;
 }
 
 /// Packet memory on huge pages with a LIFO free list (hot frames stay in cache).
+///
+/// Ownership of each frame is tracked in a bitmap: a frame freed twice, or a foreign index,
+/// is refused and counted ([`Arena::bad_frees`]) rather than entering the free list twice
+/// (which would hand one frame to two packets). Debug builds, tests included, also stop
+/// on it.
 pub struct Arena {
     mem: HugeMem,
     free: Vec<u32>,
+    /// One bit per frame: set while the frame is on the free list.
+    is_free: Vec<u64>,
     frames: u32,
+    bad_frees: u64,
 }
 
 impl Arena {
     /// `frames` frames, all free.
     pub fn new(frames: u32) -> Arena {
+        let mut is_free = vec![0u64; (frames as usize).div_ceil(64)];
+        for b in 0..frames as usize {
+            is_free[b / 64] |= 1 << (b % 64);
+        }
         Arena {
             mem: HugeMem::new(frames as usize * FRAME_SIZE),
             free: (0..frames).rev().collect(),
+            is_free,
             frames,
+            bad_frees: 0,
         }
+    }
+    /// Frees refused: a frame already free (a double free) or not of this arena.
+    pub fn bad_frees(&self) -> u64 {
+        self.bad_frees
     }
     /// Number of frames.
     pub fn frames(&self) -> u32 {
@@ -147,13 +169,26 @@ impl PacketMemory for Arena {
     }
     #[inline]
     fn alloc(&mut self) -> Option<u32> {
-        self.free.pop()
+        let b = self.free.pop()?;
+        if let Some(w) = self.is_free.get_mut(b as usize / 64) {
+            *w &= !(1 << (b % 64));
+        }
+        Some(b)
     }
     #[inline]
     fn free(&mut self, buf: u32) {
-        // Capacity was reserved for every frame at creation: this never reallocates.
-        if buf < self.frames && self.free.len() < self.frames as usize {
-            self.free.push(buf);
+        let bit = 1u64 << (buf % 64);
+        match self.is_free.get_mut(buf as usize / 64) {
+            Some(w) if buf < self.frames && *w & bit == 0 => {
+                *w |= bit;
+                // Capacity was reserved for every frame at creation: this never
+                // reallocates (a frame is on the list at most once).
+                self.free.push(buf);
+            }
+            _ => {
+                self.bad_frees += 1;
+                debug_assert!(false, "frame {buf} freed twice or not of this arena");
+            }
         }
     }
     fn frame_pair(&mut self, src: u32, dst: u32) -> (&[u8], &mut [u8]) {
@@ -269,10 +304,40 @@ mod tests {
         a.free(q);
         a.free(p.buf);
         assert_eq!(a.free_count(), 4);
-        // Double free beyond capacity and foreign indices are ignored, not UB or growth.
-        a.free(p.buf);
-        a.free(99);
-        assert_eq!(a.free_count(), 4);
+        assert_eq!(a.bad_frees(), 0);
         assert!(a.load(&[0u8; FRAME_SIZE], 0).is_none());
+    }
+
+    /// A double free (even while other frames are out, where the old length check saw
+    /// nothing) and a foreign index are refused and counted: the frame is never handed to
+    /// two owners. Release builds only: debug builds stop on them.
+    #[test]
+    #[cfg(not(debug_assertions))]
+    fn arena_refuses_double_and_foreign_frees() {
+        let mut a = Arena::new(4);
+        let x = a.alloc().unwrap();
+        let y = a.alloc().unwrap();
+        a.free(x);
+        a.free(x);
+        a.free(99);
+        assert_eq!(a.bad_frees(), 2);
+        assert_eq!(a.free_count(), 3);
+        let mut got = vec![a.alloc().unwrap(), a.alloc().unwrap(), a.alloc().unwrap()];
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), 3, "a frame was handed out twice");
+        assert!(!got.contains(&y), "y is still owned");
+        assert!(a.alloc().is_none());
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "freed twice")]
+    fn arena_stops_on_a_double_free_in_debug_builds() {
+        let mut a = Arena::new(4);
+        let x = a.alloc().unwrap();
+        let _y = a.alloc().unwrap();
+        a.free(x);
+        a.free(x);
     }
 }
