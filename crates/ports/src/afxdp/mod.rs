@@ -486,16 +486,11 @@ impl<M: PacketMemory> Port<M> for AfXdp {
             }
             return 0;
         }
-        let umem = self.umem.as_slice();
         for i in 0..n {
             let d = self.rx.read(i);
             self.fill_pending.push(chunk(d.addr));
             let len = d.len as usize;
             let start = d.addr as usize;
-            let Some(src) = umem.get(start..start.saturating_add(len)) else {
-                self.stats.rx_dropped_too_big += 1;
-                continue;
-            };
             if len > FRAME_SIZE - HEADROOM {
                 self.stats.rx_dropped_too_big += 1;
                 continue;
@@ -504,13 +499,15 @@ impl<M: PacketMemory> Port<M> for AfXdp {
                 self.stats.rx_dropped_no_buffer += 1;
                 continue;
             };
-            match mem.frame_mut(buf).get_mut(HEADROOM..HEADROOM + len) {
-                Some(dst) => dst.copy_from_slice(src),
-                None => {
-                    mem.free(buf);
-                    self.stats.rx_dropped_too_big += 1;
-                    continue;
-                }
+            // The frame is ours until it goes back on the fill ring (`refill`, below).
+            let copied = mem
+                .frame_mut(buf)
+                .get_mut(HEADROOM..HEADROOM + len)
+                .and_then(|dst| self.umem.read_into(start, dst));
+            if copied.is_none() {
+                mem.free(buf);
+                self.stats.rx_dropped_too_big += 1;
+                continue;
             }
             // `n` is bounded by the room in the vector: the push cannot fail. AF_XDP says
             // nothing of the sender's checksum offload: a local sender (veth, TAP) hands
@@ -531,7 +528,6 @@ impl<M: PacketMemory> Port<M> for AfXdp {
         let want = pkts.len().min(u32::MAX as usize) as u32;
         let room = self.tx.free(want).min(want).min(self.tx_free.len() as u32);
         let mut queued = 0u32;
-        let umem = self.umem.as_mut_slice();
         for p in &pkts[..room as usize] {
             let (off, len) = (p.off as usize, p.len as usize);
             let src = mem.frame(p.buf).get(off..off + len);
@@ -539,15 +535,11 @@ impl<M: PacketMemory> Port<M> for AfXdp {
                 self.stats.tx_errors += 1;
                 continue;
             };
-            let start = addr as usize;
-            let dst = match umem.get_mut(start..start + len) {
-                Some(d) if len <= FRAME_SIZE => d,
-                _ => {
-                    self.stats.tx_errors += 1;
-                    continue;
-                }
-            };
-            dst.copy_from_slice(src);
+            // A free chunk: the kernel has none of it until it is on the TX ring.
+            if len > FRAME_SIZE || self.umem.write_from(addr as usize, src).is_none() {
+                self.stats.tx_errors += 1;
+                continue;
+            }
             self.tx_free.pop();
             self.tx.write(
                 queued,

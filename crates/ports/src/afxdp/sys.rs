@@ -76,18 +76,41 @@ impl Mmap {
         self.len
     }
 
-    /// The mapping as bytes.
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`. The kernel
-        // writes only into frames handed to it on the fill/TX rings, which the port does not
-        // read until they come back.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    /// Copy `dst.len()` bytes out of the mapping, from `off`; `None` (nothing copied) when
+    /// that range is not inside it.
+    ///
+    /// Never through a reference: the kernel writes other frames of a UMEM meanwhile (those
+    /// on the fill ring), so no `&[u8]` may cover the mapping. The caller copies only a frame
+    /// the kernel handed back (on the RX ring), which it does not write until that frame is
+    /// on the fill ring again.
+    pub(crate) fn read_into(&self, off: usize, dst: &mut [u8]) -> Option<()> {
+        let end = off.checked_add(dst.len())?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: [off, end) lies inside the mapping, which lives as long as `self`; a byte
+        // copy has no alignment requirement, and `dst` is our own memory, distinct from the
+        // mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+        Some(())
     }
 
-    /// The mapping as writable bytes.
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` guarantees no other slice of ours is live.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    /// Copy `src` into the mapping at `off`; `None` (nothing written) when that range is not
+    /// inside it. As [`Mmap::read_into`]: through raw pointers, into a frame the kernel does
+    /// not own (one taken from the free list before it goes on the TX ring).
+    pub(crate) fn write_from(&mut self, off: usize, src: &[u8]) -> Option<()> {
+        let end = off.checked_add(src.len())?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: [off, end) lies inside the writable mapping, which lives as long as
+        // `self`; `src` is our own memory, distinct from the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
+        Some(())
     }
 }
 
