@@ -81,20 +81,6 @@ fn dst_opts(n: usize) -> Vec<u8> {
 }
 
 /// Datagrams received on `sock` within `wait`, by payload.
-fn received(sock: &UdpSocket, wait: Duration) -> Vec<Vec<u8>> {
-    let mut got = Vec::new();
-    let end = Instant::now() + wait;
-    let mut buf = [0u8; 2048];
-    while Instant::now() < end {
-        sock.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        if let Ok(n) = sock.recv(&mut buf) {
-            got.push(buf[..n].to_vec());
-        }
-    }
-    got
-}
-
 /// h1's eth0: its ifindex and the L2 header of a frame from it to the router.
 fn h1_link(lab: &Lab) -> (u32, [u8; 12]) {
     let r1 = mac_of(api(lab, "interfaces", None)[0]["mac"].as_str().unwrap());

@@ -15,26 +15,6 @@ use common::*;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn ping(lab: &Lab, ns: &str, dst: &str, extra: &[&str]) -> (bool, String) {
-    let mut a = vec!["ping", "-c", "3", "-i", "0.2", "-W", "2"];
-    if dst.contains(':') {
-        a.insert(1, "-6");
-    }
-    a.extend_from_slice(extra);
-    a.push(dst);
-    sh(lab, ns, &a)
-}
-
-/// Ping until one reply (the first packets may be dropped while the next hop resolves).
-fn ping_until_ok(lab: &Lab, ns: &str, dst: &str) {
-    for _ in 0..5 {
-        if ping(lab, ns, dst, &[]).0 {
-            return;
-        }
-    }
-    panic!("{dst} unreachable from {ns}: {}", ping(lab, ns, dst, &[]).1);
-}
-
 #[test]
 fn ping_and_ping6_both_ways_through_the_fast_path_only_af_xdp() {
     ping_both_ways("af_xdp", "af_xdp (xdp-");

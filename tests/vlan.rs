@@ -5,7 +5,7 @@
 
 use std::net::UdpSocket;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lab::{vlan, Guard, Lab};
 use serde_json::Value;
@@ -20,24 +20,6 @@ fn vlan_lab(tag: &str, backend: &str) -> Guard {
     lab.vlans = true;
     lab.backend = backend.into();
     start_lab(lab)
-}
-
-fn ping(lab: &Lab, ns: &str, dst: &str) -> (bool, String) {
-    let mut a = vec!["ping", "-c", "3", "-i", "0.2", "-W", "2"];
-    if dst.contains(':') {
-        a.insert(1, "-6");
-    }
-    a.push(dst);
-    sh(lab, ns, &a)
-}
-
-fn ping_until_ok(lab: &Lab, ns: &str, dst: &str) {
-    for _ in 0..5 {
-        if ping(lab, ns, dst).0 {
-            return;
-        }
-    }
-    panic!("{dst} unreachable from {ns}: {}", ping(lab, ns, dst).1);
 }
 
 #[test]
@@ -215,16 +197,7 @@ fn frames_are_routed_by_their_tags_and_unknown_tags_are_dropped() {
             }
         }
     });
-    let mut got = Vec::new();
-    let end = Instant::now() + Duration::from_millis(1500);
-    let mut buf = [0u8; 2048];
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    while Instant::now() < end {
-        if let Ok(n) = sock.recv(&mut buf) {
-            got.push(buf[..n].to_vec());
-        }
-    }
+    let got = received(&sock, Duration::from_millis(1500));
     let n = |t: &[u8]| got.iter().filter(|g| g.as_slice() == t).count();
     for t in [&b"v100"[..], b"qinq", b"untagged"] {
         assert_eq!(n(t), N, "{}: {got:?}", String::from_utf8_lossy(t));

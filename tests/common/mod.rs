@@ -314,3 +314,39 @@ pub fn mac_of(s: &str) -> [u8; 6] {
         .collect();
     v.try_into().unwrap()
 }
+
+/// Ping `dst` from `ns` three times (`extra` options added): (all answered, output).
+pub fn ping(lab: &Lab, ns: &str, dst: &str, extra: &[&str]) -> (bool, String) {
+    let mut a = vec!["ping", "-c", "3", "-i", "0.2", "-W", "2"];
+    if dst.contains(':') {
+        a.insert(1, "-6");
+    }
+    a.extend_from_slice(extra);
+    a.push(dst);
+    sh(lab, ns, &a)
+}
+
+/// Ping until one reply (the first packets may be dropped while the next hop resolves).
+pub fn ping_until_ok(lab: &Lab, ns: &str, dst: &str) {
+    for _ in 0..5 {
+        if ping(lab, ns, dst, &[]).0 {
+            return;
+        }
+    }
+    panic!("{dst} unreachable from {ns}: {}", ping(lab, ns, dst, &[]).1);
+}
+
+/// Every datagram `sock` receives within `wait`.
+pub fn received(sock: &std::net::UdpSocket, wait: std::time::Duration) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let end = std::time::Instant::now() + wait;
+    let mut buf = [0u8; 2048];
+    while std::time::Instant::now() < end {
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        if let Ok(n) = sock.recv(&mut buf) {
+            got.push(buf[..n].to_vec());
+        }
+    }
+    got
+}

@@ -14,6 +14,8 @@ use fib::{Adjacency, NextHop};
 use proptest::prelude::*;
 use wire::checksum;
 
+mod common;
+
 const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const PEER0: [u8; 6] = [2, 0, 0, 0, 0, 0xa0];
@@ -188,46 +190,7 @@ fn udp6(n: usize) -> Vec<u8> {
 impl Lab {
     /// Run frames through the graph; returns (port, frame bytes) of everything sent.
     fn run(&mut self, frames: &[Vec<u8>]) -> Vec<(u16, Vec<u8>)> {
-        let mut v = Vector::default();
-        for f in frames {
-            assert!(v.push(self.arena.load(f, 0).expect("arena")));
-        }
-        let n = v.len;
-        let free_before = self.arena.free_count();
-        self.graph
-            .process(&mut v, &mut self.arena, &mut self.out, 1_000_000_000);
-        let mut sent = Vec::new();
-        for (port, list) in self.out.tx.iter().enumerate() {
-            for p in list {
-                sent.push((port as u16, self.arena.data(p).to_vec()));
-            }
-        }
-        // Conservation: every buffer is either transmitted or released, exactly once.
-        let bufs: Vec<u32> = self
-            .out
-            .tx
-            .iter()
-            .flatten()
-            .map(|p: &Pkt| p.buf)
-            .chain(self.out.free.iter().copied())
-            .collect();
-        let mut uniq = bufs.clone();
-        uniq.sort();
-        uniq.dedup();
-        assert_eq!(
-            uniq.len(),
-            bufs.len(),
-            "a buffer was released or sent twice"
-        );
-        for p in self.out.tx.iter().flatten() {
-            self.arena.free(p.buf);
-        }
-        for &b in &self.out.free {
-            self.arena.free(b);
-        }
-        self.out.clear();
-        assert_eq!(self.arena.free_count(), free_before + n, "buffers leaked");
-        sent
+        common::run_frames(&mut self.graph, &mut self.arena, &mut self.out, 0, frames)
     }
     fn count(&self, r: Reason) -> u64 {
         self.counters.get(r)

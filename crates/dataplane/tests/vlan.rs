@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use dataplane::interfaces::{PuntPath, VlanTags};
 use dataplane::punt::{self, PuntConsumer};
-use dataplane::{
-    Arena, Counters, Graph, GraphConfig, Interfaces, Output, PacketMemory, PortInfo, Reason, Vector,
-};
+use dataplane::{Arena, Counters, Graph, GraphConfig, Interfaces, Output, PortInfo, Reason};
 use fib::{Adjacency, NextHop};
 use wire::checksum;
+
+mod common;
 
 const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -122,29 +122,7 @@ fn lab() -> Lab {
 impl Lab {
     /// Frames received on `rx`; returns (port, bytes) of what was sent.
     fn run(&mut self, rx: u16, frames: &[Vec<u8>]) -> Vec<(u16, Vec<u8>)> {
-        let mut v = Vector::default();
-        for f in frames {
-            assert!(v.push(self.arena.load(f, rx).expect("arena")));
-        }
-        let n = v.len;
-        let free_before = self.arena.free_count();
-        self.graph
-            .process(&mut v, &mut self.arena, &mut self.out, 1_000_000_000);
-        let mut sent = Vec::new();
-        for (port, list) in self.out.tx.iter().enumerate() {
-            for p in list {
-                sent.push((port as u16, self.arena.data(p).to_vec()));
-            }
-        }
-        for p in self.out.tx.iter().flatten() {
-            self.arena.free(p.buf);
-        }
-        for &b in &self.out.free {
-            self.arena.free(b);
-        }
-        self.out.clear();
-        assert_eq!(self.arena.free_count(), free_before + n, "buffers leaked");
-        sent
+        common::run_frames(&mut self.graph, &mut self.arena, &mut self.out, rx, frames)
     }
     fn count(&self, r: Reason) -> u64 {
         self.counters.get(r)
