@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use dataplane::punt::PuntConsumer;
 use dataplane::worker::{self, WorkerExit, WorkerHandle};
 use dataplane::{Arena, Graph, GraphConfig, Interfaces, Output, Reason, Vector};
-use ports::{AfPacket, AfPacketOptions, AfXdp, AfXdpOptions, PortStats};
+use ports::{AfPacket, AfPacketOptions, AfXdp, AfXdpOptions, AnyPort};
 use rustc_hash::FxHashMap;
 
 use crate::capture::CaptureService;
@@ -62,99 +62,59 @@ pub struct PortFacts {
     pub backend: String,
 }
 
-/// A port of either backend, as the worker drives it.
-pub enum LivePort {
-    /// AF_PACKET (TPACKET_V3): works everywhere; the kernel sees every frame too.
-    Packet(AfPacket),
-    /// AF_XDP: the XDP program passes the kernel's traffic up and redirects the rest.
-    Xdp(Box<AfXdp>),
-    /// memif: shared memory with a userspace peer; its kernel face is a TAP of the port's
-    /// name (`ifindex`), fed by the control loop.
-    Memif {
-        /// The memif.
-        port: Box<Memif>,
-        /// Port name (the TAP's).
-        name: String,
-        /// The TAP's ifindex.
-        ifindex: u32,
-        /// Role and socket, for `show interfaces`.
-        describe: String,
-    },
+/// A port as the worker drives it: the backend, and for memif the TAP that is its face in
+/// Linux (fed by the control loop).
+pub struct LivePort {
+    port: AnyPort,
+    /// memif only: the port's name (the TAP's), the TAP's ifindex, and the role and socket
+    /// for `show interfaces`.
+    memif_face: Option<(String, u32, String)>,
 }
 
 impl LivePort {
-    fn stats(&self) -> PortStats {
-        match self {
-            LivePort::Packet(p) => p.stats(),
-            LivePort::Xdp(p) => p.stats(),
-            LivePort::Memif { port, .. } => port.stats().port_stats(),
+    fn new(port: AnyPort) -> LivePort {
+        LivePort {
+            port,
+            memif_face: None,
         }
-    }
-    /// Whether poll(2) on [`LivePort::fd`] wakes as soon as one frame arrives: AF_XDP's
-    /// socket does; TPACKET_V3 signals a block when the kernel retires it (up to its 1 ms
-    /// timeout later), and memif has no notification.
-    fn wakes_per_frame(&self) -> bool {
-        matches!(self, LivePort::Xdp(_))
     }
     /// How what the fast path punts from this port reaches the kernel.
     fn punt_path(&self) -> dataplane::interfaces::PuntPath {
         use dataplane::interfaces::PuntPath;
-        match self {
-            LivePort::Packet(_) => PuntPath::KernelSawIt,
-            LivePort::Xdp(_) => PuntPath::Unreachable,
-            LivePort::Memif { .. } => PuntPath::Queue,
-        }
-    }
-    /// What to sleep on when idle (memif has no receive notification: -1, poll ignores it).
-    fn fd(&self) -> std::os::fd::RawFd {
-        match self {
-            LivePort::Packet(p) => p.fd(),
-            LivePort::Xdp(p) => p.fd(),
-            LivePort::Memif { .. } => -1,
+        match self.port {
+            AnyPort::Packet(_) => PuntPath::KernelSawIt,
+            AnyPort::Xdp(_) => PuntPath::Unreachable,
+            AnyPort::Memif(_) => PuntPath::Queue,
         }
     }
     fn facts(&self, port: u16) -> PortFacts {
-        let (name, ifindex, backend) = match self {
-            LivePort::Packet(p) => (p.ifname(), p.ifindex(), "af_packet".to_string()),
-            LivePort::Xdp(p) => (p.ifname(), p.ifindex(), format!("af_xdp ({})", p.mode())),
-            LivePort::Memif {
-                name,
-                ifindex,
-                describe,
-                ..
-            } => (name.as_str(), *ifindex, describe.clone()),
+        let (name, ifindex, backend) = match (&self.memif_face, self.port.interface()) {
+            (Some((name, ifindex, describe)), _) => (name.clone(), *ifindex, describe.clone()),
+            (None, Some((name, ifindex))) => (name.to_string(), ifindex, self.port.backend()),
+            (None, None) => (format!("port{port}"), 0, self.port.backend()),
         };
         PortFacts {
             port,
-            name: name.to_string(),
+            name,
             ifindex,
             backend,
         }
     }
     /// Tell the XDP program which destinations are the router's own.
     fn set_local_addrs(&mut self, addrs: &[IpAddr]) {
-        if let LivePort::Xdp(p) = self {
-            if let Err(e) = p.set_local_addrs(addrs) {
-                tracing::warn!("updating local addresses of {}: {e}", p.ifname());
-            }
+        if let Err(e) = self.port.set_local_addrs(addrs) {
+            let name = self.port.interface().map_or("?", |(n, _)| n);
+            tracing::warn!("updating local addresses of {name}: {e}");
         }
     }
 }
 
 impl dataplane::worker::Port<Arena> for LivePort {
     fn rx_burst(&mut self, mem: &mut Arena, v: &mut Vector) -> usize {
-        match self {
-            LivePort::Packet(p) => p.rx_burst(mem, v),
-            LivePort::Xdp(p) => p.rx_burst(mem, v),
-            LivePort::Memif { port, .. } => port.rx_burst(mem, v),
-        }
+        self.port.rx_burst(mem, v)
     }
     fn tx_burst(&mut self, mem: &mut Arena, pkts: &[dataplane::Pkt]) -> usize {
-        match self {
-            LivePort::Packet(p) => p.tx_burst(mem, pkts),
-            LivePort::Xdp(p) => p.tx_burst(mem, pkts),
-            LivePort::Memif { port, .. } => port.tx_burst(mem, pkts),
-        }
+        self.port.tx_burst(mem, pkts)
     }
 }
 
@@ -319,9 +279,9 @@ fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
         qdisc_bypass: false,
         ..AfPacketOptions::default()
     };
-    Ok(LivePort::Packet(
+    Ok(LivePort::new(AnyPort::Packet(Box::new(
         AfPacket::open(name, port, opts).with_context(|| format!("cannot open port {name}"))?,
-    ))
+    ))))
 }
 
 /// Open every configured port for `workers` workers — AF_XDP first where `auto` allows
@@ -339,7 +299,7 @@ fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<V
             Backend::AfXdp => xdp(&p.name)
                 .with_context(|| format!("cannot open port {} with AF_XDP on {queues} queue(s)", p.name))?
                 .into_iter()
-                .map(|x| LivePort::Xdp(Box::new(x)))
+                .map(|x| LivePort::new(AnyPort::Xdp(Box::new(x))))
                 .collect(),
             Backend::AfPacket if workers > 1 => bail!(
                 "port {}: backend af_packet is served by a single worker; set workers = 1 or use af_xdp",
@@ -378,11 +338,9 @@ fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<V
                     .and_then(|t| t.as_ref())
                     .map(|t| t.ifindex())
                     .unwrap_or(0);
-                vec![LivePort::Memif {
-                    port: Box::new(m),
-                    name: p.name.clone(),
-                    ifindex,
-                    describe,
+                vec![LivePort {
+                    port: AnyPort::Memif(Box::new(m)),
+                    memif_face: Some((p.name.clone(), ifindex, describe)),
                 }]
             }
             // AF_XDP cannot see tags kept in packet metadata (a NIC's VLAN stripping, a
@@ -398,7 +356,10 @@ fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<V
                 vec![open_af_packet(&p.name, port)?]
             }
             Backend::Auto => match xdp(&p.name) {
-                Ok(v) => v.into_iter().map(|x| LivePort::Xdp(Box::new(x))).collect(),
+                Ok(v) => v
+                    .into_iter()
+                    .map(|x| LivePort::new(AnyPort::Xdp(Box::new(x))))
+                    .collect(),
                 Err(e) if workers > 1 => {
                     return Err(anyhow::Error::new(e)
                         .context(format!("port {}: workers = {workers} needs AF_XDP on {workers} receive queues", p.name)))
@@ -461,11 +422,11 @@ fn spawn_worker(
         let mut out = Output::new(ports.len());
         let epoch = Instant::now();
         let mut iter = 0u64;
-        let mut pacing = AdaptivePoll::new(ports.iter().all(LivePort::wakes_per_frame));
+        let mut pacing = AdaptivePoll::new(ports.iter().all(|p| p.port.wakes_per_frame()));
         let mut fds: Vec<libc::pollfd> = ports
             .iter()
             .map(|p| libc::pollfd {
-                fd: p.fd(),
+                fd: p.port.fd(),
                 events: libc::POLLIN,
                 revents: 0,
             })
@@ -561,7 +522,7 @@ fn inject_from_kernel(
 
 fn publish(ports: &[LivePort], out: &[PortCounters]) {
     for (p, c) in ports.iter().zip(out) {
-        let s = p.stats();
+        let s = p.port.stats();
         c.rx_packets.store(s.rx_packets, Ordering::Relaxed);
         c.rx_bytes.store(s.rx_bytes, Ordering::Relaxed);
         c.tx_packets.store(s.tx_packets, Ordering::Relaxed);

@@ -15,12 +15,14 @@
 
 pub mod afpacket;
 pub mod afxdp;
+mod any;
 pub mod memif;
 mod sys;
 pub mod tap;
 
 pub use afpacket::{AfPacket, AfPacketOptions};
 pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode};
+pub use any::AnyPort;
 pub use memif::{Memif, MemifOptions, MemifRole, MemifStats};
 
 /// Why a port could not be opened or configured.

@@ -243,7 +243,7 @@ fn sweep_over_a_veth_pair_with_af_packet_and_af_xdp() {
     }
 
     // AF_PACKET, as `ferrouter tester --port0 af_packet:IF` opens it
-    // (lab::rfc2544::standalone::AnyPort::open).
+    // (lab::rfc2544::standalone::open_port).
     let opts = AfPacketOptions {
         qdisc_bypass: true,
         ..Default::default()

@@ -7,97 +7,68 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use dataplane::worker::Port;
-use dataplane::{Arena, Pkt, Vector};
+use dataplane::Arena;
+pub use ports::AnyPort;
 use tester::flows::{AddrRange, Endpoints, Prefix};
 use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig, TrialResult};
 
-/// A tester port of any backend.
-pub enum AnyPort {
-    /// AF_XDP.
-    Xdp(Box<ports::AfXdp>),
-    /// AF_PACKET.
-    Packet(Box<ports::AfPacket>),
-    /// memif.
-    Memif(Box<ports::memif::Memif>),
-}
-
-impl Port<Arena> for AnyPort {
-    fn rx_burst(&mut self, mem: &mut Arena, v: &mut Vector) -> usize {
-        match self {
-            AnyPort::Xdp(p) => p.rx_burst(mem, v),
-            AnyPort::Packet(p) => p.rx_burst(mem, v),
-            AnyPort::Memif(p) => p.rx_burst(mem, v),
-        }
-    }
-    fn tx_burst(&mut self, mem: &mut Arena, pkts: &[Pkt]) -> usize {
-        match self {
-            AnyPort::Xdp(p) => p.tx_burst(mem, pkts),
-            AnyPort::Packet(p) => p.tx_burst(mem, pkts),
-            AnyPort::Memif(p) => p.tx_burst(mem, pkts),
-        }
-    }
-}
-
-impl AnyPort {
-    /// Open `spec`: `af_xdp:IFNAME`, `af_packet:IFNAME` or
-    /// `memif:SOCKET[:client|server[:ID]]` (client by default, as DPDK).
-    pub fn open(spec: &str, port_id: u16) -> Result<(AnyPort, Option<[u8; 6]>)> {
-        let (kind, rest) = spec
+/// Open a tester port from `spec`: `af_xdp:IFNAME`, `af_packet:IFNAME` or
+/// `memif:SOCKET[:client|server[:ID]]` (client by default, as DPDK); with the interface's
+/// MAC (none for memif).
+pub fn open_port(spec: &str, port_id: u16) -> Result<(AnyPort, Option<[u8; 6]>)> {
+    let (kind, rest) = spec
             .split_once(':')
             .with_context(|| format!("port {spec:?}: expected af_xdp:IFNAME, af_packet:IFNAME or memif:SOCKET[:client|server[:ID]]"))?;
-        Ok(match kind {
-            "af_xdp" => {
-                let p = ports::AfXdp::open(rest, 0, port_id, ports::AfXdpOptions::default())
-                    .with_context(|| format!("opening AF_XDP on {rest}"))?;
-                let mac = p.mac();
-                (AnyPort::Xdp(Box::new(p)), Some(mac))
-            }
-            "af_packet" => {
-                let opts = ports::AfPacketOptions {
-                    qdisc_bypass: true,
+    Ok(match kind {
+        "af_xdp" => {
+            let p = ports::AfXdp::open(rest, 0, port_id, ports::AfXdpOptions::default())
+                .with_context(|| format!("opening AF_XDP on {rest}"))?;
+            let mac = p.mac();
+            (AnyPort::Xdp(Box::new(p)), Some(mac))
+        }
+        "af_packet" => {
+            let opts = ports::AfPacketOptions {
+                qdisc_bypass: true,
+                ..Default::default()
+            };
+            let p = ports::AfPacket::open(rest, port_id, opts)
+                .with_context(|| format!("opening AF_PACKET on {rest}"))?;
+            let mac = p.mac();
+            (AnyPort::Packet(Box::new(p)), Some(mac))
+        }
+        "memif" => {
+            let mut parts = rest.split(':');
+            let socket = PathBuf::from(parts.next().unwrap_or_default());
+            let role = match parts.next() {
+                None | Some("client") => ports::memif::MemifRole::Client,
+                Some("server") => ports::memif::MemifRole::Server,
+                Some(r) => {
+                    bail!("port {spec:?}: memif role {r:?} is neither client nor server")
+                }
+            };
+            let id = match parts.next() {
+                None => 0,
+                Some(n) => n
+                    .parse()
+                    .with_context(|| format!("port {spec:?}: memif id {n:?}"))?,
+            };
+            let mut m = ports::memif::Memif::open(
+                port_id,
+                ports::memif::MemifOptions {
+                    socket: socket.clone(),
+                    role,
+                    id,
+                    name: format!("tester{port_id}"),
                     ..Default::default()
-                };
-                let p = ports::AfPacket::open(rest, port_id, opts)
-                    .with_context(|| format!("opening AF_PACKET on {rest}"))?;
-                let mac = p.mac();
-                (AnyPort::Packet(Box::new(p)), Some(mac))
-            }
-            "memif" => {
-                let mut parts = rest.split(':');
-                let socket = PathBuf::from(parts.next().unwrap_or_default());
-                let role = match parts.next() {
-                    None | Some("client") => ports::memif::MemifRole::Client,
-                    Some("server") => ports::memif::MemifRole::Server,
-                    Some(r) => {
-                        bail!("port {spec:?}: memif role {r:?} is neither client nor server")
-                    }
-                };
-                let id = match parts.next() {
-                    None => 0,
-                    Some(n) => n
-                        .parse()
-                        .with_context(|| format!("port {spec:?}: memif id {n:?}"))?,
-                };
-                let mut m = ports::memif::Memif::open(
-                    port_id,
-                    ports::memif::MemifOptions {
-                        socket: socket.clone(),
-                        role,
-                        id,
-                        name: format!("tester{port_id}"),
-                        ..Default::default()
-                    },
-                )
-                .with_context(|| format!("opening memif {}", socket.display()))?;
-                m.wait_connected(Duration::from_secs(30)).with_context(|| {
-                    format!("waiting for the memif peer on {}", socket.display())
-                })?;
-                (AnyPort::Memif(Box::new(m)), None)
-            }
-            _ => bail!("port {spec:?}: unknown backend {kind:?} (af_xdp, af_packet, memif)"),
-        })
-    }
+                },
+            )
+            .with_context(|| format!("opening memif {}", socket.display()))?;
+            m.wait_connected(Duration::from_secs(30))
+                .with_context(|| format!("waiting for the memif peer on {}", socket.display()))?;
+            (AnyPort::Memif(Box::new(m)), None)
+        }
+        _ => bail!("port {spec:?}: unknown backend {kind:?} (af_xdp, af_packet, memif)"),
+    })
 }
 
 /// One standalone trial.
@@ -138,8 +109,8 @@ fn endpoints(src: &[IpAddr], dst: &[Prefix], v6: bool) -> Option<Endpoints> {
 /// Run the trial; the result has every count and rate.
 pub fn run(s: &Standalone) -> Result<TrialResult> {
     let profile = Profile::parse(&s.profile)?;
-    let (mut a, mac_a) = AnyPort::open(&s.ports[0], 0)?;
-    let (mut b, mac_b) = AnyPort::open(&s.ports[1], 1)?;
+    let (mut a, mac_a) = open_port(&s.ports[0], 0)?;
+    let (mut b, mac_b) = open_port(&s.ports[1], 1)?;
     let macs = [
         s.src_macs[0]
             .or(mac_a)
