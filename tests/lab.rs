@@ -300,7 +300,7 @@ fn light_udp_load_on_af_xdp_wakes_the_worker_per_frame_without_loss() {
     // It slept between frames rather than spinning through the load. How often depends on
     // the machine (one sleep for every two frames on a quiet one, one for every eleven on a
     // busy CI host), so this only asks for plenty of sleeps; the policy itself (sleep after
-    // 32 empty polls under light load, 2,048 otherwise) is unit-tested in `daemon.rs`.
+    // 32 empty polls under light load, 2,048 otherwise) is unit-tested in `dataplane::worker`.
     assert!(sleeps * 50 >= rx, "{sleeps} sleeps for {rx} frames");
     assert_eq!(kernel_forwarded(lab), (0, 0));
 }

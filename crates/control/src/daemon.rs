@@ -116,6 +116,12 @@ impl dataplane::worker::Port<Arena> for LivePort {
     fn tx_burst(&mut self, mem: &mut Arena, pkts: &[dataplane::Pkt]) -> usize {
         self.port.tx_burst(mem, pkts)
     }
+    fn wait_fd(&self) -> std::os::fd::RawFd {
+        dataplane::worker::Port::<Arena>::wait_fd(&self.port)
+    }
+    fn wakes_per_frame(&self) -> bool {
+        dataplane::worker::Port::<Arena>::wakes_per_frame(&self.port)
+    }
 }
 
 /// Everything the API needs to answer.
@@ -195,72 +201,6 @@ const TRACE_QUEUE: usize = 256;
 const CAPTURE_QUEUE: usize = 1024;
 /// Frames from the kernel (TAPs) waiting for a worker to transmit them.
 const INJECT_QUEUE: usize = 256;
-/// Empty polls before the worker sleeps in poll(2) for up to 1 ms (adaptive polling: a busy
-/// port is polled continuously, an idle one costs no CPU).
-const IDLE_POLLS_BEFORE_SLEEP: u32 = 2048;
-/// Adaptive polling, as VPP's adaptive mode: below this many frames per second (measured
-/// over [`LOAD_WINDOW_NS`]) a worker whose ports all wake it per frame (AF_XDP) sleeps in
-/// poll(2) as soon as they are empty, after [`IDLE_POLLS_LIGHT`] empty polls, instead of
-/// polling on. Busy polling a port that brings a frame every few tens of microseconds
-/// burns its core for nothing: at 50K frames/s it took 80-90 % of a core that the routing
-/// daemons, on a small host, then lacked. A wake-up costs a few microseconds, so above this
-/// rate the worker polls (and frames queue while it works, so it finds full batches).
-const LIGHT_LOAD_PPS: u64 = 100_000;
-/// The window over which the worker measures its rate.
-const LOAD_WINDOW_NS: u64 = 1_000_000;
-/// Empty polls before sleeping under light load: a frame right behind the last one is
-/// still taken without a wake-up.
-const IDLE_POLLS_LIGHT: u32 = 32;
-
-/// When a worker sleeps: after [`IDLE_POLLS_BEFORE_SLEEP`] empty polls, or after
-/// [`IDLE_POLLS_LIGHT`] when its ports wake it per frame and the last load window brought
-/// fewer than [`LIGHT_LOAD_PPS`]. The rate is averaged over the window's real span, so a
-/// worker descheduled for a while does not mistake the frames that queued meanwhile for load.
-#[derive(Debug)]
-struct AdaptivePoll {
-    wakes_per_frame: bool,
-    light: bool,
-    idle: u32,
-    window_start: u64,
-    window_rx: u64,
-}
-
-impl AdaptivePoll {
-    fn new(wakes_per_frame: bool) -> Self {
-        Self {
-            wakes_per_frame,
-            light: wakes_per_frame,
-            idle: 0,
-            window_start: 0,
-            window_rx: 0,
-        }
-    }
-
-    /// Accounts one poll that brought `frames` at `now_ns`; true when the worker should
-    /// sleep in poll(2) now.
-    fn after_poll(&mut self, frames: usize, now_ns: u64) -> bool {
-        self.window_rx += frames as u64;
-        let span = now_ns.saturating_sub(self.window_start);
-        if span >= LOAD_WINDOW_NS {
-            self.light = self.wakes_per_frame
-                && u128::from(self.window_rx) * 1_000_000_000
-                    < u128::from(LIGHT_LOAD_PPS) * u128::from(span);
-            (self.window_start, self.window_rx) = (now_ns, 0);
-        }
-        if frames != 0 {
-            self.idle = 0;
-            return false;
-        }
-        self.idle = self.idle.saturating_add(1);
-        let limit = if self.light {
-            IDLE_POLLS_LIGHT
-        } else {
-            IDLE_POLLS_BEFORE_SLEEP
-        };
-        self.idle >= limit
-    }
-}
-
 fn write_sysctl(path: &str, value: &str) -> Result<()> {
     std::fs::write(path, value).with_context(|| format!("cannot set {path} = {value}"))
 }
@@ -387,7 +327,7 @@ fn spawn_worker(
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     iface_version: Arc<AtomicU64>,
     punt: dataplane::punt::PuntProducer,
-    mut inject: PuntConsumer,
+    inject: PuntConsumer,
     counters_out: Arc<Vec<PortCounters>>,
     (tracer, capturer): (dataplane::trace::Tracer, dataplane::capture::Capturer),
     nice: i32,
@@ -416,61 +356,60 @@ fn spawn_worker(
         );
         graph.set_tracer(tracer);
         graph.set_capturer(capturer);
-        let mut seen_version = iface_version.load(Ordering::Acquire);
+        let seen_version = iface_version.load(Ordering::Acquire);
         let mut mem = Arena::new(8192);
-        let mut v = Vector::default();
-        let mut out = Output::new(ports.len());
-        let epoch = Instant::now();
-        let mut iter = 0u64;
-        let mut pacing = AdaptivePoll::new(ports.iter().all(|p| p.port.wakes_per_frame()));
-        let mut fds: Vec<libc::pollfd> = ports
-            .iter()
-            .map(|p| libc::pollfd {
-                fd: p.port.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        while !shared.stop.load(Ordering::Relaxed) {
-            let ver = iface_version.load(Ordering::Acquire);
-            if ver != seen_version {
-                seen_version = ver;
-                graph.set_interfaces(ifaces.load_full());
-                let l = locals.load();
-                for p in &mut ports {
-                    p.set_local_addrs(&l);
-                }
-            }
-            let now = worker::now_ns(epoch);
-            // Frames handed back first: packets held while their next hop resolved go out
-            // before the ones that arrived after it (the FIB has the neighbour a moment before
-            // the held packets come back, so a few may still be overtaken).
-            let injected = inject_from_kernel(
-                &mut inject,
-                &mut mem,
-                &mut ports,
-                (&mut graph, &mut v, &mut out),
-                now,
-            );
-            let n = worker::poll_once(&mut graph, &mut mem, &mut ports, &mut v, &mut out, now);
-            graph.quiescent();
-            iter += 1;
-            if pacing.after_poll(n + injected, now) {
-                publish(&ports, &counters_out);
-                shared.counters.sleeps.add(1);
-                graph.offline_while(|| {
-                    // SAFETY: `fds` is a live array of pollfd for sockets `ports` keeps open.
-                    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) }
-                });
-            } else if n + injected != 0 && iter.is_multiple_of(256) {
-                publish(&ports, &counters_out);
-            }
-        }
-        publish(&ports, &counters_out);
+        let mut hooks = DaemonHooks {
+            ifaces,
+            locals,
+            iface_version,
+            seen_version,
+            inject,
+            counters_out,
+        };
+        worker::run_loop(shared, &mut graph, &mut mem, &mut ports, &mut hooks);
         // The FIB reader goes offline and frees its slot as `graph` drops; ports (sockets,
         // rings) close when `ports` drops at the end of this closure.
         drop(graph);
     })?)
+}
+
+/// What the daemon's workers do around their ports ([`worker::run_loop`]): follow the
+/// control thread's interface table, send what it hands over, publish port counters.
+struct DaemonHooks {
+    ifaces: Arc<ArcSwap<Interfaces>>,
+    locals: Arc<ArcSwap<Vec<IpAddr>>>,
+    iface_version: Arc<AtomicU64>,
+    seen_version: u64,
+    inject: PuntConsumer,
+    counters_out: Arc<Vec<PortCounters>>,
+}
+
+impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
+    fn before_poll(
+        &mut self,
+        graph: &mut Graph,
+        mem: &mut Arena,
+        ports: &mut [LivePort],
+        (v, out): (&mut Vector, &mut Output),
+        now_ns: u64,
+    ) -> usize {
+        let ver = self.iface_version.load(Ordering::Acquire);
+        if ver != self.seen_version {
+            self.seen_version = ver;
+            graph.set_interfaces(self.ifaces.load_full());
+            let l = self.locals.load();
+            for p in ports.iter_mut() {
+                p.set_local_addrs(&l);
+            }
+        }
+        // Frames handed back first: packets held while their next hop resolved go out
+        // before the ones that arrived after it (the FIB has the neighbour a moment before
+        // the held packets come back, so a few may still be overtaken).
+        inject_from_kernel(&mut self.inject, mem, ports, (graph, v, out), now_ns)
+    }
+    fn publish(&mut self, ports: &[LivePort]) {
+        publish(ports, &self.counters_out);
+    }
 }
 
 /// Frames from the control thread, at most one burst per loop iteration so forwarding
@@ -1055,59 +994,4 @@ fn control_loop(
     }
     tracing::info!("signal received: stopping");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Runs `polls` polls `gap_ns` apart, a frame every `every` polls; returns the sleeps.
-    fn run(p: &mut AdaptivePoll, start: u64, polls: u64, gap_ns: u64, every: u64) -> u64 {
-        (0..polls)
-            .filter(|i| {
-                let frames = usize::from(i % every == 0);
-                p.after_poll(frames, start + i * gap_ns)
-            })
-            .count() as u64
-    }
-
-    #[test]
-    fn light_load_on_ports_that_wake_per_frame_sleeps_soon_after_each_frame() {
-        let mut p = AdaptivePoll::new(true);
-        // 50K frames/s: a frame every 20 us, polls 200 ns apart (100 polls per frame).
-        let sleeps = run(&mut p, 0, 1_000_000, 200, 100);
-        let frames = 10_000;
-        // Sleeps on the 32nd empty poll after each frame, then on every empty poll after it.
-        assert_eq!(sleeps, frames * (100 - IDLE_POLLS_LIGHT as u64));
-    }
-
-    #[test]
-    fn heavy_load_or_ports_that_do_not_wake_per_frame_poll_on() {
-        // 500K frames/s: a frame every 2 us; the 9 empty polls between them never sleep.
-        let mut p = AdaptivePoll::new(true);
-        assert_eq!(run(&mut p, 0, 1_000_000, 200, 10), 0);
-        // AF_PACKET-like ports: 50K frames/s is polled on, as 2,048 empty polls never pass.
-        let mut p = AdaptivePoll::new(false);
-        assert_eq!(run(&mut p, 0, 1_000_000, 200, 100), 0);
-    }
-
-    #[test]
-    fn the_rate_is_averaged_over_the_real_span_and_idle_sleeps_either_way() {
-        let mut p = AdaptivePoll::new(true);
-        // Heavy first: polls on.
-        assert_eq!(run(&mut p, 0, 100_000, 200, 10), 0);
-        assert!(!p.light);
-        // A worker descheduled for 10 ms finds 300 frames queued (30K/s over the real span):
-        // light, although 300 frames arrived in one poll.
-        let t = 20_000_000 + 10_000_000;
-        assert!(!p.after_poll(300, t));
-        assert!(p.light);
-        // After a last frame, the first sleep comes on the 32nd empty poll when light, on
-        // the 2,048th when heavy.
-        let mut idle_light = AdaptivePoll::new(true);
-        assert_eq!(run(&mut idle_light, 0, 1 + 32, 200, u64::MAX), 1);
-        let mut idle_heavy = AdaptivePoll::new(false);
-        assert_eq!(run(&mut idle_heavy, 0, 1 + 2_047, 200, u64::MAX), 0);
-        assert!(idle_heavy.after_poll(0, 2_048 * 200));
-    }
 }

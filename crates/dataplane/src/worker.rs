@@ -22,6 +22,15 @@ pub trait Port<M: PacketMemory> {
     /// frame after it in `pkts` (the tester relies on this to reuse sequence numbers). Only
     /// a `Pkt` that does not fit its own buffer (a caller bug) may be skipped and counted.
     fn tx_burst(&mut self, mem: &mut M, pkts: &[Pkt]) -> usize;
+    /// What poll(2) waits on while the worker sleeps; -1 (the default), which poll ignores,
+    /// for a port with no receive notification.
+    fn wait_fd(&self) -> std::os::fd::RawFd {
+        -1
+    }
+    /// Whether [`Port::wait_fd`] wakes a sleeping worker as soon as one frame arrives.
+    fn wakes_per_frame(&self) -> bool {
+        false
+    }
 }
 
 /// Shared state a worker publishes to the control thread.
@@ -122,6 +131,134 @@ pub fn monotonic_ns() -> u64 {
 #[inline]
 pub fn now_ns(epoch: Instant) -> u64 {
     epoch.elapsed().as_nanos() as u64
+}
+
+/// Empty polls before the worker sleeps in poll(2) for up to 1 ms (adaptive polling: a busy
+/// port is polled continuously, an idle one costs no CPU).
+const IDLE_POLLS_BEFORE_SLEEP: u32 = 2048;
+/// Adaptive polling, as VPP's adaptive mode: below this many frames per second (measured
+/// over [`LOAD_WINDOW_NS`]) a worker whose ports all wake it per frame (AF_XDP) sleeps in
+/// poll(2) as soon as they are empty, after [`IDLE_POLLS_LIGHT`] empty polls, instead of
+/// polling on. Busy polling a port that brings a frame every few tens of microseconds
+/// burns its core for nothing: at 50K frames/s it took 80-90 % of a core that the routing
+/// daemons, on a small host, then lacked. A wake-up costs a few microseconds, so above this
+/// rate the worker polls (and frames queue while it works, so it finds full batches).
+const LIGHT_LOAD_PPS: u64 = 100_000;
+/// The window over which the worker measures its rate.
+const LOAD_WINDOW_NS: u64 = 1_000_000;
+/// Empty polls before sleeping under light load: a frame right behind the last one is
+/// still taken without a wake-up.
+const IDLE_POLLS_LIGHT: u32 = 32;
+
+/// When a worker sleeps: after [`IDLE_POLLS_BEFORE_SLEEP`] empty polls, or after
+/// [`IDLE_POLLS_LIGHT`] when its ports wake it per frame and the last load window brought
+/// fewer than [`LIGHT_LOAD_PPS`]. The rate is averaged over the window's real span, so a
+/// worker descheduled for a while does not mistake the frames that queued meanwhile for load.
+#[derive(Debug)]
+pub(crate) struct AdaptivePoll {
+    wakes_per_frame: bool,
+    light: bool,
+    idle: u32,
+    window_start: u64,
+    window_rx: u64,
+}
+
+impl AdaptivePoll {
+    pub(crate) fn new(wakes_per_frame: bool) -> Self {
+        Self {
+            wakes_per_frame,
+            light: wakes_per_frame,
+            idle: 0,
+            window_start: 0,
+            window_rx: 0,
+        }
+    }
+
+    /// Accounts one poll that brought `frames` at `now_ns`; true when the worker should
+    /// sleep in poll(2) now.
+    pub(crate) fn after_poll(&mut self, frames: usize, now_ns: u64) -> bool {
+        self.window_rx += frames as u64;
+        let span = now_ns.saturating_sub(self.window_start);
+        if span >= LOAD_WINDOW_NS {
+            self.light = self.wakes_per_frame
+                && u128::from(self.window_rx) * 1_000_000_000
+                    < u128::from(LIGHT_LOAD_PPS) * u128::from(span);
+            (self.window_start, self.window_rx) = (now_ns, 0);
+        }
+        if frames != 0 {
+            self.idle = 0;
+            return false;
+        }
+        self.idle = self.idle.saturating_add(1);
+        let limit = if self.light {
+            IDLE_POLLS_LIGHT
+        } else {
+            IDLE_POLLS_BEFORE_SLEEP
+        };
+        self.idle >= limit
+    }
+}
+
+/// What a worker's owner does around the fast path, once per loop iteration.
+pub trait LoopHooks<M: PacketMemory, P: Port<M>> {
+    /// Before the ports are polled: follow control-plane changes (the interface table) and
+    /// push frames from elsewhere through the graph (or out of a port). Returns how many
+    /// frames it handled (they count as work, as received frames do).
+    fn before_poll(
+        &mut self,
+        graph: &mut Graph,
+        mem: &mut M,
+        ports: &mut [P],
+        scratch: (&mut Vector, &mut Output),
+        now_ns: u64,
+    ) -> usize;
+    /// Publish the ports' counters: every 256 busy iterations, before each sleep, and when
+    /// the loop ends.
+    fn publish(&mut self, ports: &[P]);
+}
+
+/// A worker's poll loop, until [`WorkerShared::stop`]: the hooks, one poll of every port
+/// through the graph, a quiescent point of the graph's FIB reader, and adaptive polling
+/// (sleep in poll(2), the FIB reader offline, after empty polls: see `AdaptivePoll`).
+pub fn run_loop<M: PacketMemory, P: Port<M>, H: LoopHooks<M, P>>(
+    shared: &WorkerShared,
+    graph: &mut Graph,
+    mem: &mut M,
+    ports: &mut [P],
+    hooks: &mut H,
+) {
+    let mut v = Vector::default();
+    let mut out = Output::new(ports.len());
+    let epoch = Instant::now();
+    let mut iter = 0u64;
+    let mut pacing = AdaptivePoll::new(ports.iter().all(|p| p.wakes_per_frame()));
+    let mut fds: Vec<libc::pollfd> = ports
+        .iter()
+        .map(|p| libc::pollfd {
+            fd: p.wait_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while !shared.stop.load(Ordering::Relaxed) {
+        let now = now_ns(epoch);
+        let handled = hooks.before_poll(graph, mem, ports, (&mut v, &mut out), now);
+        let n = poll_once(graph, mem, ports, &mut v, &mut out, now);
+        graph.quiescent();
+        iter += 1;
+        if pacing.after_poll(n + handled, now) {
+            hooks.publish(ports);
+            shared.counters.sleeps.add(1);
+            graph.offline_while(|| {
+                // SAFETY: `fds` is a live array of pollfd for descriptors `ports` keeps
+                // open (or -1, which poll ignores).
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) }
+            });
+        } else if n + handled != 0 && iter.is_multiple_of(256) {
+            hooks.publish(ports);
+        }
+    }
+    hooks.publish(ports);
 }
 
 /// Why a worker is gone.
@@ -344,5 +481,60 @@ mod tests {
             got == -20 || w.shared.nice_error.get().is_some(),
             "nice {got} without an error"
         );
+    }
+}
+
+#[cfg(test)]
+mod adaptive_poll_tests {
+    use super::*;
+
+    /// Runs `polls` polls `gap_ns` apart, a frame every `every` polls; returns the sleeps.
+    fn run(p: &mut AdaptivePoll, start: u64, polls: u64, gap_ns: u64, every: u64) -> u64 {
+        (0..polls)
+            .filter(|i| {
+                let frames = usize::from(i % every == 0);
+                p.after_poll(frames, start + i * gap_ns)
+            })
+            .count() as u64
+    }
+
+    #[test]
+    fn light_load_on_ports_that_wake_per_frame_sleeps_soon_after_each_frame() {
+        let mut p = AdaptivePoll::new(true);
+        // 50K frames/s: a frame every 20 us, polls 200 ns apart (100 polls per frame).
+        let sleeps = run(&mut p, 0, 1_000_000, 200, 100);
+        let frames = 10_000;
+        // Sleeps on the 32nd empty poll after each frame, then on every empty poll after it.
+        assert_eq!(sleeps, frames * (100 - IDLE_POLLS_LIGHT as u64));
+    }
+
+    #[test]
+    fn heavy_load_or_ports_that_do_not_wake_per_frame_poll_on() {
+        // 500K frames/s: a frame every 2 us; the 9 empty polls between them never sleep.
+        let mut p = AdaptivePoll::new(true);
+        assert_eq!(run(&mut p, 0, 1_000_000, 200, 10), 0);
+        // AF_PACKET-like ports: 50K frames/s is polled on, as 2,048 empty polls never pass.
+        let mut p = AdaptivePoll::new(false);
+        assert_eq!(run(&mut p, 0, 1_000_000, 200, 100), 0);
+    }
+
+    #[test]
+    fn the_rate_is_averaged_over_the_real_span_and_idle_sleeps_either_way() {
+        let mut p = AdaptivePoll::new(true);
+        // Heavy first: polls on.
+        assert_eq!(run(&mut p, 0, 100_000, 200, 10), 0);
+        assert!(!p.light);
+        // A worker descheduled for 10 ms finds 300 frames queued (30K/s over the real span):
+        // light, although 300 frames arrived in one poll.
+        let t = 20_000_000 + 10_000_000;
+        assert!(!p.after_poll(300, t));
+        assert!(p.light);
+        // After a last frame, the first sleep comes on the 32nd empty poll when light, on
+        // the 2,048th when heavy.
+        let mut idle_light = AdaptivePoll::new(true);
+        assert_eq!(run(&mut idle_light, 0, 1 + 32, 200, u64::MAX), 1);
+        let mut idle_heavy = AdaptivePoll::new(false);
+        assert_eq!(run(&mut idle_heavy, 0, 1 + 2_047, 200, u64::MAX), 0);
+        assert!(idle_heavy.after_poll(0, 2_048 * 200));
     }
 }

@@ -28,21 +28,6 @@ impl AnyPort {
             AnyPort::Memif(p) => p.stats().port_stats(),
         }
     }
-    /// Whether poll(2) on [`AnyPort::fd`] wakes as soon as one frame arrives: AF_XDP's
-    /// socket does; TPACKET_V3 signals a block when the kernel retires it (up to its 1 ms
-    /// timeout later), and memif has no notification.
-    pub fn wakes_per_frame(&self) -> bool {
-        matches!(self, AnyPort::Xdp(_))
-    }
-    /// What to sleep on when idle (memif has no receive notification: -1, which poll(2)
-    /// ignores).
-    pub fn fd(&self) -> RawFd {
-        match self {
-            AnyPort::Xdp(p) => p.fd(),
-            AnyPort::Packet(p) => p.fd(),
-            AnyPort::Memif(_) => -1,
-        }
-    }
     /// The interface's MAC (memif ports have none of their own).
     pub fn mac(&self) -> Option<[u8; 6]> {
         match self {
@@ -90,6 +75,20 @@ impl<M: PacketMemory> Port<M> for AnyPort {
             AnyPort::Xdp(p) => p.tx_burst(mem, pkts),
             AnyPort::Packet(p) => p.tx_burst(mem, pkts),
             AnyPort::Memif(p) => p.tx_burst(mem, pkts),
+        }
+    }
+    fn wait_fd(&self) -> RawFd {
+        match self {
+            AnyPort::Xdp(p) => Port::<M>::wait_fd(p.as_ref()),
+            AnyPort::Packet(p) => Port::<M>::wait_fd(p.as_ref()),
+            AnyPort::Memif(p) => Port::<M>::wait_fd(p.as_ref()),
+        }
+    }
+    fn wakes_per_frame(&self) -> bool {
+        match self {
+            AnyPort::Xdp(p) => Port::<M>::wakes_per_frame(p.as_ref()),
+            AnyPort::Packet(p) => Port::<M>::wakes_per_frame(p.as_ref()),
+            AnyPort::Memif(p) => Port::<M>::wakes_per_frame(p.as_ref()),
         }
     }
 }

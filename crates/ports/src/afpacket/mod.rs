@@ -442,6 +442,11 @@ fn deliver_segments<M: PacketMemory>(
 }
 
 impl<M: PacketMemory> Port<M> for AfPacket {
+    /// The socket: TPACKET_V3 signals a block when the kernel retires it (up to its 1 ms
+    /// timeout after the first frame), so it does not wake the worker per frame.
+    fn wait_fd(&self) -> RawFd {
+        self.fd()
+    }
     fn rx_burst(&mut self, mem: &mut M, v: &mut Vector) -> usize {
         let before = v.len;
         // Each block is looked at most once per call, so a stream of empty blocks cannot

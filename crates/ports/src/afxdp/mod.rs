@@ -476,6 +476,13 @@ fn bind(
 }
 
 impl<M: PacketMemory> Port<M> for AfXdp {
+    /// The socket: readable as soon as one frame is on the RX ring.
+    fn wait_fd(&self) -> RawFd {
+        self.fd()
+    }
+    fn wakes_per_frame(&self) -> bool {
+        true
+    }
     fn rx_burst(&mut self, mem: &mut M, v: &mut Vector) -> usize {
         let before = v.len;
         let room = (VECTOR_SIZE - v.len.min(VECTOR_SIZE)) as u32;
