@@ -482,6 +482,7 @@ impl Graph {
                 wire::L2Info {
                     ethertype,
                     vlan: None,
+                    tags: [(0, 0); wire::ethernet::MAX_VLAN_TAGS],
                     l3_offset: 14,
                 }
             } else {
@@ -511,7 +512,7 @@ impl Graph {
             // there; without one it is dropped, never routed as if it were untagged.
             let mut rx_port = p.rx_port;
             if l2.vlan.is_some() {
-                match self.subif_of(p.rx_port, data) {
+                match self.subif_of(p.rx_port, &l2.tags) {
                     Some(s) => {
                         // Counted once: not again when a held packet comes back.
                         if (p.rx_port as usize) < self.first_subif {
@@ -561,26 +562,24 @@ impl Graph {
         }
     }
 
-    /// The sub-interface a tagged frame received on `rx_port` belongs to, by its tags
-    /// (VLAN ids only: priority and DEI bits do not matter). `rx_port` may already be a
-    /// sub-interface (a packet held for its next hop and sent through again): its parent's
-    /// table is searched.
+    /// The sub-interface a tagged frame received on `rx_port` belongs to, by its tags as
+    /// `parse_l2` walked them (VLAN ids only: priority and DEI bits do not matter).
+    /// `rx_port` may already be a sub-interface (a packet held for its next hop and sent
+    /// through again): its parent's table is searched.
     #[cold]
     #[inline(never)]
-    fn subif_of(&self, rx_port: u16, data: &[u8]) -> Option<u16> {
-        let be16 = |at: usize| Some(u16::from_be_bytes([*data.get(at)?, *data.get(at + 1)?]));
+    fn subif_of(&self, rx_port: u16, tags: &[(u16, u16); 2]) -> Option<u16> {
         let port = if (rx_port as usize) < self.first_subif {
             rx_port
         } else {
             self.ifaces.port(rx_port)?.vlan?.parent
         };
-        let tpid = be16(12)?;
-        let outer = be16(14)? & 0x0fff;
-        let inner = match be16(16)? {
-            wire::ethertype::VLAN => be16(18)? & 0x0fff,
+        let [(tpid, outer), (inner_tpid, inner)] = *tags;
+        let inner = match inner_tpid {
+            0 => 0,
+            wire::ethertype::VLAN => inner,
             // An S-tag inside is no stack a sub-interface is declared with.
-            wire::ethertype::QINQ => return None,
-            _ => 0,
+            _ => return None,
         };
         let key = vlan_key(port, tpid, outer, inner);
         let i = self.subifs.binary_search_by_key(&key, |e| e.0).ok()?;

@@ -147,6 +147,8 @@ pub struct L2Info {
     pub ethertype: u16,
     /// VID of the outermost VLAN tag, if the frame is tagged.
     pub vlan: Option<u16>,
+    /// (TPID, VID) of each tag walked, outermost first; (0, 0) where there is none.
+    pub tags: [(u16, u16); MAX_VLAN_TAGS],
     /// Offset of the L3 header from the start of the frame.
     pub l3_offset: usize,
 }
@@ -166,16 +168,17 @@ pub fn parse_l2(frame: &[u8]) -> Result<L2Info> {
     let mut ethertype = be16(et);
     let mut offset = field::PAYLOAD;
     let mut vlan = None;
-    for _ in 0..MAX_VLAN_TAGS {
+    let mut tags = [(0, 0); MAX_VLAN_TAGS];
+    for t in &mut tags {
         if ethertype != ethertype::VLAN && ethertype != ethertype::QINQ {
             break;
         }
         let Some(tag) = frame.get(offset..offset + VlanTag::LEN) else {
             return Err(Error::Truncated);
         };
-        if vlan.is_none() {
-            vlan = Some(VlanTag(be16(tag)).vid());
-        }
+        let vid = VlanTag(be16(tag)).vid();
+        vlan.get_or_insert(vid);
+        *t = (ethertype, vid);
         ethertype = be16(&tag[2..]);
         offset += VlanTag::LEN;
     }
@@ -185,6 +188,7 @@ pub fn parse_l2(frame: &[u8]) -> Result<L2Info> {
     Ok(L2Info {
         ethertype,
         vlan,
+        tags,
         l3_offset: offset,
     })
 }
@@ -226,6 +230,7 @@ mod tests {
             L2Info {
                 ethertype: ethertype::ARP,
                 vlan: None,
+                tags: [(0, 0); 2],
                 l3_offset: 14
             }
         );
@@ -239,6 +244,7 @@ mod tests {
             L2Info {
                 ethertype: ethertype::IPV4,
                 vlan: Some(100),
+                tags: [(ethertype::QINQ, 100), (ethertype::VLAN, 200)],
                 l3_offset: 22
             }
         );
@@ -261,6 +267,7 @@ mod tests {
             L2Info {
                 ethertype: ethertype::IPV6,
                 vlan: Some(100),
+                tags: [(ethertype::VLAN, 100), (0, 0)],
                 l3_offset: 18
             }
         );
