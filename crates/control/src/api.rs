@@ -57,15 +57,10 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
             let subifs = ifaces.ports.iter().enumerate().skip(first).filter_map(|(i, info)| {
                 let t = info.vlan?;
                 let c = shared.subif_total(i - first);
-                let tags = match (t.tpid, t.inner) {
-                    (0x8100, 0) => format!("vlan {}", t.outer),
-                    (_, 0) => format!("802.1ad {}", t.outer),
-                    (_, inner) => format!("qinq {}/{inner}", t.outer),
-                };
                 let parent = ifaces.ports.get(t.parent as usize).map(|p| p.name.clone());
                 Some(json!({
                     "port": i, "name": info.name, "ifindex": sync.ifindex_of(&info.name),
-                    "backend": format!("{tags} on {}", parent.as_deref().unwrap_or("?")),
+                    "backend": format!("vlan {} on {}", t.describe(), parent.as_deref().unwrap_or("?")),
                     "parent": parent, "vlan": {"tpid": format!("{:#06x}", t.tpid), "id": t.outer, "inner_id": (t.inner != 0).then_some(t.inner)},
                     "mac": info.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
                     "mtu": info.mtu,

@@ -137,8 +137,8 @@ pub enum VlanProto {
     Dot1ad,
 }
 
-/// Most VLAN sub-interfaces in a config.
-pub const MAX_VLANS: usize = 1024;
+/// Most VLAN sub-interfaces in a config: as many as the fast path counts.
+pub const MAX_VLANS: usize = dataplane::counters::MAX_SUBIFS;
 
 /// `[[vlan]]`: a VLAN sub-interface of a port.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -168,25 +168,18 @@ impl VlanConfig {
             None => 0x8100,
         }
     }
-    /// Bytes its tags add to a frame.
-    pub fn tag_bytes(&self) -> u32 {
-        if self.inner_id.is_some() {
-            8
-        } else {
-            4
+    /// Its tags, on the port whose index is `parent`.
+    pub fn tags(&self, parent: u16) -> dataplane::interfaces::VlanTags {
+        dataplane::interfaces::VlanTags {
+            parent,
+            tpid: self.tpid(),
+            outer: self.id,
+            inner: self.inner_id.unwrap_or(0),
         }
     }
     /// How the tags read: `802.1q 100`, `802.1ad 100 / 802.1q 200`.
     pub fn describe(&self) -> String {
-        let outer = if self.tpid() == 0x88a8 {
-            "802.1ad"
-        } else {
-            "802.1q"
-        };
-        match self.inner_id {
-            Some(i) => format!("{outer} {} / 802.1q {i}", self.id),
-            None => format!("{outer} {}", self.id),
-        }
+        self.tags(0).describe()
     }
 }
 
@@ -883,11 +876,12 @@ impl Config {
                         format!("{mtu} is out of range; expected {min}..=65535{why}"),
                     );
                 } else if let Some(v) = self.vlans.iter().find(|v| v.name == f.name) {
-                    let max = ports::BUFFER_MAX_MTU - v.tag_bytes();
+                    let tags = v.tags(0);
+                    let max = ports::BUFFER_MAX_MTU - tags.len() as u32;
                     if mtu > max {
                         r.add(
                             format!("interface[{i}].mtu"),
-                            format!("{mtu} is larger than the {max} bytes a VLAN sub-interface with {} carries today ({} bytes of AF_PACKET port less {} of tags; jumbo frames are not supported yet)", v.describe(), ports::BUFFER_MAX_MTU, v.tag_bytes()),
+                            format!("{mtu} is larger than the {max} bytes a VLAN sub-interface with {} carries today ({} bytes of AF_PACKET port less {} of tags; jumbo frames are not supported yet)", tags.describe(), ports::BUFFER_MAX_MTU, tags.len()),
                         );
                     }
                 } else if let Some(port) = self.ports.iter().find(|p| p.name == f.name) {

@@ -174,11 +174,7 @@ impl Shared {
     pub fn subif_total(&self, k: usize) -> dataplane::counters::SubifCounts {
         let mut c = dataplane::counters::SubifCounts::default();
         for w in &self.workers {
-            let x = w.counters.subif(k);
-            c.rx_packets += x.rx_packets;
-            c.rx_bytes += x.rx_bytes;
-            c.tx_packets += x.tx_packets;
-            c.tx_bytes += x.tx_bytes;
+            c.merge(&w.counters.subif(k));
         }
         c
     }
@@ -562,17 +558,17 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         });
     }
     // VLAN sub-interfaces' faces: TAPs with their parent's MAC, as Linux VLAN devices have.
-    for v in &cfg.vlans {
+    for (v, t) in cfg.vlans.iter().zip(&vlan_tags[cfg.ports.len()..]) {
+        let t = t.context("a [[vlan]] parent that is no [[port]]")?;
         let mac = ports::tap::interface_mac(&v.parent)
             .with_context(|| format!("vlan {}: parent port {}", v.name, v.parent))?;
         let tap = Tap::open(&v.name, mac)
-            .with_context(|| format!("vlan {} ({} on {})", v.name, v.describe(), v.parent))?;
+            .with_context(|| format!("vlan {} ({} on {})", v.name, t.describe(), v.parent))?;
         // Frames the kernel sends on it must fit its parent with the tags (the fast path
         // clamps forwarded packets the same way); an MTU in [[interface]] applies after this.
         let parent_mtu = ports::tap::interface_mtu(&v.parent)
             .with_context(|| format!("vlan {}: parent port {}", v.name, v.parent))?;
-        let allowance = if v.tpid() == 0x8100 { 4 } else { 0 };
-        let max = (parent_mtu + allowance).saturating_sub(v.tag_bytes());
+        let max = t.max_mtu(parent_mtu);
         if let Some(was) = tap
             .clamp_mtu(max)
             .with_context(|| format!("vlan {}", v.name))?
@@ -580,7 +576,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             tracing::info!(
                 "vlan {}: MTU {max} (was {was}): {} on {} (MTU {parent_mtu})",
                 v.name,
-                v.describe(),
+                t.describe(),
                 v.parent
             );
         }
@@ -799,14 +795,11 @@ fn vlan_tags(cfg: &Config) -> Vec<Option<dataplane::interfaces::VlanTags>> {
     cfg.ports
         .iter()
         .map(|_| None)
-        .chain(cfg.vlans.iter().map(|v| {
-            Some(dataplane::interfaces::VlanTags {
-                parent: parent(&v.parent)? as u16,
-                tpid: v.tpid(),
-                outer: v.id,
-                inner: v.inner_id.unwrap_or(0),
-            })
-        }))
+        .chain(
+            cfg.vlans
+                .iter()
+                .map(|v| Some(v.tags(parent(&v.parent)? as u16))),
+        )
         .collect()
 }
 
@@ -866,7 +859,7 @@ impl KernelFaces {
                 if let Some(t) = vlan {
                     let tl = t.len();
                     if n + tl > scratch.data.len() {
-                        tap.to_kernel_drops += 1;
+                        tap.from_kernel_drops += 1;
                         continue;
                     }
                     scratch.data.copy_within(12..n, 12 + tl);

@@ -505,9 +505,7 @@ impl Sync {
     }
 
     /// The IP MTU of port `port`, whose link is `link`: the link's; for a VLAN
-    /// sub-interface, at most what its parent carries with the tags. The parent's port sends
-    /// frames of its MTU plus the Ethernet header, and plus one 802.1Q tag when the frame's
-    /// outer tag is one (AF_PACKET's and veth's limit; most NICs' too).
+    /// sub-interface, at most what its parent carries with the tags (`VlanTags::max_mtu`).
     fn port_mtu(&self, port: u16, link: Option<&Link>) -> u16 {
         let own = link.map_or(1500, |l| l.mtu.min(u16::MAX as u32) as u16);
         let Some(t) = self.vlans.get(port as usize).copied().flatten() else {
@@ -520,9 +518,7 @@ impl Sync {
         let Some(p) = parent else {
             return own;
         };
-        let allowance = if t.tpid == 0x8100 { 4 } else { 0 };
-        let limit = (p.mtu + allowance).saturating_sub(t.len() as u32);
-        own.min(limit.min(u16::MAX as u32) as u16)
+        own.min(t.max_mtu(p.mtu).min(u16::MAX as u32) as u16)
     }
 
     /// The ifindex of interface `name`, if the kernel has it.

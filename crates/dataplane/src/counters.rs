@@ -170,6 +170,16 @@ pub struct SubifCounts {
     pub tx_bytes: u64,
 }
 
+impl SubifCounts {
+    /// Element-wise sum (another worker's counts of the same sub-interface).
+    pub fn merge(&mut self, o: &SubifCounts) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+    }
+}
+
 impl Default for Counters {
     fn default() -> Self {
         Counters {

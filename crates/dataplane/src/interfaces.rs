@@ -51,6 +51,30 @@ impl VlanTags {
     pub fn key(&self) -> u64 {
         vlan_key(self.parent, self.tpid, self.outer, self.inner)
     }
+    /// How the tags read: `802.1q 100`, `802.1ad 100`, `802.1ad 200 / 802.1q 300`.
+    pub fn describe(&self) -> String {
+        let outer = if self.tpid == wire::ethertype::QINQ {
+            "802.1ad"
+        } else {
+            "802.1q"
+        };
+        match self.inner {
+            0 => format!("{outer} {}", self.outer),
+            inner => format!("{outer} {} / 802.1q {inner}", self.outer),
+        }
+    }
+    /// The largest IP MTU the sub-interface carries on a parent of MTU `parent_mtu`: the
+    /// parent sends frames of its MTU plus the Ethernet header, plus four bytes only when
+    /// the outer tag is 802.1Q (the limit of AF_PACKET sockets, veth and most NICs); the
+    /// tags take the rest.
+    pub fn max_mtu(&self, parent_mtu: u32) -> u32 {
+        let allowance = if self.tpid == wire::ethertype::VLAN {
+            4
+        } else {
+            0
+        };
+        (parent_mtu + allowance).saturating_sub(self.len() as u32)
+    }
     /// Write the tags (TPID and TCI each, priority 0) into `dst`, which holds [`Self::len`]
     /// bytes; the frame's EtherType follows them.
     pub fn write(&self, dst: &mut [u8]) {

@@ -482,11 +482,6 @@ mod tests {
             "nice {got} without an error"
         );
     }
-}
-
-#[cfg(test)]
-mod adaptive_poll_tests {
-    use super::*;
 
     /// Runs `polls` polls `gap_ns` apart, a frame every `every` polls; returns the sleeps.
     fn run(p: &mut AdaptivePoll, start: u64, polls: u64, gap_ns: u64, every: u64) -> u64 {

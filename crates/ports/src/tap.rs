@@ -30,6 +30,9 @@ pub struct Tap {
     pub from_kernel: u64,
     /// Frames that could not be written (kernel queue full, too big).
     pub to_kernel_drops: u64,
+    /// Frames from the kernel that could not be passed on (too big once a sub-interface's
+    /// tags are pushed).
+    pub from_kernel_drops: u64,
     /// Frames from the kernel shorter than an Ethernet header (ignored).
     pub runts: u64,
 }
@@ -69,8 +72,22 @@ impl Tap {
             to_kernel: 0,
             from_kernel: 0,
             to_kernel_drops: 0,
+            from_kernel_drops: 0,
             runts: 0,
         })
+    }
+
+    /// Lower the TAP's MTU to `max` if it is above; returns the MTU it had when lowered.
+    pub fn clamp_mtu(&self, max: u32) -> io::Result<Option<u32>> {
+        let s = sys::raw_socket(libc::AF_PACKET)?;
+        let now = sys::mtu(s.as_raw_fd(), &self.name)
+            .map_err(|e| context(e, format!("reading the MTU of {}", self.name)))?;
+        if now <= max {
+            return Ok(None);
+        }
+        sys::set_mtu(s.as_raw_fd(), &self.name, max)
+            .map_err(|e| context(e, format!("setting the MTU of {} to {max}", self.name)))?;
+        Ok(Some(now))
     }
 
     /// The interface name.
@@ -138,21 +155,6 @@ pub fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
 pub fn interface_mtu(name: &str) -> io::Result<u32> {
     let s = sys::raw_socket(libc::AF_PACKET)?;
     sys::mtu(s.as_raw_fd(), name).map_err(|e| context(e, format!("reading the MTU of {name}")))
-}
-
-impl Tap {
-    /// Lower the TAP's MTU to `max` if it is above; returns the MTU it had when lowered.
-    pub fn clamp_mtu(&self, max: u32) -> io::Result<Option<u32>> {
-        let s = sys::raw_socket(libc::AF_PACKET)?;
-        let now = sys::mtu(s.as_raw_fd(), &self.name)
-            .map_err(|e| context(e, format!("reading the MTU of {}", self.name)))?;
-        if now <= max {
-            return Ok(None);
-        }
-        sys::set_mtu(s.as_raw_fd(), &self.name, max)
-            .map_err(|e| context(e, format!("setting the MTU of {} to {max}", self.name)))?;
-        Ok(Some(now))
-    }
 }
 
 /// A locally administered MAC for port `name` (stable across restarts).
