@@ -54,6 +54,9 @@ pub fn render(what: &str, v: &Value) -> String {
                     s(&p["tx_errors"]),
                     addrs
                 );
+                if p["features"].as_array().is_some_and(|a| !a.is_empty()) {
+                    let _ = writeln!(o, "     features: {}", s(&p["features"]).replace(',', ", "));
+                }
             }
         }
         "routes" if v.get("by_source").is_some() => {

@@ -49,6 +49,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                         "rx_packets": g(|c| &c.rx_packets), "rx_bytes": g(|c| &c.rx_bytes), "tx_packets": g(|c| &c.tx_packets),
                         "tx_bytes": g(|c| &c.tx_bytes), "rx_drops": g(|c| &c.rx_drops), "tx_errors": g(|c| &c.tx_errors),
                         "rx_csum_completed": g(|c| &c.rx_csum_completed), "rx_gso_split": g(|c| &c.rx_gso_split),
+                        "features": shared.features.enabled(f.port),
                     })
                 })
                 .collect();
@@ -67,6 +68,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                     "ipv4": info.ip4.iter().map(|a| std::net::Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>(),
                     "ipv6": info.ip6.iter().map(|a| std::net::Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>(),
                     "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
+                    "features": shared.features.enabled(i as u16),
                 }))
             });
             Ok(json!(v.into_iter().chain(subifs).collect::<Vec<_>>()))
@@ -98,10 +100,17 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
         "counters" => {
             drop(sync);
             let s = dataplane::worker::aggregate(shared.workers.iter());
+            let features = shared.features.counters(&shared.workers);
+            // Feature nodes' drops by their own reasons, after the engine's.
             let reasons: Vec<Value> = s
                 .nonzero()
                 .into_iter()
                 .map(|(r, n)| json!({"node": r.node(), "reason": r.name(), "kind": r.kind().name(), "count": n, "description": r.desc()}))
+                .chain(features.iter().flat_map(|f| {
+                    f.drops.iter().filter(|d| d.2 > 0).map(|(r, desc, n)| {
+                        json!({"node": f.feature, "reason": r, "kind": "drop", "count": n, "description": desc})
+                    })
+                }))
                 .collect();
             let sync = shared
                 .sync
@@ -111,6 +120,10 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                 "rx": s.rx, "tx": s.tx, "vectors": s.vectors, "drops": s.drops(), "punts": s.punts(),
                 "forwarded": s.get(Reason::Ip4Forwarded) + s.get(Reason::Ip6Forwarded),
                 "reasons": reasons,
+                "features": features.iter().map(|f| json!({
+                    "feature": f.feature, "arc": f.arc, "packets": f.packets,
+                    "drops": f.drops.iter().map(|(r, _, n)| (r.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                })).collect::<Vec<_>>(),
                 "workers": shared.workers.iter().map(|w| {
                     let c = w.counters.snapshot();
                     let nice = w.nice.load(std::sync::atomic::Ordering::Relaxed);

@@ -23,7 +23,7 @@ use std::net::IpAddr;
 
 use linux::{Netlink, RouteKind, RouteTarget, StaticRoute, NUD_PERMANENT, RT_TABLE_MAIN};
 
-use crate::config::{parse_mac, Config, Prefix, RouteConfig};
+use crate::config::{parse_mac, Config, Prefix, RouteConfig, UrpfMode};
 
 /// One change to the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +78,18 @@ pub enum Op {
     },
     /// Remove a static route.
     DelRoute(RouteConfig),
+    /// Set an interface's uRPF mode (`None`: off). A fast-path setting: the kernel does not
+    /// change; the daemon publishes it to its workers once the whole plan has applied.
+    SetUrpf {
+        /// Interface name.
+        interface: String,
+        /// New mode.
+        mode: Option<UrpfMode>,
+    },
+}
+
+fn urpf_str(m: Option<UrpfMode>) -> &'static str {
+    m.map_or("off", UrpfMode::name)
 }
 
 fn mac_str(m: &[u8; 6]) -> String {
@@ -119,6 +131,9 @@ impl Op {
             Op::AddRoute(r) => format!("adding route {}", route_str(r)),
             Op::ReplaceRoute { new, .. } => format!("replacing route {}", route_str(new)),
             Op::DelRoute(r) => format!("removing route {}", route_str(r)),
+            Op::SetUrpf { interface, mode } => {
+                format!("setting uRPF on {interface} to {}", urpf_str(*mode))
+            }
         }
     }
 }
@@ -140,6 +155,9 @@ impl fmt::Display for Op {
                 write!(f, "~ route {} (was {})", route_str(new), route_str(old))
             }
             Op::DelRoute(r) => write!(f, "- route {}", route_str(r)),
+            Op::SetUrpf { interface, mode } => {
+                write!(f, "~ interface {interface} urpf {}", urpf_str(*mode))
+            }
         }
     }
 }
@@ -332,13 +350,36 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
             Some(_) => {}
         }
     }
+    // Fast-path settings last: published once every kernel step has applied.
+    for f in &new.interfaces {
+        let before = old
+            .interfaces
+            .iter()
+            .find(|o| o.name == f.name)
+            .and_then(|o| o.urpf);
+        if f.urpf != before {
+            ops.push(Op::SetUrpf {
+                interface: f.name.clone(),
+                mode: f.urpf,
+            });
+        }
+    }
+    for o in &old.interfaces {
+        let gone = !new.interfaces.iter().any(|f| f.name == o.name);
+        if o.urpf.is_some() && gone {
+            ops.push(Op::SetUrpf {
+                interface: o.name.clone(),
+                mode: None,
+            });
+        }
+    }
     Ok(Plan { ops })
 }
 
 /// What a successful [`apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
-    /// Steps that changed the kernel.
+    /// Steps that changed the kernel (or a fast-path setting).
     pub changed: Vec<String>,
     /// Steps whose result was already in the kernel.
     pub unchanged: Vec<String>,
@@ -393,6 +434,8 @@ enum Action {
     AddRoute(StaticRoute),
     ReplaceRoute(StaticRoute),
     DelRoute(StaticRoute),
+    /// Nothing in the kernel (a fast-path setting, published after the plan applied).
+    FastPath,
 }
 
 impl Action {
@@ -406,6 +449,7 @@ impl Action {
             Action::AddRoute(r) => nl.add_route(r),
             Action::ReplaceRoute(r) => nl.replace_route(r),
             Action::DelRoute(r) => nl.del_route(r),
+            Action::FastPath => Ok(()),
         }
     }
 }
@@ -590,6 +634,7 @@ impl Kernel {
                     .is_some()
                     .then_some((Action::DelRoute(was.clone()), Action::AddRoute(was)))
             }
+            Op::SetUrpf { .. } => Some((Action::FastPath, Action::FastPath)),
         })
     }
 
@@ -666,6 +711,28 @@ mod tests {
             Path::new("t.toml"),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn urpf_changes_are_planned_last_as_fast_path_steps() {
+        let a = cfg("[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\n");
+        let b = cfg(
+            "[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\nurpf = \"strict\"\n",
+        );
+        let p = plan(&a, &b).unwrap();
+        assert_eq!(p.to_string(), "~ interface eth1 urpf strict\n");
+        assert_eq!(p.ops[0].doing(), "setting uRPF on eth1 to strict");
+        assert_eq!(
+            plan(&b, &a).unwrap().to_string(),
+            "~ interface eth1 urpf off\n"
+        );
+        // The section removed altogether: its address goes, and uRPF with it.
+        let none = cfg("");
+        assert_eq!(
+            plan(&b, &none).unwrap().to_string(),
+            "- address 192.0.2.1/24 on eth1\n~ interface eth1 urpf off\n"
+        );
+        assert!(plan(&b, &b).unwrap().is_empty());
     }
 
     #[test]

@@ -256,6 +256,31 @@ pub struct InterfaceConfig {
     /// Addresses with their prefix length, `192.0.2.1/24`, `2001:db8::1/64`.
     #[serde(default)]
     pub addresses: Vec<String>,
+    /// Unicast reverse-path forwarding (RFC 3704) on what the interface receives, both
+    /// families: `strict` or `loose`; off when absent. Only on a `[[port]]` or `[[vlan]]`;
+    /// applied live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub urpf: Option<UrpfMode>,
+}
+
+/// `urpf` of an `[[interface]]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UrpfMode {
+    /// The route back to the source must leave by the receiving interface.
+    Strict,
+    /// Some route back to the source must exist (a default route counts).
+    Loose,
+}
+
+impl UrpfMode {
+    /// `strict` or `loose`.
+    pub fn name(self) -> &'static str {
+        match self {
+            UrpfMode::Strict => "strict",
+            UrpfMode::Loose => "loose",
+        }
+    }
 }
 
 /// `[[route]]`: a static route, via gateways (ECMP when several) or a blackhole.
@@ -827,6 +852,15 @@ impl Config {
                         "interface {:?} already has a section at interface[{j}]; merge the two",
                         f.name
                     ),
+                );
+            }
+            if f.urpf.is_some()
+                && !self.ports.iter().any(|p| p.name == f.name)
+                && !self.vlans.iter().any(|v| v.name == f.name)
+            {
+                r.add(
+                    format!("interface[{i}].urpf"),
+                    format!("({}): uRPF runs in the fast path, so it needs an interface of it: a [[port]] or a [[vlan]] of that name", f.name),
                 );
             }
             let mut has_v6 = false;
@@ -1759,6 +1793,28 @@ mod tests {
         assert_eq!(v6.network().to_string(), "2001:db8::/64");
         assert!("2001:db8::/129".parse::<Prefix>().is_err());
         assert!("10.0.0.0".parse::<Prefix>().is_err());
+    }
+
+    #[test]
+    fn urpf_on_fast_path_interfaces_only() {
+        let c = parse(&format!(
+            "{PORT}[[vlan]]\nname = \"eth1.7\"\nparent = \"eth1\"\nid = 7\n\
+             [[interface]]\nname = \"eth1\"\nurpf = \"strict\"\n\
+             [[interface]]\nname = \"eth1.7\"\nurpf = \"loose\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.interfaces[0].urpf, Some(UrpfMode::Strict));
+        assert_eq!(c.interfaces[1].urpf, Some(UrpfMode::Loose));
+        let e = problems("[[interface]]\nname = \"lo\"\nurpf = \"strict\"\n");
+        assert!(
+            e.contains("interface[0].urpf: (lo): uRPF runs in the fast path"),
+            "{e}"
+        );
+        let e = problems("[[interface]]\nname = \"eth1\"\nurpf = \"on\"\n");
+        assert!(
+            e.contains("unknown variant `on`, expected `strict` or `loose`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use arc_swap::ArcSwap;
+use dataplane::feature::{FeatureState, Registry};
 use dataplane::punt::PuntConsumer;
 use dataplane::worker::{self, WorkerExit, WorkerHandle};
 use dataplane::{Arena, Graph, GraphConfig, Interfaces, Output, Reason, Vector};
@@ -156,6 +157,8 @@ pub struct Shared {
     pub bgp_fib_done_ns: AtomicU64,
     /// Packets held while their next hop resolved.
     pub glean: crate::glean::GleanStats,
+    /// The fast path's features (uRPF, ...) and which interfaces have them.
+    pub features: crate::features::Features,
 }
 
 impl Shared {
@@ -319,6 +322,7 @@ fn spawn_worker(
     id: usize,
     mut ports: Vec<LivePort>,
     fib: fib::FibReaders,
+    (registry, features): (Arc<Registry>, Arc<ArcSwap<FeatureState>>),
     ifaces: Arc<ArcSwap<Interfaces>>,
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     iface_version: Arc<AtomicU64>,
@@ -352,10 +356,13 @@ fn spawn_worker(
         );
         graph.set_tracer(tracer);
         graph.set_capturer(capturer);
+        graph.set_features(registry, id);
         let seen_version = iface_version.load(Ordering::Acquire);
+        graph.set_feature_state(features.load_full());
         let mut mem = Arena::new(8192);
         let mut hooks = DaemonHooks {
             ifaces,
+            features,
             locals,
             iface_version,
             seen_version,
@@ -373,6 +380,7 @@ fn spawn_worker(
 /// control thread's interface table, send what it hands over, publish port counters.
 struct DaemonHooks {
     ifaces: Arc<ArcSwap<Interfaces>>,
+    features: Arc<ArcSwap<FeatureState>>,
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     iface_version: Arc<AtomicU64>,
     seen_version: u64,
@@ -393,6 +401,7 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
         if ver != self.seen_version {
             self.seen_version = ver;
             graph.set_interfaces(self.ifaces.load_full());
+            graph.set_feature_state(self.features.load_full());
             let l = self.locals.load();
             for p in ports.iter_mut() {
                 p.set_local_addrs(&l);
@@ -639,6 +648,21 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     // The router's addresses and subnets, for the BGP speaker's next-hop checks.
     let connected = Arc::new(ArcSwap::from_pointee(sync.addresses()));
     let iface_version = Arc::new(AtomicU64::new(0));
+    // Features before the workers: they start with what the config enables.
+    let registry = Arc::new(crate::features::registry().context("registering features")?);
+    let features = crate::features::Features::new(
+        registry.clone(),
+        facts
+            .iter()
+            .map(|f| f.name.clone())
+            .chain(cfg.vlans.iter().map(|v| v.name.clone()))
+            .collect(),
+        iface_version.clone(),
+    );
+    features
+        .publish(config_svc.running())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("enabling the config's features")?;
     let nports = facts.len();
     let mut punts: Vec<PuntConsumer> = Vec::new();
     let mut counters: Vec<Arc<Vec<PortCounters>>> = Vec::new();
@@ -659,6 +683,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             w,
             ports,
             readers.clone(),
+            (registry.clone(), features.state()),
             ifaces.clone(),
             locals.clone(),
             iface_version.clone(),
@@ -681,7 +706,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
 
     let port_names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
     let shared = Arc::new(Shared {
-        trace: TraceService::new(traces, port_names.clone()),
+        trace: TraceService::new(traces, port_names.clone(), registry.clone()),
         capture: CaptureService::new(captures, port_names),
         sync: Mutex::new(sync),
         ports: facts,
@@ -695,6 +720,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         bgp: std::sync::OnceLock::new(),
         bgp_fib_done_ns: AtomicU64::new(0),
         glean: Default::default(),
+        features,
     });
     let socket = cfg.control_socket.clone();
     let tcp = cfg.api.listen.zip(token);

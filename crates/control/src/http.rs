@@ -280,6 +280,15 @@ fn with_config<T: Send + 'static>(
     f(&mut svc)
 }
 
+/// The fast path follows the config just applied (uRPF, ...). It cannot fail for a valid
+/// config (the config's checks and the registry agree); if it did, the workers keep what
+/// they had and the error is logged.
+fn publish_features(s: &Shared, cfg: &crate::config::Config) {
+    if let Err(e) = s.features.publish(cfg) {
+        tracing::error!("the fast path's features were not updated: {e}");
+    }
+}
+
 fn applied_json(a: &crate::configsvc::Applied) -> Value {
     json!({
         "history_id": a.id,
@@ -356,6 +365,7 @@ async fn config_apply(
                 .apply_as(&b.text, label, b.comment.as_deref())
                 .map_err(config_error)?;
             tracing::info!(history_id = ?a.id, changed = a.report.changed.len(), "config applied");
+            publish_features(&s, c.running());
             Ok(Json(applied_json(&a)))
         })
     })
@@ -393,6 +403,7 @@ async fn config_rollback(
         with_config(&s, |c| {
             let a = c.rollback(b.steps).map_err(config_error)?;
             tracing::info!(steps = b.steps, history_id = ?a.id, "config rolled back");
+            publish_features(&s, c.running());
             Ok(Json(applied_json(&a)))
         })
     })

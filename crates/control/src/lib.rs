@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod configsvc;
 pub mod daemon;
+pub mod features;
 pub mod glean;
 pub mod history;
 pub mod http;

@@ -222,6 +222,41 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             })
             .collect(),
     );
+    let features = shared.features.counters(&shared.workers);
+    s.counter(
+        "ferrouter_feature_packets",
+        "Packets each feature node (uRPF, ...) saw, by feature and arc.",
+        features
+            .iter()
+            .map(|f| {
+                (
+                    vec![
+                        ("feature", f.feature.to_string()),
+                        ("arc", f.arc.to_string()),
+                    ],
+                    f.packets,
+                )
+            })
+            .collect(),
+    );
+    s.counter(
+        "ferrouter_feature_drops",
+        "Packets each feature node dropped, by feature and reason.",
+        features
+            .iter()
+            .flat_map(|f| {
+                f.drops.iter().map(|(r, _, n)| {
+                    (
+                        vec![
+                            ("feature", f.feature.to_string()),
+                            ("reason", r.to_string()),
+                        ],
+                        *n,
+                    )
+                })
+            })
+            .collect(),
+    );
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();

@@ -4,7 +4,9 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dataplane::feature::Registry;
 
 use dataplane::trace::{Fields, Filter, Pred, Prefix, Step, Term, TraceArm, TraceHandle, L3};
 use dataplane::trace::{TraceRecord, MAX_TERMS};
@@ -280,7 +282,7 @@ fn port_label(ports: &[String], p: u16) -> String {
 }
 
 /// A step as (node, text).
-pub fn describe(step: &Step, ports: &[String]) -> TraceStep {
+pub fn describe(step: &Step, ports: &[String], features: &Registry) -> TraceStep {
     let v = |v6: bool, a: &'static str, b: &'static str| if v6 { b } else { a };
     let (node, text) = match *step {
         Step::EthernetInput {
@@ -340,6 +342,22 @@ pub fn describe(step: &Step, ports: &[String]) -> TraceStep {
                 port_label(ports, port)
             ),
         ),
+        Step::Feature { id, drop } => {
+            let (name, arc, reason) = match features.get(id) {
+                Some(e) => (
+                    e.spec.name,
+                    e.spec.arc.name(),
+                    drop.and_then(|r| e.spec.drops.get(r as usize)),
+                ),
+                None => ("feature", "?", None),
+            };
+            let text = match (drop, reason) {
+                (None, _) => format!("pass ({arc})"),
+                (Some(_), Some((r, desc))) => format!("{r} ({desc}) -> error-drop"),
+                (Some(r), None) => format!("drop reason {r} -> error-drop"),
+            };
+            (name, text)
+        }
         Step::ToIcmp(r) => (
             r.node(),
             format!(
@@ -401,14 +419,21 @@ struct Inner {
 /// The trace service the API and CLI call.
 pub struct TraceService {
     ports: Vec<String>,
+    features: Arc<Registry>,
     inner: Mutex<Inner>,
 }
 
 impl TraceService {
-    /// A service over every worker's tracer handle; `ports` are the port names by number.
-    pub fn new(workers: Vec<TraceHandle>, ports: Vec<String>) -> TraceService {
+    /// A service over every worker's tracer handle; `ports` are the port names by number,
+    /// `features` the registry the workers' feature nodes come from.
+    pub fn new(
+        workers: Vec<TraceHandle>,
+        ports: Vec<String>,
+        features: Arc<Registry>,
+    ) -> TraceService {
         TraceService {
             ports,
+            features,
             inner: Mutex::new(Inner {
                 workers,
                 traces: VecDeque::new(),
@@ -430,7 +455,7 @@ impl TraceService {
         let mut filter = parse_filter(expr.unwrap_or("")).map_err(|e| e.to_string())?;
         filter.port = port.map(|p| parse_port(&self.ports, p)).transpose()?;
         let mut g = self.lock();
-        Self::collect(&mut g, &self.ports);
+        Self::collect(&mut g, &self.ports, &self.features);
         g.budget = n;
         for (i, w) in g.workers.iter_mut().enumerate() {
             w.arm(TraceArm { count: n, filter })
@@ -442,7 +467,7 @@ impl TraceService {
     /// Collected traces, oldest first.
     pub fn show(&self) -> Vec<Trace> {
         let mut g = self.lock();
-        Self::collect(&mut g, &self.ports);
+        Self::collect(&mut g, &self.ports, &self.features);
         g.traces.iter().cloned().collect()
     }
 
@@ -457,14 +482,14 @@ impl TraceService {
                 filter: Filter::default(),
             });
         }
-        Self::collect(&mut g, &self.ports);
+        Self::collect(&mut g, &self.ports, &self.features);
         g.traces.clear();
     }
 
     /// Move finished records from the workers' queues (the control loop calls this).
     pub fn drain(&self) {
         let mut g = self.lock();
-        Self::collect(&mut g, &self.ports);
+        Self::collect(&mut g, &self.ports, &self.features);
     }
 
     /// Records the workers could not hand over (queue full).
@@ -476,7 +501,7 @@ impl TraceService {
             .sum()
     }
 
-    fn collect(g: &mut Inner, ports: &[String]) {
+    fn collect(g: &mut Inner, ports: &[String], features: &Registry) {
         for wi in 0..g.workers.len() {
             while let Some(r) = g.workers[wi].pop() {
                 if g.budget == 0 {
@@ -485,7 +510,7 @@ impl TraceService {
                 g.budget -= 1;
                 let seq = g.next_seq;
                 g.next_seq += 1;
-                let t = to_trace(&r, seq, wi, ports);
+                let t = to_trace(&r, seq, wi, ports, features);
                 if g.traces.len() >= KEEP {
                     g.traces.pop_front();
                 }
@@ -496,7 +521,13 @@ impl TraceService {
 }
 
 /// A worker's record as a [`Trace`].
-pub fn to_trace(r: &TraceRecord, seq: u64, worker: usize, ports: &[String]) -> Trace {
+pub fn to_trace(
+    r: &TraceRecord,
+    seq: u64,
+    worker: usize,
+    ports: &[String],
+    features: &Registry,
+) -> Trace {
     Trace {
         seq,
         worker,
@@ -505,7 +536,11 @@ pub fn to_trace(r: &TraceRecord, seq: u64, worker: usize, ports: &[String]) -> T
         len: r.len,
         ts_ns: r.ts_ns,
         summary: summarize(r.head()),
-        steps: r.steps().iter().map(|s| describe(s, ports)).collect(),
+        steps: r
+            .steps()
+            .iter()
+            .map(|s| describe(s, ports, features))
+            .collect(),
         truncated: r.truncated,
     }
 }
@@ -589,7 +624,7 @@ mod tests {
     fn service_keeps_only_the_requested_count_and_formats() {
         let (h0, _t0) = dataplane::trace::channel(8);
         let (h1, _t1) = dataplane::trace::channel(8);
-        let svc = TraceService::new(vec![h0, h1], vec!["p0".into()]);
+        let svc = TraceService::new(vec![h0, h1], vec!["p0".into()], Default::default());
         assert!(svc.add(3, Some("nope"), None).is_err());
         assert!(svc
             .add(3, None, Some("bogus"))
@@ -600,7 +635,20 @@ mod tests {
         assert_eq!(format_all(&[]), "No packets in trace buffer\n");
         svc.clear();
         assert!(svc.show().is_empty());
-        let step = describe(&Step::Drop(dataplane::Reason::Ip4NoRoute), &[]);
+        let step = describe(
+            &Step::Drop(dataplane::Reason::Ip4NoRoute),
+            &[],
+            &Registry::default(),
+        );
+        let features = crate::features::registry().unwrap();
+        let id = features.id("ip4-urpf-strict").unwrap();
+        let pass = describe(&Step::Feature { id, drop: None }, &[], &features);
+        assert_eq!(
+            (pass.node, pass.text.as_str()),
+            ("ip4-urpf-strict", "pass (ip4-unicast)")
+        );
+        let drop = describe(&Step::Feature { id, drop: Some(1) }, &[], &features);
+        assert_eq!(drop.text, "wrong_interface (route back to the source leaves by another interface (strict RFC 3704)) -> error-drop");
         assert_eq!(step.node, "error-drop");
         assert_eq!(
             step.text,

@@ -214,6 +214,9 @@ pub const F_CSUM_UNKNOWN: u16 = 8;
 /// The IPv4 source is link-local (169.254/16): delivered to the router, never forwarded
 /// (RFC 3927 §7).
 pub const F_LINK_LOCAL_SRC: u16 = 16;
+/// On an output feature arc, bound for ip4-frag (bigger than the egress MTU) rather than
+/// port-tx.
+pub const F_TO_FRAG: u16 = 32;
 
 /// Descriptor of one packet in a vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -103,6 +103,7 @@ reasons! {
     IcmpSuppressed => Drop, "icmp-error", "no ICMP error for errors, fragments, multicast or bad sources";
     IcmpNoSource => Drop, "icmp-error", "ingress port has no address to send an ICMP error from";
     IcmpNoRouteBack => Drop, "icmp-error", "no route back to the source of an errored packet";
+    FeatureDrop => Drop, "feature", "dropped by a feature node (its own counters say why)";
     GraphLoop => Drop, "graph", "packet still in the graph after the round limit";
     PuntQueueFull => Drop, "punt", "punt queue full";
     PuntNoKernelPath => Drop, "punt", "for the kernel, but arrived on an AF_XDP port, whose frames cannot be handed back to the kernel's receive path";
@@ -141,6 +142,9 @@ pub struct Counters {
     /// Per VLAN sub-interface (by its index after the first one): packets and bytes
     /// received and sent.
     subifs: Box<[SubifCounters]>,
+    /// Feature nodes' counters, by the slots their registry gave them
+    /// ([`crate::feature::Entry::counter_base`]).
+    features: Box<[Counter]>,
 }
 
 /// Most VLAN sub-interfaces whose packets are counted.
@@ -190,6 +194,9 @@ impl Default for Counters {
             idle_polls: Counter::default(),
             sleeps: Counter::default(),
             subifs: (0..MAX_SUBIFS).map(|_| SubifCounters::default()).collect(),
+            features: (0..crate::feature::MAX_FEATURE_COUNTERS)
+                .map(|_| Counter::default())
+                .collect(),
         }
     }
 }
@@ -206,6 +213,17 @@ impl Counters {
     /// Value of one reason.
     pub fn get(&self, r: Reason) -> u64 {
         self.by_reason.get(r as usize).map_or(0, Counter::get)
+    }
+    /// Add `n` to feature counter slot `slot`.
+    #[inline]
+    pub fn feature_add(&self, slot: usize, n: u64) {
+        if let Some(c) = self.features.get(slot) {
+            c.add(n);
+        }
+    }
+    /// Feature counter slot `slot`.
+    pub fn feature(&self, slot: usize) -> u64 {
+        self.features.get(slot).map_or(0, Counter::get)
     }
     /// Count a packet of `bytes` received on sub-interface `k` (its index among them).
     #[inline]

@@ -2,14 +2,16 @@
 //! each packet to a named next node, VPP-style.
 //!
 //! ```text
-//! ethernet-input ─┬─ ip4-input ─ ip4-lookup ─ ip4-rewrite ─┬─ port-tx
-//!                 │                   ▲              └─ ip4-frag ─┘
-//!                 │               icmp4-error ◄─ (no route, TTL, frag needed)
-//!                 ├─ ip6-input ─ ip6-lookup ─ ip6-rewrite ─── port-tx
-//!                 │                   ▲
-//!                 │               icmp6-error ◄─ (no route, hop limit, too big)
-//!                 └─ punt (ARP, local, unresolved, control multicast)
+//! [port-input] ─ ethernet-input ─┬─ ip4-input ─ [ip4-unicast] ─ ip4-lookup ─ ip4-rewrite ─ [ip4-output] ─┬─ port-tx
+//!                                │                                  ▲                                └─ ip4-frag ─ port-tx
+//!                                │                              icmp4-error ◄─ (no route, TTL, frag needed)
+//!                                ├─ ip6-input ─ [ip6-unicast] ─ ip6-lookup ─ ip6-rewrite ─ [ip6-output] ─── port-tx
+//!                                │                                  ▲
+//!                                │                              icmp6-error ◄─ (no route, hop limit, too big)
+//!                                └─ punt (ARP, local, unresolved, control multicast)
 //! ```
+//! The bracketed nodes are feature arcs ([`crate::feature`]): they run the features an
+//! interface enabled, and are skipped altogether while no interface has any.
 //! Drops and punts are decided, counted under a named [`Reason`] and their buffer released
 //! on the spot. ICMP errors are built in place in the headroom in front of the packet they
 //! quote and re-enter the lookup, so the graph has a cycle; it is walked in rounds, bounded.
@@ -20,10 +22,11 @@ use fib::{FibReader, NextHop, NextHopId, MISS};
 
 use crate::buffer::{
     prefetch, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN,
-    VECTOR_SIZE,
+    F_TO_FRAG, VECTOR_SIZE,
 };
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
+use crate::feature::{self, ArcId, FeatureCx, FeaturePkt, FeatureState, Registry, Verdict, DEAD};
 use crate::icmp::{self, PeerLimiter, RateLimiter};
 use crate::interfaces::{vlan_key, Interfaces, PuntPath, VlanTags};
 use crate::punt::{PuntPacket, PuntProducer};
@@ -51,12 +54,22 @@ pub enum Node {
     Icmp4Error,
     /// Build ICMPv6 errors.
     Icmp6Error,
+    /// The `port-input` feature arc (see [`crate::feature`]).
+    PortInput,
+    /// The `ip4-unicast` feature arc.
+    Ip4Unicast,
+    /// The `ip6-unicast` feature arc.
+    Ip6Unicast,
+    /// The `ip4-output` feature arc.
+    Ip4Output,
+    /// The `ip6-output` feature arc.
+    Ip6Output,
 }
 
 /// Number of list-holding nodes.
-pub const NODE_COUNT: usize = 8;
-/// Dispatch order within a round (topological for the forward path).
-const ORDER: [Node; NODE_COUNT] = [
+pub const NODE_COUNT: usize = 13;
+/// Dispatch order within a round (topological for the forward path), without features.
+const ORDER: [Node; 8] = [
     Node::EthernetInput,
     Node::Icmp4Error,
     Node::Icmp6Error,
@@ -64,6 +77,22 @@ const ORDER: [Node; NODE_COUNT] = [
     Node::Ip6Lookup,
     Node::Ip4Rewrite,
     Node::Ip6Rewrite,
+    Node::Ip4Frag,
+];
+/// The same with the feature arcs, where they sit on the forward path.
+const ORDER_FEATURES: [Node; NODE_COUNT] = [
+    Node::PortInput,
+    Node::EthernetInput,
+    Node::Icmp4Error,
+    Node::Icmp6Error,
+    Node::Ip4Unicast,
+    Node::Ip6Unicast,
+    Node::Ip4Lookup,
+    Node::Ip6Lookup,
+    Node::Ip4Rewrite,
+    Node::Ip6Rewrite,
+    Node::Ip4Output,
+    Node::Ip6Output,
     Node::Ip4Frag,
 ];
 /// How far ahead ethernet-input prefetches packet headers.
@@ -83,6 +112,22 @@ impl Node {
             Node::Ip4Frag => "ip4-frag",
             Node::Icmp4Error => "icmp4-error",
             Node::Icmp6Error => "icmp6-error",
+            Node::PortInput => ArcId::PortInput.name(),
+            Node::Ip4Unicast => ArcId::Ip4Unicast.name(),
+            Node::Ip6Unicast => ArcId::Ip6Unicast.name(),
+            Node::Ip4Output => ArcId::Ip4Output.name(),
+            Node::Ip6Output => ArcId::Ip6Output.name(),
+        }
+    }
+    /// The node that runs `arc`.
+    #[inline]
+    pub(crate) fn of_arc(arc: ArcId) -> Node {
+        match arc {
+            ArcId::PortInput => Node::PortInput,
+            ArcId::Ip4Unicast => Node::Ip4Unicast,
+            ArcId::Ip6Unicast => Node::Ip6Unicast,
+            ArcId::Ip4Output => Node::Ip4Output,
+            ArcId::Ip6Output => Node::Ip6Output,
         }
     }
 }
@@ -177,6 +222,12 @@ pub struct Graph {
     results: Box<[NextHopId; VECTOR_SIZE]>,
     tracer: Option<Box<Tracer>>,
     pub(crate) capture: Option<Box<Capturer>>,
+    /// Which interfaces have which features (published by the control thread).
+    feat_state: Arc<FeatureState>,
+    /// `feat_state.active()`, read once per vector.
+    feat_active: bool,
+    /// The feature nodes and their scratch space; taken out while an arc runs.
+    feat: Option<Box<feature::Runtime>>,
 }
 
 impl Graph {
@@ -211,7 +262,30 @@ impl Graph {
             results: Box::new([0; VECTOR_SIZE]),
             tracer: None,
             capture: None,
+            feat_state: Arc::new(FeatureState::default()),
+            feat_active: false,
+            feat: None,
         }
+    }
+
+    /// Give this graph (worker `worker`) the nodes of `registry`'s features, none enabled
+    /// yet (set up, off the hot path).
+    pub fn set_features(&mut self, registry: Arc<Registry>, worker: usize) {
+        self.feat = Some(Box::new(feature::Runtime::new(registry, worker)));
+        self.set_feature_state(Arc::new(FeatureState::default()));
+    }
+
+    /// Enable the features `state` names on its interfaces, and only those (between
+    /// vectors: the next vector runs with it). Without [`Graph::set_features`] first, no
+    /// feature runs whatever `state` says.
+    pub fn set_feature_state(&mut self, state: Arc<FeatureState>) {
+        self.feat_active = state.active() && self.feat.is_some();
+        self.feat_state = state;
+    }
+
+    /// The features in use, per interface.
+    pub fn feature_state(&self) -> &Arc<FeatureState> {
+        &self.feat_state
     }
 
     /// Attach a packet tracer (see [`crate::trace`]).
@@ -266,12 +340,20 @@ impl Graph {
         };
         if traced {
             self.select_traced(v, mem, now_ns);
-            self.run::<true, M>(v, mem, out, now_ns);
+            if self.feat_active {
+                self.run::<true, true, M>(v, mem, out, now_ns);
+            } else {
+                self.run::<true, false, M>(v, mem, out, now_ns);
+            }
             if let Some(t) = self.tracer.as_deref_mut() {
                 t.finish();
             }
+        } else if self.feat_active {
+            // The one per-vector check of the feature arcs: without features anywhere, the
+            // feature-free instantiation runs, with no arc code at all.
+            self.run::<false, true, M>(v, mem, out, now_ns);
         } else {
-            self.run::<false, M>(v, mem, out, now_ns);
+            self.run::<false, false, M>(v, mem, out, now_ns);
         }
     }
 
@@ -300,7 +382,7 @@ impl Graph {
         }
     }
 
-    fn run<const T: bool, M: PacketMemory>(
+    fn run<const T: bool, const F: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -310,7 +392,12 @@ impl Graph {
         let n = v.len.min(VECTOR_SIZE);
         self.icmp_limit.refill(now_ns);
         self.now_ns = now_ns;
-        {
+        if F {
+            for i in 0..n as u16 {
+                let port = v.pkts[i as usize].rx_port;
+                self.next_or_arc::<F>(ArcId::PortInput, port, Node::EthernetInput, i);
+            }
+        } else {
             let f = &mut self.frames;
             for (i, slot) in f.lists[Node::EthernetInput as usize][..n]
                 .iter_mut()
@@ -320,10 +407,11 @@ impl Graph {
             }
             f.lens[Node::EthernetInput as usize] = n;
         }
+        let order: &[Node] = if F { &ORDER_FEATURES } else { &ORDER };
         let mut list = [0u16; VECTOR_SIZE];
         for _round in 0..MAX_ROUNDS {
             let mut any = false;
-            for node in ORDER {
+            for &node in order {
                 let len = self.frames.lens[node as usize];
                 if len == 0 {
                     continue;
@@ -333,14 +421,19 @@ impl Graph {
                 self.frames.lens[node as usize] = 0;
                 let list = &list[..len];
                 match node {
-                    Node::EthernetInput => self.ethernet_input::<T, M>(v, mem, out, list),
+                    Node::EthernetInput => self.ethernet_input::<T, F, M>(v, mem, out, list),
                     Node::Ip4Lookup => self.ip4_lookup::<T, M>(v, mem, out, list),
                     Node::Ip6Lookup => self.ip6_lookup::<T, M>(v, mem, out, list),
-                    Node::Ip4Rewrite => ip4::rewrite::<T, M>(self, v, mem, out, list),
-                    Node::Ip6Rewrite => ip6::rewrite::<T, M>(self, v, mem, out, list),
+                    Node::Ip4Rewrite => ip4::rewrite::<T, F, M>(self, v, mem, out, list),
+                    Node::Ip6Rewrite => ip6::rewrite::<T, F, M>(self, v, mem, out, list),
                     Node::Ip4Frag => ip4::fragment::<T, M>(self, v, mem, out, list),
                     Node::Icmp4Error => icmp::error4::<T, M>(self, v, mem, out, list),
                     Node::Icmp6Error => icmp::error6::<T, M>(self, v, mem, out, list),
+                    Node::PortInput => self.run_arc::<T, M>(ArcId::PortInput, v, mem, out, list),
+                    Node::Ip4Unicast => self.run_arc::<T, M>(ArcId::Ip4Unicast, v, mem, out, list),
+                    Node::Ip6Unicast => self.run_arc::<T, M>(ArcId::Ip6Unicast, v, mem, out, list),
+                    Node::Ip4Output => self.run_arc::<T, M>(ArcId::Ip4Output, v, mem, out, list),
+                    Node::Ip6Output => self.run_arc::<T, M>(ArcId::Ip6Output, v, mem, out, list),
                 }
             }
             if !any {
@@ -348,7 +441,7 @@ impl Graph {
             }
         }
         // Bounded rounds: anything still queued is a bug-shaped loop, dropped and counted.
-        for node in ORDER {
+        for &node in order {
             let len = std::mem::take(&mut self.frames.lens[node as usize]);
             for k in 0..len {
                 let i = self.frames.lists[node as usize][k];
@@ -367,6 +460,171 @@ impl Graph {
         if len < VECTOR_SIZE {
             f.lists[node as usize][len] = i;
             f.lens[node as usize] = len + 1;
+        }
+    }
+
+    /// Hand packet `i` to `arc` if interface `iface` has features on it, else to `next`
+    /// (compiled to `enqueue(next, i)` when `F` is false).
+    #[inline(always)]
+    pub(crate) fn next_or_arc<const F: bool>(
+        &mut self,
+        arc: ArcId,
+        iface: u16,
+        next: Node,
+        i: u16,
+    ) {
+        if F && self.feat_state.mask(iface, arc) != 0 {
+            self.enqueue(Node::of_arc(arc), i);
+        } else {
+            self.enqueue(next, i);
+        }
+    }
+
+    /// Whether egress interface `iface` has features on `arc` (false when `F` is).
+    #[inline(always)]
+    pub(crate) fn has_features<const F: bool>(&self, arc: ArcId, iface: u16) -> bool {
+        F && self.feat_state.mask(iface, arc) != 0
+    }
+
+    /// Run `arc`'s features over the packets of `list`: each feature, in execution order,
+    /// gets those on interfaces that enabled it and not dropped by an earlier one; the
+    /// survivors go on to the node after the arc.
+    #[inline(never)]
+    fn run_arc<const T: bool, M: PacketMemory>(
+        &mut self,
+        arc: ArcId,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        list: &[u16],
+    ) {
+        let Some(mut rt) = self.feat.take() else {
+            // No feature nodes (a state without a registry is never active): go on.
+            for &i in list {
+                self.arc_done::<T>(arc, v, out, i);
+            }
+            return;
+        };
+        let n = list.len().min(VECTOR_SIZE);
+        for (k, &i) in list[..n].iter().enumerate() {
+            let p = &v.pkts[i as usize];
+            rt.alive[k] = i;
+            rt.ifc[k] = match arc {
+                ArcId::Ip4Output | ArcId::Ip6Output => match self.fib.next_hop(p.nh) {
+                    Some(NextHop::Forward(a)) => a.port,
+                    _ => p.tx_port,
+                },
+                _ => p.rx_port,
+            };
+        }
+        let mut alive = n;
+        let registry = rt.registry.clone();
+        for id in registry.arc(arc) {
+            let bit = 1u64 << id;
+            let mut k = 0;
+            for a in 0..alive {
+                let iface = rt.ifc[a];
+                if self.feat_state.mask(iface, arc) & bit != 0 {
+                    rt.batch[k] = FeaturePkt {
+                        pkt: v.pkts[rt.alive[a] as usize],
+                        iface,
+                        verdict: Verdict::Next,
+                    };
+                    rt.pos[k] = a as u16;
+                    k += 1;
+                }
+            }
+            if k == 0 {
+                continue;
+            }
+            let Some(entry) = registry.get(id as u8) else {
+                continue;
+            };
+            let base = entry.counter_base;
+            let ndrops = entry.spec.drops.len();
+            self.counters.feature_add(base, k as u64);
+            {
+                let rt = &mut *rt;
+                let mut cx = FeatureCx {
+                    mem: &mut *mem,
+                    fib: &self.fib,
+                    ifaces: &self.ifaces,
+                    now_ns: self.now_ns,
+                    arc,
+                };
+                if let Some(node) = rt.nodes.get_mut(id) {
+                    node.process(&mut cx, &mut rt.batch[..k]);
+                }
+            }
+            let mut dropped = false;
+            for j in 0..k {
+                let fp = rt.batch[j];
+                let a = rt.pos[j] as usize;
+                let i = rt.alive[a];
+                v.pkts[i as usize] = fp.pkt;
+                match fp.verdict {
+                    Verdict::Next => self.trace::<T>(
+                        &fp.pkt,
+                        Step::Feature {
+                            id: id as u8,
+                            drop: None,
+                        },
+                    ),
+                    Verdict::Drop(r) => {
+                        let r = (r as usize).min(ndrops.saturating_sub(1));
+                        if ndrops > 0 {
+                            self.counters.feature_add(base + 1 + r, 1);
+                        }
+                        self.counters.add(Reason::FeatureDrop, 1);
+                        self.trace::<T>(
+                            &fp.pkt,
+                            Step::Feature {
+                                id: id as u8,
+                                drop: Some(r as u8),
+                            },
+                        );
+                        out.free.push(fp.pkt.buf);
+                        rt.alive[a] = DEAD;
+                        dropped = true;
+                    }
+                }
+            }
+            if dropped {
+                let mut w = 0;
+                for a in 0..alive {
+                    if rt.alive[a] != DEAD {
+                        rt.alive[w] = rt.alive[a];
+                        rt.ifc[w] = rt.ifc[a];
+                        w += 1;
+                    }
+                }
+                alive = w;
+            }
+        }
+        for a in 0..alive {
+            let i = rt.alive[a];
+            self.arc_done::<T>(arc, v, out, i);
+        }
+        self.feat = Some(rt);
+    }
+
+    /// Packet `i` leaves `arc`: on to the node after it.
+    #[inline]
+    fn arc_done<const T: bool>(&mut self, arc: ArcId, v: &mut Vector, out: &mut Output, i: u16) {
+        match arc {
+            ArcId::PortInput => self.enqueue(Node::EthernetInput, i),
+            ArcId::Ip4Unicast => self.enqueue(Node::Ip4Lookup, i),
+            ArcId::Ip6Unicast => self.enqueue(Node::Ip6Lookup, i),
+            ArcId::Ip4Output | ArcId::Ip6Output => {
+                let p = &mut v.pkts[i as usize];
+                if p.flags & F_TO_FRAG != 0 {
+                    p.flags &= !F_TO_FRAG;
+                    self.enqueue(Node::Ip4Frag, i);
+                } else {
+                    let p = *p;
+                    self.transmit::<T>(out, p);
+                }
+            }
         }
     }
 
@@ -444,7 +702,7 @@ impl Graph {
         }
     }
 
-    fn ethernet_input<const T: bool, M: PacketMemory>(
+    fn ethernet_input<const T: bool, const F: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -554,8 +812,8 @@ impl Graph {
                 d.rx_port = pk.rx_port;
             }
             match l2.ethertype {
-                wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i, pk),
-                wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, mem, out, i, pk),
+                wire::ethertype::IPV4 => ip4::input_one::<T, F, M>(self, v, mem, out, i, pk),
+                wire::ethertype::IPV6 => ip6::input_one::<T, F, M>(self, mem, out, i, pk),
                 wire::ethertype::ARP => self.punt::<T, M>(mem, out, &pk, Reason::PuntArp),
                 _ => self.drop_pkt::<T>(out, &pk, Reason::EthUnknownType),
             }

@@ -6,9 +6,10 @@ use wire::{checksum, Ipv4Packet};
 
 use crate::buffer::{
     PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, F_L2_MCAST, F_LINK_LOCAL_SRC,
-    F_LOCAL_ORIGIN, HEADROOM,
+    F_LOCAL_ORIGIN, F_TO_FRAG, HEADROOM,
 };
 use crate::counters::Reason;
+use crate::feature::ArcId;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
 use crate::interfaces::PuntPath;
@@ -64,7 +65,7 @@ fn martian_src(a: u32) -> bool {
 /// The input node for one packet: validate, classify, hand unicast transit to the lookup.
 /// ethernet-input calls it inline per packet (counters keep this node's name).
 #[inline(always)]
-pub(crate) fn input_one<const T: bool, M: PacketMemory>(
+pub(crate) fn input_one<const T: bool, const F: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -158,7 +159,7 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     }
     v.pkts[i as usize].nh = dst;
     g.trace::<T>(&p, Step::IpInput { v6: false });
-    g.enqueue(Node::Ip4Lookup, i);
+    g.next_or_arc::<F>(ArcId::Ip4Unicast, p.rx_port, Node::Ip4Lookup, i);
 }
 
 /// The option check, out of line: options are rare, and inlined into the input loop the
@@ -186,7 +187,7 @@ pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
 }
 
 /// ip4-rewrite: TTL, MTU, L2 header; then port-tx, ip4-frag or icmp4-error.
-pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
+pub(crate) fn rewrite<const T: bool, const F: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -243,7 +244,12 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
                 p.aux = adj.mtu as u32;
                 v.pkts[i as usize] = p;
                 g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
-                g.enqueue(Node::Ip4Frag, i);
+                if g.has_features::<F>(ArcId::Ip4Output, adj.port) {
+                    v.pkts[i as usize].flags |= F_TO_FRAG;
+                    g.enqueue(Node::Ip4Output, i);
+                } else {
+                    g.enqueue(Node::Ip4Frag, i);
+                }
             }
             continue;
         }
@@ -274,6 +280,11 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
         if T {
             let new_ttl = if local { ttl } else { ttl - 1 };
             g.trace::<T>(&p, rewrite_step(false, ttl, new_ttl, &adj));
+        }
+        if g.has_features::<F>(ArcId::Ip4Output, adj.port) {
+            v.pkts[i as usize] = p;
+            g.enqueue(Node::Ip4Output, i);
+            continue;
         }
         g.transmit::<T>(out, p);
     }

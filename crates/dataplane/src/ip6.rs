@@ -6,6 +6,7 @@ use wire::Ipv6Packet;
 
 use crate::buffer::{PacketMemory, Pkt, Vector, F_CSUM_UNKNOWN, F_L2_MCAST, F_LOCAL_ORIGIN};
 use crate::counters::Reason;
+use crate::feature::ArcId;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
 use crate::ip4::{l3, l3_mut};
@@ -27,7 +28,7 @@ fn is_unspecified_or_loopback(a: &[u8; 16]) -> bool {
 /// The input node for one packet: validate, classify, hand unicast transit to the lookup.
 /// ethernet-input calls it inline per packet (counters keep this node's name).
 #[inline(always)]
-pub(crate) fn input_one<const T: bool, M: PacketMemory>(
+pub(crate) fn input_one<const T: bool, const F: bool, M: PacketMemory>(
     g: &mut Graph,
     mem: &mut M,
     out: &mut Output,
@@ -86,7 +87,7 @@ pub(crate) fn input_one<const T: bool, M: PacketMemory>(
         return;
     }
     g.trace::<T>(&p, Step::IpInput { v6: true });
-    g.enqueue(Node::Ip6Lookup, i);
+    g.next_or_arc::<F>(ArcId::Ip6Unicast, p.rx_port, Node::Ip6Lookup, i);
 }
 
 /// Upper-layer protocol and its bytes, past any extension headers (bounded walk).
@@ -132,7 +133,7 @@ pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
 }
 
 /// ip6-rewrite: hop limit, MTU, L2 header; then port-tx or icmp6-error.
-pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
+pub(crate) fn rewrite<const T: bool, const F: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -201,6 +202,11 @@ pub(crate) fn rewrite<const T: bool, M: PacketMemory>(
         if T {
             let new_hl = if local { hl } else { hl - 1 };
             g.trace::<T>(&p, crate::ip4::rewrite_step(true, hl, new_hl, &adj));
+        }
+        if g.has_features::<F>(ArcId::Ip6Output, adj.port) {
+            v.pkts[i as usize] = p;
+            g.enqueue(Node::Ip6Output, i);
+            continue;
         }
         g.transmit::<T>(out, p);
     }

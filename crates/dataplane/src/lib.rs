@@ -9,6 +9,7 @@ mod arm;
 pub mod buffer;
 pub mod capture;
 pub mod counters;
+pub mod feature;
 pub mod graph;
 mod icmp;
 pub mod interfaces;

@@ -310,6 +310,13 @@ pub enum Step {
         /// Egress port.
         port: u16,
     },
+    /// A feature node (see [`crate::feature`]) let the packet go on, or dropped it.
+    Feature {
+        /// The feature's id in its registry.
+        id: u8,
+        /// The index of its drop reason, if it dropped the packet.
+        drop: Option<u8>,
+    },
     /// A node counted `reason` and handed the packet to icmp4-error / icmp6-error.
     ToIcmp(Reason),
     /// icmp4-error / icmp6-error turned the packet into an ICMP error back to its source.

@@ -1130,3 +1130,302 @@ fn punts_that_cannot_reach_the_kernel_are_counted_as_drops() {
     assert_eq!(l.count(Reason::PuntUnresolved), 1);
     assert_eq!(l.punts.pop().unwrap().reason, Reason::PuntUnresolved);
 }
+
+// ---- Feature arcs ----
+
+use dataplane::feature::{
+    ArcId, Feature, FeatureCx, FeatureNode, FeaturePkt, FeatureSpec, FeatureState, Noop, Registry,
+    Verdict,
+};
+
+/// A test feature: `f` decides for each packet.
+struct TestFeature {
+    spec: FeatureSpec,
+    f: fn(&mut FeatureCx<'_>, &mut FeaturePkt),
+}
+
+impl FeatureNode for TestFeature {
+    fn process(&mut self, cx: &mut FeatureCx<'_>, pkts: &mut [FeaturePkt]) {
+        for p in pkts {
+            (self.f)(cx, p);
+        }
+    }
+}
+
+impl Feature for TestFeature {
+    fn spec(&self) -> FeatureSpec {
+        self.spec
+    }
+    fn node(&self, _: usize) -> Box<dyn FeatureNode> {
+        Box::new(TestFeature {
+            spec: self.spec,
+            f: self.f,
+        })
+    }
+}
+
+fn test_feature(
+    name: &'static str,
+    arc: ArcId,
+    after: &'static [&'static str],
+    f: fn(&mut FeatureCx<'_>, &mut FeaturePkt),
+) -> Arc<dyn Feature> {
+    Arc::new(TestFeature {
+        spec: FeatureSpec {
+            name,
+            arc,
+            before: &[],
+            after,
+            drops: &[("unexpected", "not what the test feature expected")],
+        },
+        f,
+    })
+}
+
+/// The IPv4 TOS byte of a packet a feature sees.
+fn tos(cx: &mut FeatureCx<'_>, p: &FeaturePkt) -> u8 {
+    let at = p.pkt.off as usize + p.pkt.l3 as usize + 1;
+    cx.mem.frame(p.pkt.buf)[at]
+}
+
+fn set_tos(cx: &mut FeatureCx<'_>, p: &FeaturePkt, v: u8) {
+    let at = p.pkt.off as usize + p.pkt.l3 as usize + 1;
+    cx.mem.frame_mut(p.pkt.buf)[at] = v;
+}
+
+impl Lab {
+    /// Register `features` and enable on interface `i` the names `enabled[i]`.
+    fn features(
+        &mut self,
+        features: Vec<Arc<dyn Feature>>,
+        enabled: &[&[&'static str]],
+    ) -> Arc<Registry> {
+        let r = Arc::new(Registry::new(features).unwrap());
+        self.graph.set_features(r.clone(), 0);
+        self.enable(&r, enabled);
+        r
+    }
+    fn enable(&mut self, r: &Registry, enabled: &[&[&'static str]]) {
+        let s = r
+            .state(2, |i| enabled.get(i).map_or(vec![], |e| e.to_vec()))
+            .unwrap();
+        self.graph.set_feature_state(Arc::new(s));
+    }
+    fn feature_count(&self, r: &Registry, name: &str, slot: usize) -> u64 {
+        let base = r.get(r.id(name).unwrap()).unwrap().counter_base;
+        self.counters.feature(base + slot)
+    }
+}
+
+/// The tests' two ordered features: `mark-a` turns TOS 0 into 1, `mark-b` (after it) 1 into
+/// 2; each drops anything else. Registered b first, so only the constraint orders them.
+fn marks() -> Vec<Arc<dyn Feature>> {
+    vec![
+        test_feature("mark-b", ArcId::Ip4Unicast, &["mark-a"], |cx, p| {
+            if tos(cx, p) == 1 {
+                set_tos(cx, p, 2)
+            } else {
+                p.verdict = Verdict::Drop(0)
+            }
+        }),
+        test_feature("mark-a", ArcId::Ip4Unicast, &[], |cx, p| {
+            if tos(cx, p) == 0 {
+                set_tos(cx, p, 1)
+            } else {
+                p.verdict = Verdict::Drop(0)
+            }
+        }),
+    ]
+}
+
+fn from_p1(mut f: Vec<u8>) -> Vec<u8> {
+    f[..6].copy_from_slice(&MAC1);
+    f
+}
+
+#[test]
+fn features_run_in_their_order_on_the_interfaces_that_enable_them() {
+    let mut l = lab();
+    let r = l.features(marks(), &[&["mark-a", "mark-b"], &[]]);
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].1[15], 2, "mark-a ran, then mark-b");
+    assert_eq!(l.feature_count(&r, "mark-a", 0), 1);
+    assert_eq!(l.feature_count(&r, "mark-b", 0), 1);
+    // Port 1 has no features: its packet passes untouched.
+    let back = common::run_frames(
+        &mut l.graph,
+        &mut l.arena,
+        &mut l.out,
+        1,
+        &[from_p1(frame4(ip4("10.1.2.3"), H0_V4, 64, true, 20))],
+    );
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].1[15], 0);
+    assert_eq!(l.feature_count(&r, "mark-a", 0), 1);
+    // A drop is counted under the feature's reason and as a feature drop; the buffer is
+    // released (run_frames checks).
+    let mut f = frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20);
+    f[15] = 7;
+    let c = checksum::checksum(&{
+        let mut h = f[14..34].to_vec();
+        h[10] = 0;
+        h[11] = 0;
+        h
+    });
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    assert!(l.run(&[f]).is_empty());
+    assert_eq!(l.count(Reason::FeatureDrop), 1);
+    assert_eq!(l.feature_count(&r, "mark-a", 1), 1, "mark-a dropped it");
+    assert_eq!(l.feature_count(&r, "mark-b", 0), 1, "mark-b never saw it");
+    // Only mark-b on port 0: it drops what mark-a did not mark.
+    l.enable(&r, &[&["mark-b"], &[]]);
+    assert!(l
+        .run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)])
+        .is_empty());
+    assert_eq!(l.feature_count(&r, "mark-b", 1), 1);
+    // None: forwarded as without features.
+    l.enable(&r, &[&[], &[]]);
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)]);
+    assert_eq!(out[0].1[15], 0);
+}
+
+#[test]
+fn output_features_see_rewritten_packets_and_those_bound_for_fragmentation() {
+    let mut l = lab();
+    let r = l.features(
+        vec![test_feature("check-out", ArcId::Ip4Output, &[], |cx, p| {
+            let f = cx.mem.frame(p.pkt.buf);
+            let ttl = f[p.pkt.off as usize + p.pkt.l3 as usize + 8];
+            // Keyed by the egress interface; the TTL is already decremented.
+            if p.iface != 1 || ttl != 63 {
+                p.verdict = Verdict::Drop(0);
+            }
+        })],
+        &[&[], &["check-out"]],
+    );
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].1[..6], PEER1, "sent rewritten");
+    // Too big for 172.16/16's MTU of 576, DF clear: through the arc once, then fragmented.
+    let out = l.run(&[frame4(H0_V4, ip4("172.16.1.1"), 64, false, 1000)]);
+    assert!(out.len() >= 2, "fragments: {}", out.len());
+    assert_eq!(l.count(Reason::Ip4Fragments), out.len() as u64);
+    assert_eq!(l.feature_count(&r, "check-out", 0), 2);
+    assert_eq!(l.count(Reason::FeatureDrop), 0);
+    // Toward port 0 (no output features): not seen.
+    common::run_frames(
+        &mut l.graph,
+        &mut l.arena,
+        &mut l.out,
+        1,
+        &[from_p1(frame4(ip4("10.1.2.3"), H0_V4, 64, true, 20))],
+    );
+    assert_eq!(l.feature_count(&r, "check-out", 0), 2);
+}
+
+/// A port-input feature decapsulates: frames of EtherType 0x88b5 carry a whole Ethernet
+/// frame after their header; the feature moves the descriptor past it, and ethernet-input
+/// then routes the inner frame.
+#[test]
+fn port_input_features_can_decapsulate() {
+    let mut l = lab();
+    let r = l.features(
+        vec![test_feature("decap", ArcId::PortInput, &[], |cx, p| {
+            let f = cx.mem.frame(p.pkt.buf);
+            let o = p.pkt.off as usize;
+            if f[o + 12..o + 14] == [0x88, 0xb5] && p.pkt.len > 14 {
+                p.pkt.off += 14;
+                p.pkt.len -= 14;
+            }
+        })],
+        &[&["decap"], &[]],
+    );
+    let inner = frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20);
+    let mut outer = inner[..12].to_vec();
+    outer.extend_from_slice(&[0x88, 0xb5]);
+    outer.extend_from_slice(&inner);
+    let out = l.run(&[outer, inner.clone()]);
+    assert_eq!(out.len(), 2, "both routed");
+    assert_eq!(out[0].1, out[1].1);
+    assert_eq!(l.feature_count(&r, "decap", 0), 2);
+}
+
+#[test]
+fn features_are_enabled_and_disabled_between_vectors_losing_nothing() {
+    let mut l = lab();
+    let r = l.features(
+        ArcId::ALL
+            .iter()
+            .map(|&arc| Arc::new(Noop { arc }) as Arc<dyn Feature>)
+            .collect(),
+        &[],
+    );
+    let all: Vec<&'static str> = ArcId::ALL.iter().map(|&a| Noop::name_on(a)).collect();
+    let frames: Vec<Vec<u8>> = (0..32)
+        .map(|k| frame4(H0_V4, ip4("10.1.2.3") + k, 64, true, 20))
+        .collect();
+    let mut sent = 0;
+    for round in 0..100 {
+        match round % 3 {
+            0 => l.enable(&r, &[&all, &all]),
+            1 => l.enable(&r, &[&[], &[]]),
+            _ => l.graph.set_feature_state(Arc::new(FeatureState::default())),
+        }
+        sent += l.run(&frames).len();
+    }
+    assert_eq!(sent, 3200);
+    assert_eq!(l.count(Reason::Ip4Forwarded), 3200);
+    assert_eq!(l.counters.snapshot().drops(), 0);
+    // 34 rounds with features: each packet through port-input, ip4-unicast, ip4-output.
+    assert_eq!(l.feature_count(&r, "noop-ip4-unicast", 0), 34 * 32);
+    assert_eq!(l.feature_count(&r, "noop-port-input", 0), 34 * 32);
+    assert_eq!(l.feature_count(&r, "noop-ip4-output", 0), 34 * 32);
+    assert_eq!(l.feature_count(&r, "noop-ip6-output", 0), 0);
+}
+
+#[test]
+fn trace_shows_feature_nodes() {
+    let mut l = lab();
+    let r = l.features(marks(), &[&["mark-a", "mark-b"], &[]]);
+    let mut h = l.trace(10, Filter::default());
+    l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)]);
+    let s = &steps_of(&mut h)[0];
+    let (a, b) = (r.id("mark-a").unwrap(), r.id("mark-b").unwrap());
+    assert_eq!(s[1], Step::IpInput { v6: false });
+    assert_eq!(s[2], Step::Feature { id: a, drop: None });
+    assert_eq!(s[3], Step::Feature { id: b, drop: None });
+    assert!(matches!(s[4], Step::Lookup { .. }), "{s:?}");
+    let mut f = frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20);
+    l.enable(&r, &[&["mark-b"], &[]]);
+    f[15] = 0;
+    l.run(&[f]);
+    let s = &steps_of(&mut h)[0];
+    assert_eq!(
+        s.last(),
+        Some(&Step::Feature {
+            id: b,
+            drop: Some(0)
+        })
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    /// Features that let everything go on, on every arc and interface, change nothing the
+    /// graph does, whatever the input; every buffer is still accounted for (run_frames).
+    #[test]
+    fn noop_features_on_every_arc_change_nothing(frames in proptest::collection::vec(hostile(), 1..40)) {
+        let mut plain = lab();
+        let mut featured = lab();
+        let all: Vec<&'static str> = ArcId::ALL.iter().map(|&a| Noop::name_on(a)).collect();
+        featured.features(
+            ArcId::ALL.iter().map(|&arc| Arc::new(Noop { arc }) as Arc<dyn Feature>).collect(),
+            &[&all, &all],
+        );
+        let a = plain.run(&frames);
+        let b = featured.run(&frames);
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(plain.counters.snapshot(), featured.counters.snapshot());
+    }
+}

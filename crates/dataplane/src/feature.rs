@@ -1,0 +1,557 @@
+//! Feature arcs, as VPP's vnet feature arcs: named points of the graph where optional
+//! nodes (uRPF, firewall, NAT, IPsec, policers) run for the interfaces that enabled them,
+//! without editing the engine.
+//!
+//! - An [`ArcId`] is a point of the graph: `port-input` (before ethernet-input),
+//!   `ip4-unicast` / `ip6-unicast` (after input validation, before lookup), `ip4-output` /
+//!   `ip6-output` (after rewrite, before transmit or fragmentation).
+//! - A [`Feature`] declares, in its [`FeatureSpec`], the arc it joins, the features it runs
+//!   before and after, and its drop reasons; it makes one [`FeatureNode`] per worker.
+//! - A [`Registry`] holds every feature the daemon knows, in a fixed execution order (the
+//!   order constraints, topologically sorted), and gives each its counter slots.
+//! - A [`FeatureState`] says which features each interface has on each arc. The control
+//!   thread builds a new one and publishes it (RCU, as the interface table: a worker picks
+//!   it up between vectors); no restart.
+//!
+//! Cost: a graph whose state enables nothing runs its feature-free instantiation, chosen by
+//! one branch per vector ([`crate::Graph::process`]); with features enabled somewhere, a
+//! packet pays a mask load and a branch per arc it passes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::buffer::{PacketMemory, Pkt, VECTOR_SIZE};
+use crate::interfaces::Interfaces;
+
+/// A point of the graph where features run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum ArcId {
+    /// Every received frame, before ethernet-input, keyed by the receiving port (IPsec or
+    /// NAT-T decapsulation, policers).
+    PortInput = 0,
+    /// Valid IPv4 packets after ip4-input, before ip4-lookup, keyed by the receiving
+    /// interface (a VLAN sub-interface for tagged frames). Locally generated packets (ICMP
+    /// errors) do not pass it.
+    Ip4Unicast = 1,
+    /// Valid IPv6 packets after ip6-input, before ip6-lookup; as [`ArcId::Ip4Unicast`].
+    Ip6Unicast = 2,
+    /// IPv4 packets after ip4-rewrite (Ethernet header written), before transmit; keyed by
+    /// the egress interface. Packets bigger than the egress MTU pass it before ip4-frag,
+    /// with their L3 header valid and their L2 header not yet written.
+    Ip4Output = 3,
+    /// IPv6 packets after ip6-rewrite, before transmit; keyed by the egress interface.
+    Ip6Output = 4,
+}
+
+/// Number of arcs.
+pub const ARC_COUNT: usize = 5;
+/// Most features a registry holds (one bit each in an interface's per-arc mask).
+pub const MAX_FEATURES: usize = 64;
+/// Counter slots for all features together: one for the packets a feature saw, one per
+/// drop reason.
+pub const MAX_FEATURE_COUNTERS: usize = 512;
+
+impl ArcId {
+    /// Every arc, in index order.
+    pub const ALL: [ArcId; ARC_COUNT] = [
+        ArcId::PortInput,
+        ArcId::Ip4Unicast,
+        ArcId::Ip6Unicast,
+        ArcId::Ip4Output,
+        ArcId::Ip6Output,
+    ];
+    /// The arc's name, as shown in traces and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArcId::PortInput => "port-input",
+            ArcId::Ip4Unicast => "ip4-unicast",
+            ArcId::Ip6Unicast => "ip6-unicast",
+            ArcId::Ip4Output => "ip4-output",
+            ArcId::Ip6Output => "ip6-output",
+        }
+    }
+}
+
+/// What a feature decided for one packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on along the arc: the interface's next feature, then the node after the arc.
+    #[default]
+    Next,
+    /// Drop, counted under the feature's drop reason of this index
+    /// ([`FeatureSpec::drops`]); an index out of range counts under the last reason.
+    Drop(u8),
+}
+
+/// What a feature is: its name, its arc, its order constraints and its drop reasons.
+#[derive(Clone, Copy, Debug)]
+pub struct FeatureSpec {
+    /// Unique name, as operators enable it: `ip4-urpf-strict`.
+    pub name: &'static str,
+    /// The arc it joins.
+    pub arc: ArcId,
+    /// Features of the same arc it must run before (names; unknown names are ignored, so a
+    /// feature can order itself against one that is not built in).
+    pub before: &'static [&'static str],
+    /// Features of the same arc it must run after.
+    pub after: &'static [&'static str],
+    /// Its drop reasons: (snake-case name, description). At most 255.
+    pub drops: &'static [(&'static str, &'static str)],
+}
+
+/// What a feature node sees of the worker while it runs: packet memory, the FIB, the
+/// interface table, the vector's clock.
+pub struct FeatureCx<'a> {
+    /// The packets' memory: frames are read and written through it.
+    pub mem: &'a mut dyn PacketMemory,
+    /// The worker's FIB reader (valid for the whole call).
+    pub fib: &'a fib::FibReader,
+    /// The interface table.
+    pub ifaces: &'a Interfaces,
+    /// Monotonic clock of the vector, in ns.
+    pub now_ns: u64,
+    /// The arc being run.
+    pub arc: ArcId,
+}
+
+/// One packet handed to a feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeaturePkt {
+    /// Its descriptor. A feature may change it (offsets and length after decapsulation or
+    /// encapsulation, `rx_port`); the graph carries the change on.
+    pub pkt: Pkt,
+    /// The interface the arc is keyed by: the receiving interface on input arcs, the
+    /// egress interface (a VLAN sub-interface, not its parent) on output arcs.
+    pub iface: u16,
+    /// The feature's decision: [`Verdict::Next`] unless it says otherwise.
+    pub verdict: Verdict,
+}
+
+/// A feature's per-worker node. Called with the packets of one vector that reach it on
+/// interfaces where it is enabled; it may read and write their frames and descriptors,
+/// and sets a verdict for each. Runs on the hot path: it must not allocate, lock, block,
+/// log or panic (count instead).
+pub trait FeatureNode: Send {
+    /// Process `pkts` (at most a vector's worth).
+    fn process(&mut self, cx: &mut FeatureCx<'_>, pkts: &mut [FeaturePkt]);
+}
+
+/// A feature the daemon can enable on interfaces.
+pub trait Feature: Send + Sync {
+    /// What it is.
+    fn spec(&self) -> FeatureSpec;
+    /// Its node for worker `worker` (called once per worker at start, off the hot path).
+    fn node(&self, worker: usize) -> Box<dyn FeatureNode>;
+}
+
+/// Index of a feature in its registry (also its execution rank: a feature with a lower id
+/// runs first).
+pub type FeatureId = u8;
+
+/// Why a set of features cannot be registered.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RegistryError {
+    /// Two features share a name.
+    #[error("feature {0:?} is registered twice")]
+    Duplicate(&'static str),
+    /// More than [`MAX_FEATURES`].
+    #[error("{0} features registered; at most {MAX_FEATURES} are supported")]
+    TooMany(usize),
+    /// Their counters do not fit.
+    #[error("features need {0} counter slots; at most {MAX_FEATURE_COUNTERS} are supported")]
+    TooManyCounters(usize),
+    /// A feature declares more than 255 drop reasons.
+    #[error("feature {0:?} declares more than 255 drop reasons")]
+    TooManyDrops(&'static str),
+    /// The before/after constraints of an arc's features form a cycle.
+    #[error("the order constraints of arc {arc} form a cycle through {names:?}")]
+    Cycle {
+        /// The arc.
+        arc: &'static str,
+        /// The features left unordered.
+        names: Vec<&'static str>,
+    },
+}
+
+/// A registered feature.
+pub struct Entry {
+    /// What it declared.
+    pub spec: FeatureSpec,
+    /// Its first counter slot: `base` counts the packets it saw, `base + 1 + r` its drops
+    /// of reason `r`.
+    pub counter_base: usize,
+    feature: Arc<dyn Feature>,
+}
+
+/// Every feature a daemon knows, in execution order: by arc, then by the topological order
+/// of their constraints (ties kept in registration order).
+pub struct Registry {
+    entries: Vec<Entry>,
+    by_name: HashMap<&'static str, FeatureId>,
+    /// Per arc: the range of ids it holds.
+    arcs: [(u8, u8); ARC_COUNT],
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            entries: Vec::new(),
+            by_name: HashMap::new(),
+            arcs: [(0, 0); ARC_COUNT],
+        }
+    }
+}
+
+impl Registry {
+    /// Register `features`, checking names, counts and order constraints.
+    pub fn new(features: Vec<Arc<dyn Feature>>) -> Result<Registry, RegistryError> {
+        if features.len() > MAX_FEATURES {
+            return Err(RegistryError::TooMany(features.len()));
+        }
+        let mut seen = HashMap::new();
+        for f in &features {
+            let s = f.spec();
+            if seen.insert(s.name, ()).is_some() {
+                return Err(RegistryError::Duplicate(s.name));
+            }
+            if s.drops.len() > 255 {
+                return Err(RegistryError::TooManyDrops(s.name));
+            }
+        }
+        let mut ordered: Vec<Arc<dyn Feature>> = Vec::with_capacity(features.len());
+        let mut arcs = [(0u8, 0u8); ARC_COUNT];
+        for arc in ArcId::ALL {
+            let start = ordered.len() as u8;
+            let mine: Vec<&Arc<dyn Feature>> =
+                features.iter().filter(|f| f.spec().arc == arc).collect();
+            for k in topo_order(arc, &mine)? {
+                ordered.push(mine[k].clone());
+            }
+            arcs[arc as usize] = (start, ordered.len() as u8);
+        }
+        let mut entries = Vec::with_capacity(ordered.len());
+        let mut by_name = HashMap::new();
+        let mut base = 0;
+        for (id, feature) in ordered.into_iter().enumerate() {
+            let spec = feature.spec();
+            by_name.insert(spec.name, id as FeatureId);
+            entries.push(Entry {
+                spec,
+                counter_base: base,
+                feature,
+            });
+            base += 1 + spec.drops.len();
+        }
+        if base > MAX_FEATURE_COUNTERS {
+            return Err(RegistryError::TooManyCounters(base));
+        }
+        Ok(Registry {
+            entries,
+            by_name,
+            arcs,
+        })
+    }
+
+    /// The features, by id.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The id of the feature named `name`.
+    pub fn id(&self, name: &str) -> Option<FeatureId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The feature of id `id`.
+    pub fn get(&self, id: FeatureId) -> Option<&Entry> {
+        self.entries.get(id as usize)
+    }
+
+    /// The ids of `arc`'s features, in execution order.
+    pub fn arc(&self, arc: ArcId) -> std::ops::Range<usize> {
+        let (s, e) = self.arcs[arc as usize];
+        s as usize..e as usize
+    }
+
+    /// A worker's nodes, by id.
+    pub(crate) fn nodes(&self, worker: usize) -> Vec<Box<dyn FeatureNode>> {
+        self.entries
+            .iter()
+            .map(|e| e.feature.node(worker))
+            .collect()
+    }
+
+    /// A state in which interface `iface` (of `ifaces`) has the features `enabled(iface)`
+    /// names. Unknown names are returned as errors, nothing else changes.
+    pub fn state<'n>(
+        &self,
+        ifaces: usize,
+        mut enabled: impl FnMut(usize) -> Vec<&'n str>,
+    ) -> Result<FeatureState, String> {
+        let mut masks = vec![[0u64; ARC_COUNT]; ifaces];
+        for (i, m) in masks.iter_mut().enumerate() {
+            for name in enabled(i) {
+                let id = self.id(name).ok_or_else(|| {
+                    format!(
+                        "no feature named {name:?} (known: {})",
+                        self.entries
+                            .iter()
+                            .map(|e| e.spec.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?;
+                let arc = self.entries[id as usize].spec.arc;
+                m[arc as usize] |= 1 << id;
+            }
+        }
+        Ok(FeatureState::from_masks(masks))
+    }
+}
+
+/// Kahn's algorithm over one arc's features; ties in registration order.
+fn topo_order(arc: ArcId, fs: &[&Arc<dyn Feature>]) -> Result<Vec<usize>, RegistryError> {
+    let n = fs.len();
+    let specs: Vec<FeatureSpec> = fs.iter().map(|f| f.spec()).collect();
+    let index: HashMap<&str, usize> = specs.iter().enumerate().map(|(i, s)| (s.name, i)).collect();
+    // edge a -> b: a runs before b.
+    let mut succ = vec![Vec::new(); n];
+    let mut indeg = vec![0usize; n];
+    for (i, s) in specs.iter().enumerate() {
+        for b in s.before {
+            if let Some(&j) = index.get(b) {
+                succ[i].push(j);
+                indeg[j] += 1;
+            }
+        }
+        for a in s.after {
+            if let Some(&j) = index.get(a) {
+                succ[j].push(i);
+                indeg[i] += 1;
+            }
+        }
+    }
+    let mut done = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    while order.len() < n {
+        let Some(next) = (0..n).find(|&i| !done[i] && indeg[i] == 0) else {
+            return Err(RegistryError::Cycle {
+                arc: arc.name(),
+                names: (0..n)
+                    .filter(|&i| !done[i])
+                    .map(|i| specs[i].name)
+                    .collect(),
+            });
+        };
+        done[next] = true;
+        order.push(next);
+        for &j in &succ[next] {
+            indeg[j] -= 1;
+        }
+    }
+    Ok(order)
+}
+
+/// Which features each interface has, per arc: bit `id` of `mask(iface, arc)`. Immutable;
+/// the control thread publishes a new one to change it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeatureState {
+    masks: Vec<[u64; ARC_COUNT]>,
+    active: bool,
+}
+
+impl FeatureState {
+    /// A state of per-interface, per-arc masks.
+    pub fn from_masks(masks: Vec<[u64; ARC_COUNT]>) -> FeatureState {
+        let active = masks.iter().any(|m| m.iter().any(|&x| x != 0));
+        FeatureState { masks, active }
+    }
+    /// Whether any interface has any feature.
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.active
+    }
+    /// The features of interface `iface` on `arc` (0 for an interface it does not know).
+    #[inline]
+    pub fn mask(&self, iface: u16, arc: ArcId) -> u64 {
+        self.masks
+            .get(iface as usize)
+            .map_or(0, |m| m[arc as usize])
+    }
+    /// The ids enabled on `iface`, on every arc, in execution order.
+    pub fn enabled(&self, iface: u16) -> Vec<FeatureId> {
+        let m = self.masks.get(iface as usize).copied().unwrap_or_default();
+        let all = m.iter().fold(0u64, |a, b| a | b);
+        (0..MAX_FEATURES as u8)
+            .filter(|b| all >> b & 1 == 1)
+            .collect()
+    }
+}
+
+/// A worker's feature nodes and the scratch space an arc runs in (allocated once).
+pub(crate) struct Runtime {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) nodes: Vec<Box<dyn FeatureNode>>,
+    /// The packets handed to one feature.
+    pub(crate) batch: Box<[FeaturePkt; VECTOR_SIZE]>,
+    /// For each of them, its position in `alive`.
+    pub(crate) pos: Box<[u16; VECTOR_SIZE]>,
+    /// Vector indices of the packets still on the arc ([`DEAD`] once dropped).
+    pub(crate) alive: Box<[u16; VECTOR_SIZE]>,
+    /// The interface each of them is keyed by on the arc.
+    pub(crate) ifc: Box<[u16; VECTOR_SIZE]>,
+}
+
+/// A dropped packet's place in [`Runtime::alive`].
+pub(crate) const DEAD: u16 = u16::MAX;
+
+impl Runtime {
+    pub(crate) fn new(registry: Arc<Registry>, worker: usize) -> Runtime {
+        Runtime {
+            nodes: registry.nodes(worker),
+            registry,
+            batch: Box::new([FeaturePkt::default(); VECTOR_SIZE]),
+            pos: Box::new([0; VECTOR_SIZE]),
+            alive: Box::new([0; VECTOR_SIZE]),
+            ifc: Box::new([0; VECTOR_SIZE]),
+        }
+    }
+}
+
+/// A feature that does nothing (every packet goes on): the benchmark's measure of what the
+/// arc machinery costs, and a test double for the engine's tests.
+pub struct Noop {
+    /// The arc it joins.
+    pub arc: ArcId,
+}
+
+impl Noop {
+    /// Its name on `arc`: `noop-ip4-unicast`, ...
+    pub fn name_on(arc: ArcId) -> &'static str {
+        match arc {
+            ArcId::PortInput => "noop-port-input",
+            ArcId::Ip4Unicast => "noop-ip4-unicast",
+            ArcId::Ip6Unicast => "noop-ip6-unicast",
+            ArcId::Ip4Output => "noop-ip4-output",
+            ArcId::Ip6Output => "noop-ip6-output",
+        }
+    }
+}
+
+struct NoopNode;
+
+impl FeatureNode for NoopNode {
+    fn process(&mut self, _cx: &mut FeatureCx<'_>, _pkts: &mut [FeaturePkt]) {}
+}
+
+impl Feature for Noop {
+    fn spec(&self) -> FeatureSpec {
+        FeatureSpec {
+            name: Noop::name_on(self.arc),
+            arc: self.arc,
+            before: &[],
+            after: &[],
+            drops: &[],
+        }
+    }
+    fn node(&self, _worker: usize) -> Box<dyn FeatureNode> {
+        Box::new(NoopNode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(FeatureSpec);
+    impl Feature for Named {
+        fn spec(&self) -> FeatureSpec {
+            self.0
+        }
+        fn node(&self, _: usize) -> Box<dyn FeatureNode> {
+            Box::new(NoopNode)
+        }
+    }
+    fn f(
+        name: &'static str,
+        arc: ArcId,
+        before: &'static [&'static str],
+        after: &'static [&'static str],
+    ) -> Arc<dyn Feature> {
+        Arc::new(Named(FeatureSpec {
+            name,
+            arc,
+            before,
+            after,
+            drops: &[("x", "x")],
+        }))
+    }
+
+    #[test]
+    fn registry_orders_by_arc_then_constraints() {
+        let r = Registry::new(vec![
+            f("nat", ArcId::Ip4Unicast, &[], &["fw"]),
+            f("out", ArcId::Ip4Output, &[], &[]),
+            f("fw", ArcId::Ip4Unicast, &[], &["urpf"]),
+            f("urpf", ArcId::Ip4Unicast, &["acl-that-is-not-here"], &[]),
+            f("decap", ArcId::PortInput, &[], &[]),
+        ])
+        .unwrap();
+        let names: Vec<_> = r.entries().iter().map(|e| e.spec.name).collect();
+        assert_eq!(names, ["decap", "urpf", "fw", "nat", "out"]);
+        assert_eq!(r.arc(ArcId::Ip4Unicast), 1..4);
+        assert_eq!(r.arc(ArcId::Ip6Unicast), 4..4);
+        assert_eq!(r.get(r.id("fw").unwrap()).unwrap().counter_base, 4);
+    }
+
+    #[test]
+    fn registry_refuses_cycles_and_duplicates() {
+        let e = Registry::new(vec![
+            f("a", ArcId::Ip6Output, &["b"], &[]),
+            f("b", ArcId::Ip6Output, &["a"], &[]),
+            f("c", ArcId::Ip6Output, &[], &[]),
+        ])
+        .err()
+        .unwrap();
+        assert_eq!(
+            e,
+            RegistryError::Cycle {
+                arc: "ip6-output",
+                names: vec!["a", "b"]
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "the order constraints of arc ip6-output form a cycle through [\"a\", \"b\"]"
+        );
+        let d = Registry::new(vec![
+            f("a", ArcId::Ip6Output, &[], &[]),
+            f("a", ArcId::Ip4Output, &[], &[]),
+        ])
+        .err()
+        .unwrap();
+        assert_eq!(d, RegistryError::Duplicate("a"));
+    }
+
+    #[test]
+    fn state_masks_by_interface_and_arc() {
+        let r = Registry::new(vec![
+            f("u4", ArcId::Ip4Unicast, &[], &[]),
+            f("u6", ArcId::Ip6Unicast, &[], &[]),
+        ])
+        .unwrap();
+        let s = r
+            .state(3, |i| if i == 1 { vec!["u6", "u4"] } else { vec![] })
+            .unwrap();
+        assert!(s.active());
+        assert_eq!(s.mask(1, ArcId::Ip4Unicast), 1);
+        assert_eq!(s.mask(1, ArcId::Ip6Unicast), 2);
+        assert_eq!(s.mask(0, ArcId::Ip4Unicast), 0);
+        assert_eq!(s.mask(9, ArcId::Ip4Unicast), 0);
+        assert_eq!(s.enabled(1), vec![0, 1]);
+        let e = r.state(1, |_| vec!["nope"]).unwrap_err();
+        assert_eq!(e, "no feature named \"nope\" (known: u4, u6)");
+        assert!(!r.state(2, |_| vec![]).unwrap().active());
+    }
+}
