@@ -570,6 +570,11 @@ struct PipelineArgs {
     /// (repeatable instruction counts under valgrind --tool=callgrind).
     #[arg(long)]
     passes: Option<u64>,
+    /// Also measure each cell with a no-op feature on the ip4-unicast and ip6-unicast arcs
+    /// of every interface (the cost of the feature-arc machinery), interleaved with runs
+    /// without it.
+    #[arg(long)]
+    noop_feature: bool,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -648,6 +653,7 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         duration: seconds(a.duration)?,
         seed: a.seed,
         passes: a.passes,
+        noop_feature: a.noop_feature,
         ..Default::default()
     })
 }

@@ -107,6 +107,10 @@ pub struct Options {
     /// Fixed work instead of fixed time: each worker makes exactly this many passes over
     /// its pool (for instruction counting under callgrind, which is repeatable).
     pub passes: Option<u64>,
+    /// Also measure each cell with a feature that does nothing on both interfaces'
+    /// `ip4-unicast` and `ip6-unicast` arcs: the cost of the feature-arc machinery. The two
+    /// variants run interleaved (plain, noop, plain, noop); each reports its better run.
+    pub noop_feature: bool,
 }
 
 impl Default for Options {
@@ -121,6 +125,7 @@ impl Default for Options {
             adjacencies: 64,
             seed: 1,
             passes: None,
+            noop_feature: false,
         }
     }
 }
@@ -132,6 +137,8 @@ pub struct CellResult {
     pub profile: String,
     /// Workers (= cores) used.
     pub workers: usize,
+    /// Features on the unicast arcs: `none`, or `noop` (see [`Options::noop_feature`]).
+    pub features: &'static str,
     /// Million packets per second per core.
     pub mpps_per_core: f64,
     /// Aggregate million packets per second.
@@ -234,6 +241,22 @@ pub fn load_fib(
 }
 
 /// The interface table of the benchmark's two ports.
+/// Give `g` (worker `w`) a no-op feature on the unicast arcs of both bench interfaces.
+fn enable_noop_features(g: &mut Graph, w: usize) {
+    use dataplane::feature::{ArcId, Feature, Noop, Registry};
+    let arcs = [ArcId::Ip4Unicast, ArcId::Ip6Unicast];
+    let features: Vec<Arc<dyn Feature>> = arcs
+        .iter()
+        .map(|&arc| Arc::new(Noop { arc }) as Arc<dyn Feature>)
+        .collect();
+    let registry = Arc::new(Registry::new(features).expect("two no-op features register"));
+    let state = registry
+        .state(2, |_| arcs.iter().map(|&a| Noop::name_on(a)).collect())
+        .expect("the no-op features are registered");
+    g.set_features(registry, w);
+    g.set_feature_state(Arc::new(state));
+}
+
 pub fn bench_interfaces() -> Interfaces {
     Interfaces::from_ports(vec![
         PortInfo {
@@ -414,6 +437,7 @@ fn run_cell(
     profile: &'static Profile,
     workers: usize,
     opts: &Options,
+    noop: bool,
 ) -> Result<CellResult> {
     let cores = dataplane::worker::cores();
     if workers == 0 {
@@ -457,6 +481,9 @@ fn run_cell(
                 None,
                 GraphConfig::default(),
             );
+            if noop {
+                enable_noop_features(&mut g, w);
+            }
             // Warm caches and TLBs, untimed.
             let warm = AtomicBool::new(false);
             forward_loop(&mut g, &mut t, &warm, 3, || {});
@@ -492,6 +519,7 @@ fn run_cell(
     Ok(CellResult {
         profile: profile.name.to_string(),
         workers,
+        features: if noop { "noop" } else { "none" },
         mpps_per_core,
         mpps_total,
         ns_per_packet: if mpps_per_core > 0.0 {
@@ -523,7 +551,24 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
                 w,
                 opts.duration.as_secs_f64()
             ));
-            results.push(run_cell(&fib, p, w, opts)?);
+            if opts.noop_feature {
+                // Interleaved, so drift of a shared machine hits both variants alike.
+                let mut best: [Option<CellResult>; 2] = [None, None];
+                for _ in 0..2 {
+                    for (k, noop) in [false, true].into_iter().enumerate() {
+                        let c = run_cell(&fib, p, w, opts, noop)?;
+                        if best[k]
+                            .as_ref()
+                            .is_none_or(|b| c.mpps_per_core > b.mpps_per_core)
+                        {
+                            best[k] = Some(c);
+                        }
+                    }
+                }
+                results.extend(best.into_iter().flatten());
+            } else {
+                results.push(run_cell(&fib, p, w, opts, false)?);
+            }
         }
     }
     Ok(Report {
@@ -547,14 +592,22 @@ pub fn print_table(r: &Report) {
         r.load_s
     );
     println!(
-        "{:<10} {:>7} {:>14} {:>12} {:>10} {:>14} {:>14}",
-        "profile", "workers", "Mpps/core", "Mpps total", "ns/pkt", "Gbps L1/core", "not forwarded"
+        "{:<10} {:>7} {:>8} {:>14} {:>12} {:>10} {:>14} {:>14}",
+        "profile",
+        "workers",
+        "features",
+        "Mpps/core",
+        "Mpps total",
+        "ns/pkt",
+        "Gbps L1/core",
+        "not forwarded"
     );
     for c in &r.results {
         println!(
-            "{:<10} {:>7} {:>14.2} {:>12.2} {:>10.2} {:>14.2} {:>14}",
+            "{:<10} {:>7} {:>8} {:>14.2} {:>12.2} {:>10.2} {:>14.2} {:>14}",
             c.profile,
             c.workers,
+            c.features,
             c.mpps_per_core,
             c.mpps_total,
             c.ns_per_packet,
@@ -562,13 +615,33 @@ pub fn print_table(r: &Report) {
             c.not_forwarded
         );
     }
+    for c in r.results.iter().filter(|c| c.features == "noop") {
+        let plain = r
+            .results
+            .iter()
+            .find(|b| b.features == "none" && b.profile == c.profile && b.workers == c.workers);
+        if let Some(b) = plain {
+            println!(
+                "feature arcs {} ({} workers): no-op feature costs {:+.1} % ({:.2} -> {:.2} Mpps/core)",
+                c.profile,
+                c.workers,
+                (1.0 - c.mpps_per_core / b.mpps_per_core) * 100.0,
+                b.mpps_per_core,
+                c.mpps_per_core
+            );
+        }
+    }
     let one = |p: &str| {
         r.results
             .iter()
-            .find(|c| c.profile == p && c.workers == 1)
+            .find(|c| c.profile == p && c.workers == 1 && c.features == "none")
             .map(|c| c.mpps_total)
     };
-    for c in r.results.iter().filter(|c| c.workers > 1) {
+    for c in r
+        .results
+        .iter()
+        .filter(|c| c.workers > 1 && c.features == "none")
+    {
         if let Some(base) = one(&c.profile) {
             println!(
                 "scaling {}: {} workers = {:.2}x one worker",

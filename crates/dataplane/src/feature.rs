@@ -73,17 +73,6 @@ impl ArcId {
     }
 }
 
-/// What a feature decided for one packet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Verdict {
-    /// Go on along the arc: the interface's next feature, then the node after the arc.
-    #[default]
-    Next,
-    /// Drop, counted under the feature's drop reason of this index
-    /// ([`FeatureSpec::drops`]); an index out of range counts under the last reason.
-    Drop(u8),
-}
-
 /// What a feature is: its name, its arc, its order constraints and its drop reasons.
 #[derive(Clone, Copy, Debug)]
 pub struct FeatureSpec {
@@ -115,26 +104,88 @@ pub struct FeatureCx<'a> {
     pub arc: ArcId,
 }
 
-/// One packet handed to a feature.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FeaturePkt {
-    /// Its descriptor. A feature may change it (offsets and length after decapsulation or
-    /// encapsulation, `rx_port`); the graph carries the change on.
-    pub pkt: Pkt,
-    /// The interface the arc is keyed by: the receiving interface on input arcs, the
-    /// egress interface (a VLAN sub-interface, not its parent) on output arcs.
-    pub iface: u16,
-    /// The feature's decision: [`Verdict::Next`] unless it says otherwise.
-    pub verdict: Verdict,
+/// The packets of one vector that reach a feature: those on interfaces that enabled it,
+/// not dropped by an earlier feature. A feature reads and writes their frames through
+/// [`FeatureCx::mem`] and their descriptors here, and drops what it must; everything it
+/// does not drop goes on along the arc (the interface's next feature, then the node after
+/// the arc). Nothing is copied to build it: it refers to the vector in place.
+pub struct Batch<'a> {
+    pkts: &'a mut [Pkt],
+    idx: &'a [u16],
+    ifc: Ifaces<'a>,
+    drops: &'a mut Drops,
 }
 
-/// A feature's per-worker node. Called with the packets of one vector that reach it on
-/// interfaces where it is enabled; it may read and write their frames and descriptors,
-/// and sets a verdict for each. Runs on the hot path: it must not allocate, lock, block,
-/// log or panic (count instead).
+/// The interface of each packet of a batch.
+#[derive(Clone, Copy)]
+pub(crate) enum Ifaces<'a> {
+    /// All on this one.
+    All(u16),
+    /// By vector index.
+    ByIndex(&'a [u16]),
+}
+
+/// Drops a feature asked for in one call: (batch position, reason).
+pub(crate) struct Drops {
+    pub(crate) list: [(u16, u8); VECTOR_SIZE],
+    pub(crate) len: usize,
+}
+
+impl Batch<'_> {
+    /// Number of packets.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.idx.len()
+    }
+    /// Whether there are none (never, when a feature is called).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.idx.is_empty()
+    }
+    /// Packet `k`'s descriptor (`None` for `k >= len()`).
+    #[inline]
+    pub fn pkt(&self, k: usize) -> Option<&Pkt> {
+        self.pkts.get(*self.idx.get(k)? as usize)
+    }
+    /// Packet `k`'s descriptor, writable: a feature may move its offsets and length
+    /// (decapsulation, encapsulation) or change its `rx_port`; the graph carries it on.
+    #[inline]
+    pub fn pkt_mut(&mut self, k: usize) -> Option<&mut Pkt> {
+        self.pkts.get_mut(*self.idx.get(k)? as usize)
+    }
+    /// The interface packet `k` is on for this arc: the receiving interface on input arcs,
+    /// the egress interface (a VLAN sub-interface, not its parent) on output arcs.
+    #[inline]
+    pub fn iface(&self, k: usize) -> u16 {
+        match self.ifc {
+            Ifaces::All(i) => i,
+            Ifaces::ByIndex(by) => self
+                .idx
+                .get(k)
+                .and_then(|&i| by.get(i as usize))
+                .copied()
+                .unwrap_or(u16::MAX),
+        }
+    }
+    /// Drop packet `k`, counted under the feature's drop reason `reason` (an index into
+    /// [`FeatureSpec::drops`]; one out of range counts under the last). Dropping a packet
+    /// twice, or one beyond `len()`, changes nothing.
+    #[inline]
+    pub fn drop(&mut self, k: usize, reason: u8) {
+        if k < self.idx.len() && self.drops.len < VECTOR_SIZE {
+            self.drops.list[self.drops.len] = (k as u16, reason);
+            self.drops.len += 1;
+        }
+    }
+}
+
+/// A feature's per-worker node. Called with the packets of one vector that reach it; it
+/// may read and write their frames and descriptors, and drops what it must
+/// ([`Batch::drop`]). Runs on the hot path: it must not allocate, lock, block, log or panic
+/// (count instead).
 pub trait FeatureNode: Send {
-    /// Process `pkts` (at most a vector's worth).
-    fn process(&mut self, cx: &mut FeatureCx<'_>, pkts: &mut [FeaturePkt]);
+    /// Process `batch`.
+    fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>);
 }
 
 /// A feature the daemon can enable on interfaces.
@@ -358,19 +409,32 @@ fn topo_order(arc: ArcId, fs: &[&Arc<dyn Feature>]) -> Result<Vec<usize>, Regist
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FeatureState {
     masks: Vec<[u64; ARC_COUNT]>,
-    active: bool,
+    /// Bit `arc` set: some interface has features on `arc`.
+    arcs: u8,
 }
 
 impl FeatureState {
     /// A state of per-interface, per-arc masks.
     pub fn from_masks(masks: Vec<[u64; ARC_COUNT]>) -> FeatureState {
-        let active = masks.iter().any(|m| m.iter().any(|&x| x != 0));
-        FeatureState { masks, active }
+        let mut arcs = 0;
+        for m in &masks {
+            for (a, &x) in m.iter().enumerate() {
+                if x != 0 {
+                    arcs |= 1 << a;
+                }
+            }
+        }
+        FeatureState { masks, arcs }
     }
     /// Whether any interface has any feature.
     #[inline]
     pub fn active(&self) -> bool {
-        self.active
+        self.arcs != 0
+    }
+    /// The arcs some interface has features on: bit `arc as u8`.
+    #[inline]
+    pub fn arcs(&self) -> u8 {
+        self.arcs
     }
     /// The features of interface `iface` on `arc` (0 for an interface it does not know).
     #[inline]
@@ -378,6 +442,18 @@ impl FeatureState {
         self.masks
             .get(iface as usize)
             .map_or(0, |m| m[arc as usize])
+    }
+    /// The arcs interface `iface` has features on: bit `arc as u8`.
+    pub fn iface_arcs(&self, iface: u16) -> u8 {
+        self.masks.get(iface as usize).map_or(0, |m| {
+            m.iter()
+                .enumerate()
+                .fold(0, |a, (k, &x)| if x != 0 { a | 1 << k } else { a })
+        })
+    }
+    /// Number of interfaces it describes.
+    pub fn ifaces(&self) -> usize {
+        self.masks.len()
     }
     /// The ids enabled on `iface`, on every arc, in execution order.
     pub fn enabled(&self, iface: u16) -> Vec<FeatureId> {
@@ -391,31 +467,64 @@ impl FeatureState {
 
 /// A worker's feature nodes and the scratch space an arc runs in (allocated once).
 pub(crate) struct Runtime {
-    pub(crate) registry: Arc<Registry>,
     pub(crate) nodes: Vec<Box<dyn FeatureNode>>,
-    /// The packets handed to one feature.
-    pub(crate) batch: Box<[FeaturePkt; VECTOR_SIZE]>,
-    /// For each of them, its position in `alive`.
+    /// Per arc: its features as (id, counter base, drop reasons), in execution order.
+    pub(crate) arcs: [Vec<(u8, usize, usize)>; ARC_COUNT],
+    /// The features on the arc of each packet still on it, by position.
+    pub(crate) masks: Box<[u64; VECTOR_SIZE]>,
+    /// The vector indices handed to one feature (when not all of `alive`).
+    pub(crate) idx: Box<[u16; VECTOR_SIZE]>,
+    /// For each of them, its position among the packets still on the arc.
     pub(crate) pos: Box<[u16; VECTOR_SIZE]>,
-    /// Vector indices of the packets still on the arc ([`DEAD`] once dropped).
-    pub(crate) alive: Box<[u16; VECTOR_SIZE]>,
-    /// The interface each of them is keyed by on the arc.
+    /// The interface each packet is keyed by on the arc, by vector index.
     pub(crate) ifc: Box<[u16; VECTOR_SIZE]>,
+    /// What one feature call dropped.
+    pub(crate) drops: Box<Drops>,
 }
 
-/// A dropped packet's place in [`Runtime::alive`].
+/// A dropped packet's place among those still on an arc.
 pub(crate) const DEAD: u16 = u16::MAX;
 
 impl Runtime {
-    pub(crate) fn new(registry: Arc<Registry>, worker: usize) -> Runtime {
+    pub(crate) fn new(registry: &Registry, worker: usize) -> Runtime {
+        let arcs = ArcId::ALL.map(|arc| {
+            registry
+                .arc(arc)
+                .filter_map(|id| {
+                    let e = registry.get(id as u8)?;
+                    Some((id as u8, e.counter_base, e.spec.drops.len()))
+                })
+                .collect()
+        });
         Runtime {
             nodes: registry.nodes(worker),
-            registry,
-            batch: Box::new([FeaturePkt::default(); VECTOR_SIZE]),
+            arcs,
+            masks: Box::new([0; VECTOR_SIZE]),
+            idx: Box::new([0; VECTOR_SIZE]),
             pos: Box::new([0; VECTOR_SIZE]),
-            alive: Box::new([0; VECTOR_SIZE]),
             ifc: Box::new([0; VECTOR_SIZE]),
+            drops: Box::new(Drops {
+                list: [(0, 0); VECTOR_SIZE],
+                len: 0,
+            }),
         }
+    }
+}
+
+/// A batch over `pkts` (a vector's descriptors) of the packets `idx`, keyed by `ifc` (by
+/// vector index), recording drops into `drops` (emptied).
+pub(crate) fn batch<'a>(
+    pkts: &'a mut [Pkt],
+    idx: &'a [u16],
+    ifc: Ifaces<'a>,
+    drops: &'a mut Drops,
+) -> Batch<'a> {
+    drops.len = 0;
+    Batch {
+        pkts,
+        idx,
+        ifc,
+        drops,
     }
 }
 
@@ -442,7 +551,7 @@ impl Noop {
 struct NoopNode;
 
 impl FeatureNode for NoopNode {
-    fn process(&mut self, _cx: &mut FeatureCx<'_>, _pkts: &mut [FeaturePkt]) {}
+    fn process(&mut self, _cx: &mut FeatureCx<'_>, _batch: &mut Batch<'_>) {}
 }
 
 impl Feature for Noop {

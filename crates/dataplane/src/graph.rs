@@ -26,7 +26,7 @@ use crate::buffer::{
 };
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
-use crate::feature::{self, ArcId, FeatureCx, FeaturePkt, FeatureState, Registry, Verdict, DEAD};
+use crate::feature::{self, ArcId, FeatureCx, FeatureState, Registry, DEAD};
 use crate::icmp::{self, PeerLimiter, RateLimiter};
 use crate::interfaces::{vlan_key, Interfaces, PuntPath, VlanTags};
 use crate::punt::{PuntPacket, PuntProducer};
@@ -54,39 +54,20 @@ pub enum Node {
     Icmp4Error,
     /// Build ICMPv6 errors.
     Icmp6Error,
-    /// The `port-input` feature arc (see [`crate::feature`]).
-    PortInput,
-    /// The `ip4-unicast` feature arc.
-    Ip4Unicast,
-    /// The `ip6-unicast` feature arc.
-    Ip6Unicast,
-    /// The `ip4-output` feature arc.
+    /// The `ip4-output` feature arc (see [`crate::feature`]; the input arcs run at the head
+    /// of the node they precede, on its whole list).
     Ip4Output,
     /// The `ip6-output` feature arc.
     Ip6Output,
 }
 
 /// Number of list-holding nodes.
-pub const NODE_COUNT: usize = 13;
-/// Dispatch order within a round (topological for the forward path), without features.
-const ORDER: [Node; 8] = [
+pub const NODE_COUNT: usize = 10;
+/// Dispatch order within a round (topological for the forward path).
+const ORDER: [Node; NODE_COUNT] = [
     Node::EthernetInput,
     Node::Icmp4Error,
     Node::Icmp6Error,
-    Node::Ip4Lookup,
-    Node::Ip6Lookup,
-    Node::Ip4Rewrite,
-    Node::Ip6Rewrite,
-    Node::Ip4Frag,
-];
-/// The same with the feature arcs, where they sit on the forward path.
-const ORDER_FEATURES: [Node; NODE_COUNT] = [
-    Node::PortInput,
-    Node::EthernetInput,
-    Node::Icmp4Error,
-    Node::Icmp6Error,
-    Node::Ip4Unicast,
-    Node::Ip6Unicast,
     Node::Ip4Lookup,
     Node::Ip6Lookup,
     Node::Ip4Rewrite,
@@ -112,22 +93,8 @@ impl Node {
             Node::Ip4Frag => "ip4-frag",
             Node::Icmp4Error => "icmp4-error",
             Node::Icmp6Error => "icmp6-error",
-            Node::PortInput => ArcId::PortInput.name(),
-            Node::Ip4Unicast => ArcId::Ip4Unicast.name(),
-            Node::Ip6Unicast => ArcId::Ip6Unicast.name(),
             Node::Ip4Output => ArcId::Ip4Output.name(),
             Node::Ip6Output => ArcId::Ip6Output.name(),
-        }
-    }
-    /// The node that runs `arc`.
-    #[inline]
-    pub(crate) fn of_arc(arc: ArcId) -> Node {
-        match arc {
-            ArcId::PortInput => Node::PortInput,
-            ArcId::Ip4Unicast => Node::Ip4Unicast,
-            ArcId::Ip6Unicast => Node::Ip6Unicast,
-            ArcId::Ip4Output => Node::Ip4Output,
-            ArcId::Ip6Output => Node::Ip6Output,
         }
     }
 }
@@ -226,6 +193,19 @@ pub struct Graph {
     feat_state: Arc<FeatureState>,
     /// `feat_state.active()`, read once per vector.
     feat_active: bool,
+    /// `feat_state.arcs()`: the arcs with features somewhere.
+    feat_arcs: u8,
+    /// `feat_state.iface_arcs()` of every interface.
+    feat_if: Box<[u8]>,
+    /// The port of the vector being processed (its first packet's).
+    pub(crate) vec_port: u16,
+    /// Some packet of the vector is on another interface than `vec_port` (a VLAN
+    /// sub-interface, a packet a port-input feature moved, a vector of packets handed back
+    /// by the control thread).
+    pub(crate) vec_mixed: bool,
+    /// Some locally generated packet (an ICMP error) was handed to a lookup node in this
+    /// vector: the unicast arcs, which it must not pass, look at each packet's flags.
+    pub(crate) local_lookup: bool,
     /// The feature nodes and their scratch space; taken out while an arc runs.
     feat: Option<Box<feature::Runtime>>,
 }
@@ -264,6 +244,11 @@ impl Graph {
             capture: None,
             feat_state: Arc::new(FeatureState::default()),
             feat_active: false,
+            feat_arcs: 0,
+            feat_if: Box::new([]),
+            vec_port: 0,
+            vec_mixed: false,
+            local_lookup: false,
             feat: None,
         }
     }
@@ -271,7 +256,7 @@ impl Graph {
     /// Give this graph (worker `worker`) the nodes of `registry`'s features, none enabled
     /// yet (set up, off the hot path).
     pub fn set_features(&mut self, registry: Arc<Registry>, worker: usize) {
-        self.feat = Some(Box::new(feature::Runtime::new(registry, worker)));
+        self.feat = Some(Box::new(feature::Runtime::new(&registry, worker)));
         self.set_feature_state(Arc::new(FeatureState::default()));
     }
 
@@ -280,6 +265,10 @@ impl Graph {
     /// feature runs whatever `state` says.
     pub fn set_feature_state(&mut self, state: Arc<FeatureState>) {
         self.feat_active = state.active() && self.feat.is_some();
+        self.feat_arcs = state.arcs();
+        self.feat_if = (0..state.ifaces())
+            .map(|i| state.iface_arcs(i as u16))
+            .collect();
         self.feat_state = state;
     }
 
@@ -340,20 +329,12 @@ impl Graph {
         };
         if traced {
             self.select_traced(v, mem, now_ns);
-            if self.feat_active {
-                self.run::<true, true, M>(v, mem, out, now_ns);
-            } else {
-                self.run::<true, false, M>(v, mem, out, now_ns);
-            }
+            self.run::<true, M>(v, mem, out, now_ns);
             if let Some(t) = self.tracer.as_deref_mut() {
                 t.finish();
             }
-        } else if self.feat_active {
-            // The one per-vector check of the feature arcs: without features anywhere, the
-            // feature-free instantiation runs, with no arc code at all.
-            self.run::<false, true, M>(v, mem, out, now_ns);
         } else {
-            self.run::<false, false, M>(v, mem, out, now_ns);
+            self.run::<false, M>(v, mem, out, now_ns);
         }
     }
 
@@ -382,7 +363,7 @@ impl Graph {
         }
     }
 
-    fn run<const T: bool, const F: bool, M: PacketMemory>(
+    fn run<const T: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
@@ -392,12 +373,14 @@ impl Graph {
         let n = v.len.min(VECTOR_SIZE);
         self.icmp_limit.refill(now_ns);
         self.now_ns = now_ns;
-        if F {
-            for i in 0..n as u16 {
-                let port = v.pkts[i as usize].rx_port;
-                self.next_or_arc::<F>(ArcId::PortInput, port, Node::EthernetInput, i);
-            }
-        } else {
+        if self.feat_active {
+            // A vector is one port's burst; the control thread's (packets held for their
+            // next hop) may mix ports.
+            self.vec_port = v.pkts[0].rx_port;
+            self.vec_mixed = v.pkts[..n].iter().any(|p| p.rx_port != self.vec_port);
+            self.local_lookup = false;
+        }
+        {
             let f = &mut self.frames;
             for (i, slot) in f.lists[Node::EthernetInput as usize][..n]
                 .iter_mut()
@@ -407,7 +390,7 @@ impl Graph {
             }
             f.lens[Node::EthernetInput as usize] = n;
         }
-        let order: &[Node] = if F { &ORDER_FEATURES } else { &ORDER };
+        let order: &[Node] = &ORDER;
         let mut list = [0u16; VECTOR_SIZE];
         for _round in 0..MAX_ROUNDS {
             let mut any = false;
@@ -421,19 +404,24 @@ impl Graph {
                 self.frames.lens[node as usize] = 0;
                 let list = &list[..len];
                 match node {
-                    Node::EthernetInput => self.ethernet_input::<T, F, M>(v, mem, out, list),
+                    Node::EthernetInput => self.ethernet_input::<T, M>(v, mem, out, list),
                     Node::Ip4Lookup => self.ip4_lookup::<T, M>(v, mem, out, list),
                     Node::Ip6Lookup => self.ip6_lookup::<T, M>(v, mem, out, list),
-                    Node::Ip4Rewrite => ip4::rewrite::<T, F, M>(self, v, mem, out, list),
-                    Node::Ip6Rewrite => ip6::rewrite::<T, F, M>(self, v, mem, out, list),
+                    // The rewrite nodes check for output features per packet only in the
+                    // instantiation for vectors where some interface has them.
+                    Node::Ip4Rewrite if self.arc_on(ArcId::Ip4Output) => {
+                        ip4::rewrite::<T, true, M>(self, v, mem, out, list)
+                    }
+                    Node::Ip4Rewrite => ip4::rewrite::<T, false, M>(self, v, mem, out, list),
+                    Node::Ip6Rewrite if self.arc_on(ArcId::Ip6Output) => {
+                        ip6::rewrite::<T, true, M>(self, v, mem, out, list)
+                    }
+                    Node::Ip6Rewrite => ip6::rewrite::<T, false, M>(self, v, mem, out, list),
                     Node::Ip4Frag => ip4::fragment::<T, M>(self, v, mem, out, list),
                     Node::Icmp4Error => icmp::error4::<T, M>(self, v, mem, out, list),
                     Node::Icmp6Error => icmp::error6::<T, M>(self, v, mem, out, list),
-                    Node::PortInput => self.run_arc::<T, M>(ArcId::PortInput, v, mem, out, list),
-                    Node::Ip4Unicast => self.run_arc::<T, M>(ArcId::Ip4Unicast, v, mem, out, list),
-                    Node::Ip6Unicast => self.run_arc::<T, M>(ArcId::Ip6Unicast, v, mem, out, list),
-                    Node::Ip4Output => self.run_arc::<T, M>(ArcId::Ip4Output, v, mem, out, list),
-                    Node::Ip6Output => self.run_arc::<T, M>(ArcId::Ip6Output, v, mem, out, list),
+                    Node::Ip4Output => self.output_arc::<T, M>(ArcId::Ip4Output, v, mem, out, list),
+                    Node::Ip6Output => self.output_arc::<T, M>(ArcId::Ip6Output, v, mem, out, list),
                 }
             }
             if !any {
@@ -463,88 +451,111 @@ impl Graph {
         }
     }
 
-    /// Hand packet `i` to `arc` if interface `iface` has features on it, else to `next`
-    /// (compiled to `enqueue(next, i)` when `F` is false).
+    /// Whether some interface has features on `arc`.
     #[inline(always)]
-    pub(crate) fn next_or_arc<const F: bool>(
-        &mut self,
-        arc: ArcId,
-        iface: u16,
-        next: Node,
-        i: u16,
-    ) {
-        if F && self.feat_state.mask(iface, arc) != 0 {
-            self.enqueue(Node::of_arc(arc), i);
-        } else {
-            self.enqueue(next, i);
-        }
+    pub(crate) fn arc_on(&self, arc: ArcId) -> bool {
+        self.feat_arcs & (1 << arc as u8) != 0
+    }
+
+    /// The arcs interface `iface` has features on.
+    #[inline]
+    fn iface_arcs(&self, iface: u16) -> u8 {
+        self.feat_if.get(iface as usize).copied().unwrap_or(0)
     }
 
     /// Whether egress interface `iface` has features on `arc` (false when `F` is).
     #[inline(always)]
     pub(crate) fn has_features<const F: bool>(&self, arc: ArcId, iface: u16) -> bool {
-        F && self.feat_state.mask(iface, arc) != 0
+        F && self.feat_arcs & (1 << arc as u8) != 0
+            && self.iface_arcs(iface) & (1 << arc as u8) != 0
     }
 
     /// Run `arc`'s features over the packets of `list`: each feature, in execution order,
-    /// gets those on interfaces that enabled it and not dropped by an earlier one; the
-    /// survivors go on to the node after the arc.
+    /// gets those on interfaces that enabled it and not dropped by an earlier one. Returns
+    /// `None` when no feature ran (every packet goes on as it is), else the number of
+    /// survivors, whose indices are left in `keep` in their order. When every packet is on
+    /// the vector's port (the common case), nothing is looked at per packet: the features
+    /// get the list as it is.
     #[inline(never)]
-    fn run_arc<const T: bool, M: PacketMemory>(
+    fn run_features<const T: bool, M: PacketMemory>(
         &mut self,
         arc: ArcId,
         v: &mut Vector,
         mem: &mut M,
         out: &mut Output,
         list: &[u16],
-    ) {
-        let Some(mut rt) = self.feat.take() else {
-            // No feature nodes (a state without a registry is never active): go on.
-            for &i in list {
-                self.arc_done::<T>(arc, v, out, i);
-            }
-            return;
-        };
+        keep: &mut [u16; VECTOR_SIZE],
+    ) -> Option<usize> {
         let n = list.len().min(VECTOR_SIZE);
-        for (k, &i) in list[..n].iter().enumerate() {
-            let p = &v.pkts[i as usize];
-            rt.alive[k] = i;
-            rt.ifc[k] = match arc {
-                ArcId::Ip4Output | ArcId::Ip6Output => match self.fib.next_hop(p.nh) {
-                    Some(NextHop::Forward(a)) => a.port,
-                    _ => p.tx_port,
-                },
-                _ => p.rx_port,
-            };
+        let output = matches!(arc, ArcId::Ip4Output | ArcId::Ip6Output);
+        let unicast = matches!(arc, ArcId::Ip4Unicast | ArcId::Ip6Unicast);
+        // Uniform: every packet has the features of `self.vec_port`.
+        let uniform = !(output || self.vec_mixed || unicast && self.local_lookup);
+        if uniform && self.iface_arcs(self.vec_port) & (1 << arc as u8) == 0 {
+            return None;
         }
-        let mut alive = n;
-        let registry = rt.registry.clone();
-        for id in registry.arc(arc) {
-            let bit = 1u64 << id;
-            let mut k = 0;
-            for a in 0..alive {
-                let iface = rt.ifc[a];
-                if self.feat_state.mask(iface, arc) & bit != 0 {
-                    rt.batch[k] = FeaturePkt {
-                        pkt: v.pkts[rt.alive[a] as usize],
-                        iface,
-                        verdict: Verdict::Next,
-                    };
-                    rt.pos[k] = a as u16;
-                    k += 1;
+        let mut rt = self.feat.take()?;
+        keep[..n].copy_from_slice(&list[..n]);
+        let uniform_mask = if uniform {
+            self.feat_state.mask(self.vec_port, arc)
+        } else {
+            for (a, &i) in list[..n].iter().enumerate() {
+                let p = &v.pkts[i as usize];
+                let iface = if output {
+                    match self.fib.next_hop(p.nh) {
+                        Some(NextHop::Forward(adj)) => adj.port,
+                        _ => p.tx_port,
+                    }
+                } else {
+                    p.rx_port
+                };
+                // Locally generated packets (ICMP errors) do not pass the unicast arcs.
+                rt.masks[a] = if unicast && p.flags & F_LOCAL_ORIGIN != 0 {
+                    0
+                } else {
+                    self.feat_state.mask(iface, arc)
+                };
+                if let Some(slot) = rt.ifc.get_mut(i as usize) {
+                    *slot = iface;
                 }
             }
+            0
+        };
+        let mut alive = n;
+        for f in 0..rt.arcs[arc as usize].len() {
+            let (id, base, ndrops) = rt.arcs[arc as usize][f];
+            let fbit = 1u64 << id;
+            let rt = &mut *rt;
+            // The packets for this feature: all still alive, or gathered.
+            let all = uniform && uniform_mask & fbit != 0;
+            let k = if uniform {
+                if all {
+                    alive
+                } else {
+                    0
+                }
+            } else {
+                let mut k = 0;
+                for (a, (&m, &i)) in rt.masks[..alive].iter().zip(&keep[..alive]).enumerate() {
+                    if m & fbit != 0 {
+                        rt.idx[k] = i;
+                        rt.pos[k] = a as u16;
+                        k += 1;
+                    }
+                }
+                k
+            };
             if k == 0 {
                 continue;
             }
-            let Some(entry) = registry.get(id as u8) else {
-                continue;
-            };
-            let base = entry.counter_base;
-            let ndrops = entry.spec.drops.len();
             self.counters.feature_add(base, k as u64);
+            let idx: &[u16] = if all { &keep[..k] } else { &rt.idx[..k] };
+            let ifc = if uniform {
+                feature::Ifaces::All(self.vec_port)
+            } else {
+                feature::Ifaces::ByIndex(&rt.ifc[..])
+            };
             {
-                let rt = &mut *rt;
                 let mut cx = FeatureCx {
                     mem: &mut *mem,
                     fib: &self.fib,
@@ -552,69 +563,106 @@ impl Graph {
                     now_ns: self.now_ns,
                     arc,
                 };
-                if let Some(node) = rt.nodes.get_mut(id) {
-                    node.process(&mut cx, &mut rt.batch[..k]);
+                let mut b = feature::batch(&mut v.pkts[..], idx, ifc, &mut rt.drops);
+                if let Some(node) = rt.nodes.get_mut(id as usize) {
+                    node.process(&mut cx, &mut b);
                 }
             }
-            let mut dropped = false;
-            for j in 0..k {
-                let fp = rt.batch[j];
-                let a = rt.pos[j] as usize;
-                let i = rt.alive[a];
-                v.pkts[i as usize] = fp.pkt;
-                match fp.verdict {
-                    Verdict::Next => self.trace::<T>(
-                        &fp.pkt,
-                        Step::Feature {
-                            id: id as u8,
-                            drop: None,
-                        },
-                    ),
-                    Verdict::Drop(r) => {
-                        let r = (r as usize).min(ndrops.saturating_sub(1));
-                        if ndrops > 0 {
-                            self.counters.feature_add(base + 1 + r, 1);
-                        }
-                        self.counters.add(Reason::FeatureDrop, 1);
-                        self.trace::<T>(
-                            &fp.pkt,
-                            Step::Feature {
-                                id: id as u8,
-                                drop: Some(r as u8),
-                            },
-                        );
-                        out.free.push(fp.pkt.buf);
-                        rt.alive[a] = DEAD;
-                        dropped = true;
-                    }
+            if T {
+                for &i in idx {
+                    let p = v.pkts[i as usize];
+                    self.trace::<T>(&p, Step::Feature { id, drop: None });
                 }
             }
-            if dropped {
-                let mut w = 0;
-                for a in 0..alive {
-                    if rt.alive[a] != DEAD {
-                        rt.alive[w] = rt.alive[a];
-                        rt.ifc[w] = rt.ifc[a];
-                        w += 1;
-                    }
-                }
-                alive = w;
+            let nd = rt.drops.len.min(VECTOR_SIZE);
+            if nd == 0 {
+                continue;
             }
-        }
-        for a in 0..alive {
-            let i = rt.alive[a];
-            self.arc_done::<T>(arc, v, out, i);
+            for d in 0..nd {
+                let (bk, r) = rt.drops.list[d];
+                let a = if all {
+                    bk as usize
+                } else {
+                    rt.pos[bk as usize] as usize
+                };
+                let i = keep[a];
+                // Dropped twice in one call: the first one counts.
+                if i == DEAD {
+                    continue;
+                }
+                let r = (r as usize).min(ndrops.saturating_sub(1));
+                if ndrops > 0 {
+                    self.counters.feature_add(base + 1 + r, 1);
+                }
+                self.counters.add(Reason::FeatureDrop, 1);
+                let p = v.pkts[i as usize];
+                self.trace::<T>(
+                    &p,
+                    Step::Feature {
+                        id,
+                        drop: Some(r as u8),
+                    },
+                );
+                out.free.push(p.buf);
+                keep[a] = DEAD;
+            }
+            let mut w = 0;
+            for a in 0..alive {
+                if keep[a] != DEAD {
+                    keep[w] = keep[a];
+                    rt.masks[w] = rt.masks[a];
+                    w += 1;
+                }
+            }
+            alive = w;
         }
         self.feat = Some(rt);
+        Some(alive)
     }
 
-    /// Packet `i` leaves `arc`: on to the node after it.
+    /// The `ip4-output` / `ip6-output` node: the features, then port-tx or ip4-frag.
+    fn output_arc<const T: bool, M: PacketMemory>(
+        &mut self,
+        arc: ArcId,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        list: &[u16],
+    ) {
+        let mut keep = [0u16; VECTOR_SIZE];
+        let list = match self.run_features::<T, M>(arc, v, mem, out, list, &mut keep) {
+            Some(n) => &keep[..n],
+            None => list,
+        };
+        for &i in list {
+            self.arc_done::<T>(arc, v, out, i);
+        }
+    }
+
+    /// Run the input arc `arc` at the head of the node it precedes, over that node's
+    /// `list`; what is left for the node.
+    #[inline]
+    fn input_arc<'a, const T: bool, M: PacketMemory>(
+        &mut self,
+        arc: ArcId,
+        (v, mem, out): (&mut Vector, &mut M, &mut Output),
+        list: &'a [u16],
+        keep: &'a mut [u16; VECTOR_SIZE],
+    ) -> &'a [u16] {
+        if !self.arc_on(arc) {
+            return list;
+        }
+        match self.run_features::<T, M>(arc, v, mem, out, list, keep) {
+            Some(n) => &keep[..n],
+            None => list,
+        }
+    }
+
+    /// Packet `i` leaves an output arc: on to port-tx, or ip4-frag.
     #[inline]
     fn arc_done<const T: bool>(&mut self, arc: ArcId, v: &mut Vector, out: &mut Output, i: u16) {
         match arc {
-            ArcId::PortInput => self.enqueue(Node::EthernetInput, i),
-            ArcId::Ip4Unicast => self.enqueue(Node::Ip4Lookup, i),
-            ArcId::Ip6Unicast => self.enqueue(Node::Ip6Lookup, i),
+            ArcId::PortInput | ArcId::Ip4Unicast | ArcId::Ip6Unicast => {}
             ArcId::Ip4Output | ArcId::Ip6Output => {
                 let p = &mut v.pkts[i as usize];
                 if p.flags & F_TO_FRAG != 0 {
@@ -702,13 +750,21 @@ impl Graph {
         }
     }
 
-    fn ethernet_input<const T: bool, const F: bool, M: PacketMemory>(
+    fn ethernet_input<const T: bool, M: PacketMemory>(
         &mut self,
         v: &mut Vector,
         mem: &mut M,
         out: &mut Output,
         list: &[u16],
     ) {
+        let mut keep = [0u16; VECTOR_SIZE];
+        let list = self.input_arc::<T, M>(ArcId::PortInput, (v, mem, out), list, &mut keep);
+        if self.arc_on(ArcId::PortInput) {
+            // A feature may have moved packets to another interface (a tunnel's).
+            self.vec_mixed |= list
+                .iter()
+                .any(|&i| v.pkts[i as usize].rx_port != self.vec_port);
+        }
         // Bring headers in a few packets ahead: the first touch of a frame is the most
         // expensive access of the whole path.
         for &i in list.iter().take(PREFETCH_AHEAD) {
@@ -772,6 +828,7 @@ impl Graph {
             if l2.vlan.is_some() {
                 match self.subif_of(p.rx_port, data) {
                     Some(s) => {
+                        self.vec_mixed = true;
                         // Counted once: not again when a held packet comes back.
                         if (p.rx_port as usize) < self.first_subif {
                             self.counters
@@ -812,8 +869,8 @@ impl Graph {
                 d.rx_port = pk.rx_port;
             }
             match l2.ethertype {
-                wire::ethertype::IPV4 => ip4::input_one::<T, F, M>(self, v, mem, out, i, pk),
-                wire::ethertype::IPV6 => ip6::input_one::<T, F, M>(self, mem, out, i, pk),
+                wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i, pk),
+                wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, mem, out, i, pk),
                 wire::ethertype::ARP => self.punt::<T, M>(mem, out, &pk, Reason::PuntArp),
                 _ => self.drop_pkt::<T>(out, &pk, Reason::EthUnknownType),
             }
@@ -882,6 +939,8 @@ impl Graph {
         out: &mut Output,
         list: &[u16],
     ) {
+        let mut keep = [0u16; VECTOR_SIZE];
+        let list = self.input_arc::<T, M>(ArcId::Ip4Unicast, (v, mem, out), list, &mut keep);
         let n = list.len();
         // ip4-input (and icmp4-error) left the destination address in `nh`.
         for (k, &i) in list.iter().enumerate() {
@@ -930,6 +989,8 @@ impl Graph {
         out: &mut Output,
         list: &[u16],
     ) {
+        let mut keep = [0u16; VECTOR_SIZE];
+        let list = self.input_arc::<T, M>(ArcId::Ip6Unicast, (v, mem, out), list, &mut keep);
         let n = list.len();
         for (k, &i) in list.iter().enumerate() {
             let p = &v.pkts[i as usize];

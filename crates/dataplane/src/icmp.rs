@@ -186,6 +186,7 @@ pub(crate) fn error4<const T: bool, M: PacketMemory>(
                     );
                 }
                 v.pkts[i as usize] = np;
+                g.local_lookup = true;
                 g.enqueue(Node::Ip4Lookup, i);
             }
             Err(r) => g.drop_pkt::<T>(out, &p, r),
@@ -311,6 +312,7 @@ pub(crate) fn error6<const T: bool, M: PacketMemory>(
                     g.trace::<T>(&np, Step::IcmpError { v6: true, ty, code });
                 }
                 v.pkts[i as usize] = np;
+                g.local_lookup = true;
                 g.enqueue(Node::Ip6Lookup, i);
             }
             Err(r) => g.drop_pkt::<T>(out, &p, r),

@@ -65,7 +65,7 @@ fn martian_src(a: u32) -> bool {
 /// The input node for one packet: validate, classify, hand unicast transit to the lookup.
 /// ethernet-input calls it inline per packet (counters keep this node's name).
 #[inline(always)]
-pub(crate) fn input_one<const T: bool, const F: bool, M: PacketMemory>(
+pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     v: &mut Vector,
     mem: &mut M,
@@ -159,7 +159,7 @@ pub(crate) fn input_one<const T: bool, const F: bool, M: PacketMemory>(
     }
     v.pkts[i as usize].nh = dst;
     g.trace::<T>(&p, Step::IpInput { v6: false });
-    g.next_or_arc::<F>(ArcId::Ip4Unicast, p.rx_port, Node::Ip4Lookup, i);
+    g.enqueue(Node::Ip4Lookup, i);
 }
 
 /// The option check, out of line: options are rare, and inlined into the input loop the

@@ -28,7 +28,7 @@ fn is_unspecified_or_loopback(a: &[u8; 16]) -> bool {
 /// The input node for one packet: validate, classify, hand unicast transit to the lookup.
 /// ethernet-input calls it inline per packet (counters keep this node's name).
 #[inline(always)]
-pub(crate) fn input_one<const T: bool, const F: bool, M: PacketMemory>(
+pub(crate) fn input_one<const T: bool, M: PacketMemory>(
     g: &mut Graph,
     mem: &mut M,
     out: &mut Output,
@@ -87,7 +87,7 @@ pub(crate) fn input_one<const T: bool, const F: bool, M: PacketMemory>(
         return;
     }
     g.trace::<T>(&p, Step::IpInput { v6: true });
-    g.next_or_arc::<F>(ArcId::Ip6Unicast, p.rx_port, Node::Ip6Lookup, i);
+    g.enqueue(Node::Ip6Lookup, i);
 }
 
 /// Upper-layer protocol and its bytes, past any extension headers (bounded walk).

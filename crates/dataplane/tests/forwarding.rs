@@ -1134,20 +1134,21 @@ fn punts_that_cannot_reach_the_kernel_are_counted_as_drops() {
 // ---- Feature arcs ----
 
 use dataplane::feature::{
-    ArcId, Feature, FeatureCx, FeatureNode, FeaturePkt, FeatureSpec, FeatureState, Noop, Registry,
-    Verdict,
+    ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec, FeatureState, Noop, Registry,
 };
 
-/// A test feature: `f` decides for each packet.
+/// A test feature: `f` decides for each packet (its position in the batch).
+type PerPacket = fn(&mut FeatureCx<'_>, &mut Batch<'_>, usize);
+
 struct TestFeature {
     spec: FeatureSpec,
-    f: fn(&mut FeatureCx<'_>, &mut FeaturePkt),
+    f: PerPacket,
 }
 
 impl FeatureNode for TestFeature {
-    fn process(&mut self, cx: &mut FeatureCx<'_>, pkts: &mut [FeaturePkt]) {
-        for p in pkts {
-            (self.f)(cx, p);
+    fn process(&mut self, cx: &mut FeatureCx<'_>, b: &mut Batch<'_>) {
+        for k in 0..b.len() {
+            (self.f)(cx, b, k);
         }
     }
 }
@@ -1168,7 +1169,7 @@ fn test_feature(
     name: &'static str,
     arc: ArcId,
     after: &'static [&'static str],
-    f: fn(&mut FeatureCx<'_>, &mut FeaturePkt),
+    f: PerPacket,
 ) -> Arc<dyn Feature> {
     Arc::new(TestFeature {
         spec: FeatureSpec {
@@ -1182,15 +1183,15 @@ fn test_feature(
     })
 }
 
-/// The IPv4 TOS byte of a packet a feature sees.
-fn tos(cx: &mut FeatureCx<'_>, p: &FeaturePkt) -> u8 {
-    let at = p.pkt.off as usize + p.pkt.l3 as usize + 1;
-    cx.mem.frame(p.pkt.buf)[at]
+/// The IPv4 TOS byte of packet `k` of a batch.
+fn tos(cx: &mut FeatureCx<'_>, b: &Batch<'_>, k: usize) -> u8 {
+    let p = b.pkt(k).unwrap();
+    cx.mem.frame(p.buf)[p.off as usize + p.l3 as usize + 1]
 }
 
-fn set_tos(cx: &mut FeatureCx<'_>, p: &FeaturePkt, v: u8) {
-    let at = p.pkt.off as usize + p.pkt.l3 as usize + 1;
-    cx.mem.frame_mut(p.pkt.buf)[at] = v;
+fn set_tos(cx: &mut FeatureCx<'_>, b: &Batch<'_>, k: usize, v: u8) {
+    let p = b.pkt(k).unwrap();
+    cx.mem.frame_mut(p.buf)[p.off as usize + p.l3 as usize + 1] = v;
 }
 
 impl Lab {
@@ -1221,18 +1222,20 @@ impl Lab {
 /// 2; each drops anything else. Registered b first, so only the constraint orders them.
 fn marks() -> Vec<Arc<dyn Feature>> {
     vec![
-        test_feature("mark-b", ArcId::Ip4Unicast, &["mark-a"], |cx, p| {
-            if tos(cx, p) == 1 {
-                set_tos(cx, p, 2)
+        test_feature("mark-b", ArcId::Ip4Unicast, &["mark-a"], |cx, b, k| {
+            if tos(cx, b, k) == 1 {
+                set_tos(cx, b, k, 2)
             } else {
-                p.verdict = Verdict::Drop(0)
+                b.drop(k, 0)
             }
         }),
-        test_feature("mark-a", ArcId::Ip4Unicast, &[], |cx, p| {
-            if tos(cx, p) == 0 {
-                set_tos(cx, p, 1)
+        test_feature("mark-a", ArcId::Ip4Unicast, &[], |cx, b, k| {
+            if tos(cx, b, k) == 0 {
+                set_tos(cx, b, k, 1)
             } else {
-                p.verdict = Verdict::Drop(0)
+                // Twice: counted once.
+                b.drop(k, 0);
+                b.drop(k, 0);
             }
         }),
     ]
@@ -1294,14 +1297,19 @@ fn features_run_in_their_order_on_the_interfaces_that_enable_them() {
 fn output_features_see_rewritten_packets_and_those_bound_for_fragmentation() {
     let mut l = lab();
     let r = l.features(
-        vec![test_feature("check-out", ArcId::Ip4Output, &[], |cx, p| {
-            let f = cx.mem.frame(p.pkt.buf);
-            let ttl = f[p.pkt.off as usize + p.pkt.l3 as usize + 8];
-            // Keyed by the egress interface; the TTL is already decremented.
-            if p.iface != 1 || ttl != 63 {
-                p.verdict = Verdict::Drop(0);
-            }
-        })],
+        vec![test_feature(
+            "check-out",
+            ArcId::Ip4Output,
+            &[],
+            |cx, b, k| {
+                let p = *b.pkt(k).unwrap();
+                let ttl = cx.mem.frame(p.buf)[p.off as usize + p.l3 as usize + 8];
+                // Keyed by the egress interface; the TTL is already decremented.
+                if b.iface(k) != 1 || ttl != 63 {
+                    b.drop(k, 0);
+                }
+            },
+        )],
         &[&[], &["check-out"]],
     );
     let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)]);
@@ -1331,12 +1339,13 @@ fn output_features_see_rewritten_packets_and_those_bound_for_fragmentation() {
 fn port_input_features_can_decapsulate() {
     let mut l = lab();
     let r = l.features(
-        vec![test_feature("decap", ArcId::PortInput, &[], |cx, p| {
-            let f = cx.mem.frame(p.pkt.buf);
-            let o = p.pkt.off as usize;
-            if f[o + 12..o + 14] == [0x88, 0xb5] && p.pkt.len > 14 {
-                p.pkt.off += 14;
-                p.pkt.len -= 14;
+        vec![test_feature("decap", ArcId::PortInput, &[], |cx, b, k| {
+            let p = *b.pkt(k).unwrap();
+            let o = p.off as usize;
+            if cx.mem.frame(p.buf)[o + 12..o + 14] == [0x88, 0xb5] && p.len > 14 {
+                let d = b.pkt_mut(k).unwrap();
+                d.off += 14;
+                d.len -= 14;
             }
         })],
         &[&["decap"], &[]],
@@ -1428,4 +1437,64 @@ proptest! {
         prop_assert_eq!(a, b);
         prop_assert_eq!(plain.counters.snapshot(), featured.counters.snapshot());
     }
+}
+
+/// ICMP errors the router generates re-enter the lookup, but not the unicast arcs: only
+/// received packets pass them.
+#[test]
+fn locally_generated_icmp_errors_skip_the_unicast_arcs() {
+    let mut l = lab();
+    let r = l.features(marks()[1..].to_vec(), &[&["mark-a"], &[]]);
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 1, true, 20)]);
+    assert_eq!(out.len(), 1, "time exceeded back to h0");
+    assert_eq!(out[0].0, 0);
+    assert_eq!(
+        l.feature_count(&r, "mark-a", 0),
+        1,
+        "the received packet only"
+    );
+    assert_eq!(l.count(Reason::FeatureDrop), 0);
+}
+
+/// A vector whose packets come from several interfaces (the control thread's, or VLAN
+/// sub-interfaces): each packet gets its own interface's features.
+#[test]
+fn mixed_vectors_give_each_packet_its_interfaces_features() {
+    let mut l = lab();
+    let r = l.features(marks()[1..].to_vec(), &[&["mark-a"], &[]]);
+    let mut v = Vector::default();
+    for k in 0..6u32 {
+        let (port, f) = if k % 2 == 0 {
+            (0, frame4(H0_V4, ip4("10.1.2.3") + k, 64, true, 20))
+        } else {
+            (
+                1,
+                from_p1(frame4(ip4("10.1.2.3") + k, H0_V4 + k, 64, true, 20)),
+            )
+        };
+        assert!(v.push(l.arena.load(&f, port).unwrap()));
+    }
+    l.graph.process(&mut v, &mut l.arena, &mut l.out, 1);
+    let sent: Vec<(usize, u8)> = l
+        .out
+        .tx
+        .iter()
+        .enumerate()
+        .flat_map(|(port, q)| q.iter().map(move |p| (port, *p)))
+        .map(|(port, p)| (port, l.arena.data(&p)[15]))
+        .collect();
+    assert_eq!(sent.len(), 6);
+    for (port, tos) in sent {
+        // Out of port 1: came in on port 0, marked; out of port 0: from port 1, not.
+        assert_eq!(tos, if port == 1 { 1 } else { 0 }, "port {port}");
+    }
+    assert_eq!(l.feature_count(&r, "mark-a", 0), 3);
+    for p in l.out.tx.iter().flatten() {
+        l.arena.free(p.buf);
+    }
+    for &b in &l.out.free {
+        l.arena.free(b);
+    }
+    l.out.clear();
+    assert_eq!(l.arena.free_count(), 512);
 }

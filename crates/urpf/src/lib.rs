@@ -19,9 +19,7 @@
 
 use std::sync::Arc;
 
-use dataplane::feature::{
-    ArcId, Feature, FeatureCx, FeatureNode, FeaturePkt, FeatureSpec, Verdict,
-};
+use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
 use dataplane::VECTOR_SIZE;
 use fib::{NextHop, NextHopId, MISS};
 
@@ -117,13 +115,13 @@ struct Node {
 }
 
 impl FeatureNode for Node {
-    fn process(&mut self, cx: &mut FeatureCx<'_>, pkts: &mut [FeaturePkt]) {
-        let n = pkts.len().min(VECTOR_SIZE);
+    fn process(&mut self, cx: &mut FeatureCx<'_>, b: &mut Batch<'_>) {
+        let n = b.len().min(VECTOR_SIZE);
         // The arc follows ip4-input / ip6-input: the header is there and valid. A frame
         // too short to hold a source (not possible after input, but cheap to refuse) reads
         // as the unspecified address, which has no route.
-        for (k, fp) in pkts[..n].iter().enumerate() {
-            let p = &fp.pkt;
+        for k in 0..n {
+            let Some(p) = b.pkt(k) else { continue };
             let at = p.off as usize + p.l3 as usize;
             let frame = cx.mem.frame(p.buf);
             if self.v6 {
@@ -142,9 +140,9 @@ impl FeatureNode for Node {
         } else {
             cx.fib.lookup4_bulk(&self.keys4[..n], &mut self.ids[..n]);
         }
-        for (k, fp) in pkts[..n].iter_mut().enumerate() {
-            if let Err(r) = check(cx.fib, self.ids[k], fp.iface, self.strict) {
-                fp.verdict = Verdict::Drop(r);
+        for k in 0..n {
+            if let Err(r) = check(cx.fib, self.ids[k], b.iface(k), self.strict) {
+                b.drop(k, r);
             }
         }
     }
