@@ -86,6 +86,22 @@ impl Drop for HugeMem {
     }
 }
 
+/// The L3 bytes of a packet (from its IP header to the end of the frame).
+#[inline]
+pub(crate) fn l3<'a, M: PacketMemory>(mem: &'a M, p: &Pkt) -> &'a [u8] {
+    let s = p.off as usize + p.l3 as usize;
+    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
+    mem.frame(p.buf).get(s..e).unwrap_or(&[])
+}
+
+/// Writable L3 bytes of a packet.
+#[inline]
+pub(crate) fn l3_mut<'a, M: PacketMemory>(mem: &'a mut M, p: &Pkt) -> &'a mut [u8] {
+    let s = p.off as usize + p.l3 as usize;
+    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
+    mem.frame_mut(p.buf).get_mut(s..e).unwrap_or(&mut [])
+}
+
 /// Hint the CPU to bring the cache line at `p` in. Never faults, whatever the address.
 #[inline(always)]
 pub fn prefetch(p: *const u8) {

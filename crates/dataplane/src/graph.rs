@@ -21,17 +21,15 @@ use std::sync::Arc;
 use fib::{FibReader, NextHop, NextHopId, MISS};
 
 use crate::buffer::{
-    prefetch, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN,
-    F_TO_FRAG, VECTOR_SIZE,
+    PacketMemory, Pkt, Vector, FRAME_SIZE, F_LOCAL_ORIGIN, F_TO_FRAG, VECTOR_SIZE,
 };
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
 use crate::feature::{self, ArcId, FeatureCx, FeatureState, Registry, DEAD};
-use crate::icmp::{self, PeerLimiter, RateLimiter};
 use crate::interfaces::{vlan_key, Interfaces, PuntPath, VlanTags};
 use crate::punt::{PuntPacket, PuntProducer};
+use crate::ratelimit::{PeerLimiter, RateLimiter};
 use crate::trace::{Step, Tracer, F_TRACED};
-use crate::{ip4, ip6};
 
 /// Graph nodes that hold packet lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +62,7 @@ pub enum Node {
 /// Number of list-holding nodes.
 pub const NODE_COUNT: usize = 10;
 /// Dispatch order within a round (topological for the forward path).
-const ORDER: [Node; NODE_COUNT] = [
+pub(crate) const ORDER: [Node; NODE_COUNT] = [
     Node::EthernetInput,
     Node::Icmp4Error,
     Node::Icmp6Error,
@@ -77,9 +75,9 @@ const ORDER: [Node; NODE_COUNT] = [
     Node::Ip4Frag,
 ];
 /// How far ahead ethernet-input prefetches packet headers.
-const PREFETCH_AHEAD: usize = 8;
+pub(crate) const PREFETCH_AHEAD: usize = 8;
 /// A packet can pass lookup at most twice (itself, then as an ICMP error): 3 rounds suffice.
-const MAX_ROUNDS: usize = 4;
+pub(crate) const MAX_ROUNDS: usize = 4;
 
 impl Node {
     /// Display name.
@@ -97,12 +95,21 @@ impl Node {
             Node::Ip6Output => ArcId::Ip6Output.name(),
         }
     }
+    /// The node of an output arc (`ip4-output` / `ip6-output`).
+    #[inline]
+    pub(crate) fn of_output_arc(arc: ArcId) -> Node {
+        if arc == ArcId::Ip6Output {
+            Node::Ip6Output
+        } else {
+            Node::Ip4Output
+        }
+    }
 }
 
 /// Per-node pending packet lists (indices into the vector).
-struct Frames {
-    lists: [[u16; VECTOR_SIZE]; NODE_COUNT],
-    lens: [usize; NODE_COUNT],
+pub(crate) struct Frames {
+    pub(crate) lists: [[u16; VECTOR_SIZE]; NODE_COUNT],
+    pub(crate) lens: [usize; NODE_COUNT],
 }
 
 /// Where processed packets go. Every packet of a vector ends in exactly one place: a port's
@@ -170,10 +177,10 @@ pub struct Graph {
     pub(crate) fib: FibReader,
     pub(crate) ifaces: Arc<Interfaces>,
     /// Port MACs as integers, for a one-compare destination check.
-    port_macs: Vec<u64>,
+    pub(crate) port_macs: Vec<u64>,
     /// Index of the first VLAN sub-interface in the port table (its length if none): an
     /// adjacency on a port below it is sent untagged, on that port.
-    first_subif: usize,
+    pub(crate) first_subif: usize,
     /// Sub-interfaces by the key of their tags on their parent ([`vlan_key`]), sorted.
     subifs: Vec<(u64, u16)>,
     pub(crate) counters: Arc<Counters>,
@@ -181,18 +188,18 @@ pub struct Graph {
     pub(crate) icmp_peers: PeerLimiter,
     /// The clock of the vector being processed (for the per-destination ICMP limit).
     pub(crate) now_ns: u64,
-    punt: Option<PuntProducer>,
-    frames: Box<Frames>,
+    pub(crate) punt: Option<PuntProducer>,
+    pub(crate) frames: Box<Frames>,
     pub(crate) ip_ident: u16,
-    keys4: Box<[u32; VECTOR_SIZE]>,
-    keys6: Box<[[u8; 16]; VECTOR_SIZE]>,
-    results: Box<[NextHopId; VECTOR_SIZE]>,
-    tracer: Option<Box<Tracer>>,
+    pub(crate) keys4: Box<[u32; VECTOR_SIZE]>,
+    pub(crate) keys6: Box<[[u8; 16]; VECTOR_SIZE]>,
+    pub(crate) results: Box<[NextHopId; VECTOR_SIZE]>,
+    pub(crate) tracer: Option<Box<Tracer>>,
     pub(crate) capture: Option<Box<Capturer>>,
     /// Which interfaces have which features (published by the control thread).
     feat_state: Arc<FeatureState>,
     /// `feat_state.active()`, read once per vector.
-    feat_active: bool,
+    pub(crate) feat_active: bool,
     /// `feat_state.arcs()`: the arcs with features somewhere.
     feat_arcs: u8,
     /// `feat_state.iface_arcs()` of every interface.
@@ -312,129 +319,12 @@ impl Graph {
         &self.counters
     }
 
-    /// Push a vector of received frames through the graph. `now_ns` is a monotonic clock
-    /// read once per vector (ICMP rate limiting).
-    pub fn process<M: PacketMemory>(
-        &mut self,
-        v: &mut Vector,
-        mem: &mut M,
-        out: &mut Output,
-        now_ns: u64,
-    ) {
-        // The one per-vector check of an idle tracer; the untraced instantiation has no
-        // trace code at all.
-        let traced = match self.tracer.as_deref_mut() {
-            Some(t) => t.begin(),
-            None => false,
-        };
-        if traced {
-            self.select_traced(v, mem, now_ns);
-            self.run::<true, M>(v, mem, out, now_ns);
-            if let Some(t) = self.tracer.as_deref_mut() {
-                t.finish();
-            }
-        } else {
-            self.run::<false, M>(v, mem, out, now_ns);
-        }
-    }
-
-    /// Flag the packets of `v` the tracer wants and start their records.
-    #[cold]
-    fn select_traced<M: PacketMemory>(&mut self, v: &mut Vector, mem: &M, now_ns: u64) {
-        let Some(t) = self.tracer.as_deref_mut() else {
-            return;
-        };
-        let n = v.len.min(VECTOR_SIZE);
-        for p in &mut v.pkts[..n] {
-            let s = p.off as usize;
-            let e = (s + p.len as usize).min(FRAME_SIZE);
-            let frame = mem.frame(p.buf).get(s..e).unwrap_or(&[]);
-            t.select(p, frame, now_ns);
-        }
-    }
-
     /// Append a step to a traced packet's record (compiled out when `T` is false).
     #[inline(always)]
     pub(crate) fn trace<const T: bool>(&mut self, p: &Pkt, s: Step) {
         if T && p.flags & F_TRACED != 0 {
             if let Some(t) = self.tracer.as_deref_mut() {
                 t.step(p, s);
-            }
-        }
-    }
-
-    fn run<const T: bool, M: PacketMemory>(
-        &mut self,
-        v: &mut Vector,
-        mem: &mut M,
-        out: &mut Output,
-        now_ns: u64,
-    ) {
-        let n = v.len.min(VECTOR_SIZE);
-        self.icmp_limit.refill(now_ns);
-        self.now_ns = now_ns;
-        if self.feat_active {
-            // A vector is one port's burst; the control thread's (packets held for their
-            // next hop) may mix ports.
-            self.vec_port = v.pkts[0].rx_port;
-            self.vec_mixed = v.pkts[..n].iter().any(|p| p.rx_port != self.vec_port);
-            self.local_lookup = false;
-        }
-        {
-            let f = &mut self.frames;
-            for (i, slot) in f.lists[Node::EthernetInput as usize][..n]
-                .iter_mut()
-                .enumerate()
-            {
-                *slot = i as u16;
-            }
-            f.lens[Node::EthernetInput as usize] = n;
-        }
-        let order: &[Node] = &ORDER;
-        let mut list = [0u16; VECTOR_SIZE];
-        for _round in 0..MAX_ROUNDS {
-            let mut any = false;
-            for &node in order {
-                let len = self.frames.lens[node as usize];
-                if len == 0 {
-                    continue;
-                }
-                any = true;
-                list[..len].copy_from_slice(&self.frames.lists[node as usize][..len]);
-                self.frames.lens[node as usize] = 0;
-                let list = &list[..len];
-                match node {
-                    Node::EthernetInput => self.ethernet_input::<T, M>(v, mem, out, list),
-                    Node::Ip4Lookup => self.ip4_lookup::<T, M>(v, mem, out, list),
-                    Node::Ip6Lookup => self.ip6_lookup::<T, M>(v, mem, out, list),
-                    // The rewrite nodes check for output features per packet only in the
-                    // instantiation for vectors where some interface has them.
-                    Node::Ip4Rewrite if self.arc_on(ArcId::Ip4Output) => {
-                        ip4::rewrite::<T, true, M>(self, v, mem, out, list)
-                    }
-                    Node::Ip4Rewrite => ip4::rewrite::<T, false, M>(self, v, mem, out, list),
-                    Node::Ip6Rewrite if self.arc_on(ArcId::Ip6Output) => {
-                        ip6::rewrite::<T, true, M>(self, v, mem, out, list)
-                    }
-                    Node::Ip6Rewrite => ip6::rewrite::<T, false, M>(self, v, mem, out, list),
-                    Node::Ip4Frag => ip4::fragment::<T, M>(self, v, mem, out, list),
-                    Node::Icmp4Error => icmp::error4::<T, M>(self, v, mem, out, list),
-                    Node::Icmp6Error => icmp::error6::<T, M>(self, v, mem, out, list),
-                    Node::Ip4Output => self.output_arc::<T, M>(ArcId::Ip4Output, v, mem, out, list),
-                    Node::Ip6Output => self.output_arc::<T, M>(ArcId::Ip6Output, v, mem, out, list),
-                }
-            }
-            if !any {
-                return;
-            }
-        }
-        // Bounded rounds: anything still queued is a bug-shaped loop, dropped and counted.
-        for &node in order {
-            let len = std::mem::take(&mut self.frames.lens[node as usize]);
-            for k in 0..len {
-                let i = self.frames.lists[node as usize][k];
-                let p = v.pkts[i as usize];
-                self.drop_pkt::<T>(out, &p, Reason::GraphLoop);
             }
         }
     }
@@ -621,7 +511,7 @@ impl Graph {
     }
 
     /// The `ip4-output` / `ip6-output` node: the features, then port-tx or ip4-frag.
-    fn output_arc<const T: bool, M: PacketMemory>(
+    pub(crate) fn output_arc<const T: bool, M: PacketMemory>(
         &mut self,
         arc: ArcId,
         v: &mut Vector,
@@ -642,7 +532,7 @@ impl Graph {
     /// Run the input arc `arc` at the head of the node it precedes, over that node's
     /// `list`; what is left for the node.
     #[inline]
-    fn input_arc<'a, const T: bool, M: PacketMemory>(
+    pub(crate) fn input_arc<'a, const T: bool, M: PacketMemory>(
         &mut self,
         arc: ArcId,
         (v, mem, out): (&mut Vector, &mut M, &mut Output),
@@ -750,133 +640,6 @@ impl Graph {
         }
     }
 
-    fn ethernet_input<const T: bool, M: PacketMemory>(
-        &mut self,
-        v: &mut Vector,
-        mem: &mut M,
-        out: &mut Output,
-        list: &[u16],
-    ) {
-        let mut keep = [0u16; VECTOR_SIZE];
-        let list = self.input_arc::<T, M>(ArcId::PortInput, (v, mem, out), list, &mut keep);
-        if self.arc_on(ArcId::PortInput) {
-            // A feature may have moved packets to another interface (a tunnel's).
-            self.vec_mixed |= list
-                .iter()
-                .any(|&i| v.pkts[i as usize].rx_port != self.vec_port);
-        }
-        // Bring headers in a few packets ahead: the first touch of a frame is the most
-        // expensive access of the whole path.
-        for &i in list.iter().take(PREFETCH_AHEAD) {
-            let p = &v.pkts[i as usize];
-            prefetch(mem.frame(p.buf).as_ptr().wrapping_add(p.off as usize));
-        }
-        for (k, &i) in list.iter().enumerate() {
-            if let Some(&j) = list.get(k + PREFETCH_AHEAD) {
-                let q = &v.pkts[j as usize];
-                prefetch(mem.frame(q.buf).as_ptr().wrapping_add(q.off as usize));
-            }
-            // Read once, not written in place before the input nodes run: they get a copy by
-            // value. Narrow stores into a descriptor followed by a wide reload of it stall
-            // store forwarding (measured with perf: a quarter of the IPv4 rate).
-            let p = &v.pkts[i as usize];
-            let mut flags = p.flags;
-            let frame = mem.frame(p.buf);
-            let data = frame
-                .get(p.off as usize..p.off as usize + p.len as usize)
-                .unwrap_or(&[]);
-            if data.len() < 14 {
-                let p = *p;
-                self.drop_pkt::<T>(out, &p, Reason::EthRunt);
-                continue;
-            }
-            // Untagged IPv4/IPv6 is the common case: no VLAN walk.
-            let ethertype = u16::from_be_bytes([data[12], data[13]]);
-            let l2 = if ethertype == wire::ethertype::IPV4 || ethertype == wire::ethertype::IPV6 {
-                wire::L2Info {
-                    ethertype,
-                    vlan: None,
-                    tags: [(0, 0); wire::ethernet::MAX_VLAN_TAGS],
-                    l3_offset: 14,
-                }
-            } else {
-                match wire::parse_l2(data) {
-                    Ok(l2) => l2,
-                    Err(_) => {
-                        let p = *p;
-                        self.drop_pkt::<T>(out, &p, Reason::EthMalformed);
-                        continue;
-                    }
-                }
-            };
-            let dst_group = data[0] & 1 == 1;
-            if dst_group {
-                flags |= F_L2_MCAST;
-            } else if let Some(&mac) = self.port_macs.get(p.rx_port as usize) {
-                let dst = u64::from_le_bytes([
-                    data[0], data[1], data[2], data[3], data[4], data[5], 0, 0,
-                ]);
-                if dst != mac {
-                    let p = *p;
-                    self.drop_pkt::<T>(out, &p, Reason::EthNotForUs);
-                    continue;
-                }
-            }
-            // A tagged frame belongs to the VLAN sub-interface of its tags, and is received
-            // there; without one it is dropped, never routed as if it were untagged.
-            let mut rx_port = p.rx_port;
-            if l2.vlan.is_some() {
-                match self.subif_of(p.rx_port, data) {
-                    Some(s) => {
-                        self.vec_mixed = true;
-                        // Counted once: not again when a held packet comes back.
-                        if (p.rx_port as usize) < self.first_subif {
-                            self.counters
-                                .subif_rx(s as usize - self.first_subif, u64::from(p.len));
-                        }
-                        rx_port = s;
-                    }
-                    None => {
-                        let p = *p;
-                        self.drop_pkt::<T>(out, &p, Reason::EthVlanNoSubif);
-                        continue;
-                    }
-                }
-            }
-            let pk = Pkt {
-                l3: l2.l3_offset as u16,
-                flags,
-                rx_port,
-                ..*p
-            };
-            if T {
-                let p = pk;
-                self.trace::<T>(
-                    &p,
-                    Step::EthernetInput {
-                        ethertype: l2.ethertype,
-                        vlan: l2.vlan,
-                        l2_mcast: dst_group,
-                    },
-                );
-            }
-            // Only the changed fields go back (a whole-descriptor store would reload the
-            // copy just built field by field: the same stall).
-            let d = &mut v.pkts[i as usize];
-            d.l3 = pk.l3;
-            d.flags = pk.flags;
-            if l2.vlan.is_some() {
-                d.rx_port = pk.rx_port;
-            }
-            match l2.ethertype {
-                wire::ethertype::IPV4 => ip4::input_one::<T, M>(self, v, mem, out, i, pk),
-                wire::ethertype::IPV6 => ip6::input_one::<T, M>(self, mem, out, i, pk),
-                wire::ethertype::ARP => self.punt::<T, M>(mem, out, &pk, Reason::PuntArp),
-                _ => self.drop_pkt::<T>(out, &pk, Reason::EthUnknownType),
-            }
-        }
-    }
-
     /// The sub-interface a tagged `frame` received on `rx_port` belongs to, by its tags
     /// (VLAN ids only: priority and DEI bits do not matter). `rx_port` may already be a
     /// sub-interface (a packet held for its next hop and sent through again): its parent's
@@ -885,7 +648,7 @@ impl Graph {
     /// (callgrind).
     #[cold]
     #[inline(never)]
-    fn subif_of(&self, rx_port: u16, frame: &[u8]) -> Option<u16> {
+    pub(crate) fn subif_of(&self, rx_port: u16, frame: &[u8]) -> Option<u16> {
         let port = if (rx_port as usize) < self.first_subif {
             rx_port
         } else {
@@ -932,111 +695,9 @@ impl Graph {
         }
     }
 
-    fn ip4_lookup<const T: bool, M: PacketMemory>(
-        &mut self,
-        v: &mut Vector,
-        mem: &mut M,
-        out: &mut Output,
-        list: &[u16],
-    ) {
-        let mut keep = [0u16; VECTOR_SIZE];
-        let list = self.input_arc::<T, M>(ArcId::Ip4Unicast, (v, mem, out), list, &mut keep);
-        let n = list.len();
-        // ip4-input (and icmp4-error) left the destination address in `nh`.
-        for (k, &i) in list.iter().enumerate() {
-            self.keys4[k] = v.pkts[i as usize].nh;
-        }
-        self.fib
-            .lookup4_bulk(&self.keys4[..n], &mut self.results[..n]);
-        for (k, &i) in list.iter().enumerate() {
-            let id = self.results[k];
-            let mut p = v.pkts[i as usize];
-            let local = p.flags & F_LOCAL_ORIGIN != 0;
-            let Some(nh) = self.resolve(id, || ip4::flow_hash(mem, &p)) else {
-                if local {
-                    self.drop_pkt::<T>(out, &p, Reason::IcmpNoRouteBack);
-                } else {
-                    self.counters.add(Reason::Ip4NoRoute, 1);
-                    self.trace::<T>(&p, Step::ToIcmp(Reason::Ip4NoRoute));
-                    p.aux = icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_NET_UNREACH, 0);
-                    v.pkts[i as usize] = p;
-                    self.enqueue(Node::Icmp4Error, i);
-                }
-                continue;
-            };
-            match nh {
-                Resolved::Forward(_) if p.flags & F_LINK_LOCAL_SRC != 0 => {
-                    self.drop_pkt::<T>(out, &p, Reason::Ip4LinkLocalSrc)
-                }
-                Resolved::Forward(id) => {
-                    v.pkts[i as usize].nh = id;
-                    if T {
-                        self.trace_forward::<T>(&p, false, id);
-                    }
-                    self.enqueue(Node::Ip4Rewrite, i);
-                }
-                Resolved::Drop => self.drop_pkt::<T>(out, &p, Reason::Ip4Blackhole),
-                Resolved::Local => self.punt::<T, M>(mem, out, &p, Reason::PuntLocal),
-                Resolved::Glean => self.punt::<T, M>(mem, out, &p, Reason::PuntUnresolved),
-            }
-        }
-    }
-
-    fn ip6_lookup<const T: bool, M: PacketMemory>(
-        &mut self,
-        v: &mut Vector,
-        mem: &mut M,
-        out: &mut Output,
-        list: &[u16],
-    ) {
-        let mut keep = [0u16; VECTOR_SIZE];
-        let list = self.input_arc::<T, M>(ArcId::Ip6Unicast, (v, mem, out), list, &mut keep);
-        let n = list.len();
-        for (k, &i) in list.iter().enumerate() {
-            let p = &v.pkts[i as usize];
-            let base = p.off as usize + p.l3 as usize;
-            self.keys6[k] = mem
-                .frame(p.buf)
-                .get(base + 24..base + 40)
-                .and_then(|s| <[u8; 16]>::try_from(s).ok())
-                .unwrap_or([0; 16]);
-        }
-        self.fib
-            .lookup6_bulk(&self.keys6[..n], &mut self.results[..n]);
-        for (k, &i) in list.iter().enumerate() {
-            let id = self.results[k];
-            let mut p = v.pkts[i as usize];
-            let local = p.flags & F_LOCAL_ORIGIN != 0;
-            let Some(nh) = self.resolve(id, || ip6::flow_hash(mem, &p)) else {
-                if local {
-                    self.drop_pkt::<T>(out, &p, Reason::IcmpNoRouteBack);
-                } else {
-                    self.counters.add(Reason::Ip6NoRoute, 1);
-                    self.trace::<T>(&p, Step::ToIcmp(Reason::Ip6NoRoute));
-                    p.aux = icmp::kind(icmp::V6_DST_UNREACH, icmp::V6_NO_ROUTE, 0);
-                    v.pkts[i as usize] = p;
-                    self.enqueue(Node::Icmp6Error, i);
-                }
-                continue;
-            };
-            match nh {
-                Resolved::Forward(id) => {
-                    v.pkts[i as usize].nh = id;
-                    if T {
-                        self.trace_forward::<T>(&p, true, id);
-                    }
-                    self.enqueue(Node::Ip6Rewrite, i);
-                }
-                Resolved::Drop => self.drop_pkt::<T>(out, &p, Reason::Ip6Blackhole),
-                Resolved::Local => self.punt::<T, M>(mem, out, &p, Reason::PuntLocal),
-                Resolved::Glean => self.punt::<T, M>(mem, out, &p, Reason::PuntUnresolved),
-            }
-        }
-    }
-
     /// Trace a forwarding lookup result.
     #[cold]
-    fn trace_forward<const T: bool>(&mut self, p: &Pkt, v6: bool, nh: NextHopId) {
+    pub(crate) fn trace_forward<const T: bool>(&mut self, p: &Pkt, v6: bool, nh: NextHopId) {
         let port = match self.fib.next_hop(nh) {
             Some(NextHop::Forward(a)) => a.port,
             _ => u16::MAX,
@@ -1047,7 +708,7 @@ impl Graph {
     /// Turn a lookup result into a disposition, resolving ECMP with the flow hash (computed
     /// only for groups). `None` = no route.
     #[inline]
-    fn resolve(&self, id: NextHopId, hash: impl FnOnce() -> u32) -> Option<Resolved> {
+    pub(crate) fn resolve(&self, id: NextHopId, hash: impl FnOnce() -> u32) -> Option<Resolved> {
         if id == MISS {
             return None;
         }
@@ -1068,7 +729,8 @@ impl Graph {
     }
 }
 
-enum Resolved {
+/// What a lookup result means for a packet.
+pub(crate) enum Resolved {
     Forward(NextHopId),
     Drop,
     Local,

@@ -1,14 +1,15 @@
 //! IPv4 nodes: ip4-input (RFC 1812 §5.2.2 validation), ip4-rewrite (TTL, MTU, L2) and
 //! ip4-frag (RFC 791 fragmentation).
 
-use fib::NextHop;
+use fib::{Adjacency, NextHop};
 use wire::{checksum, Ipv4Packet};
 
 use crate::buffer::{
-    PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, F_L2_MCAST, F_LINK_LOCAL_SRC,
-    F_LOCAL_ORIGIN, F_TO_FRAG, HEADROOM,
+    l3, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN,
+    F_TO_FRAG, HEADROOM,
 };
 use crate::counters::Reason;
+use crate::family::Family;
 use crate::feature::ArcId;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
@@ -16,22 +17,6 @@ use crate::interfaces::PuntPath;
 use crate::trace::Step;
 
 const ETH_HLEN: usize = 14;
-
-/// The L3 bytes of a packet (from its IP header to the end of the frame).
-#[inline]
-pub(crate) fn l3<'a, M: PacketMemory>(mem: &'a M, p: &Pkt) -> &'a [u8] {
-    let s = p.off as usize + p.l3 as usize;
-    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
-    mem.frame(p.buf).get(s..e).unwrap_or(&[])
-}
-
-/// Writable L3 bytes of a packet.
-#[inline]
-pub(crate) fn l3_mut<'a, M: PacketMemory>(mem: &'a mut M, p: &Pkt) -> &'a mut [u8] {
-    let s = p.off as usize + p.l3 as usize;
-    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
-    mem.frame_mut(p.buf).get_mut(s..e).unwrap_or(&mut [])
-}
 
 /// First octets of destinations that need a closer look: 0/8, 127/8, 169/8 (for
 /// 169.254/16), multicast 224/4 and 240/4 (incl. broadcast).
@@ -186,120 +171,89 @@ pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
     mix32(h)
 }
 
-/// ip4-rewrite: TTL, MTU, L2 header; then port-tx, ip4-frag or icmp4-error.
-pub(crate) fn rewrite<const T: bool, const F: bool, M: PacketMemory>(
-    g: &mut Graph,
-    v: &mut Vector,
-    mem: &mut M,
-    out: &mut Output,
-    list: &[u16],
-) {
-    for &i in list {
-        let mut p = v.pkts[i as usize];
-        let adj = match g.fib.next_hop(p.nh) {
-            Some(NextHop::Forward(a)) => *a,
-            // The next hop changed between lookup and rewrite (control-plane update).
-            _ => {
-                g.drop_pkt::<T>(out, &p, Reason::Ip4NoRoute);
-                continue;
-            }
-        };
-        let local = p.flags & F_LOCAL_ORIGIN != 0;
-        let ip = l3_mut(mem, &p);
-        if ip.len() < 20 {
-            g.drop_pkt::<T>(out, &p, Reason::Ip4Truncated);
-            continue;
-        }
-        let ttl = ip[8];
-        if !local && ttl <= 1 {
-            g.counters.add(Reason::Ip4TtlExpired, 1);
-            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip4TtlExpired));
-            v.pkts[i as usize].aux = icmp::kind(icmp::V4_TIME_EXCEEDED, 0, 0);
-            g.enqueue(Node::Icmp4Error, i);
-            continue;
-        }
-        // A checksum the sender left to the hardware is finished before the packet leaves
-        // (or is fragmented): its receiver would drop it.
-        if p.flags & F_CSUM_UNKNOWN != 0 && wire::offload::complete_if_partial(ip) {
-            g.counters.add(Reason::CsumCompleted, 1);
-        }
-        let total = u16::from_be_bytes([ip[2], ip[3]]);
-        let df = ip[6] & 0x40 != 0;
-        if !local {
-            Ipv4Packet::new_unchecked(&mut *ip).decrement_ttl();
-        }
-        if total > adj.mtu {
-            if df {
-                // Undo the decrement: the quote must show the packet as received.
-                if !local {
-                    restore_ttl(ip, ttl);
-                }
-                g.counters.add(Reason::Ip4FragNeeded, 1);
-                g.trace::<T>(&p, Step::ToIcmp(Reason::Ip4FragNeeded));
-                v.pkts[i as usize].aux =
-                    icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_FRAG_NEEDED, adj.mtu);
-                g.enqueue(Node::Icmp4Error, i);
-            } else {
-                p.tx_port = adj.port;
-                p.aux = adj.mtu as u32;
-                v.pkts[i as usize] = p;
-                g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
-                if g.has_features::<F>(ArcId::Ip4Output, adj.port) {
-                    v.pkts[i as usize].flags |= F_TO_FRAG;
-                    g.enqueue(Node::Ip4Output, i);
-                } else {
-                    g.enqueue(Node::Ip4Frag, i);
-                }
-            }
-            continue;
-        }
-        // New Ethernet header right in front of the IP header: the received tags, if any,
-        // are replaced by the egress sub-interface's, if any.
-        let (tx_port, tags) = g.egress(&adj);
-        let hlen = ETH_HLEN + tags.map_or(0, |t| t.len());
-        let l3_abs = p.off as usize + p.l3 as usize;
-        let frame = mem.frame_mut(p.buf);
-        let Some(eth) = l3_abs
-            .checked_sub(hlen)
-            .and_then(|s| frame.get_mut(s..l3_abs))
-        else {
-            g.drop_pkt::<T>(out, &p, Reason::EthRunt);
-            continue;
-        };
-        crate::graph::write_eth(eth, &adj, tags, wire::ethertype::IPV4);
-        p.off = (l3_abs - hlen) as u16;
-        p.l3 = hlen as u16;
-        p.len = hlen as u16 + total;
-        p.tx_port = tx_port;
-        if tags.is_some() {
-            g.subif_sent(adj.port, p.len as usize);
-        }
-        if !local {
-            g.counters.add(Reason::Ip4Forwarded, 1);
-        }
-        if T {
-            let new_ttl = if local { ttl } else { ttl - 1 };
-            g.trace::<T>(&p, rewrite_step(false, ttl, new_ttl, &adj));
-        }
-        if g.has_features::<F>(ArcId::Ip4Output, adj.port) {
-            v.pkts[i as usize] = p;
-            g.enqueue(Node::Ip4Output, i);
-            continue;
-        }
-        g.transmit::<T>(out, p);
-    }
-}
+/// IPv4, for the family-generic nodes.
+pub(crate) struct V4;
 
-/// The trace step of a rewrite (ip4 and ip6).
-#[cold]
-pub(crate) fn rewrite_step(v6: bool, ttl: u8, new_ttl: u8, adj: &fib::Adjacency) -> Step {
-    Step::Rewrite {
-        v6,
-        ttl,
-        new_ttl,
-        port: adj.port,
-        src_mac: adj.src_mac,
-        dst_mac: adj.dst_mac,
+impl Family for V4 {
+    const V6: bool = false;
+    const ETHERTYPE: u16 = wire::ethertype::IPV4;
+    const LOOKUP: Node = Node::Ip4Lookup;
+    const REWRITE: Node = Node::Ip4Rewrite;
+    const ICMP_ERROR: Node = Node::Icmp4Error;
+    const UNICAST_ARC: ArcId = ArcId::Ip4Unicast;
+    const OUTPUT_ARC: ArcId = ArcId::Ip4Output;
+    const NO_ROUTE: Reason = Reason::Ip4NoRoute;
+    const BLACKHOLE: Reason = Reason::Ip4Blackhole;
+    const TRUNCATED: Reason = Reason::Ip4Truncated;
+    const TTL_EXPIRED: Reason = Reason::Ip4TtlExpired;
+    const FORWARDED: Reason = Reason::Ip4Forwarded;
+    const ICMP_SENT: Reason = Reason::Icmp4Sent;
+    const LINK_LOCAL_SRC: Option<Reason> = Some(Reason::Ip4LinkLocalSrc);
+    const NO_ROUTE_ICMP: u32 = icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_NET_UNREACH, 0);
+    const TIME_EXCEEDED_ICMP: u32 = icmp::kind(icmp::V4_TIME_EXCEEDED, 0, 0);
+    const HEADER_LEN: usize = 20;
+    const TTL_AT: usize = 8;
+
+    #[inline]
+    fn lookup_bulk<M: PacketMemory>(g: &mut Graph, v: &Vector, _mem: &M, list: &[u16]) {
+        let n = list.len();
+        // ip4-input (and icmp4-error) left the destination address in `nh`.
+        for (k, &i) in list.iter().enumerate() {
+            g.keys4[k] = v.pkts[i as usize].nh;
+        }
+        g.fib.lookup4_bulk(&g.keys4[..n], &mut g.results[..n]);
+    }
+
+    #[inline]
+    fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
+        flow_hash(mem, p)
+    }
+
+    #[inline]
+    fn total_len(ip: &[u8]) -> usize {
+        u16::from_be_bytes([ip[2], ip[3]]) as usize
+    }
+
+    #[inline]
+    fn decrement_ttl(ip: &mut [u8]) {
+        Ipv4Packet::new_unchecked(ip).decrement_ttl();
+    }
+
+    fn too_big<const T: bool, const O: bool>(
+        g: &mut Graph,
+        v: &mut Vector,
+        ip: &mut [u8],
+        i: u16,
+        mut p: Pkt,
+        adj: &Adjacency,
+        ttl: Option<u8>,
+    ) {
+        if ip[6] & 0x40 != 0 {
+            // DF: undo the decrement, the quote must show the packet as received.
+            if let Some(ttl) = ttl {
+                restore_ttl(ip, ttl);
+            }
+            g.counters.add(Reason::Ip4FragNeeded, 1);
+            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip4FragNeeded));
+            v.pkts[i as usize].aux =
+                icmp::kind(icmp::V4_DST_UNREACH, icmp::V4_FRAG_NEEDED, adj.mtu);
+            g.enqueue(Node::Icmp4Error, i);
+        } else {
+            p.tx_port = adj.port;
+            p.aux = adj.mtu as u32;
+            v.pkts[i as usize] = p;
+            g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
+            if g.has_features::<O>(ArcId::Ip4Output, adj.port) {
+                v.pkts[i as usize].flags |= F_TO_FRAG;
+                g.enqueue(Node::Ip4Output, i);
+            } else {
+                g.enqueue(Node::Ip4Frag, i);
+            }
+        }
+    }
+
+    fn build_error<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, Reason> {
+        build4(g, mem, p)
     }
 }
 
@@ -468,4 +422,106 @@ fn rollback(out: &mut Output, port: usize, start_len: usize) {
             }
         }
     }
+}
+
+/// The ICMPv4 error in `p.aux`, built in place in front of `p` (which it quotes).
+// Slow path, shared by the traced and untraced graph: kept out of line and cold so it
+// does not shape register allocation of the hot per-packet loops.
+#[cold]
+#[inline(never)]
+fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, Reason> {
+    let (ty, code, mtu) = icmp::unpack(p.aux);
+    let (orig_src, quote_len) = {
+        let ip = Ipv4Packet::new_checked(l3(mem, p)).map_err(|_| Reason::IcmpSuppressed)?;
+        // No error about an error, nor about a non-initial fragment (RFC 1812 §4.3.2.7).
+        if ip.frag_offset() != 0 {
+            return Err(Reason::IcmpSuppressed);
+        }
+        if ip.protocol() == 1
+            && ip
+                .payload()
+                .first()
+                .is_some_and(|t| matches!(t, 3 | 4 | 5 | 11 | 12))
+        {
+            return Err(Reason::IcmpSuppressed);
+        }
+        if p.flags & F_LOCAL_ORIGIN != 0 {
+            return Err(Reason::IcmpSuppressed);
+        }
+        (
+            ip.src_addr(),
+            (ip.total_len() as usize).min(icmp::V4_MAX_ERROR - 28),
+        )
+    };
+    let src = g
+        .ifaces
+        .port(p.rx_port)
+        .and_then(|x| x.primary_ip4())
+        .ok_or(Reason::IcmpNoSource)?;
+    // Path MTU discovery is not limited per destination (as Linux): a sender needs every
+    // "fragmentation needed" to find the path's MTU.
+    let pmtu = ty == icmp::V4_DST_UNREACH && code == icmp::V4_FRAG_NEEDED;
+    // The global bucket is looked at first and charged last, so that an error the
+    // destination's own limit refuses costs the others nothing (as Linux since 6.2).
+    if !g.icmp_limit.has_token() {
+        return Err(Reason::IcmpRateLimited);
+    }
+    if !pmtu
+        && !g
+            .icmp_peers
+            .allow(crate::ratelimit::peer4(orig_src), g.now_ns)
+    {
+        return Err(Reason::IcmpRateLimitedPeer);
+    }
+    g.icmp_limit.take();
+    let orig = p.off as usize + p.l3 as usize;
+    let ip_at = orig.checked_sub(28).ok_or(Reason::IcmpSuppressed)?;
+    let eth_at = ip_at.checked_sub(ETH_HLEN).ok_or(Reason::IcmpSuppressed)?;
+    let end = orig + quote_len;
+    if end > FRAME_SIZE {
+        return Err(Reason::IcmpSuppressed);
+    }
+    g.ip_ident = g.ip_ident.wrapping_add(1);
+    let ident = g.ip_ident;
+    let frame = mem.frame_mut(p.buf);
+    let pkt = &mut frame[ip_at..end];
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut pkt[..]);
+        ip.set_version(4);
+        ip.set_header_len(20);
+        ip.set_dscp(0);
+        ip.set_ecn(0);
+        ip.set_total_len((28 + quote_len) as u16);
+        ip.set_ident(ident);
+        ip.set_flags_frag(false, false, 0);
+        ip.set_ttl(64);
+        ip.set_protocol(1);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(orig_src);
+        ip.fill_checksum();
+    }
+    let icmp = &mut pkt[20..];
+    icmp[0] = ty;
+    icmp[1] = code;
+    icmp[2..4].copy_from_slice(&[0, 0]);
+    if ty == icmp::V4_PARAM_PROBLEM {
+        // RFC 792: the pointer is the first octet after the checksum.
+        icmp[4..8].copy_from_slice(&[mtu as u8, 0, 0, 0]);
+    } else {
+        icmp[4..6].copy_from_slice(&[0, 0]);
+        icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
+    }
+    let c = checksum::checksum(icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    Ok(Pkt {
+        buf: p.buf,
+        off: eth_at as u16,
+        len: (ETH_HLEN + 28 + quote_len) as u16,
+        rx_port: p.rx_port,
+        tx_port: 0,
+        l3: ETH_HLEN as u16,
+        flags: F_LOCAL_ORIGIN,
+        nh: orig_src,
+        aux: 0,
+    })
 }

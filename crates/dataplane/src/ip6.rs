@@ -1,15 +1,15 @@
 //! IPv6 nodes: ip6-input (RFC 8200 validation, bounded extension-header walk) and
 //! ip6-rewrite (hop limit, MTU — routers never fragment IPv6 — and L2 rewrite).
 
-use fib::NextHop;
-use wire::Ipv6Packet;
+use fib::Adjacency;
+use wire::{checksum, Ipv6Packet};
 
-use crate::buffer::{PacketMemory, Pkt, Vector, F_CSUM_UNKNOWN, F_L2_MCAST, F_LOCAL_ORIGIN};
+use crate::buffer::{l3, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN};
 use crate::counters::Reason;
+use crate::family::Family;
 use crate::feature::ArcId;
 use crate::graph::{mix32, Graph, Node, Output};
 use crate::icmp;
-use crate::ip4::{l3, l3_mut};
 use crate::trace::Step;
 
 const ETH_HLEN: usize = 14;
@@ -132,82 +132,158 @@ pub(crate) fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
     mix32(h)
 }
 
-/// ip6-rewrite: hop limit, MTU, L2 header; then port-tx or icmp6-error.
-pub(crate) fn rewrite<const T: bool, const F: bool, M: PacketMemory>(
-    g: &mut Graph,
-    v: &mut Vector,
-    mem: &mut M,
-    out: &mut Output,
-    list: &[u16],
-) {
-    for &i in list {
-        let mut p = v.pkts[i as usize];
-        let adj = match g.fib.next_hop(p.nh) {
-            Some(NextHop::Forward(a)) => *a,
-            _ => {
-                g.drop_pkt::<T>(out, &p, Reason::Ip6NoRoute);
-                continue;
-            }
-        };
-        let local = p.flags & F_LOCAL_ORIGIN != 0;
-        let ip = l3_mut(mem, &p);
-        if ip.len() < 40 {
-            g.drop_pkt::<T>(out, &p, Reason::Ip6Truncated);
-            continue;
+/// IPv6, for the family-generic nodes. Routers never fragment IPv6: a packet too big for
+/// the egress MTU is answered with a Packet Too Big.
+pub(crate) struct V6;
+
+impl Family for V6 {
+    const V6: bool = true;
+    const ETHERTYPE: u16 = wire::ethertype::IPV6;
+    const LOOKUP: Node = Node::Ip6Lookup;
+    const REWRITE: Node = Node::Ip6Rewrite;
+    const ICMP_ERROR: Node = Node::Icmp6Error;
+    const UNICAST_ARC: ArcId = ArcId::Ip6Unicast;
+    const OUTPUT_ARC: ArcId = ArcId::Ip6Output;
+    const NO_ROUTE: Reason = Reason::Ip6NoRoute;
+    const BLACKHOLE: Reason = Reason::Ip6Blackhole;
+    const TRUNCATED: Reason = Reason::Ip6Truncated;
+    const TTL_EXPIRED: Reason = Reason::Ip6HopLimitExpired;
+    const FORWARDED: Reason = Reason::Ip6Forwarded;
+    const ICMP_SENT: Reason = Reason::Icmp6Sent;
+    // ip6-input drops link-local sources (they are never forwarded).
+    const LINK_LOCAL_SRC: Option<Reason> = None;
+    const NO_ROUTE_ICMP: u32 = icmp::kind(icmp::V6_DST_UNREACH, icmp::V6_NO_ROUTE, 0);
+    const TIME_EXCEEDED_ICMP: u32 = icmp::kind(icmp::V6_TIME_EXCEEDED, 0, 0);
+    const HEADER_LEN: usize = 40;
+    const TTL_AT: usize = 7;
+
+    #[inline]
+    fn lookup_bulk<M: PacketMemory>(g: &mut Graph, v: &Vector, mem: &M, list: &[u16]) {
+        let n = list.len();
+        for (k, &i) in list.iter().enumerate() {
+            let p = &v.pkts[i as usize];
+            let base = p.off as usize + p.l3 as usize;
+            g.keys6[k] = mem
+                .frame(p.buf)
+                .get(base + 24..base + 40)
+                .and_then(|s| <[u8; 16]>::try_from(s).ok())
+                .unwrap_or([0; 16]);
         }
-        let hl = ip[7];
-        if !local && hl <= 1 {
-            g.counters.add(Reason::Ip6HopLimitExpired, 1);
-            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip6HopLimitExpired));
-            v.pkts[i as usize].aux = icmp::kind(icmp::V6_TIME_EXCEEDED, 0, 0);
-            g.enqueue(Node::Icmp6Error, i);
-            continue;
-        }
-        let total = 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
-        if total > adj.mtu as usize {
-            g.counters.add(Reason::Ip6TooBig, 1);
-            g.trace::<T>(&p, Step::ToIcmp(Reason::Ip6TooBig));
-            v.pkts[i as usize].aux = icmp::kind(icmp::V6_PACKET_TOO_BIG, 0, adj.mtu);
-            g.enqueue(Node::Icmp6Error, i);
-            continue;
-        }
-        if p.flags & F_CSUM_UNKNOWN != 0 && wire::offload::complete_if_partial(ip) {
-            g.counters.add(Reason::CsumCompleted, 1);
-        }
-        if !local {
-            ip[7] = hl - 1;
-        }
-        let (tx_port, tags) = g.egress(&adj);
-        let hlen = ETH_HLEN + tags.map_or(0, |t| t.len());
-        let l3_abs = p.off as usize + p.l3 as usize;
-        let frame = mem.frame_mut(p.buf);
-        let Some(eth) = l3_abs
-            .checked_sub(hlen)
-            .and_then(|s| frame.get_mut(s..l3_abs))
-        else {
-            g.drop_pkt::<T>(out, &p, Reason::EthRunt);
-            continue;
-        };
-        crate::graph::write_eth(eth, &adj, tags, wire::ethertype::IPV6);
-        p.off = (l3_abs - hlen) as u16;
-        p.l3 = hlen as u16;
-        p.len = (hlen + total) as u16;
-        p.tx_port = tx_port;
-        if tags.is_some() {
-            g.subif_sent(adj.port, p.len as usize);
-        }
-        if !local {
-            g.counters.add(Reason::Ip6Forwarded, 1);
-        }
-        if T {
-            let new_hl = if local { hl } else { hl - 1 };
-            g.trace::<T>(&p, crate::ip4::rewrite_step(true, hl, new_hl, &adj));
-        }
-        if g.has_features::<F>(ArcId::Ip6Output, adj.port) {
-            v.pkts[i as usize] = p;
-            g.enqueue(Node::Ip6Output, i);
-            continue;
-        }
-        g.transmit::<T>(out, p);
+        g.fib.lookup6_bulk(&g.keys6[..n], &mut g.results[..n]);
     }
+
+    #[inline]
+    fn flow_hash<M: PacketMemory>(mem: &M, p: &Pkt) -> u32 {
+        flow_hash(mem, p)
+    }
+
+    #[inline]
+    fn total_len(ip: &[u8]) -> usize {
+        40 + u16::from_be_bytes([ip[4], ip[5]]) as usize
+    }
+
+    #[inline]
+    fn decrement_ttl(ip: &mut [u8]) {
+        ip[7] -= 1;
+    }
+
+    fn too_big<const T: bool, const O: bool>(
+        g: &mut Graph,
+        v: &mut Vector,
+        ip: &mut [u8],
+        i: u16,
+        p: Pkt,
+        adj: &Adjacency,
+        ttl: Option<u8>,
+    ) {
+        // The quote shows the packet as received.
+        if let Some(ttl) = ttl {
+            ip[7] = ttl;
+        }
+        g.counters.add(Reason::Ip6TooBig, 1);
+        g.trace::<T>(&p, Step::ToIcmp(Reason::Ip6TooBig));
+        v.pkts[i as usize].aux = icmp::kind(icmp::V6_PACKET_TOO_BIG, 0, adj.mtu);
+        g.enqueue(Node::Icmp6Error, i);
+    }
+
+    fn build_error<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, Reason> {
+        build6(g, mem, p)
+    }
+}
+
+/// The ICMPv6 error in `p.aux`, built in place in front of `p` (which it quotes).
+// Slow path, shared by the traced and untraced graph: kept out of line and cold so it
+// does not shape register allocation of the hot per-packet loops.
+#[cold]
+#[inline(never)]
+fn build6<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, Reason> {
+    let (ty, code, mtu) = icmp::unpack(p.aux);
+    let (orig_src, quote_len) = {
+        let ip = Ipv6Packet::new_checked(l3(mem, p)).map_err(|_| Reason::IcmpSuppressed)?;
+        if p.flags & F_LOCAL_ORIGIN != 0 {
+            return Err(Reason::IcmpSuppressed);
+        }
+        // RFC 4443 §2.4(e): never for an ICMPv6 error message.
+        if let Some((58, l4, _)) = upper(&ip) {
+            if l4.first().is_some_and(|t| *t < 128) {
+                return Err(Reason::IcmpSuppressed);
+            }
+        }
+        (
+            ip.src_addr(),
+            (40 + ip.payload_len() as usize).min(icmp::V6_MAX_ERROR - 48),
+        )
+    };
+    let src = g
+        .ifaces
+        .port(p.rx_port)
+        .and_then(|x| x.primary_ip6())
+        .ok_or(Reason::IcmpNoSource)?;
+    if !g.icmp_limit.has_token() {
+        return Err(Reason::IcmpRateLimited);
+    }
+    if ty != icmp::V6_PACKET_TOO_BIG && !g.icmp_peers.allow(u128::from_be_bytes(orig_src), g.now_ns)
+    {
+        return Err(Reason::IcmpRateLimitedPeer);
+    }
+    g.icmp_limit.take();
+    let orig = p.off as usize + p.l3 as usize;
+    let ip_at = orig.checked_sub(48).ok_or(Reason::IcmpSuppressed)?;
+    let eth_at = ip_at.checked_sub(ETH_HLEN).ok_or(Reason::IcmpSuppressed)?;
+    let end = orig + quote_len;
+    if end > FRAME_SIZE {
+        return Err(Reason::IcmpSuppressed);
+    }
+    let frame = mem.frame_mut(p.buf);
+    let pkt = &mut frame[ip_at..end];
+    let plen = (8 + quote_len) as u16;
+    // Version 6, traffic class 0, flow label 0.
+    pkt[..4].copy_from_slice(&[0x60, 0, 0, 0]);
+    {
+        let mut ip = Ipv6Packet::new_unchecked(&mut pkt[..]);
+        ip.set_payload_len(plen);
+        ip.set_next_header(58);
+        ip.set_hop_limit(64);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(orig_src);
+    }
+    let icmp = &mut pkt[40..];
+    icmp[0] = ty;
+    icmp[1] = code;
+    icmp[2..4].copy_from_slice(&[0, 0]);
+    icmp[4..8].copy_from_slice(&(mtu as u32).to_be_bytes());
+    let sum = checksum::pseudo_v6(&src, &orig_src, 58, plen as u32) + checksum::sum(icmp);
+    let c = !checksum::fold(sum);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    Ok(Pkt {
+        buf: p.buf,
+        off: eth_at as u16,
+        len: (ETH_HLEN + 48 + quote_len) as u16,
+        rx_port: p.rx_port,
+        tx_port: 0,
+        l3: ETH_HLEN as u16,
+        flags: F_LOCAL_ORIGIN,
+        nh: 0,
+        aux: 0,
+    })
 }
