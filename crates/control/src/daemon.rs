@@ -223,17 +223,53 @@ fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
     ))))
 }
 
+/// Packet memory of a worker for the graph, the copying ports and the TAPs' frames; each
+/// AF_XDP socket sharing it as its UMEM adds [`AfXdp::shared_frames`].
+const WORKER_FRAMES: u32 = 8192;
+
 /// Open every configured port for `workers` workers — AF_XDP first where `auto` allows
-/// it, one socket per receive queue and worker — and return them as `[worker][port]`. Any
-/// failure drops what was opened so far (sockets closed, XDP programs detached): nothing
-/// stays half-started.
-fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<Vec<Vec<LivePort>>> {
+/// it, one socket per receive queue and worker — and return them as `[worker][port]`, with
+/// each worker's packet memory. A worker's AF_XDP sockets all use its memory as their
+/// UMEM (forwarding between them moves descriptors, not bytes); should the kernel refuse
+/// that, a port falls back to a UMEM of its own, which copies. Any failure drops what was
+/// opened so far (sockets closed, XDP programs detached): nothing stays half-started.
+fn open_ports(
+    cfg: &Config,
+    locals: &[IpAddr],
+    taps: &[Option<Tap>],
+) -> Result<(Vec<Vec<LivePort>>, Vec<Arena>)> {
     let workers = cfg.workers;
     let mut per_worker: Vec<Vec<LivePort>> = (0..workers).map(|_| Vec::new()).collect();
+    let maybe_xdp = cfg
+        .ports
+        .iter()
+        .filter(|p| matches!(p.backend, Backend::AfXdp | Backend::Auto))
+        .count() as u32;
+    let frames = WORKER_FRAMES + maybe_xdp * AfXdp::shared_frames();
+    let mut arenas: Vec<Arena> = (0..workers).map(|_| Arena::new(frames)).collect();
+    let mut owners: Vec<Option<ports::afxdp::UmemOwner>> = vec![None; workers];
     for (i, p) in cfg.ports.iter().enumerate() {
         let port = i as u16;
         let queues = workers as u32;
-        let xdp = |name: &str| AfXdp::open_queues(name, queues, port, AfXdpOptions::default());
+        let mut xdp = |name: &str| -> std::result::Result<Vec<AfXdp>, ports::PortError> {
+            let opts = AfXdpOptions::default();
+            match AfXdp::open_queues_shared(name, port, opts.clone(), &mut arenas, &owners) {
+                Ok(v) => {
+                    for (o, x) in owners.iter_mut().zip(&v) {
+                        if o.is_none() {
+                            *o = x.umem_owner();
+                        }
+                    }
+                    Ok(v)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "port {name}: AF_XDP on the workers' packet memory refused ({e}); using a UMEM of its own, which copies"
+                    );
+                    AfXdp::open_queues(name, queues, port, opts)
+                }
+            }
+        };
         let opened: Vec<LivePort> = match p.backend {
             Backend::AfXdp => xdp(&p.name)
                 .with_context(|| format!("cannot open port {} with AF_XDP on {queues} queue(s)", p.name))?
@@ -314,13 +350,13 @@ fn open_ports(cfg: &Config, locals: &[IpAddr], taps: &[Option<Tap>]) -> Result<V
             per_worker[w].push(live);
         }
     }
-    Ok(per_worker)
+    Ok((per_worker, arenas))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn spawn_worker(
     id: usize,
-    mut ports: Vec<LivePort>,
+    (mut ports, mut mem): (Vec<LivePort>, Arena),
     fib: fib::FibReaders,
     (registry, features): (Arc<Registry>, Arc<ArcSwap<FeatureState>>),
     ifaces: Arc<ArcSwap<Interfaces>>,
@@ -359,7 +395,6 @@ fn spawn_worker(
         graph.set_features(registry, id);
         let seen_version = iface_version.load(Ordering::Acquire);
         graph.set_feature_state(features.load_full());
-        let mut mem = Arena::new(8192);
         let mut hooks = DaemonHooks {
             ifaces,
             features,
@@ -615,7 +650,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     sync.resync(mirror.dump().context("dumping kernel state")?);
     // Ports before any other system change: a start that fails on an interface changes
     // nothing (the TAPs created above vanish with their file descriptors).
-    let per_worker = open_ports(&cfg, &sync.local_addresses(), &taps)?;
+    let (per_worker, arenas) = open_ports(&cfg, &sync.local_addresses(), &taps)?;
     kernel_forwarding_off()?;
     let facts: Vec<PortFacts> = per_worker[0]
         .iter()
@@ -669,7 +704,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let mut handles: Vec<WorkerHandle> = Vec::new();
     let mut injects: Vec<PuntProducer> = Vec::new();
     let (mut traces, mut captures) = (Vec::new(), Vec::new());
-    for (w, ports) in per_worker.into_iter().enumerate() {
+    for (w, (ports, arena)) in per_worker.into_iter().zip(arenas).enumerate() {
         let (punt_tx, punt_rx) = dataplane::punt::queue(PUNT_QUEUE);
         let (trace_h, tracer) = dataplane::trace::channel(TRACE_QUEUE);
         let (capture_h, capturer) = dataplane::capture::channel(CAPTURE_QUEUE);
@@ -681,7 +716,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             Arc::new((0..nports).map(|_| PortCounters::default()).collect());
         let spawned = spawn_worker(
             w,
-            ports,
+            (ports, arena),
             readers.clone(),
             (registry.clone(), features.state()),
             ifaces.clone(),

@@ -24,6 +24,11 @@ pub trait PacketMemory {
     fn free(&mut self, buf: u32);
     /// Two distinct frames, the first read-only, the second writable (for copies).
     fn frame_pair(&mut self, src: u32, dst: u32) -> (&[u8], &mut [u8]);
+    /// The memory as an [`Arena`], if it is one (a port that shares an arena with the
+    /// kernel as its UMEM moves descriptors instead of copying).
+    fn arena(&mut self) -> Option<&mut Arena> {
+        None
+    }
 }
 
 /// Anonymous memory on transparent huge pages where the kernel allows (as a UMEM or DPDK
@@ -68,15 +73,6 @@ impl HugeMem {
             len,
         }
     }
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` bytes, readable, zero-filled by the kernel, and lives
-        // as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
 }
 
 impl Drop for HugeMem {
@@ -120,14 +116,29 @@ pub fn prefetch(p: *const u8) {
 /// is refused and counted ([`Arena::bad_frees`]) rather than entering the free list twice
 /// (which would hand one frame to two packets). Debug builds, tests included, also stop
 /// on it.
+///
+/// **Lent frames.** An arena can be an AF_XDP UMEM: its frames are then also *lent* to the
+/// kernel (on a fill ring, to receive into, or on a TX ring, to send from) and *reclaimed*
+/// when a descriptor brings them back ([`Arena::lend_new`], [`Arena::lend`],
+/// [`Arena::reclaim`]). The kernel may write a lent frame at any time, so no reference ever
+/// covers one: every access builds a slice of exactly one frame, and a lent (or
+/// out-of-range) frame reads as zeros and writes to a scratch frame instead, never panics.
 pub struct Arena {
     mem: HugeMem,
     free: Vec<u32>,
     /// One bit per frame: set while the frame is on the free list.
     is_free: Vec<u64>,
+    /// One bit per frame: set while the frame is lent to the kernel. Bits past the last
+    /// frame are set, so one test also refuses an index out of range.
+    lent: Vec<u64>,
     frames: u32,
     bad_frees: u64,
+    /// What a write to a frame the arena cannot hand out lands in.
+    scratch: Box<[u8; FRAME_SIZE]>,
 }
+
+/// What a read of a frame the arena cannot hand out sees.
+static ZERO_FRAME: [u8; FRAME_SIZE] = [0; FRAME_SIZE];
 
 impl Arena {
     /// `frames` frames, all free.
@@ -136,12 +147,87 @@ impl Arena {
         for b in 0..frames as usize {
             is_free[b / 64] |= 1 << (b % 64);
         }
+        let words = (frames as usize).div_ceil(64).max(1);
+        let mut lent = vec![0u64; words];
+        for b in frames as usize..words * 64 {
+            lent[b / 64] |= 1 << (b % 64);
+        }
         Arena {
             mem: HugeMem::new(frames as usize * FRAME_SIZE),
             free: (0..frames).rev().collect(),
             is_free,
+            lent,
             frames,
             bad_frees: 0,
+            scratch: Box::new([0; FRAME_SIZE]),
+        }
+    }
+    /// Whether frame `buf` may be handed out as a slice: in range and not lent.
+    #[inline(always)]
+    fn accessible(&self, buf: u32) -> bool {
+        self.lent
+            .get(buf as usize / 64)
+            .is_some_and(|w| w >> (buf % 64) & 1 == 0)
+    }
+    /// Start of frame `buf` (in range).
+    #[inline(always)]
+    fn frame_ptr(&self, buf: u32) -> *mut u8 {
+        self.mem.ptr.wrapping_add(buf as usize * FRAME_SIZE)
+    }
+    /// The whole region, for registering it as a UMEM: start and length. Frames are
+    /// `FRAME_SIZE` bytes, frame `b` at `b * FRAME_SIZE`.
+    pub fn region(&self) -> (*mut u8, usize) {
+        (self.mem.ptr, self.mem.len)
+    }
+    /// An identity of this arena's memory (its address): a port that registered it knows
+    /// it again.
+    pub fn id(&self) -> usize {
+        self.mem.ptr as usize
+    }
+    /// Take a free frame and lend it to the kernel (a fill ring); its byte offset in the
+    /// region.
+    pub fn lend_new(&mut self) -> Option<u64> {
+        let b = self.alloc()?;
+        self.set_lent(b, true);
+        Some(u64::from(b) * FRAME_SIZE as u64)
+    }
+    /// Lend frame `buf`, which the caller holds, to the kernel (a TX ring); false (nothing
+    /// changed) when it is free, already lent or out of range.
+    pub fn lend(&mut self, buf: u32) -> bool {
+        let held = self.accessible(buf)
+            && self
+                .is_free
+                .get(buf as usize / 64)
+                .is_some_and(|w| w >> (buf % 64) & 1 == 0);
+        if held {
+            self.set_lent(buf, true);
+        }
+        held
+    }
+    /// The kernel handed back the frame holding byte `addr` of the region (an RX or
+    /// completion descriptor): the caller holds it again. `None` for an address in no lent
+    /// frame (a descriptor the kernel should not have written).
+    pub fn reclaim(&mut self, addr: u64) -> Option<u32> {
+        let b = u32::try_from(addr / FRAME_SIZE as u64).ok()?;
+        let w = self.lent.get(b as usize / 64)?;
+        if b >= self.frames || w >> (b % 64) & 1 == 0 {
+            return None;
+        }
+        self.set_lent(b, false);
+        Some(b)
+    }
+    /// Frames lent to the kernel now.
+    pub fn lent_count(&self) -> usize {
+        let total: u32 = self.lent.iter().map(|w| w.count_ones()).sum();
+        total as usize - (self.lent.len() * 64 - self.frames as usize)
+    }
+    fn set_lent(&mut self, b: u32, on: bool) {
+        if let Some(w) = self.lent.get_mut(b as usize / 64) {
+            if on {
+                *w |= 1 << (b % 64);
+            } else {
+                *w &= !(1 << (b % 64));
+            }
         }
     }
     /// Frees refused: a frame already free (a double free) or not of this arena.
@@ -175,13 +261,25 @@ impl Arena {
 impl PacketMemory for Arena {
     #[inline]
     fn frame(&self, buf: u32) -> &[u8] {
-        let s = buf as usize * FRAME_SIZE;
-        &self.mem.as_slice()[s..s + FRAME_SIZE]
+        if !self.accessible(buf) {
+            return &ZERO_FRAME;
+        }
+        // SAFETY: `buf` is in range (`accessible`), so the frame lies inside the mapping,
+        // which lives as long as `self`; it is not lent, so the kernel does not write it
+        // while the slice lives (it gets it back only through `lend`/`lend_new`, which
+        // take `&mut self`). The slice covers this one frame only, never a lent one.
+        unsafe { std::slice::from_raw_parts(self.frame_ptr(buf), FRAME_SIZE) }
     }
     #[inline]
     fn frame_mut(&mut self, buf: u32) -> &mut [u8] {
-        let s = buf as usize * FRAME_SIZE;
-        &mut self.mem.as_mut_slice()[s..s + FRAME_SIZE]
+        if !self.accessible(buf) {
+            return &mut self.scratch[..];
+        }
+        // SAFETY: as in `frame`, and `&mut self` makes this the only slice of the arena.
+        unsafe { std::slice::from_raw_parts_mut(self.frame_ptr(buf), FRAME_SIZE) }
+    }
+    fn arena(&mut self) -> Option<&mut Arena> {
+        Some(self)
     }
     #[inline]
     fn alloc(&mut self) -> Option<u32> {
@@ -208,14 +306,25 @@ impl PacketMemory for Arena {
         }
     }
     fn frame_pair(&mut self, src: u32, dst: u32) -> (&[u8], &mut [u8]) {
-        let (s, d) = (src as usize * FRAME_SIZE, dst as usize * FRAME_SIZE);
-        if s < d {
-            let (a, b) = self.mem.as_mut_slice().split_at_mut(d);
-            (&a[s..s + FRAME_SIZE], &mut b[..FRAME_SIZE])
-        } else {
-            let (a, b) = self.mem.as_mut_slice().split_at_mut(s);
-            (&b[..FRAME_SIZE], &mut a[d..d + FRAME_SIZE])
+        if src == dst || !self.accessible(dst) {
+            let s: &[u8] = if self.accessible(src) && src != dst {
+                // SAFETY: as in `frame`; the scratch frame is distinct memory.
+                unsafe { std::slice::from_raw_parts(self.frame_ptr(src), FRAME_SIZE) }
+            } else {
+                &ZERO_FRAME
+            };
+            return (s, &mut self.scratch[..]);
         }
+        let s: &[u8] = if self.accessible(src) {
+            // SAFETY: as in `frame`; `src != dst`, so this frame and the writable one below
+            // do not overlap.
+            unsafe { std::slice::from_raw_parts(self.frame_ptr(src), FRAME_SIZE) }
+        } else {
+            &ZERO_FRAME
+        };
+        // SAFETY: as in `frame_mut`; distinct from `s` (another frame, or a static).
+        let d = unsafe { std::slice::from_raw_parts_mut(self.frame_ptr(dst), FRAME_SIZE) };
+        (s, d)
     }
 }
 
@@ -347,6 +456,41 @@ mod tests {
         assert_eq!(got.len(), 3, "a frame was handed out twice");
         assert!(!got.contains(&y), "y is still owned");
         assert!(a.alloc().is_none());
+    }
+
+    /// Frames lent to the kernel (an AF_XDP UMEM) are never handed out as slices: they
+    /// read as zeros and writes land in a scratch frame, until a descriptor gives them back.
+    #[test]
+    fn lent_frames_are_out_of_reach_until_reclaimed() {
+        let mut a = Arena::new(70);
+        let p = a.load(&[7; 10], 0).unwrap();
+        assert!(a.lend(p.buf), "a held frame can be lent (TX)");
+        assert!(!a.lend(p.buf), "not twice");
+        assert_eq!(a.lent_count(), 1);
+        assert!(a.frame(p.buf).iter().all(|&b| b == 0));
+        a.frame_mut(p.buf)[HEADROOM] = 9;
+        let rx = a.lend_new().unwrap(); // a fill-ring frame
+        assert_eq!(a.lent_count(), 2);
+        // Descriptors point anywhere inside a frame (after the kernel's headroom).
+        assert_eq!(
+            a.reclaim(u64::from(p.buf) * FRAME_SIZE as u64 + 300),
+            Some(p.buf)
+        );
+        assert_eq!(a.data(&p), &[7; 10], "the write while lent went elsewhere");
+        assert_eq!(a.reclaim(rx + 256), Some((rx / FRAME_SIZE as u64) as u32));
+        // Not lent, out of range, or past the last frame of the bitmap's last word.
+        assert_eq!(a.reclaim(rx), None);
+        assert_eq!(a.reclaim(70 * FRAME_SIZE as u64), None);
+        assert_eq!(a.reclaim(u64::MAX), None);
+        assert!(a.frame(127).iter().all(|&b| b == 0));
+        assert!(!a.lend(69), "a free frame is not the caller's to lend");
+        assert_eq!(a.lent_count(), 0);
+        let (src, dst) = a.frame_pair(p.buf, p.buf);
+        assert_eq!(src.len(), FRAME_SIZE);
+        dst[0] = 1;
+        a.free(p.buf);
+        a.free((rx / FRAME_SIZE as u64) as u32);
+        assert_eq!(a.free_count(), 70);
     }
 
     #[test]

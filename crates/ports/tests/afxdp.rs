@@ -438,3 +438,150 @@ fn missing_interface_is_not_found_and_named() {
         assert!(!has_xdp(&lab.a, A_IF), "{}", link_show(&lab.a, A_IF));
     });
 }
+
+/// Two AF_XDP ports on the two ends of the veth sharing one arena as their UMEM: p1's
+/// port receives what p0's sends, in frames of the arena, and sends each frame back from
+/// where it lies (its descriptor, not its bytes: the same frame index), MACs swapped; p0's
+/// port gets them back intact. Every frame is accounted for: held, lent to a ring, or free.
+#[test]
+fn ports_sharing_an_arena_forward_descriptors_not_bytes() {
+    let lab = Lab::new("xsh", 1500);
+    lab.run(|| {
+        let frames_total = 1024 + 2 * AfXdp::shared_frames();
+        let mut arenas = vec![Arena::new(frames_total)];
+        Lab::enter(&lab.a);
+        let mut x0 = AfXdp::open_queues_shared(A_IF, 0, Default::default(), &mut arenas, &[None])
+            .expect("AF_XDP on p0 registering the arena")
+            .remove(0);
+        let owner = x0.umem_owner().expect("p0's socket owns the UMEM");
+        Lab::enter(&lab.b);
+        let mut x1 =
+            AfXdp::open_queues_shared(B_IF, 1, Default::default(), &mut arenas, &[Some(owner)])
+                .expect("AF_XDP on p1 sharing it")
+                .remove(0);
+        assert!(x1.umem_owner().is_some());
+        let mut mem = arenas.pop().unwrap();
+        // Both fill rings are full of the arena's frames (half of each socket's share).
+        assert_eq!(mem.lent_count(), 2 * (AfXdp::shared_frames() as usize / 2));
+        let frames: Vec<Vec<u8>> = (0..500u32)
+            .map(|i| {
+                udp4(
+                    x1.mac(),
+                    x0.mac(),
+                    [198, 51, 100, 7],
+                    i,
+                    18 + (i as usize * 37) % 1400,
+                )
+            })
+            .collect();
+        let mut back = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut sent = 0;
+        while back.len() < frames.len() && Instant::now() < deadline {
+            if sent < frames.len() {
+                let chunk = &frames[sent..(sent + 50).min(frames.len())];
+                let pkts: Vec<Pkt> = chunk.iter().map(|f| mem.load(f, 0).unwrap()).collect();
+                assert_eq!(x0.tx_burst(&mut mem, &pkts), pkts.len(), "{:?}", x0.stats());
+                sent += chunk.len();
+            }
+            // p1: receive in place and send each frame back as it lies.
+            let mut v = Vector::default();
+            x1.rx_burst(&mut mem, &mut v);
+            let mut fwd = Vec::new();
+            for p in v.as_slice() {
+                assert_eq!(
+                    p.off, 256,
+                    "data where the kernel put it, headroom in front"
+                );
+                if !is_ipv4(mem.data(p)) {
+                    mem.free(p.buf);
+                    continue;
+                }
+                let f = mem.frame_mut(p.buf);
+                let o = p.off as usize;
+                let (dst, src) = (f[o..o + 6].to_vec(), f[o + 6..o + 12].to_vec());
+                f[o..o + 6].copy_from_slice(&src);
+                f[o + 6..o + 12].copy_from_slice(&dst);
+                fwd.push(*p);
+            }
+            assert_eq!(x1.tx_burst(&mut mem, &fwd), fwd.len(), "{:?}", x1.stats());
+            // Sent from where they lie: each frame itself is on the TX ring now (lent, so it
+            // reads as zeros), not a copy of it.
+            for p in &fwd {
+                assert!(
+                    mem.frame(p.buf).iter().all(|&b| b == 0),
+                    "frame {} copied",
+                    p.buf
+                );
+            }
+            // p0: the same frames come back, in the arena's frames.
+            let mut w = Vector::default();
+            x0.rx_burst(&mut mem, &mut w);
+            for p in w.as_slice() {
+                if is_ipv4(mem.data(p)) {
+                    back.push(mem.data(p).to_vec());
+                }
+                mem.free(p.buf);
+            }
+            if w.len == 0 && v.len == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        assert_eq!(
+            back.len(),
+            frames.len(),
+            "{:?} {:?}",
+            x0.stats(),
+            x1.stats()
+        );
+        for (got, want) in back.iter().zip(&frames) {
+            assert_eq!(got[..6], want[6..12], "MACs swapped");
+            assert_eq!(got[12..], want[12..], "payload intact");
+        }
+        // Completions come back on the next bursts: everything is then free or on a fill
+        // ring.
+        std::thread::sleep(Duration::from_millis(50));
+        x0.tx_burst(&mut mem, &[]);
+        x1.tx_burst(&mut mem, &[]);
+        assert_eq!(
+            mem.free_count() + mem.lent_count(),
+            frames_total as usize,
+            "no frame lost"
+        );
+        assert_eq!(mem.bad_frees(), 0);
+        let (s0, s1) = (x0.stats(), x1.stats());
+        assert_eq!(
+            (s0.tx_errors, s1.tx_errors, s0.kernel_drops, s1.kernel_drops),
+            (0, 0, 0, 0)
+        );
+    });
+}
+
+/// A port on a shared UMEM driven with another memory (a caller's mistake) drops what it
+/// is given and counts it, rather than touching frames that are not there.
+#[test]
+fn a_shared_port_refuses_a_foreign_memory() {
+    let lab = Lab::new("xfm", 1500);
+    lab.run(|| {
+        let mut arenas = vec![Arena::new(1024 + AfXdp::shared_frames())];
+        Lab::enter(&lab.a);
+        let mut x = AfXdp::open_queues_shared(A_IF, 0, Default::default(), &mut arenas, &[None])
+            .unwrap()
+            .remove(0);
+        let mut other = Arena::new(64);
+        let p = other.load(&[0u8; 60], 0).unwrap();
+        assert_eq!(x.tx_burst(&mut other, &[p]), 0);
+        assert_eq!(x.stats().tx_errors, 1);
+        assert_eq!(other.free_count(), 64, "the buffer was released");
+        // Another worker's arena is refused at open.
+        let mut second = vec![Arena::new(1024 + AfXdp::shared_frames())];
+        Lab::enter(&lab.b);
+        let e =
+            AfXdp::open_queues_shared(B_IF, 1, Default::default(), &mut second, &[x.umem_owner()])
+                .expect_err("refused");
+        assert!(
+            e.to_string().contains("another worker's packet memory"),
+            "{e}"
+        );
+    });
+}

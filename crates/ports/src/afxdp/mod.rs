@@ -8,11 +8,17 @@
 //! receive half (cycling through the fill and RX rings) and a transmit half (cycling
 //! through the TX and completion rings).
 //!
-//! This first version copies: received frames are copied out of the UMEM into the
-//! worker's [`PacketMemory`] and transmitted frames into it. Sharing the UMEM with the
-//! dataplane's packet memory (so forwarding moves descriptors, as DESIGN.md wants) is the
-//! next step; note that the kernel places received data at offset 256
-//! (`XDP_PACKET_HEADROOM`) + the UMEM headroom within a chunk, not at `HEADROOM`.
+//! Two ways to hold packet memory:
+//! - **Shared** ([`AfXdp::open_queues_shared`]): the worker's [`Arena`] *is* the UMEM, shared
+//!   by all the worker's AF_XDP sockets (`XDP_SHARED_UMEM`, across interfaces and queues,
+//!   each socket with its own fill and completion rings). A received frame is handed to the
+//!   graph as it lies (at offset 256, the kernel's `XDP_PACKET_HEADROOM`: room for any
+//!   encapsulation), and forwarding it to another AF_XDP port puts the same frame on that
+//!   port's TX ring: descriptors move, bytes do not. Frames on the kernel's rings are
+//!   *lent* ([`Arena::lend`]); nothing references them until a descriptor brings them back.
+//!   Other ports (AF_PACKET, memif) copy into and out of the arena as always.
+//! - **Own** ([`AfXdp::open`]): a UMEM of its own, copied from and into whatever memory the
+//!   worker uses (the tester's, the benchmarks').
 
 mod program;
 mod sys;
@@ -22,7 +28,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dataplane::buffer::{
-    PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, HEADROOM, VECTOR_SIZE,
+    Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, HEADROOM, VECTOR_SIZE,
 };
 use dataplane::worker::Port;
 
@@ -101,6 +107,34 @@ fn chunk(addr: u64) -> u64 {
     addr & !(UMEM_FRAME - 1)
 }
 
+/// Ring entries of a socket on a shared UMEM: the arena must hold, beyond what the graph
+/// uses, a full fill ring and a full TX ring per socket ([`AfXdp::shared_frames`]).
+const SHARED_RING: u32 = 2048;
+
+/// The packet memory of a port.
+enum Umem {
+    /// Its own UMEM, copied from and into the worker's memory.
+    Own {
+        umem: sys::Mmap,
+        /// Receive-side frames waiting to go back on the fill ring.
+        fill_pending: Vec<u64>,
+        /// Transmit-side frames free for new TX descriptors.
+        tx_free: Vec<u64>,
+    },
+    /// The worker's arena of this identity ([`Arena::id`]).
+    Shared { id: usize },
+}
+
+/// The socket that registered a worker's arena as a UMEM: the worker's other AF_XDP
+/// sockets share it ([`AfXdp::umem_owner`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UmemOwner {
+    fd: RawFd,
+    id: usize,
+    zero_copy: bool,
+    need_wakeup: bool,
+}
+
 /// An `AF_XDP` port bound to one queue of one interface.
 pub struct AfXdp {
     // Rings before the socket and UMEM: they are unmapped first, then the socket closes,
@@ -113,11 +147,7 @@ pub struct AfXdp {
     /// socket (they would be dropped, not passed).
     program: Arc<Mutex<program::XdpProgram>>,
     fd: OwnedFd,
-    umem: sys::Mmap,
-    /// Receive-side frames waiting to go back on the fill ring.
-    fill_pending: Vec<u64>,
-    /// Transmit-side frames free for new TX descriptors.
-    tx_free: Vec<u64>,
+    umem: Umem,
     ifname: String,
     ifindex: u32,
     queue_id: u32,
@@ -280,9 +310,172 @@ impl AfXdp {
             comp,
             program,
             fd,
-            umem,
-            fill_pending: Vec::with_capacity(ring as usize),
-            tx_free,
+            umem: Umem::Own {
+                umem,
+                fill_pending: Vec::with_capacity(ring as usize),
+                tx_free,
+            },
+            ifname: ifname.to_string(),
+            ifindex,
+            queue_id,
+            port_id,
+            mac,
+            mtu: mtu.min(u32::from(u16::MAX)) as u16,
+            zero_copy,
+            need_wakeup,
+            stats: PortStats::default(),
+        })
+    }
+
+    /// Frames an arena needs, beyond what the graph uses, for each socket that shares it
+    /// ([`AfXdp::open_queues_shared`]): a full fill ring and a full TX ring.
+    pub fn shared_frames() -> u32 {
+        2 * SHARED_RING
+    }
+
+    /// One socket on each receive queue `0..arenas.len()` of `ifname` (queue `q` for
+    /// worker `q`), each using worker `q`'s arena `arenas[q]` as its UMEM: registering it
+    /// when `owners[q]` is `None` (the worker's first AF_XDP socket), sharing the UMEM of
+    /// that socket otherwise. The arenas must outlive nothing (the kernel pins their pages),
+    /// but each worker must run its sockets on its own arena ([`Port`] checks, and drops
+    /// what arrives with another memory).
+    pub fn open_queues_shared(
+        ifname: &str,
+        port_id: u16,
+        opts: AfXdpOptions,
+        arenas: &mut [Arena],
+        owners: &[Option<UmemOwner>],
+    ) -> Result<Vec<AfXdp>, PortError> {
+        let (facts, program) = Self::attach(ifname, &opts)?;
+        let mut out = Vec::with_capacity(arenas.len());
+        for (q, arena) in arenas.iter_mut().enumerate() {
+            let owner = owners.get(q).copied().flatten();
+            out.push(Self::open_shared_socket(
+                ifname,
+                q as u32,
+                port_id,
+                &opts,
+                facts,
+                program.clone(),
+                arena,
+                owner,
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// What the worker's other sockets need to share this one's UMEM; `None` for a port
+    /// with a UMEM of its own.
+    pub fn umem_owner(&self) -> Option<UmemOwner> {
+        match self.umem {
+            Umem::Shared { id } => Some(UmemOwner {
+                fd: self.fd.as_raw_fd(),
+                id,
+                zero_copy: self.zero_copy,
+                need_wakeup: self.need_wakeup,
+            }),
+            Umem::Own { .. } => None,
+        }
+    }
+
+    /// A socket on `queue_id` whose UMEM is `arena` (registered here, or `owner`'s).
+    #[allow(clippy::too_many_arguments)]
+    fn open_shared_socket(
+        ifname: &str,
+        queue_id: u32,
+        port_id: u16,
+        opts: &AfXdpOptions,
+        (ifindex, mac, mtu): IfFacts,
+        program: SharedProgram,
+        arena: &mut Arena,
+        owner: Option<UmemOwner>,
+    ) -> Result<AfXdp, PortError> {
+        let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
+        let xdp = |reason: String| PortError::Xdp {
+            ifname: ifname.to_string(),
+            reason,
+        };
+        if owner.is_some_and(|o| o.id != arena.id()) {
+            return Err(xdp(
+                "the UMEM to share is another worker's packet memory".to_string()
+            ));
+        }
+        let ring = SHARED_RING;
+        let fd = sys::xdp_socket().map_err(err("socket(AF_XDP)"))?;
+        let raw = fd.as_raw_fd();
+        if owner.is_none() {
+            let (addr, len) = arena.region();
+            sys::register_region(raw, addr, len, UMEM_FRAME as u32)
+                .map_err(err("setsockopt(XDP_UMEM_REG)"))?;
+        }
+        // A socket sharing a UMEM on another interface or queue has fill and completion
+        // rings of its own.
+        for (opt, name) in [
+            (libc::XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
+            (
+                libc::XDP_UMEM_COMPLETION_RING,
+                "setsockopt(XDP_UMEM_COMPLETION_RING)",
+            ),
+            (libc::XDP_RX_RING, "setsockopt(XDP_RX_RING)"),
+            (libc::XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
+        ] {
+            sys::set_ring_size(raw, opt, ring).map_err(err(name))?;
+        }
+        let off = sys::mmap_offsets(raw).map_err(err("getsockopt(XDP_MMAP_OFFSETS)"))?;
+        let map_err = err("mmap(AF_XDP ring)");
+        let rx = sys::Ring::map(&fd, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64, false)
+            .map_err(map_err)?;
+        let tx = sys::Ring::map(&fd, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64, true)
+            .map_err(map_err)?;
+        let mut fill = sys::Ring::map(&fd, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING, true)
+            .map_err(map_err)?;
+        let comp = sys::Ring::map(
+            &fd,
+            &off.cr,
+            ring,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            false,
+        )
+        .map_err(map_err)?;
+        let attached = lock(&program).attached();
+        let (zero_copy, need_wakeup) = match owner {
+            None => bind(raw, ifindex, queue_id, opts, attached).map_err(xdp)?,
+            Some(o) => {
+                sys::bind_shared(raw, ifindex, queue_id, o.fd).map_err(|e| {
+                    xdp(format!(
+                        "AF_XDP bind sharing a UMEM failed (queue {queue_id}): {e}"
+                    ))
+                })?;
+                (o.zero_copy, o.need_wakeup)
+            }
+        };
+        // Frames to receive into, after bind (a failed bind lends nothing).
+        let n = fill.free(ring).min(ring);
+        let mut k = 0;
+        while k < n {
+            let Some(addr) = arena.lend_new() else { break };
+            fill.write(k, addr);
+            k += 1;
+        }
+        fill.submit(k);
+        lock(&program).set_socket(queue_id, &fd).map_err(xdp)?;
+        tracing::info!(
+            ifname,
+            queue_id,
+            attach = ?attached,
+            zero_copy,
+            need_wakeup,
+            shared_umem = owner.is_some(),
+            "AF_XDP port open on the worker's packet memory"
+        );
+        Ok(AfXdp {
+            rx,
+            tx,
+            fill,
+            comp,
+            program,
+            fd,
+            umem: Umem::Shared { id: arena.id() },
             ifname: ifname.to_string(),
             ifindex,
             queue_id,
@@ -372,31 +565,142 @@ impl AfXdp {
         s
     }
 
-    /// Give received frames back to the kernel through the fill ring.
+    /// Give received frames back to the kernel through the fill ring (own UMEM).
     fn refill(&mut self) {
-        let want = self.fill_pending.len() as u32;
+        let Umem::Own { fill_pending, .. } = &mut self.umem else {
+            return;
+        };
+        let want = fill_pending.len() as u32;
         if want == 0 {
             return;
         }
         let n = self.fill.free(want).min(want);
-        let start = self.fill_pending.len() - n as usize;
-        for (i, &addr) in self.fill_pending[start..].iter().enumerate() {
+        let start = fill_pending.len() - n as usize;
+        for (i, &addr) in fill_pending[start..].iter().enumerate() {
             self.fill.write(i as u32, addr);
         }
         self.fill.submit(n);
-        self.fill_pending.truncate(start);
+        fill_pending.truncate(start);
         if self.need_wakeup && self.fill.needs_wakeup() {
             sys::kick_rx(self.fd.as_raw_fd());
         }
     }
 
-    /// Collect transmitted frames from the completion ring.
+    /// Collect transmitted frames from the completion ring (own UMEM).
     fn reap_completions(&mut self) {
+        let Umem::Own { tx_free, .. } = &mut self.umem else {
+            return;
+        };
         let n = self.comp.ready(self.comp.size());
         for i in 0..n {
-            self.tx_free.push(chunk(self.comp.read(i)));
+            tx_free.push(chunk(self.comp.read(i)));
         }
         self.comp.release(n);
+    }
+
+    /// The worker's arena, when it is this port's UMEM; `None` for a port with its own
+    /// UMEM. `Err` when the port shares a UMEM but `mem` is another memory (a caller bug:
+    /// nothing can be received or sent).
+    #[inline]
+    fn shared_arena<'m, M: PacketMemory>(
+        &self,
+        mem: &'m mut M,
+    ) -> Result<Option<&'m mut Arena>, ()> {
+        match self.umem {
+            Umem::Own { .. } => Ok(None),
+            Umem::Shared { id } => match mem.arena() {
+                Some(a) if a.id() == id => Ok(Some(a)),
+                _ => Err(()),
+            },
+        }
+    }
+
+    /// Zero-copy receive: the frames on the RX ring go to the graph as they lie; as many
+    /// fresh frames go on the fill ring.
+    fn rx_shared(&mut self, arena: &mut Arena, v: &mut Vector, n: u32) {
+        for i in 0..n {
+            let d = self.rx.read(i);
+            let Some(buf) = arena.reclaim(d.addr) else {
+                // Not a frame we lent: the kernel's error, nothing to give back.
+                self.stats.rx_dropped_too_big += 1;
+                continue;
+            };
+            let off = (d.addr - u64::from(buf) * UMEM_FRAME) as usize;
+            let len = d.len as usize;
+            if off < HEADROOM || off + len > FRAME_SIZE {
+                arena.free(buf);
+                self.stats.rx_dropped_too_big += 1;
+                continue;
+            }
+            let mut p = Pkt::new(buf, off as u16, len as u16, self.port_id);
+            p.flags |= F_CSUM_UNKNOWN;
+            v.push(p);
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += len as u64;
+        }
+        self.rx.release(n);
+        let room = self.fill.free(self.fill.size());
+        let mut k = 0;
+        while k < room {
+            let Some(addr) = arena.lend_new() else {
+                // The arena is short: the ring takes more on the next burst.
+                break;
+            };
+            self.fill.write(k, addr);
+            k += 1;
+        }
+        self.fill.submit(k);
+        if self.need_wakeup && self.fill.needs_wakeup() {
+            sys::kick_rx(self.fd.as_raw_fd());
+        }
+    }
+
+    /// Zero-copy transmit: the packets' own frames go on the TX ring; completed ones go
+    /// back to the arena.
+    fn tx_shared(&mut self, arena: &mut Arena, pkts: &[Pkt]) -> usize {
+        let done = self.comp.ready(self.comp.size());
+        for i in 0..done {
+            match arena.reclaim(self.comp.read(i)) {
+                Some(b) => arena.free(b),
+                None => self.stats.tx_errors += 1,
+            }
+        }
+        self.comp.release(done);
+        let want = pkts.len().min(u32::MAX as usize) as u32;
+        let room = self.tx.free(want).min(want);
+        let mut queued = 0u32;
+        for p in &pkts[..room as usize] {
+            let (off, len) = (p.off as usize, p.len as usize);
+            if off + len > FRAME_SIZE || !arena.lend(p.buf) {
+                // A descriptor outside its frame, or a frame not held: never lent.
+                if off + len > FRAME_SIZE {
+                    arena.free(p.buf);
+                }
+                self.stats.tx_errors += 1;
+                continue;
+            }
+            self.tx.write(
+                queued,
+                libc::xdp_desc {
+                    addr: u64::from(p.buf) * UMEM_FRAME + off as u64,
+                    len: len as u32,
+                    options: 0,
+                },
+            );
+            queued += 1;
+            self.stats.tx_bytes += len as u64;
+        }
+        // Ring full: the rest is dropped, as a NIC queue would.
+        for p in &pkts[room as usize..] {
+            arena.free(p.buf);
+        }
+        self.stats.tx_errors += (pkts.len() - room as usize) as u64;
+        self.stats.tx_packets += u64::from(queued);
+        if queued > 0 {
+            self.tx.submit(queued);
+        }
+        self.flush_tx();
+        queued as usize
     }
 
     /// Make the kernel transmit what is on the TX ring. Copy mode sends at most a small
@@ -493,9 +797,28 @@ impl<M: PacketMemory> Port<M> for AfXdp {
             }
             return 0;
         }
+        match self.shared_arena(mem) {
+            Ok(Some(arena)) => {
+                self.rx_shared(arena, v, n);
+                return v.len - before;
+            }
+            Ok(None) => {}
+            Err(()) => {
+                // The frames are in an arena this call cannot reach: lost until restart.
+                self.stats.rx_dropped_no_buffer += u64::from(n);
+                self.rx.release(n);
+                return 0;
+            }
+        }
+        let Umem::Own {
+            umem, fill_pending, ..
+        } = &mut self.umem
+        else {
+            return 0;
+        };
         for i in 0..n {
             let d = self.rx.read(i);
-            self.fill_pending.push(chunk(d.addr));
+            fill_pending.push(chunk(d.addr));
             let len = d.len as usize;
             let start = d.addr as usize;
             if len > FRAME_SIZE - HEADROOM {
@@ -510,7 +833,7 @@ impl<M: PacketMemory> Port<M> for AfXdp {
             let copied = mem
                 .frame_mut(buf)
                 .get_mut(HEADROOM..HEADROOM + len)
-                .and_then(|dst| self.umem.read_into(start, dst));
+                .and_then(|dst| umem.read_into(start, dst));
             if copied.is_none() {
                 mem.free(buf);
                 self.stats.rx_dropped_too_big += 1;
@@ -531,23 +854,37 @@ impl<M: PacketMemory> Port<M> for AfXdp {
     }
 
     fn tx_burst(&mut self, mem: &mut M, pkts: &[Pkt]) -> usize {
+        match self.shared_arena(mem) {
+            Ok(Some(arena)) => return self.tx_shared(arena, pkts),
+            Ok(None) => {}
+            Err(()) => {
+                self.stats.tx_errors += pkts.len() as u64;
+                for p in pkts {
+                    mem.free(p.buf);
+                }
+                return 0;
+            }
+        }
         self.reap_completions();
+        let Umem::Own { umem, tx_free, .. } = &mut self.umem else {
+            return 0;
+        };
         let want = pkts.len().min(u32::MAX as usize) as u32;
-        let room = self.tx.free(want).min(want).min(self.tx_free.len() as u32);
+        let room = self.tx.free(want).min(want).min(tx_free.len() as u32);
         let mut queued = 0u32;
         for p in &pkts[..room as usize] {
             let (off, len) = (p.off as usize, p.len as usize);
             let src = mem.frame(p.buf).get(off..off + len);
-            let (Some(src), Some(&addr)) = (src, self.tx_free.last()) else {
+            let (Some(src), Some(&addr)) = (src, tx_free.last()) else {
                 self.stats.tx_errors += 1;
                 continue;
             };
             // A free chunk: the kernel has none of it until it is on the TX ring.
-            if len > FRAME_SIZE || self.umem.write_from(addr as usize, src).is_none() {
+            if len > FRAME_SIZE || umem.write_from(addr as usize, src).is_none() {
                 self.stats.tx_errors += 1;
                 continue;
             }
-            self.tx_free.pop();
+            tx_free.pop();
             self.tx.write(
                 queued,
                 libc::xdp_desc {

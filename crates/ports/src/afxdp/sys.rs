@@ -139,6 +139,44 @@ pub(crate) fn register_umem(fd: RawFd, umem: &Mmap, frame_size: u32) -> io::Resu
     setsockopt(fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
 }
 
+/// Register `len` bytes at `addr` (an [`dataplane::Arena`]'s region) as the socket's UMEM,
+/// cut into `frame_size` chunks. The kernel pins those pages for as long as a socket uses
+/// the UMEM, whatever happens to the mapping: it never writes memory that is not its own.
+pub(crate) fn register_region(
+    fd: RawFd,
+    addr: *mut u8,
+    len: usize,
+    frame_size: u32,
+) -> io::Result<()> {
+    let reg = libc::xdp_umem_reg {
+        addr: addr as u64,
+        len: len as u64,
+        chunk_size: frame_size,
+        headroom: 0,
+        flags: 0,
+        tx_metadata_len: 0,
+    };
+    setsockopt(fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
+}
+
+/// Bind the socket to queue `queue_id` of interface `ifindex`, sharing the UMEM of the
+/// bound socket `umem_fd` (`XDP_SHARED_UMEM`: the mode and need_wakeup are that socket's).
+pub(crate) fn bind_shared(
+    fd: RawFd,
+    ifindex: u32,
+    queue_id: u32,
+    umem_fd: RawFd,
+) -> io::Result<()> {
+    let addr = libc::sockaddr_xdp {
+        sxdp_family: libc::AF_XDP as u16,
+        sxdp_flags: libc::XDP_SHARED_UMEM,
+        sxdp_ifindex: ifindex,
+        sxdp_queue_id: queue_id,
+        sxdp_shared_umem_fd: umem_fd as u32,
+    };
+    crate::sys::bind(fd, &addr)
+}
+
 /// Ask for a ring (`XDP_RX_RING`, `XDP_TX_RING`, `XDP_UMEM_FILL_RING`,
 /// `XDP_UMEM_COMPLETION_RING`) of `entries` entries (a power of two).
 pub(crate) fn set_ring_size(fd: RawFd, ring: c_int, entries: u32) -> io::Result<()> {
