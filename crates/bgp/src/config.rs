@@ -6,6 +6,7 @@
 //! router_id = "198.51.100.1"
 //! hold_time = 90        # seconds; 0 (no keepalives) or 3..=65535
 //! connect_retry = 5     # seconds between connection attempts
+//! always_compare_med = false  # compare MED across neighbouring ASes too
 //!
 //! [[bgp.neighbor]]
 //! address = "198.51.100.2"
@@ -48,6 +49,10 @@ pub struct BgpConfig {
     /// Seconds between attempts to connect to a neighbour that is down (at least 1).
     #[serde(default = "default_retry")]
     pub connect_retry: u32,
+    /// Compare MED between paths from different neighbouring ASes too (FRR's and Junos'
+    /// `always-compare-med`); by default only within one neighbouring AS (RFC 4271).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub always_compare_med: bool,
     /// The neighbours.
     #[serde(rename = "neighbor", default)]
     pub neighbors: Vec<NeighborConfig>,

@@ -37,36 +37,88 @@ pub struct PathInfo {
     pub attrs: Arc<Attrs>,
 }
 
-impl PathInfo {
-    /// RFC 4271 §9.1.2.2 in order: true if `self` is preferred over `other`.
-    pub fn better_than(&self, other: &PathInfo) -> bool {
-        use std::cmp::Ordering::*;
-        let order = other
-            .local_pref
-            .cmp(&self.local_pref)
-            .then(
-                self.attrs
-                    .as_path
-                    .path_len()
-                    .cmp(&other.attrs.as_path.path_len()),
-            )
-            .then(self.attrs.origin.cmp(&other.attrs.origin))
-            .then_with(|| {
-                // MED only between paths from the same neighbouring AS; a missing MED is 0.
-                if self.attrs.as_path.first() == other.attrs.as_path.first() {
-                    self.attrs
-                        .med
-                        .unwrap_or(0)
-                        .cmp(&other.attrs.med.unwrap_or(0))
-                } else {
-                    Equal
-                }
-            })
-            .then(other.ebgp.cmp(&self.ebgp))
-            .then(self.peer_router_id.cmp(&other.peer_router_id))
-            .then(self.peer_addr.cmp(&other.peer_addr));
-        order == Less
+/// Options of the decision process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// Compare MED between paths from different neighbouring ASes too (FRR's and Junos'
+    /// `always-compare-med`); by default, as RFC 4271 says, only within one neighbouring AS.
+    pub always_compare_med: bool,
+}
+
+/// Candidates still in the running, as a bit set: up to 64 inline (the common case: one
+/// path per neighbour), more on the heap.
+struct Alive(smallvec::SmallVec<[u64; 1]>);
+
+impl Alive {
+    fn all(n: usize) -> Alive {
+        let mut w = smallvec::SmallVec::from_elem(0u64, n.div_ceil(64).max(1));
+        for i in 0..n {
+            w[i / 64] |= 1 << (i % 64);
+        }
+        Alive(w)
     }
+    fn has(&self, i: usize) -> bool {
+        self.0.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+    fn kill(&mut self, i: usize) {
+        if let Some(w) = self.0.get_mut(i / 64) {
+            *w &= !(1 << (i % 64));
+        }
+    }
+    /// Keep only the candidates whose `key` is the smallest among those alive.
+    fn keep_min<K: Ord>(&mut self, n: usize, key: impl Fn(usize) -> K) {
+        let Some(min) = (0..n).filter(|&i| self.has(i)).map(&key).min() else {
+            return;
+        };
+        for i in 0..n {
+            if self.has(i) && key(i) != min {
+                self.kill(i);
+            }
+        }
+    }
+}
+
+/// RFC 4271 §9.1.2.2: the index of the best of `paths` (`None` when there are none). Each
+/// step removes candidates, in order: highest LOCAL_PREF; shortest AS_PATH (a set counts
+/// one); lowest ORIGIN; within each neighbouring AS (or across all with
+/// [`Decision::always_compare_med`]), lowest MED (a missing MED is 0); eBGP over iBGP;
+/// lowest BGP identifier; lowest neighbour address. The result depends on the set of
+/// paths only, never on their order (MED compared pairwise would not be transitive: A beats
+/// B by MED, B beats C by router id, C beats A by router id).
+pub fn select_best(paths: &[&PathInfo], d: Decision) -> Option<usize> {
+    let n = paths.len();
+    if n == 0 {
+        return None;
+    }
+    let mut alive = Alive::all(n);
+    alive.keep_min(n, |i| std::cmp::Reverse(paths[i].local_pref));
+    alive.keep_min(n, |i| paths[i].attrs.as_path.path_len());
+    alive.keep_min(n, |i| paths[i].attrs.origin);
+    // MED, per neighbouring AS: a path goes when another of its AS has a lower MED.
+    let med = |i: usize| paths[i].attrs.med.unwrap_or(0);
+    let group = |i: usize| {
+        if d.always_compare_med {
+            None
+        } else {
+            paths[i].attrs.as_path.first()
+        }
+    };
+    let mut beaten = Alive(smallvec::SmallVec::from_elem(0u64, n.div_ceil(64).max(1)));
+    for i in 0..n {
+        if alive.has(i)
+            && (0..n).any(|j| j != i && alive.has(j) && group(j) == group(i) && med(j) < med(i))
+        {
+            beaten.0[i / 64] |= 1 << (i % 64);
+        }
+    }
+    for i in 0..n {
+        if beaten.has(i) {
+            alive.kill(i);
+        }
+    }
+    alive.keep_min(n, |i| !paths[i].ebgp);
+    alive.keep_min(n, |i| (paths[i].peer_router_id, paths[i].peer_addr));
+    (0..n).find(|&i| alive.has(i))
 }
 
 /// Id of an interned path.
@@ -196,6 +248,7 @@ impl<K: Key> Table<K> {
         key: K,
         peer: PeerId,
         path: Option<PathId>,
+        decision: Decision,
     ) -> (bool, Option<Change>) {
         let prefix = key.prefix();
         let c = match (self.map.get_mut(&key), path) {
@@ -234,12 +287,9 @@ impl<K: Key> Table<K> {
             (None, None) => return (false, None),
         }
         let had = mine.is_some();
-        let mut best = 0;
-        for i in 1..c.paths.len() {
-            if paths.get(c.paths[i]).better_than(paths.get(c.paths[best])) {
-                best = i;
-            }
-        }
+        let candidates: smallvec::SmallVec<[&PathInfo; 8]> =
+            c.paths.iter().map(|&id| paths.get(id)).collect();
+        let best = select_best(&candidates, decision).unwrap_or(0);
         c.best = best as u16;
         let nh = paths.get(c.paths[best]).next_hop;
         let change = (nh != old_nh).then_some(Change::Set {
@@ -250,7 +300,13 @@ impl<K: Key> Table<K> {
     }
 
     /// Drop every path of `peer`, appending the FIB changes.
-    fn drop_peer(&mut self, paths: &mut Paths, peer: PeerId, out: &mut Vec<Change>) {
+    fn drop_peer(
+        &mut self,
+        paths: &mut Paths,
+        peer: PeerId,
+        decision: Decision,
+        out: &mut Vec<Change>,
+    ) {
         let keys: Vec<K> = self
             .map
             .iter()
@@ -258,7 +314,7 @@ impl<K: Key> Table<K> {
             .map(|(k, _)| *k)
             .collect();
         for k in keys {
-            out.extend(self.update(paths, k, peer, None).1);
+            out.extend(self.update(paths, k, peer, None, decision).1);
         }
     }
 
@@ -277,6 +333,8 @@ pub struct Rib {
     v6: Table<(u128, u8)>,
     /// Prefixes each neighbour has a path for.
     per_peer: Vec<usize>,
+    /// How the best path is chosen.
+    decision: Decision,
 }
 
 /// A path handle for [`Rib::announce`] (interned once per UPDATE, used for all its prefixes).
@@ -286,11 +344,17 @@ pub struct PathHandle(PathId);
 impl Rib {
     /// An empty RIB for `peers` neighbours.
     pub fn new(peers: usize) -> Rib {
+        Rib::with_decision(peers, Decision::default())
+    }
+
+    /// A RIB for `peers` neighbours choosing best paths as `decision` says.
+    pub fn with_decision(peers: usize, decision: Decision) -> Rib {
         Rib {
             paths: Paths::default(),
             v4: Table::new(),
             v6: Table::new(),
             per_peer: vec![0; peers],
+            decision,
         }
     }
 
@@ -353,11 +417,13 @@ impl Rib {
         let (had, change) = match prefix.0 {
             IpAddr::V4(a) => {
                 let k = (u64::from(u32::from(a)) << 8) | u64::from(prefix.1);
-                self.v4.update(&mut self.paths, k, peer, path)
+                self.v4
+                    .update(&mut self.paths, k, peer, path, self.decision)
             }
             IpAddr::V6(a) => {
                 let k = (u128::from(a), prefix.1);
-                self.v6.update(&mut self.paths, k, peer, path)
+                self.v6
+                    .update(&mut self.paths, k, peer, path, self.decision)
             }
         };
         out.extend(change);
@@ -372,8 +438,8 @@ impl Rib {
 
     /// The session with `peer` went down: drop all its paths.
     pub fn peer_down(&mut self, peer: PeerId, out: &mut Vec<Change>) {
-        self.v4.drop_peer(&mut self.paths, peer, out);
-        self.v6.drop_peer(&mut self.paths, peer, out);
+        self.v4.drop_peer(&mut self.paths, peer, self.decision, out);
+        self.v6.drop_peer(&mut self.paths, peer, self.decision, out);
         if let Some(n) = self.per_peer.get_mut(peer as usize) {
             *n = 0;
         }
@@ -514,24 +580,140 @@ mod tests {
         assert_eq!(rib.path_count(), 0, "every path released");
     }
 
+    /// The best of `ps` as `select_best` chooses it.
+    fn best_of<'a>(ps: &[&'a PathInfo], d: Decision) -> &'a PathInfo {
+        ps[select_best(ps, d).unwrap()]
+    }
+
+    /// A path by value (see `path`).
+    fn pi(peer: PeerId, lp: u32, as_path: &[u32], med: Option<u32>, nh: &str) -> PathInfo {
+        (*path(peer, lp, as_path, med, nh)).clone()
+    }
+
     #[test]
     fn decision_order_follows_rfc4271() {
-        let a = path(0, 100, &[65002, 1], None, "192.0.2.1");
-        let b = path(1, 100, &[65003], None, "192.0.2.2");
-        assert!(b.better_than(&a), "shorter AS path");
-        assert!(!a.better_than(&b));
-        let c = path(0, 150, &[65002, 1, 2, 3], None, "192.0.2.1");
-        assert!(c.better_than(&b), "local preference before path length");
+        let d = Decision::default();
+        let a = pi(0, 100, &[65002, 1], None, "192.0.2.1");
+        let b = pi(1, 100, &[65003], None, "192.0.2.2");
+        assert_eq!(best_of(&[&a, &b], d), &b, "shorter AS path");
+        let c = pi(0, 150, &[65002, 1, 2, 3], None, "192.0.2.1");
+        assert_eq!(
+            best_of(&[&a, &b, &c], d),
+            &c,
+            "local preference before path length"
+        );
         // MED compared only within the same neighbouring AS.
-        let m1 = path(0, 100, &[65002], Some(10), "192.0.2.1");
-        let m2 = path(1, 100, &[65002], Some(5), "192.0.2.2");
-        assert!(m2.better_than(&m1));
-        let m3 = path(1, 100, &[65009], Some(5), "192.0.2.9");
+        let m1 = pi(0, 100, &[65002], Some(10), "192.0.2.1");
+        let m2 = pi(1, 100, &[65002], Some(5), "192.0.2.2");
+        assert_eq!(best_of(&[&m1, &m2], d), &m2);
+        let m3 = pi(1, 100, &[65009], Some(5), "192.0.2.9");
         // Different AS: MED ignored; router id decides (peer 0 has the lower id).
-        assert!(m1.better_than(&m3));
-        assert!(!m3.better_than(&m1));
-        // Equal paths: neither is better than itself.
-        assert!(!a.better_than(&a));
+        assert_eq!(best_of(&[&m1, &m3], d), &m1);
+        assert_eq!(
+            best_of(
+                &[&m1, &m3],
+                Decision {
+                    always_compare_med: true
+                }
+            ),
+            &m3,
+            "always-compare-med"
+        );
+        assert_eq!(select_best(&[], d), None);
+        assert_eq!(select_best(&[&a], d), Some(0));
+    }
+
+    /// The example: A (AS1, MED 100, id 1), B (AS2, id 2), C (AS1, MED 50, id 3).
+    /// Pairwise, C beats A (MED), A beats B (id), B beats C (id): a cycle, so one pass
+    /// picked by arrival order. By elimination, C removes A within AS1, then B beats C on
+    /// router id, in every order.
+    #[test]
+    fn med_is_eliminated_per_neighbour_as_whatever_the_order() {
+        let a = path_id(1, &[1], Some(100), "192.0.2.1", [10, 0, 0, 1]);
+        let b = path_id(2, &[2], None, "192.0.2.2", [10, 0, 0, 2]);
+        let c = path_id(3, &[1], Some(50), "192.0.2.3", [10, 0, 0, 3]);
+        for order in [
+            [&a, &b, &c],
+            [&a, &c, &b],
+            [&b, &a, &c],
+            [&b, &c, &a],
+            [&c, &a, &b],
+            [&c, &b, &a],
+        ] {
+            assert_eq!(best_of(&order, Decision::default()), &b, "{order:?}");
+        }
+    }
+
+    fn path_id(peer: PeerId, asns: &[u32], med: Option<u32>, nh: &str, id: [u8; 4]) -> PathInfo {
+        let mut p = pi(peer, 100, asns, med, nh);
+        p.peer_router_id = Ipv4Addr::from(id);
+        p
+    }
+
+    /// The decision process written the plain way, straight from RFC 4271 §9.1.2.2, to
+    /// check `select_best` against.
+    fn reference_best(ps: &[PathInfo], d: Decision) -> Option<PathInfo> {
+        let mut c: Vec<&PathInfo> = ps.iter().collect();
+        let lp = c.iter().map(|p| p.local_pref).max()?;
+        c.retain(|p| p.local_pref == lp);
+        let len = c.iter().map(|p| p.attrs.as_path.path_len()).min()?;
+        c.retain(|p| p.attrs.as_path.path_len() == len);
+        let origin = c.iter().map(|p| p.attrs.origin).min()?;
+        c.retain(|p| p.attrs.origin == origin);
+        let group = |p: &PathInfo| (!d.always_compare_med).then(|| p.attrs.as_path.first());
+        let before = c.clone();
+        c.retain(|p| {
+            let lowest = before
+                .iter()
+                .filter(|q| group(q) == group(p))
+                .map(|q| q.attrs.med.unwrap_or(0))
+                .min()
+                .unwrap_or(0);
+            p.attrs.med.unwrap_or(0) == lowest
+        });
+        if c.iter().any(|p| p.ebgp) {
+            c.retain(|p| p.ebgp);
+        }
+        c.into_iter()
+            .min_by_key(|p| (p.peer_router_id, p.peer_addr))
+            .cloned()
+    }
+
+    proptest::proptest! {
+        /// For random sets of paths, the best is the same in every order and is the
+        /// reference's.
+        #[test]
+        fn best_path_is_independent_of_order_and_matches_the_reference(
+            specs in proptest::collection::vec(
+                (0u32..3, 1u32..4, 0u32..3, proptest::option::of(0u32..4), proptest::bool::ANY, 0u8..8),
+                1..12,
+            ),
+            shuffle in proptest::collection::vec(0usize..1000, 12),
+            always in proptest::bool::ANY,
+        ) {
+            let d = Decision { always_compare_med: always };
+            let ps: Vec<PathInfo> = specs
+                .iter()
+                .enumerate()
+                .map(|(k, &(lp, len, first_as, med, ebgp, id))| {
+                    let asns: Vec<u32> = (0..len).map(|j| if j == 0 { 64500 + first_as } else { 65000 + j }).collect();
+                    let mut p = pi(k as PeerId, 100 + lp, &asns, med, &format!("192.0.2.{}", k + 1));
+                    p.ebgp = ebgp;
+                    // Router ids may repeat: the neighbour address breaks the tie.
+                    p.peer_router_id = Ipv4Addr::new(10, 0, 0, id);
+                    p
+                })
+                .collect();
+            let want = reference_best(&ps, d).unwrap();
+            let refs: Vec<&PathInfo> = ps.iter().collect();
+            proptest::prop_assert_eq!(best_of(&refs, d), &want);
+            let mut shuffled = refs.clone();
+            let n = shuffled.len();
+            for (i, r) in shuffle.iter().enumerate().take(n) {
+                shuffled.swap(i, r % n);
+            }
+            proptest::prop_assert_eq!(best_of(&shuffled, d), &want);
+        }
     }
 
     #[test]

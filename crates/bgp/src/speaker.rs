@@ -345,10 +345,13 @@ impl Speaker {
         let cfg = Arc::new(cfg);
         {
             let (status, stop) = (status.clone(), stop.clone());
+            let decision = crate::rib::Decision {
+                always_compare_med: cfg.always_compare_med,
+            };
             threads.push(
                 std::thread::Builder::new()
                     .name("bgp-rib".into())
-                    .spawn(move || rib_thread(rx, status, sink, stop))?,
+                    .spawn(move || rib_thread(rx, status, sink, stop, decision))?,
             );
         }
         for i in 0..cfg.neighbors.len() {
@@ -402,8 +405,9 @@ fn rib_thread(
     status: Arc<Status>,
     mut sink: impl FibSink,
     stop: Arc<AtomicBool>,
+    decision: crate::rib::Decision,
 ) {
-    let mut rib = Rib::new(status.neighbors.len());
+    let mut rib = Rib::with_decision(status.neighbors.len(), decision);
     let mut changes: Vec<Change> = Vec::with_capacity(MAX_BATCH);
     let mut touched = vec![false; status.neighbors.len()];
     loop {

@@ -1533,6 +1533,7 @@ mod tests {
             router_id: Ipv4Addr::new(198, 51, 100, 1),
             hold_time: 0,
             connect_retry: 30,
+            always_compare_med: false,
             neighbors: vec![
                 NeighborConfig {
                     address: "198.51.100.2".parse().unwrap(),

@@ -196,6 +196,7 @@ pub fn run(opts: &Options, log: &dyn Fn(&str)) -> Result<SpeakerBench> {
         router_id: Ipv4Addr::new(192, 0, 2, 1),
         hold_time: 90,
         connect_retry: 1,
+        always_compare_med: false,
         neighbors: vec![neighbor(0, 200)?, neighbor(1, 100)?],
     };
     let (writer, _reader) = fib::new(control::daemon::FIB_CONFIG);
