@@ -9,7 +9,7 @@ use dataplane::Reason;
 use serde_json::{json, Value};
 
 use crate::client::{Client, Endpoint};
-use crate::daemon::Shared;
+use crate::state::Shared;
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters` or `bgp`.

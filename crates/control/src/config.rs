@@ -219,7 +219,7 @@ pub struct Config {
     pub netlink_rcvbuf: usize,
     /// The API's TCP listener and its token (`[api]`; the unix socket is always on).
     #[serde(default)]
-    pub api: crate::http::ApiSettings,
+    pub api: ApiSettings,
     /// Where the history of applied configs lives (`running.toml`, `history/`).
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
@@ -242,6 +242,55 @@ pub struct Config {
     /// needs a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<bgp::config::BgpConfig>,
+}
+
+/// Where the API listens, from the config file's `[api]` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSettings {
+    /// TCP address for remote clients and Prometheus, e.g. `"127.0.0.1:9180"` (off when
+    /// absent). Requires `token_file`.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// File holding the bearer token TCP clients must send (one line; at least 16
+    /// characters). Keep it mode 0600.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl ApiSettings {
+    /// What is wrong with the settings, if anything (the file itself is read at start).
+    pub fn problem(&self) -> Option<String> {
+        match (&self.listen, &self.token_file) {
+            (Some(a), None) => Some(format!(
+                "api.listen = \"{a}\" needs api.token_file: TCP clients must authenticate"
+            )),
+            (None, Some(_)) => Some("api.token_file is set but api.listen is not".into()),
+            (_, Some(p)) if !p.is_absolute() => Some(format!(
+                "api.token_file {} must be an absolute path",
+                p.display()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Read the token (trimmed). Errors name the file and the rule broken.
+    pub fn read_token(&self) -> anyhow::Result<Option<String>> {
+        let Some(p) = &self.token_file else {
+            return Ok(None);
+        };
+        let t = std::fs::read_to_string(p).map_err(|e| {
+            anyhow::Error::new(e).context(format!("reading api.token_file {}", p.display()))
+        })?;
+        let t = t.trim().to_string();
+        if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            anyhow::bail!(
+                "api.token_file {}: the token must be one line of at least 16 printable characters without spaces",
+                p.display()
+            );
+        }
+        Ok(Some(t))
+    }
 }
 
 /// `[[interface]]`: what Ferrouter owns of one Linux interface.

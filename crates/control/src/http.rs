@@ -8,7 +8,7 @@
 //! method, 413 too large, 422 a valid request the router refuses) and 5xx for its own.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -20,63 +20,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::OpenApi;
 
 use crate::api;
-use crate::daemon::Shared;
+use crate::state::Shared;
 
 /// Largest request body (a config file is the largest thing anyone sends).
 pub const MAX_BODY: usize = 1 << 20;
-
-/// Where the API listens, from the config file's `[api]` table.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiSettings {
-    /// TCP address for remote clients and Prometheus, e.g. `"127.0.0.1:9180"` (off when
-    /// absent). Requires `token_file`.
-    #[serde(default)]
-    pub listen: Option<SocketAddr>,
-    /// File holding the bearer token TCP clients must send (one line; at least 16
-    /// characters). Keep it mode 0600.
-    #[serde(default)]
-    pub token_file: Option<PathBuf>,
-}
-
-impl ApiSettings {
-    /// What is wrong with the settings, if anything (the file itself is read at start).
-    pub fn problem(&self) -> Option<String> {
-        match (&self.listen, &self.token_file) {
-            (Some(a), None) => Some(format!(
-                "api.listen = \"{a}\" needs api.token_file: TCP clients must authenticate"
-            )),
-            (None, Some(_)) => Some("api.token_file is set but api.listen is not".into()),
-            (_, Some(p)) if !p.is_absolute() => Some(format!(
-                "api.token_file {} must be an absolute path",
-                p.display()
-            )),
-            _ => None,
-        }
-    }
-
-    /// Read the token (trimmed). Errors name the file and the rule broken.
-    pub fn read_token(&self) -> Result<Option<String>> {
-        let Some(p) = &self.token_file else {
-            return Ok(None);
-        };
-        let t = std::fs::read_to_string(p)
-            .with_context(|| format!("reading api.token_file {}", p.display()))?;
-        let t = t.trim().to_string();
-        if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            anyhow::bail!(
-                "api.token_file {}: the token must be one line of at least 16 printable characters without spaces",
-                p.display()
-            );
-        }
-        Ok(Some(t))
-    }
-}
 
 /// A JSON error response.
 #[derive(Debug)]

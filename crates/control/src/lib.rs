@@ -13,5 +13,6 @@ pub mod glean;
 pub mod history;
 pub mod http;
 pub mod metrics;
+pub mod state;
 pub mod sync;
 pub mod trace;

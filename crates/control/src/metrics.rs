@@ -38,25 +38,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::daemon::Shared;
-
-/// How long netlink changes wait before the FIB has them, measured by the control loop
-/// for each batch it reads.
-#[derive(Default, Debug)]
-pub struct SyncLag {
-    /// The last batch's delay, ns.
-    pub last_ns: AtomicU64,
-    /// The largest, ns.
-    pub max_ns: AtomicU64,
-}
-
-impl SyncLag {
-    /// Record one batch (the control loop is the only writer).
-    pub fn record(&self, ns: u64) {
-        self.last_ns.store(ns, Ordering::Relaxed);
-        self.max_ns.fetch_max(ns, Ordering::Relaxed);
-    }
-}
+use crate::state::{PortCounters, Shared};
 
 type Labels = Vec<(&'static str, String)>;
 /// A metric family: name, help, and its samples.
@@ -109,7 +91,7 @@ impl Collector for Scrape {
 /// The metrics text.
 pub fn render(shared: &Shared) -> Result<String, String> {
     let mut s = Scrape::default();
-    let port = |field: fn(&crate::daemon::PortCounters) -> &AtomicU64| -> Vec<(Labels, u64)> {
+    let port = |field: fn(&PortCounters) -> &AtomicU64| -> Vec<(Labels, u64)> {
         shared
             .ports
             .iter()
@@ -121,7 +103,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             })
             .collect()
     };
-    type PortField = fn(&crate::daemon::PortCounters) -> &AtomicU64;
+    type PortField = fn(&PortCounters) -> &AtomicU64;
     let port_counters: [(&str, &str, PortField); 8] = [
         (
             "ferrouter_port_rx_packets",
