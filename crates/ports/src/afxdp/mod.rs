@@ -254,33 +254,7 @@ impl AfXdp {
             sys::Mmap::anonymous(opts.frames as usize * FRAME_SIZE).map_err(err("mmap(UMEM)"))?;
         sys::register_umem(raw, &umem, UMEM_FRAME as u32)
             .map_err(err("setsockopt(XDP_UMEM_REG)"))?;
-        for (opt, name) in [
-            (libc::XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
-            (
-                libc::XDP_UMEM_COMPLETION_RING,
-                "setsockopt(XDP_UMEM_COMPLETION_RING)",
-            ),
-            (libc::XDP_RX_RING, "setsockopt(XDP_RX_RING)"),
-            (libc::XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
-        ] {
-            sys::set_ring_size(raw, opt, ring).map_err(err(name))?;
-        }
-        let off = sys::mmap_offsets(raw).map_err(err("getsockopt(XDP_MMAP_OFFSETS)"))?;
-        let map_err = err("mmap(AF_XDP ring)");
-        let rx = sys::Ring::map(&fd, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64, false)
-            .map_err(map_err)?;
-        let tx = sys::Ring::map(&fd, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64, true)
-            .map_err(map_err)?;
-        let mut fill = sys::Ring::map(&fd, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING, true)
-            .map_err(map_err)?;
-        let comp = sys::Ring::map(
-            &fd,
-            &off.cr,
-            ring,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            false,
-        )
-        .map_err(map_err)?;
+        let (rx, tx, mut fill, comp) = map_rings(ifname, &fd, ring)?;
 
         // The receive half goes on the fill ring before bind, so frames can land at once.
         let n = fill.free(ring).min(ring);
@@ -409,35 +383,7 @@ impl AfXdp {
             sys::register_region(raw, addr, len, UMEM_FRAME as u32)
                 .map_err(err("setsockopt(XDP_UMEM_REG)"))?;
         }
-        // A socket sharing a UMEM on another interface or queue has fill and completion
-        // rings of its own.
-        for (opt, name) in [
-            (libc::XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
-            (
-                libc::XDP_UMEM_COMPLETION_RING,
-                "setsockopt(XDP_UMEM_COMPLETION_RING)",
-            ),
-            (libc::XDP_RX_RING, "setsockopt(XDP_RX_RING)"),
-            (libc::XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
-        ] {
-            sys::set_ring_size(raw, opt, ring).map_err(err(name))?;
-        }
-        let off = sys::mmap_offsets(raw).map_err(err("getsockopt(XDP_MMAP_OFFSETS)"))?;
-        let map_err = err("mmap(AF_XDP ring)");
-        let rx = sys::Ring::map(&fd, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64, false)
-            .map_err(map_err)?;
-        let tx = sys::Ring::map(&fd, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64, true)
-            .map_err(map_err)?;
-        let mut fill = sys::Ring::map(&fd, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING, true)
-            .map_err(map_err)?;
-        let comp = sys::Ring::map(
-            &fd,
-            &off.cr,
-            ring,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            false,
-        )
-        .map_err(map_err)?;
+        let (rx, tx, mut fill, comp) = map_rings(ifname, &fd, ring)?;
         let attached = lock(&program).attached();
         let (zero_copy, need_wakeup) = match owner {
             None => bind(raw, ifindex, queue_id, opts, attached).map_err(xdp)?,
@@ -616,6 +562,25 @@ impl AfXdp {
         }
     }
 
+    /// Hand a received frame (`len` bytes at `off` of frame `buf`) to the graph, counted.
+    /// The caller reads at most the room left in the vector: the push cannot fail. AF_XDP
+    /// says nothing of the sender's checksum offload: a local sender (veth, TAP) hands over
+    /// partial checksums, which the rewrite nodes recognise and complete.
+    #[inline]
+    fn deliver(
+        (stats, port_id): (&mut PortStats, u16),
+        v: &mut Vector,
+        buf: u32,
+        off: usize,
+        len: usize,
+    ) {
+        let mut p = Pkt::new(buf, off as u16, len as u16, port_id);
+        p.flags |= F_CSUM_UNKNOWN;
+        v.push(p);
+        stats.rx_packets += 1;
+        stats.rx_bytes += len as u64;
+    }
+
     /// Zero-copy receive: the frames on the RX ring go to the graph as they lie; as many
     /// fresh frames go on the fill ring.
     fn rx_shared(&mut self, arena: &mut Arena, v: &mut Vector, n: u32) {
@@ -633,11 +598,7 @@ impl AfXdp {
                 self.stats.rx_dropped_too_big += 1;
                 continue;
             }
-            let mut p = Pkt::new(buf, off as u16, len as u16, self.port_id);
-            p.flags |= F_CSUM_UNKNOWN;
-            v.push(p);
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += len as u64;
+            Self::deliver((&mut self.stats, self.port_id), v, buf, off, len);
         }
         self.rx.release(n);
         let room = self.fill.free(self.fill.size());
@@ -724,6 +685,49 @@ impl AfXdp {
             left = now;
         }
     }
+}
+
+/// The four rings of socket `fd`, `ring` entries each: RX, TX, fill, completion.
+type Rings = (
+    sys::Ring<libc::xdp_desc>,
+    sys::Ring<libc::xdp_desc>,
+    sys::Ring<u64>,
+    sys::Ring<u64>,
+);
+
+/// Size and map the four rings of socket `fd` (one sharing a UMEM on another interface or
+/// queue has fill and completion rings of its own too).
+fn map_rings(ifname: &str, fd: &OwnedFd, ring: u32) -> Result<Rings, PortError> {
+    let err = |op: &'static str| move |e| PortError::from_io(ifname, op, e);
+    let raw = fd.as_raw_fd();
+    for (opt, name) in [
+        (libc::XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
+        (
+            libc::XDP_UMEM_COMPLETION_RING,
+            "setsockopt(XDP_UMEM_COMPLETION_RING)",
+        ),
+        (libc::XDP_RX_RING, "setsockopt(XDP_RX_RING)"),
+        (libc::XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
+    ] {
+        sys::set_ring_size(raw, opt, ring).map_err(err(name))?;
+    }
+    let off = sys::mmap_offsets(raw).map_err(err("getsockopt(XDP_MMAP_OFFSETS)"))?;
+    let map_err = err("mmap(AF_XDP ring)");
+    let rx = sys::Ring::map(fd, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64, false)
+        .map_err(map_err)?;
+    let tx =
+        sys::Ring::map(fd, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64, true).map_err(map_err)?;
+    let fill =
+        sys::Ring::map(fd, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING, true).map_err(map_err)?;
+    let comp = sys::Ring::map(
+        fd,
+        &off.cr,
+        ring,
+        libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+        false,
+    )
+    .map_err(map_err)?;
+    Ok((rx, tx, fill, comp))
 }
 
 /// Bind the socket as `opts` asks, falling back from zero-copy to copy and from
@@ -840,14 +844,7 @@ impl<M: PacketMemory> Port<M> for AfXdp {
                 self.stats.rx_dropped_too_big += 1;
                 continue;
             }
-            // `n` is bounded by the room in the vector: the push cannot fail. AF_XDP says
-            // nothing of the sender's checksum offload: a local sender (veth, TAP) hands
-            // over partial checksums, which the rewrite nodes recognise and complete.
-            let mut p = Pkt::new(buf, HEADROOM as u16, len as u16, self.port_id);
-            p.flags |= F_CSUM_UNKNOWN;
-            v.push(p);
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += len as u64;
+            Self::deliver((&mut self.stats, self.port_id), v, buf, HEADROOM, len);
         }
         self.rx.release(n);
         self.refill();

@@ -128,15 +128,7 @@ pub(crate) fn xdp_socket() -> io::Result<OwnedFd> {
 
 /// Register `umem` as the socket's UMEM, cut into `frame_size` chunks.
 pub(crate) fn register_umem(fd: RawFd, umem: &Mmap, frame_size: u32) -> io::Result<()> {
-    let reg = libc::xdp_umem_reg {
-        addr: umem.as_ptr() as u64,
-        len: umem.len() as u64,
-        chunk_size: frame_size,
-        headroom: 0,
-        flags: 0,
-        tx_metadata_len: 0,
-    };
-    setsockopt(fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
+    register_region(fd, umem.as_ptr(), umem.len(), frame_size)
 }
 
 /// Register `len` bytes at `addr` (an [`dataplane::Arena`]'s region) as the socket's UMEM,
