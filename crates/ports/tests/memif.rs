@@ -488,7 +488,7 @@ fn testpmd_args(prefix: &str, vdev: &str) -> Vec<String> {
 fn have_testpmd() -> bool {
     assert!(
         Path::new(TESTPMD).exists(),
-        "{TESTPMD} is not installed: install the Debian packages dpdk and librte-net-memif23 (scripts/deps.sh does)"
+        "{TESTPMD} is not installed: install the Debian packages dpdk-dev and librte-net-memif23 (scripts/test.sh does)"
     );
     true
 }
