@@ -15,6 +15,7 @@ pub mod checksum;
 mod error;
 pub mod esp;
 pub mod ethernet;
+pub mod fuzzing;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;
