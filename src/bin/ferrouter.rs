@@ -541,6 +541,11 @@ struct Rfc2544Args {
     /// Print one JSON object on stdout instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Repetitions: each transport's DUTs run in turn this many times (A B A B ...); the
+    /// report gives each DUT's median, spread and CV (a warning above 10 %) and the
+    /// pairwise ratios' median.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeat: u16,
     /// Write an SVG chart comparing the DUTs' throughput.
     #[arg(long)]
     chart: Option<std::path::PathBuf>,
@@ -1053,6 +1058,7 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         ipv6_percent: a.ipv6_ratio,
         prefix: a.name.clone(),
         ferrouter_bin: std::env::current_exe().context("locating the ferrouter binary")?,
+        repeat: usize::from(a.repeat),
         ..Default::default()
     };
     let log = |m: &str| eprintln!("... {m}");

@@ -75,6 +75,9 @@ pub struct Options {
     pub dut_core: usize,
     /// Seed of the route generator.
     pub seed: u64,
+    /// Repetitions: each transport's DUTs run in turn this many times (A B A B ...), so
+    /// the report gives medians, spreads and pairwise ratios.
+    pub repeat: usize,
 }
 
 impl Default for Options {
@@ -98,6 +101,7 @@ impl Default for Options {
             prefix: "frb".into(),
             ferrouter_bin: PathBuf::from("ferrouter"),
             tester_core: 0,
+            repeat: 1,
             dut_core: 1,
             seed: 1,
         }
@@ -195,9 +199,9 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
     let eta = Arc::new(Eta {
         start: Instant::now(),
         done: AtomicU32::new(0),
-        total: per_run_trials * (plan.len() * profiles.len()) as u32,
+        total: per_run_trials * (plan.len() * profiles.len() * opts.repeat.max(1)) as u32,
     });
-    let mut report = Report { runs: Vec::new() };
+    let mut report = Report::default();
     for transport in [Transport::Veth, Transport::Memif] {
         let duts: Vec<DutKind> = plan
             .iter()
@@ -240,11 +244,17 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                 topo::TESTER_MEMIF_MAC
             }
         };
-        for dut in duts {
+        let reps = opts.repeat.max(1);
+        for (k, dut) in (0..reps).flat_map(|k| duts.iter().map(move |&d| (k, d))) {
             log(&format!(
-                "DUT {}/{}: starting",
+                "DUT {}/{}: starting{}",
                 dut.name(),
-                transport.name()
+                transport.name(),
+                if reps > 1 {
+                    format!(" (repetition {} of {reps})", k + 1)
+                } else {
+                    String::new()
+                }
             ));
             let mut running = start_dut(
                 opts,
@@ -299,10 +309,14 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                     routes6.len()
                 };
             }
+            for r in &mut runs {
+                r.repeat = k;
+            }
             report.runs.extend(runs);
         }
         drop(guard);
     }
+    report.finish();
     Ok(report)
 }
 
@@ -624,6 +638,7 @@ fn run_profiles<P: Port<Arena>>(
             trials: rep.trials.len(),
             cpu,
             notes,
+            repeat: 0,
         });
     }
     Ok(runs)

@@ -92,13 +92,81 @@ pub struct Run {
     pub cpu: Vec<CoreSplit>,
     /// What limited or qualified the run.
     pub notes: Vec<String>,
+    /// Which repetition (0-based) of `--repeat` this run belongs to: the DUTs alternate
+    /// within each one (A B A B ...).
+    pub repeat: usize,
 }
 
-/// The whole report.
+/// The throughput ratio of two DUTs on one transport and profile over the repetitions,
+/// pair by pair (repetition k of A against repetition k of B), so host noise lands on both
+/// sides of each ratio.
 #[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RatioStat {
+    /// The DUT on top (`ferrouter`).
+    pub a: String,
+    /// The reference (`linux`, `testpmd`).
+    pub b: String,
+    /// `veth` or `memif`.
+    pub transport: String,
+    /// Traffic profile.
+    pub profile: String,
+    /// Median of the per-pair ratios (`None` when no pair is complete).
+    pub median: Option<f64>,
+    /// Smallest per-pair ratio.
+    pub min: Option<f64>,
+    /// Largest per-pair ratio.
+    pub max: Option<f64>,
+    /// Complete pairs.
+    pub pairs: usize,
+    /// Repetitions with one side missing (its run failed) or the reference at 0.
+    pub missing: usize,
+}
+
+/// One DUT's throughput over the repetitions.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DutStat {
+    /// DUT.
+    pub dut: String,
+    /// Transport.
+    pub transport: String,
+    /// Profile.
+    pub profile: String,
+    /// Runs.
+    pub runs: usize,
+    /// Median throughput, Mpps.
+    pub median_mpps: f64,
+    /// Smallest, Mpps.
+    pub min_mpps: f64,
+    /// Largest, Mpps.
+    pub max_mpps: f64,
+    /// Coefficient of variation (standard deviation / mean) over the runs; `None` for one
+    /// run or a mean of 0.
+    pub cv: Option<f64>,
+}
+
+/// Above this coefficient of variation a DUT's figure is flagged as unstable.
+pub const CV_WARN: f64 = 0.10;
+
+/// The whole report.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Report {
     /// Every run, in execution order.
     pub runs: Vec<Run>,
+    /// The reference ratios over the repetitions ([`Report::finish`]).
+    pub ratios: Vec<RatioStat>,
+    /// Each DUT's spread over the repetitions ([`Report::finish`]).
+    pub stability: Vec<DutStat>,
+}
+
+/// Median of `v` (sorted here); `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 fn dut_label(r: &Run) -> String {
@@ -172,11 +240,57 @@ impl Report {
                 lat.p99
             );
         }
-        let ratios = self.ratios();
+        let ratios = self.ratio_stats();
         if !ratios.is_empty() {
             let _ = writeln!(s);
-            for (what, v) in ratios {
-                let _ = writeln!(s, "{what}: {v:.2}x");
+            for r in &ratios {
+                let what = format!(
+                    "{}: {}/{} ÷ {}/{} throughput",
+                    r.profile, r.a, r.transport, r.b, r.transport
+                );
+                match (r.median, r.min, r.max) {
+                    (Some(m), Some(lo), Some(hi)) if r.pairs > 1 => {
+                        let _ = writeln!(
+                            s,
+                            "{what}: median {m:.2}x (min {lo:.2}, max {hi:.2}, {} pairs)",
+                            r.pairs
+                        );
+                    }
+                    (Some(m), ..) => {
+                        let _ = writeln!(s, "{what}: {m:.2}x");
+                    }
+                    _ => {}
+                }
+                if r.missing > 0 {
+                    let _ = writeln!(
+                        s,
+                        "{what}: {} repetition(s) without a complete pair (a run failed or the reference forwarded nothing)",
+                        r.missing
+                    );
+                }
+            }
+        }
+        let stats = self.dut_stats();
+        if stats.iter().any(|d| d.runs > 1) {
+            let _ = writeln!(s);
+            for d in stats.iter().filter(|d| d.runs > 1) {
+                let cv =
+                    d.cv.map_or("-".to_string(), |c| format!("{:.1} %", c * 100.0));
+                let _ = writeln!(
+                    s,
+                    "{}/{} {}: median {:.3} Mpps (min {:.3}, max {:.3}) over {} runs, CV {cv}",
+                    d.dut, d.transport, d.profile, d.median_mpps, d.min_mpps, d.max_mpps, d.runs
+                );
+                if d.cv.is_some_and(|c| c > CV_WARN) {
+                    let _ = writeln!(
+                        s,
+                        "warning: {}/{} {}: the runs vary by more than {:.0} % (CV): more repetitions or longer trials are needed for a stable figure",
+                        d.dut,
+                        d.transport,
+                        d.profile,
+                        CV_WARN * 100.0
+                    );
+                }
             }
         }
         if self.runs.iter().any(|r| !r.cpu.is_empty()) {
@@ -213,31 +327,125 @@ impl Report {
         s
     }
 
-    /// Throughput ratios the targets are stated in, for each profile measured with both
-    /// DUTs: ferrouter/memif ÷ testpmd/memif and ferrouter/veth ÷ linux/veth.
-    pub fn ratios(&self) -> Vec<(String, f64)> {
+    /// Fill [`Report::ratios`] and [`Report::stability`] from the runs.
+    pub fn finish(&mut self) {
+        self.ratios = self.ratio_stats();
+        self.stability = self.dut_stats();
+    }
+
+    /// The profiles measured, in order of first appearance.
+    fn profiles(&self) -> Vec<&str> {
+        let mut profiles: Vec<&str> = Vec::new();
+        for r in &self.runs {
+            if !profiles.contains(&r.profile.as_str()) {
+                profiles.push(r.profile.as_str());
+            }
+        }
+        profiles
+    }
+
+    /// The ratios the targets are stated in, for each profile measured with both DUTs:
+    /// ferrouter/memif ÷ testpmd/memif and ferrouter/veth ÷ linux/veth, pair by pair over
+    /// the repetitions.
+    pub fn ratio_stats(&self) -> Vec<RatioStat> {
         let mut out = Vec::new();
-        let find = |dut: &str, tr: &str, profile: &str| {
+        let of = |dut: &str, tr: &str, profile: &str, k: usize| {
             self.runs
                 .iter()
-                .find(|r| r.dut == dut && r.transport == tr && r.profile == profile)
+                .find(|r| {
+                    r.dut == dut && r.transport == tr && r.profile == profile && r.repeat == k
+                })
                 .map(|r| r.throughput_mpps)
         };
-        let mut profiles: Vec<&str> = self.runs.iter().map(|r| r.profile.as_str()).collect();
-        profiles.dedup();
-        for p in profiles {
+        let reps = self.runs.iter().map(|r| r.repeat + 1).max().unwrap_or(0);
+        for p in self.profiles() {
             for (a, b, tr) in [
                 ("ferrouter", "testpmd", "memif"),
                 ("ferrouter", "linux", "veth"),
             ] {
-                if let (Some(x), Some(y)) = (find(a, tr, p), find(b, tr, p)) {
-                    if y > 0.0 {
-                        out.push((format!("{p}: {a}/{tr} ÷ {b}/{tr} throughput"), x / y));
+                let seen = self
+                    .runs
+                    .iter()
+                    .any(|r| r.profile == p && r.transport == tr && (r.dut == a || r.dut == b));
+                if !seen {
+                    continue;
+                }
+                let mut ratios = Vec::new();
+                let mut missing = 0;
+                for k in 0..reps {
+                    match (of(a, tr, p, k), of(b, tr, p, k)) {
+                        (Some(x), Some(y)) if y > 0.0 && x.is_finite() && y.is_finite() => {
+                            ratios.push(x / y)
+                        }
+                        (None, None) => {}
+                        _ => missing += 1,
                     }
                 }
+                // One side only, never paired: not a comparison this run asked for.
+                if ratios.is_empty() && missing == 0 {
+                    continue;
+                }
+                let pairs = ratios.len();
+                let min = ratios.iter().copied().reduce(f64::min);
+                let max = ratios.iter().copied().reduce(f64::max);
+                out.push(RatioStat {
+                    a: a.into(),
+                    b: b.into(),
+                    transport: tr.into(),
+                    profile: p.into(),
+                    median: median(&mut ratios),
+                    min,
+                    max,
+                    pairs,
+                    missing,
+                });
             }
         }
         out
+    }
+
+    /// Each DUT's throughput over the repetitions, per transport and profile.
+    pub fn dut_stats(&self) -> Vec<DutStat> {
+        let mut keys: Vec<(&str, &str, &str)> = Vec::new();
+        for r in &self.runs {
+            let k = (r.dut.as_str(), r.transport.as_str(), r.profile.as_str());
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        keys.into_iter()
+            .map(|(dut, tr, p)| {
+                let mut v: Vec<f64> = self
+                    .runs
+                    .iter()
+                    .filter(|r| r.dut == dut && r.transport == tr && r.profile == p)
+                    .map(|r| r.throughput_mpps)
+                    .filter(|x| x.is_finite())
+                    .collect();
+                let n = v.len();
+                let mean = if n > 0 {
+                    v.iter().sum::<f64>() / n as f64
+                } else {
+                    0.0
+                };
+                let cv = (n > 1 && mean > 0.0).then(|| {
+                    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+                    var.sqrt() / mean
+                });
+                let min = v.iter().copied().reduce(f64::min).unwrap_or(0.0);
+                let max = v.iter().copied().reduce(f64::max).unwrap_or(0.0);
+                DutStat {
+                    dut: dut.into(),
+                    transport: tr.into(),
+                    profile: p.into(),
+                    runs: n,
+                    median_mpps: median(&mut v).unwrap_or(0.0),
+                    min_mpps: min,
+                    max_mpps: max,
+                    cv,
+                }
+            })
+            .collect()
     }
 
     /// JSON: `{"runs":[...]}`.
@@ -370,28 +578,124 @@ mod tests {
                 ..Default::default()
             }],
             notes: vec![],
+            repeat: 0,
+        }
+    }
+
+    fn rep(mut r: Run, k: usize) -> Run {
+        r.repeat = k;
+        r
+    }
+
+    /// `--repeat 3`, A B A B A B: per-pair ratios, their median and spread, each DUT's CV,
+    /// and a failed run counted as a missing pair, never as a 0 ratio.
+    #[test]
+    fn repetitions_give_pairwise_ratio_statistics() {
+        let mut r = Report {
+            runs: vec![
+                rep(run("ferrouter", "veth", "ipv4-64", 1.0), 0),
+                rep(run("linux", "veth", "ipv4-64", 0.5), 0),
+                rep(run("ferrouter", "veth", "ipv4-64", 1.2), 1),
+                rep(run("linux", "veth", "ipv4-64", 1.0), 1),
+                rep(run("ferrouter", "veth", "ipv4-64", 0.9), 2),
+                // linux's third run failed: absent.
+            ],
+            ..Default::default()
+        };
+        r.finish();
+        assert_eq!(r.ratios.len(), 1);
+        let q = &r.ratios[0];
+        assert_eq!((q.pairs, q.missing), (2, 1));
+        assert_eq!(q.median, Some(1.6));
+        assert_eq!((q.min, q.max), (Some(1.2), Some(2.0)));
+        let f = r.stability.iter().find(|d| d.dut == "ferrouter").unwrap();
+        assert_eq!(
+            (f.runs, f.median_mpps, f.min_mpps, f.max_mpps),
+            (3, 1.0, 0.9, 1.2)
+        );
+        // Sample standard deviation 0.1528 over a mean of 1.0333.
+        assert!((f.cv.unwrap() - 0.1478).abs() < 1e-3, "{:?}", f.cv);
+        let t = r.table();
+        assert!(
+            t.contains("median 1.60x (min 1.20, max 2.00, 2 pairs)"),
+            "{t}"
+        );
+        assert!(t.contains("1 repetition(s) without a complete pair"), "{t}");
+        assert!(t.contains("warning: ferrouter/veth ipv4-64"), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert_eq!(v["ratios"][0]["median"], 1.6);
+        assert_eq!(v["runs"][2]["repeat"], 1);
+        assert_eq!(v["stability"][1]["dut"], "linux");
+        // Nothing but failures: said, no ratio.
+        let mut none = Report {
+            runs: vec![
+                run("ferrouter", "veth", "ipv4-64", 1.0),
+                run("linux", "veth", "ipv4-64", 0.0),
+            ],
+            ..Default::default()
+        };
+        none.finish();
+        assert_eq!(none.ratios[0].median, None);
+        assert_eq!(none.ratios[0].missing, 1);
+    }
+
+    proptest::proptest! {
+        /// Any mix of runs, failed ones included (missing, 0, NaN throughput): the
+        /// statistics never panic, each median lies between its min and max, and the JSON
+        /// is valid.
+        #[test]
+        fn ratio_statistics_never_panic(
+            runs in proptest::collection::vec(
+                (0usize..3, 0usize..2, 0usize..2, 0usize..4, proptest::prop_oneof![proptest::strategy::Just(0.0), proptest::strategy::Just(f64::NAN), 0.0f64..20.0]),
+                0..24,
+            )
+        ) {
+            let duts = ["ferrouter", "linux", "testpmd"];
+            let trs = ["veth", "memif"];
+            let profiles = ["ipv4-64", "imix2"];
+            let mut r = Report {
+                runs: runs
+                    .iter()
+                    .map(|&(d, t, p, k, x)| rep(run(duts[d], trs[t], profiles[p], x), k))
+                    .collect(),
+                ..Default::default()
+            };
+            r.finish();
+            for q in &r.ratios {
+                if let (Some(m), Some(lo), Some(hi)) = (q.median, q.min, q.max) {
+                    proptest::prop_assert!(lo <= m && m <= hi);
+                }
+            }
+            let _ = r.table();
+            proptest::prop_assert!(serde_json::from_str::<serde_json::Value>(&r.json()).is_ok());
         }
     }
 
     #[test]
     fn table_json_ratios_and_chart() {
-        let r = Report {
+        let mut r = Report {
             runs: vec![
                 run("ferrouter", "memif", "ipv4-64", 8.0),
                 run("testpmd", "memif", "ipv4-64", 10.0),
                 run("ferrouter", "veth", "ipv4-64", 0.3),
                 run("linux", "veth", "ipv4-64", 0.1),
             ],
+            ..Default::default()
         };
+        r.finish();
         let t = r.table();
         assert!(
             t.contains("ferrouter/memif") && t.contains("linux/veth"),
             "{t}"
         );
-        let ratios = r.ratios();
+        let ratios = &r.ratios;
         assert_eq!(ratios.len(), 2);
-        assert!((ratios[0].1 - 0.8).abs() < 1e-9);
-        assert!((ratios[1].1 - 3.0).abs() < 1e-9);
+        assert!((ratios[0].median.unwrap() - 0.8).abs() < 1e-9);
+        assert!((ratios[1].median.unwrap() - 3.0).abs() < 1e-9);
+        assert!(
+            t.contains("ipv4-64: ferrouter/veth ÷ linux/veth throughput: 3.00x"),
+            "{t}"
+        );
         let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!(v["runs"][0]["dut"], "ferrouter");
         assert_eq!(v["runs"][0]["loss_at_load"]["25"], 50.0);
