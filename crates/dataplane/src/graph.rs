@@ -552,7 +552,12 @@ impl Graph {
     #[inline]
     fn arc_done<const T: bool>(&mut self, arc: ArcId, v: &mut Vector, out: &mut Output, i: u16) {
         match arc {
-            ArcId::PortInput | ArcId::Ip4Unicast | ArcId::Ip6Unicast => {}
+            // Input arcs run at the head of their node, never as a node of their own: a
+            // packet here is a bug, dropped and counted rather than lost.
+            ArcId::PortInput | ArcId::Ip4Unicast | ArcId::Ip6Unicast => {
+                let p = v.pkts[i as usize];
+                self.drop_pkt::<T>(out, &p, Reason::GraphLoop);
+            }
             ArcId::Ip4Output | ArcId::Ip6Output => {
                 let p = &mut v.pkts[i as usize];
                 if p.flags & F_TO_FRAG != 0 {
