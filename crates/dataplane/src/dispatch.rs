@@ -78,11 +78,10 @@ impl Graph {
             }
             f.lens[Node::EthernetInput as usize] = n;
         }
-        let order: &[Node] = &ORDER;
         let mut list = [0u16; VECTOR_SIZE];
         for _round in 0..MAX_ROUNDS {
             let mut any = false;
-            for &node in order {
+            for node in ORDER {
                 let len = self.frames.lens[node as usize];
                 if len == 0 {
                     continue;
@@ -117,7 +116,7 @@ impl Graph {
             }
         }
         // Bounded rounds: anything still queued is a bug-shaped loop, dropped and counted.
-        for &node in order {
+        for node in ORDER {
             let len = std::mem::take(&mut self.frames.lens[node as usize]);
             for k in 0..len {
                 let i = self.frames.lists[node as usize][k];

@@ -125,10 +125,12 @@ pub(crate) enum Ifaces<'a> {
     ByIndex(&'a [u16]),
 }
 
-/// Drops a feature asked for in one call: (batch position, reason).
+/// Drops a feature asked for in one call: (batch position, reason), each position once
+/// (a bit per position), so the list can never fill before every packet is in it.
 pub(crate) struct Drops {
     pub(crate) list: [(u16, u8); VECTOR_SIZE],
     pub(crate) len: usize,
+    seen: [u64; VECTOR_SIZE / 64],
 }
 
 impl Batch<'_> {
@@ -169,12 +171,20 @@ impl Batch<'_> {
     }
     /// Drop packet `k`, counted under the feature's drop reason `reason` (an index into
     /// [`FeatureSpec::drops`]; one out of range counts under the last). Dropping a packet
-    /// twice, or one beyond `len()`, changes nothing.
+    /// twice (the first reason counts), or one beyond `len()`, changes nothing.
     #[inline]
     pub fn drop(&mut self, k: usize, reason: u8) {
-        if k < self.idx.len() && self.drops.len < VECTOR_SIZE {
-            self.drops.list[self.drops.len] = (k as u16, reason);
-            self.drops.len += 1;
+        if k >= self.idx.len() {
+            return;
+        }
+        let (w, bit) = (k / 64, 1u64 << (k % 64));
+        let d = &mut *self.drops;
+        if let (Some(word), Some(slot)) = (d.seen.get_mut(w), d.list.get_mut(d.len)) {
+            if *word & bit == 0 {
+                *word |= bit;
+                *slot = (k as u16, reason);
+                d.len += 1;
+            }
         }
     }
 }
@@ -409,6 +419,8 @@ fn topo_order(arc: ArcId, fs: &[&Arc<dyn Feature>]) -> Result<Vec<usize>, Regist
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FeatureState {
     masks: Vec<[u64; ARC_COUNT]>,
+    /// Per interface: bit `arc` set when it has features on `arc`.
+    iface_arcs: Vec<u8>,
     /// Bit `arc` set: some interface has features on `arc`.
     arcs: u8,
 }
@@ -416,15 +428,20 @@ pub struct FeatureState {
 impl FeatureState {
     /// A state of per-interface, per-arc masks.
     pub fn from_masks(masks: Vec<[u64; ARC_COUNT]>) -> FeatureState {
-        let mut arcs = 0;
-        for m in &masks {
-            for (a, &x) in m.iter().enumerate() {
-                if x != 0 {
-                    arcs |= 1 << a;
-                }
-            }
+        let iface_arcs: Vec<u8> = masks
+            .iter()
+            .map(|m| {
+                m.iter()
+                    .enumerate()
+                    .fold(0, |a, (k, &x)| if x != 0 { a | 1 << k } else { a })
+            })
+            .collect();
+        let arcs = iface_arcs.iter().fold(0, |a, b| a | b);
+        FeatureState {
+            masks,
+            iface_arcs,
+            arcs,
         }
-        FeatureState { masks, arcs }
     }
     /// Whether any interface has any feature.
     #[inline]
@@ -443,17 +460,11 @@ impl FeatureState {
             .get(iface as usize)
             .map_or(0, |m| m[arc as usize])
     }
-    /// The arcs interface `iface` has features on: bit `arc as u8`.
+    /// The arcs interface `iface` has features on: bit `arc as u8` (0 for an interface it
+    /// does not know).
+    #[inline]
     pub fn iface_arcs(&self, iface: u16) -> u8 {
-        self.masks.get(iface as usize).map_or(0, |m| {
-            m.iter()
-                .enumerate()
-                .fold(0, |a, (k, &x)| if x != 0 { a | 1 << k } else { a })
-        })
-    }
-    /// Number of interfaces it describes.
-    pub fn ifaces(&self) -> usize {
-        self.masks.len()
+        self.iface_arcs.get(iface as usize).copied().unwrap_or(0)
     }
     /// The ids enabled on `iface`, on every arc, in execution order.
     pub fn enabled(&self, iface: u16) -> Vec<FeatureId> {
@@ -506,6 +517,7 @@ impl Runtime {
             drops: Box::new(Drops {
                 list: [(0, 0); VECTOR_SIZE],
                 len: 0,
+                seen: [0; VECTOR_SIZE / 64],
             }),
         }
     }
@@ -520,6 +532,7 @@ pub(crate) fn batch<'a>(
     drops: &'a mut Drops,
 ) -> Batch<'a> {
     drops.len = 0;
+    drops.seen = [0; VECTOR_SIZE / 64];
     Batch {
         pkts,
         idx,

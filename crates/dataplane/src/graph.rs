@@ -202,8 +202,6 @@ pub struct Graph {
     pub(crate) feat_active: bool,
     /// `feat_state.arcs()`: the arcs with features somewhere.
     feat_arcs: u8,
-    /// `feat_state.iface_arcs()` of every interface.
-    feat_if: Box<[u8]>,
     /// The port of the vector being processed (its first packet's).
     pub(crate) vec_port: u16,
     /// Some packet of the vector is on another interface than `vec_port` (a VLAN
@@ -252,7 +250,6 @@ impl Graph {
             feat_state: Arc::new(FeatureState::default()),
             feat_active: false,
             feat_arcs: 0,
-            feat_if: Box::new([]),
             vec_port: 0,
             vec_mixed: false,
             local_lookup: false,
@@ -273,15 +270,7 @@ impl Graph {
     pub fn set_feature_state(&mut self, state: Arc<FeatureState>) {
         self.feat_active = state.active() && self.feat.is_some();
         self.feat_arcs = state.arcs();
-        self.feat_if = (0..state.ifaces())
-            .map(|i| state.iface_arcs(i as u16))
-            .collect();
         self.feat_state = state;
-    }
-
-    /// The features in use, per interface.
-    pub fn feature_state(&self) -> &Arc<FeatureState> {
-        &self.feat_state
     }
 
     /// Attach a packet tracer (see [`crate::trace`]).
@@ -347,17 +336,10 @@ impl Graph {
         self.feat_arcs & (1 << arc as u8) != 0
     }
 
-    /// The arcs interface `iface` has features on.
-    #[inline]
-    fn iface_arcs(&self, iface: u16) -> u8 {
-        self.feat_if.get(iface as usize).copied().unwrap_or(0)
-    }
-
     /// Whether egress interface `iface` has features on `arc` (false when `F` is).
     #[inline(always)]
     pub(crate) fn has_features<const F: bool>(&self, arc: ArcId, iface: u16) -> bool {
-        F && self.feat_arcs & (1 << arc as u8) != 0
-            && self.iface_arcs(iface) & (1 << arc as u8) != 0
+        F && self.feat_state.iface_arcs(iface) & (1 << arc as u8) != 0
     }
 
     /// Run `arc`'s features over the packets of `list`: each feature, in execution order,
@@ -381,7 +363,7 @@ impl Graph {
         let unicast = matches!(arc, ArcId::Ip4Unicast | ArcId::Ip6Unicast);
         // Uniform: every packet has the features of `self.vec_port`.
         let uniform = !(output || self.vec_mixed || unicast && self.local_lookup);
-        if uniform && self.iface_arcs(self.vec_port) & (1 << arc as u8) == 0 {
+        if uniform && self.feat_state.iface_arcs(self.vec_port) & (1 << arc as u8) == 0 {
             return None;
         }
         let mut rt = self.feat.take()?;
@@ -458,16 +440,7 @@ impl Graph {
                     node.process(&mut cx, &mut b);
                 }
             }
-            if T {
-                for &i in idx {
-                    let p = v.pkts[i as usize];
-                    self.trace::<T>(&p, Step::Feature { id, drop: None });
-                }
-            }
             let nd = rt.drops.len.min(VECTOR_SIZE);
-            if nd == 0 {
-                continue;
-            }
             for d in 0..nd {
                 let (bk, r) = rt.drops.list[d];
                 let a = if all {
@@ -475,11 +448,8 @@ impl Graph {
                 } else {
                     rt.pos[bk as usize] as usize
                 };
+                // Each position once (`Batch::drop`), so never one dropped already.
                 let i = keep[a];
-                // Dropped twice in one call: the first one counts.
-                if i == DEAD {
-                    continue;
-                }
                 let r = (r as usize).min(ndrops.saturating_sub(1));
                 if ndrops > 0 {
                     self.counters.feature_add(base + 1 + r, 1);
@@ -496,6 +466,20 @@ impl Graph {
                 out.free.push(p.buf);
                 keep[a] = DEAD;
             }
+            if T {
+                // Those it let go on (a dropped one's step is its drop).
+                for j in 0..k {
+                    let a = if all { j } else { rt.pos[j] as usize };
+                    let Some(&i) = keep.get(a).filter(|&&i| i != DEAD) else {
+                        continue;
+                    };
+                    let p = v.pkts[i as usize];
+                    self.trace::<T>(&p, Step::Feature { id, drop: None });
+                }
+            }
+            if nd == 0 {
+                continue;
+            }
             let mut w = 0;
             for a in 0..alive {
                 if keep[a] != DEAD {
@@ -510,7 +494,8 @@ impl Graph {
         Some(alive)
     }
 
-    /// The `ip4-output` / `ip6-output` node: the features, then port-tx or ip4-frag.
+    /// The `ip4-output` / `ip6-output` node: the features, then port-tx, or ip4-frag for
+    /// the packets rewrite marked too big.
     pub(crate) fn output_arc<const T: bool, M: PacketMemory>(
         &mut self,
         arc: ArcId,
@@ -525,7 +510,14 @@ impl Graph {
             None => list,
         };
         for &i in list {
-            self.arc_done::<T>(arc, v, out, i);
+            let p = &mut v.pkts[i as usize];
+            if p.flags & F_TO_FRAG != 0 {
+                p.flags &= !F_TO_FRAG;
+                self.enqueue(Node::Ip4Frag, i);
+            } else {
+                let p = *p;
+                self.transmit::<T>(out, p);
+            }
         }
     }
 
@@ -545,29 +537,6 @@ impl Graph {
         match self.run_features::<T, M>(arc, v, mem, out, list, keep) {
             Some(n) => &keep[..n],
             None => list,
-        }
-    }
-
-    /// Packet `i` leaves an output arc: on to port-tx, or ip4-frag.
-    #[inline]
-    fn arc_done<const T: bool>(&mut self, arc: ArcId, v: &mut Vector, out: &mut Output, i: u16) {
-        match arc {
-            // Input arcs run at the head of their node, never as a node of their own: a
-            // packet here is a bug, dropped and counted rather than lost.
-            ArcId::PortInput | ArcId::Ip4Unicast | ArcId::Ip6Unicast => {
-                let p = v.pkts[i as usize];
-                self.drop_pkt::<T>(out, &p, Reason::GraphLoop);
-            }
-            ArcId::Ip4Output | ArcId::Ip6Output => {
-                let p = &mut v.pkts[i as usize];
-                if p.flags & F_TO_FRAG != 0 {
-                    p.flags &= !F_TO_FRAG;
-                    self.enqueue(Node::Ip4Frag, i);
-                } else {
-                    let p = *p;
-                    self.transmit::<T>(out, p);
-                }
-            }
         }
     }
 

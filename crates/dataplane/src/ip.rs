@@ -44,22 +44,20 @@ pub(crate) fn lookup<const T: bool, F: Family, M: PacketMemory>(
             }
             continue;
         };
-        match nh {
-            Resolved::Forward(_)
-                if F::LINK_LOCAL_SRC.is_some() && p.flags & F_LINK_LOCAL_SRC != 0 =>
-            {
-                g.drop_pkt::<T>(out, &p, F::LINK_LOCAL_SRC.unwrap_or(F::NO_ROUTE))
+        match (nh, F::LINK_LOCAL_SRC) {
+            (Resolved::Forward(_), Some(r)) if p.flags & F_LINK_LOCAL_SRC != 0 => {
+                g.drop_pkt::<T>(out, &p, r)
             }
-            Resolved::Forward(id) => {
+            (Resolved::Forward(id), _) => {
                 v.pkts[i as usize].nh = id;
                 if T {
                     g.trace_forward::<T>(&p, F::V6, id);
                 }
                 g.enqueue(F::REWRITE, i);
             }
-            Resolved::Drop => g.drop_pkt::<T>(out, &p, F::BLACKHOLE),
-            Resolved::Local => g.punt::<T, M>(mem, out, &p, Reason::PuntLocal),
-            Resolved::Glean => g.punt::<T, M>(mem, out, &p, Reason::PuntUnresolved),
+            (Resolved::Drop, _) => g.drop_pkt::<T>(out, &p, F::BLACKHOLE),
+            (Resolved::Local, _) => g.punt::<T, M>(mem, out, &p, Reason::PuntLocal),
+            (Resolved::Glean, _) => g.punt::<T, M>(mem, out, &p, Reason::PuntUnresolved),
         }
     }
 }

@@ -1417,6 +1417,34 @@ fn trace_shows_feature_nodes() {
             drop: Some(0)
         })
     );
+    // A dropped packet's step is its drop, not a pass as well.
+    assert!(!s.contains(&Step::Feature { id: b, drop: None }), "{s:?}");
+}
+
+/// A feature that drops every packet of a full vector several times drops them all, once
+/// each: repeated drops never crowd later ones out.
+#[test]
+fn repeated_drops_of_a_full_vector_drop_every_packet_once() {
+    let mut l = lab();
+    let r = l.features(
+        vec![test_feature(
+            "drop-all",
+            ArcId::Ip4Unicast,
+            &[],
+            |_, b, k| {
+                for _ in 0..3 {
+                    b.drop(k, 0);
+                }
+            },
+        )],
+        &[&["drop-all"], &[]],
+    );
+    let frames: Vec<Vec<u8>> = (0..256)
+        .map(|k| frame4(H0_V4, ip4("10.1.2.3") + k, 64, true, 20))
+        .collect();
+    assert!(l.run(&frames).is_empty(), "every packet dropped");
+    assert_eq!(l.count(Reason::FeatureDrop), 256);
+    assert_eq!(l.feature_count(&r, "drop-all", 1), 256);
 }
 
 proptest! {
