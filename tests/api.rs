@@ -462,8 +462,8 @@ mac = \"02:00:00:00:00:09\"
         ("[[route]]\nprefix = \"10.1.0.0/33\"\nblackhole = true\n", "10.1.0.0/33"),
         ("[[interface]]\nname = \"r1\"\nmtu = 1400\nmtu = 1500\n", "duplicate key"),
         ("[[interface]]\nname = \"r1\"\nmtu = 70000\n", "out of range"),
-        // More than the port's 2 KiB buffers carry: refused, not a silent blackhole.
-        ("[[interface]]\nname = \"r1\"\nmtu = 9000\n", "jumbo frames are not supported yet"),
+        // More than the port carries (jumbo frames: 9000): refused, not a silent blackhole.
+        ("[[interface]]\nname = \"r1\"\nmtu = 9001\n", "larger than the 9000 bytes"),
         ("[[interface]]\nname = \"r1\"\nspeed = 10\n", "speed"),
     ];
     for (i, (body, needle)) in bad.iter().enumerate() {

@@ -225,6 +225,9 @@ enum Cmd {
         /// QinQ 200/300 (hq) behind the router's sub-interfaces r2.100 and r2.q.
         #[arg(long, global = true)]
         vlans: bool,
+        /// IP MTU of the lab's links (9000 for jumbo frames); default 1500.
+        #[arg(long, global = true)]
+        mtu: Option<u32>,
     },
     /// Synthetic MRT files (TABLE_DUMP_V2) for BGP speakers to load (`gobgp mrt inject`).
     #[command(subcommand)]
@@ -494,7 +497,7 @@ struct Rfc2544Args {
     /// testpmd). Default: every transport a chosen DUT supports.
     #[arg(long, value_delimiter = ',')]
     transport: Vec<String>,
-    /// Profiles, comma-separated: ipv4-SIZE, ipv6-SIZE (64..1518), imix1, imix2, imix3,
+    /// Profiles, comma-separated: ipv4-SIZE, ipv6-SIZE (64..9216; jumbo sizes put the links at MTU 9000), imix1, imix2, imix3,
     /// eantc1, eantc2, simple.
     #[arg(long, value_delimiter = ',', default_value = "ipv4-64")]
     profile: Vec<String>,
@@ -729,7 +732,8 @@ fn main() -> Result<()> {
             workers,
             backend,
             vlans,
-        } => lab_cmd(cmd, &name, workers, &backend, vlans),
+            mtu,
+        } => lab_cmd(cmd, &name, workers, &backend, (vlans, mtu)),
         Cmd::Bench(Bench::Pipeline(a)) => {
             let opts = pipeline_options(&a)?;
             let r = bench::pipeline::run(&opts, progress(a.json))?;
@@ -1240,7 +1244,13 @@ fn show(client: &control::client::Client, what: &str, arg: Option<&str>, json: b
     Ok(())
 }
 
-fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str, vlans: bool) -> Result<()> {
+fn lab_cmd(
+    cmd: LabCmd,
+    name: &str,
+    workers: usize,
+    backend: &str,
+    (vlans, mtu): (bool, Option<u32>),
+) -> Result<()> {
     if !["auto", "af_xdp", "af_packet"].contains(&backend) {
         bail!("--backend {backend:?}: expected auto, af_xdp or af_packet");
     }
@@ -1251,6 +1261,7 @@ fn lab_cmd(cmd: LabCmd, name: &str, workers: usize, backend: &str, vlans: bool) 
     lab.workers = workers;
     lab.backend = backend.to_string();
     lab.vlans = vlans;
+    lab.mtu = mtu;
     if vlans && backend == "af_xdp" {
         bail!("--vlans with --backend af_xdp: VLAN sub-interfaces need AF_PACKET on their parent (AF_XDP cannot see tags kept in packet metadata); use auto or af_packet");
     }

@@ -960,11 +960,14 @@ impl Config {
                     );
                 } else if let Some(v) = self.vlans.iter().find(|v| v.name == f.name) {
                     let tags = v.tags(0);
-                    let max = ports::BUFFER_MAX_MTU - tags.len() as u32;
+                    // As on the parent's largest MTU: an 802.1Q outer tag travels in the
+                    // frame's 4-byte allowance, other tags take from the MTU. The parent's own
+                    // MTU bounds it again at run time.
+                    let max = tags.max_mtu(ports::MAX_MTU);
                     if mtu > max {
                         r.add(
                             format!("interface[{i}].mtu"),
-                            format!("{mtu} is larger than the {max} bytes a VLAN sub-interface with {} carries today ({} bytes of AF_PACKET port less {} of tags; jumbo frames are not supported yet)", tags.describe(), ports::BUFFER_MAX_MTU, tags.len()),
+                            format!("{mtu} is larger than the {max} bytes a VLAN sub-interface with {} carries (a parent's {} bytes of jumbo MTU, less {} of tags)", tags.describe(), ports::MAX_MTU, ports::MAX_MTU - max),
                         );
                     }
                 } else if let Some(port) = self.ports.iter().find(|p| p.name == f.name) {
@@ -983,7 +986,7 @@ impl Config {
                     if mtu > max {
                         r.add(
                             format!("interface[{i}].mtu"),
-                            format!("{mtu} is larger than the {max} bytes {which} today (2 KiB packet buffers; jumbo frames are not supported yet)"),
+                            format!("{mtu} is larger than the {max} bytes {which} (jumbo frames of up to {} bytes)", dataplane::MAX_FRAME),
                         );
                     }
                 }
@@ -1447,36 +1450,27 @@ mod tests {
             )),
             Ok(())
         );
-        let packet = "[[port]]\nname = \"eth1\"\nbackend = \"af_packet\"\n";
-        assert_eq!(
-            ok(&format!(
-                "{packet}[[interface]]\nname = \"eth1\"\nmtu = 1906\n"
-            )),
-            Ok(())
-        );
-        let e = ok(&format!(
-            "{packet}[[interface]]\nname = \"eth1\"\nmtu = 1907\n"
-        ))
-        .unwrap_err();
-        assert!(
-            e.contains("1907 is larger than the 1906 bytes af_packet and memif ports carry"),
-            "{e}"
-        );
-        let xdp = "[[port]]\nname = \"eth1\"\nbackend = \"af_xdp\"\n";
-        assert_eq!(
-            ok(&format!(
-                "{xdp}[[interface]]\nname = \"eth1\"\nmtu = 1778\n"
-            )),
-            Ok(())
-        );
-        let e = ok(&format!(
-            "{xdp}[[interface]]\nname = \"eth1\"\nmtu = 3000\n"
-        ))
-        .unwrap_err();
-        assert!(
-            e.contains("3000 is larger than the 1778 bytes af_xdp ports carry"),
-            "{e}"
-        );
+        // Jumbo frames on every backend: 9000 accepted, above refused with the limit named.
+        for (backend, which) in [
+            ("af_packet", "af_packet and memif ports carry"),
+            ("af_xdp", "af_xdp ports carry"),
+        ] {
+            let port = format!("[[port]]\nname = \"eth1\"\nbackend = \"{backend}\"\n");
+            assert_eq!(
+                ok(&format!(
+                    "{port}[[interface]]\nname = \"eth1\"\nmtu = 9000\n"
+                )),
+                Ok(())
+            );
+            let e = ok(&format!(
+                "{port}[[interface]]\nname = \"eth1\"\nmtu = 9001\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.contains(&format!("9001 is larger than the 9000 bytes {which}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -1518,8 +1512,8 @@ mod tests {
             ),
             // More than the port's buffers carry: refused rather than a silent blackhole.
             (
-                "[[interface]]\nname = \"eth1\"\nmtu = 9000\n",
-                "test.toml:5:7: interface[0].mtu: 9000 is larger than the 1778 bytes a port with backend \"auto\" (AF_XDP where it can) carries today (2 KiB packet buffers; jumbo frames are not supported yet)",
+                "[[interface]]\nname = \"eth1\"\nmtu = 9001\n",
+                "test.toml:5:7: interface[0].mtu: 9001 is larger than the 9000 bytes a port with backend \"auto\" (AF_XDP where it can) carries (jumbo frames of up to 9216 bytes)",
             ),
             (
                 "[[interface]]\nname = \"eth1\"\nmtu = 1000\naddresses = [\"2001:db8::1/64\"]\n",
@@ -1943,8 +1937,9 @@ mod tests {
             "{e}"
         );
         // A sub-interface's MTU leaves room for its tags.
-        let e = parse(&format!("{base}[[vlan]]\nname = \"q\"\nparent = \"eth2\"\nid = 2\ninner_id = 3\n[[interface]]\nname = \"q\"\nmtu = 1900\n")).unwrap_err().to_string();
-        assert!(e.contains("interface[0].mtu") && e.contains("1898"), "{e}");
+        let e = parse(&format!("{base}[[vlan]]\nname = \"q\"\nparent = \"eth2\"\nid = 2\ninner_id = 3\n[[interface]]\nname = \"q\"\nmtu = 9000\n")).unwrap_err().to_string();
+        assert!(e.contains("interface[0].mtu") && e.contains("8992"), "{e}");
+        parse(&format!("{base}[[vlan]]\nname = \"q\"\nparent = \"eth2\"\nid = 2\ninner_id = 3\n[[interface]]\nname = \"q\"\nmtu = 8992\n")).unwrap();
         // A change of sub-interfaces needs a restart.
         let old = parse(base).unwrap();
         let new = parse(&format!(

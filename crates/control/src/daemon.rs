@@ -799,7 +799,7 @@ impl KernelFaces {
                 if f.len() < 14 + tl {
                     return;
                 }
-                let mut untagged = [0u8; dataplane::FRAME_SIZE];
+                let mut untagged = [0u8; dataplane::MAX_FRAME];
                 untagged[..12].copy_from_slice(&f[..12]);
                 let rest = &f[12 + tl..];
                 untagged[12..12 + rest.len()].copy_from_slice(rest);
@@ -873,7 +873,7 @@ fn control_loop(
         port: 0,
         reason: Reason::PuntLocal,
         len: 0,
-        data: [0; dataplane::FRAME_SIZE],
+        data: [0; dataplane::MAX_FRAME],
     });
     // With TAPs to serve, wake often: the kernel's ARP and ping replies wait for this loop.
     let poll_timeout = if faces.taps.iter().any(Option::is_some) {

@@ -150,7 +150,7 @@ mod tests {
             port: 1,
             reason: Reason::PuntUnresolved,
             len: 1,
-            data: [0; dataplane::FRAME_SIZE],
+            data: [0; dataplane::MAX_FRAME],
         });
         p.data[0] = tag;
         p

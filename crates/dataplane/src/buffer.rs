@@ -4,8 +4,17 @@
 //! region, or an [`Arena`] for in-memory ports); the graph moves small [`Pkt`] descriptors,
 //! never the bytes, except where it must (fragments, punt copies).
 
-/// Size of one packet frame.
+/// Size of one packet frame (an AF_XDP UMEM chunk).
 pub const FRAME_SIZE: usize = 2048;
+/// Size of one big frame, for frames that do not fit a [`FRAME_SIZE`] frame after the
+/// headroom (jumbo frames): [`MAX_FRAME`] bytes after the headroom, rounded up.
+pub const BIG_FRAME_SIZE: usize = 10240;
+/// The largest Ethernet frame (tags included, no FCS) the ports and the graph carry: an
+/// IP MTU of 9000 with room for two VLAN tags and more.
+pub const MAX_FRAME: usize = 9216;
+/// Frame index of the first big frame: big frame `j` is `BIG_BASE + j`. Small frames are
+/// numbered from 0, so one comparison tells the pools apart.
+pub const BIG_BASE: u32 = 1 << 30;
 /// Bytes kept free in front of received data, so headers can be prepended in place
 /// (ICMP errors are built in front of the packet they quote).
 pub const HEADROOM: usize = 128;
@@ -24,6 +33,23 @@ pub trait PacketMemory {
     fn free(&mut self, buf: u32);
     /// Two distinct frames, the first read-only, the second writable (for copies).
     fn frame_pair(&mut self, src: u32, dst: u32) -> (&[u8], &mut [u8]);
+    /// A free big frame ([`BIG_FRAME_SIZE`] bytes, for jumbo frames), or `None` when
+    /// exhausted or when this memory has none.
+    fn alloc_big(&mut self) -> Option<u32> {
+        None
+    }
+    /// A free frame with room for `len` bytes after [`HEADROOM`]: a small frame when it
+    /// fits one, a big frame otherwise; `None` when exhausted or larger than a big frame.
+    #[inline]
+    fn alloc_for(&mut self, len: usize) -> Option<u32> {
+        if len <= FRAME_SIZE - HEADROOM {
+            self.alloc()
+        } else if len <= BIG_FRAME_SIZE - HEADROOM {
+            self.alloc_big()
+        } else {
+            None
+        }
+    }
     /// The memory as an [`Arena`], if it is one (a port that shares an arena with the
     /// kernel as its UMEM moves descriptors instead of copying).
     fn arena(&mut self) -> Option<&mut Arena> {
@@ -86,16 +112,27 @@ impl Drop for HugeMem {
 #[inline]
 pub(crate) fn l3<'a, M: PacketMemory>(mem: &'a M, p: &Pkt) -> &'a [u8] {
     let s = p.off as usize + p.l3 as usize;
-    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
-    mem.frame(p.buf).get(s..e).unwrap_or(&[])
+    let f = mem.frame(p.buf);
+    let e = (p.off as usize + p.len as usize).min(f.len());
+    f.get(s..e).unwrap_or(&[])
 }
 
 /// Writable L3 bytes of a packet.
 #[inline]
 pub(crate) fn l3_mut<'a, M: PacketMemory>(mem: &'a mut M, p: &Pkt) -> &'a mut [u8] {
     let s = p.off as usize + p.l3 as usize;
-    let e = (p.off as usize + p.len as usize).min(FRAME_SIZE);
-    mem.frame_mut(p.buf).get_mut(s..e).unwrap_or(&mut [])
+    let f = mem.frame_mut(p.buf);
+    let e = (p.off as usize + p.len as usize).min(f.len());
+    f.get_mut(s..e).unwrap_or(&mut [])
+}
+
+/// The bytes a descriptor covers (clipped to its frame).
+#[inline]
+pub fn pkt_bytes<'a, M: PacketMemory>(mem: &'a M, p: &Pkt) -> &'a [u8] {
+    let f = mem.frame(p.buf);
+    let s = p.off as usize;
+    let e = (s + p.len as usize).min(f.len());
+    f.get(s..e).unwrap_or(&[])
 }
 
 /// Hint the CPU to bring the cache line at `p` in. Never faults, whatever the address.
@@ -132,17 +169,55 @@ pub struct Arena {
     /// frame are set, so one test also refuses an index out of range.
     lent: Vec<u64>,
     frames: u32,
+    /// Big frames ([`BIG_FRAME_SIZE`] bytes, jumbo frames): never lent, numbered from
+    /// [`BIG_BASE`].
+    big: BigPool,
     bad_frees: u64,
     /// What a write to a frame the arena cannot hand out lands in.
-    scratch: Box<[u8; FRAME_SIZE]>,
+    scratch: Box<[u8; BIG_FRAME_SIZE]>,
+}
+
+/// The arena's big frames: their memory and free list (ownership tracked as for small
+/// frames).
+struct BigPool {
+    mem: HugeMem,
+    /// Free big frames, as indices from 0.
+    free: Vec<u32>,
+    is_free: Vec<u64>,
+    frames: u32,
+}
+
+impl BigPool {
+    fn new(frames: u32) -> BigPool {
+        let mut is_free = vec![0u64; (frames as usize).div_ceil(64)];
+        for b in 0..frames as usize {
+            is_free[b / 64] |= 1 << (b % 64);
+        }
+        BigPool {
+            mem: HugeMem::new(frames as usize * BIG_FRAME_SIZE),
+            free: (0..frames).rev().collect(),
+            is_free,
+            frames,
+        }
+    }
+    /// Start of big frame `buf` (an arena index), if it is one of ours.
+    #[inline]
+    fn ptr(&self, buf: u32) -> Option<*mut u8> {
+        let j = buf.checked_sub(BIG_BASE)?;
+        (j < self.frames).then(|| self.mem.ptr.wrapping_add(j as usize * BIG_FRAME_SIZE))
+    }
 }
 
 /// What a read of a frame the arena cannot hand out sees.
-static ZERO_FRAME: [u8; FRAME_SIZE] = [0; FRAME_SIZE];
+static ZERO_FRAME: [u8; BIG_FRAME_SIZE] = [0; BIG_FRAME_SIZE];
 
 impl Arena {
-    /// `frames` frames, all free.
+    /// `frames` frames, all free, and one big frame for every 16 (at most 1024).
     pub fn new(frames: u32) -> Arena {
+        Arena::with_big(frames, (frames / 16).min(1024))
+    }
+    /// `frames` frames and `big` big frames ([`BIG_FRAME_SIZE`] bytes), all free.
+    pub fn with_big(frames: u32, big: u32) -> Arena {
         let mut is_free = vec![0u64; (frames as usize).div_ceil(64)];
         for b in 0..frames as usize {
             is_free[b / 64] |= 1 << (b % 64);
@@ -158,8 +233,19 @@ impl Arena {
             is_free,
             lent,
             frames,
+            big: BigPool::new(big),
             bad_frees: 0,
-            scratch: Box::new([0; FRAME_SIZE]),
+            scratch: Box::new([0; BIG_FRAME_SIZE]),
+        }
+    }
+    /// A frame's start and length, if the arena may hand it out as a slice: a small frame
+    /// in range and not lent, or a big frame in range.
+    #[inline(always)]
+    fn slot(&self, buf: u32) -> Option<(*mut u8, usize)> {
+        if self.accessible(buf) {
+            Some((self.frame_ptr(buf), FRAME_SIZE))
+        } else {
+            self.big.ptr(buf).map(|p| (p, BIG_FRAME_SIZE))
         }
     }
     /// Whether frame `buf` may be handed out as a slice: in range and not lent.
@@ -242,19 +328,47 @@ impl Arena {
     pub fn free_count(&self) -> usize {
         self.free.len()
     }
-    /// Allocate a frame and copy `data` into it at `HEADROOM`; returns a descriptor.
+    /// Number of big frames.
+    pub fn big_frames(&self) -> u32 {
+        self.big.frames
+    }
+    /// Number of free big frames.
+    pub fn big_free_count(&self) -> usize {
+        self.big.free.len()
+    }
+    /// Allocate a frame (a big one for a jumbo frame) and copy `data` into it at
+    /// `HEADROOM`; returns a descriptor.
     pub fn load(&mut self, data: &[u8], rx_port: u16) -> Option<Pkt> {
-        if data.len() > FRAME_SIZE - HEADROOM {
-            return None;
+        let buf = self.alloc_for(data.len())?;
+        match self.frame_mut(buf).get_mut(HEADROOM..HEADROOM + data.len()) {
+            Some(d) => d.copy_from_slice(data),
+            None => {
+                self.free(buf);
+                return None;
+            }
         }
-        let buf = self.alloc()?;
-        self.frame_mut(buf)[HEADROOM..HEADROOM + data.len()].copy_from_slice(data);
         Some(Pkt::new(buf, HEADROOM as u16, data.len() as u16, rx_port))
     }
     /// The frame bytes a descriptor covers.
     pub fn data(&self, p: &Pkt) -> &[u8] {
-        let f = self.frame(p.buf);
-        &f[p.off as usize..(p.off as usize + p.len as usize).min(FRAME_SIZE)]
+        pkt_bytes(self, p)
+    }
+    /// Free a big frame (the cold half of `free`).
+    #[cold]
+    fn free_big(&mut self, buf: u32) {
+        let j = buf.wrapping_sub(BIG_BASE);
+        let bit = 1u64 << (j % 64);
+        match self.big.is_free.get_mut(j as usize / 64) {
+            Some(w) if buf >= BIG_BASE && j < self.big.frames && *w & bit == 0 => {
+                *w |= bit;
+                // Capacity for every big frame was reserved at creation.
+                self.big.free.push(j);
+            }
+            _ => {
+                self.bad_frees += 1;
+                debug_assert!(false, "frame {buf} freed twice or not of this arena");
+            }
+        }
     }
 }
 
@@ -262,7 +376,13 @@ impl PacketMemory for Arena {
     #[inline]
     fn frame(&self, buf: u32) -> &[u8] {
         if !self.accessible(buf) {
-            return &ZERO_FRAME;
+            return match self.big.ptr(buf) {
+                // SAFETY: a big frame in range lies inside the big pool's mapping, which
+                // lives as long as `self`; big frames are never lent, so nobody else
+                // writes them while the shared borrow of `self` lives.
+                Some(p) => unsafe { std::slice::from_raw_parts(p, BIG_FRAME_SIZE) },
+                None => &ZERO_FRAME,
+            };
         }
         // SAFETY: `buf` is in range (`accessible`), so the frame lies inside the mapping,
         // which lives as long as `self`; it is not lent, so the kernel does not write it
@@ -273,7 +393,11 @@ impl PacketMemory for Arena {
     #[inline]
     fn frame_mut(&mut self, buf: u32) -> &mut [u8] {
         if !self.accessible(buf) {
-            return &mut self.scratch[..];
+            return match self.big.ptr(buf) {
+                // SAFETY: as in `frame`, and `&mut self` makes this the only slice of it.
+                Some(p) => unsafe { std::slice::from_raw_parts_mut(p, BIG_FRAME_SIZE) },
+                None => &mut self.scratch[..],
+            };
         }
         // SAFETY: as in `frame`, and `&mut self` makes this the only slice of the arena.
         unsafe { std::slice::from_raw_parts_mut(self.frame_ptr(buf), FRAME_SIZE) }
@@ -299,31 +423,34 @@ impl PacketMemory for Arena {
                 // reallocates (a frame is on the list at most once).
                 self.free.push(buf);
             }
+            _ if buf >= BIG_BASE => self.free_big(buf),
             _ => {
                 self.bad_frees += 1;
                 debug_assert!(false, "frame {buf} freed twice or not of this arena");
             }
         }
     }
-    fn frame_pair(&mut self, src: u32, dst: u32) -> (&[u8], &mut [u8]) {
-        if src == dst || !self.accessible(dst) {
-            let s: &[u8] = if self.accessible(src) && src != dst {
-                // SAFETY: as in `frame`; the scratch frame is distinct memory.
-                unsafe { std::slice::from_raw_parts(self.frame_ptr(src), FRAME_SIZE) }
-            } else {
-                &ZERO_FRAME
-            };
-            return (s, &mut self.scratch[..]);
+    fn alloc_big(&mut self) -> Option<u32> {
+        let j = self.big.free.pop()?;
+        if let Some(w) = self.big.is_free.get_mut(j as usize / 64) {
+            *w &= !(1 << (j % 64));
         }
-        let s: &[u8] = if self.accessible(src) {
-            // SAFETY: as in `frame`; `src != dst`, so this frame and the writable one below
-            // do not overlap.
-            unsafe { std::slice::from_raw_parts(self.frame_ptr(src), FRAME_SIZE) }
-        } else {
-            &ZERO_FRAME
+        Some(BIG_BASE + j)
+    }
+    fn frame_pair(&mut self, src: u32, dst: u32) -> (&[u8], &mut [u8]) {
+        let s = if src == dst { None } else { self.slot(src) };
+        let s: &[u8] = match s {
+            // SAFETY: as in `frame` (a small frame not lent, or a big frame, in range);
+            // `src != dst`, so it does not overlap the writable frame below, nor the
+            // scratch frame (distinct memory).
+            Some((p, n)) => unsafe { std::slice::from_raw_parts(p, n) },
+            None => &ZERO_FRAME,
         };
-        // SAFETY: as in `frame_mut`; distinct from `s` (another frame, or a static).
-        let d = unsafe { std::slice::from_raw_parts_mut(self.frame_ptr(dst), FRAME_SIZE) };
+        let d: &mut [u8] = match self.slot(dst) {
+            // SAFETY: as in `frame_mut`; distinct from `s` (another frame, or a static).
+            Some((p, n)) if src != dst => unsafe { std::slice::from_raw_parts_mut(p, n) },
+            _ => &mut self.scratch[..],
+        };
         (s, d)
     }
 }
@@ -486,11 +613,64 @@ mod tests {
         assert!(!a.lend(69), "a free frame is not the caller's to lend");
         assert_eq!(a.lent_count(), 0);
         let (src, dst) = a.frame_pair(p.buf, p.buf);
-        assert_eq!(src.len(), FRAME_SIZE);
+        assert!(
+            src.iter().all(|&b| b == 0),
+            "a frame paired with itself reads as zeros"
+        );
         dst[0] = 1;
         a.free(p.buf);
         a.free((rx / FRAME_SIZE as u64) as u32);
         assert_eq!(a.free_count(), 70);
+    }
+
+    /// Jumbo frames go into big frames, numbered apart from the small ones; copies work
+    /// between the pools; big frames are owned like small ones (a double free is refused)
+    /// and never lent.
+    #[test]
+    fn big_frames_hold_jumbo_frames() {
+        let mut a = Arena::with_big(8, 2);
+        assert_eq!(a.big_frames(), 2);
+        let jumbo: Vec<u8> = (0..MAX_FRAME).map(|i| i as u8).collect();
+        let p = a.load(&jumbo, 3).unwrap();
+        assert!(p.buf >= BIG_BASE);
+        assert_eq!(a.data(&p), &jumbo[..]);
+        assert_eq!(a.frame(p.buf).len(), BIG_FRAME_SIZE);
+        assert_eq!(a.big_free_count(), 1);
+        assert!(!a.lend(p.buf), "big frames are never lent to the kernel");
+        // Small to big and big to small.
+        let s = a.load(&[5; 100], 0).unwrap();
+        let (src, dst) = a.frame_pair(p.buf, s.buf);
+        dst[HEADROOM..HEADROOM + 100].copy_from_slice(&src[HEADROOM + 1000..HEADROOM + 1100]);
+        assert_eq!(a.data(&s), &jumbo[1000..1100]);
+        let q = a.alloc_for(5000).unwrap();
+        assert!(q >= BIG_BASE && q != p.buf);
+        assert_eq!(a.alloc_for(5000), None, "two big frames only");
+        assert_eq!(a.alloc_for(BIG_FRAME_SIZE), None, "larger than any frame");
+        let (src, dst) = a.frame_pair(s.buf, q);
+        dst[..100].copy_from_slice(&src[HEADROOM..HEADROOM + 100]);
+        assert_eq!(&a.frame(q)[..100], &jumbo[1000..1100]);
+        a.free(q);
+        a.free(p.buf);
+        a.free(s.buf);
+        assert_eq!((a.big_free_count(), a.free_count()), (2, 8));
+        assert!(
+            a.frame(BIG_BASE + 2).iter().all(|&b| b == 0),
+            "out of range"
+        );
+        assert_eq!(a.bad_frees(), 0);
+    }
+
+    /// A big frame freed twice, or past the pool, is refused and counted.
+    #[test]
+    #[cfg(not(debug_assertions))]
+    fn big_frames_refuse_double_frees() {
+        let mut a = Arena::with_big(4, 1);
+        let b = a.alloc_big().unwrap();
+        a.free(b);
+        a.free(b);
+        a.free(BIG_BASE + 1);
+        assert_eq!(a.bad_frees(), 2);
+        assert_eq!(a.big_free_count(), 1);
     }
 
     #[test]

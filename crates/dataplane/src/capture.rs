@@ -176,9 +176,7 @@ impl Capturer {
             if self.active.count == 0 {
                 return;
             }
-            let s = p.off as usize;
-            let e = (s + p.len as usize).min(FRAME_SIZE);
-            let bytes = mem.frame(p.buf).get(s..e).unwrap_or(&[]);
+            let bytes = crate::buffer::pkt_bytes(mem, p);
             let keep = bytes.len().min(self.active.snaplen as usize);
             if self.records_out.is_full() {
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);

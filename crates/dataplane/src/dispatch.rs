@@ -1,7 +1,7 @@
 //! Running a vector through the graph: the dispatch over the nodes, in rounds. The engine
 //! (`crate::graph`) knows no node; the nodes know the engine; this module knows both.
 
-use crate::buffer::{PacketMemory, Vector, FRAME_SIZE, VECTOR_SIZE};
+use crate::buffer::{PacketMemory, Vector, VECTOR_SIZE};
 use crate::counters::Reason;
 use crate::feature::ArcId;
 use crate::graph::{Graph, Node, Output, MAX_ROUNDS, ORDER};
@@ -44,9 +44,7 @@ impl Graph {
         };
         let n = v.len.min(VECTOR_SIZE);
         for p in &mut v.pkts[..n] {
-            let s = p.off as usize;
-            let e = (s + p.len as usize).min(FRAME_SIZE);
-            let frame = mem.frame(p.buf).get(s..e).unwrap_or(&[]);
+            let frame = crate::buffer::pkt_bytes(mem, p);
             t.select(p, frame, now_ns);
         }
     }

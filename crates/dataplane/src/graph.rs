@@ -20,9 +20,7 @@ use std::sync::Arc;
 
 use fib::{FibReader, NextHop, NextHopId, MISS};
 
-use crate::buffer::{
-    PacketMemory, Pkt, Vector, FRAME_SIZE, F_LOCAL_ORIGIN, F_TO_FRAG, VECTOR_SIZE,
-};
+use crate::buffer::{PacketMemory, Pkt, Vector, F_LOCAL_ORIGIN, F_TO_FRAG, MAX_FRAME, VECTOR_SIZE};
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
 use crate::feature::{self, ArcId, FeatureCx, FeatureState, Registry, DEAD};
@@ -577,19 +575,15 @@ impl Graph {
             self.trace::<T>(p, Step::Drop(Reason::PuntQueueFull));
             return;
         }
-        let frame = mem.frame(p.buf);
-        let (s, e) = (
-            p.off as usize,
-            (p.off as usize + p.len as usize).min(FRAME_SIZE),
-        );
+        let src = crate::buffer::pkt_bytes(mem, p);
         let mut pp = PuntPacket {
             port: p.rx_port,
             reason: r,
             len: 0,
-            data: [0; FRAME_SIZE],
+            data: [0; MAX_FRAME],
         };
-        if let Some(src) = frame.get(s..e) {
-            pp.data[..src.len()].copy_from_slice(src);
+        if let Some(d) = pp.data.get_mut(..src.len()) {
+            d.copy_from_slice(src);
             pp.len = src.len() as u16;
         }
         if q.push(pp).is_ok() {

@@ -5,8 +5,8 @@ use fib::{Adjacency, NextHop};
 use wire::{checksum, Ipv4Packet};
 
 use crate::buffer::{
-    l3, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN,
-    F_TO_FRAG, HEADROOM,
+    l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN, F_TO_FRAG,
+    HEADROOM,
 };
 use crate::counters::Reason;
 use crate::family::Family;
@@ -356,7 +356,7 @@ fn fragment_one<M: PacketMemory>(
         let chunk = if first { first_chunk } else { later_chunk }.min(payload_len - done);
         let last = done + chunk == payload_len;
         let h = if first { hlen } else { later_hlen };
-        let Some(buf) = mem.alloc() else {
+        let Some(buf) = mem.alloc_for(eth_len + h + chunk) else {
             rollback(out, tx_port as usize, start_len);
             return None;
         };
@@ -478,7 +478,7 @@ fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
     let ip_at = orig.checked_sub(28).ok_or(Reason::IcmpSuppressed)?;
     let eth_at = ip_at.checked_sub(ETH_HLEN).ok_or(Reason::IcmpSuppressed)?;
     let end = orig + quote_len;
-    if end > FRAME_SIZE {
+    if end > mem.frame(p.buf).len() {
         return Err(Reason::IcmpSuppressed);
     }
     g.ip_ident = g.ip_ident.wrapping_add(1);

@@ -4,7 +4,7 @@
 use fib::Adjacency;
 use wire::{checksum, Ipv6Packet};
 
-use crate::buffer::{l3, PacketMemory, Pkt, Vector, FRAME_SIZE, F_L2_MCAST, F_LOCAL_ORIGIN};
+use crate::buffer::{l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN};
 use crate::counters::Reason;
 use crate::family::Family;
 use crate::feature::ArcId;
@@ -251,7 +251,7 @@ fn build6<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
     let ip_at = orig.checked_sub(48).ok_or(Reason::IcmpSuppressed)?;
     let eth_at = ip_at.checked_sub(ETH_HLEN).ok_or(Reason::IcmpSuppressed)?;
     let end = orig + quote_len;
-    if end > FRAME_SIZE {
+    if end > mem.frame(p.buf).len() {
         return Err(Reason::IcmpSuppressed);
     }
     let frame = mem.frame_mut(p.buf);

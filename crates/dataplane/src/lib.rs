@@ -24,7 +24,10 @@ mod ratelimit;
 pub mod trace;
 pub mod worker;
 
-pub use buffer::{Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+pub use buffer::{
+    pkt_bytes, Arena, PacketMemory, Pkt, Vector, BIG_BASE, BIG_FRAME_SIZE, FRAME_SIZE, HEADROOM,
+    MAX_FRAME, VECTOR_SIZE,
+};
 pub use counters::{Counters, Kind, Reason, Snapshot};
 pub use graph::{Graph, GraphConfig, Output};
 pub use interfaces::{Interfaces, PortInfo};

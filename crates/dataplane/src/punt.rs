@@ -2,7 +2,7 @@
 //! traffic, unresolved next hops, control multicast). Bounded single-producer single-consumer
 //! ring per worker; a full ring is a counted drop, never a wait.
 
-use crate::buffer::FRAME_SIZE;
+use crate::buffer::MAX_FRAME;
 use crate::counters::Reason;
 
 /// A copy of a punted frame. Punting is the slow path, so copying out of port memory
@@ -15,13 +15,13 @@ pub struct PuntPacket {
     /// Frame length.
     pub len: u16,
     /// Frame bytes (`..len`).
-    pub data: [u8; FRAME_SIZE],
+    pub data: [u8; MAX_FRAME],
 }
 
 impl PuntPacket {
     /// The frame bytes.
     pub fn frame(&self) -> &[u8] {
-        &self.data[..(self.len as usize).min(FRAME_SIZE)]
+        &self.data[..(self.len as usize).min(MAX_FRAME)]
     }
 }
 

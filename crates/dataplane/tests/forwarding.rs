@@ -116,7 +116,7 @@ fn lab_with(cfg: GraphConfig) -> Lab {
     );
     Lab {
         graph,
-        arena: Arena::new(512),
+        arena: Arena::with_big(512, 64),
         out: Output::new(2),
         punts: cons,
         counters,
@@ -311,6 +311,44 @@ fn fragments_when_df_clear() {
         "reassembly must give back the original payload"
     );
     assert_eq!(l.count(Reason::Ip4Fragments), out.len() as u64);
+}
+
+/// A jumbo frame (9000-byte IPv4 packet, in a big buffer) toward 1500- and 576-byte links:
+/// fragmented with DF clear (every fragment within the MTU, the payload intact), "fragmentation
+/// needed" with DF set; an IPv6 one gets "packet too big" quoting at most 1280 bytes.
+#[test]
+fn jumbo_frames_are_fragmented_or_answered_at_any_mtu() {
+    for (dst, mtu) in [("10.1.2.3", 1500usize), ("172.16.0.9", 576)] {
+        let mut l = lab();
+        let orig = frame4(H0_V4, ip4(dst), 64, false, 8972);
+        assert_eq!(orig.len(), 14 + 9000);
+        let out = l.run(std::slice::from_ref(&orig));
+        let mut data = vec![0u8; 8980];
+        let mut covered = 0;
+        for (i, (_, f)) in out.iter().enumerate() {
+            let ip = ipv4_of(f);
+            assert!(ip.verify_checksum());
+            assert!(ip.total_len() as usize <= mtu, "{} > {mtu}", ip.total_len());
+            assert_eq!(ip.more_frags(), i + 1 < out.len());
+            let off = ip.frag_offset() as usize;
+            data[off..off + ip.payload().len()].copy_from_slice(ip.payload());
+            covered += ip.payload().len();
+        }
+        assert_eq!(covered, 8980, "to {dst}");
+        assert_eq!(&data[..], &orig[34..], "reassembly gives the payload back");
+        assert_eq!(l.count(Reason::Ip4Fragments), out.len() as u64);
+        let out = l.run(&[frame4(H0_V4, ip4(dst), 64, true, 8972)]);
+        assert_eq!(out.len(), 1);
+        let rest = check_icmp4_error(&out[0].1, 3, 4, 64);
+        assert_eq!(rest & 0xffff, mtu as u32, "next-hop MTU");
+    }
+    let mut l = lab();
+    let out = l.run(&[frame6(H0_V6, DST6, 64, 17, &udp6(8952))]);
+    assert_eq!(out.len(), 1);
+    let f = &out[0].1;
+    assert_eq!(f[14 + 40], 2, "ICMPv6 packet too big");
+    assert!(f.len() <= 14 + 1280, "the error fits the IPv6 minimum MTU");
+    assert_eq!(l.count(Reason::Ip6TooBig), 1);
 }
 
 #[test]
@@ -721,11 +759,20 @@ fn hostile() -> impl Strategy<Value = Vec<u8>> {
         (0u8..=255, 0usize..300).prop_map(|(hop, n)| frame6(H0_V6, DST6, hop, 17, &udp6(n))),
         (0usize..200).prop_map(|n| frame6(H0_V6, DST6, 9, 60, &vec![60u8; n])),
         proptest::collection::vec(any::<u8>(), 0..120),
+        // Jumbo frames (big buffers), fragmented or answered.
+        (0u8..=255, 1500usize..9160, any::<bool>()).prop_map(|(ttl, n, df)| frame4(
+            H0_V4,
+            ip4("10.9.8.7"),
+            ttl,
+            df,
+            n
+        )),
+        (0u8..=255, 1500usize..9140).prop_map(|(hop, n)| frame6(H0_V6, DST6, hop, 17, &udp6(n))),
     ];
     (
         base,
-        proptest::collection::vec((0usize..1200, any::<u8>()), 0..8),
-        0usize..1600,
+        proptest::collection::vec((0usize..9200, any::<u8>()), 0..8),
+        prop_oneof![0usize..1600, 1600usize..9300],
     )
         .prop_map(|(mut f, flips, cut)| {
             for (i, b) in flips {

@@ -59,6 +59,9 @@ pub struct Lab {
     /// (untagged), hv (802.1Q 100) and hq (QinQ 802.1ad 200 / 802.1Q 300), and the router
     /// gets the sub-interfaces r2.100 and r2.q.
     pub vlans: bool,
+    /// IP MTU of every lab link (both ends); `None` keeps veth's default of 1500. Jumbo
+    /// frames: 9000.
+    pub mtu: Option<u32>,
 }
 
 /// Which of `names` exist as network namespaces.
@@ -104,6 +107,7 @@ impl Lab {
             workers: 1,
             h3: false,
             vlans: false,
+            mtu: None,
         }
     }
     /// Namespace of h1.
@@ -218,6 +222,14 @@ impl Lab {
                 self.existing()
             );
         }
+        if let Some(m) = self.mtu {
+            if !(1280..=9000).contains(&m) {
+                bail!("lab MTU {m}: expected 1280..=9000");
+            }
+            if self.vlans {
+                bail!("a lab MTU other than the default and VLANs together are not supported");
+            }
+        }
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
         let rtr = self.rtr();
@@ -282,6 +294,9 @@ impl Lab {
                     "nodad",
                 ],
             )?;
+            if let Some(m) = self.mtu {
+                self.ns_in(ns, &["link", "set", dev, "mtu", &m.to_string()])?;
+            }
             self.ns_in(ns, &["link", "set", dev, "up"])?;
         }
         for (host, _, _, _, rv4, rv6) in &hosts {

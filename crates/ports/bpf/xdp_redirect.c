@@ -46,7 +46,11 @@ struct vlan {
 	__be16 proto;
 };
 
-SEC("xdp")
+/* "xdp.frags": the program handles multi-buffer frames (BPF_F_XDP_HAS_FRAGS), so it
+ * may run on interfaces with an MTU above a page (jumbo frames: veth refuses other
+ * programs there). It reads headers only, which are in the first buffer; the socket is
+ * bound with XDP_USE_SG and gets such frames as several descriptors. */
+SEC("xdp.frags")
 int ferrouter_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;

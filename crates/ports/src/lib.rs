@@ -87,15 +87,16 @@ impl PortError {
     }
 }
 
-/// The largest IP MTU an AF_XDP port carries: a 2,048-byte UMEM chunk less the kernel's
-/// 256 bytes of XDP headroom (`XDP_PACKET_HEADROOM`) and the Ethernet header. Larger frames
-/// are dropped at receive (`rx_drops`) until packet buffers grow (jumbo frames).
-pub const AF_XDP_MAX_MTU: u32 = 2048 - 256 - 14;
-/// The largest IP MTU an AF_PACKET or memif port carries: a packet buffer less its headroom
-/// and the Ethernet header. (AF_PACKET super-frames from segmentation offload are cut into
-/// segments, so they are not limited by it.)
-pub const BUFFER_MAX_MTU: u32 =
-    (dataplane::buffer::FRAME_SIZE - dataplane::buffer::HEADROOM - 14) as u32;
+/// The largest IP MTU of any port (jumbo frames): 9000 bytes, in frames of up to
+/// [`dataplane::MAX_FRAME`] bytes with the Ethernet header and up to two VLAN tags.
+pub const MAX_MTU: u32 = 9000;
+/// The largest IP MTU an AF_XDP port carries. A frame larger than a 2,048-byte UMEM chunk
+/// (less the kernel's 256 bytes of `XDP_PACKET_HEADROOM`) arrives and leaves as several
+/// descriptors (multi-buffer AF_XDP, `XDP_USE_SG`), gathered into one big buffer.
+pub const AF_XDP_MAX_MTU: u32 = MAX_MTU;
+/// The largest IP MTU an AF_PACKET or memif port carries. (AF_PACKET super-frames from
+/// segmentation offload are cut into segments, so they are not limited by it.)
+pub const BUFFER_MAX_MTU: u32 = MAX_MTU;
 
 /// Counters a port keeps for itself (single writer: the worker driving the port; the
 /// caller publishes them).

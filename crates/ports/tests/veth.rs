@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{frame, ip, is_test_frame, Lab, A_IF, B_IF};
 use dataplane::worker::Port;
-use dataplane::{Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+use dataplane::{Arena, PacketMemory, Pkt, Vector, HEADROOM, VECTOR_SIZE};
 use ports::{AfPacket, AfPacketOptions, PortError};
 
 /// Open `p0` in namespace `a` and `p1` in namespace `b` (from the calling lab thread).
@@ -235,9 +235,12 @@ fn bad_ring_geometry_names_the_operation() {
     });
 }
 
+/// On a link with an MTU above the largest jumbo frame: a 4000-byte frame arrives whole (in
+/// a big buffer), a 9,314-byte one (over `MAX_FRAME`) is dropped and counted, never
+/// delivered cut short, and the small datagram after them arrives.
 #[test]
-fn jumbo_frame_is_dropped_as_too_big_not_truncated() {
-    let lab = Lab::new("jumbo", 9000);
+fn frame_above_the_largest_jumbo_is_dropped_as_too_big_not_truncated() {
+    let lab = Lab::new("jumbo", 9500);
     lab.run(|| {
         let (a, mut b) = open_pair(&lab, Default::default(), Default::default());
         ip(&["-n", &lab.a, "addr", "add", "10.77.0.1/24", "dev", A_IF]);
@@ -260,36 +263,47 @@ fn jumbo_frame_is_dropped_as_too_big_not_truncated() {
             "nud",
             "permanent",
         ]);
-        assert_eq!(b.mtu(), 9000);
+        assert_eq!(b.mtu(), 9500);
         drop(a);
         Lab::enter(&lab.a);
         let sock = UdpSocket::bind("10.77.0.1:0").unwrap();
         // 4000-byte frame = 14 Ethernet + 20 IPv4 + 8 UDP + 3958 payload.
         sock.send_to(&[0xabu8; 3958], "10.77.0.2:9").unwrap();
+        // 9,314 bytes: over the 9,216 of the largest jumbo frame.
+        sock.send_to(&[0xefu8; 9272], "10.77.0.2:9").unwrap();
         sock.send_to(&[0xcdu8; 100], "10.77.0.2:9").unwrap();
         let mut mem = Arena::new(256);
         let deadline = Instant::now() + Duration::from_secs(2);
-        let mut small = 0;
+        let (mut small, mut jumbo) = (0, 0);
         while small == 0 && Instant::now() < deadline {
             let mut v = Vector::default();
             b.rx_burst(&mut mem, &mut v);
             for p in v.as_slice() {
                 let d = mem.data(p);
-                assert!(d.len() <= FRAME_SIZE - HEADROOM);
+                assert!(d.len() <= dataplane::MAX_FRAME);
                 if d.get(12..14) == Some(&[0x08, 0x00]) && d.len() >= 34 {
                     let ip_len = u16::from_be_bytes([d[16], d[17]]) as usize;
                     assert_eq!(d.len(), 14 + ip_len, "IPv4 frame delivered truncated");
                     if d[23] == 17 && ip_len == 128 {
                         small += 1;
                     }
+                    if d[23] == 17 && ip_len == 3986 {
+                        assert!(p.buf >= dataplane::BIG_BASE, "in a big buffer");
+                        assert!(d[42..].iter().all(|&x| x == 0xab));
+                        jumbo += 1;
+                    }
                 }
                 mem.free(p.buf);
             }
         }
-        assert_eq!(small, 1, "the small datagram after the jumbo one arrives");
+        assert_eq!(
+            (jumbo, small),
+            (1, 1),
+            "the jumbo and the small datagram arrive"
+        );
         let s = b.stats();
         assert_eq!(s.rx_dropped_too_big, 1, "{s:?}");
-        assert_eq!(mem.free_count(), 256);
+        assert_eq!((mem.free_count(), mem.big_free_count()), (256, 16));
     });
 }
 

@@ -517,8 +517,12 @@ impl Generator {
         if cfg.bidirectional && self.dirs.len() < 2 {
             bail!("bidirectional trial needs addresses for the reverse direction");
         }
-        let Some(probe) = mem.alloc() else {
-            bail!("packet memory has no free frame");
+        // Jumbo frames go into big frames (where the memory has them).
+        let Some(probe) = mem.alloc_for(self.max_buffer_len()) else {
+            bail!(
+                "packet memory has no free frame for {}-byte frames",
+                self.max_buffer_len() + 4
+            );
         };
         let cap = mem.frame(probe).len().saturating_sub(HEADROOM);
         mem.free(probe);
@@ -773,7 +777,7 @@ fn send<M: PacketMemory, P: Port<M>>(
         let Some(fs) = st.flows[fam].as_ref() else {
             break;
         };
-        let Some(buf) = mem.alloc() else {
+        let Some(buf) = mem.alloc_for(t.len()) else {
             c.no_buffer += 1;
             break;
         };

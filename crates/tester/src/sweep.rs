@@ -1140,12 +1140,12 @@ impl<'a> Sender<'a> {
 
     /// Fail when the largest frame does not fit a frame of `mem` after the headroom.
     pub fn check_memory<M: PacketMemory>(&self, mem: &mut M) -> Result<()> {
-        let Some(probe) = mem.alloc() else {
-            bail!("packet memory has no free frame");
+        let need = self.tpl.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
+        let Some(probe) = mem.alloc_for(need) else {
+            bail!("packet memory has no free frame for {need}-byte frames");
         };
         let cap = mem.frame(probe).len().saturating_sub(HEADROOM);
         mem.free(probe);
-        let need = self.tpl.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
         if need > cap {
             bail!(
                 "{}-byte sweep frames do not fit the packet memory's frames ({} bytes after headroom)",
@@ -1218,12 +1218,12 @@ impl<'a> Sender<'a> {
             let chunk = budget.min(n_dests - self.next);
             let mut k = 0;
             while k < chunk {
-                let Some(buf) = mem.alloc() else {
+                let d = self.next + k;
+                let (v6, dst) = addr_u128(self.cfg.dests[d]);
+                let Some(buf) = mem.alloc_for(self.tpl[usize::from(v6)].bytes.len()) else {
                     self.stats.no_buffer += 1;
                     break;
                 };
-                let d = self.next + k;
-                let (v6, dst) = addr_u128(self.cfg.dests[d]);
                 let ts = now_ns.max(self.last_ts + 1);
                 self.last_ts = ts;
                 let sig = SweepSignature {

@@ -249,7 +249,8 @@ fn jumbo_frames_beyond_packet_memory_are_refused_at_setup() {
     assert_eq!(p.max_frame_size(), 9000);
     let mut g = Generator::new(&lab_traffic(p.clone(), false)).unwrap();
     let (mut p0, mut p1) = loop_pair(64);
-    let mut mem = Arena::new(64);
+    // Packet memory without big frames cannot hold a jumbo frame.
+    let mut mem = Arena::with_big(64, 0);
     let e = g
         .run_trial_with_clock(
             &mut mem,
@@ -263,6 +264,21 @@ fn jumbo_frames_beyond_packet_memory_are_refused_at_setup() {
     let mut g = Generator::new(&lab_traffic(p.without_frames_over(1518).unwrap(), false)).unwrap();
     let r = run(&mut g, &mut mem, &mut p0, &mut p1, &trial(10, false));
     assert_eq!(r.rx, 10);
+}
+
+/// With big frames in the packet memory, the whole `eantc1` mix (9000-byte frames
+/// included) is sent and received, every buffer returned.
+#[test]
+fn jumbo_frames_go_into_big_frames() {
+    let p = Profile::parse("eantc1").unwrap();
+    let mut g = Generator::new(&lab_traffic(p, false)).unwrap();
+    let (mut p0, mut p1) = loop_pair(1024);
+    let mut mem = Arena::with_big(512, 64);
+    let r = run(&mut g, &mut mem, &mut p0, &mut p1, &trial(600, false));
+    assert_eq!((r.rx, r.lost, r.tx), (600, 0, 600));
+    assert_eq!((mem.free_count(), mem.big_free_count()), (512, 64));
+    let g9 = Generator::new(&lab_traffic(Profile::parse("ipv6-9000").unwrap(), false)).unwrap();
+    assert_eq!(g9.max_buffer_len(), 8996);
 }
 
 #[derive(Default)]

@@ -153,8 +153,9 @@ impl Topo {
         Ok(())
     }
 
-    /// The veth links, DUT addresses and neighbours. Returns the tester's MACs (ta, tb).
-    pub fn veth(&self) -> Result<[[u8; 6]; 2]> {
+    /// The veth links with IP MTU `mtu` on both ends (1500, or 9000 for jumbo profiles),
+    /// DUT addresses and neighbours. Returns the tester's MACs (ta, tb).
+    pub fn veth(&self, mtu: u32) -> Result<[[u8; 6]; 2]> {
         let (t, d) = (self.tns(), self.dns());
         let mut macs = [[0u8; 6]; 2];
         for (i, (tn, dn)) in [("ta", "da"), ("tb", "db")].into_iter().enumerate() {
@@ -162,7 +163,7 @@ impl Topo {
                 "link", "add", tn, "netns", &t, "type", "veth", "peer", "name", dn, "netns", &d,
             ]))?;
             for (ns, dev) in [(&t, tn), (&d, dn)] {
-                ip_n(ns, &["link", "set", dev, "up"])?;
+                ip_n(ns, &["link", "set", dev, "mtu", &mtu.to_string(), "up"])?;
                 // No offloads: every frame is a frame, as on a NIC without GRO.
                 let _ = sh(Command::new("ip").args([
                     "netns", "exec", ns, "ethtool", "-K", dev, "gro", "off", "tso", "off", "gso",
@@ -225,13 +226,21 @@ impl Topo {
 
     /// TAPs for ferrouter's memif ports, created in the DUT namespace before the daemon
     /// starts (persistent: the daemon attaches to them), with addresses and neighbours.
-    pub fn memif_taps(&self) -> Result<()> {
+    pub fn memif_taps(&self, mtu: u32) -> Result<()> {
         let d = self.dns();
         for (i, dev) in ["mif0", "mif1"].into_iter().enumerate() {
             ip_n(&d, &["tuntap", "add", "mode", "tap", "name", dev])?;
             ip_n(
                 &d,
-                &["link", "set", dev, "address", &mac_str(DUT_MEMIF_MAC[i])],
+                &[
+                    "link",
+                    "set",
+                    dev,
+                    "address",
+                    &mac_str(DUT_MEMIF_MAC[i]),
+                    "mtu",
+                    &mtu.to_string(),
+                ],
             )?;
         }
         self.dut_addresses(["mif0", "mif1"], TESTER_MEMIF_MAC)

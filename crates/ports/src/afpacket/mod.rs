@@ -14,7 +14,7 @@ pub(crate) mod sys;
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM, MAX_FRAME, VECTOR_SIZE};
 use dataplane::worker::Port;
 
 use crate::{PortError, PortStats};
@@ -324,11 +324,12 @@ fn deliver<M: PacketMemory>(
         return deliver_segments(f, &hdr, tag, mem, v, stats, port_id);
     }
     let len = f.data.len() + shift;
-    if len > FRAME_SIZE - HEADROOM {
+    if len > MAX_FRAME {
         stats.rx_dropped_too_big += 1;
         return Delivery::Taken;
     }
-    let Some(buf) = mem.alloc() else {
+    // A jumbo frame goes into a big buffer.
+    let Some(buf) = mem.alloc_for(len) else {
         stats.rx_dropped_no_buffer += 1;
         return Delivery::Taken;
     };
@@ -414,12 +415,13 @@ fn deliver_segments<M: PacketMemory>(
         stats.rx_dropped_offload += 1;
         return Delivery::Taken;
     }
-    if l2_len + seg.len(0) > FRAME_SIZE - HEADROOM {
+    if l2_len + seg.len(0) > MAX_FRAME {
         stats.rx_dropped_too_big += 1;
         return Delivery::Taken;
     }
     for k in 0..seg.count() {
-        let Some(buf) = mem.alloc() else {
+        // Segments of a jumbo MSS go into big buffers.
+        let Some(buf) = mem.alloc_for(l2_len + seg.len(k)) else {
             stats.rx_dropped_no_buffer += (seg.count() - k) as u64;
             break;
         };

@@ -28,7 +28,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dataplane::buffer::{
-    Arena, PacketMemory, Pkt, Vector, FRAME_SIZE, F_CSUM_UNKNOWN, HEADROOM, VECTOR_SIZE,
+    Arena, PacketMemory, Pkt, Vector, BIG_BASE, BIG_FRAME_SIZE, FRAME_SIZE, F_CSUM_UNKNOWN,
+    HEADROOM, MAX_FRAME, VECTOR_SIZE,
 };
 use dataplane::worker::Port;
 
@@ -39,6 +40,47 @@ pub use program::XDP_OBJECT;
 
 /// Bytes per UMEM frame (chunk); the same as the dataplane's frames.
 const UMEM_FRAME: u64 = FRAME_SIZE as u64;
+
+/// `XDP_USE_SG` (bind flag, Linux 6.6): a frame larger than a chunk arrives and leaves as
+/// several descriptors (multi-buffer AF_XDP).
+const XDP_USE_SG: u16 = 1 << 4;
+/// `XDP_PKT_CONTD` (descriptor option): more descriptors of the same frame follow.
+const XDP_PKT_CONTD: u32 = 1;
+/// Bytes of a big buffer a transmitted piece carries: a chunk less the headroom it is
+/// written at (a descriptor must stay inside its chunk).
+const TX_PIECE: usize = FRAME_SIZE - HEADROOM;
+/// Pieces of the largest big buffer.
+const MAX_PIECES: usize = (BIG_FRAME_SIZE - HEADROOM).div_ceil(TX_PIECE);
+
+/// A frame received as several descriptors (multi-buffer), gathered into one big buffer
+/// of the worker's memory as its pieces arrive (possibly over several bursts).
+#[derive(Clone, Copy, Debug)]
+struct Gather {
+    /// The big buffer; `None` when none was free (the frame is dropped whole).
+    buf: Option<u32>,
+    /// Bytes gathered so far (from `HEADROOM`).
+    len: usize,
+    /// A piece did not fit or came from nowhere: the frame is dropped at its last piece.
+    bad: bool,
+}
+
+impl Gather {
+    fn start<M: PacketMemory>(mem: &mut M) -> Gather {
+        Gather {
+            buf: mem.alloc_big(),
+            len: 0,
+            bad: false,
+        }
+    }
+    /// Where the next piece of `len` bytes goes in the big buffer: its frame and range,
+    /// unless the frame is already lost or would exceed `MAX_FRAME`.
+    fn next(&self, len: usize) -> Option<(u32, std::ops::Range<usize>)> {
+        let b = self
+            .buf
+            .filter(|_| !self.bad && self.len + len <= MAX_FRAME)?;
+        Some((b, HEADROOM + self.len..HEADROOM + self.len + len))
+    }
+}
 
 /// How the socket shares packet memory with the driver.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -134,6 +176,7 @@ pub struct UmemOwner {
     id: usize,
     zero_copy: bool,
     need_wakeup: bool,
+    sg: bool,
 }
 
 /// An `AF_XDP` port bound to one queue of one interface.
@@ -157,6 +200,10 @@ pub struct AfXdp {
     mtu: u16,
     zero_copy: bool,
     need_wakeup: bool,
+    /// Bound with `XDP_USE_SG`: jumbo frames come and go as several descriptors.
+    sg: bool,
+    /// A multi-buffer frame whose last piece has not arrived yet.
+    gather: Option<Gather>,
     stats: PortStats,
 }
 
@@ -268,7 +315,9 @@ impl AfXdp {
             .collect();
 
         let attached = lock(&program).attached();
-        let (zero_copy, need_wakeup) = bind(raw, ifindex, queue_id, opts, attached).map_err(xdp)?;
+        let (zero_copy, need_wakeup, sg) =
+            bind(raw, ifindex, queue_id, opts, attached).map_err(xdp)?;
+        warn_single_buffer(ifname, mtu, sg);
         lock(&program).set_socket(queue_id, &fd).map_err(xdp)?;
         tracing::info!(
             ifname,
@@ -276,6 +325,7 @@ impl AfXdp {
             attach = ?attached,
             zero_copy,
             need_wakeup,
+            multi_buffer = sg,
             "AF_XDP port open"
         );
         Ok(AfXdp {
@@ -298,6 +348,8 @@ impl AfXdp {
             mtu: mtu.min(u32::from(u16::MAX)) as u16,
             zero_copy,
             need_wakeup,
+            sg,
+            gather: None,
             stats: PortStats::default(),
         })
     }
@@ -348,6 +400,7 @@ impl AfXdp {
                 id,
                 zero_copy: self.zero_copy,
                 need_wakeup: self.need_wakeup,
+                sg: self.sg,
             }),
             Umem::Own { .. } => None,
         }
@@ -385,7 +438,7 @@ impl AfXdp {
         }
         let (rx, tx, mut fill, comp) = map_rings(ifname, &fd, ring)?;
         let attached = lock(&program).attached();
-        let (zero_copy, need_wakeup) = match owner {
+        let (zero_copy, need_wakeup, sg) = match owner {
             None => bind(raw, ifindex, queue_id, opts, attached).map_err(xdp)?,
             Some(o) => {
                 sys::bind_shared(raw, ifindex, queue_id, o.fd).map_err(|e| {
@@ -393,9 +446,11 @@ impl AfXdp {
                         "AF_XDP bind sharing a UMEM failed (queue {queue_id}): {e}"
                     ))
                 })?;
-                (o.zero_copy, o.need_wakeup)
+                // A socket sharing a UMEM inherits its scatter-gather mode.
+                (o.zero_copy, o.need_wakeup, o.sg)
             }
         };
+        warn_single_buffer(ifname, mtu, sg);
         // Frames to receive into, after bind (a failed bind lends nothing).
         let n = fill.free(ring).min(ring);
         let mut k = 0;
@@ -412,6 +467,7 @@ impl AfXdp {
             attach = ?attached,
             zero_copy,
             need_wakeup,
+            multi_buffer = sg,
             shared_umem = owner.is_some(),
             "AF_XDP port open on the worker's packet memory"
         );
@@ -431,6 +487,8 @@ impl AfXdp {
             mtu: mtu.min(u32::from(u16::MAX)) as u16,
             zero_copy,
             need_wakeup,
+            sg,
+            gather: None,
             stats: PortStats::default(),
         })
     }
@@ -586,6 +644,10 @@ impl AfXdp {
     fn rx_shared(&mut self, arena: &mut Arena, v: &mut Vector, n: u32) {
         for i in 0..n {
             let d = self.rx.read(i);
+            if self.gather.is_some() || d.options & XDP_PKT_CONTD != 0 {
+                self.rx_piece_shared(arena, v, d);
+                continue;
+            }
             let Some(buf) = arena.reclaim(d.addr) else {
                 // Not a frame we lent: the kernel's error, nothing to give back.
                 self.stats.rx_dropped_too_big += 1;
@@ -617,8 +679,57 @@ impl AfXdp {
         }
     }
 
+    /// One descriptor of a multi-buffer frame (shared UMEM): its bytes are copied into the
+    /// gather's big buffer and its frame goes back to the arena; the last piece delivers
+    /// the frame (or counts why not).
+    #[cold]
+    fn rx_piece_shared(&mut self, arena: &mut Arena, v: &mut Vector, d: libc::xdp_desc) {
+        let mut g = self.gather.take().unwrap_or_else(|| Gather::start(arena));
+        let len = d.len as usize;
+        match arena.reclaim(d.addr) {
+            None => g.bad = true,
+            Some(small) => {
+                let off = (d.addr - u64::from(small) * UMEM_FRAME) as usize;
+                match g.next(len) {
+                    Some((big, at)) if off + len <= FRAME_SIZE => {
+                        let (src, dst) = arena.frame_pair(small, big);
+                        match (src.get(off..off + len), dst.get_mut(at)) {
+                            (Some(s), Some(d)) => {
+                                d.copy_from_slice(s);
+                                g.len += len;
+                            }
+                            _ => g.bad = true,
+                        }
+                    }
+                    _ => g.bad = true,
+                }
+                arena.free(small);
+            }
+        }
+        if d.options & XDP_PKT_CONTD != 0 {
+            self.gather = Some(g);
+        } else {
+            self.finish_gather(arena, v, g);
+        }
+    }
+
+    /// The last piece of a gathered frame arrived: hand it to the graph, or count why not.
+    fn finish_gather<M: PacketMemory>(&mut self, mem: &mut M, v: &mut Vector, g: Gather) {
+        match g.buf {
+            Some(b) if !g.bad && g.len > 0 => {
+                Self::deliver((&mut self.stats, self.port_id), v, b, HEADROOM, g.len)
+            }
+            Some(b) => {
+                mem.free(b);
+                self.stats.rx_dropped_too_big += 1;
+            }
+            None => self.stats.rx_dropped_no_buffer += 1,
+        }
+    }
+
     /// Zero-copy transmit: the packets' own frames go on the TX ring; completed ones go
-    /// back to the arena.
+    /// back to the arena. A jumbo frame (in a big buffer, which the kernel cannot see) is
+    /// copied into as many UMEM frames as it needs and sent as one multi-buffer frame.
     fn tx_shared(&mut self, arena: &mut Arena, pkts: &[Pkt]) -> usize {
         let done = self.comp.ready(self.comp.size());
         for i in 0..done {
@@ -628,11 +739,34 @@ impl AfXdp {
             }
         }
         self.comp.release(done);
-        let want = pkts.len().min(u32::MAX as usize) as u32;
-        let room = self.tx.free(want).min(want);
+        let mut room = self.tx.free(self.tx.size());
         let mut queued = 0u32;
-        for p in &pkts[..room as usize] {
+        let mut sent = 0u64;
+        let mut k = 0;
+        while let Some(p) = pkts.get(k) {
             let (off, len) = (p.off as usize, p.len as usize);
+            if p.buf >= BIG_BASE {
+                let pieces = len.div_ceil(TX_PIECE).max(1) as u32;
+                if pieces > room {
+                    break;
+                }
+                let n = self.scatter_shared(arena, p, queued);
+                arena.free(p.buf);
+                if n == 0 {
+                    self.stats.tx_errors += 1;
+                } else {
+                    queued += n;
+                    room -= n;
+                    sent += 1;
+                    self.stats.tx_bytes += len as u64;
+                }
+                k += 1;
+                continue;
+            }
+            if room == 0 {
+                break;
+            }
+            k += 1;
             if off + len > FRAME_SIZE || !arena.lend(p.buf) {
                 // A descriptor outside its frame, or a frame not held: never lent.
                 if off + len > FRAME_SIZE {
@@ -650,19 +784,76 @@ impl AfXdp {
                 },
             );
             queued += 1;
+            room -= 1;
+            sent += 1;
             self.stats.tx_bytes += len as u64;
         }
         // Ring full: the rest is dropped, as a NIC queue would.
-        for p in &pkts[room as usize..] {
+        for p in &pkts[k..] {
             arena.free(p.buf);
         }
-        self.stats.tx_errors += (pkts.len() - room as usize) as u64;
-        self.stats.tx_packets += u64::from(queued);
+        self.stats.tx_errors += (pkts.len() - k) as u64;
+        self.stats.tx_packets += sent;
         if queued > 0 {
             self.tx.submit(queued);
         }
         self.flush_tx();
-        queued as usize
+        sent as usize
+    }
+
+    /// Copy the jumbo frame `p` (a big buffer) into fresh UMEM frames and write their
+    /// descriptors from TX ring position `at`, all but the last marked `XDP_PKT_CONTD`.
+    /// Returns the descriptors written: 0 (nothing lent) when the socket is not
+    /// multi-buffer or the arena is short of frames. The caller checked the ring's room.
+    #[cold]
+    fn scatter_shared(&mut self, arena: &mut Arena, p: &Pkt, at: u32) -> u32 {
+        let (off, len) = (p.off as usize, p.len as usize);
+        let pieces = len.div_ceil(TX_PIECE);
+        if !self.sg || pieces > MAX_PIECES || pieces == 0 {
+            return 0;
+        }
+        let mut frames = [0u32; MAX_PIECES];
+        for j in 0..pieces {
+            match arena.alloc() {
+                Some(b) => frames[j] = b,
+                None => {
+                    for &b in &frames[..j] {
+                        arena.free(b);
+                    }
+                    return 0;
+                }
+            }
+        }
+        let mut copied = true;
+        for (j, &b) in frames[..pieces].iter().enumerate() {
+            let s = off + j * TX_PIECE;
+            let n = (len - j * TX_PIECE).min(TX_PIECE);
+            let (src, dst) = arena.frame_pair(p.buf, b);
+            match (src.get(s..s + n), dst.get_mut(HEADROOM..HEADROOM + n)) {
+                (Some(s), Some(d)) => d.copy_from_slice(s),
+                _ => copied = false,
+            }
+        }
+        if !copied {
+            for &b in &frames[..pieces] {
+                arena.free(b);
+            }
+            return 0;
+        }
+        for (j, &b) in frames[..pieces].iter().enumerate() {
+            // Just allocated, so held: lending cannot fail.
+            arena.lend(b);
+            let n = (len - j * TX_PIECE).min(TX_PIECE);
+            self.tx.write(
+                at + j as u32,
+                libc::xdp_desc {
+                    addr: u64::from(b) * UMEM_FRAME + HEADROOM as u64,
+                    len: n as u32,
+                    options: if j + 1 < pieces { XDP_PKT_CONTD } else { 0 },
+                },
+            );
+        }
+        pieces as u32
     }
 
     /// Make the kernel transmit what is on the TX ring. Copy mode sends at most a small
@@ -684,6 +875,21 @@ impl AfXdp {
             }
             left = now;
         }
+    }
+}
+
+/// Say so when the kernel refused multi-buffer AF_XDP on a link whose MTU needs it: frames
+/// above a chunk will be dropped at receive (`rx_drops`).
+fn warn_single_buffer(ifname: &str, mtu: u32, sg: bool) {
+    const CHUNK_MTU: u32 = FRAME_SIZE as u32 - 256 - 14;
+    if !sg && mtu > CHUNK_MTU {
+        tracing::warn!(
+            ifname,
+            mtu,
+            "the kernel refused multi-buffer AF_XDP (XDP_USE_SG, Linux 6.6+): frames above \
+             {CHUNK_MTU} bytes of IP MTU are dropped at receive; lower the MTU or use \
+             backend = \"af_packet\""
+        );
     }
 }
 
@@ -730,15 +936,17 @@ fn map_rings(ifname: &str, fd: &OwnedFd, ring: u32) -> Result<Rings, PortError> 
     Ok((rx, tx, fill, comp))
 }
 
-/// Bind the socket as `opts` asks, falling back from zero-copy to copy and from
-/// need_wakeup to plain where allowed. Returns (zero-copy, need_wakeup).
+/// Bind the socket as `opts` asks, falling back from zero-copy to copy, from need_wakeup
+/// to plain where allowed, and from multi-buffer to single-buffer (a kernel before 6.6 or
+/// a driver without it: frames then stop at a chunk). Returns (zero-copy, need_wakeup,
+/// multi-buffer).
 fn bind(
     fd: RawFd,
     ifindex: u32,
     queue_id: u32,
     opts: &AfXdpOptions,
     attached: program::Attached,
-) -> Result<(bool, bool), String> {
+) -> Result<(bool, bool, bool), String> {
     let zc_choices: &[bool] = match (opts.bind, attached) {
         (BindMode::Copy, _) => &[false],
         (BindMode::ZeroCopy, _) => &[true],
@@ -754,17 +962,22 @@ fn bind(
     let mut last = None;
     for &zc in zc_choices {
         for &wake in wake_choices {
-            let mut flags = if zc {
-                libc::XDP_ZEROCOPY
-            } else {
-                libc::XDP_COPY
-            };
-            if wake {
-                flags |= libc::XDP_USE_NEED_WAKEUP;
-            }
-            match sys::bind(fd, ifindex, queue_id, flags) {
-                Ok(()) => return Ok((zc, wake)),
-                Err(e) => last = Some((zc, wake, e)),
+            for sg in [true, false] {
+                let mut flags = if zc {
+                    libc::XDP_ZEROCOPY
+                } else {
+                    libc::XDP_COPY
+                };
+                if wake {
+                    flags |= libc::XDP_USE_NEED_WAKEUP;
+                }
+                if sg {
+                    flags |= XDP_USE_SG;
+                }
+                match sys::bind(fd, ifindex, queue_id, flags) {
+                    Ok(()) => return Ok((zc, wake, sg)),
+                    Err(e) => last = Some((zc, wake, e)),
+                }
             }
         }
     }
@@ -826,6 +1039,32 @@ impl<M: PacketMemory> Port<M> for AfXdp {
             fill_pending.push(chunk(d.addr));
             let len = d.len as usize;
             let start = d.addr as usize;
+            if self.gather.is_some() || d.options & XDP_PKT_CONTD != 0 {
+                // A piece of a multi-buffer frame, gathered into a big buffer.
+                let mut g = self.gather.take().unwrap_or_else(|| Gather::start(mem));
+                let copied = g
+                    .next(len)
+                    .and_then(|(big, at)| umem.read_into(start, mem.frame_mut(big).get_mut(at)?));
+                match copied {
+                    Some(()) => g.len += len,
+                    None => g.bad = true,
+                }
+                if d.options & XDP_PKT_CONTD != 0 {
+                    self.gather = Some(g);
+                } else {
+                    match g.buf {
+                        Some(b) if !g.bad && g.len > 0 => {
+                            Self::deliver((&mut self.stats, self.port_id), v, b, HEADROOM, g.len)
+                        }
+                        Some(b) => {
+                            mem.free(b);
+                            self.stats.rx_dropped_too_big += 1;
+                        }
+                        None => self.stats.rx_dropped_no_buffer += 1,
+                    }
+                }
+                continue;
+            }
             if len > FRAME_SIZE - HEADROOM {
                 self.stats.rx_dropped_too_big += 1;
                 continue;
@@ -867,36 +1106,51 @@ impl<M: PacketMemory> Port<M> for AfXdp {
         let Umem::Own { umem, tx_free, .. } = &mut self.umem else {
             return 0;
         };
-        let want = pkts.len().min(u32::MAX as usize) as u32;
-        let room = self.tx.free(want).min(want).min(tx_free.len() as u32);
+        let mut room = self.tx.free(self.tx.size()).min(tx_free.len() as u32);
         let mut queued = 0u32;
-        for p in &pkts[..room as usize] {
+        let mut sent = 0u64;
+        let mut k = 0;
+        while let Some(p) = pkts.get(k) {
             let (off, len) = (p.off as usize, p.len as usize);
+            // A frame up to a chunk goes as one descriptor; a jumbo frame as pieces.
+            let (piece, pieces) = if len <= FRAME_SIZE {
+                (FRAME_SIZE, 1)
+            } else {
+                (TX_PIECE, len.div_ceil(TX_PIECE))
+            };
+            if pieces as u32 > room {
+                break;
+            }
+            k += 1;
             let src = mem.frame(p.buf).get(off..off + len);
-            let (Some(src), Some(&addr)) = (src, tx_free.last()) else {
+            let Some(src) = src.filter(|_| pieces == 1 || self.sg) else {
                 self.stats.tx_errors += 1;
                 continue;
             };
-            // A free chunk: the kernel has none of it until it is on the TX ring.
-            if len > FRAME_SIZE || umem.write_from(addr as usize, src).is_none() {
-                self.stats.tx_errors += 1;
-                continue;
+            for (j, bytes) in src.chunks(piece).enumerate() {
+                // Free chunks (room counted them): the kernel has none of them until they
+                // are on the TX ring.
+                let Some(addr) = tx_free.pop() else { break };
+                let at = if pieces == 1 { 0 } else { HEADROOM };
+                // In range by construction (a chunk holds a piece after `at`).
+                let _ = umem.write_from(addr as usize + at, bytes);
+                self.tx.write(
+                    queued,
+                    libc::xdp_desc {
+                        addr: addr + at as u64,
+                        len: bytes.len() as u32,
+                        options: if j + 1 < pieces { XDP_PKT_CONTD } else { 0 },
+                    },
+                );
+                queued += 1;
+                room -= 1;
             }
-            tx_free.pop();
-            self.tx.write(
-                queued,
-                libc::xdp_desc {
-                    addr,
-                    len: len as u32,
-                    options: 0,
-                },
-            );
-            queued += 1;
+            sent += 1;
             self.stats.tx_bytes += len as u64;
         }
         // Ring (or UMEM) full: the rest is dropped, as a NIC queue would.
-        self.stats.tx_errors += (pkts.len() - room as usize) as u64;
-        self.stats.tx_packets += u64::from(queued);
+        self.stats.tx_errors += (pkts.len() - k) as u64;
+        self.stats.tx_packets += sent;
         if queued > 0 {
             self.tx.submit(queued);
         }
@@ -904,6 +1158,6 @@ impl<M: PacketMemory> Port<M> for AfXdp {
         for p in pkts {
             mem.free(p.buf);
         }
-        queued as usize
+        sent as usize
     }
 }

@@ -51,9 +51,17 @@
 //!   do not signal my eventfd". This port only polls: it sets the flag on the rings it
 //!   receives on and never signals or waits on eventfds (it creates and passes them as
 //!   the protocol requires). Peers must poll too (DPDK always does).
-//! - Frames larger than one buffer are chained with `MEMIF_DESC_FLAG_NEXT`. This port never
-//!   sends chains (a frame larger than the buffer is dropped and counted) and drops
-//!   received chains whole, counting them, without losing its place in the ring.
+//! - Frames larger than one buffer are chained: consecutive descriptors, each but the last
+//!   flagged `MEMIF_DESC_FLAG_NEXT`. A C2S chain uses the client's buffers at consecutive
+//!   slots; an S2C chain fills consecutive buffers the client offered, each up to its
+//!   offered length. Producers publish a chain's slots together (DPDK and VPP never
+//!   publish part of one). This port sends frames larger than a buffer as chains (jumbo
+//!   frames, up to [`MAX_FRAME`] bytes, over 2048-byte buffers) and gathers received
+//!   chains into one frame of the worker's memory (a big frame when it needs one); a
+//!   chain not complete yet stays in the ring for the next call. It clears the flags of a
+//!   received chain's descriptors before handing its slots back: DPDK's `net_memif` sets
+//!   NEXT on the C2S descriptors it sends but never clears it, so without that a DPDK
+//!   client's later single frames in those slots would be glued to the next ones.
 //!
 //! On connect both sides reset `head`/`tail` to 0 (the server when it receives CONNECT,
 //! the client when it receives CONNECTED), then the client offers its whole S2C ring.
@@ -88,15 +96,18 @@
 //! When not connected, `rx_burst` returns 0 and `tx_burst` frees every packet and counts
 //! it in `tx_dropped_disconnected`. When connected, `tx_burst` places frames in order until
 //! the ring is full (or, on the S2C ring, until the client's offered buffers run out —
-//! right after connecting a DPDK client has offered none until its first receive) and
-//! frees everything it was given; the rest is counted in `tx_dropped_ring_full`.
-//! `rx_burst` stops early, leaving frames in the ring, when the packet memory is empty.
+//! right after connecting a DPDK client has offered none until its first receive) or a
+//! chained frame needs more slots than are left, and frees everything it was given; the
+//! rest is counted in `tx_dropped_ring_full`. `rx_burst` stops early, leaving frames in
+//! the ring, when the packet memory has no free small frame; a frame needing a big frame
+//! when none is free is dropped and counted instead (`rx_dropped_no_big_frame`: a memory
+//! without big frames must not block the ring). Received frames longer than [`MAX_FRAME`]
+//! are dropped whole and counted.
 //!
 //! Not supported: more than one queue pair, interrupt mode (peers must poll their
-//! receive rings, as DPDK does), sending chained frames, IP / punt-inject modes, and
-//! region files that cannot be sealed against shrinking (hugetlbfs files of a DPDK
-//! `zero-copy=yes` client, for instance; memfds as DPDK, libmemif and ferrouter create
-//! them are fine).
+//! receive rings, as DPDK does), IP / punt-inject modes, and region files that cannot be
+//! sealed against shrinking (hugetlbfs files of a DPDK `zero-copy=yes` client, for
+//! instance; memfds as DPDK, libmemif and ferrouter create them are fine).
 //!
 //! Layout: `control` (handshake, validation, teardown), `datapath` (rx/tx on the rings),
 //! `proto` (wire format), `shm` (the only code touching shared memory), `sys` (system
@@ -115,7 +126,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dataplane::buffer::{PacketMemory, Pkt, Vector, FRAME_SIZE, HEADROOM};
+use dataplane::buffer::{PacketMemory, Pkt, Vector, MAX_FRAME};
 use dataplane::worker::Port;
 
 use crate::{PortError, PortStats};
@@ -123,8 +134,9 @@ use control::clear_stale_socket;
 use proto::Msg;
 use shm::{Region, Ring};
 
-/// Largest frame we deliver: what fits a dataplane frame after the headroom.
-const MAX_RX_FRAME: usize = FRAME_SIZE - HEADROOM;
+/// Largest frame we deliver (over one descriptor or a chain): the dataplane's largest
+/// frame; longer ones are dropped and counted.
+const MAX_RX_FRAME: usize = MAX_FRAME;
 /// Regions a client may add (we advertise `MAX_REGIONS - 1` as the highest index).
 const MAX_REGIONS: usize = 64;
 /// Largest region accepted from a client.
@@ -170,7 +182,8 @@ pub struct MemifOptions {
     /// is lower); a server accepts rings up to this size.
     pub ring_size_log2: u8,
     /// Bytes per packet buffer (64..=65535) of the memory a client allocates; frames
-    /// larger than the buffer are not sent. Ignored by a server (the client decides).
+    /// larger than the buffer are sent as chains of buffers. Ignored by a server (the
+    /// client decides).
     pub buffer_size: u32,
     /// Shared secret (at most 23 bytes): a server requires clients to present it; a
     /// client presents it.
@@ -201,23 +214,38 @@ pub struct MemifStats {
     pub rx_packets: u64,
     /// Bytes of those frames.
     pub rx_bytes: u64,
-    /// Received frames longer than a dataplane frame after the headroom; dropped.
+    /// Received frames longer than [`MAX_FRAME`] (a chain's length is the sum of its
+    /// descriptors); dropped whole.
     pub rx_dropped_too_big: u64,
-    /// Received frames spread over several descriptors (`MEMIF_DESC_FLAG_NEXT`); dropped.
+    /// Received frames spread over several descriptors (`MEMIF_DESC_FLAG_NEXT`) and
+    /// gathered into one frame; also counted in `rx_packets`.
+    pub rx_chained: u64,
+    /// Received chained frames dropped whole because the chain was malformed: one of its
+    /// descriptors names memory outside the peer's regions (also counted in
+    /// `bad_descriptors`, as is a chain the peer rewrote while it was being copied), or it
+    /// fills the whole ring without ending. (Chains themselves are received: see
+    /// `rx_chained`.)
     pub rx_dropped_chained: u64,
     /// Receive bursts cut short because the packet memory had no free frame (the frames
     /// stay in the ring for the next call).
     pub rx_no_buffer: u64,
+    /// Received frames larger than a small frame of the packet memory dropped because it
+    /// had no free big frame (never left in the ring: a memory without big frames would
+    /// block it for good).
+    pub rx_dropped_no_big_frame: u64,
     /// Frames placed on the ring for the peer.
     pub tx_packets: u64,
     /// Bytes of those frames.
     pub tx_bytes: u64,
-    /// Frames dropped because the ring was full.
+    /// Frames sent over several descriptors (longer than a buffer: chained with
+    /// `MEMIF_DESC_FLAG_NEXT`); also counted in `tx_packets`.
+    pub tx_chained: u64,
+    /// Frames dropped because the ring was full (or had fewer free or offered slots than
+    /// a chained frame needs; the rest of the burst is then dropped too).
     pub tx_dropped_ring_full: u64,
     /// Frames dropped because no peer was connected.
     pub tx_dropped_disconnected: u64,
-    /// Frames dropped because they do not fit the peer's buffer, or whose packet
-    /// descriptor does not fit its frame.
+    /// Frames dropped because their packet descriptor does not fit its frame.
     pub tx_dropped_too_big: u64,
     /// Frames dropped because an earlier frame of the same burst was refused (a burst is
     /// sent as a prefix or not at all).
@@ -241,7 +269,7 @@ impl MemifStats {
         PortStats {
             rx_packets: self.rx_packets,
             rx_bytes: self.rx_bytes,
-            rx_dropped_no_buffer: self.rx_no_buffer,
+            rx_dropped_no_buffer: self.rx_no_buffer + self.rx_dropped_no_big_frame,
             rx_dropped_too_big: self.rx_dropped_too_big + self.rx_dropped_chained,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
@@ -328,8 +356,6 @@ struct Conn {
     rx_next: u16,
     /// Client: our refill index on the S2C ring (`head`).
     rx_head: u16,
-    /// Inside a chained frame being dropped.
-    rx_chain: bool,
     /// Next transmit slot: our `head` (client, C2S) or `tail` (server, S2C).
     tx_next: u16,
     /// Client: buffer size and where each ring's buffers start (slot `i` of a ring uses
@@ -360,9 +386,11 @@ impl End {
     }
 }
 
-/// A memif interface in either role. Implements [`Port`]: received frames are copied into
-/// fresh frames of the caller's packet memory at [`HEADROOM`]; transmitted frames are
-/// copied into the shared buffers and their frames freed at once.
+/// A memif interface in either role. Implements [`Port`]: received frames (chains
+/// gathered) are copied into fresh frames of the caller's packet memory at
+/// [`HEADROOM`](dataplane::buffer::HEADROOM), big frames for jumbo frames; transmitted
+/// frames are copied into the shared buffers (over several if they need) and their frames
+/// freed at once.
 pub struct Memif {
     opts: MemifOptions,
     port_id: u16,
