@@ -64,6 +64,18 @@ fn check_runs(v: &Value, expect: &[(&str, &str)]) {
             low < 1.0,
             "{dut}/{transport} lost {low}% at 5% of a 0.1 Gbit/s line: {r:#}"
         );
+        // NDR (= throughput) and PDR, with the trials behind them.
+        assert_eq!(r["ndr_mpps"], r["throughput_mpps"], "{r:#}");
+        assert!(r["pdr_mpps"].as_f64().is_some_and(|x| x >= 0.0), "{r:#}");
+        assert!(r["underruns"].as_u64().is_some(), "{r:#}");
+        let trials = r["trials"].as_array().expect("trials");
+        assert_eq!(Some(trials.len() as u64), r["trial_count"].as_u64());
+        assert!(
+            trials
+                .iter()
+                .any(|t| t["phase"] == "search" && t["goal"] == "ndr"),
+            "{r:#}"
+        );
         let loads = r["loads"].as_array().unwrap();
         assert!(
             loads.iter().all(|l| l["rx_mpps"].as_f64().unwrap() > 0.0),

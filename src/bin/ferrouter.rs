@@ -519,16 +519,26 @@ struct Rfc2544Args {
     /// Line rate per direction the offered loads refer to, Gbit/s (the reports: 10).
     #[arg(long, default_value_t = 10.0)]
     line_rate: f64,
-    /// Throughput search resolution, percent of the line rate.
+    /// Throughput search resolution, percent: with --search mlr, the width of the final
+    /// bounds relative to the upper one; with --search binary, of the line rate.
     #[arg(long, default_value_t = 0.1)]
     resolution: f64,
-    /// Most trials of one throughput search.
-    #[arg(long, default_value_t = 14)]
+    /// Most trials of one throughput search (mlr: NDR and PDR together, underrun retries
+    /// included).
+    #[arg(long, default_value_t = 60)]
     max_trials: u32,
     /// Loss a passing search trial may have, percent of frames sent (0 = RFC 2544 zero
-    /// loss, "NDR"; e.g. 0.1 for a partial drop rate on a noisy machine).
+    /// loss, "NDR").
     #[arg(long, default_value_t = 0.0)]
     loss_tolerance: f64,
+    /// Loss goal of the partial drop rate (PDR) the MLR search reports next to the NDR,
+    /// percent of frames sent (0: no PDR).
+    #[arg(long, default_value_t = 0.5)]
+    pdr_loss: f64,
+    /// Throughput search: mlr (NDR and PDR from repeated trials, short exploratory trials
+    /// first, underruns retried; tolerates noise) or binary (RFC 2544, one trial per rate).
+    #[arg(long, default_value = "mlr", value_parser = ["mlr", "binary"])]
+    search: String,
     /// Offered loads of the frame-loss test, percent of the line rate.
     #[arg(long, value_delimiter = ',', default_value = "25,50,75,100")]
     loads: Vec<f64>,
@@ -1030,8 +1040,11 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
             a.loss_tolerance
         );
     }
-    if a.max_trials == 0 || a.max_trials > 64 {
-        bail!("--max-trials must be 1..=64");
+    if !(a.pdr_loss.is_finite() && (0.0..=50.0).contains(&a.pdr_loss)) {
+        bail!("--pdr-loss is a percent in [0, 50], got {}", a.pdr_loss);
+    }
+    if a.max_trials == 0 || a.max_trials > 500 {
+        bail!("--max-trials must be 1..=500");
     }
     if dataplane::worker::cores().len() < 2 {
         bail!("the RFC 2544 bench needs 2 cores: one for the tester, one for the DUT");
@@ -1057,6 +1070,8 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         resolution_pct: a.resolution,
         max_search_trials: a.max_trials,
         loss_tolerance_pct: a.loss_tolerance,
+        pdr_loss_pct: a.pdr_loss,
+        mlr: a.search == "mlr",
         loads: a.loads.clone(),
         bidirectional: a.bidirectional,
         ipv6_percent: a.ipv6_ratio,

@@ -11,6 +11,8 @@
 //! - [`generator`]: paced transmission and exact receive accounting of a trial
 //!   ([`Generator::run_trial`] → [`TrialResult`]);
 //! - [`rfc2544`]: throughput search, loss at load and latency over any trial closure;
+//! - [`mlrsearch`]: the noise-tolerant throughput search (NDR and PDR from repeated
+//!   trials, short exploratory trials first, underruns retried) [`rfc2544`] can use;
 //! - [`sweep`]: traffic to every route of a large table, per-route arrival port and
 //!   convergence time (which link each destination's traffic leaves the DUT on, and since
 //!   when), and loss per destination;
@@ -55,6 +57,7 @@ pub mod flows;
 pub mod frame;
 pub mod generator;
 pub mod latency;
+pub mod mlrsearch;
 pub mod profile;
 pub mod rfc2544;
 pub mod sweep;
@@ -67,6 +70,7 @@ pub use generator::{
     DirectionConfig, Generator, StreamResult, TrafficConfig, TrialConfig, TrialResult,
 };
 pub use latency::{LatencyHistogram, LatencyStats};
+pub use mlrsearch::{LossGoal, MlrConfig};
 pub use profile::{gbps_l1, line_rate_pps, Family, FrameKind, MixEntry, Profile};
 pub use rfc2544::{Rfc2544Config, Rfc2544Report};
 pub use sweep::{

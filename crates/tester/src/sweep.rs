@@ -1944,14 +1944,19 @@ mod tests {
         let moves = AtomicU64::new(0);
         std::thread::scope(|s| {
             let reader = s.spawn(|| {
+                // At least one pass, even if the scheduler runs both writers to the end
+                // before this thread starts (two cores, three threads).
                 let mut reads = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     for st in t.snapshot() {
                         if st.port.is_some() {
                             assert!(st.since_ns <= st.last_ns, "{st:?}");
                         }
                     }
                     reads += 1;
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                 }
                 reads
             });

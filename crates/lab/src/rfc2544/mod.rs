@@ -3,7 +3,8 @@
 //!
 //! For each transport the bench builds its own topology ([`topo`]), starts each DUT for
 //! real ([`dut`]), and runs the same profiles against it from the built-in tester (the
-//! `tester` crate) on its own core: the throughput search, frame loss at 25/50/75/100 % of
+//! `tester` crate) on its own core: the throughput search (by default the noise-tolerant
+//! MLR search for NDR and PDR, see [`tester::mlrsearch`]), frame loss at 25/50/75/100 % of
 //! the line rate, latency at the throughput. Results come back as a [`report::Report`]
 //! (table, JSON, SVG chart).
 
@@ -24,11 +25,11 @@ use anyhow::{bail, Context, Result};
 use dataplane::worker::Port;
 use dataplane::Arena;
 use tester::flows::{AddrRange, Endpoints, Prefix};
-use tester::rfc2544::{self as engine, Phase, Progress, Rfc2544Config};
+use tester::rfc2544::{self as engine, LossGoal, MlrConfig, Phase, Progress, Rfc2544Config};
 use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig};
 
 use dut::{DutKind, Running, Transport};
-use report::{CoreSplit, LoadRow, Report, Run};
+use report::{CoreSplit, LoadRow, Report, Run, TrialRow};
 use topo::{Topo, TopoGuard};
 
 /// What to measure.
@@ -52,13 +53,20 @@ pub struct Options {
     pub drain: f64,
     /// Line rate per direction the loads refer to, Gbit/s.
     pub line_rate_gbps: f64,
-    /// Search resolution, percent of the line rate.
+    /// Search resolution: MLR search, the bounds' width relative to the upper bound,
+    /// percent; binary search, percent of the line rate.
     pub resolution_pct: f64,
-    /// Most trials of a throughput search.
+    /// Most trials of a throughput search (MLR search: both goals, underrun retries
+    /// included).
     pub max_search_trials: u32,
     /// Loss a passing trial may have, percent of frames sent (0: RFC 2544's zero loss,
-    /// "NDR"; e.g. 0.1 gives a partial drop rate, "PDR").
+    /// "NDR"): the first goal of the MLR search, the criterion of the binary search.
     pub loss_tolerance_pct: f64,
+    /// The MLR search's partial drop rate goal, percent of frames sent (0: no PDR goal).
+    pub pdr_loss_pct: f64,
+    /// Search with MLR search (NDR and PDR from repeated trials, short exploratory trials
+    /// first, underruns retried) rather than the RFC 2544 binary search.
+    pub mlr: bool,
     /// Offered loads of the frame-loss test, percent of the line rate.
     pub loads: Vec<f64>,
     /// Both directions at once.
@@ -93,8 +101,10 @@ impl Default for Options {
             drain: 0.5,
             line_rate_gbps: 10.0,
             resolution_pct: 0.1,
-            max_search_trials: 14,
+            max_search_trials: 60,
             loss_tolerance_pct: 0.0,
+            pdr_loss_pct: 0.5,
+            mlr: true,
             loads: vec![25.0, 50.0, 75.0, 100.0],
             bidirectional: false,
             ipv6_percent: None,
@@ -384,6 +394,20 @@ fn engine_config(opts: &Options, profile: &Profile, directions: u32) -> Rfc2544C
     c.max_search_trials = opts.max_search_trials;
     c.loss_tolerance_ratio = opts.loss_tolerance_pct / 100.0;
     c.loads_percent = opts.loads.clone();
+    c.trial_duration = Duration::from_secs_f64(opts.duration);
+    if opts.mlr {
+        let mut m = MlrConfig::new(c.trial_duration);
+        m.goals = vec![LossGoal {
+            loss_ratio: c.loss_tolerance_ratio,
+            ..LossGoal::ndr()
+        }];
+        if opts.pdr_loss_pct > 0.0 {
+            m.goals.push(LossGoal::pdr(opts.pdr_loss_pct / 100.0));
+        }
+        m.width = opts.resolution_pct / 100.0;
+        m.max_trials = opts.max_search_trials;
+        c.mlr = Some(m);
+    }
     c
 }
 
@@ -558,14 +582,18 @@ fn run_profiles<P: Port<Arena>>(
                 rate_pps,
                 result,
                 passed,
+                record,
                 ..
             } = p
             {
                 eta.done.fetch_add(1, Ordering::Relaxed);
-                let ph = match phase {
-                    Phase::Throughput => "search".to_string(),
-                    Phase::FrameLoss { load_percent } => format!("load {load_percent}%"),
-                    Phase::Latency => "latency".to_string(),
+                let ph = match (phase, &record.goal) {
+                    (Phase::Throughput, Some(g)) => {
+                        format!("search {g} {}s", record.duration_s)
+                    }
+                    (Phase::Throughput, None) => "search".to_string(),
+                    (Phase::FrameLoss { load_percent }, _) => format!("load {load_percent}%"),
+                    (Phase::Latency, _) => "latency".to_string(),
                 };
                 log(&eta.line(&format!(
                     "{label} {ph}: offered {:.3} Mpps, sent {:.3}, received {:.3}, loss {:.3}% {}",
@@ -573,16 +601,23 @@ fn run_profiles<P: Port<Arena>>(
                     result.tx_pps / 1e6,
                     result.rx_pps / 1e6,
                     result.loss_percent(),
-                    if passed { "✓" } else { "✗" }
+                    if record.invalid {
+                        "✗ underrun: invalid, not the DUT's loss"
+                    } else if passed {
+                        "✓"
+                    } else {
+                        "✗"
+                    }
                 )));
             }
         };
         let cpu_before = cpu_times();
-        let rep = engine::try_run(
+        let rep = engine::try_run_timed(
             &cfg,
-            |rate| {
+            |rate, duration| {
                 let mut t = tcfg;
                 t.rate_pps = rate;
+                t.duration = duration;
                 gen.run_trial(mem, a, b, &t)
             },
             Some(&mut progress),
@@ -590,19 +625,30 @@ fn run_profiles<P: Port<Arena>>(
         .with_context(|| format!("{label}: trial failed"))?;
         let cpu = cpu_split(&cpu_before, &cpu_times(), opts.tester_core, opts.dut_core);
         let mut loads = Vec::new();
-        for rec in &rep.trials {
-            let load = match rec.phase {
-                Phase::FrameLoss { load_percent } => load_percent,
-                Phase::Throughput
-                    if cfg.reuse_line_rate_trial && rec.n == 1 && opts.loads.contains(&100.0) =>
-                {
-                    100.0
+        for &pct in &opts.loads {
+            // The trial behind loss_at_load: the last valid one at this load (a frame-loss
+            // trial, or the search's full-duration trial at the line rate it reused).
+            let rate = cfg.line_rate_pps * pct / 100.0;
+            let at_load = |t: &&engine::TrialRecord| match t.phase {
+                Phase::FrameLoss { load_percent } => load_percent == pct,
+                Phase::Throughput => {
+                    cfg.reuse_line_rate_trial
+                        && pct == 100.0
+                        && (t.rate_pps - rate).abs() <= 1e-9 * rate
+                        && t.duration_s >= opts.duration * (1.0 - 1e-9)
                 }
-                _ => continue,
+                Phase::Latency => false,
             };
+            let rec = rep
+                .trials
+                .iter()
+                .filter(at_load)
+                .rfind(|t| !t.invalid)
+                .or_else(|| rep.trials.iter().rfind(at_load));
+            let Some(rec) = rec else { continue };
             let r = &rec.result;
             loads.push(LoadRow {
-                load_pct: load,
+                load_pct: pct,
                 offered_mpps: rec.rate_pps * directions as f64 / 1e6,
                 sent_mpps: r.tx_pps / 1e6,
                 rx_mpps: r.rx_pps / 1e6,
@@ -612,9 +658,55 @@ fn run_profiles<P: Port<Arena>>(
         }
         loads.sort_by(|x, y| x.load_pct.total_cmp(&y.load_pct));
         let mut notes = vec![tester_label.to_string()];
-        if rep.generator_limited {
-            notes.push("the tester could not offer some rates (generator-limited): throughput is a lower bound set by the tester, not the DUT".into());
+        if rep.underruns > 0 {
+            notes.push(format!(
+                "{} trial(s) invalidated: the tester could not offer the load (underrun); {}",
+                rep.underruns,
+                if cfg.mlr.is_some() {
+                    "each was retried, and none counted as the DUT's loss"
+                } else {
+                    "the binary search counted them as failed trials (use the MLR search to retry them)"
+                }
+            ));
         }
+        if rep.generator_limited {
+            notes.push("the tester could not offer some rates even after retries (generator-limited): a result at the tester's ceiling is a lower bound set by the tester, not the DUT".into());
+        }
+        if rep.budget_exhausted {
+            notes.push(format!(
+                "the search's budget ({} trials, or {:.0} s of trial time) ran out before NDR and PDR reached the resolution: their bounds are wider",
+                opts.max_search_trials,
+                cfg.mlr.as_ref().map_or(0.0, |m| m.max_time.as_secs_f64())
+            ));
+        }
+        let pdr = rep.goal("pdr");
+        let trials: Vec<TrialRow> = rep
+            .trials
+            .iter()
+            .map(|t| TrialRow {
+                n: t.n,
+                phase: match t.phase {
+                    Phase::Throughput => "search",
+                    Phase::FrameLoss { .. } => "load",
+                    Phase::Latency => "latency",
+                }
+                .into(),
+                goal: t.goal.clone(),
+                stage: t.stage,
+                duration_s: t.duration_s,
+                load_pct: t.load_percent,
+                offered_mpps: t.rate_pps * directions as f64 / 1e6,
+                sent_mpps: t.result.tx_pps / 1e6,
+                rx_mpps: t.result.rx_pps / 1e6,
+                tx: t.result.tx,
+                rx: t.result.rx,
+                lost: t.result.lost,
+                loss_pct: t.result.loss_percent(),
+                passed: t.passed,
+                invalid: t.invalid,
+                fail_reason: t.fail_reason,
+            })
+            .collect();
         let v6 = profile.ipv6_percent();
         runs.push(Run {
             dut: dut.name().into(),
@@ -629,7 +721,13 @@ fn run_profiles<P: Port<Arena>>(
             routes6: 0,
             line_rate_gbps: opts.line_rate_gbps,
             loss_tolerance_pct: opts.loss_tolerance_pct,
+            search: if cfg.mlr.is_some() { "mlr" } else { "binary" }.into(),
             throughput_mpps: rep.throughput_mpps,
+            ndr_mpps: rep.throughput_mpps,
+            pdr_mpps: pdr.map(|g| g.mpps),
+            pdr_loss_pct: pdr.map(|g| g.loss_ratio * 100.0),
+            underruns: rep.underruns,
+            budget_exhausted: rep.budget_exhausted,
             throughput_gbps_l1: rep.throughput_gbps_l1,
             throughput_load_pct: rep.throughput_percent,
             loss_at_load: rep
@@ -639,7 +737,8 @@ fn run_profiles<P: Port<Arena>>(
                 .collect::<BTreeMap<_, _>>(),
             loads,
             latency_us: rep.latency_us,
-            trials: rep.trials.len(),
+            trial_count: trials.len(),
+            trials,
             cpu,
             notes,
             repeat: 0,
@@ -704,5 +803,48 @@ fn frame_size_label(p: &Profile) -> String {
     match name.split_once('-') {
         Some(("ipv4" | "ipv6", size)) => size.to_string(),
         _ => name.to_uppercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_config_maps_the_search_options() {
+        let p = Profile::parse("ipv4-64").unwrap();
+        let opts = Options::default();
+        let c = engine_config(&opts, &p, 1);
+        let m = c.mlr.as_ref().expect("MLR search by default");
+        assert_eq!(c.trial_duration, Duration::from_secs(2));
+        assert_eq!(m.goals.len(), 2);
+        assert_eq!(
+            (m.goals[0].name.as_str(), m.goals[0].loss_ratio),
+            ("ndr", 0.0)
+        );
+        assert_eq!(
+            (m.goals[1].name.as_str(), m.goals[1].loss_ratio),
+            ("pdr", 0.005)
+        );
+        assert_eq!((m.width, m.max_trials), (0.001, 60));
+        assert_eq!(m.initial_duration, Duration::from_millis(500));
+        // --pdr-loss 0: NDR only; --loss-tolerance is the first goal's loss ratio.
+        let o = Options {
+            pdr_loss_pct: 0.0,
+            loss_tolerance_pct: 0.1,
+            ..Options::default()
+        };
+        let c = engine_config(&o, &p, 2);
+        let m = c.mlr.as_ref().unwrap();
+        assert_eq!(m.goals.len(), 1);
+        assert!((m.goals[0].loss_ratio - 0.001).abs() < 1e-12);
+        // --search binary.
+        let o = Options {
+            mlr: false,
+            ..Options::default()
+        };
+        let c = engine_config(&o, &p, 1);
+        assert!(c.mlr.is_none());
+        assert_eq!(c.max_search_trials, 60);
     }
 }

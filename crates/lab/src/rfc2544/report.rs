@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 /// Latency at the measured throughput, microseconds (min, avg, max, p99).
 pub use tester::rfc2544::LatencyUs as Latency;
+use tester::rfc2544::{FailReason, SearchStage};
 
 /// One offered-load trial (frame loss test).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -25,6 +26,45 @@ pub struct LoadRow {
     pub rx_gbps_l1: f64,
     /// Frames lost, percent of frames sent.
     pub loss_pct: f64,
+}
+
+/// One trial of a run, as run: the evidence behind its NDR, PDR and loss figures.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TrialRow {
+    /// 1-based number within the run.
+    pub n: u32,
+    /// `search`, `load` (frame loss at a load) or `latency`.
+    pub phase: String,
+    /// The search goal it served (`ndr`, `pdr`; MLR search only). Every goal classifies
+    /// the load from it.
+    pub goal: Option<String>,
+    /// `exploratory` (shorter trials) or `final` (MLR search only).
+    pub stage: Option<SearchStage>,
+    /// Requested duration, s.
+    pub duration_s: f64,
+    /// Offered load, percent of the line rate.
+    pub load_pct: f64,
+    /// Frames per second asked for (all directions), millions.
+    pub offered_mpps: f64,
+    /// Frames per second the tester sent, millions.
+    pub sent_mpps: f64,
+    /// Frames per second received through the DUT, millions.
+    pub rx_mpps: f64,
+    /// Frames sent.
+    pub tx: u64,
+    /// Frames received.
+    pub rx: u64,
+    /// Frames lost.
+    pub lost: u64,
+    /// Frames lost, percent of frames sent.
+    pub loss_pct: f64,
+    /// Whether it met its criterion (search trials: the goal's loss ratio).
+    pub passed: bool,
+    /// Invalidated: the tester could not offer the load (underrun). It was retried, and
+    /// it is not evidence about the DUT.
+    pub invalid: bool,
+    /// Why it did not pass.
+    pub fail_reason: Option<FailReason>,
 }
 
 /// Where one core's time went during a run (from /proc/stat), percent.
@@ -73,9 +113,23 @@ pub struct Run {
     pub line_rate_gbps: f64,
     /// Loss the throughput search tolerated, percent (0 = RFC 2544 zero loss).
     pub loss_tolerance_pct: f64,
-    /// Throughput: the highest rate with no more loss than tolerated (RFC 2544 binary
-    /// search), Mpps.
+    /// The search: `mlr` (NDR and PDR from repeated trials) or `binary` (RFC 2544).
+    pub search: String,
+    /// Throughput: the NDR, the highest rate with no more loss than tolerated, Mpps.
     pub throughput_mpps: f64,
+    /// The NDR (the same as `throughput_mpps`), Mpps.
+    pub ndr_mpps: f64,
+    /// The PDR: the highest rate losing at most `pdr_loss_pct`, Mpps (MLR search with a
+    /// PDR goal only).
+    pub pdr_mpps: Option<f64>,
+    /// The PDR's loss goal, percent.
+    pub pdr_loss_pct: Option<f64>,
+    /// Search trials the tester could not offer in full (underruns), each retried and none
+    /// counted as the DUT's loss.
+    pub underruns: u32,
+    /// The search's trial or time budget ran out before NDR and PDR reached the
+    /// resolution.
+    pub budget_exhausted: bool,
     /// The same at L1, Gbit/s.
     pub throughput_gbps_l1: f64,
     /// Throughput as a percent of the line rate.
@@ -87,7 +141,9 @@ pub struct Run {
     /// Latency at the throughput rate (absent when throughput is 0).
     pub latency_us: Option<Latency>,
     /// Trials run.
-    pub trials: usize,
+    pub trial_count: usize,
+    /// Every trial, in order.
+    pub trials: Vec<TrialRow>,
     /// Where the two cores' time went over the whole run of this profile.
     pub cpu: Vec<CoreSplit>,
     /// What limited or qualified the run.
@@ -211,12 +267,13 @@ impl Report {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "{:<18} {:<9} {:>7} {:>8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9}",
+            "{:<18} {:<9} {:>7} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}",
             "DUT",
             "Profile",
             "Flows",
             "Routes4",
-            "Tput Mpps",
+            "NDR Mpps",
+            "PDR Mpps",
             "Gbps(L1)",
             "Lat min",
             "avg",
@@ -225,14 +282,16 @@ impl Report {
         );
         for r in &self.runs {
             let lat = r.latency_us.unwrap_or_default();
+            let pdr = r.pdr_mpps.map_or("-".to_string(), |p| format!("{p:.3}"));
             let _ = writeln!(
                 s,
-                "{:<18} {:<9} {:>7} {:>8} {:>11.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                "{:<18} {:<9} {:>7} {:>8} {:>10.3} {:>10} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
                 dut_label(r),
                 r.profile,
                 r.flows,
                 r.routes4,
                 r.throughput_mpps,
+                pdr,
                 r.throughput_gbps_l1,
                 lat.min,
                 lat.avg,
@@ -552,7 +611,13 @@ mod tests {
             routes6: 0,
             line_rate_gbps: 10.0,
             loss_tolerance_pct: 0.0,
+            search: "mlr".into(),
             throughput_mpps: mpps,
+            ndr_mpps: mpps,
+            pdr_mpps: Some(mpps * 1.01),
+            pdr_loss_pct: Some(0.5),
+            underruns: 0,
+            budget_exhausted: false,
             throughput_gbps_l1: mpps * 84.0 * 8.0 / 1000.0,
             throughput_load_pct: mpps / 14.88 * 100.0,
             loss_at_load: [("25".to_string(), 50.0)].into_iter().collect(),
@@ -570,7 +635,25 @@ mod tests {
                 max: 3.0,
                 p99: 2.5,
             }),
-            trials: 9,
+            trial_count: 1,
+            trials: vec![TrialRow {
+                n: 1,
+                phase: "search".into(),
+                goal: Some("ndr".into()),
+                stage: Some(SearchStage::Final),
+                duration_s: 2.0,
+                load_pct: 50.0,
+                offered_mpps: 7.44,
+                sent_mpps: 7.44,
+                rx_mpps: 7.44,
+                tx: 14_880_000,
+                rx: 14_880_000,
+                lost: 0,
+                loss_pct: 0.0,
+                passed: true,
+                invalid: false,
+                fail_reason: None,
+            }],
             cpu: vec![CoreSplit {
                 core: 0,
                 role: "tester".into(),
@@ -700,6 +783,36 @@ mod tests {
         assert_eq!(v["runs"][0]["dut"], "ferrouter");
         assert_eq!(v["runs"][0]["loss_at_load"]["25"], 50.0);
         assert_eq!(v["runs"][1]["latency_us"]["p99"], 2.5);
+        // NDR and PDR, with the trials behind them.
+        assert!(t.contains("NDR Mpps") && t.contains("PDR Mpps"), "{t}");
+        assert!(t.contains("8.080"), "{t}");
+        assert_eq!(v["runs"][0]["ndr_mpps"], 8.0);
+        assert!((v["runs"][0]["pdr_mpps"].as_f64().unwrap() - 8.08).abs() < 1e-9);
+        assert_eq!(v["runs"][0]["pdr_loss_pct"], 0.5);
+        assert_eq!(v["runs"][0]["search"], "mlr");
+        assert_eq!(v["runs"][0]["trial_count"], 1);
+        let trial = &v["runs"][0]["trials"][0];
+        assert_eq!(
+            (
+                &trial["phase"],
+                &trial["goal"],
+                &trial["stage"],
+                &trial["invalid"]
+            ),
+            (
+                &serde_json::json!("search"),
+                &serde_json::json!("ndr"),
+                &serde_json::json!("final"),
+                &serde_json::json!(false)
+            )
+        );
+        assert!(trial["fail_reason"].is_null() && trial["duration_s"] == 2.0);
+        let mut no_pdr = r.clone();
+        no_pdr.runs[0].pdr_mpps = None;
+        assert!(no_pdr
+            .table()
+            .lines()
+            .any(|l| l.contains("ferrouter/memif") && l.split_whitespace().nth(5) == Some("-")));
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.svg");
         r.chart(&p).unwrap();
