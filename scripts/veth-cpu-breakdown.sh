@@ -4,12 +4,13 @@
 # of 10 Gbit/s at 64 bytes; 1.5 % = 0.223 Mpps, below both DUTs' limits) for 10 s, and
 # `perf record -a` samples both cores (cpu-clock, 999 Hz) for 5 s in its middle. The samples
 # are then grouped (tester, DUT worker, kernel IP forwarding, veth/skb, AF_XDP) and divided
-# by the frames forwarded in the window. Needs root, a release build and perf (Debian
-# package linux-perf). Usage: sudo scripts/veth-cpu-breakdown.sh [LOAD_PERCENT]
+# by the frames forwarded in the window. Needs root; installs perf (Debian package
+# linux-perf) and builds the release binary if missing. Usage: sudo scripts/veth-cpu-breakdown.sh [LOAD_PERCENT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 load="${1:-1.5}"
-command -v perf >/dev/null || { echo "perf is missing: apt-get install linux-perf" >&2; exit 1; }
+command -v perf >/dev/null || bash scripts/deps.sh linux-perf
+command -v perf >/dev/null || { echo "perf is missing (Debian package linux-perf)" >&2; exit 1; }
 bin=target/release/ferrouter
 [ -x "$bin" ] || cargo build --release --locked
 out=$(mktemp -d /tmp/ferrouter-veth-cpu.XXXXXX)
