@@ -331,6 +331,13 @@ fn metrics_parse_and_count_traffic() {
     // Idle between the test's few frames, the worker slept rather than spun.
     let sleeps = sample(&m, "ferrouter_worker_sleeps_total", &[("worker", "0")]);
     assert!(sleeps >= 1.0, "sleeps {sleeps}");
+    // Busy time: some, and far less than the worker has lived (it slept in between).
+    let busy_ns = sample(
+        &m,
+        "ferrouter_worker_busy_nanoseconds_total",
+        &[("worker", "0")],
+    );
+    assert!(busy_ns > 0.0 && busy_ns < 60e9, "busy {busy_ns} ns");
     let summary = c.get("/v1/routes/summary").unwrap();
     assert_eq!(
         sample(&m, "ferrouter_fib_routes", &[("family", "ipv4")]),

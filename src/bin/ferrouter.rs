@@ -559,6 +559,11 @@ struct Rfc2544Args {
     /// pairwise ratios' median.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
     repeat: u16,
+    /// CPU cost per packet: after the search, one trial at this load (percent of the line
+    /// rate; it must lie below every DUT's limit) measuring ferrouter's busy worker time and
+    /// the kernel's time per packet. 0 skips it.
+    #[arg(long, default_value_t = 1.5)]
+    cost_load: f64,
     /// Write an SVG chart comparing the DUTs' throughput.
     #[arg(long)]
     chart: Option<std::path::PathBuf>,
@@ -1025,6 +1030,12 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
     {
         bail!("--loads are percents in (0, 100], got {:?}", a.loads);
     }
+    if !(0.0..=100.0).contains(&a.cost_load) {
+        bail!(
+            "--cost-load is a percent of the line rate in [0, 100] (0: no cost trial), got {}",
+            a.cost_load
+        );
+    }
     if a.flows == 0 || a.flows > 1 << 24 {
         bail!("--flows must be 1..=16777216, got {}", a.flows);
     }
@@ -1078,6 +1089,7 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         prefix: a.name.clone(),
         ferrouter_bin: std::env::current_exe().context("locating the ferrouter binary")?,
         repeat: usize::from(a.repeat),
+        cost_load_pct: a.cost_load,
         ..Default::default()
     };
     let log = |m: &str| eprintln!("... {m}");

@@ -132,7 +132,9 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                            "nice_error": w.nice_error.get(),
                            "rx": c.rx, "tx": c.tx,
                            "forwarded": c.get(Reason::Ip4Forwarded) + c.get(Reason::Ip6Forwarded),
-                           "vectors": c.vectors, "idle_polls": c.idle_polls, "sleeps": c.sleeps})
+                           "vectors": c.vectors, "idle_polls": c.idle_polls, "sleeps": c.sleeps,
+                           "busy_ns": c.busy_ns,
+                           "busy_ns_per_packet": (c.rx > 0).then(|| c.busy_ns as f64 / c.rx as f64)})
                 }).collect::<Vec<_>>(),
                 "sync": sync.stats(),
                 "glean": shared.glean.json(),

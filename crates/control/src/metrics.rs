@@ -14,6 +14,7 @@
 //! | `ferrouter_worker_polls_total` | worker, state=busy/idle | polls that found packets vs none |
 //! | `ferrouter_worker_{rx,tx}_packets_total` | worker | |
 //! | `ferrouter_worker_sleeps_total` | worker | sleeps in poll(2): idle, or light load |
+//! | `ferrouter_worker_busy_nanoseconds_total` | worker | time in iterations that found work |
 //! | `ferrouter_fib_routes` | family | prefixes in the fast path's FIB |
 //! | `ferrouter_fib_memory_bytes`, `ferrouter_neighbors` | | |
 //! | `ferrouter_route_sync_events_total`, `_resyncs_total`, `_fib_errors_total` | | |
@@ -243,10 +244,12 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();
     let mut sleeps = Vec::new();
+    let mut busy = Vec::new();
     for w in &shared.workers {
         let c = w.counters.snapshot();
         let id = w.id.to_string();
         sleeps.push((vec![("worker", id.clone())], c.sleeps));
+        busy.push((vec![("worker", id.clone())], c.busy_ns));
         polls.push((
             vec![("worker", id.clone()), ("state", "busy".into())],
             c.vectors,
@@ -269,6 +272,11 @@ pub fn render(shared: &Shared) -> Result<String, String> {
         wrx,
     );
     s.counter("ferrouter_worker_tx_packets", "Packets a worker sent.", wtx);
+    s.counter(
+        "ferrouter_worker_busy_nanoseconds",
+        "Time a worker spent in loop iterations that found work (polling for nothing excluded); divided by its packets, its CPU cost per packet.",
+        busy,
+    );
     s.counter(
         "ferrouter_worker_sleeps",
         "Times a worker slept in poll(2) waiting for its ports: idle, or under light load (adaptive polling).",

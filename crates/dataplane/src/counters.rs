@@ -139,6 +139,9 @@ pub struct Counters {
     pub idle_polls: Counter,
     /// Times the worker slept in poll(2) waiting for its ports (idle, or light load).
     pub sleeps: Counter,
+    /// Nanoseconds the worker spent in loop iterations that found work (from the start of
+    /// such an iteration to the start of the next): its busy time, polling excluded.
+    pub busy_ns: Counter,
     /// Per VLAN sub-interface (by its index after the first one): packets and bytes
     /// received and sent.
     subifs: Box<[SubifCounters]>,
@@ -193,6 +196,7 @@ impl Default for Counters {
             vectors: Counter::default(),
             idle_polls: Counter::default(),
             sleeps: Counter::default(),
+            busy_ns: Counter::default(),
             subifs: (0..MAX_SUBIFS).map(|_| SubifCounters::default()).collect(),
             features: (0..crate::feature::MAX_FEATURE_COUNTERS)
                 .map(|_| Counter::default())
@@ -261,6 +265,7 @@ impl Counters {
             vectors: self.vectors.get(),
             idle_polls: self.idle_polls.get(),
             sleeps: self.sleeps.get(),
+            busy_ns: self.busy_ns.get(),
         }
     }
 }
@@ -280,6 +285,8 @@ pub struct Snapshot {
     pub idle_polls: u64,
     /// Sleeps in poll(2).
     pub sleeps: u64,
+    /// Busy nanoseconds.
+    pub busy_ns: u64,
 }
 
 impl Default for Snapshot {
@@ -291,6 +298,7 @@ impl Default for Snapshot {
             vectors: 0,
             idle_polls: 0,
             sleeps: 0,
+            busy_ns: 0,
         }
     }
 }
@@ -310,6 +318,7 @@ impl Snapshot {
         self.vectors += o.vectors;
         self.idle_polls += o.idle_polls;
         self.sleeps += o.sleeps;
+        self.busy_ns += o.busy_ns;
     }
     /// Sum of all drop reasons.
     pub fn drops(&self) -> u64 {

@@ -240,12 +240,19 @@ pub fn run_loop<M: PacketMemory, P: Port<M>, H: LoopHooks<M, P>>(
             revents: 0,
         })
         .collect();
+    // Start of the previous iteration, if it found work: its time counts as busy (the
+    // clock is read once per iteration anyway; a sleep only follows an idle iteration).
+    let mut busy_since: Option<u64> = None;
     while !shared.stop.load(Ordering::Relaxed) {
         let now = now_ns(epoch);
+        if let Some(t) = busy_since {
+            shared.counters.busy_ns.add(now.saturating_sub(t));
+        }
         let handled = hooks.before_poll(graph, mem, ports, (&mut v, &mut out), now);
         let n = poll_once(graph, mem, ports, &mut v, &mut out, now);
         graph.quiescent();
         iter += 1;
+        busy_since = (n + handled != 0).then_some(now);
         if pacing.after_poll(n + handled, now) {
             hooks.publish(ports);
             shared.counters.sleeps.add(1);

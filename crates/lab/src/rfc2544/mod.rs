@@ -29,7 +29,7 @@ use tester::rfc2544::{self as engine, LossGoal, MlrConfig, Phase, Progress, Rfc2
 use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig};
 
 use dut::{DutKind, Running, Transport};
-use report::{CoreSplit, LoadRow, Report, Run, TrialRow};
+use report::{CoreSplit, Cost, LoadRow, Report, Run, TrialRow};
 use topo::{Topo, TopoGuard};
 
 /// What to measure.
@@ -86,6 +86,10 @@ pub struct Options {
     /// Repetitions: each transport's DUTs run in turn this many times (A B A B ...), so
     /// the report gives medians, spreads and pairwise ratios.
     pub repeat: usize,
+    /// Load of the CPU-cost trial, percent of the line rate (0: none): one trial at this
+    /// fixed load after the search, the DUT's CPU time per packet measured (it must lie
+    /// below every DUT's limit, so that all of them are measured at the same work).
+    pub cost_load_pct: f64,
 }
 
 impl Default for Options {
@@ -112,6 +116,7 @@ impl Default for Options {
             ferrouter_bin: PathBuf::from("ferrouter"),
             tester_core: 0,
             repeat: 1,
+            cost_load_pct: 1.5,
             dut_core: 1,
             seed: 1,
         }
@@ -457,8 +462,19 @@ fn tester_thread(
                 .context("tester port tb")?;
             let label = format!("tester AF_XDP {}", a.mode());
             run_profiles(
-                opts, dut, transport, &label, profiles, sides, routes4, routes6, &mut mem, &mut a,
-                &mut b, eta, log,
+                opts,
+                (dut, topo),
+                transport,
+                &label,
+                profiles,
+                sides,
+                routes4,
+                routes6,
+                &mut mem,
+                &mut a,
+                &mut b,
+                eta,
+                log,
             )
         }
         Transport::Memif => {
@@ -482,7 +498,7 @@ fn tester_thread(
             let mut b = open(1)?;
             run_profiles(
                 opts,
-                dut,
+                (dut, topo),
                 transport,
                 "tester memif client",
                 profiles,
@@ -515,7 +531,7 @@ fn dst_prefixes(
 #[allow(clippy::too_many_arguments)]
 fn run_profiles<P: Port<Arena>>(
     opts: &Options,
-    dut: DutKind,
+    (dut, topo): (DutKind, &Topo),
     transport: Transport,
     tester_label: &str,
     profiles: &[Profile],
@@ -624,6 +640,44 @@ fn run_profiles<P: Port<Arena>>(
         )
         .with_context(|| format!("{label}: trial failed"))?;
         let cpu = cpu_split(&cpu_before, &cpu_times(), opts.tester_core, opts.dut_core);
+        let cost = if opts.cost_load_pct > 0.0 {
+            let mut t = tcfg;
+            t.rate_pps = cfg.line_rate_pps * opts.cost_load_pct / 100.0;
+            let probe = (dut == DutKind::Ferrouter).then(|| topo.dir.join("ferrouter.sock"));
+            let before = (cpu_times(), probe.as_deref().and_then(ferrouter_busy));
+            let r = gen
+                .run_trial(mem, a, b, &t)
+                .with_context(|| format!("{label}: CPU-cost trial failed"))?;
+            let after = (cpu_times(), probe.as_deref().and_then(ferrouter_busy));
+            let kernel_ns = kernel_ns(&before.0, &after.0, [opts.tester_core, opts.dut_core]);
+            let per = |ns: f64, pkts: u64| (pkts > 0).then(|| ns / pkts as f64);
+            let own = match (dut, before.1, after.1) {
+                (DutKind::Ferrouter, Some((b0, p0)), Some((b1, p1))) => {
+                    per(b1.saturating_sub(b0) as f64, p1.saturating_sub(p0))
+                }
+                (DutKind::Linux, ..) => per(kernel_ns, r.rx),
+                _ => None,
+            };
+            let c = Cost {
+                load_pct: opts.cost_load_pct,
+                offered_mpps: t.rate_pps * directions as f64 / 1e6,
+                rx_mpps: r.rx_pps / 1e6,
+                lost: r.lost,
+                ns_per_packet: own,
+                kernel_ns_per_packet: per(kernel_ns, r.rx).unwrap_or(0.0),
+            };
+            log(&format!(
+                "{label} CPU cost at {}% ({:.3} Mpps): DUT {}, kernel {:.0} ns/packet",
+                opts.cost_load_pct,
+                c.offered_mpps,
+                c.ns_per_packet
+                    .map_or("not measured".into(), |n| format!("{n:.0} ns/packet")),
+                c.kernel_ns_per_packet
+            ));
+            Some(c)
+        } else {
+            None
+        };
         let mut loads = Vec::new();
         for &pct in &opts.loads {
             // The trial behind loss_at_load: the last valid one at this load (a frame-loss
@@ -740,6 +794,7 @@ fn run_profiles<P: Port<Arena>>(
             trial_count: trials.len(),
             trials,
             cpu,
+            cost,
             notes,
             repeat: 0,
         });
@@ -770,6 +825,31 @@ fn cpu_times() -> Vec<[u64; 8]> {
         out[n] = v;
     }
     out
+}
+
+/// Nanoseconds of kernel time (system, irq, softirq) on `cores` between two /proc/stat
+/// readings (USER_HZ = 100: 10 ms per tick).
+fn kernel_ns(a: &[[u64; 8]], b: &[[u64; 8]], cores: [usize; 2]) -> f64 {
+    let mut ticks = 0u64;
+    for (i, core) in cores.into_iter().enumerate() {
+        if cores[..i].contains(&core) {
+            continue;
+        }
+        if let (Some(x), Some(y)) = (a.get(core), b.get(core)) {
+            for k in [2, 5, 6] {
+                ticks += y[k].saturating_sub(x[k]);
+            }
+        }
+    }
+    ticks as f64 * 1e7
+}
+
+/// Ferrouter's workers' busy nanoseconds and packets received, summed (`show counters`).
+fn ferrouter_busy(socket: &std::path::Path) -> Option<(u64, u64)> {
+    let c = control::api::request(socket, "counters", None).ok()?;
+    let workers = c["workers"].as_array()?;
+    let sum = |k: &str| workers.iter().filter_map(|w| w[k].as_u64()).sum::<u64>();
+    Some((sum("busy_ns"), sum("rx")))
 }
 
 fn cpu_split(a: &[[u64; 8]], b: &[[u64; 8]], tester: usize, dut: usize) -> Vec<CoreSplit> {

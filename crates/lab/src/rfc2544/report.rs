@@ -146,11 +146,38 @@ pub struct Run {
     pub trials: Vec<TrialRow>,
     /// Where the two cores' time went over the whole run of this profile.
     pub cpu: Vec<CoreSplit>,
+    /// CPU cost per packet at a fixed offered load below the DUTs' limits (`--cost-load`):
+    /// a figure that does not depend on how fast the tester can send.
+    pub cost: Option<Cost>,
     /// What limited or qualified the run.
     pub notes: Vec<String>,
     /// Which repetition (0-based) of `--repeat` this run belongs to: the DUTs alternate
     /// within each one (A B A B ...).
     pub repeat: usize,
+}
+
+/// CPU cost per packet in one trial at a fixed offered load.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Cost {
+    /// The load, percent of the line rate.
+    pub load_pct: f64,
+    /// Offered, Mpps (all directions).
+    pub offered_mpps: f64,
+    /// Received by the tester, Mpps.
+    pub rx_mpps: f64,
+    /// Frames lost in the trial.
+    pub lost: u64,
+    /// The DUT's own cost, ns of CPU per packet: ferrouter's workers' busy time (polling
+    /// for nothing excluded) over the packets they received; Linux's kernel time
+    /// (system, irq and softirq on both cores: it forwards in softirq, on the tester's core
+    /// over veth) over the packets forwarded, the tester's own socket work included;
+    /// `None` for testpmd (it polls its core whether or not there is work, and keeps no
+    /// busy time it reports while running).
+    pub ns_per_packet: Option<f64>,
+    /// Kernel time on both cores (system, irq, softirq) over the packets forwarded: what
+    /// the kernel's I/O costs each DUT, the tester's socket work included (so comparable
+    /// across DUTs on one transport, not an absolute cost).
+    pub kernel_ns_per_packet: f64,
 }
 
 /// The throughput ratio of two DUTs on one transport and profile over the repetitions,
@@ -375,6 +402,29 @@ impl Report {
                     dut_label(r),
                     r.profile,
                     cores.join("   ")
+                );
+            }
+        }
+        if self.runs.iter().any(|r| r.cost.is_some()) {
+            let _ = writeln!(
+                s,
+                "\nCPU cost per packet at a fixed load (DUT: ferrouter's busy worker time, Linux's kernel time; kernel: system+irq+softirq on both cores, the tester's included)"
+            );
+            for r in &self.runs {
+                let Some(c) = &r.cost else { continue };
+                let own = c
+                    .ns_per_packet
+                    .map_or("not measured".to_string(), |n| format!("{n:.0} ns/packet"));
+                let _ = writeln!(
+                    s,
+                    "{:<18} {:<9} load {:.1}% ({:.3} Mpps offered, {:.3} received, {} lost): DUT {own}, kernel {:.0} ns/packet",
+                    dut_label(r),
+                    r.profile,
+                    c.load_pct,
+                    c.offered_mpps,
+                    c.rx_mpps,
+                    c.lost,
+                    c.kernel_ns_per_packet
                 );
             }
         }
@@ -660,6 +710,7 @@ mod tests {
                 user: 50.0,
                 ..Default::default()
             }],
+            cost: None,
             notes: vec![],
             repeat: 0,
         }
@@ -752,6 +803,42 @@ mod tests {
             let _ = r.table();
             proptest::prop_assert!(serde_json::from_str::<serde_json::Value>(&r.json()).is_ok());
         }
+    }
+
+    /// The CPU-cost trial is printed and kept in the JSON; a DUT without a figure of its
+    /// own (testpmd) says "not measured" rather than a number.
+    #[test]
+    fn cpu_cost_per_packet_in_table_and_json() {
+        let mut fr = run("ferrouter", "veth", "ipv4-64", 0.5);
+        fr.cost = Some(Cost {
+            load_pct: 1.5,
+            offered_mpps: 0.223,
+            rx_mpps: 0.223,
+            lost: 0,
+            ns_per_packet: Some(61.4),
+            kernel_ns_per_packet: 3757.0,
+        });
+        let mut tp = run("testpmd", "memif", "ipv4-64", 9.0);
+        tp.cost = Some(Cost {
+            ns_per_packet: None,
+            kernel_ns_per_packet: 0.0,
+            ..fr.cost.clone().unwrap()
+        });
+        let mut r = Report {
+            runs: vec![fr, tp],
+            ..Default::default()
+        };
+        r.finish();
+        let t = r.table();
+        assert!(t.contains("DUT 61 ns/packet, kernel 3757 ns/packet"), "{t}");
+        assert!(t.contains("DUT not measured, kernel 0 ns/packet"), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert_eq!(v["runs"][0]["cost"]["ns_per_packet"], 61.4);
+        assert_eq!(
+            v["runs"][1]["cost"]["ns_per_packet"],
+            serde_json::Value::Null
+        );
+        assert_eq!(v["runs"][0]["cost"]["kernel_ns_per_packet"], 3757.0);
     }
 
     #[test]
