@@ -63,6 +63,24 @@ fn send_all<P: Port<Arena>>(port: &mut P, mem: &mut Arena, frames: &[Vec<u8>]) {
     }
 }
 
+/// AF_XDP ports on `p0` and `p1` sharing one arena as their UMEM (p0's socket registers
+/// it, p1's shares it): (frames in the arena, p0, p1, the arena).
+fn open_shared_pair(lab: &Lab) -> (u32, AfXdp, AfXdp, Arena) {
+    let frames_total = 1024 + 2 * AfXdp::shared_frames();
+    let mut arenas = vec![Arena::new(frames_total)];
+    Lab::enter(&lab.a);
+    let x0 = AfXdp::open_queues_shared(A_IF, 0, Default::default(), &mut arenas, &[None])
+        .expect("AF_XDP on p0 registering the arena")
+        .remove(0);
+    let owner = x0.umem_owner().expect("p0's socket owns the UMEM");
+    Lab::enter(&lab.b);
+    let x1 = AfXdp::open_queues_shared(B_IF, 1, Default::default(), &mut arenas, &[Some(owner)])
+        .expect("AF_XDP on p1 sharing it")
+        .remove(0);
+    assert!(x1.umem_owner().is_some());
+    (frames_total, x0, x1, arenas.pop().unwrap())
+}
+
 /// An Ethernet + IPv4 + UDP frame to `dst` with `payload` bytes carrying `seq`.
 fn udp4(dmac: [u8; 6], smac: [u8; 6], dst: [u8; 4], seq: u32, payload: usize) -> Vec<u8> {
     let mut f = Vec::new();
@@ -457,20 +475,7 @@ fn missing_interface_is_not_found_and_named() {
 fn ports_sharing_an_arena_forward_descriptors_not_bytes() {
     let lab = Lab::new("xsh", 1500);
     lab.run(|| {
-        let frames_total = 1024 + 2 * AfXdp::shared_frames();
-        let mut arenas = vec![Arena::new(frames_total)];
-        Lab::enter(&lab.a);
-        let mut x0 = AfXdp::open_queues_shared(A_IF, 0, Default::default(), &mut arenas, &[None])
-            .expect("AF_XDP on p0 registering the arena")
-            .remove(0);
-        let owner = x0.umem_owner().expect("p0's socket owns the UMEM");
-        Lab::enter(&lab.b);
-        let mut x1 =
-            AfXdp::open_queues_shared(B_IF, 1, Default::default(), &mut arenas, &[Some(owner)])
-                .expect("AF_XDP on p1 sharing it")
-                .remove(0);
-        assert!(x1.umem_owner().is_some());
-        let mut mem = arenas.pop().unwrap();
+        let (frames_total, mut x0, mut x1, mut mem) = open_shared_pair(&lab);
         // Both fill rings are full of the arena's frames (half of each socket's share).
         assert_eq!(mem.lent_count(), 2 * (AfXdp::shared_frames() as usize / 2));
         let frames: Vec<Vec<u8>> = (0..500u32)
@@ -675,19 +680,7 @@ fn jumbo_frames_are_gathered_and_scattered() {
 fn jumbo_frames_on_a_shared_umem() {
     let lab = Lab::new("xjs", 9000);
     lab.run(|| {
-        let frames_total = 1024 + 2 * AfXdp::shared_frames();
-        let mut arenas = vec![Arena::new(frames_total)];
-        Lab::enter(&lab.a);
-        let mut x0 = AfXdp::open_queues_shared(A_IF, 0, Default::default(), &mut arenas, &[None])
-            .expect("AF_XDP on p0 registering the arena")
-            .remove(0);
-        let owner = x0.umem_owner().expect("p0's socket owns the UMEM");
-        Lab::enter(&lab.b);
-        let mut x1 =
-            AfXdp::open_queues_shared(B_IF, 1, Default::default(), &mut arenas, &[Some(owner)])
-                .expect("AF_XDP on p1 sharing it")
-                .remove(0);
-        let mut mem = arenas.pop().unwrap();
+        let (frames_total, mut x0, mut x1, mut mem) = open_shared_pair(&lab);
         let big = mem.big_frames() as usize;
         let frames: Vec<Vec<u8>> = (0..100u32)
             .map(|i| {

@@ -709,21 +709,26 @@ impl AfXdp {
         if d.options & XDP_PKT_CONTD != 0 {
             self.gather = Some(g);
         } else {
-            self.finish_gather(arena, v, g);
+            Self::finish_gather((&mut self.stats, self.port_id), arena, v, g);
         }
     }
 
     /// The last piece of a gathered frame arrived: hand it to the graph, or count why not.
-    fn finish_gather<M: PacketMemory>(&mut self, mem: &mut M, v: &mut Vector, g: Gather) {
+    fn finish_gather<M: PacketMemory>(
+        (stats, port_id): (&mut PortStats, u16),
+        mem: &mut M,
+        v: &mut Vector,
+        g: Gather,
+    ) {
         match g.buf {
             Some(b) if !g.bad && g.len > 0 => {
-                Self::deliver((&mut self.stats, self.port_id), v, b, HEADROOM, g.len)
+                Self::deliver((stats, port_id), v, b, HEADROOM, g.len)
             }
             Some(b) => {
                 mem.free(b);
-                self.stats.rx_dropped_too_big += 1;
+                stats.rx_dropped_too_big += 1;
             }
-            None => self.stats.rx_dropped_no_buffer += 1,
+            None => stats.rx_dropped_no_buffer += 1,
         }
     }
 
@@ -1052,16 +1057,7 @@ impl<M: PacketMemory> Port<M> for AfXdp {
                 if d.options & XDP_PKT_CONTD != 0 {
                     self.gather = Some(g);
                 } else {
-                    match g.buf {
-                        Some(b) if !g.bad && g.len > 0 => {
-                            Self::deliver((&mut self.stats, self.port_id), v, b, HEADROOM, g.len)
-                        }
-                        Some(b) => {
-                            mem.free(b);
-                            self.stats.rx_dropped_too_big += 1;
-                        }
-                        None => self.stats.rx_dropped_no_buffer += 1,
-                    }
+                    Self::finish_gather((&mut self.stats, self.port_id), mem, v, g);
                 }
                 continue;
             }
