@@ -381,6 +381,7 @@ pub fn try_run<E>(
 }
 
 /// What one trial is for.
+#[derive(Clone, Copy)]
 struct Spec<'g> {
     phase: Phase,
     rate: f64,
@@ -619,28 +620,17 @@ pub fn try_run_timed<E>(
     // A trial, retried while the tester underruns (MLR search only).
     let retries = mlr.map_or(0, |m| m.max_retries);
     let mut retrying = |phase: Phase, rate: f64, records: &mut Vec<TrialRecord>| {
-        let mut i = one(
-            Spec {
-                phase,
-                rate,
-                duration: full,
-                goal: None,
-                stage: None,
-            },
-            records,
-        )?;
+        let spec = Spec {
+            phase,
+            rate,
+            duration: full,
+            goal: None,
+            stage: None,
+        };
+        let mut i = one(spec, records)?;
         let mut n = 0;
         while records[i].invalid && n < retries {
-            i = one(
-                Spec {
-                    phase,
-                    rate,
-                    duration: full,
-                    goal: None,
-                    stage: None,
-                },
-                records,
-            )?;
+            i = one(spec, records)?;
             n += 1;
         }
         Ok::<usize, E>(i)
