@@ -152,6 +152,10 @@ fn rfc2544_short_bidirectional_run_against_testpmd_and_ferrouter_over_memif() {
     check_runs(&v, &[("testpmd", "memif"), ("ferrouter", "memif")]);
     for r in v["runs"].as_array().unwrap() {
         assert_eq!(r["pattern"], "1pp - bi");
+        // Both DUTs' own CPU cost at the fixed load: testpmd's busy cycles, ferrouter's
+        // busy worker time, each over the packets it received.
+        let ns = r["cost"]["ns_per_packet"].as_f64();
+        assert!(ns.is_some_and(|n| n > 0.0 && n < 1e6), "cost: {r:#}");
     }
 }
 

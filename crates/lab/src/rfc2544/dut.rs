@@ -68,6 +68,8 @@ impl Transport {
     }
 }
 
+const TESTPMD: &str = "/usr/bin/dpdk-testpmd";
+
 /// A running DUT process (none for Linux), stopped on drop.
 pub struct Running {
     child: Option<Child>,
@@ -103,6 +105,18 @@ impl Running {
         Ok(())
     }
 
+    /// testpmd's console (its stdin, its log), when this is an interactive testpmd.
+    pub fn testpmd(&self) -> Option<TestpmdConsole<'_>> {
+        if self.what != "dpdk-testpmd" {
+            return None;
+        }
+        let stdin = self.child.as_ref()?.stdin.as_ref()?;
+        Some(TestpmdConsole {
+            stdin,
+            log: &self.log,
+        })
+    }
+
     /// Stop: SIGTERM, then SIGKILL after 5 s.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -125,6 +139,110 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Commands to an interactive testpmd, and its forwarding statistics read back from its
+/// log.
+#[derive(Clone, Copy)]
+pub struct TestpmdConsole<'a> {
+    stdin: &'a std::process::ChildStdin,
+    log: &'a Path,
+}
+
+/// testpmd's busy cycles over the packets it received, since its statistics were cleared.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TestpmdCycles {
+    /// TSC cycles spent in receive bursts that returned packets (and their transmit).
+    pub cycles: u64,
+    /// Packets received, all ports.
+    pub packets: u64,
+    /// TSC frequency, MHz.
+    pub mhz: u64,
+}
+
+impl TestpmdCycles {
+    /// Nanoseconds per packet.
+    pub fn ns_per_packet(&self) -> Option<f64> {
+        (self.packets > 0 && self.mhz > 0)
+            .then(|| self.cycles as f64 * 1e3 / self.mhz as f64 / self.packets as f64)
+    }
+}
+
+impl TestpmdConsole<'_> {
+    fn send(&self, line: &str) -> Result<()> {
+        use std::io::Write;
+        let mut w = self.stdin;
+        w.write_all(line.as_bytes())
+            .and_then(|_| w.write_all(b"\n"))
+            .and_then(|_| w.flush())
+            .with_context(|| format!("sending {line:?} to dpdk-testpmd"))
+    }
+
+    /// Zero testpmd's forwarding statistics and cycle counts.
+    pub fn clear(&self) -> Result<()> {
+        self.send("clear fwd stats all")
+    }
+
+    /// Ask for the forwarding statistics and read the cycle line it prints, waiting up to
+    /// `timeout`. `Ok(None)` when testpmd received nothing (it then prints no such line).
+    pub fn cycles(&self, timeout: Duration) -> Result<Option<TestpmdCycles>> {
+        let count = || -> usize {
+            std::fs::read_to_string(self.log)
+                .map(|s| s.matches("Accumulated forward statistics").count())
+                .unwrap_or(0)
+        };
+        let before = count();
+        self.send("show fwd stats all")?;
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            let log = std::fs::read_to_string(self.log)
+                .with_context(|| format!("reading {}", self.log.display()))?;
+            if log.matches("Accumulated forward statistics").count() > before {
+                // The block ends with its closing rule; the cycle line follows it.
+                let block = log
+                    .rsplit("Accumulated forward statistics")
+                    .next()
+                    .unwrap_or("");
+                if let Some(rest) = block.split_once("++\n").map(|(_, r)| r) {
+                    // Wait for the rest of the block (the cycle line) to be flushed.
+                    if rest.contains("CPU cycles/packet") {
+                        return Ok(parse_cycles(rest));
+                    }
+                    if rest.contains("testpmd>") {
+                        return Ok(None);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!(
+            "dpdk-testpmd printed no forwarding statistics within {timeout:?} (log {})",
+            self.log.display()
+        )
+    }
+}
+
+/// `CPU cycles/packet=45.58 (total cycles=2558034272 / total io packets=56124864) at 2600
+/// MHz Clock` (DPDK 22.11; later releases say "busy cycles").
+pub fn parse_cycles(text: &str) -> Option<TestpmdCycles> {
+    let line = text.lines().find(|l| l.contains("CPU cycles/packet="))?;
+    let num_after = |key: &str| -> Option<u64> {
+        let rest = &line[line.find(key)? + key.len()..];
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits.parse().ok()
+    };
+    let cycles = num_after("cycles=")?;
+    let packets = num_after("packets=")?;
+    let mhz = num_after(") at")?;
+    Some(TestpmdCycles {
+        cycles,
+        packets,
+        mhz,
+    })
 }
 
 fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<Running> {
@@ -213,9 +331,18 @@ pub fn ferrouter_memif_ports(topo: &Topo) -> Vec<String> {
 }
 
 /// Start dpdk-testpmd with two memif server ports forwarding to each other (io mode) on
-/// core `core`, without huge pages.
+/// core `core`, without huge pages, interactive on a pipe (see [`Running::testpmd`]) and
+/// recording its busy cycles (`--record-core-cycles`: two TSC reads per receive burst
+/// that returned packets).
 pub fn start_testpmd(topo: &Topo, core: usize) -> Result<Running> {
-    let mut cmd = Command::new("dpdk-testpmd");
+    if !Path::new(TESTPMD).exists() {
+        bail!(
+            "{TESTPMD} not found: install the Debian package dpdk-dev (apt-get install dpdk-dev)"
+        );
+    }
+    // Line-buffered stdout: the statistics it prints on request reach the log at once.
+    let mut cmd = Command::new("stdbuf");
+    cmd.args(["-oL", TESTPMD]);
     cmd.args([
         "--no-huge",
         "-m",
@@ -235,6 +362,8 @@ pub fn start_testpmd(topo: &Topo, core: usize) -> Result<Running> {
     }
     cmd.args([
         "--",
+        "-i",
+        "--record-core-cycles",
         "--forward-mode=io",
         "--auto-start",
         "--stats-period=3600",
@@ -255,4 +384,44 @@ pub fn start_testpmd(topo: &Topo, core: usize) -> Result<Running> {
         "dpdk-testpmd did not create its memif sockets within 20 s (log {})",
         topo.dir.join("testpmd.log").display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn testpmd_cycle_line_is_parsed() {
+        let text = "  ++++++++\n\n  CPU cycles/packet=45.58 (total cycles=2558034272 / total io packets=56124864) at 2600 MHz Clock\n";
+        let c = parse_cycles(text).unwrap();
+        assert_eq!(
+            c,
+            TestpmdCycles {
+                cycles: 2_558_034_272,
+                packets: 56_124_864,
+                mhz: 2600
+            }
+        );
+        let ns = c.ns_per_packet().unwrap();
+        assert!((ns - 45.58 / 2.6).abs() < 0.01, "{ns}");
+        // Later releases' wording.
+        let c = parse_cycles(
+            "CPU cycles/packet=10.00 (busy cycles=1000 / total io packets=100) at 1000 MHz Clock",
+        )
+        .unwrap();
+        assert_eq!(c.ns_per_packet(), Some(10.0));
+        for bad in [
+            "",
+            "CPU cycles/packet=nan",
+            "CPU cycles/packet=1 (total cycles=x / total io packets=1) at 1 MHz",
+        ] {
+            assert_eq!(parse_cycles(bad), None, "{bad:?}");
+        }
+        let zero = TestpmdCycles {
+            cycles: 5,
+            packets: 0,
+            mhz: 1,
+        };
+        assert_eq!(zero.ns_per_packet(), None);
+    }
 }

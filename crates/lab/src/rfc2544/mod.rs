@@ -305,10 +305,19 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                     dst_mac: dut_macs[1],
                 },
             ];
+            let console = running.testpmd();
             let runs = std::thread::scope(|s| {
                 s.spawn(|| {
                     tester_thread(
-                        opts, &topo, transport, dut, &profiles, &sides, &routes4, &routes6, &eta,
+                        opts,
+                        (&topo, console),
+                        transport,
+                        dut,
+                        &profiles,
+                        &sides,
+                        &routes4,
+                        &routes6,
+                        &eta,
                         log,
                     )
                 })
@@ -441,7 +450,7 @@ fn pin(core: usize) {
 #[allow(clippy::too_many_arguments)]
 fn tester_thread(
     opts: &Options,
-    topo: &Topo,
+    (topo, console): (&Topo, Option<dut::TestpmdConsole<'_>>),
     transport: Transport,
     dut: DutKind,
     profiles: &[Profile],
@@ -463,7 +472,7 @@ fn tester_thread(
             let label = format!("tester AF_XDP {}", a.mode());
             run_profiles(
                 opts,
-                (dut, topo),
+                (dut, topo, console),
                 transport,
                 &label,
                 profiles,
@@ -498,7 +507,7 @@ fn tester_thread(
             let mut b = open(1)?;
             run_profiles(
                 opts,
-                (dut, topo),
+                (dut, topo, console),
                 transport,
                 "tester memif client",
                 profiles,
@@ -531,7 +540,7 @@ fn dst_prefixes(
 #[allow(clippy::too_many_arguments)]
 fn run_profiles<P: Port<Arena>>(
     opts: &Options,
-    (dut, topo): (DutKind, &Topo),
+    (dut, topo, console): (DutKind, &Topo, Option<dut::TestpmdConsole<'_>>),
     transport: Transport,
     tester_label: &str,
     profiles: &[Profile],
@@ -644,11 +653,21 @@ fn run_profiles<P: Port<Arena>>(
             let mut t = tcfg;
             t.rate_pps = cfg.line_rate_pps * opts.cost_load_pct / 100.0;
             let probe = (dut == DutKind::Ferrouter).then(|| topo.dir.join("ferrouter.sock"));
+            if let Some(c) = console {
+                c.clear()
+                    .with_context(|| format!("{label}: CPU-cost trial"))?;
+            }
             let before = (cpu_times(), probe.as_deref().and_then(ferrouter_busy));
             let r = gen
                 .run_trial(mem, a, b, &t)
                 .with_context(|| format!("{label}: CPU-cost trial failed"))?;
             let after = (cpu_times(), probe.as_deref().and_then(ferrouter_busy));
+            let testpmd = match console {
+                Some(c) => c
+                    .cycles(Duration::from_secs(5))
+                    .with_context(|| format!("{label}: CPU-cost trial"))?,
+                None => None,
+            };
             let kernel_ns = kernel_ns(&before.0, &after.0, [opts.tester_core, opts.dut_core]);
             let per = |ns: f64, pkts: u64| (pkts > 0).then(|| ns / pkts as f64);
             let own = match (dut, before.1, after.1) {
@@ -656,6 +675,7 @@ fn run_profiles<P: Port<Arena>>(
                     per(b1.saturating_sub(b0) as f64, p1.saturating_sub(p0))
                 }
                 (DutKind::Linux, ..) => per(kernel_ns, r.rx),
+                (DutKind::Testpmd, ..) => testpmd.and_then(|c| c.ns_per_packet()),
                 _ => None,
             };
             let c = Cost {
@@ -759,6 +779,8 @@ fn run_profiles<P: Port<Arena>>(
                 passed: t.passed,
                 invalid: t.invalid,
                 fail_reason: t.fail_reason,
+                tx_port_full: t.result.tx_port_full,
+                tx_skipped: t.result.tx_skipped,
             })
             .collect();
         let v6 = profile.ipv6_percent();

@@ -65,6 +65,11 @@ pub struct TrialRow {
     pub invalid: bool,
     /// Why it did not pass.
     pub fail_reason: Option<FailReason>,
+    /// Transmit bursts the tester's port took only in part: over memif, the DUT had not
+    /// yet emptied the ring (backpressure); over AF_XDP, the kernel's ring was full.
+    pub tx_port_full: u64,
+    /// Frames the tester gave up on because it fell too far behind its schedule.
+    pub tx_skipped: u64,
 }
 
 /// Where one core's time went during a run (from /proc/stat), percent.
@@ -156,6 +161,15 @@ pub struct Run {
     pub repeat: usize,
 }
 
+impl Run {
+    /// The NDR as a measurement, or `None` when the search ran out of budget before any
+    /// load passed (an NDR of 0 there says nothing about the DUT): such a run counts as
+    /// missing in the ratios and the stability figures, never as 0.
+    pub fn measured(&self) -> Option<f64> {
+        (!(self.budget_exhausted && self.throughput_mpps <= 0.0)).then_some(self.throughput_mpps)
+    }
+}
+
 /// CPU cost per packet in one trial at a fixed offered load.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Cost {
@@ -171,8 +185,8 @@ pub struct Cost {
     /// for nothing excluded) over the packets they received; Linux's kernel time
     /// (system, irq and softirq on both cores: it forwards in softirq, on the tester's core
     /// over veth) over the packets forwarded, the tester's own socket work included;
-    /// `None` for testpmd (it polls its core whether or not there is work, and keeps no
-    /// busy time it reports while running).
+    /// testpmd's busy cycles (`--record-core-cycles`: receive bursts that returned packets,
+    /// and their transmit) over the packets it received. `None` when not measured.
     pub ns_per_packet: Option<f64>,
     /// Kernel time on both cores (system, irq, softirq) over the packets forwarded: what
     /// the kernel's I/O costs each DUT, the tester's socket work included (so comparable
@@ -464,7 +478,7 @@ impl Report {
                 .find(|r| {
                     r.dut == dut && r.transport == tr && r.profile == profile && r.repeat == k
                 })
-                .map(|r| r.throughput_mpps)
+                .and_then(Run::measured)
         };
         let reps = self.runs.iter().map(|r| r.repeat + 1).max().unwrap_or(0);
         for p in self.profiles() {
@@ -528,7 +542,7 @@ impl Report {
                     .runs
                     .iter()
                     .filter(|r| r.dut == dut && r.transport == tr && r.profile == p)
-                    .map(|r| r.throughput_mpps)
+                    .filter_map(Run::measured)
                     .filter(|x| x.is_finite())
                     .collect();
                 let n = v.len();
@@ -703,6 +717,8 @@ mod tests {
                 passed: true,
                 invalid: false,
                 fail_reason: None,
+                tx_port_full: 0,
+                tx_skipped: 0,
             }],
             cpu: vec![CoreSplit {
                 core: 0,
@@ -771,6 +787,24 @@ mod tests {
         none.finish();
         assert_eq!(none.ratios[0].median, None);
         assert_eq!(none.ratios[0].missing, 1);
+        // A search that ran out of budget before any load passed: missing, not a 0 ratio
+        // and not a 0 in the DUT's stability figures.
+        let mut spent = run("ferrouter", "veth", "ipv4-64", 0.0);
+        spent.budget_exhausted = true;
+        let mut r = Report {
+            runs: vec![
+                spent,
+                run("linux", "veth", "ipv4-64", 0.5),
+                rep(run("ferrouter", "veth", "ipv4-64", 1.0), 1),
+                rep(run("linux", "veth", "ipv4-64", 0.5), 1),
+            ],
+            ..Default::default()
+        };
+        r.finish();
+        let q = &r.ratios[0];
+        assert_eq!((q.pairs, q.missing, q.min), (1, 1, Some(2.0)), "{q:?}");
+        let f = r.stability.iter().find(|d| d.dut == "ferrouter").unwrap();
+        assert_eq!((f.runs, f.min_mpps), (1, 1.0));
     }
 
     proptest::proptest! {
