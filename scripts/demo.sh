@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
-cargo build --release --locked -p ferrouter
-exec ./target/release/ferrouter lab demo "$@"
+# The daemon (ferrouter) and the test bench that builds the lab and runs it (ferrouter-lab).
+cargo build --release --locked -p ferrouter -p ferrouter-lab
+exec ./target/release/ferrouter-lab lab demo "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where each frame's CPU time goes when ferrouter and Linux forward over veth (issue 22's
-# 2x target): for each DUT, `ferrouter bench rfc2544` offers a fixed load (--loads, percent
+# 2x target): for each DUT, `ferrouter-lab bench rfc2544` offers a fixed load (--loads, percent
 # of 10 Gbit/s at 64 bytes; 1.5 % = 0.223 Mpps, below both DUTs' limits) for 10 s, and
 # `perf record -a` samples both cores (cpu-clock, 999 Hz) for 5 s in its middle. The samples
 # are then grouped (tester, DUT worker, kernel IP forwarding, veth/skb, AF_XDP) and divided
@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 load="${1:-1.5}"
 command -v perf >/dev/null || bash scripts/deps.sh linux-perf
 command -v perf >/dev/null || { echo "perf is missing (Debian package linux-perf)" >&2; exit 1; }
-bin=target/release/ferrouter
-[ -x "$bin" ] || cargo build --release --locked
+bin=target/release/ferrouter-lab
+[ -x "$bin" ] && [ -x target/release/ferrouter ] || cargo build --release --locked -p ferrouter -p ferrouter-lab
 out=$(mktemp -d /tmp/ferrouter-veth-cpu.XXXXXX)
 for dut in linux ferrouter; do
   "$bin" bench rfc2544 --dut "$dut" --transport veth --profile ipv4-64 --routes4 100000 \

@@ -680,7 +680,7 @@ fn two_gobgp_peers_10k_v4_1k_v6_failover_and_failback_in_the_fib_and_the_traffic
     eprintln!("failover test body took {:?}", t0.elapsed());
 }
 
-/// `ferrouter bench convergence` end to end at a small scale with BIRD peers (the default):
+/// `ferrouter-lab bench convergence` end to end at a small scale with BIRD peers (the default):
 /// both DUTs, the JSON contract, every phase converged, no loss after convergence, the
 /// kernel's view consistent with the traffic's (the kernel is done before the traffic has
 /// moved), and every process's CPU time accounted.
@@ -720,7 +720,7 @@ fn bench_convergence_5k_routes_tester_peers_ferrouter_and_linux_json() {
     );
 }
 
-/// `ferrouter bench bgp-scale` end to end at a small scale with BIRD peers: 8,000 disjoint
+/// `ferrouter-lab bench bgp-scale` end to end at a small scale with BIRD peers: 8,000 disjoint
 /// routes from two peers reach the kernel and ferrouter's FIB, traffic to a sample of them
 /// arrives with no loss, for both DUTs; the JSON carries the times, memory and loss cause,
 /// and no namespace is left behind.
@@ -812,7 +812,7 @@ fn check_bench_bgp_scale(speaker: &str, tag: char) {
 fn interrupted_benchmark_leaves_nothing_behind() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("k{}", std::process::id() % 100_000);
-    let mut child = std::process::Command::new(common::bin())
+    let mut child = std::process::Command::new(common::lab_bin())
         .args([
             "bench",
             "convergence",

@@ -669,7 +669,7 @@ fn next_hop_that_becomes_reachable_is_taken_after_a_route_refresh() {
     assert_eq!(n["state"], "established", "{n}");
 }
 
-/// `ferrouter bench convergence --dut ferrouter-bgp` at a small scale: the speaker in place
+/// `ferrouter-lab bench convergence --dut ferrouter-bgp` at a small scale: the speaker in place
 /// of FRR, every phase converged with the speaker's FIB time inside the traffic's, no
 /// kernel split (nothing changes in the kernel), no loss after convergence, the CPU of
 /// ferrouter and both BIRD peers accounted, and no namespace left behind.

@@ -1,16 +1,28 @@
-//! The `ferrouter` commands a user runs, end to end at small scale: the demo, and each
-//! benchmark's JSON contract — including the real `dpdk-test-fib` comparison when DPDK is
-//! installed (scripts/test.sh installs it).
+//! The commands a user runs, end to end at small scale: the test bench's demo and each
+//! benchmark's JSON contract (`ferrouter-lab`), including the real `dpdk-test-fib`
+//! comparison when DPDK is installed (scripts/test.sh installs it); the daemon binary's
+//! version, its shipped config, and the split between the two binaries.
+
+mod common;
 
 use std::process::Command;
 
 use serde_json::Value;
 
 fn ferrouter(args: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+    run(env!("CARGO_BIN_EXE_ferrouter"), args)
+}
+
+/// The test bench binary.
+fn lab(args: &[&str]) -> (String, String) {
+    run(&common::lab_bin(), args)
+}
+
+fn run(bin: &str, args: &[&str]) -> (String, String) {
+    let out = Command::new(bin)
         .args(args)
         .output()
-        .expect("run ferrouter");
+        .unwrap_or_else(|e| panic!("run {bin}: {e}"));
     let (so, se) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -23,7 +35,7 @@ fn ferrouter(args: &[&str]) -> (String, String) {
 }
 
 fn json(args: &[&str]) -> Value {
-    let (so, _) = ferrouter(args);
+    let (so, _) = lab(args);
     serde_json::from_str(so.trim())
         .unwrap_or_else(|e| panic!("stdout of {args:?} is not one JSON object ({e}): {so}"))
 }
@@ -64,7 +76,7 @@ fn pipeline_json_has_every_profile_and_loses_nothing() {
 
 #[test]
 fn pipeline_rejects_unknown_profile_with_the_valid_names() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+    let out = Command::new(common::lab_bin())
         .args(["bench", "pipeline", "--profile", "imix9"])
         .output()
         .unwrap();
@@ -85,7 +97,7 @@ fn bgp_scale_refuses_ipv6_routes_it_cannot_source_and_says_why() {
             "--routes6 must be",
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+        let out = Command::new(common::lab_bin())
             .args([
                 "bench",
                 "bgp-scale",
@@ -169,7 +181,7 @@ fn lpm_compare_dpdk_runs_the_real_dpdk_test_fib() {
 
 #[test]
 fn demo_forwards_everything() {
-    let (so, _) = ferrouter(&[
+    let (so, _) = lab(&[
         "demo",
         "--routes4",
         "20000",
@@ -211,7 +223,7 @@ fn route_sync_streams_every_route_into_the_fib_and_back_out() {
     assert!(v["fib_bytes_per_route"].as_f64().unwrap() > 0.0);
 }
 
-/// `ferrouter bench bgp-speaker` at a small scale: two loopback peers, the real speaker and
+/// `ferrouter-lab bench bgp-speaker` at a small scale: two loopback peers, the real speaker and
 /// sync; every prefix learned, moved on failover and back on failback (sampled prefixes
 /// checked each time inside the benchmark), with the FIB changes each phase implies.
 #[test]
@@ -295,4 +307,64 @@ fn shipped_example_config_checks() {
         e.contains("route[0].prefix") && e.contains("did you mean 10.0.0.0/8"),
         "{e}"
     );
+}
+
+/// The daemon and the test bench are two binaries: `ferrouter` links none of the lab,
+/// tester or bench crates, and each old spelling of a moved command says where it went.
+#[test]
+fn the_daemon_links_no_test_bench_and_old_spellings_say_where_commands_went() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "ferrouter",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree");
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(tree.lines().any(|l| l.starts_with("control ")), "{tree}");
+    for krate in ["lab", "tester", "bench", "ferrouter-lab"] {
+        assert!(
+            !tree.lines().any(|l| l.starts_with(&format!("{krate} "))),
+            "ferrouter links {krate}:\n{tree}"
+        );
+    }
+    let (help, _) = ferrouter(&["--help"]);
+    for cmd in ["run", "show", "config", "trace", "capture"] {
+        assert!(help.contains(&format!("  {cmd} ")), "{help}");
+    }
+    for (args, want) in [
+        (
+            &["bench", "rfc2544", "--dut", "linux"][..],
+            "ferrouter-lab bench rfc2544 --dut linux",
+        ),
+        (&["lab", "up", "--help"][..], "ferrouter-lab lab up --help"),
+        (&["demo"][..], "ferrouter-lab demo"),
+        (&["tester"][..], "ferrouter-lab tester"),
+        (&["mrt", "generate"][..], "ferrouter-lab mrt generate"),
+    ] {
+        assert!(!help.contains(&format!("  {} ", args[0])), "{help}");
+        let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(e.contains(want) && e.contains("has moved"), "{args:?}: {e}");
+    }
+    let (help, _) = lab(&["--help"]);
+    for cmd in ["demo", "bench", "tester", "lab", "mrt"] {
+        assert!(help.contains(&format!("  {cmd} ")), "{help}");
+    }
 }

@@ -1,4 +1,4 @@
-//! The test harness end to end: `ferrouter bench rfc2544` against real DUTs (ferrouter in
+//! The test harness end to end: `ferrouter-lab bench rfc2544` against real DUTs (ferrouter in
 //! a namespace over veth/AF_XDP and over memif, Linux, dpdk-testpmd over memif), and a
 //! ferrouter memif port's kernel face (ARP and ping answered by Linux through the TAP).
 //!
@@ -20,7 +20,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn bench(name: &str, args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let chart = dir.path().join("chart.svg");
-    let out = Command::new(common::bin())
+    let out = Command::new(common::lab_bin())
         .args(["bench", "rfc2544", "--name", name, "--json", "--chart"])
         .arg(&chart)
         .args(args)
@@ -172,7 +172,7 @@ fn bad_bench_arguments_are_refused_clearly() {
         (&["--duration", "0"][..], "--duration"),
         (&["--loads", "150"][..], "--loads"),
     ] {
-        let out = Command::new(common::bin())
+        let out = Command::new(common::lab_bin())
             .args(["bench", "rfc2544", "--name", "hbad"])
             .args(args)
             .output()
@@ -440,7 +440,7 @@ fn tester_accounting_is_exact_on_a_veth_loopback_pair_with_af_packet_and_af_xdp(
     }
     for backend in ["af_packet", "af_xdp"] {
         for profile in ["ipv4-64", "imix2"] {
-            let out = Command::new(common::bin())
+            let out = Command::new(common::lab_bin())
                 .args([
                     "tester",
                     "--netns",
@@ -476,7 +476,7 @@ fn tester_accounting_is_exact_on_a_veth_loopback_pair_with_af_packet_and_af_xdp(
             assert_eq!(r["latency"]["samples"].as_u64().unwrap(), tx, "{r}");
         }
     }
-    let out = Command::new(common::bin())
+    let out = Command::new(common::lab_bin())
         .args([
             "tester",
             "--netns",

@@ -1,5 +1,5 @@
 //! The generated MRT files against the real GoBGP (Debian's gobgpd, what the routing-scale
-//! benchmark's eBGP peers run): `ferrouter mrt generate` writes a table, `gobgp mrt inject
+//! benchmark's eBGP peers run): `ferrouter-lab mrt generate` writes a table, `gobgp mrt inject
 //! global` loads it into a gobgpd in a network namespace of its own, and the daemon's RIB must
 //! hold exactly the generated prefixes with the generated AS paths and next hops. A second
 //! gobgpd, an eBGP neighbour over a veth, shows what the benchmark's router receives: every
@@ -229,7 +229,7 @@ fn generate(cfg: &MrtConfig, out: &Path, next_hops: Option<(&str, &str)>) -> Vec
         a.extend_from_slice(&["--next-hop4", h4, "--next-hop6", h6]);
     }
     let t0 = Instant::now();
-    let o = Command::new(common::bin()).args(&a).output().unwrap();
+    let o = Command::new(common::lab_bin()).args(&a).output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),

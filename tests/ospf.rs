@@ -14,7 +14,7 @@
 //! takes to learn N externals from BIRD until all are in ferrouter's FIB, and to lose them
 //! again; OSPF_SCALE sets the sizes (default `20000,200000`).
 //!
-//! `bench_convergence_ospf_2k_routes_ferrouter_and_linux_json` runs `ferrouter bench
+//! `bench_convergence_ospf_2k_routes_ferrouter_and_linux_json` runs `ferrouter-lab bench
 //! convergence --protocol ospf` at 2,000 routes (BIRD in h2 and h3 as primary and secondary)
 //! against both DUTs and checks the JSON.
 //!

@@ -4,9 +4,22 @@
 use lab::{Guard, Lab};
 use serde_json::Value;
 
-/// The binary under test.
+/// The binary under test: the daemon and its CLI.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferrouter")
+}
+
+/// The test bench binary (`ferrouter-lab`: lab, bench, tester, mrt, demo). Cargo builds it
+/// beside `ferrouter` (same target directory) when the workspace's tests are built.
+#[allow(dead_code)]
+pub fn lab_bin() -> String {
+    let p = std::path::Path::new(bin()).with_file_name("ferrouter-lab");
+    assert!(
+        p.is_file(),
+        "{} is missing: run the tests with --workspace, or build it first (cargo build -p ferrouter-lab)",
+        p.display()
+    );
+    p.display().to_string()
 }
 
 /// A lab with a unique name, started, torn down when the guard drops.
@@ -64,7 +77,7 @@ pub fn start_lab(lab: Lab) -> Guard {
 /// Run `ferrouter` with `args` (a `bench ... --json` command): its stderr is printed, it
 /// must succeed, and its stdout is the JSON returned.
 pub fn bench_json(args: &[&str]) -> Value {
-    let out = std::process::Command::new(bin())
+    let out = std::process::Command::new(lab_bin())
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .output()
@@ -76,7 +89,7 @@ pub fn bench_json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-/// Runs `ferrouter bench convergence --protocol PROTOCOL --speaker SPEAKER --routes ROUTES
+/// Runs `ferrouter-lab bench convergence --protocol PROTOCOL --speaker SPEAKER --routes ROUTES
 /// --dut ferrouter,linux --json` in namespaces named `NETNS_PREFIX-*` and checks what both
 /// of its runs report: the JSON contract, every phase converged with its kernel times in
 /// order and the CPU its processes used, no loss after convergence, two verification

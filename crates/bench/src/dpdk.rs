@@ -1,5 +1,5 @@
 //! Driver for DPDK's `dpdk-test-fib` (Debian package `dpdk-dev`, DPDK 22.11), used as the
-//! reference point of `ferrouter bench lpm --compare-dpdk`.
+//! reference point of `ferrouter-lab bench lpm --compare-dpdk`.
 //!
 //! We never link DPDK: we write the exact route set and lookup keys to files, run the
 //! stock binary on them, and parse the figure it prints.

@@ -1,4 +1,4 @@
-//! `ferrouter bench fib-update`: bulk add and delete of a million routes by the single
+//! `ferrouter-lab bench fib-update`: bulk add and delete of a million routes by the single
 //! writer while a worker keeps forwarding on another core. Reports routes/s for each phase
 //! and the worker's forwarding rate before and during the update, with every packet that was
 //! not forwarded counted (a correct update protocol loses none).

@@ -1,4 +1,4 @@
-//! `ferrouter bench lpm [--compare-dpdk]`: cycles per longest-prefix-match lookup of
+//! `ferrouter-lab bench lpm [--compare-dpdk]`: cycles per longest-prefix-match lookup of
 //! ferrouter's FIB, optionally next to DPDK's `rte_fib` measured by the stock
 //! `dpdk-test-fib` on the same route set, the same keys, the same core, in the same run.
 //!

@@ -1,4 +1,4 @@
-//! `ferrouter bench pipeline`: the whole forwarding graph from memory — pre-built frames,
+//! `ferrouter-lab bench pipeline`: the whole forwarding graph from memory — pre-built frames,
 //! no I/O — over an Internet-scale FIB, per traffic profile and worker count.
 //!
 //! Each worker owns a pool of frames whose destinations are spread across the whole route

@@ -13,6 +13,7 @@ pub mod glean;
 pub mod history;
 pub mod http;
 pub mod metrics;
+pub mod render;
 pub mod state;
 pub mod sync;
 pub mod trace;

@@ -210,7 +210,7 @@ const HUGE_PAGE: usize = 2 << 20;
 ///
 /// Each route change reads one random slot of a table of millions (120 MB at 1.5M
 /// prefixes); with 4 KiB pages nearly every such read was also a TLB miss. In
-/// `ferrouter bench route-sync` (1M IPv4 + 500K IPv6) huge pages for the process's large
+/// `ferrouter-lab bench route-sync` (1M IPv4 + 500K IPv6) huge pages for the process's large
 /// allocations (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`) raised the rate per CPU-second by
 /// about 20 %; this allocator does it for this table without any setting.
 #[derive(Clone, Copy, Debug, Default)]

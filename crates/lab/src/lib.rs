@@ -217,7 +217,7 @@ impl Lab {
     pub fn build(&self) -> Result<()> {
         if !self.existing().is_empty() {
             bail!(
-                "lab {} already exists (namespaces {:?}); run `ferrouter lab down` first",
+                "lab {} already exists (namespaces {:?}); run `ferrouter-lab lab down` first",
                 self.prefix,
                 self.existing()
             );
@@ -326,7 +326,7 @@ impl Lab {
     pub fn write_config(&self) -> Result<PathBuf> {
         let path = self.config_file();
         let text = format!(
-            "# written by `ferrouter lab up`\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\nworkers = {w}\n{}\n",
+            "# written by `ferrouter-lab lab up`\ncontrol_socket = \"{}\"\nstate_dir = \"{}\"\nworkers = {w}\n{}\n",
             self.socket().display(),
             self.dir.join("state").display(),
             self.extra_config,

@@ -1,4 +1,4 @@
-//! `ferrouter bench route-sync`: how fast route changes go from a netlink stream into the
+//! `ferrouter-lab bench route-sync`: how fast route changes go from a netlink stream into the
 //! FIB through the daemon's own code (the rtnetlink parser and the netlink → FIB sync), and
 //! what a route costs in memory. The stream is the `RTM_NEWROUTE`/`RTM_DELROUTE` messages a
 //! routing daemon's routes produce, encoded as the kernel sends them, in 32 KiB datagrams;

@@ -1,4 +1,4 @@
-//! `ferrouter bench bgp-speaker`: how fast ferrouter's own BGP speaker turns UPDATEs into
+//! `ferrouter-lab bench bgp-speaker`: how fast ferrouter's own BGP speaker turns UPDATEs into
 //! FIB changes — the speaker's part of convergence alone, without the peers' or the traffic's
 //! CPU — and what a route costs it in memory.
 //!

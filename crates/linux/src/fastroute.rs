@@ -1,7 +1,7 @@
 //! A decoder for the one hot message kind: `RTM_NEWROUTE` / `RTM_DELROUTE`, read straight
 //! from the bytes into a [`Route`].
 //!
-//! Why hand-written: in `ferrouter bench route-sync` (1M IPv4 + 500K IPv6 routes) the
+//! Why hand-written: in `ferrouter-lab bench route-sync` (1M IPv4 + 500K IPv6 routes) the
 //! netlink-packet-route decoder took 22 % of the timed path (`perf`, cpu-clock: 17.7 % of
 //! all samples against 81 % for parse + sync), mostly building and dropping a
 //! `Vec<RouteAttribute>` per message only for [`crate::parse`] to pick five of them. This

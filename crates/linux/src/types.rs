@@ -98,7 +98,7 @@ pub enum RouteKind {
 
 /// A route's next hops, stored inline when there is one (nearly every route): decoding a
 /// route message then allocates nothing (a `Vec` here was a malloc and a free per route,
-/// 5-8 % of `ferrouter bench route-sync`).
+/// 5-8 % of `ferrouter-lab bench route-sync`).
 pub type NextHops = smallvec::SmallVec<[RouteNextHop; 1]>;
 
 /// One next hop of a route.

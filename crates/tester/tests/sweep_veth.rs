@@ -1,5 +1,5 @@
 //! The route sweep on a real link: a veth pair in a private network namespace, AF_PACKET
-//! ports from `crates/ports` (what `ferrouter tester --port0 af_packet:IF` opens), the
+//! ports from `crates/ports` (what `ferrouter-lab tester --port0 af_packet:IF` opens), the
 //! sender on one end and a receiver thread on the other; then AF_XDP on the same pair. Needs root and iproute2 (skipped
 //! with a message otherwise). The namespace `swp-<pid>` is deleted however the test ends.
 
@@ -247,7 +247,7 @@ fn sweep_over_a_veth_pair_with_af_packet_and_af_xdp() {
         ip(&ns, &["link", "set", dev, "up"]);
     }
 
-    // AF_PACKET, as `ferrouter tester --port0 af_packet:IF` opens it
+    // AF_PACKET, as `ferrouter-lab tester --port0 af_packet:IF` opens it
     // (lab::rfc2544::standalone::open_port).
     let opts = AfPacketOptions {
         qdisc_bypass: true,

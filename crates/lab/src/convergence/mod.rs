@@ -1,4 +1,4 @@
-//! `ferrouter bench convergence`: routing convergence measured as the EANTC and 6WIND
+//! `ferrouter-lab bench convergence`: routing convergence measured as the EANTC and 6WIND
 //! reports measure it, by traffic.
 //!
 //! ```text

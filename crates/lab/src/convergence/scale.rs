@@ -1,4 +1,4 @@
-//! `ferrouter bench bgp-scale`: a full table learned from several eBGP peers and verified by
+//! `ferrouter-lab bench bgp-scale`: a full table learned from several eBGP peers and verified by
 //! traffic, as the reports do (6M routes from 1–4 peers for 6WIND).
 //!
 //! The peers are BIRD 2 or GoBGP instances ([`Speaker`]) in h2, one per address

@@ -1,4 +1,4 @@
-//! `ferrouter bench rfc2544`: the reports' RFC 2544 tables, reproduced on this machine
+//! `ferrouter-lab bench rfc2544`: the reports' RFC 2544 tables, reproduced on this machine
 //! against ferrouter, Linux kernel forwarding and dpdk-testpmd, in one run.
 //!
 //! For each transport the bench builds its own topology ([`topo`]), starts each DUT for

@@ -1,4 +1,4 @@
-//! `ferrouter tester`: the traffic generator on its own, on any two ports (AF_XDP,
+//! `ferrouter-lab tester`: the traffic generator on its own, on any two ports (AF_XDP,
 //! AF_PACKET, memif), against any device: one trial at a fixed rate, or the "as fast as the
 //! port allows" rate, with exact loss, reordering and latency accounting.
 

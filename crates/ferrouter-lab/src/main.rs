@@ -1,0 +1,1057 @@
+//! `ferrouter-lab`: Ferrouter's test bench, apart from the router. The built-in lab
+//! (`lab up|down|status|demo`), the benchmarks (`bench ...`: RFC 2544, pipeline, LPM,
+//! convergence, BGP scale, route sync), the traffic generator (`tester`), synthetic MRT
+//! tables (`mrt generate`) and the fast-path `demo`. It starts the `ferrouter` daemon
+//! binary (found next to this one, on PATH, or given with `--ferrouter`) inside the
+//! namespaces it builds; the daemon itself links none of this.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+mod lab_demo;
+
+#[derive(Parser)]
+#[command(
+    name = "ferrouter-lab",
+    version,
+    about = "Ferrouter's test bench: lab, benchmarks, traffic generator (the router itself is `ferrouter`)"
+)]
+struct Cli {
+    /// The ferrouter daemon binary the lab and the benchmarks start (default: the one next
+    /// to this binary, else `ferrouter` on PATH).
+    #[arg(long, global = true, value_name = "PATH")]
+    ferrouter: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// `--ferrouter`, set once from the command line.
+static DAEMON: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// The ferrouter daemon binary: `--ferrouter`, else `ferrouter` next to this binary (a
+/// cargo build puts both in target/<profile>/), else `ferrouter` on PATH.
+fn ferrouter_bin() -> Result<PathBuf> {
+    if let Some(Some(p)) = DAEMON.get() {
+        if !p.is_file() {
+            bail!("--ferrouter {}: no such file", p.display());
+        }
+        return Ok(p.clone());
+    }
+    let me = std::env::current_exe().context("locating this binary")?;
+    let sibling = me.with_file_name("ferrouter");
+    if sibling.is_file() {
+        return Ok(sibling);
+    }
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        let p = dir.join("ferrouter");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "the ferrouter daemon binary is neither next to {} nor on PATH: build it (cargo build --release -p ferrouter) or pass --ferrouter PATH",
+        me.display()
+    )
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show the fast path at work: load an Internet-like FIB and forward every traffic
+    /// profile through the full pipeline, printing rates and per-node counters.
+    Demo {
+        /// IPv4 routes.
+        #[arg(long, default_value_t = 200_000)]
+        routes4: usize,
+        /// IPv6 routes.
+        #[arg(long, default_value_t = 100_000)]
+        routes6: usize,
+        /// Seconds per profile.
+        #[arg(long, default_value_t = 0.5)]
+        duration: f64,
+    },
+    /// Benchmarks (release build; readable table, or one JSON object with --json).
+    #[command(subcommand)]
+    Bench(Bench),
+    /// The built-in traffic generator on two ports: one trial (fixed rate, or as fast as the
+    /// ports allow), with exact loss, reordering and latency accounting.
+    Tester(TesterArgs),
+    /// Network-namespace lab: hosts h1 and h2 routed through ferrouter.
+    Lab {
+        #[command(subcommand)]
+        cmd: LabCmd,
+        /// Name prefix of the lab's namespaces.
+        #[arg(long, default_value = "fr", global = true)]
+        name: String,
+        /// Router workers (the lab's links get as many queues; more than 1 needs AF_XDP).
+        #[arg(long, default_value_t = 1, global = true)]
+        workers: usize,
+        /// Port backend: auto, af_xdp or af_packet.
+        #[arg(long, default_value = "auto", global = true)]
+        backend: String,
+        /// Make h2's link an 802.1Q trunk: a switch, and hosts on VLAN 100 (hv) and on
+        /// QinQ 200/300 (hq) behind the router's sub-interfaces r2.100 and r2.q.
+        #[arg(long, global = true)]
+        vlans: bool,
+        /// IP MTU of the lab's links (9000 for jumbo frames); default 1500.
+        #[arg(long, global = true)]
+        mtu: Option<u32>,
+    },
+    /// Synthetic MRT files (TABLE_DUMP_V2) for BGP speakers to load (`gobgp mrt inject`).
+    #[command(subcommand)]
+    Mrt(MrtCmd),
+}
+
+#[derive(Subcommand)]
+enum MrtCmd {
+    /// Write DIR/peer1.mrt .. peerK.mrt: Internet-like IPv4/IPv6 tables, one per eBGP peer.
+    Generate(MrtGenerateArgs),
+}
+
+#[derive(Args)]
+struct MrtGenerateArgs {
+    /// IPv4 prefixes per peer.
+    #[arg(long, default_value_t = 1_000_000)]
+    v4: usize,
+    /// IPv6 prefixes per peer.
+    #[arg(long, default_value_t = 200_000)]
+    v6: usize,
+    /// Peer files.
+    #[arg(long, default_value_t = 1)]
+    peers: usize,
+    /// Every peer advertises the same prefixes (with different AS paths); default: disjoint sets.
+    #[arg(long)]
+    shared: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// NEXT_HOP of the IPv4 routes (0.0.0.0: GoBGP puts its own address when it advertises).
+    #[arg(long, default_value = "0.0.0.0")]
+    next_hop4: std::net::Ipv4Addr,
+    /// MP_REACH_NLRI next hop of the IPv6 routes (:: likewise).
+    #[arg(long, default_value = "::")]
+    next_hop6: std::net::Ipv6Addr,
+    /// IPv6 next hops in RFC 6396's abbreviated MP_REACH_NLRI (GoBGP >= 3.17); the default
+    /// full form is what GoBGP < 3.17 (Debian 12's 3.10) reads.
+    #[arg(long)]
+    abbreviated_mp_reach: bool,
+    /// Output directory (created if missing).
+    #[arg(long)]
+    out: std::path::PathBuf,
+}
+
+#[derive(Args)]
+struct TesterArgs {
+    /// Port sending (and receiving the reverse direction): af_xdp:IFNAME, af_packet:IFNAME
+    /// or memif:SOCKET[:client|server[:ID]].
+    #[arg(long)]
+    port0: String,
+    /// Port receiving (and sending the reverse direction).
+    #[arg(long)]
+    port1: String,
+    /// Destination MAC of frames sent on port0 (the DUT's port facing it).
+    #[arg(long)]
+    dst_mac0: String,
+    /// Destination MAC of frames sent on port1.
+    #[arg(long, default_value = "02:fe:00:00:d0:0b")]
+    dst_mac1: String,
+    /// Source addresses of direction 0 (one per family).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.18.0.2,2001:2:0:a::2"
+    )]
+    src0: Vec<String>,
+    /// Destination prefixes of direction 0 (addresses inside routes toward port1).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.19.0.2/32,2001:2:0:b::2/128"
+    )]
+    dst0: Vec<String>,
+    /// Source addresses of direction 1.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.19.0.2,2001:2:0:b::2"
+    )]
+    src1: Vec<String>,
+    /// Destination prefixes of direction 1.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "198.18.0.2/32,2001:2:0:a::2/128"
+    )]
+    dst1: Vec<String>,
+    /// Profile: ipv4-SIZE, ipv6-SIZE, imix1, imix2, imix3, eantc1, eantc2, simple.
+    #[arg(long, default_value = "ipv4-64")]
+    profile: String,
+    /// Flows per direction.
+    #[arg(long, default_value_t = 2)]
+    flows: u32,
+    /// Frames/s per direction (default: as fast as the ports allow).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Both directions at once.
+    #[arg(long)]
+    bidirectional: bool,
+    /// Enter this network namespace before opening the ports.
+    #[arg(long)]
+    netns: Option<String>,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Build the namespaces and start ferrouter in the router namespace.
+    Up,
+    /// Stop ferrouter and delete the namespaces.
+    Down,
+    /// Show what exists.
+    Status,
+    /// Everything end to end: up, ping/ping6, TCP and UDP through the router, counters, down.
+    Demo {
+        /// Seconds of each traffic run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Full pipeline from memory (pre-built frames, no I/O) over a large FIB.
+    Pipeline(PipelineArgs),
+    /// Cycles per LPM lookup, optionally next to DPDK's dpdk-test-fib on the same routes/keys.
+    Lpm(LpmArgs),
+    /// Bulk add/delete of routes while a worker forwards.
+    FibUpdate(FibUpdateArgs),
+    /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
+    /// forwarding and dpdk-testpmd, each started for real in its own topology (veth
+    /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
+    Rfc2544(Rfc2544Args),
+    /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
+    /// advertise the same routes to FRR, the primary preferred (bgp: BIRD, GoBGP or the
+    /// tester's emulated BGP routers over eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
+    /// originating OSPFv2 type-2 externals, by metric, IPv4 only); traffic goes to every route; the primary withdraws and re-advertises; time
+    /// until traffic to every route has moved, split by what the kernel saw. Needs root, frr
+    /// and bird2 (or gobgpd for --speaker gobgp).
+    Convergence {
+        /// Routes per peer, comma-separated (one run per count and DUT).
+        #[arg(long, value_delimiter = ',', default_value = "100000")]
+        routes: Vec<usize>,
+        /// Routing protocol: bgp or ospf.
+        #[arg(long, default_value = "bgp")]
+        protocol: String,
+        /// The BGP peers: bird (packed UPDATEs, as a tester's emulated routers send them),
+        /// gobgp (MRT-loaded, per-prefix AS paths, one UPDATE per prefix: slow above
+        /// ~10K routes) or tester (ferrouter's emulated BGP routers: the table encoded once,
+        /// sent as a copy from memory, next to no CPU). OSPF peers: bird, or tester
+        /// (ferrouter's emulated OSPF routers: no link-state database of their own, every
+        /// LSA acknowledged at once, flooding paced by the router's acknowledgments; for 1M+
+        /// externals).
+        #[arg(long, default_value = "bird")]
+        speaker: String,
+        /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),
+        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bgp with bird or tester
+        /// peers), linux.
+        #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
+        dut: Vec<String>,
+        /// Traffic rate, frames/s; one pass over every route takes routes/rate seconds,
+        /// the resolution of the times measured.
+        #[arg(long, default_value_t = 200_000.0)]
+        rate: f64,
+        /// Send the traffic to a random sample of this many routes (the same for every
+        /// DUT) instead of to all: one pass takes sample/rate seconds. The traffic times
+        /// and the verification then cover the sample; the kernel's and the speaker's FIB
+        /// times still cover every route.
+        #[arg(long)]
+        sample: Option<usize>,
+        /// Give up a phase after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// Prefix of the lab's namespace names (several runs can coexist).
+        #[arg(long, default_value = "fcv")]
+        netns_prefix: String,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A full table learned from several eBGP peers (BIRD or GoBGP instances, or the
+    /// tester's emulated BGP routers, each with its share of a generated table) through FRR, verified by traffic to a random sample of the
+    /// prefixes; times, loss and memory. Needs root, frr and bird2 (or gobgpd).
+    BgpScale {
+        /// IPv4 routes in all, split evenly over the peers (disjoint prefixes).
+        #[arg(long, default_value_t = 1_000_000)]
+        routes: usize,
+        /// IPv6 routes in all, likewise, on the same sessions (MP-BGP; --speaker tester).
+        #[arg(long, default_value_t = 0)]
+        routes6: usize,
+        /// eBGP peers (1..=8).
+        #[arg(long, default_value_t = 4)]
+        peers: usize,
+        /// The peers: bird (a static protocol exported over the session, packed UPDATEs),
+        /// gobgp (loaded from MRT files, one UPDATE per prefix) or tester (ferrouter's
+        /// emulated BGP routers: the share encoded once, sent as a copy from memory).
+        #[arg(long, default_value = "bird")]
+        speaker: String,
+        /// DUTs, comma-separated: ferrouter (FRR routes mirrored from the kernel),
+        /// ferrouter-bgp (ferrouter's own BGP speaker, no FRR; bird or tester peers), linux.
+        #[arg(long, value_delimiter = ',', default_value = "ferrouter")]
+        dut: Vec<String>,
+        /// Prefixes the verification traffic goes to (a random sample).
+        #[arg(long, default_value_t = 100_000)]
+        sample: usize,
+        /// Traffic rate, frames/s.
+        #[arg(long, default_value_t = 200_000.0)]
+        rate: f64,
+        /// Give up learning after this many seconds.
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Prefix of the lab's namespace names.
+        #[arg(long, default_value = "fsc")]
+        netns_prefix: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prefixes per second through ferrouter's own BGP speaker into the FIB: two peers on
+    /// loopback TCP send packed UPDATEs (learn, failover, failback); the speaker's CPU and
+    /// memory per route.
+    BgpSpeaker {
+        /// IPv4 routes from each peer (the same prefixes).
+        #[arg(long, default_value_t = 1_000_000)]
+        routes: usize,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Route changes per second from a netlink stream into the FIB through the daemon's
+    /// parser and sync (add, replace, delete), and memory per route.
+    RouteSync {
+        /// IPv4 routes.
+        #[arg(long, default_value_t = 1_000_000)]
+        routes4: usize,
+        /// IPv6 routes.
+        #[arg(long, default_value_t = 500_000)]
+        routes6: usize,
+        /// Seed of the route generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct Rfc2544Args {
+    /// DUTs, comma-separated: ferrouter, linux, testpmd.
+    #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux,testpmd")]
+    dut: Vec<String>,
+    /// Transports, comma-separated: veth (ferrouter on AF_XDP, linux), memif (ferrouter,
+    /// testpmd). Default: every transport a chosen DUT supports.
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<String>,
+    /// Profiles, comma-separated: ipv4-SIZE, ipv6-SIZE (64..9216; jumbo sizes put the links at MTU 9000), imix1, imix2, imix3,
+    /// eantc1, eantc2, simple.
+    #[arg(long, value_delimiter = ',', default_value = "ipv4-64")]
+    profile: Vec<String>,
+    /// IPv4 routes in the DUT's table (Internet-like prefix mix; traffic spreads over them).
+    #[arg(long, default_value_t = 1_000_000)]
+    routes4: usize,
+    /// IPv6 routes in the DUT's table.
+    #[arg(long, default_value_t = 10_000)]
+    routes6: usize,
+    /// Flows (distinct 5-tuples) per direction, 1..=16777216.
+    #[arg(long, default_value_t = 1000)]
+    flows: u32,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Seconds to wait for late frames after each trial.
+    #[arg(long, default_value_t = 0.5)]
+    drain: f64,
+    /// Line rate per direction the offered loads refer to, Gbit/s (the reports: 10).
+    #[arg(long, default_value_t = 10.0)]
+    line_rate: f64,
+    /// Throughput search resolution, percent: with --search mlr, the width of the final
+    /// bounds relative to the upper one; with --search binary, of the line rate.
+    #[arg(long, default_value_t = 0.1)]
+    resolution: f64,
+    /// Most trials of one throughput search (mlr: NDR and PDR together, underrun retries
+    /// included).
+    #[arg(long, default_value_t = 60)]
+    max_trials: u32,
+    /// Loss a passing search trial may have, percent of frames sent (0 = RFC 2544 zero
+    /// loss, "NDR").
+    #[arg(long, default_value_t = 0.0)]
+    loss_tolerance: f64,
+    /// Loss goal of the partial drop rate (PDR) the MLR search reports next to the NDR,
+    /// percent of frames sent (0: no PDR).
+    #[arg(long, default_value_t = 0.5)]
+    pdr_loss: f64,
+    /// Throughput search: mlr (NDR and PDR from repeated trials, short exploratory trials
+    /// first, underruns retried; tolerates noise) or binary (RFC 2544, one trial per rate).
+    #[arg(long, default_value = "mlr", value_parser = ["mlr", "binary"])]
+    search: String,
+    /// Offered loads of the frame-loss test, percent of the line rate.
+    #[arg(long, value_delimiter = ',', default_value = "25,50,75,100")]
+    loads: Vec<f64>,
+    /// Traffic in both directions at once (routes split between the two sides).
+    #[arg(long)]
+    bidirectional: bool,
+    /// IPv6 share of dual-stack profiles, percent (imix2 default 50).
+    #[arg(long)]
+    ipv6_ratio: Option<u8>,
+    /// Namespace/file prefix of the bench topology.
+    #[arg(long, default_value = "frb")]
+    name: String,
+    /// Print one JSON object on stdout instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Repetitions: each transport's DUTs run in turn this many times (A B A B ...); the
+    /// report gives each DUT's median, spread and CV (a warning above 10 %) and the
+    /// pairwise ratios' median.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeat: u16,
+    /// CPU cost per packet: after the search, one trial at this load (percent of the line
+    /// rate; it must lie below every DUT's limit) measuring ferrouter's busy worker time and
+    /// the kernel's time per packet. 0 skips it.
+    #[arg(long, default_value_t = 1.5)]
+    cost_load: f64,
+    /// Write an SVG chart comparing the DUTs' throughput.
+    #[arg(long)]
+    chart: Option<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+struct PipelineArgs {
+    /// IPv4 routes (Internet-like prefix-length mix).
+    #[arg(long, default_value_t = 1_000_000)]
+    routes4: usize,
+    /// IPv6 routes.
+    #[arg(long, default_value_t = 500_000)]
+    routes6: usize,
+    /// Worker counts to measure, comma-separated (e.g. 1,2).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    workers: Vec<usize>,
+    /// Profiles, comma-separated: ipv4-64, ipv6-78, imix1, imix2, imix3 (default all).
+    #[arg(long, value_delimiter = ',')]
+    profile: Vec<String>,
+    /// Seconds per profile and worker count.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Seed of the route and traffic generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fixed work instead of --duration: passes over each worker's 4096-frame pool
+    /// (repeatable instruction counts under valgrind --tool=callgrind).
+    #[arg(long)]
+    passes: Option<u64>,
+    /// Also measure each cell with a no-op feature on the ip4-unicast and ip6-unicast arcs
+    /// of every interface (the cost of the feature-arc machinery), interleaved with runs
+    /// without it.
+    #[arg(long)]
+    noop_feature: bool,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct LpmArgs {
+    /// Run dpdk-test-fib (Debian dpdk-dev) on the same routes and keys.
+    #[arg(long)]
+    compare_dpdk: bool,
+    /// IPv4 routes.
+    #[arg(long, default_value_t = 1_000_000)]
+    routes4: usize,
+    /// IPv6 routes.
+    #[arg(long, default_value_t = 500_000)]
+    routes6: usize,
+    /// Lookup keys per pass.
+    #[arg(long, default_value_t = 1 << 20)]
+    lookups: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct FibUpdateArgs {
+    /// Routes added then deleted.
+    #[arg(long, default_value_t = 1_000_000)]
+    routes: usize,
+    /// Routes present throughout (the forwarded traffic's destinations).
+    #[arg(long, default_value_t = 100_000)]
+    base_routes: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn progress(json: bool) -> impl FnMut(&str) {
+    move |m: &str| {
+        if !json || std::env::var_os("FERROUTER_PROGRESS").is_some() {
+            eprintln!("... {m}");
+        }
+    }
+}
+
+fn seconds(s: f64) -> Result<Duration> {
+    if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
+        bail!("--duration must be between 0 and 3600 seconds, got {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
+    let profiles = if a.profile.is_empty() {
+        bench::pipeline::PROFILES.iter().collect()
+    } else {
+        a.profile
+            .iter()
+            .map(|p| bench::pipeline::profile(p))
+            .collect::<Result<Vec<_>>>()?
+    };
+    if a.workers.is_empty() || a.workers.contains(&0) {
+        bail!("--workers takes positive counts, e.g. --workers 1,2");
+    }
+    Ok(bench::pipeline::Options {
+        routes4: a.routes4,
+        routes6: a.routes6,
+        workers: a.workers.clone(),
+        profiles,
+        duration: seconds(a.duration)?,
+        seed: a.seed,
+        passes: a.passes,
+        noop_feature: a.noop_feature,
+        ..Default::default()
+    })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let _ = DAEMON.set(cli.ferrouter);
+    match cli.cmd {
+        Cmd::Demo {
+            routes4,
+            routes6,
+            duration,
+        } => demo(routes4, routes6, duration),
+        Cmd::Lab {
+            cmd,
+            name,
+            workers,
+            backend,
+            vlans,
+            mtu,
+        } => lab_cmd(cmd, &name, workers, &backend, (vlans, mtu)),
+        Cmd::Bench(Bench::Pipeline(a)) => {
+            let opts = pipeline_options(&a)?;
+            let r = bench::pipeline::run(&opts, progress(a.json))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                bench::pipeline::print_table(&r);
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Lpm(a)) => {
+            let opts = bench::lpm::LpmOptions {
+                routes4: a.routes4,
+                routes6: a.routes6,
+                lookups: a.lookups,
+                compare_dpdk: a.compare_dpdk,
+                seed: a.seed,
+                ..Default::default()
+            };
+            let r = bench::lpm::run(&opts).context("LPM benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                bench::lpm::print_table(&r);
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
+        Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {
+            if routes > 10_000_000 {
+                bail!("--routes is limited to 10M");
+            }
+            let opts = lab::speaker_bench::Options { routes, seed };
+            let r = lab::speaker_bench::run(&opts, &|m| eprintln!("... {m}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::speaker_bench::table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::RouteSync {
+            routes4,
+            routes6,
+            seed,
+            json,
+        }) => {
+            if routes4 > 10_000_000 || routes6 > 4_000_000 {
+                bail!("--routes4 is limited to 10M and --routes6 to 4M");
+            }
+            let opts = lab::route_sync::Options {
+                routes4,
+                routes6,
+                seed,
+            };
+            let r = lab::route_sync::run(&opts, &|m| eprintln!("... {m}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::route_sync::table(&r));
+            }
+            if r.fib_errors != 0 || r.skipped != 0 {
+                bail!(
+                    "{} FIB errors and {} skipped messages",
+                    r.fib_errors,
+                    r.skipped
+                );
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Convergence {
+            routes,
+            protocol,
+            speaker,
+            dut,
+            rate,
+            sample,
+            timeout,
+            netns_prefix,
+            seed,
+            json,
+        }) => {
+            if netns_prefix.is_empty()
+                || netns_prefix.len() > 8
+                || !netns_prefix.chars().all(|c| c.is_ascii_alphanumeric())
+            {
+                bail!("--netns-prefix: 1 to 8 letters or digits");
+            }
+            if routes.iter().any(|&n| n == 0 || n > 10_000_000) {
+                bail!("--routes: each count must be 1..=10000000");
+            }
+            if !(rate.is_finite() && rate > 0.0 && rate <= 10e6) {
+                bail!("--rate must be in (0, 10M] frames/s");
+            }
+            if sample == Some(0) {
+                bail!("--sample must be at least 1");
+            }
+            let opts = lab::convergence::Options {
+                routes,
+                protocol: protocol.parse()?,
+                speaker: speaker.parse()?,
+                duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
+                rate_pps: rate,
+                sample,
+                phase_timeout: std::time::Duration::from_secs(timeout),
+                seed,
+                prefix: netns_prefix,
+                ferrouter: ferrouter_bin()?,
+            };
+            lab::tear_down_on_signal(&opts.prefix)?;
+            let r = lab::convergence::run(&opts, &|m| eprintln!("... {m}"));
+            lab::wait_if_tearing_down();
+            let r = r?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::convergence::table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::BgpScale {
+            routes,
+            routes6,
+            peers,
+            speaker,
+            dut,
+            sample,
+            rate,
+            timeout,
+            seed,
+            netns_prefix,
+            json,
+        }) => {
+            if routes == 0 || routes > 10_000_000 || sample == 0 || sample > 16_000_000 {
+                bail!("--routes must be 1..=10000000 and --sample 1..=16000000");
+            }
+            if routes6 > 2_000_000 {
+                bail!("--routes6 must be 0..=2000000");
+            }
+            if !(rate.is_finite() && rate > 0.0 && rate <= 10e6) {
+                bail!("--rate must be in (0, 10M] frames/s");
+            }
+            if netns_prefix.is_empty()
+                || netns_prefix.len() > 8
+                || !netns_prefix.chars().all(|c| c.is_ascii_alphanumeric())
+            {
+                bail!("--netns-prefix: 1 to 8 letters or digits");
+            }
+            let opts = lab::convergence::scale::ScaleOptions {
+                routes,
+                routes6,
+                peers,
+                speaker: speaker.parse()?,
+                duts: dut.iter().map(|d| d.parse()).collect::<Result<_>>()?,
+                sample,
+                rate_pps: rate,
+                timeout: std::time::Duration::from_secs(timeout),
+                seed,
+                prefix: netns_prefix,
+                ferrouter: ferrouter_bin()?,
+            };
+            lab::tear_down_on_signal(&opts.prefix)?;
+            let r = lab::convergence::scale::run(&opts, &|m| eprintln!("... {m}"));
+            lab::wait_if_tearing_down();
+            let r = r?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", lab::convergence::scale::table(&r));
+            }
+            if r.runs.iter().any(|x| x.loss > 0) {
+                bail!("traffic to the sampled prefixes was lost");
+            }
+            Ok(())
+        }
+        Cmd::Tester(a) => tester_cmd(a),
+        Cmd::Mrt(MrtCmd::Generate(a)) => mrt_generate(a),
+        Cmd::Bench(Bench::FibUpdate(a)) => {
+            let opts = bench::fib_update::Options {
+                routes: a.routes,
+                base_routes: a.base_routes,
+                seed: a.seed,
+            };
+            let r = bench::fib_update::run(&opts, progress(a.json))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                bench::fib_update::print_table(&r);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn tester_cmd(a: TesterArgs) -> Result<()> {
+    use lab::rfc2544::standalone::{run, Standalone};
+    let mac =
+        |s: &str| control::config::parse_mac(s).with_context(|| format!("{s:?} is not a MAC"));
+    let addrs = |v: &[String]| -> Result<Vec<std::net::IpAddr>> {
+        v.iter()
+            .map(|s| {
+                s.parse()
+                    .with_context(|| format!("{s:?} is not an address"))
+            })
+            .collect()
+    };
+    let prefixes = |v: &[String]| -> Result<Vec<tester::Prefix>> {
+        v.iter()
+            .map(|s| s.parse().with_context(|| format!("{s:?} is not a prefix")))
+            .collect()
+    };
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
+        bail!(
+            "--duration must be between 0 and 3600 seconds, got {}",
+            a.duration
+        );
+    }
+    if a.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        bail!("--rate must be a positive number of frames/s");
+    }
+    let s = Standalone {
+        ports: [a.port0.clone(), a.port1.clone()],
+        dst_macs: [mac(&a.dst_mac0)?, mac(&a.dst_mac1)?],
+        src_macs: [None, None],
+        src: [addrs(&a.src0)?, addrs(&a.src1)?],
+        dst: [prefixes(&a.dst0)?, prefixes(&a.dst1)?],
+        profile: a.profile.clone(),
+        flows: a.flows,
+        rate_pps: a.rate,
+        duration: a.duration,
+        bidirectional: a.bidirectional,
+    };
+    if let Some(ns) = &a.netns {
+        lab::rfc2544::enter_netns(ns)?;
+    }
+    let r = run(&s)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "sent {} ({:.3} Mpps, {:.3} Gbit/s L1)  received {} ({:.3} Mpps)  lost {} ({:.4}%)  reordered {}  duplicates {}  foreign {}",
+            r.tx, r.tx_pps / 1e6, r.tx_gbps_l1, r.rx, r.rx_pps / 1e6, r.lost, r.loss_percent(), r.reordered, r.duplicates, r.foreign
+        );
+        let l = &r.latency;
+        println!(
+            "latency µs: min {:.1} avg {:.1} max {:.1} p99 {:.1} ({} samples)",
+            l.min_us, l.avg_us, l.max_us, l.p99_us, l.samples
+        );
+    }
+    Ok(())
+}
+
+fn rfc2544(a: Rfc2544Args) -> Result<()> {
+    use lab::rfc2544::dut::{DutKind, Transport};
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
+        bail!(
+            "--duration must be between 0 and 600 seconds, got {}",
+            a.duration
+        );
+    }
+    if !(a.drain.is_finite() && (0.0..=10.0).contains(&a.drain)) {
+        bail!("--drain must be between 0 and 10 seconds, got {}", a.drain);
+    }
+    if !(a.line_rate.is_finite() && a.line_rate > 0.0 && a.line_rate <= 1000.0) {
+        bail!(
+            "--line-rate must be between 0 and 1000 Gbit/s, got {}",
+            a.line_rate
+        );
+    }
+    if !(a.resolution.is_finite() && a.resolution > 0.0 && a.resolution <= 50.0) {
+        bail!(
+            "--resolution must be between 0 and 50 percent, got {}",
+            a.resolution
+        );
+    }
+    if a.loads
+        .iter()
+        .any(|l| !(l.is_finite() && *l > 0.0 && *l <= 100.0))
+    {
+        bail!("--loads are percents in (0, 100], got {:?}", a.loads);
+    }
+    if !(0.0..=100.0).contains(&a.cost_load) {
+        bail!(
+            "--cost-load is a percent of the line rate in [0, 100] (0: no cost trial), got {}",
+            a.cost_load
+        );
+    }
+    if a.flows == 0 || a.flows > 1 << 24 {
+        bail!("--flows must be 1..=16777216, got {}", a.flows);
+    }
+    if a.ipv6_ratio.is_some_and(|r| r > 100) {
+        bail!("--ipv6-ratio is a percent (0..=100)");
+    }
+    if a.routes4 > 10_000_000 || a.routes6 > 2_000_000 {
+        bail!("--routes4 is limited to 10M and --routes6 to 2M");
+    }
+    if !(a.loss_tolerance.is_finite() && (0.0..=50.0).contains(&a.loss_tolerance)) {
+        bail!(
+            "--loss-tolerance is a percent in [0, 50], got {}",
+            a.loss_tolerance
+        );
+    }
+    if !(a.pdr_loss.is_finite() && (0.0..=50.0).contains(&a.pdr_loss)) {
+        bail!("--pdr-loss is a percent in [0, 50], got {}", a.pdr_loss);
+    }
+    if a.max_trials == 0 || a.max_trials > 500 {
+        bail!("--max-trials must be 1..=500");
+    }
+    if dataplane::worker::cores().len() < 2 {
+        bail!("the RFC 2544 bench needs 2 cores: one for the tester, one for the DUT");
+    }
+    let opts = lab::rfc2544::Options {
+        duts: a
+            .dut
+            .iter()
+            .map(|d| DutKind::parse(d))
+            .collect::<Result<_>>()?,
+        transports: a
+            .transport
+            .iter()
+            .map(|t| Transport::parse(t))
+            .collect::<Result<_>>()?,
+        profiles: a.profile.clone(),
+        routes4: a.routes4,
+        routes6: a.routes6,
+        flows: a.flows,
+        duration: a.duration,
+        drain: a.drain,
+        line_rate_gbps: a.line_rate,
+        resolution_pct: a.resolution,
+        max_search_trials: a.max_trials,
+        loss_tolerance_pct: a.loss_tolerance,
+        pdr_loss_pct: a.pdr_loss,
+        mlr: a.search == "mlr",
+        loads: a.loads.clone(),
+        bidirectional: a.bidirectional,
+        ipv6_percent: a.ipv6_ratio,
+        prefix: a.name.clone(),
+        ferrouter_bin: ferrouter_bin()?,
+        repeat: usize::from(a.repeat),
+        cost_load_pct: a.cost_load,
+        ..Default::default()
+    };
+    let log = |m: &str| eprintln!("... {m}");
+    let r = lab::rfc2544::run(&opts, &log)?;
+    if let Some(path) = &a.chart {
+        r.chart(path)?;
+        eprintln!("... chart written to {}", path.display());
+    }
+    if a.json {
+        println!("{}", r.json());
+    } else {
+        print!("{}", r.table());
+    }
+    Ok(())
+}
+
+fn lab_cmd(
+    cmd: LabCmd,
+    name: &str,
+    workers: usize,
+    backend: &str,
+    (vlans, mtu): (bool, Option<u32>),
+) -> Result<()> {
+    if !["auto", "af_xdp", "af_packet"].contains(&backend) {
+        bail!("--backend {backend:?}: expected auto, af_xdp or af_packet");
+    }
+    if workers == 0 || workers > 16 {
+        bail!("--workers {workers}: expected 1..=16");
+    }
+    let mut lab = lab::Lab::new(name);
+    lab.workers = workers;
+    lab.backend = backend.to_string();
+    lab.vlans = vlans;
+    lab.mtu = mtu;
+    if vlans && backend == "af_xdp" {
+        bail!("--vlans with --backend af_xdp: VLAN sub-interfaces need AF_PACKET on their parent (AF_XDP cannot see tags kept in packet metadata); use auto or af_packet");
+    }
+    let me = ferrouter_bin()?;
+    match cmd {
+        LabCmd::Up => {
+            lab.up(&me)?;
+            println!(
+                "lab {name} is up: namespaces {:?}; control socket {}",
+                lab.existing(),
+                lab.socket().display()
+            );
+            println!("try: ip netns exec {} ping {}", lab.h1(), lab::H2_V4);
+            if vlans {
+                println!(
+                    "     ip netns exec {} ping {}   (VLAN 100; {} is on QinQ 200/300)",
+                    lab.h1(),
+                    lab::vlan::HV_V4,
+                    lab::vlan::HQ_V4
+                );
+            }
+            println!(
+                "     ferrouter show counters --socket {}",
+                lab.socket().display()
+            );
+            Ok(())
+        }
+        LabCmd::Down => {
+            lab.down();
+            println!("lab {name} is down");
+            Ok(())
+        }
+        LabCmd::Status => {
+            let ns = lab.existing();
+            println!(
+                "namespaces: {}",
+                if ns.is_empty() {
+                    "none".into()
+                } else {
+                    ns.join(" ")
+                }
+            );
+            match control::api::request(&lab.socket(), "interfaces", None) {
+                Ok(v) => print!("{}", control::render::render("interfaces", &v)),
+                Err(_) => println!("ferrouter: not running"),
+            }
+            Ok(())
+        }
+        LabCmd::Demo { seconds } => lab_demo::lab_demo(&lab, &me, seconds),
+    }
+}
+
+fn demo(routes4: usize, routes6: usize, duration: f64) -> Result<()> {
+    println!("Ferrouter demo: the fast path forwarding from memory (no ports yet).");
+    println!("Every profile runs through ethernet-input -> ip4/ip6-input -> lookup -> rewrite -> port-tx");
+    println!("over a FIB of {routes4} IPv4 + {routes6} IPv6 generated Internet-like routes.\n");
+    let workers = if dataplane::worker::cores().len() >= 2 {
+        vec![1, 2]
+    } else {
+        vec![1]
+    };
+    let opts = bench::pipeline::Options {
+        routes4,
+        routes6,
+        workers,
+        duration: seconds(duration)?,
+        pool: 8 * 1024,
+        ..Default::default()
+    };
+    let r = bench::pipeline::run(&opts, progress(false))?;
+    bench::pipeline::print_table(&r);
+    let lost: u64 = r.results.iter().map(|c| c.not_forwarded).sum();
+    println!("\npackets not forwarded: {lost}");
+    if lost != 0 {
+        bail!("{lost} packets were not forwarded although every destination has a route");
+    }
+    println!(
+        "For the full-scale figures: ferrouter-lab bench pipeline --workers 1,2 (see README)."
+    );
+    Ok(())
+}
+
+fn mrt_generate(a: MrtGenerateArgs) -> Result<()> {
+    use bench::mrt::{peer_tables, write_table_with, MpReach, MrtConfig, MAX_PEERS};
+    if a.peers == 0 || a.peers > MAX_PEERS {
+        bail!("--peers must be 1..={MAX_PEERS}");
+    }
+    let cfg = MrtConfig {
+        v4: a.v4,
+        v6: a.v6,
+        peers: a.peers,
+        shared: a.shared,
+        seed: a.seed,
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    for (i, t) in peer_tables(&cfg).iter().enumerate() {
+        let path = a.out.join(format!("peer{}.mrt", i + 1));
+        let f =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let mp = if a.abbreviated_mp_reach {
+            MpReach::Abbreviated
+        } else {
+            MpReach::Full
+        };
+        let (n4, n6) = write_table_with(&cfg, i, t, a.next_hop4, a.next_hop6, mp, f)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let bytes = std::fs::metadata(&path)?.len();
+        println!("{} v4 {n4} v6 {n6} bytes {bytes}", path.display());
+    }
+    Ok(())
+}
