@@ -16,6 +16,8 @@
 //! - [`sweep`]: traffic to every route of a large table, per-route arrival port and
 //!   convergence time (which link each destination's traffic leaves the DUT on, and since
 //!   when), and loss per destination;
+//! - [`compare`]: repetition and comparison for every bench that measures DUTs against
+//!   each other: interleaved runs, each DUT's spread and CV, ratios pair by pair;
 //! - [`latency`], [`clock`]: the histogram and the time sources;
 //! - [`testing`]: fixtures for tests (in-memory port pair, rate-limited virtual DUT).
 //!
@@ -53,6 +55,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod compare;
 pub mod flows;
 pub mod frame;
 pub mod generator;

@@ -268,7 +268,7 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
             }
         };
         let reps = opts.repeat.max(1);
-        for (k, dut) in (0..reps).flat_map(|k| duts.iter().map(move |&d| (k, d))) {
+        for (k, dut) in tester::compare::interleaved(&duts, reps) {
             log(&format!(
                 "DUT {}/{}: starting{}",
                 dut.name(),

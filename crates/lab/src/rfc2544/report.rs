@@ -241,8 +241,8 @@ pub struct DutStat {
     pub cv: Option<f64>,
 }
 
-/// Above this coefficient of variation a DUT's figure is flagged as unstable.
-pub const CV_WARN: f64 = 0.10;
+use tester::compare;
+pub use tester::compare::CV_WARN;
 
 /// The whole report.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -255,16 +255,11 @@ pub struct Report {
     pub stability: Vec<DutStat>,
 }
 
-/// Median of `v` (sorted here); `None` when empty.
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
+/// The pairs whose ratios the RFC 2544 targets are stated in: (DUT, reference, transport).
+pub const RATIO_PAIRS: [(&str, &str, &str); 2] = [
+    ("ferrouter", "testpmd", "memif"),
+    ("ferrouter", "linux", "veth"),
+];
 
 fn dut_label(r: &Run) -> String {
     format!("{}/{}", r.dut, r.transport)
@@ -482,10 +477,7 @@ impl Report {
         };
         let reps = self.runs.iter().map(|r| r.repeat + 1).max().unwrap_or(0);
         for p in self.profiles() {
-            for (a, b, tr) in [
-                ("ferrouter", "testpmd", "memif"),
-                ("ferrouter", "linux", "veth"),
-            ] {
+            for (a, b, tr) in RATIO_PAIRS {
                 let seen = self
                     .runs
                     .iter()
@@ -493,34 +485,22 @@ impl Report {
                 if !seen {
                     continue;
                 }
-                let mut ratios = Vec::new();
-                let mut missing = 0;
-                for k in 0..reps {
-                    match (of(a, tr, p, k), of(b, tr, p, k)) {
-                        (Some(x), Some(y)) if y > 0.0 && x.is_finite() && y.is_finite() => {
-                            ratios.push(x / y)
-                        }
-                        (None, None) => {}
-                        _ => missing += 1,
-                    }
-                }
+                let q =
+                    compare::paired_ratio((0..reps).map(|k| (of(a, tr, p, k), of(b, tr, p, k))));
                 // One side only, never paired: not a comparison this run asked for.
-                if ratios.is_empty() && missing == 0 {
+                if q.pairs == 0 && q.missing == 0 {
                     continue;
                 }
-                let pairs = ratios.len();
-                let min = ratios.iter().copied().reduce(f64::min);
-                let max = ratios.iter().copied().reduce(f64::max);
                 out.push(RatioStat {
                     a: a.into(),
                     b: b.into(),
                     transport: tr.into(),
                     profile: p.into(),
-                    median: median(&mut ratios),
-                    min,
-                    max,
-                    pairs,
-                    missing,
+                    median: q.median,
+                    min: q.min,
+                    max: q.max,
+                    pairs: q.pairs,
+                    missing: q.missing,
                 });
             }
         }
@@ -538,34 +518,21 @@ impl Report {
         }
         keys.into_iter()
             .map(|(dut, tr, p)| {
-                let mut v: Vec<f64> = self
-                    .runs
-                    .iter()
-                    .filter(|r| r.dut == dut && r.transport == tr && r.profile == p)
-                    .filter_map(Run::measured)
-                    .filter(|x| x.is_finite())
-                    .collect();
-                let n = v.len();
-                let mean = if n > 0 {
-                    v.iter().sum::<f64>() / n as f64
-                } else {
-                    0.0
-                };
-                let cv = (n > 1 && mean > 0.0).then(|| {
-                    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-                    var.sqrt() / mean
-                });
-                let min = v.iter().copied().reduce(f64::min).unwrap_or(0.0);
-                let max = v.iter().copied().reduce(f64::max).unwrap_or(0.0);
+                let s = compare::spread(
+                    self.runs
+                        .iter()
+                        .filter(|r| r.dut == dut && r.transport == tr && r.profile == p)
+                        .map(Run::measured),
+                );
                 DutStat {
                     dut: dut.into(),
                     transport: tr.into(),
                     profile: p.into(),
-                    runs: n,
-                    median_mpps: median(&mut v).unwrap_or(0.0),
-                    min_mpps: min,
-                    max_mpps: max,
-                    cv,
+                    runs: s.map_or(0, |s| s.n),
+                    median_mpps: s.map_or(0.0, |s| s.median),
+                    min_mpps: s.map_or(0.0, |s| s.min),
+                    max_mpps: s.map_or(0.0, |s| s.max),
+                    cv: s.and_then(|s| s.cv),
                 }
             })
             .collect()
