@@ -8,6 +8,14 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'schemathesis==4.32.5'
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Every package declares the workspace's rust-version (cargo then refuses an older rustc, and
+# clippy's incompatible_msrv lint above checks std APIs against it).
+cargo metadata --format-version 1 --no-deps --locked | python3 -c '
+import json, sys
+missing = [p["name"] for p in json.load(sys.stdin)["packages"] if not p.get("rust_version")]
+if missing:
+    sys.exit("packages without rust-version (add rust-version.workspace = true): " + ", ".join(missing))
+'
 # The FIB's reclamation protocol under every interleaving loom explores (crates/fib/src/qsbr.rs);
 # its own target directory, as --cfg loom rebuilds the crate.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p fib --release --lib --locked loom
