@@ -368,3 +368,226 @@ fn the_daemon_links_no_test_bench_and_old_spellings_say_where_commands_went() {
         assert!(help.contains(&format!("  {cmd} ")), "{help}");
     }
 }
+
+/// The shell lines of README.md's code blocks that run `ferrouter` or `ferrouter-lab`.
+fn readme_command_lines() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        let t = line.trim();
+        if in_block && (t.starts_with("ferrouter ") || t.starts_with("ferrouter-lab ")) {
+            out.push(t.to_string());
+        }
+    }
+    out
+}
+
+/// Split a shell line into words: double and single quotes group, `#` after a blank starts
+/// a comment.
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut cur, mut quote, mut prev_blank) = (Vec::new(), String::new(), None, true);
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '#') if prev_blank => break,
+            (None, c) if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+        prev_blank = c.is_whitespace();
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// The subcommands a `--help` lists.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Every `ferrouter`/`ferrouter-lab` line in README.md names commands and flags the
+/// binaries have (checked against each subcommand's `--help`), so the README cannot rot.
+/// Notation the README uses: `a|b` (each is checked), `[X]` (optional: a flag inside is
+/// checked), upper-case placeholders.
+#[test]
+fn every_command_in_the_readme_exists() {
+    let lines = readme_command_lines();
+    assert!(lines.len() >= 10, "{lines:?}");
+    let lab = common::lab_bin();
+    for line in &lines {
+        let words = shell_words(line);
+        let bin = if words[0] == "ferrouter" {
+            env!("CARGO_BIN_EXE_ferrouter").to_string()
+        } else {
+            lab.clone()
+        };
+        let help = |path: &[String]| -> String {
+            let out = Command::new(&bin)
+                .args(path)
+                .arg("--help")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{line}: {path:?} --help failed");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let mut path: Vec<String> = Vec::new();
+        let mut descending = true;
+        for w in &words[1..] {
+            let w = w.trim_start_matches('[').trim_end_matches(']');
+            if w.is_empty() {
+                continue;
+            }
+            if w.starts_with('-') {
+                let flag = w.split('=').next().unwrap();
+                let h = help(&path);
+                let shown = if flag.starts_with("--") {
+                    h.contains(&format!("{flag} ")) || h.contains(&format!("{flag}\n"))
+                } else {
+                    h.contains(&format!("{flag}, "))
+                };
+                assert!(
+                    shown,
+                    "README: `{line}`: {flag} is not an option of {path:?}:\n{h}"
+                );
+                continue;
+            }
+            if !descending {
+                continue;
+            }
+            let h = help(&path);
+            let subs = subcommands(&h);
+            let alts: Vec<&str> = w.split('|').collect();
+            let required = h
+                .lines()
+                .find(|l| l.starts_with("Usage:"))
+                .is_some_and(|u| u.contains("<COMMAND>"));
+            if subs.is_empty() || (!required && !alts.iter().any(|a| subs.iter().any(|s| s == a))) {
+                // A positional argument: no more subcommands after it.
+                descending = false;
+                continue;
+            }
+            for a in &alts {
+                assert!(
+                    subs.iter().any(|s| s == a),
+                    "README: `{line}`: {a} is not a subcommand of {path:?} ({subs:?})"
+                );
+            }
+            path.push(alts[0].to_string());
+        }
+        assert!(!path.is_empty(), "README: `{line}` names no subcommand");
+    }
+}
+
+/// Takes the README's lab down however the tour test ends.
+struct TourLab(String);
+
+impl Drop for TourLab {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.0).args(["lab", "down"]).output();
+    }
+}
+
+/// README.md's lab tour, run as written (the block that starts with `ferrouter-lab lab up`),
+/// with `ferrouter` and `ferrouter-lab` taken from this build: every line must succeed, and
+/// the route added in the kernel must reach ferrouter's FIB.
+#[test]
+fn the_readme_lab_tour_runs_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("```sh\nferrouter-lab lab up\n")
+        .expect("README's tour block (```sh, then `ferrouter-lab lab up`)");
+    let block = &readme[start + 6..];
+    let block = &block[..block.find("```").expect("end of the tour block")];
+    let lab = common::lab_bin();
+    let _down = TourLab(lab.clone());
+    let _ = Command::new(&lab).args(["lab", "down"]).output();
+    let mut outputs = Vec::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let mut words = shell_words(line);
+        match words[0].as_str() {
+            "ferrouter" => words[0] = env!("CARGO_BIN_EXE_ferrouter").into(),
+            "ferrouter-lab" => words[0] = lab.clone(),
+            _ => {}
+        }
+        let out = Command::new(&words[0])
+            .args(&words[1..])
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap_or_else(|e| panic!("README tour: `{line}`: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "README tour: `{line}` failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outputs.push((line.to_string(), text));
+        if line.contains("ip route add 203.0.113.0/24") {
+            // "in the FIB within ms": seen by the fast path soon after (5 s at most here).
+            let t = std::time::Instant::now();
+            loop {
+                let out = Command::new(env!("CARGO_BIN_EXE_ferrouter"))
+                    .args(["show", "routes", "203.0.113.9", "--socket"])
+                    .arg("/run/ferrouter-lab/fr/ferrouter.sock")
+                    .output()
+                    .unwrap();
+                let r = String::from_utf8_lossy(&out.stdout);
+                if r.contains("203.0.113.0/24") {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < std::time::Duration::from_secs(5),
+                    "the kernel route never reached the FIB: {r}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+    let find = |what: &str| {
+        outputs
+            .iter()
+            .find(|(l, _)| l.contains(what))
+            .unwrap_or_else(|| panic!("the tour has no `{what}` line"))
+            .1
+            .clone()
+    };
+    let trace = find("traceroute");
+    assert!(
+        trace.contains("192.0.2.1") && trace.contains("198.51.100.2"),
+        "hop 1 is the router, then h2: {trace}"
+    );
+    let ifs = find("show interfaces");
+    assert!(ifs.contains("198.51.100.1"), "{ifs}");
+    // Longest match: the connected /24, or h2's host entry once traceroute resolved it.
+    let route = find("show routes 198.51.100.2");
+    assert!(
+        route.contains("198.51.100.") && route.contains("r2"),
+        "{route}"
+    );
+    let counters: Value =
+        serde_json::from_str(find("show counters --json").trim()).expect("counters JSON");
+    assert_eq!(counters["kernel_forwarded"]["ipv4"], 0, "{counters}");
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ns.stdout).contains("fr-h1"),
+        "`lab down` left the namespaces"
+    );
+}
