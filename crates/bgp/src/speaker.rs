@@ -1048,3 +1048,494 @@ impl<'a> Conn<'a> {
         }
     }
 }
+
+/// The session state machine (RFC 4271 §8) on a real loopback TCP connection, the test
+/// playing the neighbour: every message in every state the session can be in once
+/// connected (OpenSent, OpenConfirm, Established), header and OPEN errors, the hold and
+/// keepalive timers (with the clock moved by setting the last-received/sent instants),
+/// a manual stop, the neighbour closing, and the Idle/Connect loop of an unreachable
+/// neighbour.
+///
+/// Collisions (§6.8) cannot arise: the speaker only opens connections (it never listens),
+/// so there is never a second connection to the same neighbour to resolve; an OPEN on an
+/// open session is therefore a Finite State Machine Error, which the table checks.
+#[cfg(test)]
+mod fsm_tests {
+    use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
+
+    const OURS: u32 = 65000;
+    const THEIRS: u32 = 65001;
+    const OUR_ID: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+    struct Rig {
+        cfg: BgpConfig,
+        status: Status,
+        stop: AtomicBool,
+        tx: SyncSender<RibMsg>,
+        _rx: Receiver<RibMsg>,
+        resolvable: Resolvable,
+        ours: Option<TcpStream>,
+        peer: TcpStream,
+    }
+
+    fn rig(remote_as: u32, hold_time: u16) -> Rig {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        peer.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let cfg = BgpConfig {
+            asn: OURS,
+            router_id: OUR_ID,
+            hold_time,
+            connect_retry: 1,
+            always_compare_med: false,
+            neighbors: vec![NeighborConfig {
+                address: "127.0.0.1".parse().unwrap(),
+                remote_as,
+                port: l.local_addr().unwrap().port(),
+                local_pref: 100,
+                max_prefixes: None,
+                families: vec![],
+                description: None,
+            }],
+        };
+        let status = Status::new(&cfg);
+        let (tx, rx) = sync_channel(QUEUE);
+        Rig {
+            cfg,
+            status,
+            stop: AtomicBool::new(false),
+            tx,
+            _rx: rx,
+            resolvable: Arc::new(|_| true),
+            ours: Some(ours),
+            peer,
+        }
+    }
+
+    impl Rig {
+        fn conn(&mut self) -> (Conn<'_>, &TcpStream) {
+            let s = self.ours.take().expect("one connection per rig");
+            s.set_read_timeout(Some(TICK)).unwrap();
+            let c = Conn::new(
+                s,
+                0,
+                &self.cfg,
+                &self.status.neighbors[0],
+                &self.tx,
+                &self.stop,
+                &self.resolvable,
+            );
+            (c, &self.peer)
+        }
+    }
+
+    /// The messages the session sent that have arrived at the neighbour's end by now.
+    fn received(peer: &TcpStream) -> Vec<(u8, Vec<u8>)> {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut r = peer;
+        while let Ok(n) = r.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if wire::frame(&buf)
+                .ok()
+                .flatten()
+                .is_some_and(|(_, l)| l == buf.len())
+            {
+                // Whole messages: wait briefly for more, then stop.
+                peer.set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+            }
+        }
+        peer.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while let Ok(Some((kind, len))) = wire::frame(&buf[at..]) {
+            out.push((kind, buf[at + wire::HEADER_LEN..at + len].to_vec()));
+            at += len;
+        }
+        out
+    }
+
+    fn open(asn: u32, hold: u16, id: Ipv4Addr) -> Vec<u8> {
+        let mut m = Vec::new();
+        wire::encode_open(
+            &mut m,
+            asn,
+            hold,
+            id,
+            &[(wire::AFI_IPV4, wire::SAFI_UNICAST)],
+        );
+        m
+    }
+
+    fn keepalive() -> Vec<u8> {
+        let mut m = Vec::new();
+        wire::encode_keepalive(&mut m);
+        m
+    }
+
+    /// An UPDATE with nothing in it (the End-of-RIB marker for IPv4, RFC 4724).
+    fn end_of_rib() -> Vec<u8> {
+        let mut m = vec![0xff; 16];
+        m.extend_from_slice(&[0, 23, wire::MSG_UPDATE, 0, 0, 0, 0]);
+        m
+    }
+
+    fn notification() -> Vec<u8> {
+        let mut m = Vec::new();
+        wire::encode_notification(&mut m, &Notification::new(wire::ERR_CEASE, 2, &[]));
+        m
+    }
+
+    fn route_refresh() -> Vec<u8> {
+        let mut m = Vec::new();
+        wire::encode_route_refresh(&mut m, wire::AFI_IPV4, wire::SAFI_UNICAST);
+        m
+    }
+
+    /// Hand the session one message as if it had just been read, and run the FSM on it.
+    fn feed(c: &mut Conn<'_>, state: State, msg: &[u8]) -> Result<State, End> {
+        c.buf.clear();
+        c.buf.extend_from_slice(msg);
+        c.start = 0;
+        let (kind, len) = c.next_message()?.expect("a whole message");
+        let r = c.handle(state, kind, wire::HEADER_LEN, len);
+        c.start = len;
+        r
+    }
+
+    /// Bring a fresh session to `state` the way a neighbour would.
+    fn to_state(c: &mut Conn<'_>, peer: &TcpStream, state: State) {
+        if state == State::OpenSent {
+            return;
+        }
+        assert_eq!(
+            feed(
+                c,
+                State::OpenSent,
+                &open(THEIRS, 90, Ipv4Addr::new(10, 0, 0, 2))
+            )
+            .ok(),
+            Some(State::OpenConfirm)
+        );
+        if state == State::Established {
+            assert_eq!(
+                feed(c, State::OpenConfirm, &keepalive()).ok(),
+                Some(State::Established)
+            );
+        }
+        let _ = received(peer);
+    }
+
+    fn sent_notification(e: &End, code: u8, subcode: u8) -> bool {
+        matches!(e, End::Sent(n) if n.code == code && n.subcode == subcode)
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Expect {
+        /// The next state, and whether a KEEPALIVE goes out.
+        Next(State, bool),
+        /// A NOTIFICATION with this code and subcode ends the session.
+        Notify(u8, u8),
+        /// The neighbour's NOTIFICATION ends it; nothing is sent back.
+        Ends,
+    }
+
+    /// Every message in every connected state: RFC 4271 §8.2.2's table for the active side.
+    #[test]
+    fn every_message_in_every_state() {
+        use Expect::*;
+        use State::*;
+        let fsm = wire::ERR_FSM;
+        type Case = (&'static str, fn() -> Vec<u8>, [Expect; 3]);
+        let table: [Case; 5] = [
+            (
+                "OPEN",
+                || open(THEIRS, 90, Ipv4Addr::new(10, 0, 0, 2)),
+                [Next(OpenConfirm, true), Notify(fsm, 2), Notify(fsm, 3)],
+            ),
+            (
+                "KEEPALIVE",
+                keepalive,
+                [
+                    Notify(fsm, 1),
+                    Next(Established, false),
+                    Next(Established, false),
+                ],
+            ),
+            (
+                "UPDATE",
+                end_of_rib,
+                [Notify(fsm, 1), Notify(fsm, 2), Next(Established, false)],
+            ),
+            ("NOTIFICATION", notification, [Ends, Ends, Ends]),
+            (
+                "ROUTE-REFRESH",
+                route_refresh,
+                [Notify(fsm, 1), Notify(fsm, 2), Next(Established, false)],
+            ),
+        ];
+        for (name, msg, expect) in table {
+            for (state, want) in [OpenSent, OpenConfirm, Established].into_iter().zip(expect) {
+                let mut r = rig(THEIRS, 90);
+                let (mut c, peer) = r.conn();
+                to_state(&mut c, peer, state);
+                let got = feed(&mut c, state, &msg());
+                let out = received(peer);
+                let what = format!("{name} in {state:?}");
+                match want {
+                    Next(next, ka) => {
+                        assert_eq!(got.as_ref().ok(), Some(&next), "{what}");
+                        let kinds: Vec<u8> = out.iter().map(|m| m.0).collect();
+                        let want: &[u8] = if ka { &[wire::MSG_KEEPALIVE] } else { &[] };
+                        assert_eq!(kinds, want, "{what}: sent");
+                    }
+                    Notify(code, sub) => {
+                        let e = got.err().unwrap_or_else(|| panic!("{what}: went on"));
+                        assert!(sent_notification(&e, code, sub), "{what}: {}", e.describe());
+                        assert_eq!(
+                            out.last().map(|m| (m.0, m.1[0], m.1[1])),
+                            Some((wire::MSG_NOTIFICATION, code, sub)),
+                            "{what}: on the wire"
+                        );
+                    }
+                    Ends => {
+                        let e = got.err().unwrap_or_else(|| panic!("{what}: went on"));
+                        assert!(
+                            matches!(&e, End::Received(n) if n.code == wire::ERR_CEASE),
+                            "{what}: {}",
+                            e.describe()
+                        );
+                        assert!(out.is_empty(), "{what}: answered {out:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Header errors in any state end the session with a Message Header Error.
+    #[test]
+    fn header_errors() {
+        let mut bad_marker = keepalive();
+        bad_marker[3] = 0;
+        let mut bad_len = keepalive();
+        bad_len[17] = 18;
+        let mut bad_type = keepalive();
+        bad_type[18] = 9;
+        let mut long_keepalive = keepalive();
+        long_keepalive[17] = 20;
+        long_keepalive.push(0);
+        for (what, msg, sub) in [
+            ("marker", bad_marker, 1),
+            ("length 18", bad_len, 2),
+            ("type 9", bad_type, 3),
+            ("KEEPALIVE of 20 bytes", long_keepalive, 2),
+        ] {
+            for state in [State::OpenSent, State::Established] {
+                let mut r = rig(THEIRS, 90);
+                let (mut c, peer) = r.conn();
+                to_state(&mut c, peer, state);
+                c.buf.clear();
+                c.buf.extend_from_slice(&msg);
+                c.start = 0;
+                let e = c.next_message().err().unwrap_or_else(|| panic!("{what}"));
+                assert!(sent_notification(&e, wire::ERR_HEADER, sub), "{what}");
+                let out = received(peer);
+                assert_eq!(
+                    out.last().map(|m| (m.0, m.1[1])),
+                    Some((wire::MSG_NOTIFICATION, sub))
+                );
+            }
+        }
+    }
+
+    /// The neighbour's OPEN is checked: its AS, our own identifier on iBGP, its version and
+    /// hold time; the hold time and families are negotiated.
+    #[test]
+    fn open_errors_and_negotiation() {
+        let id2 = Ipv4Addr::new(10, 0, 0, 2);
+        // Bad Peer AS.
+        let mut r = rig(THEIRS, 90);
+        let (mut c, _) = r.conn();
+        let e = feed(&mut c, State::OpenSent, &open(64999, 90, id2))
+            .err()
+            .unwrap();
+        assert!(sent_notification(&e, wire::ERR_OPEN, 2), "{}", e.describe());
+        // iBGP neighbour with our BGP identifier.
+        let mut r = rig(OURS, 90);
+        let (mut c, _) = r.conn();
+        let e = feed(&mut c, State::OpenSent, &open(OURS, 90, OUR_ID))
+            .err()
+            .unwrap();
+        assert!(sent_notification(&e, wire::ERR_OPEN, 3), "{}", e.describe());
+        // Hold time 1 (unacceptable), version 3.
+        // (Body after the 19-byte header: version, AS (2), hold time (2), identifier.)
+        for (patch, sub) in [((23usize, 1u8), 6u8), ((19, 3), 1)] {
+            let mut r = rig(THEIRS, 90);
+            let (mut c, _) = r.conn();
+            let mut m = open(THEIRS, 90, id2);
+            if patch.0 == 23 {
+                m[22] = 0;
+            }
+            m[patch.0] = patch.1;
+            let e = feed(&mut c, State::OpenSent, &m).err().unwrap();
+            assert!(
+                sent_notification(&e, wire::ERR_OPEN, sub),
+                "{}",
+                e.describe()
+            );
+        }
+        // The smaller hold time wins; 0 on either side turns the timers off.
+        for (ours, theirs, want) in [(90, 30, 30), (9, 90, 9), (0, 90, 0), (90, 0, 0)] {
+            let mut r = rig(THEIRS, ours);
+            let (mut c, _) = r.conn();
+            feed(&mut c, State::OpenSent, &open(THEIRS, theirs, id2))
+                .ok()
+                .unwrap();
+            assert_eq!(
+                c.negotiated_hold,
+                Duration::from_secs(want),
+                "{ours}/{theirs}"
+            );
+            // In force from Established on, not before (RFC 4271 §8.2.2).
+            assert_eq!(c.hold, Duration::from_secs(240));
+            feed(&mut c, State::OpenConfirm, &keepalive()).ok().unwrap();
+            assert_eq!(c.hold, Duration::from_secs(want));
+            assert_eq!(r.status.view().neighbors[0].state, State::Established);
+        }
+    }
+
+    fn ago(s: u64) -> Instant {
+        Instant::now()
+            .checked_sub(Duration::from_secs(s))
+            .expect("the machine has been up longer than the test's intervals")
+    }
+
+    /// HoldTimer_Expires in every connected state is a Hold Timer Expired NOTIFICATION;
+    /// KeepaliveTimer_Expires sends a KEEPALIVE after OpenSent; a hold time of 0 runs no
+    /// timer at all.
+    #[test]
+    fn hold_and_keepalive_timers() {
+        for state in [State::OpenSent, State::OpenConfirm, State::Established] {
+            let mut r = rig(THEIRS, 9);
+            let (mut c, peer) = r.conn();
+            to_state(&mut c, peer, state);
+            // Within the hold time: nothing.
+            c.last_rx = Instant::now();
+            c.last_tx = Instant::now();
+            assert!(c.timers(state).is_ok(), "{state:?}");
+            assert!(received(peer).is_empty(), "{state:?}");
+            // A third of the hold time since we last sent: a KEEPALIVE, except in OpenSent.
+            let hold = c.hold.as_secs();
+            c.last_tx = ago(hold / 3 + 1);
+            assert!(c.timers(state).is_ok(), "{state:?}");
+            let kinds: Vec<u8> = received(peer).iter().map(|m| m.0).collect();
+            if state == State::OpenSent {
+                assert!(kinds.is_empty(), "{state:?}: {kinds:?}");
+            } else {
+                assert_eq!(kinds, [wire::MSG_KEEPALIVE], "{state:?}");
+            }
+            // Nothing from the neighbour for longer than the hold time.
+            c.last_rx = ago(hold + 1);
+            let e = c.timers(state).err().unwrap_or_else(|| panic!("{state:?}"));
+            assert!(sent_notification(&e, wire::ERR_HOLD, 0), "{state:?}");
+            let out = received(peer);
+            assert_eq!(
+                out.last().map(|m| (m.0, m.1[0])),
+                Some((wire::MSG_NOTIFICATION, wire::ERR_HOLD))
+            );
+        }
+        // Hold time 0 negotiated: no hold timer, no keepalives, once Established.
+        let mut r = rig(THEIRS, 0);
+        let (mut c, peer) = r.conn();
+        to_state(&mut c, peer, State::Established);
+        c.last_rx = ago(3600);
+        c.last_tx = ago(3600);
+        assert!(c.timers(State::Established).is_ok());
+        assert!(received(peer).is_empty());
+    }
+
+    /// ManualStop: a Cease / Administrative Shutdown goes out and the session ends cleanly;
+    /// the neighbour closing the connection ends it as an I/O event.
+    #[test]
+    fn stop_and_close() {
+        let mut r = rig(THEIRS, 90);
+        r.stop.store(true, Ordering::Relaxed);
+        let (mut c, peer) = r.conn();
+        assert!(c.session().is_ok());
+        let out = received(peer);
+        assert_eq!(
+            out.last().map(|m| (m.0, m.1[0], m.1[1])),
+            Some((wire::MSG_NOTIFICATION, wire::ERR_CEASE, 2))
+        );
+        let mut r = rig(THEIRS, 90);
+        let peer = r.peer.try_clone().unwrap();
+        let (mut c, _) = r.conn();
+        peer.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(peer);
+        let e = c.session().expect_err("ended");
+        assert!(
+            matches!(&e, End::Io(m) if m.contains("closed")),
+            "{}",
+            e.describe()
+        );
+    }
+
+    /// Idle and Connect: a neighbour that refuses the connection leaves the session Idle
+    /// with the reason, and it is tried again every `connect_retry`; once the neighbour
+    /// listens, the session reaches OpenSent (our OPEN arrives).
+    #[test]
+    fn connect_retry_from_idle() {
+        // A port nothing listens on: bind, note it, close.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = rig(THEIRS, 90);
+        r.cfg.neighbors[0].port = port;
+        let cfg = Arc::new(r.cfg.clone());
+        let status = Arc::new(Status::new(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, _rx) = sync_channel(QUEUE);
+        let t = {
+            let (cfg, status, stop, res) = (
+                cfg.clone(),
+                status.clone(),
+                stop.clone(),
+                r.resolvable.clone(),
+            );
+            std::thread::spawn(move || session_thread(0, &cfg, &status, &tx, &stop, &res))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            let v = status.view();
+            if let Some(e) = v.neighbors[0].last_error.clone() {
+                break e;
+            }
+            assert!(Instant::now() < deadline, "never failed to connect");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(err.contains("connect to"), "{err}");
+        let s = status.view().neighbors[0].state;
+        assert!(matches!(s, State::Idle | State::Connect), "{s:?}");
+        // The neighbour comes up on that port: the retry connects and sends our OPEN.
+        let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        l.set_nonblocking(false).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let out = received(&peer);
+        assert_eq!(out.first().map(|m| m.0), Some(wire::MSG_OPEN));
+        stop.store(true, Ordering::Relaxed);
+        drop(peer);
+        t.join().unwrap();
+        assert_eq!(status.view().neighbors[0].state, State::Idle);
+    }
+}
