@@ -591,3 +591,29 @@ fn the_readme_lab_tour_runs_as_written() {
         "`lab down` left the namespaces"
     );
 }
+
+/// `bench acl --compare-dpdk` at a small scale: the firewall's classifier and DPDK's rte_acl
+/// (dpdk-test-acl, installed by scripts/test.sh) classify the same traces the same way,
+/// and both report cycles per classification.
+#[test]
+fn acl_bench_agrees_with_dpdk_test_acl() {
+    let v = json(&[
+        "bench",
+        "acl",
+        "--rules",
+        "500",
+        "--traces",
+        "3000",
+        "--iters",
+        "2",
+        "--compare-dpdk",
+        "--json",
+    ]);
+    assert_eq!(v["rules"], 500);
+    assert_eq!(v["verified_dpdk"], 3000, "{v}");
+    assert!(v["verified_linear"].as_u64().unwrap() >= 3000, "{v}");
+    for k in ["ferrouter_cycles", "dpdk_cycles", "ratio"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+    assert!(v["tree"]["leaves"].as_u64().unwrap() > 0, "{v}");
+}

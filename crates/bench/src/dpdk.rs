@@ -470,7 +470,7 @@ fn unique() -> u64 {
 }
 
 /// Run, capturing stdout+stderr; kill the child if it outlives `timeout`.
-fn run_with_timeout(
+pub(crate) fn run_with_timeout(
     bin: &Path,
     args: &[String],
     timeout: Duration,

@@ -1,4 +1,5 @@
 //! Ferrouter's fast-path benchmarks and the synthetic route sets they use.
+pub mod acl;
 pub mod dpdk;
 pub mod fib_update;
 pub mod lpm;

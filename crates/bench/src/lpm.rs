@@ -390,12 +390,12 @@ fn verify_v6(
 }
 
 /// Pins the calling thread to one core; restores the previous mask on drop.
-struct Pin {
+pub(crate) struct Pin {
     old: libc::cpu_set_t,
 }
 
 impl Pin {
-    fn to(core: usize) -> anyhow::Result<Pin> {
+    pub(crate) fn to(core: usize) -> anyhow::Result<Pin> {
         // SAFETY: cpu_set_t is plain data; the calls read/write at most its size.
         unsafe {
             let mut old: libc::cpu_set_t = std::mem::zeroed();

@@ -230,6 +230,9 @@ enum Bench {
     Pipeline(PipelineArgs),
     /// Cycles per LPM lookup, optionally next to DPDK's dpdk-test-fib on the same routes/keys.
     Lpm(LpmArgs),
+    /// Cycles per classification of the firewall's rule classifier, optionally next to
+    /// DPDK's rte_acl (dpdk-test-acl) on the same rules and packets.
+    Acl(AclArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
     /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
@@ -475,6 +478,31 @@ struct PipelineArgs {
 }
 
 #[derive(Args)]
+struct AclArgs {
+    /// Run dpdk-test-acl (Debian dpdk-dev) on the same rules and traces.
+    #[arg(long)]
+    compare_dpdk: bool,
+    /// Rules (ACL-like, first match wins).
+    #[arg(long, default_value_t = 10_000)]
+    rules: usize,
+    /// Traces (packets) per pass.
+    #[arg(long, default_value_t = 100_000)]
+    traces: usize,
+    /// Passes per run.
+    #[arg(long, default_value_t = 10)]
+    iters: usize,
+    /// dpdk-test-acl's --alg (scalar, sse, avx2, avx512x16); its own default if unset.
+    #[arg(long)]
+    dpdk_alg: Option<String>,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct LpmArgs {
     /// Run dpdk-test-fib (Debian dpdk-dev) on the same routes and keys.
     #[arg(long)]
@@ -593,6 +621,23 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 bench::lpm::print_table(&r);
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Acl(a)) => {
+            let opts = bench::acl::AclOptions {
+                rules: a.rules,
+                traces: a.traces,
+                iters: a.iters,
+                seed: a.seed,
+                compare_dpdk: a.compare_dpdk,
+                dpdk_alg: a.dpdk_alg,
+            };
+            let r = bench::acl::run(&opts, progress(a.json)).context("ACL benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", bench::acl::format_table(&r));
             }
             Ok(())
         }
