@@ -18,6 +18,22 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const TOKEN: &str = "test-token-0123456789abcdef";
 const PORT: u16 = 9180;
 
+/// The token file, mode 0600 as the daemon requires.
+fn write_token(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
 fn unix(lab: &Lab) -> Client {
     Client::new(Endpoint::Unix(lab.socket()))
 }
@@ -148,7 +164,7 @@ fn tcp_needs_the_token_and_the_cli_uses_it() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    write_token(&token_file, &format!("{TOKEN}\n"));
     let g = start(
         "t",
         &format!(
@@ -172,6 +188,24 @@ fn tcp_needs_the_token_and_the_cli_uses_it() {
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    // The scheme is case-insensitive (RFC 7235); the token is not.
+    for scheme in ["bearer", "BEARER", "BeArEr"] {
+        let (status, body) = curl(
+            lab,
+            &["-H", &format!("Authorization: {scheme} {TOKEN}"), &url],
+        );
+        assert_eq!(status, 200, "{scheme}: {body}");
+        let (status, body) = curl(
+            lab,
+            &[
+                "-H",
+                &format!("Authorization: {scheme} {}", TOKEN.to_uppercase()),
+                &url,
+            ],
+        );
+        assert_eq!(status, 401, "{scheme}: {body}");
+        assert!(error_of(&body).contains("wrong token"), "{body}");
+    }
     // Unauthenticated requests to unknown paths are 401 too: nothing leaks without a token.
     let (status, _) = curl(lab, &[&format!("http://192.0.2.1:{PORT}/openapi.json")]);
     assert_eq!(status, 401);
@@ -562,7 +596,13 @@ mac = \"02:00:00:00:00:09\"
         "a refused config changed the kernel"
     );
 
-    // Apply: the kernel and the fast path have it.
+    // Apply: the kernel and the fast path have it. The operator's mode on the config file
+    // (0640 here) survives the rewrite.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(lab.config_file(), std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+    }
     let (ok, out) = config_cli(lab, &["check", good.to_str().unwrap()]);
     assert!(ok, "{out}");
     let (ok, out) = config_cli(
@@ -607,11 +647,25 @@ mac = \"02:00:00:00:00:09\"
     assert_eq!(fib6["routes"][0]["prefix"], "2001:db8:99::/48", "{fib6}");
     let bh = api(lab, "routes", Some("10.66.0.1"));
     assert_eq!(bh["routes"][0]["next_hop"], "drop", "{bh}");
-    // The saved file is the applied one (a restart comes back with it).
+    // The saved file is the applied one (a restart comes back with it), with its mode.
     assert_eq!(
         std::fs::read_to_string(lab.config_file()).unwrap(),
         std::fs::read_to_string(&good).unwrap()
     );
+    assert_eq!(mode_of(&lab.config_file()), 0o640);
+    // The history is the owner's only (the daemon runs here outside systemd, umask 022).
+    let state = lab.dir.join("state");
+    assert_eq!(mode_of(&state), 0o700);
+    assert_eq!(mode_of(&state.join("history")), 0o700);
+    assert_eq!(mode_of(&state.join("running.toml")), 0o600);
+    let entries: Vec<_> = std::fs::read_dir(state.join("history"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(entries.len() >= 4, "{entries:?}");
+    for e in entries {
+        assert_eq!(mode_of(&e), 0o600, "{}", e.display());
+    }
 
     // Diff from running to a candidate without the blackhole, and previous → running.
     let next = dir.path().join("next.toml");
@@ -915,7 +969,7 @@ fn api_fuzzed_from_its_openapi_document() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
+    write_token(&token_file, TOKEN);
     let g = start(
         "f",
         &format!(
@@ -962,4 +1016,293 @@ fn api_fuzzed_from_its_openapi_document() {
             .len(),
         2
     );
+}
+
+/// `n` TCP connections from `src` (an address of h1) to the router's API, one after the
+/// other.
+fn connect_from(lab: &Lab, src: &str, n: usize) -> Vec<std::net::TcpStream> {
+    let src: std::net::SocketAddr = format!("{src}:0").parse().unwrap();
+    let dst: std::net::SocketAddr = format!("{}:{PORT}", lab::R1_V4).parse().unwrap();
+    in_netns(&lab.h1(), move || {
+        (0..n)
+            .map(|_| {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .unwrap();
+                s.bind(&src.into()).unwrap();
+                s.connect_timeout(&dst.into(), std::time::Duration::from_secs(5))
+                    .unwrap_or_else(|e| panic!("connecting from {src} to {dst}: {e}"));
+                s.set_nonblocking(true).unwrap();
+                s.into()
+            })
+            .collect()
+    })
+}
+
+/// Whether the daemon still holds the connection open (closed: EOF or reset).
+fn is_open(s: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Which of `conns` are open, once the daemon has closed `closed` of them (or 10 s passed).
+fn settle(conns: &[std::net::TcpStream], closed: usize) -> Vec<bool> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let open: Vec<bool> = conns.iter().map(is_open).collect();
+        if open.iter().filter(|o| !**o).count() >= closed || std::time::Instant::now() > deadline {
+            return open;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The API's connection metrics: {name{labels}: value} for the `ferrouter_api_` samples.
+fn api_metrics(c: &Client) -> std::collections::BTreeMap<String, f64> {
+    let r = c.call("GET", "/metrics", None).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let m = parse_metrics(std::str::from_utf8(&r.body).unwrap());
+    let mut out = std::collections::BTreeMap::new();
+    for (name, samples) in m.as_object().unwrap() {
+        if !name.starts_with("ferrouter_api_") {
+            continue;
+        }
+        for s in samples.as_array().unwrap() {
+            let labels = s[0].as_object().unwrap();
+            let mut keys: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+                .collect();
+            keys.sort();
+            out.insert(
+                format!("{name}{{{}}}", keys.join(",")),
+                s[1].as_f64().unwrap(),
+            );
+        }
+    }
+    out
+}
+
+fn metric(m: &std::collections::BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("{key} missing from {m:#?}"))
+}
+
+/// Hostile clients on TCP (issue 24): connections over the caps (here 6 in all, 4 per
+/// address) are closed at once and counted; the unix socket, the CLI and `config apply`
+/// answer meanwhile; idle connections are closed after `idle_timeout_s`, and a request head
+/// sent a byte at a time after `header_read_timeout_s`.
+#[test]
+fn connections_over_the_caps_are_closed_and_the_unix_socket_still_answers() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const IDLE_S: u64 = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    write_token(&token_file, TOKEN);
+    let g = start(
+        "cc",
+        &format!(
+            "[api]\nlisten = \"{}:{PORT}\"\ntoken_file = \"{}\"\nmax_connections = 6\nmax_connections_per_address = 4\nheader_read_timeout_s = 2\nidle_timeout_s = {IDLE_S}\n",
+            lab::R1_V4,
+            token_file.display()
+        ),
+    );
+    let lab = &g.0;
+    // Three client addresses on h1.
+    for a in ["192.0.2.3/24", "192.0.2.4/24"] {
+        let (ok, out) = sh(lab, &lab.h1(), &["ip", "addr", "add", a, "dev", "eth0"]);
+        assert!(ok, "{out}");
+    }
+    let c = Client {
+        timeout: std::time::Duration::from_secs(10),
+        ..unix(lab)
+    };
+    let url = format!("http://{}:{PORT}/v1/version", lab::R1_V4);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+
+    // A: 10 connections; 4 are served, 6 closed at once (per-address cap).
+    let t0 = std::time::Instant::now();
+    let a = connect_from(lab, lab::H1_V4, 10);
+    let open = settle(&a, 6);
+    assert_eq!(
+        open,
+        [&[true; 4][..], &[false; 6]].concat(),
+        "from {}",
+        lab::H1_V4
+    );
+    // B is not held back by A's cap.
+    let (status, body) = curl(lab, &["--interface", "192.0.2.3", "-H", &auth, &url]);
+    assert_eq!(status, 200, "{body}");
+    // Once curl's connection is gone, 4 are open; B's 10 get the 2 left of the total.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while metric(&api_metrics(&c), "ferrouter_api_connections{listener=tcp}") != 4.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:#?}",
+            api_metrics(&c)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let b = connect_from(lab, "192.0.2.3", 10);
+    let open = settle(&b, 8);
+    assert_eq!(
+        open,
+        [&[true; 2][..], &[false; 8]].concat(),
+        "from 192.0.2.3"
+    );
+
+    // TCP is full: a third client is turned away at once...
+    let other = connect_from(lab, "192.0.2.4", 1);
+    assert_eq!(settle(&other, 1), [false]);
+    // ...while the unix socket, the CLI and a config apply answer.
+    let v = c.get("/v1/interfaces").unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    let (ok, out) = cli(lab, "show", &["interfaces"]);
+    assert!(ok && out.contains("r1"), "{out}");
+    let cand = dir.path().join("cand.toml");
+    let base = std::fs::read_to_string(lab.config_file()).unwrap();
+    std::fs::write(
+        &cand,
+        format!("{base}\n[[route]]\nprefix = \"10.88.0.0/16\"\nblackhole = true\n"),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (ok, out) = config_cli(lab, &["apply", cand.to_str().unwrap()]);
+    assert!(ok && out.contains("history entry"), "{out}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "config apply took {:?}",
+        started.elapsed()
+    );
+    let (_, routes) = sh(lab, &lab.rtr(), &["ip", "route", "show", "10.88.0.0/16"]);
+    assert!(routes.contains("blackhole"), "{routes}");
+    // All along, the 6 served connections were held: the caps were full.
+    assert!(
+        a[..4].iter().chain(&b[..2]).all(is_open),
+        "a held connection closed early ({:?} after it opened)",
+        t0.elapsed()
+    );
+    let m = api_metrics(&c);
+    assert_eq!(metric(&m, "ferrouter_api_connections{listener=tcp}"), 6.0);
+    assert_eq!(
+        metric(
+            &m,
+            "ferrouter_api_connections_refused_total{limit=per_address,listener=tcp}"
+        ),
+        6.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ferrouter_api_connections_refused_total{limit=total,listener=tcp}"
+        ),
+        9.0
+    );
+    assert_eq!(
+        metric(&m, "ferrouter_api_connections_accepted_total{listener=tcp}"),
+        7.0
+    );
+    // The refusals are reported, and not once per connection.
+    let log = std::fs::read_to_string(lab.log_file()).unwrap();
+    let reports = log.matches("over the limit since the last report").count();
+    assert!((1..=3).contains(&reports), "{reports} reports in:\n{log}");
+
+    // A request head sent a byte at a time on the unix socket: closed 2 s after its first
+    // byte (api.header_read_timeout_s), however much it keeps sending.
+    {
+        use std::io::Write;
+        let mut s = std::os::unix::net::UnixStream::connect(lab.socket()).unwrap();
+        let head_started = std::time::Instant::now();
+        let mut cut = false;
+        for b in
+            b"GET /v1/version HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter()
+        {
+            if s.write_all(&[*b]).is_err() {
+                cut = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        assert!(
+            cut,
+            "still open {:?} into a slow head",
+            head_started.elapsed()
+        );
+        assert!(
+            head_started.elapsed() >= std::time::Duration::from_millis(1500),
+            "cut {:?} after its first byte",
+            head_started.elapsed()
+        );
+    }
+
+    // Idle: the held connections are closed after idle_timeout_s, then TCP serves again.
+    let held: Vec<&std::net::TcpStream> = a[..4].iter().chain(&b[..2]).collect();
+    let deadline = t0 + std::time::Duration::from_secs(IDLE_S + 20);
+    while held.iter().any(|s| is_open(s)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "idle connections still open {:?} after they were opened",
+            t0.elapsed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_secs(IDLE_S - 1),
+        "idle connections closed after {:?}, before idle_timeout_s = {IDLE_S}",
+        t0.elapsed()
+    );
+    let m = api_metrics(&c);
+    assert_eq!(
+        metric(&m, "ferrouter_api_timeouts_total{listener=tcp,phase=idle}"),
+        6.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ferrouter_api_timeouts_total{listener=unix,phase=header}"
+        ),
+        1.0
+    );
+    let (status, body) = curl(lab, &["-H", &auth, &url]);
+    assert_eq!(status, 200, "{body}");
+    ping_ok(lab, lab::H2_V4).unwrap();
+}
+
+/// The token file must be its owner's only: with mode 0644 the daemon refuses to start and
+/// says why (in a network namespace of its own, which vanishes with it).
+#[test]
+fn a_token_file_others_may_read_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("api.token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let cfg = dir.path().join("ferrouter.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "control_socket = \"{}\"\nstate_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:{PORT}\"\ntoken_file = \"{}\"\n[[port]]\nname = \"nosuch0\"\n",
+            dir.path().join("sock").display(),
+            dir.path().join("state").display(),
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("unshare")
+        .args(["--net", bin(), "run", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("unshare (Debian package util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "api.token_file {} has mode 0644",
+            token_file.display()
+        )) && err.contains("chmod 600"),
+        "{err}"
+    );
+    // It stopped there: nothing was created.
+    assert!(!dir.path().join("state").exists() && !dir.path().join("sock").exists());
 }

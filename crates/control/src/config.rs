@@ -244,8 +244,9 @@ pub struct Config {
     pub bgp: Option<bgp::config::BgpConfig>,
 }
 
-/// Where the API listens, from the config file's `[api]` table.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// Where the API listens, from the config file's `[api]` table, and how it treats its
+/// connections (the limits and timeouts; the timeouts apply to the unix socket too).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiSettings {
     /// TCP address for remote clients and Prometheus, e.g. `"127.0.0.1:9180"` (off when
@@ -253,35 +254,133 @@ pub struct ApiSettings {
     #[serde(default)]
     pub listen: Option<std::net::SocketAddr>,
     /// File holding the bearer token TCP clients must send (one line; at least 16
-    /// characters). Keep it mode 0600.
+    /// characters). It must be mode 0600 (or stricter): the daemon refuses to start when
+    /// group or others may read or write it.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// TCP connections open at once, from all clients (1..=65536). More are closed as soon
+    /// as they are accepted, and counted. Capped further at start to leave file
+    /// descriptors for the rest of the daemon (the unix socket has its own budget).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// TCP connections open at once from one client address (1..=`max_connections`).
+    #[serde(default = "default_max_connections_per_address")]
+    pub max_connections_per_address: usize,
+    /// Seconds a client has to send a request's head (line and headers) once its first
+    /// byte arrived (1..=3600); the connection is closed after that.
+    #[serde(default = "default_header_read_timeout_s")]
+    pub header_read_timeout_s: u64,
+    /// Seconds a connection may stay without a request in progress, from its accept or the
+    /// end of its last response, before it is closed (1..=3600); also how long a request's
+    /// body may take to arrive (408 after that).
+    #[serde(default = "default_idle_timeout_s")]
+    pub idle_timeout_s: u64,
+}
+
+impl Default for ApiSettings {
+    fn default() -> ApiSettings {
+        ApiSettings {
+            listen: None,
+            token_file: None,
+            max_connections: default_max_connections(),
+            max_connections_per_address: default_max_connections_per_address(),
+            header_read_timeout_s: default_header_read_timeout_s(),
+            idle_timeout_s: default_idle_timeout_s(),
+        }
+    }
+}
+
+fn default_max_connections() -> usize {
+    256
+}
+
+fn default_max_connections_per_address() -> usize {
+    32
+}
+
+fn default_header_read_timeout_s() -> u64 {
+    10
+}
+
+fn default_idle_timeout_s() -> u64 {
+    60
 }
 
 impl ApiSettings {
-    /// What is wrong with the settings, if anything (the file itself is read at start).
-    pub fn problem(&self) -> Option<String> {
+    /// What is wrong with the settings, each with the path of the value (the token file
+    /// itself is read at start).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
         match (&self.listen, &self.token_file) {
-            (Some(a), None) => Some(format!(
-                "api.listen = \"{a}\" needs api.token_file: TCP clients must authenticate"
+            (Some(a), None) => out.push((
+                "api".into(),
+                format!("api.listen = \"{a}\" needs api.token_file: TCP clients must authenticate"),
             )),
-            (None, Some(_)) => Some("api.token_file is set but api.listen is not".into()),
-            (_, Some(p)) if !p.is_absolute() => Some(format!(
-                "api.token_file {} must be an absolute path",
-                p.display()
+            (None, Some(_)) => out.push((
+                "api".into(),
+                "api.token_file is set but api.listen is not".into(),
             )),
-            _ => None,
+            (_, Some(p)) if !p.is_absolute() => out.push((
+                "api".into(),
+                format!("api.token_file {} must be an absolute path", p.display()),
+            )),
+            _ => {}
         }
+        if !(1..=65536).contains(&self.max_connections) {
+            out.push((
+                "api.max_connections".into(),
+                format!(
+                    "{} is out of range; expected 1..=65536",
+                    self.max_connections
+                ),
+            ));
+        }
+        if self.max_connections_per_address == 0
+            || self.max_connections_per_address > self.max_connections
+        {
+            out.push((
+                "api.max_connections_per_address".into(),
+                format!(
+                    "{} is out of range; expected 1..=api.max_connections ({})",
+                    self.max_connections_per_address, self.max_connections
+                ),
+            ));
+        }
+        for (name, v) in [
+            ("header_read_timeout_s", self.header_read_timeout_s),
+            ("idle_timeout_s", self.idle_timeout_s),
+        ] {
+            if !(1..=3600).contains(&v) {
+                out.push((
+                    format!("api.{name}"),
+                    format!("{v} is out of range; expected 1..=3600 seconds"),
+                ));
+            }
+        }
+        out
     }
 
-    /// Read the token (trimmed). Errors name the file and the rule broken.
+    /// Read the token (trimmed). Errors name the file and the rule broken: the file must
+    /// be readable and writable by its owner only, and hold one line of at least 16
+    /// printable characters.
     pub fn read_token(&self) -> anyhow::Result<Option<String>> {
+        use anyhow::Context;
+        use std::os::unix::fs::PermissionsExt;
         let Some(p) = &self.token_file else {
             return Ok(None);
         };
-        let t = std::fs::read_to_string(p).map_err(|e| {
-            anyhow::Error::new(e).context(format!("reading api.token_file {}", p.display()))
-        })?;
+        let context = || format!("reading api.token_file {}", p.display());
+        let mut f = std::fs::File::open(p).with_context(context)?;
+        let mode = f.metadata().with_context(context)?.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            anyhow::bail!(
+                "api.token_file {} has mode {mode:04o}: it must not be readable or writable by group or others (chmod 600 {})",
+                p.display(),
+                p.display()
+            );
+        }
+        let mut t = String::new();
+        std::io::Read::read_to_string(&mut f, &mut t).with_context(context)?;
         let t = t.trim().to_string();
         if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
             anyhow::bail!(
@@ -781,8 +880,8 @@ impl Config {
                 ),
             );
         }
-        if let Some(m) = c.api.problem() {
-            r.add("api", m);
+        for (path, m) in c.api.problems() {
+            r.add(path, m);
         }
         if !(-20..=19).contains(&c.worker_nice) {
             r.add(
@@ -1948,6 +2047,90 @@ mod tests {
         .unwrap();
         let e = crate::apply::plan(&old, &new).unwrap_err().to_string();
         assert!(e.contains("[[vlan]]"), "{e}");
+    }
+
+    #[test]
+    fn api_limits_have_defaults_and_ranges() {
+        let c = parse("[[port]]\nname = \"e\"\n").unwrap();
+        assert_eq!(
+            (
+                c.api.max_connections,
+                c.api.max_connections_per_address,
+                c.api.header_read_timeout_s,
+                c.api.idle_timeout_s
+            ),
+            (256, 32, 10, 60)
+        );
+        let c = parse("[api]\nmax_connections = 8\nmax_connections_per_address = 2\nheader_read_timeout_s = 2\nidle_timeout_s = 3\n[[port]]\nname = \"e\"\n").unwrap();
+        assert_eq!(
+            (c.api.max_connections, c.api.max_connections_per_address),
+            (8, 2)
+        );
+        for (bad, line, needle) in [
+            ("max_connections = 0", 2, "api.max_connections: 0 is out of range"),
+            (
+                "max_connections = 4\nmax_connections_per_address = 5",
+                3,
+                "api.max_connections_per_address: 5 is out of range; expected 1..=api.max_connections (4)",
+            ),
+            ("idle_timeout_s = 0", 2, "api.idle_timeout_s: 0 is out of range"),
+            (
+                "header_read_timeout_s = 4000",
+                2,
+                "api.header_read_timeout_s: 4000 is out of range",
+            ),
+        ] {
+            let e = parse(&format!("[api]\n{bad}\n[[port]]\nname = \"e\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(needle) && e.contains(&format!("test.toml:{line}:")),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("api.token");
+        std::fs::write(&p, "0123456789abcdef0123\n").unwrap();
+        let api = ApiSettings {
+            listen: Some("127.0.0.1:9180".parse().unwrap()),
+            token_file: Some(p.clone()),
+            ..ApiSettings::default()
+        };
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = format!("{:#}", api.read_token().unwrap_err());
+            assert!(
+                e.contains(&format!(
+                    "api.token_file {} has mode {mode:04o}",
+                    p.display()
+                )) && e.contains("chmod 600"),
+                "{e}"
+            );
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(
+                api.read_token().unwrap().as_deref(),
+                Some("0123456789abcdef0123")
+            );
+        }
+        // A missing file is named, with the cause.
+        let gone = ApiSettings {
+            token_file: Some(dir.path().join("nosuch")),
+            ..api
+        };
+        let e = format!("{:#}", gone.read_token().unwrap_err());
+        assert!(
+            e.contains("reading api.token_file")
+                && e.contains("nosuch")
+                && e.contains("No such file"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {

@@ -478,11 +478,38 @@ fn dst_of(frame: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// Raise the file descriptor limit as far as allowed (logged) and fit the API's connection
+/// caps under it: however many clients connect over TCP, the unix socket and the rest of
+/// the daemon keep descriptors of their own.
+fn http_limits(cfg: &Config) -> Result<crate::listener::Limits> {
+    let nofile = match crate::listener::raise_fd_limit() {
+        Ok((before, after)) if after > before => {
+            tracing::info!("file descriptor limit (RLIMIT_NOFILE): {after}, raised from {before}");
+            after
+        }
+        Ok((_, after)) => {
+            tracing::info!("file descriptor limit (RLIMIT_NOFILE): {after} (the hard limit)");
+            after
+        }
+        Err(e) => {
+            let now = crate::listener::fd_limit().with_context(|| {
+                format!("reading the file descriptor limit (RLIMIT_NOFILE) after failing to raise it: {e}")
+            })?;
+            tracing::warn!(
+                "cannot raise the file descriptor limit (RLIMIT_NOFILE) from {now}: {e}"
+            );
+            now
+        }
+    };
+    crate::listener::Limits::new(&cfg.api, nofile).context("the API's connection limits")
+}
+
 /// Run the daemon until SIGTERM/SIGINT. `ready` is called once forwarding has started.
 pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Result<()> {
     let cfg = Config::load(config_path)?;
     // The API token is read before anything changes: a bad one stops the start.
     let token = cfg.api.read_token()?;
+    let api_limits = http_limits(&cfg)?;
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
@@ -665,10 +692,11 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         bgp_fib_done_ns: AtomicU64::new(0),
         glean: Default::default(),
         features,
+        api_conns: Default::default(),
     });
     let socket = cfg.control_socket.clone();
     let tcp = cfg.api.listen.zip(token);
-    let server = match http::serve(&socket, tcp, shared.clone()) {
+    let server = match http::serve(&socket, tcp, api_limits, shared.clone()) {
         Ok(s) => s,
         Err(e) => {
             stop_all(&mut handles);

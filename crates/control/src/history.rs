@@ -8,6 +8,9 @@
 //!
 //! Every write goes to a temporary file that is fsynced and renamed over the target, so a
 //! crash leaves the old or the new file, never a torn one. The last [`KEEP`] entries are kept.
+//!
+//! A config may hold secrets (BGP passwords, addresses an operator does not publish): the
+//! history is its owner's only, directories 0700 and files 0600, whatever the umask.
 
 use std::fs;
 use std::io::{self, Write};
@@ -44,11 +47,38 @@ pub struct History {
 }
 
 impl History {
-    /// Opens (creating if needed) the history under `dir`.
+    /// Opens (creating if needed, mode 0700) the history under `dir`. A `history`
+    /// directory or a `running.toml` that group or others may read (an older version made
+    /// them so) is made the owner's only.
     pub fn open(dir: &Path) -> io::Result<History> {
-        fs::create_dir_all(dir.join("history")).map_err(|e| {
-            io::Error::new(e.kind(), format!("creating {}/history: {e}", dir.display()))
-        })?;
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let hist = dir.join("history");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&hist)
+            .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", hist.display())))?;
+        for (path, mode) in [(hist, 0o700), (dir.join("running.toml"), 0o600)] {
+            let loose = match fs::metadata(&path) {
+                Ok(m) => m.permissions().mode() & 0o077 != 0,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("reading the mode of {}: {e}", path.display()),
+                    ))
+                }
+            };
+            if loose {
+                fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("setting the mode of {} to {mode:04o}: {e}", path.display()),
+                    )
+                })?;
+                tracing::info!("{}: mode set to {mode:04o} (owner only)", path.display());
+            }
+        }
         Ok(History { dir: dir.into() })
     }
 
@@ -72,9 +102,9 @@ impl History {
             comment: comment.map(str::to_string),
         };
         let meta = serde_json::to_vec(&meta).map_err(io::Error::other)?;
-        write_atomic(&self.entry_path(id, "json"), &meta)?;
-        write_atomic(&self.entry_path(id, "toml"), text.as_bytes())?;
-        write_atomic(&self.dir.join("running.toml"), text.as_bytes())?;
+        write_private(&self.entry_path(id, "json"), &meta)?;
+        write_private(&self.entry_path(id, "toml"), text.as_bytes())?;
+        write_private(&self.dir.join("running.toml"), text.as_bytes())?;
         let all = self.list()?;
         for e in all.iter().take(all.len().saturating_sub(KEEP)) {
             let _ = fs::remove_file(self.entry_path(e.id, "toml"));
@@ -133,8 +163,37 @@ impl History {
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, renamed over it,
-/// and the directory fsynced.
+/// and the directory fsynced. An existing file keeps its mode and, where the daemon may set
+/// it, its owner and group (an operator's `chmod 600` survives `config apply`); a new file
+/// is 0600.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let keep = match fs::metadata(path) {
+        Ok(m) => Some((m.permissions().mode() & 0o7777, m.uid(), m.gid())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("writing {}: reading its mode: {e}", path.display()),
+            ))
+        }
+    };
+    write_with(
+        path,
+        bytes,
+        keep.map_or(0o600, |k| k.0),
+        keep.map(|k| (k.1, k.2)),
+    )
+}
+
+/// Writes `bytes` to `path` atomically (as [`write_atomic`]) with mode 0600, whatever the
+/// file's mode was.
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_with(path, bytes, 0o600, None)
+}
+
+fn write_with(path: &Path, bytes: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -145,7 +204,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .unwrap_or("config");
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
+        // Created for the owner only, then given the final mode: never readable by others
+        // in between, whatever the umask.
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        if let Some((uid, gid)) = owner {
+            let m = f.metadata()?;
+            if (m.uid(), m.gid()) != (uid, gid) {
+                if let Err(e) = std::os::unix::fs::fchown(&f, Some(uid), Some(gid)) {
+                    tracing::warn!(
+                        "{}: keeping its owner {uid}:{gid} failed ({e}); it is now owned by {}:{}",
+                        path.display(),
+                        m.uid(),
+                        m.gid()
+                    );
+                }
+            }
+        }
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -203,6 +283,77 @@ mod tests {
             .file_name()
             .to_string_lossy()
             .ends_with(".tmp")));
+    }
+
+    #[test]
+    fn history_is_the_owners_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("state");
+        let h = History::open(&dir).unwrap();
+        h.record("a = 1\n", Some("first")).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("history")), 0o700);
+        for f in ["running.toml", "history/000001.toml", "history/000001.json"] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+        }
+        // What an older version left readable is tightened at open and at the next write.
+        fs::set_permissions(dir.join("history"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(dir.join("running.toml"), fs::Permissions::from_mode(0o644)).unwrap();
+        drop(h);
+        let h = History::open(&dir).unwrap();
+        assert_eq!(mode(&dir.join("history")), 0o700);
+        assert_eq!(mode(&dir.join("running.toml")), 0o600);
+        fs::set_permissions(dir.join("running.toml"), fs::Permissions::from_mode(0o644)).unwrap();
+        h.record("a = 2\n", None).unwrap();
+        assert_eq!(mode(&dir.join("running.toml")), 0o600);
+    }
+
+    #[test]
+    fn a_rewritten_file_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ferrouter.toml");
+        // A new file is the owner's only.
+        write_atomic(&p, b"a = 1\n").unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o7777,
+            0o600
+        );
+        for m in [0o640, 0o600, 0o644] {
+            fs::set_permissions(&p, fs::Permissions::from_mode(m)).unwrap();
+            write_atomic(&p, format!("a = {m}\n").as_bytes()).unwrap();
+            let md = fs::metadata(&p).unwrap();
+            assert_eq!(md.permissions().mode() & 0o7777, m);
+            assert_eq!(fs::read_to_string(&p).unwrap(), format!("a = {m}\n"));
+        }
+        // Writing into a directory that does not exist names the file and the cause.
+        let e = write_atomic(&dir.path().join("nosuch/x.toml"), b"").unwrap_err();
+        assert!(
+            e.to_string().contains("nosuch/x.toml") && e.to_string().contains("No such file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_rewritten_file_keeps_its_owner() {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        // Never a silent pass: a run that cannot do the test fails, saying why.
+        assert!(
+            root,
+            "this test needs root (chown): run scripts/test.sh as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ferrouter.toml");
+        fs::write(&p, "a = 1\n").unwrap();
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        write_atomic(&p, b"a = 2\n").unwrap();
+        let md = fs::metadata(&p).unwrap();
+        assert_eq!((md.uid(), md.gid()), (65534, 65534));
+        assert_eq!(fs::read_to_string(&p).unwrap(), "a = 2\n");
     }
 
     #[test]

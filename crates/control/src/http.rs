@@ -5,7 +5,11 @@
 //!
 //! Every error is JSON, `{"error": "what was wrong"}`, with a 4xx status for the client's
 //! mistakes (400 malformed, 401 no or wrong token, 404 unknown path or object, 405 wrong
-//! method, 413 too large, 422 a valid request the router refuses) and 5xx for its own.
+//! method, 408 a body that did not arrive in time, 413 too large, 422 a valid request the
+//! router refuses) and 5xx for its own.
+//!
+//! Connections (caps, timeouts, the unix socket's own budget) are [`crate::listener`]'s; each
+//! request then comes to [`respond`], which checks the token before it reads the body.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -16,7 +20,6 @@ use anyhow::{Context, Result};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -591,6 +594,10 @@ impl utoipa::Modify for BearerAuth {
         let common = [
             ("400", "Malformed request (body, query or path): {error}"),
             ("401", "TCP without the right bearer token: {error}"),
+            (
+                "408",
+                "The request body did not arrive within api.idle_timeout_s: {error}",
+            ),
             ("413", "Body larger than 1 MiB: {error}"),
             (
                 "415",
@@ -681,27 +688,78 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// Bearer-token check for TCP clients. The comparison takes the same time wherever the
-/// tokens differ.
-async fn require_token(
-    State(token): State<Arc<String>>,
-    req: Request,
-    next: Next,
-) -> std::result::Result<Response, ApiError> {
-    let given = req
-        .headers()
+/// The bearer-token check for TCP clients: `Authorization: Bearer TOKEN`, the scheme in
+/// any case (RFC 7235). The comparison takes the same time wherever the tokens differ.
+pub fn check_token(headers: &axum::http::HeaderMap, token: &str) -> Result<(), ApiError> {
+    let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.trim_start().split_once(|c: char| c.is_ascii_whitespace()))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim());
     match given {
-        Some(t) if constant_time_eq::constant_time_eq(t.trim().as_bytes(), token.as_bytes()) => {
-            Ok(next.run(req).await)
-        }
+        Some(t) if constant_time_eq::constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(()),
         Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "wrong token")),
         None => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "this endpoint needs `Authorization: Bearer TOKEN` (the token is in the daemon's api.token_file)",
         )),
+    }
+}
+
+/// Answer one request of a connection: check its token (TCP) before anything else, read
+/// its body (at most [`MAX_BODY`], within `body_timeout`), then route it.
+pub(crate) async fn respond(
+    app: Router,
+    token: Option<&str>,
+    req: hyper::Request<hyper::body::Incoming>,
+    body_timeout: std::time::Duration,
+    stats: &crate::listener::ListenerStats,
+) -> Response {
+    use http_body_util::BodyExt;
+    use hyper::body::Body as _;
+    use tower::ServiceExt;
+    let (parts, body) = req.into_parts();
+    if let Some(t) = token {
+        if let Err(e) = check_token(&parts.headers, t) {
+            return e.into_response();
+        }
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {MAX_BODY} bytes"),
+        )
+        .into_response()
+    };
+    if body.size_hint().lower() > MAX_BODY as u64 {
+        return too_large();
+    }
+    let read = http_body_util::Limited::new(body, MAX_BODY).collect();
+    let bytes = match tokio::time::timeout(body_timeout, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(e)) => {
+            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+        }
+        Err(_) => {
+            stats
+                .body_timeouts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s (api.idle_timeout_s)",
+                    body_timeout.as_secs()
+                ),
+            )
+            .into_response();
+        }
+    };
+    let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+    match app.oneshot(req).await {
+        Ok(r) => r,
+        Err(never) => match never {},
     }
 }
 
@@ -748,12 +806,16 @@ fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener> {
 }
 
 /// Listen on the unix socket `path` (replacing a stale socket file) and, if configured,
-/// on TCP with `token`; answer on a thread of its own until [`Server::stop`].
+/// on TCP with `token`; answer on a thread of its own until [`Server::stop`]. Each listener
+/// has its own accept loop, connection budget and counters (`shared.api_conns`); see
+/// [`crate::listener`].
 pub fn serve(
     path: &Path,
     tcp: Option<(SocketAddr, String)>,
+    limits: crate::listener::Limits,
     shared: Arc<Shared>,
 ) -> Result<Server> {
+    use crate::listener::{self, Listener, Serving};
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(8)
@@ -762,53 +824,68 @@ pub fn serve(
         .build()
         .context("starting the API runtime")?;
     let unix = bind_unix(path)?;
-    let (tcp_listener, tcp_token) = match tcp {
+    let tcp = match tcp {
         Some((addr, token)) => {
             let l = std::net::TcpListener::bind(addr)
                 .with_context(|| format!("binding the API to {addr}"))?;
-            l.set_nonblocking(true)?;
-            (Some(l), Some(token))
+            l.set_nonblocking(true)
+                .with_context(|| format!("the API's TCP socket on {addr}"))?;
+            Some((l, token))
         }
-        None => (None, None),
+        None => None,
     };
-    let tcp_addr = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let tcp_addr = tcp.as_ref().and_then(|(l, _)| l.local_addr().ok());
     let (shutdown, rx) = tokio::sync::watch::channel(false);
+    let limits = Arc::new(limits);
+    let (unix_stats, tcp_stats) = (shared.api_conns.unix.clone(), shared.api_conns.tcp.clone());
     let app = router(shared);
+    let handler = |token: Option<String>, stats: Arc<listener::ListenerStats>| {
+        let (app, token, idle) = (app.clone(), token.map(Arc::new), limits.idle);
+        let h: listener::Handler = Arc::new(move |req| {
+            let (app, token, stats) = (app.clone(), token.clone(), stats.clone());
+            Box::pin(async move {
+                respond(app, token.as_deref().map(String::as_str), req, idle, &stats).await
+            })
+        });
+        h
+    };
+    let unix_handler = handler(None, unix_stats.clone());
+    let tcp_handler = tcp
+        .as_ref()
+        .map(|(_, token)| handler(Some(token.clone()), tcp_stats.clone()));
     let join = std::thread::Builder::new()
         .name("ferrouter-api".into())
         .spawn(move || {
             rt.block_on(async move {
-                let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                };
                 let mut tasks = Vec::new();
                 match tokio::net::UnixListener::from_std(unix) {
                     Ok(l) => {
-                        let app = app.clone();
-                        let stop = stopped(rx.clone());
-                        tasks.push(tokio::spawn(async move {
-                            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {
-                                tracing::error!("API on the unix socket failed: {e}");
-                            }
-                        }));
+                        let s = Serving {
+                            handler: unix_handler,
+                            limits: limits.clone(),
+                            stats: unix_stats,
+                        };
+                        tasks.push(tokio::spawn(listener::run(
+                            Listener::Unix(l),
+                            s,
+                            rx.clone(),
+                        )));
                     }
                     Err(e) => tracing::error!("API on the unix socket: {e}"),
                 }
-                if let (Some(l), Some(token)) = (tcp_listener, tcp_token) {
+                if let (Some((l, _)), Some(handler)) = (tcp, tcp_handler) {
                     match tokio::net::TcpListener::from_std(l) {
                         Ok(l) => {
-                            let app = app.layer(axum::middleware::from_fn_with_state(
-                                Arc::new(token),
-                                require_token,
-                            ));
-                            let stop = stopped(rx.clone());
-                            tasks.push(tokio::spawn(async move {
-                                if let Err(e) =
-                                    axum::serve(l, app).with_graceful_shutdown(stop).await
-                                {
-                                    tracing::error!("API on TCP failed: {e}");
-                                }
-                            }));
+                            let s = Serving {
+                                handler,
+                                limits,
+                                stats: tcp_stats,
+                            };
+                            tasks.push(tokio::spawn(listener::run(
+                                Listener::Tcp(l),
+                                s,
+                                rx.clone(),
+                            )));
                         }
                         Err(e) => tracing::error!("API on TCP: {e}"),
                     }
@@ -820,8 +897,9 @@ pub fn serve(
                 };
                 // Idle keep-alive connections close at once; a request still running
                 // (a capture, say) gets a few seconds.
+                let mut stop = rx.clone();
                 let deadline = async {
-                    stopped(rx.clone()).await;
+                    let _ = stop.wait_for(|s| *s).await;
                     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
                 };
                 tokio::select! {
@@ -836,4 +914,47 @@ pub fn serve(
         join: Some(join),
         tcp: tcp_addr,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(value: &str) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let token = "0123456789abcdef";
+        for v in [
+            "Bearer 0123456789abcdef",
+            "bearer 0123456789abcdef",
+            "BEARER 0123456789abcdef",
+            "bEaReR   0123456789abcdef ",
+        ] {
+            assert!(check_token(&auth(v), token).is_ok(), "{v}");
+        }
+        for (v, needle) in [
+            ("Bearer 0123456789abcdeX", "wrong token"),
+            ("bearer wrong", "wrong token"),
+            ("Bearer", "needs `Authorization: Bearer TOKEN`"),
+            (
+                "Basic 0123456789abcdef",
+                "needs `Authorization: Bearer TOKEN`",
+            ),
+            (
+                "Bearer0123456789abcdef",
+                "needs `Authorization: Bearer TOKEN`",
+            ),
+        ] {
+            let e = check_token(&auth(v), token).unwrap_err();
+            assert_eq!(e.status, StatusCode::UNAUTHORIZED, "{v}");
+            assert!(e.message.contains(needle), "{v}: {}", e.message);
+        }
+        let e = check_token(&axum::http::HeaderMap::new(), token).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+    }
 }

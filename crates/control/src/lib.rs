@@ -12,6 +12,7 @@ pub mod features;
 pub mod glean;
 pub mod history;
 pub mod http;
+pub mod listener;
 pub mod metrics;
 pub mod render;
 pub mod state;

@@ -27,6 +27,11 @@
 //! | `ferrouter_bgp_updates_received_total`, `_treat_as_withdraw_total`, `_notifications_sent_total`, `_notifications_received_total`, `_established_transitions_total`, `_route_refresh_sent_total` | neighbor | |
 //! | `ferrouter_bgp_rib_prefixes` | family | prefixes with a best path |
 //! | `ferrouter_bgp_fib_changes_total`, `ferrouter_bgp_unresolved_total` | | FIB changes from the speaker; best paths whose next hop is on no connected subnet |
+//! | `ferrouter_api_connections` | listener=tcp/unix | API connections open now |
+//! | `ferrouter_api_connections_accepted_total` | listener | |
+//! | `ferrouter_api_connections_refused_total` | listener, limit=total/per_address | closed at once over a cap (crate::listener) |
+//! | `ferrouter_api_timeouts_total` | listener, phase=header/idle/body | connections closed by a timeout; 408s for slow bodies |
+//! | `ferrouter_api_accept_errors_total` | listener | failed accepts (out of file descriptors) |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -87,6 +92,76 @@ impl Collector for Scrape {
         }
         Ok(())
     }
+}
+
+/// The API's connections, per listener (`tcp`, `unix`).
+fn api_connections(s: &mut Scrape, c: &crate::listener::ConnStats) {
+    let each = |f: fn(&crate::listener::ListenerStats) -> &AtomicU64| -> Vec<(Labels, u64)> {
+        [("tcp", &c.tcp), ("unix", &c.unix)]
+            .into_iter()
+            .map(|(name, l)| {
+                (
+                    vec![("listener", name.to_string())],
+                    f(l).load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    };
+    s.gauge(
+        "ferrouter_api_connections",
+        "API connections open now.",
+        each(|l| &l.open)
+            .into_iter()
+            .map(|(k, v)| (k, v as f64))
+            .collect(),
+    );
+    s.counter(
+        "ferrouter_api_connections_accepted",
+        "API connections accepted and served.",
+        each(|l| &l.accepted),
+    );
+    let mut refused = Vec::new();
+    for (limit, f) in [
+        (
+            "total",
+            (|l| &l.refused_total) as fn(&crate::listener::ListenerStats) -> &AtomicU64,
+        ),
+        ("per_address", |l| &l.refused_per_address),
+    ] {
+        for (mut k, v) in each(f) {
+            k.push(("limit", limit.to_string()));
+            refused.push((k, v));
+        }
+    }
+    s.counter(
+        "ferrouter_api_connections_refused",
+        "API connections closed as soon as accepted: a cap (api.max_connections, api.max_connections_per_address, the unix socket's) was reached.",
+        refused,
+    );
+    let mut timeouts = Vec::new();
+    for (phase, f) in [
+        (
+            "header",
+            (|l| &l.header_timeouts) as fn(&crate::listener::ListenerStats) -> &AtomicU64,
+        ),
+        ("idle", |l| &l.idle_timeouts),
+        ("body", |l| &l.body_timeouts),
+    ] {
+        for (mut k, v) in each(f) {
+            k.push(("phase", phase.to_string()));
+            timeouts.push((k, v));
+        }
+    }
+    s.counter(
+        "ferrouter_api_timeouts",
+        "API connections closed as a request head did not arrive in time (header) or after idling (idle); requests answered 408 as their body did not arrive in time (body).",
+        timeouts,
+    );
+    s.counter(
+        "ferrouter_api_accept_errors",
+        "Failed accepts on an API listener (out of file descriptors, say).",
+        each(|l| &l.accept_errors),
+    );
 }
 
 /// The metrics text.
@@ -440,6 +515,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             .map(|k| (vec![("state", k.to_string())], g[k].as_u64().unwrap_or(0)))
             .collect(),
     );
+    api_connections(&mut s, &shared.api_conns);
     s.gauge(
         "ferrouter_build_info",
         "The running build (always 1).",

@@ -81,6 +81,8 @@ pub struct Shared {
     pub glean: crate::glean::GleanStats,
     /// The fast path's features (uRPF, ...) and which interfaces have them.
     pub features: crate::features::Features,
+    /// The API's connections: open, refused over a cap, timed out (per listener).
+    pub api_conns: crate::listener::ConnStats,
 }
 
 impl Shared {
