@@ -81,6 +81,9 @@ pub struct Shared {
     pub glean: crate::glean::GleanStats,
     /// The fast path's features (uRPF, ...) and which interfaces have them.
     pub features: crate::features::Features,
+    /// The interfaces the running config holds down (`enabled = false`): why a link is
+    /// administratively down ([`crate::configsvc::ConfigService::held_down`]).
+    pub held_down: Arc<arc_swap::ArcSwap<Vec<String>>>,
 }
 
 impl Shared {
