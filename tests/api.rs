@@ -332,6 +332,12 @@ fn metrics_parse_and_count_traffic() {
     let r1 = ifs[0]["name"].as_str().unwrap();
     assert!(sample(&m, "ferrouter_port_rx_packets_total", &[("port", r1)]) >= 21.0);
     assert!(sample(&m, "ferrouter_port_rx_bytes_total", &[("port", r1)]) > 0.0);
+    for g in [
+        "ferrouter_interface_admin_up",
+        "ferrouter_interface_oper_up",
+    ] {
+        assert_eq!(sample(&m, g, &[("interface", r1)]), 1.0, "{g}");
+    }
     assert_eq!(
         sample(
             &m,

@@ -34,14 +34,21 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
     match what {
         "interfaces" => {
             let ifaces = sync.interfaces();
+            let held_down = shared.held_down.load();
+            let link = |port: usize| {
+                let l = sync.port_link(port, &held_down);
+                (if l.admin_up { "up" } else { "down" }, l.oper, l.reason)
+            };
             let v: Vec<Value> = shared
                 .ports
                 .iter()
                 .map(|f| {
                     let info = ifaces.ports.get(f.port as usize);
                     let g = |field| shared.port_total(f.port, field);
+                    let (admin, oper, why) = link(f.port as usize);
                     json!({
                         "port": f.port, "name": f.name, "ifindex": f.ifindex, "backend": f.backend,
+                        "admin": admin, "oper": oper, "down_reason": why,
                         "mac": info.map(|i| i.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")),
                         "mtu": info.map(|i| i.mtu),
                         "ipv4": info.map(|i| i.ip4.iter().map(|a| std::net::Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>()),
@@ -59,8 +66,10 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                 let t = info.vlan?;
                 let c = shared.subif_total(i - first);
                 let parent = ifaces.ports.get(t.parent as usize).map(|p| p.name.clone());
+                let (admin, oper, why) = link(i);
                 Some(json!({
                     "port": i, "name": info.name, "ifindex": sync.ifindex_of(&info.name),
+                    "admin": admin, "oper": oper, "down_reason": why,
                     "backend": format!("vlan {} on {}", t.describe(), parent.as_deref().unwrap_or("?")),
                     "parent": parent, "vlan": {"tpid": format!("{:#06x}", t.tpid), "id": t.outer, "inner_id": (t.inner != 0).then_some(t.inner)},
                     "mac": info.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),

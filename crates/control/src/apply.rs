@@ -1,9 +1,9 @@
 //! Applying a config to the kernel as one transaction.
 //!
-//! [`plan`] compares what two configs own — interface addresses and MTUs, static routes,
-//! permanent neighbours — and lists the [`Op`]s that take the kernel from one to the
-//! other. [`apply`] runs them in a safe order (removals first: routes, neighbours,
-//! addresses; then MTUs, addresses, neighbours, routes) and, on any failure, undoes what it
+//! [`plan`] compares what two configs own — interface addresses, MTUs and admin state,
+//! static routes, permanent neighbours — and lists the [`Op`]s that take the kernel from
+//! one to the other. [`apply`] runs them in a safe order (removals first: routes,
+//! neighbours, addresses; then MTUs, admin state, addresses, neighbours, routes) and, on any failure, undoes what it
 //! had changed in reverse order, so the kernel is never left half-configured.
 //!
 //! Only what a step actually changed is undone: before running, [`apply`] reads the
@@ -78,6 +78,14 @@ pub enum Op {
     },
     /// Remove a static route.
     DelRoute(RouteConfig),
+    /// Bring an interface administratively up or down (`enabled`). Asserted for every
+    /// `[[interface]]` on every apply: a link set down outside Ferrouter comes back up.
+    SetAdmin {
+        /// Interface name.
+        interface: String,
+        /// Up (`true`) or down.
+        up: bool,
+    },
     /// Set an interface's uRPF mode (`None`: off). A fast-path setting: the kernel does not
     /// change; the daemon publishes it to its workers once the whole plan has applied.
     SetUrpf {
@@ -118,6 +126,16 @@ impl Op {
     pub fn doing(&self) -> String {
         match self {
             Op::SetMtu { interface, mtu } => format!("setting the MTU of {interface} to {mtu}"),
+            Op::SetAdmin {
+                interface,
+                up: true,
+            } => format!("bringing {interface} up"),
+            Op::SetAdmin {
+                interface,
+                up: false,
+            } => {
+                format!("setting {interface} administratively down (enabled = false)")
+            }
             Op::AddAddress { interface, addr } => format!("adding address {addr} to {interface}"),
             Op::DelAddress { interface, addr } => {
                 format!("removing address {addr} from {interface}")
@@ -142,6 +160,10 @@ impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Op::SetMtu { interface, mtu } => write!(f, "~ interface {interface} mtu {mtu}"),
+            Op::SetAdmin { interface, up } => {
+                let state = if *up { "up" } else { "down" };
+                write!(f, "~ interface {interface} {state}")
+            }
             Op::AddAddress { interface, addr } => write!(f, "+ address {addr} on {interface}"),
             Op::DelAddress { interface, addr } => write!(f, "- address {addr} on {interface}"),
             Op::SetNeighbor { interface, ip, mac } => {
@@ -170,6 +192,28 @@ pub const DEFAULT_MTU: u32 = 1500;
 pub struct Plan {
     /// The steps.
     pub ops: Vec<Op>,
+    /// Per interface, what the new config puts on it or through it (addresses, neighbours,
+    /// routes). Taking a link down or up makes the kernel flush some of it (IPv6
+    /// addresses, neighbours, IPv4 routes) without a word, so [`apply`] runs these again,
+    /// after the admin steps, for each link whose state it changed.
+    pub relink: Vec<(String, Op)>,
+}
+
+const ADMIN_RANK: u8 = 4;
+
+/// Where an op runs in a plan: removals, MTUs, admin state, then what depends on it.
+fn rank(op: &Op) -> u8 {
+    match op {
+        Op::DelRoute(_) => 0,
+        Op::DelNeighbor { .. } => 1,
+        Op::DelAddress { .. } => 2,
+        Op::SetMtu { .. } => 3,
+        Op::SetAdmin { .. } => ADMIN_RANK,
+        Op::AddAddress { .. } => 5,
+        Op::SetNeighbor { .. } => 6,
+        Op::AddRoute(_) | Op::ReplaceRoute { .. } => 7,
+        Op::SetUrpf { .. } => 8,
+    }
 }
 
 impl Plan {
@@ -323,6 +367,23 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
             }
         }
     }
+    // Administrative state, before what depends on it (the kernel refuses a route through
+    // a down link): every section's, each time, so a link set down outside Ferrouter
+    // comes back up; a section that held its link down and is gone lets it come up.
+    for f in &new.interfaces {
+        ops.push(Op::SetAdmin {
+            interface: f.name.clone(),
+            up: f.enabled,
+        });
+    }
+    for o in &old.interfaces {
+        if !o.enabled && !new.interfaces.iter().any(|f| f.name == o.name) {
+            ops.push(Op::SetAdmin {
+                interface: o.name.clone(),
+                up: true,
+            });
+        }
+    }
     for (interface, addr) in &new_addrs {
         if !old_addrs.contains(&(interface.clone(), *addr)) {
             ops.push(Op::AddAddress {
@@ -373,7 +434,42 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
             });
         }
     }
-    Ok(Plan { ops })
+    // What each section's link carries, to run again if its admin state changes.
+    let mut relink = Vec::new();
+    for f in &new.interfaces {
+        let subnets: Vec<Prefix> = f.addresses.iter().filter_map(|a| a.parse().ok()).collect();
+        for addr in &subnets {
+            relink.push((
+                f.name.clone(),
+                Op::AddAddress {
+                    interface: f.name.clone(),
+                    addr: *addr,
+                },
+            ));
+        }
+        for ((interface, ip), mac) in &new_neighs {
+            if *interface == f.name {
+                relink.push((
+                    f.name.clone(),
+                    Op::SetNeighbor {
+                        interface: interface.clone(),
+                        ip: *ip,
+                        mac: *mac,
+                    },
+                ));
+            }
+        }
+        for r in &new.routes {
+            let through = r.interface.as_deref() == Some(f.name.as_str())
+                || r.gateways()
+                    .iter()
+                    .any(|g| subnets.iter().any(|s| s.contains(*g)));
+            if through && !r.blackhole {
+                relink.push((f.name.clone(), Op::AddRoute(r.clone())));
+            }
+        }
+    }
+    Ok(Plan { ops, relink })
 }
 
 /// What a successful [`apply`] did.
@@ -402,7 +498,8 @@ pub enum ApplyError {
         doing: String,
         /// Why.
         cause: String,
-        /// Index of the failed step in the plan.
+        /// Index of the failed step among those run (the plan's, then what a link's admin
+        /// change made the kernel flush, run again).
         index: usize,
         /// How many earlier changes were undone.
         undone: usize,
@@ -434,6 +531,7 @@ enum Action {
     AddRoute(StaticRoute),
     ReplaceRoute(StaticRoute),
     DelRoute(StaticRoute),
+    Admin(u32, bool),
     /// Nothing in the kernel (a fast-path setting, published after the plan applied).
     FastPath,
 }
@@ -449,6 +547,7 @@ impl Action {
             Action::AddRoute(r) => nl.add_route(r),
             Action::ReplaceRoute(r) => nl.replace_route(r),
             Action::DelRoute(r) => nl.del_route(r),
+            Action::Admin(i, up) => nl.set_link_up(*i, *up),
             Action::FastPath => Ok(()),
         }
     }
@@ -634,6 +733,13 @@ impl Kernel {
                     .is_some()
                     .then_some((Action::DelRoute(was.clone()), Action::AddRoute(was)))
             }
+            Op::SetAdmin { interface, up } => {
+                let l = self.link(interface)?;
+                (l.up != *up).then_some((
+                    Action::Admin(l.ifindex, *up),
+                    Action::Admin(l.ifindex, l.up),
+                ))
+            }
             Op::SetUrpf { .. } => Some((Action::FastPath, Action::FastPath)),
         })
     }
@@ -657,17 +763,74 @@ impl Kernel {
 /// Runs `plan` against the kernel of the calling thread's network namespace, all or
 /// nothing: on the first failure, every change made so far is undone in reverse order and
 /// the error names the failed step.
+///
+/// A link whose admin state a step changes loses what the kernel flushes with it (IPv6
+/// addresses, neighbours, IPv4 routes through it): once the admin steps have run, the
+/// kernel is read again and the config's addresses, neighbours and routes of each such link
+/// ([`Plan::relink`]) run too (those still there are unchanged).
 pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
-    let snap = linux::Mirror::open(1 << 20)
-        .and_then(|mut m| m.dump())
-        .map_err(ApplyError::Snapshot)?;
-    let kernel = Kernel { snap };
+    let dump = || {
+        linux::Mirror::open(1 << 20)
+            .and_then(|mut m| m.dump())
+            .map_err(ApplyError::Snapshot)
+    };
+    let mut kernel = Kernel { snap: dump()? };
     kernel.check_overlaps(plan)?;
     let mut nl = Netlink::open().map_err(ApplyError::Snapshot)?;
     let mut report = Report::default();
     let mut undo: Vec<(String, Action)> = Vec::new();
-    for (index, op) in plan.ops.iter().enumerate() {
-        let result = kernel.prepare(op).and_then(|step| match step {
+    let mut ops = plan.ops.clone();
+    // Links whose admin state changed, until the kernel is read again.
+    let mut bounced: BTreeSet<&str> = BTreeSet::new();
+    let mut index = 0;
+    loop {
+        // Past the admin steps (or at the end of the plan) with links bounced: read the
+        // kernel again and add what it flushed with them.
+        let past_admin = ops.get(index).is_none_or(|o| rank(o) > ADMIN_RANK);
+        if !bounced.is_empty() && past_admin {
+            let planned_route = |r: &RouteConfig| {
+                ops.iter().any(|o| match o {
+                    Op::AddRoute(x) | Op::DelRoute(x) | Op::ReplaceRoute { new: x, .. } => {
+                        route_key(x) == route_key(r)
+                    }
+                    _ => false,
+                })
+            };
+            let mut extra: Vec<Op> = Vec::new();
+            for (i, o) in &plan.relink {
+                let skip = !bounced.contains(i.as_str())
+                    || ops.contains(o)
+                    || extra.contains(o)
+                    || matches!(o, Op::AddRoute(r) if planned_route(r));
+                if !skip {
+                    extra.push(o.clone());
+                }
+            }
+            bounced.clear();
+            match dump() {
+                Ok(snap) => kernel.snap = snap,
+                Err(e) => {
+                    let (undone, undo_errors) = roll_back(undo, &mut nl);
+                    return Err(ApplyError::Step {
+                        doing: "reading the kernel's state after changing links' admin state"
+                            .into(),
+                        cause: e.to_string(),
+                        index,
+                        undone,
+                        undo_errors,
+                    });
+                }
+            }
+            let mut rest = ops.split_off(index);
+            rest.extend(extra);
+            rest.sort_by_key(rank);
+            ops.extend(rest);
+            continue;
+        }
+        let Some(op) = ops.get(index).cloned() else {
+            break;
+        };
+        let result = kernel.prepare(&op).and_then(|step| match step {
             None => {
                 report.unchanged.push(op.to_string());
                 Ok(())
@@ -676,17 +839,18 @@ pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
                 action.run(&mut nl).map_err(|e| cause(&e))?;
                 report.changed.push(op.to_string());
                 undo.push((op.doing(), back));
+                if let Op::SetAdmin { interface, .. } = &op {
+                    if let Some((name, _)) = plan.relink.iter().find(|(i, _)| i == interface) {
+                        bounced.insert(name.as_str());
+                    }
+                }
                 Ok(())
             }
         });
+        index += 1;
         if let Err(cause) = result {
-            let undone = undo.len();
-            let mut undo_errors = Vec::new();
-            for (doing, back) in undo.into_iter().rev() {
-                if let Err(e) = back.run(&mut nl) {
-                    undo_errors.push(format!("undoing {doing}: {}", self::cause(&e)));
-                }
-            }
+            let index = index - 1;
+            let (undone, undo_errors) = roll_back(undo, &mut nl);
             tracing::warn!(step = %op.doing(), %cause, undone, "config apply failed and was rolled back");
             return Err(ApplyError::Step {
                 doing: op.doing(),
@@ -698,6 +862,18 @@ pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
         }
     }
     Ok(report)
+}
+
+/// Undo `undo` in reverse order: how many steps, and the undo steps that failed.
+fn roll_back(undo: Vec<(String, Action)>, nl: &mut Netlink) -> (usize, Vec<String>) {
+    let undone = undo.len();
+    let mut errors = Vec::new();
+    for (doing, back) in undo.into_iter().rev() {
+        if let Err(e) = back.run(nl) {
+            errors.push(format!("undoing {doing}: {}", cause(&e)));
+        }
+    }
+    (undone, errors)
 }
 
 #[cfg(test)]
@@ -720,11 +896,14 @@ mod tests {
             "[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\nurpf = \"strict\"\n",
         );
         let p = plan(&a, &b).unwrap();
-        assert_eq!(p.to_string(), "~ interface eth1 urpf strict\n");
-        assert_eq!(p.ops[0].doing(), "setting uRPF on eth1 to strict");
+        assert_eq!(
+            p.to_string(),
+            "~ interface eth1 up\n~ interface eth1 urpf strict\n"
+        );
+        assert_eq!(p.ops[1].doing(), "setting uRPF on eth1 to strict");
         assert_eq!(
             plan(&b, &a).unwrap().to_string(),
-            "~ interface eth1 urpf off\n"
+            "~ interface eth1 up\n~ interface eth1 urpf off\n"
         );
         // The section removed altogether: its address goes, and uRPF with it.
         let none = cfg("");
@@ -732,7 +911,8 @@ mod tests {
             plan(&b, &none).unwrap().to_string(),
             "- address 192.0.2.1/24 on eth1\n~ interface eth1 urpf off\n"
         );
-        assert!(plan(&b, &b).unwrap().is_empty());
+        // The same config again: only the admin state, asserted.
+        assert_eq!(plan(&b, &b).unwrap().to_string(), "~ interface eth1 up\n");
     }
 
     #[test]
@@ -744,6 +924,7 @@ mod tests {
             p.to_string(),
             "- route 10.1.0.0/16 blackhole metric 0\n\
              ~ interface eth1 mtu 1700\n\
+             ~ interface eth1 up\n\
              + address 2001:db8::1/64 on eth1\n\
              + neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1\n\
              ~ route 10.0.0.0/8 via 192.0.2.2, 192.0.2.3 metric 0 (was 10.0.0.0/8 via 192.0.2.2 metric 0)\n"
@@ -754,14 +935,59 @@ mod tests {
             "- neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1\n\
              - address 2001:db8::1/64 on eth1\n\
              ~ interface eth1 mtu 1500\n\
+             ~ interface eth1 up\n\
              ~ route 10.0.0.0/8 via 192.0.2.2 metric 0 (was 10.0.0.0/8 via 192.0.2.2, 192.0.2.3 metric 0)\n\
              + route 10.1.0.0/16 blackhole metric 0\n"
         );
-        assert!(plan(&a, &a).unwrap().is_empty());
+        assert_eq!(plan(&a, &a).unwrap().to_string(), "~ interface eth1 up\n");
         // Gateway order does not matter.
         let c = cfg("[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.3\", \"192.0.2.2\"]\n");
         let d = cfg("[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\", \"192.0.2.3\"]\n");
         assert!(plan(&c, &d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn admin_state_is_asserted_before_what_depends_on_it() {
+        let up = cfg("[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\n[[interface]]\nname = \"lo9\"\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\"]\n[[neighbor]]\ninterface = \"eth1\"\nip = \"192.0.2.2\"\nmac = \"02:00:00:00:00:02\"\n");
+        let empty = cfg("");
+        // From nothing (a start): every section's state, after MTUs, before addresses.
+        assert_eq!(
+            plan(&empty, &up).unwrap().to_string(),
+            "~ interface eth1 up\n~ interface lo9 up\n+ address 192.0.2.1/24 on eth1\n\
+             + neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1\n+ route 10.0.0.0/8 via 192.0.2.2 metric 0\n"
+        );
+        let p = plan(&up, &up).unwrap();
+        assert_eq!(p.ops[0].doing(), "bringing eth1 up");
+        // What a bounce of eth1 makes the kernel flush, to be put back: its address, its
+        // neighbour and the route through its subnet; lo9 carries nothing.
+        let relink: Vec<String> = p.relink.iter().map(|(i, o)| format!("{i}: {o}")).collect();
+        assert_eq!(
+            relink,
+            [
+                "eth1: + address 192.0.2.1/24 on eth1",
+                "eth1: + neighbor 192.0.2.2 lladdr 02:00:00:00:00:02 on eth1",
+                "eth1: + route 10.0.0.0/8 via 192.0.2.2 metric 0",
+            ]
+        );
+        // Held down; the section gone, the link comes back up.
+        let down = cfg("[[interface]]\nname = \"lo9\"\nenabled = false\n");
+        let p = plan(&up, &down).unwrap();
+        assert!(p.to_string().contains("~ interface lo9 down\n"), "{p}");
+        assert_eq!(
+            p.ops
+                .iter()
+                .find(|o| matches!(o, Op::SetAdmin { up: false, .. }))
+                .unwrap()
+                .doing(),
+            "setting lo9 administratively down (enabled = false)"
+        );
+        assert_eq!(
+            plan(&down, &empty).unwrap().to_string(),
+            "~ interface lo9 up\n"
+        );
+        // Ranks keep the plan's order.
+        let ranks: Vec<u8> = plan(&empty, &up).unwrap().ops.iter().map(rank).collect();
+        assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{ranks:?}");
     }
 
     #[test]

@@ -38,6 +38,7 @@
 //! mtu = 1500            # 68..=65535 (>= 1280 with an IPv6 address); on a [[port]], at
 //!                       # most what its backend carries (1778 af_xdp/auto, 1906 af_packet/memif)
 //! addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
+//! # enabled = false     # hold the link administratively down (default: brought up)
 //!
 //! [[route]]
 //! prefix = "10.0.0.0/8" # host bits zero
@@ -409,6 +410,18 @@ pub struct InterfaceConfig {
     /// applied live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub urpf: Option<UrpfMode>,
+    /// Administrative state: `true` (the default) brings the link up (`IFF_UP`) whenever
+    /// the config is applied; `false` holds it down, as VyOS's and Junos's `disable`.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// `urpf` of an `[[interface]]`.
@@ -1095,7 +1108,40 @@ impl Config {
 
     fn validate_routes(&self, r: &mut Report) {
         let mut seen: Vec<(usize, Prefix, u32)> = Vec::new();
+        // The subnets of interfaces held down: the kernel installs no route through them.
+        let held_down: Vec<(usize, &str, Prefix)> = self
+            .interfaces
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !f.enabled)
+            .flat_map(|(j, f)| {
+                f.addresses
+                    .iter()
+                    .filter_map(move |a| Some((j, f.name.as_str(), a.parse::<Prefix>().ok()?)))
+            })
+            .collect();
         for (i, rt) in self.routes.iter().enumerate() {
+            if let Some(name) = &rt.interface {
+                if let Some(j) = self
+                    .interfaces
+                    .iter()
+                    .position(|f| &f.name == name && !f.enabled)
+                {
+                    r.add(
+                        format!("route[{i}].interface"),
+                        format!("{name} is held down (interface[{j}].enabled = false), and the kernel installs no route through a down interface; enable it or remove the route"),
+                    );
+                }
+            }
+            for (k, g) in rt.via.iter().enumerate() {
+                let Ok(g) = g.parse::<IpAddr>() else { continue };
+                if let Some((j, name, p)) = held_down.iter().find(|(_, _, p)| p.contains(g)) {
+                    r.add(
+                        format!("route[{i}].via[{k}]"),
+                        format!("gateway {g} is on {} of {name}, which is held down (interface[{j}].enabled = false), and the kernel installs no route through a down interface; enable {name} or remove this gateway", p.network()),
+                    );
+                }
+            }
             let path = format!("route[{i}].prefix");
             let dst: Option<Prefix> = match rt.prefix.parse::<Prefix>() {
                 Ok(p) if p.network() != p => {
@@ -1936,6 +1982,43 @@ mod tests {
         assert_eq!(v6.network().to_string(), "2001:db8::/64");
         assert!("2001:db8::/129".parse::<Prefix>().is_err());
         assert!("10.0.0.0".parse::<Prefix>().is_err());
+    }
+
+    #[test]
+    fn enabled_holds_a_link_down_and_routes_through_it_are_refused() {
+        let c = parse(&format!("{PORT}[[interface]]\nname = \"eth1\"\n")).unwrap();
+        assert!(c.interfaces[0].enabled, "brought up by default");
+        let c = parse(&format!(
+            "{PORT}[[interface]]\nname = \"eth1\"\nenabled = false\naddresses = [\"192.0.2.1/24\"]\n"
+        ))
+        .unwrap();
+        assert!(!c.interfaces[0].enabled);
+        // Serialized (false written, the default left out), it parses back the same.
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("enabled = false"), "{text}");
+        assert_eq!(parse(&text).unwrap(), c);
+        // A wrong type is located, from serde.
+        let e = problems("[[interface]]\nname = \"eth1\"\nenabled = \"no\"\n");
+        assert!(
+            e.starts_with("test.toml:5:11: invalid type: string \"no\", expected a boolean"),
+            "{e}"
+        );
+        // Routes through a held-down interface: by gateway or by name, each located.
+        let e = problems(
+            "[[interface]]\nname = \"eth1\"\nenabled = false\naddresses = [\"192.0.2.1/24\"]\n\
+             [[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"198.51.100.2\", \"192.0.2.2\"]\n\
+             [[route]]\nprefix = \"10.1.0.0/16\"\nvia = [\"198.51.100.2\"]\ninterface = \"eth1\"\n",
+        );
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 2, "{e}");
+        assert!(
+            lines[0].starts_with("test.toml:9:24: route[0].via[1]: gateway 192.0.2.2 is on 192.0.2.0/24 of eth1, which is held down (interface[0].enabled = false)"),
+            "{e}"
+        );
+        assert!(
+            lines[1].starts_with("test.toml:13:13: route[1].interface: eth1 is held down"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! asking for a restart.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::apply::{self, ApplyError, Plan, PlanError, Report};
 use crate::config::{check_system, Config, ConfigError, Problems};
@@ -63,6 +66,16 @@ pub struct ConfigService {
     history: History,
     running: Config,
     running_text: String,
+    held_down: Arc<ArcSwap<Vec<String>>>,
+}
+
+/// The interfaces `cfg` holds down (`enabled = false`).
+fn held_down(cfg: &Config) -> Vec<String> {
+    cfg.interfaces
+        .iter()
+        .filter(|f| !f.enabled)
+        .map(|f| f.name.clone())
+        .collect()
 }
 
 impl ConfigService {
@@ -83,6 +96,7 @@ impl ConfigService {
             ..cfg.clone()
         };
         let plan = apply::plan(&empty, &cfg)?;
+        let held = Arc::new(ArcSwap::from_pointee(held_down(&cfg)));
         let report = apply::apply(&plan)?;
         let id = if history.running().map_err(Error::History)?.as_deref() != Some(&text) {
             Some(
@@ -98,8 +112,16 @@ impl ConfigService {
             history,
             running: cfg,
             running_text: text,
+            held_down: held,
         };
         Ok((svc, Applied { plan, report, id }))
+    }
+
+    /// The interfaces the config holds administratively down (`enabled = false`), as the
+    /// logs and `show interfaces` tell why a link is down. Updated before an apply changes
+    /// any link, so the link's notification already finds the reason.
+    pub fn held_down(&self) -> Arc<ArcSwap<Vec<String>>> {
+        self.held_down.clone()
     }
 
     /// The running config.
@@ -147,7 +169,18 @@ impl ConfigService {
     ) -> Result<Applied, Error> {
         let cfg = self.check_as(text, label)?;
         let plan = apply::plan(&self.running, &cfg)?;
-        let report = apply::apply(&plan)?;
+        let (before, after) = (held_down(&self.running), held_down(&cfg));
+        let mut either = before.clone();
+        either.extend(after.iter().filter(|n| !before.contains(n)).cloned());
+        self.held_down.store(Arc::new(either));
+        let report = match apply::apply(&plan) {
+            Ok(r) => r,
+            Err(e) => {
+                self.held_down.store(Arc::new(before));
+                return Err(e.into());
+            }
+        };
+        self.held_down.store(Arc::new(after));
         self.running = cfg;
         let changed = self.running_text != text;
         self.running_text = text.to_string();

@@ -426,6 +426,32 @@ fn publish(ports: &[LivePort], out: &[PortCounters]) {
     }
 }
 
+/// Log each interface that went down, once, with why (admin down by the config or outside
+/// Ferrouter, no carrier), and each that came back; `logged` holds the last reason logged.
+fn log_link_changes(sync: &Sync, held_down: &[String], logged: &mut Vec<Option<String>>) {
+    let names = sync.port_names();
+    logged.resize(names.len(), None);
+    for (i, name) in names.iter().enumerate() {
+        let now = sync.port_link(i, held_down).reason;
+        if now == logged[i] {
+            continue;
+        }
+        match (&logged[i], &now) {
+            (_, Some(why)) => tracing::warn!(
+                interface = %name,
+                reason = %why,
+                "{name} is down ({why}): the fast path does not use routes through it"
+            ),
+            (Some(was), None) => tracing::info!(
+                interface = %name,
+                "{name} is up again (was down: {was}): routes through it are used again"
+            ),
+            (None, None) => {}
+        }
+        logged[i] = now;
+    }
+}
+
 /// Ask the kernel to resolve the next hop of punted "glean" packets, at most once per
 /// target per second (a flood of packets to an unresolved host makes one request).
 struct Resolver {
@@ -676,6 +702,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     }
 
     let port_names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
+    let held_down = config_svc.held_down();
     let shared = Arc::new(Shared {
         trace: TraceService::new(traces, port_names.clone(), registry.clone()),
         capture: CaptureService::new(captures, port_names),
@@ -693,6 +720,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         glean: Default::default(),
         features,
         api_conns: Default::default(),
+        held_down,
     });
     let socket = cfg.control_socket.clone();
     let tcp = cfg.api.listen.zip(token);
@@ -897,6 +925,8 @@ fn control_loop(
     };
     let mut held = crate::glean::GleanQueue::default();
     let mut published = u64::MAX;
+    // Per interface, why it was last logged as down (None: up, the state at start).
+    let mut logged_down: Vec<Option<String>> = Vec::new();
     let mut scratch = Box::new(PuntPacket {
         port: 0,
         reason: Reason::PuntLocal,
@@ -945,6 +975,7 @@ fn control_loop(
             locals.store(Arc::new(sync.local_addresses()));
             connected.store(Arc::new(sync.addresses()));
             iface_version.fetch_add(1, Ordering::Release);
+            log_link_changes(&sync, &shared.held_down.load(), &mut logged_down);
         }
         // Bounded: at most each queue's capacity per round.
         let now = Instant::now();

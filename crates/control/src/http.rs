@@ -112,7 +112,7 @@ fn show(shared: Arc<Shared>, what: &'static str, arg: Option<String>) -> ApiResu
 
 /// The ports: facts, addresses and counters.
 #[utoipa::path(get, path = "/v1/interfaces", tag = "show",
-    responses((status = 200, description = "One object per port: port, name, ifindex, backend, mac, mtu, ipv4, ipv6, rx/tx packets and bytes, rx_drops, tx_errors, rx_csum_completed, rx_gso_split; then one per VLAN sub-interface: port, name, ifindex, backend, parent, vlan (tpid, id, inner_id), mac, mtu, ipv4, ipv6, rx/tx packets and bytes")))]
+    responses((status = 200, description = "One object per port: port, name, ifindex, backend, admin (up, down), oper (up, no-carrier, down), down_reason (null when up), mac, mtu, ipv4, ipv6, rx/tx packets and bytes, rx_drops, tx_errors, rx_csum_completed, rx_gso_split; then one per VLAN sub-interface: port, name, ifindex, admin, oper, down_reason, backend, parent, vlan (tpid, id, inner_id), mac, mtu, ipv4, ipv6, rx/tx packets and bytes")))]
 async fn interfaces(State(s): State<Arc<Shared>>) -> ApiResult {
     blocking(move || show(s, "interfaces", None)).await
 }

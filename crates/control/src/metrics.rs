@@ -15,6 +15,7 @@
 //! | `ferrouter_worker_{rx,tx}_packets_total` | worker | |
 //! | `ferrouter_worker_sleeps_total` | worker | sleeps in poll(2): idle, or light load |
 //! | `ferrouter_worker_busy_nanoseconds_total` | worker | time in iterations that found work |
+//! | `ferrouter_interface_admin_up`, `ferrouter_interface_oper_up` | interface | 1/0: administratively up; carrying traffic (admin up with carrier) |
 //! | `ferrouter_fib_routes` | family | prefixes in the fast path's FIB |
 //! | `ferrouter_fib_memory_bytes`, `ferrouter_neighbors` | | |
 //! | `ferrouter_route_sync_events_total`, `_resyncs_total`, `_fib_errors_total` | | |
@@ -381,6 +382,35 @@ pub fn render(shared: &Shared) -> Result<String, String> {
                 vec![],
                 (m.v4_table_bytes + m.v6_table_bytes + m.rib_bytes + m.nexthop_bytes) as f64,
             )],
+        );
+        // Ports then VLAN sub-interfaces, as `show interfaces` lists them.
+        let held_down = shared.held_down.load();
+        let links: Vec<(String, crate::sync::PortLink)> = sync
+            .port_names()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), sync.port_link(i, &held_down)))
+            .collect();
+        s.gauge(
+            "ferrouter_interface_admin_up",
+            "1 if the interface is administratively up, 0 if down (by the config or outside).",
+            links
+                .iter()
+                .map(|(n, l)| {
+                    (
+                        vec![("interface", n.clone())],
+                        f64::from(u8::from(l.admin_up)),
+                    )
+                })
+                .collect(),
+        );
+        s.gauge(
+            "ferrouter_interface_oper_up",
+            "1 if the interface carries traffic (admin up with carrier), 0 if routes through it are not used.",
+            links
+                .iter()
+                .map(|(n, l)| (vec![("interface", n.clone())], f64::from(u8::from(l.oper == "up"))))
+                .collect(),
         );
         s.gauge(
             "ferrouter_neighbors",

@@ -21,9 +21,11 @@ pub fn render(what: &str, v: &Value) -> String {
         "interfaces" => {
             let _ = writeln!(
                 o,
-                "{:<4} {:<10} {:<21} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  addresses",
+                "{:<4} {:<10} {:<5} {:<10} {:<21} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  addresses",
                 "port",
                 "name",
+                "admin",
+                "oper",
                 "backend",
                 "mac",
                 "mtu",
@@ -40,9 +42,11 @@ pub fn render(what: &str, v: &Value) -> String {
                     .join(",");
                 let _ = writeln!(
                     o,
-                    "{:<4} {:<10} {:<21} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  {}",
+                    "{:<4} {:<10} {:<5} {:<10} {:<21} {:<17} {:>5} {:>12} {:>12} {:>9} {:>9}  {}",
                     s(&p["port"]),
                     s(&p["name"]),
+                    s(&p["admin"]),
+                    s(&p["oper"]),
                     s(&p["backend"]),
                     s(&p["mac"]),
                     s(&p["mtu"]),
@@ -52,6 +56,9 @@ pub fn render(what: &str, v: &Value) -> String {
                     s(&p["tx_errors"]),
                     addrs
                 );
+                if let Some(why) = p["down_reason"].as_str() {
+                    let _ = writeln!(o, "     down: {why}; routes through it are not used");
+                }
                 if p["features"].as_array().is_some_and(|a| !a.is_empty()) {
                     let _ = writeln!(o, "     features: {}", s(&p["features"]).replace(',', ", "));
                 }

@@ -83,6 +83,9 @@ pub struct Shared {
     pub features: crate::features::Features,
     /// The API's connections: open, refused over a cap, timed out (per listener).
     pub api_conns: crate::listener::ConnStats,
+    /// The interfaces the running config holds down (`enabled = false`): why a link is
+    /// administratively down ([`crate::configsvc::ConfigService::held_down`]).
+    pub held_down: Arc<arc_swap::ArcSwap<Vec<String>>>,
 }
 
 impl Shared {

@@ -140,8 +140,16 @@ enum Want {
     Nothing,
 }
 
-/// What `routes` (one prefix's) ask for.
-fn want(routes: &[Stored], hop_lists: &HopLists) -> Want {
+/// Whether a route next hop can carry traffic: not through a link in `down`.
+#[inline]
+fn hop_alive(h: &RouteNextHop, down: &FxHashSet<u32>) -> bool {
+    down.is_empty() || h.ifindex.is_none_or(|i| !down.contains(&i))
+}
+
+/// What `routes` (one prefix's) ask for. A unicast route whose every next hop is through a
+/// link in `down` (admin down or no carrier) is passed over, as the kernel passes over dead
+/// next hops: a route of another metric, or a covering prefix, carries the traffic.
+fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>) -> Want {
     let local = routes.iter().any(|r| {
         r.table == LOCAL_TABLE && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
     });
@@ -156,6 +164,10 @@ fn want(routes: &[Stored], hop_lists: &HopLists) -> Want {
                     r.kind,
                     RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
                 )
+                && (down.is_empty() || r.kind != RouteKind::Unicast || {
+                    let hops = hop_lists.get(r.hops);
+                    hops.is_empty() || hops.iter().any(|h| hop_alive(h, down))
+                })
         })
         .min_by_key(|r| (r.table == BGP_TABLE, r.metric));
     match best {
@@ -406,8 +418,29 @@ pub struct Sync {
     hop_lists: HopLists,
     nh: FxHashMap<NextHopId, NhEntry>,
     nh_by_key: FxHashMap<NhKey, NextHopId>,
+    /// Links that cannot carry traffic (admin down, no carrier, or a VLAN sub-interface
+    /// whose parent is either): next hops through them are not used.
+    down: FxHashSet<u32>,
     stats: SyncStats,
     iface_version: u64,
+}
+
+/// Whether a link can carry traffic: admin up, with carrier. The carrier bit
+/// (`IFF_LOWER_UP`) counts as well as the operational state (`IFF_RUNNING`), which the
+/// kernel sets up to a second later: a link just brought up forwards at once.
+fn carries(l: &Link) -> bool {
+    l.up && (l.carrier || l.oper_up)
+}
+
+/// A port's link as `show interfaces` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PortLink {
+    /// Administratively up (`IFF_UP`).
+    pub admin_up: bool,
+    /// `up`, `no-carrier` (admin up, no carrier) or `down`.
+    pub oper: &'static str,
+    /// Why it does not forward, when it does not.
+    pub reason: Option<String>,
 }
 
 fn mac_str(m: &[u8; 6]) -> String {
@@ -463,6 +496,7 @@ impl Sync {
             hop_lists: HopLists::default(),
             nh: FxHashMap::default(),
             nh_by_key: FxHashMap::default(),
+            down: FxHashSet::default(),
             stats: SyncStats::default(),
             iface_version: 0,
         }
@@ -579,12 +613,76 @@ impl Sync {
                     ip6,
                     punt_path: self.punt_paths.get(i).copied().unwrap_or_default(),
                     vlan: self.vlans.get(i).copied().flatten(),
+                    down: link.is_some_and(|l| self.down.contains(&l.ifindex)),
                 }
             })
             .collect();
         Interfaces {
             ports,
             own: dataplane::interfaces::OwnAddrs::new(self.local_addresses()),
+        }
+    }
+
+    /// The names of the fast path's interfaces (ports, then VLAN sub-interfaces), by id.
+    pub fn port_names(&self) -> &[String] {
+        &self.port_names
+    }
+
+    /// The link of interface `port` (an id of [`Sync::port_names`]) for `show interfaces`
+    /// and the logs; `held_down` names the interfaces the config holds down
+    /// (`enabled = false`), which tells why a link is administratively down.
+    pub fn port_link(&self, port: usize, held_down: &[String]) -> PortLink {
+        let Some(name) = self.port_names.get(port) else {
+            return PortLink {
+                admin_up: false,
+                oper: "down",
+                reason: Some("no such port".into()),
+            };
+        };
+        let Some(l) = self.links.values().find(|l| &l.name == name) else {
+            return PortLink {
+                admin_up: false,
+                oper: "down",
+                reason: Some(format!("{name} not found in the kernel")),
+            };
+        };
+        if !l.up {
+            let why = if held_down.contains(name) {
+                "admin down by config (enabled = false)"
+            } else {
+                "admin down outside ferrouter (ip link set ... down)"
+            };
+            return PortLink {
+                admin_up: false,
+                oper: "down",
+                reason: Some(why.into()),
+            };
+        }
+        if !carries(l) {
+            return PortLink {
+                admin_up: true,
+                oper: "no-carrier",
+                reason: Some("no carrier".into()),
+            };
+        }
+        if !self.link_usable(l.ifindex) {
+            let parent = self
+                .vlans
+                .get(port)
+                .copied()
+                .flatten()
+                .and_then(|t| self.port_names.get(t.parent as usize))
+                .map_or("?", |n| n.as_str());
+            return PortLink {
+                admin_up: true,
+                oper: "down",
+                reason: Some(format!("parent port {parent} is down")),
+            };
+        }
+        PortLink {
+            admin_up: true,
+            oper: "up",
+            reason: None,
         }
     }
 
@@ -702,7 +800,13 @@ impl Sync {
             RouteKind::Unicast => {}
             _ => return Ok(None),
         }
-        let keys: SmallVec<[NhKey; 4]> = self.hop_lists.get(hops).iter().map(hop_key).collect();
+        let keys: SmallVec<[NhKey; 4]> = self
+            .hop_lists
+            .get(hops)
+            .iter()
+            .filter(|h| hop_alive(h, &self.down))
+            .map(hop_key)
+            .collect();
         let mut members = Vec::with_capacity(keys.len());
         for key in keys {
             match self.acquire(key) {
@@ -758,6 +862,7 @@ impl Sync {
                     n.ip == p.0
                         && !n.ip.is_multicast()
                         && n.usable()
+                        && !self.down.contains(&n.ifindex)
                         && self.port_of(n.ifindex).is_some()
                 })
                 .map(|n| n.ifindex);
@@ -789,7 +894,7 @@ impl Sync {
     /// Bring one prefix of the FIB in line with the mirrored state.
     fn refresh_prefix(&mut self, p: Prefix) {
         let (want, old) = match self.prefixes.get(&p) {
-            Some(st) => (want(&st.routes, &self.hop_lists), st.installed),
+            Some(st) => (want(&st.routes, &self.hop_lists, &self.down), st.installed),
             None => (Want::Nothing, None),
         };
         self.update_prefix(p, want, old);
@@ -858,6 +963,7 @@ impl Sync {
     pub fn resync(&mut self, s: Snapshot) {
         self.stats.resyncs += 1;
         self.links = s.links.into_iter().map(|l| (l.ifindex, l)).collect();
+        self.update_down();
         self.addrs = s.addrs;
         self.addrs.dedup();
         self.neighs = s
@@ -910,7 +1016,7 @@ impl Sync {
             Entry::Vacant(v) => {
                 // A new prefix: what it wants without reading back the slot just written
                 // (that read waited for the slot's cache line).
-                let want = want(std::slice::from_ref(&new), &self.hop_lists);
+                let want = want(std::slice::from_ref(&new), &self.hop_lists, &self.down);
                 v.insert(PrefixState {
                     routes: smallvec::smallvec![new],
                     installed: None,
@@ -930,7 +1036,7 @@ impl Sync {
             }
             None => st.routes.push(new),
         }
-        (want(&st.routes, &self.hop_lists), st.installed)
+        (want(&st.routes, &self.hop_lists, &self.down), st.installed)
     }
 
     /// Apply a batch of notifications in order, as [`Sync::apply`] would one by one, and
@@ -1000,7 +1106,12 @@ impl Sync {
             Event::Overflow => return false,
             Event::NewLink(l) => {
                 let ifx = l.ifindex;
-                self.links.insert(ifx, l.clone());
+                let was_up = self.links.insert(ifx, l.clone()).is_some_and(|o| o.up);
+                if was_up && !l.up {
+                    self.flush_down_v4();
+                }
+                let changed = self.update_down();
+                self.refresh_through(&changed);
                 // A parent's MTU bounds its sub-interfaces' next hops too.
                 let parent = self
                     .port_of(ifx)
@@ -1011,6 +1122,8 @@ impl Sync {
             Event::DelLink(ifx) => {
                 let ifx = *ifx;
                 self.links.remove(&ifx);
+                let changed = self.update_down();
+                self.refresh_through(&changed);
                 self.refresh_next_hops(Some(ifx));
                 self.iface_version += 1;
             }
@@ -1041,51 +1154,163 @@ impl Sync {
                     self.update_prefix(p, want, old);
                 }
             }
-            Event::DelRoute(r) => {
-                if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
-                    let p = (r.dst, r.dst_len);
-                    let (table, metric) = (r.table, r.priority);
-                    let (want_now, installed) = match self.prefixes.entry(p) {
-                        Entry::Occupied(mut e) => {
-                            let list = &mut e.get_mut().routes;
-                            if let Some(i) = list
+            Event::DelRoute(r) => self.del_route(r),
+        }
+        true
+    }
+
+    /// Remove a route (for IPv6 multipath, the next hops it lists) and bring its prefix in
+    /// line.
+    fn del_route(&mut self, r: &Route) {
+        if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
+            let p = (r.dst, r.dst_len);
+            let (table, metric) = (r.table, r.priority);
+            let (want_now, installed) = match self.prefixes.entry(p) {
+                Entry::Occupied(mut e) => {
+                    let list = &mut e.get_mut().routes;
+                    if let Some(i) = list
+                        .iter()
+                        .position(|s| s.table == table && s.metric == metric)
+                    {
+                        // IPv6 deletes one next hop of a multipath route at a time:
+                        // the message lists only the removed ones, the rest stays.
+                        let hops = self.hop_lists.get(list[i].hops);
+                        let partial = r.dst.is_ipv6()
+                            && !r.nexthops.is_empty()
+                            && hops.iter().any(|h| !r.nexthops.contains(h));
+                        if partial {
+                            let rest: Vec<RouteNextHop> = hops
                                 .iter()
-                                .position(|s| s.table == table && s.metric == metric)
-                            {
-                                // IPv6 deletes one next hop of a multipath route at a time:
-                                // the message lists only the removed ones, the rest stays.
-                                let hops = self.hop_lists.get(list[i].hops);
-                                let partial = r.dst.is_ipv6()
-                                    && !r.nexthops.is_empty()
-                                    && hops.iter().any(|h| !r.nexthops.contains(h));
-                                if partial {
-                                    let rest: Vec<RouteNextHop> = hops
-                                        .iter()
-                                        .filter(|h| !r.nexthops.contains(h))
-                                        .cloned()
-                                        .collect();
-                                    let rest = self.hop_lists.intern(&rest);
-                                    let gone = std::mem::replace(&mut list[i].hops, rest);
-                                    self.hop_lists.release(gone);
-                                } else {
-                                    let gone = list.swap_remove(i);
-                                    self.hop_lists.release(gone.hops);
-                                }
-                            }
-                            let st = e.get();
-                            let now = (want(&st.routes, &self.hop_lists), st.installed);
-                            if st.routes.is_empty() && st.installed.is_none() {
-                                e.remove();
-                            }
-                            now
+                                .filter(|h| !r.nexthops.contains(h))
+                                .cloned()
+                                .collect();
+                            let rest = self.hop_lists.intern(&rest);
+                            let gone = std::mem::replace(&mut list[i].hops, rest);
+                            self.hop_lists.release(gone);
+                        } else {
+                            let gone = list.swap_remove(i);
+                            self.hop_lists.release(gone.hops);
                         }
-                        Entry::Vacant(_) => (Want::Nothing, None),
-                    };
-                    self.update_prefix(p, want_now, installed);
+                    }
+                    let st = e.get();
+                    let now = (want(&st.routes, &self.hop_lists, &self.down), st.installed);
+                    if st.routes.is_empty() && st.installed.is_none() {
+                        e.remove();
+                    }
+                    now
+                }
+                Entry::Vacant(_) => (Want::Nothing, None),
+            };
+            self.update_prefix(p, want_now, installed);
+        }
+    }
+
+    /// Links that cannot carry traffic now; returns those whose state changed.
+    fn update_down(&mut self) -> Vec<u32> {
+        let now: FxHashSet<u32> = self
+            .links
+            .keys()
+            .copied()
+            .filter(|&i| !self.link_usable(i))
+            .collect();
+        let changed: Vec<u32> = now.symmetric_difference(&self.down).copied().collect();
+        self.down = now;
+        changed
+    }
+
+    /// Whether link `ifx` can carry traffic: admin up with carrier, and for a VLAN
+    /// sub-interface its parent too. An unknown link is the kernel's business.
+    fn link_usable(&self, ifx: u32) -> bool {
+        let Some(l) = self.links.get(&ifx) else {
+            return true;
+        };
+        if !carries(l) {
+            return false;
+        }
+        let parent = self
+            .port_of(ifx)
+            .and_then(|p| self.vlans.get(p as usize).copied().flatten())
+            .and_then(|t| self.port_names.get(t.parent as usize))
+            .and_then(|n| self.links.values().find(|l| &l.name == n));
+        parent.is_none_or(carries)
+    }
+
+    /// Re-decide every prefix with a route or a neighbour through one of `links` (their
+    /// state changed): next hops through a down link leave their ECMP groups, routes with
+    /// none left give way, and all come back with the link.
+    fn refresh_through(&mut self, links: &[u32]) {
+        if links.is_empty() {
+            return;
+        }
+        let ids: FxHashSet<HopsId> = self
+            .hop_lists
+            .lists
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| {
+                l.refs > 0
+                    && l.hops
+                        .iter()
+                        .any(|h| h.ifindex.is_some_and(|i| links.contains(&i)))
+            })
+            .map(|(id, _)| id as HopsId)
+            .collect();
+        let mut ps: Vec<Prefix> = if ids.is_empty() {
+            Vec::new()
+        } else {
+            self.prefixes
+                .iter()
+                .filter(|(_, st)| st.routes.iter().any(|r| ids.contains(&r.hops)))
+                .map(|(p, _)| *p)
+                .collect()
+        };
+        ps.extend(
+            self.neighs
+                .values()
+                .filter(|n| links.contains(&n.ifindex))
+                .map(|n| (n.ip, host_len(&n.ip))),
+        );
+        for p in ps {
+            self.refresh_prefix(p);
+        }
+    }
+
+    /// A link went administratively down: the kernel deletes, without telling anyone, every
+    /// IPv4 route whose next hops are all through down links (its connected, broadcast and
+    /// static routes; a multipath route with a live next hop stays, the dead one unused).
+    /// The mirror forgets them too, or they would come back with the link while the kernel
+    /// no longer has them. Local routes (the addresses) stay, as in the kernel.
+    fn flush_down_v4(&mut self) {
+        let admin_down = |l: &FxHashMap<u32, Link>, i: Option<u32>| {
+            i.is_some_and(|i| l.get(&i).is_some_and(|l| !l.up))
+        };
+        let mut gone: Vec<Route> = Vec::new();
+        for (p, st) in self.prefixes.iter() {
+            if !p.0.is_ipv4() {
+                continue;
+            }
+            for r in &st.routes {
+                let hops = self.hop_lists.get(r.hops);
+                let dead = (r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
+                    && r.kind != RouteKind::Local
+                    && !hops.is_empty()
+                    && hops.iter().all(|h| admin_down(&self.links, h.ifindex));
+                if dead {
+                    gone.push(Route {
+                        table: r.table,
+                        dst: p.0,
+                        dst_len: p.1,
+                        kind: r.kind,
+                        protocol: 0,
+                        priority: r.metric,
+                        nexthops: NextHops::new(),
+                    });
                 }
             }
         }
-        true
+        for r in &gone {
+            self.del_route(r);
+        }
     }
 
     fn neighbor_changed(&mut self, ifx: u32, ip: IpAddr) {
@@ -1164,7 +1389,7 @@ impl Sync {
         let gone = list.swap_remove(i);
         self.hop_lists.release(gone.hops);
         let st = e.get();
-        let (want_now, installed) = (want(&st.routes, &self.hop_lists), st.installed);
+        let (want_now, installed) = (want(&st.routes, &self.hop_lists, &self.down), st.installed);
         if st.routes.is_empty() && st.installed.is_none() {
             e.remove();
         }
@@ -1384,6 +1609,7 @@ mod tests {
             mtu: 1500,
             up: true,
             oper_up: true,
+            carrier: true,
         }
     }
 
@@ -1685,6 +1911,218 @@ mod tests {
         assert_eq!(s.writer().lookup6(&key), fib::MISS);
     }
 
+    fn link_state(ifindex: u32, name: &str, mac: [u8; 6], up: bool, oper_up: bool) -> Link {
+        Link {
+            up,
+            oper_up,
+            carrier: oper_up,
+            ..link(ifindex, name, mac)
+        }
+    }
+
+    /// Carrier loss on a port: ECMP groups lose their members through it, routes with no
+    /// next hop left give way to others (a higher metric, a covering prefix), neighbours'
+    /// host routes through it go; all of it comes back with the carrier.
+    #[test]
+    fn next_hops_through_a_down_link_are_not_used() {
+        let (mut s, _r) = setup();
+        s.apply(Event::NewNeigh(neigh(
+            11,
+            "198.51.100.9",
+            MAC_P1,
+            NUD_REACHABLE,
+        )));
+        s.apply(Event::NewRoute(route(
+            MAIN_TABLE,
+            "198.51.100.0",
+            24,
+            RouteKind::Unicast,
+            &[(None, 11)],
+        )));
+        let ecmp = route(
+            MAIN_TABLE,
+            "10.0.0.0",
+            8,
+            RouteKind::Unicast,
+            &[(Some("192.0.2.9"), 10), (Some("198.51.100.9"), 11)],
+        );
+        s.apply(Event::NewRoute(ecmp));
+        // A floating route: 172.20/16 via p0 (metric 0), or via p1 (metric 100).
+        s.apply(Event::NewRoute(route(
+            MAIN_TABLE,
+            "172.20.0.0",
+            16,
+            RouteKind::Unicast,
+            &[(Some("192.0.2.9"), 10)],
+        )));
+        let mut backup = route(
+            MAIN_TABLE,
+            "172.20.0.0",
+            16,
+            RouteKind::Unicast,
+            &[(Some("198.51.100.9"), 11)],
+        );
+        backup.priority = 100;
+        s.apply(Event::NewRoute(backup));
+        s.apply(Event::NewRoute(route(
+            MAIN_TABLE,
+            "0.0.0.0",
+            0,
+            RouteKind::Unicast,
+            &[(Some("198.51.100.9"), 11)],
+        )));
+        assert!(matches!(lookup(&s, "10.1.1.1"), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        assert!(matches!(lookup(&s, "172.20.0.1"), Some(NextHop::Forward(a)) if a.port == 0));
+        assert!(!s.interfaces().ports[0].down);
+
+        let v = s.interfaces_version();
+        s.apply(Event::NewLink(link_state(10, "p0", MAC_P0, true, false)));
+        assert!(s.interfaces_version() > v);
+        assert!(s.interfaces().ports[0].down && !s.interfaces().ports[1].down);
+        for dst in ["10.1.1.1", "172.20.0.1", "192.0.2.77", "192.0.2.9"] {
+            assert!(
+                matches!(lookup(&s, dst), Some(NextHop::Forward(a)) if a.port == 1),
+                "{dst}: {:?}",
+                lookup(&s, dst)
+            );
+        }
+        assert!(
+            nh(&s, "10.0.0.0/8").starts_with("via 198.51.100.9 dev p1"),
+            "{}",
+            nh(&s, "10.0.0.0/8")
+        );
+        assert_eq!(
+            s.routes(Some("192.0.2.0/24")).unwrap().len(),
+            0,
+            "connected route withdrawn"
+        );
+        assert!(
+            matches!(lookup(&s, "192.0.2.1"), Some(NextHop::Local)),
+            "own address stays"
+        );
+        let l = s.port_link(0, &[]);
+        assert_eq!(
+            (l.admin_up, l.oper, l.reason.as_deref()),
+            (true, "no-carrier", Some("no carrier"))
+        );
+
+        s.apply(Event::NewLink(link(10, "p0", MAC_P0)));
+        assert!(!s.interfaces().ports[0].down);
+        assert!(matches!(lookup(&s, "10.1.1.1"), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        assert!(matches!(lookup(&s, "172.20.0.1"), Some(NextHop::Forward(a)) if a.port == 0));
+        assert!(matches!(
+            lookup(&s, "192.0.2.77"),
+            Some(NextHop::Glean { port: 0 })
+        ));
+        assert!(matches!(lookup(&s, "192.0.2.9"), Some(NextHop::Forward(a)) if a.port == 0));
+        assert_eq!(s.port_link(0, &[]).reason, None);
+    }
+
+    /// Admin down: the kernel silently deletes the IPv4 routes whose next hops are all
+    /// through down links (connected, static), keeps multipath routes with a live next hop
+    /// and the addresses' local routes; the mirror does the same, so what the kernel does
+    /// not restore on up does not come back in the FIB either.
+    #[test]
+    fn admin_down_forgets_what_the_kernel_flushes() {
+        let (mut s, _r) = setup();
+        s.apply(Event::NewRoute(route(
+            MAIN_TABLE,
+            "10.0.0.0",
+            8,
+            RouteKind::Unicast,
+            &[(Some("192.0.2.9"), 10), (Some("198.51.100.9"), 11)],
+        )));
+        s.apply(Event::NewRoute(route(
+            MAIN_TABLE,
+            "2001:db8:9::",
+            48,
+            RouteKind::Unicast,
+            &[(Some("fe80::1"), 10)],
+        )));
+        let held = vec!["p0".to_string()];
+        s.apply(Event::NewLink(link_state(10, "p0", MAC_P0, false, false)));
+        let l = s.port_link(0, &held);
+        assert_eq!((l.admin_up, l.oper), (false, "down"));
+        assert_eq!(
+            l.reason.as_deref(),
+            Some("admin down by config (enabled = false)")
+        );
+        assert!(s
+            .port_link(0, &[])
+            .reason
+            .unwrap()
+            .contains("outside ferrouter"));
+        assert_eq!(lookup(&s, "198.51.100.5"), None, "static via p0 gone");
+        assert!(matches!(
+            lookup(&s, "10.1.1.1"),
+            Some(NextHop::Glean { port: 1 })
+        ));
+        assert!(matches!(lookup(&s, "192.0.2.1"), Some(NextHop::Local)));
+        s.apply(Event::NewLink(link(10, "p0", MAC_P0)));
+        // The kernel adds the connected route again (and says so); the static one stays
+        // gone until re-added, as in the kernel. The IPv6 route (the kernel reports its
+        // deletion itself) and the multipath route are back whole.
+        assert_eq!(lookup(&s, "198.51.100.5"), None);
+        assert_eq!(lookup(&s, "192.0.2.77"), None);
+        assert!(matches!(lookup(&s, "10.1.1.1"), Some(NextHop::Ecmp(m)) if m.len() == 2));
+        let key = "2001:db8:9::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
+        assert!(matches!(
+            s.writer().next_hop(s.writer().lookup6(&key)),
+            Some(NextHop::Glean { port: 0 })
+        ));
+    }
+
+    /// A VLAN sub-interface is down with its parent.
+    #[test]
+    fn a_sub_interface_is_down_with_its_parent() {
+        let (w, _r) = fib::new(fib::FibConfig {
+            max_tbl8_v4: 64,
+            max_tbl8_v6: 64,
+            max_readers: 2,
+        });
+        let mut s = Sync::new(w, vec!["p0".into(), "p0.7".into()]);
+        s.set_vlans(vec![
+            None,
+            Some(dataplane::interfaces::VlanTags {
+                parent: 0,
+                tpid: 0x8100,
+                outer: 7,
+                inner: 0,
+            }),
+        ]);
+        s.resync(Snapshot {
+            links: vec![link(10, "p0", MAC_P0), link(12, "p0.7", MAC_P0)],
+            routes: vec![route(
+                MAIN_TABLE,
+                "10.7.0.0",
+                24,
+                RouteKind::Unicast,
+                &[(None, 12)],
+            )],
+            ..Snapshot::default()
+        });
+        assert!(matches!(
+            lookup(&s, "10.7.0.1"),
+            Some(NextHop::Glean { port: 1 })
+        ));
+        s.apply(Event::NewLink(link_state(10, "p0", MAC_P0, true, false)));
+        assert!(s.interfaces().ports[1].down);
+        assert_eq!(lookup(&s, "10.7.0.1"), None);
+        let l = s.port_link(1, &[]);
+        assert_eq!(
+            (l.oper, l.reason.as_deref()),
+            ("down", Some("parent port p0 is down"))
+        );
+        s.apply(Event::NewLink(link(10, "p0", MAC_P0)));
+        assert!(matches!(
+            lookup(&s, "10.7.0.1"),
+            Some(NextHop::Glean { port: 1 })
+        ));
+    }
+
     #[test]
     fn overflow_asks_for_resync_and_resync_converges() {
         let (mut s, _r) = setup();
@@ -1806,6 +2244,10 @@ mod tests {
                         Op::Ev(if add { Event::NewNeigh(n) } else { Event::DelNeigh(n) })
                     }),
                 1 => any::<u8>().prop_map(|m| Op::Ev(Event::NewLink(link(10, "p0", [2, 0, 0, 0, 0, m])))),
+                2 => (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(p1, up, oper)| {
+                    let (ifx, name, mac) = if p1 { (11, "p1", MAC_P1) } else { (10, "p0", MAC_P0) };
+                    Op::Ev(Event::NewLink(Link { up, oper_up: oper, carrier: oper, ..link(ifx, name, mac) }))
+                }),
                 1 => Just(Op::Ev(Event::DelLink(11))),
                 1 => Just(Op::Ev(Event::NewLink(link(11, "p1", MAC_P1)))),
                 1 => proptest::collection::vec(arb_route(), 0..6).prop_map(Op::Resync),

@@ -109,6 +109,7 @@ reasons! {
     PuntNoKernelPath => Drop, "punt", "for the kernel, but arrived on an AF_XDP port, whose frames cannot be handed back to the kernel's receive path";
     TxQueueFull => Drop, "port-tx", "transmit queue full";
     NoSuchPort => Drop, "port-tx", "next hop names a port that does not exist";
+    TxPortDown => Drop, "port-tx", "next hop's port is down (admin down or no carrier): sent while the routes through it were being withdrawn";
     InjectNoBuffer => Drop, "kernel-inject", "frame from the kernel (TAP) with no free buffer, too big, or for no port";
     PuntArp => Punt, "ethernet-input", "ARP to the Linux stack";
     PuntL2Mcast => Punt, "ip4-input", "link-layer broadcast/multicast to the Linux stack";

@@ -181,6 +181,8 @@ pub struct Graph {
     pub(crate) first_subif: usize,
     /// Sub-interfaces by the key of their tags on their parent ([`vlan_key`]), sorted.
     subifs: Vec<(u64, u16)>,
+    /// Bit `p`: port `p` is down ([`crate::interfaces::PortInfo::down`]); ports are at most 64.
+    tx_down: u64,
     pub(crate) counters: Arc<Counters>,
     pub(crate) icmp_limit: RateLimiter,
     pub(crate) icmp_peers: PeerLimiter,
@@ -229,6 +231,7 @@ impl Graph {
             port_macs: macs_of(&ifaces),
             first_subif,
             subifs,
+            tx_down: down_of(&ifaces),
             ifaces,
             counters,
             icmp_limit: RateLimiter::new(cfg.icmp_rate, cfg.icmp_burst),
@@ -286,6 +289,7 @@ impl Graph {
     pub fn set_interfaces(&mut self, ifaces: Arc<Interfaces>) {
         self.port_macs = macs_of(&ifaces);
         (self.first_subif, self.subifs) = subifs_of(&ifaces);
+        self.tx_down = down_of(&ifaces);
         self.ifaces = ifaces;
     }
 
@@ -598,6 +602,9 @@ impl Graph {
     /// Queue a rewritten packet on its port.
     #[inline]
     pub(crate) fn transmit<const T: bool>(&mut self, out: &mut Output, p: Pkt) {
+        if self.tx_down != 0 && p.tx_port < 64 && self.tx_down & (1u64 << p.tx_port) != 0 {
+            return self.drop_pkt::<T>(out, &p, Reason::TxPortDown);
+        }
         match out.tx.get_mut(p.tx_port as usize) {
             Some(q) if q.len() < q.capacity() => {
                 q.push(p);
@@ -746,6 +753,16 @@ fn subifs_of(ifaces: &Interfaces) -> (usize, Vec<(u64, u16)>) {
         .collect();
     v.sort_unstable();
     (first, v)
+}
+
+/// The ports that are down, as a mask (bit `p` for port `p` below 64).
+fn down_of(ifaces: &Interfaces) -> u64 {
+    ifaces
+        .ports
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| p.down && *i < 64)
+        .fold(0, |m, (i, _)| m | 1u64 << i)
 }
 
 fn macs_of(ifaces: &Interfaces) -> Vec<u64> {

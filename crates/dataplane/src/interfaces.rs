@@ -113,6 +113,10 @@ pub struct PortInfo {
     /// A VLAN sub-interface (its kernel face is a TAP; punts go through the queue): the
     /// port it rides on and its tags. Sub-interfaces come after every port in the table.
     pub vlan: Option<VlanTags>,
+    /// The link cannot carry traffic (admin down, no carrier; for a sub-interface, its
+    /// parent's too). The control plane withdraws routes through it; a packet that still
+    /// meets it on transmit is dropped and counted (`TxPortDown`).
+    pub down: bool,
 }
 
 impl PortInfo {

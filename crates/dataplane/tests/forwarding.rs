@@ -57,6 +57,7 @@ fn lab_interfaces(p0_punts: PuntPath) -> Interfaces {
             ip6: vec![R0_V6],
             punt_path: p0_punts,
             vlan: None,
+            down: false,
         },
         PortInfo {
             name: "p1".into(),
@@ -215,6 +216,29 @@ fn forwards_ipv4_with_ttl_checksum_and_l2_rewrite() {
     assert!(ip.verify_checksum(), "incremental checksum update is wrong");
     assert_eq!(f.len(), 14 + 128);
     assert_eq!(l.count(Reason::Ip4Forwarded), 1);
+}
+
+/// A packet whose next hop is on a port marked down (in the window before the control plane
+/// withdraws its routes) is dropped and counted, not handed to a port that cannot send it;
+/// once the port is up again it is sent.
+#[test]
+fn a_down_port_drops_and_counts_what_still_meets_it() {
+    let mut l = lab();
+    let mut ifaces = lab_interfaces(PuntPath::Queue);
+    ifaces.ports[1].down = true;
+    l.graph.set_interfaces(Arc::new(ifaces.clone()));
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 100)]);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(l.count(Reason::TxPortDown), 1);
+    assert_eq!(Reason::TxPortDown.node(), "port-tx");
+    // Traffic toward the port that is up is not affected.
+    let out = l.run(&[frame4(ip4("10.1.2.3"), ip4("192.168.1.1"), 64, true, 100)]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    ifaces.ports[1].down = false;
+    l.graph.set_interfaces(Arc::new(ifaces));
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 100)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(l.count(Reason::TxPortDown), 1);
 }
 
 #[test]

@@ -58,6 +58,7 @@ fn port(name: &str, mac: [u8; 6], ip: &str, vlan: Option<VlanTags>) -> PortInfo 
             PuntPath::KernelSawIt
         },
         vlan,
+        down: false,
     }
 }
 

@@ -93,6 +93,7 @@ pub(crate) fn base() -> Snapshot {
         mtu: 1500,
         up: true,
         oper_up: true,
+        carrier: true,
     };
     let addr = |ifindex, a: &str, len| Addr {
         ifindex,

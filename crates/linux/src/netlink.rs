@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
@@ -78,6 +78,20 @@ impl Netlink {
         let mut m = LinkMessage::default();
         m.header.index = ifindex;
         m.attributes.push(LinkAttribute::Mtu(mtu));
+        self.request("RTM_NEWLINK", RouteNetlinkMessage::NewLink(m), 0)
+    }
+
+    /// Sets interface `ifindex` administratively up or down (`IFF_UP`), as `ip link set
+    /// dev DEV up|down`; no other flag changes.
+    pub fn set_link_up(&mut self, ifindex: u32, up: bool) -> Result<(), Error> {
+        let mut m = LinkMessage::default();
+        m.header.index = ifindex;
+        m.header.flags = if up {
+            LinkFlags::Up
+        } else {
+            LinkFlags::empty()
+        };
+        m.header.change_mask = LinkFlags::Up;
         self.request("RTM_NEWLINK", RouteNetlinkMessage::NewLink(m), 0)
     }
 

@@ -149,6 +149,7 @@ fn link(m: &LinkMessage) -> Option<Link> {
         mtu: 0,
         up: m.header.flags.contains(LinkFlags::Up),
         oper_up: m.header.flags.contains(LinkFlags::Running),
+        carrier: m.header.flags.contains(LinkFlags::LowerUp),
     };
     for a in &m.attributes {
         match a {

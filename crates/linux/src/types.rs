@@ -39,6 +39,9 @@ pub struct Link {
     pub up: bool,
     /// Operationally up: `IFF_RUNNING` or `IFLA_OPERSTATE` up.
     pub oper_up: bool,
+    /// Carrier (`IFF_LOWER_UP`): set as the driver sees it, while `oper_up` follows a
+    /// moment later (the kernel's link watch updates the operational state in batches).
+    pub carrier: bool,
 }
 
 /// An interface address (`RTM_NEWADDR`).

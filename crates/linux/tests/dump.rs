@@ -134,7 +134,7 @@ fn dump_shows_what_ip_configured() {
     let d2 = link("d2").ifindex;
     assert_eq!(d0.mac, Some([2, 0, 0, 0, 0, 1]));
     assert_eq!(d0.mtu, 1400);
-    assert!(d0.up && d0.oper_up, "{d0:?}");
+    assert!(d0.up && d0.oper_up && d0.carrier, "{d0:?}");
     let lo = link("lo");
     assert!(lo.up);
     assert_eq!(lo.ifindex, 1);

@@ -91,7 +91,7 @@ fn changes_arrive_as_events() {
 
     ns.ip(&["link", "set", "e0", "down"]);
     assert!(wait_for(&mut mirror, &mut seen, WAIT, |e| matches!(e,
-        Event::NewLink(l) if l.ifindex == e0 && !l.up && !l.oper_up)));
+        Event::NewLink(l) if l.ifindex == e0 && !l.up && !l.oper_up && !l.carrier)));
     ns.ip(&["link", "set", "e0", "up"]);
     assert!(wait_for(&mut mirror, &mut seen, WAIT, |e| matches!(e,
         Event::NewLink(l) if l.ifindex == e0 && l.up)));
