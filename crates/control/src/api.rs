@@ -11,9 +11,25 @@ use serde_json::{json, Value};
 use crate::client::{Client, Endpoint};
 use crate::state::Shared;
 
+/// Why a `show` request failed: the client's mistake (HTTP 400) or the router's (500).
+/// The HTTP layer maps each variant to its status; nothing reads the message to decide.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShowError {
+    /// The request is wrong: an unknown item, a malformed prefix.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The router's state cannot be read (a thread holding it failed).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+fn unavailable<T>(_: T) -> ShowError {
+    ShowError::Unavailable("internal state unavailable".into())
+}
+
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters` or `bgp`.
-pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, String> {
+pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, ShowError> {
     if what == "bgp" {
         // The speaker's own status: no sync lock needed.
         return Ok(match shared.bgp.get() {
@@ -27,10 +43,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
             None => json!({"enabled": false}),
         });
     }
-    let sync = shared
-        .sync
-        .lock()
-        .map_err(|_| "internal state unavailable".to_string())?;
+    let sync = shared.sync.lock().map_err(unavailable)?;
     match what {
         "interfaces" => {
             let ifaces = sync.interfaces();
@@ -101,7 +114,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
             }))
         }
         "routes" => {
-            let routes = sync.routes(arg)?;
+            let routes = sync.routes(arg).map_err(ShowError::BadRequest)?;
             let (v4, v6) = sync.route_counts();
             Ok(json!({"ipv4": v4, "ipv6": v6, "routes": routes}))
         }
@@ -121,10 +134,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                     })
                 }))
                 .collect();
-            let sync = shared
-                .sync
-                .lock()
-                .map_err(|_| "internal state unavailable".to_string())?;
+            let sync = shared.sync.lock().map_err(unavailable)?;
             Ok(json!({
                 "rx": s.rx, "tx": s.tx, "vectors": s.vectors, "drops": s.drops(), "punts": s.punts(),
                 "forwarded": s.get(Reason::Ip4Forwarded) + s.get(Reason::Ip6Forwarded),
@@ -151,9 +161,9 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Str
                 "uptime_s": shared.started.elapsed().as_secs_f64(),
             }))
         }
-        other => Err(format!(
+        other => Err(ShowError::BadRequest(format!(
             "unknown item {other:?}: expected interfaces, routes, neighbors or counters"
-        )),
+        ))),
     }
 }
 

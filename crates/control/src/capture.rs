@@ -100,6 +100,17 @@ struct Inner {
     next_id: u32,
 }
 
+/// Why a capture could not start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Another capture is running (HTTP 409).
+    #[error("{0}")]
+    Busy(String),
+    /// The request cannot be met: an unknown port, a count of 0 (HTTP 422).
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// The capture service the API and CLI call. One capture at a time.
 pub struct CaptureService {
     ports: Vec<String>,
@@ -131,18 +142,20 @@ impl CaptureService {
         dir: Direction,
         count: u32,
         snaplen: Option<u16>,
-    ) -> Result<u32, String> {
-        let port = parse_port(&self.ports, port)?;
+    ) -> Result<u32, StartError> {
+        let port = parse_port(&self.ports, port).map_err(StartError::Invalid)?;
         if count == 0 {
-            return Err("capture count must be at least 1".into());
+            return Err(StartError::Invalid(
+                "capture count must be at least 1".into(),
+            ));
         }
         let snaplen = snaplen.unwrap_or(DEFAULT_SNAPLEN).clamp(1, DEFAULT_SNAPLEN);
         let mut g = self.lock();
         if let Some(s) = &g.session {
-            return Err(format!(
+            return Err(StartError::Busy(format!(
                 "capture {} already running on port {}; stop it first",
                 s.id, s.port
-            ));
+            )));
         }
         let id = g.next_id;
         g.next_id = g.next_id.wrapping_add(1).max(1);
@@ -155,7 +168,7 @@ impl CaptureService {
                 count,
                 snaplen,
             })
-            .map_err(|e| format!("worker {i}: {e}"))?;
+            .map_err(|e| StartError::Invalid(format!("worker {i}: {e}")))?;
         }
         g.session = Some(Session {
             id,
@@ -278,16 +291,16 @@ mod tests {
     fn one_capture_at_a_time_with_clear_errors() {
         let (h, _c) = dataplane::capture::channel(4);
         let svc = CaptureService::new(vec![h], vec!["p0".into()]);
-        assert!(svc
-            .start("p7", Direction::Rx, 1, None)
-            .unwrap_err()
-            .contains("p7"));
+        assert!(matches!(
+            svc.start("p7", Direction::Rx, 1, None),
+            Err(StartError::Invalid(m)) if m.contains("p7")
+        ));
         assert!(svc.start("p0", Direction::Rx, 0, None).is_err());
         let id = svc.start("p0", Direction::Rx, 1, None).unwrap();
-        assert!(svc
-            .start("0", Direction::Rx, 1, None)
-            .unwrap_err()
-            .contains("already running"));
+        assert!(matches!(
+            svc.start("0", Direction::Rx, 1, None),
+            Err(StartError::Busy(m)) if m.contains("already running")
+        ));
         assert_eq!(svc.status().unwrap().id, id);
         let empty = svc.finish(Duration::from_millis(10)).unwrap();
         assert_eq!(empty.len(), 24);

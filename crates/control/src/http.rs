@@ -101,12 +101,9 @@ async fn blocking<T: Send + 'static>(
 fn show(shared: Arc<Shared>, what: &'static str, arg: Option<String>) -> ApiResult {
     api::show(&shared, what, arg.as_deref())
         .map(Json)
-        .map_err(|e| {
-            if e.contains("unavailable") {
-                ApiError::internal(e)
-            } else {
-                ApiError::bad_request(e)
-            }
+        .map_err(|e| match e {
+            api::ShowError::BadRequest(m) => ApiError::bad_request(m),
+            api::ShowError::Unavailable(m) => ApiError::internal(m),
         })
 }
 
@@ -517,12 +514,9 @@ async fn capture(
         }
         s.capture
             .start(&b.port, dir, count, b.snaplen)
-            .map_err(|e| {
-                if e.contains("already running") {
-                    ApiError::new(StatusCode::CONFLICT, e)
-                } else {
-                    ApiError::unprocessable(e)
-                }
+            .map_err(|e| match e {
+                crate::capture::StartError::Busy(m) => ApiError::new(StatusCode::CONFLICT, m),
+                crate::capture::StartError::Invalid(m) => ApiError::unprocessable(m),
             })?;
         s.capture
             .finish(std::time::Duration::from_secs_f64(timeout))
