@@ -203,42 +203,43 @@ fn ports<T: From<u16>>(r: &RangeInclusive<u16>, what: &str) -> Result<(T, T), St
     Ok(((*r.start()).into(), (*r.end()).into()))
 }
 
-impl Match<Ipv4Addr> {
-    /// The box of an IPv4 rule.
-    pub fn rule(&self) -> Result<Rule<u32>, String> {
-        let mut r = Rule::any();
-        for (d, p) in [(dim::SRC, self.src), (dim::DST, self.dst)] {
-            if let Some((a, len)) = p {
-                (r.lo[d], r.hi[d]) = prefix_range_v4(a, len)?;
-            }
-        }
-        (r.lo[dim::SPORT], r.hi[dim::SPORT]) = ports(&self.sport, "source port")?;
-        (r.lo[dim::DPORT], r.hi[dim::DPORT]) = ports(&self.dport, "destination port")?;
-        if let Some(p) = self.proto {
-            (r.lo[dim::PROTO], r.hi[dim::PROTO]) = (p.into(), p.into());
-        } else {
-            (r.lo[dim::PROTO], r.hi[dim::PROTO]) = (0, 255);
-        }
-        Ok(r)
+/// An address family's address, as rules name it.
+pub trait Addr: Copy + fmt::Display {
+    /// The dimension's value type.
+    type F: Field + From<u16> + From<u8>;
+    /// The range of `self/len`.
+    fn prefix_range(self, len: u8) -> Result<(Self::F, Self::F), String>;
+}
+
+impl Addr for Ipv4Addr {
+    type F = u32;
+    fn prefix_range(self, len: u8) -> Result<(u32, u32), String> {
+        prefix_range_v4(self, len)
     }
 }
 
-impl Match<Ipv6Addr> {
-    /// The box of an IPv6 rule.
-    pub fn rule(&self) -> Result<Rule<u128>, String> {
+impl Addr for Ipv6Addr {
+    type F = u128;
+    fn prefix_range(self, len: u8) -> Result<(u128, u128), String> {
+        prefix_range_v6(self, len)
+    }
+}
+
+impl<A: Addr> Match<A> {
+    /// The rule's box, or what is wrong with the match.
+    pub fn rule(&self) -> Result<Rule<A::F>, String> {
         let mut r = Rule::any();
         for (d, p) in [(dim::SRC, self.src), (dim::DST, self.dst)] {
             if let Some((a, len)) = p {
-                (r.lo[d], r.hi[d]) = prefix_range_v6(a, len)?;
+                (r.lo[d], r.hi[d]) = a.prefix_range(len)?;
             }
         }
         (r.lo[dim::SPORT], r.hi[dim::SPORT]) = ports(&self.sport, "source port")?;
         (r.lo[dim::DPORT], r.hi[dim::DPORT]) = ports(&self.dport, "destination port")?;
-        if let Some(p) = self.proto {
-            (r.lo[dim::PROTO], r.hi[dim::PROTO]) = (p.into(), p.into());
-        } else {
-            (r.lo[dim::PROTO], r.hi[dim::PROTO]) = (0, 255);
-        }
+        (r.lo[dim::PROTO], r.hi[dim::PROTO]) = match self.proto {
+            Some(p) => (p.into(), p.into()),
+            None => (0u8.into(), 255u8.into()),
+        };
         Ok(r)
     }
 }
@@ -718,95 +719,15 @@ mod tests {
         );
     }
 
-    /// A random rule set in the shape of real ACLs: prefixes of mixed lengths over a few
-    /// networks, well-known and ranged ports, a handful of protocols, some wildcards.
     pub(crate) fn acl_like(n: usize, seed: u64) -> Vec<Rule<u32>> {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        let nets = [
-            0x0a00_0000u32,
-            0xc0a8_0000,
-            0xac10_0000,
-            0xc633_6400,
-            0x6440_0000,
-        ];
-        let prefix = |rng: &mut rand::rngs::SmallRng| -> Option<(Ipv4Addr, u8)> {
-            if rng.gen_bool(0.15) {
-                return None;
-            }
-            let len = *[8u8, 16, 20, 24, 24, 24, 28, 32, 32]
-                .get(rng.gen_range(0..9))
-                .unwrap_or(&24);
-            let base = nets[rng.gen_range(0..nets.len())] | (rng.gen::<u32>() & 0x00ff_ffff);
-            Some((Ipv4Addr::from(base), len))
-        };
-        let port = |rng: &mut rand::rngs::SmallRng| -> RangeInclusive<u16> {
-            match rng.gen_range(0..6) {
-                0 | 1 => 0..=65535,
-                2 => 1024..=65535,
-                3 => {
-                    let p = [22u16, 53, 80, 123, 443, 8080][rng.gen_range(0..6)];
-                    p..=p
-                }
-                4 => {
-                    let a = rng.gen_range(0..60000u16);
-                    a..=a + rng.gen_range(0..5000)
-                }
-                _ => {
-                    let p = rng.gen();
-                    p..=p
-                }
-            }
-        };
-        (0..n)
-            .map(|_| {
-                let m = Match {
-                    src: prefix(&mut rng),
-                    dst: prefix(&mut rng),
-                    sport: if rng.gen_bool(0.8) {
-                        0..=65535
-                    } else {
-                        port(&mut rng)
-                    },
-                    dport: port(&mut rng),
-                    proto: [None, Some(6), Some(6), Some(17), Some(1)][rng.gen_range(0..5)],
-                };
-                m.rule().unwrap()
-            })
+        crate::gen::acl_rules(n, seed)
+            .iter()
+            .map(|m| m.rule().unwrap())
             .collect()
     }
 
-    /// Keys that hit rules (inside and at the edges of their boxes) and keys that miss.
     pub(crate) fn keys_for(rules: &[Rule<u32>], n: usize, seed: u64) -> Vec<[u32; DIMS]> {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        (0..n)
-            .map(|i| {
-                if rules.is_empty() || i % 4 == 3 {
-                    return [
-                        rng.gen(),
-                        rng.gen(),
-                        rng.gen::<u16>().into(),
-                        rng.gen::<u16>().into(),
-                        rng.gen::<u8>().into(),
-                    ];
-                }
-                let r = &rules[rng.gen_range(0..rules.len())];
-                let mut k = [0u32; DIMS];
-                for d in 0..DIMS {
-                    k[d] = match rng.gen_range(0..4) {
-                        0 => r.lo[d],
-                        1 => r.hi[d],
-                        2 => r.hi[d].saturating_add(1),
-                        _ => rng.gen_range(r.lo[d]..=r.hi[d]),
-                    };
-                    if d >= dim::SPORT {
-                        k[d] = k[d].min(if d == dim::PROTO { 255 } else { 65535 });
-                    }
-                }
-                k
-            })
-            .collect()
+        crate::gen::traces(rules, n, seed)
     }
 
     #[test]

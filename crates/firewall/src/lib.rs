@@ -7,3 +7,5 @@
 #![cfg_attr(test, allow(clippy::needless_range_loop))]
 
 pub mod classify;
+#[cfg(any(test, feature = "gen"))]
+pub mod gen;
