@@ -35,12 +35,43 @@ use smallvec::SmallVec;
 
 const MAIN_TABLE: u32 = 254;
 const LOCAL_TABLE: u32 = 255;
-/// Where the native BGP speaker's best paths are kept beside the kernel's routes. Never a
-/// kernel table here: kernel routes of tables other than main and local are not mirrored.
-/// A prefix's main-table routes win over its BGP route (connected, static and routing
-/// daemons' routes in the kernel come first); the BGP route installs only where the kernel
-/// has none.
-const BGP_TABLE: u32 = u32::MAX;
+
+/// Where a route the sync holds came from. Kernel routes of tables other than main and
+/// local are not mirrored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The kernel's local table: the router's own and broadcast addresses.
+    KernelLocal,
+    /// The kernel's main table: connected and static routes, and those routing daemons
+    /// (FRR's zebra, BIRD) install, each already the daemon's own choice.
+    KernelMain,
+    /// A best path of ferrouter's own BGP speaker.
+    Bgp,
+}
+
+impl Origin {
+    /// The origin of a kernel route of `table`, if the sync mirrors that table.
+    pub fn of_kernel_table(table: u32) -> Option<Origin> {
+        match table {
+            MAIN_TABLE => Some(Origin::KernelMain),
+            LOCAL_TABLE => Some(Origin::KernelLocal),
+            _ => None,
+        }
+    }
+
+    /// Administrative distance: between a prefix's routes of different origins, the lower
+    /// wins; within one origin, the lower metric. The kernel's main table comes first (what
+    /// an operator or a routing daemon put there is deliberate), then the speaker's BGP
+    /// paths, which install only where the kernel has no route. (The local table is not
+    /// ranked: a local address always punts to the kernel.)
+    pub fn distance(self) -> u8 {
+        match self {
+            Origin::KernelLocal => 0,
+            Origin::KernelMain => 1,
+            Origin::Bgp => 20,
+        }
+    }
+}
 /// The kernel's protocol number for BGP routes (`RTPROT_BGP`), given to the speaker's.
 const RTPROT_BGP: u8 = 186;
 
@@ -151,7 +182,7 @@ fn hop_alive(h: &RouteNextHop, down: &FxHashSet<u32>) -> bool {
 /// next hops: a route of another metric, or a covering prefix, carries the traffic.
 fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>) -> Want {
     let local = routes.iter().any(|r| {
-        r.table == LOCAL_TABLE && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
+        r.origin == Origin::KernelLocal && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
     });
     if local {
         return Want::Local;
@@ -159,7 +190,7 @@ fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>) -> Want 
     let best = routes
         .iter()
         .filter(|r| {
-            (r.table == MAIN_TABLE || r.table == BGP_TABLE)
+            r.origin != Origin::KernelLocal
                 && !matches!(
                     r.kind,
                     RouteKind::Local | RouteKind::Broadcast | RouteKind::Other(_)
@@ -169,12 +200,12 @@ fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>) -> Want 
                     hops.is_empty() || hops.iter().any(|h| hop_alive(h, down))
                 })
         })
-        .min_by_key(|r| (r.table == BGP_TABLE, r.metric));
+        .min_by_key(|r| (r.origin.distance(), r.metric));
     match best {
         Some(r) => match (r.kind, hop_lists.get(r.hops)) {
             (RouteKind::Unicast, [h]) => Want::One(
                 hop_key(h),
-                if r.table == BGP_TABLE {
+                if r.origin == Origin::Bgp {
                     Source::Bgp
                 } else {
                     Source::Route
@@ -193,7 +224,7 @@ type HopsId = u32;
 /// route's protocol is not needed).
 #[derive(Clone, Copy, Debug)]
 struct Stored {
-    table: u32,
+    origin: Origin,
     metric: u32,
     hops: HopsId,
     kind: RouteKind,
@@ -376,7 +407,8 @@ pub fn connected_in(addrs: &[Addr], ip: IpAddr) -> Option<u32> {
 /// The speaker's route for `p` through `hops`, as the sync stores it.
 fn bgp_route(p: Prefix, hops: NextHops) -> Route {
     Route {
-        table: BGP_TABLE,
+        // Not a kernel table: the sync stores it with `Origin::Bgp`.
+        table: 0,
         dst: p.0,
         dst_len: p.1,
         kind: RouteKind::Unicast,
@@ -975,21 +1007,19 @@ impl Sync {
         // next-hop lists are interned again in the new lists).
         let mut bgp: Vec<(Prefix, NextHops)> = Vec::new();
         for (p, st) in self.prefixes.iter_mut() {
-            for r in st.routes.iter().filter(|r| r.table == BGP_TABLE) {
+            for r in st.routes.iter().filter(|r| r.origin == Origin::Bgp) {
                 bgp.push((*p, self.hop_lists.get(r.hops).iter().cloned().collect()));
             }
             st.routes.clear();
         }
         self.hop_lists = HopLists::default();
         for (p, hops) in bgp {
-            let _ = self.put_route(&bgp_route(p, hops));
+            let _ = self.put_route(Origin::Bgp, &bgp_route(p, hops));
         }
-        for r in s
-            .routes
-            .into_iter()
-            .filter(|r| r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
-        {
-            self.put_route(&r);
+        for r in s.routes {
+            if let Some(o) = Origin::of_kernel_table(r.table) {
+                self.put_route(o, &r);
+            }
         }
         self.refresh_next_hops(None);
         let mut prefixes: FxHashSet<Prefix> = self.prefixes.keys().copied().collect();
@@ -1003,11 +1033,11 @@ impl Sync {
         self.iface_version += 1;
     }
 
-    /// Insert or replace a route (keyed by prefix, table and metric). Returns what the
-    /// prefix's routes now ask for and what it has installed.
-    fn put_route(&mut self, r: &Route) -> (Want, Option<Installed>) {
+    /// Insert or replace a route of `origin` (keyed by prefix, origin and metric). Returns
+    /// what the prefix's routes now ask for and what it has installed.
+    fn put_route(&mut self, origin: Origin, r: &Route) -> (Want, Option<Installed>) {
         let new = Stored {
-            table: r.table,
+            origin,
             metric: r.priority,
             hops: self.hop_lists.intern(&r.nexthops),
             kind: r.kind,
@@ -1028,7 +1058,7 @@ impl Sync {
         match st
             .routes
             .iter_mut()
-            .find(|s| s.table == new.table && s.metric == new.metric)
+            .find(|s| s.origin == new.origin && s.metric == new.metric)
         {
             Some(slot) => {
                 let old = std::mem::replace(slot, new);
@@ -1148,9 +1178,9 @@ impl Sync {
                 self.neighbor_changed(ifx, ip);
             }
             Event::NewRoute(r) => {
-                if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
+                if let Some(o) = Origin::of_kernel_table(r.table) {
                     let p = (r.dst, r.dst_len);
-                    let (want, old) = self.put_route(r);
+                    let (want, old) = self.put_route(o, r);
                     self.update_prefix(p, want, old);
                 }
             }
@@ -1162,15 +1192,15 @@ impl Sync {
     /// Remove a route (for IPv6 multipath, the next hops it lists) and bring its prefix in
     /// line.
     fn del_route(&mut self, r: &Route) {
-        if r.table == MAIN_TABLE || r.table == LOCAL_TABLE {
+        if let Some(origin) = Origin::of_kernel_table(r.table) {
             let p = (r.dst, r.dst_len);
-            let (table, metric) = (r.table, r.priority);
+            let metric = r.priority;
             let (want_now, installed) = match self.prefixes.entry(p) {
                 Entry::Occupied(mut e) => {
                     let list = &mut e.get_mut().routes;
                     if let Some(i) = list
                         .iter()
-                        .position(|s| s.table == table && s.metric == metric)
+                        .position(|s| s.origin == origin && s.metric == metric)
                     {
                         // IPv6 deletes one next hop of a multipath route at a time:
                         // the message lists only the removed ones, the rest stays.
@@ -1291,13 +1321,17 @@ impl Sync {
             }
             for r in &st.routes {
                 let hops = self.hop_lists.get(r.hops);
-                let dead = (r.table == MAIN_TABLE || r.table == LOCAL_TABLE)
-                    && r.kind != RouteKind::Local
+                let table = match r.origin {
+                    Origin::KernelMain => MAIN_TABLE,
+                    Origin::KernelLocal => LOCAL_TABLE,
+                    Origin::Bgp => continue,
+                };
+                let dead = r.kind != RouteKind::Local
                     && !hops.is_empty()
                     && hops.iter().all(|h| admin_down(&self.links, h.ifindex));
                 if dead {
                     gone.push(Route {
-                        table: r.table,
+                        table,
                         dst: p.0,
                         dst_len: p.1,
                         kind: r.kind,
@@ -1323,7 +1357,7 @@ impl Sync {
         self.refresh_prefix((ip, host_len(&ip)));
     }
 
-    /// Apply the native BGP speaker's decisions (see [`BGP_TABLE`] for how they rank
+    /// Apply the native BGP speaker's decisions (see [`Origin::distance`] for how they rank
     /// against the kernel's routes). A next hop is resolved to the interface whose
     /// connected subnet holds it; one that is on none, or is the router's own address,
     /// leaves its prefix without a BGP route (counted in `bgp_unresolved`).
@@ -1365,7 +1399,8 @@ impl Sync {
                     ifindex: Some(ifx),
                     weight: 1,
                 };
-                let (want, old) = self.put_route(&bgp_route(p, smallvec::smallvec![hop]));
+                let (want, old) =
+                    self.put_route(Origin::Bgp, &bgp_route(p, smallvec::smallvec![hop]));
                 self.update_prefix(p, want, old);
             }
             (nh, _) => {
@@ -1383,7 +1418,7 @@ impl Sync {
             return;
         };
         let list = &mut e.get_mut().routes;
-        let Some(i) = list.iter().position(|s| s.table == BGP_TABLE) else {
+        let Some(i) = list.iter().position(|s| s.origin == Origin::Bgp) else {
             return;
         };
         let gone = list.swap_remove(i);
