@@ -256,7 +256,7 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
 /// only a restart applies (`[[port]]`, `[[vlan]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
-/// `state_dir`, `[api]`, `[bgp]`) differs.
+/// `state_dir`, `[api]`, `[bgp]`, `[distance]`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
     if old.ports != new.ports {
@@ -287,6 +287,9 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     // is a change too.
     if old.bgp != new.bgp {
         restart.push("[bgp]");
+    }
+    if old.distance != new.distance {
+        restart.push("[distance]");
     }
     if !restart.is_empty() {
         return Err(PlanError::RestartNeeded(restart));
@@ -1037,5 +1040,26 @@ mod tests {
             plan(&none, &b).unwrap_err(),
             PlanError::RestartNeeded(vec!["workers", "[bgp]"])
         );
+    }
+
+    /// `[distance]`: parsed with defaults, checked for unknown keys and ranges, and a
+    /// change needs a restart.
+    #[test]
+    fn distances_parse_and_need_a_restart() {
+        let none = cfg("");
+        assert_eq!(none.distance, crate::sync::Distances::default());
+        let d = cfg("[distance]\nbgp = 5\n");
+        assert_eq!((d.distance.kernel, d.distance.bgp), (1, 5));
+        assert!(plan(&none, &cfg("[distance]\nkernel = 1\nbgp = 20\n"))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            plan(&none, &d).unwrap_err(),
+            PlanError::RestartNeeded(vec!["[distance]"])
+        );
+        for bad in ["[distance]\nospf = 3\n", "[distance]\nbgp = 300\n"] {
+            let e = Config::parse(bad, Path::new("t")).unwrap_err().to_string();
+            assert!(e.contains("t:2"), "{bad}: {e}");
+        }
     }
 }

@@ -243,6 +243,14 @@ pub struct Config {
     /// needs a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<bgp::config::BgpConfig>,
+    /// Administrative distances of the route origins (`[distance]`: `kernel`, `bgp`); the
+    /// lower wins between a prefix's routes of different origins. A change needs a restart.
+    #[serde(default, skip_serializing_if = "is_default_distances")]
+    pub distance: crate::sync::Distances,
+}
+
+fn is_default_distances(d: &crate::sync::Distances) -> bool {
+    *d == crate::sync::Distances::default()
 }
 
 /// Where the API listens, from the config file's `[api]` table, and how it treats its

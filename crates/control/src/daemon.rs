@@ -606,6 +606,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         "config applied"
     );
     let mut sync = Sync::new(writer, names);
+    sync.set_distances(cfg.distance);
     sync.set_vlans(vlan_tags.clone());
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;

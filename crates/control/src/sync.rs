@@ -60,15 +60,46 @@ impl Origin {
     }
 
     /// Administrative distance: between a prefix's routes of different origins, the lower
-    /// wins; within one origin, the lower metric. The kernel's main table comes first (what
+    /// wins; then the lower metric. By default the kernel's main table comes first (what
     /// an operator or a routing daemon put there is deliberate), then the speaker's BGP
     /// paths, which install only where the kernel has no route. (The local table is not
     /// ranked: a local address always punts to the kernel.)
-    pub fn distance(self) -> u8 {
+    pub fn distance(self, d: Distances) -> u8 {
         match self {
             Origin::KernelLocal => 0,
-            Origin::KernelMain => 1,
-            Origin::Bgp => 20,
+            Origin::KernelMain => d.kernel,
+            Origin::Bgp => d.bgp,
+        }
+    }
+}
+
+/// The administrative distances of the route origins that rank against each other
+/// (`[distance]` in the config).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Distances {
+    /// Routes of the kernel's main table (connected, static, FRR, BIRD): 1 by default.
+    #[serde(default = "kernel_distance")]
+    pub kernel: u8,
+    /// Best paths of ferrouter's own BGP speaker: 20 by default (eBGP's in FRR), so the
+    /// kernel's routes win; below `kernel`, the speaker's paths win instead.
+    #[serde(default = "bgp_distance")]
+    pub bgp: u8,
+}
+
+fn kernel_distance() -> u8 {
+    1
+}
+
+fn bgp_distance() -> u8 {
+    20
+}
+
+impl Default for Distances {
+    fn default() -> Self {
+        Distances {
+            kernel: kernel_distance(),
+            bgp: bgp_distance(),
         }
     }
 }
@@ -180,7 +211,7 @@ fn hop_alive(h: &RouteNextHop, down: &FxHashSet<u32>) -> bool {
 /// What `routes` (one prefix's) ask for. A unicast route whose every next hop is through a
 /// link in `down` (admin down or no carrier) is passed over, as the kernel passes over dead
 /// next hops: a route of another metric, or a covering prefix, carries the traffic.
-fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>) -> Want {
+fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>, dist: Distances) -> Want {
     let local = routes.iter().any(|r| {
         r.origin == Origin::KernelLocal && matches!(r.kind, RouteKind::Local | RouteKind::Broadcast)
     });
@@ -200,7 +231,7 @@ fn want(routes: &[Stored], hop_lists: &HopLists, down: &FxHashSet<u32>) -> Want 
                     hops.is_empty() || hops.iter().any(|h| hop_alive(h, down))
                 })
         })
-        .min_by_key(|r| (r.origin.distance(), r.metric));
+        .min_by_key(|r| (r.origin.distance(dist), r.metric));
     match best {
         Some(r) => match (r.kind, hop_lists.get(r.hops)) {
             (RouteKind::Unicast, [h]) => Want::One(
@@ -453,6 +484,8 @@ pub struct Sync {
     /// Links that cannot carry traffic (admin down, no carrier, or a VLAN sub-interface
     /// whose parent is either): next hops through them are not used.
     down: FxHashSet<u32>,
+    /// How the route origins rank ([`Origin::distance`]).
+    distances: Distances,
     stats: SyncStats,
     iface_version: u64,
 }
@@ -529,9 +562,16 @@ impl Sync {
             nh: FxHashMap::default(),
             nh_by_key: FxHashMap::default(),
             down: FxHashSet::default(),
+            distances: Distances::default(),
             stats: SyncStats::default(),
             iface_version: 0,
         }
+    }
+
+    /// Set the administrative distances (before the first resync: routes are ranked as
+    /// they arrive).
+    pub fn set_distances(&mut self, d: Distances) {
+        self.distances = d;
     }
 
     /// How each port's punts reach the kernel, by port id (the backends decide: see
@@ -926,7 +966,10 @@ impl Sync {
     /// Bring one prefix of the FIB in line with the mirrored state.
     fn refresh_prefix(&mut self, p: Prefix) {
         let (want, old) = match self.prefixes.get(&p) {
-            Some(st) => (want(&st.routes, &self.hop_lists, &self.down), st.installed),
+            Some(st) => (
+                want(&st.routes, &self.hop_lists, &self.down, self.distances),
+                st.installed,
+            ),
             None => (Want::Nothing, None),
         };
         self.update_prefix(p, want, old);
@@ -1046,7 +1089,12 @@ impl Sync {
             Entry::Vacant(v) => {
                 // A new prefix: what it wants without reading back the slot just written
                 // (that read waited for the slot's cache line).
-                let want = want(std::slice::from_ref(&new), &self.hop_lists, &self.down);
+                let want = want(
+                    std::slice::from_ref(&new),
+                    &self.hop_lists,
+                    &self.down,
+                    self.distances,
+                );
                 v.insert(PrefixState {
                     routes: smallvec::smallvec![new],
                     installed: None,
@@ -1066,7 +1114,10 @@ impl Sync {
             }
             None => st.routes.push(new),
         }
-        (want(&st.routes, &self.hop_lists, &self.down), st.installed)
+        (
+            want(&st.routes, &self.hop_lists, &self.down, self.distances),
+            st.installed,
+        )
     }
 
     /// Apply a batch of notifications in order, as [`Sync::apply`] would one by one, and
@@ -1223,7 +1274,10 @@ impl Sync {
                         }
                     }
                     let st = e.get();
-                    let now = (want(&st.routes, &self.hop_lists, &self.down), st.installed);
+                    let now = (
+                        want(&st.routes, &self.hop_lists, &self.down, self.distances),
+                        st.installed,
+                    );
                     if st.routes.is_empty() && st.installed.is_none() {
                         e.remove();
                     }
@@ -1424,7 +1478,10 @@ impl Sync {
         let gone = list.swap_remove(i);
         self.hop_lists.release(gone.hops);
         let st = e.get();
-        let (want_now, installed) = (want(&st.routes, &self.hop_lists, &self.down), st.installed);
+        let (want_now, installed) = (
+            want(&st.routes, &self.hop_lists, &self.down, self.distances),
+            st.installed,
+        );
         if st.routes.is_empty() && st.installed.is_none() {
             e.remove();
         }
@@ -1684,12 +1741,17 @@ mod tests {
 
     /// A sync over ports p0 (ifindex 10) and p1 (ifindex 11), with lo (1) not a port.
     fn setup() -> (Sync, fib::FibReaders) {
+        setup_with(Distances::default())
+    }
+
+    fn setup_with(d: Distances) -> (Sync, fib::FibReaders) {
         let (w, r) = fib::new(fib::FibConfig {
             max_tbl8_v4: 64,
             max_tbl8_v6: 1024,
             max_readers: 4,
         });
         let mut s = Sync::new(w, vec!["p0".into(), "p1".into()]);
+        s.set_distances(d);
         s.resync(Snapshot {
             links: vec![
                 link(1, "lo", [0; 6]),
@@ -1758,6 +1820,36 @@ mod tests {
             .first()
             .map(|r| r.next_hop.clone())
             .unwrap_or_default()
+    }
+
+    /// A prefix with a kernel route and a BGP path: the lower administrative distance
+    /// wins (the kernel's by default; the speaker's when configured lower), and the other
+    /// takes over when the winner goes.
+    #[test]
+    fn administrative_distance_ranks_kernel_and_bgp_routes() {
+        let p = (ip("198.51.100.0"), 24);
+        let set = bgp::rib::Change::Set {
+            prefix: p,
+            next_hop: ip("192.0.2.10"),
+        };
+        let source = |s: &Sync| s.routes(Some("198.51.100.0/24")).unwrap()[0].source;
+        let (mut s, _r) = setup();
+        s.apply_bgp(std::slice::from_ref(&set));
+        assert_eq!(
+            source(&s),
+            Source::Route,
+            "the kernel's route wins by default"
+        );
+        s.apply_bgp(&[bgp::rib::Change::Remove { prefix: p }]);
+        assert_eq!(source(&s), Source::Route);
+        let (mut s, _r) = setup_with(Distances {
+            kernel: 30,
+            bgp: 20,
+        });
+        s.apply_bgp(std::slice::from_ref(&set));
+        assert_eq!(source(&s), Source::Bgp, "bgp 20 < kernel 30");
+        s.apply_bgp(&[bgp::rib::Change::Remove { prefix: p }]);
+        assert_eq!(source(&s), Source::Route, "the kernel's route takes over");
     }
 
     #[test]
