@@ -307,13 +307,9 @@ impl std::error::Error for BuildError {}
 
 #[derive(Clone, Copy, Debug)]
 enum Node<T> {
-    /// Keys with `key[dim] < at` go to `left`, the others to `right`.
-    Split {
-        dim: u8,
-        at: T,
-        left: u32,
-        right: u32,
-    },
+    /// Keys with `key[dim] < at` go to `left`, the others to `left + 1` (the two children
+    /// are always made side by side).
+    Split { dim: u8, at: T, left: u32 },
     /// Rules `entries[start..start + len]`, in rule order.
     Leaf { start: u32, len: u32 },
 }
@@ -363,9 +359,9 @@ struct Tree {
 /// the wide ones (default policies, "any" matches) do not force copies of the narrow ones.
 fn wide<T: Field>(r: &Rule<T>) -> u8 {
     let addr = |d: usize| T::span_bits(r.lo[d], r.hi[d]) > T::ADDR_BITS / 2;
-    u8::from(addr(dim::SRC))
-        | u8::from(addr(dim::DST)) << 1
-        | u8::from(T::span_bits(r.lo[dim::DPORT], r.hi[dim::DPORT]) > 10) << 2
+    // Only the addresses: grouping by the destination port too (8 groups) cost more in
+    // lookups than it saved in copies (`bench acl`, docs/performance.md).
+    u8::from(addr(dim::SRC)) | u8::from(addr(dim::DST)) << 1
 }
 
 /// A node waiting to be built: its slot, region, rules and depth.
@@ -475,7 +471,6 @@ impl<T: Field> Classifier<T> {
                         dim: d as u8,
                         at,
                         left: left as u32,
-                        right: right as u32,
                     };
                     // The left part is [lo, at - 1] (`at` is above the region's low end).
                     let mut lhi = p.hi;
@@ -540,14 +535,10 @@ impl<T: Field> Classifier<T> {
         // Bounded: every split's children come after it, so at most one visit per node.
         for _ in 0..=self.nodes.len() {
             match *self.nodes.get(i)? {
-                Node::Split {
-                    dim,
-                    at,
-                    left,
-                    right,
-                } => {
+                Node::Split { dim, at, left } => {
+                    // The right child follows the left one: no branch on the comparison.
                     let v = *key.get(dim as usize)?;
-                    i = if v < at { left } else { right } as usize;
+                    i = left as usize + usize::from(v >= at);
                 }
                 Node::Leaf { start, len } => {
                     let (s, n) = (start as usize, len as usize);
