@@ -19,10 +19,11 @@
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use crate::dpdk::tail;
 use firewall::classify::{self, Classifier, Match, Rule, DIMS};
 
 /// Traces per burst (DPDK `--tracestep`'s default).
@@ -179,13 +180,6 @@ fn run_once(
     cycles as f64 / (traces.len() * iters).max(1) as f64
 }
 
-fn binary() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(BINARY))
-        .find(|p| p.is_file())
-}
-
 /// `... N cycles/pkt ...` from dpdk-test-acl's summary line.
 pub fn parse_cycles(out: &str) -> Option<f64> {
     let line = out
@@ -211,7 +205,7 @@ pub fn run(opts: &AclOptions, mut progress: impl FnMut(&str)) -> anyhow::Result<
         bail!("--rules, --traces and --iters must be at least 1");
     }
     let dpdk = if opts.compare_dpdk {
-        Some(binary().with_context(|| {
+        Some(crate::dpdk::find_in_path(BINARY).with_context(|| {
             format!("--compare-dpdk: {BINARY} not found; install the Debian package dpdk-dev (apt-get install dpdk-dev)")
         })?)
     } else {
@@ -386,11 +380,6 @@ pub fn run(opts: &AclOptions, mut progress: impl FnMut(&str)) -> anyhow::Result<
         report.verified_dpdk = n;
     }
     Ok(report)
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let v: Vec<&str> = s.lines().collect();
-    v[v.len().saturating_sub(n)..].join("\n")
 }
 
 /// The human table.

@@ -78,9 +78,15 @@ pub fn binary_path() -> Option<PathBuf> {
         let p = PathBuf::from(p);
         return is_executable(&p).then_some(p);
     }
+    find_in_path(BINARY)
+}
+
+/// The executable `name` in a directory of `PATH`, if any (DPDK's tools, the daemon the
+/// test bench starts).
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .map(|d| d.join(BINARY))
+        .map(|d| d.join(name))
         .find(|p| is_executable(p))
 }
 
@@ -283,7 +289,8 @@ pub fn parse_output(out: &str) -> anyhow::Result<Parsed> {
     }
 }
 
-fn tail(s: &str, n: usize) -> String {
+/// The last `n` lines of `s` (a failed tool's output, for its error).
+pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -46,11 +46,8 @@ fn ferrouter_bin() -> Result<PathBuf> {
     if sibling.is_file() {
         return Ok(sibling);
     }
-    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
-        let p = dir.join("ferrouter");
-        if p.is_file() {
-            return Ok(p);
-        }
+    if let Some(p) = bench::dpdk::find_in_path("ferrouter") {
+        return Ok(p);
     }
     bail!(
         "the ferrouter daemon binary is neither next to {} nor on PATH: build it (cargo build --release -p ferrouter) or pass --ferrouter PATH",

@@ -349,10 +349,8 @@ impl Sync {
             }
             for r in &st.routes {
                 let hops = self.hop_lists.get(r.hops);
-                let table = match r.origin {
-                    Origin::KernelMain => MAIN_TABLE,
-                    Origin::KernelLocal => LOCAL_TABLE,
-                    Origin::Bgp => continue,
+                let Some(table) = r.origin.kernel_table() else {
+                    continue;
                 };
                 let dead = r.kind != RouteKind::Local
                     && !hops.is_empty()

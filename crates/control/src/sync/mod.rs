@@ -59,6 +59,15 @@ impl Origin {
         }
     }
 
+    /// The kernel table of a kernel route (`None` for the speaker's).
+    pub fn kernel_table(self) -> Option<u32> {
+        match self {
+            Origin::KernelMain => Some(MAIN_TABLE),
+            Origin::KernelLocal => Some(LOCAL_TABLE),
+            Origin::Bgp => None,
+        }
+    }
+
     /// Administrative distance: between a prefix's routes of different origins, the lower
     /// wins; then the lower metric. By default the kernel's main table comes first (what
     /// an operator or a routing daemon put there is deliberate), then the speaker's BGP
@@ -74,33 +83,20 @@ impl Origin {
 }
 
 /// The administrative distances of the route origins that rank against each other
-/// (`[distance]` in the config).
+/// (`[distance]` in the config; a key left out keeps its default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Distances {
     /// Routes of the kernel's main table (connected, static, FRR, BIRD): 1 by default.
-    #[serde(default = "kernel_distance")]
     pub kernel: u8,
     /// Best paths of ferrouter's own BGP speaker: 20 by default (eBGP's in FRR), so the
     /// kernel's routes win; below `kernel`, the speaker's paths win instead.
-    #[serde(default = "bgp_distance")]
     pub bgp: u8,
-}
-
-fn kernel_distance() -> u8 {
-    1
-}
-
-fn bgp_distance() -> u8 {
-    20
 }
 
 impl Default for Distances {
     fn default() -> Self {
-        Distances {
-            kernel: kernel_distance(),
-            bgp: bgp_distance(),
-        }
+        Distances { kernel: 1, bgp: 20 }
     }
 }
 /// The kernel's protocol number for BGP routes (`RTPROT_BGP`), given to the speaker's.

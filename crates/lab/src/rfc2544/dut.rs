@@ -68,13 +68,15 @@ impl Transport {
     }
 }
 
-const TESTPMD: &str = "/usr/bin/dpdk-testpmd";
+const TESTPMD: &str = "dpdk-testpmd";
 
 /// A running DUT process (none for Linux), stopped on drop.
 pub struct Running {
     child: Option<Child>,
     log: PathBuf,
     what: String,
+    /// The process reads testpmd commands on its stdin ([`Running::testpmd`]).
+    console: bool,
 }
 
 impl Running {
@@ -84,6 +86,7 @@ impl Running {
             child: None,
             log: PathBuf::new(),
             what: what.into(),
+            console: false,
         }
     }
 
@@ -107,7 +110,7 @@ impl Running {
 
     /// testpmd's console (its stdin, its log), when this is an interactive testpmd.
     pub fn testpmd(&self) -> Option<TestpmdConsole<'_>> {
-        if self.what != "dpdk-testpmd" {
+        if !self.console {
             return None;
         }
         let stdin = self.child.as_ref()?.stdin.as_ref()?;
@@ -257,6 +260,7 @@ fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<Running> {
         child: Some(child),
         log: log.into(),
         what: what.into(),
+        console: false,
     })
 }
 
@@ -335,14 +339,12 @@ pub fn ferrouter_memif_ports(topo: &Topo) -> Vec<String> {
 /// recording its busy cycles (`--record-core-cycles`: two TSC reads per receive burst
 /// that returned packets).
 pub fn start_testpmd(topo: &Topo, core: usize) -> Result<Running> {
-    if !Path::new(TESTPMD).exists() {
-        bail!(
-            "{TESTPMD} not found: install the Debian package dpdk-dev (apt-get install dpdk-dev)"
-        );
-    }
+    let Some(testpmd) = bench::dpdk::find_in_path(TESTPMD) else {
+        bail!("{TESTPMD} not found on PATH: install the Debian package dpdk-dev (apt-get install dpdk-dev)");
+    };
     // Line-buffered stdout: the statistics it prints on request reach the log at once.
     let mut cmd = Command::new("stdbuf");
-    cmd.args(["-oL", TESTPMD]);
+    cmd.arg("-oL").arg(testpmd);
     cmd.args([
         "--no-huge",
         "-m",
@@ -372,6 +374,7 @@ pub fn start_testpmd(topo: &Topo, core: usize) -> Result<Running> {
         "--total-num-mbufs=16384",
     ]);
     let mut r = spawn_logged(cmd, &topo.dir.join("testpmd.log"), "dpdk-testpmd")?;
+    r.console = true;
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(20) {
         r.check()?;
