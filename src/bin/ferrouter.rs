@@ -140,7 +140,7 @@ enum Cmd {
     },
     /// Ask a running router (over its control socket).
     Show {
-        /// interfaces | routes | neighbors | counters | bgp
+        /// interfaces | routes | neighbors | counters | bgp | firewall
         what: String,
         /// For routes: a prefix (exact) or an address (longest match), or `summary`.
         arg: Option<String>,
@@ -347,7 +347,21 @@ fn config_cmd(cmd: ConfigCmd, api: &ApiArgs) -> Result<()> {
                     .map_err(|p| anyhow::anyhow!("{p}"))?;
                 control::config::check_system(&cfg, &text, &file)
                     .map_err(|p| anyhow::anyhow!("{p}"))?;
-                println!("{}: valid", file.display());
+                let warnings = cfg.warnings(&text);
+                for w in &warnings {
+                    println!(
+                        "{}:{}:{}: warning: {}: {}",
+                        file.display(),
+                        w.line,
+                        w.column,
+                        w.path,
+                        w.message
+                    );
+                }
+                match warnings.len() {
+                    0 => println!("{}: valid", file.display()),
+                    n => println!("{}: valid, with {n} warning(s)", file.display()),
+                }
                 return Ok(());
             }
             let r = client.call(

@@ -43,6 +43,10 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Sho
             None => json!({"enabled": false}),
         });
     }
+    if what == "firewall" {
+        return serde_json::to_value(crate::fwview::view(&shared.features))
+            .map_err(|e| ShowError::Unavailable(format!("firewall view: {e}")));
+    }
     let sync = shared.sync.lock().map_err(unavailable)?;
     match what {
         "interfaces" => {
@@ -162,7 +166,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, Sho
             }))
         }
         other => Err(ShowError::BadRequest(format!(
-            "unknown item {other:?}: expected interfaces, routes, neighbors or counters"
+            "unknown item {other:?}: expected interfaces, routes, neighbors, counters, bgp or firewall"
         ))),
     }
 }
@@ -204,9 +208,11 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Va
             "/v1/routes?{}",
             serde_urlencoded::to_string([("prefix", p)])?
         ),
-        ("interfaces" | "routes" | "neighbors" | "counters" | "bgp", _) => format!("/v1/{show}"),
+        ("interfaces" | "routes" | "neighbors" | "counters" | "bgp" | "firewall", _) => {
+            format!("/v1/{show}")
+        }
         (other, _) => anyhow::bail!(
-            "unknown item {other:?}: expected interfaces, routes, neighbors, counters or bgp"
+            "unknown item {other:?}: expected interfaces, routes, neighbors, counters, bgp or firewall"
         ),
     };
     client.get(&path)

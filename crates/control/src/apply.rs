@@ -86,6 +86,12 @@ pub enum Op {
         /// Up (`true`) or down.
         up: bool,
     },
+    /// Replace the firewall's rules (a fast-path setting, as [`Op::SetUrpf`]): compiled and
+    /// published whole once the plan has applied.
+    SetFirewall {
+        /// What the new rules are: "2 filters, 37 rules, 1 set".
+        summary: String,
+    },
     /// Set an interface's uRPF mode (`None`: off). A fast-path setting: the kernel does not
     /// change; the daemon publishes it to its workers once the whole plan has applied.
     SetUrpf {
@@ -152,6 +158,7 @@ impl Op {
             Op::SetUrpf { interface, mode } => {
                 format!("setting uRPF on {interface} to {}", urpf_str(*mode))
             }
+            Op::SetFirewall { summary } => format!("replacing the firewall rules ({summary})"),
         }
     }
 }
@@ -180,6 +187,7 @@ impl fmt::Display for Op {
             Op::SetUrpf { interface, mode } => {
                 write!(f, "~ interface {interface} urpf {}", urpf_str(*mode))
             }
+            Op::SetFirewall { summary } => write!(f, "~ firewall: {summary}"),
         }
     }
 }
@@ -212,7 +220,7 @@ fn rank(op: &Op) -> u8 {
         Op::AddAddress { .. } => 5,
         Op::SetNeighbor { .. } => 6,
         Op::AddRoute(_) | Op::ReplaceRoute { .. } => 7,
-        Op::SetUrpf { .. } => 8,
+        Op::SetUrpf { .. } | Op::SetFirewall { .. } => 8,
     }
 }
 
@@ -436,6 +444,20 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
                 mode: None,
             });
         }
+    }
+    if old.firewall != new.firewall {
+        let fw = &new.firewall;
+        let rules: usize = fw.filters.iter().map(|f| f.rules.len()).sum();
+        ops.push(Op::SetFirewall {
+            summary: format!(
+                "{} filter{}, {rules} rule{}, {} set{}",
+                fw.filters.len(),
+                if fw.filters.len() == 1 { "" } else { "s" },
+                if rules == 1 { "" } else { "s" },
+                fw.sets.len(),
+                if fw.sets.len() == 1 { "" } else { "s" },
+            ),
+        });
     }
     // What each section's link carries, to run again if its admin state changes.
     let mut relink = Vec::new();
@@ -743,7 +765,9 @@ impl Kernel {
                     Action::Admin(l.ifindex, l.up),
                 ))
             }
-            Op::SetUrpf { .. } => Some((Action::FastPath, Action::FastPath)),
+            Op::SetUrpf { .. } | Op::SetFirewall { .. } => {
+                Some((Action::FastPath, Action::FastPath))
+            }
         })
     }
 
@@ -890,6 +914,25 @@ mod tests {
             Path::new("t.toml"),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_firewall_change_is_one_fast_path_step_and_an_unchanged_one_none() {
+        let fw =
+            "[[firewall.filter]]\nname = \"in\"\nhook = \"ingress\"\ninterfaces = [\"eth1\"]\n\
+                  [[firewall.filter.rule]]\naction = \"drop\"\nprotocol = \"udp\"\n";
+        let (a, b) = (cfg(""), cfg(fw));
+        let p = plan(&a, &b).unwrap();
+        assert_eq!(p.to_string(), "~ firewall: 1 filter, 1 rule, 0 sets\n");
+        assert_eq!(
+            p.ops[0].doing(),
+            "replacing the firewall rules (1 filter, 1 rule, 0 sets)"
+        );
+        assert!(plan(&b, &b).unwrap().is_empty());
+        assert_eq!(
+            plan(&b, &a).unwrap().to_string(),
+            "~ firewall: 0 filters, 0 rules, 0 sets\n"
+        );
     }
 
     #[test]

@@ -247,6 +247,14 @@ pub struct Config {
     /// lower wins between a prefix's routes of different origins. A change needs a restart.
     #[serde(default, skip_serializing_if = "is_default_distances")]
     pub distance: crate::sync::Distances,
+    /// Packet filters on the fast path's interfaces (`[firewall]`: `[[firewall.set]]`,
+    /// `[[firewall.filter]]` with `[[firewall.filter.rule]]`); applied live and atomically.
+    /// See docs/firewall.md.
+    #[serde(
+        default,
+        skip_serializing_if = "firewall::config::FirewallConfig::is_default"
+    )]
+    pub firewall: firewall::config::FirewallConfig,
 }
 
 fn is_default_distances(d: &crate::sync::Distances) -> bool {
@@ -927,6 +935,7 @@ impl Config {
         self.validate_routes(r);
         self.validate_neighbors(r);
         self.validate_bgp(r);
+        self.validate_firewall(r);
     }
 
     fn validate_vlans(&self, r: &mut Report) {
@@ -1394,6 +1403,58 @@ impl Config {
         }
     }
 
+    fn validate_firewall(&self, r: &mut Report) {
+        let names = self.fast_path_names();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let problems = self.firewall.validate(&refs, false);
+        let clean = problems.is_empty();
+        for (path, m) in problems {
+            r.add(path, m);
+        }
+        // What validation cannot see: the classifier's own limits.
+        if clean && !self.firewall.filters.is_empty() {
+            if let Err(e) = firewall::ruleset::RuleSet::compile(&self.firewall, &names, 1) {
+                r.add("firewall", e.to_string());
+            }
+        }
+    }
+
+    /// The fast path's interfaces by index, as the workers number them: the ports, then
+    /// the VLAN sub-interfaces.
+    pub fn fast_path_names(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| p.name.clone())
+            .chain(self.vlans.iter().map(|v| v.name.clone()))
+            .collect()
+    }
+
+    /// What is allowed but probably not meant: firewall rules that can never match
+    /// (shadowed by an earlier rule), with their locations in `text`.
+    pub fn warnings(&self, text: &str) -> Vec<Problem> {
+        let loc = Locator::new(text);
+        let mut out: Vec<Problem> = firewall::ruleset::shadowed(&self.firewall, SHADOW_BUDGET)
+            .into_iter()
+            .map(|(f, r, by)| {
+                let path = format!("firewall.filter[{f}].rule[{r}]");
+                let (line, column) = loc.locate(&path);
+                Problem {
+                    line,
+                    column,
+                    message: format!(
+                        "rule {} of filter {:?} can never match: rule {} (firewall.filter[{f}].rule[{by}]) matches everything it does first",
+                        r + 1,
+                        self.firewall.filters[f].name,
+                        by + 1
+                    ),
+                    path,
+                }
+            })
+            .collect();
+        out.sort_by_key(|p| (p.line, p.column));
+        out
+    }
+
     /// Every interface name the config refers to in `[[interface]]`, `[[route]]` and
     /// `[[neighbor]]`, with the path that names it.
     fn interface_refs(&self) -> Vec<(String, &str)> {
@@ -1412,6 +1473,10 @@ impl Config {
         v
     }
 }
+
+/// Box comparisons the shadowed-rule check may spend (about a second's work); past it the
+/// check reports what it found so far.
+const SHADOW_BUDGET: u64 = 200_000_000;
 
 /// Longest `bgp.neighbor[].description`, in characters.
 const MAX_DESCRIPTION: usize = 200;
@@ -1564,6 +1629,42 @@ mod tests {
         );
         assert_eq!(parse_mac("02:fe:0a:0b:0c:ff:00"), None);
         assert_eq!(parse_mac("02:fe:0a:0b:0c:fff"), None);
+    }
+
+    #[test]
+    fn firewall_problems_have_their_lines_and_shadowed_rules_are_warnings() {
+        let text = format!(
+            "{PORT}[[firewall.filter]]\nname = \"in\"\nhook = \"ingress\"\ninterfaces = [\"eth1\", \"eth9\"]\n\
+             [[firewall.filter.rule]]\naction = \"drop\"\nsource = [\"@nope\"]\n"
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("test.toml:6:23: firewall.filter[0].interfaces[1]: \"eth9\" is not a [[port]] or [[vlan]]"),
+            "{e}"
+        );
+        assert!(
+            e.contains(
+                "test.toml:9:11: firewall.filter[0].rule[0].source[0]: unknown set \"nope\""
+            ),
+            "{e}"
+        );
+        let text = format!(
+            "{PORT}[[firewall.filter]]\nname = \"in\"\nhook = \"ingress\"\ninterfaces = [\"eth1\"]\n\
+             [[firewall.filter.rule]]\naction = \"drop\"\nprotocol = \"udp\"\n\
+             [[firewall.filter.rule]]\naction = \"accept\"\nprotocol = \"udp\"\ndestination_port = 53\n"
+        );
+        let c = parse(&text).unwrap();
+        let w = c.warnings(&text);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(
+            (w[0].line, w[0].path.as_str()),
+            (10, "firewall.filter[0].rule[1]")
+        );
+        assert!(
+            w[0].message
+                .contains("rule 2 of filter \"in\" can never match: rule 1"),
+            "{w:?}"
+        );
     }
 
     const PORT: &str = "[[port]]\nname = \"eth1\"\n";

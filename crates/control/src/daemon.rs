@@ -647,14 +647,17 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let connected = Arc::new(ArcSwap::from_pointee(sync.addresses()));
     let iface_version = Arc::new(AtomicU64::new(0));
     // Features before the workers: they start with what the config enables.
-    let registry = Arc::new(crate::features::registry().context("registering features")?);
+    let fw = Arc::new(firewall::node::Shared::default());
+    let registry = Arc::new(crate::features::registry(&fw).context("registering features")?);
     let features = crate::features::Features::new(
         registry.clone(),
+        fw,
         facts
             .iter()
             .map(|f| f.name.clone())
             .chain(cfg.vlans.iter().map(|v| v.name.clone()))
             .collect(),
+        per_worker.len(),
         iface_version.clone(),
     );
     features
@@ -1006,6 +1009,7 @@ fn control_loop(
         drop(sync);
         shared.trace.drain();
         shared.capture.drain();
+        crate::fwview::drain_logs(&shared.features, shared.features.names(), 256);
         for (i, h) in handles.iter_mut().enumerate() {
             if h.is_finished() {
                 match h.join() {

@@ -2,7 +2,10 @@
 //! [`Registry`], and which interfaces have which, taken from the running config and
 //! published to the workers (RCU: they pick the new state up between vectors).
 //!
-//! Today: uRPF (`[[interface]] urpf = "strict" | "loose"`, the `urpf` crate).
+//! Today: uRPF (`[[interface]] urpf = "strict" | "loose"`, the `urpf` crate) and the
+//! firewall's filters (`[firewall]`, the `firewall` crate: its rule set is compiled and
+//! published before the interfaces' features change, so a filter is never enabled
+//! without its rules).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,24 +17,34 @@ use serde::Serialize;
 
 use crate::config::{Config, UrpfMode};
 
-/// Every feature the daemon knows.
-pub fn registry() -> Result<Registry, RegistryError> {
-    Registry::new(urpf::Urpf::all())
+/// Every feature the daemon knows; the filters follow `fw`'s rules.
+pub fn registry(fw: &Arc<firewall::node::Shared>) -> Result<Registry, RegistryError> {
+    let mut all = urpf::Urpf::all();
+    all.extend(firewall::node::FilterFeature::all(fw));
+    Registry::new(all)
 }
 
 /// The features the config gives interface `name`, by feature name.
 pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
-    let Some(f) = cfg.interfaces.iter().find(|f| f.name == name) else {
-        return Vec::new();
-    };
     let mut v = Vec::new();
-    if let Some(m) = f.urpf {
+    let urpf = cfg
+        .interfaces
+        .iter()
+        .find(|f| f.name == name)
+        .and_then(|f| f.urpf);
+    if let Some(m) = urpf {
         let mode = match m {
             UrpfMode::Strict => urpf::Mode::Strict,
             UrpfMode::Loose => urpf::Mode::Loose,
         };
         v.push(urpf::Urpf::name(false, mode));
         v.push(urpf::Urpf::name(true, mode));
+    }
+    for f in &cfg.firewall.filters {
+        if f.interfaces.iter().any(|n| n == name) {
+            v.push(firewall::node::FilterFeature::name(false, f.hook));
+            v.push(firewall::node::FilterFeature::name(true, f.hook));
+        }
     }
     v
 }
@@ -45,6 +58,13 @@ pub struct Features {
     version: Arc<AtomicU64>,
     /// The fast path's interfaces by index: ports, then VLAN sub-interfaces.
     names: Vec<String>,
+    /// The firewall's rules and logs, shared with its nodes.
+    pub firewall: Arc<firewall::node::Shared>,
+    /// Workers (for the rule counters).
+    workers: usize,
+    /// The firewall config the published rules were compiled from (an unchanged one is
+    /// not recompiled, so its counters keep counting).
+    firewall_config: std::sync::Mutex<firewall::config::FirewallConfig>,
 }
 
 /// One feature's counters, summed over the workers.
@@ -63,13 +83,27 @@ pub struct FeatureCounts {
 impl Features {
     /// Features over `registry` for the interfaces `names` (by index), none enabled;
     /// `version` is bumped on each publish.
-    pub fn new(registry: Arc<Registry>, names: Vec<String>, version: Arc<AtomicU64>) -> Features {
+    pub fn new(
+        registry: Arc<Registry>,
+        firewall: Arc<firewall::node::Shared>,
+        names: Vec<String>,
+        workers: usize,
+        version: Arc<AtomicU64>,
+    ) -> Features {
         Features {
             registry,
             state: Arc::new(ArcSwap::from_pointee(FeatureState::default())),
             version,
             names,
+            firewall,
+            workers,
+            firewall_config: std::sync::Mutex::new(firewall::config::FirewallConfig::default()),
         }
+    }
+
+    /// The fast path's interfaces by index.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// What the workers load their state from.
@@ -83,6 +117,21 @@ impl Features {
         let s = self
             .registry
             .state(self.names.len(), |i| wanted(cfg, &self.names[i]))?;
+        // The rules first: a filter newly enabled on an interface finds them there.
+        if cfg.firewall
+            != *self
+                .firewall_config
+                .lock()
+                .map_err(|_| "firewall state unavailable")?
+        {
+            let rs = firewall::ruleset::RuleSet::compile(&cfg.firewall, &self.names, self.workers)
+                .map_err(|e| e.to_string())?;
+            self.firewall.rules.store(Arc::new(rs));
+            *self
+                .firewall_config
+                .lock()
+                .map_err(|_| "firewall state unavailable")? = cfg.firewall.clone();
+        }
         self.state.store(Arc::new(s));
         self.version.fetch_add(1, Ordering::Release);
         Ok(())

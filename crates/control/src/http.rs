@@ -163,6 +163,13 @@ async fn counters(State(s): State<Arc<Shared>>) -> ApiResult {
     blocking(move || show(s, "counters", None)).await
 }
 
+/// The firewall's filters, their rules and the rules' counters.
+#[utoipa::path(get, path = "/v1/firewall", tag = "show",
+    responses((status = 200, body = crate::fwview::FirewallView)))]
+async fn firewall(State(s): State<Arc<Shared>>) -> ApiResult {
+    blocking(move || show(s, "firewall", None)).await
+}
+
 /// Version and build.
 #[utoipa::path(get, path = "/v1/version", tag = "show",
     responses((status = 200, description = "{version, uptime_s}")))]
@@ -565,7 +572,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -661,6 +668,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/neighbors", get(neighbors))
         .route("/v1/bgp", get(bgp))
         .route("/v1/counters", get(counters))
+        .route("/v1/firewall", get(firewall))
         .route("/v1/version", get(version))
         .route("/v1/config", get(config_get))
         .route("/v1/config/check", post(config_check))

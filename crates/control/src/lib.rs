@@ -9,6 +9,7 @@ pub mod config;
 pub mod configsvc;
 pub mod daemon;
 pub mod features;
+pub mod fwview;
 pub mod glean;
 pub mod history;
 pub mod http;

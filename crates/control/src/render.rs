@@ -18,6 +18,12 @@ fn s(v: &Value) -> String {
 pub fn render(what: &str, v: &Value) -> String {
     let mut o = String::new();
     match what {
+        "firewall" => match serde_json::from_value::<crate::fwview::FirewallView>(v.clone()) {
+            Ok(f) => o.push_str(&crate::fwview::render(&f)),
+            Err(e) => {
+                let _ = writeln!(o, "unexpected firewall data from the daemon: {e}");
+            }
+        },
         "interfaces" => {
             let _ = writeln!(
                 o,

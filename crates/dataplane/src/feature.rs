@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::buffer::{PacketMemory, Pkt, VECTOR_SIZE};
+use crate::buffer::{PacketMemory, Pkt, F_LOCAL_ORIGIN, VECTOR_SIZE};
 use crate::interfaces::Interfaces;
 
 /// A point of the graph where features run.
@@ -129,6 +129,9 @@ pub(crate) enum Ifaces<'a> {
 /// (a bit per position), so the list can never fill before every packet is in it.
 pub(crate) struct Drops {
     pub(crate) list: [(u16, u8); VECTOR_SIZE],
+    /// What becomes of each entry of `list`: [`REPLY_NONE`] (freed), [`REPLY_REWRITTEN`]
+    /// (routed back as it is), else an ICMP error kind (`icmp::kind`).
+    pub(crate) reply: [u32; VECTOR_SIZE],
     pub(crate) len: usize,
     seen: [u64; VECTOR_SIZE / 64],
 }
@@ -174,20 +177,71 @@ impl Batch<'_> {
     /// twice (the first reason counts), or one beyond `len()`, changes nothing.
     #[inline]
     pub fn drop(&mut self, k: usize, reason: u8) {
+        self.drop_with(k, reason, REPLY_NONE);
+    }
+
+    /// Drop packet `k` as [`Batch::drop`] does, and answer its sender: `reply` says how.
+    /// A packet the router generated itself (a reply, an ICMP error) is never answered,
+    /// only dropped, so replies cannot loop.
+    #[inline]
+    pub fn reject(&mut self, k: usize, reason: u8, reply: Reply) {
+        let local = self.pkt(k).is_some_and(|p| p.flags & F_LOCAL_ORIGIN != 0);
+        let r = match reply {
+            _ if local => REPLY_NONE,
+            Reply::Rewritten => REPLY_REWRITTEN,
+            Reply::IcmpError { ty, code } => icmp_kind(ty, code).max(REPLY_REWRITTEN + 1),
+        };
+        self.drop_with(k, reason, r);
+    }
+
+    #[inline]
+    fn drop_with(&mut self, k: usize, reason: u8, reply: u32) {
         if k >= self.idx.len() {
             return;
         }
         let (w, bit) = (k / 64, 1u64 << (k % 64));
         let d = &mut *self.drops;
-        if let (Some(word), Some(slot)) = (d.seen.get_mut(w), d.list.get_mut(d.len)) {
+        let len = d.len;
+        if let (Some(word), Some(slot), Some(r)) =
+            (d.seen.get_mut(w), d.list.get_mut(len), d.reply.get_mut(len))
+        {
             if *word & bit == 0 {
                 *word |= bit;
                 *slot = (k as u16, reason);
+                *r = reply;
                 d.len += 1;
             }
         }
     }
 }
+
+/// How a rejected packet's sender is answered ([`Batch::reject`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The feature rewrote the packet in place into its reply (a TCP RST, say): an IP
+    /// packet at the same offsets, addressed back to the sender, checksums valid. The
+    /// engine routes it as a packet of the router's own (it passes no unicast arc).
+    Rewritten,
+    /// The engine replaces the packet by an ICMP (ICMPv6 on the IPv6 arcs) error of this
+    /// type and code quoting it, from the router's address, rate limited as its own.
+    IcmpError {
+        /// ICMP type.
+        ty: u8,
+        /// ICMP code.
+        code: u8,
+    },
+}
+
+/// An ICMP error kind as `Pkt::aux` carries it (the packing of `icmp::kind`, without an
+/// MTU; written here so this file does not import the ICMP node's).
+pub(crate) const fn icmp_kind(ty: u8, code: u8) -> u32 {
+    (ty as u32) << 24 | (code as u32) << 16
+}
+
+/// [`Drops::reply`]: freed.
+pub(crate) const REPLY_NONE: u32 = 0;
+/// [`Drops::reply`]: rewritten by the feature, routed back.
+pub(crate) const REPLY_REWRITTEN: u32 = 1;
 
 /// A feature's per-worker node. Called with the packets of one vector that reach it; it
 /// may read and write their frames and descriptors, and drops what it must
@@ -516,6 +570,7 @@ impl Runtime {
             ifc: Box::new([0; VECTOR_SIZE]),
             drops: Box::new(Drops {
                 list: [(0, 0); VECTOR_SIZE],
+                reply: [REPLY_NONE; VECTOR_SIZE],
                 len: 0,
                 seen: [0; VECTOR_SIZE / 64],
             }),

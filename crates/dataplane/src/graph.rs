@@ -465,7 +465,10 @@ impl Graph {
                         drop: Some(r as u8),
                     },
                 );
-                out.free.push(p.buf);
+                match rt.drops.reply[d] {
+                    feature::REPLY_NONE => out.free.push(p.buf),
+                    reply => self.answer(arc, v, &*mem, i, reply),
+                }
                 keep[a] = DEAD;
             }
             if T {
@@ -494,6 +497,44 @@ impl Graph {
         }
         self.feat = Some(rt);
         Some(alive)
+    }
+
+    /// Send the reply a feature asked for to rejected packet `i` (see
+    /// [`feature::Reply`]): routed back through the lookup as the router's own packet, or
+    /// turned into an ICMP error first.
+    fn answer<M: PacketMemory>(&mut self, arc: ArcId, v: &mut Vector, mem: &M, i: u16, reply: u32) {
+        let v6 = matches!(arc, ArcId::Ip6Unicast | ArcId::Ip6Output);
+        let Some(p) = v.pkts.get_mut(i as usize) else {
+            return;
+        };
+        if reply == feature::REPLY_REWRITTEN {
+            // ip4-lookup takes the destination from `nh`, where ip4-input left it (ip6-lookup
+            // reads the header).
+            if !v6 {
+                let at = p.off as usize + p.l3 as usize;
+                if let Some(d) = mem.frame(p.buf).get(at + 16..at + 20) {
+                    p.nh = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+                }
+            }
+            // Whatever the packet was marked for (fragmentation, an unverified checksum)
+            // was about the packet, not its answer.
+            p.flags = (p.flags & F_TRACED) | F_LOCAL_ORIGIN;
+            self.local_lookup = true;
+            self.enqueue(if v6 { Node::Ip6Lookup } else { Node::Ip4Lookup }, i);
+        } else {
+            // The error quotes the packet as it is (the error node refuses to answer the
+            // router's own packets).
+            p.flags &= !F_TO_FRAG;
+            p.aux = reply;
+            self.enqueue(
+                if v6 {
+                    Node::Icmp6Error
+                } else {
+                    Node::Icmp4Error
+                },
+                i,
+            );
+        }
     }
 
     /// The `ip4-output` / `ip6-output` node: the features, then port-tx, or ip4-frag for

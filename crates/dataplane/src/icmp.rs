@@ -79,3 +79,16 @@ pub(crate) fn error<const T: bool, F: Family, M: PacketMemory>(
         }
     }
 }
+
+#[cfg(test)]
+mod kind_tests {
+    #[test]
+    fn features_pack_error_kinds_as_the_icmp_node_reads_them() {
+        for (ty, code) in [(3u8, 13u8), (1, 1), (255, 255)] {
+            assert_eq!(
+                crate::feature::icmp_kind(ty, code),
+                super::kind(ty, code, 0)
+            );
+        }
+    }
+}

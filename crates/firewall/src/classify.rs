@@ -339,6 +339,9 @@ pub struct Stats {
 #[derive(Clone, Debug)]
 pub struct Classifier<T> {
     rules: Vec<Rule<T>>,
+    /// Rules with conditions outside their box (TCP flags, DSCP, state), checked by the
+    /// caller's filter ([`Classifier::classify_where`]): they never hide later rules.
+    partial: Vec<bool>,
     nodes: Vec<Node<T>>,
     entries: Vec<u32>,
     /// One tree per group of rules alike in which dimensions they are wide in, by their
@@ -376,6 +379,20 @@ struct Pending<T> {
 impl<T: Field> Classifier<T> {
     /// Build from `rules` in order (the first match wins).
     pub fn build(rules: Vec<Rule<T>>, opts: Options) -> Result<Classifier<T>, BuildError> {
+        let partial = vec![false; rules.len()];
+        Self::build_partial(rules, partial, opts)
+    }
+
+    /// Build from `rules` in order, where `partial[i]` says rule `i` has conditions beyond
+    /// its box: such a rule matches only when the filter given to
+    /// [`Classifier::classify_where`] passes it, so it never hides the rules after it.
+    /// Missing entries of `partial` count as `false`.
+    pub fn build_partial(
+        rules: Vec<Rule<T>>,
+        mut partial: Vec<bool>,
+        opts: Options,
+    ) -> Result<Classifier<T>, BuildError> {
+        partial.resize(rules.len(), false);
         if rules.len() > u32::MAX as usize / 2 {
             return Err(BuildError {
                 rule: rules.len(),
@@ -406,6 +423,7 @@ impl<T: Field> Classifier<T> {
                 ..Default::default()
             },
             rules,
+            partial,
         };
         // Rule entries in the leaves and in the nodes waiting to be built.
         let mut used = c.rules.len();
@@ -438,7 +456,7 @@ impl<T: Field> Classifier<T> {
             if let Some(k) = p
                 .rules
                 .iter()
-                .position(|&r| c.rules[r as usize].covers(&p.lo, &p.hi))
+                .position(|&r| !c.partial[r as usize] && c.rules[r as usize].covers(&p.lo, &p.hi))
             {
                 used -= p.rules.len() - (k + 1);
                 p.rules.truncate(k + 1);
@@ -514,6 +532,13 @@ impl<T: Field> Classifier<T> {
     /// The first rule (its index in the rule set) whose box holds `key`.
     #[inline]
     pub fn classify(&self, key: &[T; DIMS]) -> Option<u32> {
+        self.classify_where(key, |_| true)
+    }
+
+    /// The first rule whose box holds `key` and that `extra` passes (rules built as not
+    /// partial are passed without asking).
+    #[inline]
+    pub fn classify_where(&self, key: &[T; DIMS], extra: impl Fn(u32) -> bool) -> Option<u32> {
         let mut best: Option<u32> = None;
         // Trees in the order of their first rules: once a match comes before a tree's
         // first rule, neither it nor any later tree can do better.
@@ -521,7 +546,7 @@ impl<T: Field> Classifier<T> {
             if best.is_some_and(|b| b < t.first_rule) {
                 break;
             }
-            if let Some(r) = self.walk(t.root as usize, key) {
+            if let Some(r) = self.walk(t.root as usize, key, &extra) {
                 best = Some(best.map_or(r, |b| b.min(r)));
             }
         }
@@ -530,7 +555,7 @@ impl<T: Field> Classifier<T> {
 
     /// The first rule of one tree that holds `key`.
     #[inline]
-    fn walk(&self, root: usize, key: &[T; DIMS]) -> Option<u32> {
+    fn walk(&self, root: usize, key: &[T; DIMS], extra: &impl Fn(u32) -> bool) -> Option<u32> {
         let mut i = root;
         // Bounded: every split's children come after it, so at most one visit per node.
         for _ in 0..=self.nodes.len() {
@@ -543,10 +568,10 @@ impl<T: Field> Classifier<T> {
                 Node::Leaf { start, len } => {
                     let (s, n) = (start as usize, len as usize);
                     let list = self.entries.get(s..s + n)?;
-                    return list
-                        .iter()
-                        .copied()
-                        .find(|&r| self.rules.get(r as usize).is_some_and(|x| x.matches(key)));
+                    return list.iter().copied().find(|&r| {
+                        self.rules.get(r as usize).is_some_and(|x| x.matches(key))
+                            && (!self.partial.get(r as usize).copied().unwrap_or(false) || extra(r))
+                    });
                 }
             }
         }
@@ -809,6 +834,29 @@ mod tests {
             let c = Classifier::build(rules.clone(), Options { leaf_rules: leaf, ..Default::default() }).unwrap();
             for k in keys_for(&rules, 400, seed ^ 1) {
                 proptest::prop_assert_eq!(c.classify(&k), linear(&rules, &k));
+            }
+        }
+
+        /// Rules with conditions beyond their box (here: a key-dependent filter on some
+        /// rules) never hide later ones: the first rule whose box holds the key and whose
+        /// filter passes wins, as a linear scan finds.
+        #[test]
+        fn partial_rules_match_the_linear_reference(
+            n in 1usize..100,
+            seed in proptest::num::u64::ANY,
+            leaf in 1usize..6,
+            partial_every in 1usize..4,
+        ) {
+            let mut rules = acl_like(n, seed);
+            // Broad rules too, so that covering (and the pruning it allows) happens.
+            rules.insert(n / 2, Rule::any());
+            let partial: Vec<bool> = (0..rules.len()).map(|i| i % partial_every == 0).collect();
+            let c = Classifier::build_partial(rules.clone(), partial.clone(), Options { leaf_rules: leaf, ..Default::default() }).unwrap();
+            for k in keys_for(&rules, 300, seed ^ 7) {
+                // The extra condition: an arbitrary function of the rule and the key.
+                let extra = |r: u32| !(r as u64 ^ k[dim::SRC] as u64 ^ k[dim::DPORT] as u64).is_multiple_of(3);
+                let want = rules.iter().enumerate().position(|(i, r)| r.matches(&k) && (!partial[i] || extra(i as u32))).map(|i| i as u32);
+                proptest::prop_assert_eq!(c.classify_where(&k, extra), want);
             }
         }
 

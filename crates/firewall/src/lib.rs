@@ -1,11 +1,20 @@
-//! Ferrouter's firewall (issue 25), built up in steps. This first step is the packet
-//! classifier every filtering and NAT rule set goes through: [`classify`], a decision tree
-//! over the 5-tuple (HyperSplit style) that finds the first matching rule among thousands
-//! without scanning them.
+//! Ferrouter's firewall (issue 25), built up in steps:
+//! - [`classify`]: the packet classifier every filtering and NAT rule set goes through, a
+//!   decision tree over the 5-tuple (HyperSplit style) that finds the first matching rule
+//!   among thousands without scanning them;
+//! - [`config`]: `[firewall]` as the config file writes it (address sets, filters of
+//!   ordered rules bound to interfaces at a hook), and its checks;
+//! - [`ruleset`]: a config compiled for the fast path, published whole;
+//! - [`node`]: the filters as feature-arc nodes.
 
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::needless_range_loop))]
 
 pub mod classify;
+pub mod config;
 #[cfg(any(test, feature = "gen"))]
 pub mod gen;
+pub mod node;
+pub mod ruleset;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+//! The firewall as the API and the CLI show it (`GET /v1/firewall`, `ferrouter show
+//! firewall`), and its log: records the workers' filter nodes send, drained by the daemon
+//! loop into the daemon's log.
+
+use serde::{Deserialize, Serialize};
+
+use crate::features::Features;
+
+/// `GET /v1/firewall`: every filter with its rules and their counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FirewallView {
+    /// The filters, in config order.
+    pub filters: Vec<FilterView>,
+    /// Log records not written: over `[firewall] log_rate`, or a worker's ring full.
+    pub log_suppressed: u64,
+    /// Microseconds the running rules took to compile.
+    pub compile_us: u64,
+}
+
+/// One filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FilterView {
+    /// Name.
+    pub name: String,
+    /// `ingress` or `egress`.
+    pub hook: String,
+    /// The interfaces it is bound to.
+    pub interfaces: Vec<String>,
+    /// `accept`, `drop` or `reject`: for packets no rule matches.
+    pub policy: String,
+    /// Packets the policy decided.
+    pub policy_packets: u64,
+    /// Their bytes (IP length).
+    pub policy_bytes: u64,
+    /// The rules, in order.
+    pub rules: Vec<RuleView>,
+    /// Size of the IPv4 and IPv6 classifiers, bytes.
+    pub classifier_bytes: u64,
+}
+
+/// One rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RuleView {
+    /// Position, from 1.
+    pub index: u32,
+    /// `accept`, `drop` or `reject`.
+    pub action: String,
+    /// The matches, as the config writes them: `protocol tcp destination_port 22`.
+    pub matches: String,
+    /// The comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Packets it decided.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+fn describe(r: &firewall::config::RuleConfig) -> String {
+    let mut v: Vec<String> = Vec::new();
+    if let Some(f) = r.family {
+        v.push(format!(
+            "family {}",
+            if f == firewall::config::Family::Ipv4 {
+                "ipv4"
+            } else {
+                "ipv6"
+            }
+        ));
+    }
+    if let Some(p) = r.protocol {
+        v.push(format!("protocol {}", p.name()));
+    }
+    if !r.source.is_empty() {
+        v.push(format!("source {}", r.source.join(",")));
+    }
+    if !r.destination.is_empty() {
+        v.push(format!("destination {}", r.destination.join(",")));
+    }
+    let ports = |l: &firewall::config::PortList| {
+        l.0.iter()
+            .map(|r| {
+                if r.start() == r.end() {
+                    r.start().to_string()
+                } else {
+                    format!("{}-{}", r.start(), r.end())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if !r.source_port.is_empty() {
+        v.push(format!("source_port {}", ports(&r.source_port)));
+    }
+    if !r.destination_port.is_empty() {
+        v.push(format!("destination_port {}", ports(&r.destination_port)));
+    }
+    if let Some(t) = r.icmp_type {
+        v.push(format!("icmp_type {t}"));
+    }
+    if let Some(c) = r.icmp_code {
+        v.push(format!("icmp_code {c}"));
+    }
+    if !r.tcp_flags.is_empty() {
+        v.push(format!("tcp_flags {}", r.tcp_flags.join(",")));
+    }
+    if !r.dscp.is_empty() {
+        let d: Vec<String> = r.dscp.iter().map(|d| d.to_string()).collect();
+        v.push(format!("dscp {}", d.join(",")));
+    }
+    if !r.state.is_empty() {
+        v.push(format!("state {}", r.state.join(",")));
+    }
+    if let Some(d) = r.set_dscp {
+        v.push(format!("set_dscp {d}"));
+    }
+    if r.log {
+        v.push("log".into());
+    }
+    if v.is_empty() {
+        "any".into()
+    } else {
+        v.join(" ")
+    }
+}
+
+/// What the running rules are, with their counters.
+pub fn view(features: &Features) -> FirewallView {
+    let rs = features.firewall.rules.load();
+    FirewallView {
+        filters: rs
+            .filters
+            .iter()
+            .map(|f| {
+                let c = rs.counts(f);
+                FilterView {
+                    name: f.name.clone(),
+                    hook: f.hook.name().into(),
+                    interfaces: f.interfaces.clone(),
+                    policy: f.policy.name().into(),
+                    policy_packets: c.policy.0,
+                    policy_bytes: c.policy.1,
+                    classifier_bytes: (f.v4.stats().bytes + f.v6.stats().bytes) as u64,
+                    rules: f
+                        .source
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| {
+                            let (packets, bytes) = c.rules.get(i).copied().unwrap_or_default();
+                            RuleView {
+                                index: i as u32 + 1,
+                                action: r.action.map_or("?", |a| a.name()).into(),
+                                matches: describe(r),
+                                comment: r.comment.clone(),
+                                packets,
+                                bytes,
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+        log_suppressed: features
+            .firewall
+            .log_suppressed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        compile_us: rs.compile_ns / 1000,
+    }
+}
+
+/// `ferrouter show firewall`: one block per filter, a line per rule.
+pub fn render(v: &FirewallView) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if v.filters.is_empty() {
+        s.push_str("no filters configured ([firewall] in the config; see docs/firewall.md)\n");
+    }
+    for f in &v.filters {
+        let _ = writeln!(
+            s,
+            "filter {} ({} on {}), policy {}",
+            f.name,
+            f.hook,
+            f.interfaces.join(", "),
+            f.policy
+        );
+        let _ = writeln!(
+            s,
+            "  {:>4}  {:<7} {:>12} {:>14}  matches",
+            "#", "action", "packets", "bytes"
+        );
+        for r in &f.rules {
+            let comment = r
+                .comment
+                .as_deref()
+                .map(|c| format!("  # {c}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "  {:>4}  {:<7} {:>12} {:>14}  {}{}",
+                r.index, r.action, r.packets, r.bytes, r.matches, comment
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  {:>4}  {:<7} {:>12} {:>14}  (policy)",
+            "-", f.policy, f.policy_packets, f.policy_bytes
+        );
+    }
+    if v.log_suppressed > 0 {
+        let _ = writeln!(
+            s,
+            "log records suppressed (over log_rate): {}",
+            v.log_suppressed
+        );
+    }
+    s
+}
+
+/// Write the log records the workers sent into the daemon's log (target `firewall`), at
+/// most `max` per call. `names` are the interfaces by index.
+pub fn drain_logs(features: &Features, names: &[String], max: usize) {
+    let recs = features.firewall.drain_logs(max);
+    if recs.is_empty() {
+        return;
+    }
+    let rs = features.firewall.rules.load();
+    for r in recs {
+        let addr = |a: [u8; 16]| -> std::net::IpAddr {
+            if r.v6 {
+                std::net::Ipv6Addr::from(a).into()
+            } else {
+                std::net::Ipv4Addr::new(a[12], a[13], a[14], a[15]).into()
+            }
+        };
+        let filter = rs
+            .filters
+            .get(r.filter as usize)
+            .map_or("?", |f| f.name.as_str());
+        let rule = r.rule.map_or("policy".to_string(), |i| (i + 1).to_string());
+        tracing::info!(
+            target: "firewall",
+            filter,
+            rule = %rule,
+            action = r.action.name(),
+            hook = r.hook.name(),
+            interface = names.get(r.iface as usize).map_or("?", |n| n.as_str()),
+            src = %addr(r.src),
+            dst = %addr(r.dst),
+            proto = r.proto,
+            sport = r.sport,
+            dport = r.dport,
+            len = r.len,
+            "firewall {} {} {}:{} -> {}:{} proto {}",
+            r.action.name(),
+            filter,
+            addr(r.src),
+            r.sport,
+            addr(r.dst),
+            r.dport,
+            r.proto
+        );
+    }
+}

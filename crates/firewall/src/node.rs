@@ -1,0 +1,588 @@
+//! The filters as feature-arc nodes: `ip4-filter-ingress` and `ip6-filter-ingress` on the
+//! unicast arcs (what an interface receives, before the route lookup), `ip4-filter-egress`
+//! and `ip6-filter-egress` on the output arcs (what leaves by it).
+//!
+//! Each batch loads the published [`RuleSet`] once, so every packet of it is judged by one
+//! version of the rules. Per packet: read the 5-tuple, TCP flags and DSCP, find the
+//! interface's filter, classify, count the rule's packets and bytes (per worker), then:
+//! - accept: on (with its DSCP rewritten if the rule says so);
+//! - drop: dropped, counted under `rule_drop`;
+//! - reject: dropped, counted under `reject`, and answered: TCP (but a RST) with a RST
+//!   built in place and routed back, anything else with an ICMP / ICMPv6 destination
+//!   unreachable, administratively prohibited, built by the engine. Answers are rate
+//!   limited (the engine's ICMP limits; RSTs at [`RST_RATE`] per second per worker);
+//!   beyond it the packet is dropped under `reject_limited`.
+//!
+//! Rules with `log = true` send a [`LogRecord`] to the control thread through a ring per
+//! worker, at most `log_rate` per second per worker; the rest are counted as suppressed.
+//! Nothing is logged, allocated or locked per packet.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec, Reply};
+use dataplane::RateLimiter;
+
+use crate::config::{Action, Hook, ICMP, ICMPV6, SCTP, TCP, UDP};
+use crate::ruleset::{PacketKey, RuleSet, Verdict, NO_L4};
+
+/// Drop reason: a rule or the policy said drop.
+pub const RULE_DROP: u8 = 0;
+/// Drop reason: a rule or the policy said reject (and the sender was answered).
+pub const REJECT: u8 = 1;
+/// Drop reason: rejected, but the answer was over its rate limit.
+pub const REJECT_LIMITED: u8 = 2;
+/// Drop reason: headers the filter cannot read.
+pub const MALFORMED: u8 = 3;
+/// Drop reason: an IPv4 TCP fragment at offset 8 (RFC 1858 §3.2).
+pub const TINY_FRAGMENT: u8 = 4;
+
+const DROPS: &[(&str, &str)] = &[
+    ("rule_drop", "dropped by a firewall rule or filter policy"),
+    (
+        "reject",
+        "rejected by a firewall rule or filter policy (the sender was sent a TCP RST or an ICMP unreachable)",
+    ),
+    (
+        "reject_limited",
+        "rejected by a firewall rule; the answer was over its rate limit",
+    ),
+    (
+        "malformed",
+        "the firewall could not read the transport header (truncated, or bad IPv6 extension headers)",
+    ),
+    (
+        "tiny_fragment",
+        "IPv4 TCP fragment at offset 8, which could overwrite the TCP flags (RFC 1858)",
+    ),
+];
+
+/// TCP RSTs a worker sends per second, at most (bursts of [`RST_BURST`]).
+pub const RST_RATE: u64 = 1000;
+/// Burst of RSTs.
+pub const RST_BURST: u64 = 100;
+/// Log records a worker's ring holds before the control thread drains it.
+pub const LOG_RING: usize = 1024;
+
+/// One packet a rule with `log = true` matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Monotonic time, ns.
+    pub now_ns: u64,
+    /// Worker.
+    pub worker: u16,
+    /// Interface index.
+    pub iface: u16,
+    /// Hook.
+    pub hook: Hook,
+    /// Index of the filter in the rule set that was current.
+    pub filter: u16,
+    /// Rule index (`None`: the policy).
+    pub rule: Option<u32>,
+    /// What was done.
+    pub action: Action,
+    /// IPv6.
+    pub v6: bool,
+    /// Source address (IPv4 in the last 4 bytes).
+    pub src: [u8; 16],
+    /// Destination address.
+    pub dst: [u8; 16],
+    /// Protocol.
+    pub proto: u8,
+    /// Source port or ICMP type.
+    pub sport: u16,
+    /// Destination port or ICMP code.
+    pub dport: u16,
+    /// IP length.
+    pub len: u16,
+}
+
+/// What the control thread and the nodes share: the published rules and the log rings.
+pub struct Shared {
+    /// The rules the workers apply.
+    pub rules: ArcSwap<RuleSet>,
+    logs: Mutex<Vec<rtrb::Consumer<LogRecord>>>,
+    /// Log records not sent: over the rate, or the ring full.
+    pub log_suppressed: AtomicU64,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            rules: ArcSwap::from_pointee(RuleSet::empty()),
+            logs: Mutex::new(Vec::new()),
+            log_suppressed: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Shared {
+    /// Take every log record waiting (control thread), at most `max`.
+    pub fn drain_logs(&self, max: usize) -> Vec<LogRecord> {
+        let mut out = Vec::new();
+        if let Ok(mut logs) = self.logs.lock() {
+            for c in logs.iter_mut() {
+                while out.len() < max {
+                    match c.pop() {
+                        Ok(r) => out.push(r),
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One of the four filter features.
+pub struct FilterFeature {
+    v6: bool,
+    hook: Hook,
+    shared: Arc<Shared>,
+}
+
+impl FilterFeature {
+    /// The four features over `shared`, to register.
+    pub fn all(shared: &Arc<Shared>) -> Vec<Arc<dyn Feature>> {
+        [Hook::Ingress, Hook::Egress]
+            .into_iter()
+            .flat_map(|hook| {
+                [false, true].into_iter().map(move |v6| {
+                    Arc::new(FilterFeature {
+                        v6,
+                        hook,
+                        shared: shared.clone(),
+                    }) as Arc<dyn Feature>
+                })
+            })
+            .collect()
+    }
+    /// The feature's name.
+    pub fn name(v6: bool, hook: Hook) -> &'static str {
+        match (v6, hook) {
+            (false, Hook::Ingress) => "ip4-filter-ingress",
+            (true, Hook::Ingress) => "ip6-filter-ingress",
+            (false, Hook::Egress) => "ip4-filter-egress",
+            (true, Hook::Egress) => "ip6-filter-egress",
+        }
+    }
+}
+
+impl Feature for FilterFeature {
+    fn spec(&self) -> FeatureSpec {
+        FeatureSpec {
+            name: FilterFeature::name(self.v6, self.hook),
+            arc: match (self.v6, self.hook) {
+                (false, Hook::Ingress) => ArcId::Ip4Unicast,
+                (true, Hook::Ingress) => ArcId::Ip6Unicast,
+                (false, Hook::Egress) => ArcId::Ip4Output,
+                (true, Hook::Egress) => ArcId::Ip6Output,
+            },
+            // Spoofed sources go first (uRPF), then the filter.
+            before: &[],
+            after: &[
+                "ip4-urpf-strict",
+                "ip4-urpf-loose",
+                "ip6-urpf-strict",
+                "ip6-urpf-loose",
+            ],
+            drops: DROPS,
+        }
+    }
+
+    fn node(&self, worker: usize) -> Box<dyn FeatureNode> {
+        let (tx, rx) = rtrb::RingBuffer::new(LOG_RING);
+        let log = match self.shared.logs.lock() {
+            Ok(mut l) => {
+                l.push(rx);
+                Some(tx)
+            }
+            Err(_) => None,
+        };
+        Box::new(Node {
+            v6: self.v6,
+            hook: self.hook,
+            worker,
+            shared: self.shared.clone(),
+            log,
+            log_rate: 0,
+            log_limit: RateLimiter::new(1, 1),
+            rst_limit: RateLimiter::new(RST_RATE, RST_BURST),
+        })
+    }
+}
+
+struct Node {
+    v6: bool,
+    hook: Hook,
+    worker: usize,
+    shared: Arc<Shared>,
+    log: Option<rtrb::Producer<LogRecord>>,
+    log_rate: u32,
+    log_limit: RateLimiter,
+    rst_limit: RateLimiter,
+}
+
+/// A packet's headers as the filter reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// Source (IPv4 in the last 4 bytes).
+    pub src: [u8; 16],
+    /// Destination.
+    pub dst: [u8; 16],
+    /// Protocol.
+    pub proto: u8,
+    /// Whether the transport header is there (not a later fragment).
+    pub l4: bool,
+    /// Source port or ICMP type.
+    pub sport: u16,
+    /// Destination port or ICMP code.
+    pub dport: u16,
+    /// TCP flags.
+    pub flags: u8,
+    /// DSCP.
+    pub dscp: u8,
+    /// Offset of the transport header in the frame.
+    pub l4_at: usize,
+    /// IP length (header and payload).
+    pub ip_len: usize,
+}
+
+/// Bytes of transport header the filter needs to read, per protocol.
+fn l4_need(proto: u8) -> usize {
+    match proto {
+        TCP => 20,
+        UDP => 8,
+        SCTP => 12,
+        ICMP | ICMPV6 => 4,
+        _ => 0,
+    }
+}
+
+fn read_l4(frame: &[u8], p: &mut Parsed) -> Result<(), u8> {
+    let need = l4_need(p.proto);
+    if need == 0 {
+        return Ok(());
+    }
+    // `ip_len` holds the bytes the IP packet has from the transport header on.
+    if need > p.ip_len {
+        return Err(MALFORMED);
+    }
+    let h = frame.get(p.l4_at..p.l4_at + need).ok_or(MALFORMED)?;
+    match p.proto {
+        ICMP | ICMPV6 => {
+            p.sport = u16::from(h[0]);
+            p.dport = u16::from(h[1]);
+        }
+        _ => {
+            p.sport = u16::from_be_bytes([h[0], h[1]]);
+            p.dport = u16::from_be_bytes([h[2], h[3]]);
+            if p.proto == TCP {
+                p.flags = h[13];
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read an IPv4 packet whose header starts at `at` (valid: ip4-input checked it).
+pub fn parse4(frame: &[u8], at: usize) -> Result<Parsed, u8> {
+    let h = frame.get(at..at + 20).ok_or(MALFORMED)?;
+    let ihl = usize::from(h[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let frag = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
+    let mut p = Parsed {
+        proto: h[9],
+        dscp: h[1] >> 2,
+        l4_at: at + ihl,
+        ip_len: total,
+        ..Parsed::default()
+    };
+    p.src[12..].copy_from_slice(&h[12..16]);
+    p.dst[12..].copy_from_slice(&h[16..20]);
+    if ihl < 20 || total < ihl {
+        return Err(MALFORMED);
+    }
+    if frag != 0 {
+        if frag == 1 && p.proto == TCP {
+            return Err(TINY_FRAGMENT);
+        }
+        return Ok(p);
+    }
+    // The transport header must lie within the IP packet.
+    p.ip_len = total - ihl;
+    read_l4(frame, &mut p)?;
+    p.ip_len = total;
+    p.l4 = true;
+    Ok(p)
+}
+
+/// Read an IPv6 packet whose header starts at `at`.
+pub fn parse6(frame: &[u8], at: usize) -> Result<Parsed, u8> {
+    let h = frame.get(at..at + 40).ok_or(MALFORMED)?;
+    let tc = (h[0] & 0x0f) << 4 | h[1] >> 4;
+    let plen = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    let payload = frame.get(at + 40..at + 40 + plen).ok_or(MALFORMED)?;
+    let walk = wire::ipv6::walk_ext_headers(h[6], payload, wire::ipv6::MAX_EXT_HEADERS)
+        .map_err(|_| MALFORMED)?;
+    let mut p = Parsed {
+        proto: walk.upper_protocol,
+        dscp: tc >> 2,
+        l4_at: at + 40 + walk.upper_offset,
+        ip_len: 40 + plen,
+        ..Parsed::default()
+    };
+    p.src.copy_from_slice(&h[8..24]);
+    p.dst.copy_from_slice(&h[24..40]);
+    if walk.fragment.is_some_and(|f| f.offset_bytes != 0) {
+        return Ok(p);
+    }
+    p.ip_len = plen - walk.upper_offset.min(plen);
+    read_l4(frame, &mut p)?;
+    p.ip_len = 40 + plen;
+    p.l4 = true;
+    Ok(p)
+}
+
+impl Parsed {
+    fn key4(&self) -> PacketKey<u32> {
+        PacketKey {
+            src: u32::from_be_bytes([self.src[12], self.src[13], self.src[14], self.src[15]]),
+            dst: u32::from_be_bytes([self.dst[12], self.dst[13], self.dst[14], self.dst[15]]),
+            sport: self.sport,
+            dport: self.dport,
+            proto: u32::from(self.proto) + if self.l4 { 0 } else { NO_L4 },
+            flags: self.flags,
+            dscp: self.dscp,
+            state: 0,
+        }
+    }
+    fn key6(&self) -> PacketKey<u128> {
+        PacketKey {
+            src: u128::from_be_bytes(self.src),
+            dst: u128::from_be_bytes(self.dst),
+            sport: self.sport,
+            dport: self.dport,
+            proto: u32::from(self.proto) + if self.l4 { 0 } else { NO_L4 },
+            flags: self.flags,
+            dscp: self.dscp,
+            state: 0,
+        }
+    }
+}
+
+/// Set the DSCP of the IP header at `at` (checksum updated for IPv4).
+pub fn set_dscp(frame: &mut [u8], at: usize, v6: bool, dscp: u8) {
+    if v6 {
+        if let Some(h) = frame.get_mut(at..at + 2) {
+            let tc = (h[0] & 0x0f) << 4 | h[1] >> 4;
+            let tc = (dscp & 63) << 2 | tc & 3;
+            h[0] = 0x60 | tc >> 4;
+            h[1] = tc << 4 | h[1] & 0x0f;
+        }
+    } else if let Some(h) = frame.get_mut(at..at + 12) {
+        let old = u16::from_be_bytes([h[0], h[1]]);
+        h[1] = (dscp & 63) << 2 | h[1] & 3;
+        let new = u16::from_be_bytes([h[0], h[1]]);
+        let c = wire::checksum::update16(u16::from_be_bytes([h[10], h[11]]), old, new);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// Rewrite the TCP segment `p` (IP header at `at`) in place into the RST that answers it
+/// (RFC 9293 §3.10.7.1: SEQ = the segment's ACK if it had one, else 0 with ACK = its
+/// SEQ + length). Returns the new IP length, or `None` for a segment that must not be
+/// answered (a RST) or does not fit.
+pub fn rst_in_place(frame: &mut [u8], at: usize, v6: bool, p: &Parsed) -> Option<usize> {
+    let tcp = frame.get(p.l4_at..p.l4_at + 20)?;
+    let flags = tcp[13];
+    if flags & 0x04 != 0 {
+        return None;
+    }
+    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let ack = u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]);
+    let doff = usize::from(tcp[12] >> 4) * 4;
+    let seg_len = p.ip_len.checked_sub(p.l4_at - at + doff)?
+        + usize::from(flags & 0x02 != 0)
+        + usize::from(flags & 0x01 != 0);
+    let (rseq, rack, rflags) = if flags & 0x10 != 0 {
+        (ack, 0, 0x04)
+    } else {
+        (0, seq.wrapping_add(seg_len as u32), 0x14)
+    };
+    let (sport, dport) = (p.sport, p.dport);
+    let ip_hlen = if v6 { 40 } else { 20 };
+    let out = frame.get_mut(at..at + ip_hlen + 20)?;
+    let (ip, t) = out.split_at_mut(ip_hlen);
+    if v6 {
+        ip.fill(0);
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&20u16.to_be_bytes());
+        ip[6] = TCP;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&p.dst);
+        ip[24..40].copy_from_slice(&p.src);
+    } else {
+        ip.fill(0);
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&40u16.to_be_bytes());
+        ip[6] = 0x40; // DF
+        ip[8] = 64;
+        ip[9] = TCP;
+        ip[12..16].copy_from_slice(&p.dst[12..]);
+        ip[16..20].copy_from_slice(&p.src[12..]);
+        let c = wire::checksum::checksum(ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+    t.fill(0);
+    t[0..2].copy_from_slice(&dport.to_be_bytes());
+    t[2..4].copy_from_slice(&sport.to_be_bytes());
+    t[4..8].copy_from_slice(&rseq.to_be_bytes());
+    t[8..12].copy_from_slice(&rack.to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = rflags;
+    let pseudo = if v6 {
+        wire::checksum::pseudo_v6(&p.dst, &p.src, TCP, 20)
+    } else {
+        let a = |x: &[u8; 16]| u32::from_be_bytes([x[12], x[13], x[14], x[15]]);
+        wire::checksum::pseudo_v4(a(&p.dst), a(&p.src), TCP, 20)
+    };
+    let c = wire::checksum::fold(pseudo + wire::checksum::sum(t));
+    t[16..18].copy_from_slice(&(!c).to_be_bytes());
+    Some(ip_hlen + 20)
+}
+
+impl FeatureNode for Node {
+    fn process(&mut self, cx: &mut FeatureCx<'_>, b: &mut Batch<'_>) {
+        let rs = self.shared.rules.load();
+        // A worker beyond the counters the rule set was compiled for is still filtered
+        // (never fail open); it just goes uncounted.
+        let ctr = rs.counters(self.worker);
+        if rs.log_rate != self.log_rate {
+            self.log_rate = rs.log_rate;
+            let r = u64::from(rs.log_rate.max(1));
+            self.log_limit = RateLimiter::new(r, r);
+        }
+        self.log_limit.refill(cx.now_ns);
+        self.rst_limit.refill(cx.now_ns);
+        for k in 0..b.len() {
+            let Some(pk) = b.pkt(k).copied() else {
+                continue;
+            };
+            let iface = b.iface(k);
+            let Some(f) = rs.filter(self.hook, iface) else {
+                continue;
+            };
+            let at = pk.off as usize + pk.l3 as usize;
+            let frame = cx.mem.frame(pk.buf);
+            let parsed = if self.v6 {
+                parse6(frame, at)
+            } else {
+                parse4(frame, at)
+            };
+            let p = match parsed {
+                Ok(p) => p,
+                Err(r) => {
+                    b.drop(k, r);
+                    continue;
+                }
+            };
+            let v: Verdict = if self.v6 {
+                f.judge6(&p.key6())
+            } else {
+                f.judge4(&p.key4())
+            };
+            if let Some(c) = ctr {
+                c.add(v.slot, p.ip_len as u64);
+            }
+            let rule = v.rule.and_then(|r| f.rules.get(r as usize));
+            if rule.is_some_and(|r| r.log) {
+                self.log(cx.now_ns, iface, &rs, f, &v, &p);
+            }
+            match v.action {
+                Action::Accept => {
+                    if let Some(d) = rule.map(|r| r.set_dscp).filter(|&d| d != 0xff) {
+                        set_dscp(cx.mem.frame_mut(pk.buf), at, self.v6, d);
+                    }
+                }
+                Action::Drop => b.drop(k, RULE_DROP),
+                Action::Reject => self.reject(cx, b, k, at, &p),
+            }
+        }
+    }
+}
+
+impl Node {
+    fn reject(
+        &mut self,
+        cx: &mut FeatureCx<'_>,
+        b: &mut Batch<'_>,
+        k: usize,
+        at: usize,
+        p: &Parsed,
+    ) {
+        if p.proto == TCP && p.l4 {
+            if !self.rst_limit.take() {
+                b.drop(k, REJECT_LIMITED);
+                return;
+            }
+            let Some(pk) = b.pkt(k).copied() else { return };
+            match rst_in_place(cx.mem.frame_mut(pk.buf), at, self.v6, p) {
+                Some(len) => {
+                    if let Some(q) = b.pkt_mut(k) {
+                        q.len = q.l3 + len as u16;
+                    }
+                    b.reject(k, REJECT, Reply::Rewritten);
+                }
+                None => b.drop(k, REJECT),
+            }
+        } else {
+            let (ty, code) = if self.v6 { (1, 1) } else { (3, 13) };
+            b.reject(k, REJECT, Reply::IcmpError { ty, code });
+        }
+    }
+
+    fn log(
+        &mut self,
+        now_ns: u64,
+        iface: u16,
+        rs: &RuleSet,
+        f: &crate::ruleset::CompiledFilter,
+        v: &Verdict,
+        p: &Parsed,
+    ) {
+        let Some(tx) = self.log.as_mut() else {
+            self.shared.log_suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if !self.log_limit.take() {
+            self.shared.log_suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let filter = rs
+            .filters
+            .iter()
+            .position(|x| std::ptr::eq(x, f))
+            .unwrap_or(usize::MAX) as u16;
+        let rec = LogRecord {
+            now_ns,
+            worker: self.worker as u16,
+            iface,
+            hook: self.hook,
+            filter,
+            rule: v.rule,
+            action: v.action,
+            v6: self.v6,
+            src: p.src,
+            dst: p.dst,
+            proto: p.proto,
+            sport: p.sport,
+            dport: p.dport,
+            len: p.ip_len as u16,
+        };
+        if tx.push(rec).is_err() {
+            self.shared.log_suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! The firewall end to end: `[firewall]` filters in the config of `ferrouter run` in a
+//! namespace lab, with real TCP (curl against a Python HTTP server, iperf3) and UDP (nc,
+//! and Python sockets for what nc cannot show: the DSCP received, the error a rejected
+//! datagram returns), in both families; the rules' counters in `show firewall`, their drops
+//! in `show counters`, their log in the daemon's log; `config check` warnings; changes
+//! applied live under traffic without losing what stays allowed.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lab::{Lab, H1_V4, H2_V4, H2_V6};
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+const FW: &str = r#"
+[[firewall.set]]
+name = "h1"
+addresses = ["192.0.2.2", "2001:db8:1::2"]
+
+[[firewall.filter]]
+name = "from-h1"
+hook = "ingress"
+interfaces = ["r1"]
+policy = "drop"
+
+[[firewall.filter.rule]]
+action = "accept"
+protocol = "tcp"
+source = ["@h1"]
+destination_port = [8080, 5201]
+comment = "web and iperf3"
+
+[[firewall.filter.rule]]
+action = "reject"
+protocol = "tcp"
+destination_port = 8081
+
+[[firewall.filter.rule]]
+action = "reject"
+protocol = "udp"
+destination_port = 9999
+
+[[firewall.filter.rule]]
+action = "accept"
+protocol = "udp"
+destination_port = 7777
+set_dscp = 10
+log = true
+
+[[firewall.filter.rule]]
+action = "accept"
+protocol = "icmp"
+
+[[firewall.filter.rule]]
+action = "accept"
+protocol = "icmpv6"
+
+[[firewall.filter]]
+name = "to-h1"
+hook = "egress"
+interfaces = ["r1"]
+
+[[firewall.filter.rule]]
+action = "drop"
+protocol = "udp"
+source_port = 6666
+"#;
+
+/// Apply `base` + `extra` with `ferrouter config apply`: (success, output).
+fn apply(lab: &Lab, base: &str, extra: &str, tag: &str) -> (bool, String) {
+    let f = lab
+        .config_file()
+        .with_file_name(format!("candidate-{tag}.toml"));
+    std::fs::write(&f, format!("{base}\n{extra}")).unwrap();
+    let out = Command::new(bin())
+        .args(["config", "apply", f.to_str().unwrap(), "--socket"])
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// curl from h1: its exit code (0 ok, 7 refused, 28 timed out) and output.
+fn curl(lab: &Lab, url: &str, max_s: u32) -> (i32, String) {
+    let out = lab
+        .exec_status(
+            &lab.h1(),
+            &[
+                "curl",
+                "-s",
+                "-S",
+                "-m",
+                &max_s.to_string(),
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                url,
+            ],
+        )
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn python(lab: &Lab, ns: &str, code: &str) -> (bool, String) {
+    sh(lab, ns, &["python3", "-c", code])
+}
+
+/// A background process in `ns`, killed on drop.
+struct Bg(std::process::Child);
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(ns: &str, args: &[&str]) -> Bg {
+    Bg(Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap())
+}
+
+/// `ferrouter trace ARGS`: its output.
+fn trace(lab: &Lab, args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .arg("trace")
+        .args(args)
+        .arg("--socket")
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The filter `name` in `show firewall`.
+fn filter(lab: &Lab, name: &str) -> Value {
+    let v = api(lab, "firewall", None);
+    v["filters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {v}"))
+        .clone()
+}
+
+fn rule_packets(f: &Value, index: usize) -> u64 {
+    f["rules"][index - 1]["packets"].as_u64().unwrap()
+}
+
+fn feature_drops(lab: &Lab, feature: &str, reason: &str) -> u64 {
+    let c = api(lab, "counters", None);
+    c["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["feature"] == feature)
+        .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
+        .as_u64()
+        .unwrap()
+}
+
+/// Wait (bounded) for a TCP listener on `port` in `ns`.
+fn wait_listening(lab: &Lab, ns: &str, port: u16) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let (_, out) = sh(lab, ns, &["ss", "-ltnH", &format!("sport = :{port}")]);
+        if !out.trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("nothing listens on {port} in {ns}");
+}
+
+#[test]
+fn firewall_filters_real_traffic_and_changes_live() {
+    let g = start("fw", FW);
+    let lab = &g.0;
+    let base = std::fs::read_to_string(lab.config_file())
+        .unwrap()
+        .replace(FW, "");
+    let h2 = lab.h2();
+    // HTTP servers on h2 for every port the rules name: what does not get through is the
+    // firewall's doing, not a closed port.
+    let _servers: Vec<Bg> = [8080, 8081, 8082]
+        .iter()
+        .map(|p| {
+            spawn(
+                &h2,
+                &[
+                    "python3",
+                    "-m",
+                    "http.server",
+                    &p.to_string(),
+                    "--bind",
+                    "::",
+                ],
+            )
+        })
+        .collect();
+    for p in [8080, 8081, 8082] {
+        wait_listening(lab, &h2, p);
+    }
+    ping_until_ok(lab, &lab.h1(), H2_V4);
+    ping_until_ok(lab, &lab.h1(), H2_V6);
+
+    // Accepted, both families.
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8080/"), 10);
+    assert_eq!(code, 0, "curl 8080 over IPv4: {out}");
+    assert!(out.starts_with("200"), "{out}");
+    let (code, out) = curl(lab, &format!("http://[{H2_V6}]:8080/"), 10);
+    assert_eq!(code, 0, "curl 8080 over IPv6: {out}");
+    // Rejected: the router answers the SYN with a RST, so curl is refused at once.
+    trace(lab, &["add", "20", "--match", "ip4 and port 8081"]);
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8081/"), 10);
+    assert_eq!(
+        code,
+        7,
+        "curl 8081 must be refused by a RST: {out}\n{}",
+        trace(lab, &["show"])
+    );
+    let (code, out) = curl(lab, &format!("http://[{H2_V6}]:8081/"), 10);
+    assert_eq!(code, 7, "curl 8081 over IPv6 must be refused: {out}");
+    // Dropped by the policy: curl times out.
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8082/"), 2);
+    assert_eq!(code, 28, "curl 8082 must time out (policy drop): {out}");
+
+    // A rejected datagram: the sender's socket gets the ICMP unreachable
+    // (administratively prohibited) as an error.
+    let (ok, out) = python(
+        lab,
+        &lab.h1(),
+        &format!(
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.settimeout(3)\ns.connect(('{H2_V4}',9999))\ns.send(b'x')\n\
+             try:\n  s.recv(10)\n  print('answered')\nexcept socket.timeout:\n  print('timeout')\nexcept OSError as e:\n  print('error', e.errno)\n"
+        ),
+    );
+    assert!(
+        ok && out.contains("error 113"),
+        "rejected UDP must get EHOSTUNREACH: {out}"
+    );
+
+    // Accepted with its DSCP rewritten to 10 (TOS 40), and logged.
+    let tos = udp_receiver(lab, &h2, 7777, "0.0.0.0");
+    let (ok, out) = sh(
+        lab,
+        &lab.h1(),
+        &["sh", "-c", &format!("echo hello | nc -u -w1 {H2_V4} 7777")],
+    );
+    assert!(ok, "nc: {out}");
+    let got = tos.join().unwrap();
+    assert!(
+        got.contains("hello tos 40"),
+        "the datagram must arrive with DSCP 10 (TOS 40): {got}"
+    );
+    let log = wait_for(|| {
+        let l = std::fs::read_to_string(lab.log_file()).unwrap_or_default();
+        l.contains("firewall accept from-h1").then_some(l)
+    });
+    assert!(
+        log.is_some(),
+        "no firewall log line in {}",
+        lab.log_file().display()
+    );
+
+    // Egress: h2's datagrams from port 6666 are dropped on their way out to h1, others
+    // arrive.
+    let rx = udp_receiver(lab, &lab.h1(), 6000, "0.0.0.0");
+    for sport in ["6666", "6667"] {
+        let (ok, out) = sh(
+            lab,
+            &h2,
+            &[
+                "sh",
+                "-c",
+                &format!("echo from{sport} | nc -u -w1 -p {sport} {H1_V4} 6000"),
+            ],
+        );
+        assert!(ok, "nc: {out}");
+    }
+    let got = rx.join().unwrap();
+    assert!(
+        got.contains("from6667") && !got.contains("from6666"),
+        "{got}"
+    );
+
+    // The counters: per rule in `show firewall`, per reason in `show counters`.
+    let f = filter(lab, "from-h1");
+    assert!(rule_packets(&f, 1) >= 6, "{f}");
+    assert!(rule_packets(&f, 2) >= 2, "{f}");
+    assert!(rule_packets(&f, 3) >= 1, "{f}");
+    assert!(rule_packets(&f, 4) >= 1, "{f}");
+    assert!(f["policy_packets"].as_u64().unwrap() >= 1, "{f}");
+    assert_eq!(f["rules"][0]["comment"], "web and iperf3");
+    assert!(rule_packets(&filter(lab, "to-h1"), 1) >= 1);
+    assert!(feature_drops(lab, "ip4-filter-ingress", "reject") >= 2);
+    assert!(feature_drops(lab, "ip6-filter-ingress", "reject") >= 1);
+    assert!(feature_drops(lab, "ip4-filter-ingress", "rule_drop") >= 1);
+    assert!(feature_drops(lab, "ip4-filter-egress", "rule_drop") >= 1);
+    let text = Command::new(bin())
+        .args(["show", "firewall", "--socket"])
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("filter from-h1 (ingress on r1), policy drop") && text.contains("(policy)"),
+        "{text}"
+    );
+
+    // `config check` warns about a rule an earlier one hides, with its line.
+    let shadow = format!("{FW}\n[[firewall.filter.rule]]\naction = \"accept\"\nprotocol = \"udp\"\nsource_port = 6666\ndestination_port = 53\n");
+    let file = lab.config_file().with_file_name("shadow.toml");
+    std::fs::write(&file, format!("{base}\n{shadow}")).unwrap();
+    let (ok, out) = sh(
+        lab,
+        &lab.rtr(),
+        &[bin(), "config", "check", file.to_str().unwrap()],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "warning: firewall.filter[1].rule[1]: rule 2 of filter \"to-h1\" can never match"
+        ),
+        "{out}"
+    );
+
+    // A bad candidate is refused, naming what and where; the running rules stay.
+    let (ok, out) = apply(lab, &base, &FW.replace("[\"@h1\"]", "[\"@nope\"]"), "bad");
+    assert!(
+        !ok && out.contains("unknown set \"nope\"")
+            && out.contains("firewall.filter[0].rule[0].source[0]"),
+        "{out}"
+    );
+    assert_eq!(
+        filter(lab, "from-h1")["rules"][0]["matches"],
+        f["rules"][0]["matches"]
+    );
+
+    // Live: 8081 accepted now.
+    let (ok, out) = apply(
+        lab,
+        &base,
+        &FW.replace(
+            "action = \"reject\"\nprotocol = \"tcp\"",
+            "action = \"accept\"\nprotocol = \"tcp\"",
+        ),
+        "open",
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("~ firewall: 2 filters, 7 rules, 1 set"),
+        "{out}"
+    );
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8081/"), 10);
+    assert_eq!(code, 0, "8081 accepted after the change: {out}");
+
+    // Under traffic: a TCP transfer and pings that every version allows lose nothing while
+    // the rules change again and again.
+    let iperf = lab.iperf3_server(H2_V4).unwrap();
+    let client = {
+        let h1 = lab.h1();
+        std::thread::spawn(move || {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &h1, "iperf3", "-c", H2_V4, "-t", "4", "-J"])
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        })
+    };
+    let pinger = {
+        let h1 = lab.h1();
+        std::thread::spawn(move || {
+            let out = Command::new("ip")
+                .args([
+                    "netns", "exec", &h1, "ping", "-c", "300", "-i", "0.01", "-W", "2", H2_V4,
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+    };
+    for k in 0..6 {
+        let extra = if k % 2 == 0 {
+            FW.to_string()
+        } else {
+            FW.replace("destination_port = 9999", "destination_port = 9998")
+        };
+        let (ok, out) = apply(lab, &base, &extra, &format!("live{k}"));
+        assert!(ok, "{out}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let pings = pinger.join().unwrap();
+    assert!(pings.contains("300 received"), "{pings}");
+    let (ok, out) = client.join().unwrap();
+    assert!(ok, "iperf3 through rule changes: {out}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
+        "{out}"
+    );
+    drop(iperf);
+
+    // Off: everything passes again.
+    let (ok, out) = apply(lab, &base, "", "off");
+    assert!(ok, "{out}");
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8082/"), 10);
+    assert_eq!(code, 0, "8082 passes with no filter: {out}");
+    assert_eq!(api(lab, "firewall", None)["filters"], serde_json::json!([]));
+}
+
+/// A UDP receiver in `ns` on `port`: the thread returns what it got within 5 s, one line
+/// per datagram, "PAYLOAD tos TOS".
+fn udp_receiver(lab: &Lab, ns: &str, port: u16, bind: &str) -> std::thread::JoinHandle<String> {
+    let code = format!(
+        "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.IPPROTO_IP,socket.IP_RECVTOS,1)\ns.bind(('{bind}',{port}))\n\
+         end=time.time()+5\n\
+         while time.time()<end:\n\
+         \x20 s.settimeout(max(0.01,end-time.time()))\n\
+         \x20 try:\n\
+         \x20   d,anc,_,_=s.recvmsg(100,64)\n\
+         \x20 except socket.timeout:\n\
+         \x20   break\n\
+         \x20 t=[x[2][0] for x in anc if x[1]==socket.IP_TOS]\n\
+         \x20 print(d.decode().strip(),'tos',t[0] if t else '?',flush=True)\n"
+    );
+    let ns2 = ns.to_string();
+    let h = std::thread::spawn(move || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns2, "python3", "-c", &code])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    });
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let (_, out) = sh(lab, ns, &["ss", "-lunH", &format!("sport = :{port}")]);
+        if !out.trim().is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    h
+}
+
+/// Poll `f` (bounded: 5 s) until it gives something.
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
