@@ -3,10 +3,11 @@
 //! carry `Authorization: Bearer TOKEN`. `ferrouter show|config|trace|capture` are clients
 //! of it; `GET /openapi.json` describes every endpoint; `GET /metrics` is for Prometheus.
 //!
-//! Every error is JSON, `{"error": "what was wrong"}`, with a 4xx status for the client's
-//! mistakes (400 malformed, 401 no or wrong token, 404 unknown path or object, 405 wrong
-//! method, 408 a body that did not arrive in time, 413 too large, 422 a valid request the
-//! router refuses) and 5xx for its own.
+//! Every body is one of [`crate::model`]'s types, so the document gives each answer its
+//! schema. Every error is JSON, `{"error": "what was wrong"}` ([`model::ErrorBody`]), with
+//! a 4xx status for the client's mistakes (400 malformed, 401 no or wrong token, 404
+//! unknown path or object, 405 wrong method, 408 a body that did not arrive in time, 413
+//! too large, 422 a valid request the router refuses) and 5xx for its own.
 //!
 //! Connections (caps, timeouts, the unix socket's own budget) are [`crate::listener`]'s; each
 //! request then comes to [`respond`], which checks the token before it reads the body.
@@ -549,7 +550,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
+    info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
     paths(interfaces, routes, routes_summary, neighbors, bgp, counters, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
