@@ -967,9 +967,10 @@ fn systemd_unit_verifies_and_the_daemon_notifies_ready() {
 
 /// Schemathesis (PyPI) generates requests from the daemon's own OpenAPI document, valid and
 /// invalid, over TCP with the token: no answer may be a server error, every status and
-/// content type must be documented, and the router keeps forwarding. (Capture is left out:
-/// a request blocks until its timeout. Rejecting a schema-valid but semantically invalid
-/// config is expected, so that check is off.)
+/// content type must be documented, every body must validate against its documented schema
+/// (`response_schema_conformance`: a field of the wrong type fails the run), and the router
+/// keeps forwarding. (Capture is left out: a request blocks until its timeout. Rejecting a
+/// schema-valid but semantically invalid config is expected, so that check is off.)
 #[test]
 fn api_fuzzed_from_its_openapi_document() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -999,6 +1000,10 @@ fn api_fuzzed_from_its_openapi_document() {
             &auth,
             "--exclude-path",
             "/v1/capture",
+            // Every check (schemathesis' default too), among them
+            // response_schema_conformance and content_type_conformance.
+            "--checks",
+            "all",
             "--exclude-checks",
             "positive_data_acceptance",
             "--max-examples",

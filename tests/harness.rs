@@ -325,7 +325,7 @@ fn memif_port_answers_arp_and_ping_through_its_tap() {
         .unwrap();
     let _p = Proc(child, ns.clone());
     let t = Instant::now();
-    while control::api::request(&ctl, "interfaces", None).is_err() {
+    while control::api::request_json(&ctl, "interfaces", None).is_err() {
         assert!(
             t.elapsed() < Duration::from_secs(20),
             "ferrouter did not start"
@@ -345,7 +345,7 @@ fn memif_port_answers_arp_and_ping_through_its_tap() {
         )
     };
     ok(&["addr", "add", "192.0.2.1/24", "dev", "mif0"]);
-    let ifs = control::api::request(&ctl, "interfaces", None).unwrap();
+    let ifs = control::api::request_json(&ctl, "interfaces", None).unwrap();
     assert_eq!(ifs[0]["name"], "mif0");
     assert!(
         ifs[0]["backend"]
@@ -386,7 +386,7 @@ fn memif_port_answers_arp_and_ping_through_its_tap() {
     assert_eq!(&reply[26..30], &[192, 0, 2, 1]);
     assert_eq!(&reply[30..34], &[192, 0, 2, 2]);
     // The fast path counted both as punts to the Linux stack.
-    let c = control::api::request(&ctl, "counters", None).unwrap();
+    let c = control::api::request_json(&ctl, "counters", None).unwrap();
     let reasons = c["reasons"].as_array().unwrap();
     for r in ["PuntArp", "PuntLocal"] {
         assert!(reasons.iter().any(|x| x["reason"] == r), "{r} missing: {c}");

@@ -568,8 +568,8 @@ fn netlink_overflow_resyncs_and_fib_equals_kernel_table() {
         // The daemon may be busy resyncing 20,000 routes: a slow answer is retried within the
         // deadline below rather than failing the test.
         let (Ok(c), Ok(r)) = (
-            control::api::request(&lab.socket(), "counters", None),
-            control::api::request(&lab.socket(), "routes", None),
+            control::api::request_json(&lab.socket(), "counters", None),
+            control::api::request_json(&lab.socket(), "routes", None),
         ) else {
             assert!(
                 t.elapsed() < Duration::from_secs(60),

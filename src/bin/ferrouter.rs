@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use control::model;
 
 /// `ferrouter --version`: the package version and the commit it was built from (see
 /// build.rs).
@@ -255,14 +256,17 @@ fn main() -> Result<()> {
         } => {
             let mut client = api.client()?;
             client.timeout = Duration::from_secs_f64(timeout.clamp(0.0, 3600.0) + 15.0);
-            let body = serde_json::json!({
-                "port": port, "direction": direction, "count": count,
-                "snaplen": snaplen, "timeout_s": timeout,
-            });
+            let body = model::CaptureBody {
+                port,
+                direction: Some(direction),
+                count: Some(count),
+                snaplen,
+                timeout_s: Some(timeout),
+            };
             let r = client.call(
                 "POST",
                 "/v1/capture",
-                Some(("application/json", body.to_string().into_bytes())),
+                Some(("application/json", serde_json::to_vec(&body)?)),
             )?;
             if r.status != 200 {
                 bail!("{}", r.error_message());
@@ -291,26 +295,27 @@ fn trace_cmd(cmd: TraceCmd, api: &ApiArgs) -> Result<()> {
     let client = api.client()?;
     match cmd {
         TraceCmd::Add { n, port, expr } => {
-            client.send_json(
-                "POST",
-                "/v1/trace",
-                &serde_json::json!({"count": n, "port": port, "match": expr}),
-            )?;
+            let body = model::TraceBody {
+                count: n,
+                port,
+                expr,
+            };
+            let _: model::TraceArmed = client.send_as("POST", "/v1/trace", &body)?;
             println!("tracing the next {n} matching packet(s); see `ferrouter trace show`");
         }
         TraceCmd::Show { json } => {
-            let v = client.get("/v1/trace")?;
+            let v: model::TraceShow = client.get_as("/v1/trace")?;
             if json {
-                println!("{}", v["traces"]);
+                println!("{}", serde_json::to_string(&v.traces)?);
             } else {
-                print!("{}", v["text"].as_str().unwrap_or_default());
-                if v["lost"].as_u64().unwrap_or(0) > 0 {
-                    println!("({} trace records lost: queue full)", v["lost"]);
+                print!("{}", v.text);
+                if v.lost > 0 {
+                    println!("({} trace records lost: queue full)", v.lost);
                 }
             }
         }
         TraceCmd::Clear => {
-            client.call("DELETE", "/v1/trace", None)?.ok_json()?;
+            let _: model::TraceCleared = client.call("DELETE", "/v1/trace", None)?.ok_as()?;
             println!("trace cleared");
         }
     }
@@ -321,22 +326,21 @@ fn read_file(p: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }
 
-fn print_applied(v: &serde_json::Value) {
-    let changed = v["changed"].as_array().map(Vec::len).unwrap_or(0);
-    let unchanged = v["unchanged"].as_array().map(Vec::len).unwrap_or(0);
-    for step in v["changed"].as_array().into_iter().flatten() {
-        println!("{}", step.as_str().unwrap_or_default());
+fn print_applied(v: &model::Applied) {
+    for step in &v.changed {
+        println!("{step}");
     }
-    match v["history_id"].as_u64() {
+    match v.history_id {
         Some(id) => println!(
-            "applied: {changed} change(s), {unchanged} already in place; history entry {id}"
+            "applied: {} change(s), {} already in place; history entry {id}",
+            v.changed.len(),
+            v.unchanged.len()
         ),
         None => println!("no changes: the running config is the same"),
     }
 }
 
 fn config_cmd(cmd: ConfigCmd, api: &ApiArgs) -> Result<()> {
-    use serde_json::json;
     let client = api.client()?;
     match cmd {
         ConfigCmd::Check { file } => {
@@ -364,75 +368,83 @@ fn config_cmd(cmd: ConfigCmd, api: &ApiArgs) -> Result<()> {
                 }
                 return Ok(());
             }
+            let body = model::ConfigBody {
+                text,
+                file: Some(file.display().to_string()),
+                comment: None,
+            };
             let r = client.call(
                 "POST",
                 "/v1/config/check",
-                Some((
-                    "application/json",
-                    json!({"text": text, "file": file.display().to_string()})
-                        .to_string()
-                        .into_bytes(),
-                )),
+                Some(("application/json", serde_json::to_vec(&body)?)),
             )?;
             if r.status != 200 {
                 bail!("{}", r.error_message());
             }
-            let v = r.json()?;
+            let v: model::CheckResult = r.body_as()?;
             println!("{}: valid; applying it would:", file.display());
-            let plan = v["plan"].as_array().cloned().unwrap_or_default();
-            if plan.is_empty() {
+            if v.plan.is_empty() {
                 println!("  change nothing");
             }
-            for s in plan {
-                println!("  {}", s.as_str().unwrap_or_default());
+            for s in v.plan {
+                println!("  {s}");
             }
             Ok(())
         }
         ConfigCmd::Apply { file, comment } => {
             let text = read_file(&file)?;
-            let v = client.send_json(
-                "POST",
-                "/v1/config/apply",
-                &json!({"text": text, "file": file.display().to_string(), "comment": comment}),
-            )?;
+            let body = model::ConfigBody {
+                text,
+                file: Some(file.display().to_string()),
+                comment,
+            };
+            let v: model::Applied = client.send_as("POST", "/v1/config/apply", &body)?;
             print_applied(&v);
             Ok(())
         }
         ConfigCmd::Diff { file } => {
             let text = file.as_deref().map(read_file).transpose()?;
-            let v = client.send_json("POST", "/v1/config/diff", &json!({"text": text}))?;
-            print!("{}", v["diff"].as_str().unwrap_or_default());
+            let v: model::ConfigDiff =
+                client.send_as("POST", "/v1/config/diff", &model::DiffBody { text })?;
+            print!("{}", v.diff);
             Ok(())
         }
         ConfigCmd::Rollback { n } => {
-            let v = client.send_json("POST", "/v1/config/rollback", &json!({"steps": n}))?;
+            let v: model::Applied = client.send_as(
+                "POST",
+                "/v1/config/rollback",
+                &model::RollbackBody { steps: n },
+            )?;
             print_applied(&v);
             Ok(())
         }
         ConfigCmd::History => {
-            let v = client.get("/v1/config/history")?;
+            let v: Vec<model::HistoryEntry> = client.get_as("/v1/config/history")?;
             println!(
                 "{:>6}  {:<20} {:>7}  comment",
                 "id", "applied (UTC)", "bytes"
             );
-            for e in v.as_array().into_iter().flatten() {
-                let t = e["time"].as_u64().unwrap_or(0);
+            for e in v {
                 println!(
                     "{:>6}  {:<20} {:>7}  {}",
-                    e["id"],
-                    utc(t),
-                    e["bytes"],
-                    e["comment"].as_str().unwrap_or("")
+                    e.id,
+                    utc(e.time),
+                    e.bytes,
+                    e.comment.as_deref().unwrap_or("")
                 );
             }
             Ok(())
         }
         ConfigCmd::Show { id } => {
-            let v = match id {
-                Some(id) => client.get(&format!("/v1/config/history/{id}"))?,
-                None => client.get("/v1/config")?,
+            let text = match id {
+                Some(id) => {
+                    client
+                        .get_as::<model::HistoryText>(&format!("/v1/config/history/{id}"))?
+                        .text
+                }
+                None => client.get_as::<model::ConfigText>("/v1/config")?.text,
             };
-            print!("{}", v["text"].as_str().unwrap_or_default());
+            print!("{text}");
             Ok(())
         }
     }
@@ -459,9 +471,9 @@ fn init_logs(format: &str) {
 fn show(client: &control::client::Client, what: &str, arg: Option<&str>, json: bool) -> Result<()> {
     let v = control::api::request_with(client, what, arg)?;
     if json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
-    print!("{}", control::render::render(what, &v));
+    print!("{}", control::render::render(&v));
     Ok(())
 }

@@ -40,7 +40,8 @@ pub fn start_with(tag: &str, extra_config: &str, backend: &str) -> Guard {
 
 /// One control-API request that must succeed.
 pub fn api(lab: &Lab, what: &str, arg: Option<&str>) -> Value {
-    control::api::request(&lab.socket(), what, arg).unwrap_or_else(|e| panic!("show {what}: {e:#}"))
+    control::api::request_json(&lab.socket(), what, arg)
+        .unwrap_or_else(|e| panic!("show {what}: {e:#}"))
 }
 
 /// Run in a namespace: (success, stdout + stderr).

@@ -1,14 +1,15 @@
 //! What the API shows: the data behind `GET /v1/interfaces`, `/v1/routes`,
 //! `/v1/routes/summary`, `/v1/neighbors` and `/v1/counters` (served by [`crate::http`]),
-//! and [`request`], the client call the CLI, the lab and the tests use.
+//! and [`request`], the client call the CLI, the lab and the tests use. The bodies are
+//! [`crate::model`]'s types.
 
 use std::path::Path;
 
 use anyhow::Result;
 use dataplane::Reason;
-use serde_json::{json, Value};
 
 use crate::client::{Client, Endpoint};
+use crate::model;
 use crate::state::Shared;
 
 /// Why a `show` request failed: the client's mistake (HTTP 400) or the router's (500).
@@ -27,154 +28,382 @@ fn unavailable<T>(_: T) -> ShowError {
     ShowError::Unavailable("internal state unavailable".into())
 }
 
+/// The answer to one `show` item, typed: what [`show`] returns and [`request_with`]
+/// decodes. Serialized, it is the endpoint's JSON (no tag of its own).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Shown {
+    /// `GET /v1/interfaces`.
+    Interfaces(Vec<model::Interface>),
+    /// `GET /v1/routes`.
+    Routes(model::Routes),
+    /// `GET /v1/routes/summary`.
+    RoutesSummary(model::RoutesSummary),
+    /// `GET /v1/neighbors`.
+    Neighbors(Vec<model::Neighbor>),
+    /// `GET /v1/counters`.
+    Counters(Box<model::Counters>),
+    /// `GET /v1/bgp`.
+    Bgp(model::BgpStatus),
+    /// `GET /v1/firewall`.
+    Firewall(model::FirewallView),
+}
+
+/// The items `show` knows, for error messages.
+const ITEMS: &str = "interfaces, routes, routes summary, neighbors, counters, bgp or firewall";
+
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
-/// address, or `summary`), `neighbors`, `counters` or `bgp`.
-pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Value, ShowError> {
-    if what == "bgp" {
-        // The speaker's own status: no sync lock needed.
-        return Ok(match shared.bgp.get() {
-            Some(st) => json!({
-                "enabled": true,
-                "speaker": st.view(),
-                "last_fib_change_monotonic_ns": shared
-                    .bgp_fib_done_ns
-                    .load(std::sync::atomic::Ordering::Acquire),
+/// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
+pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, ShowError> {
+    Ok(match what {
+        "interfaces" => Shown::Interfaces(interfaces(shared)?),
+        "routes" if arg == Some("summary") => Shown::RoutesSummary(routes_summary(shared)?),
+        "routes" => Shown::Routes(routes(shared, arg)?),
+        "neighbors" => Shown::Neighbors(neighbors(shared)?),
+        "counters" => Shown::Counters(Box::new(counters(shared)?)),
+        "bgp" => Shown::Bgp(bgp(shared)),
+        "firewall" => Shown::Firewall(crate::fwview::view(&shared.features)),
+        other => {
+            return Err(ShowError::BadRequest(format!(
+                "unknown item {other:?}: expected {ITEMS}"
+            )))
+        }
+    })
+}
+
+fn mac_string(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn v4_strings(a: &[u32]) -> Vec<String> {
+    a.iter()
+        .map(|a| std::net::Ipv4Addr::from(*a).to_string())
+        .collect()
+}
+
+fn v6_strings(a: &[[u8; 16]]) -> Vec<String> {
+    a.iter()
+        .map(|a| std::net::Ipv6Addr::from(*a).to_string())
+        .collect()
+}
+
+fn names(features: Vec<&'static str>) -> Vec<String> {
+    features.into_iter().map(str::to_string).collect()
+}
+
+/// `GET /v1/interfaces`: the ports, then the VLAN sub-interfaces.
+pub fn interfaces(shared: &Shared) -> Result<Vec<model::Interface>, ShowError> {
+    let sync = shared.sync.lock().map_err(unavailable)?;
+    let ifaces = sync.interfaces();
+    let held_down = shared.held_down.load();
+    let link = |port: usize| {
+        let l = sync.port_link(port, &held_down);
+        let admin = if l.admin_up {
+            model::Admin::Up
+        } else {
+            model::Admin::Down
+        };
+        (admin, l.oper, l.reason)
+    };
+    let mut out: Vec<model::Interface> = shared
+        .ports
+        .iter()
+        .map(|f| {
+            let info = ifaces.ports.get(f.port as usize);
+            let g = |field| shared.port_total(f.port, field);
+            let (admin, oper, down_reason) = link(f.port as usize);
+            model::Interface {
+                port: f.port,
+                name: f.name.clone(),
+                ifindex: Some(f.ifindex),
+                backend: f.backend.clone(),
+                admin,
+                oper,
+                down_reason,
+                parent: None,
+                vlan: None,
+                mac: info.map(|i| mac_string(&i.mac)),
+                mtu: info.map(|i| i.mtu),
+                ipv4: info.map(|i| v4_strings(&i.ip4)),
+                ipv6: info.map(|i| v6_strings(&i.ip6)),
+                rx_packets: g(|c| &c.rx_packets),
+                rx_bytes: g(|c| &c.rx_bytes),
+                tx_packets: g(|c| &c.tx_packets),
+                tx_bytes: g(|c| &c.tx_bytes),
+                rx_drops: Some(g(|c| &c.rx_drops)),
+                tx_errors: Some(g(|c| &c.tx_errors)),
+                rx_csum_completed: Some(g(|c| &c.rx_csum_completed)),
+                rx_gso_split: Some(g(|c| &c.rx_gso_split)),
+                features: names(shared.features.enabled(f.port)),
+            }
+        })
+        .collect();
+    // Then the VLAN sub-interfaces, with what the fast path received and sent on them.
+    let first = shared.ports.len();
+    for (i, info) in ifaces.ports.iter().enumerate().skip(first) {
+        let Some(t) = info.vlan else { continue };
+        let c = shared.subif_total(i - first);
+        let parent = ifaces.ports.get(t.parent as usize).map(|p| p.name.clone());
+        let (admin, oper, down_reason) = link(i);
+        out.push(model::Interface {
+            port: i as u16,
+            name: info.name.clone(),
+            ifindex: sync.ifindex_of(&info.name),
+            backend: format!(
+                "vlan {} on {}",
+                t.describe(),
+                parent.as_deref().unwrap_or("?")
+            ),
+            admin,
+            oper,
+            down_reason,
+            parent,
+            vlan: Some(model::Vlan {
+                tpid: format!("{:#06x}", t.tpid),
+                id: t.outer,
+                inner_id: (t.inner != 0).then_some(t.inner),
             }),
-            None => json!({"enabled": false}),
+            mac: Some(mac_string(&info.mac)),
+            mtu: Some(info.mtu),
+            ipv4: Some(v4_strings(&info.ip4)),
+            ipv6: Some(v6_strings(&info.ip6)),
+            rx_packets: c.rx_packets,
+            rx_bytes: c.rx_bytes,
+            tx_packets: c.tx_packets,
+            tx_bytes: c.tx_bytes,
+            rx_drops: None,
+            tx_errors: None,
+            rx_csum_completed: None,
+            rx_gso_split: None,
+            features: names(shared.features.enabled(i as u16)),
         });
     }
-    if what == "firewall" {
-        return serde_json::to_value(crate::fwview::view(&shared.features))
-            .map_err(|e| ShowError::Unavailable(format!("firewall view: {e}")));
-    }
+    Ok(out)
+}
+
+/// `GET /v1/routes/summary`: route counts, FIB memory, sync statistics.
+pub fn routes_summary(shared: &Shared) -> Result<model::RoutesSummary, ShowError> {
     let sync = shared.sync.lock().map_err(unavailable)?;
-    match what {
-        "interfaces" => {
-            let ifaces = sync.interfaces();
-            let held_down = shared.held_down.load();
-            let link = |port: usize| {
-                let l = sync.port_link(port, &held_down);
-                (if l.admin_up { "up" } else { "down" }, l.oper, l.reason)
-            };
-            let v: Vec<Value> = shared
-                .ports
-                .iter()
-                .map(|f| {
-                    let info = ifaces.ports.get(f.port as usize);
-                    let g = |field| shared.port_total(f.port, field);
-                    let (admin, oper, why) = link(f.port as usize);
-                    json!({
-                        "port": f.port, "name": f.name, "ifindex": f.ifindex, "backend": f.backend,
-                        "admin": admin, "oper": oper, "down_reason": why,
-                        "mac": info.map(|i| i.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")),
-                        "mtu": info.map(|i| i.mtu),
-                        "ipv4": info.map(|i| i.ip4.iter().map(|a| std::net::Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>()),
-                        "ipv6": info.map(|i| i.ip6.iter().map(|a| std::net::Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>()),
-                        "rx_packets": g(|c| &c.rx_packets), "rx_bytes": g(|c| &c.rx_bytes), "tx_packets": g(|c| &c.tx_packets),
-                        "tx_bytes": g(|c| &c.tx_bytes), "rx_drops": g(|c| &c.rx_drops), "tx_errors": g(|c| &c.tx_errors),
-                        "rx_csum_completed": g(|c| &c.rx_csum_completed), "rx_gso_split": g(|c| &c.rx_gso_split),
-                        "features": shared.features.enabled(f.port),
-                    })
-                })
-                .collect();
-            // Then the VLAN sub-interfaces, with what the fast path received and sent on them.
-            let first = shared.ports.len();
-            let subifs = ifaces.ports.iter().enumerate().skip(first).filter_map(|(i, info)| {
-                let t = info.vlan?;
-                let c = shared.subif_total(i - first);
-                let parent = ifaces.ports.get(t.parent as usize).map(|p| p.name.clone());
-                let (admin, oper, why) = link(i);
-                Some(json!({
-                    "port": i, "name": info.name, "ifindex": sync.ifindex_of(&info.name),
-                    "admin": admin, "oper": oper, "down_reason": why,
-                    "backend": format!("vlan {} on {}", t.describe(), parent.as_deref().unwrap_or("?")),
-                    "parent": parent, "vlan": {"tpid": format!("{:#06x}", t.tpid), "id": t.outer, "inner_id": (t.inner != 0).then_some(t.inner)},
-                    "mac": info.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
-                    "mtu": info.mtu,
-                    "ipv4": info.ip4.iter().map(|a| std::net::Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>(),
-                    "ipv6": info.ip6.iter().map(|a| std::net::Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>(),
-                    "rx_packets": c.rx_packets, "rx_bytes": c.rx_bytes, "tx_packets": c.tx_packets, "tx_bytes": c.tx_bytes,
-                    "features": shared.features.enabled(i as u16),
-                }))
-            });
-            Ok(json!(v.into_iter().chain(subifs).collect::<Vec<_>>()))
-        }
-        "routes" if arg == Some("summary") => {
-            let (v4, v6) = sync.route_counts();
-            let (route, neighbor, local, bgp) = sync.source_counts();
-            let m = sync.writer().memory();
-            let st = sync.stats();
-            Ok(json!({
-                "ipv4": v4, "ipv6": v6,
-                "by_source": {"route": route, "neighbor": neighbor, "local": local, "bgp": bgp},
-                "kernel_routes_mirrored": sync.mirrored_routes(),
-                "fib_memory_bytes": {
-                    "ipv4_tables": m.v4_table_bytes, "ipv6_tables": m.v6_table_bytes,
-                    "route_store": m.rib_bytes, "next_hops": m.nexthop_bytes,
-                    "total": m.v4_table_bytes + m.v6_table_bytes + m.rib_bytes + m.nexthop_bytes,
-                },
-                "netlink_events": st.events, "resyncs": st.resyncs, "fib_errors": st.fib_errors,
-                "bgp_changes": st.bgp_changes, "bgp_unresolved": st.bgp_unresolved,
-            }))
-        }
-        "routes" => {
-            let routes = sync.routes(arg).map_err(ShowError::BadRequest)?;
-            let (v4, v6) = sync.route_counts();
-            Ok(json!({"ipv4": v4, "ipv6": v6, "routes": routes}))
-        }
-        "neighbors" => Ok(json!(sync.neighbors())),
-        "counters" => {
-            drop(sync);
-            let s = dataplane::worker::aggregate(shared.workers.iter());
-            let features = shared.features.counters(&shared.workers);
-            // Feature nodes' drops by their own reasons, after the engine's.
-            let reasons: Vec<Value> = s
-                .nonzero()
-                .into_iter()
-                .map(|(r, n)| json!({"node": r.node(), "reason": r.name(), "kind": r.kind().name(), "count": n, "description": r.desc()}))
-                .chain(features.iter().flat_map(|f| {
-                    f.drops.iter().filter(|d| d.2 > 0).map(|(r, desc, n)| {
-                        json!({"node": f.feature, "reason": r, "kind": "drop", "count": n, "description": desc})
-                    })
-                }))
-                .collect();
-            let sync = shared.sync.lock().map_err(unavailable)?;
-            Ok(json!({
-                "rx": s.rx, "tx": s.tx, "vectors": s.vectors, "drops": s.drops(), "punts": s.punts(),
-                "forwarded": s.get(Reason::Ip4Forwarded) + s.get(Reason::Ip6Forwarded),
-                "reasons": reasons,
-                "features": features.iter().map(|f| json!({
-                    "feature": f.feature, "arc": f.arc, "packets": f.packets,
-                    "drops": f.drops.iter().map(|(r, _, n)| (r.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-                })).collect::<Vec<_>>(),
-                "workers": shared.workers.iter().map(|w| {
-                    let c = w.counters.snapshot();
-                    let nice = w.nice.load(std::sync::atomic::Ordering::Relaxed);
-                    json!({"id": w.id, "core": w.core,
-                           "nice": (nice != dataplane::worker::NICE_UNKNOWN).then_some(nice),
-                           "nice_error": w.nice_error.get(),
-                           "rx": c.rx, "tx": c.tx,
-                           "forwarded": c.get(Reason::Ip4Forwarded) + c.get(Reason::Ip6Forwarded),
-                           "vectors": c.vectors, "idle_polls": c.idle_polls, "sleeps": c.sleeps,
-                           "busy_ns": c.busy_ns,
-                           "busy_ns_per_packet": (c.rx > 0).then(|| c.busy_ns as f64 / c.rx as f64)})
-                }).collect::<Vec<_>>(),
-                "sync": sync.stats(),
-                "glean": shared.glean.json(),
-                "kernel_forwarded": kernel_forwarded(),
-                "uptime_s": shared.started.elapsed().as_secs_f64(),
-            }))
-        }
-        other => Err(ShowError::BadRequest(format!(
-            "unknown item {other:?}: expected interfaces, routes, neighbors, counters, bgp or firewall"
-        ))),
+    let (v4, v6) = sync.route_counts();
+    let (route, neighbor, local, bgp) = sync.source_counts();
+    let m = sync.writer().memory();
+    let st = sync.stats();
+    let n = |x: usize| x as u64;
+    Ok(model::RoutesSummary {
+        ipv4: n(v4),
+        ipv6: n(v6),
+        by_source: model::BySource {
+            route: n(route),
+            neighbor: n(neighbor),
+            local: n(local),
+            bgp: n(bgp),
+        },
+        kernel_routes_mirrored: n(sync.mirrored_routes()),
+        fib_memory_bytes: model::FibMemory {
+            ipv4_tables: n(m.v4_table_bytes),
+            ipv6_tables: n(m.v6_table_bytes),
+            route_store: n(m.rib_bytes),
+            next_hops: n(m.nexthop_bytes),
+            total: n(m.v4_table_bytes + m.v6_table_bytes + m.rib_bytes + m.nexthop_bytes),
+        },
+        netlink_events: st.events,
+        resyncs: st.resyncs,
+        fib_errors: st.fib_errors,
+        bgp_changes: st.bgp_changes,
+        bgp_unresolved: st.bgp_unresolved,
+    })
+}
+
+/// `GET /v1/routes`: the routes matching `prefix` (a prefix, exact, or an address, longest
+/// match), or all.
+pub fn routes(shared: &Shared, prefix: Option<&str>) -> Result<model::Routes, ShowError> {
+    let sync = shared.sync.lock().map_err(unavailable)?;
+    let routes = sync.routes(prefix).map_err(ShowError::BadRequest)?;
+    let (v4, v6) = sync.route_counts();
+    Ok(model::Routes {
+        ipv4: v4 as u64,
+        ipv6: v6 as u64,
+        routes,
+    })
+}
+
+/// `GET /v1/neighbors`.
+pub fn neighbors(shared: &Shared) -> Result<Vec<model::Neighbor>, ShowError> {
+    Ok(shared.sync.lock().map_err(unavailable)?.neighbors())
+}
+
+/// `GET /v1/bgp`: the speaker's own status (no sync lock needed).
+pub fn bgp(shared: &Shared) -> model::BgpStatus {
+    let Some(st) = shared.bgp.get() else {
+        return model::BgpStatus {
+            enabled: false,
+            speaker: None,
+            last_fib_change_monotonic_ns: None,
+        };
+    };
+    model::BgpStatus {
+        enabled: true,
+        speaker: Some(bgp_speaker(st.view())),
+        last_fib_change_monotonic_ns: Some(
+            shared
+                .bgp_fib_done_ns
+                .load(std::sync::atomic::Ordering::Acquire),
+        ),
     }
+}
+
+fn bgp_speaker(v: bgp::speaker::View) -> model::BgpSpeaker {
+    use bgp::speaker::State;
+    model::BgpSpeaker {
+        asn: v.asn,
+        router_id: v.router_id.to_string(),
+        prefixes_v4: v.prefixes_v4,
+        prefixes_v6: v.prefixes_v6,
+        paths: v.paths,
+        fib_changes: v.fib_changes,
+        neighbors: v
+            .neighbors
+            .into_iter()
+            .map(|n| model::BgpNeighbor {
+                address: n.address.to_string(),
+                remote_as: n.remote_as,
+                description: n.description,
+                state: match n.state {
+                    State::Idle => model::BgpState::Idle,
+                    State::Connect => model::BgpState::Connect,
+                    State::OpenSent => model::BgpState::OpenSent,
+                    State::OpenConfirm => model::BgpState::OpenConfirm,
+                    State::Established => model::BgpState::Established,
+                },
+                state_s: n.state_s,
+                remote_router_id: n.remote_router_id.map(|r| r.to_string()),
+                hold_time: n.hold_time,
+                families: n
+                    .families
+                    .into_iter()
+                    .map(|f| match f {
+                        bgp::config::Family::Ipv4 => model::BgpFamily::Ipv4,
+                        bgp::config::Family::Ipv6 => model::BgpFamily::Ipv6,
+                    })
+                    .collect(),
+                prefixes: n.prefixes,
+                updates_received: n.updates_received,
+                prefixes_announced: n.prefixes_announced,
+                prefixes_withdrawn: n.prefixes_withdrawn,
+                treat_as_withdraw: n.treat_as_withdraw,
+                attributes_discarded: n.attributes_discarded,
+                as_loops: n.as_loops,
+                unresolved: n.unresolved,
+                route_refresh_sent: n.route_refresh_sent,
+                notifications_sent: n.notifications_sent,
+                notifications_received: n.notifications_received,
+                established_transitions: n.established_transitions,
+                last_error: n.last_error,
+            })
+            .collect(),
+    }
+}
+
+fn reason_kind(k: dataplane::counters::Kind) -> model::ReasonKind {
+    use dataplane::counters::Kind;
+    match k {
+        Kind::Drop => model::ReasonKind::Drop,
+        Kind::Punt => model::ReasonKind::Punt,
+        Kind::Info => model::ReasonKind::Info,
+    }
+}
+
+/// `GET /v1/counters`: totals, every non-zero reason, features, workers, the sync's and
+/// glean's counters, what the kernel forwarded.
+pub fn counters(shared: &Shared) -> Result<model::Counters, ShowError> {
+    let s = dataplane::worker::aggregate(shared.workers.iter());
+    let features = shared.features.counters(&shared.workers);
+    // Feature nodes' drops by their own reasons, after the engine's.
+    let reasons = s
+        .nonzero()
+        .into_iter()
+        .map(|(r, n)| model::ReasonCount {
+            node: r.node().to_string(),
+            reason: r.name().to_string(),
+            kind: reason_kind(r.kind()),
+            count: n,
+            description: r.desc().to_string(),
+        })
+        .chain(features.iter().flat_map(|f| {
+            f.drops
+                .iter()
+                .filter(|d| d.2 > 0)
+                .map(|(r, desc, n)| model::ReasonCount {
+                    node: f.feature.to_string(),
+                    reason: r.to_string(),
+                    kind: model::ReasonKind::Drop,
+                    count: *n,
+                    description: desc.to_string(),
+                })
+        }))
+        .collect();
+    let workers = shared
+        .workers
+        .iter()
+        .map(|w| {
+            let c = w.counters.snapshot();
+            let nice = w.nice.load(std::sync::atomic::Ordering::Relaxed);
+            model::WorkerCounters {
+                id: w.id as u64,
+                core: w.core.map(|c| c as u64),
+                nice: (nice != dataplane::worker::NICE_UNKNOWN).then_some(nice),
+                nice_error: w.nice_error.get().cloned(),
+                rx: c.rx,
+                tx: c.tx,
+                forwarded: c.get(Reason::Ip4Forwarded) + c.get(Reason::Ip6Forwarded),
+                vectors: c.vectors,
+                idle_polls: c.idle_polls,
+                sleeps: c.sleeps,
+                busy_ns: c.busy_ns,
+                busy_ns_per_packet: (c.rx > 0).then(|| c.busy_ns as f64 / c.rx as f64),
+            }
+        })
+        .collect();
+    let sync = shared.sync.lock().map_err(unavailable)?.stats();
+    Ok(model::Counters {
+        rx: s.rx,
+        tx: s.tx,
+        vectors: s.vectors,
+        drops: s.drops(),
+        punts: s.punts(),
+        forwarded: s.get(Reason::Ip4Forwarded) + s.get(Reason::Ip6Forwarded),
+        reasons,
+        features: features
+            .iter()
+            .map(|f| model::FeatureCounters {
+                feature: f.feature.to_string(),
+                arc: f.arc.to_string(),
+                packets: f.packets,
+                drops: f
+                    .drops
+                    .iter()
+                    .map(|(r, _, n)| (r.to_string(), *n))
+                    .collect(),
+            })
+            .collect(),
+        workers,
+        sync,
+        glean: shared.glean.snapshot(),
+        kernel_forwarded: kernel_forwarded(),
+        uptime_s: shared.started.elapsed().as_secs_f64(),
+    })
 }
 
 /// Packets the kernel itself forwarded in this namespace (must stay 0: forwarding is the
 /// fast path's job), from /proc/net/snmp and /proc/net/snmp6.
-pub fn kernel_forwarded() -> Value {
-    json!({"ipv4": snmp_value("/proc/net/snmp", "Ip:", "ForwDatagrams"), "ipv6": snmp6_value("Ip6OutForwDatagrams")})
+pub fn kernel_forwarded() -> model::KernelForwarded {
+    model::KernelForwarded {
+        ipv4: snmp_value("/proc/net/snmp", "Ip:", "ForwDatagrams"),
+        ipv6: snmp6_value("Ip6OutForwDatagrams"),
+    }
 }
 
 fn snmp_value(path: &str, prefix: &str, field: &str) -> Option<u64> {
@@ -194,26 +423,61 @@ fn snmp6_value(field: &str) -> Option<u64> {
     })
 }
 
+/// A `show` item the client asks for, and its path.
+#[derive(Clone, Copy)]
+enum Item {
+    Interfaces,
+    Routes,
+    RoutesSummary,
+    Neighbors,
+    Counters,
+    Bgp,
+    Firewall,
+}
+
+fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
+    Ok(match (show, arg) {
+        ("routes", Some("summary")) => (Item::RoutesSummary, "/v1/routes/summary".into()),
+        ("routes", Some(p)) => (
+            Item::Routes,
+            format!(
+                "/v1/routes?{}",
+                serde_urlencoded::to_string([("prefix", p)])?
+            ),
+        ),
+        ("routes", None) => (Item::Routes, "/v1/routes".into()),
+        ("interfaces", _) => (Item::Interfaces, "/v1/interfaces".into()),
+        ("neighbors", _) => (Item::Neighbors, "/v1/neighbors".into()),
+        ("counters", _) => (Item::Counters, "/v1/counters".into()),
+        ("bgp", _) => (Item::Bgp, "/v1/bgp".into()),
+        ("firewall", _) => (Item::Firewall, "/v1/firewall".into()),
+        (other, _) => anyhow::bail!("unknown item {other:?}: expected {ITEMS}"),
+    })
+}
+
 /// Client side: ask the daemon at `socket` for a `show` item (see [`show`]) over the
-/// HTTP API and return its data.
-pub fn request(socket: &Path, show: &str, arg: Option<&str>) -> Result<Value> {
+/// HTTP API and return its data, typed.
+pub fn request(socket: &Path, show: &str, arg: Option<&str>) -> Result<Shown> {
     request_with(&Client::new(Endpoint::Unix(socket.into())), show, arg)
 }
 
 /// [`request`] through any client (TCP with a token, say).
-pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Value> {
-    let path = match (show, arg) {
-        ("routes", Some("summary")) => "/v1/routes/summary".to_string(),
-        ("routes", Some(p)) => format!(
-            "/v1/routes?{}",
-            serde_urlencoded::to_string([("prefix", p)])?
-        ),
-        ("interfaces" | "routes" | "neighbors" | "counters" | "bgp" | "firewall", _) => {
-            format!("/v1/{show}")
-        }
-        (other, _) => anyhow::bail!(
-            "unknown item {other:?}: expected interfaces, routes, neighbors, counters, bgp or firewall"
-        ),
-    };
-    client.get(&path)
+pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Shown> {
+    let (item, path) = item(show, arg)?;
+    Ok(match item {
+        Item::Interfaces => Shown::Interfaces(client.get_as(&path)?),
+        Item::Routes => Shown::Routes(client.get_as(&path)?),
+        Item::RoutesSummary => Shown::RoutesSummary(client.get_as(&path)?),
+        Item::Neighbors => Shown::Neighbors(client.get_as(&path)?),
+        Item::Counters => Shown::Counters(Box::new(client.get_as(&path)?)),
+        Item::Bgp => Shown::Bgp(client.get_as(&path)?),
+        Item::Firewall => Shown::Firewall(client.get_as(&path)?),
+    })
+}
+
+/// [`request`], as the JSON the daemon sent: the wire format, for the tests and the lab's
+/// scripts that read it by key.
+pub fn request_json(socket: &Path, show: &str, arg: Option<&str>) -> Result<serde_json::Value> {
+    let (_, path) = item(show, arg)?;
+    Client::new(Endpoint::Unix(socket.into())).get(&path)
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 /// Where the daemon's API is.
@@ -63,13 +65,34 @@ impl Reply {
         bail!("daemon: {}", self.error_message())
     }
 
-    /// The `error` of a JSON error body (or the body itself).
+    /// The body as a `T` (one of [`crate::model`]'s types); the error names the type and
+    /// shows the body.
+    pub fn body_as<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.body).with_context(|| {
+            format!(
+                "the daemon's answer (status {}) is not a {}: {:?}",
+                self.status,
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("value"),
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The body as a `T` if the status is 2xx, else the daemon's error message as an error.
+    pub fn ok_as<T: DeserializeOwned>(&self) -> Result<T> {
+        if (200..300).contains(&self.status) {
+            return self.body_as();
+        }
+        bail!("daemon: {}", self.error_message())
+    }
+
+    /// The `error` of a JSON error body ([`crate::model::ErrorBody`]), or the body itself.
     pub fn error_message(&self) -> String {
-        match self.json() {
-            Ok(v) => v["error"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string()),
+        match serde_json::from_slice::<crate::model::ErrorBody>(&self.body) {
+            Ok(e) => e.error,
             Err(_) => String::from_utf8_lossy(&self.body).into_owned(),
         }
     }
@@ -96,6 +119,24 @@ impl Client {
     /// `GET path`, expecting JSON; a non-2xx answer is an error with the daemon's message.
     pub fn get(&self, path: &str) -> Result<Value> {
         self.call("GET", path, None)?.ok_json()
+    }
+
+    /// `GET path`, expecting a `T` (one of [`crate::model`]'s types); a non-2xx answer is
+    /// an error with the daemon's message.
+    pub fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.call("GET", path, None)?.ok_as()
+    }
+
+    /// `method path` with `body` as JSON, expecting a `T`.
+    pub fn send_as<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T> {
+        let bytes = serde_json::to_vec(body).context("encoding the request body")?;
+        self.call(method, path, Some(("application/json", bytes)))?
+            .ok_as()
     }
 
     /// `method path` with a JSON body, expecting JSON.

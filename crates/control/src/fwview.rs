@@ -1,60 +1,9 @@
-//! The firewall as the API and the CLI show it (`GET /v1/firewall`, `ferrouter show
-//! firewall`), and its log: records the workers' filter nodes send, drained by the daemon
+//! The firewall as the API shows it (`GET /v1/firewall`, typed in [`crate::model`],
+//! rendered by [`crate::render`]), and its log: records the workers' filter nodes send, drained by the daemon
 //! loop into the daemon's log.
 
-use serde::{Deserialize, Serialize};
-
 use crate::features::Features;
-
-/// `GET /v1/firewall`: every filter with its rules and their counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct FirewallView {
-    /// The filters, in config order.
-    pub filters: Vec<FilterView>,
-    /// Log records not written: over `[firewall] log_rate`, or a worker's ring full.
-    pub log_suppressed: u64,
-    /// Microseconds the running rules took to compile.
-    pub compile_us: u64,
-}
-
-/// One filter.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct FilterView {
-    /// Name.
-    pub name: String,
-    /// `ingress` or `egress`.
-    pub hook: String,
-    /// The interfaces it is bound to.
-    pub interfaces: Vec<String>,
-    /// `accept`, `drop` or `reject`: for packets no rule matches.
-    pub policy: String,
-    /// Packets the policy decided.
-    pub policy_packets: u64,
-    /// Their bytes (IP length).
-    pub policy_bytes: u64,
-    /// The rules, in order.
-    pub rules: Vec<RuleView>,
-    /// Size of the IPv4 and IPv6 classifiers, bytes.
-    pub classifier_bytes: u64,
-}
-
-/// One rule.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct RuleView {
-    /// Position, from 1.
-    pub index: u32,
-    /// `accept`, `drop` or `reject`.
-    pub action: String,
-    /// The matches, as the config writes them: `protocol tcp destination_port 22`.
-    pub matches: String,
-    /// The comment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment: Option<String>,
-    /// Packets it decided.
-    pub packets: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
+use crate::model::{FilterView, FirewallView, RuleView};
 
 fn describe(r: &firewall::config::RuleConfig) -> String {
     let mut v: Vec<String> = Vec::new();
@@ -166,55 +115,6 @@ pub fn view(features: &Features) -> FirewallView {
             .load(std::sync::atomic::Ordering::Relaxed),
         compile_us: rs.compile_ns / 1000,
     }
-}
-
-/// `ferrouter show firewall`: one block per filter, a line per rule.
-pub fn render(v: &FirewallView) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    if v.filters.is_empty() {
-        s.push_str("no filters configured ([firewall] in the config; see docs/firewall.md)\n");
-    }
-    for f in &v.filters {
-        let _ = writeln!(
-            s,
-            "filter {} ({} on {}), policy {}",
-            f.name,
-            f.hook,
-            f.interfaces.join(", "),
-            f.policy
-        );
-        let _ = writeln!(
-            s,
-            "  {:>4}  {:<7} {:>12} {:>14}  matches",
-            "#", "action", "packets", "bytes"
-        );
-        for r in &f.rules {
-            let comment = r
-                .comment
-                .as_deref()
-                .map(|c| format!("  # {c}"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "  {:>4}  {:<7} {:>12} {:>14}  {}{}",
-                r.index, r.action, r.packets, r.bytes, r.matches, comment
-            );
-        }
-        let _ = writeln!(
-            s,
-            "  {:>4}  {:<7} {:>12} {:>14}  (policy)",
-            "-", f.policy, f.policy_packets, f.policy_bytes
-        );
-    }
-    if v.log_suppressed > 0 {
-        let _ = writeln!(
-            s,
-            "log records suppressed (over log_rate): {}",
-            v.log_suppressed
-        );
-    }
-    s
 }
 
 /// Write the log records the workers sent into the daemon's log (target `firewall`), at

@@ -44,13 +44,15 @@ impl GleanStats {
         self.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counters as JSON.
-    pub fn json(&self) -> serde_json::Value {
+    /// The counters now, as `show counters` reports them.
+    pub fn snapshot(&self) -> crate::model::GleanCounters {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        serde_json::json!({
-            "held": g(&self.held), "sent": g(&self.sent),
-            "expired": g(&self.expired), "dropped": g(&self.dropped),
-        })
+        crate::model::GleanCounters {
+            held: g(&self.held),
+            sent: g(&self.sent),
+            expired: g(&self.expired),
+            dropped: g(&self.dropped),
+        }
     }
 }
 

@@ -3,10 +3,11 @@
 //! carry `Authorization: Bearer TOKEN`. `ferrouter show|config|trace|capture` are clients
 //! of it; `GET /openapi.json` describes every endpoint; `GET /metrics` is for Prometheus.
 //!
-//! Every error is JSON, `{"error": "what was wrong"}`, with a 4xx status for the client's
-//! mistakes (400 malformed, 401 no or wrong token, 404 unknown path or object, 405 wrong
-//! method, 408 a body that did not arrive in time, 413 too large, 422 a valid request the
-//! router refuses) and 5xx for its own.
+//! Every body is one of [`crate::model`]'s types, so the document gives each answer its
+//! schema. Every error is JSON, `{"error": "what was wrong"}` ([`model::ErrorBody`]), with
+//! a 4xx status for the client's mistakes (400 malformed, 401 no or wrong token, 404
+//! unknown path or object, 405 wrong method, 408 a body that did not arrive in time, 413
+//! too large, 422 a valid request the router refuses) and 5xx for its own.
 //!
 //! Connections (caps, timeouts, the unix socket's own budget) are [`crate::listener`]'s; each
 //! request then comes to [`respond`], which checks the token before it reads the body.
@@ -24,10 +25,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
 use utoipa::OpenApi;
 
 use crate::api;
+use crate::model;
 use crate::state::Shared;
 
 /// Largest request body (a config file is the largest thing anyone sends).
@@ -64,7 +65,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        let body = model::ErrorBody {
+            error: self.message,
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -85,8 +89,8 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-/// Handler result.
-pub type ApiResult<T = Value> = std::result::Result<Json<T>, ApiError>;
+/// Handler result: a typed JSON body ([`crate::model`]) or an error.
+pub type ApiResult<T> = std::result::Result<Json<T>, ApiError>;
 
 /// Run `f` on a blocking thread (it takes the control state's lock, which a resync of a
 /// large table holds for a while): the API's async threads never block.
@@ -98,20 +102,19 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("request handler failed: {e}")))?
 }
 
-fn show(shared: Arc<Shared>, what: &'static str, arg: Option<String>) -> ApiResult {
-    api::show(&shared, what, arg.as_deref())
-        .map(Json)
-        .map_err(|e| match e {
-            api::ShowError::BadRequest(m) => ApiError::bad_request(m),
-            api::ShowError::Unavailable(m) => ApiError::internal(m),
-        })
+/// A `show` item's answer, or its error with the status the error's kind calls for.
+fn shown<T>(r: std::result::Result<T, api::ShowError>) -> ApiResult<T> {
+    r.map(Json).map_err(|e| match e {
+        api::ShowError::BadRequest(m) => ApiError::bad_request(m),
+        api::ShowError::Unavailable(m) => ApiError::internal(m),
+    })
 }
 
-/// The ports: facts, addresses and counters.
+/// The ports: facts, addresses and counters; then the VLAN sub-interfaces.
 #[utoipa::path(get, path = "/v1/interfaces", tag = "show",
-    responses((status = 200, description = "One object per port: port, name, ifindex, backend, admin (up, down), oper (up, no-carrier, down), down_reason (null when up), mac, mtu, ipv4, ipv6, rx/tx packets and bytes, rx_drops, tx_errors, rx_csum_completed, rx_gso_split; then one per VLAN sub-interface: port, name, ifindex, admin, oper, down_reason, backend, parent, vlan (tpid, id, inner_id), mac, mtu, ipv4, ipv6, rx/tx packets and bytes")))]
-async fn interfaces(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || show(s, "interfaces", None)).await
+    responses((status = 200, description = "One object per port, then one per VLAN sub-interface (with parent and vlan, without the port-only counters)", body = Vec<model::Interface>)))]
+async fn interfaces(State(s): State<Arc<Shared>>) -> ApiResult<Vec<model::Interface>> {
+    blocking(move || shown(api::interfaces(&s))).await
 }
 
 /// Query of `GET /v1/routes`.
@@ -125,97 +128,59 @@ pub struct RoutesQuery {
 
 /// Routes in the fast path's FIB.
 #[utoipa::path(get, path = "/v1/routes", tag = "show", params(RoutesQuery),
-    responses((status = 200, description = "{ipv4, ipv6, routes: [{prefix, source, next_hop}]}"),
-              (status = 400, description = "Not an address or prefix")))]
+    responses((status = 200, description = "The FIB's size and the routes", body = model::Routes),
+              (status = 400, description = "Not an address or prefix", body = model::ErrorBody)))]
 async fn routes(
     State(s): State<Arc<Shared>>,
     q: std::result::Result<Query<RoutesQuery>, QueryRejection>,
-) -> ApiResult {
+) -> ApiResult<model::Routes> {
     let Query(q) = q?;
-    blocking(move || show(s, "routes", q.prefix)).await
+    blocking(move || shown(api::routes(&s, q.prefix.as_deref()))).await
 }
 
 /// Route counts, FIB memory and sync statistics.
 #[utoipa::path(get, path = "/v1/routes/summary", tag = "show",
-    responses((status = 200, description = "{ipv4, ipv6, by_source, kernel_routes_mirrored, fib_memory_bytes, netlink_events, resyncs, fib_errors}")))]
-async fn routes_summary(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || show(s, "routes", Some("summary".into()))).await
+    responses((status = 200, description = "Counts, FIB memory, sync statistics", body = model::RoutesSummary)))]
+async fn routes_summary(State(s): State<Arc<Shared>>) -> ApiResult<model::RoutesSummary> {
+    blocking(move || shown(api::routes_summary(&s))).await
 }
 
 /// Neighbours (ARP/NDP) the fast path uses.
 #[utoipa::path(get, path = "/v1/neighbors", tag = "show",
-    responses((status = 200, description = "[{ip, dev, mac, usable}]")))]
-async fn neighbors(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || show(s, "neighbors", None)).await
+    responses((status = 200, description = "The neighbours on fast-path ports", body = Vec<model::Neighbor>)))]
+async fn neighbors(State(s): State<Arc<Shared>>) -> ApiResult<Vec<model::Neighbor>> {
+    blocking(move || shown(api::neighbors(&s))).await
 }
 
 /// The native BGP speaker: sessions, their counters, and the RIB's size.
 #[utoipa::path(get, path = "/v1/bgp", tag = "show",
-    responses((status = 200, description = "{enabled, speaker: {asn, router_id, prefixes_v4, prefixes_v6, paths, fib_changes, neighbors: [{address, remote_as, state, state_s, prefixes, updates_received, prefixes_announced, prefixes_withdrawn, treat_as_withdraw, attributes_discarded, as_loops, unresolved, route_refresh_sent, notifications_sent, notifications_received, established_transitions, last_error, ...}]}}")))]
-async fn bgp(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || show(s, "bgp", None)).await
+    responses((status = 200, description = "Whether [bgp] is configured, and the speaker's status", body = model::BgpStatus)))]
+async fn bgp(State(s): State<Arc<Shared>>) -> ApiResult<model::BgpStatus> {
+    blocking(move || Ok(Json(api::bgp(&s)))).await
 }
 
 /// Packet counters: totals, per worker, and every non-zero drop/punt reason by node.
 #[utoipa::path(get, path = "/v1/counters", tag = "show",
-    responses((status = 200, description = "{rx, tx, forwarded, drops, punts, reasons: [{node, reason, kind, count, description}], workers, sync, kernel_forwarded, uptime_s}")))]
-async fn counters(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || show(s, "counters", None)).await
+    responses((status = 200, description = "The fast path's counters", body = model::Counters)))]
+async fn counters(State(s): State<Arc<Shared>>) -> ApiResult<model::Counters> {
+    blocking(move || shown(api::counters(&s))).await
 }
 
 /// The firewall's filters, their rules and the rules' counters.
 #[utoipa::path(get, path = "/v1/firewall", tag = "show",
-    responses((status = 200, body = crate::fwview::FirewallView)))]
-async fn firewall(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || show(s, "firewall", None)).await
+    responses((status = 200, description = "Every filter with its rules and their counters", body = model::FirewallView)))]
+async fn firewall(State(s): State<Arc<Shared>>) -> ApiResult<model::FirewallView> {
+    blocking(move || Ok(Json(crate::fwview::view(&s.features)))).await
 }
 
 /// Version and build.
 #[utoipa::path(get, path = "/v1/version", tag = "show",
-    responses((status = 200, description = "{version, uptime_s}")))]
-async fn version(State(s): State<Arc<Shared>>) -> ApiResult {
-    Ok(Json(json!({
-        "version": s.version,
-        "uptime_s": s.started.elapsed().as_secs_f64(),
-    })))
-}
-
-/// A config candidate.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConfigBody {
-    /// The whole config file (TOML).
-    pub text: String,
-    /// Its name, for the locations in error messages (e.g. `ferrouter.toml`).
-    #[serde(default)]
-    pub file: Option<String>,
-    /// Why it is applied (kept in the history).
-    #[serde(default)]
-    pub comment: Option<String>,
-}
-
-/// `POST /v1/config/diff`: a candidate, or none for previous vs running.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DiffBody {
-    /// The candidate config text; without it, the diff is from the previous config in the
-    /// history to the running one.
-    #[serde(default)]
-    pub text: Option<String>,
-}
-
-/// `POST /v1/config/rollback`.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RollbackBody {
-    /// How many configs back (1 = the one before the running one).
-    #[serde(default = "one")]
-    #[schema(minimum = 1)]
-    pub steps: usize,
-}
-
-fn one() -> usize {
-    1
+    responses((status = 200, description = "Version, build commit and uptime", body = model::Version)))]
+async fn version(State(s): State<Arc<Shared>>) -> ApiResult<model::Version> {
+    Ok(Json(model::Version {
+        version: s.version.clone(),
+        uptime_s: s.started.elapsed().as_secs_f64(),
+    }))
 }
 
 fn config_error(e: crate::configsvc::Error) -> ApiError {
@@ -248,29 +213,36 @@ fn publish_features(s: &Shared, cfg: &crate::config::Config) {
     }
 }
 
-fn applied_json(a: &crate::configsvc::Applied) -> Value {
-    json!({
-        "history_id": a.id,
-        "plan": a.plan.ops.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
-        "changed": a.report.changed,
-        "unchanged": a.report.unchanged,
-    })
+fn applied(a: &crate::configsvc::Applied) -> model::Applied {
+    model::Applied {
+        history_id: a.id,
+        plan: a.plan.ops.iter().map(|o| o.to_string()).collect(),
+        changed: a.report.changed.clone(),
+        unchanged: a.report.unchanged.clone(),
+    }
 }
 
 /// The running config's text.
 #[utoipa::path(get, path = "/v1/config", tag = "config",
-    responses((status = 200, description = "{text}")))]
-async fn config_get(State(s): State<Arc<Shared>>) -> ApiResult {
-    blocking(move || with_config(&s, |c| Ok(Json(json!({"text": c.running_text()}))))).await
+    responses((status = 200, description = "The running config", body = model::ConfigText)))]
+async fn config_get(State(s): State<Arc<Shared>>) -> ApiResult<model::ConfigText> {
+    blocking(move || {
+        with_config(&s, |c| {
+            Ok(Json(model::ConfigText {
+                text: c.running_text().to_string(),
+            }))
+        })
+    })
+    .await
 }
 
 /// Validate a candidate: syntax, schema, values, and the interfaces it names.
-#[utoipa::path(post, path = "/v1/config/check", tag = "config", request_body = ConfigBody,
-    responses((status = 200, description = "{valid: true, plan: [steps apply would take]}"),
-              (status = 422, description = "{error, problems: [{line, column, path, message}]}")))]
+#[utoipa::path(post, path = "/v1/config/check", tag = "config", request_body = model::ConfigBody,
+    responses((status = 200, description = "Valid: the steps apply would take", body = model::CheckResult),
+              (status = 422, description = "Invalid: every problem with its line and column", body = model::CheckFailure)))]
 async fn config_check(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<ConfigBody>, JsonRejection>,
+    body: std::result::Result<Json<model::ConfigBody>, JsonRejection>,
 ) -> Response {
     let Json(b) = match body {
         Ok(b) => b,
@@ -279,28 +251,40 @@ async fn config_check(
     let r = blocking(move || {
         with_config(&s, |c| {
             let label = b.file.as_deref().unwrap_or("candidate");
-            Ok(match c.check_as(&b.text, label) {
-                Ok(cfg) => {
-                    let plan = crate::apply::plan(c.running(), &cfg)
-                        .map(|p| p.ops.iter().map(|o| o.to_string()).collect::<Vec<_>>());
-                    match plan {
-                        Ok(p) => (StatusCode::OK, json!({"valid": true, "plan": p})),
-                        Err(e) => (
-                            StatusCode::UNPROCESSABLE_ENTITY,
-                            json!({"error": e.to_string(), "problems": []}),
-                        ),
-                    }
+            let cfg = match c.check_as(&b.text, label) {
+                Ok(cfg) => cfg,
+                Err(p) => {
+                    return Ok(Err(model::CheckFailure {
+                        error: p.to_string(),
+                        problems: p
+                            .problems
+                            .iter()
+                            .map(|p| model::ConfigProblem {
+                                line: p.line as u64,
+                                column: p.column as u64,
+                                path: p.path.clone(),
+                                message: p.message.clone(),
+                            })
+                            .collect(),
+                    }))
                 }
-                Err(p) => (
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    json!({"error": p.to_string(), "problems": p.problems}),
-                ),
+            };
+            Ok(match crate::apply::plan(c.running(), &cfg) {
+                Ok(p) => Ok(model::CheckResult {
+                    valid: true,
+                    plan: p.ops.iter().map(|o| o.to_string()).collect(),
+                }),
+                Err(e) => Err(model::CheckFailure {
+                    error: e.to_string(),
+                    problems: Vec::new(),
+                }),
             })
         })
     })
     .await;
     match r {
-        Ok((status, v)) => (status, Json(v)).into_response(),
+        Ok(Ok(valid)) => Json(valid).into_response(),
+        Ok(Err(invalid)) => (StatusCode::UNPROCESSABLE_ENTITY, Json(invalid)).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -308,14 +292,14 @@ async fn config_check(
 /// Apply a candidate as one transaction: all of it or, on any failure, nothing (what was
 /// done is undone). On success it is the running config, saved to the daemon's config file
 /// and recorded in the history.
-#[utoipa::path(post, path = "/v1/config/apply", tag = "config", request_body = ConfigBody,
-    responses((status = 200, description = "{history_id, plan, changed, unchanged}"),
-              (status = 422, description = "Invalid, or needs a restart: nothing changed"),
-              (status = 409, description = "A step failed; everything done was undone")))]
+#[utoipa::path(post, path = "/v1/config/apply", tag = "config", request_body = model::ConfigBody,
+    responses((status = 200, description = "Applied: the steps, which changed something", body = model::Applied),
+              (status = 422, description = "Invalid, or needs a restart: nothing changed", body = model::ErrorBody),
+              (status = 409, description = "A step failed; everything done was undone", body = model::ErrorBody)))]
 async fn config_apply(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<ConfigBody>, JsonRejection>,
-) -> ApiResult {
+    body: std::result::Result<Json<model::ConfigBody>, JsonRejection>,
+) -> ApiResult<model::Applied> {
     let Json(b) = body?;
     blocking(move || {
         with_config(&s, |c| {
@@ -325,45 +309,45 @@ async fn config_apply(
                 .map_err(config_error)?;
             tracing::info!(history_id = ?a.id, changed = a.report.changed.len(), "config applied");
             publish_features(&s, c.running());
-            Ok(Json(applied_json(&a)))
+            Ok(Json(applied(&a)))
         })
     })
     .await
 }
 
 /// Unified diff: running → candidate, or previous → running.
-#[utoipa::path(post, path = "/v1/config/diff", tag = "config", request_body = DiffBody,
-    responses((status = 200, description = "{diff}")))]
+#[utoipa::path(post, path = "/v1/config/diff", tag = "config", request_body = model::DiffBody,
+    responses((status = 200, description = "The unified diff (empty: no difference)", body = model::ConfigDiff)))]
 async fn config_diff(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<DiffBody>, JsonRejection>,
-) -> ApiResult {
+    body: std::result::Result<Json<model::DiffBody>, JsonRejection>,
+) -> ApiResult<model::ConfigDiff> {
     let Json(b) = body?;
     blocking(move || {
         with_config(&s, |c| {
-            let d = c.diff(b.text.as_deref()).map_err(config_error)?;
-            Ok(Json(json!({"diff": d})))
+            let diff = c.diff(b.text.as_deref()).map_err(config_error)?;
+            Ok(Json(model::ConfigDiff { diff }))
         })
     })
     .await
 }
 
 /// Re-apply an earlier config from the history, as a new transaction.
-#[utoipa::path(post, path = "/v1/config/rollback", tag = "config", request_body = RollbackBody,
-    responses((status = 200, description = "{history_id, plan, changed, unchanged}"),
-              (status = 422, description = "No such entry"),
-              (status = 409, description = "A step failed; everything done was undone")))]
+#[utoipa::path(post, path = "/v1/config/rollback", tag = "config", request_body = model::RollbackBody,
+    responses((status = 200, description = "Rolled back: the steps, which changed something", body = model::Applied),
+              (status = 422, description = "No such entry", body = model::ErrorBody),
+              (status = 409, description = "A step failed; everything done was undone", body = model::ErrorBody)))]
 async fn config_rollback(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<RollbackBody>, JsonRejection>,
-) -> ApiResult {
+    body: std::result::Result<Json<model::RollbackBody>, JsonRejection>,
+) -> ApiResult<model::Applied> {
     let Json(b) = body?;
     blocking(move || {
         with_config(&s, |c| {
             let a = c.rollback(b.steps).map_err(config_error)?;
             tracing::info!(steps = b.steps, history_id = ?a.id, "config rolled back");
             publish_features(&s, c.running());
-            Ok(Json(applied_json(&a)))
+            Ok(Json(applied(&a)))
         })
     })
     .await
@@ -371,11 +355,22 @@ async fn config_rollback(
 
 /// The history of applied configs, oldest first.
 #[utoipa::path(get, path = "/v1/config/history", tag = "config",
-    responses((status = 200, description = "[{id, time, bytes, comment}]")))]
-async fn config_history(State(s): State<Arc<Shared>>) -> ApiResult {
+    responses((status = 200, description = "The entries, oldest first", body = Vec<model::HistoryEntry>)))]
+async fn config_history(State(s): State<Arc<Shared>>) -> ApiResult<Vec<model::HistoryEntry>> {
     blocking(move || {
         with_config(&s, |c| {
-            Ok(Json(json!(c.history().map_err(config_error)?)))
+            let entries = c.history().map_err(config_error)?;
+            Ok(Json(
+                entries
+                    .into_iter()
+                    .map(|e| model::HistoryEntry {
+                        id: e.id,
+                        time: e.time,
+                        bytes: e.bytes,
+                        comment: e.comment,
+                    })
+                    .collect(),
+            ))
         })
     })
     .await
@@ -384,16 +379,17 @@ async fn config_history(State(s): State<Arc<Shared>>) -> ApiResult {
 /// One history entry's text.
 #[utoipa::path(get, path = "/v1/config/history/{id}", tag = "config",
     params(("id" = u64, Path, description = "History entry")),
-    responses((status = 200, description = "{id, text}"), (status = 404, description = "No such entry")))]
+    responses((status = 200, description = "The entry's config text", body = model::HistoryText),
+              (status = 404, description = "No such entry", body = model::ErrorBody)))]
 async fn config_entry(
     State(s): State<Arc<Shared>>,
     id: std::result::Result<axum::extract::Path<u64>, axum::extract::rejection::PathRejection>,
-) -> ApiResult {
+) -> ApiResult<model::HistoryText> {
     let axum::extract::Path(id) =
         id.map_err(|e| ApiError::bad_request(format!("bad history id: {}", e.body_text())))?;
     blocking(move || {
         with_config(&s, |c| match c.entry(id) {
-            Ok(t) => Ok(Json(json!({"id": id, "text": t}))),
+            Ok(text) => Ok(Json(model::HistoryText { id, text })),
             Err(e) => Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!("history entry {id}: {e}"),
@@ -403,29 +399,14 @@ async fn config_entry(
     .await
 }
 
-/// `POST /v1/trace`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TraceBody {
-    /// Trace the next COUNT matching packets (per worker, as VPP does).
-    #[schema(minimum = 1, maximum = 10000)]
-    pub count: u32,
-    /// Only packets received on this port (number or name).
-    #[serde(default)]
-    pub port: Option<String>,
-    /// Match expression: `ip4`, `ip6`, `arp`, `src|dst|host ADDR[/LEN]`, `proto
-    /// tcp|udp|icmp|icmp6|N`, `port N`, each optionally preceded by `not`, joined by `and`.
-    #[serde(default, rename = "match")]
-    pub expr: Option<String>,
-}
-
 /// Arm the packet trace.
-#[utoipa::path(post, path = "/v1/trace", tag = "trace", request_body = TraceBody,
-    responses((status = 200, description = "{armed: count}"), (status = 422, description = "Bad port or match expression")))]
+#[utoipa::path(post, path = "/v1/trace", tag = "trace", request_body = model::TraceBody,
+    responses((status = 200, description = "Armed", body = model::TraceArmed),
+              (status = 422, description = "Bad count, port or match expression", body = model::ErrorBody)))]
 async fn trace_add(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<TraceBody>, JsonRejection>,
-) -> ApiResult {
+    body: std::result::Result<Json<model::TraceBody>, JsonRejection>,
+) -> ApiResult<model::TraceArmed> {
     let Json(b) = body?;
     if b.count == 0 || b.count > 10_000 {
         return Err(ApiError::unprocessable(format!(
@@ -437,68 +418,73 @@ async fn trace_add(
         s.trace
             .add(b.count, b.port.as_deref(), b.expr.as_deref())
             .map_err(ApiError::unprocessable)?;
-        Ok(Json(json!({"armed": b.count})))
+        Ok(Json(model::TraceArmed { armed: b.count }))
     })
     .await
 }
 
+fn traced(t: &crate::trace::Trace) -> model::TracedPacket {
+    model::TracedPacket {
+        seq: t.seq,
+        worker: t.worker as u64,
+        port: t.port,
+        port_name: t.port_name.clone(),
+        len: t.len,
+        ts_ns: t.ts_ns,
+        summary: t.summary.clone(),
+        steps: t
+            .steps
+            .iter()
+            .map(|s| model::TraceStep {
+                node: s.node.to_string(),
+                text: s.text.clone(),
+            })
+            .collect(),
+        truncated: t.truncated,
+    }
+}
+
 /// The traced packets, oldest first, structured and as VPP-style text.
 #[utoipa::path(get, path = "/v1/trace", tag = "trace",
-    responses((status = 200, description = "{traces: [{seq, worker, port, port_name, len, summary, steps: [{node, text}]}], text, lost}")))]
-async fn trace_show(State(s): State<Arc<Shared>>) -> ApiResult {
+    responses((status = 200, description = "The traced packets", body = model::TraceShow)))]
+async fn trace_show(State(s): State<Arc<Shared>>) -> ApiResult<model::TraceShow> {
     blocking(move || {
         let t = s.trace.show();
-        Ok(Json(json!({
-            "text": crate::trace::format_all(&t),
-            "lost": s.trace.lost(),
-            "traces": t,
-        })))
+        Ok(Json(model::TraceShow {
+            text: crate::trace::format_all(&t),
+            lost: s.trace.lost(),
+            traces: t.iter().map(traced).collect(),
+        }))
     })
     .await
 }
 
 /// Disarm the trace and forget the traced packets.
 #[utoipa::path(delete, path = "/v1/trace", tag = "trace",
-    responses((status = 200, description = "{cleared: true}")))]
-async fn trace_clear(State(s): State<Arc<Shared>>) -> ApiResult {
+    responses((status = 200, description = "Cleared", body = model::TraceCleared)))]
+async fn trace_clear(State(s): State<Arc<Shared>>) -> ApiResult<model::TraceCleared> {
     blocking(move || {
         s.trace.clear();
-        Ok(Json(json!({"cleared": true})))
+        Ok(Json(model::TraceCleared { cleared: true }))
     })
     .await
 }
 
-/// `POST /v1/capture`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CaptureBody {
-    /// Port (number or name).
-    pub port: String,
-    /// rx, tx or both (default both).
-    #[serde(default)]
-    pub direction: Option<String>,
-    /// Stop after this many frames (default 100).
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 1000000)]
-    pub count: Option<u32>,
-    /// Bytes kept of each frame (default: all).
-    #[serde(default)]
-    pub snaplen: Option<u16>,
-    /// Stop after this many seconds even if fewer frames came (default 10, at most 3600).
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0.0, maximum = 3600.0)]
-    pub timeout_s: Option<f64>,
-}
+/// A pcap file (the body of a capture's answer).
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code)]
+struct PcapFile(Vec<u8>);
 
 /// Capture frames on a port and return them as a pcap file. The request returns when
 /// `count` frames are captured or `timeout_s` has passed.
-#[utoipa::path(post, path = "/v1/capture", tag = "capture", request_body = CaptureBody,
-    responses((status = 200, description = "The pcap file", content_type = "application/vnd.tcpdump.pcap"),
-              (status = 409, description = "Another capture is running"),
-              (status = 422, description = "Bad port, direction or count")))]
+#[utoipa::path(post, path = "/v1/capture", tag = "capture", request_body = model::CaptureBody,
+    responses((status = 200, description = "The pcap file", body = PcapFile, content_type = "application/vnd.tcpdump.pcap"),
+              (status = 409, description = "Another capture is running", body = model::ErrorBody),
+              (status = 422, description = "Bad port, direction, count or timeout", body = model::ErrorBody)))]
 async fn capture(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<CaptureBody>, JsonRejection>,
+    body: std::result::Result<Json<model::CaptureBody>, JsonRejection>,
 ) -> Response {
     let Json(b) = match body {
         Ok(b) => b,
@@ -545,7 +531,7 @@ async fn capture(
 
 /// Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", tag = "metrics",
-    responses((status = 200, description = "OpenMetrics text: ports, drop reasons, worker load, FIB and neighbour sizes, route-sync lag", content_type = "application/openmetrics-text")))]
+    responses((status = 200, description = "OpenMetrics text: ports, drop reasons, worker load, FIB and neighbour sizes, route-sync lag", body = String, content_type = "application/openmetrics-text")))]
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
     match blocking(move || crate::metrics::render(&s).map_err(ApiError::internal)).await {
         Ok(text) => (
@@ -564,15 +550,16 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "meta",
-    responses((status = 200, description = "The OpenAPI 3.1 description of this API")))]
+    responses((status = 200, description = "The OpenAPI 3.1 description of this API", body = Object)))]
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}`."),
+    info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
     paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
 struct ApiDoc;
@@ -591,7 +578,8 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             Vec::<String>::new(),
         )]);
-        // The answers every operation can give, whatever it does: all are JSON errors.
+        // The answers every operation can give, whatever it does: all are JSON errors
+        // (`ErrorBody`).
         let common = [
             ("400", "Malformed request (body, query or path): {error}"),
             ("401", "TCP without the right bearer token: {error}"),
@@ -621,15 +609,25 @@ impl utoipa::Modify for BearerAuth {
                     op.responses
                         .responses
                         .entry(code.to_string())
-                        .or_insert_with(|| {
-                            utoipa::openapi::ResponseBuilder::new()
-                                .description(what)
-                                .into()
-                        });
+                        .or_insert_with(|| error_response(what).into());
                 }
             }
         }
     }
+}
+
+/// A response whose body is an [`model::ErrorBody`].
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+        .build()
 }
 
 /// The OpenAPI document (also served at `/openapi.json`).

@@ -15,6 +15,7 @@ pub mod history;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod model;
 pub mod render;
 pub mod state;
 pub mod sync;

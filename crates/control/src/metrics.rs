@@ -409,7 +409,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             "1 if the interface carries traffic (admin up with carrier), 0 if routes through it are not used.",
             links
                 .iter()
-                .map(|(n, l)| (vec![("interface", n.clone())], f64::from(u8::from(l.oper == "up"))))
+                .map(|(n, l)| (vec![("interface", n.clone())], f64::from(u8::from(l.oper == crate::model::Oper::Up))))
                 .collect(),
         );
         s.gauge(
@@ -531,19 +531,24 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     s.counter(
         "ferrouter_kernel_forwarded_packets",
         "Packets the kernel forwarded in the router's namespace (the fast path forwards: must stay 0).",
-        ["ipv4", "ipv6"]
-            .iter()
-            .map(|f| (vec![("family", f.to_string())], kf[f].as_u64().unwrap_or(0)))
+        [("ipv4", kf.ipv4), ("ipv6", kf.ipv6)]
+            .into_iter()
+            .map(|(f, n)| (vec![("family", f.to_string())], n.unwrap_or(0)))
             .collect(),
     );
-    let g = shared.glean.json();
+    let g = shared.glean.snapshot();
     s.counter(
         "ferrouter_glean_packets",
         "Packets to a next hop not yet resolved: held, sent once it resolved, expired, or not held (bounds).",
-        ["held", "sent", "expired", "dropped"]
-            .iter()
-            .map(|k| (vec![("state", k.to_string())], g[k].as_u64().unwrap_or(0)))
-            .collect(),
+        [
+            ("held", g.held),
+            ("sent", g.sent),
+            ("expired", g.expired),
+            ("dropped", g.dropped),
+        ]
+        .into_iter()
+        .map(|(k, n)| (vec![("state", k.to_string())], n))
+        .collect(),
     );
     api_connections(&mut s, &shared.api_conns);
     s.gauge(

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use control::render::render;
+use control::render::{counters, interfaces};
 use serde_json::Value;
 
 fn need(tool: &str, package: &str) -> Result<()> {
@@ -68,13 +68,10 @@ pub fn lab_demo(lab: &lab::Lab, ferrouter: &Path, seconds: u32) -> Result<()> {
     );
     lab.up(ferrouter)?;
     let _guard = lab::Guard(lab.clone());
-    let socket = lab.socket();
+    let client = control::client::Client::new(control::client::Endpoint::Unix(lab.socket()));
     print!(
         "{}",
-        render(
-            "interfaces",
-            &control::api::request(&socket, "interfaces", None)?
-        )
+        interfaces(&client.get_as::<Vec<control::model::Interface>>("/v1/interfaces")?)
     );
     println!();
     for (ns, v6, dst) in [
@@ -121,16 +118,18 @@ pub fn lab_demo(lab: &lab::Lab, ferrouter: &Path, seconds: u32) -> Result<()> {
     println!();
     print!(
         "{}",
-        render(
-            "interfaces",
-            &control::api::request(&socket, "interfaces", None)?
-        )
+        interfaces(&client.get_as::<Vec<control::model::Interface>>("/v1/interfaces")?)
     );
-    let c = control::api::request(&socket, "counters", None)?;
-    print!("{}", render("counters", &c));
-    let kf = &c["kernel_forwarded"];
-    if kf["ipv4"].as_u64().unwrap_or(1) != 0 || kf["ipv6"].as_u64().unwrap_or(1) != 0 {
-        bail!("the kernel forwarded packets in {}: {kf}", lab.rtr());
+    let c: control::model::Counters = client.get_as("/v1/counters")?;
+    print!("{}", counters(&c));
+    let kf = c.kernel_forwarded;
+    if kf.ipv4 != Some(0) || kf.ipv6 != Some(0) {
+        bail!(
+            "the kernel forwarded packets in {} (or /proc/net/snmp could not be read): ipv4 {:?}, ipv6 {:?}",
+            lab.rtr(),
+            kf.ipv4,
+            kf.ipv6
+        );
     }
     println!("\nevery forwarded packet went through ferrouter's fast path (kernel forwarded 0); tearing down");
     Ok(())

@@ -1029,7 +1029,7 @@ fn lab_cmd(
                 }
             );
             match control::api::request(&lab.socket(), "interfaces", None) {
-                Ok(v) => print!("{}", control::render::render("interfaces", &v)),
+                Ok(v) => print!("{}", control::render::render(&v)),
                 Err(_) => println!("ferrouter: not running"),
             }
             Ok(())

@@ -374,7 +374,7 @@ impl Lab {
         std::fs::write(self.pid_file(), child.id().to_string())?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            if control::api::request(&self.socket(), "interfaces", None).is_ok() {
+            if control::api::request_json(&self.socket(), "interfaces", None).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline || !Path::new(&format!("/proc/{}", child.id())).exists() {

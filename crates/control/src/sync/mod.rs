@@ -33,6 +33,8 @@ use linux::{Addr, Event, Link, Neigh, NextHops, Route, RouteKind, RouteNextHop, 
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
+use crate::model::Oper;
+
 const MAIN_TABLE: u32 = 254;
 const LOCAL_TABLE: u32 = 255;
 
@@ -126,18 +128,7 @@ struct NhEntry {
 }
 
 /// Where an installed prefix came from (for `show routes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// The router's own address (local table).
-    Local,
-    /// A main-table route.
-    Route,
-    /// A resolved neighbour's host route.
-    Neighbor,
-    /// A best path of ferrouter's own BGP speaker.
-    Bgp,
-}
+pub use crate::model::RouteSource as Source;
 
 #[derive(Clone, Copy, Debug)]
 struct Installed {
@@ -145,45 +136,7 @@ struct Installed {
     source: Source,
 }
 
-/// A route as `show routes` prints it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct RouteView {
-    /// `addr/len`.
-    pub prefix: String,
-    /// Origin.
-    pub source: Source,
-    /// Next-hop description (`via 192.0.2.1 dev eth1 02:..`, `glean dev eth1`, `local`, `drop`, `ecmp [...]`).
-    pub next_hop: String,
-}
-
-/// A neighbour as `show neighbors` prints it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct NeighborView {
-    /// Address.
-    pub ip: String,
-    /// Interface.
-    pub dev: String,
-    /// MAC, if known.
-    pub mac: Option<String>,
-    /// Usable for forwarding.
-    pub usable: bool,
-}
-
-/// Counters of the sync itself.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct SyncStats {
-    /// Netlink events applied.
-    pub events: u64,
-    /// Full resyncs (start, and every overflow).
-    pub resyncs: u64,
-    /// FIB writes that failed (logged; the prefix keeps its previous state).
-    pub fib_errors: u64,
-    /// Route changes from the native BGP speaker applied.
-    pub bgp_changes: u64,
-    /// BGP best paths not installed: their next hop is on no connected subnet (or is one
-    /// of the router's own addresses).
-    pub bgp_unresolved: u64,
-}
+pub use crate::model::SyncStats;
 
 /// What a prefix's routes ask for, read off its entry: `desired` turns it into a next hop.
 enum Want {
@@ -499,7 +452,7 @@ pub struct PortLink {
     /// Administratively up (`IFF_UP`).
     pub admin_up: bool,
     /// `up`, `no-carrier` (admin up, no carrier) or `down`.
-    pub oper: &'static str,
+    pub oper: Oper,
     /// Why it does not forward, when it does not.
     pub reason: Option<String>,
 }
@@ -703,14 +656,14 @@ impl Sync {
         let Some(name) = self.port_names.get(port) else {
             return PortLink {
                 admin_up: false,
-                oper: "down",
+                oper: Oper::Down,
                 reason: Some("no such port".into()),
             };
         };
         let Some(l) = self.links.values().find(|l| &l.name == name) else {
             return PortLink {
                 admin_up: false,
-                oper: "down",
+                oper: Oper::Down,
                 reason: Some(format!("{name} not found in the kernel")),
             };
         };
@@ -722,14 +675,14 @@ impl Sync {
             };
             return PortLink {
                 admin_up: false,
-                oper: "down",
+                oper: Oper::Down,
                 reason: Some(why.into()),
             };
         }
         if !carries(l) {
             return PortLink {
                 admin_up: true,
-                oper: "no-carrier",
+                oper: Oper::NoCarrier,
                 reason: Some("no carrier".into()),
             };
         }
@@ -743,13 +696,13 @@ impl Sync {
                 .map_or("?", |n| n.as_str());
             return PortLink {
                 admin_up: true,
-                oper: "down",
+                oper: Oper::Down,
                 reason: Some(format!("parent port {parent} is down")),
             };
         }
         PortLink {
             admin_up: true,
-            oper: "up",
+            oper: Oper::Up,
             reason: None,
         }
     }

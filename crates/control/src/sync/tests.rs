@@ -438,7 +438,7 @@ fn next_hops_through_a_down_link_are_not_used() {
     );
     let l = s.port_link(0, &[]);
     assert_eq!(
-        (l.admin_up, l.oper, l.reason.as_deref()),
+        (l.admin_up, l.oper.as_str(), l.reason.as_deref()),
         (true, "no-carrier", Some("no carrier"))
     );
 
@@ -478,7 +478,7 @@ fn admin_down_forgets_what_the_kernel_flushes() {
     let held = vec!["p0".to_string()];
     s.apply(Event::NewLink(link_state(10, "p0", MAC_P0, false, false)));
     let l = s.port_link(0, &held);
-    assert_eq!((l.admin_up, l.oper), (false, "down"));
+    assert_eq!((l.admin_up, l.oper.as_str()), (false, "down"));
     assert_eq!(
         l.reason.as_deref(),
         Some("admin down by config (enabled = false)")
@@ -549,7 +549,7 @@ fn a_sub_interface_is_down_with_its_parent() {
     assert_eq!(lookup(&s, "10.7.0.1"), None);
     let l = s.port_link(1, &[]);
     assert_eq!(
-        (l.oper, l.reason.as_deref()),
+        (l.oper.as_str(), l.reason.as_deref()),
         ("down", Some("parent port p0 is down"))
     );
     s.apply(Event::NewLink(link(10, "p0", MAC_P0)));

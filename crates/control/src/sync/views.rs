@@ -38,8 +38,8 @@ impl Sync {
 
     /// Installed routes, sorted, optionally only those matching `filter` (exact `a/len`, or
     /// the longest match for an address).
-    pub fn routes(&self, filter: Option<&str>) -> Result<Vec<RouteView>, String> {
-        let view = |(p, i): (&Prefix, &Installed)| RouteView {
+    pub fn routes(&self, filter: Option<&str>) -> Result<Vec<crate::model::Route>, String> {
+        let view = |(p, i): (&Prefix, &Installed)| crate::model::Route {
             prefix: format!("{}/{}", p.0, p.1),
             source: i.source,
             next_hop: self.describe(i.nh),
@@ -137,12 +137,12 @@ impl Sync {
     }
 
     /// Neighbours on fast-path ports.
-    pub fn neighbors(&self) -> Vec<NeighborView> {
-        let mut v: Vec<NeighborView> = self
+    pub fn neighbors(&self) -> Vec<crate::model::Neighbor> {
+        let mut v: Vec<crate::model::Neighbor> = self
             .neighs
             .values()
             .filter(|n| self.port_of(n.ifindex).is_some())
-            .map(|n| NeighborView {
+            .map(|n| crate::model::Neighbor {
                 ip: n.ip.to_string(),
                 dev: self.dev_name(n.ifindex),
                 mac: n.mac.as_ref().map(mac_str),

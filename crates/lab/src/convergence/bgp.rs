@@ -360,7 +360,7 @@ pub fn ferrouter_bgp_config() -> String {
 /// Whether every neighbour of ferrouter's speaker (control socket `socket`) is
 /// established, and its status.
 pub fn ferrouter_established(socket: &Path) -> Result<(bool, String)> {
-    let v = control::api::request(socket, "bgp", None)?;
+    let v = control::api::request_json(socket, "bgp", None)?;
     let ns = v["speaker"]["neighbors"]
         .as_array()
         .cloned()

@@ -357,8 +357,8 @@ fn dut_drops(lab: &Lab, dut: Dut) -> Result<Option<BTreeMap<String, u64>>> {
     if !dut.is_ferrouter() {
         return Ok(None);
     }
-    let ports = control::api::request(&lab.socket(), "interfaces", None)?;
-    let c = control::api::request(&lab.socket(), "counters", None)?;
+    let ports = control::api::request_json(&lab.socket(), "interfaces", None)?;
+    let c = control::api::request_json(&lab.socket(), "counters", None)?;
     let mut m = BTreeMap::new();
     for p in ports.as_array().into_iter().flatten() {
         for k in ["rx_drops", "tx_errors"] {
@@ -396,7 +396,7 @@ impl DutMemory {
         if !dut.is_ferrouter() {
             return Ok(DutMemory::default());
         }
-        let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
+        let s = control::api::request_json(&lab.socket(), "routes", Some("summary"))?;
         Ok(DutMemory {
             fib_memory_bytes: s["fib_memory_bytes"]["total"].as_u64(),
             fib_prefixes: Some(s["ipv4"].as_u64().unwrap_or(0) + s["ipv6"].as_u64().unwrap_or(0)),
@@ -593,7 +593,7 @@ struct Watch<'a> {
 /// When ferrouter's speaker had every change in its FIB (CLOCK_MONOTONIC ns), once the
 /// primary and the secondary hold `want` prefixes each; `None` before that.
 fn speaker_fib_done(socket: &std::path::Path, want: [usize; 2]) -> Result<Option<u64>> {
-    let v = control::api::request(socket, "bgp", None)?;
+    let v = control::api::request_json(socket, "bgp", None)?;
     let n = &v["speaker"]["neighbors"];
     let held = |i: usize| n[i]["prefixes"].as_u64();
     Ok(

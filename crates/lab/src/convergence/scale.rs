@@ -442,7 +442,7 @@ fn run_one(opts: &ScaleOptions, dut: Dut, log: &dyn Fn(&str)) -> Result<ScaleRun
             && last_fib_poll.elapsed() > Duration::from_millis(500)
         {
             last_fib_poll = Instant::now();
-            let s = control::api::request(&lab.socket(), "routes", Some("summary"))?;
+            let s = control::api::request_json(&lab.socket(), "routes", Some("summary"))?;
             let source = if dut == Dut::FerrouterBgp {
                 "bgp"
             } else {

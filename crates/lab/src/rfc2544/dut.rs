@@ -292,7 +292,7 @@ pub fn start_ferrouter(topo: &Topo, bin: &Path, ports: &[String]) -> Result<Runn
     // Loading a million routes from the kernel's dump takes seconds, not minutes.
     while t.elapsed() < Duration::from_secs(180) {
         r.check()?;
-        if control::api::request(&socket, "counters", None).is_ok() {
+        if control::api::request_json(&socket, "counters", None).is_ok() {
             return Ok(r);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -302,7 +302,7 @@ pub fn start_ferrouter(topo: &Topo, bin: &Path, ports: &[String]) -> Result<Runn
 
 /// Route counts ferrouter's FIB holds (ipv4, ipv6).
 pub fn ferrouter_routes(topo: &Topo) -> Result<(u64, u64)> {
-    let v = control::api::request(
+    let v = control::api::request_json(
         &topo.dir.join("ferrouter.sock"),
         "routes",
         Some("192.0.2.255/32"),

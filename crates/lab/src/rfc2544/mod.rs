@@ -868,7 +868,7 @@ fn kernel_ns(a: &[[u64; 8]], b: &[[u64; 8]], cores: [usize; 2]) -> f64 {
 
 /// Ferrouter's workers' busy nanoseconds and packets received, summed (`show counters`).
 fn ferrouter_busy(socket: &std::path::Path) -> Option<(u64, u64)> {
-    let c = control::api::request(socket, "counters", None).ok()?;
+    let c = control::api::request_json(socket, "counters", None).ok()?;
     let workers = c["workers"].as_array()?;
     let sum = |k: &str| workers.iter().filter_map(|w| w[k].as_u64()).sum::<u64>();
     Some((sum("busy_ns"), sum("rx")))

@@ -1,0 +1,818 @@
+//! The API's request and response bodies, typed: the daemon ([`crate::http`],
+//! [`crate::api`]) serializes them, the CLI and the lab ([`crate::api::request_with`],
+//! [`crate::render`]) deserialize the same structs, and `/openapi.json` gives each its
+//! schema (they derive `utoipa::ToSchema`). A field's name is its JSON key.
+//!
+//! This module imports nothing of the crate: everything else may use it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+// ---- errors ---------------------------------------------------------------------------
+
+/// Every error answer (4xx and 5xx): what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// What was wrong, for a person.
+    pub error: String,
+}
+
+// ---- show interfaces ------------------------------------------------------------------
+
+/// Administrative state of an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Admin {
+    /// `IFF_UP`.
+    Up,
+    /// Not `IFF_UP`.
+    Down,
+}
+
+impl Admin {
+    /// `up` or `down`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Admin::Up => "up",
+            Admin::Down => "down",
+        }
+    }
+}
+
+/// Operational state of an interface: whether it carries traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Oper {
+    /// Admin up with carrier (and, for a sub-interface, its parent up).
+    Up,
+    /// Admin up, no carrier.
+    NoCarrier,
+    /// Anything else.
+    Down,
+}
+
+impl Oper {
+    /// `up`, `no-carrier` or `down`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Oper::Up => "up",
+            Oper::NoCarrier => "no-carrier",
+            Oper::Down => "down",
+        }
+    }
+}
+
+/// A VLAN sub-interface's tags.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Vlan {
+    /// TPID of the outer tag, `0x8100` (802.1Q) or `0x88a8` (802.1ad).
+    pub tpid: String,
+    /// Outer VLAN id.
+    pub id: u16,
+    /// Inner VLAN id (QinQ), null for a single tag.
+    #[schema(required = true)]
+    pub inner_id: Option<u16>,
+}
+
+/// One interface of `GET /v1/interfaces`: a port, or a VLAN sub-interface (then `parent`
+/// and `vlan` are present, and the port-only counters are absent).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Interface {
+    /// Port id (sub-interfaces follow the ports).
+    pub port: u16,
+    /// Interface name.
+    pub name: String,
+    /// Linux ifindex (null if the kernel has no such link).
+    #[schema(required = true)]
+    pub ifindex: Option<u32>,
+    /// Backend in use (with the XDP mode for AF_XDP), or `vlan ID on PARENT`.
+    pub backend: String,
+    /// Administrative state.
+    pub admin: Admin,
+    /// Operational state.
+    pub oper: Oper,
+    /// Why it does not forward; null when it does.
+    #[schema(required = true)]
+    pub down_reason: Option<String>,
+    /// Sub-interfaces only: the port it rides on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Sub-interfaces only: its tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<Vlan>,
+    /// MAC address (null until the interface table has the port).
+    #[schema(required = true)]
+    pub mac: Option<String>,
+    /// IP MTU (null until the interface table has the port).
+    #[schema(required = true)]
+    pub mtu: Option<u16>,
+    /// The router's IPv4 addresses on it (null until the interface table has the port).
+    #[schema(required = true)]
+    pub ipv4: Option<Vec<String>>,
+    /// The router's IPv6 addresses on it (null until the interface table has the port).
+    #[schema(required = true)]
+    pub ipv6: Option<Vec<String>>,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Ports only: receive drops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_drops: Option<u64>,
+    /// Ports only: transmit errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_errors: Option<u64>,
+    /// Ports only: partial checksums completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_csum_completed: Option<u64>,
+    /// Ports only: super-frames cut into segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_gso_split: Option<u64>,
+    /// Fast-path features enabled on it.
+    pub features: Vec<String>,
+}
+
+// ---- show routes ----------------------------------------------------------------------
+
+/// Where an installed prefix came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteSource {
+    /// The router's own address (local table).
+    Local,
+    /// A main-table route.
+    Route,
+    /// A resolved neighbour's host route.
+    Neighbor,
+    /// A best path of ferrouter's own BGP speaker.
+    Bgp,
+}
+
+impl RouteSource {
+    /// Its JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteSource::Local => "local",
+            RouteSource::Route => "route",
+            RouteSource::Neighbor => "neighbor",
+            RouteSource::Bgp => "bgp",
+        }
+    }
+}
+
+/// An installed route.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Route {
+    /// `addr/len`.
+    pub prefix: String,
+    /// Origin.
+    pub source: RouteSource,
+    /// Next-hop description (`via 192.0.2.1 dev eth1 lladdr 02:..`, `glean dev eth1`,
+    /// `local (kernel)`, `drop`, `ecmp [...]`).
+    pub next_hop: String,
+}
+
+/// `GET /v1/routes`: the FIB's size and the routes asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Routes {
+    /// IPv4 prefixes in the FIB.
+    pub ipv4: u64,
+    /// IPv6 prefixes in the FIB.
+    pub ipv6: u64,
+    /// The routes (all, or those matching `prefix`), sorted.
+    pub routes: Vec<Route>,
+}
+
+/// Installed prefixes by where they came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BySource {
+    /// Main-table routes.
+    pub route: u64,
+    /// Neighbours' host routes.
+    pub neighbor: u64,
+    /// The router's own addresses.
+    pub local: u64,
+    /// The BGP speaker's best paths.
+    pub bgp: u64,
+}
+
+/// The FIB's memory, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FibMemory {
+    /// IPv4 lookup tables.
+    pub ipv4_tables: u64,
+    /// IPv6 lookup tables.
+    pub ipv6_tables: u64,
+    /// Control-plane route store.
+    pub route_store: u64,
+    /// Next-hop table and objects.
+    pub next_hops: u64,
+    /// All of it.
+    pub total: u64,
+}
+
+/// `GET /v1/routes/summary`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RoutesSummary {
+    /// IPv4 prefixes in the FIB.
+    pub ipv4: u64,
+    /// IPv6 prefixes in the FIB.
+    pub ipv6: u64,
+    /// Prefixes by origin.
+    pub by_source: BySource,
+    /// Kernel routes mirrored.
+    pub kernel_routes_mirrored: u64,
+    /// FIB memory.
+    pub fib_memory_bytes: FibMemory,
+    /// Netlink events applied.
+    pub netlink_events: u64,
+    /// Full resyncs.
+    pub resyncs: u64,
+    /// FIB writes that failed.
+    pub fib_errors: u64,
+    /// BGP route changes applied.
+    pub bgp_changes: u64,
+    /// BGP best paths not installed (next hop unresolved).
+    pub bgp_unresolved: u64,
+}
+
+// ---- show neighbors -------------------------------------------------------------------
+
+/// A neighbour (ARP/NDP) the fast path uses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Neighbor {
+    /// Address.
+    pub ip: String,
+    /// Interface.
+    pub dev: String,
+    /// MAC, if known.
+    #[schema(required = true)]
+    pub mac: Option<String>,
+    /// Usable for forwarding.
+    pub usable: bool,
+}
+
+// ---- show counters --------------------------------------------------------------------
+
+/// What a counter reason counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasonKind {
+    /// Packets dropped.
+    Drop,
+    /// Packets handed to the kernel.
+    Punt,
+    /// Neither: for information.
+    Info,
+}
+
+/// A non-zero drop, punt or information counter, by graph node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReasonCount {
+    /// Graph node (or feature).
+    pub node: String,
+    /// Reason.
+    pub reason: String,
+    /// Drop, punt or info.
+    pub kind: ReasonKind,
+    /// Packets.
+    pub count: u64,
+    /// What it means.
+    pub description: String,
+}
+
+/// A fast-path feature's counters, summed over the workers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FeatureCounters {
+    /// Feature name.
+    pub feature: String,
+    /// Its arc.
+    pub arc: String,
+    /// Packets it saw.
+    pub packets: u64,
+    /// Its drops, by reason.
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// One worker's counters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WorkerCounters {
+    /// Worker id.
+    pub id: u64,
+    /// The core it is pinned to (null: not pinned).
+    #[schema(required = true)]
+    pub core: Option<u64>,
+    /// Its nice value (null: unknown).
+    #[schema(required = true)]
+    pub nice: Option<i32>,
+    /// Why its priority could not be set (null: it was).
+    #[schema(required = true)]
+    pub nice_error: Option<String>,
+    /// Frames received.
+    pub rx: u64,
+    /// Frames transmitted.
+    pub tx: u64,
+    /// Packets forwarded (IPv4 and IPv6).
+    pub forwarded: u64,
+    /// Vectors (bursts) processed.
+    pub vectors: u64,
+    /// Polls that found nothing.
+    pub idle_polls: u64,
+    /// Times it slept.
+    pub sleeps: u64,
+    /// Time spent on packets, ns.
+    pub busy_ns: u64,
+    /// `busy_ns` per received packet (null before the first).
+    #[schema(required = true)]
+    pub busy_ns_per_packet: Option<f64>,
+}
+
+/// Counters of the netlink-to-FIB sync.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SyncStats {
+    /// Netlink events applied.
+    pub events: u64,
+    /// Full resyncs (start, and every overflow).
+    pub resyncs: u64,
+    /// FIB writes that failed (logged; the prefix keeps its previous state).
+    pub fib_errors: u64,
+    /// Route changes from the native BGP speaker applied.
+    pub bgp_changes: u64,
+    /// BGP best paths not installed: their next hop is on no connected subnet (or is one
+    /// of the router's own addresses).
+    pub bgp_unresolved: u64,
+}
+
+/// Packets held while their next hop resolved (glean).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GleanCounters {
+    /// Held.
+    pub held: u64,
+    /// Sent on once the next hop resolved.
+    pub sent: u64,
+    /// Dropped: the next hop did not resolve in time.
+    pub expired: u64,
+    /// Not held (bounds reached, nothing to wait for, queue full).
+    pub dropped: u64,
+}
+
+/// Packets the kernel itself forwarded (must stay 0); null where /proc could not be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KernelForwarded {
+    /// `Ip: ForwDatagrams` of /proc/net/snmp.
+    #[schema(required = true)]
+    pub ipv4: Option<u64>,
+    /// `Ip6OutForwDatagrams` of /proc/net/snmp6.
+    #[schema(required = true)]
+    pub ipv6: Option<u64>,
+}
+
+/// `GET /v1/counters`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Counters {
+    /// Frames received.
+    pub rx: u64,
+    /// Frames transmitted.
+    pub tx: u64,
+    /// Vectors processed.
+    pub vectors: u64,
+    /// Packets dropped.
+    pub drops: u64,
+    /// Packets punted to the kernel.
+    pub punts: u64,
+    /// Packets forwarded (IPv4 and IPv6).
+    pub forwarded: u64,
+    /// Every non-zero reason: the engine's, then the features'.
+    pub reasons: Vec<ReasonCount>,
+    /// Every feature's counters.
+    pub features: Vec<FeatureCounters>,
+    /// Per worker.
+    pub workers: Vec<WorkerCounters>,
+    /// The route sync's counters.
+    pub sync: SyncStats,
+    /// Glean (packets held for a next hop).
+    pub glean: GleanCounters,
+    /// What the kernel forwarded.
+    pub kernel_forwarded: KernelForwarded,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+}
+
+// ---- show bgp -------------------------------------------------------------------------
+
+/// RFC 4271 §8 session state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BgpState {
+    /// Not connected (waiting to retry).
+    Idle,
+    /// Connecting.
+    Connect,
+    /// OPEN sent, waiting for the neighbour's.
+    OpenSent,
+    /// OPENs exchanged, waiting for its KEEPALIVE.
+    OpenConfirm,
+    /// Up: routes flow.
+    Established,
+}
+
+impl BgpState {
+    /// Its JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BgpState::Idle => "idle",
+            BgpState::Connect => "connect",
+            BgpState::OpenSent => "opensent",
+            BgpState::OpenConfirm => "openconfirm",
+            BgpState::Established => "established",
+        }
+    }
+}
+
+/// An address family (unicast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BgpFamily {
+    /// IPv4 unicast.
+    Ipv4,
+    /// IPv6 unicast.
+    Ipv6,
+}
+
+/// A BGP neighbour: its session and counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BgpNeighbor {
+    /// Its address.
+    pub address: String,
+    /// Its AS.
+    pub remote_as: u32,
+    /// From the config.
+    #[schema(required = true)]
+    pub description: Option<String>,
+    /// Session state.
+    pub state: BgpState,
+    /// Seconds in this state.
+    pub state_s: u64,
+    /// Its BGP identifier (while a session is up).
+    #[schema(required = true)]
+    pub remote_router_id: Option<String>,
+    /// Negotiated hold time, s.
+    #[schema(required = true)]
+    pub hold_time: Option<u16>,
+    /// Negotiated families.
+    pub families: Vec<BgpFamily>,
+    /// Prefixes it has a path for now.
+    pub prefixes: u64,
+    /// UPDATE messages received.
+    pub updates_received: u64,
+    /// Prefixes announced to us.
+    pub prefixes_announced: u64,
+    /// Prefixes withdrawn.
+    pub prefixes_withdrawn: u64,
+    /// UPDATEs whose announcements were treated as withdrawals (RFC 7606).
+    pub treat_as_withdraw: u64,
+    /// Malformed optional attributes dropped (RFC 7606).
+    pub attributes_discarded: u64,
+    /// UPDATEs refused because our AS was in their AS_PATH.
+    pub as_loops: u64,
+    /// Announcements left out of the decision: next hop unresolved, or ours.
+    pub unresolved: u64,
+    /// ROUTE-REFRESH requests sent (RFC 2918).
+    pub route_refresh_sent: u64,
+    /// NOTIFICATIONs sent.
+    pub notifications_sent: u64,
+    /// NOTIFICATIONs received.
+    pub notifications_received: u64,
+    /// Times the session reached Established.
+    pub established_transitions: u64,
+    /// Why the last session ended.
+    #[schema(required = true)]
+    pub last_error: Option<String>,
+}
+
+/// The native BGP speaker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BgpSpeaker {
+    /// Our AS.
+    pub asn: u32,
+    /// Our BGP identifier.
+    pub router_id: String,
+    /// IPv4 prefixes with a best path.
+    pub prefixes_v4: u64,
+    /// IPv6 prefixes with a best path.
+    pub prefixes_v6: u64,
+    /// Distinct paths held.
+    pub paths: u64,
+    /// FIB changes handed to the fast path.
+    pub fib_changes: u64,
+    /// The neighbours, in config order.
+    pub neighbors: Vec<BgpNeighbor>,
+}
+
+/// `GET /v1/bgp`: `{"enabled": false}` without `[bgp]`; else the speaker too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BgpStatus {
+    /// Whether `[bgp]` is configured.
+    pub enabled: bool,
+    /// The speaker (present when enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speaker: Option<BgpSpeaker>,
+    /// When the speaker's last changes were in the FIB (CLOCK_MONOTONIC, ns; 0: never;
+    /// present when enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fib_change_monotonic_ns: Option<u64>,
+}
+
+// ---- version --------------------------------------------------------------------------
+
+/// `GET /v1/version`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Version {
+    /// Version and build commit.
+    pub version: String,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+}
+
+// ---- config ---------------------------------------------------------------------------
+
+/// A config candidate (`POST /v1/config/check`, `/v1/config/apply`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigBody {
+    /// The whole config file (TOML).
+    pub text: String,
+    /// Its name, for the locations in error messages (e.g. `ferrouter.toml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Why it is applied (kept in the history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// `POST /v1/config/diff`: a candidate, or none for previous vs running.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiffBody {
+    /// The candidate config text; without it, the diff is from the previous config in the
+    /// history to the running one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// `POST /v1/config/rollback`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackBody {
+    /// How many configs back (1 = the one before the running one).
+    #[serde(default = "one")]
+    #[schema(minimum = 1)]
+    pub steps: usize,
+}
+
+impl Default for RollbackBody {
+    fn default() -> RollbackBody {
+        RollbackBody { steps: 1 }
+    }
+}
+
+fn one() -> usize {
+    1
+}
+
+/// A config's text: `GET /v1/config` (the running one).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConfigText {
+    /// The TOML text.
+    pub text: String,
+}
+
+/// `POST /v1/config/check`, valid: what applying it would do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckResult {
+    /// Always true (an invalid candidate is a 422 [`CheckFailure`]).
+    pub valid: bool,
+    /// The steps apply would take, in order.
+    pub plan: Vec<String>,
+}
+
+/// One problem in a config file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConfigProblem {
+    /// Line, from 1.
+    pub line: u64,
+    /// Column (in characters), from 1.
+    pub column: u64,
+    /// The value's path, `route[2].prefix`; empty for syntax errors.
+    pub path: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+/// `POST /v1/config/check`, invalid (422): every problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckFailure {
+    /// All problems as text, one per line (`FILE:LINE:COL: PATH: MESSAGE`).
+    pub error: String,
+    /// The problems, in file order (empty when the plan, not the file, failed).
+    pub problems: Vec<ConfigProblem>,
+}
+
+/// `POST /v1/config/apply` and `/v1/config/rollback`: what was done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Applied {
+    /// The history entry recorded (null: nothing changed, nothing recorded).
+    #[schema(required = true)]
+    pub history_id: Option<u64>,
+    /// The steps planned.
+    pub plan: Vec<String>,
+    /// Steps that changed the kernel (or a fast-path setting).
+    pub changed: Vec<String>,
+    /// Steps whose result was already in place.
+    pub unchanged: Vec<String>,
+}
+
+/// `POST /v1/config/diff`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConfigDiff {
+    /// Unified diff (empty: no difference).
+    pub diff: String,
+}
+
+/// One applied config of `GET /v1/config/history`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HistoryEntry {
+    /// Its number (increasing).
+    pub id: u64,
+    /// When it was applied, in seconds since the Unix epoch.
+    pub time: u64,
+    /// Size of its text.
+    pub bytes: u64,
+    /// Who applied it or why, if given.
+    #[schema(required = true)]
+    pub comment: Option<String>,
+}
+
+/// `GET /v1/config/history/{id}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HistoryText {
+    /// The entry.
+    pub id: u64,
+    /// Its config text.
+    pub text: String,
+}
+
+// ---- trace ----------------------------------------------------------------------------
+
+/// `POST /v1/trace`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceBody {
+    /// Trace the next COUNT matching packets (per worker, as VPP does).
+    #[schema(minimum = 1, maximum = 10000)]
+    pub count: u32,
+    /// Only packets received on this port (number or name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+    /// Match expression: `ip4`, `ip6`, `arp`, `src|dst|host ADDR[/LEN]`, `proto
+    /// tcp|udp|icmp|icmp6|N`, `port N`, each optionally preceded by `not`, joined by `and`.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub expr: Option<String>,
+}
+
+/// `POST /v1/trace`: armed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TraceArmed {
+    /// Packets to trace (per worker).
+    pub armed: u32,
+}
+
+/// One step of a traced packet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TraceStep {
+    /// Graph node that decided.
+    pub node: String,
+    /// What it decided.
+    pub text: String,
+}
+
+/// One traced packet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TracedPacket {
+    /// Sequence number since the daemon started.
+    pub seq: u64,
+    /// Worker that handled it.
+    pub worker: u64,
+    /// Ingress port.
+    pub port: u16,
+    /// Ingress port's name.
+    pub port_name: String,
+    /// Frame length at entry.
+    pub len: u16,
+    /// Worker clock at entry, ns.
+    pub ts_ns: u64,
+    /// Headers at entry (L2, L3, L4).
+    pub summary: String,
+    /// The nodes it went through, in order.
+    pub steps: Vec<TraceStep>,
+    /// Steps not recorded (record full).
+    pub truncated: u8,
+}
+
+/// `GET /v1/trace`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TraceShow {
+    /// The traced packets, oldest first.
+    pub traces: Vec<TracedPacket>,
+    /// The same as VPP-style text.
+    pub text: String,
+    /// Trace records lost (queue full).
+    pub lost: u64,
+}
+
+/// `DELETE /v1/trace`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TraceCleared {
+    /// Always true.
+    pub cleared: bool,
+}
+
+// ---- capture --------------------------------------------------------------------------
+
+/// `POST /v1/capture` (the answer is a pcap file, not JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureBody {
+    /// Port (number or name).
+    pub port: String,
+    /// rx, tx or both (default both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<String>,
+    /// Stop after this many frames (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub count: Option<u32>,
+    /// Bytes kept of each frame (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snaplen: Option<u16>,
+    /// Stop after this many seconds even if fewer frames came (default 10, at most 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0.0, maximum = 3600.0)]
+    pub timeout_s: Option<f64>,
+}
+
+/// `GET /v1/firewall`: every filter with its rules and their counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FirewallView {
+    /// The filters, in config order.
+    pub filters: Vec<FilterView>,
+    /// Log records not written: over `[firewall] log_rate`, or a worker's ring full.
+    pub log_suppressed: u64,
+    /// Microseconds the running rules took to compile.
+    pub compile_us: u64,
+}
+
+/// One filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FilterView {
+    /// Name.
+    pub name: String,
+    /// `ingress` or `egress`.
+    pub hook: String,
+    /// The interfaces it is bound to.
+    pub interfaces: Vec<String>,
+    /// `accept`, `drop` or `reject`: for packets no rule matches.
+    pub policy: String,
+    /// Packets the policy decided.
+    pub policy_packets: u64,
+    /// Their bytes (IP length).
+    pub policy_bytes: u64,
+    /// The rules, in order.
+    pub rules: Vec<RuleView>,
+    /// Size of the IPv4 and IPv6 classifiers, bytes.
+    pub classifier_bytes: u64,
+}
+
+/// One rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RuleView {
+    /// Position, from 1.
+    pub index: u32,
+    /// `accept`, `drop` or `reject`.
+    pub action: String,
+    /// The matches, as the config writes them: `protocol tcp destination_port 22`.
+    pub matches: String,
+    /// The comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Packets it decided.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
