@@ -29,16 +29,18 @@
 //!
 //! **Timeouts** are per state ([`Timeouts`], netfilter's defaults), kept as a deadline in
 //! each entry in ticks of 2^30 ns (1.07 s): no timer per entry. An expired entry is removed
-//! when a lookup meets it, when an insert needs its slot, or by [`Conntrack::sweep`], which
-//! visits a bounded number of buckets per call (a worker calls it once per vector or when
+//! when a lookup meets it, when an insert needs its place, or by [`Conntrack::sweep`], which
+//! visits a bounded number of entries per call (a worker calls it once per vector or when
 //! idle).
 //!
-//! **Full table.** The table holds at most [`Config::max_entries`] flows in buckets sized
-//! for 90 % occupancy ([`table::LOAD`]). When it holds its maximum, or both buckets of a new
-//! flow are full, the new flow takes the slot of an expired entry of those buckets, else of
-//! the unassured entry closest to expiring (dropped early, as nf_conntrack's early_drop:
-//! unassured means not yet established, or a UDP flow never answered), else it is refused and
-//! counted. A SYN flood therefore evicts half-open flows, never established ones.
+//! **Full table.** The table holds at most [`Config::max_entries`] flows: a pool of that
+//! many entries, and an index of buckets sized for 90 % occupancy ([`table::LOAD`]) where
+//! a full bucket makes room by moving one flow to its other bucket. When the pool is empty
+//! (or neither bucket of a new flow can make room), the new flow takes the entry of an
+//! expired flow of its two buckets, else of their unassured flow closest to expiring
+//! (dropped early, as nf_conntrack's early_drop: unassured means not yet established, or a
+//! UDP flow never answered), else it is refused and counted. A SYN flood therefore evicts
+//! half-open flows, never established ones.
 //!
 //! **NAT.** Each entry keeps a 32-bit `nat` field ([`Conntrack::set_nat`]), unused by
 //! tracking: NAT will store there the index of its binding (the translated tuple in a side
@@ -49,8 +51,9 @@
 //! pointing at the same binding.
 //!
 //! **Memory.** An entry is 88 bytes with an IPv6 key (40-byte key, 32 bytes of TCP windows,
-//! deadline, NAT index, state and flags), plus a 2-byte tag; at 90 % occupancy that is 100
-//! bytes per configured flow ([`Conntrack::memory_bytes`]).
+//! deadline, NAT index, state and flags); the index adds a 64-byte bucket per 7.2 flows (8
+//! ways at 90 %), 8.9 bytes: 96.9 bytes per configured flow, allocated whole at start
+//! ([`Conntrack::memory_bytes`]).
 
 pub mod key;
 pub mod table;
@@ -466,7 +469,8 @@ impl Conntrack {
     }
 
     /// [`Conntrack::lookup`] of each packet, `out[i]` for `pkts[i]` (as many as the shorter
-    /// of the two), in groups of 16 whose buckets and entries are prefetched before use.
+    /// of the two), in groups of 16: the buckets of all 16 are prefetched, then the entries
+    /// their tags point at, then each packet is decided.
     pub fn lookup_burst(&mut self, pkts: &[Packet], out: &mut [Verdict]) {
         for (ps, os) in pkts.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             let mut keys = [(FlowKey::default(), false, 0u64); GROUP];
@@ -480,15 +484,12 @@ impl Conntrack {
                 self.table.prefetch_buckets(h);
                 *k = (key, swapped, h);
             }
-            let mut found = [None; GROUP];
-            for (k, f) in keys.iter().zip(found.iter_mut()).take(ps.len()) {
-                *f = self.table.find(&k.0, k.2);
-                if let Some(id) = *f {
-                    self.table.prefetch_slot(id);
-                }
+            for k in keys.iter().take(ps.len()) {
+                self.table.prefetch_candidates(k.2);
             }
-            for ((p, o), (k, f)) in ps.iter().zip(os.iter_mut()).zip(keys.iter().zip(found)) {
-                *o = self.decide(p, k.0, k.1, k.2, f);
+            for ((p, o), k) in ps.iter().zip(os.iter_mut()).zip(&keys) {
+                let found = self.table.find(&k.0, k.2);
+                *o = self.decide(p, k.0, k.1, k.2, found);
             }
         }
     }
@@ -675,10 +676,11 @@ impl Conntrack {
         Ok(FlowId(id))
     }
 
-    /// Removes expired flows from the next `buckets` buckets (8 slots each), going round
-    /// the table; bounded work for a worker to do once per vector. The number removed.
-    pub fn sweep(&mut self, now_ns: u64, buckets: usize) -> usize {
-        let n = self.table.sweep(tick(now_ns), buckets);
+    /// Removes the expired flows among the next `entries` entries, going round the table;
+    /// bounded work for a worker to do once per vector (a table of N entries is swept whole
+    /// every N / `entries` calls). The number removed.
+    pub fn sweep(&mut self, now_ns: u64, entries: usize) -> usize {
+        let n = self.table.sweep(tick(now_ns), entries);
         self.counters.expired += n as u64;
         n
     }
@@ -749,12 +751,12 @@ impl Conntrack {
         self.table.max_len()
     }
 
-    /// Slots allocated (more than `max_entries`: buckets are sized for 90 % occupancy).
+    /// Slots of the index (more than `max_entries`: buckets are sized for 90 % occupancy).
     pub fn slots(&self) -> usize {
         self.table.slots()
     }
 
-    /// Bytes allocated for the table (entries and tags).
+    /// Bytes allocated for the table (entries and index).
     pub fn memory_bytes(&self) -> usize {
         self.table.memory_bytes()
     }

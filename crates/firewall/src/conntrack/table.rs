@@ -1,13 +1,17 @@
-//! The flow table: fixed capacity, allocated once, buckets of [`WAYS`] slots with a 16-bit
-//! tag per slot, two candidate buckets per key.
+//! The flow table: a pool of exactly `max_entries` entries, allocated once, and an index of
+//! buckets (one cache line each: [`WAYS`] 16-bit tags and [`WAYS`] 32-bit entry numbers),
+//! two candidate buckets per key: a bucketized cuckoo hash table over an entry pool.
 //!
 //! A key's hash picks two buckets (multiply-shift range reduction, so any bucket count
 //! works, not only powers of two) and a nonzero tag. A lookup compares the tags of both
-//! buckets (16 bytes each) and the full key only where a tag matches (one false match in
-//! 65,535 slots). An insert goes to the bucket with more free slots ("power of two
-//! choices"), which keeps buckets even enough that a table sized at [`LOAD`] of its slots
-//! rarely meets two full buckets. Entries never move: a slot's index is the flow's handle
-//! ([`FlowId`]) for as long as the flow lives, which NAT and the fast path can hold on to.
+//! buckets and the full key only where a tag matches (one false match in 65,535 slots). An
+//! insert goes to the bucket with more free slots ("power of two choices"); when both are
+//! full, one of their flows moves to its other bucket (one cuckoo step). Only the index
+//! moves, never the entry: an entry's number is the flow's handle ([`FlowId`]) for as long
+//! as the flow lives, which NAT and the fast path can hold on to.
+//!
+//! The index has a slot for every [`LOAD`]-th of a flow (1.11 slots per flow) and costs 64
+//! bytes per bucket, 8.9 bytes per flow; the pool costs the entry, 88 bytes per flow.
 //!
 //! No allocation after `Table::new`, no locks (one worker owns the table), no panics: every
 //! access is checked (`get`) or masked.
@@ -18,15 +22,16 @@ use super::FlowState;
 /// Slots per bucket.
 pub const WAYS: usize = 8;
 
-/// The share of slots the table is sized to fill at its configured maximum.
+/// The share of the index's slots the table fills at its maximum.
 pub const LOAD: f64 = 0.9;
 
-/// A flow's handle: its slot. Valid until the flow is removed or expires.
+/// A flow's handle: its entry's number. Valid until the flow is removed or expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FlowId(pub(crate) u32);
 
 impl FlowId {
-    /// The slot index (for NAT bindings and per-flow side tables).
+    /// The entry's number, below the table's maximum (for NAT bindings and per-flow side
+    /// tables).
     pub fn index(self) -> u32 {
         self.0
     }
@@ -68,6 +73,9 @@ pub(crate) struct Entry {
     pub flags: u8,
 }
 
+/// [`Entry::state`] of an entry in the free pool (its `nat` links the next free one).
+pub(crate) const FREE: u8 = 0xff;
+
 /// The NAT binding of a flow without translation ([`Conntrack::set_nat`](super::Conntrack::set_nat)).
 pub const NO_NAT: u32 = u32::MAX;
 
@@ -97,24 +105,39 @@ impl Entry {
 pub(crate) enum Placed {
     /// The key was already there.
     Existing(u32),
-    /// Into a free slot.
+    /// Into a free entry.
     Free(u32),
     /// Over an expired entry.
     OverExpired(u32),
     /// Over an unassured entry, dropped early.
     OverUnassured(u32),
-    /// Nowhere: both buckets hold only assured, live entries, or the table holds its
-    /// maximum and neither bucket has anything to give up.
+    /// Nowhere: the pool is empty (or both buckets are full) and neither bucket holds an
+    /// expired or unassured flow to give way.
     Full,
 }
 
+/// One bucket: a cache line.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+struct Bucket {
+    /// Tag per way, 0 when the way is free.
+    tags: [u16; WAYS],
+    /// Entry number per way.
+    idx: [u32; WAYS],
+}
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+/// No entry.
+const NIL: u32 = u32::MAX;
+
 /// The table.
 pub(crate) struct Table {
-    tags: Box<[[u16; WAYS]]>,
-    slots: Box<[Entry]>,
+    buckets: Box<[Bucket]>,
+    entries: Box<[Entry]>,
     seed: u64,
     len: usize,
-    max_len: usize,
+    free: u32,
     cursor: usize,
 }
 
@@ -142,18 +165,20 @@ fn matches(tags: &[u16; WAYS], tag: u16) -> u32 {
 }
 
 impl Table {
-    /// A table that holds at most `max_len` flows, in enough buckets for them to fill
-    /// [`LOAD`] of the slots.
+    /// A table of `max_len` entries (at least 1, below 2^32 - 1).
     pub fn new(max_len: usize, seed: u64) -> Table {
+        let max_len = max_len.clamp(1, NIL as usize - 1);
         let buckets = Self::buckets_for(max_len);
-        Table {
-            tags: vec![[0u16; WAYS]; buckets].into_boxed_slice(),
-            slots: vec![Entry::default(); buckets * WAYS].into_boxed_slice(),
+        let mut t = Table {
+            buckets: vec![Bucket::default(); buckets].into_boxed_slice(),
+            entries: vec![Entry::default(); max_len].into_boxed_slice(),
             seed,
             len: 0,
-            max_len,
+            free: NIL,
             cursor: 0,
-        }
+        };
+        t.clear();
+        t
     }
 
     /// Buckets for `max_len` flows.
@@ -161,14 +186,14 @@ impl Table {
         ((max_len as f64 / LOAD / WAYS as f64).ceil() as usize).max(1)
     }
 
-    /// Bytes allocated: tags and slots.
+    /// Bytes allocated: index and entries.
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.tags) + std::mem::size_of_val(&*self.slots)
+        std::mem::size_of_val(&*self.buckets) + std::mem::size_of_val(&*self.entries)
     }
 
-    /// Slots.
+    /// Slots of the index.
     pub fn slots(&self) -> usize {
-        self.slots.len()
+        self.buckets.len() * WAYS
     }
 
     /// Flows held.
@@ -178,7 +203,7 @@ impl Table {
 
     /// The most flows the table holds.
     pub fn max_len(&self) -> usize {
-        self.max_len
+        self.entries.len()
     }
 
     /// The key's hash under the table's seed.
@@ -190,7 +215,7 @@ impl Table {
     /// The two candidate buckets and the tag of a hash.
     #[inline(always)]
     fn place(&self, h: u64) -> (usize, usize, u16) {
-        let n = self.tags.len() as u64;
+        let n = self.buckets.len() as u64;
         let b1 = ((h as u32 as u64 * n) >> 32) as usize;
         let b2 = (((h >> 32) * n) >> 32) as usize;
         // The tag from bits the bucket choice hardly depends on, remixed.
@@ -198,201 +223,248 @@ impl Table {
         (b1, b2, tag.max(1))
     }
 
-    /// Prefetches the tags of both buckets of `h`.
+    /// Prefetches both buckets of `h`.
     #[inline(always)]
     pub fn prefetch_buckets(&self, h: u64) {
         let (b1, b2, _) = self.place(h);
-        prefetch(self.tags.as_ptr().wrapping_add(b1));
-        prefetch(self.tags.as_ptr().wrapping_add(b2));
+        prefetch(self.buckets.as_ptr().wrapping_add(b1));
+        prefetch(self.buckets.as_ptr().wrapping_add(b2));
     }
 
-    /// Prefetches a slot's entry.
+    /// Prefetches an entry (both cache lines it may span).
     #[inline(always)]
-    pub fn prefetch_slot(&self, id: u32) {
-        let p = self.slots.as_ptr().wrapping_add(id as usize);
+    pub fn prefetch_entry(&self, id: u32) {
+        let p = self.entries.as_ptr().wrapping_add(id as usize);
         prefetch(p);
-        prefetch((p as *const u8).wrapping_add(64));
+        prefetch((p as *const u8).wrapping_add(std::mem::size_of::<Entry>() - 1));
     }
 
-    /// The slot holding `key`, if any (expired or not).
+    /// Prefetches the entries whose tags match `h`'s in its two buckets (the buckets should
+    /// be in cache already: [`Table::prefetch_buckets`] a while before).
+    #[inline(always)]
+    pub fn prefetch_candidates(&self, h: u64) {
+        let (b1, b2, tag) = self.place(h);
+        for b in [b1, b2] {
+            if let Some(bucket) = self.buckets.get(b) {
+                let mut m = matches(&bucket.tags, tag);
+                while m != 0 {
+                    let w = m.trailing_zeros() as usize;
+                    self.prefetch_entry(bucket.idx.get(w).copied().unwrap_or(0));
+                    m &= m - 1;
+                }
+            }
+        }
+    }
+
+    /// The entry holding `key`, if any (expired or not).
     #[inline]
     pub fn find(&self, key: &FlowKey, h: u64) -> Option<u32> {
         let (b1, b2, tag) = self.place(h);
         self.find_in(b1, key, tag)
             .or_else(|| self.find_in(b2, key, tag))
+            .map(|(_, _, id)| id)
     }
 
+    /// (bucket, way, entry) of `key` in bucket `b`.
     #[inline(always)]
-    fn find_in(&self, b: usize, key: &FlowKey, tag: u16) -> Option<u32> {
-        let mut m = matches(self.tags.get(b)?, tag);
+    fn find_in(&self, b: usize, key: &FlowKey, tag: u16) -> Option<(usize, usize, u32)> {
+        let bucket = self.buckets.get(b)?;
+        let mut m = matches(&bucket.tags, tag);
         while m != 0 {
-            let slot = b * WAYS + m.trailing_zeros() as usize;
-            if self.slots.get(slot).is_some_and(|e| e.key == *key) {
-                return Some(slot as u32);
+            let w = m.trailing_zeros() as usize;
+            let id = bucket.idx.get(w).copied().unwrap_or(NIL);
+            if self.entries.get(id as usize).is_some_and(|e| e.key == *key) {
+                return Some((b, w, id));
             }
             m &= m - 1;
         }
         None
     }
 
-    /// The entry in slot `id`, if the slot is in use.
+    /// Entry `id`, if in use.
     #[inline(always)]
     pub fn get(&self, id: u32) -> Option<&Entry> {
-        let i = id as usize;
-        let used = *self.tags.get(i / WAYS)?.get(i % WAYS)? != 0;
-        if used {
-            self.slots.get(i)
-        } else {
-            None
-        }
+        self.entries.get(id as usize).filter(|e| e.state != FREE)
     }
 
-    /// The entry in slot `id`, if the slot is in use.
+    /// Entry `id`, if in use.
     #[inline(always)]
     pub fn get_mut(&mut self, id: u32) -> Option<&mut Entry> {
-        let i = id as usize;
-        let used = *self.tags.get(i / WAYS)?.get(i % WAYS)? != 0;
-        if used {
-            self.slots.get_mut(i)
-        } else {
-            None
-        }
+        self.entries
+            .get_mut(id as usize)
+            .filter(|e| e.state != FREE)
     }
 
-    /// Frees slot `id`. Whether it was in use.
+    /// Frees entry `id` and its index slot. Whether it was in use.
     pub fn remove(&mut self, id: u32) -> bool {
-        let i = id as usize;
-        match self
-            .tags
-            .get_mut(i / WAYS)
-            .and_then(|b| b.get_mut(i % WAYS))
-        {
-            Some(t) if *t != 0 => {
-                *t = 0;
-                self.len -= 1;
-                true
+        let Some(e) = self.get(id) else {
+            return false;
+        };
+        let (b1, b2, tag) = self.place(self.hash(&e.key));
+        for b in [b1, b2] {
+            if let Some(bucket) = self.buckets.get_mut(b) {
+                for (t, i) in bucket.tags.iter_mut().zip(&bucket.idx) {
+                    if *t == tag && *i == id {
+                        *t = 0;
+                    }
+                }
             }
-            _ => false,
+        }
+        self.release(id);
+        true
+    }
+
+    /// Returns entry `id` to the pool.
+    fn release(&mut self, id: u32) {
+        if let Some(e) = self.entries.get_mut(id as usize) {
+            e.state = FREE;
+            e.nat = self.free;
+            self.free = id;
+            self.len -= 1;
         }
     }
 
-    /// Inserts `entry` under hash `h`, or finds the key already there. When the table holds
-    /// its maximum or both buckets are full, an expired entry of the two buckets gives way,
-    /// else the unassured one closest to expiring (dropped early), else nothing
-    /// ([`Placed::Full`]).
+    /// Takes an entry from the pool.
+    fn take(&mut self) -> Option<u32> {
+        let id = self.free;
+        let e = self.entries.get_mut(id as usize)?;
+        self.free = e.nat;
+        self.len += 1;
+        Some(id)
+    }
+
+    /// Inserts `entry` under hash `h`, or finds the key already there. When both buckets are
+    /// full, one of their flows moves to its other bucket if it can. When the pool is empty
+    /// or nothing could move, an expired flow of the two buckets gives way, else the
+    /// unassured one closest to expiring (dropped early), else nothing ([`Placed::Full`]).
     pub fn insert(&mut self, h: u64, entry: &Entry, now: u32) -> Placed {
         let (b1, b2, tag) = self.place(h);
-        if let Some(id) = self
+        if let Some((_, _, id)) = self
             .find_in(b1, &entry.key, tag)
             .or_else(|| self.find_in(b2, &entry.key, tag))
         {
             return Placed::Existing(id);
         }
-        let free = |t: Option<&[u16; WAYS]>| t.map_or(0, |t| matches(t, 0));
-        let (f1, f2) = (free(self.tags.get(b1)), free(self.tags.get(b2)));
-        if self.len < self.max_len && (f1 | f2) != 0 {
-            let (b, f) = if f1.count_ones() >= f2.count_ones() {
-                (b1, f1)
+        if self.free != NIL {
+            let free = |t: Option<&Bucket>| t.map_or(0, |t| matches(&t.tags, 0));
+            let (f1, f2) = (free(self.buckets.get(b1)), free(self.buckets.get(b2)));
+            let way = if (f1 | f2) == 0 {
+                self.cuckoo(b1).or_else(|| self.cuckoo(b2))
+            } else if f1.count_ones() >= f2.count_ones() {
+                Some((b1, f1.trailing_zeros() as usize))
             } else {
-                (b2, f2)
+                Some((b2, f2.trailing_zeros() as usize))
             };
-            let slot = b * WAYS + f.trailing_zeros() as usize;
-            if self.put(slot, tag, entry) {
-                self.len += 1;
-                return Placed::Free(slot as u32);
+            if let Some((b, w)) = way {
+                if let Some(id) = self.take() {
+                    self.put(b, w, tag, id, entry);
+                    return Placed::Free(id);
+                }
             }
-            return Placed::Full;
         }
-        // Something has to give way: an expired entry, else the unassured one closest to
+        // Something has to give way: an expired flow, else the unassured one closest to
         // expiring.
-        let mut victim: Option<(usize, u32)> = None;
+        let mut victim: Option<(usize, usize, u32, u32)> = None;
         for b in [b1, b2] {
-            let Some(tags) = self.tags.get(b) else {
+            let Some(bucket) = self.buckets.get(b) else {
                 continue;
             };
-            for (w, t) in tags.iter().enumerate() {
-                let slot = b * WAYS + w;
-                let Some(e) = self.slots.get(slot) else {
+            for (w, (t, id)) in bucket.tags.iter().zip(bucket.idx).enumerate() {
+                let Some(e) = self.entries.get(id as usize).filter(|_| *t != 0) else {
                     continue;
                 };
-                if *t == 0 {
-                    continue;
-                }
                 if e.expires <= now {
-                    if self.put(slot, tag, entry) {
-                        return Placed::OverExpired(slot as u32);
-                    }
-                    return Placed::Full;
+                    self.put(b, w, tag, id, entry);
+                    return Placed::OverExpired(id);
                 }
-                if !e.assured() && victim.is_none_or(|(_, x)| e.expires < x) {
-                    victim = Some((slot, e.expires));
+                if !e.assured() && victim.is_none_or(|v| e.expires < v.3) {
+                    victim = Some((b, w, id, e.expires));
                 }
             }
         }
         match victim {
-            Some((slot, _)) if self.put(slot, tag, entry) => Placed::OverUnassured(slot as u32),
-            _ => Placed::Full,
-        }
-    }
-
-    fn put(&mut self, slot: usize, tag: u16, entry: &Entry) -> bool {
-        match (
-            self.slots.get_mut(slot),
-            self.tags
-                .get_mut(slot / WAYS)
-                .and_then(|b| b.get_mut(slot % WAYS)),
-        ) {
-            (Some(e), Some(t)) => {
-                *e = *entry;
-                *t = tag;
-                true
+            Some((b, w, id, _)) => {
+                self.put(b, w, tag, id, entry);
+                Placed::OverUnassured(id)
             }
-            _ => false,
+            None => Placed::Full,
         }
     }
 
-    /// Removes the expired entries of the next `buckets` buckets (round robin over the
-    /// table). The number removed.
-    pub fn sweep(&mut self, now: u32, buckets: usize) -> usize {
-        let n = self.tags.len();
-        let mut removed = 0;
-        for _ in 0..buckets.min(n) {
-            let b = self.cursor;
-            self.cursor = if b + 1 >= n { 0 } else { b + 1 };
-            let Some(tags) = self.tags.get_mut(b) else {
+    /// Frees a way of full bucket `b` by moving one of its flows to that flow's other
+    /// bucket, if one has room. The freed (bucket, way).
+    fn cuckoo(&mut self, b: usize) -> Option<(usize, usize)> {
+        let bucket = *self.buckets.get(b)?;
+        for (w, (t, id)) in bucket.tags.iter().zip(bucket.idx).enumerate() {
+            let e = self.entries.get(id as usize)?;
+            let (x1, x2, xt) = self.place(self.hash(&e.key));
+            let alt = if x1 == b { x2 } else { x1 };
+            if alt == b || xt != *t {
                 continue;
-            };
-            for (w, t) in tags.iter_mut().enumerate() {
-                if *t != 0
-                    && self
-                        .slots
-                        .get(b * WAYS + w)
-                        .is_some_and(|e| e.expires <= now)
-                {
-                    *t = 0;
-                    removed += 1;
-                }
+            }
+            let dst = self.buckets.get_mut(alt)?;
+            let f = matches(&dst.tags, 0);
+            if f != 0 {
+                let aw = f.trailing_zeros() as usize;
+                *dst.tags.get_mut(aw)? = xt;
+                *dst.idx.get_mut(aw)? = id;
+                *self.buckets.get_mut(b)?.tags.get_mut(w)? = 0;
+                return Some((b, w));
             }
         }
-        self.len -= removed;
+        None
+    }
+
+    fn put(&mut self, b: usize, w: usize, tag: u16, id: u32, entry: &Entry) {
+        if let (Some(e), Some(bucket)) =
+            (self.entries.get_mut(id as usize), self.buckets.get_mut(b))
+        {
+            *e = *entry;
+            if let (Some(t), Some(i)) = (bucket.tags.get_mut(w), bucket.idx.get_mut(w)) {
+                *t = tag;
+                *i = id;
+            }
+        }
+    }
+
+    /// Removes the expired flows among the next `n` entries of the pool (round robin). The
+    /// number removed.
+    pub fn sweep(&mut self, now: u32, n: usize) -> usize {
+        let len = self.entries.len();
+        let mut removed = 0;
+        for _ in 0..n.min(len) {
+            let id = self.cursor as u32;
+            self.cursor = if self.cursor + 1 >= len {
+                0
+            } else {
+                self.cursor + 1
+            };
+            if self.get(id).is_some_and(|e| e.expires <= now) && self.remove(id) {
+                removed += 1;
+            }
+        }
         removed
     }
 
     /// Empties the table.
     pub fn clear(&mut self) {
-        self.tags.fill([0; WAYS]);
+        self.buckets.fill(Bucket::default());
+        let n = self.entries.len();
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            e.state = FREE;
+            e.nat = if i + 1 < n { i as u32 + 1 } else { NIL };
+        }
+        self.free = 0;
         self.len = 0;
         self.cursor = 0;
     }
 
-    /// Every entry in use, with its slot (a control-side scan, O(slots)).
+    /// Every entry in use, with its number (a control-side scan of the pool).
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Entry)> + '_ {
-        self.tags
+        self.entries
             .iter()
-            .flat_map(|b| b.iter())
-            .zip(self.slots.iter())
             .enumerate()
-            .filter(|(_, (t, _))| **t != 0)
-            .map(|(i, (_, e))| (i as u32, e))
+            .filter(|(_, e)| e.state != FREE)
+            .map(|(i, e)| (i as u32, e))
     }
 }
