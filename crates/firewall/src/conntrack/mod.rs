@@ -47,8 +47,8 @@
 //! table indexed by binding, so that entries without NAT pay 4 bytes, not 40). A DNAT or SNAT
 //! node looks the packet up (one lookup serves both directions), reads the binding, rewrites
 //! in the original direction and reverses in the reply direction. The translated
-//! (outside) tuple of a flow must also find the entry: NAT will insert it as a second key
-//! pointing at the same binding.
+//! (outside) tuple of a flow must also find the entry: NAT's step adds it to the index as a
+//! second key pointing at the same entry, compared through the binding.
 //!
 //! **Memory.** An entry is 88 bytes with an IPv6 key (40-byte key, 32 bytes of TCP windows,
 //! deadline, NAT index, state and flags); the index adds a 64-byte bucket per 7.2 flows (8
@@ -633,7 +633,7 @@ impl Conntrack {
         if v.state != CtState::New {
             return Err(Refused::NotNew);
         }
-        if let Some(id) = v.flow {
+        if let Some(id) = v.flow.filter(|_| self.holds(v)) {
             return Ok(id);
         }
         let now = tick(p.now_ns);
@@ -676,6 +676,17 @@ impl Conntrack {
         Ok(FlowId(id))
     }
 
+    /// Whether the verdict's flow is still the one it was looked up for. A handle stays valid
+    /// until its flow is removed, expires or is dropped early; a node that creates flows
+    /// between a burst's lookups and their use (a create may drop an unassured flow early
+    /// and reuse its entry) checks with this before it trusts a handle of that burst.
+    #[inline]
+    pub fn holds(&self, v: &Verdict) -> bool {
+        v.flow
+            .and_then(|id| self.table.get(id.0))
+            .is_some_and(|e| e.key == v.key)
+    }
+
     /// Removes the expired flows among the next `entries` entries, going round the table;
     /// bounded work for a worker to do once per vector (a table of N entries is swept whole
     /// every N / `entries` calls). The number removed.
@@ -685,7 +696,8 @@ impl Conntrack {
         n
     }
 
-    /// Removes a flow. Whether it was there.
+    /// Removes a flow. Whether it was there. (A handle kept after its flow ended may name a
+    /// newer flow: see [`Conntrack::holds`].)
     pub fn remove(&mut self, id: FlowId) -> bool {
         let r = self.table.remove(id.0);
         self.counters.removed += r as u64;

@@ -262,7 +262,11 @@ fn a_repeated_syn_is_new_and_finds_its_flow() {
     let id = c.create(&p, &v).unwrap();
     let v = c.lookup(&p);
     assert_eq!((v.state, v.flow), (CtState::New, Some(id)));
+    assert!(c.holds(&v));
     assert_eq!(c.create(&p, &v), Ok(id));
+    // Once the flow is gone, its handle no longer holds.
+    assert!(c.remove(id));
+    assert!(!c.holds(&v));
     assert_eq!(c.counters().created, 1);
 }
 
@@ -430,6 +434,21 @@ fn a_syn_flood_evicts_half_open_flows_never_established_ones() {
     }
     assert!(c.len() <= max);
     assert!(c.counters().early_dropped > 10_000);
+    // A handle of a flow dropped early no longer holds.
+    let first = syn(
+        Tuple::v4(
+            Ipv4Addr::from(0xc633_6400u32),
+            Ipv4Addr::new(192, 0, 2, 80),
+            1024,
+            80,
+            proto::TCP,
+        ),
+        0,
+        None,
+        T0 + SEC,
+    );
+    let v = c.lookup(&first);
+    assert!(v.flow.is_none() || c.holds(&v));
     assert_eq!(c.counters().refused, refused);
     // Every established flow is still there and still works.
     for (t, id) in &est {
