@@ -484,11 +484,12 @@ impl Conntrack {
                 self.table.prefetch_buckets(h);
                 *k = (key, swapped, h);
             }
-            for k in keys.iter().take(ps.len()) {
-                self.table.prefetch_candidates(k.2);
+            let mut cands = [table::Candidates::default(); GROUP];
+            for (k, c) in keys.iter().zip(cands.iter_mut()).take(ps.len()) {
+                *c = self.table.candidates(k.2);
             }
-            for ((p, o), k) in ps.iter().zip(os.iter_mut()).zip(&keys) {
-                let found = self.table.find(&k.0, k.2);
+            for ((p, o), (k, c)) in ps.iter().zip(os.iter_mut()).zip(keys.iter().zip(&cands)) {
+                let found = self.table.find_among(&k.0, c);
                 *o = self.decide(p, k.0, k.1, k.2, found);
             }
         }
