@@ -209,6 +209,34 @@ fn rst_is_accepted_only_in_the_window() {
 }
 
 #[test]
+fn an_rst_flood_does_not_close_an_established_flow() {
+    use rand::{Rng, SeedableRng};
+    let mut c = ct(1000);
+    let t = client();
+    let id = handshake(&mut c, t, T0);
+    // Windows are 65535 << 7 bytes each way: stay 16M away from both sides' sequences.
+    let near = |seq: u32, around: u32| seq.wrapping_sub(around).wrapping_add(16 << 20) < (32 << 20);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let mut sent = 0;
+    while sent < 20_000 {
+        let (seq, ack): (u32, u32) = (rng.gen(), rng.gen());
+        if near(seq, 1001) || near(seq, 5001) {
+            continue;
+        }
+        let reply = rng.gen_bool(0.5);
+        let tuple = if reply { t.reversed() } else { t };
+        let flags = if rng.gen_bool(0.5) { RST } else { RST | ACK };
+        let v = c.lookup(&seg(tuple, flags, seq, ack, 0, T0));
+        assert_eq!(v.state, CtState::Invalid);
+        sent += 1;
+    }
+    assert_eq!(state(&c, id), FlowState::Established);
+    assert_eq!(c.counters().out_of_window, 20_000);
+    let v = c.lookup(&seg(t, ACK, 1001, 5001, 10, T0));
+    assert_eq!(v.state, CtState::Established);
+}
+
+#[test]
 fn rst_from_a_closed_port_closes_the_flow() {
     let mut c = ct(1000);
     let t = client();
