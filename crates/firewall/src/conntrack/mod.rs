@@ -447,8 +447,15 @@ impl Conntrack {
         for (t, s) in timeouts.iter_mut().zip(FlowState::ALL) {
             *t = ticks(cfg.timeouts.of(s));
         }
+        let Some(table) = Table::new(cfg.max_entries, seed) else {
+            return Err(ConfigError(format!(
+                "conntrack table of {} flows needs {} MiB, which cannot be allocated: lower max_entries",
+                cfg.max_entries,
+                Table::bytes_for(cfg.max_entries) >> 20
+            )));
+        };
         Ok(Conntrack {
-            table: Table::new(cfg.max_entries, seed),
+            table,
             timeouts,
             counters: Counters::default(),
         })

@@ -188,19 +188,32 @@ fn zero_lanes(x: u64) -> u32 {
 
 impl Table {
     /// A table of `max_len` entries (at least 1, below 2^32 - 1).
-    pub fn new(max_len: usize, seed: u64) -> Table {
+    /// `None` when the memory cannot be had (`Table::bytes_for(max_len)`).
+    pub fn new(max_len: usize, seed: u64) -> Option<Table> {
+        fn filled<T: Clone>(n: usize, x: T) -> Option<Box<[T]>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            v.resize(n, x);
+            Some(v.into_boxed_slice())
+        }
         let max_len = max_len.clamp(1, NIL as usize - 1);
         let buckets = Self::buckets_for(max_len);
         let mut t = Table {
-            buckets: vec![Bucket::default(); buckets].into_boxed_slice(),
-            entries: vec![Entry::default(); max_len].into_boxed_slice(),
+            buckets: filled(buckets, Bucket::default())?,
+            entries: filled(max_len, Entry::default())?,
             seed,
             len: 0,
             free: NIL,
             cursor: 0,
         };
         t.clear();
-        t
+        Some(t)
+    }
+
+    /// Bytes a table of `max_len` flows allocates.
+    pub fn bytes_for(max_len: usize) -> usize {
+        Self::buckets_for(max_len) * std::mem::size_of::<Bucket>()
+            + max_len * std::mem::size_of::<Entry>()
     }
 
     /// Buckets for `max_len` flows.
