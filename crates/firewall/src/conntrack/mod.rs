@@ -193,6 +193,9 @@ pub struct Timeouts {
     pub tcp_time_wait: u32,
     /// TCP CLOSE (10).
     pub tcp_close: u32,
+    /// TCP with data unacknowledged: a plain ACK while either side waits for an
+    /// acknowledgment caps the state's timeout to this (300).
+    pub tcp_unacknowledged: u32,
     /// UDP, one direction seen (30).
     pub udp_unreplied: u32,
     /// UDP, both directions seen (120: netfilter's `udp_timeout_stream`).
@@ -214,6 +217,7 @@ impl Default for Timeouts {
             tcp_last_ack: 30,
             tcp_time_wait: 120,
             tcp_close: 10,
+            tcp_unacknowledged: 300,
             udp_unreplied: 30,
             udp_replied: 120,
             icmp: 30,
@@ -427,6 +431,7 @@ const GROUP: usize = 16;
 pub struct Conntrack {
     table: Table,
     timeouts: [u32; FlowState::COUNT],
+    unacked: u32,
     counters: Counters,
 }
 
@@ -457,6 +462,7 @@ impl Conntrack {
         Ok(Conntrack {
             table,
             timeouts,
+            unacked: ticks(cfg.timeouts.tcp_unacknowledged),
             counters: Counters::default(),
         })
     }
@@ -542,6 +548,7 @@ impl Conntrack {
         }
         let dir = (!orig) as usize;
         let old = e.flow_state();
+        let mut cap = u32::MAX;
         let ok = match (&p.l4, old) {
             (L4::Tcp(seg), s) if s.is_tcp() => match tcp::track(e, dir, seg) {
                 Outcome::Tracked => {
@@ -549,6 +556,9 @@ impl Conntrack {
                         && matches!(old, FlowState::SynRecv | FlowState::Established)
                     {
                         e.flags |= F_ASSURED;
+                    }
+                    if tcp::waits_for_ack(e, seg) {
+                        cap = self.unacked;
                     }
                     Ok(())
                 }
@@ -598,7 +608,7 @@ impl Conntrack {
                     .get(e.state as usize)
                     .copied()
                     .unwrap_or(u32::MAX);
-                e.expires = now.saturating_add(t);
+                e.expires = now.saturating_add(t.min(cap));
                 v.state = if e.flags & F_SEEN_REPLY != 0 {
                     CtState::Established
                 } else {

@@ -164,6 +164,8 @@ fn state_of(c: u8) -> Option<FlowState> {
 /// Per-direction flags in [`Entry::pflags`].
 pub(crate) const PF_WSCALE: u8 = 0x01;
 pub(crate) const PF_MAXACK: u8 = 0x02;
+/// The sender has data (or a SYN or FIN) the other side has not acknowledged.
+pub(crate) const PF_UNACKED: u8 = 0x04;
 
 /// Largest window shift RFC 7323 allows.
 const MAX_WSCALE: u8 = 14;
@@ -235,6 +237,13 @@ pub(crate) fn track(e: &mut Entry, dir: usize, s: &Segment) -> Outcome {
     }
     e.state = next as u8;
     Outcome::Tracked
+}
+
+/// Whether a tracked segment should shorten the flow's timeout to the unacknowledged-data
+/// one (netfilter's `timeout_unacknowledged`): a plain ACK while either side still waits for
+/// an acknowledgment, as when a peer has vanished with data in flight.
+pub(crate) fn waits_for_ack(e: &Entry, s: &Segment) -> bool {
+    class(s.flags) == 3 && (e.pflags[0] | e.pflags[1]) & PF_UNACKED != 0
 }
 
 /// netfilter's `tcp_in_window`, without SACK blocks: checks the segment against the
@@ -320,6 +329,7 @@ fn in_window(e: &mut Entry, dir: usize, s: &Segment) -> bool {
     }
     if after(end, snd.end) {
         snd.end = end;
+        pflags[si] |= PF_UNACKED;
     }
     if ack_set && (pflags[si] & PF_MAXACK == 0 || after(ack, snd.maxack)) {
         snd.maxack = ack;
@@ -327,6 +337,9 @@ fn in_window(e: &mut Entry, dir: usize, s: &Segment) -> bool {
     }
     if rcv.maxwin != 0 && after(end, snd.maxend) {
         rcv.maxwin = rcv.maxwin.wrapping_add(end.wrapping_sub(snd.maxend));
+    }
+    if ack == rcv.end {
+        pflags[ri] &= !PF_UNACKED;
     }
     let edge = ack.wrapping_add(w);
     if after(edge, rcv.maxend.wrapping_sub(1)) {

@@ -124,6 +124,21 @@ fn handshake_data_close_in_both_directions() {
 }
 
 #[test]
+fn unacknowledged_data_shortens_the_timeout() {
+    let mut c = ct(1000);
+    let t = client();
+    let id = handshake(&mut c, t, T0);
+    let deadline = |c: &Conntrack| (c.flow(id).unwrap().expires_ns >> 30) - (T0 >> 30);
+    assert_eq!(deadline(&c), ticks(432_000) as u64);
+    // The client sends data the server never acknowledges.
+    c.lookup(&seg(t, ACK, 1001, 5001, 500, T0));
+    assert_eq!(deadline(&c), ticks(300) as u64);
+    // Once acknowledged, the established timeout is back.
+    c.lookup(&seg(t.reversed(), ACK, 5001, 1501, 0, T0));
+    assert_eq!(deadline(&c), ticks(432_000) as u64);
+}
+
+#[test]
 fn ipv6_handshake() {
     let mut c = ct(1000);
     let t = Tuple::v6(
