@@ -1,5 +1,6 @@
 //! Ferrouter's fast-path benchmarks and the synthetic route sets they use.
 pub mod acl;
+pub mod conntrack;
 pub mod dpdk;
 pub mod fib_update;
 pub mod lpm;

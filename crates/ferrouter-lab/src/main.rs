@@ -230,6 +230,9 @@ enum Bench {
     /// Cycles per classification of the firewall's rule classifier, optionally next to
     /// DPDK's rte_acl (dpdk-test-acl) on the same rules and packets.
     Acl(AclArgs),
+    /// Connection tracking from memory, one core, no I/O: flows created and looked up per
+    /// second, and bytes per flow, in tables of 1M and 10M flows.
+    Conntrack(ConntrackArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
     /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
@@ -500,6 +503,22 @@ struct AclArgs {
 }
 
 #[derive(Args)]
+struct ConntrackArgs {
+    /// Table sizes (flows), comma-separated: one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
+    entries: Vec<usize>,
+    /// Lookups of established flows per run.
+    #[arg(long, default_value_t = 10_000_000)]
+    lookups: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct LpmArgs {
     /// Run dpdk-test-fib (Debian dpdk-dev) on the same routes and keys.
     #[arg(long)]
@@ -635,6 +654,21 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 print!("{}", bench::acl::format_table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Conntrack(a)) => {
+            let opts = bench::conntrack::ConntrackOptions {
+                entries: a.entries,
+                lookups: a.lookups,
+                seed: a.seed,
+            };
+            let r = bench::conntrack::run(&opts, progress(a.json))
+                .context("connection tracking benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", bench::conntrack::format_table(&r));
             }
             Ok(())
         }

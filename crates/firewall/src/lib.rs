@@ -5,13 +5,17 @@
 //! - [`config`]: `[firewall]` as the config file writes it (address sets, filters of
 //!   ordered rules bound to interfaces at a hook), and its checks;
 //! - [`ruleset`]: a config compiled for the fast path, published whole;
-//! - [`node`]: the filters as feature-arc nodes.
+//! - [`node`]: the filters as feature-arc nodes;
+//! - [`conntrack`]: the per-worker connection tracker: flows keyed in both directions, TCP
+//!   state and window tracking, per-state timeouts, and a fixed-size table that drops
+//!   half-open flows first when it fills (not yet on the feature arcs).
 
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::needless_range_loop))]
 
 pub mod classify;
 pub mod config;
+pub mod conntrack;
 #[cfg(any(test, feature = "gen"))]
 pub mod gen;
 pub mod node;
