@@ -1093,9 +1093,14 @@ mod tests {
         assert_eq!(none.distance, crate::sync::Distances::default());
         let d = cfg("[distance]\nbgp = 5\n");
         assert_eq!((d.distance.kernel, d.distance.bgp), (1, 5));
-        assert!(plan(&none, &cfg("[distance]\nkernel = 1\nbgp = 20\n"))
-            .unwrap()
-            .is_empty());
+        let s = cfg("[distance]\nstatic = 7\n");
+        assert_eq!(s.distance.static_routes, 7);
+        assert!(plan(
+            &none,
+            &cfg("[distance]\nkernel = 1\nstatic = 1\nbgp = 20\n")
+        )
+        .unwrap()
+        .is_empty());
         assert_eq!(
             plan(&none, &d).unwrap_err(),
             PlanError::RestartNeeded(vec!["[distance]"])

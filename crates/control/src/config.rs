@@ -243,7 +243,8 @@ pub struct Config {
     /// needs a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<bgp::config::BgpConfig>,
-    /// Administrative distances of the route origins (`[distance]`: `kernel`, `bgp`); the
+    /// Administrative distances of the route origins (`[distance]`: `kernel`, `static`,
+    /// `bgp`); the
     /// lower wins between a prefix's routes of different origins. A change needs a restart.
     #[serde(default, skip_serializing_if = "is_default_distances")]
     pub distance: crate::sync::Distances,

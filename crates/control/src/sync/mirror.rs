@@ -34,7 +34,7 @@ impl Sync {
             let _ = self.put_route(Origin::Bgp, &bgp_route(p, hops));
         }
         for r in s.routes {
-            if let Some(o) = Origin::of_kernel_table(r.table) {
+            if let Some(o) = Origin::of_kernel_route(r.table, r.protocol) {
                 self.put_route(o, &r);
             }
         }
@@ -80,8 +80,11 @@ impl Sync {
         match st
             .routes
             .iter_mut()
-            .find(|s| s.origin == new.origin && s.metric == new.metric)
-        {
+            // Keyed as the kernel keys them: by table and metric (a replace may change a
+            // route's protocol, and with it main-table routes' origin).
+            .find(|s| {
+                s.origin.kernel_table() == new.origin.kernel_table() && s.metric == new.metric
+            }) {
             Some(slot) => {
                 let old = std::mem::replace(slot, new);
                 self.hop_lists.release(old.hops);
@@ -203,7 +206,7 @@ impl Sync {
                 self.neighbor_changed(ifx, ip);
             }
             Event::NewRoute(r) => {
-                if let Some(o) = Origin::of_kernel_table(r.table) {
+                if let Some(o) = Origin::of_kernel_route(r.table, r.protocol) {
                     let p = (r.dst, r.dst_len);
                     let (want, old) = self.put_route(o, r);
                     self.update_prefix(p, want, old);
@@ -217,16 +220,15 @@ impl Sync {
     /// Remove a route (for IPv6 multipath, the next hops it lists) and bring its prefix in
     /// line.
     pub(super) fn del_route(&mut self, r: &Route) {
-        if let Some(origin) = Origin::of_kernel_table(r.table) {
+        if let Some(origin) = Origin::of_kernel_route(r.table, r.protocol) {
             let p = (r.dst, r.dst_len);
             let metric = r.priority;
             let (want_now, installed) = match self.prefixes.entry(p) {
                 Entry::Occupied(mut e) => {
                     let list = &mut e.get_mut().routes;
-                    if let Some(i) = list
-                        .iter()
-                        .position(|s| s.origin == origin && s.metric == metric)
-                    {
+                    if let Some(i) = list.iter().position(|s| {
+                        s.origin.kernel_table() == origin.kernel_table() && s.metric == metric
+                    }) {
                         // IPv6 deletes one next hop of a multipath route at a time:
                         // the message lists only the removed ones, the rest stays.
                         let hops = self.hop_lists.get(list[i].hops);

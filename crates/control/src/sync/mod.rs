@@ -44,17 +44,24 @@ const LOCAL_TABLE: u32 = 255;
 pub enum Origin {
     /// The kernel's local table: the router's own and broadcast addresses.
     KernelLocal,
-    /// The kernel's main table: connected and static routes, and those routing daemons
-    /// (FRR's zebra, BIRD) install, each already the daemon's own choice.
+    /// The kernel's main table: connected routes, and those routing daemons (FRR's zebra,
+    /// BIRD) or an operator install, each already the daemon's own choice; all but
+    /// [`Origin::Static`]'s.
     KernelMain,
+    /// Static routes: the config's `[[route]]`s, which Ferrouter installs in the kernel's
+    /// main table with `proto static` (an operator's `ip route add ... proto static` counts
+    /// as one too).
+    Static,
     /// A best path of ferrouter's own BGP speaker.
     Bgp,
 }
 
 impl Origin {
-    /// The origin of a kernel route of `table`, if the sync mirrors that table.
-    pub fn of_kernel_table(table: u32) -> Option<Origin> {
+    /// The origin of a kernel route of `table` installed by `protocol` (`RTPROT_*`), if the
+    /// sync mirrors that table.
+    pub fn of_kernel_route(table: u32, protocol: u8) -> Option<Origin> {
         match table {
+            MAIN_TABLE if protocol == RTPROT_STATIC => Some(Origin::Static),
             MAIN_TABLE => Some(Origin::KernelMain),
             LOCAL_TABLE => Some(Origin::KernelLocal),
             _ => None,
@@ -64,7 +71,7 @@ impl Origin {
     /// The kernel table of a kernel route (`None` for the speaker's).
     pub fn kernel_table(self) -> Option<u32> {
         match self {
-            Origin::KernelMain => Some(MAIN_TABLE),
+            Origin::KernelMain | Origin::Static => Some(MAIN_TABLE),
             Origin::KernelLocal => Some(LOCAL_TABLE),
             Origin::Bgp => None,
         }
@@ -79,6 +86,7 @@ impl Origin {
         match self {
             Origin::KernelLocal => 0,
             Origin::KernelMain => d.kernel,
+            Origin::Static => d.static_routes,
             Origin::Bgp => d.bgp,
         }
     }
@@ -89,8 +97,14 @@ impl Origin {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Distances {
-    /// Routes of the kernel's main table (connected, static, FRR, BIRD): 1 by default.
+    /// Routes of the kernel's main table (connected, FRR, BIRD, an operator's): 1 by
+    /// default.
     pub kernel: u8,
+    /// Static routes (`[[route]]`, `proto static` in the kernel): 1 by default, so they
+    /// rank with the kernel's other routes by metric; above `kernel`, a routing daemon's
+    /// route for the same prefix wins (a floating static route).
+    #[serde(rename = "static")]
+    pub static_routes: u8,
     /// Best paths of ferrouter's own BGP speaker: 20 by default (eBGP's in FRR), so the
     /// kernel's routes win; below `kernel`, the speaker's paths win instead.
     pub bgp: u8,
@@ -98,9 +112,15 @@ pub struct Distances {
 
 impl Default for Distances {
     fn default() -> Self {
-        Distances { kernel: 1, bgp: 20 }
+        Distances {
+            kernel: 1,
+            static_routes: 1,
+            bgp: 20,
+        }
     }
 }
+/// The kernel's protocol number for static routes (`RTPROT_STATIC`), given to `[[route]]`s.
+const RTPROT_STATIC: u8 = 4;
 /// The kernel's protocol number for BGP routes (`RTPROT_BGP`), given to the speaker's.
 const RTPROT_BGP: u8 = 186;
 

@@ -153,12 +153,64 @@ fn administrative_distance_ranks_kernel_and_bgp_routes() {
     assert_eq!(source(&s), Source::Route);
     let (mut s, _r) = setup_with(Distances {
         kernel: 30,
+        static_routes: 30,
         bgp: 20,
     });
     s.apply_bgp(std::slice::from_ref(&set));
     assert_eq!(source(&s), Source::Bgp, "bgp 20 < kernel 30");
     s.apply_bgp(&[bgp::rib::Change::Remove { prefix: p }]);
     assert_eq!(source(&s), Source::Route, "the kernel's route takes over");
+}
+
+/// Static routes (`proto static`) rank by their own distance: by default with the kernel's
+/// other routes, by metric; above `kernel`, as a floating static route that a routing
+/// daemon's route replaces while it exists. A replace that changes the protocol moves the
+/// route between the two origins without leaving a stale copy.
+#[test]
+fn static_routes_have_their_own_distance() {
+    let p = "203.0.114.0";
+    let r = |proto: u8, metric: u32, gw: &str| {
+        let mut r = route(MAIN_TABLE, p, 24, RouteKind::Unicast, &[(Some(gw), 10)]);
+        r.protocol = proto;
+        r.priority = metric;
+        r
+    };
+    let via = |s: &Sync| nh(s, "203.0.114.0/24");
+    // Static metric 100 against a BIRD route (protocol 12) of metric 200.
+    let (mut s, _r) = setup();
+    s.apply(Event::NewRoute(r(4, 100, "192.0.2.9")));
+    s.apply(Event::NewRoute(r(12, 200, "192.0.2.10")));
+    assert!(
+        via(&s).contains("192.0.2.9"),
+        "lower metric wins: {}",
+        via(&s)
+    );
+    let (mut s, _r) = setup_with(Distances {
+        static_routes: 5,
+        ..Distances::default()
+    });
+    s.apply(Event::NewRoute(r(4, 100, "192.0.2.9")));
+    s.apply(Event::NewRoute(r(12, 200, "192.0.2.10")));
+    assert!(
+        via(&s).contains("192.0.2.10"),
+        "floating static: {}",
+        via(&s)
+    );
+    s.apply(Event::DelRoute(r(12, 200, "192.0.2.10")));
+    assert!(
+        via(&s).contains("192.0.2.9"),
+        "static takes over: {}",
+        via(&s)
+    );
+    // Replaced in place by a route of another protocol, then deleted: nothing stays.
+    s.apply(Event::NewRoute(r(3, 100, "192.0.2.10")));
+    assert!(via(&s).contains("192.0.2.10"), "{}", via(&s));
+    s.apply(Event::DelRoute(r(3, 100, "192.0.2.10")));
+    assert!(
+        s.routes(Some("203.0.114.0/24")).unwrap().is_empty(),
+        "{}",
+        via(&s)
+    );
 }
 
 #[test]
