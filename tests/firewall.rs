@@ -473,3 +473,168 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
     None
 }
+
+const STATEFUL: &str = r#"
+[firewall]
+conntrack = true
+conntrack_max = 4096
+
+[[firewall.filter]]
+name = "from-h2"
+hook = "ingress"
+interfaces = ["r2"]
+policy = "drop"
+
+[[firewall.filter.rule]]
+action = "accept"
+state = ["established", "related"]
+
+[[firewall.filter.rule]]
+action = "drop"
+state = ["invalid"]
+
+[[firewall.filter.rule]]
+action = "accept"
+protocol = "icmpv6"
+comment = "neighbour discovery"
+"#;
+
+/// Stateful filtering: h2's side only lets in what belongs to flows h1 opened (and ICMP
+/// errors about them), with real TCP, UDP and ICMP both ways.
+#[test]
+fn stateful_filter_lets_in_replies_and_related_errors_only() {
+    let g = start("fwst", STATEFUL);
+    let lab = &g.0;
+    let (h1, h2) = (lab.h1(), lab.h2());
+    ping_until_ok(lab, &h1, H2_V4);
+    // Echo: out and back from h1; never in from h2.
+    assert!(ping(lab, &h1, H2_V4, &["-W", "1"]).0, "h1 pings h2");
+    assert!(
+        !ping(lab, &h2, H1_V4, &["-W", "1"]).0,
+        "h2 must not ping h1"
+    );
+    // TCP: h1 reaches h2's server; h2 does not reach h1's.
+    let _s2 = spawn(
+        &h2,
+        &["python3", "-m", "http.server", "8080", "--bind", "::"],
+    );
+    let _s1 = spawn(
+        &h1,
+        &["python3", "-m", "http.server", "8080", "--bind", "::"],
+    );
+    wait_listening(lab, &h2, 8080);
+    wait_listening(lab, &h1, 8080);
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8080/"), 10);
+    assert_eq!(code, 0, "h1 -> h2 TCP with the replies let in: {out}");
+    let out = lab
+        .exec_status(
+            &h2,
+            &[
+                "curl",
+                "-s",
+                "-m",
+                "2",
+                "-o",
+                "/dev/null",
+                &format!("http://{H1_V4}:8080/"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(out.status.code(), Some(28), "h2 -> h1 TCP must time out");
+    // UDP: a request from h1 gets its answer; the same from h2 does not get in.
+    let echo = {
+        let h2 = h2.clone();
+        std::thread::spawn(move || {
+            Command::new("ip")
+                .args(["netns", "exec", &h2, "python3", "-c",
+                    "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',5353))\ns.settimeout(10)\nd,a=s.recvfrom(100)\ns.sendto(d.upper(),a)\n"])
+                .output()
+                .unwrap()
+        })
+    };
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5)
+        && sh(lab, &h2, &["ss", "-lunH", "sport = :5353"])
+            .1
+            .trim()
+            .is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, out) = python(
+        lab,
+        &h1,
+        &format!("import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.settimeout(5)\ns.connect(('{H2_V4}',5353))\ns.send(b'ping')\nprint(s.recv(100))\n"),
+    );
+    assert!(ok && out.contains("PING"), "the UDP answer gets in: {out}");
+    echo.join().unwrap();
+    let rx = udp_receiver(lab, &h1, 6000, "0.0.0.0");
+    let (ok, out) = sh(
+        lab,
+        &h2,
+        &[
+            "sh",
+            "-c",
+            &format!("echo unsolicited | nc -u -w1 {H1_V4} 6000"),
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        !rx.join().unwrap().contains("unsolicited"),
+        "h2's unsolicited datagram must not get in"
+    );
+    // Related: h2's port unreachable about h1's datagram to a closed port gets in, so h1's
+    // socket learns the port is closed.
+    let (ok, out) = python(
+        lab,
+        &h1,
+        &format!("import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.settimeout(3)\ns.connect(('{H2_V4}',9))\ns.send(b'x')\n\
+                  try:\n  s.recv(10)\n  print('answered')\nexcept socket.timeout:\n  print('timeout')\nexcept OSError as e:\n  print('error', e.errno)\n"),
+    );
+    assert!(
+        ok && out.contains("error 111"),
+        "the related ICMP error must get in: {out}"
+    );
+    // The tables' figures.
+    let v = api(lab, "firewall", None);
+    let ct = &v["conntrack"];
+    assert!(ct["created"].as_u64().unwrap() >= 4, "{v}");
+    assert_eq!(ct["max"].as_u64().unwrap(), 4096, "{v}");
+    assert_eq!(ct["refused"].as_u64().unwrap(), 0, "{v}");
+    assert!(
+        filter(lab, "from-h2")["policy_packets"].as_u64().unwrap() >= 2,
+        "{v}"
+    );
+    assert!(feature_drops(lab, "ip4-filter-ingress", "rule_drop") >= 2);
+    let text = Command::new(bin())
+        .args(["show", "firewall", "--socket"])
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("conntrack: "),
+        "{text:?}"
+    );
+    // The same in /metrics.
+    let c = control::client::Client::new(control::client::Endpoint::Unix(lab.socket()));
+    let r = c.call("GET", "/metrics", None).unwrap();
+    let m = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(m.contains("ferrouter_conntrack_max_flows{} 4096"), "{m}");
+    assert!(
+        m.contains("ferrouter_conntrack_events_total{event=\"created\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("ferrouter_firewall_rule_packets_total{filter=\"from-h2\",rule=\"policy\"}"),
+        "{m}"
+    );
+    // The table's size is fixed at start.
+    let base = std::fs::read_to_string(lab.config_file())
+        .unwrap()
+        .replace(STATEFUL, "");
+    let (ok, out) = apply(lab, &base, &STATEFUL.replace("4096", "8192"), "resize");
+    assert!(
+        !ok && out.contains("restart") && out.contains("conntrack"),
+        "{out}"
+    );
+}

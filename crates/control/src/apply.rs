@@ -264,7 +264,7 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
 /// only a restart applies (`[[port]]`, `[[vlan]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
-/// `state_dir`, `[api]`, `[bgp]`, `[distance]`) differs.
+/// `state_dir`, `[api]`, `[bgp]`, `[distance]`, `[firewall] conntrack, conntrack_max`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
     if old.ports != new.ports {
@@ -298,6 +298,12 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     }
     if old.distance != new.distance {
         restart.push("[distance]");
+    }
+    // The workers' flow tables are allocated at start.
+    if (old.firewall.conntrack, old.firewall.conntrack_max)
+        != (new.firewall.conntrack, new.firewall.conntrack_max)
+    {
+        restart.push("[firewall] conntrack, conntrack_max");
     }
     if !restart.is_empty() {
         return Err(PlanError::RestartNeeded(restart));

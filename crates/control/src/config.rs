@@ -1407,7 +1407,13 @@ impl Config {
     fn validate_firewall(&self, r: &mut Report) {
         let names = self.fast_path_names();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let problems = self.firewall.validate(&refs, false);
+        let problems = self.firewall.validate(&refs);
+        if self.firewall.conntrack && self.workers > 1 {
+            r.add(
+                "firewall.conntrack",
+                format!("connection tracking needs workers = 1 (this config has {}): each worker has its own table, and the flows of several workers are not yet steered so that both directions of a flow reach the same one", self.workers),
+            );
+        }
         let clean = problems.is_empty();
         for (path, m) in problems {
             r.add(path, m);
@@ -1665,6 +1671,32 @@ mod tests {
             w[0].message
                 .contains("rule 2 of filter \"in\" can never match: rule 1"),
             "{w:?}"
+        );
+    }
+
+    #[test]
+    fn stateful_rules_need_conntrack_and_one_worker() {
+        let rule =
+            "[[firewall.filter]]\nname = \"in\"\nhook = \"ingress\"\ninterfaces = [\"eth1\"]\n\
+                    [[firewall.filter.rule]]\naction = \"accept\"\nstate = [\"established\"]\n";
+        let e = problems(rule);
+        assert!(
+            e.contains("state matches need connection tracking: set conntrack = true"),
+            "{e}"
+        );
+        let on = format!("[firewall]\nconntrack = true\n{rule}");
+        assert!(parse(&format!("{PORT}{on}")).is_ok());
+        let e = parse(&format!("workers = 2\n{PORT}{on}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("firewall.conntrack: connection tracking needs workers = 1"),
+            "{e}"
+        );
+        let e = problems("[firewall]\nconntrack = true\nconntrack_max = 10\n");
+        assert!(
+            e.contains("firewall.conntrack_max: 10 is out of range"),
+            "{e}"
         );
     }
 

@@ -647,7 +647,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let connected = Arc::new(ArcSwap::from_pointee(sync.addresses()));
     let iface_version = Arc::new(AtomicU64::new(0));
     // Features before the workers: they start with what the config enables.
-    let fw = Arc::new(firewall::node::Shared::default());
+    // The workers' flow tables, allocated now (a change of their size needs a restart).
+    let fw = Arc::new(
+        firewall::node::Shared::new(
+            per_worker.len(),
+            cfg.firewall.conntrack.then_some(cfg.firewall.conntrack_max),
+        )
+        .context("allocating the connection-tracking tables ([firewall] conntrack_max)")?,
+    );
     let registry = Arc::new(crate::features::registry(&fw).context("registering features")?);
     let features = crate::features::Features::new(
         registry.clone(),

@@ -46,6 +46,16 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
             v.push(firewall::node::FilterFeature::name(true, f.hook));
         }
     }
+    // With connection tracking, every interface's ingress node tracks what it receives
+    // (filtered or not), so that replies find their flows.
+    if cfg.firewall.conntrack {
+        for v6 in [false, true] {
+            let n = firewall::node::FilterFeature::name(v6, firewall::config::Hook::Ingress);
+            if !v.contains(&n) {
+                v.push(n);
+            }
+        }
+    }
     v
 }
 

@@ -3,7 +3,7 @@
 //! loop into the daemon's log.
 
 use crate::features::Features;
-use crate::model::{FilterView, FirewallView, RuleView};
+use crate::model::{ConntrackView, FilterView, FirewallView, RuleView};
 
 fn describe(r: &firewall::config::RuleConfig) -> String {
     let mut v: Vec<String> = Vec::new();
@@ -114,6 +114,21 @@ pub fn view(features: &Features) -> FirewallView {
             .log_suppressed
             .load(std::sync::atomic::Ordering::Relaxed),
         compile_us: rs.compile_ns / 1000,
+        conntrack: (!features.firewall.conntrack.is_empty()).then(|| {
+            features.firewall.conntrack.iter().map(|c| c.stats()).fold(
+                ConntrackView::default(),
+                |a, s| ConntrackView {
+                    flows: a.flows + s.flows,
+                    max: a.max + s.max,
+                    created: a.created + s.created,
+                    refused: a.refused + s.refused,
+                    early_dropped: a.early_dropped + s.early_dropped,
+                    expired: a.expired + s.expired,
+                    invalid: a.invalid + s.invalid,
+                    memory_bytes: a.memory_bytes + s.memory_bytes,
+                },
+            )
+        }),
     }
 }
 

@@ -33,6 +33,9 @@
 //! | `ferrouter_api_connections_refused_total` | listener, limit=total/per_address | closed at once over a cap (crate::listener) |
 //! | `ferrouter_api_timeouts_total` | listener, phase=header/idle/body | connections closed by a timeout; 408s for slow bodies |
 //! | `ferrouter_api_accept_errors_total` | listener | failed accepts (out of file descriptors) |
+//! | `ferrouter_firewall_rule_packets_total`, `_bytes_total` | filter, rule (1-based, or `policy`) | what each firewall rule decided |
+//! | `ferrouter_conntrack_flows`, `ferrouter_conntrack_max_flows` | | flows tracked, and the tables' capacity (with `[firewall] conntrack`) |
+//! | `ferrouter_conntrack_events_total` | event=created/expired/refused/early_dropped/invalid | |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -96,6 +99,55 @@ impl Collector for Scrape {
 }
 
 /// The API's connections, per listener (`tcp`, `unix`).
+/// The firewall's rule counters and connection tracking.
+fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
+    let v = crate::fwview::view(&shared.features);
+    let (mut pk, mut by) = (Vec::new(), Vec::new());
+    for f in &v.filters {
+        for r in &f.rules {
+            let l = vec![("filter", f.name.clone()), ("rule", r.index.to_string())];
+            pk.push((l.clone(), r.packets));
+            by.push((l, r.bytes));
+        }
+        let l = vec![("filter", f.name.clone()), ("rule", "policy".to_string())];
+        pk.push((l.clone(), f.policy_packets));
+        by.push((l, f.policy_bytes));
+    }
+    s.counter(
+        "ferrouter_firewall_rule_packets",
+        "Packets each firewall rule (or a filter's policy) decided.",
+        pk,
+    );
+    s.counter(
+        "ferrouter_firewall_rule_bytes",
+        "Bytes (IP length) of the packets each firewall rule decided.",
+        by,
+    );
+    if let Some(c) = v.conntrack {
+        s.gauge(
+            "ferrouter_conntrack_flows",
+            "Flows in the connection-tracking tables.",
+            vec![(vec![], c.flows as f64)],
+        );
+        s.gauge(
+            "ferrouter_conntrack_max_flows",
+            "Capacity of the connection-tracking tables.",
+            vec![(vec![], c.max as f64)],
+        );
+        s.counter(
+            "ferrouter_conntrack_events",
+            "Connection-tracking events: flows created, expired, refused (table full), dropped early; invalid packets.",
+            vec![
+                (vec![("event", "created".into())], c.created),
+                (vec![("event", "expired".into())], c.expired),
+                (vec![("event", "refused".into())], c.refused),
+                (vec![("event", "early_dropped".into())], c.early_dropped),
+                (vec![("event", "invalid".into())], c.invalid),
+            ],
+        );
+    }
+}
+
 fn api_connections(s: &mut Scrape, c: &crate::listener::ConnStats) {
     let each = |f: fn(&crate::listener::ListenerStats) -> &AtomicU64| -> Vec<(Labels, u64)> {
         [("tcp", &c.tcp), ("unix", &c.unix)]
@@ -316,6 +368,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             })
             .collect(),
     );
+    firewall_metrics(&mut s, shared);
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();

@@ -776,6 +776,30 @@ pub struct FirewallView {
     pub log_suppressed: u64,
     /// Microseconds the running rules took to compile.
     pub compile_us: u64,
+    /// Connection tracking, summed over the workers (absent: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackView>,
+}
+
+/// Connection tracking's figures, summed over the workers' tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConntrackView {
+    /// Flows tracked now.
+    pub flows: u64,
+    /// The tables' capacity.
+    pub max: u64,
+    /// Flows created since start.
+    pub created: u64,
+    /// New flows refused: the table was full (their packets dropped, `conntrack_full`).
+    pub refused: u64,
+    /// Flows not yet assured dropped to make room for new ones.
+    pub early_dropped: u64,
+    /// Flows that timed out.
+    pub expired: u64,
+    /// Packets found invalid: out of the TCP window, flags the state does not allow.
+    pub invalid: u64,
+    /// Bytes the tables take.
+    pub memory_bytes: u64,
 }
 
 /// One filter.

@@ -251,6 +251,13 @@ pub fn firewall(v: &model::FirewallView) -> String {
             "-", f.policy, f.policy_packets, f.policy_bytes
         );
     }
+    if let Some(c) = &v.conntrack {
+        let _ = writeln!(
+            s,
+            "conntrack: {} flows of {} ({} bytes), {} created, {} expired, {} refused (table full), {} dropped early, {} invalid packets",
+            c.flows, c.max, c.memory_bytes, c.created, c.expired, c.refused, c.early_dropped, c.invalid
+        );
+    }
     if v.log_suppressed > 0 {
         let _ = writeln!(
             s,

@@ -25,8 +25,8 @@ pub mod trace;
 pub mod worker;
 
 pub use buffer::{
-    pkt_bytes, Arena, PacketMemory, Pkt, Vector, BIG_BASE, BIG_FRAME_SIZE, FRAME_SIZE, HEADROOM,
-    MAX_FRAME, VECTOR_SIZE,
+    pkt_bytes, Arena, PacketMemory, Pkt, Vector, BIG_BASE, BIG_FRAME_SIZE, FEATURE_META_SHIFT,
+    FRAME_SIZE, F_FEATURE_META, HEADROOM, MAX_FRAME, VECTOR_SIZE,
 };
 pub use counters::{Counters, Kind, Reason, Snapshot};
 pub use graph::{Graph, GraphConfig, Output};

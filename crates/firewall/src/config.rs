@@ -46,7 +46,22 @@ pub struct FirewallConfig {
     /// they are counted as suppressed. Default 10.
     #[serde(default = "default_log_rate")]
     pub log_rate: u32,
+    /// Connection tracking: every IP packet the fast path receives is tracked, and rules
+    /// can match `state`. Off by default; a change needs a restart.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub conntrack: bool,
+    /// Flows each worker's table holds (allocated at start, about 97 bytes each). Default
+    /// 262,144; a change needs a restart.
+    #[serde(default = "default_conntrack_max")]
+    pub conntrack_max: usize,
 }
+
+fn default_conntrack_max() -> usize {
+    262_144
+}
+
+/// Fewest and most flows a worker's table may be given.
+pub const CONNTRACK_MAX_RANGE: std::ops::RangeInclusive<usize> = 1024..=100_000_000;
 
 fn default_log_rate() -> u32 {
     10
@@ -58,6 +73,8 @@ impl Default for FirewallConfig {
             sets: Vec::new(),
             filters: Vec::new(),
             log_rate: default_log_rate(),
+            conntrack: false,
+            conntrack_max: default_conntrack_max(),
         }
     }
 }
@@ -509,9 +526,9 @@ impl FirewallConfig {
     }
 
     /// Everything wrong with it, as (dotted path under `firewall`, message). `interfaces`
-    /// are the names a filter may bind (ports and VLAN sub-interfaces); `conntrack` says
-    /// whether connection tracking is on (state matches need it).
-    pub fn validate(&self, interfaces: &[&str], conntrack: bool) -> Vec<(String, String)> {
+    /// are the names a filter may bind (ports and VLAN sub-interfaces).
+    pub fn validate(&self, interfaces: &[&str]) -> Vec<(String, String)> {
+        let conntrack = self.conntrack;
         let mut out = Vec::new();
         let mut add = |p: String, m: String| out.push((p, m));
         if self.log_rate == 0 || self.log_rate > 100_000 {
@@ -520,6 +537,17 @@ impl FirewallConfig {
                 format!(
                     "{} is out of range: 1-100000 records per second per worker",
                     self.log_rate
+                ),
+            );
+        }
+        if !CONNTRACK_MAX_RANGE.contains(&self.conntrack_max) {
+            add(
+                "firewall.conntrack_max".into(),
+                format!(
+                    "{} is out of range: {}-{} flows per worker",
+                    self.conntrack_max,
+                    CONNTRACK_MAX_RANGE.start(),
+                    CONNTRACK_MAX_RANGE.end()
                 ),
             );
         }
@@ -722,7 +750,11 @@ impl FirewallConfig {
             if let Err((i, e)) = parse_states(&r.state) {
                 out.push((format!("state[{i}]"), e));
             } else if !conntrack {
-                out.push(("state".into(), "state matches need connection tracking, which is off in this build's firewall: remove the state match (stateless filtering only)".into()));
+                out.push((
+                    "state".into(),
+                    "state matches need connection tracking: set conntrack = true in [firewall]"
+                        .into(),
+                ));
             }
         }
         out

@@ -8,7 +8,8 @@
 //! - [`node`]: the filters as feature-arc nodes;
 //! - [`conntrack`]: the per-worker connection tracker: flows keyed in both directions, TCP
 //!   state and window tracking, per-state timeouts, and a fixed-size table that drops
-//!   half-open flows first when it fills (not yet on the feature arcs).
+//!   half-open flows first when it fills, which the filter nodes use when `[firewall]
+//!   conntrack` is on.
 
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::needless_range_loop))]

@@ -21,10 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use atomic_refcell::AtomicRefCell;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec, Reply};
-use dataplane::RateLimiter;
+use dataplane::{RateLimiter, FEATURE_META_SHIFT, F_FEATURE_META};
 
-use crate::config::{Action, Hook, ICMP, ICMPV6, SCTP, TCP, UDP};
+use crate::config::{state, Action, Hook, ICMP, ICMPV6, SCTP, TCP, UDP};
+use crate::conntrack::{self, Conntrack, CtState, Segment, Tuple, L4};
 use crate::ruleset::{PacketKey, RuleSet, Verdict, NO_L4};
 
 /// Drop reason: a rule or the policy said drop.
@@ -37,6 +39,8 @@ pub const REJECT_LIMITED: u8 = 2;
 pub const MALFORMED: u8 = 3;
 /// Drop reason: an IPv4 TCP fragment at offset 8 (RFC 1858 §3.2).
 pub const TINY_FRAGMENT: u8 = 4;
+/// Drop reason: a new flow the connection-tracking table had no room for.
+pub const CONNTRACK_FULL: u8 = 5;
 
 const DROPS: &[(&str, &str)] = &[
     ("rule_drop", "dropped by a firewall rule or filter policy"),
@@ -55,6 +59,10 @@ const DROPS: &[(&str, &str)] = &[
     (
         "tiny_fragment",
         "IPv4 TCP fragment at offset 8, which could overwrite the TCP flags (RFC 1858)",
+    ),
+    (
+        "conntrack_full",
+        "a new flow the connection-tracking table had no room for (firewall.conntrack_max)",
     ),
 ];
 
@@ -105,6 +113,73 @@ pub struct Shared {
     logs: Mutex<Vec<rtrb::Consumer<LogRecord>>>,
     /// Log records not sent: over the rate, or the ring full.
     pub log_suppressed: AtomicU64,
+    /// Each worker's connection-tracking table (empty: tracking off).
+    pub conntrack: Vec<Arc<CtSlot>>,
+}
+
+/// One worker's flow table and the figures it publishes after each batch.
+pub struct CtSlot {
+    /// The table: borrowed by the worker's filter nodes, one batch at a time.
+    pub table: AtomicRefCell<Conntrack>,
+    /// [`CtStats`] as the worker last published them.
+    stats: [AtomicU64; 9],
+}
+
+/// A worker's connection tracking, as published.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtStats {
+    /// Flows in the table.
+    pub flows: u64,
+    /// Its capacity.
+    pub max: u64,
+    /// Flows created.
+    pub created: u64,
+    /// New flows refused (table full).
+    pub refused: u64,
+    /// Unassured flows dropped early to make room.
+    pub early_dropped: u64,
+    /// Flows expired.
+    pub expired: u64,
+    /// Packets found invalid (out of window, bad flags, no flow).
+    pub invalid: u64,
+    /// Bytes the table takes.
+    pub memory_bytes: u64,
+    /// Batches the worker found its table borrowed (never expected: counted, not waited).
+    pub busy: u64,
+}
+
+impl CtSlot {
+    /// The figures the worker last published.
+    pub fn stats(&self) -> CtStats {
+        let g = |i: usize| self.stats[i].load(Ordering::Relaxed);
+        CtStats {
+            flows: g(0),
+            max: g(1),
+            created: g(2),
+            refused: g(3),
+            early_dropped: g(4),
+            expired: g(5),
+            invalid: g(6),
+            memory_bytes: g(7),
+            busy: g(8),
+        }
+    }
+    fn publish(&self, t: &Conntrack) {
+        let c = t.counters();
+        let v = [
+            t.len() as u64,
+            t.max_entries() as u64,
+            c.created,
+            c.refused,
+            c.early_dropped,
+            c.expired,
+            c.invalid,
+            t.memory_bytes() as u64,
+        ];
+        for (a, x) in self.stats.iter().zip(v) {
+            a.store(x, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Default for Shared {
@@ -113,11 +188,33 @@ impl Default for Shared {
             rules: ArcSwap::from_pointee(RuleSet::empty()),
             logs: Mutex::new(Vec::new()),
             log_suppressed: AtomicU64::new(0),
+            conntrack: Vec::new(),
         }
     }
 }
 
 impl Shared {
+    /// Shared state with a flow table of `max` flows for each of `workers` workers
+    /// (allocated now), or none when `max` is `None`.
+    pub fn new(workers: usize, max: Option<usize>) -> Result<Shared, conntrack::ConfigError> {
+        let mut s = Shared::default();
+        if let Some(max) = max {
+            for _ in 0..workers.max(1) {
+                let t = Conntrack::new(&conntrack::Config {
+                    max_entries: max,
+                    ..Default::default()
+                })?;
+                let slot = CtSlot {
+                    table: AtomicRefCell::new(t),
+                    stats: Default::default(),
+                };
+                slot.publish(&slot.table.borrow());
+                s.conntrack.push(Arc::new(slot));
+            }
+        }
+        Ok(s)
+    }
+
     /// Take every log record waiting (control thread), at most `max`.
     pub fn drain_logs(&self, max: usize) -> Vec<LogRecord> {
         let mut out = Vec::new();
@@ -204,6 +301,7 @@ impl Feature for FilterFeature {
             v6: self.v6,
             hook: self.hook,
             worker,
+            ct: self.shared.conntrack.get(worker).cloned(),
             shared: self.shared.clone(),
             log,
             log_rate: 0,
@@ -217,6 +315,8 @@ struct Node {
     v6: bool,
     hook: Hook,
     worker: usize,
+    /// The worker's flow table (tracking on): looked up at ingress.
+    ct: Option<Arc<CtSlot>>,
     shared: Arc<Shared>,
     log: Option<rtrb::Producer<LogRecord>>,
     log_rate: u32,
@@ -247,6 +347,8 @@ pub struct Parsed {
     pub l4_at: usize,
     /// IP length (header and payload).
     pub ip_len: usize,
+    /// Offset of the IP header in the frame.
+    pub ip_at: usize,
 }
 
 /// Bytes of transport header the filter needs to read, per protocol.
@@ -297,6 +399,7 @@ pub fn parse4(frame: &[u8], at: usize) -> Result<Parsed, u8> {
         dscp: h[1] >> 2,
         l4_at: at + ihl,
         ip_len: total,
+        ip_at: at,
         ..Parsed::default()
     };
     p.src[12..].copy_from_slice(&h[12..16]);
@@ -331,6 +434,7 @@ pub fn parse6(frame: &[u8], at: usize) -> Result<Parsed, u8> {
         dscp: tc >> 2,
         l4_at: at + 40 + walk.upper_offset,
         ip_len: 40 + plen,
+        ip_at: at,
         ..Parsed::default()
     };
     p.src.copy_from_slice(&h[8..24]);
@@ -346,7 +450,7 @@ pub fn parse6(frame: &[u8], at: usize) -> Result<Parsed, u8> {
 }
 
 impl Parsed {
-    fn key4(&self) -> PacketKey<u32> {
+    fn key4(&self, state: u8) -> PacketKey<u32> {
         PacketKey {
             src: u32::from_be_bytes([self.src[12], self.src[13], self.src[14], self.src[15]]),
             dst: u32::from_be_bytes([self.dst[12], self.dst[13], self.dst[14], self.dst[15]]),
@@ -355,10 +459,10 @@ impl Parsed {
             proto: u32::from(self.proto) + if self.l4 { 0 } else { NO_L4 },
             flags: self.flags,
             dscp: self.dscp,
-            state: 0,
+            state,
         }
     }
-    fn key6(&self) -> PacketKey<u128> {
+    fn key6(&self, state: u8) -> PacketKey<u128> {
         PacketKey {
             src: u128::from_be_bytes(self.src),
             dst: u128::from_be_bytes(self.dst),
@@ -367,7 +471,7 @@ impl Parsed {
             proto: u32::from(self.proto) + if self.l4 { 0 } else { NO_L4 },
             flags: self.flags,
             dscp: self.dscp,
-            state: 0,
+            state,
         }
     }
 }
@@ -466,14 +570,32 @@ impl FeatureNode for Node {
         }
         self.log_limit.refill(cx.now_ns);
         self.rst_limit.refill(cx.now_ns);
+        // Tracking happens where packets come in; the output arcs read the state the input
+        // arcs left in the packet's feature bits.
+        let slot = if self.hook == Hook::Ingress {
+            self.ct.clone()
+        } else {
+            None
+        };
+        let mut table = match slot.as_deref().map(|s| s.table.try_borrow_mut()) {
+            Some(Ok(t)) => Some(t),
+            Some(Err(_)) => {
+                if let Some(s) = slot.as_deref() {
+                    s.stats[8].fetch_add(1, Ordering::Relaxed);
+                }
+                None
+            }
+            None => None,
+        };
         for k in 0..b.len() {
             let Some(pk) = b.pkt(k).copied() else {
                 continue;
             };
             let iface = b.iface(k);
-            let Some(f) = rs.filter(self.hook, iface) else {
+            let f = rs.filter(self.hook, iface);
+            if f.is_none() && table.is_none() {
                 continue;
-            };
+            }
             let at = pk.off as usize + pk.l3 as usize;
             let frame = cx.mem.frame(pk.buf);
             let parsed = if self.v6 {
@@ -488,20 +610,50 @@ impl FeatureNode for Node {
                     continue;
                 }
             };
-            let v: Verdict = if self.v6 {
-                f.judge6(&p.key6())
-            } else {
-                f.judge4(&p.key4())
+            // Connection tracking: the state the rules match, and the flow to create if
+            // they accept a new one.
+            let (st, pending) = match table.as_deref_mut() {
+                Some(t) => match ct_packet(frame, &p, self.v6, cx.now_ns) {
+                    Some(cp) => {
+                        let v = t.lookup(&cp);
+                        let new = v.state == CtState::New && v.flow.is_none();
+                        (state_bit(v.state), new.then_some((cp, v)))
+                    }
+                    None => (0, None),
+                },
+                None => (meta_state(pk.flags), None),
             };
-            if let Some(c) = ctr {
-                c.add(v.slot, p.ip_len as u64);
+            if self.hook == Hook::Ingress && self.ct.is_some() {
+                if let Some(q) = b.pkt_mut(k) {
+                    q.flags = q.flags & !F_FEATURE_META | u16::from(st) << FEATURE_META_SHIFT;
+                }
             }
-            let rule = v.rule.and_then(|r| f.rules.get(r as usize));
-            if rule.is_some_and(|r| r.log) {
-                self.log(cx.now_ns, iface, &rs, f, &v, &p);
-            }
-            match v.action {
+            let (action, rule) = match f {
+                Some(f) => {
+                    let v: Verdict = if self.v6 {
+                        f.judge6(&p.key6(st))
+                    } else {
+                        f.judge4(&p.key4(st))
+                    };
+                    if let Some(c) = ctr {
+                        c.add(v.slot, p.ip_len as u64);
+                    }
+                    let rule = v.rule.and_then(|r| f.rules.get(r as usize));
+                    if rule.is_some_and(|r| r.log) {
+                        self.log(cx.now_ns, iface, &rs, f, &v, &p);
+                    }
+                    (v.action, rule.copied())
+                }
+                None => (Action::Accept, None),
+            };
+            match action {
                 Action::Accept => {
+                    if let (Some((cp, v)), Some(t)) = (pending, table.as_deref_mut()) {
+                        if t.create(&cp, &v).is_err() {
+                            b.drop(k, CONNTRACK_FULL);
+                            continue;
+                        }
+                    }
                     if let Some(d) = rule.map(|r| r.set_dscp).filter(|&d| d != 0xff) {
                         set_dscp(cx.mem.frame_mut(pk.buf), at, self.v6, d);
                     }
@@ -510,7 +662,185 @@ impl FeatureNode for Node {
                 Action::Reject => self.reject(cx, b, k, at, &p),
             }
         }
+        if let (Some(t), Some(s)) = (table.as_deref_mut(), slot.as_deref()) {
+            t.sweep(cx.now_ns, SWEEP_PER_BATCH);
+            s.publish(t);
+        }
     }
+}
+
+/// Flow-table entries a worker looks at for expiry per batch.
+pub const SWEEP_PER_BATCH: usize = 64;
+
+/// The state bit rules match ([`state`]) for a tracker's state.
+fn state_bit(s: CtState) -> u8 {
+    match s {
+        CtState::New => state::NEW,
+        CtState::Established => state::ESTABLISHED,
+        CtState::Related => state::RELATED,
+        CtState::Invalid => state::INVALID,
+    }
+}
+
+/// The state an input arc left in the packet's feature bits (0: not tracked).
+fn meta_state(flags: u16) -> u8 {
+    ((flags & F_FEATURE_META) >> FEATURE_META_SHIFT) as u8
+}
+
+/// The tracker's view of a parsed packet; `None` for what it cannot track (a later
+/// fragment, whose transport header is in the first).
+pub fn ct_packet(frame: &[u8], p: &Parsed, v6: bool, now_ns: u64) -> Option<conntrack::Packet> {
+    if !p.l4 {
+        return None;
+    }
+    let tuple = |sport, dport| Tuple {
+        src: u128::from_be_bytes(p.src),
+        dst: u128::from_be_bytes(p.dst),
+        sport,
+        dport,
+        proto: p.proto,
+        v6,
+        zone: 0,
+    };
+    let l4 = frame.get(p.l4_at..)?;
+    Some(match p.proto {
+        TCP => {
+            let h = l4.get(..20)?;
+            let doff = usize::from(h[12] >> 4) * 4;
+            let payload = (p.ip_len + p.ip_at).checked_sub(p.l4_at + doff)?;
+            let syn = h[13] & 0x02 != 0;
+            conntrack::Packet {
+                tuple: tuple(p.sport, p.dport),
+                l4: L4::Tcp(Segment {
+                    flags: h[13],
+                    seq: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+                    ack: u32::from_be_bytes([h[8], h[9], h[10], h[11]]),
+                    window: u16::from_be_bytes([h[14], h[15]]),
+                    wscale: if syn {
+                        wscale(l4.get(20..doff.max(20))?)
+                    } else {
+                        None
+                    },
+                    payload_len: payload as u32,
+                }),
+                now_ns,
+            }
+        }
+        UDP | SCTP => conntrack::Packet {
+            tuple: tuple(p.sport, p.dport),
+            l4: if p.proto == UDP { L4::Udp } else { L4::Other },
+            now_ns,
+        },
+        ICMP | ICMPV6 => {
+            let (ty, v6err) = (l4.first().copied()?, p.proto == ICMPV6);
+            let echo = if v6err {
+                matches!(ty, 128 | 129)
+            } else {
+                matches!(ty, 8 | 0)
+            };
+            let error = if v6err {
+                matches!(ty, 1..=4)
+            } else {
+                matches!(ty, 3 | 4 | 5 | 11 | 12)
+            };
+            if echo {
+                let id = u16::from_be_bytes([*l4.get(4)?, *l4.get(5)?]);
+                conntrack::Packet {
+                    tuple: tuple(id, id),
+                    l4: L4::IcmpEcho {
+                        reply: matches!(ty, 0 | 129),
+                    },
+                    now_ns,
+                }
+            } else if error {
+                conntrack::Packet {
+                    tuple: tuple(0, 0),
+                    l4: L4::IcmpError {
+                        inner: quoted(l4.get(8..)?, v6)?,
+                    },
+                    now_ns,
+                }
+            } else {
+                conntrack::Packet {
+                    tuple: tuple(0, 0),
+                    l4: L4::Other,
+                    now_ns,
+                }
+            }
+        }
+        _ => conntrack::Packet {
+            tuple: tuple(0, 0),
+            l4: L4::Other,
+            now_ns,
+        },
+    })
+}
+
+/// The window-scale option's shift among TCP `options` (bounded walk).
+fn wscale(options: &[u8]) -> Option<u8> {
+    let mut i = 0;
+    while i < options.len() {
+        match options[i] {
+            0 => return None,
+            1 => i += 1,
+            kind => {
+                let len = usize::from(*options.get(i + 1)?);
+                if len < 2 {
+                    return None;
+                }
+                if kind == 3 && len == 3 {
+                    return options.get(i + 2).copied();
+                }
+                i += len;
+            }
+        }
+    }
+    None
+}
+
+/// The tuple of the packet an ICMP error quotes (`q`: from its IP header on), as it was
+/// sent: ports, or an echo's identifier in both.
+fn quoted(q: &[u8], v6: bool) -> Option<Tuple> {
+    let (src, dst, proto, l4) = if v6 {
+        let h = q.get(..40)?;
+        let walk =
+            wire::ipv6::walk_ext_headers(h[6], q.get(40..)?, wire::ipv6::MAX_EXT_HEADERS).ok()?;
+        let mut s = [0u8; 16];
+        let mut d = [0u8; 16];
+        s.copy_from_slice(&h[8..24]);
+        d.copy_from_slice(&h[24..40]);
+        (
+            u128::from_be_bytes(s),
+            u128::from_be_bytes(d),
+            walk.upper_protocol,
+            q.get(40 + walk.upper_offset..)?,
+        )
+    } else {
+        let h = q.get(..20)?;
+        let ihl = usize::from(h[0] & 0x0f) * 4;
+        let a = |o: usize| u128::from(u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]));
+        (a(12), a(16), h[9], q.get(ihl..)?)
+    };
+    let (sport, dport) = match proto {
+        TCP | UDP | SCTP => (
+            u16::from_be_bytes([*l4.first()?, *l4.get(1)?]),
+            u16::from_be_bytes([*l4.get(2)?, *l4.get(3)?]),
+        ),
+        ICMP | ICMPV6 => {
+            let id = u16::from_be_bytes([*l4.get(4)?, *l4.get(5)?]);
+            (id, id)
+        }
+        _ => (0, 0),
+    };
+    Some(Tuple {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+        v6,
+        zone: 0,
+    })
 }
 
 impl Node {

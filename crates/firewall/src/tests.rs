@@ -19,7 +19,7 @@ fn cfg(text: &str) -> FirewallConfig {
 const IFACES: &[&str] = &["eth0", "eth1"];
 
 fn problems(text: &str) -> Vec<(String, String)> {
-    cfg(text).validate(IFACES, false)
+    cfg(text).validate(IFACES)
 }
 
 const BASE: &str = r#"
@@ -81,7 +81,7 @@ fn k4(src: &str, dst: &str, proto: u8, sport: u16, dport: u16) -> PacketKey<u32>
 #[test]
 fn a_valid_config_has_no_problems_and_judges_as_written() {
     let c = cfg(BASE);
-    assert_eq!(c.validate(IFACES, false), vec![]);
+    assert_eq!(c.validate(IFACES), vec![]);
     let names = vec!["eth0".to_string(), "eth1".to_string()];
     let rs = RuleSet::compile(&c, &names, 2).unwrap();
     let f = rs.filter(Hook::Ingress, 0).unwrap();
@@ -444,16 +444,16 @@ proptest! {
         let c = FirewallConfig {
             sets: vec![AddressSet { name: "s".into(), addresses: vec!["10.1.0.0/16".into(), "2001:db8:1::/48".into()] }],
             filters: vec![Filter { name: "f".into(), hook: Hook::Egress, interfaces: vec!["eth1".into()], policy, rules }],
-            log_rate: 10,
+            ..Default::default()
         };
         // Rules the checker refuses (they could never match) are left out of the set.
-        let bad: Vec<usize> = c.validate(IFACES, false).iter().filter_map(|(p, _)| {
+        let bad: Vec<usize> = c.validate(IFACES).iter().filter_map(|(p, _)| {
             p.strip_prefix("firewall.filter[0].rule[")?.split(']').next()?.parse().ok()
         }).collect();
         let mut c = c;
         let mut i = 0;
         c.filters[0].rules.retain(|_| { i += 1; !bad.contains(&(i - 1)) });
-        prop_assert_eq!(c.validate(IFACES, false), vec![]);
+        prop_assert_eq!(c.validate(IFACES), vec![]);
         let rs = RuleSet::compile(&c, &["eth0".into(), "eth1".into()], 1).unwrap();
         let f = rs.filter(Hook::Egress, 1).unwrap();
         for p in &pkts {
@@ -621,4 +621,81 @@ fn setting_the_dscp_keeps_the_ipv4_checksum_valid_and_the_ecn_bits() {
     set_dscp(&mut g, 0, true, 0);
     // Traffic class 0xb8 (EF, ECN 0) became 0x00, flow-label nibble kept.
     assert_eq!(g[..2], [0x60, 0x05]);
+}
+
+#[test]
+fn the_tracker_sees_tcp_windows_echo_ids_and_what_errors_quote() {
+    use crate::conntrack::L4;
+    use crate::node::ct_packet;
+    // A SYN with options: MSS, NOP, window scale 7.
+    let mut f = ipv4_tcp(0x02, 0, 0);
+    let ip = &mut f[14..];
+    ip[32] = 8 << 4; // data offset 32 bytes
+    let mut g = f[..14 + 40].to_vec();
+    g.extend_from_slice(&[2, 4, 0x05, 0xb4, 1, 3, 3, 7, 0, 0, 0, 0]);
+    let total = (g.len() - 14) as u16;
+    g[16..18].copy_from_slice(&total.to_be_bytes());
+    let p = parse4(&g, 14).unwrap();
+    let cp = ct_packet(&g, &p, false, 5).unwrap();
+    match cp.l4 {
+        L4::Tcp(s) => {
+            assert_eq!(
+                (s.flags, s.seq, s.wscale, s.payload_len),
+                (0x02, 1000, Some(7), 0)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        (cp.tuple.sport, cp.tuple.dport, cp.tuple.proto),
+        (40000, 25, TCP)
+    );
+    // An ICMP port unreachable quoting a UDP datagram 192.0.2.1:5000 -> 198.51.100.7:9.
+    let mut e = vec![0u8; 14 + 20 + 8 + 20 + 8];
+    let ip = &mut e[14..];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&56u16.to_be_bytes());
+    ip[9] = ICMP;
+    ip[12..16].copy_from_slice(&[198, 51, 100, 7]);
+    ip[16..20].copy_from_slice(&[192, 0, 2, 1]);
+    ip[20] = 3;
+    ip[21] = 3;
+    let q = &mut ip[28..];
+    q[0] = 0x45;
+    q[9] = UDP;
+    q[12..16].copy_from_slice(&[192, 0, 2, 1]);
+    q[16..20].copy_from_slice(&[198, 51, 100, 7]);
+    q[20..22].copy_from_slice(&5000u16.to_be_bytes());
+    q[22..24].copy_from_slice(&9u16.to_be_bytes());
+    let p = parse4(&e, 14).unwrap();
+    match ct_packet(&e, &p, false, 5).unwrap().l4 {
+        L4::IcmpError { inner } => {
+            assert_eq!((inner.sport, inner.dport, inner.proto), (5000, 9, UDP));
+            assert_eq!(inner.src, u128::from(u32::from_be_bytes([192, 0, 2, 1])));
+        }
+        other => panic!("{other:?}"),
+    }
+    // An echo request: its identifier in both ports.
+    e[14 + 20] = 8;
+    e[14 + 24..14 + 26].copy_from_slice(&0x1234u16.to_be_bytes());
+    let p = parse4(&e, 14).unwrap();
+    let cp = ct_packet(&e, &p, false, 5).unwrap();
+    assert_eq!((cp.tuple.sport, cp.tuple.dport), (0x1234, 0x1234));
+    assert!(matches!(cp.l4, L4::IcmpEcho { reply: false }));
+    // A later fragment is not tracked.
+    let f = ipv4_tcp(0x02, 0, 100);
+    assert!(ct_packet(&f, &parse4(&f, 14).unwrap(), false, 5).is_none());
+}
+
+proptest! {
+    /// The tracker's view of any bytes never panics.
+    #[test]
+    fn the_trackers_view_of_any_bytes_is_safe(bytes in prop::collection::vec(any::<u8>(), 0..160), at in 0usize..16) {
+        for v6 in [false, true] {
+            let p = if v6 { parse6(&bytes, at) } else { parse4(&bytes, at) };
+            if let Ok(p) = p {
+                let _ = crate::node::ct_packet(&bytes, &p, v6, 0);
+            }
+        }
+    }
 }
