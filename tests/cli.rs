@@ -74,6 +74,38 @@ fn pipeline_json_has_every_profile_and_loses_nothing() {
     );
 }
 
+/// The pipeline with the firewall's ingress filter (generated rules, connection tracking):
+/// both variants measured, nothing lost to the filter.
+#[test]
+fn pipeline_measures_the_firewall_and_loses_nothing() {
+    let v = json(&[
+        "bench",
+        "pipeline",
+        "--routes4",
+        "20000",
+        "--routes6",
+        "10000",
+        "--profile",
+        "imix1",
+        "--duration",
+        "0.2",
+        "--firewall-rules",
+        "500",
+        "--stateful",
+        "--json",
+    ]);
+    let results = v["results"].as_array().unwrap();
+    let features: Vec<&str> = results
+        .iter()
+        .map(|r| r["features"].as_str().unwrap())
+        .collect();
+    assert_eq!(features, ["none", "firewall-500-stateful"], "{v}");
+    for r in results {
+        assert!(r["mpps_per_core"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["not_forwarded"], 0, "{r}");
+    }
+}
+
 #[test]
 fn pipeline_rejects_unknown_profile_with_the_valid_names() {
     let out = Command::new(common::lab_bin())

@@ -162,18 +162,6 @@ fn rule_packets(f: &Value, index: usize) -> u64 {
     f["rules"][index - 1]["packets"].as_u64().unwrap()
 }
 
-fn feature_drops(lab: &Lab, feature: &str, reason: &str) -> u64 {
-    let c = api(lab, "counters", None);
-    c["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["feature"] == feature)
-        .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
-        .as_u64()
-        .unwrap()
-}
-
 /// Wait (bounded) for a TCP listener on `port` in `ns`.
 fn wait_listening(lab: &Lab, ns: &str, port: u16) {
     let t0 = Instant::now();

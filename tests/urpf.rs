@@ -48,19 +48,6 @@ fn features_of(lab: &Lab, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// `feature`'s drops under `reason` in `show counters`.
-fn drops(lab: &Lab, feature: &str, reason: &str) -> u64 {
-    let c = api(lab, "counters", None);
-    c["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["feature"] == feature)
-        .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
-        .as_u64()
-        .unwrap()
-}
-
 /// Three pings from h1 to `dst` with source address `src` (which h1 holds): all answered?
 fn ping_from(lab: &Lab, src: &str, dst: &str) -> bool {
     ping(lab, &lab.h1(), dst, &["-I", src, "-W", "1"]).0
@@ -103,11 +90,11 @@ fn urpf_drops_spoofed_sources_strict_and_loose_and_changes_live() {
         assert!(ok, "{args:?}: {out}");
     }
     assert!(!ping_from(lab, "198.51.100.77", H2_V4));
-    assert!(drops(lab, "ip4-urpf-strict", "wrong_interface") >= 3);
+    assert!(feature_drops(lab, "ip4-urpf-strict", "wrong_interface") >= 3);
     assert!(!ping_from(lab, "10.250.0.1", H2_V4));
-    assert!(drops(lab, "ip4-urpf-strict", "no_route") >= 3);
+    assert!(feature_drops(lab, "ip4-urpf-strict", "no_route") >= 3);
     assert!(!ping_from(lab, "2001:db8:2::77", H2_V6));
-    assert!(drops(lab, "ip6-urpf-strict", "wrong_interface") >= 3);
+    assert!(feature_drops(lab, "ip6-urpf-strict", "wrong_interface") >= 3);
     assert!(reason_count(lab, "FeatureDrop") >= 9);
     // The drops show in `trace` under the feature's node.
     let sock = lab.socket();
@@ -133,20 +120,23 @@ fn urpf_drops_spoofed_sources_strict_and_loose_and_changes_live() {
     apply(lab, &base, &urpf_on_r1("loose"));
     assert_eq!(features_of(lab, "r1"), ["ip4-urpf-loose", "ip6-urpf-loose"]);
     let fwd = forwarded(lab);
-    let wrong = drops(lab, "ip4-urpf-strict", "wrong_interface");
+    let wrong = feature_drops(lab, "ip4-urpf-strict", "wrong_interface");
     ping_from(lab, "198.51.100.77", H2_V4); // h2 cannot answer it: the address is not h1's
     assert!(forwarded(lab) >= fwd + 3, "loose forwards the requests");
-    assert_eq!(drops(lab, "ip4-urpf-strict", "wrong_interface"), wrong);
+    assert_eq!(
+        feature_drops(lab, "ip4-urpf-strict", "wrong_interface"),
+        wrong
+    );
     assert!(!ping_from(lab, "10.250.0.1", H2_V4));
-    assert!(drops(lab, "ip4-urpf-loose", "no_route") >= 3);
+    assert!(feature_drops(lab, "ip4-urpf-loose", "no_route") >= 3);
     ping_until_ok(lab, &lab.h1(), H2_V4);
 
     // Off, live.
     apply(lab, &base, "");
     assert!(features_of(lab, "r1").is_empty());
-    let no_route = drops(lab, "ip4-urpf-loose", "no_route");
+    let no_route = feature_drops(lab, "ip4-urpf-loose", "no_route");
     ping_from(lab, "10.250.0.1", H2_V4);
-    assert_eq!(drops(lab, "ip4-urpf-loose", "no_route"), no_route);
+    assert_eq!(feature_drops(lab, "ip4-urpf-loose", "no_route"), no_route);
 
     // Switched under traffic: legitimate pings lose nothing while uRPF goes strict, loose
     // and off again and again.

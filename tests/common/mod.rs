@@ -364,3 +364,16 @@ pub fn received(sock: &std::net::UdpSocket, wait: std::time::Duration) -> Vec<Ve
     }
     got
 }
+
+/// `feature`'s drops under `reason` in `show counters`.
+pub fn feature_drops(lab: &Lab, feature: &str, reason: &str) -> u64 {
+    let c = api(lab, "counters", None);
+    c["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["feature"] == feature)
+        .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
+        .as_u64()
+        .unwrap()
+}

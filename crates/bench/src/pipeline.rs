@@ -111,6 +111,130 @@ pub struct Options {
     /// `ip4-unicast` and `ip6-unicast` arcs: the cost of the feature-arc machinery. The two
     /// variants run interleaved (plain, noop, plain, noop); each reports its better run.
     pub noop_feature: bool,
+    /// Also measure each cell with the firewall's ingress filter on both interfaces: this
+    /// many generated ACL-like rules (all `accept`, so the forwarding work is unchanged),
+    /// interleaved with runs without it.
+    pub firewall_rules: Option<usize>,
+    /// With `firewall_rules`: connection tracking on, and a first rule accepting
+    /// `established` (every packet is looked up in its worker's flow table; the pool's flows
+    /// are created on the first pass).
+    pub stateful: bool,
+}
+
+/// What a cell runs with on the unicast arcs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Plain,
+    Noop,
+    Firewall { rules: usize, stateful: bool },
+}
+
+impl Variant {
+    fn name(self) -> String {
+        match self {
+            Variant::Plain => "none".into(),
+            Variant::Noop => "noop".into(),
+            Variant::Firewall { rules, stateful } => {
+                format!(
+                    "firewall-{rules}{}",
+                    if stateful { "-stateful" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+/// The firewall config of a [`Variant::Firewall`] cell: one ingress filter on both bench
+/// interfaces, `rules` generated rules, all accepting.
+pub fn bench_firewall(rules: usize, stateful: bool, seed: u64) -> firewall::config::FirewallConfig {
+    use firewall::config::{Action, Filter, FirewallConfig, Hook, PortList, Protocol, RuleConfig};
+    let mut list = Vec::with_capacity(rules + 1);
+    if stateful {
+        list.push(RuleConfig {
+            action: Some(Action::Accept),
+            state: vec!["established".into()],
+            ..Default::default()
+        });
+    }
+    for m in firewall::gen::acl_rules(rules, seed) {
+        let ported = matches!(m.proto, Some(6 | 17 | 132));
+        let ports = |r: &std::ops::RangeInclusive<u16>| {
+            if !ported || (*r.start() == 0 && *r.end() == u16::MAX) {
+                PortList::default()
+            } else {
+                PortList(vec![r.clone()])
+            }
+        };
+        list.push(RuleConfig {
+            action: Some(Action::Accept),
+            protocol: m.proto.map(Protocol),
+            source: m
+                .src
+                .map(|(a, l)| vec![format!("{a}/{l}")])
+                .unwrap_or_default(),
+            destination: m
+                .dst
+                .map(|(a, l)| vec![format!("{a}/{l}")])
+                .unwrap_or_default(),
+            source_port: ports(&m.sport),
+            destination_port: ports(&m.dport),
+            ..Default::default()
+        });
+    }
+    FirewallConfig {
+        filters: vec![Filter {
+            name: "bench".into(),
+            hook: Hook::Ingress,
+            interfaces: vec!["rx".into(), "tx".into()],
+            policy: Action::Accept,
+            rules: list,
+        }],
+        conntrack: stateful,
+        conntrack_max: 1 << 16,
+        ..Default::default()
+    }
+}
+
+/// The firewall features of a [`Variant::Firewall`] cell for `workers` workers: the
+/// registry, the interfaces' state, and the shared rules and flow tables (kept alive).
+type FirewallSetup = (
+    Arc<dataplane::feature::Registry>,
+    Arc<dataplane::feature::FeatureState>,
+    Arc<firewall::node::Shared>,
+);
+
+fn firewall_setup(
+    rules: usize,
+    stateful: bool,
+    workers: usize,
+    seed: u64,
+) -> Result<FirewallSetup> {
+    use dataplane::feature::Registry;
+    use firewall::config::Hook;
+    use firewall::node::{FilterFeature, Shared};
+    let cfg = bench_firewall(rules, stateful, seed);
+    let problems = cfg.validate(&["rx", "tx"]);
+    if let Some((path, m)) = problems.first() {
+        bail!("the generated firewall config is invalid: {path}: {m}");
+    }
+    let shared = Arc::new(
+        Shared::new(workers, stateful.then_some(cfg.conntrack_max))
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    let names = vec!["rx".to_string(), "tx".to_string()];
+    let rs = firewall::ruleset::RuleSet::compile(&cfg, &names, workers)?;
+    shared.rules.store(Arc::new(rs));
+    let registry = Arc::new(Registry::new(FilterFeature::all(&shared))?);
+    let on = [
+        FilterFeature::name(false, Hook::Ingress),
+        FilterFeature::name(true, Hook::Ingress),
+    ];
+    let state = Arc::new(
+        registry
+            .state(2, |_| on.to_vec())
+            .map_err(anyhow::Error::msg)?,
+    );
+    Ok((registry, state, shared))
 }
 
 impl Default for Options {
@@ -126,6 +250,8 @@ impl Default for Options {
             seed: 1,
             passes: None,
             noop_feature: false,
+            firewall_rules: None,
+            stateful: false,
         }
     }
 }
@@ -137,8 +263,9 @@ pub struct CellResult {
     pub profile: String,
     /// Workers (= cores) used.
     pub workers: usize,
-    /// Features on the unicast arcs: `none`, or `noop` (see [`Options::noop_feature`]).
-    pub features: &'static str,
+    /// Features on the unicast arcs: `none`, `noop` (see [`Options::noop_feature`]), or
+    /// `firewall-N` / `firewall-N-stateful` (see [`Options::firewall_rules`]).
+    pub features: String,
     /// Million packets per second per core.
     pub mpps_per_core: f64,
     /// Aggregate million packets per second.
@@ -437,8 +564,14 @@ fn run_cell(
     profile: &'static Profile,
     workers: usize,
     opts: &Options,
-    noop: bool,
+    variant: Variant,
 ) -> Result<CellResult> {
+    let fw = match variant {
+        Variant::Firewall { rules, stateful } => {
+            Some(firewall_setup(rules, stateful, workers, opts.seed)?)
+        }
+        _ => None,
+    };
     let cores = dataplane::worker::cores();
     if workers == 0 {
         bail!("--workers must be at least 1");
@@ -473,6 +606,7 @@ fn run_cell(
             opts.pool,
             opts.seed.wrapping_add(w as u64 * 7919),
         );
+        let fw = fw.as_ref().map(|(r, st, _)| (r.clone(), st.clone()));
         handles.push(dataplane::worker::spawn(w, core, move |_| {
             let mut g = Graph::new(
                 readers.register(),
@@ -481,8 +615,13 @@ fn run_cell(
                 None,
                 GraphConfig::default(),
             );
-            if noop {
-                enable_noop_features(&mut g, w);
+            match (variant, fw) {
+                (Variant::Noop, _) => enable_noop_features(&mut g, w),
+                (_, Some((registry, state))) => {
+                    g.set_features(registry, w);
+                    g.set_feature_state(state);
+                }
+                _ => {}
             }
             // Warm caches and TLBs, untimed.
             let warm = AtomicBool::new(false);
@@ -519,7 +658,7 @@ fn run_cell(
     Ok(CellResult {
         profile: profile.name.to_string(),
         workers,
-        features: if noop { "noop" } else { "none" },
+        features: variant.name(),
         mpps_per_core,
         mpps_total,
         ns_per_packet: if mpps_per_core > 0.0 {
@@ -551,12 +690,22 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
                 w,
                 opts.duration.as_secs_f64()
             ));
+            let mut variants = vec![Variant::Plain];
             if opts.noop_feature {
-                // Interleaved, so drift of a shared machine hits both variants alike.
-                let mut best: [Option<CellResult>; 2] = [None, None];
+                variants.push(Variant::Noop);
+            }
+            if let Some(rules) = opts.firewall_rules {
+                variants.push(Variant::Firewall {
+                    rules,
+                    stateful: opts.stateful,
+                });
+            }
+            if variants.len() > 1 {
+                // Interleaved, so drift of a shared machine hits every variant alike.
+                let mut best: Vec<Option<CellResult>> = vec![None; variants.len()];
                 for _ in 0..2 {
-                    for (k, noop) in [false, true].into_iter().enumerate() {
-                        let c = run_cell(&fib, p, w, opts, noop)?;
+                    for (k, v) in variants.iter().enumerate() {
+                        let c = run_cell(&fib, p, w, opts, *v)?;
                         if best[k]
                             .as_ref()
                             .is_none_or(|b| c.mpps_per_core > b.mpps_per_core)
@@ -567,7 +716,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
                 }
                 results.extend(best.into_iter().flatten());
             } else {
-                results.push(run_cell(&fib, p, w, opts, false)?);
+                results.push(run_cell(&fib, p, w, opts, Variant::Plain)?);
             }
         }
     }
@@ -592,7 +741,7 @@ pub fn print_table(r: &Report) {
         r.load_s
     );
     println!(
-        "{:<10} {:>7} {:>8} {:>14} {:>12} {:>10} {:>14} {:>14}",
+        "{:<10} {:>7} {:>24} {:>14} {:>12} {:>10} {:>14} {:>14}",
         "profile",
         "workers",
         "features",
@@ -604,7 +753,7 @@ pub fn print_table(r: &Report) {
     );
     for c in &r.results {
         println!(
-            "{:<10} {:>7} {:>8} {:>14.2} {:>12.2} {:>10.2} {:>14.2} {:>14}",
+            "{:<10} {:>7} {:>24} {:>14.2} {:>12.2} {:>10.2} {:>14.2} {:>14}",
             c.profile,
             c.workers,
             c.features,
@@ -615,19 +764,21 @@ pub fn print_table(r: &Report) {
             c.not_forwarded
         );
     }
-    for c in r.results.iter().filter(|c| c.features == "noop") {
+    for c in r.results.iter().filter(|c| c.features != "none") {
         let plain = r
             .results
             .iter()
             .find(|b| b.features == "none" && b.profile == c.profile && b.workers == c.workers);
         if let Some(b) = plain {
             println!(
-                "feature arcs {} ({} workers): no-op feature costs {:+.1} % ({:.2} -> {:.2} Mpps/core)",
+                "{} {} ({} workers): costs {:+.1} % ({:.2} -> {:.2} Mpps/core, {:+.1} ns/packet)",
+                c.features,
                 c.profile,
                 c.workers,
                 (1.0 - c.mpps_per_core / b.mpps_per_core) * 100.0,
                 b.mpps_per_core,
-                c.mpps_per_core
+                c.mpps_per_core,
+                c.ns_per_packet - b.ns_per_packet
             );
         }
     }

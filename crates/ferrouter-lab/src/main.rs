@@ -472,6 +472,15 @@ struct PipelineArgs {
     /// without it.
     #[arg(long)]
     noop_feature: bool,
+    /// Also measure each cell with the firewall's ingress filter on both interfaces: N
+    /// generated ACL-like rules, all accepting (the cost of classifying), interleaved with
+    /// runs without it.
+    #[arg(long, value_name = "N")]
+    firewall_rules: Option<usize>,
+    /// With --firewall-rules: connection tracking on, every packet looked up in its
+    /// worker's flow table.
+    #[arg(long, requires = "firewall_rules")]
+    stateful: bool,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -592,6 +601,8 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         seed: a.seed,
         passes: a.passes,
         noop_feature: a.noop_feature,
+        firewall_rules: a.firewall_rules,
+        stateful: a.stateful,
         ..Default::default()
     })
 }

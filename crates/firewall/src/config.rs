@@ -446,16 +446,19 @@ pub fn parse_net(s: &str) -> Result<Net, String> {
 }
 
 /// TCP flag bits by name.
-pub const TCP_FLAGS: [(&str, u8); 8] = [
-    ("fin", 0x01),
-    ("syn", 0x02),
-    ("rst", 0x04),
-    ("psh", 0x08),
-    ("ack", 0x10),
-    ("urg", 0x20),
-    ("ece", 0x40),
-    ("cwr", 0x80),
-];
+pub const TCP_FLAGS: [(&str, u8); 8] = {
+    use wire::tcp::flags::*;
+    [
+        ("fin", FIN),
+        ("syn", SYN),
+        ("rst", RST),
+        ("psh", PSH),
+        ("ack", ACK),
+        ("urg", URG),
+        ("ece", ECE),
+        ("cwr", CWR),
+    ]
+};
 
 /// Parse `["syn", "!ack"]` into (mask, value): the flags in `mask` must equal `value`.
 pub fn parse_tcp_flags(list: &[String]) -> Result<(u8, u8), (usize, String)> {

@@ -20,21 +20,8 @@
 use super::table::{Entry, Peer};
 use super::FlowState;
 
-/// TCP header flags.
-pub mod flags {
-    /// FIN.
-    pub const FIN: u8 = 0x01;
-    /// SYN.
-    pub const SYN: u8 = 0x02;
-    /// RST.
-    pub const RST: u8 = 0x04;
-    /// PSH.
-    pub const PSH: u8 = 0x08;
-    /// ACK.
-    pub const ACK: u8 = 0x10;
-    /// URG.
-    pub const URG: u8 = 0x20;
-}
+/// TCP header flags (the wire crate's).
+pub use wire::tcp::flags;
 
 /// What the tracker needs of a TCP segment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
