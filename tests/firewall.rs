@@ -626,3 +626,82 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
         "{out}"
     );
 }
+
+/// A SYN flood fills the flow table: new flows take the place of half-open ones (early
+/// drop), a TCP transfer established before the flood keeps flowing, and a new connection
+/// made during it still works. Everything is counted.
+#[test]
+fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
+    let cfg = STATEFUL.replace("conntrack_max = 4096", "conntrack_max = 1024");
+    let g = start("fwsyn", &cfg);
+    let lab = &g.0;
+    let (h1, h2) = (lab.h1(), lab.h2());
+    ping_until_ok(lab, &h1, H2_V4);
+    let _s2 = spawn(
+        &h2,
+        &["python3", "-m", "http.server", "8080", "--bind", "::"],
+    );
+    wait_listening(lab, &h2, 8080);
+    let iperf = lab.iperf3_server(H2_V4).unwrap();
+    let client = {
+        let h1 = h1.clone();
+        std::thread::spawn(move || {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &h1, "iperf3", "-c", H2_V4, "-t", "5", "-J"])
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(800));
+    // 20,000 SYNs from h1 to an address of h2's subnet nobody holds (no answer ever comes,
+    // so every flow stays half-open), from ever-changing source ports: 20 times the table.
+    let flood = format!(
+        "import socket,struct,random\n\
+         def csum(b):\n\
+         \x20 if len(b)%2: b+=b'\\0'\n\
+         \x20 s=sum(struct.unpack('!%dH'%(len(b)//2),b))\n\
+         \x20 s=(s>>16)+(s&0xffff); s+=s>>16\n\
+         \x20 return (~s)&0xffff\n\
+         src=socket.inet_aton('{H1_V4}'); dst=socket.inet_aton('198.51.100.99')\n\
+         s=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_TCP)\n\
+         n=0\n\
+         for i in range(20000):\n\
+         \x20 sp=1024+i%60000\n\
+         \x20 tcp=struct.pack('!HHIIBBHHH',sp,80,random.getrandbits(32),0,5<<4,2,65535,0,0)\n\
+         \x20 c=csum(src+dst+struct.pack('!BBH',0,6,len(tcp))+tcp)\n\
+         \x20 tcp=tcp[:16]+struct.pack('!H',c)+tcp[18:]\n\
+         \x20 try:\n\
+         \x20   s.sendto(tcp,('198.51.100.99',0)); n+=1\n\
+         \x20 except OSError:\n\
+         \x20   pass\n\
+         print('sent',n)\n"
+    );
+    let (ok, out) = python(lab, &h1, &flood);
+    assert!(ok && out.contains("sent"), "the flood: {out}");
+    // A new connection during the flood's aftermath: its flow takes a half-open one's place.
+    let (code, out) = curl(lab, &format!("http://{H2_V4}:8080/"), 10);
+    assert_eq!(
+        code, 0,
+        "a new connection with the table full of half-open flows: {out}"
+    );
+    let (ok, out) = client.join().unwrap();
+    assert!(ok, "the transfer established before the flood: {out}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
+        "{out}"
+    );
+    drop(iperf);
+    let v = api(lab, "firewall", None);
+    let ct = &v["conntrack"];
+    assert_eq!(ct["max"].as_u64().unwrap(), 1024, "{v}");
+    assert!(ct["flows"].as_u64().unwrap() <= 1024, "{v}");
+    assert!(
+        ct["early_dropped"].as_u64().unwrap() >= 5000,
+        "half-open flows made room: {v}"
+    );
+}
