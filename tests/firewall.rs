@@ -616,6 +616,64 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
         m.contains("ferrouter_firewall_rule_packets_total{filter=\"from-h2\",rule=\"policy\"}"),
         "{m}"
     );
+    // The flows themselves, listed and flushed by filter.
+    let list = api(lab, "conntrack", None);
+    let flows = list["flows"].as_array().unwrap();
+    let has = |proto: &str, dport: u64| {
+        flows.iter().any(|f| {
+            f["protocol"] == proto && f["src"] == H1_V4 && f["dst"] == H2_V4 && f["dport"] == dport
+        })
+    };
+    assert!(has("tcp", 8080), "the HTTP connection's flow: {list}");
+    assert!(has("udp", 5353), "the UDP request's flow: {list}");
+    assert!(
+        flows.iter().all(|f| f["expires_s"].as_f64().unwrap() > 0.0),
+        "{list}"
+    );
+    let only = api(lab, "conntrack", Some("198.51.100.0/24"));
+    assert!(!only["flows"].as_array().unwrap().is_empty(), "{only}");
+    let none = api(lab, "conntrack", Some("203.0.113.0/24"));
+    assert_eq!(none["flows"], serde_json::json!([]), "{none}");
+    let text = Command::new(bin())
+        .args(["show", "conntrack", "--socket"])
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains(&format!("{H2_V4}:8080")) && text.contains("flow(s)"),
+        "{text}"
+    );
+    let flush = |args: &[&str]| {
+        let out = Command::new(bin())
+            .args(["conntrack", "flush"])
+            .args(args)
+            .arg("--socket")
+            .arg(lab.socket())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let out = flush(&["--protocol", "udp"]);
+    assert!(!out.starts_with("0 flow"), "{out}");
+    let after = api(lab, "conntrack", None);
+    assert!(
+        after["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["protocol"] != "udp"),
+        "{after}"
+    );
+    assert!(
+        !after["flows"].as_array().unwrap().is_empty(),
+        "the rest stay: {after}"
+    );
+    flush(&[]);
+    assert_eq!(api(lab, "conntrack", None)["flows"], serde_json::json!([]));
     // The table's size is fixed at start.
     let base = std::fs::read_to_string(lab.config_file())
         .unwrap()

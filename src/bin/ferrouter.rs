@@ -89,6 +89,22 @@ enum TraceCmd {
 }
 
 #[derive(Subcommand)]
+enum ConntrackCmd {
+    /// Remove the flows that match (all of them without a filter); the next packet of a
+    /// removed flow is new again.
+    Flush {
+        /// Only flows with an end in this address or prefix.
+        address: Option<String>,
+        /// Only flows of this protocol (tcp, udp, icmp, ... or a number).
+        #[arg(long)]
+        protocol: Option<String>,
+        /// Only flows with an end on this port.
+        #[arg(long)]
+        port: Option<u16>,
+    },
+}
+
+#[derive(Subcommand)]
 enum ConfigCmd {
     /// Validate FILE: every problem with its line:column and what is expected. Runs here
     /// (no daemon needed); with --api, the daemon checks it, and also shows the plan.
@@ -141,9 +157,10 @@ enum Cmd {
     },
     /// Ask a running router (over its control socket).
     Show {
-        /// interfaces | routes | neighbors | counters | bgp | firewall
+        /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack
         what: String,
-        /// For routes: a prefix (exact) or an address (longest match), or `summary`.
+        /// For routes: a prefix (exact) or an address (longest match), or `summary`; for
+        /// conntrack: an address or prefix one end of the flows lies in.
         arg: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
@@ -164,6 +181,13 @@ enum Cmd {
     Trace {
         #[command(subcommand)]
         cmd: TraceCmd,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Connection tracking: remove flows (`show conntrack` lists them).
+    Conntrack {
+        #[command(subcommand)]
+        cmd: ConntrackCmd,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -245,6 +269,24 @@ fn main() -> Result<()> {
         }
         Cmd::Config { cmd, api } => config_cmd(cmd, &api),
         Cmd::Trace { cmd, api } => trace_cmd(cmd, &api),
+        Cmd::Conntrack {
+            cmd:
+                ConntrackCmd::Flush {
+                    address,
+                    protocol,
+                    port,
+                },
+            api,
+        } => {
+            let r = control::api::conntrack_flush_with(
+                &api.client()?,
+                address.as_deref(),
+                protocol.as_deref(),
+                port,
+            )?;
+            println!("{} flow(s) removed", r.removed);
+            Ok(())
+        }
         Cmd::Capture {
             port,
             direction,

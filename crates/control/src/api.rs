@@ -47,10 +47,13 @@ pub enum Shown {
     Bgp(model::BgpStatus),
     /// `GET /v1/firewall`.
     Firewall(model::FirewallView),
+    /// `GET /v1/conntrack`.
+    Conntrack(model::ConntrackList),
 }
 
 /// The items `show` knows, for error messages.
-const ITEMS: &str = "interfaces, routes, routes summary, neighbors, counters, bgp or firewall";
+const ITEMS: &str =
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall or conntrack";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -63,6 +66,13 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
         "counters" => Shown::Counters(Box::new(counters(shared)?)),
         "bgp" => Shown::Bgp(bgp(shared)),
         "firewall" => Shown::Firewall(crate::fwview::view(&shared.features)),
+        "conntrack" => {
+            let f = crate::fwview::ct_filter(arg, None, None).map_err(ShowError::BadRequest)?;
+            Shown::Conntrack(
+                crate::fwview::conntrack_list(&shared.features, f, 1000)
+                    .map_err(ShowError::BadRequest)?,
+            )
+        }
         other => {
             return Err(ShowError::BadRequest(format!(
                 "unknown item {other:?}: expected {ITEMS}"
@@ -433,6 +443,7 @@ enum Item {
     Counters,
     Bgp,
     Firewall,
+    Conntrack,
 }
 
 fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
@@ -451,6 +462,14 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
         ("counters", _) => (Item::Counters, "/v1/counters".into()),
         ("bgp", _) => (Item::Bgp, "/v1/bgp".into()),
         ("firewall", _) => (Item::Firewall, "/v1/firewall".into()),
+        ("conntrack", None) => (Item::Conntrack, "/v1/conntrack".into()),
+        ("conntrack", Some(a)) => (
+            Item::Conntrack,
+            format!(
+                "/v1/conntrack?{}",
+                serde_urlencoded::to_string([("address", a)])?
+            ),
+        ),
         (other, _) => anyhow::bail!("unknown item {other:?}: expected {ITEMS}"),
     })
 }
@@ -472,6 +491,7 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Counters => Shown::Counters(Box::new(client.get_as(&path)?)),
         Item::Bgp => Shown::Bgp(client.get_as(&path)?),
         Item::Firewall => Shown::Firewall(client.get_as(&path)?),
+        Item::Conntrack => Shown::Conntrack(client.get_as(&path)?),
     })
 }
 
@@ -480,4 +500,25 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
 pub fn request_json(socket: &Path, show: &str, arg: Option<&str>) -> Result<serde_json::Value> {
     let (_, path) = item(show, arg)?;
     Client::new(Endpoint::Unix(socket.into())).get(&path)
+}
+
+/// Client side: remove the flows that match (`DELETE /v1/conntrack`); each condition is
+/// optional.
+pub fn conntrack_flush_with(
+    client: &Client,
+    address: Option<&str>,
+    protocol: Option<&str>,
+    port: Option<u16>,
+) -> Result<model::ConntrackFlushed> {
+    let port = port.map(|p| p.to_string());
+    let q: Vec<(&str, &str)> = [
+        ("address", address),
+        ("protocol", protocol),
+        ("port", port.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, v?)))
+    .collect();
+    let path = format!("/v1/conntrack?{}", serde_urlencoded::to_string(&q)?);
+    client.call("DELETE", &path, None)?.ok_as()
 }

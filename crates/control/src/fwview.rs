@@ -3,7 +3,9 @@
 //! loop into the daemon's log.
 
 use crate::features::Features;
-use crate::model::{ConntrackView, FilterView, FirewallView, RuleView};
+use crate::model::{
+    ConntrackFlow, ConntrackList, ConntrackView, FilterView, FirewallView, RuleView,
+};
 
 fn describe(r: &firewall::config::RuleConfig) -> String {
     let mut v: Vec<String> = Vec::new();
@@ -176,4 +178,88 @@ pub fn drain_logs(features: &Features, names: &[String], max: usize) {
             r.proto
         );
     }
+}
+
+/// Which flows: an address or prefix either end lies in, a protocol, a port either end
+/// uses (each optional).
+pub fn ct_filter(
+    address: Option<&str>,
+    protocol: Option<&str>,
+    port: Option<u16>,
+) -> Result<firewall::node::CtFilter, String> {
+    let addr = match address {
+        None => None,
+        Some(a) => {
+            let n = firewall::config::parse_net(a)?;
+            let (v, v6, bits) = match n.addr {
+                std::net::IpAddr::V4(x) => (u128::from(u32::from(x)), false, 32),
+                std::net::IpAddr::V6(x) => (u128::from(x), true, 128),
+            };
+            let host = u128::MAX
+                .checked_shr(128 - bits + u32::from(n.len))
+                .unwrap_or(0);
+            Some((v & !host, v | host, v6))
+        }
+    };
+    let proto = protocol
+        .map(firewall::config::Protocol::parse)
+        .transpose()?
+        .map(|p| p.0);
+    Ok(firewall::node::CtFilter { addr, proto, port })
+}
+
+/// Most flows one listing returns.
+pub const MAX_LIST: usize = 100_000;
+
+/// The flows `filter` matches, at most `limit`.
+pub fn conntrack_list(
+    features: &Features,
+    filter: firewall::node::CtFilter,
+    limit: usize,
+) -> Result<ConntrackList, String> {
+    let (recs, truncated, _) = features.firewall.conntrack_scan(
+        false,
+        filter,
+        limit.min(MAX_LIST),
+        std::time::Duration::from_secs(10),
+    )?;
+    Ok(ConntrackList {
+        truncated,
+        flows: recs
+            .iter()
+            .map(|r| {
+                let t = &r.info.tuple;
+                let addr = |a: u128| -> String {
+                    if t.v6 {
+                        std::net::Ipv6Addr::from(a).to_string()
+                    } else {
+                        std::net::Ipv4Addr::from(a as u32).to_string()
+                    }
+                };
+                ConntrackFlow {
+                    protocol: firewall::config::Protocol(t.proto).name(),
+                    src: addr(t.src),
+                    dst: addr(t.dst),
+                    sport: t.sport,
+                    dport: t.dport,
+                    state: r.info.state.name().to_string(),
+                    seen_reply: r.info.seen_reply,
+                    assured: r.info.assured,
+                    expires_s: r.expires_in_ns as f64 / 1e9,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// Remove the flows `filter` matches; how many went.
+pub fn conntrack_flush(
+    features: &Features,
+    filter: firewall::node::CtFilter,
+) -> Result<u64, String> {
+    let (_, _, removed) =
+        features
+            .firewall
+            .conntrack_scan(true, filter, 0, std::time::Duration::from_secs(10))?;
+    Ok(removed)
 }

@@ -173,6 +173,78 @@ async fn firewall(State(s): State<Arc<Shared>>) -> ApiResult<model::FirewallView
     blocking(move || Ok(Json(crate::fwview::view(&s.features)))).await
 }
 
+/// Which flows of `GET` / `DELETE /v1/conntrack`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ConntrackQuery {
+    /// An address or prefix either end of the flow lies in.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// A protocol: `tcp`, `udp`, `icmp`, ... or a number.
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// A port either end uses.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Most flows to list (default 1,000; at most 100,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+fn ct_filter(q: &ConntrackQuery) -> std::result::Result<firewall::node::CtFilter, ApiError> {
+    crate::fwview::ct_filter(q.address.as_deref(), q.protocol.as_deref(), q.port)
+        .map_err(ApiError::bad_request)
+}
+
+fn ct_error(e: String) -> ApiError {
+    if e.contains("is off") {
+        ApiError::new(StatusCode::CONFLICT, e)
+    } else {
+        ApiError::internal(e)
+    }
+}
+
+/// The flows connection tracking holds, filtered.
+#[utoipa::path(get, path = "/v1/conntrack", tag = "show", params(ConntrackQuery),
+    responses((status = 200, description = "The matching flows", body = model::ConntrackList),
+              (status = 400, description = "A malformed filter", body = model::ErrorBody),
+              (status = 409, description = "Connection tracking is off", body = model::ErrorBody),
+              (status = 500, description = "The workers did not answer", body = model::ErrorBody)))]
+async fn conntrack_list(
+    State(s): State<Arc<Shared>>,
+    q: std::result::Result<Query<ConntrackQuery>, QueryRejection>,
+) -> ApiResult<model::ConntrackList> {
+    let Query(q) = q?;
+    let filter = ct_filter(&q)?;
+    let limit = q.limit.unwrap_or(1000);
+    blocking(move || {
+        crate::fwview::conntrack_list(&s.features, filter, limit)
+            .map(Json)
+            .map_err(ct_error)
+    })
+    .await
+}
+
+/// Remove the flows a filter matches (all without one).
+#[utoipa::path(delete, path = "/v1/conntrack", tag = "show", params(ConntrackQuery),
+    responses((status = 200, description = "How many flows were removed", body = model::ConntrackFlushed),
+              (status = 400, description = "A malformed filter", body = model::ErrorBody),
+              (status = 409, description = "Connection tracking is off", body = model::ErrorBody),
+              (status = 500, description = "The workers did not answer", body = model::ErrorBody)))]
+async fn conntrack_flush(
+    State(s): State<Arc<Shared>>,
+    q: std::result::Result<Query<ConntrackQuery>, QueryRejection>,
+) -> ApiResult<model::ConntrackFlushed> {
+    let Query(q) = q?;
+    let filter = ct_filter(&q)?;
+    blocking(move || {
+        let removed = crate::fwview::conntrack_flush(&s.features, filter).map_err(ct_error)?;
+        tracing::info!(removed, "conntrack flushed");
+        Ok(Json(model::ConntrackFlushed { removed }))
+    })
+    .await
+}
+
 /// Version and build.
 #[utoipa::path(get, path = "/v1/version", tag = "show",
     responses((status = 200, description = "Version, build commit and uptime", body = model::Version)))]
@@ -558,7 +630,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -667,6 +739,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/bgp", get(bgp))
         .route("/v1/counters", get(counters))
         .route("/v1/firewall", get(firewall))
+        .route("/v1/conntrack", get(conntrack_list).delete(conntrack_flush))
         .route("/v1/version", get(version))
         .route("/v1/config", get(config_get))
         .route("/v1/config/check", post(config_check))

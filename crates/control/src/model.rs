@@ -840,3 +840,42 @@ pub struct RuleView {
     /// Their bytes.
     pub bytes: u64,
 }
+
+/// `GET /v1/conntrack`: the flows a filter matches, across the workers' tables.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ConntrackList {
+    /// The flows, in no particular order.
+    pub flows: Vec<ConntrackFlow>,
+    /// More flows matched than `limit`: the list is cut.
+    pub truncated: bool,
+}
+
+/// One tracked flow, as its first packet went.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ConntrackFlow {
+    /// `tcp`, `udp`, `icmp`, ... or a number.
+    pub protocol: String,
+    /// Source address.
+    pub src: String,
+    /// Destination address.
+    pub dst: String,
+    /// Source port (ICMP echo: the identifier).
+    pub sport: u16,
+    /// Destination port (ICMP echo: the identifier).
+    pub dport: u16,
+    /// Its state: `syn_sent`, `established`, `udp_replied`, ...
+    pub state: String,
+    /// A packet was seen in the reply direction.
+    pub seen_reply: bool,
+    /// Assured: never dropped early to make room.
+    pub assured: bool,
+    /// Seconds until it expires (when read).
+    pub expires_s: f64,
+}
+
+/// `DELETE /v1/conntrack`: how many flows were removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConntrackFlushed {
+    /// Flows removed.
+    pub removed: u64,
+}

@@ -22,6 +22,7 @@ pub fn render(v: &Shown) -> String {
         Shown::Counters(c) => counters(c),
         Shown::Bgp(b) => bgp(b),
         Shown::Firewall(f) => firewall(f),
+        Shown::Conntrack(c) => conntrack(c),
     }
 }
 
@@ -265,5 +266,46 @@ pub fn firewall(v: &model::FirewallView) -> String {
             v.log_suppressed
         );
     }
+    s
+}
+
+/// `ferrouter show conntrack`: a line per flow.
+pub fn conntrack(v: &model::ConntrackList) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<7} {:<40} {:<40} {:<12} {:<8} {:>10}",
+        "proto", "source", "destination", "state", "flags", "expires s"
+    );
+    for f in &v.flows {
+        let end = |a: &str, p: u16| {
+            if a.contains(':') {
+                format!("[{a}]:{p}")
+            } else {
+                format!("{a}:{p}")
+            }
+        };
+        let flags = match (f.seen_reply, f.assured) {
+            (_, true) => "assured",
+            (true, false) => "replied",
+            _ => "",
+        };
+        let _ = writeln!(
+            s,
+            "{:<7} {:<40} {:<40} {:<12} {:<8} {:>10.1}",
+            f.protocol,
+            end(&f.src, f.sport),
+            end(&f.dst, f.dport),
+            f.state,
+            flags,
+            f.expires_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{} flow(s){}",
+        v.flows.len(),
+        if v.truncated { ", more not shown" } else { "" }
+    );
     s
 }

@@ -252,6 +252,18 @@ pub const ICMP: u8 = 1;
 pub const ICMPV6: u8 = 58;
 
 impl Protocol {
+    /// A protocol by name (`tcp`, ...) or number.
+    pub fn parse(v: &str) -> Result<Protocol, String> {
+        if let Ok(n) = v.parse::<u8>() {
+            return Ok(Protocol(n));
+        }
+        PROTOCOLS
+            .iter()
+            .find(|p| p.0.eq_ignore_ascii_case(v))
+            .map(|p| Protocol(p.1))
+            .ok_or_else(|| format!("unknown protocol {v:?}: expected tcp, udp, icmp, icmpv6, sctp, gre, esp, ah or a number 0-255"))
+    }
+
     /// Its name when it has one, else its number.
     pub fn name(self) -> String {
         PROTOCOLS
@@ -291,14 +303,7 @@ impl<'de> Deserialize<'de> for Protocol {
                 self.visit_i64(i64::try_from(v).unwrap_or(i64::MAX))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Protocol, E> {
-                if let Ok(n) = v.parse::<u8>() {
-                    return Ok(Protocol(n));
-                }
-                PROTOCOLS
-                    .iter()
-                    .find(|p| p.0.eq_ignore_ascii_case(v))
-                    .map(|p| Protocol(p.1))
-                    .ok_or_else(|| E::custom(format!("unknown protocol {v:?}: expected tcp, udp, icmp, icmpv6, sctp, gre, esp, ah or a number 0-255")))
+                Protocol::parse(v).map_err(E::custom)
             }
         }
         d.deserialize_any(V)

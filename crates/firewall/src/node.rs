@@ -115,14 +115,130 @@ pub struct Shared {
     pub log_suppressed: AtomicU64,
     /// Each worker's connection-tracking table (empty: tracking off).
     pub conntrack: Vec<Arc<CtSlot>>,
+    /// The dump or flush the workers are asked for, if any.
+    ct_request: arc_swap::ArcSwapOption<CtRequest>,
+    /// One request at a time; the next request's number.
+    ct_next: Mutex<u64>,
 }
 
 /// One worker's flow table and the figures it publishes after each batch.
 pub struct CtSlot {
-    /// The table: borrowed by the worker's filter nodes, one batch at a time.
-    pub table: AtomicRefCell<Conntrack>,
+    /// The table and its scan state: borrowed by the worker's filter nodes, one batch at a
+    /// time (and, for a step of a scan an idle worker does not make, by the control thread).
+    pub table: AtomicRefCell<CtWorker>,
     /// [`CtStats`] as the worker last published them.
     stats: [AtomicU64; 9],
+    /// The last [`CtRequest`] this worker's table finished.
+    done: AtomicU64,
+    /// Flows a flush removed.
+    flushed: AtomicU64,
+    /// The flows a dump found, on their way to the control thread.
+    found: crossbeam_queue::ArrayQueue<FlowRecord>,
+}
+
+/// A worker's table with what a scan of it needs.
+pub struct CtWorker {
+    /// The flows.
+    pub table: Conntrack,
+    cursor: u32,
+    /// The request the cursor belongs to.
+    scanning: u64,
+    served: u64,
+    /// The worker's clock at its last batch, and `CLOCK_MONOTONIC` then: the control
+    /// thread's scans read the flows' deadlines against them.
+    last_now: u64,
+    last_mono: u64,
+}
+
+/// One flow a dump found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRecord {
+    /// The flow.
+    pub info: conntrack::FlowInfo,
+    /// Nanoseconds until it expires, when it was read.
+    pub expires_in_ns: u64,
+}
+
+/// Which flows a dump or a flush is about: all that match every condition given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtFilter {
+    /// An address range (IPv6; IPv4 flag) either end of the flow lies in.
+    pub addr: Option<(u128, u128, bool)>,
+    /// The protocol.
+    pub proto: Option<u8>,
+    /// A port either end uses.
+    pub port: Option<u16>,
+}
+
+impl CtFilter {
+    /// Whether the flow of `t` matches.
+    pub fn matches(&self, t: &Tuple) -> bool {
+        self.addr.is_none_or(|(lo, hi, v6)| {
+            t.v6 == v6 && ((lo..=hi).contains(&t.src) || (lo..=hi).contains(&t.dst))
+        }) && self.proto.is_none_or(|p| p == t.proto)
+            && self.port.is_none_or(|p| t.sport == p || t.dport == p)
+    }
+}
+
+/// A dump or flush the control thread asks every worker for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtRequest {
+    /// Its number (from 1).
+    pub id: u64,
+    /// Remove the matching flows (else list them).
+    pub flush: bool,
+    /// Which flows.
+    pub filter: CtFilter,
+}
+
+/// Entries a worker scans per batch for a dump or flush.
+pub const SCAN_STEP: u32 = 256;
+/// Flows a worker's dump queue holds before the control thread drains it.
+pub const DUMP_RING: usize = 4096;
+
+impl CtWorker {
+    /// Scan up to `step` more entries for `req` at `now_ns`; true when the scan is done.
+    fn scan(&mut self, req: &CtRequest, slot: &CtSlot, now_ns: u64, step: u32) -> bool {
+        if self.served == req.id {
+            return true;
+        }
+        if self.scanning != req.id {
+            // A new request (an earlier one may have been given up half way).
+            self.scanning = req.id;
+            self.cursor = 0;
+        }
+        let max = self.table.max_entries() as u32;
+        let end = self.cursor.saturating_add(step).min(max);
+        while self.cursor < end {
+            let i = self.cursor;
+            if let Some((id, info)) = self.table.flow_at(i) {
+                if req.filter.matches(&info.tuple) {
+                    if req.flush {
+                        if self.table.remove(id) {
+                            slot.flushed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else {
+                        let rec = FlowRecord {
+                            info,
+                            expires_in_ns: info.expires_ns.saturating_sub(now_ns),
+                        };
+                        if slot.found.push(rec).is_err() {
+                            // The ring is full: go on from here once it is drained.
+                            return false;
+                        }
+                    }
+                }
+            }
+            self.cursor += 1;
+        }
+        if self.cursor >= max {
+            self.cursor = 0;
+            self.served = req.id;
+            slot.done.store(req.id, Ordering::Release);
+            return true;
+        }
+        false
+    }
 }
 
 /// A worker's connection tracking, as published.
@@ -164,7 +280,8 @@ impl CtSlot {
             busy: g(8),
         }
     }
-    fn publish(&self, t: &Conntrack) {
+    fn publish(&self, w: &CtWorker) {
+        let t = &w.table;
         let c = t.counters();
         let v = [
             t.len() as u64,
@@ -189,6 +306,8 @@ impl Default for Shared {
             logs: Mutex::new(Vec::new()),
             log_suppressed: AtomicU64::new(0),
             conntrack: Vec::new(),
+            ct_request: arc_swap::ArcSwapOption::empty(),
+            ct_next: Mutex::new(1),
         }
     }
 }
@@ -205,14 +324,118 @@ impl Shared {
                     ..Default::default()
                 })?;
                 let slot = CtSlot {
-                    table: AtomicRefCell::new(t),
+                    table: AtomicRefCell::new(CtWorker {
+                        table: t,
+                        cursor: 0,
+                        scanning: 0,
+                        served: 0,
+                        last_now: 0,
+                        last_mono: dataplane::worker::monotonic_ns(),
+                    }),
                     stats: Default::default(),
+                    done: AtomicU64::new(0),
+                    flushed: AtomicU64::new(0),
+                    found: crossbeam_queue::ArrayQueue::new(DUMP_RING),
                 };
                 slot.publish(&slot.table.borrow());
                 s.conntrack.push(Arc::new(slot));
             }
         }
         Ok(s)
+    }
+
+    /// List (or, with `flush`, remove) the flows `filter` matches in every worker's table
+    /// (control thread): each worker scans its table a step per batch; a table whose worker
+    /// makes no progress (no traffic) is scanned here, a step at a time. Returns the flows
+    /// found (at most `max`; the bool says whether there were more) and the number removed.
+    /// Fails with connection tracking off, or past `timeout`.
+    pub fn conntrack_scan(
+        &self,
+        flush: bool,
+        filter: CtFilter,
+        max: usize,
+        timeout: std::time::Duration,
+    ) -> Result<(Vec<FlowRecord>, bool, u64), String> {
+        if self.conntrack.is_empty() {
+            return Err("connection tracking is off: set conntrack = true in [firewall]".into());
+        }
+        let mut next = self
+            .ct_next
+            .lock()
+            .map_err(|_| "conntrack state unavailable")?;
+        let id = *next;
+        *next += 1;
+        let flushed0: Vec<u64> = self
+            .conntrack
+            .iter()
+            .map(|c| c.flushed.load(Ordering::Relaxed))
+            .collect();
+        let req = CtRequest { id, flush, filter };
+        self.ct_request.store(Some(Arc::new(req)));
+        let t0 = std::time::Instant::now();
+        let mut out = Vec::new();
+        let mut more = false;
+        let mut last_progress = vec![(0u32, std::time::Instant::now()); self.conntrack.len()];
+        let result = loop {
+            let mut all = true;
+            for (w, c) in self.conntrack.iter().enumerate() {
+                while let Some(r) = c.found.pop() {
+                    if out.len() < max {
+                        out.push(r);
+                    } else {
+                        more = true;
+                    }
+                }
+                if c.done.load(Ordering::Acquire) >= id {
+                    continue;
+                }
+                all = false;
+                // An idle worker runs no batch: after 20 ms without progress, scan a step
+                // here (the worker, should it wake, finds the table borrowed for that long
+                // and waits a moment for it).
+                if let Ok(mut tw) = c.table.try_borrow_mut() {
+                    let cursor = tw.cursor;
+                    if cursor != last_progress[w].0 {
+                        last_progress[w] = (cursor, std::time::Instant::now());
+                    } else if last_progress[w].1.elapsed() > std::time::Duration::from_millis(20) {
+                        let now = tw.last_now
+                            + dataplane::worker::monotonic_ns().saturating_sub(tw.last_mono);
+                        tw.scan(&req, c, now, SCAN_STEP);
+                        last_progress[w].1 =
+                            std::time::Instant::now() - std::time::Duration::from_millis(21);
+                    }
+                }
+            }
+            if all {
+                break Ok(());
+            }
+            if t0.elapsed() > timeout {
+                break Err(format!(
+                    "the workers did not finish the conntrack {} within {timeout:?}",
+                    if flush { "flush" } else { "dump" }
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        };
+        self.ct_request.store(None);
+        // What the last steps found.
+        for c in &self.conntrack {
+            while let Some(r) = c.found.pop() {
+                if out.len() < max {
+                    out.push(r);
+                } else {
+                    more = true;
+                }
+            }
+        }
+        result?;
+        let removed = self
+            .conntrack
+            .iter()
+            .zip(flushed0)
+            .map(|(c, f0)| c.flushed.load(Ordering::Relaxed) - f0)
+            .sum();
+        Ok((out, more, removed))
     }
 
     /// Take every log record waiting (control thread), at most `max`.
@@ -577,16 +800,7 @@ impl FeatureNode for Node {
         } else {
             None
         };
-        let mut table = match slot.as_deref().map(|s| s.table.try_borrow_mut()) {
-            Some(Ok(t)) => Some(t),
-            Some(Err(_)) => {
-                if let Some(s) = slot.as_deref() {
-                    s.stats[8].fetch_add(1, Ordering::Relaxed);
-                }
-                None
-            }
-            None => None,
-        };
+        let mut table = slot.as_deref().and_then(borrow_table);
         for k in 0..b.len() {
             let Some(pk) = b.pkt(k).copied() else {
                 continue;
@@ -613,9 +827,9 @@ impl FeatureNode for Node {
             // Connection tracking: the state the rules match, and the flow to create if
             // they accept a new one.
             let (st, pending) = match table.as_deref_mut() {
-                Some(t) => match ct_packet(frame, &p, self.v6, cx.now_ns) {
+                Some(w) => match ct_packet(frame, &p, self.v6, cx.now_ns) {
                     Some(cp) => {
-                        let v = t.lookup(&cp);
+                        let v = w.table.lookup(&cp);
                         let new = v.state == CtState::New && v.flow.is_none();
                         (state_bit(v.state), new.then_some((cp, v)))
                     }
@@ -648,8 +862,8 @@ impl FeatureNode for Node {
             };
             match action {
                 Action::Accept => {
-                    if let (Some((cp, v)), Some(t)) = (pending, table.as_deref_mut()) {
-                        if t.create(&cp, &v).is_err() {
+                    if let (Some((cp, v)), Some(w)) = (pending, table.as_deref_mut()) {
+                        if w.table.create(&cp, &v).is_err() {
                             b.drop(k, CONNTRACK_FULL);
                             continue;
                         }
@@ -662,12 +876,34 @@ impl FeatureNode for Node {
                 Action::Reject => self.reject(cx, b, k, at, &p),
             }
         }
-        if let (Some(t), Some(s)) = (table.as_deref_mut(), slot.as_deref()) {
-            t.sweep(cx.now_ns, SWEEP_PER_BATCH);
-            s.publish(t);
+        if let (Some(w), Some(s)) = (table.as_deref_mut(), slot.as_deref()) {
+            w.table.sweep(cx.now_ns, SWEEP_PER_BATCH);
+            w.last_now = cx.now_ns;
+            w.last_mono = dataplane::worker::monotonic_ns();
+            if let Some(req) = self.shared.ct_request.load().as_deref() {
+                w.scan(req, s, cx.now_ns, SCAN_STEP);
+            }
+            s.publish(w);
         }
     }
 }
+
+/// The worker's table. Only the control thread's step of a scan (an idle worker's, a few
+/// microseconds) can hold it: wait that long at most (bounded spins), then go without
+/// tracking for this batch, counted as `busy`.
+fn borrow_table(s: &CtSlot) -> Option<atomic_refcell::AtomicRefMut<'_, CtWorker>> {
+    for _ in 0..BORROW_SPINS {
+        if let Ok(t) = s.table.try_borrow_mut() {
+            return Some(t);
+        }
+        std::hint::spin_loop();
+    }
+    s.stats[8].fetch_add(1, Ordering::Relaxed);
+    None
+}
+
+/// Spins [`borrow_table`] waits at most (tens of microseconds).
+const BORROW_SPINS: u32 = 20_000;
 
 /// Flow-table entries a worker looks at for expiry per batch.
 pub const SWEEP_PER_BATCH: usize = 64;

@@ -739,6 +739,13 @@ impl Conntrack {
         self.table.get(id.0).map(|e| e.nat).filter(|&n| n != NO_NAT)
     }
 
+    /// The flow in entry `index` (below [`Conntrack::max_entries`]), if one is there: for
+    /// scans a step at a time.
+    pub fn flow_at(&self, index: u32) -> Option<(FlowId, FlowInfo)> {
+        let e = self.table.get(index)?;
+        Some((FlowId(index), info(e)))
+    }
+
     /// What there is to see of a flow.
     pub fn flow(&self, id: FlowId) -> Option<FlowInfo> {
         let e = self.table.get(id.0)?;
