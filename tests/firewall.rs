@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, H1_V4, H2_V4, H2_V6};
+use lab::{Lab, H1_V4, H1_V6, H2_V4, H2_V6};
 use serde_json::Value;
 
 mod common;
@@ -514,6 +514,28 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
     wait_listening(lab, &h1, 8080);
     let (code, out) = curl(lab, &format!("http://{H2_V4}:8080/"), 10);
     assert_eq!(code, 0, "h1 -> h2 TCP with the replies let in: {out}");
+    ping_until_ok(lab, &h1, H2_V6);
+    let (code, out) = curl(lab, &format!("http://[{H2_V6}]:8080/"), 10);
+    assert_eq!(code, 0, "the same over IPv6: {out}");
+    let out = lab
+        .exec_status(
+            &h2,
+            &[
+                "curl",
+                "-s",
+                "-m",
+                "2",
+                "-o",
+                "/dev/null",
+                &format!("http://[{H1_V6}]:8080/"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(28),
+        "h2 -> h1 TCP over IPv6 must time out"
+    );
     let out = lab
         .exec_status(
             &h2,
