@@ -134,16 +134,25 @@ fn spawn(ns: &str, args: &[&str]) -> Bg {
         .unwrap())
 }
 
-/// `ferrouter trace ARGS`: its output.
-fn trace(lab: &Lab, args: &[&str]) -> String {
+/// `ferrouter ARGS --socket SOCKET`: (success, stdout + stderr).
+fn cli(lab: &Lab, args: &[&str]) -> (bool, String) {
     let out = Command::new(bin())
-        .arg("trace")
         .args(args)
         .arg("--socket")
         .arg(lab.socket())
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// `ferrouter trace ARGS`: its output.
+fn trace(lab: &Lab, args: &[&str]) -> String {
+    let mut a = vec!["trace"];
+    a.extend_from_slice(args);
+    cli(lab, &a).1
 }
 
 /// The filter `name` in `show firewall`.
@@ -164,15 +173,24 @@ fn rule_packets(f: &Value, index: usize) -> u64 {
 
 /// Wait (bounded) for a TCP listener on `port` in `ns`.
 fn wait_listening(lab: &Lab, ns: &str, port: u16) {
+    assert!(
+        bound(lab, ns, port, "-ltnH"),
+        "nothing listens on {port} in {ns}"
+    );
+}
+
+/// Wait (bounded: 10 s) until a socket is bound to `port` in `ns` (`ss` flags: `-ltnH` for
+/// TCP listeners, `-lunH` for UDP); whether one is.
+fn bound(lab: &Lab, ns: &str, port: u16, flags: &str) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
-        let (_, out) = sh(lab, ns, &["ss", "-ltnH", &format!("sport = :{port}")]);
+        let (_, out) = sh(lab, ns, &["ss", flags, &format!("sport = :{port}")]);
         if !out.trim().is_empty() {
-            return;
+            return true;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("nothing listens on {port} in {ns}");
+    false
 }
 
 #[test]
@@ -300,12 +318,7 @@ fn firewall_filters_real_traffic_and_changes_live() {
     assert!(feature_drops(lab, "ip6-filter-ingress", "reject") >= 1);
     assert!(feature_drops(lab, "ip4-filter-ingress", "rule_drop") >= 1);
     assert!(feature_drops(lab, "ip4-filter-egress", "rule_drop") >= 1);
-    let text = Command::new(bin())
-        .args(["show", "firewall", "--socket"])
-        .arg(lab.socket())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = cli(lab, &["show", "firewall"]).1;
     assert!(
         text.contains("filter from-h1 (ingress on r1), policy drop") && text.contains("(policy)"),
         "{text}"
@@ -361,19 +374,7 @@ fn firewall_filters_real_traffic_and_changes_live() {
     // Under traffic: a TCP transfer and pings that every version allows lose nothing while
     // the rules change again and again.
     let iperf = lab.iperf3_server(H2_V4).unwrap();
-    let client = {
-        let h1 = lab.h1();
-        std::thread::spawn(move || {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &h1, "iperf3", "-c", H2_V4, "-t", "4", "-J"])
-                .output()
-                .unwrap();
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-            )
-        })
-    };
+    let client = iperf3_client(lab, 4);
     let pinger = {
         let h1 = lab.h1();
         std::thread::spawn(move || {
@@ -398,13 +399,7 @@ fn firewall_filters_real_traffic_and_changes_live() {
     }
     let pings = pinger.join().unwrap();
     assert!(pings.contains("300 received"), "{pings}");
-    let (ok, out) = client.join().unwrap();
-    assert!(ok, "iperf3 through rule changes: {out}");
-    let j: Value = serde_json::from_str(&out).unwrap();
-    assert!(
-        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
-        "{out}"
-    );
+    transferred(client, "iperf3 through rule changes");
     drop(iperf);
 
     // Off: everything passes again.
@@ -439,14 +434,7 @@ fn udp_receiver(lab: &Lab, ns: &str, port: u16, bind: &str) -> std::thread::Join
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     });
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        let (_, out) = sh(lab, ns, &["ss", "-lunH", &format!("sport = :{port}")]);
-        if !out.trim().is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    bound(lab, ns, port, "-lunH");
     h
 }
 
@@ -562,15 +550,10 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
                 .unwrap()
         })
     };
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5)
-        && sh(lab, &h2, &["ss", "-lunH", "sport = :5353"])
-            .1
-            .trim()
-            .is_empty()
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        bound(lab, &h2, 5353, "-lunH"),
+        "the UDP echo server did not start"
+    );
     let (ok, out) = python(
         lab,
         &h1,
@@ -616,15 +599,8 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
         "{v}"
     );
     assert!(feature_drops(lab, "ip4-filter-ingress", "rule_drop") >= 2);
-    let text = Command::new(bin())
-        .args(["show", "firewall", "--socket"])
-        .arg(lab.socket())
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&text.stdout).contains("conntrack: "),
-        "{text:?}"
-    );
+    let text = cli(lab, &["show", "firewall"]).1;
+    assert!(text.contains("conntrack: "), "{text}");
     // The same in /metrics.
     let c = control::client::Client::new(control::client::Endpoint::Unix(lab.socket()));
     let r = c.call("GET", "/metrics", None).unwrap();
@@ -656,27 +632,16 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
     assert!(!only["flows"].as_array().unwrap().is_empty(), "{only}");
     let none = api(lab, "conntrack", Some("203.0.113.0/24"));
     assert_eq!(none["flows"], serde_json::json!([]), "{none}");
-    let text = Command::new(bin())
-        .args(["show", "conntrack", "--socket"])
-        .arg(lab.socket())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    let text = cli(lab, &["show", "conntrack"]).1;
     assert!(
         text.contains(&format!("{H2_V4}:8080")) && text.contains("flow(s)"),
         "{text}"
     );
     let flush = |args: &[&str]| {
-        let out = Command::new(bin())
-            .args(["conntrack", "flush"])
-            .args(args)
-            .arg("--socket")
-            .arg(lab.socket())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
+        let mut a = vec!["conntrack", "flush"];
+        a.extend_from_slice(args);
+        let (ok, text) = cli(lab, &a);
+        assert!(ok, "{text}");
         text
     };
     let out = flush(&["--protocol", "udp"]);
@@ -723,19 +688,7 @@ fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
     );
     wait_listening(lab, &h2, 8080);
     let iperf = lab.iperf3_server(H2_V4).unwrap();
-    let client = {
-        let h1 = h1.clone();
-        std::thread::spawn(move || {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &h1, "iperf3", "-c", H2_V4, "-t", "5", "-J"])
-                .output()
-                .unwrap();
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-            )
-        })
-    };
+    let client = iperf3_client(lab, 5);
     std::thread::sleep(Duration::from_millis(800));
     // 20,000 SYNs from h1 to an address of h2's subnet nobody holds (no answer ever comes,
     // so every flow stays half-open), from ever-changing source ports: 20 times the table.
@@ -768,13 +721,7 @@ fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
         code, 0,
         "a new connection with the table full of half-open flows: {out}"
     );
-    let (ok, out) = client.join().unwrap();
-    assert!(ok, "the transfer established before the flood: {out}");
-    let j: Value = serde_json::from_str(&out).unwrap();
-    assert!(
-        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
-        "{out}"
-    );
+    transferred(client, "the transfer established before the flood");
     drop(iperf);
     let v = api(lab, "firewall", None);
     let ct = &v["conntrack"];
@@ -783,5 +730,42 @@ fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
     assert!(
         ct["early_dropped"].as_u64().unwrap() >= 5000,
         "half-open flows made room: {v}"
+    );
+}
+
+/// An iperf3 transfer of `secs` seconds from h1 to h2's server (`Lab::iperf3_server`), in
+/// the background: (success, its JSON report).
+fn iperf3_client(lab: &Lab, secs: u32) -> std::thread::JoinHandle<(bool, String)> {
+    let h1 = lab.h1();
+    std::thread::spawn(move || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &h1,
+                "iperf3",
+                "-c",
+                H2_V4,
+                "-t",
+                &secs.to_string(),
+                "-J",
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    })
+}
+
+/// The transfer `client` ran succeeded and carried data (`what` names it).
+fn transferred(client: std::thread::JoinHandle<(bool, String)>, what: &str) {
+    let (ok, out) = client.join().unwrap();
+    assert!(ok, "{what}: {out}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
+        "{what}: {out}"
     );
 }
