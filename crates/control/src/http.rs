@@ -83,6 +83,26 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+/// A JSON request body of type `T`, which must be an object: serde's derive would also
+/// take a struct written as an array (`[null]`), which the schema does not allow.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let Json(v) = Json::<serde_json::Value>::from_request(req, state).await?;
+        if !v.is_object() {
+            return Err(ApiError::bad_request(
+                "malformed request body: expected a JSON object",
+            ));
+        }
+        serde_json::from_value(v)
+            .map(Body)
+            .map_err(|e| ApiError::bad_request(format!("malformed request body: {e}")))
+    }
+}
+
 impl From<QueryRejection> for ApiError {
     fn from(r: QueryRejection) -> ApiError {
         ApiError::bad_request(format!("malformed query string: {}", r.body_text()))
@@ -196,12 +216,13 @@ fn ct_filter(q: &ConntrackQuery) -> std::result::Result<firewall::node::CtFilter
         .map_err(ApiError::bad_request)
 }
 
-fn ct_error(e: String) -> ApiError {
-    if e.contains("is off") {
-        ApiError::new(StatusCode::CONFLICT, e)
-    } else {
-        ApiError::internal(e)
-    }
+fn ct_error(e: firewall::node::ScanError) -> ApiError {
+    use firewall::node::ScanError as E;
+    let status = match e {
+        E::Off => StatusCode::CONFLICT,
+        E::Stalled { .. } | E::Unavailable => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, e.to_string())
 }
 
 /// The flows connection tracking holds, filtered.
@@ -312,14 +333,7 @@ async fn config_get(State(s): State<Arc<Shared>>) -> ApiResult<model::ConfigText
 #[utoipa::path(post, path = "/v1/config/check", tag = "config", request_body = model::ConfigBody,
     responses((status = 200, description = "Valid: the steps apply would take", body = model::CheckResult),
               (status = 422, description = "Invalid: every problem with its line and column", body = model::CheckFailure)))]
-async fn config_check(
-    State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<model::ConfigBody>, JsonRejection>,
-) -> Response {
-    let Json(b) = match body {
-        Ok(b) => b,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
+async fn config_check(State(s): State<Arc<Shared>>, Body(b): Body<model::ConfigBody>) -> Response {
     let r = blocking(move || {
         with_config(&s, |c| {
             let label = b.file.as_deref().unwrap_or("candidate");
@@ -370,9 +384,8 @@ async fn config_check(
               (status = 409, description = "A step failed; everything done was undone", body = model::ErrorBody)))]
 async fn config_apply(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<model::ConfigBody>, JsonRejection>,
+    Body(b): Body<model::ConfigBody>,
 ) -> ApiResult<model::Applied> {
-    let Json(b) = body?;
     blocking(move || {
         with_config(&s, |c| {
             let label = b.file.as_deref().unwrap_or("candidate");
@@ -392,9 +405,8 @@ async fn config_apply(
     responses((status = 200, description = "The unified diff (empty: no difference)", body = model::ConfigDiff)))]
 async fn config_diff(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<model::DiffBody>, JsonRejection>,
+    Body(b): Body<model::DiffBody>,
 ) -> ApiResult<model::ConfigDiff> {
-    let Json(b) = body?;
     blocking(move || {
         with_config(&s, |c| {
             let diff = c.diff(b.text.as_deref()).map_err(config_error)?;
@@ -411,9 +423,8 @@ async fn config_diff(
               (status = 409, description = "A step failed; everything done was undone", body = model::ErrorBody)))]
 async fn config_rollback(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<model::RollbackBody>, JsonRejection>,
+    Body(b): Body<model::RollbackBody>,
 ) -> ApiResult<model::Applied> {
-    let Json(b) = body?;
     blocking(move || {
         with_config(&s, |c| {
             let a = c.rollback(b.steps).map_err(config_error)?;
@@ -477,9 +488,8 @@ async fn config_entry(
               (status = 422, description = "Bad count, port or match expression", body = model::ErrorBody)))]
 async fn trace_add(
     State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<model::TraceBody>, JsonRejection>,
+    Body(b): Body<model::TraceBody>,
 ) -> ApiResult<model::TraceArmed> {
-    let Json(b) = body?;
     if b.count == 0 || b.count > 10_000 {
         return Err(ApiError::unprocessable(format!(
             "count {} is out of range; expected 1..=10000",
@@ -554,14 +564,7 @@ struct PcapFile(Vec<u8>);
     responses((status = 200, description = "The pcap file", body = PcapFile, content_type = "application/vnd.tcpdump.pcap"),
               (status = 409, description = "Another capture is running", body = model::ErrorBody),
               (status = 422, description = "Bad port, direction, count or timeout", body = model::ErrorBody)))]
-async fn capture(
-    State(s): State<Arc<Shared>>,
-    body: std::result::Result<Json<model::CaptureBody>, JsonRejection>,
-) -> Response {
-    let Json(b) = match body {
-        Ok(b) => b,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
+async fn capture(State(s): State<Arc<Shared>>, Body(b): Body<model::CaptureBody>) -> Response {
     let r = blocking(move || {
         let dir = crate::capture::parse_direction(b.direction.as_deref().unwrap_or("both"))
             .map_err(ApiError::unprocessable)?;
