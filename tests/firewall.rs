@@ -87,23 +87,25 @@ fn apply(lab: &Lab, base: &str, extra: &str, tag: &str) -> (bool, String) {
 
 /// curl from h1: its exit code (0 ok, 7 refused, 28 timed out) and output.
 fn curl(lab: &Lab, url: &str, max_s: u32) -> (i32, String) {
-    let out = lab
-        .exec_status(
-            &lab.h1(),
-            &[
-                "curl",
-                "-s",
-                "-S",
-                "-m",
-                &max_s.to_string(),
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                url,
-            ],
-        )
-        .unwrap();
+    curl_in(lab, &lab.h1(), url, max_s)
+}
+
+/// curl from namespace `ns`, as [`curl`].
+fn curl_in(lab: &Lab, ns: &str, url: &str, max_s: u32) -> (i32, String) {
+    let max = max_s.to_string();
+    let args = [
+        "curl",
+        "-s",
+        "-S",
+        "-m",
+        &max,
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        url,
+    ];
+    let out = lab.exec_status(ns, &args).unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
@@ -505,40 +507,10 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
     ping_until_ok(lab, &h1, H2_V6);
     let (code, out) = curl(lab, &format!("http://[{H2_V6}]:8080/"), 10);
     assert_eq!(code, 0, "the same over IPv6: {out}");
-    let out = lab
-        .exec_status(
-            &h2,
-            &[
-                "curl",
-                "-s",
-                "-m",
-                "2",
-                "-o",
-                "/dev/null",
-                &format!("http://[{H1_V6}]:8080/"),
-            ],
-        )
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(28),
-        "h2 -> h1 TCP over IPv6 must time out"
-    );
-    let out = lab
-        .exec_status(
-            &h2,
-            &[
-                "curl",
-                "-s",
-                "-m",
-                "2",
-                "-o",
-                "/dev/null",
-                &format!("http://{H1_V4}:8080/"),
-            ],
-        )
-        .unwrap();
-    assert_eq!(out.status.code(), Some(28), "h2 -> h1 TCP must time out");
+    let (code, out) = curl_in(lab, &h2, &format!("http://[{H1_V6}]:8080/"), 2);
+    assert_eq!(code, 28, "h2 -> h1 TCP over IPv6 must time out: {out}");
+    let (code, out) = curl_in(lab, &h2, &format!("http://{H1_V4}:8080/"), 2);
+    assert_eq!(code, 28, "h2 -> h1 TCP must time out: {out}");
     // UDP: a request from h1 gets its answer; the same from h2 does not get in.
     let echo = {
         let h2 = h2.clone();

@@ -69,8 +69,10 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
         "conntrack" => {
             let f = crate::fwview::ct_filter(arg, None, None).map_err(ShowError::BadRequest)?;
             Shown::Conntrack(
-                crate::fwview::conntrack_list(&shared.features, f, 1000)
-                    .map_err(ShowError::BadRequest)?,
+                crate::fwview::conntrack_list(&shared.features, f, 1000).map_err(|e| match e {
+                    firewall::node::ScanError::Off => ShowError::BadRequest(e.to_string()),
+                    _ => ShowError::Unavailable(e.to_string()),
+                })?,
             )
         }
         other => {

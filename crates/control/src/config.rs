@@ -1414,15 +1414,10 @@ impl Config {
                 format!("connection tracking needs workers = 1 (this config has {}): each worker has its own table, and the flows of several workers are not yet steered so that both directions of a flow reach the same one", self.workers),
             );
         }
-        let clean = problems.is_empty();
+        // A firewall without problems compiles (`RuleSet::compile` fails only on what
+        // `validate` reports): nothing is compiled here, the daemon compiles it once.
         for (path, m) in problems {
             r.add(path, m);
-        }
-        // What validation cannot see: the classifier's own limits.
-        if clean && !self.firewall.filters.is_empty() {
-            if let Err(e) = firewall::ruleset::RuleSet::compile(&self.firewall, &names, 1) {
-                r.add("firewall", e.to_string());
-            }
         }
     }
 

@@ -28,23 +28,11 @@ fn describe(r: &firewall::config::RuleConfig) -> String {
     if !r.destination.is_empty() {
         v.push(format!("destination {}", r.destination.join(",")));
     }
-    let ports = |l: &firewall::config::PortList| {
-        l.0.iter()
-            .map(|r| {
-                if r.start() == r.end() {
-                    r.start().to_string()
-                } else {
-                    format!("{}-{}", r.start(), r.end())
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     if !r.source_port.is_empty() {
-        v.push(format!("source_port {}", ports(&r.source_port)));
+        v.push(format!("source_port {}", r.source_port));
     }
     if !r.destination_port.is_empty() {
-        v.push(format!("destination_port {}", ports(&r.destination_port)));
+        v.push(format!("destination_port {}", r.destination_port));
     }
     if let Some(t) = r.icmp_type {
         v.push(format!("icmp_type {t}"));
@@ -116,21 +104,7 @@ pub fn view(features: &Features) -> FirewallView {
             .log_suppressed
             .load(std::sync::atomic::Ordering::Relaxed),
         compile_us: rs.compile_ns / 1000,
-        conntrack: (!features.firewall.conntrack.is_empty()).then(|| {
-            features.firewall.conntrack.iter().map(|c| c.stats()).fold(
-                ConntrackView::default(),
-                |a, s| ConntrackView {
-                    flows: a.flows + s.flows,
-                    max: a.max + s.max,
-                    created: a.created + s.created,
-                    refused: a.refused + s.refused,
-                    early_dropped: a.early_dropped + s.early_dropped,
-                    expired: a.expired + s.expired,
-                    invalid: a.invalid + s.invalid,
-                    memory_bytes: a.memory_bytes + s.memory_bytes,
-                },
-            )
-        }),
+        conntrack: conntrack_view(features),
     }
 }
 
@@ -190,15 +164,18 @@ pub fn ct_filter(
     let addr = match address {
         None => None,
         Some(a) => {
+            use firewall::classify::Addr;
             let n = firewall::config::parse_net(a)?;
-            let (v, v6, bits) = match n.addr {
-                std::net::IpAddr::V4(x) => (u128::from(u32::from(x)), false, 32),
-                std::net::IpAddr::V6(x) => (u128::from(x), true, 128),
-            };
-            let host = u128::MAX
-                .checked_shr(128 - bits + u32::from(n.len))
-                .unwrap_or(0);
-            Some((v & !host, v | host, v6))
+            Some(match n.addr {
+                std::net::IpAddr::V4(x) => {
+                    let (lo, hi) = x.prefix_range(n.len)?;
+                    (u128::from(lo), u128::from(hi), false)
+                }
+                std::net::IpAddr::V6(x) => {
+                    let (lo, hi) = x.prefix_range(n.len)?;
+                    (lo, hi, true)
+                }
+            })
         }
     };
     let proto = protocol
@@ -216,7 +193,7 @@ pub fn conntrack_list(
     features: &Features,
     filter: firewall::node::CtFilter,
     limit: usize,
-) -> Result<ConntrackList, String> {
+) -> Result<ConntrackList, firewall::node::ScanError> {
     let (recs, truncated, _) = features.firewall.conntrack_scan(
         false,
         filter,
@@ -256,10 +233,29 @@ pub fn conntrack_list(
 pub fn conntrack_flush(
     features: &Features,
     filter: firewall::node::CtFilter,
-) -> Result<u64, String> {
+) -> Result<u64, firewall::node::ScanError> {
     let (_, _, removed) =
         features
             .firewall
             .conntrack_scan(true, filter, 0, std::time::Duration::from_secs(10))?;
     Ok(removed)
+}
+
+/// Connection tracking's figures, summed over the workers' tables (`None`: tracking off).
+pub fn conntrack_view(features: &Features) -> Option<ConntrackView> {
+    (!features.firewall.conntrack.is_empty()).then(|| {
+        features.firewall.conntrack.iter().map(|c| c.stats()).fold(
+            ConntrackView::default(),
+            |a, s| ConntrackView {
+                flows: a.flows + s.flows,
+                max: a.max + s.max,
+                created: a.created + s.created,
+                refused: a.refused + s.refused,
+                early_dropped: a.early_dropped + s.early_dropped,
+                expired: a.expired + s.expired,
+                invalid: a.invalid + s.invalid,
+                memory_bytes: a.memory_bytes + s.memory_bytes,
+            },
+        )
+    })
 }

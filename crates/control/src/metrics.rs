@@ -101,17 +101,20 @@ impl Collector for Scrape {
 /// The API's connections, per listener (`tcp`, `unix`).
 /// The firewall's rule counters and connection tracking.
 fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
-    let v = crate::fwview::view(&shared.features);
+    let rs = shared.features.firewall.rules.load();
     let (mut pk, mut by) = (Vec::new(), Vec::new());
-    for f in &v.filters {
-        for r in &f.rules {
-            let l = vec![("filter", f.name.clone()), ("rule", r.index.to_string())];
-            pk.push((l.clone(), r.packets));
-            by.push((l, r.bytes));
+    for f in &rs.filters {
+        let c = rs.counts(f);
+        let rules = c
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((i + 1).to_string(), *n));
+        for (rule, (p, b)) in rules.chain(std::iter::once(("policy".to_string(), c.policy))) {
+            let l = vec![("filter", f.name.clone()), ("rule", rule)];
+            pk.push((l.clone(), p));
+            by.push((l, b));
         }
-        let l = vec![("filter", f.name.clone()), ("rule", "policy".to_string())];
-        pk.push((l.clone(), f.policy_packets));
-        by.push((l, f.policy_bytes));
     }
     s.counter(
         "ferrouter_firewall_rule_packets",
@@ -123,7 +126,7 @@ fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
         "Bytes (IP length) of the packets each firewall rule decided.",
         by,
     );
-    if let Some(c) = v.conntrack {
+    if let Some(c) = crate::fwview::conntrack_view(&shared.features) {
         s.gauge(
             "ferrouter_conntrack_flows",
             "Flows in the connection-tracking tables.",

@@ -441,7 +441,7 @@ fn build4<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
             && ip
                 .payload()
                 .first()
-                .is_some_and(|t| matches!(t, 3 | 4 | 5 | 11 | 12))
+                .is_some_and(|&t| wire::icmpv4::msg_type::is_error(t))
         {
             return Err(Reason::IcmpSuppressed);
         }

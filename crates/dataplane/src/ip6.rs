@@ -225,7 +225,10 @@ fn build6<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
         }
         // RFC 4443 §2.4(e): never for an ICMPv6 error message.
         if let Some((58, l4, _)) = upper(&ip) {
-            if l4.first().is_some_and(|t| *t < 128) {
+            if l4
+                .first()
+                .is_some_and(|&t| wire::icmpv6::msg_type::is_error(t))
+            {
                 return Err(Reason::IcmpSuppressed);
             }
         }

@@ -387,18 +387,29 @@ impl<'de> Deserialize<'de> for PortList {
     }
 }
 
+impl fmt::Display for PortList {
+    /// `22,8000-8080`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if r.start() == r.end() {
+                write!(f, "{}", r.start())?;
+            } else {
+                write!(f, "{}-{}", r.start(), r.end())?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Serialize for PortList {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let items: Vec<String> = self
             .0
             .iter()
-            .map(|r| {
-                if r.start() == r.end() {
-                    r.start().to_string()
-                } else {
-                    format!("{}-{}", r.start(), r.end())
-                }
-            })
+            .map(|r| PortList(vec![r.clone()]).to_string())
             .collect();
         items.serialize(s)
     }

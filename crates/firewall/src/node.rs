@@ -144,10 +144,10 @@ pub struct CtWorker {
     /// The request the cursor belongs to.
     scanning: u64,
     served: u64,
-    /// The worker's clock at its last batch, and `CLOCK_MONOTONIC` then: the control
-    /// thread's scans read the flows' deadlines against them.
-    last_now: u64,
-    last_mono: u64,
+    /// `CLOCK_MONOTONIC` less the worker's clock (both monotonic: a constant, taken at
+    /// the worker's first batch): the control thread's scans read the flows' deadlines in
+    /// the worker's clock with it.
+    clock_offset: Option<u64>,
 }
 
 /// One flow a dump found.
@@ -180,6 +180,25 @@ impl CtFilter {
     }
 }
 
+/// Why a conntrack dump or flush failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScanError {
+    /// Tracking is off (the client's mistake).
+    #[error("connection tracking is off: set conntrack = true in [firewall]")]
+    Off,
+    /// No table moved for the whole timeout.
+    #[error("the workers' conntrack {what} made no progress for {timeout:?}")]
+    Stalled {
+        /// `dump` or `flush`.
+        what: &'static str,
+        /// How long it waited.
+        timeout: std::time::Duration,
+    },
+    /// A thread that held the request state failed.
+    #[error("conntrack state unavailable")]
+    Unavailable,
+}
+
 /// A dump or flush the control thread asks every worker for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtRequest {
@@ -193,6 +212,11 @@ pub struct CtRequest {
 
 /// Entries a worker scans per batch for a dump or flush.
 pub const SCAN_STEP: u32 = 256;
+/// Entries the control thread scans per step of an idle worker's table (a few
+/// microseconds; a worker that wakes meanwhile waits for it, see [`borrow_table`]).
+const CONTROL_SCAN_STEP: u32 = 1024;
+/// How long a worker may leave a scan untouched before the control thread takes it on.
+const IDLE_WORKER: std::time::Duration = std::time::Duration::from_millis(20);
 /// Flows a worker's dump queue holds before the control thread drains it.
 pub const DUMP_RING: usize = 4096;
 
@@ -329,8 +353,7 @@ impl Shared {
                         cursor: 0,
                         scanning: 0,
                         served: 0,
-                        last_now: 0,
-                        last_mono: dataplane::worker::monotonic_ns(),
+                        clock_offset: None,
                     }),
                     stats: Default::default(),
                     done: AtomicU64::new(0),
@@ -348,21 +371,18 @@ impl Shared {
     /// (control thread): each worker scans its table a step per batch; a table whose worker
     /// makes no progress (no traffic) is scanned here, a step at a time. Returns the flows
     /// found (at most `max`; the bool says whether there were more) and the number removed.
-    /// Fails with connection tracking off, or past `timeout`.
+    /// Fails with connection tracking off, or when no table moved for `timeout`.
     pub fn conntrack_scan(
         &self,
         flush: bool,
         filter: CtFilter,
         max: usize,
         timeout: std::time::Duration,
-    ) -> Result<(Vec<FlowRecord>, bool, u64), String> {
+    ) -> Result<(Vec<FlowRecord>, bool, u64), ScanError> {
         if self.conntrack.is_empty() {
-            return Err("connection tracking is off: set conntrack = true in [firewall]".into());
+            return Err(ScanError::Off);
         }
-        let mut next = self
-            .ct_next
-            .lock()
-            .map_err(|_| "conntrack state unavailable")?;
+        let mut next = self.ct_next.lock().map_err(|_| ScanError::Unavailable)?;
         let id = *next;
         *next += 1;
         let flushed0: Vec<u64> = self
@@ -372,54 +392,9 @@ impl Shared {
             .collect();
         let req = CtRequest { id, flush, filter };
         self.ct_request.store(Some(Arc::new(req)));
-        let t0 = std::time::Instant::now();
         let mut out = Vec::new();
         let mut more = false;
-        let mut last_progress = vec![(0u32, std::time::Instant::now()); self.conntrack.len()];
-        let result = loop {
-            let mut all = true;
-            for (w, c) in self.conntrack.iter().enumerate() {
-                while let Some(r) = c.found.pop() {
-                    if out.len() < max {
-                        out.push(r);
-                    } else {
-                        more = true;
-                    }
-                }
-                if c.done.load(Ordering::Acquire) >= id {
-                    continue;
-                }
-                all = false;
-                // An idle worker runs no batch: after 20 ms without progress, scan a step
-                // here (the worker, should it wake, finds the table borrowed for that long
-                // and waits a moment for it).
-                if let Ok(mut tw) = c.table.try_borrow_mut() {
-                    let cursor = tw.cursor;
-                    if cursor != last_progress[w].0 {
-                        last_progress[w] = (cursor, std::time::Instant::now());
-                    } else if last_progress[w].1.elapsed() > std::time::Duration::from_millis(20) {
-                        let now = tw.last_now
-                            + dataplane::worker::monotonic_ns().saturating_sub(tw.last_mono);
-                        tw.scan(&req, c, now, SCAN_STEP);
-                        last_progress[w].1 =
-                            std::time::Instant::now() - std::time::Duration::from_millis(21);
-                    }
-                }
-            }
-            if all {
-                break Ok(());
-            }
-            if t0.elapsed() > timeout {
-                break Err(format!(
-                    "the workers did not finish the conntrack {} within {timeout:?}",
-                    if flush { "flush" } else { "dump" }
-                ));
-            }
-            std::thread::sleep(std::time::Duration::from_micros(500));
-        };
-        self.ct_request.store(None);
-        // What the last steps found.
-        for c in &self.conntrack {
+        let mut take = |c: &CtSlot| {
             while let Some(r) = c.found.pop() {
                 if out.len() < max {
                     out.push(r);
@@ -427,6 +402,52 @@ impl Shared {
                     more = true;
                 }
             }
+        };
+        // Per table: the cursor as last seen, and since when no worker moved it.
+        let now = std::time::Instant::now;
+        let mut seen = vec![(u32::MAX, now()); self.conntrack.len()];
+        let mut progress = now();
+        let result = loop {
+            let mut all = true;
+            for (w, c) in self.conntrack.iter().enumerate() {
+                take(c);
+                if c.done.load(Ordering::Acquire) >= id {
+                    continue;
+                }
+                all = false;
+                let Ok(mut tw) = c.table.try_borrow_mut() else {
+                    continue;
+                };
+                if tw.cursor != seen[w].0 {
+                    // The worker scans: leave it to it.
+                    seen[w] = (tw.cursor, now());
+                    progress = now();
+                } else if seen[w].1.elapsed() > IDLE_WORKER {
+                    // An idle worker runs no batch: scan a step here, and go on doing so
+                    // while the worker stays idle (the cursor only moves by these steps).
+                    let clock = tw
+                        .clock_offset
+                        .map_or(0, |o| dataplane::worker::monotonic_ns().saturating_sub(o));
+                    tw.scan(&req, c, clock, CONTROL_SCAN_STEP);
+                    seen[w].0 = tw.cursor;
+                    progress = now();
+                }
+            }
+            if all {
+                break Ok(());
+            }
+            if progress.elapsed() > timeout {
+                break Err(ScanError::Stalled {
+                    what: if flush { "flush" } else { "dump" },
+                    timeout,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        };
+        self.ct_request.store(None);
+        // What the last steps found.
+        for c in &self.conntrack {
+            take(c);
         }
         result?;
         let removed = self
@@ -854,7 +875,7 @@ impl FeatureNode for Node {
                     }
                     let rule = v.rule.and_then(|r| f.rules.get(r as usize));
                     if rule.is_some_and(|r| r.log) {
-                        self.log(cx.now_ns, iface, &rs, f, &v, &p);
+                        self.log(cx.now_ns, iface, f, &v, &p);
                     }
                     (v.action, rule.copied())
                 }
@@ -878,8 +899,9 @@ impl FeatureNode for Node {
         }
         if let (Some(w), Some(s)) = (table.as_deref_mut(), slot.as_deref()) {
             w.table.sweep(cx.now_ns, SWEEP_PER_BATCH);
-            w.last_now = cx.now_ns;
-            w.last_mono = dataplane::worker::monotonic_ns();
+            if w.clock_offset.is_none() {
+                w.clock_offset = Some(dataplane::worker::monotonic_ns().saturating_sub(cx.now_ns));
+            }
             if let Some(req) = self.shared.ct_request.load().as_deref() {
                 w.scan(req, s, cx.now_ns, SCAN_STEP);
             }
@@ -968,24 +990,26 @@ pub fn ct_packet(frame: &[u8], p: &Parsed, v6: bool, now_ns: u64) -> Option<conn
             now_ns,
         },
         ICMP | ICMPV6 => {
-            let (ty, v6err) = (l4.first().copied()?, p.proto == ICMPV6);
-            let echo = if v6err {
-                matches!(ty, 128 | 129)
+            use wire::{icmpv4::msg_type as m4, icmpv6::msg_type as m6};
+            let ty = l4.first().copied()?;
+            let (echo, reply, error) = if p.proto == ICMPV6 {
+                (
+                    matches!(ty, m6::ECHO_REQUEST | m6::ECHO_REPLY),
+                    ty == m6::ECHO_REPLY,
+                    m6::is_error(ty),
+                )
             } else {
-                matches!(ty, 8 | 0)
-            };
-            let error = if v6err {
-                matches!(ty, 1..=4)
-            } else {
-                matches!(ty, 3 | 4 | 5 | 11 | 12)
+                (
+                    matches!(ty, m4::ECHO_REQUEST | m4::ECHO_REPLY),
+                    ty == m4::ECHO_REPLY,
+                    m4::is_error(ty),
+                )
             };
             if echo {
                 let id = u16::from_be_bytes([*l4.get(4)?, *l4.get(5)?]);
                 conntrack::Packet {
                     tuple: tuple(id, id),
-                    l4: L4::IcmpEcho {
-                        reply: matches!(ty, 0 | 129),
-                    },
+                    l4: L4::IcmpEcho { reply },
                     now_ns,
                 }
             } else if error {
@@ -1113,7 +1137,6 @@ impl Node {
         &mut self,
         now_ns: u64,
         iface: u16,
-        rs: &RuleSet,
         f: &crate::ruleset::CompiledFilter,
         v: &Verdict,
         p: &Parsed,
@@ -1126,17 +1149,12 @@ impl Node {
             self.shared.log_suppressed.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let filter = rs
-            .filters
-            .iter()
-            .position(|x| std::ptr::eq(x, f))
-            .unwrap_or(usize::MAX) as u16;
         let rec = LogRecord {
             now_ns,
             worker: self.worker as u16,
             iface,
             hook: self.hook,
-            filter,
+            filter: f.index,
             rule: v.rule,
             action: v.action,
             v6: self.v6,

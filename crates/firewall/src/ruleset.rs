@@ -14,7 +14,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::classify::{dim, BuildError, Classifier, Field, Options, Rule, DIMS};
+use crate::classify::{dim, Addr, BuildError, Classifier, Field, Options, Rule, DIMS};
 use crate::config::{
     parse_net, parse_states, parse_tcp_flags, Action, FirewallConfig, Hook, Net, PortList,
     RuleConfig, ICMP, ICMPV6,
@@ -79,6 +79,8 @@ pub struct CompiledFilter {
     pub source: Vec<RuleConfig>,
     /// Counter slot of rule 0; rule `i` at `counter_base + i`, the policy after the last.
     pub counter_base: usize,
+    /// Its position in [`RuleSet::filters`].
+    pub index: u16,
 }
 
 /// The result of judging one packet by a filter.
@@ -235,6 +237,8 @@ impl RuleSet {
     }
 
     /// Compile a validated `cfg` for interfaces `names` (by index) and `workers` workers.
+    /// Fails only on what [`FirewallConfig::validate`] reports (an unknown set, a bad
+    /// prefix or flag, more classifier entries than a filter may have).
     pub fn compile(
         cfg: &FirewallConfig,
         names: &[String],
@@ -295,6 +299,7 @@ impl RuleSet {
                 rules,
                 source: f.rules.clone(),
                 counter_base: base,
+                index: fi as u16,
             });
         }
         Ok(RuleSet {
@@ -471,7 +476,7 @@ pub fn boxes(r: &RuleConfig, cfg: &FirewallConfig) -> Result<Boxes, String> {
         l.as_ref().map(|l| {
             l.iter()
                 .filter_map(|n| match n.addr {
-                    IpAddr::V4(a) => Some(span4(u32::from(a), n.len)),
+                    IpAddr::V4(a) => a.prefix_range(n.len).ok(),
                     IpAddr::V6(_) => None,
                 })
                 .collect()
@@ -481,7 +486,7 @@ pub fn boxes(r: &RuleConfig, cfg: &FirewallConfig) -> Result<Boxes, String> {
         l.as_ref().map(|l| {
             l.iter()
                 .filter_map(|n| match n.addr {
-                    IpAddr::V6(a) => Some(span6(u128::from(a), n.len)),
+                    IpAddr::V6(a) => a.prefix_range(n.len).ok(),
                     IpAddr::V4(_) => None,
                 })
                 .collect()
@@ -502,16 +507,6 @@ pub fn boxes(r: &RuleConfig, cfg: &FirewallConfig) -> Result<Boxes, String> {
             Vec::new()
         },
     })
-}
-
-fn span4(a: u32, len: u8) -> (u32, u32) {
-    let host = u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
-    (a & !host, a | host)
-}
-
-fn span6(a: u128, len: u8) -> (u128, u128) {
-    let host = u128::MAX.checked_shr(u32::from(len)).unwrap_or(0);
-    (a & !host, a | host)
 }
 
 /// Rules of `cfg` that can never match, as (filter index, rule index, the earlier rule

@@ -16,6 +16,19 @@ pub mod msg_type {
     pub const TIME_EXCEEDED: u8 = 11;
     /// Parameter Problem.
     pub const PARAM_PROBLEM: u8 = 12;
+    /// Source Quench (deprecated, RFC 6633; still an error message).
+    pub const SOURCE_QUENCH: u8 = 4;
+    /// Redirect.
+    pub const REDIRECT: u8 = 5;
+
+    /// Whether `t` is an error message (it quotes the packet it is about, RFC 792): never
+    /// answered with another error, and matched to the flow it quotes.
+    pub const fn is_error(t: u8) -> bool {
+        matches!(
+            t,
+            DST_UNREACHABLE | SOURCE_QUENCH | REDIRECT | TIME_EXCEEDED | PARAM_PROBLEM
+        )
+    }
 }
 
 /// Codes for [`msg_type::DST_UNREACHABLE`].

@@ -28,6 +28,11 @@ pub mod msg_type {
     pub const NA: u8 = 136;
     /// Redirect.
     pub const REDIRECT: u8 = 137;
+
+    /// Whether `t` is an error message (types below 128, RFC 4443 §2.1).
+    pub const fn is_error(t: u8) -> bool {
+        t < 128
+    }
 }
 
 /// Codes for [`msg_type::DST_UNREACHABLE`].
