@@ -6,7 +6,7 @@
 //! applied live under traffic without losing what stays allowed.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lab::{Lab, H1_V4, H1_V6, H2_V4, H2_V6};
 use serde_json::Value;
@@ -90,66 +90,6 @@ fn curl(lab: &Lab, url: &str, max_s: u32) -> (i32, String) {
     curl_in(lab, &lab.h1(), url, max_s)
 }
 
-/// curl from namespace `ns`, as [`curl`].
-fn curl_in(lab: &Lab, ns: &str, url: &str, max_s: u32) -> (i32, String) {
-    let max = max_s.to_string();
-    let args = [
-        "curl",
-        "-s",
-        "-S",
-        "-m",
-        &max,
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        url,
-    ];
-    let out = lab.exec_status(ns, &args).unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
-fn python(lab: &Lab, ns: &str, code: &str) -> (bool, String) {
-    sh(lab, ns, &["python3", "-c", code])
-}
-
-/// A background process in `ns`, killed on drop.
-struct Bg(std::process::Child);
-impl Drop for Bg {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(ns: &str, args: &[&str]) -> Bg {
-    Bg(Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap())
-}
-
-/// `ferrouter ARGS --socket SOCKET`: (success, stdout + stderr).
-fn cli(lab: &Lab, args: &[&str]) -> (bool, String) {
-    let out = Command::new(bin())
-        .args(args)
-        .arg("--socket")
-        .arg(lab.socket())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 /// `ferrouter trace ARGS`: its output.
 fn trace(lab: &Lab, args: &[&str]) -> String {
     let mut a = vec!["trace"];
@@ -171,28 +111,6 @@ fn filter(lab: &Lab, name: &str) -> Value {
 
 fn rule_packets(f: &Value, index: usize) -> u64 {
     f["rules"][index - 1]["packets"].as_u64().unwrap()
-}
-
-/// Wait (bounded) for a TCP listener on `port` in `ns`.
-fn wait_listening(lab: &Lab, ns: &str, port: u16) {
-    assert!(
-        bound(lab, ns, port, "-ltnH"),
-        "nothing listens on {port} in {ns}"
-    );
-}
-
-/// Wait (bounded: 10 s) until a socket is bound to `port` in `ns` (`ss` flags: `-ltnH` for
-/// TCP listeners, `-lunH` for UDP); whether one is.
-fn bound(lab: &Lab, ns: &str, port: u16, flags: &str) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) {
-        let (_, out) = sh(lab, ns, &["ss", flags, &format!("sport = :{port}")]);
-        if !out.trim().is_empty() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 #[test]
@@ -438,18 +356,6 @@ fn udp_receiver(lab: &Lab, ns: &str, port: u16, bind: &str) -> std::thread::Join
     });
     bound(lab, ns, port, "-lunH");
     h
-}
-
-/// Poll `f` (bounded: 5 s) until it gives something.
-fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    None
 }
 
 const STATEFUL: &str = r#"

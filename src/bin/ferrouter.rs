@@ -157,11 +157,15 @@ enum Cmd {
     },
     /// Ask a running router (over its control socket).
     Show {
-        /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack
+        /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack | nat
         what: String,
         /// For routes: a prefix (exact) or an address (longest match), or `summary`; for
-        /// conntrack: an address or prefix one end of the flows lies in.
+        /// conntrack: an address or prefix one end of the flows lies in; for nat:
+        /// `sessions`.
         arg: Option<String>,
+        /// For `nat sessions`: an IPv4 address, prefix or range any address of the
+        /// sessions (before or after translation) lies in.
+        filter: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
         /// JSON output.
@@ -322,9 +326,16 @@ fn main() -> Result<()> {
         Cmd::Show {
             what,
             arg,
+            filter,
             api,
             json,
-        } => show(&api.client()?, &what, arg.as_deref(), json),
+        } => show(
+            &api.client()?,
+            &what,
+            arg.as_deref(),
+            filter.as_deref(),
+            json,
+        ),
         Cmd::Demo(m) => moved("demo", &m),
         Cmd::Bench(m) => moved("bench", &m),
         Cmd::Tester(m) => moved("tester", &m),
@@ -510,8 +521,22 @@ fn init_logs(format: &str) {
     }
 }
 
-fn show(client: &control::client::Client, what: &str, arg: Option<&str>, json: bool) -> Result<()> {
-    let v = control::api::request_with(client, what, arg)?;
+fn show(
+    client: &control::client::Client,
+    what: &str,
+    arg: Option<&str>,
+    filter: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let v = match (what, arg, filter) {
+        ("nat", Some("sessions"), Some(f)) => control::api::Shown::NatSessions(
+            control::api::nat_sessions_with(client, Some(f), None)?,
+        ),
+        (_, _, Some(f)) => {
+            anyhow::bail!("unexpected {f:?}: only `show nat sessions` takes a filter")
+        }
+        _ => control::api::request_with(client, what, arg)?,
+    };
     if json {
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());

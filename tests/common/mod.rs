@@ -1,6 +1,9 @@
 //! Helpers shared by the end-to-end test binaries.
 #![allow(dead_code)]
 
+use std::process::Command;
+use std::time::{Duration, Instant};
+
 use lab::{Guard, Lab};
 use serde_json::Value;
 
@@ -376,4 +379,99 @@ pub fn feature_drops(lab: &Lab, feature: &str, reason: &str) -> u64 {
         .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
         .as_u64()
         .unwrap()
+}
+
+/// curl from namespace `ns` (body discarded, `-w %{http_code}`): its exit code (0 ok, 7
+/// refused, 28 timed out) and output.
+pub fn curl_in(lab: &Lab, ns: &str, url: &str, max_s: u32) -> (i32, String) {
+    let max = max_s.to_string();
+    let args = [
+        "curl",
+        "-s",
+        "-S",
+        "-m",
+        &max,
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        url,
+    ];
+    let out = lab.exec_status(ns, &args).unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+pub fn python(lab: &Lab, ns: &str, code: &str) -> (bool, String) {
+    sh(lab, ns, &["python3", "-c", code])
+}
+
+/// A background process in `ns`, killed on drop.
+pub struct Bg(pub std::process::Child);
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn spawn(ns: &str, args: &[&str]) -> Bg {
+    Bg(Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap())
+}
+
+/// `ferrouter ARGS --socket SOCKET`: (success, stdout + stderr).
+pub fn cli(lab: &Lab, args: &[&str]) -> (bool, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .arg("--socket")
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Wait (bounded) for a TCP listener on `port` in `ns`.
+pub fn wait_listening(lab: &Lab, ns: &str, port: u16) {
+    assert!(
+        bound(lab, ns, port, "-ltnH"),
+        "nothing listens on {port} in {ns}"
+    );
+}
+
+/// Wait (bounded: 10 s) until a socket is bound to `port` in `ns` (`ss` flags: `-ltnH` for
+/// TCP listeners, `-lunH` for UDP); whether one is.
+pub fn bound(lab: &Lab, ns: &str, port: u16, flags: &str) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let (_, out) = sh(lab, ns, &["ss", flags, &format!("sport = :{port}")]);
+        if !out.trim().is_empty() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Poll `f` (bounded: 5 s) until it gives something.
+pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
 }

@@ -49,11 +49,15 @@ pub enum Shown {
     Firewall(model::FirewallView),
     /// `GET /v1/conntrack`.
     Conntrack(model::ConntrackList),
+    /// `GET /v1/nat`.
+    Nat(model::NatView),
+    /// `GET /v1/nat/sessions`.
+    NatSessions(model::NatSessionList),
 }
 
 /// The items `show` knows, for error messages.
 const ITEMS: &str =
-    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall or conntrack";
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat or nat sessions";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -75,6 +79,15 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
                 })?,
             )
         }
+        "nat" if arg == Some("sessions") => Shown::NatSessions(
+            crate::natview::sessions(&shared.features, Default::default(), 1000).map_err(|e| {
+                match e {
+                    firewall::nat::DumpError::Off => ShowError::BadRequest(e.to_string()),
+                    _ => ShowError::Unavailable(e.to_string()),
+                }
+            })?,
+        ),
+        "nat" => Shown::Nat(crate::natview::view(&shared.features)),
         other => {
             return Err(ShowError::BadRequest(format!(
                 "unknown item {other:?}: expected {ITEMS}"
@@ -446,6 +459,8 @@ enum Item {
     Bgp,
     Firewall,
     Conntrack,
+    Nat,
+    NatSessions,
 }
 
 fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
@@ -472,6 +487,9 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
                 serde_urlencoded::to_string([("address", a)])?
             ),
         ),
+        ("nat", Some("sessions")) => (Item::NatSessions, "/v1/nat/sessions".into()),
+        ("nat", None) => (Item::Nat, "/v1/nat".into()),
+        ("nat", Some(a)) => anyhow::bail!("unknown item \"nat {a}\": expected nat or nat sessions"),
         (other, _) => anyhow::bail!("unknown item {other:?}: expected {ITEMS}"),
     })
 }
@@ -494,6 +512,8 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Bgp => Shown::Bgp(client.get_as(&path)?),
         Item::Firewall => Shown::Firewall(client.get_as(&path)?),
         Item::Conntrack => Shown::Conntrack(client.get_as(&path)?),
+        Item::Nat => Shown::Nat(client.get_as(&path)?),
+        Item::NatSessions => Shown::NatSessions(client.get_as(&path)?),
     })
 }
 
@@ -502,6 +522,24 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
 pub fn request_json(socket: &Path, show: &str, arg: Option<&str>) -> Result<serde_json::Value> {
     let (_, path) = item(show, arg)?;
     Client::new(Endpoint::Unix(socket.into())).get(&path)
+}
+
+/// Client side: the NAT sessions that match (`GET /v1/nat/sessions`): an IPv4 address,
+/// prefix or range any of their addresses lies in, at most `limit`.
+pub fn nat_sessions_with(
+    client: &Client,
+    address: Option<&str>,
+    limit: Option<usize>,
+) -> Result<model::NatSessionList> {
+    let limit = limit.map(|l| l.to_string());
+    let q: Vec<(&str, &str)> = [("address", address), ("limit", limit.as_deref())]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+    client.get_as(&format!(
+        "/v1/nat/sessions?{}",
+        serde_urlencoded::to_string(&q)?
+    ))
 }
 
 /// Client side: remove the flows that match (`DELETE /v1/conntrack`); each condition is

@@ -305,6 +305,10 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     {
         restart.push("[firewall] conntrack, conntrack_max");
     }
+    // So are NAT's, once NAT has run.
+    if old.nat.has_rules() && old.nat.max_sessions != new.nat.max_sessions {
+        restart.push("[nat] max_sessions");
+    }
     if !restart.is_empty() {
         return Err(PlanError::RestartNeeded(restart));
     }

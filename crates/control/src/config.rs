@@ -256,6 +256,13 @@ pub struct Config {
         skip_serializing_if = "firewall::config::FirewallConfig::is_default"
     )]
     pub firewall: firewall::config::FirewallConfig,
+    /// NAT44 (`[nat]`: `[[nat.source]]` source NAT and masquerade, `[[nat.destination]]`
+    /// port forwards); applied live. See docs/firewall.md.
+    #[serde(
+        default,
+        skip_serializing_if = "firewall::nat::config::NatConfig::is_default"
+    )]
+    pub nat: firewall::nat::config::NatConfig,
 }
 
 fn is_default_distances(d: &crate::sync::Distances) -> bool {
@@ -937,6 +944,7 @@ impl Config {
         self.validate_neighbors(r);
         self.validate_bgp(r);
         self.validate_firewall(r);
+        self.validate_nat(r);
     }
 
     fn validate_vlans(&self, r: &mut Report) {
@@ -1417,6 +1425,20 @@ impl Config {
         // A firewall without problems compiles (`RuleSet::compile` fails only on what
         // `validate` reports): nothing is compiled here, the daemon compiles it once.
         for (path, m) in problems {
+            r.add(path, m);
+        }
+    }
+
+    fn validate_nat(&self, r: &mut Report) {
+        let names = self.fast_path_names();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        if self.nat.has_rules() && self.workers > 1 {
+            r.add(
+                "nat",
+                format!("NAT needs workers = 1 (this config has {}): each worker has its own sessions, and the flows of several workers are not yet steered so that both directions of a flow reach the same one", self.workers),
+            );
+        }
+        for (path, m) in self.nat.validate(&refs) {
             r.add(path, m);
         }
     }

@@ -68,9 +68,10 @@ impl LivePort {
             backend,
         }
     }
-    /// Tell the XDP program which destinations are the router's own.
-    fn set_local_addrs(&mut self, addrs: &[IpAddr]) {
-        if let Err(e) = self.port.set_local_addrs(addrs) {
+    /// Tell the XDP program which destinations are the router's own, and whether NAT
+    /// shares them.
+    fn set_local_addrs(&mut self, addrs: &[IpAddr], nat: bool) {
+        if let Err(e) = self.port.set_local_addrs_shared(addrs, nat) {
             let name = self.port.interface().map_or("?", |(n, _)| n);
             tracing::warn!("updating local addresses of {name}: {e}");
         }
@@ -255,7 +256,7 @@ fn open_ports(
             },
         };
         for (w, mut live) in opened.into_iter().enumerate() {
-            live.set_local_addrs(locals);
+            live.set_local_addrs(locals, false);
             per_worker[w].push(live);
         }
     }
@@ -269,7 +270,7 @@ fn spawn_worker(
     fib: fib::FibReaders,
     (registry, features): (Arc<Registry>, Arc<ArcSwap<FeatureState>>),
     ifaces: Arc<ArcSwap<Interfaces>>,
-    locals: Arc<ArcSwap<Vec<IpAddr>>>,
+    (locals, nat): (Arc<ArcSwap<Vec<IpAddr>>>, Arc<firewall::nat::NatShared>),
     iface_version: Arc<AtomicU64>,
     punt: dataplane::punt::PuntProducer,
     inject: PuntConsumer,
@@ -302,12 +303,15 @@ fn spawn_worker(
         graph.set_tracer(tracer);
         graph.set_capturer(capturer);
         graph.set_features(registry, id);
-        let seen_version = iface_version.load(Ordering::Acquire);
+        // The first poll takes the current state in full, the ports' local addresses with
+        // NAT's share of them included (the ports opened before the config was applied).
+        let seen_version = iface_version.load(Ordering::Acquire).wrapping_sub(1);
         graph.set_feature_state(features.load_full());
         let mut hooks = DaemonHooks {
             ifaces,
             features,
             locals,
+            nat,
             iface_version,
             seen_version,
             inject,
@@ -326,6 +330,8 @@ struct DaemonHooks {
     ifaces: Arc<ArcSwap<Interfaces>>,
     features: Arc<ArcSwap<FeatureState>>,
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
+    /// Whether NAT shares the router's addresses (its claimed ports come to the fast path).
+    nat: Arc<firewall::nat::NatShared>,
     iface_version: Arc<AtomicU64>,
     seen_version: u64,
     inject: PuntConsumer,
@@ -347,8 +353,9 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
             graph.set_interfaces(self.ifaces.load_full());
             graph.set_feature_state(self.features.load_full());
             let l = self.locals.load();
+            let nat = self.nat.active();
             for p in ports.iter_mut() {
-                p.set_local_addrs(&l);
+                p.set_local_addrs(&l, nat);
             }
         }
         // Frames handed back first: packets held while their next hop resolved go out
@@ -655,10 +662,22 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         )
         .context("allocating the connection-tracking tables ([firewall] conntrack_max)")?,
     );
-    let registry = Arc::new(crate::features::registry(&fw).context("registering features")?);
+    let nat = Arc::new(firewall::nat::NatShared::default());
+    // NAT claims the ports of its flows from the kernel in each AF_XDP port's XDP program
+    // (one per interface, shared by its queues).
+    let mut claims: Vec<Arc<dyn dataplane::claims::PortClaims>> = Vec::new();
+    for live in per_worker.iter().flatten() {
+        if let Some(c) = live.port.nat_ports() {
+            if !claims.iter().any(|x| Arc::ptr_eq(x, &c)) {
+                claims.push(c);
+            }
+        }
+    }
+    nat.set_claims(claims);
+    let registry = Arc::new(crate::features::registry(&fw, &nat).context("registering features")?);
     let features = crate::features::Features::new(
         registry.clone(),
-        fw,
+        (fw, nat),
         facts
             .iter()
             .map(|f| f.name.clone())
@@ -693,7 +712,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             readers.clone(),
             (registry.clone(), features.state()),
             ifaces.clone(),
-            locals.clone(),
+            (locals.clone(), features.nat.clone()),
             iface_version.clone(),
             punt_tx,
             inject_rx,

@@ -2,10 +2,11 @@
 //! [`Registry`], and which interfaces have which, taken from the running config and
 //! published to the workers (RCU: they pick the new state up between vectors).
 //!
-//! Today: uRPF (`[[interface]] urpf = "strict" | "loose"`, the `urpf` crate) and the
+//! Today: uRPF (`[[interface]] urpf = "strict" | "loose"`, the `urpf` crate), the
 //! firewall's filters (`[firewall]`, the `firewall` crate: its rule set is compiled and
 //! published before the interfaces' features change, so a filter is never enabled
-//! without its rules).
+//! without its rules) and NAT44 (`[nat]`, the same crate: rules and tables published
+//! first too).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,9 +19,13 @@ use serde::Serialize;
 use crate::config::{Config, UrpfMode};
 
 /// Every feature the daemon knows; the filters follow `fw`'s rules.
-pub fn registry(fw: &Arc<firewall::node::Shared>) -> Result<Registry, RegistryError> {
+pub fn registry(
+    fw: &Arc<firewall::node::Shared>,
+    nat: &Arc<firewall::nat::NatShared>,
+) -> Result<Registry, RegistryError> {
     let mut all = urpf::Urpf::all();
     all.extend(firewall::node::FilterFeature::all(fw));
+    all.extend(firewall::nat::NatFeature::all(nat));
     Registry::new(all)
 }
 
@@ -56,6 +61,11 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
             }
         }
     }
+    // NAT runs everywhere once it has a rule: replies come back on any interface, and a
+    // rule's interface is matched per packet.
+    if cfg.nat.has_rules() {
+        v.extend(firewall::nat::NatFeature::NAMES);
+    }
     v
 }
 
@@ -70,6 +80,10 @@ pub struct Features {
     names: Vec<String>,
     /// The firewall's rules and logs, shared with its nodes.
     pub firewall: Arc<firewall::node::Shared>,
+    /// NAT's rules and tables, shared with its nodes.
+    pub nat: Arc<firewall::nat::NatShared>,
+    /// The NAT config the published rules were compiled from.
+    nat_config: std::sync::Mutex<firewall::nat::config::NatConfig>,
     /// Workers (for the rule counters).
     workers: usize,
     /// The firewall config the published rules were compiled from (an unchanged one is
@@ -95,7 +109,7 @@ impl Features {
     /// `version` is bumped on each publish.
     pub fn new(
         registry: Arc<Registry>,
-        firewall: Arc<firewall::node::Shared>,
+        (firewall, nat): (Arc<firewall::node::Shared>, Arc<firewall::nat::NatShared>),
         names: Vec<String>,
         workers: usize,
         version: Arc<AtomicU64>,
@@ -106,6 +120,8 @@ impl Features {
             version,
             names,
             firewall,
+            nat,
+            nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
             workers,
             firewall_config: std::sync::Mutex::new(firewall::config::FirewallConfig::default()),
         }
@@ -142,9 +158,44 @@ impl Features {
                 .lock()
                 .map_err(|_| "firewall state unavailable")? = cfg.firewall.clone();
         }
+        self.publish_nat(&cfg.nat)?;
         self.state.store(Arc::new(s));
         self.version.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// NAT's rules (and, the first time it has any, its tables), before its nodes are
+    /// enabled. An unchanged config is not recompiled, so the rules' counters go on.
+    fn publish_nat(&self, cfg: &firewall::nat::config::NatConfig) -> Result<(), String> {
+        let mut cur = self
+            .nat_config
+            .lock()
+            .map_err(|_| "NAT state unavailable")?;
+        if *cfg == *cur {
+            return Ok(());
+        }
+        if cfg.has_rules()
+            && !self
+                .nat
+                .ensure_tables(self.workers, cfg.max_sessions, &cfg.timeouts)
+        {
+            tracing::warn!(
+                "[nat] max_sessions changed to {}: the tables keep their size until a restart",
+                cfg.max_sessions
+            );
+        }
+        let rules = firewall::nat::NatRules::compile(cfg, &self.names)?;
+        self.nat.publish(cfg, rules);
+        *cur = cfg.clone();
+        Ok(())
+    }
+
+    /// The NAT config the running rules came from.
+    pub fn nat_config(&self) -> firewall::nat::config::NatConfig {
+        self.nat_config
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
     }
 
     /// The features enabled on interface `iface`, in execution order.

@@ -266,6 +266,62 @@ async fn conntrack_flush(
     .await
 }
 
+/// NAT's rules, with the sessions each opened, and each worker's table.
+#[utoipa::path(get, path = "/v1/nat", tag = "show",
+    responses((status = 200, description = "NAT's rules and tables", body = model::NatView)))]
+async fn nat(State(s): State<Arc<Shared>>) -> ApiResult<model::NatView> {
+    blocking(move || Ok(Json(crate::natview::view(&s.features)))).await
+}
+
+/// Which sessions of `GET /v1/nat/sessions`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct NatQuery {
+    /// An IPv4 address, prefix or range any address of the session (before or after
+    /// translation) lies in.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// `tcp`, `udp` or `icmp`.
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// A port any end uses, before or after translation.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Most sessions to list (default 1,000; at most 100,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// NAT's sessions, filtered.
+#[utoipa::path(get, path = "/v1/nat/sessions", tag = "show", params(NatQuery),
+    responses((status = 200, description = "The matching sessions", body = model::NatSessionList),
+              (status = 400, description = "A malformed filter", body = model::ErrorBody),
+              (status = 409, description = "NAT is off", body = model::ErrorBody),
+              (status = 500, description = "A worker's table stayed busy", body = model::ErrorBody)))]
+async fn nat_sessions(
+    State(s): State<Arc<Shared>>,
+    q: std::result::Result<Query<NatQuery>, QueryRejection>,
+) -> ApiResult<model::NatSessionList> {
+    let Query(q) = q?;
+    let filter = crate::natview::filter(q.address.as_deref(), q.protocol.as_deref(), q.port)
+        .map_err(ApiError::bad_request)?;
+    let limit = q.limit.unwrap_or(1000);
+    blocking(move || {
+        crate::natview::sessions(&s.features, filter, limit)
+            .map(Json)
+            .map_err(nat_error)
+    })
+    .await
+}
+
+fn nat_error(e: firewall::nat::DumpError) -> ApiError {
+    let status = match e {
+        firewall::nat::DumpError::Off => StatusCode::CONFLICT,
+        firewall::nat::DumpError::Busy { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, e.to_string())
+}
+
 /// Version and build.
 #[utoipa::path(get, path = "/v1/version", tag = "show",
     responses((status = 200, description = "Version, build commit and uptime", body = model::Version)))]
@@ -633,7 +689,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -743,6 +799,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/counters", get(counters))
         .route("/v1/firewall", get(firewall))
         .route("/v1/conntrack", get(conntrack_list).delete(conntrack_flush))
+        .route("/v1/nat", get(nat))
+        .route("/v1/nat/sessions", get(nat_sessions))
         .route("/v1/version", get(version))
         .route("/v1/config", get(config_get))
         .route("/v1/config/check", post(config_check))

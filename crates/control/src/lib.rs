@@ -16,6 +16,7 @@ pub mod http;
 pub mod listener;
 pub mod metrics;
 pub mod model;
+pub mod natview;
 pub mod render;
 pub mod state;
 pub mod sync;

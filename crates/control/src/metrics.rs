@@ -149,6 +149,36 @@ fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
             ],
         );
     }
+    let nat = shared.features.nat.stats();
+    if !nat.is_empty() {
+        let sum = |f: fn(&firewall::nat::NatStats) -> u64| nat.iter().map(f).sum::<u64>();
+        s.gauge(
+            "ferrouter_nat_sessions",
+            "NAT sessions in the workers' tables.",
+            vec![(vec![], sum(|x| x.sessions) as f64)],
+        );
+        s.gauge(
+            "ferrouter_nat_max_sessions",
+            "Capacity of the workers' NAT tables.",
+            vec![(vec![], sum(|x| x.max) as f64)],
+        );
+        s.gauge(
+            "ferrouter_nat_mappings",
+            "NAT endpoint mappings (inside address and port to external) in use.",
+            vec![(vec![], sum(|x| x.mappings) as f64)],
+        );
+        s.counter(
+            "ferrouter_nat_events",
+            "NAT events: sessions created, expired, refused (table full, no free port, reply tuple taken).",
+            vec![
+                (vec![("event", "created".into())], sum(|x| x.created)),
+                (vec![("event", "expired".into())], sum(|x| x.expired)),
+                (vec![("event", "refused_full".into())], sum(|x| x.full)),
+                (vec![("event", "refused_no_port".into())], sum(|x| x.no_port)),
+                (vec![("event", "collision".into())], sum(|x| x.collision)),
+            ],
+        );
+    }
 }
 
 fn api_connections(s: &mut Scrape, c: &crate::listener::ConnStats) {

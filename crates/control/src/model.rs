@@ -879,3 +879,91 @@ pub struct ConntrackFlushed {
     /// Flows removed.
     pub removed: u64,
 }
+
+/// `GET /v1/nat`: NAT's rules with the sessions each opened, and each worker's table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NatView {
+    /// The rules, source rules first, each list in config order.
+    pub rules: Vec<NatRuleView>,
+    /// Each worker's table (empty: NAT has not run since start).
+    pub workers: Vec<NatWorkerView>,
+    /// Batches dropped because a session listing held a worker's table too long.
+    pub busy: u64,
+}
+
+/// One NAT rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NatRuleView {
+    /// `source` or `destination`.
+    pub kind: String,
+    /// Position in its list, from 1.
+    pub index: u32,
+    /// What it matches, as the config writes it.
+    pub matches: String,
+    /// What it translates to: `masquerade`, `exclude`, a pool, or `ADDRESS[:PORT]`.
+    pub translation: String,
+    /// The comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Sessions it opened since the rules were last changed.
+    pub sessions: u64,
+}
+
+/// One worker's NAT table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NatWorkerView {
+    /// Worker.
+    pub worker: u32,
+    /// Sessions now.
+    pub sessions: u64,
+    /// Sessions it can hold.
+    pub max_sessions: u64,
+    /// Endpoint mappings in use.
+    pub mappings: u64,
+    /// Sessions created since start.
+    pub created: u64,
+    /// Sessions that timed out.
+    pub expired: u64,
+    /// New sessions refused: the table was full.
+    pub refused_full: u64,
+    /// New mappings refused: no free port.
+    pub refused_no_port: u64,
+    /// New sessions refused: their reply tuple was taken.
+    pub collisions: u64,
+    /// The external ports (and ICMP identifiers) this worker hands out: first and last.
+    pub ports: [u16; 2],
+    /// Bytes the table takes.
+    pub memory_bytes: u64,
+}
+
+/// `GET /v1/nat/sessions`: the sessions a filter matches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NatSessionList {
+    /// The sessions, worker by worker.
+    pub sessions: Vec<NatSession>,
+    /// More sessions matched than `limit`: the list is cut.
+    pub truncated: bool,
+}
+
+/// One NAT session: its first packet as it arrived and as it left.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NatSession {
+    /// The worker that owns it.
+    pub worker: u32,
+    /// `tcp`, `udp` or `icmp`.
+    pub protocol: String,
+    /// `snat`, `dnat` or `snat+dnat`.
+    pub kind: String,
+    /// Source as it arrived: `ADDRESS:PORT` (ICMP: the echo identifier).
+    pub inside_src: String,
+    /// Destination as it arrived.
+    pub inside_dst: String,
+    /// Source as it left.
+    pub outside_src: String,
+    /// Destination as it left.
+    pub outside_dst: String,
+    /// TCP: what the session has seen (`syn`, `syn-ack`, `fin`, `rst`), else empty.
+    pub tcp: String,
+    /// Seconds until it expires without traffic.
+    pub expires_s: f64,
+}

@@ -23,7 +23,101 @@ pub fn render(v: &Shown) -> String {
         Shown::Bgp(b) => bgp(b),
         Shown::Firewall(f) => firewall(f),
         Shown::Conntrack(c) => conntrack(c),
+        Shown::Nat(n) => nat(n),
+        Shown::NatSessions(n) => nat_sessions(n),
     }
+}
+
+/// `ferrouter show nat`: the rules, then a line per worker.
+pub fn nat(v: &model::NatView) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<12} {:>4} {:>10}  {:<28} match",
+        "rule", "#", "sessions", "translation"
+    );
+    for r in &v.rules {
+        let _ = writeln!(
+            s,
+            "{:<12} {:>4} {:>10}  {:<28} {}{}",
+            r.kind,
+            r.index,
+            r.sessions,
+            r.translation,
+            r.matches,
+            r.comment
+                .as_ref()
+                .map(|c| format!("  # {c}"))
+                .unwrap_or_default()
+        );
+    }
+    if v.workers.is_empty() {
+        let _ = writeln!(s, "no NAT tables (no [nat] rules since start)");
+    }
+    for w in &v.workers {
+        let _ = writeln!(
+            s,
+            "worker {}: {} sessions of {} ({} bytes), {} mappings, ports {}-{}; {} created, {} expired; refused: {} table full, {} no port, {} collisions",
+            w.worker,
+            w.sessions,
+            w.max_sessions,
+            w.memory_bytes,
+            w.mappings,
+            w.ports[0],
+            w.ports[1],
+            w.created,
+            w.expired,
+            w.refused_full,
+            w.refused_no_port,
+            w.collisions
+        );
+    }
+    if v.busy > 0 {
+        let _ = writeln!(
+            s,
+            "batches dropped while a listing held a table: {}",
+            v.busy
+        );
+    }
+    s
+}
+
+/// `ferrouter show nat sessions`: a line per session.
+pub fn nat_sessions(v: &model::NatSessionList) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<5} {:<9} {:<21} {:<21} {:<21} {:<21} {:<14} {:>10}",
+        "proto",
+        "kind",
+        "inside src",
+        "inside dst",
+        "outside src",
+        "outside dst",
+        "tcp",
+        "expires s"
+    );
+    for x in &v.sessions {
+        let _ = writeln!(
+            s,
+            "{:<5} {:<9} {:<21} {:<21} {:<21} {:<21} {:<14} {:>10.1}",
+            x.protocol,
+            x.kind,
+            x.inside_src,
+            x.inside_dst,
+            x.outside_src,
+            x.outside_dst,
+            x.tcp,
+            x.expires_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{} session(s){}",
+        v.sessions.len(),
+        if v.truncated { ", more not shown" } else { "" }
+    );
+    s
 }
 
 /// `show interfaces`.

@@ -471,11 +471,12 @@ pub const F_LINK_LOCAL_SRC: u16 = 16;
 pub const F_TO_FRAG: u16 = 32;
 
 /// Bits of `Pkt::flags` that belong to the features: one on an input arc may leave
-/// something about the packet there (the firewall: its connection-tracking state) for one
-/// on an output arc of the same packet. The engine never sets them and keeps them.
-pub const F_FEATURE_META: u16 = 0xf000;
+/// something about the packet there for one on an output arc of the same packet (the
+/// firewall: its connection-tracking state in the top four; NAT: what it did in the four
+/// below). The engine never sets them and keeps them.
+pub const F_FEATURE_META: u16 = 0xff00;
 /// Shift of [`F_FEATURE_META`].
-pub const FEATURE_META_SHIFT: u32 = 12;
+pub const FEATURE_META_SHIFT: u32 = 8;
 
 /// Descriptor of one packet in a vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -8,6 +8,7 @@
 mod arm;
 pub mod buffer;
 pub mod capture;
+pub mod claims;
 pub mod counters;
 mod dispatch;
 mod ethernet;

@@ -9,7 +9,9 @@
 //! - [`conntrack`]: the per-worker connection tracker: flows keyed in both directions, TCP
 //!   state and window tracking, per-state timeouts, and a fixed-size table that drops
 //!   half-open flows first when it fills, which the filter nodes use when `[firewall]
-//!   conntrack` is on.
+//!   conntrack` is on;
+//! - [`nat`]: NAT44 (source NAT and masquerade, destination NAT and port forwards,
+//!   hairpinning) as three feature nodes around the filters, with per-worker sessions.
 
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::needless_range_loop))]
@@ -19,6 +21,7 @@ pub mod config;
 pub mod conntrack;
 #[cfg(any(test, feature = "gen"))]
 pub mod gen;
+pub mod nat;
 pub mod node;
 pub mod ruleset;
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use atomic_refcell::AtomicRefCell;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec, Reply};
-use dataplane::{RateLimiter, FEATURE_META_SHIFT, F_FEATURE_META};
+use dataplane::RateLimiter;
 
 use crate::config::{state, Action, Hook, ICMP, ICMPV6, SCTP, TCP, UDP};
 use crate::conntrack::{self, Conntrack, CtState, Segment, Tuple, L4};
@@ -860,7 +860,7 @@ impl FeatureNode for Node {
             };
             if self.hook == Hook::Ingress && self.ct.is_some() {
                 if let Some(q) = b.pkt_mut(k) {
-                    q.flags = q.flags & !F_FEATURE_META | u16::from(st) << FEATURE_META_SHIFT;
+                    q.flags = q.flags & !STATE_META | u16::from(st) << STATE_SHIFT;
                 }
             }
             let (action, rule) = match f {
@@ -942,8 +942,14 @@ fn state_bit(s: CtState) -> u8 {
 
 /// The state an input arc left in the packet's feature bits (0: not tracked).
 fn meta_state(flags: u16) -> u8 {
-    ((flags & F_FEATURE_META) >> FEATURE_META_SHIFT) as u8
+    ((flags & STATE_META) >> STATE_SHIFT) as u8
 }
+
+/// The firewall's part of `dataplane::F_FEATURE_META`: the connection-tracking state.
+pub const STATE_META: u16 = 0xf000;
+const STATE_SHIFT: u32 = 12;
+const _: () = assert!(STATE_META & dataplane::F_FEATURE_META == STATE_META);
+const _: () = assert!(STATE_META & crate::nat::meta::MASK == 0);
 
 /// The tracker's view of a parsed packet; `None` for what it cannot track (a later
 /// fragment, whose transport header is in the first).

@@ -34,12 +34,87 @@ struct addr {
 };
 
 // The router's own addresses, filled by userspace: traffic to them goes to the kernel.
+// Value LOCAL_NAT: NAT shares the address (masquerade, a port forward), and traffic to a
+// port NAT claims in nat_ports goes to the fast path instead.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct addr);
 	__type(value, __u8);
 } local_addrs SEC(".maps");
+
+#define LOCAL_NAT 2
+
+// Ports of the router's own addresses that NAT claims from the kernel: a bitmap per
+// block of 1024 64-bit words (64-bit: an array map lays its values out 8 bytes apart,
+// which is what userspace sees through mmap), blocks 0-2 the ports of NAT's mappings (TCP, UDP, ICMP echo
+// identifiers), written by the workers as they map and unmap, blocks 3-5 those of its
+// port forwards, written by the control thread. Userspace writes it through mmap.
+#define NAT_BLOCK_WORDS 1024
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 6 * NAT_BLOCK_WORDS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} nat_ports SEC(".maps");
+
+// Whether NAT claims `port` (host order) of protocol block `block` (0 TCP, 1 UDP, 2 ICMP),
+// as a mapping's or as a port forward's (`first` 1: as a port forward's only).
+static __always_inline int nat_claims(__u32 block, __u32 port, int first)
+{
+	__u32 bit = port & 63;
+	__u32 word = (port & 0xffff) >> 6;
+	__u32 idx = block * NAT_BLOCK_WORDS + word;
+	__u64 *w;
+	if (!first) {
+		w = bpf_map_lookup_elem(&nat_ports, &idx);
+		if (w && (*w >> bit) & 1)
+			return 1;
+	}
+	idx += 3 * NAT_BLOCK_WORDS;
+	w = bpf_map_lookup_elem(&nat_ports, &idx);
+	return w && (*w >> bit) & 1;
+}
+
+// Whether an IPv4 packet to a NAT-shared address belongs to NAT: TCP or UDP to a claimed
+// port, an echo reply to a claimed identifier, an ICMP error quoting a packet NAT sent
+// (from a claimed port or identifier). Later fragments (no ports) stay the kernel's.
+static __always_inline int nat_packet(struct iphdr *ip, void *end)
+{
+	if (ip->frag_off & bpf_htons(0x1fff))
+		return 0;
+	__u32 ihl = (ip->ihl & 0xf) * 4;
+	if (ihl < 20)
+		return 0;
+	__u8 *l4 = (__u8 *)ip + ihl;
+	if ((void *)(l4 + 8) > end)
+		return 0;
+	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP)
+		return nat_claims(ip->protocol == IPPROTO_TCP ? 0 : 1, (l4[2] << 8) | l4[3], 0);
+	if (ip->protocol != IPPROTO_ICMP)
+		return 0;
+	__u8 type = l4[0];
+	// An echo reply to a mapping's identifier; an echo request only to a forward.
+	if (type == 0 || type == 8)
+		return nat_claims(2, (l4[4] << 8) | l4[5], type == 8);
+	if (type != 3 && type != 4 && type != 5 && type != 11 && type != 12)
+		return 0;
+	struct iphdr *in = (struct iphdr *)(l4 + 8);
+	if ((void *)(in + 1) > end)
+		return 0;
+	__u32 iihl = (in->ihl & 0xf) * 4;
+	if (iihl < 20)
+		return 0;
+	__u8 *il4 = (__u8 *)in + iihl;
+	if ((void *)(il4 + 8) > end)
+		return 0;
+	if (in->protocol == IPPROTO_TCP || in->protocol == IPPROTO_UDP)
+		return nat_claims(in->protocol == IPPROTO_TCP ? 0 : 1, (il4[0] << 8) | il4[1], 0);
+	if (in->protocol == IPPROTO_ICMP && (il4[0] == 8 || il4[0] == 0))
+		return nat_claims(2, (il4[4] << 8) | il4[5], 0);
+	return 0;
+}
 
 struct vlan {
 	__be16 tci;
@@ -92,6 +167,12 @@ int ferrouter_xdp(struct xdp_md *ctx)
 			return XDP_PASS;
 		key.w[2] = bpf_htonl(0xffff);
 		key.w[3] = ip->daddr;
+		__u8 *kind = bpf_map_lookup_elem(&local_addrs, &key);
+		if (kind) {
+			if (*kind == LOCAL_NAT && nat_packet(ip, end))
+				return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+			return XDP_PASS;
+		}
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = l3;
 		if ((void *)(ip6 + 1) > end)

@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
 use dataplane::worker::Port;
 use dataplane::{PacketMemory, Pkt, Vector};
@@ -55,9 +56,23 @@ impl AnyPort {
     /// Tell the XDP program which destinations are the router's own (the kernel's
     /// traffic); other backends need nothing.
     pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), PortError> {
+        self.set_local_addrs_shared(addrs, false)
+    }
+
+    /// [`AnyPort::set_local_addrs`], with NAT sharing the IPv4 addresses (`nat`).
+    pub fn set_local_addrs_shared(&mut self, addrs: &[IpAddr], nat: bool) -> Result<(), PortError> {
         match self {
-            AnyPort::Xdp(p) => p.set_local_addrs(addrs),
+            AnyPort::Xdp(p) => p.set_local_addrs_shared(addrs, nat),
             _ => Ok(()),
+        }
+    }
+
+    /// Where NAT claims ports of the addresses it shares with the kernel (AF_XDP only:
+    /// other backends give the fast path every packet).
+    pub fn nat_ports(&self) -> Option<Arc<dyn dataplane::claims::PortClaims>> {
+        match self {
+            AnyPort::Xdp(p) => p.nat_ports(),
+            _ => None,
         }
     }
 }

@@ -545,12 +545,26 @@ impl AfXdp {
     /// Make `addrs` the router's own addresses on this interface: traffic to them is passed
     /// to the kernel instead of the fast path. Replaces the previous set.
     pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), PortError> {
+        self.set_local_addrs_shared(addrs, false)
+    }
+
+    /// [`AfXdp::set_local_addrs`], with NAT sharing the IPv4 addresses (`nat`): traffic to
+    /// the ports NAT claims ([`AfXdp::nat_ports`]) goes to the fast path.
+    pub fn set_local_addrs_shared(&mut self, addrs: &[IpAddr], nat: bool) -> Result<(), PortError> {
         lock(&self.program)
-            .set_local_addrs(addrs)
+            .set_local_addrs(addrs, nat)
             .map_err(|reason| PortError::Xdp {
                 ifname: self.ifname.clone(),
                 reason,
             })
+    }
+
+    /// Where NAT claims ports of the addresses it shares with the kernel (shared by the
+    /// interface's queues); `None` if the kernel could not map it.
+    pub fn nat_ports(&self) -> Option<Arc<dyn dataplane::claims::PortClaims>> {
+        lock(&self.program)
+            .nat_ports()
+            .map(|n| n as Arc<dyn dataplane::claims::PortClaims>)
     }
 
     /// The addresses the XDP program currently treats as local, sorted.

@@ -1,6 +1,8 @@
 //! The XDP program that splits an interface's traffic between the AF_XDP socket and the
-//! kernel, and the two maps userspace drives: `xsks` (queue → socket) and `local_addrs`
-//! (the router's own addresses, whose traffic the kernel keeps).
+//! kernel, and the maps userspace drives: `xsks` (queue → socket), `local_addrs` (the
+//! router's own addresses, whose traffic the kernel keeps, but for the ports NAT claims
+//! on the addresses it shares) and `nat_ports` (those claims: a bitmap written through
+//! mmap, see [`NatPorts`]).
 //!
 //! Loading and attaching go through `aya`. On kernels with XDP bpf_links (5.9+) the
 //! attachment lives exactly as long as the link's file descriptor, so a crashed process
@@ -8,9 +10,11 @@
 //! xdp ...`, another loader, or a kernel without links) stays until someone removes it,
 //! which [`XdpProgram::attach`] does before attaching its own.
 
-use std::collections::HashSet;
+use std::collections::HashMap as StdHashMap;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use aya::maps::{HashMap, MapData, XskMap};
 use aya::programs::{Xdp, XdpFlags};
@@ -41,7 +45,8 @@ pub(crate) enum Attached {
 pub(crate) struct XdpProgram {
     xsks: XskMap<MapData>,
     local: HashMap<MapData, [u8; 16], u8>,
-    local_set: HashSet<[u8; 16]>,
+    local_set: StdHashMap<[u8; 16], u8>,
+    nat_ports: Option<Arc<NatPorts>>,
     attached: Attached,
     /// Owns the program and its link: dropping it closes the link and so detaches.
     _ebpf: Ebpf,
@@ -104,10 +109,21 @@ impl XdpProgram {
                 .ok_or("XDP object has no map local_addrs")?,
         )
         .map_err(|e| format!("map local_addrs: {e}"))?;
+        let nat_ports = match ebpf.take_map("nat_ports") {
+            Some(aya::maps::Map::Array(m)) => match NatPorts::map(m) {
+                Ok(n) => Some(Arc::new(n)),
+                Err(e) => {
+                    tracing::warn!(ifname, "NAT cannot share this interface's addresses: {e}");
+                    None
+                }
+            },
+            _ => return Err("XDP object has no array map nat_ports".into()),
+        };
         Ok(XdpProgram {
             xsks,
             local,
-            local_set: HashSet::new(),
+            local_set: StdHashMap::new(),
+            nat_ports,
             attached,
             _ebpf: ebpf,
         })
@@ -125,17 +141,25 @@ impl XdpProgram {
             .map_err(|e| format!("inserting the AF_XDP socket into xsks[{queue_id}] failed: {e}"))
     }
 
-    /// Make `addrs` exactly the set of addresses whose traffic goes to the kernel.
-    pub(crate) fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), Reason> {
-        let want: HashSet<[u8; 16]> = addrs.iter().map(|a| map_key(*a)).collect();
+    /// Make `addrs` exactly the set of addresses whose traffic goes to the kernel; with
+    /// `nat`, NAT shares the IPv4 ones (the ports it claims go to the fast path).
+    pub(crate) fn set_local_addrs(&mut self, addrs: &[IpAddr], nat: bool) -> Result<(), Reason> {
+        let nat = nat && self.nat_ports.is_some();
+        let want: StdHashMap<[u8; 16], u8> = addrs
+            .iter()
+            .map(|a| (map_key(*a), if nat && a.is_ipv4() { LOCAL_NAT } else { 1 }))
+            .collect();
         // Add before removing, so an address present in both sets never leaks to the fast
         // path in between.
-        for k in want.difference(&self.local_set) {
+        for (k, v) in &want {
+            if self.local_set.get(k) == Some(v) {
+                continue;
+            }
             self.local
-                .insert(k, 1u8, 0)
+                .insert(k, *v, 0)
                 .map_err(|e| format!("adding {} to local_addrs failed: {e}", key_addr(k)))?;
         }
-        for k in self.local_set.difference(&want) {
+        for k in self.local_set.keys().filter(|k| !want.contains_key(*k)) {
             match self.local.remove(k) {
                 Ok(()) => {}
                 // Already gone: the goal is reached.
@@ -162,6 +186,123 @@ impl XdpProgram {
             .collect();
         v.sort();
         v
+    }
+
+    /// Where NAT claims ports (`None`: the map could not be mapped into memory).
+    pub(crate) fn nat_ports(&self) -> Option<Arc<NatPorts>> {
+        self.nat_ports.clone()
+    }
+}
+
+/// `local_addrs` value of an address NAT shares.
+const LOCAL_NAT: u8 = 2;
+
+/// 64-bit words per protocol block of `nat_ports` (65,536 bits). 64-bit values: an array
+/// map lays its values out 8 bytes apart, and mmap shows that layout.
+const BLOCK_WORDS: usize = 1024;
+/// Blocks: TCP, UDP, ICMP for mappings, then the same for port forwards.
+const BLOCKS: usize = 6;
+
+/// The `nat_ports` bitmap, mapped into this process (`BPF_F_MMAPABLE`): the XDP program
+/// reads it per packet, the workers and the control thread set and clear bits with atomic
+/// read-modify-writes, no syscall.
+pub struct NatPorts {
+    /// The mapping's first word.
+    base: *mut u64,
+    /// Bytes mapped.
+    len: usize,
+    /// Owns the map's descriptor (the mapping outlives no use of it: unmapped in `drop`).
+    _map: MapData,
+}
+
+// SAFETY: the mapping is process-wide shared memory reached only through atomic operations
+// on `AtomicU64` views of it (`NatPorts::word`), which are safe from any thread; the
+// pointer never changes after `map` and stays valid until `drop`.
+unsafe impl Send for NatPorts {}
+// SAFETY: as for `Send`: every access is atomic.
+unsafe impl Sync for NatPorts {}
+
+impl NatPorts {
+    fn map(m: MapData) -> Result<NatPorts, String> {
+        let len = BLOCKS * BLOCK_WORDS * 8;
+        let fd = m.fd().as_fd().as_raw_fd();
+        // SAFETY: mapping a BPF array map's memory: a valid descriptor (owned by `m`, kept
+        // in the result), a length within the map's size (BLOCKS * BLOCK_WORDS u64 values,
+        // as the object declares it), no fixed address. The kernel checks the rest and
+        // fails with MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(format!(
+                "mmap of map nat_ports failed: {} (the kernel needs BPF_F_MMAPABLE array maps, Linux 5.5+)",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(NatPorts {
+            base: p.cast(),
+            len,
+            _map: m,
+        })
+    }
+
+    /// Word `i` of the bitmap, as an atomic (`None` beyond it).
+    fn word(&self, i: usize) -> Option<&AtomicU64> {
+        if i >= self.len / 8 {
+            return None;
+        }
+        // SAFETY: `i` is within the mapping (checked above), which is 8-aligned (page
+        // aligned base) and lives as long as `self`; the XDP program only reads it and
+        // every userspace access is atomic, so no non-atomic access races with this one.
+        Some(unsafe { AtomicU64::from_ptr(self.base.add(i)) })
+    }
+
+    fn block(proto: u8) -> Option<usize> {
+        match proto {
+            6 => Some(0),
+            17 => Some(1),
+            1 => Some(2),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for NatPorts {
+    fn drop(&mut self) {
+        // SAFETY: `base` and `len` are the mapping `map` made, unmapped once, here.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+impl dataplane::claims::PortClaims for NatPorts {
+    fn set(&self, proto: u8, port: u16, forward: bool, on: bool) {
+        let Some(b) = Self::block(proto) else { return };
+        let b = b + if forward { 3 } else { 0 };
+        let bit = 1u64 << (port & 63);
+        if let Some(w) = self.word(b * BLOCK_WORDS + usize::from(port >> 6)) {
+            if on {
+                w.fetch_or(bit, Ordering::Relaxed);
+            } else {
+                w.fetch_and(!bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn clear_forwards(&self) {
+        for i in 3 * BLOCK_WORDS..BLOCKS * BLOCK_WORDS {
+            if let Some(w) = self.word(i) {
+                w.store(0, Ordering::Relaxed);
+            }
+        }
     }
 }
 
