@@ -702,9 +702,19 @@ impl Stateful {
         loop {
             let el = now - start;
             if open_end.is_none() {
-                if el < dur_ns && self.c.slots < self.c.planned {
-                    self.open_due(now, el, rate_m, lag, mem, client);
-                } else {
+                // Connections due before the end are still opened if this iteration comes
+                // after it (within the lag); the rest are given up.
+                if self.c.slots < self.c.planned {
+                    self.open_due(
+                        now,
+                        el.min(dur_ns.saturating_sub(1)),
+                        rate_m,
+                        lag,
+                        mem,
+                        client,
+                    );
+                }
+                if el >= dur_ns || self.c.slots >= self.c.planned {
                     let rest = self.c.planned - self.c.slots;
                     self.give_up(rest);
                     open_end = Some(now);
