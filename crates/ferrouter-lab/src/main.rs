@@ -979,6 +979,7 @@ fn stateful(a: StatefulArgs) -> Result<()> {
         clients: a.clients,
         servers: a.servers,
         firewall: !a.no_firewall,
+        ..lab::stateful::Options::default()
     };
     let r = lab::stateful::run(&opts, &|m| eprintln!("... {m}"))?;
     if a.json {

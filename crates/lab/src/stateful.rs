@@ -63,11 +63,14 @@ pub struct Options {
     pub servers: u32,
     /// The nftables stateful filter (off: plain kernel forwarding).
     pub firewall: bool,
+    /// How far the tester may fall behind its schedule (descheduled on a shared machine)
+    /// before due connections are given up; they are opened late, in bursts, until then.
+    pub max_lag: Duration,
 }
 
 impl Default for Options {
     /// 2,000 connections of each protocol at 1,000 per second, 64-byte requests,
-    /// 1024-byte responses, 16 clients, 4 servers, firewall on.
+    /// 1024-byte responses, 16 clients, 4 servers, firewall on, 200 ms of lag allowed.
     fn default() -> Options {
         Options {
             prefix: "fst".into(),
@@ -81,6 +84,7 @@ impl Default for Options {
             clients: 16,
             servers: 4,
             firewall: true,
+            max_lag: Duration::from_millis(200),
         }
     }
 }
@@ -299,6 +303,7 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
         cfg.duration = Duration::from_secs_f64(opts.conns as f64 / opts.cps);
         cfg.max_concurrent = opts.max_concurrent;
         cfg.hold = opts.hold;
+        cfg.max_lag = opts.max_lag;
         let mut gen = Stateful::new(&cfg)?;
         let before = if opts.firewall {
             nft_counters(&d)?
@@ -332,8 +337,13 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
         })?;
         let dut = if opts.firewall {
             let after = nft_counters(&d)?;
-            let delta =
-                |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+            let delta = |k: &str| {
+                after
+                    .get(k)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(before.get(k).copied().unwrap_or(0))
+            };
             DutCounts {
                 new_tcp: delta("new_tcp"),
                 new_udp: delta("new_udp"),

@@ -31,6 +31,8 @@
 //! while `max_concurrent` are open, or while the next client tuple is still in use or in
 //! quarantine; once the schedule is more than `max_lag` ahead, the oldest due slots are
 //! given up and counted in [`StatefulResult::skipped`] (with the reason that held them).
+//! Connections that a stall of the tester itself kept back at the end of `duration` are
+//! opened up to `max_lag` after it.
 //!
 //! Client tuples (address, port) are taken in a fixed cycle over `clients` ×
 //! `client_ports` (address first, so consecutive connections come from different
@@ -56,6 +58,35 @@
 //! run ends (`unfinished`).
 //!
 //! IPv4 only.
+//!
+//! ```
+//! use std::time::Duration;
+//! use dataplane::Arena;
+//! use tester::clock::VirtualClock;
+//! use tester::flows::AddrRange;
+//! use tester::stateful::{Macs, Proto, Stateful, StatefulConfig};
+//! use tester::testing::loop_pair;
+//!
+//! let macs = Macs { src: [2, 0, 0, 0, 0, 1], dst: [2, 0, 0, 0, 1, 1] };
+//! let mut cfg = StatefulConfig::new(
+//!     Proto::Tcp,
+//!     macs,
+//!     macs,
+//!     AddrRange::new("198.18.1.1".parse().unwrap(), 16),
+//!     AddrRange::single("198.19.1.1".parse().unwrap()),
+//! );
+//! cfg.cps = 10_000.0;
+//! cfg.duration = Duration::from_millis(50);
+//! // A wire from the clients' port to the servers' port stands in for the DUT.
+//! let (mut clients, mut servers) = loop_pair(4096);
+//! let mut mem = Arena::new(8192);
+//! let r = Stateful::new(&cfg)
+//!     .unwrap()
+//!     .run_with_clock(&mut mem, &mut clients, &mut servers, &mut VirtualClock::new(0, 1000))
+//!     .unwrap();
+//! assert_eq!((r.attempted, r.completed, r.failed, r.reset), (500, 500, 0, 0));
+//! assert_eq!(r.transaction_latency.samples, 500);
+//! ```
 
 mod segment;
 mod table;
@@ -687,8 +718,8 @@ impl Stateful {
         let rate_m = (cfg.cps * 1000.0).round() as u128;
         let dur_ns = ns(cfg.duration);
         self.c.planned = cfg.planned();
-        let lag = ((u128::from(ns(cfg.max_lag)) * rate_m / 1_000_000_000_000) as u64)
-            .max(cfg.burst as u64);
+        let max_lag = ns(cfg.max_lag);
+        let lag = ((u128::from(max_lag) * rate_m / 1_000_000_000_000) as u64).max(cfg.burst as u64);
         let drain = ns(cfg.drain.unwrap_or_else(|| cfg.max_lifetime()))
             .saturating_add(ns(cfg.syn_timeout).min(100_000_000));
 
@@ -702,8 +733,9 @@ impl Stateful {
         loop {
             let el = now - start;
             if open_end.is_none() {
-                // Connections due before the end are still opened if this iteration comes
-                // after it (within the lag); the rest are given up.
+                // Connections due before the end that a stall of the tester (not the
+                // concurrency limit, not the tuples) kept back are still opened after it,
+                // for up to `max_lag`; the rest are given up.
                 if self.c.slots < self.c.planned {
                     self.open_due(
                         now,
@@ -714,7 +746,9 @@ impl Stateful {
                         client,
                     );
                 }
-                if el >= dur_ns || self.c.slots >= self.c.planned {
+                let over = el >= dur_ns
+                    && (self.block != Block::None || el >= dur_ns.saturating_add(max_lag));
+                if over || self.c.slots >= self.c.planned {
                     let rest = self.c.planned - self.c.slots;
                     self.give_up(rest);
                     open_end = Some(now);
@@ -860,7 +894,7 @@ impl Stateful {
                 rcvd: 0,
                 t_open: now,
                 t_req: now,
-                deadline: now + ns(self.cfg.response_timeout),
+                deadline: now.saturating_add(ns(self.cfg.response_timeout)),
             };
             self.conns[slot as usize] = conn;
             self.high = self.high.max(slot + 1);
@@ -873,7 +907,7 @@ impl Stateful {
                 Proto::Tcp => {
                     let c = &mut self.conns[slot as usize];
                     c.state = ClientState::SynSent;
-                    c.deadline = now + ns(self.cfg.syn_timeout);
+                    c.deadline = now.saturating_add(ns(self.cfg.syn_timeout));
                     self.send_syn(slot, mem, port);
                 }
                 Proto::Udp => self.send_request_udp(slot, mem, port),
@@ -1131,7 +1165,7 @@ impl Stateful {
         } else {
             let cm = &mut self.conns[slot as usize];
             cm.state = ClientState::Holding;
-            cm.deadline = now + ns(self.cfg.hold);
+            cm.deadline = now.saturating_add(ns(self.cfg.hold));
         }
     }
 
@@ -1181,7 +1215,7 @@ impl Stateful {
                 cm.mss = self.cfg.mss.min(mss).max(1);
                 cm.state = ClientState::AwaitResponse;
                 cm.t_req = now;
-                cm.deadline = now + ns(self.cfg.response_timeout);
+                cm.deadline = now.saturating_add(ns(self.cfg.response_timeout));
                 let mss = u32::from(cm.mss);
                 self.c.established += 1;
                 self.hist[0].record(now - c.t_open);
@@ -1220,11 +1254,11 @@ impl Stateful {
                 let seq = c.iss.wrapping_add(1).wrapping_add(req);
                 if self.cfg.hold.is_zero() {
                     cm.state = ClientState::FinWait;
-                    cm.deadline = now + ns(self.cfg.close_timeout);
+                    cm.deadline = now.saturating_add(ns(self.cfg.close_timeout));
                     self.client_seg(slot, seq, flags::FIN | flags::ACK, 0, mem, port);
                 } else {
                     cm.state = ClientState::Holding;
-                    cm.deadline = now + ns(self.cfg.hold);
+                    cm.deadline = now.saturating_add(ns(self.cfg.hold));
                     self.client_seg(slot, seq, flags::ACK, 0, mem, port);
                 }
             }
@@ -1279,7 +1313,8 @@ impl Stateful {
         match c.state {
             ClientState::SynSent if retry => {
                 cm.retries += 1;
-                cm.deadline = now + (ns(self.cfg.syn_timeout) << cm.retries);
+                cm.deadline =
+                    now.saturating_add(ns(self.cfg.syn_timeout).saturating_mul(1 << cm.retries));
                 self.c.syn_rtx += 1;
                 self.send_syn(slot, mem, port);
             }
@@ -1290,7 +1325,7 @@ impl Stateful {
             ClientState::AwaitResponse if !tcp && retry => {
                 cm.retries += 1;
                 cm.t_req = now;
-                cm.deadline = now + ns(self.cfg.response_timeout);
+                cm.deadline = now.saturating_add(ns(self.cfg.response_timeout));
                 self.c.req_rtx += 1;
                 self.send_request_udp(slot, mem, port);
             }
@@ -1305,7 +1340,7 @@ impl Stateful {
             }
             ClientState::Holding if tcp => {
                 cm.state = ClientState::FinWait;
-                cm.deadline = now + ns(self.cfg.close_timeout);
+                cm.deadline = now.saturating_add(ns(self.cfg.close_timeout));
                 let seq = c.iss.wrapping_add(1).wrapping_add(req);
                 self.client_seg(slot, seq, flags::FIN | flags::ACK, 0, mem, port);
             }
@@ -1432,7 +1467,7 @@ impl Stateful {
             e.iss = iss;
             e.rcvd = 0;
             e.mss = self.cfg.mss.min(mss).max(1);
-            e.deadline = now + self.server_idle;
+            e.deadline = now.saturating_add(self.server_idle);
             self.c.server.accepted += 1;
             self.server_seg(
                 key,
@@ -1450,7 +1485,7 @@ impl Stateful {
             return;
         };
         let mut e = self.stab.conns[slot as usize];
-        e.deadline = now + self.server_idle;
+        e.deadline = now.saturating_add(self.server_idle);
         if s.flags & flags::ACK == 0 {
             self.c.unexpected += 1;
             return;
