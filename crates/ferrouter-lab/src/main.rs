@@ -239,6 +239,12 @@ enum Bench {
     /// forwarding and dpdk-testpmd, each started for real in its own topology (veth
     /// namespaces, memif), with the built-in tester on one core and the DUT on the other.
     Rfc2544(Rfc2544Args),
+    /// Stateful connections through Linux: the tester's emulated clients and servers open
+    /// TCP connections (handshake, request, response, close) or UDP request/response
+    /// pairs at a set rate through kernel forwarding with an nftables + conntrack stateful
+    /// filter; counts of completed, failed and reset connections, rate, concurrency,
+    /// latency, and what the firewall counted. Needs root, nftables and conntrack.
+    Stateful(StatefulArgs),
     /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
     /// advertise the same routes to FRR, the primary preferred (bgp: BIRD, GoBGP or the
     /// tester's emulated BGP routers over eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
@@ -528,6 +534,46 @@ struct ConntrackArgs {
 }
 
 #[derive(Args)]
+struct StatefulArgs {
+    /// Protocols, comma-separated: one run each (tcp, udp).
+    #[arg(long, value_delimiter = ',', default_value = "tcp,udp")]
+    proto: Vec<String>,
+    /// Connections per run.
+    #[arg(long, default_value_t = 2000)]
+    conns: u64,
+    /// New connections per second.
+    #[arg(long, default_value_t = 1000.0)]
+    cps: f64,
+    /// Request bytes (TCP up to 65536, UDP up to 1472).
+    #[arg(long, default_value_t = 64)]
+    request: u32,
+    /// Response bytes (same limits).
+    #[arg(long, default_value_t = 1024)]
+    response: u32,
+    /// Most connections open at once.
+    #[arg(long, default_value_t = 10_000)]
+    concurrent: u32,
+    /// Milliseconds each connection stays open after its response.
+    #[arg(long, default_value_t = 0)]
+    hold_ms: u64,
+    /// Client addresses (from 198.18.128.1).
+    #[arg(long, default_value_t = 16)]
+    clients: u32,
+    /// Server addresses (from 198.19.128.1).
+    #[arg(long, default_value_t = 4)]
+    servers: u32,
+    /// Plain kernel forwarding, without the nftables stateful filter.
+    #[arg(long)]
+    no_firewall: bool,
+    /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
+    #[arg(long, default_value = "fst")]
+    netns_prefix: String,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct LpmArgs {
     /// Run dpdk-test-fib (Debian dpdk-dev) on the same routes and keys.
     #[arg(long)]
@@ -684,6 +730,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
+        Cmd::Bench(Bench::Stateful(a)) => stateful(a),
         Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {
             if routes > 10_000_000 {
                 bail!("--routes is limited to 10M");
@@ -904,6 +951,44 @@ fn tester_cmd(a: TesterArgs) -> Result<()> {
             "latency µs: min {:.1} avg {:.1} max {:.1} p99 {:.1} ({} samples)",
             l.min_us, l.avg_us, l.max_us, l.p99_us, l.samples
         );
+    }
+    Ok(())
+}
+
+fn stateful(a: StatefulArgs) -> Result<()> {
+    let protos = a
+        .proto
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<Vec<tester::Proto>>>()?;
+    if !(a.cps.is_finite() && a.cps > 0.0 && a.cps <= 10_000_000.0) {
+        bail!("--cps must be in (0, 10000000], got {}", a.cps);
+    }
+    if a.conns == 0 || a.conns as f64 / a.cps > 3600.0 {
+        bail!("--conns must be positive and take at most an hour at --cps");
+    }
+    let opts = lab::stateful::Options {
+        prefix: a.netns_prefix,
+        protos,
+        conns: a.conns,
+        cps: a.cps,
+        request_bytes: a.request,
+        response_bytes: a.response,
+        max_concurrent: a.concurrent,
+        hold: Duration::from_millis(a.hold_ms),
+        clients: a.clients,
+        servers: a.servers,
+        firewall: !a.no_firewall,
+        ..lab::stateful::Options::default()
+    };
+    let r = lab::stateful::run(&opts, &|m| eprintln!("... {m}"))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", lab::stateful::table(&r));
+    }
+    if r.runs.iter().any(|x| x.tester.failed + x.tester.reset > 0) {
+        bail!("some connections failed or were reset");
     }
     Ok(())
 }

@@ -525,4 +525,5 @@ pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;
 pub mod speaker_bench;
+pub mod stateful;
 pub mod vlan;

@@ -18,6 +18,9 @@
 //!   when), and loss per destination;
 //! - [`compare`]: repetition and comparison for every bench that measures DUTs against
 //!   each other: interleaved runs, each DUT's spread and CV, ratios pair by pair;
+//! - [`stateful`]: emulated TCP clients and servers (and UDP request/response pairs)
+//!   opening connections through the DUT at a set rate, with exact counts of completed,
+//!   failed and reset connections and transaction latency;
 //! - [`latency`], [`clock`]: the histogram and the time sources;
 //! - [`testing`]: fixtures for tests (in-memory port pair, rate-limited virtual DUT).
 //!
@@ -63,6 +66,7 @@ pub mod latency;
 pub mod mlrsearch;
 pub mod profile;
 pub mod rfc2544;
+pub mod stateful;
 pub mod sweep;
 pub mod testing;
 
@@ -76,6 +80,7 @@ pub use latency::{LatencyHistogram, LatencyStats};
 pub use mlrsearch::{LossGoal, MlrConfig};
 pub use profile::{gbps_l1, line_rate_pps, Family, FrameKind, MixEntry, Profile};
 pub use rfc2544::{Rfc2544Config, Rfc2544Report};
+pub use stateful::{Proto, Stateful, StatefulConfig, StatefulResult};
 pub use sweep::{
     run_receiver, run_sender, verify, SendLimit, SenderStats, SweepConfig, SweepCounts, Tracker,
     VerifyPlan, VerifyReport,

@@ -86,6 +86,11 @@ pub enum Verdict {
 /// Decides the fate of each frame (its bytes, Ethernet header first).
 pub type Filter = Box<dyn FnMut(&[u8]) -> Verdict + Send>;
 
+/// Like a [`Filter`], but may also change the frame in place (a NAT, a middlebox that
+/// turns a segment into a reset). Runs before the filter; [`Verdict::Drop`] loses the
+/// frame, any other verdict hands it on to the filter.
+pub type Rewrite = Box<dyn FnMut(&mut [u8]) -> Verdict + Send>;
+
 /// Counters of one link (the frames one port transmitted).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {
@@ -107,6 +112,7 @@ struct Link {
     queue: VecDeque<Pkt>,
     held: Option<Pkt>,
     filter: Option<Filter>,
+    rewrite: Option<Rewrite>,
     stats: LinkStats,
 }
 
@@ -116,6 +122,7 @@ impl Link {
             queue: VecDeque::with_capacity(capacity + 2),
             held: None,
             filter: None,
+            rewrite: None,
             stats: LinkStats::default(),
         }
     }
@@ -172,6 +179,12 @@ impl LoopPort {
     /// Stop filtering this port's frames.
     pub fn clear_filter(&self) {
         self.lock().links[self.side].filter = None;
+    }
+
+    /// Apply `f` to every frame this port transmits from now on, with write access to
+    /// its bytes (before the filter, if there is one).
+    pub fn set_rewrite(&self, f: impl FnMut(&mut [u8]) -> Verdict + Send + 'static) {
+        self.lock().links[self.side].rewrite = Some(Box::new(f));
     }
 
     /// Put `pkt` (a frame in the shared memory) on this port's receive queue, as if the
@@ -233,6 +246,18 @@ impl<M: PacketMemory> Port<M> for LoopPort {
                 return i;
             }
             link.stats.tx += 1;
+            if let Some(f) = link.rewrite.as_mut() {
+                let off = usize::from(p.off);
+                let v = match mem.frame_mut(p.buf).get_mut(off..off + usize::from(p.len)) {
+                    Some(data) => f(data),
+                    None => Verdict::Pass,
+                };
+                if v == Verdict::Drop {
+                    link.stats.dropped += 1;
+                    mem.free(p.buf);
+                    continue;
+                }
+            }
             let verdict = match link.filter.as_mut() {
                 Some(f) => {
                     let off = usize::from(p.off);
