@@ -1441,6 +1441,24 @@ impl Config {
         for (path, m) in self.nat.validate(&refs) {
             r.add(path, m);
         }
+        if self.nat.has_rules() {
+            // On AF_PACKET the kernel gets its own copy of every frame, and would answer the
+            // replies of NAT's flows addressed to the router itself (a reset, a port
+            // unreachable).
+            for (i, p) in self.ports.iter().enumerate() {
+                let vlan_parent = self.vlans.iter().any(|v| v.parent == p.name);
+                if p.backend == Backend::AfPacket || (p.backend == Backend::Auto && vlan_parent) {
+                    r.add(
+                        format!("port[{i}].backend"),
+                        format!(
+                            "port {} runs AF_PACKET{}, where NAT cannot work: the kernel gets a copy of every frame and would answer the replies of NAT's flows itself; use af_xdp (or auto without VLAN sub-interfaces) or memif",
+                            p.name,
+                            if vlan_parent { " (it carries VLAN sub-interfaces)" } else { "" }
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     /// The fast path's interfaces by index, as the workers number them: the ports, then
@@ -1713,6 +1731,36 @@ mod tests {
         let e = problems("[firewall]\nconntrack = true\nconntrack_max = 10\n");
         assert!(
             e.contains("firewall.conntrack_max: 10 is out of range"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nat_problems_have_their_lines() {
+        let e = parse(&format!(
+            "{PORT}[[nat.source]]\noutbound_interface = \"eth9\"\ntranslation = \"masq\"\n\
+             [[nat.destination]]\nprotocol = \"tcp\"\ntranslation_address = \"10.0.0.1\"\ntranslation_port = 0\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        for want in [
+            ":4:22: nat.source[0].outbound_interface: \"eth9\" is not a [[port]] or [[vlan]]",
+            ":5:15: nat.source[0].translation: \"masq\" is not a translation",
+            ":9:20: nat.destination[0].translation_port: 0 is not a port",
+        ] {
+            assert!(e.contains(want), "{want} in {e}");
+        }
+        let ok = "[[nat.source]]\ntranslation = \"masquerade\"\n";
+        assert!(parse(&format!("{PORT}{ok}")).is_ok());
+        let e = parse(&format!("workers = 2\n{PORT}{ok}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nat: NAT needs workers = 1"), "{e}");
+        let e = parse(&format!("{PORT}backend = \"af_packet\"\n{ok}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("port[0].backend: port eth1 runs AF_PACKET, where NAT cannot work"),
             "{e}"
         );
     }
