@@ -89,7 +89,7 @@ impl Phase {
 }
 
 /// The calling thread's CPU time, in seconds.
-fn thread_cpu() -> f64 {
+pub(crate) fn thread_cpu() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -102,13 +102,13 @@ fn thread_cpu() -> f64 {
 }
 
 /// Wall and CPU clocks read together.
-struct Clocks(Instant, f64);
+pub(crate) struct Clocks(Instant, f64);
 
 impl Clocks {
-    fn start() -> Clocks {
+    pub(crate) fn start() -> Clocks {
         Clocks(Instant::now(), thread_cpu())
     }
-    fn phase(&self, ops: u64) -> Phase {
+    pub(crate) fn phase(&self, ops: u64) -> Phase {
         Phase::new(ops, self.0.elapsed().as_secs_f64(), thread_cpu() - self.1)
     }
 }
@@ -203,7 +203,7 @@ fn packet(i: u32, reply: bool, flags: u8, now_ns: u64) -> Packet {
     }
 }
 
-fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -5,5 +5,6 @@ pub mod dpdk;
 pub mod fib_update;
 pub mod lpm;
 pub mod mrt;
+pub mod nat;
 pub mod pipeline;
 pub mod routes;

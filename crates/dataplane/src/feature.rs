@@ -155,7 +155,9 @@ impl Batch<'_> {
     /// Packet `k`'s descriptor, writable: a feature may move its offsets and length
     /// (decapsulation, encapsulation) or change its `rx_port`; the graph carries it on. On
     /// `ip4-unicast`, a feature that changes the IPv4 destination sets `nh` to it (host
-    /// order): ip4-lookup takes the destination from there, where ip4-input left it.
+    /// order): ip4-lookup takes the destination from there, where ip4-input left it. On
+    /// the unicast arcs `aux` is free (the engine sets it after the lookup): a feature may
+    /// leave a value there for a later feature of the same arc, which clears it.
     #[inline]
     pub fn pkt_mut(&mut self, k: usize) -> Option<&mut Pkt> {
         self.pkts.get_mut(*self.idx.get(k)? as usize)

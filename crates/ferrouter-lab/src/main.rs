@@ -233,6 +233,9 @@ enum Bench {
     /// Connection tracking from memory, one core, no I/O: flows created and looked up per
     /// second, and bytes per flow, in tables of 1M and 10M flows.
     Conntrack(ConntrackArgs),
+    /// NAT44 from memory, one core: source-NAT sessions made and packets translated per
+    /// second in a table of 1M sessions, and bytes per session.
+    Nat(NatArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
     /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
@@ -518,6 +521,22 @@ struct AclArgs {
 }
 
 #[derive(Args)]
+struct NatArgs {
+    /// Table sizes (sessions), comma-separated: one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    sessions: Vec<usize>,
+    /// Packets translated per run.
+    #[arg(long, default_value_t = 10_000_000)]
+    packets: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct ConntrackArgs {
     /// Table sizes (flows), comma-separated: one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
@@ -726,6 +745,20 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 print!("{}", bench::conntrack::format_table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Nat(a)) => {
+            let opts = bench::nat::NatOptions {
+                sessions: a.sessions,
+                packets: a.packets,
+                seed: a.seed,
+            };
+            let r = bench::nat::run(&opts, progress(a.json)).context("NAT benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", bench::nat::format_table(&r));
             }
             Ok(())
         }

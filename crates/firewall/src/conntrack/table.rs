@@ -151,7 +151,7 @@ pub(crate) struct Table {
 
 /// Hint the CPU to bring the cache line at `p` into L1.
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: a prefetch never faults, whatever the address; SSE is baseline on x86_64.
     unsafe {

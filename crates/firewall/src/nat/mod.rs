@@ -775,6 +775,7 @@ impl Feature for NatFeature {
             role: self.role,
             worker,
             shared: self.shared.clone(),
+            hashes: vec![None; dataplane::VECTOR_SIZE].into_boxed_slice(),
         })
     }
 }
@@ -783,7 +784,15 @@ struct NatNode {
     role: Role,
     worker: usize,
     shared: Arc<NatShared>,
+    /// `ip4-nat-reply`: each packet's tuple hash, computed in a first pass over the batch
+    /// that prefetches the index slots, then the sessions, before the packets are handled
+    /// (the table is far larger than the caches: a lookup is two misses otherwise).
+    hashes: Box<[Option<u64>]>,
 }
+
+/// `Pkt::aux` on `ip4-unicast` (free there: the engine sets it after the lookup): the
+/// session `ip4-nat-reply` found a packet's original direction in, for `ip4-nat-in`.
+const AUX_SESSION: u32 = 0x8000_0000;
 
 /// Spins a node waits for its table (held only by a dump's chunk) before dropping the
 /// batch as `busy`.
@@ -834,9 +843,25 @@ impl FeatureNode for NatNode {
             w.timeouts = rules.timeouts;
         }
         let now = cx.now_ns;
+        if self.role == Role::Reply {
+            let n = b.len().min(self.hashes.len());
+            for k in 0..n {
+                self.hashes[k] = prefetch_key(cx, b, k).map(|key| {
+                    let h = w.table.hash(&key);
+                    w.table.prefetch_slot(h);
+                    h
+                });
+            }
+            for h in self.hashes[..n].iter().flatten() {
+                w.table.prefetch_session(*h);
+            }
+        }
         for k in 0..b.len() {
             match self.role {
-                Role::Reply => reply(cx, b, k, &mut w, now),
+                Role::Reply => {
+                    let h = self.hashes.get(k).copied().flatten();
+                    reply(cx, b, k, &mut w, h, now)
+                }
                 Role::In => inbound(cx, b, k, &mut w, &rules, now),
                 Role::Out => outbound(cx, b, k, &mut w, &rules, now),
             }
@@ -874,9 +899,26 @@ fn complete_partial(ip: &mut [u8], flags: u16, b: &mut Batch<'_>, k: usize) {
     }
 }
 
+/// The tuple of an ordinary packet (not an ICMP error, not a later fragment) at batch
+/// position `k`, for prefetching.
+fn prefetch_key(cx: &mut FeatureCx<'_>, b: &Batch<'_>, k: usize) -> Option<Key4> {
+    let pk = b.pkt(k)?;
+    let at = pk.off as usize + pk.l3 as usize;
+    let p = rewrite::parse(cx.mem.frame(pk.buf).get(at..)?).ok()?;
+    (p.error.is_none() && p.frag != Frag::Later).then_some(p.key)
+}
+
 /// `ip4-nat-reply`: replies of translated flows (and ICMP errors about them) back to the
-/// addresses the flow's initiator used.
-fn reply(cx: &mut FeatureCx<'_>, b: &mut Batch<'_>, k: usize, w: &mut NatWorker, now: u64) {
+/// addresses the flow's initiator used; for a known flow's original direction, the session
+/// left in `aux` for `ip4-nat-in`. `h`: the packet's tuple hash, if the first pass took it.
+fn reply(
+    cx: &mut FeatureCx<'_>,
+    b: &mut Batch<'_>,
+    k: usize,
+    w: &mut NatWorker,
+    h: Option<u64>,
+    now: u64,
+) {
     let Some((ip, p, flags)) = packet(cx, b, k) else {
         return;
     };
@@ -910,7 +952,17 @@ fn reply(cx: &mut FeatureCx<'_>, b: &mut Batch<'_>, k: usize, w: &mut NatWorker,
         }
         return;
     }
-    if let Some((id, Side::Reply)) = w.table.lookup(&p.key, now) {
+    let found = match h {
+        Some(h) => w.table.lookup_hashed(&p.key, h, now),
+        None => w.table.lookup(&p.key, now),
+    };
+    if let Some((id, Side::Orig)) = found {
+        if let Some(q) = b.pkt_mut(k) {
+            q.aux = AUX_SESSION | id;
+        }
+        return;
+    }
+    if let Some((id, Side::Reply)) = found {
         if let Some(s) = w.table.get(id).copied() {
             complete_partial(ip, flags, b, k);
             rewrite::rewrite(ip, &p, &s.o.reversed());
@@ -975,7 +1027,21 @@ fn inbound(
         set_meta(b, k, meta::NEW);
         return;
     }
-    match w.table.lookup(&p.key, now) {
+    // The session `ip4-nat-reply` found (checked: the table may have changed since).
+    let stashed = b.pkt(k).map_or(0, |q| q.aux);
+    let found = if stashed & AUX_SESSION != 0 {
+        if let Some(q) = b.pkt_mut(k) {
+            q.aux = 0;
+        }
+        let id = stashed & !AUX_SESSION;
+        match w.table.get(id) {
+            Some(s) if s.o == p.key => Some((id, Side::Orig)),
+            _ => w.table.lookup(&p.key, now),
+        }
+    } else {
+        w.table.lookup(&p.key, now)
+    };
+    match found {
         Some((id, Side::Orig)) => {
             if let Some(s) = w.table.get(id).copied() {
                 complete_partial(ip, flags, b, k);

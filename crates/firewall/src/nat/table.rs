@@ -454,11 +454,51 @@ impl NatTable {
         Some(if v & 1 == 0 { s.o } else { s.t.reversed() })
     }
 
+    /// The hash [`NatTable::lookup_hashed`] takes for tuple `k`.
+    #[inline]
+    pub fn hash(&self, k: &Key4) -> u64 {
+        k.hash(self.seed)
+    }
+
+    /// Prefetch the index slot of hash `h` (a while before [`NatTable::prefetch_session`]).
+    #[inline]
+    pub fn prefetch_slot(&self, h: u64) {
+        let i = h as u32 as usize & self.index.mask;
+        crate::conntrack::table::prefetch(self.index.slots.as_ptr().wrapping_add(i));
+    }
+
+    /// Prefetch the session the first slot of `h` whose tag matches points to (the slot
+    /// should be in cache: [`NatTable::prefetch_slot`] a while before).
+    #[inline]
+    pub fn prefetch_session(&self, h: u64) {
+        let tag = h as u32;
+        let mut i = tag as usize & self.index.mask;
+        for _ in 0..4 {
+            match self.index.slots.get(i) {
+                Some(&s) if s != 0 => {
+                    if (s >> 32) as u32 == tag {
+                        let id = ((s as u32).wrapping_sub(1) >> 1) as usize;
+                        crate::conntrack::table::prefetch(self.sessions.as_ptr().wrapping_add(id));
+                        return;
+                    }
+                }
+                _ => return,
+            }
+            i = (i + 1) & self.index.mask;
+        }
+    }
+
     /// The session a packet with tuple `k` belongs to, and which way it goes; an expired
     /// one is removed and not found.
     #[inline]
     pub fn lookup(&mut self, k: &Key4, now_ns: u64) -> Option<(u32, Side)> {
         let h = k.hash(self.seed);
+        self.lookup_hashed(k, h, now_ns)
+    }
+
+    /// [`NatTable::lookup`] with `k`'s hash ([`NatTable::hash`]) computed already.
+    #[inline]
+    pub fn lookup_hashed(&mut self, k: &Key4, h: u64, now_ns: u64) -> Option<(u32, Side)> {
         let v = self.index.find(h, |v| self.session_key(v) == Some(*k))?;
         let id = v >> 1;
         let s = self.sessions.get(id as usize)?;
