@@ -68,23 +68,6 @@ protocol = "udp"
 source_port = 6666
 "#;
 
-/// Apply `base` + `extra` with `ferrouter config apply`: (success, output).
-fn apply(lab: &Lab, base: &str, extra: &str, tag: &str) -> (bool, String) {
-    let f = lab
-        .config_file()
-        .with_file_name(format!("candidate-{tag}.toml"));
-    std::fs::write(&f, format!("{base}\n{extra}")).unwrap();
-    let out = Command::new(bin())
-        .args(["config", "apply", f.to_str().unwrap(), "--socket"])
-        .arg(lab.socket())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 /// curl from h1: its exit code (0 ok, 7 refused, 28 timed out) and output.
 fn curl(lab: &Lab, url: &str, max_s: u32) -> (i32, String) {
     curl_in(lab, &lab.h1(), url, max_s)
@@ -608,42 +591,5 @@ fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
     assert!(
         ct["early_dropped"].as_u64().unwrap() >= 5000,
         "half-open flows made room: {v}"
-    );
-}
-
-/// An iperf3 transfer of `secs` seconds from h1 to h2's server (`Lab::iperf3_server`), in
-/// the background: (success, its JSON report).
-fn iperf3_client(lab: &Lab, secs: u32) -> std::thread::JoinHandle<(bool, String)> {
-    let h1 = lab.h1();
-    std::thread::spawn(move || {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &h1,
-                "iperf3",
-                "-c",
-                H2_V4,
-                "-t",
-                &secs.to_string(),
-                "-J",
-            ])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    })
-}
-
-/// The transfer `client` ran succeeded and carried data (`what` names it).
-fn transferred(client: std::thread::JoinHandle<(bool, String)>, what: &str) {
-    let (ok, out) = client.join().unwrap();
-    assert!(ok, "{what}: {out}");
-    let j: Value = serde_json::from_str(&out).unwrap();
-    assert!(
-        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
-        "{what}: {out}"
     );
 }

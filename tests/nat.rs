@@ -320,3 +320,107 @@ fn nat_under_a_stateful_filter() {
         "the forward's flow, as its client addressed it: {flows:?}"
     );
 }
+
+const SMALL_NAT: &str = r#"
+[nat]
+max_sessions = 1024
+
+[[nat.source]]
+outbound_interface = "r2"
+translation = "masquerade"
+"#;
+
+/// Hostile and changing conditions, with an established transfer flowing throughout: a
+/// flood of new flows that fills the table (refused and counted, the transfer untouched),
+/// forged ICMP errors that quote no session (never translated), and a rule change applied
+/// live (sessions keep their translation).
+#[test]
+fn a_full_table_forged_errors_and_live_changes_leave_established_flows_alone() {
+    let g = start("natfl", SMALL_NAT);
+    let lab = &g.0;
+    let (h1, h2) = (lab.h1(), lab.h2());
+    ping_until_ok(lab, &h1, H2_V4);
+    let _iperf = lab.iperf3_server("0.0.0.0").unwrap();
+    assert!(bound(lab, &h2, 5201, "-ltnH"));
+    let transfer = iperf3_client(lab, 6);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+
+    // 3,000 UDP flows from distinct ports: the 1,024-session table fills.
+    let (ok, out) = python(
+        lab,
+        &h1,
+        &format!(
+            "import socket\nfor p in range(3000):\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n s.bind(('0.0.0.0',20000+p))\n s.sendto(b'x',('{H2_V4}',9999))\n s.close()\n"
+        ),
+    );
+    assert!(ok, "{out}");
+    let full = wait_for(|| {
+        let n = feature_drops(lab, "ip4-nat-out", "table_full");
+        (n > 0).then_some(n)
+    });
+    assert!(
+        full.is_some(),
+        "new flows beyond the table must be refused and counted"
+    );
+    let v = api(lab, "nat", None);
+    assert_eq!(v["workers"][0]["max_sessions"], 1024, "{v}");
+    assert!(v["workers"][0]["refused_full"].as_u64().unwrap() > 0, "{v}");
+
+    // Forged port unreachables to the router's address, quoting UDP datagrams from ports
+    // NAT holds (so they reach the fast path) to a destination no session sent to: h1
+    // must not get any ICMP error.
+    let listen = {
+        let h1 = h1.clone();
+        std::thread::spawn(move || {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &h1, "python3", "-c",
+                    "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP)\ns.settimeout(3)\n\
+                     n=0\ntry:\n while True:\n  d=s.recv(2000)\n  if d[20]==3: n+=1\nexcept socket.timeout: pass\nprint(n)"])
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let forge = format!(
+        "import socket,struct\n\
+         def cs(b):\n if len(b)%2: b+=b'\\0'\n s=sum(struct.unpack('!%dH'%(len(b)//2),b))\n s=(s>>16)+(s&0xffff); s+=s>>16\n return (~s)&0xffff\n\
+         def ip(src,dst,proto,payload):\n h=struct.pack('!BBHHHBBH4s4s',0x45,0,20+len(payload),1,0,64,proto,0,socket.inet_aton(src),socket.inet_aton(dst))\n return h[:10]+struct.pack('!H',cs(h))+h[12:]+payload\n\
+         s=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP)\n\
+         for sport in (20000,20001,20002):\n inner=ip('{R2_V4}','{H2_V4}',17,struct.pack('!HHHH',sport,53,8,0))\n m=struct.pack('!BBHI',3,3,0,0)+inner\n m=m[:2]+struct.pack('!H',cs(m))+m[4:]\n s.sendto(m,('{R2_V4}',0))\n"
+    );
+    let punted = reason_count(lab, "PuntNoKernelPath");
+    let (ok, out) = python(lab, &h2, &forge);
+    assert!(ok, "{out}");
+    let out = listen.join().unwrap();
+    // They reached the fast path (NAT's ports), found no session, and were the router's.
+    assert!(
+        reason_count(lab, "PuntNoKernelPath") >= punted + 3,
+        "the forged errors must reach the fast path"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0",
+        "a forged error must not be translated to the inside: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A rule change while the transfer runs: sessions keep their translation.
+    let base = std::fs::read_to_string(lab.config_file())
+        .unwrap()
+        .replace(SMALL_NAT, "");
+    let (ok, out) = apply(
+        lab,
+        &base,
+        &format!(
+            "{SMALL_NAT}\n[[nat.destination]]\ndestination = [\"{R2_V4}\"]\nprotocol = \"tcp\"\ndestination_port = 2222\ntranslation_address = \"{H1_V4}\"\ntranslation_port = 22\n"
+        ),
+        "more",
+    );
+    assert!(ok, "{out}");
+    transferred(
+        transfer,
+        "the transfer through a full table, forged errors and a rule change",
+    );
+    let v = api(lab, "nat", None);
+    assert_eq!(v["rules"].as_array().unwrap().len(), 2, "{v}");
+}

@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lab::{Guard, Lab};
+use lab::{Guard, Lab, H2_V4};
 use serde_json::Value;
 
 /// The binary under test: the daemon and its CLI.
@@ -474,4 +474,58 @@ pub fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
         std::thread::sleep(Duration::from_millis(100));
     }
     None
+}
+
+/// Apply `base` + `extra` with `ferrouter config apply`: (success, output).
+pub fn apply(lab: &Lab, base: &str, extra: &str, tag: &str) -> (bool, String) {
+    let f = lab
+        .config_file()
+        .with_file_name(format!("candidate-{tag}.toml"));
+    std::fs::write(&f, format!("{base}\n{extra}")).unwrap();
+    let out = Command::new(bin())
+        .args(["config", "apply", f.to_str().unwrap(), "--socket"])
+        .arg(lab.socket())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// An iperf3 transfer of `secs` seconds from h1 to h2's server (`Lab::iperf3_server`), in
+/// the background: (success, its JSON report).
+pub fn iperf3_client(lab: &Lab, secs: u32) -> std::thread::JoinHandle<(bool, String)> {
+    let h1 = lab.h1();
+    std::thread::spawn(move || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &h1,
+                "iperf3",
+                "-c",
+                H2_V4,
+                "-t",
+                &secs.to_string(),
+                "-J",
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    })
+}
+
+/// The transfer `client` ran succeeded and carried data (`what` names it).
+pub fn transferred(client: std::thread::JoinHandle<(bool, String)>, what: &str) {
+    let (ok, out) = client.join().unwrap();
+    assert!(ok, "{what}: {out}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0,
+        "{what}: {out}"
+    );
 }

@@ -812,8 +812,9 @@ impl NatTable {
         };
         let id = self.mfree;
         let Some(m) = self.mappings.get_mut(id as usize) else {
-            self.counters.no_port += 1;
-            return Err(Refused::NoPort);
+            // As many mappings as sessions: the table is full.
+            self.counters.full += 1;
+            return Err(Refused::Full);
         };
         self.mfree = m.refs;
         *m = Mapping {
