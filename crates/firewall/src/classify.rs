@@ -71,6 +71,12 @@ pub trait Field: Copy + Ord + fmt::Debug + Send + Sync + 'static {
     const ADDR_BITS: u32;
     /// Bits needed for `hi - lo` (0 for one value).
     fn span_bits(lo: Self, hi: Self) -> u32;
+    /// The value, widened.
+    fn to_u128(self) -> u128;
+    /// The low bits of `v`.
+    fn from_u128(v: u128) -> Self;
+    /// `self >> (shift % bits)`, truncated to a `usize`.
+    fn chunk(self, shift: u32) -> usize;
 }
 
 impl Field for u32 {
@@ -86,6 +92,16 @@ impl Field for u32 {
     fn span_bits(lo: u32, hi: u32) -> u32 {
         32 - hi.saturating_sub(lo).leading_zeros()
     }
+    fn to_u128(self) -> u128 {
+        self.into()
+    }
+    fn from_u128(v: u128) -> u32 {
+        v as u32
+    }
+    #[inline(always)]
+    fn chunk(self, shift: u32) -> usize {
+        self.wrapping_shr(shift) as usize
+    }
 }
 
 impl Field for u128 {
@@ -100,6 +116,16 @@ impl Field for u128 {
     const ADDR_BITS: u32 = 128;
     fn span_bits(lo: u128, hi: u128) -> u32 {
         128 - hi.saturating_sub(lo).leading_zeros()
+    }
+    fn to_u128(self) -> u128 {
+        self
+    }
+    fn from_u128(v: u128) -> u128 {
+        v
+    }
+    #[inline(always)]
+    fn chunk(self, shift: u32) -> usize {
+        self.wrapping_shr(shift) as usize
     }
 }
 
@@ -130,16 +156,6 @@ impl<T: Field> Rule<T> {
             ok &= lo <= k && k <= hi;
         }
         ok
-    }
-
-    /// Whether the box covers the region `[lo, hi]` entirely.
-    fn covers(&self, lo: &[T; DIMS], hi: &[T; DIMS]) -> bool {
-        (0..DIMS).all(|d| self.lo[d] <= lo[d] && hi[d] <= self.hi[d])
-    }
-
-    /// Whether the box overlaps the region `[lo, hi]`.
-    fn overlaps(&self, lo: &[T; DIMS], hi: &[T; DIMS]) -> bool {
-        (0..DIMS).all(|d| self.lo[d] <= hi[d] && lo[d] <= self.hi[d])
     }
 }
 
@@ -273,9 +289,16 @@ pub struct Options {
     pub leaf_rules: usize,
     /// Deepest the tree goes.
     pub max_depth: usize,
-    /// Most rule entries in all leaves together (rules overlapping both sides of a cut are
-    /// copied); past it nodes stop splitting. `None`: 64 per rule, at least 1 << 16.
+    /// Most slots (rule entries in the leaves plus child slots of the inner nodes, 8 bytes
+    /// each) in all trees together; past it nodes stop splitting. `None`: 64 per rule, at
+    /// least 1 << 16.
     pub max_entries: Option<usize>,
+    /// Most children of one node, as a power of two (a node cuts its region into `2^k`
+    /// equal parts, `k` at most this, 1 to 15).
+    pub max_cut_bits: u32,
+    /// Space factor (HiCuts' `spfac`): a node's cut may make at most this many times its
+    /// rule count in child slots and rule entries together.
+    pub space_factor: usize,
 }
 
 impl Default for Options {
@@ -284,6 +307,8 @@ impl Default for Options {
             leaf_rules: 8,
             max_depth: 64,
             max_entries: None,
+            max_cut_bits: 12,
+            space_factor: 4,
         }
     }
 }
@@ -305,34 +330,100 @@ impl fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
-#[derive(Clone, Copy, Debug)]
-enum Node<T> {
-    /// Keys with `key[dim] < at` go to `left`, the others to `left + 1` (the two children
-    /// are always made side by side).
-    Split { dim: u8, at: T, left: u32 },
-    /// Rules `entries[start..start + len]`, in rule order.
-    Leaf { start: u32, len: u32 },
-}
-
-/// Shape of a built tree.
+/// Shape of a built classifier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Rules.
     pub rules: usize,
-    /// Inner nodes.
+    /// Inner nodes (each cuts its region `2^k` ways).
     pub splits: usize,
-    /// Leaves.
+    /// Leaves (distinct rule lists).
     pub leaves: usize,
     /// Rule entries in all leaves (copies included).
     pub entries: usize,
     /// Longest leaf.
     pub max_leaf: usize,
-    /// Deepest leaf.
+    /// Deepest leaf (inner nodes on the way).
     pub max_depth: usize,
-    /// Whether the entry budget stopped the splitting somewhere.
+    /// Whether the slot budget stopped the splitting somewhere.
     pub budget_hit: bool,
-    /// Bytes of the tree, the leaves' lists and the rules.
+    /// Bytes of the trees (slots) and the rules.
     pub bytes: usize,
+    /// Trees.
+    pub trees: usize,
+}
+
+/// Bits of each dimension's domain: addresses, 16-bit ports, 8-bit protocol. Keys outside
+/// it (a port above 65535, a protocol above 255: never from a packet) are classified by a
+/// linear scan.
+fn dim_bits<T: Field>(d: usize) -> u32 {
+    match d {
+        dim::SRC | dim::DST => T::ADDR_BITS,
+        dim::SPORT | dim::DPORT => 16,
+        _ => 8,
+    }
+}
+
+/// `2^bits - 1` (all ones for 128).
+fn ones(bits: u32) -> u128 {
+    if bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    }
+}
+
+// A slot is a node's descriptor, 64 bits:
+// * inner node: bits 0-31 the first of its `2^k` child slots, 32-35 `k` (1-15), 36-38 the
+//   dimension, 39-45 the shift: a key goes to child slot `base + (key[dim] >> shift) & (2^k
+//   - 1)`, which holds the child's descriptor (so one load per level);
+// * leaf: `k` = 0, bits 0-31 its own slot (so a step from a leaf stays there), bits 36-63
+//   its rule count, the rule indices in the slots after it.
+const K_AT: u32 = 32;
+const DIM_AT: u32 = 36;
+const SHIFT_AT: u32 = 39;
+const LEN_AT: u32 = 36;
+/// Longest leaf a descriptor can hold.
+const MAX_LEAF: usize = (1 << (64 - LEN_AT)) - 1;
+
+fn inner_desc(base: usize, k: u32, d: usize, shift: u32) -> u64 {
+    base as u64 | u64::from(k) << K_AT | (d as u64) << DIM_AT | u64::from(shift) << SHIFT_AT
+}
+
+fn leaf_desc(slot: usize, len: usize) -> u64 {
+    slot as u64 | (len as u64) << LEN_AT
+}
+
+/// One step down from descriptor `d` (a leaf stays put). `key` is padded to 8 dimensions so
+/// the 3-bit dimension indexes it without a check.
+#[inline(always)]
+fn step<T: Field>(slots: &[u64], d: u64, key: &[T; 8]) -> u64 {
+    let k = (d >> K_AT) & 15;
+    let dm = ((d >> DIM_AT) & 7) as usize;
+    let shift = ((d >> SHIFT_AT) & 127) as u32;
+    let idx = key[dm].chunk(shift) & ((1usize << k) - 1);
+    let i = (d as u32 as usize).wrapping_add(idx);
+    match slots.get(i) {
+        Some(&n) => n,
+        None => d,
+    }
+}
+
+/// The rule list of leaf descriptor `d`.
+#[inline(always)]
+fn leaf_list(slots: &[u64], d: u64) -> &[u64] {
+    let s = (d as u32 as usize).wrapping_add(1);
+    let n = (d >> LEN_AT) as usize;
+    slots.get(s..s.wrapping_add(n)).unwrap_or(&[])
+}
+
+/// A tree of the classifier: its root's descriptor, the first rule it holds, and the most
+/// steps from the root to a leaf.
+#[derive(Clone, Copy, Debug)]
+struct Tree {
+    root: u64,
+    first_rule: u32,
+    depth: u32,
 }
 
 /// A built classifier (immutable: a new rule set is a new classifier, published whole).
@@ -342,19 +433,14 @@ pub struct Classifier<T> {
     /// Rules with conditions outside their box (TCP flags, DSCP, state), checked by the
     /// caller's filter ([`Classifier::classify_where`]): they never hide later rules.
     partial: Vec<bool>,
-    nodes: Vec<Node<T>>,
-    entries: Vec<u32>,
-    /// One tree per group of rules alike in which dimensions they are wide in, by their
-    /// first rule.
+    /// Every tree's nodes and leaves (see the descriptor layout above).
+    slots: Vec<u64>,
+    /// One tree per group of rules alike in which dimensions they are wide in, in the order
+    /// of their first rules.
     trees: Vec<Tree>,
+    /// Highest value per dimension of the domain the trees cover.
+    dom_hi: [T; DIMS],
     stats: Stats,
-}
-
-/// A tree of the classifier: its root node and the first rule it holds.
-#[derive(Clone, Copy, Debug)]
-struct Tree {
-    root: u32,
-    first_rule: u32,
 }
 
 /// Which dimensions a rule is wide in (EffiCuts' separation, Vamanan et al., 2010): rules
@@ -367,13 +453,166 @@ fn wide<T: Field>(r: &Rule<T>) -> u8 {
     u8::from(addr(dim::SRC)) | u8::from(addr(dim::DST)) << 1
 }
 
-/// A node waiting to be built: its slot, region, rules and depth.
-struct Pending<T> {
-    slot: usize,
-    lo: [T; DIMS],
-    hi: [T; DIMS],
-    rules: Vec<u32>,
+/// Keys classified side by side in [`Classifier::classify_burst`].
+const LANES: usize = 32;
+
+/// The tree builder's state.
+struct Builder<'a, T> {
+    rules: &'a [Rule<T>],
+    partial: &'a [bool],
+    slots: Vec<u64>,
+    /// Leaves by rule list: the same list anywhere is the same leaf.
+    leaves: std::collections::HashMap<Vec<u32>, u64>,
+    budget: usize,
+    opts: Options,
+    stats: Stats,
+    /// Deepest leaf of the tree being built.
     depth: usize,
+}
+
+impl<T: Field> Builder<'_, T> {
+    fn leaf(&mut self, list: Vec<u32>) -> u64 {
+        if let Some(&d) = self.leaves.get(&list) {
+            return d;
+        }
+        let slot = self.slots.len();
+        let d = leaf_desc(slot, list.len());
+        self.slots.push(d);
+        self.slots.extend(list.iter().map(|&r| u64::from(r)));
+        self.stats.leaves += 1;
+        self.stats.entries += list.len();
+        self.stats.max_leaf = self.stats.max_leaf.max(list.len());
+        self.leaves.insert(list, d);
+        d
+    }
+
+    /// The node over region `lo` + `[0, 2^w)` per dimension holding the rules of `list`
+    /// (all of which overlap it), in order; its descriptor.
+    fn node(&mut self, lo: [u128; DIMS], w: [u32; DIMS], mut list: Vec<u32>, depth: usize) -> u64 {
+        let hi: [u128; DIMS] = std::array::from_fn(|d| lo[d] + ones(w[d]));
+        // A rule covering the whole region hides every later one here.
+        if let Some(k) = list.iter().position(|&r| {
+            let r = r as usize;
+            !self.partial[r]
+                && (0..DIMS).all(|d| {
+                    self.rules[r].lo[d].to_u128() <= lo[d] && hi[d] <= self.rules[r].hi[d].to_u128()
+                })
+        }) {
+            list.truncate(k + 1);
+        }
+        let small = list.len() <= self.opts.leaf_rules.max(1) || depth >= self.opts.max_depth;
+        let cut = if small {
+            None
+        } else {
+            let c = self.choose(&list, &lo, &hi, &w);
+            if c.is_some_and(|(_, _, cost)| self.slots.len() + cost > self.budget) {
+                self.stats.budget_hit = true;
+                None
+            } else {
+                c
+            }
+        };
+        let Some((d, k, _)) = cut else {
+            self.depth = self.depth.max(depth);
+            self.stats.max_depth = self.stats.max_depth.max(depth);
+            return self.leaf(list);
+        };
+        self.stats.splits += 1;
+        let shift = w[d] - k;
+        let n = 1usize << k;
+        let base = self.slots.len();
+        self.slots.resize(base + n, 0);
+        // Each child's rules with their ranges in `d` relative to the child: two children
+        // alike in both have the same subtree (it looks at lower bits only), built once.
+        let mut kids: Vec<Vec<(u32, u128, u128)>> = vec![Vec::new(); n];
+        for &r in &list {
+            let rule = &self.rules[r as usize];
+            let a = rule.lo[d].to_u128().max(lo[d]) - lo[d];
+            let b = rule.hi[d].to_u128().min(hi[d]) - lo[d];
+            let (ca, cb) = ((a >> shift) as usize, (b >> shift) as usize);
+            let m = ones(shift);
+            for (c, kid) in kids.iter_mut().enumerate().take(cb + 1).skip(ca) {
+                let rl = if c == ca { a & m } else { 0 };
+                let rh = if c == cb { b & m } else { m };
+                kid.push((r, rl, rh));
+            }
+        }
+        let mut cw = w;
+        cw[d] = shift;
+        let mut done: std::collections::HashMap<Vec<(u32, u128, u128)>, u64> =
+            std::collections::HashMap::new();
+        for (c, kid) in kids.into_iter().enumerate() {
+            let desc = match done.get(&kid) {
+                Some(&x) => x,
+                None => {
+                    let mut clo = lo;
+                    clo[d] = lo[d] + ((c as u128) << shift);
+                    let x = self.node(clo, cw, kid.iter().map(|e| e.0).collect(), depth + 1);
+                    done.insert(kid, x);
+                    x
+                }
+            };
+            self.slots[base + c] = desc;
+        }
+        inner_desc(base, k, d, shift)
+    }
+
+    /// The best cut of a node: (dimension, bits, slots it costs at most), the fewest rules
+    /// in the fullest child winning, then the fewest entries.
+    fn choose(
+        &self,
+        list: &[u32],
+        lo: &[u128; DIMS],
+        hi: &[u128; DIMS],
+        w: &[u32; DIMS],
+    ) -> Option<(usize, u32, usize)> {
+        let n = list.len();
+        let limit = self.opts.space_factor.max(1).saturating_mul(n);
+        // (fullest child, entries, dimension, bits)
+        let mut best: Option<(usize, usize, usize, u32)> = None;
+        let mut rel: Vec<(u128, u128)> = Vec::with_capacity(n);
+        let mut diff: Vec<isize> = Vec::new();
+        for d in 0..DIMS {
+            rel.clear();
+            for &r in list {
+                let rule = &self.rules[r as usize];
+                rel.push((
+                    rule.lo[d].to_u128().max(lo[d]) - lo[d],
+                    rule.hi[d].to_u128().min(hi[d]) - lo[d],
+                ));
+            }
+            for k in 1..=w[d].min(self.opts.max_cut_bits.clamp(1, 15)) {
+                let shift = w[d] - k;
+                let nc = 1usize << k;
+                diff.clear();
+                diff.resize(nc + 1, 0);
+                let mut sum = 0usize;
+                for &(a, b) in &rel {
+                    let (ca, cb) = ((a >> shift) as usize, (b >> shift) as usize);
+                    diff[ca] += 1;
+                    diff[cb + 1] -= 1;
+                    sum += cb - ca + 1;
+                }
+                if k > 1 && sum + nc > limit {
+                    break;
+                }
+                if sum >= n * nc {
+                    // Every rule in every child: no help (yet; a finer cut may be).
+                    continue;
+                }
+                let (mut run, mut full) = (0isize, 0isize);
+                for &x in &diff[..nc] {
+                    run += x;
+                    full = full.max(run);
+                }
+                let cand = (full as usize, sum, d, k);
+                if best.is_none_or(|b| (cand.0, cand.1) < (b.0, b.1)) {
+                    best = Some(cand);
+                }
+            }
+        }
+        best.map(|(_, sum, d, k)| (d, k, sum + (1 << k)))
+    }
 }
 
 impl<T: Field> Classifier<T> {
@@ -393,7 +632,7 @@ impl<T: Field> Classifier<T> {
         opts: Options,
     ) -> Result<Classifier<T>, BuildError> {
         partial.resize(rules.len(), false);
-        if rules.len() > u32::MAX as usize / 2 {
+        if rules.len() > MAX_LEAF {
             return Err(BuildError {
                 rule: rules.len(),
                 what: "too many rules".into(),
@@ -410,123 +649,82 @@ impl<T: Field> Classifier<T> {
                 });
             }
         }
-        let leaf_rules = opts.leaf_rules.max(1);
+        let dom_hi: [T; DIMS] = std::array::from_fn(|d| T::from_u128(ones(dim_bits::<T>(d))));
         let budget = opts
             .max_entries
-            .unwrap_or_else(|| rules.len().saturating_mul(64).max(1 << 16));
-        let mut c = Classifier {
-            nodes: Vec::new(),
-            entries: Vec::new(),
-            trees: Vec::new(),
+            .unwrap_or_else(|| rules.len().saturating_mul(64).max(1 << 16))
+            .min(u32::MAX as usize / 2);
+        let mut b = Builder {
+            rules: &rules,
+            partial: &partial,
+            slots: Vec::new(),
+            leaves: std::collections::HashMap::new(),
+            budget,
+            opts,
             stats: Stats {
                 rules: rules.len(),
                 ..Default::default()
             },
-            rules,
-            partial,
+            depth: 0,
         };
-        // Rule entries in the leaves and in the nodes waiting to be built.
-        let mut used = c.rules.len();
+        // Slot 0: the empty leaf.
+        b.leaf(Vec::new());
+        // Rules grouped by wideness, each group in order; rules outside the domain (in some
+        // dimension) can match no key the trees see and are left out of them.
         let mut groups: Vec<(u8, Vec<u32>)> = Vec::new();
-        for (i, r) in c.rules.iter().enumerate() {
+        for (i, r) in rules.iter().enumerate() {
+            if (0..DIMS).any(|d| r.lo[d] > dom_hi[d]) {
+                continue;
+            }
             let w = wide(r);
             match groups.iter_mut().find(|g| g.0 == w) {
                 Some(g) => g.1.push(i as u32),
                 None => groups.push((w, vec![i as u32])),
             }
         }
-        let mut stack = Vec::new();
+        let mut trees = Vec::new();
         for (_, g) in groups {
-            let slot = c.nodes.len();
-            c.nodes.push(Node::Leaf { start: 0, len: 0 });
-            c.trees.push(Tree {
-                root: slot as u32,
-                first_rule: g[0],
-            });
-            stack.push(Pending {
-                slot,
-                lo: [T::ZERO; DIMS],
-                hi: [T::MAX; DIMS],
-                rules: g,
-                depth: 0,
+            b.depth = 0;
+            let first_rule = g[0];
+            let root = b.node([0; DIMS], std::array::from_fn(dim_bits::<T>), g, 0);
+            trees.push(Tree {
+                root,
+                first_rule,
+                depth: b.depth as u32,
             });
         }
-        while let Some(mut p) = stack.pop() {
-            // A rule covering the whole region hides every later one here.
-            if let Some(k) = p
-                .rules
-                .iter()
-                .position(|&r| !c.partial[r as usize] && c.rules[r as usize].covers(&p.lo, &p.hi))
-            {
-                used -= p.rules.len() - (k + 1);
-                p.rules.truncate(k + 1);
-            }
-            let small = p.rules.len() <= leaf_rules || p.depth >= opts.max_depth;
-            let over = used > budget;
-            let cut = if small || over {
-                None
-            } else {
-                best_cut(&c.rules, &p)
-            };
-            c.stats.budget_hit |= over && !small;
-            match cut {
-                None => {
-                    c.stats.leaves += 1;
-                    c.stats.max_leaf = c.stats.max_leaf.max(p.rules.len());
-                    c.stats.max_depth = c.stats.max_depth.max(p.depth);
-                    c.nodes[p.slot] = Node::Leaf {
-                        start: c.entries.len() as u32,
-                        len: p.rules.len() as u32,
-                    };
-                    c.entries.extend_from_slice(&p.rules);
-                }
-                Some((d, at, below)) => {
-                    c.stats.splits += 1;
-                    let (left, right) = (c.nodes.len(), c.nodes.len() + 1);
-                    c.nodes.push(Node::Leaf { start: 0, len: 0 });
-                    c.nodes.push(Node::Leaf { start: 0, len: 0 });
-                    c.nodes[p.slot] = Node::Split {
-                        dim: d as u8,
-                        at,
-                        left: left as u32,
-                    };
-                    // The left part is [lo, at - 1] (`at` is above the region's low end).
-                    let mut lhi = p.hi;
-                    lhi[d] = below;
-                    let mut rlo = p.lo;
-                    rlo[d] = at;
-                    let side = |lo: &[T; DIMS], hi: &[T; DIMS]| -> Vec<u32> {
-                        p.rules
-                            .iter()
-                            .copied()
-                            .filter(|&r| c.rules[r as usize].overlaps(lo, hi))
-                            .collect()
-                    };
-                    let (l, r) = (side(&p.lo, &lhi), side(&rlo, &p.hi));
-                    // The children's lists replace this node's.
-                    used = (used + l.len() + r.len()).saturating_sub(p.rules.len());
-                    stack.push(Pending {
-                        slot: right,
-                        lo: rlo,
-                        hi: p.hi,
-                        rules: r,
-                        depth: p.depth + 1,
-                    });
-                    stack.push(Pending {
-                        slot: left,
-                        lo: p.lo,
-                        hi: lhi,
-                        rules: l,
-                        depth: p.depth + 1,
-                    });
-                }
-            }
+        let mut stats = b.stats;
+        let slots = b.slots;
+        stats.trees = trees.len();
+        stats.bytes = slots.len() * 8 + rules.len() * std::mem::size_of::<Rule<T>>();
+        Ok(Classifier {
+            rules,
+            partial,
+            slots,
+            trees,
+            dom_hi,
+            stats,
+        })
+    }
+
+    /// Whether every dimension of `key` is within the trees' domain.
+    #[inline(always)]
+    fn in_domain(&self, key: &[T; DIMS]) -> bool {
+        let mut ok = true;
+        for (k, h) in key.iter().zip(&self.dom_hi) {
+            ok &= k <= h;
         }
-        c.stats.entries = c.entries.len();
-        c.stats.bytes = c.nodes.len() * std::mem::size_of::<Node<T>>()
-            + c.entries.len() * 4
-            + c.rules.len() * std::mem::size_of::<Rule<T>>();
-        Ok(c)
+        ok
+    }
+
+    /// The first rule matching `key` and passed by `extra`, by a scan of every rule.
+    fn linear(&self, key: &[T; DIMS], extra: impl Fn(u32) -> bool) -> Option<u32> {
+        self.rules
+            .iter()
+            .zip(&self.partial)
+            .enumerate()
+            .find(|(i, (r, &p))| r.matches(key) && (!p || extra(*i as u32)))
+            .map(|(i, _)| i as u32)
     }
 
     /// The first rule (its index in the rule set) whose box holds `key`.
@@ -539,49 +737,84 @@ impl<T: Field> Classifier<T> {
     /// partial are passed without asking).
     #[inline]
     pub fn classify_where(&self, key: &[T; DIMS], extra: impl Fn(u32) -> bool) -> Option<u32> {
-        let mut best: Option<u32> = None;
+        if !self.in_domain(key) {
+            return self.linear(key, extra);
+        }
+        let k8 = pad(key);
+        let mut best = u32::MAX;
         // Trees in the order of their first rules: once a match comes before a tree's
         // first rule, neither it nor any later tree can do better.
         for t in &self.trees {
-            if best.is_some_and(|b| b < t.first_rule) {
+            if best < t.first_rule {
                 break;
             }
-            if let Some(r) = self.walk(t.root as usize, key, &extra) {
-                best = Some(best.map_or(r, |b| b.min(r)));
+            let mut d = t.root;
+            for _ in 0..t.depth {
+                d = step(&self.slots, d, &k8);
             }
-        }
-        best
-    }
-
-    /// The first rule of one tree that holds `key`.
-    #[inline]
-    fn walk(&self, root: usize, key: &[T; DIMS], extra: &impl Fn(u32) -> bool) -> Option<u32> {
-        let mut i = root;
-        // Bounded: every split's children come after it, so at most one visit per node.
-        for _ in 0..=self.nodes.len() {
-            match *self.nodes.get(i)? {
-                Node::Split { dim, at, left } => {
-                    // The right child follows the left one: no branch on the comparison.
-                    let v = *key.get(dim as usize)?;
-                    i = left as usize + usize::from(v >= at);
+            for &e in leaf_list(&self.slots, d) {
+                let r = e as u32;
+                if r >= best {
+                    break;
                 }
-                Node::Leaf { start, len } => {
-                    let (s, n) = (start as usize, len as usize);
-                    let list = self.entries.get(s..s + n)?;
-                    return list.iter().copied().find(|&r| {
-                        self.rules.get(r as usize).is_some_and(|x| x.matches(key))
-                            && (!self.partial.get(r as usize).copied().unwrap_or(false) || extra(r))
-                    });
+                if self.rules.get(r as usize).is_some_and(|x| x.matches(key))
+                    && (!self.partial.get(r as usize).copied().unwrap_or(false) || extra(r))
+                {
+                    best = r;
+                    break;
                 }
             }
         }
-        None
+        (best != u32::MAX).then_some(best)
     }
 
-    /// Classify `keys` into `out` (one result per key; `out` as long as `keys` or longer).
+    /// Classify `keys` into `out` (one result per key; `out` as long as `keys` or longer),
+    /// as [`Classifier::classify`] does: keys go down each tree side by side, one level
+    /// for all of them at a time, so that their memory accesses overlap.
     pub fn classify_burst(&self, keys: &[[T; DIMS]], out: &mut [Option<u32>]) {
-        for (k, o) in keys.iter().zip(out.iter_mut()) {
-            *o = self.classify(k);
+        for (k, o) in keys.chunks(LANES).zip(out.chunks_mut(LANES)) {
+            self.lanes(k, o);
+        }
+    }
+
+    #[inline]
+    fn lanes(&self, keys: &[[T; DIMS]], out: &mut [Option<u32>]) {
+        let n = keys.len().min(out.len()).min(LANES);
+        let mut k8 = [[T::ZERO; 8]; LANES];
+        for (p, k) in k8.iter_mut().zip(&keys[..n]) {
+            *p = pad(k);
+        }
+        let mut best = [u32::MAX; LANES];
+        let mut cur = [0u64; LANES];
+        for t in &self.trees {
+            if best[..n].iter().all(|&b| b < t.first_rule) {
+                break;
+            }
+            cur[..n].fill(t.root);
+            for _ in 0..t.depth {
+                for (c, k) in cur[..n].iter_mut().zip(&k8[..n]) {
+                    *c = step(&self.slots, *c, k);
+                }
+            }
+            for ((c, b), key) in cur[..n].iter().zip(&mut best[..n]).zip(keys) {
+                for &e in leaf_list(&self.slots, *c) {
+                    let r = e as u32;
+                    if r >= *b {
+                        break;
+                    }
+                    if self.rules.get(r as usize).is_some_and(|x| x.matches(key)) {
+                        *b = r;
+                        break;
+                    }
+                }
+            }
+        }
+        for ((o, &b), key) in out[..n].iter_mut().zip(&best[..n]).zip(keys) {
+            *o = if self.in_domain(key) {
+                (b != u32::MAX).then_some(b)
+            } else {
+                self.linear(key, |_| true)
+            };
         }
     }
 
@@ -590,60 +823,18 @@ impl<T: Field> Classifier<T> {
         &self.rules
     }
 
-    /// The tree's shape.
+    /// The trees' shape.
     pub fn stats(&self) -> Stats {
         self.stats
     }
 }
 
-/// The best cut of node `p`: (dimension, value, value - 1), keys below the value going
-/// left. `None` when no cut helps.
-fn best_cut<T: Field>(rules: &[Rule<T>], p: &Pending<T>) -> Option<(usize, T, T)> {
-    let n = p.rules.len();
-    // (larger side, both sides, smaller side, dimension, value): the first two smallest win.
-    let mut best: Option<(usize, usize, usize, usize, T)> = None;
-    let mut los: Vec<T> = Vec::with_capacity(n);
-    let mut his: Vec<T> = Vec::with_capacity(n);
-    let mut cands: Vec<T> = Vec::with_capacity(2 * n);
-    for d in 0..DIMS {
-        los.clear();
-        his.clear();
-        for &r in &p.rules {
-            let r = rules.get(r as usize)?;
-            los.push(r.lo[d].max(p.lo[d]));
-            his.push(r.hi[d].min(p.hi[d]));
-        }
-        los.sort_unstable();
-        his.sort_unstable();
-        // Candidate cuts: where a rule's range starts or ends within the region.
-        cands.clear();
-        cands.extend(los.iter().copied().filter(|&v| v > p.lo[d]));
-        cands.extend(
-            his.iter()
-                .copied()
-                .filter(|&v| v < p.hi[d])
-                .filter_map(Field::succ),
-        );
-        cands.sort_unstable();
-        cands.dedup();
-        for &at in &cands {
-            // Rules reaching below `at` go left; rules reaching `at` or above go right.
-            let left = los.partition_point(|&v| v < at);
-            let right = n - his.partition_point(|&v| v < at);
-            let score = (left.max(right), left + right, left.min(right), d, at);
-            if best.is_none_or(|b| (score.0, score.1) < (b.0, b.1)) {
-                best = Some(score);
-            }
-        }
-    }
-    let (big, _, small, d, at) = best?;
-    // A cut that keeps every rule on one side still helps: the other side has fewer (often
-    // none), and the region narrows until rules cover it (and hide the ones after them).
-    // Only a cut copying every rule to both sides is useless; with the covering rules
-    // dropped at every node, some cut always does better.
-    (small < n || big < n)
-        .then(|| at.pred().map(|below| (d, at, below)))
-        .flatten()
+/// A key padded to 8 dimensions (the rest zero).
+#[inline(always)]
+fn pad<T: Field>(key: &[T; DIMS]) -> [T; 8] {
+    let mut p = [T::ZERO; 8];
+    p[..DIMS].copy_from_slice(key);
+    p
 }
 
 #[cfg(test)]
