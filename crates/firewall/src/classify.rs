@@ -77,6 +77,8 @@ pub trait Field: Copy + Ord + fmt::Debug + Send + Sync + 'static {
     fn from_u128(v: u128) -> Self;
     /// `self >> (shift % bits)`, truncated to a `usize`.
     fn chunk(self, shift: u32) -> usize;
+    /// `self - o`, wrapping.
+    fn wsub(self, o: Self) -> Self;
 }
 
 impl Field for u32 {
@@ -102,6 +104,10 @@ impl Field for u32 {
     fn chunk(self, shift: u32) -> usize {
         self.wrapping_shr(shift) as usize
     }
+    #[inline(always)]
+    fn wsub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
+    }
 }
 
 impl Field for u128 {
@@ -126,6 +132,10 @@ impl Field for u128 {
     #[inline(always)]
     fn chunk(self, shift: u32) -> usize {
         self.wrapping_shr(shift) as usize
+    }
+    #[inline(always)]
+    fn wsub(self, o: Self) -> Self {
+        self.wrapping_sub(o)
     }
 }
 
@@ -304,7 +314,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            leaf_rules: 8,
+            leaf_rules: 12,
             max_depth: 64,
             max_entries: None,
             max_cut_bits: 12,
@@ -377,8 +387,8 @@ fn ones(bits: u32) -> u128 {
 // * inner node: bits 0-31 the first of its `2^k` child slots, 32-35 `k` (1-15), 36-38 the
 //   dimension, 39-45 the shift: a key goes to child slot `base + (key[dim] >> shift) & (2^k
 //   - 1)`, which holds the child's descriptor (so one load per level);
-// * leaf: `k` = 0, bits 0-31 its own slot (so a step from a leaf stays there), bits 36-63
-//   its rule count, the rule indices in the slots after it.
+// * leaf: `k` = 0, bits 0-31 the first of its entries ([`Entry`]), bits 36-63 their count;
+//   a step from a leaf stays there.
 const K_AT: u32 = 32;
 const DIM_AT: u32 = 36;
 const SHIFT_AT: u32 = 39;
@@ -394,27 +404,52 @@ fn leaf_desc(slot: usize, len: usize) -> u64 {
     slot as u64 | (len as u64) << LEN_AT
 }
 
-/// One step down from descriptor `d` (a leaf stays put). `key` is padded to 8 dimensions so
-/// the 3-bit dimension indexes it without a check.
+/// One step down from descriptor `d` (a leaf stays put).
 #[inline(always)]
-fn step<T: Field>(slots: &[u64], d: u64, key: &[T; 8]) -> u64 {
+fn step<T: Field>(slots: &[u64], d: u64, key: &[T; DIMS]) -> u64 {
     let k = (d >> K_AT) & 15;
-    let dm = ((d >> DIM_AT) & 7) as usize;
+    let dm = (((d >> DIM_AT) & 7) as usize).min(DIMS - 1);
     let shift = ((d >> SHIFT_AT) & 127) as u32;
     let idx = key[dm].chunk(shift) & ((1usize << k) - 1);
     let i = (d as u32 as usize).wrapping_add(idx);
     match slots.get(i) {
-        Some(&n) => n,
-        None => d,
+        Some(&n) if k != 0 => n,
+        _ => d,
     }
 }
 
-/// The rule list of leaf descriptor `d`.
 #[inline(always)]
-fn leaf_list(slots: &[u64], d: u64) -> &[u64] {
-    let s = (d as u32 as usize).wrapping_add(1);
+fn is_leaf(d: u64) -> bool {
+    (d >> K_AT) & 15 == 0
+}
+
+/// A rule in a leaf, its box inline (no second load to reach it) as low ends and spans:
+/// a key is in it when `key - lo <= span` in every dimension (wrapping: below `lo` wraps
+/// above any span).
+#[derive(Clone, Copy, Debug)]
+struct Entry<T> {
+    lo: [T; DIMS],
+    span: [T; DIMS],
+    rule: u32,
+}
+
+impl<T: Field> Entry<T> {
+    #[inline(always)]
+    fn matches(&self, key: &[T; DIMS]) -> bool {
+        let mut ok = true;
+        for d in 0..DIMS {
+            ok &= key[d].wsub(self.lo[d]) <= self.span[d];
+        }
+        ok
+    }
+}
+
+/// The entries of leaf descriptor `d`.
+#[inline(always)]
+fn leaf_entries<T>(entries: &[Entry<T>], d: u64) -> &[Entry<T>] {
+    let s = d as u32 as usize;
     let n = (d >> LEN_AT) as usize;
-    slots.get(s..s.wrapping_add(n)).unwrap_or(&[])
+    entries.get(s..s.wrapping_add(n)).unwrap_or(&[])
 }
 
 /// A tree of the classifier: its root's descriptor, the first rule it holds, and the most
@@ -433,8 +468,10 @@ pub struct Classifier<T> {
     /// Rules with conditions outside their box (TCP flags, DSCP, state), checked by the
     /// caller's filter ([`Classifier::classify_where`]): they never hide later rules.
     partial: Vec<bool>,
-    /// Every tree's nodes and leaves (see the descriptor layout above).
+    /// Every tree's nodes (see the descriptor layout above).
     slots: Vec<u64>,
+    /// Every leaf's rules.
+    entries: Vec<Entry<T>>,
     /// One tree per group of rules alike in which dimensions they are wide in, in the order
     /// of their first rules.
     trees: Vec<Tree>,
@@ -443,24 +480,25 @@ pub struct Classifier<T> {
     stats: Stats,
 }
 
-/// Which dimensions a rule is wide in (EffiCuts' separation, Vamanan et al., 2010): rules
-/// wide in the same dimensions are cut along the others without copying each other, and
-/// the wide ones (default policies, "any" matches) do not force copies of the narrow ones.
+/// The group of a rule's tree: whether its destination is wide (EffiCuts' separation,
+/// Vamanan et al., 2010): rules wide in a dimension are not copied into every part of it
+/// when the narrow ones are cut along it. Only the destination: grouping by the source too
+/// (4 trees) cost more in lookups than it saved in copies (131-134 against 103-112 cycles
+/// at 10,000 rules), and one tree for all had to copy 3 times the entries (`bench acl`,
+/// docs/performance.md).
 fn wide<T: Field>(r: &Rule<T>) -> u8 {
-    let addr = |d: usize| T::span_bits(r.lo[d], r.hi[d]) > T::ADDR_BITS / 2;
-    // Only the addresses: grouping by the destination port too (8 groups) cost more in
-    // lookups than it saved in copies (`bench acl`, docs/performance.md).
-    u8::from(addr(dim::SRC)) | u8::from(addr(dim::DST)) << 1
+    u8::from(T::span_bits(r.lo[dim::DST], r.hi[dim::DST]) > T::ADDR_BITS / 2)
 }
 
 /// Keys classified side by side in [`Classifier::classify_burst`].
-const LANES: usize = 32;
+const LANES: usize = 256;
 
 /// The tree builder's state.
 struct Builder<'a, T> {
     rules: &'a [Rule<T>],
     partial: &'a [bool],
     slots: Vec<u64>,
+    entries: Vec<Entry<T>>,
     /// Leaves by rule list: the same list anywhere is the same leaf.
     leaves: std::collections::HashMap<Vec<u32>, u64>,
     budget: usize,
@@ -475,10 +513,15 @@ impl<T: Field> Builder<'_, T> {
         if let Some(&d) = self.leaves.get(&list) {
             return d;
         }
-        let slot = self.slots.len();
-        let d = leaf_desc(slot, list.len());
-        self.slots.push(d);
-        self.slots.extend(list.iter().map(|&r| u64::from(r)));
+        let d = leaf_desc(self.entries.len(), list.len());
+        for &r in &list {
+            let x = &self.rules[r as usize];
+            self.entries.push(Entry {
+                lo: x.lo,
+                span: std::array::from_fn(|i| x.hi[i].wsub(x.lo[i])),
+                rule: r,
+            });
+        }
         self.stats.leaves += 1;
         self.stats.entries += list.len();
         self.stats.max_leaf = self.stats.max_leaf.max(list.len());
@@ -505,7 +548,9 @@ impl<T: Field> Builder<'_, T> {
             None
         } else {
             let c = self.choose(&list, &lo, &hi, &w);
-            if c.is_some_and(|(_, _, cost)| self.slots.len() + cost > self.budget) {
+            if c.is_some_and(|(_, _, cost)| {
+                self.slots.len() + self.entries.len() + cost > self.budget
+            }) {
                 self.stats.budget_hit = true;
                 None
             } else {
@@ -658,6 +703,7 @@ impl<T: Field> Classifier<T> {
             rules: &rules,
             partial: &partial,
             slots: Vec::new(),
+            entries: Vec::new(),
             leaves: std::collections::HashMap::new(),
             budget,
             opts,
@@ -694,13 +740,16 @@ impl<T: Field> Classifier<T> {
             });
         }
         let mut stats = b.stats;
-        let slots = b.slots;
+        let (slots, entries) = (b.slots, b.entries);
         stats.trees = trees.len();
-        stats.bytes = slots.len() * 8 + rules.len() * std::mem::size_of::<Rule<T>>();
+        stats.bytes = slots.len() * 8
+            + entries.len() * std::mem::size_of::<Entry<T>>()
+            + rules.len() * std::mem::size_of::<Rule<T>>();
         Ok(Classifier {
             rules,
             partial,
             slots,
+            entries,
             trees,
             dom_hi,
             stats,
@@ -740,7 +789,6 @@ impl<T: Field> Classifier<T> {
         if !self.in_domain(key) {
             return self.linear(key, extra);
         }
-        let k8 = pad(key);
         let mut best = u32::MAX;
         // Trees in the order of their first rules: once a match comes before a tree's
         // first rule, neither it nor any later tree can do better.
@@ -750,17 +798,17 @@ impl<T: Field> Classifier<T> {
             }
             let mut d = t.root;
             for _ in 0..t.depth {
-                d = step(&self.slots, d, &k8);
+                d = step(&self.slots, d, key);
             }
-            for &e in leaf_list(&self.slots, d) {
-                let r = e as u32;
-                if r >= best {
+            for e in leaf_entries(&self.entries, d) {
+                if e.rule >= best {
                     break;
                 }
-                if self.rules.get(r as usize).is_some_and(|x| x.matches(key))
-                    && (!self.partial.get(r as usize).copied().unwrap_or(false) || extra(r))
+                if e.matches(key)
+                    && (!self.partial.get(e.rule as usize).copied().unwrap_or(false)
+                        || extra(e.rule))
                 {
-                    best = r;
+                    best = e.rule;
                     break;
                 }
             }
@@ -780,33 +828,67 @@ impl<T: Field> Classifier<T> {
     #[inline]
     fn lanes(&self, keys: &[[T; DIMS]], out: &mut [Option<u32>]) {
         let n = keys.len().min(out.len()).min(LANES);
-        let mut k8 = [[T::ZERO; 8]; LANES];
-        for (p, k) in k8.iter_mut().zip(&keys[..n]) {
-            *p = pad(k);
-        }
+        let keys = &keys[..n];
         let mut best = [u32::MAX; LANES];
         let mut cur = [0u64; LANES];
+        let mut live = [0u8; LANES];
+        let mut pos = [0usize; LANES];
+        let mut end = [0usize; LANES];
         for t in &self.trees {
             if best[..n].iter().all(|&b| b < t.first_rule) {
                 break;
             }
             cur[..n].fill(t.root);
-            for _ in 0..t.depth {
-                for (c, k) in cur[..n].iter_mut().zip(&k8[..n]) {
-                    *c = step(&self.slots, *c, k);
+            // The lanes not at a leaf yet, compacted after every step (without branches):
+            // each step costs the keys still walking, not the deepest one's depth for all.
+            let mut nl = 0;
+            if !is_leaf(t.root) {
+                for (j, l) in live[..n].iter_mut().enumerate() {
+                    *l = j as u8;
                 }
+                nl = n;
             }
-            for ((c, b), key) in cur[..n].iter().zip(&mut best[..n]).zip(keys) {
-                for &e in leaf_list(&self.slots, *c) {
-                    let r = e as u32;
-                    if r >= *b {
-                        break;
-                    }
-                    if self.rules.get(r as usize).is_some_and(|x| x.matches(key)) {
-                        *b = r;
-                        break;
-                    }
+            for _ in 0..t.depth {
+                if nl == 0 {
+                    break;
                 }
+                let mut m = 0;
+                for i in 0..nl {
+                    let j = usize::from(live[i]) % LANES;
+                    let c = step(&self.slots, cur[j], &keys[j]);
+                    cur[j] = c;
+                    live[m] = j as u8;
+                    m += usize::from(!is_leaf(c));
+                }
+                nl = m;
+            }
+            // The leaves' entries, one per lane at a time, compacting the lanes still
+            // looking (no match yet, entries left below their best).
+            nl = 0;
+            for (j, &c) in cur[..n].iter().enumerate() {
+                pos[j] = c as u32 as usize;
+                end[j] = pos[j].wrapping_add((c >> LEN_AT) as usize);
+                live[nl] = j as u8;
+                nl += usize::from(pos[j] < end[j]);
+            }
+            while nl > 0 {
+                let mut m = 0;
+                for i in 0..nl {
+                    let j = usize::from(live[i]) % LANES;
+                    let p = pos[j];
+                    let (hit, e, below) = match self.entries.get(p) {
+                        Some(e) => {
+                            let below = e.rule < best[j];
+                            (below & e.matches(&keys[j]), e.rule, below)
+                        }
+                        None => (false, 0, false),
+                    };
+                    best[j] = if hit { e } else { best[j] };
+                    pos[j] = p + 1;
+                    live[m] = j as u8;
+                    m += usize::from(below & !hit & (p + 1 < end[j]));
+                }
+                nl = m;
             }
         }
         for ((o, &b), key) in out[..n].iter_mut().zip(&best[..n]).zip(keys) {
@@ -818,6 +900,38 @@ impl<T: Field> Classifier<T> {
         }
     }
 
+    /// Work for one key (tuning aid): per tree visited, (steps to its leaf, leaf entries
+    /// read).
+    #[cfg(feature = "gen")]
+    pub fn work(&self, key: &[T; DIMS]) -> Vec<(u32, u32)> {
+        let mut best = u32::MAX;
+        let mut v = Vec::new();
+        for t in &self.trees {
+            if best < t.first_rule {
+                break;
+            }
+            let mut d = t.root;
+            let mut steps = 0;
+            while d >> K_AT & 15 != 0 {
+                d = step(&self.slots, d, key);
+                steps += 1;
+            }
+            let mut read = 0;
+            for e in leaf_entries(&self.entries, d) {
+                read += 1;
+                if e.rule >= best {
+                    break;
+                }
+                if e.matches(key) {
+                    best = e.rule;
+                    break;
+                }
+            }
+            v.push((steps, read));
+        }
+        v
+    }
+
     /// The rules, in order.
     pub fn rules(&self) -> &[Rule<T>] {
         &self.rules
@@ -827,14 +941,6 @@ impl<T: Field> Classifier<T> {
     pub fn stats(&self) -> Stats {
         self.stats
     }
-}
-
-/// A key padded to 8 dimensions (the rest zero).
-#[inline(always)]
-fn pad<T: Field>(key: &[T; DIMS]) -> [T; 8] {
-    let mut p = [T::ZERO; 8];
-    p[..DIMS].copy_from_slice(key);
-    p
 }
 
 #[cfg(test)]

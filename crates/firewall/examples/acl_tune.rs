@@ -1,0 +1,100 @@
+//! Tuning aid: cycles per classification of the classifier with settings from the
+//! environment (`LEAF`, `KMAX`, `SPFAC`), as `ferrouter-lab bench acl` measures them.
+//! `cargo run --release -p firewall --features gen --example acl_tune -- [RULES]`
+use firewall::classify::{Classifier, Options, Rule};
+use std::time::Instant;
+
+fn env(name: &str, d: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let rules: Vec<Rule<u32>> = firewall::gen::acl_rules(n, 1)
+        .iter()
+        .map(|m| m.rule().unwrap())
+        .collect();
+    let traces = firewall::gen::traces(&rules, 100_000, 1 ^ 0x5eed);
+    let d = Options::default();
+    let opts = Options {
+        leaf_rules: env("LEAF", d.leaf_rules),
+        max_cut_bits: env("KMAX", d.max_cut_bits as usize) as u32,
+        space_factor: env("SPFAC", d.space_factor),
+        ..d
+    };
+    let t = Instant::now();
+    let c = Classifier::build(rules.clone(), opts).unwrap();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut out = vec![None; traces.len()];
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let s0 = oncpu();
+        let w0 = Instant::now();
+        let s = unsafe { core::arch::x86_64::_rdtsc() };
+        for _ in 0..10 {
+            for (k, o) in traces.chunks(256).zip(out.chunks_mut(256)) {
+                c.classify_burst(k, o);
+                std::hint::black_box(&mut *o);
+            }
+        }
+        let e = unsafe { core::arch::x86_64::_rdtsc() } - s;
+        // Cycles while on the CPU: TSC rate times the thread's CPU time.
+        let ghz = e as f64 / w0.elapsed().as_nanos() as f64;
+        let cpu = (oncpu() - s0) as f64 * ghz;
+        best = best.min(cpu / 1e6);
+    }
+    for (i, k) in traces.iter().enumerate().step_by(50) {
+        assert_eq!(
+            out[i],
+            rules.iter().position(|r| r.matches(k)).map(|x| x as u32)
+        );
+    }
+    work(&c, &traces);
+    println!(
+        "{opts:?}\n  {best:.1} cycles, build {ms:.1} ms, {:?}",
+        c.stats()
+    );
+}
+
+#[allow(dead_code)]
+fn work(c: &Classifier<u32>, traces: &[[u32; 5]]) {
+    let (mut trees, mut steps, mut reads, mut maxs) = (0, 0, 0, 0);
+    let mut hist = [0usize; 64];
+    for k in traces {
+        let w = c.work(k);
+        trees += w.len();
+        let mut m = 0;
+        for (s, r) in w {
+            steps += s;
+            reads += r;
+            m = m.max(s);
+        }
+        hist[m as usize] += 1;
+        maxs += m;
+    }
+    let n = traces.len() as f64;
+    println!(
+        "  per key: {:.2} trees, {:.2} steps, {:.2} leaf reads, {:.2} deepest; deepest hist {:?}",
+        trees as f64 / n,
+        steps as f64 / n,
+        reads as f64 / n,
+        maxs as f64 / n,
+        &hist[..20]
+    );
+}
+
+fn oncpu() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
