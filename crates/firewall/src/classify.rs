@@ -314,11 +314,11 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            leaf_rules: 12,
+            leaf_rules: 8,
             max_depth: 64,
             max_entries: None,
             max_cut_bits: 12,
-            space_factor: 4,
+            space_factor: 8,
         }
     }
 }
@@ -602,8 +602,9 @@ impl<T: Field> Builder<'_, T> {
         inner_desc(base, k, d, shift)
     }
 
-    /// The best cut of a node: (dimension, bits, slots it costs at most), the fewest rules
-    /// in the fullest child winning, then the fewest entries.
+    /// The best cut of a node: (dimension, bits, slots it costs), among those within the
+    /// space factor the fewest rules per child on average winning (so the widest cut that
+    /// still separates rules), then the fewest in the fullest child.
     fn choose(
         &self,
         list: &[u32],
@@ -613,8 +614,8 @@ impl<T: Field> Builder<'_, T> {
     ) -> Option<(usize, u32, usize)> {
         let n = list.len();
         let limit = self.opts.space_factor.max(1).saturating_mul(n);
-        // (fullest child, entries, dimension, bits)
-        let mut best: Option<(usize, usize, usize, u32)> = None;
+        // (average child, fullest child, entries, dimension, bits)
+        let mut best: Option<(usize, usize, usize, usize, u32)> = None;
         let mut rel: Vec<(u128, u128)> = Vec::with_capacity(n);
         let mut diff: Vec<isize> = Vec::new();
         for d in 0..DIMS {
@@ -650,13 +651,14 @@ impl<T: Field> Builder<'_, T> {
                     run += x;
                     full = full.max(run);
                 }
-                let cand = (full as usize, sum, d, k);
+                // Rules per child on average (in 256ths), then in the fullest child.
+                let cand = ((sum << 8) / nc, full as usize, sum, d, k);
                 if best.is_none_or(|b| (cand.0, cand.1) < (b.0, b.1)) {
                     best = Some(cand);
                 }
             }
         }
-        best.map(|(_, sum, d, k)| (d, k, sum + (1 << k)))
+        best.map(|(_, _, sum, d, k)| (d, k, sum + (1 << k)))
     }
 }
 
