@@ -16,10 +16,32 @@ fn main() {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let rules: Vec<Rule<u32>> = firewall::gen::acl_rules(n, 1)
-        .iter()
-        .map(|m| m.rule().unwrap())
-        .collect();
+    // `ACL_BAD=1`: boxes of random ranges in every dimension (every cut copies most).
+    let rules: Vec<Rule<u32>> = if std::env::var("ACL_BAD").is_ok() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        (0..n)
+            .map(|_| {
+                let mut r = Rule::any();
+                for (d, max) in [
+                    (0, u32::MAX),
+                    (1, u32::MAX),
+                    (2, 65535),
+                    (3, 65535),
+                    (4, 255),
+                ] {
+                    let (a, b) = (rng.gen_range(0..=max), rng.gen_range(0..=max));
+                    (r.lo[d], r.hi[d]) = (a.min(b), a.max(b));
+                }
+                r
+            })
+            .collect()
+    } else {
+        firewall::gen::acl_rules(n, 1)
+            .iter()
+            .map(|m| m.rule().unwrap())
+            .collect()
+    };
     let traces = firewall::gen::traces(&rules, 100_000, 1 ^ 0x5eed);
     let d = Options::default();
     let opts = Options {

@@ -299,9 +299,9 @@ pub struct Options {
     pub leaf_rules: usize,
     /// Deepest the tree goes.
     pub max_depth: usize,
-    /// Most slots (rule entries in the leaves plus child slots of the inner nodes, 8 bytes
-    /// each) in all trees together; past it nodes stop splitting. `None`: 64 per rule, at
-    /// least 1 << 16.
+    /// Most slots (child slots of the inner nodes, 8 bytes each) and rule entries in the
+    /// leaves (a rule's box inline: 44 bytes for IPv4, 164 for IPv6) in all trees together;
+    /// nodes whose cut would pass it stay leaves. `None`: 64 per rule, at least 1 << 16.
     pub max_entries: Option<usize>,
     /// Most children of one node, as a power of two (a node cuts its region into `2^k`
     /// equal parts, `k` at most this, 1 to 15).
@@ -502,6 +502,10 @@ struct Builder<'a, T> {
     /// Leaves by rule list: the same list anywhere is the same leaf.
     leaves: std::collections::HashMap<Vec<u32>, u64>,
     budget: usize,
+    /// Entries of the lists of nodes made but not built yet: with the slots and entries
+    /// made, never above the budget (a node splits only if its children's lists fit), so
+    /// the budget bounds the memory whatever the rules.
+    pending: usize,
     opts: Options,
     stats: Stats,
     /// Deepest leaf of the tree being built.
@@ -532,6 +536,8 @@ impl<T: Field> Builder<'_, T> {
     /// The node over region `lo` + `[0, 2^w)` per dimension holding the rules of `list`
     /// (all of which overlap it), in order; its descriptor.
     fn node(&mut self, lo: [u128; DIMS], w: [u32; DIMS], mut list: Vec<u32>, depth: usize) -> u64 {
+        // This node's list leaves the pending ones (it becomes a leaf's or its children's).
+        self.pending = self.pending.saturating_sub(list.len());
         let hi: [u128; DIMS] = std::array::from_fn(|d| lo[d] + ones(w[d]));
         // A rule covering the whole region hides every later one here.
         if let Some(k) = list.iter().position(|&r| {
@@ -549,7 +555,7 @@ impl<T: Field> Builder<'_, T> {
         } else {
             let c = self.choose(&list, &lo, &hi, &w);
             if c.is_some_and(|(_, _, cost)| {
-                self.slots.len() + self.entries.len() + cost > self.budget
+                self.slots.len() + self.entries.len() + self.pending + cost > self.budget
             }) {
                 self.stats.budget_hit = true;
                 None
@@ -582,13 +588,17 @@ impl<T: Field> Builder<'_, T> {
                 kid.push((r, rl, rh));
             }
         }
+        self.pending += kids.iter().map(Vec::len).sum::<usize>();
         let mut cw = w;
         cw[d] = shift;
         let mut done: std::collections::HashMap<Vec<(u32, u128, u128)>, u64> =
             std::collections::HashMap::new();
         for (c, kid) in kids.into_iter().enumerate() {
             let desc = match done.get(&kid) {
-                Some(&x) => x,
+                Some(&x) => {
+                    self.pending = self.pending.saturating_sub(kid.len());
+                    x
+                }
                 None => {
                     let mut clo = lo;
                     clo[d] = lo[d] + ((c as u128) << shift);
@@ -708,6 +718,7 @@ impl<T: Field> Classifier<T> {
             entries: Vec::new(),
             leaves: std::collections::HashMap::new(),
             budget,
+            pending: 0,
             opts,
             stats: Stats {
                 rules: rules.len(),
@@ -734,6 +745,7 @@ impl<T: Field> Classifier<T> {
         for (_, g) in groups {
             b.depth = 0;
             let first_rule = g[0];
+            b.pending += g.len();
             let root = b.node([0; DIMS], std::array::from_fn(dim_bits::<T>), g, 0);
             trees.push(Tree {
                 root,
@@ -1120,6 +1132,136 @@ mod tests {
         }
     }
 
+    /// Keys inside, at the edges of and just past the rules' boxes, in every dimension
+    /// independently, plus some beyond the trees' domain (ports above 65535, protocols
+    /// above 255), for any `T`.
+    fn keys_near<T: Field>(rules: &[Rule<T>], n: usize, seed: u64) -> Vec<[T; DIMS]> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| {
+                let mut k = [T::ZERO; DIMS];
+                for (d, v) in k.iter_mut().enumerate() {
+                    let r = if rules.is_empty() {
+                        Rule::any()
+                    } else {
+                        rules[rng.gen_range(0..rules.len())]
+                    };
+                    *v = match rng.gen_range(0..6) {
+                        0 => r.lo[d],
+                        1 => r.hi[d],
+                        2 => r.hi[d].succ().unwrap_or(r.hi[d]),
+                        3 => r.lo[d].pred().unwrap_or(r.lo[d]),
+                        4 if rng.gen_bool(0.05) => T::from_u128(rng.gen::<u128>()),
+                        _ => {
+                            let (a, b) = (r.lo[d].to_u128(), r.hi[d].to_u128());
+                            T::from_u128(a + rng.gen::<u128>() % (b - a).saturating_add(1).max(1))
+                        }
+                    };
+                }
+                k
+            })
+            .collect()
+    }
+
+    fn v6_rules(n: usize, seed: u64) -> Vec<Rule<u128>> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let nets = [
+            0x2001_0db8u128 << 96,
+            0xfd00u128 << 112,
+            0x2a02_1234u128 << 96,
+        ];
+        let prefix = |rng: &mut rand::rngs::SmallRng| -> Option<(Ipv6Addr, u8)> {
+            if rng.gen_bool(0.2) {
+                return None;
+            }
+            let len = [16u8, 32, 48, 56, 64, 64, 96, 128][rng.gen_range(0..8)];
+            let a = nets[rng.gen_range(0..nets.len())] | rng.gen::<u128>() >> 32;
+            let a = a & (u128::MAX << (128 - u32::from(len)));
+            Some((Ipv6Addr::from(a), len))
+        };
+        (0..n)
+            .map(|_| {
+                let p = rng.gen_range(0..65000u16);
+                Match {
+                    src: prefix(&mut rng),
+                    dst: prefix(&mut rng),
+                    sport: if rng.gen_bool(0.8) {
+                        0..=65535
+                    } else {
+                        p..=p + 500
+                    },
+                    dport: match rng.gen_range(0..3) {
+                        0 => 0..=65535,
+                        1 => p..=p,
+                        _ => p..=p.saturating_add(rng.gen_range(0..3000)),
+                    },
+                    proto: [None, Some(6), Some(17), Some(58)][rng.gen_range(0..4)],
+                }
+                .rule()
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn check_both_paths<T: Field>(
+        c: &Classifier<T>,
+        rules: &[Rule<T>],
+        keys: &[[T; DIMS]],
+        burst: usize,
+    ) -> Result<(), String> {
+        let mut out = vec![Some(u32::MAX); keys.len() + 3];
+        for (k, o) in keys.chunks(burst.max(1)).zip(out.chunks_mut(burst.max(1))) {
+            c.classify_burst(k, o);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let want = linear(rules, k);
+            if c.classify(k) != want || out[i] != want {
+                return Err(format!(
+                    "{k:?}: one {:?}, burst {:?}, linear {want:?}",
+                    c.classify(k),
+                    out[i]
+                ));
+            }
+        }
+        // Past the keys, `out` is left alone.
+        if out[keys.len()..].iter().any(|&o| o != Some(u32::MAX)) {
+            return Err("burst wrote past its keys".into());
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn rules_that_overlap_badly_stay_within_budget_and_right() {
+        // 10,000 boxes of random ranges in every dimension: every cut copies most of them.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        let rules: Vec<Rule<u32>> = (0..10_000)
+            .map(|_| {
+                let mut r = Rule::any();
+                for (d, max) in [
+                    (0, u32::MAX),
+                    (1, u32::MAX),
+                    (2, 65535),
+                    (3, 65535),
+                    (4, 255),
+                ] {
+                    let (a, b) = (rng.gen_range(0..=max), rng.gen_range(0..=max));
+                    (r.lo[d], r.hi[d]) = (a.min(b), a.max(b));
+                }
+                r
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        let c = Classifier::build(rules.clone(), Options::default()).unwrap();
+        let s = c.stats();
+        // The budget: 64 slots or entries per rule (entries of 44 bytes), plus the rules.
+        assert!(s.bytes < 64 * 10_000 * 44 + 10_000 * 100, "{s:?}");
+        assert!(t.elapsed().as_secs() < 20, "{s:?} in {:?}", t.elapsed());
+        check_both_paths(&c, &rules, &keys_near(&rules, 3000, 6), 256).unwrap();
+    }
+
     proptest::proptest! {
         /// Any rule set (random boxes, tiny leaves so the tree is deep) classifies every
         /// key as a linear scan does.
@@ -1157,6 +1299,53 @@ mod tests {
                 let want = rules.iter().enumerate().position(|(i, r)| r.matches(&k) && (!partial[i] || extra(i as u32))).map(|i| i as u32);
                 proptest::prop_assert_eq!(c.classify_where(&k, extra), want);
             }
+        }
+
+        /// Bursts (of any length, keys walking the trees side by side) classify as single
+        /// keys and a linear scan do, keys outside the trees' domain included.
+        #[test]
+        fn bursts_match_the_linear_reference(
+            n in 0usize..300,
+            seed in proptest::num::u64::ANY,
+            leaf in 1usize..10,
+            bits in 1u32..13,
+            spfac in 1usize..10,
+            burst in 1usize..300,
+        ) {
+            let rules = acl_like(n, seed);
+            let opts = Options { leaf_rules: leaf, max_cut_bits: bits, space_factor: spfac, ..Default::default() };
+            let c = Classifier::build(rules.clone(), opts).unwrap();
+            let mut keys = keys_for(&rules, 300, seed ^ 3);
+            keys.extend(keys_near(&rules, 300, seed ^ 4));
+            proptest::prop_assert_eq!(check_both_paths(&c, &rules, &keys, burst), Ok(()));
+        }
+
+        /// IPv6 rule sets, single keys and bursts.
+        #[test]
+        fn ipv6_matches_the_linear_reference(
+            n in 0usize..200,
+            seed in proptest::num::u64::ANY,
+            leaf in 1usize..10,
+            burst in 1usize..300,
+        ) {
+            let rules = v6_rules(n, seed);
+            let c = Classifier::build(rules.clone(), Options { leaf_rules: leaf, ..Default::default() }).unwrap();
+            let keys = keys_near(&rules, 400, seed ^ 5);
+            proptest::prop_assert_eq!(check_both_paths(&c, &rules, &keys, burst), Ok(()));
+        }
+
+        /// A small budget: longer leaves, the same answers.
+        #[test]
+        fn tight_budgets_match_the_linear_reference(
+            n in 1usize..300,
+            seed in proptest::num::u64::ANY,
+            budget in 0usize..2000,
+        ) {
+            let rules = acl_like(n, seed);
+            let c = Classifier::build(rules.clone(), Options { max_entries: Some(budget), leaf_rules: 2, ..Default::default() }).unwrap();
+            proptest::prop_assert!(c.stats().entries <= budget + n, "{:?}", c.stats());
+            let keys = keys_for(&rules, 300, seed ^ 9);
+            proptest::prop_assert_eq!(check_both_paths(&c, &rules, &keys, 256), Ok(()));
         }
 
         /// Arbitrary boxes, wildcards and points included.
