@@ -393,6 +393,9 @@ pub struct Stats {
     pub bytes: usize,
     /// Trees.
     pub trees: usize,
+    /// Rules looked at by the cut choices plus children made (bounded: 64 per rule, at
+    /// least 2^18).
+    pub work: usize,
 }
 
 /// Bits of each dimension's domain: addresses, 16-bit ports, 8-bit protocol. Keys outside
@@ -538,6 +541,11 @@ struct Builder<'a, T> {
     /// made, never above the budget (a node splits only if its children's lists fit), so
     /// the budget bounds the memory whatever the rules.
     pending: usize,
+    /// Rules looked at by cut choices and children made so far, and the most allowed: past
+    /// it nodes stay leaves, so the build's time is bounded too (a cut may keep most rules
+    /// in one child, and a chain of those would look at the same rules again and again).
+    work: usize,
+    max_work: usize,
     opts: Options,
     stats: Stats,
     /// Deepest leaf of the tree being built.
@@ -584,7 +592,11 @@ impl<T: Field> Builder<'_, T> {
         let small = list.len() <= self.opts.leaf_rules.max(1) || depth >= self.opts.max_depth;
         let cut = if small {
             None
+        } else if self.work > self.max_work {
+            self.stats.budget_hit = true;
+            None
         } else {
+            self.work += list.len();
             let c = self.choose(&list, &lo, &hi, &w);
             if c.is_some_and(|(_, _, cost)| {
                 self.slots.len() + self.entries.len() + self.pending + cost > self.budget
@@ -603,6 +615,7 @@ impl<T: Field> Builder<'_, T> {
         self.stats.splits += 1;
         let shift = w[d] - k;
         let n = 1usize << k;
+        self.work += n;
         let base = self.slots.len();
         self.slots.resize(base + n, 0);
         // Each child's rules with their ranges in `d` relative to the child: two children
@@ -693,8 +706,9 @@ impl<T: Field> Builder<'_, T> {
                     run += x;
                     full = full.max(run);
                 }
+                let avg = (sum << 8) / nc;
                 // Rules per child on average (in 256ths), then in the fullest child.
-                let cand = ((sum << 8) / nc, full as usize, sum, d, k);
+                let cand = (avg, full as usize, sum, d, k);
                 if best.is_none_or(|b| (cand.0, cand.1) < (b.0, b.1)) {
                     best = Some(cand);
                 }
@@ -751,6 +765,8 @@ impl<T: Field> Classifier<T> {
             leaves: std::collections::HashMap::new(),
             budget,
             pending: 0,
+            work: 0,
+            max_work: rules.len().saturating_mul(64).max(1 << 18),
             opts,
             stats: Stats {
                 rules: rules.len(),
@@ -786,6 +802,7 @@ impl<T: Field> Classifier<T> {
             });
         }
         let mut stats = b.stats;
+        stats.work = b.work;
         let (slots, entries) = (b.slots, b.entries);
         stats.trees = trees.len();
         stats.bytes = slots.len() * 8
