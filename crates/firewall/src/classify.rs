@@ -36,7 +36,7 @@
 //!   branch depends on a key. Single keys ([`Classifier::classify_where`], with the
 //!   caller's extra conditions) take the same path alone.
 //! * Copies are bounded: slots and entries, the lists of nodes not built yet included,
-//!   stay within [`Options::max_entries`] (64 per rule by default); a node whose cut would
+//!   stay within [`Options::max_entries`] (2 KiB per rule by default); a node whose cut would
 //!   pass it stays a leaf, however long, so no rule set makes the build or its memory run
 //!   away; lookups just get slower (a linear scan in the worst case).
 //! * Keys outside the domain (a port above 65535, a protocol above 255: never from a
@@ -331,9 +331,10 @@ pub struct Options {
     pub leaf_rules: usize,
     /// Deepest the tree goes.
     pub max_depth: usize,
-    /// Most slots (child slots of the inner nodes, 8 bytes each) and rule entries in the
-    /// leaves (a rule's box inline: 44 bytes for IPv4, 164 for IPv6) in all trees together;
-    /// nodes whose cut would pass it stay leaves. `None`: 64 per rule, at least 1 << 16.
+    /// Most memory of all trees together, in 8-byte slots: child slots of the inner nodes
+    /// count one each, rule entries in the leaves (a rule's box inline: 44 bytes for IPv4,
+    /// 176 for IPv6) 6 or 22; nodes whose cut would pass it stay leaves. `None`: 256 per
+    /// rule (2 KiB), at least 1 << 17 (1 MiB).
     pub max_entries: Option<usize>,
     /// Most children of one node, as a power of two (a node cuts its region into `2^k`
     /// equal parts, `k` at most this, 1 to 15).
@@ -393,7 +394,7 @@ pub struct Stats {
     pub bytes: usize,
     /// Trees.
     pub trees: usize,
-    /// Rules looked at by the cut choices plus children made (bounded: 64 per rule, at
+    /// Rules looked at by the cut choices plus children made (bounded: 128 per rule, at
     /// least 2^18).
     pub work: usize,
 }
@@ -477,6 +478,11 @@ impl<T: Field> Entry<T> {
         }
         ok
     }
+}
+
+/// Slots (8 bytes) an entry counts for in the budget.
+fn entry_slots<T>() -> usize {
+    std::mem::size_of::<Entry<T>>().div_ceil(8)
 }
 
 /// The entries of leaf descriptor `d`.
@@ -599,7 +605,8 @@ impl<T: Field> Builder<'_, T> {
             self.work += list.len();
             let c = self.choose(&list, &lo, &hi, &w);
             if c.is_some_and(|(_, _, cost)| {
-                self.slots.len() + self.entries.len() + self.pending + cost > self.budget
+                let e = entry_slots::<T>();
+                self.slots.len() + (self.entries.len() + self.pending) * e + cost > self.budget
             }) {
                 self.stats.budget_hit = true;
                 None
@@ -714,7 +721,7 @@ impl<T: Field> Builder<'_, T> {
                 }
             }
         }
-        best.map(|(_, _, sum, d, k)| (d, k, sum + (1 << k)))
+        best.map(|(_, _, sum, d, k)| (d, k, sum * entry_slots::<T>() + (1 << k)))
     }
 }
 
@@ -755,7 +762,7 @@ impl<T: Field> Classifier<T> {
         let dom_hi: [T; DIMS] = std::array::from_fn(|d| T::from_u128(ones(dim_bits::<T>(d))));
         let budget = opts
             .max_entries
-            .unwrap_or_else(|| rules.len().saturating_mul(64).max(1 << 16))
+            .unwrap_or_else(|| rules.len().saturating_mul(256).max(1 << 17))
             .min(u32::MAX as usize / 2);
         let mut b = Builder {
             rules: &rules,
@@ -766,7 +773,7 @@ impl<T: Field> Classifier<T> {
             budget,
             pending: 0,
             work: 0,
-            max_work: rules.len().saturating_mul(64).max(1 << 18),
+            max_work: rules.len().saturating_mul(128).max(1 << 18),
             opts,
             stats: Stats {
                 rules: rules.len(),
@@ -1308,8 +1315,9 @@ mod tests {
         let t = std::time::Instant::now();
         let c = Classifier::build(rules.clone(), Options::default()).unwrap();
         let s = c.stats();
-        // The budget: 64 slots or entries per rule (entries of 44 bytes), plus the rules.
-        assert!(s.bytes < 64 * 10_000 * 44 + 10_000 * 100, "{s:?}");
+        // The budget: 2 KiB per rule, plus the rules (40 bytes each) and the roots' lists.
+        assert!(s.budget_hit, "{s:?}");
+        assert!(s.bytes < 10_000 * (2048 + 40 + 48), "{s:?}");
         assert!(t.elapsed().as_secs() < 20, "{s:?} in {:?}", t.elapsed());
         check_both_paths(&c, &rules, &keys_near(&rules, 3000, 6), 256).unwrap();
     }
