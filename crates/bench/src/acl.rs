@@ -104,10 +104,12 @@ pub struct AclReport {
     pub dpdk_command: Option<String>,
 }
 
-/// The classifier tree's shape.
+/// The classifier trees' shape.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct TreeShape {
-    /// Inner nodes.
+    /// Trees.
+    pub trees: usize,
+    /// Inner nodes (each cuts `2^k` ways).
     pub splits: usize,
     /// Leaves.
     pub leaves: usize,
@@ -266,6 +268,7 @@ pub fn run(opts: &AclOptions, mut progress: impl FnMut(&str)) -> anyhow::Result<
         ferrouter_runs: runs,
         build_ms,
         tree: TreeShape {
+            trees: s.trees,
             splits: s.splits,
             leaves: s.leaves,
             entries: s.entries,
@@ -392,10 +395,11 @@ pub fn format_table(r: &AclReport) -> String {
     );
     let _ = writeln!(
         o,
-        "  ferrouter (decision tree): {:.1} cycles/classification (runs {:?}); built in {:.1} ms: {} splits, {} leaves, {} entries, longest leaf {}, depth {}, {} KiB",
+        "  ferrouter (cut trees):     {:.1} cycles/classification (runs {:?}); built in {:.1} ms: {} trees, {} inner nodes, {} leaves, {} entries, longest leaf {}, depth {}, {} KiB",
         r.ferrouter_cycles,
         r.ferrouter_runs.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>(),
         r.build_ms,
+        r.tree.trees,
         r.tree.splits,
         r.tree.leaves,
         r.tree.entries,

@@ -1,7 +1,8 @@
 //! Ferrouter's firewall (issue 25), built up in steps:
 //! - [`classify`]: the packet classifier every filtering and NAT rule set goes through, a
-//!   decision tree over the 5-tuple (HyperSplit style) that finds the first matching rule
-//!   among thousands without scanning them;
+//!   pair of multi-way cut trees over the 5-tuple (HiCuts/EffiCuts style, bursts of keys
+//!   walked side by side) that finds the first matching rule among thousands without
+//!   scanning them;
 //! - [`config`]: `[firewall]` as the config file writes it (address sets, filters of
 //!   ordered rules bound to interfaces at a hook), and its checks;
 //! - [`ruleset`]: a config compiled for the fast path, published whole;
