@@ -92,6 +92,12 @@ pub enum Op {
         /// What the new rules are: "2 filters, 37 rules, 1 set".
         summary: String,
     },
+    /// Replace NAT's rules (a fast-path setting, as [`Op::SetFirewall`]); flows already
+    /// translated keep their translation.
+    SetNat {
+        /// What the new rules are: "1 source rule, 2 destination rules".
+        summary: String,
+    },
     /// Set an interface's uRPF mode (`None`: off). A fast-path setting: the kernel does not
     /// change; the daemon publishes it to its workers once the whole plan has applied.
     SetUrpf {
@@ -159,6 +165,7 @@ impl Op {
                 format!("setting uRPF on {interface} to {}", urpf_str(*mode))
             }
             Op::SetFirewall { summary } => format!("replacing the firewall rules ({summary})"),
+            Op::SetNat { summary } => format!("replacing the NAT rules ({summary})"),
         }
     }
 }
@@ -188,6 +195,7 @@ impl fmt::Display for Op {
                 write!(f, "~ interface {interface} urpf {}", urpf_str(*mode))
             }
             Op::SetFirewall { summary } => write!(f, "~ firewall: {summary}"),
+            Op::SetNat { summary } => write!(f, "~ nat: {summary}"),
         }
     }
 }
@@ -220,7 +228,7 @@ fn rank(op: &Op) -> u8 {
         Op::AddAddress { .. } => 5,
         Op::SetNeighbor { .. } => 6,
         Op::AddRoute(_) | Op::ReplaceRoute { .. } => 7,
-        Op::SetUrpf { .. } | Op::SetFirewall { .. } => 8,
+        Op::SetUrpf { .. } | Op::SetFirewall { .. } | Op::SetNat { .. } => 8,
     }
 }
 
@@ -466,6 +474,16 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
                 if rules == 1 { "" } else { "s" },
                 fw.sets.len(),
                 if fw.sets.len() == 1 { "" } else { "s" },
+            ),
+        });
+    }
+    if old.nat != new.nat {
+        let (s, d) = (new.nat.source.len(), new.nat.destination.len());
+        ops.push(Op::SetNat {
+            summary: format!(
+                "{s} source rule{}, {d} destination rule{}",
+                if s == 1 { "" } else { "s" },
+                if d == 1 { "" } else { "s" },
             ),
         });
     }
@@ -775,7 +793,7 @@ impl Kernel {
                     Action::Admin(l.ifindex, l.up),
                 ))
             }
-            Op::SetUrpf { .. } | Op::SetFirewall { .. } => {
+            Op::SetUrpf { .. } | Op::SetFirewall { .. } | Op::SetNat { .. } => {
                 Some((Action::FastPath, Action::FastPath))
             }
         })

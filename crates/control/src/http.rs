@@ -193,17 +193,18 @@ async fn firewall(State(s): State<Arc<Shared>>) -> ApiResult<model::FirewallView
     blocking(move || Ok(Json(crate::fwview::view(&s.features)))).await
 }
 
-/// Which flows of `GET` / `DELETE /v1/conntrack`.
+/// Which flows of `GET` / `DELETE /v1/conntrack` and `GET /v1/nat/sessions`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
-pub struct ConntrackQuery {
-    /// An address or prefix either end of the flow lies in.
+pub struct FlowQuery {
+    /// An address or prefix either end of the flow lies in (NAT sessions: any of their
+    /// addresses, before or after translation; IPv4, and `A-B` ranges too).
     #[serde(default)]
     pub address: Option<String>,
     /// A protocol: `tcp`, `udp`, `icmp`, ... or a number.
     #[serde(default)]
     pub protocol: Option<String>,
-    /// A port either end uses.
+    /// A port either end uses (NAT sessions: before or after translation).
     #[serde(default)]
     pub port: Option<u16>,
     /// Most flows to list (default 1,000; at most 100,000).
@@ -211,7 +212,7 @@ pub struct ConntrackQuery {
     pub limit: Option<usize>,
 }
 
-fn ct_filter(q: &ConntrackQuery) -> std::result::Result<firewall::node::CtFilter, ApiError> {
+fn ct_filter(q: &FlowQuery) -> std::result::Result<firewall::node::CtFilter, ApiError> {
     crate::fwview::ct_filter(q.address.as_deref(), q.protocol.as_deref(), q.port)
         .map_err(ApiError::bad_request)
 }
@@ -226,14 +227,14 @@ fn ct_error(e: firewall::node::ScanError) -> ApiError {
 }
 
 /// The flows connection tracking holds, filtered.
-#[utoipa::path(get, path = "/v1/conntrack", tag = "show", params(ConntrackQuery),
+#[utoipa::path(get, path = "/v1/conntrack", tag = "show", params(FlowQuery),
     responses((status = 200, description = "The matching flows", body = model::ConntrackList),
               (status = 400, description = "A malformed filter", body = model::ErrorBody),
               (status = 409, description = "Connection tracking is off", body = model::ErrorBody),
               (status = 500, description = "The workers did not answer", body = model::ErrorBody)))]
 async fn conntrack_list(
     State(s): State<Arc<Shared>>,
-    q: std::result::Result<Query<ConntrackQuery>, QueryRejection>,
+    q: std::result::Result<Query<FlowQuery>, QueryRejection>,
 ) -> ApiResult<model::ConntrackList> {
     let Query(q) = q?;
     let filter = ct_filter(&q)?;
@@ -247,14 +248,14 @@ async fn conntrack_list(
 }
 
 /// Remove the flows a filter matches (all without one).
-#[utoipa::path(delete, path = "/v1/conntrack", tag = "show", params(ConntrackQuery),
+#[utoipa::path(delete, path = "/v1/conntrack", tag = "show", params(FlowQuery),
     responses((status = 200, description = "How many flows were removed", body = model::ConntrackFlushed),
               (status = 400, description = "A malformed filter", body = model::ErrorBody),
               (status = 409, description = "Connection tracking is off", body = model::ErrorBody),
               (status = 500, description = "The workers did not answer", body = model::ErrorBody)))]
 async fn conntrack_flush(
     State(s): State<Arc<Shared>>,
-    q: std::result::Result<Query<ConntrackQuery>, QueryRejection>,
+    q: std::result::Result<Query<FlowQuery>, QueryRejection>,
 ) -> ApiResult<model::ConntrackFlushed> {
     let Query(q) = q?;
     let filter = ct_filter(&q)?;
@@ -273,34 +274,15 @@ async fn nat(State(s): State<Arc<Shared>>) -> ApiResult<model::NatView> {
     blocking(move || Ok(Json(crate::natview::view(&s.features)))).await
 }
 
-/// Which sessions of `GET /v1/nat/sessions`.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct NatQuery {
-    /// An IPv4 address, prefix or range any address of the session (before or after
-    /// translation) lies in.
-    #[serde(default)]
-    pub address: Option<String>,
-    /// `tcp`, `udp` or `icmp`.
-    #[serde(default)]
-    pub protocol: Option<String>,
-    /// A port any end uses, before or after translation.
-    #[serde(default)]
-    pub port: Option<u16>,
-    /// Most sessions to list (default 1,000; at most 100,000).
-    #[serde(default)]
-    pub limit: Option<usize>,
-}
-
 /// NAT's sessions, filtered.
-#[utoipa::path(get, path = "/v1/nat/sessions", tag = "show", params(NatQuery),
+#[utoipa::path(get, path = "/v1/nat/sessions", tag = "show", params(FlowQuery),
     responses((status = 200, description = "The matching sessions", body = model::NatSessionList),
               (status = 400, description = "A malformed filter", body = model::ErrorBody),
               (status = 409, description = "NAT is off", body = model::ErrorBody),
               (status = 500, description = "A worker's table stayed busy", body = model::ErrorBody)))]
 async fn nat_sessions(
     State(s): State<Arc<Shared>>,
-    q: std::result::Result<Query<NatQuery>, QueryRejection>,
+    q: std::result::Result<Query<FlowQuery>, QueryRejection>,
 ) -> ApiResult<model::NatSessionList> {
     let Query(q) = q?;
     let filter = crate::natview::filter(q.address.as_deref(), q.protocol.as_deref(), q.port)
