@@ -33,6 +33,7 @@
 //! steered between workers.
 
 pub mod config;
+pub mod fuzzing;
 pub mod rewrite;
 pub mod table;
 

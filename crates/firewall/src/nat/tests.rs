@@ -315,17 +315,50 @@ proptest! {
         prop_assert_eq!(a, b);
     }
 
-    /// No input makes the parser or the rewriter panic.
+    /// The fuzz target's body (`fuzz/`'s `nat_rewrite`) on random bytes: no input makes
+    /// the parser or the rewriter panic or break a checksum.
     #[test]
-    fn any_bytes_are_safe(mut bytes in prop::collection::vec(any::<u8>(), 0..128), n in arb_key()) {
-        if let Some(b) = bytes.first_mut() { *b = 0x45 | (*b & 0x0f); }
-        if let Ok(p) = rewrite::parse(&bytes) {
-            let mut c = bytes.clone();
-            rewrite::rewrite(&mut c, &p, &n);
-            if p.error.is_some() {
-                rewrite::rewrite_error(&mut c, &p, n.src, n.dst, &n);
-            }
+    fn fuzz_random_bytes(mut bytes in prop::collection::vec(any::<u8>(), 13..160)) {
+        bytes[12] = 0x45 | (bytes[12] & 0x0f);
+        super::fuzzing::exercise(&bytes);
+    }
+
+    /// The same on valid packets (TCP, UDP, echo; whole, first and later fragments) and
+    /// on ICMP errors quoting them, with bytes overwritten and cut.
+    #[test]
+    fn fuzz_mutated_packets(
+        k in arb_key(),
+        to in prop::collection::vec(any::<u8>(), 12),
+        payload in prop::collection::vec(any::<u8>(), 0..48),
+        frag in prop::sample::select(vec![0u16, 0x2000, 0x4000, 0x0005]),
+        as_error in any::<bool>(),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+        cut in any::<usize>(),
+    ) {
+        let mut p = packet(&k, &payload, frag);
+        if as_error {
+            let mut e = vec![0u8; 28];
+            e[0] = 0x45;
+            e[9] = proto::ICMP;
+            e[20] = 3;
+            e.extend_from_slice(&p);
+            let total = e.len() as u16;
+            e[2..4].copy_from_slice(&total.to_be_bytes());
+            let c = checksum(&e[..20]);
+            e[10..12].copy_from_slice(&c.to_be_bytes());
+            let c = checksum(&e[20..]);
+            e[22..24].copy_from_slice(&c.to_be_bytes());
+            p = e;
         }
+        for (at, v) in edits {
+            let n = p.len();
+            p[at % n] = v;
+        }
+        let keep = p.len() - cut % 8;
+        p.truncate(keep);
+        let mut input = to;
+        input.extend_from_slice(&p);
+        super::fuzzing::exercise(&input);
     }
 
     /// Sessions are always found by both keys until removed, whatever the mix of
