@@ -84,7 +84,7 @@ pub struct SourceRule {
     /// The interface (`[[port]]` or `[[vlan]]`) the flow leaves by; absent: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbound_interface: Option<String>,
-    /// `tcp`, `udp` or `icmp`; absent: all three.
+    /// `tcp`, `udp` or `icmp`; absent: any (what NAT cannot translate is then dropped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<Protocol>,
     /// Source prefixes (any of them); empty: any.

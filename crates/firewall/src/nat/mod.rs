@@ -164,12 +164,11 @@ impl Match4 {
         })
     }
 
-    /// Whether `k` matches (only tcp, udp and icmp are ever translated).
+    /// Whether `k` matches. A rule without a protocol matches every protocol, so that a
+    /// packet NAT cannot translate (GRE, ESP) is dropped as `unsupported` rather than let
+    /// out with an inside address.
     pub fn matches(&self, k: &Key4) -> bool {
-        matches!(
-            k.proto,
-            table::proto::TCP | table::proto::UDP | table::proto::ICMP
-        ) && self.proto.is_none_or(|p| p == k.proto)
+        self.proto.is_none_or(|p| p == k.proto)
             && in_ranges(&self.src, k.src)
             && in_ranges(&self.dst, k.dst)
             && in_ports(&self.sport, k.sport)
