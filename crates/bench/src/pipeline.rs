@@ -119,6 +119,13 @@ pub struct Options {
     /// `established` (every packet is looked up in its worker's flow table; the pool's flows
     /// are created on the first pass).
     pub stateful: bool,
+    /// Also measure each cell with NAT44 on both interfaces: a source rule translating
+    /// every IPv4 flow to a pool of the traffic's own source address, so that with the
+    /// inside port kept the translation writes back what it read and the pool's frames
+    /// can go round again: every IPv4 packet is looked up (`ip4-nat-reply`), translated
+    /// with its checksums updated (`ip4-nat-in`) and passes `ip4-nat-out`. The sessions
+    /// are made in the untimed warm-up passes.
+    pub nat: bool,
 }
 
 /// What a cell runs with on the unicast arcs.
@@ -127,6 +134,7 @@ enum Variant {
     Plain,
     Noop,
     Firewall { rules: usize, stateful: bool },
+    Nat,
 }
 
 impl Variant {
@@ -140,6 +148,7 @@ impl Variant {
                     if stateful { "-stateful" } else { "" }
                 )
             }
+            Variant::Nat => "nat44".into(),
         }
     }
 }
@@ -237,6 +246,53 @@ fn firewall_setup(
     Ok((registry, state, shared))
 }
 
+/// The NAT features of a [`Variant::Nat`] cell for `workers` workers (the shared tables
+/// kept alive with them).
+type NatSetup = (
+    Arc<dataplane::feature::Registry>,
+    Arc<dataplane::feature::FeatureState>,
+    Arc<firewall::nat::NatShared>,
+);
+
+fn nat_setup(workers: usize, pool: usize) -> Result<NatSetup> {
+    use dataplane::feature::Registry;
+    use firewall::nat::config::{NatConfig, SourceRule, SourceTranslation};
+    use firewall::nat::{NatFeature, NatRules, NatShared};
+    let cfg = NatConfig {
+        source: vec![SourceRule {
+            comment: None,
+            outbound_interface: None,
+            protocol: None,
+            source: vec![],
+            destination: vec![],
+            source_port: Default::default(),
+            destination_port: Default::default(),
+            translation: SourceTranslation::Pool(
+                vec![std::net::Ipv4Addr::from(SRC_V4).to_string()],
+            ),
+        }],
+        max_sessions: (pool * 2).max(1024),
+        ..NatConfig::default()
+    };
+    if let Some((path, m)) = cfg.validate(&["rx", "tx"]).first() {
+        bail!("the NAT config is invalid: {path}: {m}");
+    }
+    let shared = Arc::new(NatShared::default());
+    shared.ensure_tables(workers, cfg.max_sessions, &cfg.timeouts);
+    let names = vec!["rx".to_string(), "tx".to_string()];
+    shared.publish(
+        &cfg,
+        NatRules::compile(&cfg, &names).map_err(anyhow::Error::msg)?,
+    );
+    let registry = Arc::new(Registry::new(NatFeature::all(&shared))?);
+    let state = Arc::new(
+        registry
+            .state(2, |_| NatFeature::NAMES.to_vec())
+            .map_err(anyhow::Error::msg)?,
+    );
+    Ok((registry, state, shared))
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -252,6 +308,7 @@ impl Default for Options {
             noop_feature: false,
             firewall_rules: None,
             stateful: false,
+            nat: false,
         }
     }
 }
@@ -566,9 +623,18 @@ fn run_cell(
     opts: &Options,
     variant: Variant,
 ) -> Result<CellResult> {
+    // The features' registry and state (the features hold their shared state; NAT's is
+    // kept to check what it did).
+    let mut nat = None;
     let fw = match variant {
         Variant::Firewall { rules, stateful } => {
-            Some(firewall_setup(rules, stateful, workers, opts.seed)?)
+            let (r, st, _) = firewall_setup(rules, stateful, workers, opts.seed)?;
+            Some((r, st))
+        }
+        Variant::Nat => {
+            let (r, st, sh) = nat_setup(workers, opts.pool)?;
+            nat = Some(sh);
+            Some((r, st))
         }
         _ => None,
     };
@@ -606,7 +672,7 @@ fn run_cell(
             opts.pool,
             opts.seed.wrapping_add(w as u64 * 7919),
         );
-        let fw = fw.as_ref().map(|(r, st, _)| (r.clone(), st.clone()));
+        let fw = fw.as_ref().map(|(r, st)| (r.clone(), st.clone()));
         handles.push(dataplane::worker::spawn(w, core, move |_| {
             let mut g = Graph::new(
                 readers.register(),
@@ -650,6 +716,16 @@ fn run_cell(
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    if let Some(sh) = nat {
+        // Every IPv4 flow made its session in the warm-up and kept it: the timed passes
+        // translated, they did not make sessions (which would be another measurement).
+        let st = sh.stats();
+        let made: u64 = st.iter().map(|s| s.created).sum();
+        let held: u64 = st.iter().map(|s| s.sessions).sum();
+        if held == 0 || made != held {
+            bail!("NAT held {held} sessions after making {made}: the pool's frames did not keep their translation");
+        }
+    }
     let pkts = totals.load(Ordering::Relaxed) as f64;
     let fwd = forwarded.load(Ordering::Relaxed);
     let mpps_total = pkts / secs / 1e6;
@@ -699,6 +775,9 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
                     rules,
                     stateful: opts.stateful,
                 });
+            }
+            if opts.nat {
+                variants.push(Variant::Nat);
             }
             if variants.len() > 1 {
                 // Interleaved, so drift of a shared machine hits every variant alike.

@@ -490,6 +490,10 @@ struct PipelineArgs {
     /// worker's flow table.
     #[arg(long, requires = "firewall_rules")]
     stateful: bool,
+    /// Also measure each cell with NAT44 on (every IPv4 packet looked up and translated,
+    /// its checksums updated), interleaved with runs without it.
+    #[arg(long)]
+    nat: bool,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -668,6 +672,7 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         noop_feature: a.noop_feature,
         firewall_rules: a.firewall_rules,
         stateful: a.stateful,
+        nat: a.nat,
         ..Default::default()
     })
 }
