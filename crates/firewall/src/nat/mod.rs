@@ -775,7 +775,7 @@ impl Feature for NatFeature {
             role: self.role,
             worker,
             shared: self.shared.clone(),
-            hashes: vec![None; dataplane::VECTOR_SIZE].into_boxed_slice(),
+            parsed: vec![None; dataplane::VECTOR_SIZE].into_boxed_slice(),
         })
     }
 }
@@ -784,10 +784,11 @@ struct NatNode {
     role: Role,
     worker: usize,
     shared: Arc<NatShared>,
-    /// `ip4-nat-reply`: each packet's tuple hash, computed in a first pass over the batch
-    /// that prefetches the index slots, then the sessions, before the packets are handled
-    /// (the table is far larger than the caches: a lookup is two misses otherwise).
-    hashes: Box<[Option<u64>]>,
+    /// `ip4-nat-reply`: each ordinary packet's headers and tuple hash, read in a first pass
+    /// over the batch that prefetches the index slots, then the sessions, before the
+    /// packets are handled (the table is far larger than the caches: a lookup is two
+    /// misses otherwise).
+    parsed: Box<[Option<(u64, Packet4)>]>,
 }
 
 /// `Pkt::aux` on `ip4-unicast` (free there: the engine sets it after the lookup): the
@@ -844,23 +845,23 @@ impl FeatureNode for NatNode {
         }
         let now = cx.now_ns;
         if self.role == Role::Reply {
-            let n = b.len().min(self.hashes.len());
+            let n = b.len().min(self.parsed.len());
             for k in 0..n {
-                self.hashes[k] = prefetch_key(cx, b, k).map(|key| {
-                    let h = w.table.hash(&key);
+                self.parsed[k] = ordinary(cx, b, k).map(|p| {
+                    let h = w.table.hash(&p.key);
                     w.table.prefetch_slot(h);
-                    h
+                    (h, p)
                 });
             }
-            for h in self.hashes[..n].iter().flatten() {
+            for (h, _) in self.parsed[..n].iter().flatten() {
                 w.table.prefetch_session(*h);
             }
         }
         for k in 0..b.len() {
             match self.role {
                 Role::Reply => {
-                    let h = self.hashes.get(k).copied().flatten();
-                    reply(cx, b, k, &mut w, h, now)
+                    let pre = self.parsed.get(k).copied().flatten();
+                    reply(cx, b, k, &mut w, pre, now)
                 }
                 Role::In => inbound(cx, b, k, &mut w, &rules, now),
                 Role::Out => outbound(cx, b, k, &mut w, &rules, now),
@@ -899,33 +900,45 @@ fn complete_partial(ip: &mut [u8], flags: u16, b: &mut Batch<'_>, k: usize) {
     }
 }
 
-/// The tuple of an ordinary packet (not an ICMP error, not a later fragment) at batch
-/// position `k`, for prefetching.
-fn prefetch_key(cx: &mut FeatureCx<'_>, b: &Batch<'_>, k: usize) -> Option<Key4> {
+/// The headers of an ordinary packet (the router's own excepted; not an ICMP error, not a
+/// later fragment) at batch position `k`, for the prefetching pass.
+fn ordinary(cx: &mut FeatureCx<'_>, b: &Batch<'_>, k: usize) -> Option<Packet4> {
     let pk = b.pkt(k)?;
+    if pk.flags & F_LOCAL_ORIGIN != 0 {
+        return None;
+    }
     let at = pk.off as usize + pk.l3 as usize;
     let p = rewrite::parse(cx.mem.frame(pk.buf).get(at..)?).ok()?;
-    (p.error.is_none() && p.frag != Frag::Later).then_some(p.key)
+    (p.error.is_none() && p.frag != Frag::Later).then_some(p)
 }
 
 /// `ip4-nat-reply`: replies of translated flows (and ICMP errors about them) back to the
 /// addresses the flow's initiator used; for a known flow's original direction, the session
-/// left in `aux` for `ip4-nat-in`. `h`: the packet's tuple hash, if the first pass took it.
+/// left in `aux` for `ip4-nat-in`. `pre`: the tuple hash and headers the first pass read.
 fn reply(
     cx: &mut FeatureCx<'_>,
     b: &mut Batch<'_>,
     k: usize,
     w: &mut NatWorker,
-    h: Option<u64>,
+    pre: Option<(u64, Packet4)>,
     now: u64,
 ) {
-    let Some((ip, p, flags)) = packet(cx, b, k) else {
-        return;
-    };
+    let Some(pk) = b.pkt(k).copied() else { return };
+    let flags = pk.flags;
     if flags & F_LOCAL_ORIGIN != 0 {
         return;
     }
-    let Ok(p) = p else { return };
+    let at = pk.off as usize + pk.l3 as usize;
+    let Some(ip) = cx.mem.frame_mut(pk.buf).get_mut(at..) else {
+        return;
+    };
+    let (h, p) = match pre {
+        Some((h, p)) => (Some(h), p),
+        None => match rewrite::parse(ip) {
+            Ok(p) => (None, p),
+            Err(_) => return,
+        },
+    };
     if p.frag == Frag::Later {
         if let Some((s, true)) = w.frag_get(&p, now) {
             rewrite::rewrite_addresses(ip, &p, &s.o.reversed());
