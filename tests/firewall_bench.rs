@@ -20,6 +20,9 @@ struct NetnsGuard(String);
 impl Drop for NetnsGuard {
     fn drop(&mut self) {
         for ns in [format!("{}-t", self.0), format!("{}-d", self.0)] {
+            if !std::path::Path::new("/run/netns").join(&ns).exists() {
+                continue;
+            }
             if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
                 for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
                     let _ = Command::new("kill").args(["-KILL", pid]).status();
@@ -82,7 +85,7 @@ fn no_namespaces_left(prefix: &str) {
 }
 
 /// The fields every run has, and the confirmation trial: all completed, none failed.
-fn check_common(v: &Value, mode: &str) -> Vec<&Value> {
+fn check_common<'a>(v: &'a Value, mode: &str) -> Vec<&'a Value> {
     let runs: Vec<&Value> = v["runs"].as_array().expect("runs").iter().collect();
     assert_eq!(runs.len(), 4, "2 DUTs × 2 protocols: {v}");
     for r in &runs {
