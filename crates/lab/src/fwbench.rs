@@ -190,6 +190,10 @@ pub struct Trial {
     pub skipped: u64,
     /// Most connections open at once.
     pub concurrent_max: u32,
+    /// Frames ferrouter's ports dropped or failed to send during the trial (receive drops,
+    /// kernel ring drops, transmit errors; null for Linux).
+    #[serde(default)]
+    pub dut_drops: Option<u64>,
     /// At most `max_failed_pct` failed, and the tester offered the rate.
     pub passed: bool,
     /// The tester could not offer the rate (more than 1 % skipped or achieved under 95 %).
@@ -599,6 +603,20 @@ impl Dut {
         }
     }
 
+    /// Frames ferrouter's ports dropped on receive or failed to send, so far.
+    fn port_drops(&self) -> Option<u64> {
+        if self.kind == DutKind::Linux {
+            return None;
+        }
+        let v = self.api("interfaces").ok()?;
+        let list = v.as_array().or_else(|| v["interfaces"].as_array())?;
+        Some(
+            list.iter()
+                .map(|i| i["rx_drops"].as_u64().unwrap_or(0) + i["tx_errors"].as_u64().unwrap_or(0))
+                .sum(),
+        )
+    }
+
     /// (the DUT's own CPU ns, packets) now: ferrouter's busy time; Linux: nothing of its
     /// own beyond the kernel's.
     fn busy_ns(&self) -> Option<u64> {
@@ -675,6 +693,7 @@ fn judge(kind: &str, r: &StatefulResult, max_failed_pct: f64) -> Trial {
         reset: r.reset,
         skipped,
         concurrent_max: r.concurrent_max,
+        dut_drops: None,
         passed,
         tester_limited,
     }
@@ -939,6 +958,7 @@ fn measure(
         let mut run_measured = |kind: &str, cps: f64, secs: f64| -> Result<(Trial, Window)> {
             // At most 50,000 connections a trial (NAT ports, tables).
             let secs = secs.min(50_000.0 / cps).max(0.05);
+            let d0 = dut.port_drops();
             let (k0, b0, w0) = (path_kernel_ns(), dut.busy_ns(), std::time::Instant::now());
             let r = wait(start(config(proto, cps, secs))?);
             let (k1, b1, wall) = (path_kernel_ns(), dut.busy_ns(), w0.elapsed());
@@ -951,9 +971,10 @@ fn measure(
                     _ => None,
                 },
             };
-            let t = judge(kind, &r, opts.max_failed_pct);
+            let mut t = judge(kind, &r, opts.max_failed_pct);
+            t.dut_drops = d0.zip(dut.port_drops()).map(|(a, b)| b.saturating_sub(a));
             log(&format!(
-                "{label} {proto} {kind} {cps:.0}/s for {secs:.2} s: {} attempted, {} completed, {} failed ({} no SYN-ACK, {} no response, {} no FIN-ACK, {} reset), {} skipped, achieved {:.0}/s {}",
+                "{label} {proto} {kind} {cps:.0}/s for {secs:.2} s: {} attempted, {} completed, {} failed ({} no SYN-ACK, {} no response, {} no FIN-ACK, {} reset), {} skipped, achieved {:.0}/s{} {}",
                 t.attempted,
                 t.completed,
                 t.failed,
@@ -963,6 +984,8 @@ fn measure(
                 t.reset,
                 t.skipped,
                 t.cps_achieved,
+                t.dut_drops
+                    .map_or(String::new(), |d| format!(", DUT port drops {d}")),
                 if t.passed {
                     "✓"
                 } else if t.tester_limited {
@@ -1242,6 +1265,7 @@ mod tests {
                 reset: 0,
                 skipped: 0,
                 concurrent_max: 1,
+                dut_drops: None,
                 passed: cps <= limit,
                 tester_limited: false,
             })
