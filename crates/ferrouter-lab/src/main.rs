@@ -248,6 +248,11 @@ enum Bench {
     /// filter; counts of completed, failed and reset connections, rate, concurrency,
     /// latency, and what the firewall counted. Needs root, nftables and conntrack.
     Stateful(StatefulArgs),
+    /// Ferrouter's firewall and NAT44 against Linux nftables + conntrack, in the RFC 2544
+    /// veth topology, with the tester's stateful generator: the highest new-connection rate
+    /// with at most 0.1 % failed (TCP, UDP), concurrent connections held, CPU time per
+    /// connection, the same rules on both DUTs. Needs root, nftables and conntrack.
+    Firewall(FirewallArgs),
     /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
     /// advertise the same routes to FRR, the primary preferred (bgp: BIRD, GoBGP or the
     /// tester's emulated BGP routers over eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
@@ -597,6 +602,61 @@ struct StatefulArgs {
 }
 
 #[derive(Args)]
+struct FirewallArgs {
+    /// DUTs, comma-separated: ferrouter, linux.
+    #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
+    dut: Vec<String>,
+    /// stateless (filters only), stateful (conntrack; the outside accepts only replies),
+    /// nat44 (stateful, and the clients masqueraded out of the server side).
+    #[arg(long, default_value = "stateful")]
+    mode: String,
+    /// Rules in the inside filter: N-1 generated ACL rules that never match, then the one
+    /// that accepts the bench's traffic.
+    #[arg(long, default_value_t = 1)]
+    rules: usize,
+    /// Protocols, comma-separated: one search each (tcp, udp).
+    #[arg(long, value_delimiter = ',', default_value = "tcp,udp")]
+    proto: Vec<String>,
+    /// TCP connections held open at once in the concurrency test (0: skip it).
+    #[arg(long, default_value_t = 20_000)]
+    conns: u32,
+    /// A fixed connection rate: one trial at it (and a confirmation) instead of the search.
+    #[arg(long)]
+    cps: Option<f64>,
+    /// The search's first rate (it doubles from there until a trial fails).
+    #[arg(long, default_value_t = 2000.0)]
+    cps_start: f64,
+    /// The search's ceiling.
+    #[arg(long, default_value_t = 500_000.0)]
+    cps_max: f64,
+    /// Seconds of a search trial.
+    #[arg(long, default_value_t = 1.0)]
+    trial: f64,
+    /// Seconds of the confirmation trial.
+    #[arg(long, default_value_t = 2.0)]
+    confirm: f64,
+    /// Most search trials per protocol.
+    #[arg(long, default_value_t = 14)]
+    max_trials: u32,
+    /// Rate of the CPU-cost trial, connections/s (0: skip it): the CPU per connection is
+    /// measured there, net of a baseline trial at one connection a second.
+    #[arg(long, default_value_t = 2000.0)]
+    cost_cps: f64,
+    /// Seconds of the CPU-cost trial.
+    #[arg(long, default_value_t = 5.0)]
+    cost_duration: f64,
+    /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
+    #[arg(long, default_value = "ffw")]
+    netns_prefix: String,
+    /// Seed of the generated rules.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct LpmArgs {
     /// Run dpdk-test-fib (Debian dpdk-dev) on the same routes and keys.
     #[arg(long)]
@@ -769,6 +829,7 @@ fn main() -> Result<()> {
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
         Cmd::Bench(Bench::Stateful(a)) => stateful(a),
+        Cmd::Bench(Bench::Firewall(a)) => firewall_bench(a),
         Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {
             if routes > 10_000_000 {
                 bail!("--routes is limited to 10M");
@@ -1027,6 +1088,69 @@ fn stateful(a: StatefulArgs) -> Result<()> {
     }
     if r.runs.iter().any(|x| x.tester.failed + x.tester.reset > 0) {
         bail!("some connections failed or were reset");
+    }
+    Ok(())
+}
+
+fn firewall_bench(a: FirewallArgs) -> Result<()> {
+    use lab::rfc2544::dut::DutKind;
+    let protos = a
+        .proto
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<Vec<tester::Proto>>>()?;
+    for (name, v) in [
+        ("--cps-start", a.cps_start),
+        ("--cps-max", a.cps_max),
+        ("--cps", a.cps.unwrap_or(1.0)),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= 10_000_000.0) {
+            bail!("{name} must be in (0, 10000000], got {v}");
+        }
+    }
+    for (name, v) in [
+        ("--trial", a.trial),
+        ("--confirm", a.confirm),
+        ("--cost-duration", a.cost_duration),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= 600.0) {
+            bail!("{name} must be between 0 and 600 seconds, got {v}");
+        }
+    }
+    if !(a.cost_cps.is_finite() && (0.0..=1_000_000.0).contains(&a.cost_cps)) {
+        bail!("--cost-cps must be in [0, 1000000], got {}", a.cost_cps);
+    }
+    if a.rules == 0 || a.rules > 100_000 {
+        bail!("--rules must be 1..=100000");
+    }
+    let opts = lab::fwbench::Options {
+        prefix: a.netns_prefix,
+        duts: a
+            .dut
+            .iter()
+            .map(|d| DutKind::parse(d))
+            .collect::<Result<_>>()?,
+        mode: lab::fwbench::Mode::parse(&a.mode)?,
+        rules: a.rules,
+        protos,
+        cps: a.cps,
+        cps_start: a.cps_start,
+        cps_max: a.cps_max,
+        max_trials: a.max_trials,
+        trial_s: a.trial,
+        confirm_s: a.confirm,
+        conns: a.conns,
+        cost_cps: a.cost_cps,
+        cost_s: a.cost_duration,
+        ferrouter_bin: ferrouter_bin()?,
+        seed: a.seed,
+        ..lab::fwbench::Options::default()
+    };
+    let r = lab::fwbench::run(&opts, &|m| eprintln!("... {m}"))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", lab::fwbench::table(&r));
     }
     Ok(())
 }

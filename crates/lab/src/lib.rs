@@ -521,6 +521,7 @@ impl Drop for Guard {
 }
 pub mod convergence;
 pub mod daemons;
+pub mod fwbench;
 pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;

@@ -267,6 +267,17 @@ fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<Running> {
 /// Start ferrouter in the DUT namespace on `ports` (TOML `[[port]]` bodies) with one
 /// worker, and wait until its control socket answers (the initial FIB load is done).
 pub fn start_ferrouter(topo: &Topo, bin: &Path, ports: &[String]) -> Result<Running> {
+    start_ferrouter_with(topo, bin, ports, "")
+}
+
+/// [`start_ferrouter`] with `extra` appended to its config (TOML tables: `[firewall]`,
+/// `[nat]`, ...).
+pub fn start_ferrouter_with(
+    topo: &Topo,
+    bin: &Path,
+    ports: &[String],
+    extra: &str,
+) -> Result<Running> {
     let socket = topo.dir.join("ferrouter.sock");
     let cfg = topo.dir.join("ferrouter.toml");
     let mut text = format!(
@@ -278,6 +289,8 @@ pub fn start_ferrouter(topo: &Topo, bin: &Path, ports: &[String]) -> Result<Runn
         text.push_str("\n[[port]]\n");
         text.push_str(p);
     }
+    text.push('\n');
+    text.push_str(extra);
     std::fs::write(&cfg, text)?;
     let _ = std::fs::remove_file(&socket);
     let mut cmd = Command::new("ip");

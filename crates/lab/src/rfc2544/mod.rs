@@ -439,7 +439,7 @@ pub fn enter_netns(ns: &str) -> Result<()> {
     Ok(())
 }
 
-fn pin(core: usize) {
+pub(crate) fn pin(core: usize) {
     if let Some(c) =
         core_affinity::get_core_ids().and_then(|ids| ids.into_iter().find(|c| c.id == core))
     {
@@ -825,7 +825,7 @@ fn run_profiles<P: Port<Arena>>(
 }
 
 /// Per-core jiffies from /proc/stat: [user, nice, system, idle, iowait, irq, softirq, steal].
-fn cpu_times() -> Vec<[u64; 8]> {
+pub(crate) fn cpu_times() -> Vec<[u64; 8]> {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let mut out = Vec::new();
     for l in text.lines() {
@@ -851,7 +851,7 @@ fn cpu_times() -> Vec<[u64; 8]> {
 
 /// Nanoseconds of kernel time (system, irq, softirq) on `cores` between two /proc/stat
 /// readings (USER_HZ = 100: 10 ms per tick).
-fn kernel_ns(a: &[[u64; 8]], b: &[[u64; 8]], cores: [usize; 2]) -> f64 {
+pub(crate) fn kernel_ns(a: &[[u64; 8]], b: &[[u64; 8]], cores: [usize; 2]) -> f64 {
     let mut ticks = 0u64;
     for (i, core) in cores.into_iter().enumerate() {
         if cores[..i].contains(&core) {
@@ -867,7 +867,7 @@ fn kernel_ns(a: &[[u64; 8]], b: &[[u64; 8]], cores: [usize; 2]) -> f64 {
 }
 
 /// Ferrouter's workers' busy nanoseconds and packets received, summed (`show counters`).
-fn ferrouter_busy(socket: &std::path::Path) -> Option<(u64, u64)> {
+pub(crate) fn ferrouter_busy(socket: &std::path::Path) -> Option<(u64, u64)> {
     let c = control::api::request_json(socket, "counters", None).ok()?;
     let workers = c["workers"].as_array()?;
     let sum = |k: &str| workers.iter().filter_map(|w| w[k].as_u64()).sum::<u64>();

@@ -1,0 +1,191 @@
+//! `ferrouter-lab bench firewall` at small scale, ferrouter and Linux in turn: `--mode
+//! stateful` (1,000 connections of each protocol at a fixed 1,000/s, 1,000 held at once,
+//! the CPU-cost trial) and `--mode nat44`. Checks the JSON contract, that both DUTs
+//! completed every connection with none failed at that low rate, and that both really
+//! masqueraded in nat44 (the sessions their masquerade rule opened). No timing assertions:
+//! the machine is shared. Needs root, iproute2, nftables and conntrack: the test fails
+//! naming what is missing (never a silent pass). The bench removes its namespaces and
+//! stops ferrouter however it ends; a guard here removes whatever a crashed bench left.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+/// Deletes the bench's namespaces (and what runs in them) when dropped.
+struct NetnsGuard(String);
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        for ns in [format!("{}-t", self.0), format!("{}-d", self.0)] {
+            if !std::path::Path::new("/run/netns").join(&ns).exists() {
+                continue;
+            }
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(format!("/run/ferrouter-bench/{}", self.0));
+    }
+}
+
+fn preconditions() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "this test needs root (network namespaces, nftables, AF_XDP): run scripts/test.sh as root"
+    );
+    for (tool, package) in [
+        ("ip", "iproute2"),
+        ("nft", "nftables"),
+        ("conntrack", "conntrack"),
+    ] {
+        assert!(
+            Command::new(tool).arg("--version").output().is_ok(),
+            "`{tool}` is missing: install the Debian package {package} (scripts/test.sh does)"
+        );
+    }
+}
+
+fn bench(mode: &str, prefix: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "bench",
+        "firewall",
+        "--dut",
+        "ferrouter,linux",
+        "--mode",
+        mode,
+        "--proto",
+        "tcp,udp",
+        "--cps",
+        "1000",
+        "--confirm",
+        "1",
+        "--netns-prefix",
+        prefix,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    bench_json(&args)
+}
+
+fn no_namespaces_left(prefix: &str) {
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
+        "namespaces left behind: {list}"
+    );
+}
+
+/// The fields every run has, and the confirmation trial: all completed, none failed.
+fn check_common<'a>(v: &'a Value, mode: &str) -> Vec<&'a Value> {
+    let runs: Vec<&Value> = v["runs"].as_array().expect("runs").iter().collect();
+    assert_eq!(runs.len(), 4, "2 DUTs × 2 protocols: {v}");
+    for r in &runs {
+        for k in [
+            "dut",
+            "transport",
+            "mode",
+            "rules",
+            "cps",
+            "concurrent",
+            "bytes_per_conn",
+            "throughput_mpps",
+            "cpu_us_per_conn",
+            "failed_conns",
+        ] {
+            assert!(r.get(k).is_some(), "{k} missing: {r}");
+        }
+        assert_eq!(r["transport"], "veth");
+        assert_eq!(r["mode"], mode);
+        assert_eq!(r["rules"], 1);
+        assert!(r["cps"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["failed_conns"], 0, "{r}");
+        let confirm = r["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["kind"] == "confirm")
+            .expect("a confirmation trial");
+        let attempted = confirm["attempted"].as_u64().unwrap();
+        assert!(attempted >= 900, "{confirm}");
+        assert_eq!(confirm["completed"].as_u64().unwrap(), attempted, "{r}");
+        assert_eq!(confirm["passed"], true, "{confirm}");
+    }
+    for dut in ["ferrouter", "linux"] {
+        for proto in ["tcp", "udp"] {
+            assert!(
+                runs.iter().any(|r| r["dut"] == dut && r["proto"] == proto),
+                "{dut} {proto} missing"
+            );
+        }
+    }
+    runs
+}
+
+#[test]
+fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
+    preconditions();
+    let prefix = format!("fw{}", std::process::id() % 10000);
+    let _guard = NetnsGuard(prefix.clone());
+
+    let v = bench(
+        "stateful",
+        &prefix,
+        &[
+            "--conns",
+            "1000",
+            "--cost-cps",
+            "1000",
+            "--cost-duration",
+            "1",
+        ],
+    );
+    no_namespaces_left(&prefix);
+    for r in check_common(&v, "stateful") {
+        // CPU per connection: ferrouter's busy time; Linux has none of its own over veth
+        // (it forwards inside the tester's system calls); the kernel's share for both.
+        if r["dut"] == "ferrouter" {
+            assert!(r["cpu_us_per_conn"].as_f64().unwrap() > 0.0, "{r}");
+        } else {
+            assert!(r["cpu_us_per_conn"].is_null(), "{r}");
+        }
+        assert!(r["kernel_us_per_conn"].as_f64().is_some(), "{r}");
+        assert!(r["bytes_per_conn"].as_f64().unwrap() > 0.0, "{r}");
+        if r["proto"] == "tcp" {
+            let held = r["concurrent"].as_u64().unwrap();
+            assert!(held > 0 && held <= 1000, "{r}");
+            assert!(r["dut_flows_peak"].as_u64().unwrap() > 0, "{r}");
+        } else {
+            assert!(r["concurrent"].is_null(), "{r}");
+        }
+        assert!(r["throughput_mpps"].is_null());
+    }
+
+    let v = bench("nat44", &prefix, &["--conns", "0", "--cost-cps", "0"]);
+    no_namespaces_left(&prefix);
+    for r in check_common(&v, "nat44") {
+        // Every completed connection went through the masquerade rule: ferrouter's source
+        // rule opened a session per connection (warm-up and confirmation), Linux's nat
+        // chain saw each first packet.
+        let confirm = r["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["kind"] == "confirm")
+            .unwrap();
+        let sessions = r["nat_sessions"].as_u64().unwrap_or(0);
+        assert!(
+            sessions >= confirm["completed"].as_u64().unwrap(),
+            "{}: the DUT translated {sessions} session(s): {r}",
+            r["dut"]
+        );
+    }
+}
