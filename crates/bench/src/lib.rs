@@ -1,6 +1,7 @@
 //! Ferrouter's fast-path benchmarks and the synthetic route sets they use.
 pub mod acl;
 pub mod conntrack;
+pub mod crypto;
 pub mod dpdk;
 pub mod fib_update;
 pub mod lpm;

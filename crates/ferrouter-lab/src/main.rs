@@ -236,6 +236,10 @@ enum Bench {
     /// NAT44 from memory, one core: source-NAT sessions made and packets translated per
     /// second in a table of 1M sessions, and bytes per session.
     Nat(NatArgs),
+    /// The ESP ciphers (issue 26) from memory, one core: AES-GCM, ChaCha20-Poly1305 and
+    /// AES-CBC with HMAC, seal and open per payload size, in aws-lc-rs, ring and RustCrypto,
+    /// next to `openssl speed` on the same core.
+    Crypto(CryptoArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
     /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
@@ -546,6 +550,27 @@ struct NatArgs {
 }
 
 #[derive(Args)]
+struct CryptoArgs {
+    /// Payload sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,512,1400")]
+    sizes: Vec<usize>,
+    /// CPU seconds per figure (one crate, algorithm, size and direction).
+    #[arg(long, default_value_t = 0.3)]
+    secs: f64,
+    /// Algorithms, comma-separated (default: all): aes-128-gcm, aes-256-gcm,
+    /// chacha20-poly1305, aes-128-cbc+hmac-sha1-96, aes-128-cbc+hmac-sha256-128,
+    /// aes-256-cbc+hmac-sha512-256.
+    #[arg(long, value_delimiter = ',')]
+    algs: Vec<String>,
+    /// Leave out the `openssl speed` reference.
+    #[arg(long)]
+    no_openssl: bool,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct ConntrackArgs {
     /// Table sizes (flows), comma-separated: one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
@@ -810,6 +835,28 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 print!("{}", bench::conntrack::format_table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Crypto(a)) => {
+            let opts = bench::crypto::CryptoOptions {
+                sizes: a.sizes,
+                secs: a.secs,
+                openssl: !a.no_openssl,
+                algs: if a.algs.is_empty() {
+                    bench::crypto::Alg::ALL.to_vec()
+                } else {
+                    a.algs
+                        .iter()
+                        .map(|s| bench::crypto::Alg::parse(s))
+                        .collect::<Result<_>>()?
+                },
+            };
+            let r = bench::crypto::run(&opts, progress(a.json)).context("crypto benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", bench::crypto::format_table(&r));
             }
             Ok(())
         }

@@ -52,3 +52,37 @@ fn a_wrong_daemon_path_is_named_before_anything_is_built() {
         );
     }
 }
+
+#[test]
+fn bench_crypto_reports_every_crate_and_the_openssl_reference() {
+    let out = lab(&[
+        "bench",
+        "crypto",
+        "--sizes",
+        "64,1400",
+        "--secs",
+        "0.002",
+        "--algs",
+        "aes-128-gcm,aes-128-cbc+hmac-sha1-96",
+        "--json",
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && e.contains("Debian package openssl") {
+        eprintln!("NOT RUN: openssl is not installed");
+        return;
+    }
+    assert!(out.status.success(), "{e}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    // AES-128-GCM in three crates, CBC+HMAC in two (ring has no CBC), at two sizes.
+    assert_eq!(rows.len(), 10, "{r}");
+    for x in rows {
+        assert!(x["seal"]["gbps"].as_f64().unwrap() > 0.0, "{x}");
+        assert!(x["open"]["gbps"].as_f64().unwrap() > 0.0, "{x}");
+        assert!(x["vs_openssl"].as_f64().unwrap() > 0.0, "{x}");
+    }
+    assert_eq!(r["openssl"].as_array().unwrap().len(), 4, "{r}");
+    let out = lab(&["bench", "crypto", "--algs", "aes-128-ccm"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown algorithm"));
+}
