@@ -34,7 +34,6 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -47,6 +46,7 @@ use tester::stateful::{Macs, Proto, Stateful, StatefulConfig, StatefulResult};
 use crate::rfc2544::dut::{self, DutKind, Running};
 use crate::rfc2544::ferrouter_busy;
 use crate::rfc2544::topo::{self, ip_n, Topo, TopoGuard, TESTER_A4, TESTER_B4};
+use crate::stateful::netns_exec;
 
 /// Clients: 198.18.128.0/20 behind `ta`.
 pub const CLIENT_NET: &str = "198.18.128.0/20";
@@ -447,22 +447,6 @@ fn nft_ruleset(mode: Mode, fill: &[Filler]) -> String {
 
 // ---------------------------------------------------------------------------------------
 // The DUTs' side.
-
-fn netns_exec(ns: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .output()
-        .with_context(|| format!("running {} in namespace {ns}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "{} in namespace {ns} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 fn need(tool: &str, package: &str) -> Result<()> {
     if bench::dpdk::find_in_path(tool).is_none() {

@@ -157,7 +157,8 @@ fn ruleset() -> String {
     )
 }
 
-fn netns_exec(ns: &str, args: &[&str]) -> Result<String> {
+/// Run `args` in namespace `ns`; its stdout, or an error with its stderr.
+pub(crate) fn netns_exec(ns: &str, args: &[&str]) -> Result<String> {
     let out = Command::new("ip")
         .args(["netns", "exec", ns])
         .args(args)
