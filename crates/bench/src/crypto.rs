@@ -213,41 +213,49 @@ pub fn aad(seq: u64) -> [u8; 8] {
     a
 }
 
+/// The AEAD suite of a crate with ring's `aead` API (ring itself, and aws-lc-rs, which
+/// keeps that API): one wrapper for both, `aead` being the crate's module in scope.
+macro_rules! ring_api_aead {
+    () => {
+        pub struct Aead(aead::LessSafeKey);
+
+        impl Aead {
+            pub fn new(alg: Alg) -> Aead {
+                let a = match alg {
+                    Alg::Aes128Gcm => &aead::AES_128_GCM,
+                    Alg::Aes256Gcm => &aead::AES_256_GCM,
+                    _ => &aead::CHACHA20_POLY1305,
+                };
+                let k = aead::UnboundKey::new(a, &KEY[..alg.key_len()]).expect("AEAD key");
+                Aead(aead::LessSafeKey::new(k))
+            }
+        }
+
+        impl Suite for Aead {
+            fn seal(&self, seq: u64, aad: &[u8; 8], buf: &mut [u8], len: usize) {
+                let n = aead::Nonce::assume_unique_for_key(nonce12(seq));
+                let (data, icv) = buf.split_at_mut(len);
+                let tag = self
+                    .0
+                    .seal_in_place_separate_tag(n, aead::Aad::from(aad), data)
+                    .expect("seal");
+                icv[..16].copy_from_slice(tag.as_ref());
+            }
+            fn open(&self, seq: u64, aad: &[u8; 8], buf: &mut [u8], len: usize) -> bool {
+                let n = aead::Nonce::assume_unique_for_key(nonce12(seq));
+                self.0
+                    .open_in_place(n, aead::Aad::from(aad), &mut buf[..len + 16])
+                    .is_ok()
+            }
+        }
+    };
+}
+
 mod awslc {
     use super::*;
     use aws_lc_rs::{aead, cipher, hmac};
 
-    pub struct Aead(aead::LessSafeKey);
-
-    impl Aead {
-        pub fn new(alg: Alg) -> Aead {
-            let a = match alg {
-                Alg::Aes128Gcm => &aead::AES_128_GCM,
-                Alg::Aes256Gcm => &aead::AES_256_GCM,
-                _ => &aead::CHACHA20_POLY1305,
-            };
-            let k = aead::UnboundKey::new(a, &KEY[..alg.key_len()]).expect("AEAD key");
-            Aead(aead::LessSafeKey::new(k))
-        }
-    }
-
-    impl Suite for Aead {
-        fn seal(&self, seq: u64, aad: &[u8; 8], buf: &mut [u8], len: usize) {
-            let n = aead::Nonce::assume_unique_for_key(nonce12(seq));
-            let (data, icv) = buf.split_at_mut(len);
-            let tag = self
-                .0
-                .seal_in_place_separate_tag(n, aead::Aad::from(aad), data)
-                .expect("seal");
-            icv[..16].copy_from_slice(tag.as_ref());
-        }
-        fn open(&self, seq: u64, aad: &[u8; 8], buf: &mut [u8], len: usize) -> bool {
-            let n = aead::Nonce::assume_unique_for_key(nonce12(seq));
-            self.0
-                .open_in_place(n, aead::Aad::from(aad), &mut buf[..len + 16])
-                .is_ok()
-        }
-    }
+    ring_api_aead!();
 
     pub struct Cbc {
         enc: cipher::EncryptingKey,
@@ -316,37 +324,7 @@ mod ring_ {
     use super::*;
     use ring::aead;
 
-    pub struct Aead(aead::LessSafeKey);
-
-    impl Aead {
-        pub fn new(alg: Alg) -> Aead {
-            let a = match alg {
-                Alg::Aes128Gcm => &aead::AES_128_GCM,
-                Alg::Aes256Gcm => &aead::AES_256_GCM,
-                _ => &aead::CHACHA20_POLY1305,
-            };
-            let k = aead::UnboundKey::new(a, &KEY[..alg.key_len()]).expect("AEAD key");
-            Aead(aead::LessSafeKey::new(k))
-        }
-    }
-
-    impl Suite for Aead {
-        fn seal(&self, seq: u64, aad: &[u8; 8], buf: &mut [u8], len: usize) {
-            let n = aead::Nonce::assume_unique_for_key(nonce12(seq));
-            let (data, icv) = buf.split_at_mut(len);
-            let tag = self
-                .0
-                .seal_in_place_separate_tag(n, aead::Aad::from(aad), data)
-                .expect("seal");
-            icv[..16].copy_from_slice(tag.as_ref());
-        }
-        fn open(&self, seq: u64, aad: &[u8; 8], buf: &mut [u8], len: usize) -> bool {
-            let n = aead::Nonce::assume_unique_for_key(nonce12(seq));
-            self.0
-                .open_in_place(n, aead::Aad::from(aad), &mut buf[..len + 16])
-                .is_ok()
-        }
-    }
+    ring_api_aead!();
 }
 
 mod rc {
