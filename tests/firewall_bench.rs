@@ -155,7 +155,10 @@ fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
         if r["dut"] == "ferrouter" {
             // A difference of two busy-time readings (a trial less an idle baseline): a
             // figure, not a timing to assert on; on a shared host it can come out 0.
-            assert!(r["cpu_us_per_conn"].as_f64().is_some_and(|c| c >= 0.0), "{r}");
+            assert!(
+                r["cpu_us_per_conn"].as_f64().is_some_and(|c| c >= 0.0),
+                "{r}"
+            );
         } else {
             assert!(r["cpu_us_per_conn"].is_null(), "{r}");
         }
