@@ -19,13 +19,14 @@ if missing:
 # The FIB's reclamation protocol under every interleaving loom explores (crates/fib/src/qsbr.rs);
 # its own target directory, as --cfg loom rebuilds the crate.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p fib --release --lib --locked loom
-# Miri on the unsafe code it can run: the QSBR domain and the packet arena. (The FIB's tables
+# Miri on the unsafe code it can run: the QSBR domain, the packet arena and the handoff lanes. (The FIB's tables
 # are 64 MiB mappings, more than Miri's interpreter holds in memory; loom covers their
 # reclamation.) It needs the nightly toolchain, which the machine may not have: then say so.
 if rustup toolchain list 2>/dev/null | grep -q '^nightly' \
     && rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1; then
     CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p fib --lib --locked qsbr
     CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p dataplane --lib --locked buffer
+    CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p dataplane --lib --locked handoff
 else
     echo "NOT RUN: Miri (needs the nightly toolchain with the miri and rust-src components, which this machine lacks)"
 fi

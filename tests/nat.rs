@@ -27,49 +27,6 @@ translation_port = 8000
 comment = "port forward to h1"
 "#;
 
-/// A TCP server in `ns` on `port` that sends each client the address it sees, then
-/// closes.
-fn peer_echo_tcp(ns: &str, port: u16) -> Bg {
-    let code = format!(
-        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-         s.bind(('0.0.0.0',{port}))\ns.listen(16)\nwhile True:\n c,a=s.accept()\n c.sendall(a[0].encode())\n c.close()\n"
-    );
-    spawn(ns, &["python3", "-c", &code])
-}
-
-/// A UDP server in `ns` on `port` that answers each datagram with the address it came
-/// from.
-fn peer_echo_udp(ns: &str, port: u16) -> Bg {
-    let code = format!(
-        "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',{port}))\n\
-         while True:\n d,a=s.recvfrom(100)\n s.sendto(a[0].encode(),a)\n"
-    );
-    spawn(ns, &["python3", "-c", &code])
-}
-
-/// From `ns`, connect to `dst:port` over TCP and return what the server sent.
-fn tcp_peer(lab: &Lab, ns: &str, dst: &str, port: u16) -> (bool, String) {
-    python(
-        lab,
-        ns,
-        &format!(
-            "import socket\ns=socket.create_connection(('{dst}',{port}),timeout=5)\nprint(s.recv(100).decode())"
-        ),
-    )
-}
-
-/// From `ns`, send a UDP datagram to `dst:port` and return the answer.
-fn udp_peer(lab: &Lab, ns: &str, dst: &str, port: u16) -> (bool, String) {
-    python(
-        lab,
-        ns,
-        &format!(
-            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.settimeout(3)\n\
-             for i in range(3):\n s.sendto(b'x',('{dst}',{port}))\n try:\n  print(s.recv(100).decode()); break\n except socket.timeout: pass\n"
-        ),
-    )
-}
-
 fn nat_sessions(lab: &Lab) -> Vec<Value> {
     api(lab, "nat", Some("sessions"))["sessions"]
         .as_array()

@@ -529,3 +529,75 @@ pub fn transferred(client: std::thread::JoinHandle<(bool, String)>, what: &str) 
         "{what}: {out}"
     );
 }
+
+/// A TCP server in `ns` on `port` that sends each client the address it sees, then
+/// closes.
+pub fn peer_echo_tcp(ns: &str, port: u16) -> Bg {
+    let code = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('0.0.0.0',{port}))\ns.listen(16)\nwhile True:\n c,a=s.accept()\n c.sendall(a[0].encode())\n c.close()\n"
+    );
+    spawn(ns, &["python3", "-c", &code])
+}
+
+/// A UDP server in `ns` on `port` that answers each datagram with the address it came
+/// from.
+pub fn peer_echo_udp(ns: &str, port: u16) -> Bg {
+    let code = format!(
+        "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',{port}))\n\
+         while True:\n d,a=s.recvfrom(100)\n s.sendto(a[0].encode(),a)\n"
+    );
+    spawn(ns, &["python3", "-c", &code])
+}
+
+/// From `ns`, connect to `dst:port` over TCP and return what the server sent.
+pub fn tcp_peer(lab: &Lab, ns: &str, dst: &str, port: u16) -> (bool, String) {
+    tcp_peer_from(lab, ns, "0.0.0.0", dst, port)
+}
+
+/// [`tcp_peer`] from source address `src`.
+pub fn tcp_peer_from(lab: &Lab, ns: &str, src: &str, dst: &str, port: u16) -> (bool, String) {
+    python(
+        lab,
+        ns,
+        &format!(
+            "import socket\ns=socket.create_connection(('{dst}',{port}),timeout=5,source_address=('{src}',0))\nprint(s.recv(100).decode())"
+        ),
+    )
+}
+
+/// From `ns`, send a UDP datagram to `dst:port` and return the answer.
+pub fn udp_peer(lab: &Lab, ns: &str, dst: &str, port: u16) -> (bool, String) {
+    udp_peer_from(lab, ns, "0.0.0.0", dst, port)
+}
+
+/// [`udp_peer`] from source address `src`.
+pub fn udp_peer_from(lab: &Lab, ns: &str, src: &str, dst: &str, port: u16) -> (bool, String) {
+    python(
+        lab,
+        ns,
+        &format!(
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('{src}',0))\ns.settimeout(3)\n\
+             for i in range(3):\n s.sendto(b'x',('{dst}',{port}))\n try:\n  print(s.recv(100).decode()); break\n except socket.timeout: pass\n"
+        ),
+    )
+}
+
+/// The value of metric line `name{labels}` (the first line starting so), from `/metrics`.
+pub fn metric(lab: &Lab, prefix: &str) -> Option<f64> {
+    let c = control::client::Client::new(control::client::Endpoint::Unix(lab.socket()));
+    let r = c.call("GET", "/metrics", None).ok()?;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A lab of `workers` workers with `extra_config`.
+pub fn start_workers(tag: &str, extra_config: &str, workers: usize) -> Guard {
+    let mut lab = Lab::new(&format!("t{}{}", std::process::id() % 10000, tag));
+    lab.extra_config = extra_config.to_string();
+    lab.workers = workers;
+    start_lab(lab)
+}

@@ -1416,12 +1416,6 @@ impl Config {
         let names = self.fast_path_names();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let problems = self.firewall.validate(&refs);
-        if self.firewall.conntrack && self.workers > 1 {
-            r.add(
-                "firewall.conntrack",
-                format!("connection tracking needs workers = 1 (this config has {}): each worker has its own table, and the flows of several workers are not yet steered so that both directions of a flow reach the same one", self.workers),
-            );
-        }
         // A firewall without problems compiles (`RuleSet::compile` fails only on what
         // `validate` reports): nothing is compiled here, the daemon compiles it once.
         for (path, m) in problems {
@@ -1432,12 +1426,6 @@ impl Config {
     fn validate_nat(&self, r: &mut Report) {
         let names = self.fast_path_names();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        if self.nat.has_rules() && self.workers > 1 {
-            r.add(
-                "nat",
-                format!("NAT needs workers = 1 (this config has {}): each worker has its own sessions, and the flows of several workers are not yet steered so that both directions of a flow reach the same one", self.workers),
-            );
-        }
         for (path, m) in self.nat.validate(&refs) {
             r.add(path, m);
         }
@@ -1721,13 +1709,8 @@ mod tests {
         );
         let on = format!("[firewall]\nconntrack = true\n{rule}");
         assert!(parse(&format!("{PORT}{on}")).is_ok());
-        let e = parse(&format!("workers = 2\n{PORT}{on}"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("firewall.conntrack: connection tracking needs workers = 1"),
-            "{e}"
-        );
+        // Several workers: flows are steered to the worker that tracks them.
+        assert!(parse(&format!("workers = 2\n{PORT}{on}")).is_ok());
         let e = problems("[firewall]\nconntrack = true\nconntrack_max = 10\n");
         assert!(
             e.contains("firewall.conntrack_max: 10 is out of range"),
@@ -1752,10 +1735,7 @@ mod tests {
         }
         let ok = "[[nat.source]]\ntranslation = \"masquerade\"\n";
         assert!(parse(&format!("{PORT}{ok}")).is_ok());
-        let e = parse(&format!("workers = 2\n{PORT}{ok}"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("nat: NAT needs workers = 1"), "{e}");
+        assert!(parse(&format!("workers = 2\n{PORT}{ok}")).is_ok());
         let e = parse(&format!("{PORT}backend = \"af_packet\"\n{ok}"))
             .unwrap_err()
             .to_string();

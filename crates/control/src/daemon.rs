@@ -133,6 +133,14 @@ fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
     ))))
 }
 
+/// Slots of the handoff lanes from one sending side (a worker's ip4 or ip6 handoff node),
+/// shared among its lanes to the other workers, 16-1024 each: four vectors' worth at 2
+/// workers. A slot holds a frame of up to `MAX_FRAME` bytes (its pages are touched only
+/// as frames of that size pass).
+const HANDOFF_SLOTS: usize = 1024;
+/// Vectors of handed-off frames a worker takes per loop iteration, at most.
+const HANDOFF_VECTORS: usize = 4;
+
 /// Packet memory of a worker for the graph, the copying ports and the TAPs' frames; each
 /// AF_XDP socket sharing it as its UMEM adds [`AfXdp::shared_frames`].
 const WORKER_FRAMES: u32 = 8192;
@@ -271,7 +279,11 @@ fn spawn_worker(
     (registry, features): (Arc<Registry>, Arc<ArcSwap<FeatureState>>),
     ifaces: Arc<ArcSwap<Interfaces>>,
     (locals, nat): (Arc<ArcSwap<Vec<IpAddr>>>, Arc<firewall::nat::NatShared>),
-    iface_version: Arc<AtomicU64>,
+    (iface_version, handoff, steering): (
+        Arc<AtomicU64>,
+        Option<dataplane::handoff::HandoffRx>,
+        Arc<firewall::steer::Steering>,
+    ),
     punt: dataplane::punt::PuntProducer,
     inject: PuntConsumer,
     counters_out: Arc<Vec<PortCounters>>,
@@ -316,6 +328,9 @@ fn spawn_worker(
             seen_version,
             inject,
             counters_out,
+            handoff,
+            steering,
+            id,
         };
         worker::run_loop(shared, &mut graph, &mut mem, &mut ports, &mut hooks);
         // The FIB reader goes offline and frees its slot as `graph` drops; ports (sockets,
@@ -336,6 +351,12 @@ struct DaemonHooks {
     seen_version: u64,
     inject: PuntConsumer,
     counters_out: Arc<Vec<PortCounters>>,
+    /// Frames other workers handed to this one (flows it owns), with several workers.
+    handoff: Option<dataplane::handoff::HandoffRx>,
+    /// Where the handed-off frames are counted.
+    steering: Arc<firewall::steer::Steering>,
+    /// The worker.
+    id: usize,
 }
 
 impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
@@ -361,7 +382,31 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
         // Frames handed back first: packets held while their next hop resolved go out
         // before the ones that arrived after it (the FIB has the neighbour a moment before
         // the held packets come back, so a few may still be overtaken).
-        inject_from_kernel(&mut self.inject, mem, ports, (graph, v, out), now_ns)
+        let mut n = inject_from_kernel(&mut self.inject, mem, ports, (graph, v, out), now_ns);
+        // Then the frames of flows this worker owns that other workers received, as if
+        // received here (a vector's worth per iteration, so the ports are polled too).
+        if let Some(rx) = self.handoff.as_mut() {
+            // Up to a few vectors: another worker can fill a lane with one burst of its
+            // own, and the lanes, not the ports, are where a slow owner loses frames.
+            for _ in 0..HANDOFF_VECTORS {
+                v.len = 0;
+                let got = rx.receive(mem, v, dataplane::VECTOR_SIZE);
+                if let Some(c) = self.steering.counters(self.id) {
+                    c.received.fetch_add(got.frames as u64, Ordering::Relaxed);
+                    c.no_buffer
+                        .fetch_add(got.no_buffer as u64, Ordering::Relaxed);
+                }
+                if got.frames > 0 {
+                    graph.process(v, mem, out, now_ns);
+                    worker::flush(graph, mem, ports, out, false);
+                }
+                n += got.frames + got.no_buffer;
+                if got.frames + got.no_buffer < dataplane::VECTOR_SIZE {
+                    break;
+                }
+            }
+        }
+        n
     }
     fn publish(&mut self, ports: &[LivePort]) {
         publish(ports, &self.counters_out);
@@ -674,10 +719,21 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         }
     }
     nat.set_claims(claims);
-    let registry = Arc::new(crate::features::registry(&fw, &nat).context("registering features")?);
+    // Several workers: lanes between them, for the packets of flows another worker owns.
+    let workers = per_worker.len();
+    let (senders, mut receivers) = if workers > 1 {
+        let depth = (HANDOFF_SLOTS / (workers - 1)).clamp(16, HANDOFF_SLOTS);
+        let (s, r) = dataplane::handoff::mesh_with(workers, 2, depth, dataplane::MAX_FRAME);
+        (s, r.into_iter().map(Some).collect())
+    } else {
+        (Vec::new(), vec![None])
+    };
+    let steering = Arc::new(firewall::steer::Steering::new(senders, nat.clone()));
+    let registry =
+        Arc::new(crate::features::registry(&fw, &nat, &steering).context("registering features")?);
     let features = crate::features::Features::new(
         registry.clone(),
-        (fw, nat),
+        (fw, nat, steering.clone()),
         facts
             .iter()
             .map(|f| f.name.clone())
@@ -713,7 +769,11 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             (registry.clone(), features.state()),
             ifaces.clone(),
             (locals.clone(), features.nat.clone()),
-            iface_version.clone(),
+            (
+                iface_version.clone(),
+                receivers.get_mut(w).and_then(Option::take),
+                steering.clone(),
+            ),
             punt_tx,
             inject_rx,
             c.clone(),

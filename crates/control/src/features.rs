@@ -6,7 +6,8 @@
 //! firewall's filters (`[firewall]`, the `firewall` crate: its rule set is compiled and
 //! published before the interfaces' features change, so a filter is never enabled
 //! without its rules) and NAT44 (`[nat]`, the same crate: rules and tables published
-//! first too).
+//! first too). With several workers and flow state, the handoff features (`firewall::steer`)
+//! run first on every interface.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,8 +23,10 @@ use crate::config::{Config, UrpfMode};
 pub fn registry(
     fw: &Arc<firewall::node::Shared>,
     nat: &Arc<firewall::nat::NatShared>,
+    steer: &Arc<firewall::steer::Steering>,
 ) -> Result<Registry, RegistryError> {
     let mut all = urpf::Urpf::all();
+    all.extend(firewall::steer::Steering::features(steer));
     all.extend(firewall::node::FilterFeature::all(fw));
     all.extend(firewall::nat::NatFeature::all(nat));
     Registry::new(all)
@@ -66,6 +69,11 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     if cfg.nat.has_rules() {
         v.extend(firewall::nat::NatFeature::NAMES);
     }
+    // With several workers, each keeps the state of the flows it owns: every packet first
+    // goes to its flow's owner.
+    if cfg.workers > 1 && (cfg.firewall.conntrack || cfg.nat.has_rules()) {
+        v.splice(0..0, firewall::steer::NAMES);
+    }
     v
 }
 
@@ -82,6 +90,8 @@ pub struct Features {
     pub firewall: Arc<firewall::node::Shared>,
     /// NAT's rules and tables, shared with its nodes.
     pub nat: Arc<firewall::nat::NatShared>,
+    /// Flow steering between workers, shared with its nodes.
+    pub steering: Arc<firewall::steer::Steering>,
     /// The NAT config the published rules were compiled from.
     nat_config: std::sync::Mutex<firewall::nat::config::NatConfig>,
     /// Workers (for the rule counters).
@@ -109,7 +119,11 @@ impl Features {
     /// `version` is bumped on each publish.
     pub fn new(
         registry: Arc<Registry>,
-        (firewall, nat): (Arc<firewall::node::Shared>, Arc<firewall::nat::NatShared>),
+        (firewall, nat, steering): (
+            Arc<firewall::node::Shared>,
+            Arc<firewall::nat::NatShared>,
+            Arc<firewall::steer::Steering>,
+        ),
         names: Vec<String>,
         workers: usize,
         version: Arc<AtomicU64>,
@@ -121,6 +135,7 @@ impl Features {
             names,
             firewall,
             nat,
+            steering,
             nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
             workers,
             firewall_config: std::sync::Mutex::new(firewall::config::FirewallConfig::default()),

@@ -223,6 +223,7 @@ pub fn conntrack_list(
                     seen_reply: r.info.seen_reply,
                     assured: r.info.assured,
                     expires_s: r.expires_in_ns as f64 / 1e9,
+                    worker: r.worker,
                 }
             })
             .collect(),

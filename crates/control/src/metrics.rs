@@ -181,6 +181,26 @@ fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
     }
 }
 
+/// Flow steering between workers (several workers with flow state).
+fn steering_metrics(s: &mut Scrape, shared: &Shared) {
+    let st = &shared.features.steering;
+    if st.workers() < 2 {
+        return;
+    }
+    let x = st.stats();
+    s.counter(
+        "ferrouter_handoff_events",
+        "Flow steering between workers: packets handed to the worker that owns their flow, taken by it, dropped there for want of a free frame; later fragments steered without their first fragment's hint; packets kept for want of a sending side.",
+        vec![
+            (vec![("event", "handed_off".into())], x.handed_off),
+            (vec![("event", "received".into())], x.received),
+            (vec![("event", "no_buffer".into())], x.no_buffer),
+            (vec![("event", "frag_unhinted".into())], x.frag_unhinted),
+            (vec![("event", "unsteered".into())], x.unsteered),
+        ],
+    );
+}
+
 fn api_connections(s: &mut Scrape, c: &crate::listener::ConnStats) {
     let each = |f: fn(&crate::listener::ListenerStats) -> &AtomicU64| -> Vec<(Labels, u64)> {
         [("tcp", &c.tcp), ("unix", &c.unix)]
@@ -402,6 +422,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
             .collect(),
     );
     firewall_metrics(&mut s, shared);
+    steering_metrics(&mut s, shared);
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();

@@ -871,6 +871,10 @@ pub struct ConntrackFlow {
     pub assured: bool,
     /// Seconds until it expires (when read).
     pub expires_s: f64,
+    /// The worker whose table holds it (with several workers, the one its packets are
+    /// steered to).
+    #[serde(default)]
+    pub worker: usize,
 }
 
 /// `DELETE /v1/conntrack`: how many flows were removed.

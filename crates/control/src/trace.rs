@@ -640,7 +640,12 @@ mod tests {
             &[],
             &Registry::default(),
         );
-        let features = crate::features::registry(&Default::default(), &Default::default()).unwrap();
+        let features = crate::features::registry(
+            &Default::default(),
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
         let id = features.id("ip4-urpf-strict").unwrap();
         let pass = describe(&Step::Feature { id, drop: None }, &[], &features);
         assert_eq!(

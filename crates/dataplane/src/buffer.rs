@@ -469,6 +469,10 @@ pub const F_LINK_LOCAL_SRC: u16 = 16;
 /// On an output feature arc, bound for ip4-frag (bigger than the egress MTU) rather than
 /// port-tx.
 pub const F_TO_FRAG: u16 = 32;
+/// The packet came from another worker through a handoff ([`crate::handoff`]): it has
+/// reached the worker that owns its flow and is never handed off again (a flow's owner
+/// computed anew after a config change cannot bounce it between workers).
+pub const F_HANDED_OFF: u16 = 64;
 
 /// Bits of `Pkt::flags` that belong to the features: one on an input arc may leave
 /// something about the packet there for one on an output arc of the same packet (the

@@ -130,7 +130,8 @@ pub(crate) enum Ifaces<'a> {
 pub(crate) struct Drops {
     pub(crate) list: [(u16, u8); VECTOR_SIZE],
     /// What becomes of each entry of `list`: [`REPLY_NONE`] (freed), [`REPLY_REWRITTEN`]
-    /// (routed back as it is), else an ICMP error kind (`icmp::kind`).
+    /// (routed back as it is), [`REPLY_TAKEN`] (freed, not a drop), else an ICMP error
+    /// kind (`icmp::kind`).
     pub(crate) reply: [u32; VECTOR_SIZE],
     pub(crate) len: usize,
     seen: [u64; VECTOR_SIZE / 64],
@@ -184,6 +185,15 @@ impl Batch<'_> {
         self.drop_with(k, reason, REPLY_NONE);
     }
 
+    /// Take packet `k` off the graph without dropping it: the feature has sent a copy
+    /// elsewhere (another worker, [`crate::handoff`]). Its buffer is freed and it counts
+    /// as no drop; the feature counts what it took. Taking a packet already dropped or
+    /// taken, or one beyond `len()`, changes nothing.
+    #[inline]
+    pub fn take(&mut self, k: usize) {
+        self.drop_with(k, 0, REPLY_TAKEN);
+    }
+
     /// Drop packet `k` as [`Batch::drop`] does, and answer its sender: `reply` says how.
     /// A packet the router generated itself (a reply, an ICMP error) is never answered,
     /// only dropped, so replies cannot loop.
@@ -193,7 +203,7 @@ impl Batch<'_> {
         let r = match reply {
             _ if local => REPLY_NONE,
             Reply::Rewritten => REPLY_REWRITTEN,
-            Reply::IcmpError { ty, code } => icmp_kind(ty, code).max(REPLY_REWRITTEN + 1),
+            Reply::IcmpError { ty, code } => icmp_kind(ty, code).max(REPLY_TAKEN + 1),
         };
         self.drop_with(k, reason, r);
     }
@@ -246,6 +256,8 @@ pub(crate) const fn icmp_kind(ty: u8, code: u8) -> u32 {
 pub(crate) const REPLY_NONE: u32 = 0;
 /// [`Drops::reply`]: rewritten by the feature, routed back.
 pub(crate) const REPLY_REWRITTEN: u32 = 1;
+/// [`Drops::reply`]: taken by the feature ([`Batch::take`]): freed, not a drop.
+pub(crate) const REPLY_TAKEN: u32 = 2;
 
 /// A feature's per-worker node. Called with the packets of one vector that reach it; it
 /// may read and write their frames and descriptors, and drops what it must

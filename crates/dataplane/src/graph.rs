@@ -452,12 +452,19 @@ impl Graph {
                 };
                 // Each position once (`Batch::drop`), so never one dropped already.
                 let i = keep[a];
+                keep[a] = DEAD;
+                let p = v.pkts[i as usize];
+                if rt.drops.reply[d] == feature::REPLY_TAKEN {
+                    // Sent elsewhere by the feature (a handoff): gone, not dropped.
+                    self.trace::<T>(&p, Step::Feature { id, drop: None });
+                    out.free.push(p.buf);
+                    continue;
+                }
                 let r = (r as usize).min(ndrops.saturating_sub(1));
                 if ndrops > 0 {
                     self.counters.feature_add(base + 1 + r, 1);
                 }
                 self.counters.add(Reason::FeatureDrop, 1);
-                let p = v.pkts[i as usize];
                 self.trace::<T>(
                     &p,
                     Step::Feature {
@@ -469,7 +476,6 @@ impl Graph {
                     feature::REPLY_NONE => out.free.push(p.buf),
                     reply => self.answer(arc, v, &*mem, i, reply),
                 }
-                keep[a] = DEAD;
             }
             if T {
                 // Those it let go on (a dropped one's step is its drop).

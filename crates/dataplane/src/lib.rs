@@ -15,6 +15,7 @@ mod ethernet;
 mod family;
 pub mod feature;
 pub mod graph;
+pub mod handoff;
 mod icmp;
 pub mod interfaces;
 mod ip;

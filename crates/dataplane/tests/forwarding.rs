@@ -1364,6 +1364,47 @@ fn features_run_in_their_order_on_the_interfaces_that_enable_them() {
     assert_eq!(out[0].1[15], 0);
 }
 
+/// A feature that takes a packet (a handoff to another worker) ends its way through the
+/// graph without a drop: its buffer is released, later features never see it, and
+/// nothing counts it as dropped.
+#[test]
+fn a_taken_packet_leaves_the_graph_without_a_drop() {
+    let mut l = lab();
+    let r = l.features(
+        vec![
+            test_feature("take-odd-tos", ArcId::Ip4Unicast, &[], |cx, b, k| {
+                if tos(cx, b, k) % 2 == 1 {
+                    b.take(k);
+                    // A drop after the take changes nothing.
+                    b.drop(k, 0);
+                }
+            }),
+            test_feature("after", ArcId::Ip4Unicast, &[], |_, _, _| {}),
+        ],
+        &[&["take-odd-tos", "after"], &[]],
+    );
+    let mut odd = frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20);
+    odd[15] = 1;
+    let c = checksum::checksum(&{
+        let mut h = odd[14..34].to_vec();
+        h[10] = 0;
+        h[11] = 0;
+        h
+    });
+    odd[24..26].copy_from_slice(&c.to_be_bytes());
+    // run_frames checks that every buffer came back.
+    let out = l.run(&[
+        odd.clone(),
+        frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20),
+        odd,
+    ]);
+    assert_eq!(out.len(), 1, "only the even one is forwarded");
+    assert_eq!(l.count(Reason::FeatureDrop), 0);
+    assert_eq!(l.feature_count(&r, "take-odd-tos", 0), 3);
+    assert_eq!(l.feature_count(&r, "take-odd-tos", 1), 0, "no drop counted");
+    assert_eq!(l.feature_count(&r, "after", 0), 1);
+}
+
 #[test]
 fn output_features_see_rewritten_packets_and_those_bound_for_fragmentation() {
     let mut l = lab();

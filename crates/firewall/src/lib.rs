@@ -12,7 +12,9 @@
 //!   half-open flows first when it fills, which the filter nodes use when `[firewall]
 //!   conntrack` is on;
 //! - [`nat`]: NAT44 (source NAT and masquerade, destination NAT and port forwards,
-//!   hairpinning) as three feature nodes around the filters, with per-worker sessions.
+//!   hairpinning) as three feature nodes around the filters, with per-worker sessions;
+//! - [`steer`]: with several workers, both directions of every flow handed to the one
+//!   worker that owns its state.
 
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::needless_range_loop))]
@@ -25,5 +27,6 @@ pub mod gen;
 pub mod nat;
 pub mod node;
 pub mod ruleset;
+pub mod steer;
 #[cfg(test)]
 mod tests;

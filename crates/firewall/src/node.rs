@@ -153,6 +153,8 @@ pub struct CtWorker {
 /// One flow a dump found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowRecord {
+    /// The worker whose table holds it.
+    pub worker: usize,
     /// The flow.
     pub info: conntrack::FlowInfo,
     /// Nanoseconds until it expires, when it was read.
@@ -243,6 +245,7 @@ impl CtWorker {
                         }
                     } else {
                         let rec = FlowRecord {
+                            worker: 0, // set by the control thread as it drains the ring
                             info,
                             expires_in_ns: info.expires_ns.saturating_sub(now_ns),
                         };
@@ -394,10 +397,10 @@ impl Shared {
         self.ct_request.store(Some(Arc::new(req)));
         let mut out = Vec::new();
         let mut more = false;
-        let mut take = |c: &CtSlot| {
+        let mut take = |w: usize, c: &CtSlot| {
             while let Some(r) = c.found.pop() {
                 if out.len() < max {
-                    out.push(r);
+                    out.push(FlowRecord { worker: w, ..r });
                 } else {
                     more = true;
                 }
@@ -410,7 +413,7 @@ impl Shared {
         let result = loop {
             let mut all = true;
             for (w, c) in self.conntrack.iter().enumerate() {
-                take(c);
+                take(w, c);
                 if c.done.load(Ordering::Acquire) >= id {
                     continue;
                 }
@@ -446,8 +449,8 @@ impl Shared {
         };
         self.ct_request.store(None);
         // What the last steps found.
-        for c in &self.conntrack {
-            take(c);
+        for (w, c) in self.conntrack.iter().enumerate() {
+            take(w, c);
         }
         result?;
         let removed = self

@@ -28,9 +28,9 @@
 //! names the inside hosts.
 //!
 //! **State** is per worker ([`table::NatTable`]); each worker allocates ports in its own
-//! slice, so allocation takes no lock. Both directions of a flow must reach the worker
-//! that owns it: NAT, like connection tracking, runs with `workers = 1` until flows are
-//! steered between workers.
+//! slice, so allocation takes no lock. Both directions of a flow reach the worker that
+//! owns it: with several workers, [`crate::steer`] hands packets to their flow's owner
+//! first (a reply to a translated source by the slice its port lies in).
 
 pub mod config;
 pub mod fuzzing;
@@ -38,7 +38,7 @@ pub mod rewrite;
 pub mod table;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -216,6 +216,33 @@ pub struct NatRules {
     pub hits: Vec<AtomicU64>,
     /// The timeouts.
     pub timeouts: Timeouts,
+    /// The inside hosts: the sources the translating source rules name (sorted, merged);
+    /// with `inside_all`, every address.
+    inside: Vec<(u32, u32)>,
+    /// A translating source rule names no source: every address is inside.
+    inside_all: bool,
+    /// The source rules' pools (sorted, merged).
+    external: Vec<(u32, u32)>,
+}
+
+/// Sort and merge inclusive ranges.
+fn merged(mut v: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    v.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(v.len());
+    for (lo, hi) in v {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+/// Whether `a` lies in one of the sorted, disjoint ranges `r`.
+#[inline]
+fn in_sorted(r: &[(u32, u32)], a: u32) -> bool {
+    let i = r.partition_point(|&(lo, _)| lo <= a);
+    i > 0 && r.get(i - 1).is_some_and(|&(_, hi)| a <= hi)
 }
 
 impl NatRules {
@@ -293,12 +320,44 @@ impl NatRules {
         let hits = (0..snat.len() + dnat.len())
             .map(|_| AtomicU64::new(0))
             .collect();
+        let translating = || snat.iter().filter(|r| r.action != SnatAction::Exclude);
+        let inside_all = translating().any(|r| r.m.src.is_empty());
+        let inside = merged(
+            translating()
+                .flat_map(|r| r.m.src.iter().copied())
+                .collect(),
+        );
+        let external = merged(
+            snat.iter()
+                .flat_map(|r| match &r.action {
+                    SnatAction::Pool(p) => p.clone(),
+                    _ => Vec::new(),
+                })
+                .collect(),
+        );
         Ok(NatRules {
             snat,
             dnat,
             hits,
             timeouts: cfg.timeouts,
+            inside,
+            inside_all,
+            external,
         })
+    }
+
+    /// Whether `a` is an inside host: a source a translating source rule names (every
+    /// address when one names none). Flow steering hashes an inside host's flows by its
+    /// address alone ([`crate::steer`]).
+    #[inline]
+    pub fn is_inside(&self, a: u32) -> bool {
+        self.inside_all || in_sorted(&self.inside, a)
+    }
+
+    /// Whether `a` is in a source rule's pool.
+    #[inline]
+    pub fn is_external(&self, a: u32) -> bool {
+        in_sorted(&self.external, a)
     }
 
     /// The first source rule for a flow `k` leaving by `iface`.

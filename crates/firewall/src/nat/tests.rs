@@ -8,11 +8,11 @@ use super::NatRules;
 
 const S: u64 = 1_000_000_000;
 
-fn a(s: &str) -> u32 {
+pub(crate) fn a(s: &str) -> u32 {
     s.parse::<std::net::Ipv4Addr>().unwrap().into()
 }
 
-fn key(src: &str, sport: u16, dst: &str, dport: u16, proto: u8) -> Key4 {
+pub(crate) fn key(src: &str, sport: u16, dst: &str, dport: u16, proto: u8) -> Key4 {
     Key4 {
         src: a(src),
         dst: a(dst),
@@ -204,7 +204,7 @@ fn dnat_then_snat_rekeys_the_reply_side() {
 
 /// An IPv4 packet: header, then a transport header of `proto` with `payload` bytes,
 /// checksums valid.
-fn packet(k: &Key4, payload: &[u8], frag: u16) -> Vec<u8> {
+pub(crate) fn packet(k: &Key4, payload: &[u8], frag: u16) -> Vec<u8> {
     let l4_len = match k.proto {
         proto::TCP => 20,
         _ => 8,
