@@ -48,7 +48,7 @@ fn main() {
 fn pipeline_drops(loaded: &bench::pipeline::LoadedFib) {
     use std::sync::Arc;
     let p = bench::pipeline::profile("ipv4-64").unwrap();
-    let mut t = bench::pipeline::build_traffic(loaded, p, 4096, 1);
+    let mut t = bench::pipeline::build_traffic(loaded, p, 4096, 1, false);
     let counters = Arc::new(dataplane::Counters::default());
     let mut g = dataplane::Graph::new(
         loaded.readers.register(),
@@ -58,7 +58,7 @@ fn pipeline_drops(loaded: &bench::pipeline::LoadedFib) {
         dataplane::GraphConfig::default(),
     );
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (off, sent) = bench::pipeline::forward_loop(&mut g, &mut t, &stop, 10, || {});
+    let (off, sent) = bench::pipeline::forward_loop(&mut g, &mut t, &stop, 10, None, || {});
     println!(
         "pipeline: offered {off} sent {sent}: {:?}",
         counters.snapshot().nonzero()

@@ -69,7 +69,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
         .take(opts.routes)
         .collect();
     let profile = pipeline::profile("ipv4-64")?;
-    let mut traffic = build_traffic(&fib, profile, 16 * 1024, opts.seed);
+    let mut traffic = build_traffic(&fib, profile, 16 * 1024, opts.seed, false);
 
     let cores = dataplane::worker::cores();
     let worker_core = cores.get(1).or(cores.first()).copied();
@@ -92,7 +92,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
         let pool = traffic.pkts.len() as u64;
         let mut passes = 0u64;
         // Offered packets are published per pass (for rates), forwarded once at the end.
-        forward_loop(&mut g, &mut traffic, &stop2, u64::MAX, || {
+        forward_loop(&mut g, &mut traffic, &stop2, u64::MAX, None, || {
             passes += 1;
             offered2.store(passes * pool, Ordering::Relaxed);
         });

@@ -126,6 +126,12 @@ pub struct Options {
     /// with its checksums updated (`ip4-nat-in`) and passes `ip4-nat-out`. The sessions
     /// are made in the untimed warm-up passes.
     pub nat: bool,
+    /// With `stateful` and several workers: two-way traffic (every second frame of a pool
+    /// is the reply of the one before it), and each cell measured twice, with the flows
+    /// steered (`ip4-handoff`/`ip6-handoff`: each packet handed to the worker that owns
+    /// its flow, copied through a lane, processed there) and without (each worker keeps
+    /// what it has, wrong for replies but the bound steering is measured against).
+    pub handoff: bool,
 }
 
 /// What a cell runs with on the unicast arcs.
@@ -133,7 +139,11 @@ pub struct Options {
 enum Variant {
     Plain,
     Noop,
-    Firewall { rules: usize, stateful: bool },
+    Firewall {
+        rules: usize,
+        stateful: bool,
+        handoff: bool,
+    },
     Nat,
 }
 
@@ -142,10 +152,15 @@ impl Variant {
         match self {
             Variant::Plain => "none".into(),
             Variant::Noop => "noop".into(),
-            Variant::Firewall { rules, stateful } => {
+            Variant::Firewall {
+                rules,
+                stateful,
+                handoff,
+            } => {
                 format!(
-                    "firewall-{rules}{}",
-                    if stateful { "-stateful" } else { "" }
+                    "firewall-{rules}{}{}",
+                    if stateful { "-stateful" } else { "" },
+                    if handoff { "+handoff" } else { "" }
                 )
             }
             Variant::Nat => "nat44".into(),
@@ -217,6 +232,7 @@ fn firewall_setup(
     stateful: bool,
     workers: usize,
     seed: u64,
+    steering: Option<&Arc<firewall::steer::Steering>>,
 ) -> Result<FirewallSetup> {
     use dataplane::feature::Registry;
     use firewall::config::Hook;
@@ -233,11 +249,16 @@ fn firewall_setup(
     let names = vec!["rx".to_string(), "tx".to_string()];
     let rs = firewall::ruleset::RuleSet::compile(&cfg, &names, workers)?;
     shared.rules.store(Arc::new(rs));
-    let registry = Arc::new(Registry::new(FilterFeature::all(&shared))?);
-    let on = [
+    let mut features = FilterFeature::all(&shared);
+    let mut on = vec![
         FilterFeature::name(false, Hook::Ingress),
         FilterFeature::name(true, Hook::Ingress),
     ];
+    if let Some(st) = steering {
+        features.extend(firewall::steer::Steering::features(st));
+        on.extend(firewall::steer::NAMES);
+    }
+    let registry = Arc::new(Registry::new(features)?);
     let state = Arc::new(
         registry
             .state(2, |_| on.to_vec())
@@ -309,6 +330,7 @@ impl Default for Options {
             firewall_rules: None,
             stateful: false,
             nat: false,
+            handoff: false,
         }
     }
 }
@@ -414,6 +436,12 @@ pub fn load_fib(
         writer.add6(p, *l, nexthops[k % nexthops.len()])?;
     }
     let load_s = t.elapsed().as_secs_f64();
+    // The traffic's source, for two-way traffic's replies (not among `routes4/6`, which
+    // the destinations are drawn from).
+    writer.add4(SRC_V4 & 0xffff_ff00, 24, nexthops[0])?;
+    let mut src6 = SRC_V6;
+    src6[8..].fill(0);
+    writer.add6(&src6, 64, nexthops[0])?;
     Ok(LoadedFib {
         writer,
         readers,
@@ -470,6 +498,7 @@ fn build_frame(
     dst4: u32,
     dst6: &[u8; 16],
     sport: u16,
+    reply: bool,
 ) -> usize {
     let len = size - 4;
     let f = &mut buf[..len];
@@ -483,10 +512,15 @@ fn build_frame(
         ip[4..6].copy_from_slice(&((len - 14 - 40) as u16).to_be_bytes());
         ip[6] = 17;
         ip[7] = START_TTL;
-        ip[8..24].copy_from_slice(&SRC_V6);
-        ip[24..40].copy_from_slice(dst6);
-        ip[40..42].copy_from_slice(&sport.to_be_bytes());
-        ip[42..44].copy_from_slice(&4789u16.to_be_bytes());
+        let (a, b, pa, pb) = if reply {
+            (dst6, &SRC_V6, 4789, sport)
+        } else {
+            (&SRC_V6, dst6, sport, 4789)
+        };
+        ip[8..24].copy_from_slice(a);
+        ip[24..40].copy_from_slice(b);
+        ip[40..42].copy_from_slice(&pa.to_be_bytes());
+        ip[42..44].copy_from_slice(&pb.to_be_bytes());
         ip[44..46].copy_from_slice(&((len - 14 - 40) as u16).to_be_bytes());
     } else {
         f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
@@ -495,12 +529,17 @@ fn build_frame(
         ip[2..4].copy_from_slice(&((len - 14) as u16).to_be_bytes());
         ip[8] = START_TTL;
         ip[9] = 17;
-        ip[12..16].copy_from_slice(&SRC_V4.to_be_bytes());
-        ip[16..20].copy_from_slice(&dst4.to_be_bytes());
+        let (a, b, pa, pb) = if reply {
+            (dst4, SRC_V4, 4789, sport)
+        } else {
+            (SRC_V4, dst4, sport, 4789)
+        };
+        ip[12..16].copy_from_slice(&a.to_be_bytes());
+        ip[16..20].copy_from_slice(&b.to_be_bytes());
         let c = wire::checksum::checksum(&ip[..20]);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
-        ip[20..22].copy_from_slice(&sport.to_be_bytes());
-        ip[22..24].copy_from_slice(&4789u16.to_be_bytes());
+        ip[20..22].copy_from_slice(&pa.to_be_bytes());
+        ip[22..24].copy_from_slice(&pb.to_be_bytes());
         ip[24..26].copy_from_slice(&((len - 14 - 20) as u16).to_be_bytes());
     }
     len
@@ -516,8 +555,16 @@ pub struct Traffic {
     pub wire_bytes: u64,
 }
 
-/// Build `n` frames of `profile` toward random destinations inside the loaded routes.
-pub fn build_traffic(fib: &LoadedFib, profile: &Profile, n: usize, seed: u64) -> Traffic {
+/// Build `n` frames of `profile` toward random destinations inside the loaded routes;
+/// `two_way`: every second frame is the reply of the one before it (same size and family,
+/// addresses and ports swapped).
+pub fn build_traffic(
+    fib: &LoadedFib,
+    profile: &Profile,
+    n: usize,
+    seed: u64,
+    two_way: bool,
+) -> Traffic {
     let mut rng = SmallRng::seed_from_u64(seed);
     let k4 = routes::keys_v4(&fib.routes4, n, seed);
     let k6 = routes::keys_v6(&fib.routes6, n, seed);
@@ -526,26 +573,32 @@ pub fn build_traffic(fib: &LoadedFib, profile: &Profile, n: usize, seed: u64) ->
     let mut arena = Arena::new((n + 1024) as u32);
     let mut pkts = Vec::with_capacity(n);
     let mut wire_bytes = 0u64;
+    let mut pick = profile.mix[0];
     for i in 0..n {
-        let mut r = rng.gen_range(0..total_w);
-        let mut pick = profile.mix[0];
-        for m in profile.mix {
-            if r < m.2 {
-                pick = *m;
-                break;
+        let reply = two_way && i % 2 == 1;
+        if !reply {
+            let mut r = rng.gen_range(0..total_w);
+            pick = profile.mix[0];
+            for m in profile.mix {
+                if r < m.2 {
+                    pick = *m;
+                    break;
+                }
+                r -= m.2;
             }
-            r -= m.2;
         }
         let (size, v6, _) = pick;
+        let j = if reply { i - 1 } else { i };
         let buf = arena.alloc().expect("arena sized for the pool");
         let frame = arena.frame_mut(buf);
         let len = build_frame(
             &mut frame[HEADROOM..],
             size,
             v6,
-            k4[i],
-            &k6[i],
-            (i as u16) | 1024,
+            k4[j],
+            &k6[j],
+            (j as u16) | 1024,
+            reply,
         );
         pkts.push(Pkt::new(buf, HEADROOM as u16, len as u16, 0));
         wire_bytes += size as u64;
@@ -581,10 +634,29 @@ pub fn forward_loop(
     t: &mut Traffic,
     stop: &AtomicBool,
     max_passes: u64,
+    mut handoff: Option<&mut dataplane::handoff::HandoffRx>,
     mut on_pass: impl FnMut(),
 ) -> (u64, u64) {
     let mut v = Vector::default();
     let mut out = Output::new(2);
+    let pool = t.pkts.len();
+    // Buffers the graph allocated (or frames handed over from other workers, copied in)
+    // go back; the pool's frames stay for the next pass.
+    let release = |arena: &mut Arena, out: &mut Output| {
+        for &b in &out.free {
+            if b as usize >= pool {
+                arena.free(b);
+            }
+        }
+        for list in &out.tx {
+            for p in list {
+                if p.buf as usize >= pool {
+                    arena.free(p.buf);
+                }
+            }
+        }
+        out.clear();
+    };
     let (mut offered, mut sent) = (0u64, 0u64);
     let epoch = Instant::now();
     let mut pass = 0u64;
@@ -599,14 +671,21 @@ pub fn forward_loop(
             graph.process(&mut v, &mut t.arena, &mut out, now);
             offered += chunk.len() as u64;
             sent += out.tx_count() as u64;
-            // The frames stay where they are for the next pass: nothing to free except
-            // what the graph itself allocated (none in this benchmark).
-            for &b in &out.free {
-                if b as usize >= t.pkts.len() {
-                    t.arena.free(b);
+            release(&mut t.arena, &mut out);
+            // What other workers handed over, as the daemon's workers take it: processed
+            // here, counted as sent here (it was offered there).
+            if let Some(rx) = handoff.as_deref_mut() {
+                for _ in 0..4 {
+                    v.len = 0;
+                    let got = rx.receive(&mut t.arena, &mut v, VECTOR_SIZE);
+                    if got.frames == 0 {
+                        break;
+                    }
+                    graph.process(&mut v, &mut t.arena, &mut out, now);
+                    sent += out.tx_count() as u64;
+                    release(&mut t.arena, &mut out);
                 }
             }
-            out.clear();
         }
         graph.quiescent();
         on_pass();
@@ -626,9 +705,20 @@ fn run_cell(
     // The features' registry and state (the features hold their shared state; NAT's is
     // kept to check what it did).
     let mut nat = None;
+    let mut receivers: Vec<Option<dataplane::handoff::HandoffRx>> = Vec::new();
     let fw = match variant {
-        Variant::Firewall { rules, stateful } => {
-            let (r, st, _) = firewall_setup(rules, stateful, workers, opts.seed)?;
+        Variant::Firewall {
+            rules,
+            stateful,
+            handoff,
+        } => {
+            let steering = (handoff && workers > 1).then(|| {
+                let (tx, rx) = dataplane::handoff::mesh_with(workers, 2, 1024, 2048);
+                receivers = rx.into_iter().map(Some).collect();
+                Arc::new(firewall::steer::Steering::new(tx, Default::default()))
+            });
+            let (r, st, _) =
+                firewall_setup(rules, stateful, workers, opts.seed, steering.as_ref())?;
             Some((r, st))
         }
         Variant::Nat => {
@@ -671,8 +761,10 @@ fn run_cell(
             profile,
             opts.pool,
             opts.seed.wrapping_add(w as u64 * 7919),
+            opts.handoff,
         );
         let fw = fw.as_ref().map(|(r, st)| (r.clone(), st.clone()));
+        let mut rx = receivers.get_mut(w).and_then(Option::take);
         handles.push(dataplane::worker::spawn(w, core, move |_| {
             let mut g = Graph::new(
                 readers.register(),
@@ -691,10 +783,10 @@ fn run_cell(
             }
             // Warm caches and TLBs, untimed.
             let warm = AtomicBool::new(false);
-            forward_loop(&mut g, &mut t, &warm, 3, || {});
+            forward_loop(&mut g, &mut t, &warm, 3, rx.as_mut(), || {});
             ready.wait();
             barrier.wait();
-            let (off, sent) = forward_loop(&mut g, &mut t, &stop, max_passes, || {});
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, max_passes, rx.as_mut(), || {});
             let per_pass_bytes = t.wire_bytes;
             let passes = off / t.pkts.len() as u64;
             totals.fetch_add(off, Ordering::Relaxed);
@@ -774,7 +866,15 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
                 variants.push(Variant::Firewall {
                     rules,
                     stateful: opts.stateful,
+                    handoff: false,
                 });
+                if opts.handoff && w > 1 {
+                    variants.push(Variant::Firewall {
+                        rules,
+                        stateful: opts.stateful,
+                        handoff: true,
+                    });
+                }
             }
             if opts.nat {
                 variants.push(Variant::Nat);
@@ -900,7 +1000,7 @@ mod tests {
     fn every_profile_forwards_everything_at_small_scale() {
         let fib = load_fib(2000, 1000, 4, 5).unwrap();
         for p in PROFILES {
-            let mut t = build_traffic(&fib, p, 1024, 9);
+            let mut t = build_traffic(&fib, p, 1024, 9, false);
             let counters = Arc::new(Counters::default());
             let mut g = Graph::new(
                 fib.readers.register(),
@@ -911,7 +1011,7 @@ mod tests {
             );
             let stop = AtomicBool::new(false);
             // 450 passes cross two TTL resets: TTL never runs out.
-            let (off, sent) = forward_loop(&mut g, &mut t, &stop, 450, || {});
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, 450, None, || {});
             assert_eq!(off, 1024 * 450);
             assert_eq!(sent, off, "{}: drops {:?}", p.name, drops(&counters));
         }

@@ -499,6 +499,11 @@ struct PipelineArgs {
     /// worker's flow table.
     #[arg(long, requires = "firewall_rules")]
     stateful: bool,
+    /// With --stateful and several workers: two-way traffic (each second frame the reply
+    /// of the one before), measured with the flows steered to the worker that owns them
+    /// (`ip4-handoff`) and without.
+    #[arg(long, requires = "stateful")]
+    handoff: bool,
     /// Also measure each cell with NAT44 on (every IPv4 packet looked up and translated,
     /// its checksums updated), interleaved with runs without it.
     #[arg(long)]
@@ -757,6 +762,7 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         noop_feature: a.noop_feature,
         firewall_rules: a.firewall_rules,
         stateful: a.stateful,
+        handoff: a.handoff,
         nat: a.nat,
         ..Default::default()
     })

@@ -9,14 +9,12 @@
 //! swapped says which way it goes ([`FlowKey::from_tuple`]).
 //!
 //! **Symmetric hash.** [`FlowKey::hash`] hashes the normalized key, so
-//! `hash(a→b) == hash(b→a)` by construction ([`Tuple::symmetric_hash`]). A software
-//! dispatcher (one RX queue feeding several workers, or a handoff node) picks the worker
-//! with [`Tuple::worker`] (`(symmetric_hash(seed) as u32 as u64 * workers) >> 32`), and both
-//! directions of every flow reach the worker that owns its entry. It must use a seed of its own, not
-//! the table's: the table takes its buckets from the same bits, and a shared seed would leave
-//! each worker's table using a fraction of its buckets. With NIC RSS, the NIC's Toeplitz hash
-//! is made symmetric by its key instead (the repeated `0x6d5a` key of Woo and Park), and the
-//! table's hash stays independent of it.
+//! `hash(a→b) == hash(b→a)` by construction ([`Tuple::symmetric_hash`]): the table finds a
+//! flow by either direction. Which worker owns a flow is decided before the table, by
+//! [`crate::steer`] (a hash of the addresses alone, so that fragments follow their flow,
+//! and NAT's replies by their port), with its own constants: the table takes its buckets
+//! from its hash's bits, and a steering hash sharing them would leave each worker's table
+//! using a fraction of its buckets.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -98,17 +96,10 @@ impl Tuple {
         }
     }
 
-    /// The hash of the direction-normalized tuple: equal for a tuple and its reverse.
-    /// Dispatchers pick a worker with it (see the module documentation).
+    /// The hash of the direction-normalized tuple: equal for a tuple and its reverse (the
+    /// table's hash of the flow's key).
     pub fn symmetric_hash(&self, seed: u64) -> u64 {
         FlowKey::from_tuple(self).0.hash(seed)
-    }
-
-    /// The worker, of `workers`, that owns this tuple's flow: the same for both directions.
-    /// `seed` is the dispatcher's, not a table's. 0 when `workers` is 0.
-    #[inline]
-    pub fn worker(&self, seed: u64, workers: u32) -> u32 {
-        ((self.symmetric_hash(seed) as u32 as u64 * workers as u64) >> 32) as u32
     }
 }
 
@@ -302,13 +293,6 @@ mod tests {
         #[test]
         fn hash_is_symmetric(t in tuple(), seed in proptest::num::u64::ANY) {
             proptest::prop_assert_eq!(t.symmetric_hash(seed), t.reversed().symmetric_hash(seed));
-        }
-
-        #[test]
-        fn both_directions_reach_one_worker(t in tuple(), seed in proptest::num::u64::ANY, workers in 1u32..64) {
-            let w = t.worker(seed, workers);
-            proptest::prop_assert!(w < workers);
-            proptest::prop_assert_eq!(w, t.reversed().worker(seed, workers));
         }
 
         #[test]

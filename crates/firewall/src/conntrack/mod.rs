@@ -3,8 +3,8 @@
 //! and for NAT to keep its bindings in.
 //!
 //! **Shape.** One [`Conntrack`] per worker, owned by it (`&mut self`, no locks, no atomics);
-//! the dispatcher steers both directions of a flow to the same worker with the symmetric
-//! hash ([`Tuple::symmetric_hash`], see [`key`]). The table is allocated once, at its full
+//! with several workers, [`crate::steer`] hands both directions of a flow to the worker
+//! that owns it before the table is consulted. The table is allocated once, at its full
 //! size ([`Config::max_entries`]), and nothing allocates afterwards; no call panics on any
 //! input, and nothing logs: [`Counters`] say what happened.
 //!
