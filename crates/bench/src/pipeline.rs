@@ -713,10 +713,14 @@ fn run_cell(
             handoff,
         } => {
             let steering = (handoff && workers > 1).then(|| {
-                let (tx, rx) = dataplane::handoff::mesh_with(workers, 2, 1024, 2048);
-                receivers = rx.into_iter().map(Some).collect();
-                Arc::new(firewall::steer::Steering::new(tx, Default::default()))
+                dataplane::handoff::mesh_with(workers, 2, 1024, 2048).map(|(tx, rx)| {
+                    receivers = rx.into_iter().map(Some).collect();
+                    Arc::new(firewall::steer::Steering::new(tx, Default::default()))
+                })
             });
+            let steering = steering
+                .transpose()
+                .context("creating the handoff lanes (eventfds)")?;
             let (r, st, _) =
                 firewall_setup(rules, stateful, workers, opts.seed, steering.as_ref())?;
             Some((r, st))

@@ -411,6 +411,17 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
     fn publish(&mut self, ports: &[LivePort]) {
         publish(ports, &self.counters_out);
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.handoff.as_ref().map(|rx| rx.wait_fd())
+    }
+    fn may_sleep(&mut self) -> bool {
+        self.handoff.as_ref().is_none_or(|rx| rx.may_sleep())
+    }
+    fn woke(&mut self) {
+        if let Some(rx) = &self.handoff {
+            rx.woke();
+        }
+    }
 }
 
 /// Frames from the control thread, at most one burst per loop iteration so forwarding
@@ -723,7 +734,8 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let workers = per_worker.len();
     let (senders, mut receivers) = if workers > 1 {
         let depth = (HANDOFF_SLOTS / (workers - 1)).clamp(16, HANDOFF_SLOTS);
-        let (s, r) = dataplane::handoff::mesh_with(workers, 2, depth, dataplane::MAX_FRAME);
+        let (s, r) = dataplane::handoff::mesh_with(workers, 2, depth, dataplane::MAX_FRAME)
+            .context("creating the handoff lanes between workers (an eventfd each)")?;
         (s, r.into_iter().map(Some).collect())
     } else {
         (Vec::new(), vec![None])

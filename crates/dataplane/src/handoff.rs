@@ -17,6 +17,17 @@
 //! The hand-written part is only this recycling: `rtrb` (a well-kept SPSC ring) carries
 //! the slots; carrying the frames themselves in it would copy 9 KB per push or expose
 //! uninitialised bytes past a short frame.
+//!
+//! **Waking an idle owner.** A worker with nothing to do sleeps in `poll(2)`. Each worker's
+//! receiving side has a doorbell (an eventfd the worker polls with its ports): a sender
+//! that handed frames over in a batch rings the owner's bell if, and only if, the owner
+//! is asleep, so the system call happens only under light load. The owner says it is
+//! going to sleep, then looks at its lanes once more; the sender pushes, then looks at
+//! the owner's flag: with a full fence on both sides, one of them sees the other.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
 
 use rtrb::{Consumer, Producer, RingBuffer};
 
@@ -34,10 +45,52 @@ struct Slot {
     data: Vec<u8>,
 }
 
+/// A worker's doorbell: rung by senders while it sleeps.
+#[derive(Debug)]
+struct Doorbell {
+    /// An eventfd, non-blocking.
+    fd: OwnedFd,
+    /// The worker is (about to be) asleep in `poll(2)`.
+    asleep: AtomicBool,
+}
+
+impl Doorbell {
+    fn new() -> std::io::Result<Doorbell> {
+        // SAFETY: plain system call; the descriptor is checked before it is owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Doorbell {
+            // SAFETY: `fd` is a new descriptor nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            asleep: AtomicBool::new(false),
+        })
+    }
+
+    /// Ring if the owner sleeps (after the frames were pushed).
+    fn ring_if_asleep(&self) {
+        fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to an eventfd we own. A full counter
+            // (EAGAIN) already wakes the owner; nothing else can fail.
+            let _ = unsafe {
+                libc::write(
+                    self.fd.as_raw_fd(),
+                    (&one as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+    }
+}
+
 /// The sending end of one lane.
 struct Lane {
     full: Producer<Slot>,
     empty: Consumer<Slot>,
+    bell: Arc<Doorbell>,
 }
 
 /// The receiving end of one lane.
@@ -62,6 +115,8 @@ pub struct HandoffTx {
     me: usize,
     lanes: Vec<Option<Lane>>,
     slot_bytes: usize,
+    /// Bit `w`: frames went to worker `w` since the last [`HandoffTx::ring`].
+    sent_to: u64,
 }
 
 /// A worker's receiving side: one lane from every other worker.
@@ -69,6 +124,7 @@ pub struct HandoffRx {
     inboxes: Vec<Inbox>,
     /// The inbox served first next time (round robin, so no sender starves another).
     next: usize,
+    bell: Arc<Doorbell>,
 }
 
 /// What one [`HandoffRx::receive`] took.
@@ -80,11 +136,15 @@ pub struct Received {
     pub no_buffer: usize,
 }
 
+/// Sending and receiving sides of a mesh, by worker.
+pub type Mesh<T> = std::io::Result<(Vec<T>, Vec<HandoffRx>)>;
+
 /// Lanes between `workers` workers, each of `depth` slots of `slot_bytes` bytes: the
-/// sending and receiving sides of each worker, by worker. Allocates every slot now.
-pub fn mesh(workers: usize, depth: usize, slot_bytes: usize) -> (Vec<HandoffTx>, Vec<HandoffRx>) {
-    let (txs, rxs) = mesh_with(workers, 1, depth, slot_bytes);
-    (txs.into_iter().flatten().collect(), rxs)
+/// sending and receiving sides of each worker, by worker. Allocates every slot now; fails
+/// only if the kernel refuses an eventfd.
+pub fn mesh(workers: usize, depth: usize, slot_bytes: usize) -> Mesh<HandoffTx> {
+    let (txs, rxs) = mesh_with(workers, 1, depth, slot_bytes)?;
+    Ok((txs.into_iter().flatten().collect(), rxs))
 }
 
 /// [`mesh`] with `senders` sending sides per worker (`[worker][sender]`), each with lanes of
@@ -95,8 +155,9 @@ pub fn mesh_with(
     senders: usize,
     depth: usize,
     slot_bytes: usize,
-) -> (Vec<Vec<HandoffTx>>, Vec<HandoffRx>) {
+) -> Mesh<Vec<HandoffTx>> {
     let depth = depth.max(1);
+    let workers = workers.min(64);
     let mut txs: Vec<Vec<HandoffTx>> = (0..workers)
         .map(|me| {
             (0..senders)
@@ -104,16 +165,20 @@ pub fn mesh_with(
                     me,
                     lanes: (0..workers).map(|_| None).collect(),
                     slot_bytes,
+                    sent_to: 0,
                 })
                 .collect()
         })
         .collect();
     let mut rxs: Vec<HandoffRx> = (0..workers)
-        .map(|_| HandoffRx {
-            inboxes: Vec::with_capacity(workers.saturating_sub(1) * senders),
-            next: 0,
+        .map(|_| {
+            Ok(HandoffRx {
+                inboxes: Vec::with_capacity(workers.saturating_sub(1) * senders),
+                next: 0,
+                bell: Arc::new(Doorbell::new()?),
+            })
         })
-        .collect();
+        .collect::<std::io::Result<_>>()?;
     for (from, sides) in txs.iter_mut().enumerate() {
         for tx in sides.iter_mut() {
             for (to, rx) in rxs.iter_mut().enumerate() {
@@ -135,6 +200,7 @@ pub fn mesh_with(
                     *l = Some(Lane {
                         full: full_tx,
                         empty: empty_rx,
+                        bell: rx.bell.clone(),
                     });
                 }
                 rx.inboxes.push(Inbox {
@@ -144,7 +210,7 @@ pub fn mesh_with(
             }
         }
     }
-    (txs, rxs)
+    Ok((txs, rxs))
 }
 
 impl HandoffTx {
@@ -185,9 +251,25 @@ impl HandoffTx {
         // Within the capacity checked above: no allocation.
         slot.data.extend_from_slice(frame);
         match lane.full.push(slot) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.sent_to |= 1 << (to % 64);
+                Ok(())
+            }
             // Not reachable (see above); the slot is then lost to this lane, not leaked.
             Err(_) => Err(SendError::Full),
+        }
+    }
+
+    /// Wake the workers frames went to since the last call, those of them asleep (once
+    /// per batch: a system call only for a sleeping owner).
+    pub fn ring(&mut self) {
+        let mut m = std::mem::take(&mut self.sent_to);
+        while m != 0 {
+            let to = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if let Some(Some(lane)) = self.lanes.get(to) {
+                lane.bell.ring_if_asleep();
+            }
         }
     }
 }
@@ -196,6 +278,38 @@ impl HandoffRx {
     /// Frames waiting, over all lanes.
     pub fn pending(&self) -> usize {
         self.inboxes.iter().map(|i| i.full.slots()).sum()
+    }
+
+    /// The doorbell the worker polls while it sleeps (readable once rung).
+    pub fn wait_fd(&self) -> RawFd {
+        self.bell.fd.as_raw_fd()
+    }
+
+    /// The worker is about to sleep: true if it may (nothing waits), and then senders ring
+    /// its doorbell until [`HandoffRx::woke`].
+    pub fn may_sleep(&self) -> bool {
+        self.bell.asleep.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.pending() > 0 {
+            self.bell.asleep.store(false, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The worker is awake again: no more rings; the doorbell is emptied.
+    pub fn woke(&self) {
+        self.bell.asleep.store(false, Ordering::Relaxed);
+        let mut n: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 from our non-blocking eventfd;
+        // EAGAIN (not rung) is the usual answer.
+        let _ = unsafe {
+            libc::read(
+                self.bell.fd.as_raw_fd(),
+                (&mut n as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
     }
 
     /// Take up to `max` waiting frames (at most the vector's room) into `mem`, appended to
@@ -267,7 +381,7 @@ mod tests {
 
     #[test]
     fn frames_reach_their_worker_in_order_with_their_port_and_flags() {
-        let (mut tx, mut rx) = mesh(3, 4, 2048);
+        let (mut tx, mut rx) = mesh(3, 4, 2048).unwrap();
         assert_eq!(tx[1].worker(), 1);
         assert_eq!(tx[1].workers(), 3);
         tx[0].send(2, 7, F_CSUM_UNKNOWN, &frame(1, 60)).unwrap();
@@ -301,7 +415,7 @@ mod tests {
 
     #[test]
     fn each_sending_side_has_lanes_of_its_own() {
-        let (mut txs, mut rx) = mesh_with(2, 2, 1, 128);
+        let (mut txs, mut rx) = mesh_with(2, 2, 1, 128).unwrap();
         let [a, b] = &mut txs[0][..] else { panic!() };
         a.send(1, 1, 0, &frame(1, 60)).unwrap();
         assert_eq!(a.send(1, 1, 0, &frame(1, 60)), Err(SendError::Full));
@@ -313,8 +427,45 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "poll(2) is not interpreted by Miri")]
+    fn a_sleeping_owner_is_rung_once_frames_come_and_only_then() {
+        let (mut tx, rx) = mesh(2, 4, 128).unwrap();
+        let readable = |rx: &HandoffRx| {
+            let mut p = libc::pollfd {
+                fd: rx.wait_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one live pollfd, no wait.
+            unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        };
+        // Awake: no ring.
+        tx[0].send(1, 0, 0, &frame(0, 60)).unwrap();
+        tx[0].ring();
+        assert!(!readable(&rx[1]));
+        // Frames wait: it may not sleep.
+        assert!(!rx[1].may_sleep());
+        let mut mem = Arena::new(16);
+        let mut v = Vector::default();
+        let mut rx = rx;
+        assert_eq!(rx[1].receive(&mut mem, &mut v, 256).frames, 1);
+        // Nothing waits: it sleeps, and the next batch rings it.
+        assert!(rx[1].may_sleep());
+        tx[0].ring();
+        assert!(!readable(&rx[1]), "no frame sent since: no ring");
+        tx[0].send(1, 0, 0, &frame(1, 60)).unwrap();
+        tx[0].ring();
+        assert!(readable(&rx[1]));
+        rx[1].woke();
+        assert!(!readable(&rx[1]), "emptied");
+        tx[0].send(1, 0, 0, &frame(2, 60)).unwrap();
+        tx[0].ring();
+        assert!(!readable(&rx[1]), "awake again: no ring");
+    }
+
+    #[test]
     fn a_full_lane_refuses_until_the_owner_takes_its_frames_and_slots_come_back() {
-        let (mut tx, mut rx) = mesh(2, 2, 128);
+        let (mut tx, mut rx) = mesh(2, 2, 128).unwrap();
         assert_eq!(tx[0].send(1, 0, 0, &frame(0, 129)), Err(SendError::TooBig));
         let mut mem = Arena::new(64);
         for round in 0..100u8 {
@@ -332,7 +483,7 @@ mod tests {
 
     #[test]
     fn receive_stops_at_max_and_at_the_vectors_room_and_counts_missing_buffers() {
-        let (mut tx, mut rx) = mesh(2, 8, 256);
+        let (mut tx, mut rx) = mesh(2, 8, 256).unwrap();
         for k in 0..8 {
             tx[1].send(0, 0, 0, &frame(k, 64)).unwrap();
         }
@@ -362,7 +513,7 @@ mod tests {
 
     #[test]
     fn lanes_between_threads_carry_every_frame_intact() {
-        let (mut tx, mut rx) = mesh(2, 16, 1600);
+        let (mut tx, mut rx) = mesh(2, 16, 1600).unwrap();
         let mut t0 = tx.remove(0);
         // Miri interprets: fewer frames, the same interleavings in kind.
         let n: u32 = if cfg!(miri) { 200 } else { 20_000 };

@@ -215,6 +215,17 @@ pub trait LoopHooks<M: PacketMemory, P: Port<M>> {
     /// Publish the ports' counters: every 256 busy iterations, before each sleep, and when
     /// the loop ends.
     fn publish(&mut self, ports: &[P]);
+    /// Another descriptor the sleeping worker polls with its ports' (frames from elsewhere
+    /// arriving: a handoff's doorbell).
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// The worker is about to sleep: false keeps it awake (work arrived meanwhile).
+    fn may_sleep(&mut self) -> bool {
+        true
+    }
+    /// The worker woke from a sleep.
+    fn woke(&mut self) {}
 }
 
 /// A worker's poll loop, until [`WorkerShared::stop`]: the hooks, one poll of every port
@@ -234,8 +245,10 @@ pub fn run_loop<M: PacketMemory, P: Port<M>, H: LoopHooks<M, P>>(
     let mut pacing = AdaptivePoll::new(ports.iter().all(|p| p.wakes_per_frame()));
     let mut fds: Vec<libc::pollfd> = ports
         .iter()
-        .map(|p| libc::pollfd {
-            fd: p.wait_fd(),
+        .map(|p| p.wait_fd())
+        .chain(hooks.wait_fd())
+        .map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         })
@@ -253,14 +266,15 @@ pub fn run_loop<M: PacketMemory, P: Port<M>, H: LoopHooks<M, P>>(
         graph.quiescent();
         iter += 1;
         busy_since = (n + handled != 0).then_some(now);
-        if pacing.after_poll(n + handled, now) {
+        if pacing.after_poll(n + handled, now) && hooks.may_sleep() {
             hooks.publish(ports);
             shared.counters.sleeps.add(1);
             graph.offline_while(|| {
-                // SAFETY: `fds` is a live array of pollfd for descriptors `ports` keeps
-                // open (or -1, which poll ignores).
+                // SAFETY: `fds` is a live array of pollfd for descriptors `ports` and
+                // `hooks` keep open (or -1, which poll ignores).
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) }
             });
+            hooks.woke();
         } else if n + handled != 0 && iter.is_multiple_of(256) {
             hooks.publish(ports);
         }

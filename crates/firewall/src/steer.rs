@@ -478,6 +478,8 @@ impl FeatureNode for HandoffNode {
         }
         if sent != 0 {
             counters.handed_off.fetch_add(sent, Ordering::Relaxed);
+            // Owners asleep in poll(2) wake now, not at their timeout.
+            tx.ring();
         }
         if unhinted != 0 {
             counters
