@@ -549,6 +549,7 @@ impl Feature for FilterFeature {
             hook: self.hook,
             worker,
             ct: self.shared.conntrack.get(worker).cloned(),
+            seen: Vec::with_capacity(dataplane::VECTOR_SIZE),
             shared: self.shared.clone(),
             log,
             log_rate: 0,
@@ -564,12 +565,24 @@ struct Node {
     worker: usize,
     /// The worker's flow table (tracking on): looked up at ingress.
     ct: Option<Arc<CtSlot>>,
+    /// The packets of a batch as read in the first pass: (batch position, headers, the
+    /// tracker's view with its prepared lookup). Capacity for a whole vector, allocated
+    /// with the node.
+    seen: Vec<Seen>,
     shared: Arc<Shared>,
     log: Option<rtrb::Producer<LogRecord>>,
     log_rate: u32,
     log_limit: RateLimiter,
     rst_limit: RateLimiter,
 }
+
+/// A packet of a batch as the filter node's first pass read it: its batch position, its
+/// headers, and (tracking on) the tracker's view with its prepared lookup.
+type Seen = (
+    usize,
+    Parsed,
+    Option<(conntrack::Packet, conntrack::Prepared)>,
+);
 
 /// A packet's headers as the filter reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -825,13 +838,16 @@ impl FeatureNode for Node {
             None
         };
         let mut table = slot.as_deref().and_then(borrow_table);
+        // First pass: read every packet's headers, and with tracking its flow's key, its
+        // buckets prefetched; then its entries prefetched. The lookups (in order, each
+        // seeing the flows created before it) then find the table in cache.
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
         for k in 0..b.len() {
             let Some(pk) = b.pkt(k).copied() else {
                 continue;
             };
-            let iface = b.iface(k);
-            let f = rs.filter(self.hook, iface);
-            if f.is_none() && table.is_none() {
+            if rs.filter(self.hook, b.iface(k)).is_none() && table.is_none() {
                 continue;
             }
             let at = pk.off as usize + pk.l3 as usize;
@@ -841,19 +857,37 @@ impl FeatureNode for Node {
             } else {
                 parse4(frame, at)
             };
-            let p = match parsed {
-                Ok(p) => p,
-                Err(r) => {
-                    b.drop(k, r);
-                    continue;
+            match parsed {
+                Ok(p) => {
+                    let ct = table.as_deref().and_then(|w| {
+                        let cp = ct_packet(frame, &p, self.v6, cx.now_ns)?;
+                        Some((cp, w.table.prepare(&cp)))
+                    });
+                    seen.push((k, p, ct));
                 }
+                Err(r) => b.drop(k, r),
+            }
+        }
+        if let Some(w) = table.as_deref() {
+            for (_, _, ct) in &seen {
+                if let Some((_, pre)) = ct {
+                    w.table.prefetch_entries(pre);
+                }
+            }
+        }
+        for &(k, p, ct) in &seen {
+            let Some(pk) = b.pkt(k).copied() else {
+                continue;
             };
+            let iface = b.iface(k);
+            let f = rs.filter(self.hook, iface);
+            let at = pk.off as usize + pk.l3 as usize;
             // Connection tracking: the state the rules match, and the flow to create if
             // they accept a new one.
             let (st, pending) = match table.as_deref_mut() {
-                Some(w) => match ct_packet(frame, &p, self.v6, cx.now_ns) {
-                    Some(cp) => {
-                        let v = w.table.lookup(&cp);
+                Some(w) => match ct {
+                    Some((cp, pre)) => {
+                        let v = w.table.lookup_prepared(&cp, &pre);
                         let new = v.state == CtState::New && v.flow.is_none();
                         (state_bit(v.state), new.then_some((cp, v)))
                     }
@@ -900,6 +934,7 @@ impl FeatureNode for Node {
                 Action::Reject => self.reject(cx, b, k, at, &p),
             }
         }
+        self.seen = seen;
         if let (Some(w), Some(s)) = (table.as_deref_mut(), slot.as_deref()) {
             w.table.sweep(cx.now_ns, SWEEP_PER_BATCH);
             if w.clock_offset.is_none() {
