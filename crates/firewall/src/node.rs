@@ -902,10 +902,11 @@ impl FeatureNode for Node {
             }
             let (action, rule) = match f {
                 Some(f) => {
-                    let v: Verdict = if self.v6 {
-                        f.judge6(&p.key6(st))
-                    } else {
-                        f.judge4(&p.key4(st))
+                    let v: Verdict = match f.by_state(self.v6, st) {
+                        // `established,related accept` first: no classification.
+                        Some(v) => v,
+                        None if self.v6 => f.judge6(&p.key6(st)),
+                        None => f.judge4(&p.key4(st)),
                     };
                     if let Some(c) = ctr {
                         c.add(v.slot, p.ip_len as u64);

@@ -81,6 +81,53 @@ pub struct CompiledFilter {
     pub counter_base: usize,
     /// Its position in [`RuleSet::filters`].
     pub index: u16,
+    /// Per family (IPv4, IPv6) and connection-tracking state bit (by its position): the
+    /// rule that decides every packet in that state without a classification, when the
+    /// filter's first rules for the family match on state alone (the usual
+    /// `established,related accept`, `invalid drop`) and one of them names the state;
+    /// `NO_RULE` otherwise.
+    by_state: [[u32; 4]; 2],
+}
+
+/// [`CompiledFilter::by_state`]: no rule.
+const NO_RULE: u32 = u32::MAX;
+
+/// Whether a rule matches on connection-tracking state and nothing else (bar its family).
+fn state_only(r: &RuleConfig) -> bool {
+    !r.state.is_empty()
+        && r.protocol.is_none()
+        && r.source.is_empty()
+        && r.destination.is_empty()
+        && r.source_port.is_empty()
+        && r.destination_port.is_empty()
+        && r.icmp_type.is_none()
+        && r.icmp_code.is_none()
+        && r.tcp_flags.is_empty()
+        && r.dscp.is_empty()
+}
+
+/// [`CompiledFilter::by_state`] of `rules` (compiled as `rt`).
+fn leading_state_rules(rules: &[RuleConfig], rt: &[RuleRt]) -> [[u32; 4]; 2] {
+    use crate::config::Family;
+    let mut out = [[NO_RULE; 4]; 2];
+    for (fam, lead) in out.iter_mut().enumerate() {
+        for (i, (r, x)) in rules.iter().zip(rt).enumerate() {
+            // A rule of the other family never matches this one's packets.
+            match (r.family, fam) {
+                (Some(Family::Ipv6), 0) | (Some(Family::Ipv4), 1) => continue,
+                _ => {}
+            }
+            if !state_only(r) {
+                break;
+            }
+            for (bit, slot) in lead.iter_mut().enumerate() {
+                if *slot == NO_RULE && x.states >> bit & 1 != 0 {
+                    *slot = i as u32;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The result of judging one packet by a filter.
@@ -116,6 +163,24 @@ pub struct PacketKey<A> {
 }
 
 impl CompiledFilter {
+    /// The verdict of the filter's leading state-only rules for a packet in state `state`
+    /// (a single bit; 0 untracked), if they decide it: exactly what classifying it would
+    /// give, without the classification.
+    #[inline]
+    pub fn by_state(&self, v6: bool, state: u8) -> Option<Verdict> {
+        if state == 0 {
+            return None;
+        }
+        let bit = state.trailing_zeros() as usize;
+        let rule = *self.by_state.get(usize::from(v6))?.get(bit)?;
+        let rt = self.rules.get(rule as usize)?;
+        Some(Verdict {
+            action: rt.action,
+            rule: Some(rule),
+            slot: self.counter_base + rule as usize,
+        })
+    }
+
     fn verdict(&self, r: Option<u32>, map: &[u32]) -> Verdict {
         match r.and_then(|b| map.get(b as usize)) {
             Some(&rule) => Verdict {
@@ -296,6 +361,7 @@ impl RuleSet {
                 map4: m4,
                 v6,
                 map6: m6,
+                by_state: leading_state_rules(&f.rules, &rules),
                 rules,
                 source: f.rules.clone(),
                 counter_base: base,

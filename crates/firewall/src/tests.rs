@@ -699,3 +699,75 @@ proptest! {
         }
     }
 }
+
+/// A filter whose first rules match on state alone (in some family), then others.
+fn stateful_filter(lead: &[(&str, &str, Option<&str>)]) -> crate::ruleset::RuleSet {
+    let mut text = String::from(
+        "[firewall]\nconntrack = true\n[[firewall.filter]]\nname = \"in\"\nhook = \"ingress\"\ninterfaces = [\"eth0\"]\npolicy = \"drop\"\n",
+    );
+    for (action, states, family) in lead {
+        text.push_str(&format!(
+            "[[firewall.filter.rule]]\naction = \"{action}\"\nstate = [{states}]\n"
+        ));
+        if let Some(f) = family {
+            text.push_str(&format!("family = \"{f}\"\n"));
+        }
+    }
+    text.push_str(
+        "[[firewall.filter.rule]]\naction = \"accept\"\nprotocol = \"tcp\"\ndestination_port = 22\n\
+         [[firewall.filter.rule]]\naction = \"reject\"\nstate = [\"new\"]\nprotocol = \"udp\"\n\
+         [[firewall.filter.rule]]\naction = \"accept\"\nstate = [\"established\"]\nsource = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n",
+    );
+    let names = vec!["eth0".to_string(), "eth1".to_string()];
+    RuleSet::compile(&cfg(&text), &names, 1).unwrap()
+}
+
+#[test]
+fn leading_state_rules_decide_without_classifying() {
+    use crate::config::state::*;
+    let rs = stateful_filter(&[
+        ("accept", "\"established\", \"related\"", None),
+        ("drop", "\"invalid\"", Some("ipv4")),
+    ]);
+    let f = rs.filter(Hook::Ingress, 0).unwrap();
+    assert_eq!(f.by_state(false, ESTABLISHED).unwrap().rule, Some(0));
+    assert_eq!(f.by_state(true, RELATED).unwrap().rule, Some(0));
+    assert_eq!(f.by_state(false, INVALID).unwrap().rule, Some(1));
+    // Rule 1 is IPv4's: for IPv6 the state-only rules end at the TCP rule.
+    assert_eq!(f.by_state(true, INVALID), None);
+    assert_eq!(f.by_state(false, NEW), None);
+    assert_eq!(f.by_state(false, 0), None, "untracked");
+    // Not first: no shortcut.
+    let rs = stateful_filter(&[]);
+    let f = rs.filter(Hook::Ingress, 0).unwrap();
+    assert_eq!(f.by_state(false, ESTABLISHED), None);
+}
+
+proptest! {
+    /// Whenever the leading state-only rules decide, classifying gives the same verdict.
+    #[test]
+    fn the_state_shortcut_agrees_with_the_classifier(
+        src in any::<u32>(), dst in any::<u32>(), sport in any::<u16>(), dport in any::<u16>(),
+        proto in prop::sample::select(vec![6u32, 17, 1, 256 + 6]),
+        flags in any::<u8>(), dscp in 0u8..64, lead in 0usize..4, which in 0usize..4,
+    ) {
+        use crate::config::state::*;
+        let leads: [&[(&str, &str, Option<&str>)]; 4] = [
+            &[],
+            &[("accept", "\"established\", \"related\"", None)],
+            &[("accept", "\"established\"", Some("ipv6")), ("drop", "\"invalid\", \"established\"", None)],
+            &[("reject", "\"new\"", Some("ipv4")), ("accept", "\"related\"", None)],
+        ];
+        let rs = stateful_filter(leads[lead]);
+        let f = rs.filter(Hook::Ingress, 0).unwrap();
+        let st = [NEW, ESTABLISHED, RELATED, INVALID][which];
+        let k = PacketKey { src, dst, sport, dport, proto, flags, dscp, state: st };
+        if let Some(v) = f.by_state(false, st) {
+            prop_assert_eq!(v, f.judge4(&k));
+        }
+        let k6 = PacketKey { src: u128::from(src) << 96 | u128::from(dst), dst: u128::from(dst), sport, dport, proto, flags, dscp, state: st };
+        if let Some(v) = f.by_state(true, st) {
+            prop_assert_eq!(v, f.judge6(&k6));
+        }
+    }
+}
