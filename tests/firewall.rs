@@ -538,8 +538,19 @@ fn stateful_filter_lets_in_replies_and_related_errors_only() {
 /// made during it still works. Everything is counted.
 #[test]
 fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
+    syn_flood(1);
+}
+
+/// The same with two workers: the flood's flows are steered to their owner's table, and
+/// the policy holds there while the established transfer (wherever it is owned) goes on.
+#[test]
+fn a_syn_flood_on_two_workers_fills_its_owners_table_and_established_flows_keep_flowing() {
+    syn_flood(2);
+}
+
+fn syn_flood(workers: usize) {
     let cfg = STATEFUL.replace("conntrack_max = 4096", "conntrack_max = 1024");
-    let g = start("fwsyn", &cfg);
+    let g = start_workers(&format!("fwsyn{workers}"), &cfg, workers);
     let lab = &g.0;
     let (h1, h2) = (lab.h1(), lab.h2());
     ping_until_ok(lab, &h1, H2_V4);
@@ -586,8 +597,9 @@ fn a_syn_flood_fills_the_table_and_established_flows_keep_flowing() {
     drop(iperf);
     let v = api(lab, "firewall", None);
     let ct = &v["conntrack"];
-    assert_eq!(ct["max"].as_u64().unwrap(), 1024, "{v}");
-    assert!(ct["flows"].as_u64().unwrap() <= 1024, "{v}");
+    let max = 1024 * workers as u64;
+    assert_eq!(ct["max"].as_u64().unwrap(), max, "{v}");
+    assert!(ct["flows"].as_u64().unwrap() <= max, "{v}");
     assert!(
         ct["early_dropped"].as_u64().unwrap() >= 5000,
         "half-open flows made room: {v}"
