@@ -1,0 +1,33 @@
+//! IPsec ESP (RFC 4303) for the fast path: the security association with its prepared
+//! cipher contexts ([`sa`]), the anti-replay window ([`replay`]) and the in-place packet
+//! codec ([`esp`]) that encapsulates and decapsulates in tunnel and transport mode, with
+//! or without NAT traversal (RFC 3948).
+//!
+//! Pure computation: no I/O, no allocation per packet (an SA allocates its key schedules
+//! and replay bitmap once, when it is created), and no panic on any packet: every access
+//! to packet bytes is checked and a packet that is not what it claims is an [`EspError`]
+//! naming what was wrong. The data-plane nodes, the SA and policy databases and the
+//! configuration come next (issue 26, docs/ipsec.md).
+//!
+//! Crypto is aws-lc-rs for every algorithm (measured: docs/performance.md, "AEAD and ESP
+//! ciphers from memory"). AEAD tags are checked by AWS-LC, and truncated HMAC ICVs are
+//! compared with `aws_lc_rs::constant_time::verify_slices_are_equal` (`CRYPTO_memcmp`):
+//! both in constant time.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod esp;
+pub mod fuzzing;
+pub mod replay;
+pub mod sa;
+mod suite;
+
+pub use error::{EspError, SaError};
+pub use esp::{
+    classify_udp, decrypt, decrypt_batch, encrypt, encrypt_batch, Inner, Packet, UdpPayload,
+    NATT_PORT,
+};
+pub use replay::Replay;
+pub use sa::{Counters, Df, Direction, Encryption, Integrity, Mode, NatT, Sa, SaConfig};
