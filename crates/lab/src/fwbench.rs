@@ -235,6 +235,12 @@ pub struct Run {
     /// connection-rate rows.
     #[serde(default)]
     pub profile: Option<String>,
+    /// A throughput row's highest rate the tester really sent (both directions, Mpps) in a
+    /// search trial that lost nothing, valid or not: a lower bound of the DUT's zero-loss
+    /// rate even when the tester could not offer a search load in full (an underrun trial
+    /// is invalid for the search, but what it sent crossed the DUT without loss).
+    #[serde(default)]
+    pub lossless_mpps: Option<f64>,
     /// The DUT's own CPU time per connection at the cost rate, net of an idle baseline, µs:
     /// ferrouter's worker busy time. None for Linux: over veth it forwards inside the
     /// busy-polling tester's system calls, where CPU accounting cannot separate it.
@@ -1124,6 +1130,7 @@ fn measure(
             bytes_per_conn: bytes,
             throughput_mpps: None,
             profile: None,
+            lossless_mpps: None,
             cpu_us_per_conn: cpu_us,
             kernel_us_per_conn: kernel_us,
             path_us_per_conn: path_us,
@@ -1364,6 +1371,12 @@ pub fn throughput(opts: &ThroughputOptions, log: &(dyn Fn(&str) + Sync)) -> Resu
                 bytes_per_conn: None,
                 throughput_mpps: r.measured(),
                 profile: Some(r.profile.clone()),
+                lossless_mpps: r
+                    .trials
+                    .iter()
+                    .filter(|t| t.phase == "search" && t.tx > 0 && t.lost == 0)
+                    .map(|t| t.sent_mpps)
+                    .max_by(f64::total_cmp),
                 cpu_us_per_conn: None,
                 kernel_us_per_conn: None,
                 path_us_per_conn: None,
@@ -1416,8 +1429,8 @@ fn throughput_table(runs: &[&Run]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<15} {:<10} {:>6} {:<8} {:>10} {:>14} {:>12}",
-        "DUT", "mode", "rules", "profile", "NDR Mpps", "vs forwarding", "÷ linux"
+        "{:<15} {:<10} {:>6} {:<8} {:>10} {:>13} {:>14} {:>12}",
+        "DUT", "mode", "rules", "profile", "NDR Mpps", "lossless Mpps", "vs forwarding", "÷ linux"
     );
     let find = |dut: &str, transport: &str, mode: &str, rules: usize, profile: &Option<String>| {
         runs.iter().find(|x| {
@@ -1438,7 +1451,7 @@ fn throughput_table(runs: &[&Run]) -> String {
             find("linux", &x.transport, &x.mode, x.rules, &x.profile).filter(|_| x.dut != "linux");
         let _ = writeln!(
             s,
-            "{:<15} {:<10} {:>6} {:<8} {:>10} {:>14} {:>12}",
+            "{:<15} {:<10} {:>6} {:<8} {:>10} {:>13} {:>14} {:>12}",
             format!("{}/{}", x.dut, x.transport),
             x.mode,
             if x.mode == FORWARDING {
@@ -1447,11 +1460,20 @@ fn throughput_table(runs: &[&Run]) -> String {
                 x.rules.to_string()
             },
             x.profile.as_deref().unwrap_or("-"),
-            opt(x.throughput_mpps, 3),
+            // ≥: the tester could not offer more, the DUT's limit is higher.
+            x.throughput_mpps.map_or("-".into(), |t| format!(
+                "{}{t:.3}",
+                if x.tester_limited { "≥" } else { "" }
+            )),
+            opt(x.lossless_mpps, 3),
             cost(x).map_or("-".into(), |c| format!("{c:+.1} % lost")),
             linux.map_or("-".into(), |l| ratio(x.throughput_mpps, l.throughput_mpps)),
         );
     }
+    let _ = writeln!(
+        s,
+        "NDR: the search's zero-loss rate (≥: set by the tester, which could not offer more); lossless: the most the tester really sent in a trial with no loss, valid or not (a lower bound)"
+    );
     // The targets, from the rows there are.
     for x in runs.iter().filter(|x| x.dut == "ferrouter") {
         if x.mode != FORWARDING && x.rules >= 10_000 {
