@@ -10,11 +10,15 @@
 //! stops ferrouter however it ends; a guard here removes whatever a crashed bench left.
 
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
 mod common;
 use common::*;
+
+/// One bench at a time: both pin the tester to core 0 and the DUT to core 1.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Deletes the bench's namespaces (and what runs in them) when dropped.
 struct NetnsGuard(String);
@@ -134,6 +138,7 @@ fn check_common<'a>(v: &'a Value, mode: &str) -> Vec<&'a Value> {
 
 #[test]
 fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     preconditions();
     let prefix = format!("fw{}", std::process::id() % 10000);
     let _guard = NetnsGuard(prefix.clone());
@@ -199,6 +204,7 @@ fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
 
 #[test]
 fn bench_firewall_throughput_on_ferrouter_and_linux() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     preconditions();
     let prefix = format!("ft{}", std::process::id() % 10000);
     let _guard = NetnsGuard(prefix.clone());
@@ -223,11 +229,11 @@ fn bench_firewall_throughput_on_ferrouter_and_linux() {
         // Short trials with room for retries: a trial the tester could not offer in full
         // (preempted on a shared core) is retried, not counted as loss.
         "--duration",
-        "0.2",
+        "0.1",
         "--line-rate",
         "0.01",
         "--max-trials",
-        "20",
+        "30",
         "--netns-prefix",
         &prefix,
         "--json",
@@ -256,6 +262,7 @@ fn bench_firewall_throughput_on_ferrouter_and_linux() {
                 "no zero-loss throughput: {r}"
             );
             assert_eq!(r["profile"], "ipv4-64", "{r}");
+            assert!(r["lossless_mpps"].as_f64().is_some_and(|t| t > 0.0), "{r}");
             assert!(r["cps"].is_null(), "{r}");
             (
                 r["dut"].as_str().unwrap().to_string(),
