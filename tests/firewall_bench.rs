@@ -2,17 +2,23 @@
 //! stateful` (1,000 connections of each protocol at a fixed 1,000/s, 1,000 held at once,
 //! the CPU-cost trial) and `--mode nat44`. Checks the JSON contract, that both DUTs
 //! completed every connection with none failed at that low rate, and that both really
-//! masqueraded in nat44 (the sessions their masquerade rule opened). No timing assertions:
+//! masqueraded in nat44 (the sessions their masquerade rule opened). `--throughput` once,
+//! at a low line rate: every row asked for is there with a zero-loss throughput (veth and
+//! memif, plain forwarding, stateless and stateful with 20 rules). No timing assertions:
 //! the machine is shared. Needs root, iproute2, nftables and conntrack: the test fails
 //! naming what is missing (never a silent pass). The bench removes its namespaces and
 //! stops ferrouter however it ends; a guard here removes whatever a crashed bench left.
 
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
 mod common;
 use common::*;
+
+/// One bench at a time: both pin the tester to core 0 and the DUT to core 1.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Deletes the bench's namespaces (and what runs in them) when dropped.
 struct NetnsGuard(String);
@@ -132,6 +138,7 @@ fn check_common<'a>(v: &'a Value, mode: &str) -> Vec<&'a Value> {
 
 #[test]
 fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     preconditions();
     let prefix = format!("fw{}", std::process::id() % 10000);
     let _guard = NetnsGuard(prefix.clone());
@@ -192,5 +199,109 @@ fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
             "{}: the DUT translated {sessions} session(s): {r}",
             r["dut"]
         );
+    }
+}
+
+#[test]
+fn bench_firewall_throughput_on_ferrouter_and_linux() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    preconditions();
+    let prefix = format!("ft{}", std::process::id() % 10000);
+    let _guard = NetnsGuard(prefix.clone());
+    // A line rate of 0.01 Gbit/s (14,880 frames/s each way): low enough for every DUT to
+    // pass without loss on a shared machine, so that each row has a throughput.
+    let v = bench_json(&[
+        "bench",
+        "firewall",
+        "--throughput",
+        "--dut",
+        "ferrouter,linux",
+        "--transport",
+        "veth,memif",
+        "--mode",
+        "stateless,stateful",
+        "--rules",
+        "20",
+        "--profile",
+        "ipv4-64",
+        "--flows",
+        "64",
+        // Short trials with room for retries: a trial the tester could not offer in full
+        // (preempted on a shared core) is retried, not counted as loss.
+        "--duration",
+        "0.1",
+        "--line-rate",
+        "0.01",
+        "--max-trials",
+        "30",
+        "--netns-prefix",
+        &prefix,
+        "--json",
+    ]);
+    no_namespaces_left(&prefix);
+    let runs = v["runs"].as_array().expect("runs");
+    let mut got: Vec<(String, String, String, u64)> = runs
+        .iter()
+        .map(|r| {
+            for k in [
+                "dut",
+                "transport",
+                "mode",
+                "rules",
+                "cps",
+                "concurrent",
+                "bytes_per_conn",
+                "throughput_mpps",
+                "cpu_us_per_conn",
+                "failed_conns",
+            ] {
+                assert!(r.get(k).is_some(), "{k} missing: {r}");
+            }
+            assert!(
+                r["throughput_mpps"].as_f64().is_some_and(|t| t > 0.0),
+                "no zero-loss throughput: {r}"
+            );
+            assert_eq!(r["profile"], "ipv4-64", "{r}");
+            assert!(r["lossless_mpps"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+            assert!(r["cps"].is_null(), "{r}");
+            (
+                r["dut"].as_str().unwrap().to_string(),
+                r["transport"].as_str().unwrap().to_string(),
+                r["mode"].as_str().unwrap().to_string(),
+                r["rules"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want = Vec::new();
+    for (dut, transport) in [
+        ("ferrouter", "memif"),
+        ("ferrouter", "veth"),
+        ("linux", "veth"),
+    ] {
+        for (mode, rules) in [("forwarding", 0), ("stateful", 20), ("stateless", 20)] {
+            want.push((
+                dut.to_string(),
+                transport.to_string(),
+                mode.to_string(),
+                rules,
+            ));
+        }
+    }
+    assert_eq!(got, want, "{v}");
+    // Linux tracked the conversations in the stateful run only (its conntrack is active in
+    // the DUT's namespace only when a rule needs it).
+    for r in runs.iter().filter(|r| r["dut"] == "linux") {
+        let held = r["notes"].as_array().unwrap().iter().find_map(|n| {
+            let n = n.as_str()?;
+            let rest = &n[n.find("held ")? + 5..];
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        });
+        if r["mode"] == "stateful" {
+            assert!(held.is_some_and(|n| n >= 64), "{r}");
+        } else {
+            // (None: the module was not even loaded.)
+            assert!(held.unwrap_or(0) == 0, "{r}");
+        }
     }
 }

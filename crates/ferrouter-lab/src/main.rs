@@ -636,14 +636,43 @@ struct FirewallArgs {
     /// DUTs, comma-separated: ferrouter, linux.
     #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
     dut: Vec<String>,
-    /// stateless (filters only), stateful (conntrack; the outside accepts only replies),
-    /// nat44 (stateful, and the clients masqueraded out of the server side).
-    #[arg(long, default_value = "stateful")]
-    mode: String,
-    /// Rules in the inside filter: N-1 generated ACL rules that never match, then the one
-    /// that accepts the bench's traffic.
-    #[arg(long, default_value_t = 1)]
-    rules: usize,
+    /// Modes, comma-separated: stateless (filters only), stateful (conntrack; the outside
+    /// accepts only replies), nat44 (stateful, and the clients masqueraded out of the server
+    /// side; not with --throughput). Default: stateful, with --throughput stateless,stateful.
+    #[arg(long, value_delimiter = ',')]
+    mode: Vec<String>,
+    /// Rule counts, comma-separated, each a separate run: N-1 generated ACL rules that never
+    /// match the bench's traffic, then the one that accepts it. Default: 1, with
+    /// --throughput 1,1000,10000.
+    #[arg(long, value_delimiter = ',')]
+    rules: Vec<usize>,
+    /// Measure zero-loss throughput (the RFC 2544 bench's NDR search, both directions,
+    /// conversations the DUT sees replied) instead of connection rates: plain forwarding
+    /// first, then each mode and rule count, each DUT on each transport.
+    #[arg(long)]
+    throughput: bool,
+    /// --throughput: traffic profiles, comma-separated (IPv4: imix1, ipv4-<size>).
+    #[arg(long, value_delimiter = ',', default_value = "imix1")]
+    profile: Vec<String>,
+    /// --throughput: transports, comma-separated (veth, memif; Linux runs on veth only).
+    /// Default: both. The connection-rate part runs on veth only.
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<String>,
+    /// --throughput: no plain-forwarding baseline rows.
+    #[arg(long)]
+    no_baseline: bool,
+    /// --throughput: flows (conversations: one client, this many servers), 1..=4094.
+    #[arg(long, default_value_t = 1000)]
+    flows: u32,
+    /// --throughput: seconds of the search's final trials (the first ones are shorter).
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// --throughput: line rate per direction the search starts from, Gbit/s.
+    #[arg(long, default_value_t = 10.0)]
+    line_rate: f64,
+    /// --throughput: the search stops when its bounds are this close, percent.
+    #[arg(long, default_value_t = 1.0)]
+    resolution: f64,
     /// Protocols, comma-separated: one search each (tcp, udp).
     #[arg(long, value_delimiter = ',', default_value = "tcp,udp")]
     proto: Vec<String>,
@@ -665,9 +694,10 @@ struct FirewallArgs {
     /// Seconds of the confirmation trial.
     #[arg(long, default_value_t = 2.0)]
     confirm: f64,
-    /// Most search trials per protocol.
-    #[arg(long, default_value_t = 14)]
-    max_trials: u32,
+    /// Most search trials per protocol (default 14), with --throughput per run (default
+    /// 40).
+    #[arg(long)]
+    max_trials: Option<u32>,
     /// Rate of the CPU-cost trial, connections/s (0: skip it): the CPU per connection is
     /// measured there, net of a baseline trial at one connection a second.
     #[arg(long, default_value_t = 2000.0)]
@@ -1173,33 +1203,118 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
     if !(a.cost_cps.is_finite() && (0.0..=1_000_000.0).contains(&a.cost_cps)) {
         bail!("--cost-cps must be in [0, 1000000], got {}", a.cost_cps);
     }
-    if a.rules == 0 || a.rules > 100_000 {
-        bail!("--rules must be 1..=100000");
-    }
-    let opts = lab::fwbench::Options {
-        prefix: a.netns_prefix,
-        duts: a
-            .dut
-            .iter()
-            .map(|d| DutKind::parse(d))
-            .collect::<Result<_>>()?,
-        mode: lab::fwbench::Mode::parse(&a.mode)?,
-        rules: a.rules,
-        protos,
-        cps: a.cps,
-        cps_start: a.cps_start,
-        cps_max: a.cps_max,
-        max_trials: a.max_trials,
-        trial_s: a.trial,
-        confirm_s: a.confirm,
-        conns: a.conns,
-        cost_cps: a.cost_cps,
-        cost_s: a.cost_duration,
-        ferrouter_bin: ferrouter_bin()?,
-        seed: a.seed,
-        ..lab::fwbench::Options::default()
+    let rules = match (a.rules.is_empty(), a.throughput) {
+        (false, _) => a.rules.clone(),
+        (true, false) => vec![1],
+        (true, true) => vec![1, 1000, 10_000],
     };
-    let r = lab::fwbench::run(&opts, &|m| eprintln!("... {m}"))?;
+    if rules.iter().any(|&n| n == 0 || n > 100_000) {
+        bail!("--rules must be 1..=100000 each, got {rules:?}");
+    }
+    let modes = match (a.mode.is_empty(), a.throughput) {
+        (false, _) => a
+            .mode
+            .iter()
+            .map(|m| lab::fwbench::Mode::parse(m))
+            .collect::<Result<Vec<_>>>()?,
+        (true, false) => vec![lab::fwbench::Mode::Stateful],
+        (true, true) => vec![lab::fwbench::Mode::Stateless, lab::fwbench::Mode::Stateful],
+    };
+    let duts = a
+        .dut
+        .iter()
+        .map(|d| DutKind::parse(d))
+        .collect::<Result<Vec<_>>>()?;
+    let transports = a
+        .transport
+        .iter()
+        .map(|t| lab::rfc2544::dut::Transport::parse(t))
+        .collect::<Result<Vec<_>>>()?;
+    let log = |m: &str| eprintln!("... {m}");
+    let r = if a.throughput {
+        if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
+            bail!(
+                "--duration must be between 0 and 600 seconds, got {}",
+                a.duration
+            );
+        }
+        if !(a.line_rate.is_finite() && a.line_rate > 0.0 && a.line_rate <= 1000.0) {
+            bail!(
+                "--line-rate must be between 0 and 1000 Gbit/s, got {}",
+                a.line_rate
+            );
+        }
+        if !(a.resolution.is_finite() && a.resolution > 0.0 && a.resolution <= 50.0) {
+            bail!(
+                "--resolution must be between 0 and 50 percent, got {}",
+                a.resolution
+            );
+        }
+        if a.flows == 0 || a.flows > 4094 {
+            bail!(
+                "--flows must be 1..=4094 with --throughput (the servers' /20), got {}",
+                a.flows
+            );
+        }
+        let max_trials = a.max_trials.unwrap_or(40);
+        if max_trials == 0 || max_trials > 500 {
+            bail!("--max-trials must be 1..=500");
+        }
+        if dataplane::worker::cores().len() < 2 {
+            bail!("the throughput search needs 2 cores: one for the tester, one for the DUT");
+        }
+        let opts = lab::fwbench::ThroughputOptions {
+            prefix: a.netns_prefix.clone(),
+            duts,
+            transports,
+            modes,
+            rules,
+            profiles: a.profile.clone(),
+            baseline: !a.no_baseline,
+            flows: a.flows,
+            duration: a.duration,
+            line_rate_gbps: a.line_rate,
+            resolution_pct: a.resolution,
+            max_trials,
+            ferrouter_bin: ferrouter_bin()?,
+            seed: a.seed,
+            ..lab::fwbench::ThroughputOptions::default()
+        };
+        lab::fwbench::throughput(&opts, &log)?
+    } else {
+        if transports
+            .iter()
+            .any(|t| *t != lab::rfc2544::dut::Transport::Veth)
+        {
+            bail!("the connection-rate part runs on veth only (the stateful generator's AF_PACKET ports); memif is for --throughput");
+        }
+        let mut report = lab::fwbench::Report::default();
+        for &mode in &modes {
+            for &n in &rules {
+                let opts = lab::fwbench::Options {
+                    prefix: a.netns_prefix.clone(),
+                    duts: duts.clone(),
+                    mode,
+                    rules: n,
+                    protos: protos.clone(),
+                    cps: a.cps,
+                    cps_start: a.cps_start,
+                    cps_max: a.cps_max,
+                    max_trials: a.max_trials.unwrap_or(14),
+                    trial_s: a.trial,
+                    confirm_s: a.confirm,
+                    conns: a.conns,
+                    cost_cps: a.cost_cps,
+                    cost_s: a.cost_duration,
+                    ferrouter_bin: ferrouter_bin()?,
+                    seed: a.seed,
+                    ..lab::fwbench::Options::default()
+                };
+                report.runs.extend(lab::fwbench::run(&opts, &log)?.runs);
+            }
+        }
+        report
+    };
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

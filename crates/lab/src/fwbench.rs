@@ -10,7 +10,13 @@
 //!   the DUT's tracked flows sampled meanwhile;
 //! - each DUT's CPU time per connection at one fixed, light rate (so both do the same work):
 //!   ferrouter's worker busy time, Linux's kernel time in the packet path (the tester's system calls, ksoftirqd);
-//! - with `--mode nat44`, the same through masquerade.
+//! - with `--mode nat44`, the same through masquerade;
+//! - with `--throughput` ([`throughput`]), instead: the zero-loss throughput of plain
+//!   forwarding and of each mode and rule count, on the RFC 2544 bench
+//!   ([`crate::rfc2544::run`], veth and memif) with the rule sets below handed to it
+//!   through its [`crate::rfc2544::DutSetup`] hook and the traffic as conversations
+//!   ([`Replies`]: every flow carried both ways, so that a stateful DUT holds it as
+//!   established).
 //!
 //! **The rule set, the same for both DUTs** (`rules` rules; the last one is the one that
 //! accepts the bench's traffic; the others are generated ACL rules, [`firewall::gen`], that
@@ -43,9 +49,9 @@ use serde::{Deserialize, Serialize};
 use tester::flows::{AddrRange, PortRange};
 use tester::stateful::{Macs, Proto, Stateful, StatefulConfig, StatefulResult};
 
-use crate::rfc2544::dut::{self, DutKind, Running};
-use crate::rfc2544::ferrouter_busy;
+use crate::rfc2544::dut::{self, DutKind, Running, Transport};
 use crate::rfc2544::topo::{self, ip_n, Topo, TopoGuard, TESTER_A4, TESTER_B4};
+use crate::rfc2544::{ferrouter_busy, Replies};
 use crate::stateful::netns_exec;
 
 /// Clients: 198.18.128.0/20 behind `ta`.
@@ -205,11 +211,12 @@ pub struct Trial {
 pub struct Run {
     /// `ferrouter` or `linux`.
     pub dut: String,
-    /// Always `veth`.
+    /// `veth` (or `memif`, throughput rows).
     pub transport: String,
-    /// `stateless`, `stateful` or `nat44`.
+    /// `stateless`, `stateful` or `nat44` (or `forwarding`: a throughput row's plain
+    /// forwarding, no filter and no tracking).
     pub mode: String,
-    /// `tcp` or `udp`.
+    /// `tcp` or `udp` (throughput rows: `udp`).
     pub proto: String,
     /// Rules in the inside filter.
     pub rules: usize,
@@ -220,8 +227,20 @@ pub struct Run {
     /// Bytes of connection state per connection (ferrouter: its conntrack table, plus its
     /// NAT table in nat44, over their capacity; Linux: the nf_conntrack slab object).
     pub bytes_per_conn: Option<f64>,
-    /// Zero-loss throughput (not measured by this bench yet).
+    /// Zero-loss throughput, both directions together, Mpps (throughput rows: the NDR of
+    /// the RFC 2544 bench's MLR search; null if no load passed, and in connection-rate
+    /// rows).
     pub throughput_mpps: Option<f64>,
+    /// The traffic profile of a throughput row (`imix1`, `ipv4-64`); null in
+    /// connection-rate rows.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// A throughput row's highest rate the tester really sent (both directions, Mpps) in a
+    /// search trial that lost nothing, valid or not: a lower bound of the DUT's zero-loss
+    /// rate even when the tester could not offer a search load in full (an underrun trial
+    /// is invalid for the search, but what it sent crossed the DUT without loss).
+    #[serde(default)]
+    pub lossless_mpps: Option<f64>,
     /// The DUT's own CPU time per connection at the cost rate, net of an idle baseline, µs:
     /// ferrouter's worker busy time. None for Linux: over veth it forwards inside the
     /// busy-polling tester's system calls, where CPU accounting cannot separate it.
@@ -242,8 +261,11 @@ pub struct Run {
     pub dut_flows_peak: Option<u64>,
     /// Sessions the DUT's masquerade rule opened during this protocol's trials (nat44).
     pub nat_sessions: Option<u64>,
-    /// Every trial.
+    /// Every trial (connection-rate rows).
     pub trials: Vec<Trial>,
+    /// A throughput row's RFC 2544 run in full: its search trials, the cores' time split.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub rfc2544: Option<crate::rfc2544::report::Run>,
     /// Remarks.
     pub notes: Vec<String>,
 }
@@ -314,8 +336,13 @@ fn port_text(r: (u16, u16)) -> String {
     }
 }
 
-/// Ferrouter's config: filters (and NAT) for `mode`.
-fn ferrouter_config(mode: Mode, fill: &[Filler], conntrack_max: usize) -> String {
+/// Ferrouter's config: filters (and NAT) for `mode`, on its ports `[inside, outside]`.
+fn ferrouter_config(
+    mode: Mode,
+    fill: &[Filler],
+    conntrack_max: usize,
+    [inside, outside]: [&str; 2],
+) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     if mode.tracked() {
@@ -329,7 +356,7 @@ fn ferrouter_config(mode: Mode, fill: &[Filler], conntrack_max: usize) -> String
     };
     let _ = writeln!(
         s,
-        "[[firewall.filter]]\nname = \"inside\"\nhook = \"ingress\"\ninterfaces = [\"da\"]\npolicy = \"drop\"\n"
+        "[[firewall.filter]]\nname = \"inside\"\nhook = \"ingress\"\ninterfaces = [\"{inside}\"]\npolicy = \"drop\"\n"
     );
     if mode.tracked() {
         rule(
@@ -365,7 +392,7 @@ fn ferrouter_config(mode: Mode, fill: &[Filler], conntrack_max: usize) -> String
     );
     let _ = writeln!(
         s,
-        "[[firewall.filter]]\nname = \"outside\"\nhook = \"ingress\"\ninterfaces = [\"db\"]\npolicy = \"drop\"\n"
+        "[[firewall.filter]]\nname = \"outside\"\nhook = \"ingress\"\ninterfaces = [\"{outside}\"]\npolicy = \"drop\"\n"
     );
     if mode.tracked() {
         rule(
@@ -383,7 +410,7 @@ fn ferrouter_config(mode: Mode, fill: &[Filler], conntrack_max: usize) -> String
     if mode == Mode::Nat44 {
         let _ = writeln!(
             s,
-            "[nat.timeouts]\ntcp_transitory = 2\nudp = 2\n\n[[nat.source]]\noutbound_interface = \"db\"\nsource = [\"{CLIENT_NET}\"]\ntranslation = \"masquerade\"\ncomment = \"bench clients\"\n"
+            "[nat.timeouts]\ntcp_transitory = 2\nudp = 2\n\n[[nat.source]]\noutbound_interface = \"{outside}\"\nsource = [\"{CLIENT_NET}\"]\ntranslation = \"masquerade\"\ncomment = \"bench clients\"\n"
         );
     }
     s
@@ -634,7 +661,7 @@ fn start_dut(opts: &Options, topo: &Topo, kind: DutKind, fill: &[Filler]) -> Res
         }
         DutKind::Ferrouter => {
             let max = (opts.conns as usize * 2).max(262_144);
-            let cfg = ferrouter_config(opts.mode, fill, max);
+            let cfg = ferrouter_config(opts.mode, fill, max, ["da", "db"]);
             dut::start_ferrouter_with(
                 topo,
                 &opts.ferrouter_bin,
@@ -1102,6 +1129,8 @@ fn measure(
             concurrent,
             bytes_per_conn: bytes,
             throughput_mpps: None,
+            profile: None,
+            lossless_mpps: None,
             cpu_us_per_conn: cpu_us,
             kernel_us_per_conn: kernel_us,
             path_us_per_conn: path_us,
@@ -1110,10 +1139,258 @@ fn measure(
             dut_flows_peak: peak,
             nat_sessions,
             trials,
+            rfc2544: None,
             notes,
         });
     }
     Ok(runs)
+}
+
+// ---------------------------------------------------------------------------------------
+// Zero-loss throughput, on the RFC 2544 bench.
+
+/// What to measure in the zero-loss throughput part (`bench firewall --throughput`): the
+/// RFC 2544 bench's NDR search ([`crate::rfc2544::run`]) with each DUT given the rule set
+/// through the bench's [`DutSetup`] hook, and the traffic as conversations
+/// ([`Replies`]: one client in [`CLIENT_NET`] to `flows` servers in [`SERVER_NET`], every
+/// flow's replies coming back at the same rate).
+#[derive(Clone, Debug)]
+pub struct ThroughputOptions {
+    /// Namespace prefix (`PREFIX-t`, `PREFIX-d`).
+    pub prefix: String,
+    /// DUTs (ferrouter, linux).
+    pub duts: Vec<DutKind>,
+    /// Transports (empty: each DUT on every one it runs on: Linux on veth, ferrouter on
+    /// veth and memif).
+    pub transports: Vec<Transport>,
+    /// Stateless and/or stateful (NAT44 is not measured: its replies go to the
+    /// masquerade address, not back along the flows).
+    pub modes: Vec<Mode>,
+    /// Rule counts (each: N-1 fillers and the accepting rule).
+    pub rules: Vec<usize>,
+    /// Traffic profiles (IPv4: `imix1`, `ipv4-<size>`).
+    pub profiles: Vec<String>,
+    /// Plain forwarding first (no filter, no connection tracking), per DUT and transport:
+    /// what the filtering costs is read against it.
+    pub baseline: bool,
+    /// Flows (conversations), at most 4,094.
+    pub flows: u32,
+    /// Seconds of the search's final trials.
+    pub duration: f64,
+    /// Line rate per direction the search starts from, Gbit/s.
+    pub line_rate_gbps: f64,
+    /// The search stops when its bounds are this close, percent of the upper bound.
+    pub resolution_pct: f64,
+    /// Most search trials per run.
+    pub max_trials: u32,
+    /// The ferrouter binary.
+    pub ferrouter_bin: PathBuf,
+    /// Core of the tester.
+    pub tester_core: usize,
+    /// Core of the DUT.
+    pub dut_core: usize,
+    /// Seed of the generated rules.
+    pub seed: u64,
+}
+
+impl Default for ThroughputOptions {
+    fn default() -> ThroughputOptions {
+        ThroughputOptions {
+            prefix: "ffw".into(),
+            duts: vec![DutKind::Ferrouter, DutKind::Linux],
+            transports: vec![],
+            modes: vec![Mode::Stateless, Mode::Stateful],
+            rules: vec![1, 1000, 10_000],
+            profiles: vec!["imix1".into()],
+            baseline: true,
+            flows: 1000,
+            duration: 2.0,
+            line_rate_gbps: 10.0,
+            resolution_pct: 1.0,
+            max_trials: 40,
+            ferrouter_bin: PathBuf::from("ferrouter"),
+            tester_core: 0,
+            dut_core: 1,
+            seed: 1,
+        }
+    }
+}
+
+/// The mode column of a plain-forwarding row.
+pub const FORWARDING: &str = "forwarding";
+
+/// Each DUT's rule set for one throughput case: `mode` None is plain forwarding (no
+/// filter, no tracking; kept as a hook so that Linux's conntrack state is reported too).
+#[derive(Debug)]
+struct FirewallSetup {
+    mode: Option<Mode>,
+    fill: Vec<Filler>,
+    conntrack_max: usize,
+}
+
+impl crate::rfc2544::DutSetup for FirewallSetup {
+    fn ferrouter_config(&self, ports: [&str; 2]) -> String {
+        self.mode.map_or(String::new(), |m| {
+            ferrouter_config(m, &self.fill, self.conntrack_max, ports)
+        })
+    }
+
+    fn linux_up(&self, topo: &Topo) -> Result<()> {
+        let Some(mode) = self.mode else {
+            return Ok(());
+        };
+        let path = topo.dir.join("fw.nft");
+        std::fs::write(&path, nft_ruleset(mode, &self.fill))
+            .with_context(|| format!("writing {}", path.display()))?;
+        netns_exec(&topo.dns(), &["nft", "-f", &path.display().to_string()])
+            .context("loading the DUT's nftables ruleset")?;
+        Ok(())
+    }
+
+    fn linux_down(&self, topo: &Topo) -> Vec<String> {
+        let d = topo.dns();
+        let mut notes = Vec::new();
+        // Whether netfilter tracked the traffic in the DUT's namespace: conntrack's hooks
+        // are registered in a namespace only once something there needs them (a `ct`
+        // expression), so plain forwarding and stateless filtering run without it.
+        if bench::dpdk::find_in_path("conntrack").is_some() {
+            match netns_exec(&d, &["conntrack", "-C"]).map(|o| o.trim().parse::<u64>()) {
+                Ok(Ok(n)) => notes.push(format!(
+                    "Linux's conntrack table in the DUT namespace held {n} flow(s) at the end"
+                )),
+                _ => notes.push("Linux's conntrack table could not be read".into()),
+            }
+        }
+        if self.mode.is_some() {
+            if let Err(e) = netns_exec(&d, &["nft", "flush", "ruleset"]) {
+                notes.push(format!("removing the nftables ruleset failed: {e:#}"));
+            }
+        }
+        notes
+    }
+}
+
+/// Measure the zero-loss throughput: plain forwarding (with `baseline`), then each mode
+/// with each rule count, every DUT on every transport; progress lines go to `log`.
+pub fn throughput(opts: &ThroughputOptions, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
+    if opts.duts.is_empty() || opts.profiles.is_empty() {
+        bail!("no DUT or no profile to run");
+    }
+    if let Some(d) = opts.duts.iter().find(|d| **d == DutKind::Testpmd) {
+        bail!("{} has no firewall: --dut ferrouter,linux", d.name());
+    }
+    if opts.modes.contains(&Mode::Nat44) {
+        bail!("--throughput measures stateless and stateful filtering, not nat44 (its replies go to the masquerade address)");
+    }
+    if opts.rules.contains(&0) {
+        bail!("--rules must be at least 1 (the rule that accepts the bench's traffic)");
+    }
+    need("ip", "iproute2")?;
+    if opts.duts.contains(&DutKind::Linux) && !opts.modes.is_empty() {
+        need("nft", "nftables")?;
+    }
+    let net = |s: &str| -> Result<(Ipv4Addr, u8)> {
+        let (a, l) = s.split_once('/').context("a network")?;
+        Ok((a.parse()?, l.parse()?))
+    };
+    let replies = Replies {
+        clients: net(CLIENT_NET)?,
+        servers: net(SERVER_NET)?,
+    };
+    let mut cases: Vec<(Option<Mode>, usize)> = Vec::new();
+    if opts.baseline {
+        cases.push((None, 0));
+    }
+    for &m in &opts.modes {
+        for &n in &opts.rules {
+            cases.push((Some(m), n));
+        }
+    }
+    if cases.is_empty() {
+        bail!("nothing to measure: no mode and no baseline");
+    }
+    let mut report = Report::default();
+    for (mode, rules) in cases {
+        let name = mode.map_or(FORWARDING, Mode::name);
+        log(&format!(
+            "throughput: {name}{}",
+            if mode.is_some() {
+                format!(", {rules} rule(s)")
+            } else {
+                " (no filter, no connection tracking)".into()
+            }
+        ));
+        let setup = FirewallSetup {
+            mode,
+            fill: fillers(rules.saturating_sub(1), opts.seed),
+            conntrack_max: 262_144,
+        };
+        let ro = crate::rfc2544::Options {
+            duts: opts.duts.clone(),
+            transports: opts.transports.clone(),
+            profiles: opts.profiles.clone(),
+            routes4: 0,
+            routes6: 0,
+            flows: opts.flows,
+            duration: opts.duration,
+            drain: 0.3,
+            line_rate_gbps: opts.line_rate_gbps,
+            resolution_pct: opts.resolution_pct,
+            max_search_trials: opts.max_trials,
+            loss_tolerance_pct: 0.0,
+            pdr_loss_pct: 0.0,
+            mlr: true,
+            loads: vec![],
+            bidirectional: true,
+            ipv6_percent: None,
+            prefix: opts.prefix.clone(),
+            ferrouter_bin: opts.ferrouter_bin.clone(),
+            tester_core: opts.tester_core,
+            dut_core: opts.dut_core,
+            seed: opts.seed,
+            repeat: 1,
+            cost_load_pct: 0.0,
+            latency: false,
+            // Every flow carried both ways at least twice before the search, so that it
+            // is established (seen replied) in both DUTs' tables.
+            warmup_s: (3.0 * f64::from(opts.flows) / 10_000.0).max(0.2),
+            replies: Some(replies),
+            setup: Some(std::sync::Arc::new(setup)),
+        };
+        let rep = crate::rfc2544::run(&ro, log)
+            .with_context(|| format!("throughput, {name}, {rules} rule(s)"))?;
+        for r in rep.runs {
+            report.runs.push(Run {
+                dut: r.dut.clone(),
+                transport: r.transport.clone(),
+                mode: name.into(),
+                proto: "udp".into(),
+                rules,
+                cps: None,
+                concurrent: None,
+                bytes_per_conn: None,
+                throughput_mpps: r.measured(),
+                profile: Some(r.profile.clone()),
+                lossless_mpps: r
+                    .trials
+                    .iter()
+                    .filter(|t| t.phase == "search" && t.tx > 0 && t.lost == 0)
+                    .map(|t| t.sent_mpps)
+                    .max_by(f64::total_cmp),
+                cpu_us_per_conn: None,
+                kernel_us_per_conn: None,
+                path_us_per_conn: None,
+                failed_conns: None,
+                tester_limited: r.notes.iter().any(|n| n.contains("generator-limited")),
+                dut_flows_peak: None,
+                nat_sessions: None,
+                trials: vec![],
+                notes: r.notes.clone(),
+                rfc2544: Some(r),
+            });
+        }
+    }
+    Ok(report)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1125,6 +1402,137 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 /// The report as a text table, with ferrouter ÷ linux ratios.
 pub fn table(r: &Report) -> String {
+    let mut s = String::new();
+    let cps: Vec<&Run> = r.runs.iter().filter(|x| x.profile.is_none()).collect();
+    if !cps.is_empty() {
+        s.push_str(&cps_table(&cps));
+    }
+    let tput: Vec<&Run> = r.runs.iter().filter(|x| x.profile.is_some()).collect();
+    if !tput.is_empty() {
+        s.push_str(&throughput_table(&tput));
+    }
+    s
+}
+
+/// Ratio text, `-` when either side is missing.
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "-".into(),
+    }
+}
+
+/// The throughput rows: each DUT's NDR, the share it loses against its own plain
+/// forwarding, ferrouter ÷ Linux on the same transport, and the two targets.
+fn throughput_table(runs: &[&Run]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<15} {:<10} {:>6} {:<8} {:>10} {:>13} {:>14} {:>12}",
+        "DUT", "mode", "rules", "profile", "NDR Mpps", "lossless Mpps", "vs forwarding", "÷ linux"
+    );
+    let find = |dut: &str, transport: &str, mode: &str, rules: usize, profile: &Option<String>| {
+        runs.iter().find(|x| {
+            x.dut == dut
+                && x.transport == transport
+                && x.mode == mode
+                && (mode == FORWARDING || x.rules == rules)
+                && &x.profile == profile
+        })
+    };
+    let cost = |x: &Run| -> Option<f64> {
+        let base = find(&x.dut, &x.transport, FORWARDING, 0, &x.profile)?;
+        let (t, b) = (x.throughput_mpps?, base.throughput_mpps?);
+        (b > 0.0 && x.mode != FORWARDING).then(|| (1.0 - t / b) * 100.0)
+    };
+    for x in runs {
+        let linux =
+            find("linux", &x.transport, &x.mode, x.rules, &x.profile).filter(|_| x.dut != "linux");
+        let _ = writeln!(
+            s,
+            "{:<15} {:<10} {:>6} {:<8} {:>10} {:>13} {:>14} {:>12}",
+            format!("{}/{}", x.dut, x.transport),
+            x.mode,
+            if x.mode == FORWARDING {
+                "-".into()
+            } else {
+                x.rules.to_string()
+            },
+            x.profile.as_deref().unwrap_or("-"),
+            // ≥: the tester could not offer more, the DUT's limit is higher.
+            x.throughput_mpps.map_or("-".into(), |t| format!(
+                "{}{t:.3}",
+                if x.tester_limited { "≥" } else { "" }
+            )),
+            opt(x.lossless_mpps, 3),
+            // The change against plain forwarding's NDR.
+            cost(x).map_or("-".into(), |c| format!("{:+.1} %", -c)),
+            linux.map_or("-".into(), |l| ratio(x.throughput_mpps, l.throughput_mpps)),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "NDR: the search's zero-loss rate (≥: set by the tester, which could not offer more); lossless: the most the tester really sent in a trial with no loss, valid or not (a lower bound)"
+    );
+    // The targets, from the rows there are.
+    for x in runs.iter().filter(|x| x.dut == "ferrouter") {
+        if x.mode != FORWARDING && x.rules >= 10_000 {
+            if let Some(l) = find("linux", &x.transport, &x.mode, x.rules, &x.profile) {
+                let _ = writeln!(
+                    s,
+                    "{}/{} {} {} rules, {}: ferrouter ÷ linux {} (target ≥ 2×)",
+                    x.dut,
+                    x.transport,
+                    x.mode,
+                    x.rules,
+                    x.profile.as_deref().unwrap_or("-"),
+                    ratio(x.throughput_mpps, l.throughput_mpps)
+                );
+            }
+        }
+    }
+    for x in runs.iter().filter(|x| x.mode == Mode::Stateful.name()) {
+        if let Some(c) = cost(x) {
+            let limited = x.tester_limited
+                || find(&x.dut, &x.transport, FORWARDING, 0, &x.profile)
+                    .is_some_and(|b| b.tester_limited);
+            let _ = writeln!(
+                s,
+                "{}/{} stateful, {} rule(s), {}: the cost of state {c:.1} % of plain forwarding's NDR (target ≤ 15 % at imix1){}",
+                x.dut,
+                x.transport,
+                x.rules,
+                x.profile.as_deref().unwrap_or("-"),
+                if limited {
+                    "; the tester limited one of the two, so this is not the DUT's"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    for x in runs {
+        for n in &x.notes {
+            let _ = writeln!(
+                s,
+                "{}/{} {} {}: {n}",
+                x.dut,
+                x.transport,
+                x.mode,
+                if x.mode == FORWARDING {
+                    String::new()
+                } else {
+                    format!("{} rule(s)", x.rules)
+                }
+            );
+        }
+    }
+    s
+}
+
+/// The connection-rate rows.
+fn cps_table(runs: &[&Run]) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(
@@ -1143,7 +1551,7 @@ pub fn table(r: &Report) -> String {
         "path µs/conn",
         "NAT sess"
     );
-    for x in &r.runs {
+    for x in runs {
         let _ = writeln!(
             s,
             "{:<15} {:<9} {:<5} {:>6} {:>10} {:>7} {:>10} {:>7} {:>12} {:>12} {:>12} {:>9}",
@@ -1161,20 +1569,28 @@ pub fn table(r: &Report) -> String {
             x.nat_sessions.map_or("-".into(), |f| f.to_string()),
         );
     }
-    let by: HashMap<(&str, &str), &Run> = r
-        .runs
+    let by: HashMap<(&str, &str, &str, usize), &Run> = runs
         .iter()
-        .map(|x| ((x.dut.as_str(), x.proto.as_str()), x))
+        .map(|x| {
+            (
+                (x.dut.as_str(), x.proto.as_str(), x.mode.as_str(), x.rules),
+                *x,
+            )
+        })
         .collect();
-    for proto in ["tcp", "udp"] {
-        if let (Some(f), Some(l)) = (by.get(&("ferrouter", proto)), by.get(&("linux", proto))) {
-            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
-                _ => "-".into(),
-            };
+    let mut cases: Vec<(&str, usize)> = runs.iter().map(|x| (x.mode.as_str(), x.rules)).collect();
+    cases.dedup();
+    for (proto, (mode, rules)) in ["tcp", "udp"]
+        .into_iter()
+        .flat_map(|p| cases.iter().map(move |c| (p, *c)))
+    {
+        if let (Some(f), Some(l)) = (
+            by.get(&("ferrouter", proto, mode, rules)),
+            by.get(&("linux", proto, mode, rules)),
+        ) {
             let _ = writeln!(
                 s,
-                "{proto}: ferrouter ÷ linux: CPS {} (target ≥ 2×), the DUT's CPU per connection {} (target ≤ 0.33×), kernel time in the path per connection {}, all the path's CPU per connection {}",
+                "{mode} {rules} rule(s) {proto}: ferrouter ÷ linux: CPS {} (target ≥ 2×), the DUT's CPU per connection {} (target ≤ 0.33×), kernel time in the path per connection {}, all the path's CPU per connection {}",
                 ratio(f.cps, l.cps),
                 ratio(f.cpu_us_per_conn, l.cpu_us_per_conn),
                 ratio(f.kernel_us_per_conn, l.kernel_us_per_conn),
@@ -1182,7 +1598,7 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
-    for x in &r.runs {
+    for x in runs {
         for n in &x.notes {
             let _ = writeln!(s, "{}/{} {}: {n}", x.dut, x.transport, x.proto);
         }
@@ -1215,7 +1631,7 @@ mod tests {
             "fillers + invalid"
         );
         assert!(nft.contains("masquerade"));
-        let toml = ferrouter_config(Mode::Nat44, &f, 262_144);
+        let toml = ferrouter_config(Mode::Nat44, &f, 262_144, ["da", "db"]);
         let v: toml::Value = toml::from_str(&toml).unwrap();
         let filters = v["firewall"]["filter"].as_array().unwrap();
         assert_eq!(filters[0]["rule"].as_array().unwrap().len(), 1000 + 3);
@@ -1226,7 +1642,8 @@ mod tests {
         let fw: firewall::config::FirewallConfig =
             toml::from_str(&toml::to_string(&v["firewall"]).unwrap()).unwrap();
         assert!(fw.conntrack);
-        let stateless = ferrouter_config(Mode::Stateless, &f[..3], 1024);
+        let stateless = ferrouter_config(Mode::Stateless, &f[..3], 1024, ["mif0", "mif1"]);
+        assert!(stateless.contains("interfaces = [\"mif0\"]"));
         assert!(!stateless.contains("conntrack") && !stateless.contains("state ="));
     }
 

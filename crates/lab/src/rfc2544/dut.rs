@@ -326,6 +326,14 @@ pub fn ferrouter_routes(topo: &Topo) -> Result<(u64, u64)> {
     ))
 }
 
+/// Whether ferrouter's FIB holds a route for `prefix` (mirrored from the kernel).
+pub fn ferrouter_has_route(topo: &Topo, prefix: &str) -> bool {
+    control::api::request_json(&topo.dir.join("ferrouter.sock"), "routes", Some(prefix))
+        .ok()
+        .and_then(|v| v["routes"].as_array().map(|a| !a.is_empty()))
+        .unwrap_or(false)
+}
+
 /// `[[port]]` bodies for ferrouter on the veth topology.
 pub fn ferrouter_veth_ports() -> Vec<String> {
     ["da", "db"]

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use dataplane::worker::Port;
 use dataplane::Arena;
-use tester::flows::{AddrRange, Endpoints, Prefix};
+use tester::flows::{AddrRange, Endpoints, PortRange, Prefix};
 use tester::rfc2544::{self as engine, LossGoal, MlrConfig, Phase, Progress, Rfc2544Config};
 use tester::{DirectionConfig, Generator, Profile, TrafficConfig, TrialConfig};
 
@@ -90,6 +90,54 @@ pub struct Options {
     /// fixed load after the search, the DUT's CPU time per packet measured (it must lie
     /// below every DUT's limit, so that all of them are measured at the same work).
     pub cost_load_pct: f64,
+    /// A latency trial at the throughput rate after the search.
+    pub latency: bool,
+    /// Seconds of the warm-up trial at 10,000 frames/s per direction before the search.
+    pub warmup_s: f64,
+    /// Conversations instead of traffic to the generated routes (see [`Replies`]).
+    pub replies: Option<Replies>,
+    /// What a bench built on this one adds to each DUT (see [`DutSetup`]).
+    pub setup: Option<Arc<dyn DutSetup>>,
+}
+
+/// Traffic as conversations: side A sends from one client, the first host of `clients`,
+/// to the first `flows` hosts of `servers`; side B sends each flow's reply, the same
+/// 5-tuple reversed, at the same rate. A stateful DUT thus sees every flow in both
+/// directions (established once the warm-up has carried a packet each way). Both networks
+/// are routed in the DUT, `clients` via the tester's host on side A, `servers` via side B.
+/// IPv4 only; needs [`Options::bidirectional`].
+#[derive(Clone, Copy, Debug)]
+pub struct Replies {
+    /// The clients' network, behind side A.
+    pub clients: (std::net::Ipv4Addr, u8),
+    /// The servers' network, behind side B.
+    pub servers: (std::net::Ipv4Addr, u8),
+}
+
+impl Replies {
+    /// First host of a network (the one after its network address).
+    fn first_host((a, _): (std::net::Ipv4Addr, u8)) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::from(u32::from(a) + 1)
+    }
+    /// Hosts of a network, network and broadcast addresses excluded.
+    fn hosts((_, len): (std::net::Ipv4Addr, u8)) -> u64 {
+        (1u64 << (32 - u32::from(len.min(30)))) - 2
+    }
+}
+
+/// A bench built on this one (the firewall bench's throughput) configures each DUT beyond
+/// forwarding through these hooks: ferrouter's config gets more TOML, the Linux DUT's
+/// namespace more state (an nftables ruleset) once forwarding is on, removed again after
+/// its run.
+pub trait DutSetup: std::fmt::Debug + Send + Sync {
+    /// TOML appended to ferrouter's config (`[firewall]`, `[nat]`); `ports` are its two
+    /// ports' names (side A, side B: `da`/`db` on veth, `mif0`/`mif1` on memif).
+    fn ferrouter_config(&self, ports: [&str; 2]) -> String;
+    /// Configure the Linux DUT's namespace (its interfaces are `da` and `db`).
+    fn linux_up(&self, topo: &Topo) -> Result<()>;
+    /// Undo [`DutSetup::linux_up`] after the Linux DUT's run; the notes returned go into
+    /// each of its runs (what the DUT's state showed at the end).
+    fn linux_down(&self, topo: &Topo) -> Vec<String>;
 }
 
 impl Default for Options {
@@ -119,6 +167,10 @@ impl Default for Options {
             cost_load_pct: 1.5,
             dut_core: 1,
             seed: 1,
+            latency: true,
+            warmup_s: 0.2,
+            replies: None,
+            setup: None,
         }
     }
 }
@@ -198,7 +250,26 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                 prof = prof.with_ipv6_percent(v6)?;
             }
         }
+        if opts.replies.is_some() && prof.sends(tester::profile::Family::Ipv6) {
+            bail!(
+                "profile {p} sends IPv6: conversations (replied traffic) are IPv4 only (ipv4-<size>, imix1)"
+            );
+        }
         profiles.push(prof);
+    }
+    if let Some(r) = &opts.replies {
+        if !opts.bidirectional {
+            bail!("conversations (replied traffic) need both directions (bidirectional)");
+        }
+        if u64::from(opts.flows) > Replies::hosts(r.servers) {
+            bail!(
+                "{} flows, but the servers' network {}/{} has only {} hosts",
+                opts.flows,
+                r.servers.0,
+                r.servers.1,
+                Replies::hosts(r.servers)
+            );
+        }
     }
     let routes4: Vec<(u32, u8)> =
         bench::routes::gen_v4(opts.routes4 + opts.routes4 / 50 + 16, opts.seed)
@@ -248,6 +319,9 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                 ));
                 let t = Instant::now();
                 topo.routes(["da", "db"], &routes4, &routes6, opts.bidirectional)?;
+                if let Some(r) = &opts.replies {
+                    topo.conversation_routes(["da", "db"], r.clients, r.servers)?;
+                }
                 log(&format!(
                     "routes installed in {:.1} s",
                     t.elapsed().as_secs_f64()
@@ -259,6 +333,9 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                     topo.memif_taps(mtu)?;
                     let t = Instant::now();
                     topo.routes(["mif0", "mif1"], &routes4, &routes6, opts.bidirectional)?;
+                    if let Some(r) = &opts.replies {
+                        topo.conversation_routes(["mif0", "mif1"], r.clients, r.servers)?;
+                    }
                     log(&format!(
                         "routes installed in {:.1} s",
                         t.elapsed().as_secs_f64()
@@ -326,9 +403,16 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
             });
             let alive = running.check();
             running.stop();
+            let notes = match (dut, &opts.setup) {
+                (DutKind::Linux, Some(s)) => s.linux_down(&topo),
+                _ => vec![],
+            };
             let mut runs =
                 runs.with_context(|| format!("DUT {}/{}", dut.name(), transport.name()))?;
             alive?;
+            for r in &mut runs {
+                r.notes.extend(notes.iter().cloned());
+            }
             for r in &mut runs {
                 r.routes4 = if dut == DutKind::Testpmd {
                     0
@@ -365,22 +449,42 @@ fn start_dut(
     Ok(match (dut, transport) {
         (DutKind::Linux, _) => {
             topo.kernel_forwarding(true)?;
+            if let Some(s) = &opts.setup {
+                s.linux_up(topo)
+                    .context("configuring the Linux DUT (the bench's setup hook)")?;
+            }
             Running::none("linux")
         }
-        (DutKind::Testpmd, _) => dut::start_testpmd(topo, opts.dut_core)?,
+        (DutKind::Testpmd, _) => {
+            if opts.setup.is_some() {
+                bail!(
+                    "dpdk-testpmd takes no configuration beyond forwarding: --dut ferrouter,linux"
+                );
+            }
+            dut::start_testpmd(topo, opts.dut_core)?
+        }
         (DutKind::Ferrouter, t) => {
-            let ports = match t {
-                Transport::Veth => dut::ferrouter_veth_ports(),
-                Transport::Memif => dut::ferrouter_memif_ports(topo),
+            let (ports, names) = match t {
+                Transport::Veth => (dut::ferrouter_veth_ports(), ["da", "db"]),
+                Transport::Memif => (dut::ferrouter_memif_ports(topo), ["mif0", "mif1"]),
             };
+            let extra = opts
+                .setup
+                .as_ref()
+                .map_or(String::new(), |s| s.ferrouter_config(names));
             let start = Instant::now();
-            let mut r = dut::start_ferrouter(topo, &opts.ferrouter_bin, &ports)?;
+            let mut r = dut::start_ferrouter_with(topo, &opts.ferrouter_bin, &ports, &extra)?;
             // The FIB must hold every route before traffic starts.
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 r.check()?;
                 let (a, b) = dut::ferrouter_routes(topo).unwrap_or((0, 0));
-                if a as usize >= n4 && b as usize >= n6 {
+                let conversations = opts.replies.is_none_or(|c| {
+                    [c.clients, c.servers]
+                        .into_iter()
+                        .all(|(net, len)| dut::ferrouter_has_route(topo, &format!("{net}/{len}")))
+                });
+                if a as usize >= n4 && b as usize >= n6 && conversations {
                     log(&format!(
                         "ferrouter up with {a} IPv4 + {b} IPv6 routes in {:.1} s",
                         start.elapsed().as_secs_f64()
@@ -409,6 +513,7 @@ fn engine_config(opts: &Options, profile: &Profile, directions: u32) -> Rfc2544C
     c.loss_tolerance_ratio = opts.loss_tolerance_pct / 100.0;
     c.loads_percent = opts.loads.clone();
     c.trial_duration = Duration::from_secs_f64(opts.duration);
+    c.latency_trial = opts.latency;
     if opts.mlr {
         let mut m = MlrConfig::new(c.trial_duration);
         m.goals = vec![LossGoal {
@@ -537,6 +642,39 @@ fn dst_prefixes(
         .collect()
 }
 
+/// One direction of [`Replies`]' conversations: from side A, the client to the first
+/// `flows` servers; from side B, each of those flows' replies (the same tuples, reversed).
+fn conversation(r: &Replies, from: usize, flows: u32, sides: &[Side; 2]) -> DirectionConfig {
+    const CLIENT_PORT: u16 = 1024;
+    const SERVER_PORT: u16 = 1024;
+    let client = IpAddr::V4(Replies::first_host(r.clients));
+    let server = IpAddr::V4(Replies::first_host(r.servers));
+    let ep = if from == 0 {
+        // The flows differ by destination only: the generator's first digit is the host
+        // of the destination prefix, and there are at least `flows` of them.
+        let servers = Prefix::new(IpAddr::V4(r.servers.0), r.servers.1).ok();
+        Endpoints {
+            src: AddrRange::single(client),
+            dst: servers.into_iter().collect(),
+            src_ports: PortRange::single(CLIENT_PORT),
+            dst_ports: PortRange::single(SERVER_PORT),
+        }
+    } else {
+        Endpoints {
+            src: AddrRange::new(server, flows),
+            dst: Prefix::new(client, 32).ok().into_iter().collect(),
+            src_ports: PortRange::single(SERVER_PORT),
+            dst_ports: PortRange::single(CLIENT_PORT),
+        }
+    };
+    DirectionConfig {
+        src_mac: sides[from].src_mac,
+        dst_mac: sides[from].dst_mac,
+        v4: Some(ep),
+        v6: None,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_profiles<P: Port<Arena>>(
     opts: &Options,
@@ -566,6 +704,9 @@ fn run_profiles<P: Port<Arena>>(
             }
             d
         };
+        if let Some(r) = &opts.replies {
+            return conversation(r, from, opts.flows, sides);
+        }
         let src = |v6: bool| AddrRange::single(topo::tester_host(from, v6));
         DirectionConfig {
             src_mac: sides[from].src_mac,
@@ -599,7 +740,7 @@ fn run_profiles<P: Port<Arena>>(
         // polling are awake before the first measured trial.
         let mut warm = tcfg;
         warm.rate_pps = 10_000.0;
-        warm.duration = Duration::from_millis(200);
+        warm.duration = Duration::from_secs_f64(opts.warmup_s.max(0.01));
         let _ = gen.run_trial(mem, a, b, &warm);
         let mut progress = |p: Progress<'_>| {
             if let Progress::Finished {
@@ -911,6 +1052,53 @@ fn frame_size_label(p: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conversations_come_back_as_the_same_flows_reversed() {
+        use std::net::Ipv4Addr;
+        use tester::flows::FlowSet;
+        use tester::profile::Family;
+        let r = Replies {
+            clients: (Ipv4Addr::new(198, 18, 128, 0), 20),
+            servers: (Ipv4Addr::new(198, 19, 128, 0), 20),
+        };
+        let sides = [
+            Side {
+                src_mac: [2, 0, 0, 0, 0, 1],
+                dst_mac: [2, 0, 0, 0, 0, 2],
+            },
+            Side {
+                src_mac: [2, 0, 0, 0, 0, 3],
+                dst_mac: [2, 0, 0, 0, 0, 4],
+            },
+        ];
+        let flows = 1000;
+        let set = |from: usize| {
+            let d = conversation(&r, from, flows, &sides);
+            assert_eq!(d.src_mac, sides[from].src_mac);
+            assert!(d.v6.is_none());
+            FlowSet::new(Family::Ipv4, d.v4.as_ref().unwrap(), flows).unwrap()
+        };
+        let (fwd, rev) = (set(0), set(1));
+        let mut fwd: Vec<_> = fwd.iter().collect();
+        let mut back: Vec<_> = rev
+            .iter()
+            .map(|t| tester::FiveTuple {
+                src: t.dst,
+                dst: t.src,
+                sport: t.dport,
+                dport: t.sport,
+            })
+            .collect();
+        assert_eq!(fwd[0].src, "198.18.128.1".parse::<IpAddr>().unwrap());
+        assert_eq!(fwd[0].dst, "198.19.128.1".parse::<IpAddr>().unwrap());
+        fwd.sort();
+        back.sort();
+        back.dedup();
+        assert_eq!(back.len(), flows as usize);
+        assert_eq!(fwd, back);
+        assert_eq!(Replies::hosts(r.servers), 4094);
+    }
 
     #[test]
     fn engine_config_maps_the_search_options() {

@@ -285,6 +285,32 @@ impl Topo {
         Ok(())
     }
 
+    /// Routes for conversations ([`super::Replies`]): `clients` via the tester's host on
+    /// side A (`devs[0]`), `servers` via side B.
+    pub fn conversation_routes(
+        &self,
+        devs: [&str; 2],
+        clients: (Ipv4Addr, u8),
+        servers: (Ipv4Addr, u8),
+    ) -> Result<()> {
+        for (i, (net, len)) in [clients, servers].into_iter().enumerate() {
+            ip_n(
+                &self.dns(),
+                &[
+                    "route",
+                    "add",
+                    &format!("{net}/{len}"),
+                    "via",
+                    &tester_host(i, false).to_string(),
+                    "dev",
+                    devs[i],
+                ],
+            )
+            .with_context(|| format!("routing {net}/{len} via {}", devs[i]))?;
+        }
+        Ok(())
+    }
+
     /// Kernel forwarding in the DUT namespace on or off.
     pub fn kernel_forwarding(&self, on: bool) -> Result<()> {
         let v = if on { "1" } else { "0" };
