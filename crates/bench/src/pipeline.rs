@@ -713,7 +713,13 @@ fn run_cell(
             handoff,
         } => {
             let steering = (handoff && workers > 1).then(|| {
-                dataplane::handoff::mesh_with(workers, 2, 1024, 2048).map(|(tx, rx)| {
+                dataplane::handoff::mesh_with(
+                    workers,
+                    2,
+                    dataplane::handoff::lane_depth(workers),
+                    2048,
+                )
+                .map(|(tx, rx)| {
                     receivers = rx.into_iter().map(Some).collect();
                     Arc::new(firewall::steer::Steering::new(tx, Default::default()))
                 })

@@ -133,11 +133,6 @@ fn open_af_packet(name: &str, port: u16) -> Result<LivePort> {
     ))))
 }
 
-/// Slots of the handoff lanes from one sending side (a worker's ip4 or ip6 handoff node),
-/// shared among its lanes to the other workers, 16-1024 each: four vectors' worth at 2
-/// workers. A slot holds a frame of up to `MAX_FRAME` bytes (its pages are touched only
-/// as frames of that size pass).
-const HANDOFF_SLOTS: usize = 1024;
 /// Vectors of handed-off frames a worker takes per loop iteration, at most.
 const HANDOFF_VECTORS: usize = 4;
 
@@ -733,7 +728,9 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     // Several workers: lanes between them, for the packets of flows another worker owns.
     let workers = per_worker.len();
     let (senders, mut receivers) = if workers > 1 {
-        let depth = (HANDOFF_SLOTS / (workers - 1)).clamp(16, HANDOFF_SLOTS);
+        // Slots take frames up to MAX_FRAME bytes; only the bytes of the frames that pass
+        // are touched.
+        let depth = dataplane::handoff::lane_depth(workers);
         let (s, r) = dataplane::handoff::mesh_with(workers, 2, depth, dataplane::MAX_FRAME)
             .context("creating the handoff lanes between workers (an eventfd each)")?;
         (s, r.into_iter().map(Some).collect())
