@@ -69,6 +69,43 @@ fn add_inside_addresses(lab: &Lab) {
     }
 }
 
+/// A two-worker lab with `config`, h1's extra inside addresses, and h2's TCP (7000) and UDP
+/// (7001) servers that answer with the address they see.
+fn lab_with_peers(tag: &str, config: &str) -> (lab::Guard, [Bg; 2]) {
+    let g = start_workers(tag, config, 2);
+    let lab = &g.0;
+    let (h1, h2) = (lab.h1(), lab.h2());
+    add_inside_addresses(lab);
+    ping_until_ok(lab, &h1, H2_V4);
+    let peers = [peer_echo_tcp(&h2, 7000), peer_echo_udp(&h2, 7001)];
+    wait_listening(lab, &h2, 7000);
+    assert!(bound(lab, &h2, 7001, "-lunH"));
+    (g, peers)
+}
+
+/// From every inside address of h1, TCP and UDP to h2's servers: each answers with the
+/// address it saw, which must be `seen(source)`.
+fn talk_from_every_inside_address(lab: &Lab, seen: impl Fn(&str) -> String) {
+    let h1 = lab.h1();
+    for i in EXTRA {
+        let src = format!("192.0.2.{i}");
+        let (ok, out) = tcp_peer_from(lab, &h1, &src, H2_V4, 7000);
+        assert!(ok, "TCP from {src}: {out}");
+        assert_eq!(
+            out.trim(),
+            seen(&src),
+            "the address h2 saw over TCP from {src}"
+        );
+        let (ok, out) = udp_peer_from(lab, &h1, &src, H2_V4, 7001);
+        assert!(ok, "UDP from {src}: {out}");
+        assert_eq!(
+            out.trim(),
+            seen(&src),
+            "the address h2 saw over UDP from {src}"
+        );
+    }
+}
+
 fn iperf3_bytes(out: &str) -> u64 {
     let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {out}"));
     v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
@@ -86,26 +123,11 @@ fn nat_sessions_per_worker(lab: &Lab) -> Vec<u64> {
 
 #[test]
 fn two_workers_with_nat_and_a_stateful_filter_keep_every_flow_on_its_owner() {
-    let g = start_workers("st", &format!("{STATEFUL}{NAT}"), 2);
+    let (g, _peers) = lab_with_peers("st", &format!("{STATEFUL}{NAT}"));
     let lab = &g.0;
     let (h1, h2) = (lab.h1(), lab.h2());
-    add_inside_addresses(lab);
-    ping_until_ok(lab, &h1, H2_V4);
-
-    let _t = peer_echo_tcp(&h2, 7000);
-    let _u = peer_echo_udp(&h2, 7001);
-    wait_listening(lab, &h2, 7000);
-    assert!(bound(lab, &h2, 7001, "-lunH"));
     // From every inside address: TCP and UDP through masquerade, answers back.
-    for i in EXTRA {
-        let src = format!("192.0.2.{i}");
-        let (ok, out) = tcp_peer_from(lab, &h1, &src, H2_V4, 7000);
-        assert!(ok, "TCP from {src}: {out}");
-        assert_eq!(out.trim(), R2_V4, "h2 must see the router's address");
-        let (ok, out) = udp_peer_from(lab, &h1, &src, H2_V4, 7001);
-        assert!(ok, "UDP from {src}: {out}");
-        assert_eq!(out.trim(), R2_V4);
-    }
+    talk_from_every_inside_address(lab, |_| R2_V4.to_string());
     // Both workers own flows: each holds sessions (the spread of 17 inside addresses).
     let per = nat_sessions_per_worker(lab);
     assert_eq!(per.len(), 2, "{per:?}");
@@ -176,23 +198,11 @@ fn two_workers_with_nat_and_a_stateful_filter_keep_every_flow_on_its_owner() {
 
 #[test]
 fn two_workers_tracking_without_nat_let_replies_in_and_nothing_else() {
-    let g = start_workers("sc", STATEFUL, 2);
+    let (g, _peers) = lab_with_peers("sc", STATEFUL);
     let lab = &g.0;
     let (h1, h2) = (lab.h1(), lab.h2());
-    add_inside_addresses(lab);
-    ping_until_ok(lab, &h1, H2_V4);
-    let _t = peer_echo_tcp(&h2, 7000);
-    let _u = peer_echo_udp(&h2, 7001);
-    wait_listening(lab, &h2, 7000);
-    assert!(bound(lab, &h2, 7001, "-lunH"));
-    for i in EXTRA {
-        let src = format!("192.0.2.{i}");
-        let (ok, out) = tcp_peer_from(lab, &h1, &src, H2_V4, 7000);
-        assert!(ok, "TCP from {src}: {out}");
-        assert_eq!(out.trim(), src, "no NAT: h2 sees the inside address");
-        let (ok, out) = udp_peer_from(lab, &h1, &src, H2_V4, 7001);
-        assert!(ok, "UDP from {src}: {out}");
-    }
+    // No NAT: h2 sees each inside address.
+    talk_from_every_inside_address(lab, |src| src.to_string());
     let _s = spawn(&h2, &["iperf3", "-s", "-p", "5213"]);
     assert!(bound(lab, &h2, 5213, "-ltnH"));
     let (ok, out) = sh(
