@@ -714,6 +714,10 @@ struct FirewallArgs {
     /// One JSON object on stdout.
     #[arg(long)]
     json: bool,
+    /// Write an SVG chart of the results: throughput by mode and rules with --throughput,
+    /// else the connection rate by mode and protocol; one colour per DUT and transport.
+    #[arg(long, value_name = "FILE")]
+    chart: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -1319,6 +1323,10 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{}", lab::fwbench::table(&r));
+    }
+    if let Some(path) = &a.chart {
+        r.chart(path)?;
+        eprintln!("... chart written to {}", path.display());
     }
     Ok(())
 }

@@ -277,6 +277,57 @@ pub struct Report {
     pub runs: Vec<Run>,
 }
 
+impl Report {
+    /// The bars of [`Report::chart`]: zero-loss throughput (Mpps) by mode and rules when
+    /// the report has throughput rows, else the connection rate (K/s) by mode and
+    /// protocol; one series per DUT and transport. Rows without the figure are left out.
+    pub fn bars(&self) -> (&'static str, &'static str, Vec<crate::chart::Bar>) {
+        let throughput = self.runs.iter().any(|r| r.profile.is_some());
+        let bars = self
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let series = format!("{}/{}", r.dut, r.transport);
+                if throughput {
+                    let group = match r.mode.as_str() {
+                        "forwarding" => "forwarding".to_string(),
+                        m => format!("{m}, {} rules", r.rules),
+                    };
+                    let value = r.throughput_mpps?;
+                    Some(crate::chart::Bar {
+                        series,
+                        group,
+                        value,
+                    })
+                } else {
+                    let group = format!("{} {}", r.mode, r.proto);
+                    let value = r.cps? / 1e3;
+                    Some(crate::chart::Bar {
+                        series,
+                        group,
+                        value,
+                    })
+                }
+            })
+            .collect();
+        if throughput {
+            ("Firewall throughput (zero loss), Mpps", "Mpps", bars)
+        } else {
+            (
+                "Firewall new connections per second (≤ 0.1 % failed), K/s",
+                "K connections/s",
+                bars,
+            )
+        }
+    }
+
+    /// A grouped bar chart of the report, as SVG ([`Report::bars`]).
+    pub fn chart(&self, path: &std::path::Path) -> Result<()> {
+        let (title, y, bars) = self.bars();
+        crate::chart::bars(path, title, y, &bars)
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Rule sets.
 
@@ -1645,6 +1696,69 @@ mod tests {
         let stateless = ferrouter_config(Mode::Stateless, &f[..3], 1024, ["mif0", "mif1"]);
         assert!(stateless.contains("interfaces = [\"mif0\"]"));
         assert!(!stateless.contains("conntrack") && !stateless.contains("state ="));
+    }
+
+    #[test]
+    fn charts_group_throughput_by_mode_and_rules_or_rates_by_protocol() {
+        let run = |dut: &str, tr: &str, mode: &str, rules: usize, extra: &str| -> Run {
+            serde_json::from_str(&format!(
+                r#"{{"dut":"{dut}","transport":"{tr}","mode":"{mode}","proto":"udp","rules":{rules},
+                   "tester_limited":false,"trials":[],"notes":[]{extra}}}"#
+            ))
+            .unwrap()
+        };
+        let tp = Report {
+            runs: vec![
+                run(
+                    "ferrouter",
+                    "veth",
+                    "forwarding",
+                    0,
+                    r#","profile":"imix1","throughput_mpps":1.5"#,
+                ),
+                run(
+                    "ferrouter",
+                    "veth",
+                    "stateful",
+                    1000,
+                    r#","profile":"imix1","throughput_mpps":1.2"#,
+                ),
+                run(
+                    "linux",
+                    "veth",
+                    "stateful",
+                    1000,
+                    r#","profile":"imix1","throughput_mpps":0.2"#,
+                ),
+                run("linux", "veth", "stateless", 1000, r#","profile":"imix1""#),
+            ],
+        };
+        let (title, _, bars) = tp.bars();
+        assert!(title.contains("throughput"));
+        let groups: Vec<(&str, &str, f64)> = bars
+            .iter()
+            .map(|b| (b.series.as_str(), b.group.as_str(), b.value))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("ferrouter/veth", "forwarding", 1.5),
+                ("ferrouter/veth", "stateful, 1000 rules", 1.2),
+                ("linux/veth", "stateful, 1000 rules", 0.2),
+            ],
+            "a row without its figure is left out"
+        );
+        let cps = Report {
+            runs: vec![run("ferrouter", "veth", "nat44", 1, r#","cps":25000.0"#)],
+        };
+        let (title, _, bars) = cps.bars();
+        assert!(title.contains("connections"));
+        assert_eq!((bars[0].group.as_str(), bars[0].value), ("nat44 udp", 25.0));
+        let path = std::env::temp_dir().join(format!("fwchart-{}.svg", std::process::id()));
+        tp.chart(&path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(svg.contains("<svg") && svg.contains("linux/veth"), "{svg}");
     }
 
     #[test]

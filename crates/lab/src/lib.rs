@@ -519,6 +519,7 @@ impl Drop for Guard {
         }
     }
 }
+pub mod chart;
 pub mod convergence;
 pub mod daemons;
 pub mod fwbench;

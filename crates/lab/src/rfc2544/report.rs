@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 /// Latency at the measured throughput, microseconds (min, avg, max, p99).
 pub use tester::rfc2544::LatencyUs as Latency;
@@ -545,82 +545,16 @@ impl Report {
 
     /// A grouped bar chart of throughput (Mpps) per profile and DUT, as SVG.
     pub fn chart(&self, path: &Path) -> Result<()> {
-        use plotters::prelude::*;
-        let mut profiles: Vec<String> = Vec::new();
-        let mut duts: Vec<String> = Vec::new();
-        for r in &self.runs {
-            if !profiles.contains(&r.profile) {
-                profiles.push(r.profile.clone());
-            }
-            if !duts.contains(&dut_label(r)) {
-                duts.push(dut_label(r));
-            }
-        }
-        let max = self
+        let bars: Vec<crate::chart::Bar> = self
             .runs
             .iter()
-            .map(|r| r.throughput_mpps)
-            .fold(0.0f64, f64::max)
-            .max(0.001);
-        let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
-        root.fill(&WHITE).context("drawing the chart")?;
-        let n = profiles.len().max(1) as f64;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("RFC 2544 throughput (zero loss), Mpps", ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..n, 0.0..max * 1.2)
-            .context("drawing the chart")?;
-        let names = profiles.clone();
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(profiles.len() * 2 + 1)
-            .x_label_formatter(&move |x: &f64| {
-                let i = x.floor() as usize;
-                if (x - x.floor() - 0.5).abs() < 0.01 {
-                    names.get(i).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
+            .map(|r| crate::chart::Bar {
+                series: dut_label(r),
+                group: r.profile.clone(),
+                value: r.throughput_mpps,
             })
-            .y_desc("Mpps")
-            .draw()
-            .context("drawing the chart")?;
-        let width = 0.8 / duts.len().max(1) as f64;
-        for (j, d) in duts.iter().enumerate() {
-            let color = Palette99::pick(j).mix(0.9);
-            let bars: Vec<Rectangle<(f64, f64)>> = self
-                .runs
-                .iter()
-                .filter(|r| &dut_label(r) == d)
-                .filter_map(|r| {
-                    let i = profiles.iter().position(|p| p == &r.profile)? as f64;
-                    let x0 = i + 0.1 + j as f64 * width;
-                    Some(Rectangle::new(
-                        [(x0, 0.0), (x0 + width * 0.95, r.throughput_mpps)],
-                        color.filled(),
-                    ))
-                })
-                .collect();
-            chart
-                .draw_series(bars)
-                .context("drawing the chart")?
-                .label(d.clone())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
-                });
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .context("drawing the chart")?;
-        root.present().context("writing the chart")?;
-        Ok(())
+            .collect();
+        crate::chart::bars(path, "RFC 2544 throughput (zero loss), Mpps", "Mpps", &bars)
     }
 }
 
