@@ -1236,24 +1236,7 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let log = |m: &str| eprintln!("... {m}");
     let r = if a.throughput {
-        if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
-            bail!(
-                "--duration must be between 0 and 600 seconds, got {}",
-                a.duration
-            );
-        }
-        if !(a.line_rate.is_finite() && a.line_rate > 0.0 && a.line_rate <= 1000.0) {
-            bail!(
-                "--line-rate must be between 0 and 1000 Gbit/s, got {}",
-                a.line_rate
-            );
-        }
-        if !(a.resolution.is_finite() && a.resolution > 0.0 && a.resolution <= 50.0) {
-            bail!(
-                "--resolution must be between 0 and 50 percent, got {}",
-                a.resolution
-            );
-        }
+        check_search_args(a.duration, a.line_rate, a.resolution)?;
         if a.flows == 0 || a.flows > 4094 {
             bail!(
                 "--flows must be 1..=4094 with --throughput (the servers' /20), got {}",
@@ -1331,28 +1314,26 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
     Ok(())
 }
 
+/// The RFC 2544 search's settings, as `bench rfc2544` and `bench firewall --throughput`
+/// take them: `--duration` (s), `--line-rate` (Gbit/s), `--resolution` (%).
+fn check_search_args(duration: f64, line_rate: f64, resolution: f64) -> Result<()> {
+    for (name, v, max, unit) in [
+        ("--duration", duration, 600.0, "seconds"),
+        ("--line-rate", line_rate, 1000.0, "Gbit/s"),
+        ("--resolution", resolution, 50.0, "percent"),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= max) {
+            bail!("{name} must be between 0 and {max} {unit}, got {v}");
+        }
+    }
+    Ok(())
+}
+
 fn rfc2544(a: Rfc2544Args) -> Result<()> {
     use lab::rfc2544::dut::{DutKind, Transport};
-    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
-        bail!(
-            "--duration must be between 0 and 600 seconds, got {}",
-            a.duration
-        );
-    }
+    check_search_args(a.duration, a.line_rate, a.resolution)?;
     if !(a.drain.is_finite() && (0.0..=10.0).contains(&a.drain)) {
         bail!("--drain must be between 0 and 10 seconds, got {}", a.drain);
-    }
-    if !(a.line_rate.is_finite() && a.line_rate > 0.0 && a.line_rate <= 1000.0) {
-        bail!(
-            "--line-rate must be between 0 and 1000 Gbit/s, got {}",
-            a.line_rate
-        );
-    }
-    if !(a.resolution.is_finite() && a.resolution > 0.0 && a.resolution <= 50.0) {
-        bail!(
-            "--resolution must be between 0 and 50 percent, got {}",
-            a.resolution
-        );
     }
     if a.loads
         .iter()
