@@ -40,6 +40,20 @@ impl Drop for NetnsGuard {
     }
 }
 
+/// The fields of every run in the JSON, as the issue specifies them.
+const RUN_FIELDS: [&str; 10] = [
+    "dut",
+    "transport",
+    "mode",
+    "rules",
+    "cps",
+    "concurrent",
+    "bytes_per_conn",
+    "throughput_mpps",
+    "cpu_us_per_conn",
+    "failed_conns",
+];
+
 fn preconditions() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -95,18 +109,7 @@ fn check_common<'a>(v: &'a Value, mode: &str) -> Vec<&'a Value> {
     let runs: Vec<&Value> = v["runs"].as_array().expect("runs").iter().collect();
     assert_eq!(runs.len(), 4, "2 DUTs × 2 protocols: {v}");
     for r in &runs {
-        for k in [
-            "dut",
-            "transport",
-            "mode",
-            "rules",
-            "cps",
-            "concurrent",
-            "bytes_per_conn",
-            "throughput_mpps",
-            "cpu_us_per_conn",
-            "failed_conns",
-        ] {
+        for k in RUN_FIELDS {
             assert!(r.get(k).is_some(), "{k} missing: {r}");
         }
         assert_eq!(r["transport"], "veth");
@@ -243,18 +246,7 @@ fn bench_firewall_throughput_on_ferrouter_and_linux() {
     let mut got: Vec<(String, String, String, u64)> = runs
         .iter()
         .map(|r| {
-            for k in [
-                "dut",
-                "transport",
-                "mode",
-                "rules",
-                "cps",
-                "concurrent",
-                "bytes_per_conn",
-                "throughput_mpps",
-                "cpu_us_per_conn",
-                "failed_conns",
-            ] {
+            for k in RUN_FIELDS {
                 assert!(r.get(k).is_some(), "{k} missing: {r}");
             }
             assert!(

@@ -38,7 +38,7 @@ use dataplane::handoff::{HandoffTx, SendError};
 use dataplane::interfaces::OwnAddrs;
 
 use crate::nat::rewrite::{self, Frag};
-use crate::nat::table::{proto, Key4, PORT_MIN};
+use crate::nat::table::{mix, proto, Key4, PORT_MIN};
 use crate::nat::{NatRules, NatShared};
 
 /// The features' names.
@@ -177,7 +177,7 @@ impl Steering {
     fn hint_slot(src: u32, dst: u32, proto: u8, id: u16) -> (usize, u64) {
         let h = mix(
             u64::from(src) << 32 | u64::from(dst),
-            u64::from(id) << 8 | u64::from(proto),
+            (u64::from(id) << 8 | u64::from(proto)) ^ K_HINT,
         );
         ((h as usize) & (HINTS - 1), h >> 16)
     }
@@ -196,14 +196,11 @@ impl Steering {
     }
 }
 
-/// A 64-bit mix of two words (SplitMix64's finaliser over their combination).
-#[inline]
-fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// Odd multipliers of the steering hashes (NAT's multiply-fold `mix`), distinct from the
+/// tables' seeds so that an owner's table does not see only part of its buckets.
+const K_PAIR: u64 = 0x9e37_79b9_7f4a_7c15;
+const K_ONE: u64 = 0xc2b2_ae3d_27d4_eb4f;
+const K_HINT: u64 = 0x1656_67b1_9e37_79f9;
 
 /// A worker out of `workers` for hash `h` (multiply-shift: no division).
 #[inline]
@@ -237,11 +234,14 @@ impl Policy4<'_> {
             let (ia, ib) = (r.is_inside(a), r.is_inside(b));
             if ia != ib {
                 let one = if ia { a } else { b };
-                return pick(mix(u64::from(one), 0x1f), self.workers);
+                return pick(mix(u64::from(one), K_ONE), self.workers);
             }
         }
         let (lo, hi) = if a < b { (a, b) } else { (b, a) };
-        pick(mix(u64::from(lo) << 32 | u64::from(hi), 0x2f), self.workers)
+        pick(
+            mix(u64::from(lo) << 32 | u64::from(hi), K_PAIR),
+            self.workers,
+        )
     }
 
     /// The owner of a flow of tuple `k` arriving on `iface` (rules 2-4), and whether the
@@ -271,9 +271,18 @@ pub enum Owner4 {
     Later {
         /// Rule 4 on its addresses.
         fallback: usize,
+        /// Its datagram.
+        datagram: Datagram,
     },
     /// A first fragment steered by its ports: its later fragments need this hint.
-    FirstHinted(usize),
+    FirstHinted(usize, Datagram),
+}
+
+/// What the fragments of one datagram share: source, destination, protocol, IP id.
+pub type Datagram = (u32, u32, u8, u16);
+
+fn datagram(p: &rewrite::Packet4) -> Datagram {
+    (p.key.src, p.key.dst, p.key.proto, p.id)
 }
 
 /// ICMP error types (they quote the packet they are about).
@@ -288,6 +297,7 @@ pub fn owner4(pol: &Policy4<'_>, iface: u16, ip: &[u8]) -> Option<Owner4> {
     if p.frag == Frag::Later {
         return Some(Owner4::Later {
             fallback: pol.pair(p.key.src, p.key.dst),
+            datagram: datagram(&p),
         });
     }
     if p.key.proto == proto::ICMP && icmp4_error(p.icmp_type) {
@@ -312,7 +322,7 @@ pub fn owner4(pol: &Policy4<'_>, iface: u16, ip: &[u8]) -> Option<Owner4> {
     let ported = matches!(p.key.proto, proto::TCP | proto::UDP) || p.is_echo();
     let (w, by_ports) = pol.flow(iface, &p.key, ported);
     Some(if by_ports && p.frag == Frag::First {
-        Owner4::FirstHinted(w)
+        Owner4::FirstHinted(w, datagram(&p))
     } else {
         Owner4::Is(w)
     })
@@ -329,7 +339,7 @@ fn fold6(a: &[u8]) -> Option<u64> {
 #[inline]
 fn pair6(a: u64, b: u64, workers: usize) -> usize {
     let (lo, hi) = if a < b { (a, b) } else { (b, a) };
-    pick(mix(lo, hi), workers)
+    pick(mix(lo ^ hi.rotate_left(32), K_PAIR ^ hi), workers)
 }
 
 /// The owner of the IPv6 packet `ip` (from its header): a hash of its two addresses,
@@ -450,18 +460,17 @@ impl FeatureNode for HandoffNode {
                 match owner4(&pol, b.iface(k), ip) {
                     None => None,
                     Some(Owner4::Is(w)) => Some(w),
-                    Some(Owner4::FirstHinted(w)) => {
-                        let (src, dst, proto, id) = frag_id(ip);
+                    Some(Owner4::FirstHinted(w, (src, dst, proto, id))) => {
                         sh.hint_put(src, dst, proto, id, w);
                         Some(w)
                     }
-                    Some(Owner4::Later { fallback }) => {
-                        let (src, dst, proto, id) = frag_id(ip);
-                        Some(sh.hint_get(src, dst, proto, id).unwrap_or_else(|| {
-                            unhinted += 1;
-                            fallback
-                        }))
-                    }
+                    Some(Owner4::Later {
+                        fallback,
+                        datagram: (src, dst, proto, id),
+                    }) => Some(sh.hint_get(src, dst, proto, id).unwrap_or_else(|| {
+                        unhinted += 1;
+                        fallback
+                    })),
                 }
             };
             let Some(owner) = owner.filter(|&w| w != self.worker) else {
@@ -487,17 +496,6 @@ impl FeatureNode for HandoffNode {
                 .fetch_add(unhinted, Ordering::Relaxed);
         }
     }
-}
-
-/// A fragment's datagram: (source, destination, protocol, IP id) of a readable header.
-fn frag_id(ip: &[u8]) -> (u32, u32, u8, u16) {
-    let w = |at: usize| {
-        ip.get(at..at + 4)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u32::from_be_bytes)
-    };
-    let id = ip.get(4..6).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-    (w(12), w(16), ip.get(9).copied().unwrap_or(0), id)
 }
 
 #[cfg(test)]
@@ -542,8 +540,8 @@ mod tests {
 
     fn owner(pol: &Policy4<'_>, iface: u16, pkt: &[u8]) -> usize {
         match owner4(pol, iface, pkt).unwrap() {
-            Owner4::Is(w) | Owner4::FirstHinted(w) => w,
-            Owner4::Later { fallback } => fallback,
+            Owner4::Is(w) | Owner4::FirstHinted(w, _) => w,
+            Owner4::Later { fallback, .. } => fallback,
         }
     }
 
@@ -704,7 +702,7 @@ mod tests {
                 let first = packet(&fwd, b"GET", 0x2000);
                 assert!(matches!(
                     owner4(&pol, WAN, &first),
-                    Some(Owner4::FirstHinted(x)) if x == w
+                    Some(Owner4::FirstHinted(x, _)) if x == w
                 ));
             }
             // Hairpinned: an inside client to the public address.
@@ -777,8 +775,8 @@ mod tests {
             }
             if let Some(w) = owner4(&pol, WAN, &b) {
                 let w = match w {
-                    Owner4::Is(w) | Owner4::FirstHinted(w) => w,
-                    Owner4::Later { fallback } => fallback,
+                    Owner4::Is(w) | Owner4::FirstHinted(w, _) => w,
+                    Owner4::Later { fallback, .. } => fallback,
                 };
                 prop_assert!(w < workers);
             }

@@ -864,14 +864,7 @@ fn tester_thread(topo: &Topo, core: usize, jobs: mpsc::Receiver<Job>) -> Result<
         std::sync::atomic::Ordering::Relaxed,
     );
     crate::rfc2544::enter_netns(&topo.tns())?;
-    let popts = ports::AfPacketOptions {
-        qdisc_bypass: true,
-        ..Default::default()
-    };
-    let mut a = ports::AfPacket::open("ta", 0, popts.clone())
-        .context("opening AF_PACKET on ta (tester, client side)")?;
-    let mut b = ports::AfPacket::open("tb", 1, popts)
-        .context("opening AF_PACKET on tb (tester, server side)")?;
+    let (mut a, mut b) = crate::stateful::tester_ports()?;
     let mut mem = Arena::new(16384);
     for (cfg, reply) in jobs {
         let r = Stateful::new(&cfg).and_then(|mut g| g.run(&mut mem, &mut a, &mut b));

@@ -322,14 +322,7 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
         let tester = std::thread::scope(|s| {
             s.spawn(|| -> Result<StatefulResult> {
                 crate::rfc2544::enter_netns(&tns)?;
-                let opts = ports::AfPacketOptions {
-                    qdisc_bypass: true,
-                    ..Default::default()
-                };
-                let mut a = ports::AfPacket::open("ta", 0, opts.clone())
-                    .context("opening AF_PACKET on ta (tester, client side)")?;
-                let mut b = ports::AfPacket::open("tb", 1, opts)
-                    .context("opening AF_PACKET on tb (tester, server side)")?;
+                let (mut a, mut b) = tester_ports()?;
                 let mut mem = Arena::new(16384);
                 gen.run(&mut mem, &mut a, &mut b)
             })
@@ -444,4 +437,18 @@ pub fn table(r: &Report) -> String {
         }
     }
     s
+}
+
+/// The stateful generator's two AF_PACKET ports, `ta` (clients) and `tb` (servers), in
+/// the calling thread's namespace.
+pub fn tester_ports() -> Result<(ports::AfPacket, ports::AfPacket)> {
+    let opts = ports::AfPacketOptions {
+        qdisc_bypass: true,
+        ..Default::default()
+    };
+    let a = ports::AfPacket::open("ta", 0, opts.clone())
+        .context("opening AF_PACKET on ta (tester, client side)")?;
+    let b = ports::AfPacket::open("tb", 1, opts)
+        .context("opening AF_PACKET on tb (tester, server side)")?;
+    Ok((a, b))
 }

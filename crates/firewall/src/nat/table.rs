@@ -93,8 +93,9 @@ impl Key4 {
     }
 }
 
+/// A 64-bit multiply-fold of two words (`b` made odd).
 #[inline]
-fn mix(a: u64, b: u64) -> u64 {
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
     let m = u128::from(a) * u128::from(b | 1);
     (m as u64) ^ (m >> 64) as u64
 }
