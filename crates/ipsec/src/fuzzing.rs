@@ -57,34 +57,8 @@ pub fn exercise(data: &[u8]) {
 
     // A valid packet around the bytes.
     let n = rest.len().min(1400);
-    let total = 28 + n;
-    let mut pkt = vec![0u8; total];
-    pkt[..20].copy_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        1,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-        10,
-        0,
-        0,
-        1,
-        10,
-        0,
-        0,
-        2,
-    ]);
-    let c = wire::checksum::checksum(&pkt[..20]).to_be_bytes();
-    pkt[10..12].copy_from_slice(&c);
-    pkt[20..28].copy_from_slice(&[0x30, 0x39, 0, 53, ((n + 8) >> 8) as u8, (n + 8) as u8, 0, 0]);
-    pkt[28..].copy_from_slice(&rest[..n]);
+    let pkt = crate::testing::udp4(&rest[..n], 0);
+    let total = pkt.len();
     let Ok(mut tx) = Sa::new(&config(pick, Direction::Outbound)) else {
         panic!("fixed SA refused");
     };

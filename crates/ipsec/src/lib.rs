@@ -23,6 +23,7 @@ pub mod fuzzing;
 pub mod replay;
 pub mod sa;
 mod suite;
+pub mod testing;
 
 pub use error::{EspError, SaError};
 pub use esp::{

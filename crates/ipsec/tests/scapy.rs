@@ -19,6 +19,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use ipsec::testing::{udp4, udp6};
 use ipsec::{
     decrypt, encrypt, Direction, Encryption, EspError, Integrity, Mode, NatT, Sa, SaConfig,
 };
@@ -71,63 +72,6 @@ fn unhex(s: &str) -> Vec<u8> {
     (0..s.len() / 2)
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
         .collect()
-}
-
-fn checksum(b: &[u8]) -> u16 {
-    !wire_sum(b)
-}
-
-fn wire_sum(b: &[u8]) -> u16 {
-    let mut s: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
-fn udp4(payload: &[u8]) -> Vec<u8> {
-    let total = 28 + payload.len();
-    let mut p = vec![
-        0x45,
-        0x10,
-        (total >> 8) as u8,
-        total as u8,
-        0x12,
-        0x34,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-        10,
-        1,
-        0,
-        1,
-        10,
-        2,
-        0,
-        1,
-    ];
-    let c = checksum(&p).to_be_bytes();
-    p[10..12].copy_from_slice(&c);
-    let ulen = 8 + payload.len();
-    p.extend_from_slice(&[0x30, 0x39, 0, 53, (ulen >> 8) as u8, ulen as u8, 0, 0]);
-    p.extend_from_slice(payload);
-    p
-}
-
-fn udp6(payload: &[u8]) -> Vec<u8> {
-    let plen = 8 + payload.len();
-    let mut p = vec![0x60, 0, 0, 0, (plen >> 8) as u8, plen as u8, 17, 64];
-    p.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-    p.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    p.extend_from_slice(&[0x30, 0x39, 0, 53, (plen >> 8) as u8, plen as u8, 0, 0]);
-    p.extend_from_slice(payload);
-    p
 }
 
 struct Case {
@@ -211,9 +155,9 @@ impl Case {
         let mut v = Vec::new();
         for (i, n) in sizes.iter().enumerate() {
             let payload: Vec<u8> = (0..*n).map(|j| (j * 3 + i) as u8).collect();
-            v.push(udp4(&payload));
+            v.push(udp4(&payload, 0x10));
             if !(self.natt && self.mode == "transport") {
-                v.push(udp6(&payload));
+                v.push(udp6(&payload, 0));
             }
         }
         v
@@ -415,7 +359,7 @@ fn fix_lengths(p: &mut [u8], natt: bool) {
     } else {
         p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
         p[10..12].copy_from_slice(&[0, 0]);
-        let c = checksum(&p[..20]).to_be_bytes();
+        let c = wire::checksum::checksum(&p[..20]).to_be_bytes();
         p[10..12].copy_from_slice(&c);
         20
     };
