@@ -55,22 +55,15 @@ const RUN_FIELDS: [&str; 10] = [
 ];
 
 fn preconditions() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    assert!(
-        root,
-        "this test needs root (network namespaces, nftables, AF_XDP): run scripts/test.sh as root"
-    );
-    for (tool, package) in [
-        ("ip", "iproute2"),
-        ("nft", "nftables"),
-        ("conntrack", "conntrack"),
-    ] {
-        assert!(
-            Command::new(tool).arg("--version").output().is_ok(),
-            "`{tool}` is missing: install the Debian package {package} (scripts/test.sh does)"
-        );
-    }
+    lab::preconditions(
+        "network namespaces, nftables, AF_XDP",
+        &[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("conntrack", "conntrack"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 fn bench(mode: &str, prefix: &str, extra: &[&str]) -> Value {

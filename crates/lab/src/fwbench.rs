@@ -526,13 +526,6 @@ fn nft_ruleset(mode: Mode, fill: &[Filler]) -> String {
 // ---------------------------------------------------------------------------------------
 // The DUTs' side.
 
-fn need(tool: &str, package: &str) -> Result<()> {
-    if bench::dpdk::find_in_path(tool).is_none() {
-        bail!("{tool} not found on PATH: install the Debian package {package} (apt-get install {package})");
-    }
-    Ok(())
-}
-
 /// One DUT, running, and how to ask it about its state.
 struct Dut {
     kind: DutKind,
@@ -881,11 +874,11 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
     if opts.rules == 0 {
         bail!("--rules must be at least 1 (the rule that accepts the bench's traffic)");
     }
-    need("ip", "iproute2")?;
+    crate::need_tool("ip", "iproute2")?;
     if opts.duts.contains(&DutKind::Linux) {
-        need("nft", "nftables")?;
+        crate::need_tool("nft", "nftables")?;
         if opts.mode.tracked() {
-            need("conntrack", "conntrack")?;
+            crate::need_tool("conntrack", "conntrack")?;
         }
     }
     let fill = fillers(opts.rules - 1, opts.seed);
@@ -1329,9 +1322,9 @@ pub fn throughput(opts: &ThroughputOptions, log: &(dyn Fn(&str) + Sync)) -> Resu
     if opts.rules.contains(&0) {
         bail!("--rules must be at least 1 (the rule that accepts the bench's traffic)");
     }
-    need("ip", "iproute2")?;
+    crate::need_tool("ip", "iproute2")?;
     if opts.duts.contains(&DutKind::Linux) && !opts.modes.is_empty() {
-        need("nft", "nftables")?;
+        crate::need_tool("nft", "nftables")?;
     }
     let net = |s: &str| -> Result<(Ipv4Addr, u8)> {
         let (a, l) = s.split_once('/').context("a network")?;

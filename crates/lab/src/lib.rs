@@ -429,6 +429,27 @@ impl Lab {
     }
 }
 
+/// `tool` is on PATH, or an error naming the Debian package that provides it.
+pub fn need_tool(tool: &str, package: &str) -> Result<()> {
+    if bench::dpdk::find_in_path(tool).is_none() {
+        bail!("{tool} not found on PATH: install the Debian package {package} (apt-get install {package})");
+    }
+    Ok(())
+}
+
+/// What a lab test or benchmark needs before it starts: root (for `why`), and each
+/// (tool, Debian package) of `tools` on PATH.
+pub fn preconditions(why: &str, tools: &[(&str, &str)]) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("this needs root ({why}): run it as root (scripts/test.sh does)");
+    }
+    for (tool, package) in tools {
+        need_tool(tool, package)?;
+    }
+    Ok(())
+}
+
 /// Tear the lab `prefix` down if this process is interrupted (SIGINT, SIGTERM, SIGHUP),
 /// then exit with 128 + the signal: a benchmark stopped by Ctrl-C, `kill` or `timeout`
 /// would otherwise leave its namespaces, its daemons (FRR, BIRD, GoBGP, the router) and

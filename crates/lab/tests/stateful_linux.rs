@@ -13,22 +13,15 @@ use tester::Proto;
 
 #[test]
 fn tcp_connections_and_udp_pairs_complete_through_nftables_with_conntrack() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    assert!(
-        root,
-        "this test needs root (network namespaces, nftables): run scripts/test.sh as root"
-    );
-    for (tool, package) in [
-        ("ip", "iproute2"),
-        ("nft", "nftables"),
-        ("conntrack", "conntrack"),
-    ] {
-        assert!(
-            Command::new(tool).arg("--version").output().is_ok(),
-            "`{tool}` is missing: install the Debian package {package} (scripts/test.sh does)"
-        );
-    }
+    lab::preconditions(
+        "network namespaces, nftables",
+        &[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("conntrack", "conntrack"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
     let prefix = format!("sf{}", std::process::id() % 10000);
     let opts = Options {
         prefix: prefix.clone(),
