@@ -157,11 +157,12 @@ enum Cmd {
     },
     /// Ask a running router (over its control socket).
     Show {
-        /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack | nat
+        /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack | nat |
+        /// ipsec
         what: String,
         /// For routes: a prefix (exact) or an address (longest match), or `summary`; for
         /// conntrack: an address or prefix one end of the flows lies in; for nat:
-        /// `sessions`.
+        /// `sessions`; for ipsec: `sa` or `tunnels` (both show tunnels and SAs).
         arg: Option<String>,
         /// For `nat sessions`: an IPv4 address, prefix or range any address of the
         /// sessions (before or after translation) lies in.

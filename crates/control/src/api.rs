@@ -53,11 +53,13 @@ pub enum Shown {
     Nat(model::NatView),
     /// `GET /v1/nat/sessions`.
     NatSessions(model::NatSessionList),
+    /// `GET /v1/ipsec`.
+    Ipsec(model::IpsecView),
 }
 
 /// The items `show` knows, for error messages.
 const ITEMS: &str =
-    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat or nat sessions";
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions or ipsec";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -88,12 +90,85 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
             })?,
         ),
         "nat" => Shown::Nat(crate::natview::view(&shared.features)),
+        "ipsec" => Shown::Ipsec(ipsec_view(shared)),
         other => {
             return Err(ShowError::BadRequest(format!(
                 "unknown item {other:?}: expected {ITEMS}"
             )))
         }
     })
+}
+
+/// `GET /v1/ipsec`: the tunnels as the config names them, with their Linux MTU, and the
+/// installed SAs with their counters.
+pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
+    let sas: Vec<model::IpsecSaView> = shared
+        .features
+        .ipsec
+        .report()
+        .into_iter()
+        .map(|r| model::IpsecSaView {
+            tunnel: r.sa.tunnel,
+            direction: r.sa.direction.into(),
+            spi: r.sa.spi,
+            encryption: r.sa.encryption.into(),
+            integrity: r.sa.integrity.into(),
+            esn: r.sa.esn,
+            replay_window: r.sa.replay_window,
+            src: r.sa.src,
+            dst: r.sa.dst,
+            active: r.sa.active,
+            packets: r.packets,
+            bytes: r.bytes,
+            sequence: r.sequence,
+            errors: r
+                .errors
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        })
+        .collect();
+    let cfg = shared
+        .config
+        .lock()
+        .map(|c| c.running().ipsec.clone())
+        .unwrap_or_default();
+    let mtu_of = |name: &str| {
+        shared
+            .sync
+            .lock()
+            .ok()
+            .and_then(|s| s.link_mtu(name))
+            .unwrap_or(0)
+    };
+    let tunnels = cfg
+        .tunnels
+        .iter()
+        .map(|t| model::IpsecTunnelView {
+            name: t.name.clone(),
+            local: t.local.to_string(),
+            remote: t.remote.to_string(),
+            mtu: mtu_of(&t.name),
+            tx_spi: sas
+                .iter()
+                .find(|s| s.tunnel == t.name && s.active)
+                .map(|s| s.spi),
+            rx_spis: sas
+                .iter()
+                .filter(|s| s.tunnel == t.name && s.direction == "in")
+                .map(|s| s.spi)
+                .collect(),
+        })
+        .collect();
+    model::IpsecView {
+        tunnels,
+        sas,
+        busy: shared
+            .features
+            .ipsec
+            .busy
+            .load(std::sync::atomic::Ordering::Relaxed),
+    }
 }
 
 fn mac_string(mac: &[u8; 6]) -> String {
@@ -461,6 +536,7 @@ enum Item {
     Conntrack,
     Nat,
     NatSessions,
+    Ipsec,
 }
 
 fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
@@ -490,6 +566,10 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
         ("nat", Some("sessions")) => (Item::NatSessions, "/v1/nat/sessions".into()),
         ("nat", None) => (Item::Nat, "/v1/nat".into()),
         ("nat", Some(a)) => anyhow::bail!("unknown item \"nat {a}\": expected nat or nat sessions"),
+        ("ipsec", None | Some("sa") | Some("tunnels")) => (Item::Ipsec, "/v1/ipsec".into()),
+        ("ipsec", Some(a)) => {
+            anyhow::bail!("unknown item \"ipsec {a}\": expected ipsec, ipsec sa or ipsec tunnels")
+        }
         (other, _) => anyhow::bail!("unknown item {other:?}: expected {ITEMS}"),
     })
 }
@@ -514,6 +594,7 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Conntrack => Shown::Conntrack(client.get_as(&path)?),
         Item::Nat => Shown::Nat(client.get_as(&path)?),
         Item::NatSessions => Shown::NatSessions(client.get_as(&path)?),
+        Item::Ipsec => Shown::Ipsec(client.get_as(&path)?),
     })
 }
 

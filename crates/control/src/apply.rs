@@ -98,6 +98,12 @@ pub enum Op {
         /// What the new rules are: "1 source rule, 2 destination rules".
         summary: String,
     },
+    /// Replace IPsec's SAs (a fast-path setting): unchanged SAs keep their state, new ones
+    /// are installed before a tunnel switches to them, gone ones are removed last.
+    SetIpsec {
+        /// What the new SAs are: "4 SAs on 2 tunnels".
+        summary: String,
+    },
     /// Set an interface's uRPF mode (`None`: off). A fast-path setting: the kernel does not
     /// change; the daemon publishes it to its workers once the whole plan has applied.
     SetUrpf {
@@ -166,6 +172,7 @@ impl Op {
             }
             Op::SetFirewall { summary } => format!("replacing the firewall rules ({summary})"),
             Op::SetNat { summary } => format!("replacing the NAT rules ({summary})"),
+            Op::SetIpsec { summary } => format!("replacing the IPsec SAs ({summary})"),
         }
     }
 }
@@ -196,6 +203,7 @@ impl fmt::Display for Op {
             }
             Op::SetFirewall { summary } => write!(f, "~ firewall: {summary}"),
             Op::SetNat { summary } => write!(f, "~ nat: {summary}"),
+            Op::SetIpsec { summary } => write!(f, "~ ipsec: {summary}"),
         }
     }
 }
@@ -228,7 +236,7 @@ fn rank(op: &Op) -> u8 {
         Op::AddAddress { .. } => 5,
         Op::SetNeighbor { .. } => 6,
         Op::AddRoute(_) | Op::ReplaceRoute { .. } => 7,
-        Op::SetUrpf { .. } | Op::SetFirewall { .. } | Op::SetNat { .. } => 8,
+        Op::SetUrpf { .. } | Op::SetFirewall { .. } | Op::SetNat { .. } | Op::SetIpsec { .. } => 8,
     }
 }
 
@@ -272,7 +280,8 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
 /// only a restart applies (`[[port]]`, `[[vlan]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
-/// `state_dir`, `[api]`, `[bgp]`, `[distance]`, `[firewall] conntrack, conntrack_max`) differs.
+/// `state_dir`, `[api]`, `[bgp]`, `[distance]`, `[firewall] conntrack, conntrack_max`,
+/// `[[ipsec.tunnel]]`, `[ipsec] max_sas`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
     if old.ports != new.ports {
@@ -312,6 +321,13 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         != (new.firewall.conntrack, new.firewall.conntrack_max)
     {
         restart.push("[firewall] conntrack, conntrack_max");
+    }
+    // IPsec's tunnel interfaces (their TUNs) and SA tables are made at start.
+    if old.ipsec.tunnels != new.ipsec.tunnels {
+        restart.push("[[ipsec.tunnel]]");
+    }
+    if old.ipsec.max_sas != new.ipsec.max_sas {
+        restart.push("[ipsec] max_sas");
     }
     // So are NAT's, once NAT has run.
     if old.nat.has_rules() && old.nat.max_sessions != new.nat.max_sessions {
@@ -484,6 +500,21 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
                 "{s} source rule{}, {d} destination rule{}",
                 if s == 1 { "" } else { "s" },
                 if d == 1 { "" } else { "s" },
+            ),
+        });
+    }
+    if old.ipsec != new.ipsec {
+        let n = new.ipsec.sas.len();
+        ops.push(Op::SetIpsec {
+            summary: format!(
+                "{n} SA{} on {} tunnel{}",
+                if n == 1 { "" } else { "s" },
+                new.ipsec.tunnels.len(),
+                if new.ipsec.tunnels.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
             ),
         });
     }
@@ -793,9 +824,10 @@ impl Kernel {
                     Action::Admin(l.ifindex, l.up),
                 ))
             }
-            Op::SetUrpf { .. } | Op::SetFirewall { .. } | Op::SetNat { .. } => {
-                Some((Action::FastPath, Action::FastPath))
-            }
+            Op::SetUrpf { .. }
+            | Op::SetFirewall { .. }
+            | Op::SetNat { .. }
+            | Op::SetIpsec { .. } => Some((Action::FastPath, Action::FastPath)),
         })
     }
 

@@ -263,6 +263,14 @@ pub struct Config {
         skip_serializing_if = "firewall::nat::config::NatConfig::is_default"
     )]
     pub nat: firewall::nat::config::NatConfig,
+    /// IPsec ESP (`[ipsec]`: `[[ipsec.tunnel]]` route-based tunnel interfaces,
+    /// `[[ipsec.sa]]` their manually keyed SAs, `key_file`); SAs are applied live, a new
+    /// tunnel takes a restart. See docs/ipsec.md.
+    #[serde(
+        default,
+        skip_serializing_if = "ipsec::config::IpsecConfig::is_default"
+    )]
+    pub ipsec: ipsec::config::IpsecConfig,
 }
 
 fn is_default_distances(d: &crate::sync::Distances) -> bool {
@@ -945,6 +953,7 @@ impl Config {
         self.validate_bgp(r);
         self.validate_firewall(r);
         self.validate_nat(r);
+        self.validate_ipsec(r);
     }
 
     fn validate_vlans(&self, r: &mut Report) {
@@ -1449,13 +1458,53 @@ impl Config {
         }
     }
 
+    fn validate_ipsec(&self, r: &mut Report) {
+        let reserved: Vec<&str> = self
+            .ports
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(self.vlans.iter().map(|v| v.name.as_str()))
+            .collect();
+        for (path, m) in self.ipsec.validate(&reserved) {
+            r.add(path, m);
+        }
+        if !self.ipsec.active() {
+            return;
+        }
+        if self.workers > 1 {
+            r.add(
+                "workers",
+                format!(
+                    "{} workers with [[ipsec.tunnel]]: IPsec runs with one worker for now (an SA's sequence number and replay window are one worker's); set workers = 1",
+                    self.workers
+                ),
+            );
+        }
+        // On AF_PACKET the kernel gets its own copy of every frame: with no ESP of its own,
+        // it would answer each ESP packet with a protocol unreachable.
+        for (i, p) in self.ports.iter().enumerate() {
+            let vlan_parent = self.vlans.iter().any(|v| v.parent == p.name);
+            if p.backend == Backend::AfPacket || (p.backend == Backend::Auto && vlan_parent) {
+                r.add(
+                    format!("port[{i}].backend"),
+                    format!(
+                        "port {} runs AF_PACKET{}, where IPsec cannot work: the kernel gets a copy of every frame and would answer ESP to the router itself; use af_xdp (or auto without VLAN sub-interfaces) or memif",
+                        p.name,
+                        if vlan_parent { " (it carries VLAN sub-interfaces)" } else { "" }
+                    ),
+                );
+            }
+        }
+    }
+
     /// The fast path's interfaces by index, as the workers number them: the ports, then
-    /// the VLAN sub-interfaces.
+    /// the VLAN sub-interfaces, then the IPsec tunnel interfaces.
     pub fn fast_path_names(&self) -> Vec<String> {
         self.ports
             .iter()
             .map(|p| p.name.clone())
             .chain(self.vlans.iter().map(|v| v.name.clone()))
+            .chain(self.ipsec.tunnels.iter().map(|t| t.name.clone()))
             .collect()
     }
 

@@ -68,10 +68,10 @@ impl LivePort {
             backend,
         }
     }
-    /// Tell the XDP program which destinations are the router's own, and whether NAT
-    /// shares them.
-    fn set_local_addrs(&mut self, addrs: &[IpAddr], nat: bool) {
-        if let Err(e) = self.port.set_local_addrs_shared(addrs, nat) {
+    /// Tell the XDP program which destinations are the router's own, and what of their
+    /// traffic the fast path takes (NAT's ports, ESP).
+    fn set_local_addrs(&mut self, addrs: &[IpAddr], share: ports::Share) {
+        if let Err(e) = self.port.set_local_addrs_shared(addrs, share) {
             let name = self.port.interface().map_or("?", |(n, _)| n);
             tracing::warn!("updating local addresses of {name}: {e}");
         }
@@ -259,7 +259,7 @@ fn open_ports(
             },
         };
         for (w, mut live) in opened.into_iter().enumerate() {
-            live.set_local_addrs(locals, false);
+            live.set_local_addrs(locals, ports::Share::default());
             per_worker[w].push(live);
         }
     }
@@ -273,7 +273,11 @@ fn spawn_worker(
     fib: fib::FibReaders,
     (registry, features): (Arc<Registry>, Arc<ArcSwap<FeatureState>>),
     ifaces: Arc<ArcSwap<Interfaces>>,
-    (locals, nat): (Arc<ArcSwap<Vec<IpAddr>>>, Arc<firewall::nat::NatShared>),
+    (locals, nat, esp): (
+        Arc<ArcSwap<Vec<IpAddr>>>,
+        Arc<firewall::nat::NatShared>,
+        bool,
+    ),
     (iface_version, handoff, steering): (
         Arc<AtomicU64>,
         Option<dataplane::handoff::HandoffRx>,
@@ -319,6 +323,7 @@ fn spawn_worker(
             features,
             locals,
             nat,
+            esp,
             iface_version,
             seen_version,
             inject,
@@ -342,6 +347,8 @@ struct DaemonHooks {
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     /// Whether NAT shares the router's addresses (its claimed ports come to the fast path).
     nat: Arc<firewall::nat::NatShared>,
+    /// IPsec tunnels end on the router's addresses: ESP to them is the fast path's.
+    esp: bool,
     iface_version: Arc<AtomicU64>,
     seen_version: u64,
     inject: PuntConsumer,
@@ -369,15 +376,25 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
             graph.set_interfaces(self.ifaces.load_full());
             graph.set_feature_state(self.features.load_full());
             let l = self.locals.load();
-            let nat = self.nat.active();
+            let share = ports::Share {
+                nat: self.nat.active(),
+                esp: self.esp,
+            };
             for p in ports.iter_mut() {
-                p.set_local_addrs(&l, nat);
+                p.set_local_addrs(&l, share);
             }
         }
         // Frames handed back first: packets held while their next hop resolved go out
         // before the ones that arrived after it (the FIB has the neighbour a moment before
         // the held packets come back, so a few may still be overtaken).
-        let mut n = inject_from_kernel(&mut self.inject, mem, ports, (graph, v, out), now_ns);
+        let own = self.ifaces.load();
+        let mut n = inject_from_kernel(
+            &mut self.inject,
+            mem,
+            ports,
+            (graph, v, out),
+            (&own.own, now_ns),
+        );
         // Then the frames of flows this worker owns that other workers received, as if
         // received here (a vector's worth per iteration, so the ports are polled too).
         if let Some(rx) = self.handoff.as_mut() {
@@ -428,21 +445,52 @@ fn inject_from_kernel(
     mem: &mut Arena,
     ports: &mut [LivePort],
     (graph, v, out): (&mut Graph, &mut Vector, &mut Output),
-    now_ns: u64,
+    (own, now_ns): (&dataplane::interfaces::OwnAddrs, u64),
 ) -> usize {
     use dataplane::worker::Port;
     let mut n = 0;
     v.len = 0;
+    // The router's own packets, sent after the others (at most one burst): held ones from
+    // the lookup on, and those the kernel routed into a tunnel to its output.
+    let mut local = [dataplane::Pkt::default(); 32];
+    let mut nlocal = 0;
+    let mut tunnel = [dataplane::Pkt::default(); 32];
+    let mut ntunnel = 0;
     while n < 32 {
         let Ok(p) = q.pop() else { break };
         n += 1;
         if p.reason == Reason::PuntUnresolved {
+            let own_src = own_source(p.frame(), own);
             match mem.load(p.frame(), p.port) {
+                // The router's own (an ESP packet of a tunnel, an ICMP error): routed as
+                // such again, not received (its source is the router's).
+                Some(mut pkt) if own_src.is_some() => {
+                    pkt.l3 = own_src.unwrap_or(14);
+                    if let Some(slot) = local.get_mut(nlocal) {
+                        *slot = pkt;
+                        nlocal += 1;
+                    }
+                }
                 // Its checksum may still be the sender's partial one (an AF_XDP port):
                 // the rewrite nodes finish it, as for any frame of such a port.
                 Some(mut pkt) => {
                     pkt.flags |= dataplane::buffer::F_CSUM_UNKNOWN;
                     v.push(pkt);
+                }
+                None => graph.counters().add(Reason::InjectNoBuffer, 1),
+            }
+            continue;
+        }
+        if p.port as usize >= ports.len() {
+            // What the kernel routed into a tunnel interface: the router's own packets.
+            match mem.load(p.frame(), p.port) {
+                Some(mut pkt) => {
+                    pkt.l3 = 14;
+                    pkt.tx_port = p.port;
+                    if let Some(slot) = tunnel.get_mut(ntunnel) {
+                        *slot = pkt;
+                        ntunnel += 1;
+                    }
                 }
                 None => graph.counters().add(Reason::InjectNoBuffer, 1),
             }
@@ -463,7 +511,37 @@ fn inject_from_kernel(
         graph.process(v, mem, out, now_ns);
         worker::flush(graph, mem, ports, out, false);
     }
+    for (list, count, output) in [(&local, nlocal, false), (&tunnel, ntunnel, true)] {
+        if count == 0 {
+            continue;
+        }
+        v.len = 0;
+        for p in &list[..count] {
+            v.push(*p);
+        }
+        if output {
+            graph.send_local(v, mem, out, now_ns);
+        } else {
+            graph.process_local(v, mem, out, now_ns);
+        }
+        worker::flush(graph, mem, ports, out, false);
+    }
     n
+}
+
+/// The L3 offset of an Ethernet frame whose IP source is one of the router's addresses
+/// (`None` for anything else).
+fn own_source(frame: &[u8], own: &dataplane::interfaces::OwnAddrs) -> Option<u16> {
+    let l2 = wire::parse_l2(frame).ok()?;
+    let ip = frame.get(l2.l3_offset..)?;
+    let mine = match l2.ethertype {
+        wire::ethertype::IPV4 => {
+            own.contains4(u32::from_be_bytes(ip.get(12..16)?.try_into().ok()?))
+        }
+        wire::ethertype::IPV6 => own.contains6(ip.get(8..24)?),
+        _ => false,
+    };
+    mine.then_some(l2.l3_offset as u16)
 }
 
 fn publish(ports: &[LivePort], out: &[PortCounters]) {
@@ -598,13 +676,9 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
     }
-    // Ports first, then VLAN sub-interfaces: the fast path's interface table in that order.
-    let names: Vec<String> = cfg
-        .ports
-        .iter()
-        .map(|p| p.name.clone())
-        .chain(cfg.vlans.iter().map(|v| v.name.clone()))
-        .collect();
+    // Ports first, then VLAN sub-interfaces, then IPsec tunnel interfaces: the fast path's
+    // interface table in that order.
+    let names: Vec<String> = cfg.fast_path_names();
     let vlan_tags = vlan_tags(&cfg);
     let (writer, readers) = fib::new(FIB_CONFIG);
     // memif ports' kernel faces first, so the mirror's dump already knows them.
@@ -646,6 +720,21 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         }
         taps.push(Some(tap));
     }
+    // IPsec tunnel interfaces' faces: TUNs (no link layer), with the tunnel's MTU.
+    let planned = cfg.ipsec.plan(&[]).unwrap_or_default();
+    for (i, t) in cfg.ipsec.tunnels.iter().enumerate() {
+        let mtu = cfg.ipsec.tunnel_mtu(i, &planned);
+        let tun = Tap::open_tun(&t.name, mtu)
+            .with_context(|| format!("ipsec tunnel {} ({} to {})", t.name, t.local, t.remote))?;
+        tracing::info!(
+            "ipsec tunnel {}: {} to {}, MTU {mtu}",
+            t.name,
+            t.local,
+            t.remote
+        );
+        taps.push(Some(tun));
+    }
+    drop(planned);
     // The config's addresses, MTUs, routes and neighbours into the kernel (what is already
     // there changes nothing), before the mirror's dump so the FIB starts with them.
     let (config_svc, started) = crate::configsvc::ConfigService::start(config_path)
@@ -663,9 +752,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         history_id = ?started.id,
         "config applied"
     );
-    let mut sync = Sync::new(writer, names);
+    let mut sync = Sync::new(writer, names.clone());
     sync.set_distances(cfg.distance);
     sync.set_vlans(vlan_tags.clone());
+    sync.set_tunnels(
+        (0..names.len())
+            .map(|i| i >= cfg.ports.len() + cfg.vlans.len())
+            .collect(),
+    );
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);
@@ -694,6 +788,12 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             .map(LivePort::punt_path)
             .chain(
                 cfg.vlans
+                    .iter()
+                    .map(|_| dataplane::interfaces::PuntPath::Queue),
+            )
+            .chain(
+                cfg.ipsec
+                    .tunnels
                     .iter()
                     .map(|_| dataplane::interfaces::PuntPath::Queue),
             )
@@ -738,16 +838,19 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         (Vec::new(), vec![None])
     };
     let steering = Arc::new(firewall::steer::Steering::new(senders, nat.clone()));
-    let registry =
-        Arc::new(crate::features::registry(&fw, &nat, &steering).context("registering features")?);
+    // IPsec's SA tables, sized now (a change of max_sas needs a restart).
+    let ipsec = Arc::new(ipsec::node::IpsecShared::new(
+        workers,
+        cfg.ipsec.max_sas,
+        names.len(),
+    ));
+    let registry = Arc::new(
+        crate::features::registry(&fw, &nat, &steering, &ipsec).context("registering features")?,
+    );
     let features = crate::features::Features::new(
         registry.clone(),
-        (fw, nat, steering.clone()),
-        facts
-            .iter()
-            .map(|f| f.name.clone())
-            .chain(cfg.vlans.iter().map(|v| v.name.clone()))
-            .collect(),
+        (fw, nat, steering.clone(), ipsec),
+        names.clone(),
         per_worker.len(),
         iface_version.clone(),
     );
@@ -777,7 +880,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             readers.clone(),
             (registry.clone(), features.state()),
             ifaces.clone(),
-            (locals.clone(), features.nat.clone()),
+            (locals.clone(), features.nat.clone(), cfg.ipsec.active()),
             (
                 iface_version.clone(),
                 receivers.get_mut(w).and_then(Option::take),
@@ -874,6 +977,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let mut kernel_faces = KernelFaces {
         taps,
         vlans: vlan_tags,
+        first_tunnel: cfg.ports.len() + cfg.vlans.len(),
         injects,
     };
     let result = control_loop(
@@ -925,6 +1029,7 @@ fn vlan_tags(cfg: &Config) -> Vec<Option<dataplane::interfaces::VlanTags>> {
                 .iter()
                 .map(|v| Some(v.tags(parent(&v.parent)? as u16))),
         )
+        .chain(cfg.ipsec.tunnels.iter().map(|_| None))
         .collect()
 }
 
@@ -935,6 +1040,9 @@ struct KernelFaces {
     taps: Vec<Option<Tap>>,
     /// Per entry of `taps`: the sub-interface's tags, if it is one.
     vlans: Vec<Option<dataplane::interfaces::VlanTags>>,
+    /// The entries from this one on are IPsec tunnel interfaces, whose faces are TUNs:
+    /// bare IP packets, no Ethernet header.
+    first_tunnel: usize,
     /// Per worker: frames to transmit (memif ports are served by worker 0).
     injects: Vec<PuntProducer>,
 }
@@ -946,6 +1054,13 @@ impl KernelFaces {
         let Some(Some(tap)) = self.taps.get_mut(p.port as usize) else {
             return;
         };
+        if p.port as usize >= self.first_tunnel {
+            // A TUN takes the IP packet alone.
+            if let Some(ip) = p.frame().get(14..) {
+                tap.write(ip);
+            }
+            return;
+        }
         match self.vlans.get(p.port as usize).copied().flatten() {
             // The kernel sees a sub-interface's frames untagged, as a VLAN device's.
             Some(t) => {
@@ -972,6 +1087,27 @@ impl KernelFaces {
         for (port, tap) in self.taps.iter_mut().enumerate() {
             let Some(tap) = tap else { continue };
             let vlan = self.vlans.get(port).copied().flatten();
+            if port >= self.first_tunnel {
+                // The router's own packets routed into a tunnel: to the worker's lookup,
+                // behind an Ethernet header of no meaning (the graph starts at L3).
+                for _ in 0..INJECT_QUEUE {
+                    let Some(n) = tap.read(&mut scratch.data[14..]) else {
+                        break;
+                    };
+                    if n == 0 || q.slots() == 0 {
+                        tap.from_kernel_drops += u64::from(n > 0);
+                        continue;
+                    }
+                    scratch.data[..14].fill(0);
+                    let _ = q.push(PuntPacket {
+                        port: port as u16,
+                        reason: Reason::PuntLocal,
+                        len: (n + 14) as u16,
+                        data: scratch.data,
+                    });
+                }
+                continue;
+            }
             for _ in 0..INJECT_QUEUE {
                 let Some(mut n) = tap.read(&mut scratch.data) else {
                     break;
@@ -1105,6 +1241,8 @@ fn control_loop(
         shared.trace.drain();
         shared.capture.drain();
         crate::fwview::drain_logs(&shared.features, shared.features.names(), 256);
+        // SA changes the queue to the worker had no room for; SAs it handed back.
+        shared.features.ipsec.maintain();
         for (i, h) in handles.iter_mut().enumerate() {
             if h.is_finished() {
                 match h.join() {

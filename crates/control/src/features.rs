@@ -7,7 +7,9 @@
 //! published before the interfaces' features change, so a filter is never enabled
 //! without its rules) and NAT44 (`[nat]`, the same crate: rules and tables published
 //! first too). With several workers and flow state, the handoff features (`firewall::steer`)
-//! run first on every interface.
+//! run first on every interface. IPsec (`[ipsec]`, the `ipsec` crate): `esp-decrypt` on
+//! every port and the encrypt nodes on every tunnel interface, once a tunnel is configured;
+//! its SAs are installed before the nodes are enabled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,11 +26,13 @@ pub fn registry(
     fw: &Arc<firewall::node::Shared>,
     nat: &Arc<firewall::nat::NatShared>,
     steer: &Arc<firewall::steer::Steering>,
+    ipsec: &Arc<ipsec::node::IpsecShared>,
 ) -> Result<Registry, RegistryError> {
     let mut all = urpf::Urpf::all();
     all.extend(firewall::steer::Steering::features(steer));
     all.extend(firewall::node::FilterFeature::all(fw));
     all.extend(firewall::nat::NatFeature::all(nat));
+    all.extend(ipsec.features());
     Registry::new(all)
 }
 
@@ -74,6 +78,16 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     if cfg.workers > 1 && (cfg.firewall.conntrack || cfg.nat.has_rules()) {
         v.splice(0..0, firewall::steer::NAMES);
     }
+    // ESP to the router arrives on ports; what is routed to a tunnel leaves encrypted.
+    if cfg.ipsec.active() {
+        if cfg.ports.iter().any(|p| p.name == name) {
+            v.push(ipsec::node::DECRYPT);
+        }
+        if cfg.ipsec.tunnels.iter().any(|t| t.name == name) {
+            v.push(ipsec::node::ENCRYPT4);
+            v.push(ipsec::node::ENCRYPT6);
+        }
+    }
     v
 }
 
@@ -92,6 +106,10 @@ pub struct Features {
     pub nat: Arc<firewall::nat::NatShared>,
     /// Flow steering between workers, shared with its nodes.
     pub steering: Arc<firewall::steer::Steering>,
+    /// IPsec's SA tables, shared with its nodes.
+    pub ipsec: Arc<ipsec::node::IpsecShared>,
+    /// The IPsec config the installed SAs came from.
+    ipsec_config: std::sync::Mutex<ipsec::config::IpsecConfig>,
     /// The NAT config the published rules were compiled from.
     nat_config: std::sync::Mutex<firewall::nat::config::NatConfig>,
     /// Workers (for the rule counters).
@@ -119,10 +137,11 @@ impl Features {
     /// `version` is bumped on each publish.
     pub fn new(
         registry: Arc<Registry>,
-        (firewall, nat, steering): (
+        (firewall, nat, steering, ipsec): (
             Arc<firewall::node::Shared>,
             Arc<firewall::nat::NatShared>,
             Arc<firewall::steer::Steering>,
+            Arc<ipsec::node::IpsecShared>,
         ),
         names: Vec<String>,
         workers: usize,
@@ -136,6 +155,8 @@ impl Features {
             firewall,
             nat,
             steering,
+            ipsec,
+            ipsec_config: std::sync::Mutex::new(ipsec::config::IpsecConfig::default()),
             nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
             workers,
             firewall_config: std::sync::Mutex::new(firewall::config::FirewallConfig::default()),
@@ -174,6 +195,7 @@ impl Features {
                 .map_err(|_| "firewall state unavailable")? = cfg.firewall.clone();
         }
         self.publish_nat(&cfg.nat)?;
+        self.publish_ipsec(&cfg.ipsec)?;
         self.state.store(Arc::new(s));
         self.version.fetch_add(1, Ordering::Release);
         Ok(())
@@ -201,6 +223,48 @@ impl Features {
         }
         let rules = firewall::nat::NatRules::compile(cfg, &self.names)?;
         self.nat.publish(cfg, rules);
+        *cur = cfg.clone();
+        Ok(())
+    }
+
+    /// IPsec's SAs, as the config and its key file say (the key file is read again on
+    /// every publish, so a key changed there is a changed SA). Unchanged SAs keep their
+    /// state.
+    fn publish_ipsec(&self, cfg: &ipsec::config::IpsecConfig) -> Result<(), String> {
+        let mut cur = self
+            .ipsec_config
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        if cfg.is_default() && cur.is_default() {
+            return Ok(());
+        }
+        let reserved: Vec<&str> = Vec::new();
+        let planned = cfg.plan(&reserved).map_err(|p| {
+            p.into_iter()
+                .map(|(path, m)| format!("{path}: {m}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        let names: Vec<String> = cfg.tunnels.iter().map(|t| t.name.clone()).collect();
+        let mut iface = Vec::with_capacity(names.len());
+        for n in &names {
+            match self.names.iter().position(|x| x == n) {
+                Some(i) => iface.push(i as u16),
+                None => {
+                    return Err(format!(
+                        "tunnel {n} has no interface: adding a tunnel takes a restart"
+                    ))
+                }
+            }
+        }
+        let summary = self.ipsec.publish(
+            &planned,
+            &ipsec::node::Tunnels {
+                iface: &iface,
+                names: &names,
+            },
+        )?;
+        tracing::info!("[ipsec] {summary}");
         *cur = cfg.clone();
         Ok(())
     }

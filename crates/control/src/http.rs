@@ -267,6 +267,13 @@ async fn conntrack_flush(
     .await
 }
 
+/// The IPsec tunnel interfaces and SAs, with their counters.
+#[utoipa::path(get, path = "/v1/ipsec", tag = "show",
+    responses((status = 200, description = "Tunnels and SAs", body = model::IpsecView)))]
+async fn ipsec(State(s): State<Arc<Shared>>) -> ApiResult<model::IpsecView> {
+    blocking(move || Ok(Json(crate::api::ipsec_view(&s)))).await
+}
+
 /// NAT's rules, with the sessions each opened, and each worker's table.
 #[utoipa::path(get, path = "/v1/nat", tag = "show",
     responses((status = 200, description = "NAT's rules and tables", body = model::NatView)))]
@@ -671,7 +678,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -782,6 +789,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/firewall", get(firewall))
         .route("/v1/conntrack", get(conntrack_list).delete(conntrack_flush))
         .route("/v1/nat", get(nat))
+        .route("/v1/ipsec", get(ipsec))
         .route("/v1/nat/sessions", get(nat_sessions))
         .route("/v1/version", get(version))
         .route("/v1/config", get(config_get))

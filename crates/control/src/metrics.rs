@@ -36,6 +36,9 @@
 //! | `ferrouter_firewall_rule_packets_total`, `_bytes_total` | filter, rule (1-based, or `policy`) | what each firewall rule decided |
 //! | `ferrouter_conntrack_flows`, `ferrouter_conntrack_max_flows` | | flows tracked, and the tables' capacity (with `[firewall] conntrack`) |
 //! | `ferrouter_conntrack_events_total` | event=created/expired/refused/early_dropped/invalid | |
+//! | `ferrouter_ipsec_sas` | | IPsec SAs installed |
+//! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
+//! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -179,6 +182,49 @@ fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
             ],
         );
     }
+}
+
+/// IPsec SAs: packets, bytes and errors per SA.
+fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
+    let sas = shared.features.ipsec.report();
+    if sas.is_empty() {
+        return;
+    }
+    let label = |r: &ipsec::node::SaReport| {
+        vec![
+            ("tunnel", r.sa.tunnel.clone()),
+            ("direction", r.sa.direction.to_string()),
+            ("spi", format!("{:#x}", r.sa.spi)),
+        ]
+    };
+    s.gauge(
+        "ferrouter_ipsec_sas",
+        "IPsec SAs installed in the fast path.",
+        vec![(vec![], sas.len() as f64)],
+    );
+    s.counter(
+        "ferrouter_ipsec_sa_packets",
+        "Inner packets an SA encrypted or decrypted.",
+        sas.iter().map(|r| (label(r), r.packets)).collect(),
+    );
+    s.counter(
+        "ferrouter_ipsec_sa_bytes",
+        "Bytes of the inner packets an SA encrypted or decrypted.",
+        sas.iter().map(|r| (label(r), r.bytes)).collect(),
+    );
+    s.counter(
+        "ferrouter_ipsec_sa_errors",
+        "Packets an SA refused, by reason (replayed, integrity_failed, truncated, bad_padding, sequence_overflow, ...).",
+        sas.iter()
+            .flat_map(|r| {
+                r.errors.iter().map(|(reason, n)| {
+                    let mut l = label(r);
+                    l.push(("reason", reason.to_string()));
+                    (l, *n)
+                })
+            })
+            .collect(),
+    );
 }
 
 /// Flow steering between workers (several workers with flow state).
@@ -423,6 +469,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     );
     firewall_metrics(&mut s, shared);
     steering_metrics(&mut s, shared);
+    ipsec_metrics(&mut s, shared);
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();

@@ -884,6 +884,69 @@ pub struct ConntrackFlushed {
     pub removed: u64,
 }
 
+/// `GET /v1/ipsec`: the tunnel interfaces and the SAs installed, with their counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IpsecView {
+    /// The tunnels, in config order.
+    pub tunnels: Vec<IpsecTunnelView>,
+    /// The SAs, by tunnel, direction and SPI.
+    pub sas: Vec<IpsecSaView>,
+    /// Vectors an ESP node dropped because its worker's SA table was borrowed (never
+    /// expected).
+    pub busy: u64,
+}
+
+/// One tunnel interface.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IpsecTunnelView {
+    /// Interface name.
+    pub name: String,
+    /// Our end.
+    pub local: String,
+    /// The peer's end.
+    pub remote: String,
+    /// The interface's IP MTU, as Linux has it (0: not found).
+    pub mtu: u32,
+    /// SPI of the SA it sends with (none: it drops what is routed to it).
+    pub tx_spi: Option<u32>,
+    /// SPIs it receives with.
+    pub rx_spis: Vec<u32>,
+}
+
+/// One SA.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IpsecSaView {
+    /// Its tunnel interface.
+    pub tunnel: String,
+    /// `in` or `out`.
+    pub direction: String,
+    /// SPI.
+    pub spi: u32,
+    /// Encryption algorithm.
+    pub encryption: String,
+    /// Integrity algorithm (`none` with an AEAD).
+    pub integrity: String,
+    /// Extended sequence numbers.
+    pub esn: bool,
+    /// Anti-replay window (inbound).
+    pub replay_window: u32,
+    /// Outer source.
+    pub src: String,
+    /// Outer destination.
+    pub dst: String,
+    /// Outbound: whether its tunnel sends with it.
+    pub active: bool,
+    /// Inner packets encrypted or decrypted.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Outbound: the last sequence number sent; inbound: the highest accepted.
+    pub sequence: u64,
+    /// Packets refused, by reason (only the non-zero ones): replayed, integrity_failed,
+    /// truncated, bad_padding, sequence_overflow, ...
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
 /// `GET /v1/nat`: NAT's rules with the sessions each opened, and each worker's table.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NatView {

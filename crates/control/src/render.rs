@@ -25,7 +25,80 @@ pub fn render(v: &Shown) -> String {
         Shown::Conntrack(c) => conntrack(c),
         Shown::Nat(n) => nat(n),
         Shown::NatSessions(n) => nat_sessions(n),
+        Shown::Ipsec(i) => ipsec(i),
     }
+}
+
+/// `ferrouter show ipsec`: the tunnels, then the SAs with their counters.
+pub fn ipsec(v: &model::IpsecView) -> String {
+    let mut s = String::new();
+    if v.tunnels.is_empty() {
+        let _ = writeln!(s, "no IPsec tunnels ([[ipsec.tunnel]])");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{:<12} {:<26} {:<26} {:>5}  {:<10}  rx SPIs",
+        "tunnel", "local", "remote", "mtu", "tx SPI"
+    );
+    for t in &v.tunnels {
+        let rx: Vec<String> = t.rx_spis.iter().map(|x| format!("{x:#x}")).collect();
+        let _ = writeln!(
+            s,
+            "{:<12} {:<26} {:<26} {:>5}  {:<10}  {}",
+            t.name,
+            t.local,
+            t.remote,
+            t.mtu,
+            t.tx_spi
+                .map_or_else(|| "none".into(), |x| format!("{x:#x}")),
+            if rx.is_empty() {
+                "none".into()
+            } else {
+                rx.join(" ")
+            }
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  errors",
+        "tunnel", "dir", "spi", "algorithm", "packets", "bytes", "sequence"
+    );
+    for a in &v.sas {
+        let alg = if a.integrity == "none" {
+            a.encryption.clone()
+        } else {
+            format!("{}/{}", a.encryption, a.integrity)
+        };
+        let errors: Vec<String> = a.errors.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        let dir = if a.direction == "out" && !a.active {
+            "out-".to_string()
+        } else {
+            a.direction.clone()
+        };
+        let _ = writeln!(
+            s,
+            "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  {}{}",
+            a.tunnel,
+            dir,
+            format!("{:#x}", a.spi),
+            alg,
+            a.packets,
+            a.bytes,
+            a.sequence,
+            if errors.is_empty() {
+                "-".into()
+            } else {
+                errors.join(" ")
+            },
+            if a.esn { "  (esn)" } else { "" }
+        );
+    }
+    if v.busy > 0 {
+        let _ = writeln!(s, "\n{} vectors dropped: an SA table was busy", v.busy);
+    }
+    s
 }
 
 /// `ferrouter show nat`: the rules, then a line per worker.

@@ -644,6 +644,7 @@ mod tests {
             &Default::default(),
             &Default::default(),
             &Default::default(),
+            &Arc::new(ipsec::node::IpsecShared::new(1, 1, 0)),
         )
         .unwrap();
         let id = features.id("ip4-urpf-strict").unwrap();

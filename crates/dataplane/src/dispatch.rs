@@ -9,6 +9,17 @@ use crate::ip4::{self, V4};
 use crate::ip6::V6;
 use crate::{ethernet, icmp, ip};
 
+/// Where a vector enters the graph.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Seed {
+    /// Received frames: ethernet-input.
+    Received,
+    /// The router's own packets: the lookup.
+    Lookup,
+    /// The router's own packets: the output arc of their `tx_port`.
+    Output,
+}
+
 impl Graph {
     /// Push a vector of received frames through the graph. `now_ns` is a monotonic clock
     /// read once per vector (ICMP rate limiting).
@@ -19,6 +30,45 @@ impl Graph {
         out: &mut Output,
         now_ns: u64,
     ) {
+        self.process_from(v, mem, out, now_ns, Seed::Received);
+    }
+
+    /// Push a vector of the router's own packets through the graph from the lookup (an
+    /// encapsulated packet held while its next hop resolved, say). Each packet's `l3` must
+    /// point at its IPv4 or IPv6 header (anything else is dropped); it is routed by its
+    /// destination as an ICMP error the router makes is (no unicast arc, no TTL change).
+    pub fn process_local<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        now_ns: u64,
+    ) {
+        self.process_from(v, mem, out, now_ns, Seed::Lookup);
+    }
+
+    /// Send a vector of the router's own packets out of the interface in each one's
+    /// `tx_port`, through that interface's output arc: what the kernel routed into a
+    /// tunnel interface (a point-to-point link: whatever the destination, it leaves by the
+    /// tunnel). `l3` as for [`Graph::process_local`].
+    pub fn send_local<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        now_ns: u64,
+    ) {
+        self.process_from(v, mem, out, now_ns, Seed::Output);
+    }
+
+    fn process_from<M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &mut M,
+        out: &mut Output,
+        now_ns: u64,
+        seed: Seed,
+    ) {
         // The one per-vector check of an idle tracer; the untraced instantiation has no
         // trace code at all.
         let traced = match self.tracer.as_deref_mut() {
@@ -27,12 +77,53 @@ impl Graph {
         };
         if traced {
             self.select_traced(v, mem, now_ns);
-            self.run::<true, M>(v, mem, out, now_ns);
+            self.run::<true, M>(v, mem, out, now_ns, seed);
             if let Some(t) = self.tracer.as_deref_mut() {
                 t.finish();
             }
         } else {
-            self.run::<false, M>(v, mem, out, now_ns);
+            self.run::<false, M>(v, mem, out, now_ns, seed);
+        }
+    }
+
+    /// Hand the router's own packets `..n` of `v` to the lookup of their IP version, or
+    /// (`output`) to its output arc on their `tx_port`.
+    fn seed_local<const T: bool, M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &M,
+        out: &mut Output,
+        n: usize,
+        output: bool,
+    ) {
+        self.local_lookup = true;
+        for i in 0..n {
+            let p = &mut v.pkts[i];
+            let at = p.off as usize + p.l3 as usize;
+            let frame = mem.frame(p.buf);
+            let node = match (frame.get(at).map(|b| b >> 4), frame.get(at + 16..at + 20)) {
+                (Some(4), Some(_)) if output => {
+                    // No next hop: the output arc keys the packet by its `tx_port`.
+                    p.nh = fib::MISS;
+                    Node::Ip4Output
+                }
+                (Some(6), _) if output => {
+                    p.nh = fib::MISS;
+                    Node::Ip6Output
+                }
+                (Some(4), Some(d)) => {
+                    p.nh = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+                    Node::Ip4Lookup
+                }
+                (Some(6), _) => Node::Ip6Lookup,
+                _ => {
+                    let p = *p;
+                    self.drop_pkt::<T>(out, &p, Reason::EthUnknownType);
+                    continue;
+                }
+            };
+            p.flags = (p.flags & crate::trace::F_TRACED) | crate::buffer::F_LOCAL_ORIGIN;
+            self.enqueue(node, i as u16);
         }
     }
 
@@ -55,6 +146,7 @@ impl Graph {
         mem: &mut M,
         out: &mut Output,
         now_ns: u64,
+        seed: Seed,
     ) {
         let n = v.len.min(VECTOR_SIZE);
         self.icmp_limit.refill(now_ns);
@@ -66,7 +158,9 @@ impl Graph {
             self.vec_mixed = v.pkts[..n].iter().any(|p| p.rx_port != self.vec_port);
             self.local_lookup = false;
         }
-        {
+        if seed != Seed::Received {
+            self.seed_local::<T, M>(v, mem, out, n, seed == Seed::Output);
+        } else {
             let f = &mut self.frames;
             for (i, slot) in f.lists[Node::EthernetInput as usize][..n]
                 .iter_mut()

@@ -130,8 +130,8 @@ pub(crate) enum Ifaces<'a> {
 pub(crate) struct Drops {
     pub(crate) list: [(u16, u8); VECTOR_SIZE],
     /// What becomes of each entry of `list`: [`REPLY_NONE`] (freed), [`REPLY_REWRITTEN`]
-    /// (routed back as it is), [`REPLY_TAKEN`] (freed, not a drop), else an ICMP error
-    /// kind (`icmp::kind`).
+    /// (routed back as it is), [`REPLY_TAKEN`] (freed, not a drop), [`REPLY_REROUTE`]
+    /// (routed again, not a drop), else an ICMP error kind (`icmp::kind`).
     pub(crate) reply: [u32; VECTOR_SIZE],
     pub(crate) len: usize,
     seen: [u64; VECTOR_SIZE / 64],
@@ -194,6 +194,17 @@ impl Batch<'_> {
         self.drop_with(k, 0, REPLY_TAKEN);
     }
 
+    /// Send packet `k` back to the lookup of its IP version, as a packet of the router's
+    /// own: the feature has encapsulated it (an IPsec tunnel's ESP packet, with a new outer
+    /// header at the same `off + l3`, its length in `len`) and the outer destination decides
+    /// where it goes. It passes no unicast arc, is not counted as forwarded again, and its
+    /// TTL is left as the feature wrote it. Not a drop. Rerouting a packet already dropped
+    /// or taken, or one beyond `len()`, changes nothing.
+    #[inline]
+    pub fn reroute(&mut self, k: usize) {
+        self.drop_with(k, 0, REPLY_REROUTE);
+    }
+
     /// Drop packet `k` as [`Batch::drop`] does, and answer its sender: `reply` says how.
     /// A packet the router generated itself (a reply, an ICMP error) is never answered,
     /// only dropped, so replies cannot loop.
@@ -203,7 +214,7 @@ impl Batch<'_> {
         let r = match reply {
             _ if local => REPLY_NONE,
             Reply::Rewritten => REPLY_REWRITTEN,
-            Reply::IcmpError { ty, code } => icmp_kind(ty, code).max(REPLY_TAKEN + 1),
+            Reply::IcmpError { ty, code } => icmp_kind(ty, code).max(REPLY_REROUTE + 1),
         };
         self.drop_with(k, reason, r);
     }
@@ -258,6 +269,9 @@ pub(crate) const REPLY_NONE: u32 = 0;
 pub(crate) const REPLY_REWRITTEN: u32 = 1;
 /// [`Drops::reply`]: taken by the feature ([`Batch::take`]): freed, not a drop.
 pub(crate) const REPLY_TAKEN: u32 = 2;
+
+/// [`Drops::reply`]: encapsulated by the feature, to be routed again ([`Batch::reroute`]).
+pub(crate) const REPLY_REROUTE: u32 = 3;
 
 /// A feature's per-worker node. Called with the packets of one vector that reach it; it
 /// may read and write their frames and descriptors, and drops what it must

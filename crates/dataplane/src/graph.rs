@@ -74,7 +74,8 @@ pub(crate) const ORDER: [Node; NODE_COUNT] = [
 ];
 /// How far ahead ethernet-input prefetches packet headers.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
-/// A packet can pass lookup at most twice (itself, then as an ICMP error): 3 rounds suffice.
+/// A packet can pass lookup at most three times (itself, then encapsulated by a tunnel,
+/// then as an ICMP error): 4 rounds suffice.
 pub(crate) const MAX_ROUNDS: usize = 4;
 
 impl Node {
@@ -460,6 +461,12 @@ impl Graph {
                     out.free.push(p.buf);
                     continue;
                 }
+                if rt.drops.reply[d] == feature::REPLY_REROUTE {
+                    // Encapsulated by the feature: off this arc, routed again.
+                    self.trace::<T>(&p, Step::Feature { id, drop: None });
+                    self.reroute::<T, M>(v, &*mem, out, i);
+                    continue;
+                }
                 let r = (r as usize).min(ndrops.saturating_sub(1));
                 if ndrops > 0 {
                     self.counters.feature_add(base + 1 + r, 1);
@@ -541,6 +548,46 @@ impl Graph {
                 i,
             );
         }
+    }
+
+    /// Route packet `i` again, as the router's own, by the IP version at its L3 header (a
+    /// feature encapsulated it: [`feature::Batch::reroute`]); anything but IPv4 or IPv6
+    /// there is dropped.
+    fn reroute<const T: bool, M: PacketMemory>(
+        &mut self,
+        v: &mut Vector,
+        mem: &M,
+        out: &mut Output,
+        i: u16,
+    ) {
+        let Some(p) = v.pkts.get_mut(i as usize) else {
+            return;
+        };
+        let at = p.off as usize + p.l3 as usize;
+        let frame = mem.frame(p.buf);
+        let node = match frame.get(at).map(|b| b >> 4) {
+            Some(4) => match frame.get(at + 16..at + 20) {
+                Some(d) => {
+                    // ip4-lookup takes the destination from `nh`.
+                    p.nh = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+                    Node::Ip4Lookup
+                }
+                None => {
+                    let p = *p;
+                    return self.drop_pkt::<T>(out, &p, Reason::FeatureDrop);
+                }
+            },
+            Some(6) => Node::Ip6Lookup,
+            _ => {
+                let p = *p;
+                return self.drop_pkt::<T>(out, &p, Reason::FeatureDrop);
+            }
+        };
+        // What the packet was marked for (fragmentation, an unverified checksum) was about
+        // the inner packet.
+        p.flags = (p.flags & F_TRACED) | F_LOCAL_ORIGIN;
+        self.local_lookup = true;
+        self.enqueue(node, i);
     }
 
     /// The `ip4-output` / `ip6-output` node: the features, then port-tx, or ip4-frag for

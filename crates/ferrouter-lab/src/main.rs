@@ -96,6 +96,11 @@ enum Cmd {
         /// IP MTU of the lab's links (9000 for jumbo frames); default 1500.
         #[arg(long, global = true)]
         mtu: Option<u32>,
+        /// Two ferrouter gateways with an IPsec tunnel between them instead (h1 - gw1 ═
+        /// gw2 - h2, AES-128-GCM, keys in a root-only file): `lab up --ipsec`, `lab down
+        /// --ipsec`.
+        #[arg(long, global = true)]
+        ipsec: bool,
     },
     /// Synthetic MRT files (TABLE_DUMP_V2) for BGP speakers to load (`gobgp mrt inject`).
     #[command(subcommand)]
@@ -814,10 +819,18 @@ fn main() -> Result<()> {
         Cmd::Lab {
             cmd,
             name,
+            backend,
+            ipsec: true,
+            ..
+        } => ipsec_lab_cmd(cmd, &name, &backend),
+        Cmd::Lab {
+            cmd,
+            name,
             workers,
             backend,
             vlans,
             mtu,
+            ..
         } => lab_cmd(cmd, &name, workers, &backend, (vlans, mtu)),
         Cmd::Bench(Bench::Pipeline(a)) => {
             let opts = pipeline_options(&a)?;
@@ -1415,6 +1428,54 @@ fn rfc2544(a: Rfc2544Args) -> Result<()> {
         print!("{}", r.table());
     }
     Ok(())
+}
+
+/// `lab up|down|status --ipsec`: two gateways with a tunnel between them.
+fn ipsec_lab_cmd(cmd: LabCmd, name: &str, backend: &str) -> Result<()> {
+    let mut l = lab::ipsec::IpsecLab::new(name);
+    l.backend = backend.to_string();
+    match cmd {
+        LabCmd::Up => {
+            l.up(&ferrouter_bin()?)?;
+            println!(
+                "IPsec lab {name} is up: {} - {} = ESP = {} - {}",
+                l.h1(),
+                l.gw(1),
+                l.gw(2),
+                l.h2()
+            );
+            println!("try: ip netns exec {} ping {}", l.h1(), lab::ipsec::H2);
+            println!(
+                "     ferrouter show ipsec --socket {}",
+                l.socket(1).display()
+            );
+            Ok(())
+        }
+        LabCmd::Down => {
+            l.down();
+            println!("IPsec lab {name} is down");
+            Ok(())
+        }
+        LabCmd::Status => {
+            let ns = l.existing();
+            println!(
+                "namespaces: {}",
+                if ns.is_empty() {
+                    "none".into()
+                } else {
+                    ns.join(" ")
+                }
+            );
+            for n in [1, 2] {
+                match control::api::request(&l.socket(n), "ipsec", None) {
+                    Ok(v) => print!("gw{n}:\n{}", control::render::render(&v)),
+                    Err(_) => println!("gw{n}: not running"),
+                }
+            }
+            Ok(())
+        }
+        LabCmd::Demo { .. } => bail!("lab demo --ipsec: not available; use lab up --ipsec"),
+    }
 }
 
 fn lab_cmd(

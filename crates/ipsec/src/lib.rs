@@ -6,8 +6,9 @@
 //! Pure computation: no I/O, no allocation per packet (an SA allocates its key schedules
 //! and replay bitmap once, when it is created), and no panic on any packet: every access
 //! to packet bytes is checked and a packet that is not what it claims is an [`EspError`]
-//! naming what was wrong. The data-plane nodes, the SA and policy databases and the
-//! configuration come next (issue 26, docs/ipsec.md).
+//! naming what was wrong. On top of it: the per-worker SA database ([`sad`]), the ESP nodes
+//! of route-based tunnel interfaces on the fast path's feature arcs ([`node`]) and the
+//! `[ipsec]` configuration with its key file ([`config`]); see docs/ipsec.md.
 //!
 //! Crypto is aws-lc-rs for every algorithm (measured: docs/performance.md, "AEAD and ESP
 //! ciphers from memory"). AEAD tags are checked by AWS-LC, and truncated HMAC ICVs are
@@ -17,11 +18,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod error;
 pub mod esp;
 pub mod fuzzing;
+pub mod node;
 pub mod replay;
 pub mod sa;
+pub mod sad;
 mod suite;
 pub mod testing;
 

@@ -544,6 +544,7 @@ pub mod chart;
 pub mod convergence;
 pub mod daemons;
 pub mod fwbench;
+pub mod ipsec;
 pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;

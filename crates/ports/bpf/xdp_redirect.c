@@ -34,8 +34,10 @@ struct addr {
 };
 
 // The router's own addresses, filled by userspace: traffic to them goes to the kernel.
-// Value LOCAL_NAT: NAT shares the address (masquerade, a port forward), and traffic to a
-// port NAT claims in nat_ports goes to the fast path instead.
+// The value is a set of bits: LOCAL (always), LOCAL_NAT: NAT shares the address
+// (masquerade, a port forward), and traffic to a port NAT claims in nat_ports goes to the
+// fast path instead; LOCAL_ESP: IPsec tunnels end on it, and ESP to it goes to the fast
+// path.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -44,6 +46,7 @@ struct {
 } local_addrs SEC(".maps");
 
 #define LOCAL_NAT 2
+#define LOCAL_ESP 4
 
 // Ports of the router's own addresses that NAT claims from the kernel: a bitmap per
 // block of 1024 64-bit words (64-bit: an array map lays its values out 8 bytes apart,
@@ -134,6 +137,7 @@ int ferrouter_xdp(struct xdp_md *ctx)
 	struct addr key = {};
 	__be16 proto;
 	void *l3;
+	__u8 nexthdr = 0;
 
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
@@ -169,7 +173,9 @@ int ferrouter_xdp(struct xdp_md *ctx)
 		key.w[3] = ip->daddr;
 		__u8 *kind = bpf_map_lookup_elem(&local_addrs, &key);
 		if (kind) {
-			if (*kind == LOCAL_NAT && nat_packet(ip, end))
+			if ((*kind & LOCAL_NAT) && nat_packet(ip, end))
+				return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+			if ((*kind & LOCAL_ESP) && ip->protocol == IPPROTO_ESP)
 				return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 			return XDP_PASS;
 		}
@@ -178,6 +184,7 @@ int ferrouter_xdp(struct xdp_md *ctx)
 		if ((void *)(ip6 + 1) > end)
 			return XDP_PASS;
 		__u8 *d = ip6->daddr.in6_u.u6_addr8;
+		nexthdr = ip6->nexthdr;
 		// Hop-by-Hop options in transit are forwarded (RFC 9098); those for the
 		// router are to its addresses or multicast, passed here.
 		if (d[0] == 0xff ||                          // ff00::/8 multicast
@@ -189,8 +196,13 @@ int ferrouter_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	}
 
-	if (bpf_map_lookup_elem(&local_addrs, &key))
+	__u8 *kind = bpf_map_lookup_elem(&local_addrs, &key);
+	if (kind) {
+		// IPv6 ESP right after the fixed header (the fast path looks no further).
+		if ((*kind & LOCAL_ESP) && nexthdr == IPPROTO_ESP)
+			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 		return XDP_PASS;
+	}
 	// No socket on this queue: the kernel gets the frame rather than a silent drop.
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }

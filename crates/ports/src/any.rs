@@ -56,13 +56,18 @@ impl AnyPort {
     /// Tell the XDP program which destinations are the router's own (the kernel's
     /// traffic); other backends need nothing.
     pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), PortError> {
-        self.set_local_addrs_shared(addrs, false)
+        self.set_local_addrs_shared(addrs, crate::Share::default())
     }
 
-    /// [`AnyPort::set_local_addrs`], with NAT sharing the IPv4 addresses (`nat`).
-    pub fn set_local_addrs_shared(&mut self, addrs: &[IpAddr], nat: bool) -> Result<(), PortError> {
+    /// [`AnyPort::set_local_addrs`], with the fast path taking some of their traffic
+    /// (`share`: NAT's ports, ESP).
+    pub fn set_local_addrs_shared(
+        &mut self,
+        addrs: &[IpAddr],
+        share: crate::Share,
+    ) -> Result<(), PortError> {
         match self {
-            AnyPort::Xdp(p) => p.set_local_addrs_shared(addrs, nat),
+            AnyPort::Xdp(p) => p.set_local_addrs_shared(addrs, share),
             _ => Ok(()),
         }
     }

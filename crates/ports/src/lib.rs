@@ -21,7 +21,7 @@ mod sys;
 pub mod tap;
 
 pub use afpacket::{AfPacket, AfPacketOptions};
-pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode};
+pub use afxdp::{AfXdp, AfXdpOptions, AttachMode, BindMode, Share};
 pub use any::AnyPort;
 pub use memif::{Memif, MemifOptions, MemifRole, MemifStats};
 

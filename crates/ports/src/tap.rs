@@ -17,6 +17,7 @@ use crate::sys;
 
 /// `TUNSETIFF` (`_IOW('T', 202, int)`).
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TUN: libc::c_short = 0x0001;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 
@@ -65,6 +66,39 @@ impl Tap {
             sys::set_hwaddr(s.as_raw_fd(), name, mac)
                 .map_err(|e| context(e, format!("setting the MAC of {name}")))?;
         }
+        sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
+        Ok(Tap {
+            fd,
+            name: name.to_string(),
+            to_kernel: 0,
+            from_kernel: 0,
+            to_kernel_drops: 0,
+            from_kernel_drops: 0,
+            runts: 0,
+        })
+    }
+
+    /// Create (or attach to) the TUN interface `name` (layer 3: no link-layer header, no
+    /// ARP; the kernel face of a tunnel interface), set its MTU to `mtu` and bring it up.
+    /// Frames read and written are bare IP packets.
+    pub fn open_tun(name: &str, mtu: u32) -> io::Result<Tap> {
+        // SAFETY: open(2) on a constant NUL-terminated path; the result is checked.
+        let fd = sys::cvt(unsafe {
+            libc::open(
+                c"/dev/net/tun".as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        })
+        .map_err(|e| context(e, "opening /dev/net/tun".into()))?;
+        // SAFETY: `fd` was just returned by open() and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut r = sys::ifreq(name).map_err(|e| context(e, format!("TUN name {name:?}")))?;
+        r.ifr_ifru.ifru_flags = IFF_TUN | IFF_NO_PI;
+        sys::ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut r)
+            .map_err(|e| context(e, format!("creating TUN interface {name}")))?;
+        let s = sys::raw_socket(libc::AF_PACKET)?;
+        sys::set_mtu(s.as_raw_fd(), name, mtu)
+            .map_err(|e| context(e, format!("setting the MTU of {name} to {mtu}")))?;
         sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
         Ok(Tap {
             fd,

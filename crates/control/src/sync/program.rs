@@ -11,6 +11,7 @@ impl Sync {
             NhKey::Drop => NextHop::Drop,
             NhKey::Local => NextHop::Local,
             NhKey::Glean(ifx) => match self.port_of(*ifx) {
+                Some(port) if self.is_tunnel(port) => self.tunnel_adjacency(*ifx, port),
                 Some(port) => NextHop::Glean { port },
                 None => NextHop::Local,
             },
@@ -18,6 +19,9 @@ impl Sync {
                 let Some(port) = self.port_of(*ifx) else {
                     return NextHop::Local;
                 };
+                if self.is_tunnel(port) {
+                    return self.tunnel_adjacency(*ifx, port);
+                }
                 let link = self.links.get(ifx);
                 let mtu = self.port_mtu(port, link);
                 match (
@@ -38,6 +42,17 @@ impl Sync {
             }
             NhKey::Group(members) => NextHop::Ecmp(members.clone().into_boxed_slice()),
         }
+    }
+
+    /// The adjacency of tunnel interface `port` (ifindex `ifx`): no link-layer addresses,
+    /// the tunnel's MTU.
+    fn tunnel_adjacency(&self, ifx: u32, port: u16) -> NextHop {
+        NextHop::Forward(Adjacency {
+            port,
+            dst_mac: [0; 6],
+            src_mac: [0; 6],
+            mtu: self.port_mtu(port, self.links.get(&ifx)),
+        })
     }
 
     /// Take a reference on the next hop for `key`, creating it if needed.

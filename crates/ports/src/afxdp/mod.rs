@@ -36,7 +36,7 @@ use dataplane::worker::Port;
 use crate::sys as ifsys;
 use crate::{PortError, PortStats};
 
-pub use program::XDP_OBJECT;
+pub use program::{Share, XDP_OBJECT};
 
 /// Bytes per UMEM frame (chunk); the same as the dataplane's frames.
 const UMEM_FRAME: u64 = FRAME_SIZE as u64;
@@ -545,14 +545,18 @@ impl AfXdp {
     /// Make `addrs` the router's own addresses on this interface: traffic to them is passed
     /// to the kernel instead of the fast path. Replaces the previous set.
     pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), PortError> {
-        self.set_local_addrs_shared(addrs, false)
+        self.set_local_addrs_shared(addrs, Share::default())
     }
 
-    /// [`AfXdp::set_local_addrs`], with NAT sharing the IPv4 addresses (`nat`): traffic to
-    /// the ports NAT claims ([`AfXdp::nat_ports`]) goes to the fast path.
-    pub fn set_local_addrs_shared(&mut self, addrs: &[IpAddr], nat: bool) -> Result<(), PortError> {
+    /// [`AfXdp::set_local_addrs`], with the fast path taking some of their traffic
+    /// (`share`): with NAT, the ports it claims ([`AfXdp::nat_ports`]); with IPsec, ESP.
+    pub fn set_local_addrs_shared(
+        &mut self,
+        addrs: &[IpAddr],
+        share: Share,
+    ) -> Result<(), PortError> {
         lock(&self.program)
-            .set_local_addrs(addrs, nat)
+            .set_local_addrs(addrs, share)
             .map_err(|reason| PortError::Xdp {
                 ifname: self.ifname.clone(),
                 reason,

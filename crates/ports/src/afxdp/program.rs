@@ -142,12 +142,22 @@ impl XdpProgram {
     }
 
     /// Make `addrs` exactly the set of addresses whose traffic goes to the kernel; with
-    /// `nat`, NAT shares the IPv4 ones (the ports it claims go to the fast path).
-    pub(crate) fn set_local_addrs(&mut self, addrs: &[IpAddr], nat: bool) -> Result<(), Reason> {
-        let nat = nat && self.nat_ports.is_some();
+    /// `share.nat`, NAT shares the IPv4 ones (the ports it claims go to the fast path); with
+    /// `share.esp`, ESP to any of them goes to the fast path.
+    pub(crate) fn set_local_addrs(&mut self, addrs: &[IpAddr], share: Share) -> Result<(), Reason> {
+        let nat = share.nat && self.nat_ports.is_some();
         let want: StdHashMap<[u8; 16], u8> = addrs
             .iter()
-            .map(|a| (map_key(*a), if nat && a.is_ipv4() { LOCAL_NAT } else { 1 }))
+            .map(|a| {
+                let mut v = LOCAL;
+                if nat && a.is_ipv4() {
+                    v |= LOCAL_NAT;
+                }
+                if share.esp {
+                    v |= LOCAL_ESP;
+                }
+                (map_key(*a), v)
+            })
             .collect();
         // Add before removing, so an address present in both sets never leaks to the fast
         // path in between.
@@ -194,8 +204,22 @@ impl XdpProgram {
     }
 }
 
-/// `local_addrs` value of an address NAT shares.
+/// `local_addrs` value of a router address: a bit set of these.
+const LOCAL: u8 = 1;
+/// NAT shares the address.
 const LOCAL_NAT: u8 = 2;
+/// ESP to the address is the fast path's (IPsec tunnels end there).
+const LOCAL_ESP: u8 = 4;
+
+/// What the fast path takes of the traffic to the router's own addresses, which is
+/// otherwise the kernel's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    /// NAT's flows on the IPv4 addresses (the ports it claims).
+    pub nat: bool,
+    /// ESP (IPsec tunnels end on the router's addresses).
+    pub esp: bool,
+}
 
 /// 64-bit words per protocol block of `nat_ports` (65,536 bits). 64-bit values: an array
 /// map lays its values out 8 bytes apart, and mmap shows that layout.

@@ -1,0 +1,645 @@
+//! `[ipsec]` in the config: route-based tunnels (`[[ipsec.tunnel]]`) and their manually
+//! keyed SAs (`[[ipsec.sa]]`), whose keys live in a separate file (`key_file`) that only
+//! its owner may read.
+//!
+//! ```toml
+//! [ipsec]
+//! key_file = "/etc/ferrouter/ipsec.keys"
+//!
+//! [[ipsec.tunnel]]
+//! name = "ipsec0"
+//! local = "192.0.2.1"
+//! remote = "192.0.2.2"
+//!
+//! [[ipsec.sa]]
+//! tunnel = "ipsec0"
+//! direction = "out"
+//! spi = 0x1001
+//! encryption = "aes-128-gcm"
+//! key = "gw1-to-gw2"
+//!
+//! [[ipsec.sa]]
+//! tunnel = "ipsec0"
+//! direction = "in"
+//! spi = 0x2001
+//! encryption = "aes-128-gcm"
+//! key = "gw2-to-gw1"
+//! ```
+//!
+//! The key file (mode 0600 or 0400) names each key's material in hex:
+//!
+//! ```toml
+//! [gw1-to-gw2]
+//! encryption = "4a1f...e2"   # the key, then the 4-byte salt for the AEADs
+//! [gw2-to-gw1]
+//! encryption = "77c0...1b"
+//! integrity = "..."          # the HMAC key, for CBC and NULL encryption
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::sa::{Df, Direction, Encryption, Integrity, Mode, Sa, SaConfig};
+
+/// `[ipsec]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpsecConfig {
+    /// The file holding the SAs' keys (readable by its owner only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// SAs the fast path holds at most (sized at start).
+    #[serde(default = "default_max_sas")]
+    pub max_sas: usize,
+    /// Route-based tunnel interfaces.
+    #[serde(default, rename = "tunnel", skip_serializing_if = "Vec::is_empty")]
+    pub tunnels: Vec<TunnelConfig>,
+    /// Manually keyed SAs.
+    #[serde(default, rename = "sa", skip_serializing_if = "Vec::is_empty")]
+    pub sas: Vec<SaEntry>,
+}
+
+impl Default for IpsecConfig {
+    fn default() -> Self {
+        IpsecConfig {
+            key_file: None,
+            max_sas: default_max_sas(),
+            tunnels: Vec::new(),
+            sas: Vec::new(),
+        }
+    }
+}
+
+fn default_max_sas() -> usize {
+    16_384
+}
+
+/// The most SAs `max_sas` may ask for.
+pub const MAX_SAS: usize = 2_000_000;
+
+/// `[[ipsec.tunnel]]`: a route-based tunnel interface. It appears in Linux as a TUN
+/// interface of its name: addresses and routes put on it are mirrored into the FIB, and
+/// what is routed to it leaves encrypted with its transmit SA.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelConfig {
+    /// Interface name (a Linux interface name, not a port's).
+    pub name: String,
+    /// Our end: the outer source address (one of the router's addresses).
+    pub local: IpAddr,
+    /// The peer's end: the outer destination.
+    pub remote: IpAddr,
+    /// The tunnel interface's IP MTU: packets bigger than this are answered with
+    /// fragmentation-needed / packet-too-big (or, IPv4 without DF, encrypted whole and the
+    /// outer packet fragmented). Default: 1500 less the largest overhead of its SAs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// The outer IPv4 header's DF bit: `copy` (from the inner packet; the default), `set`
+    /// or `clear`.
+    #[serde(default, skip_serializing_if = "is_default_df")]
+    pub df: DfPolicy,
+}
+
+/// `df` of a tunnel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DfPolicy {
+    /// Copied from an inner IPv4 packet, set for IPv6.
+    #[default]
+    Copy,
+    /// Always set.
+    Set,
+    /// Always clear.
+    Clear,
+}
+
+fn is_default_df(d: &DfPolicy) -> bool {
+    *d == DfPolicy::Copy
+}
+
+impl From<DfPolicy> for Df {
+    fn from(d: DfPolicy) -> Df {
+        match d {
+            DfPolicy::Copy => Df::Copy,
+            DfPolicy::Set => Df::Set,
+            DfPolicy::Clear => Df::Clear,
+        }
+    }
+}
+
+/// `direction` of an SA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaDirection {
+    /// We encrypt with it.
+    Out,
+    /// We decrypt with it.
+    In,
+}
+
+/// `[[ipsec.sa]]`: one manually keyed SA of a tunnel.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaEntry {
+    /// The tunnel it belongs to.
+    pub tunnel: String,
+    /// `out` (a tunnel has at most one: the one it sends with) or `in` (several, so a
+    /// rekey loses nothing).
+    pub direction: SaDirection,
+    /// Security Parameters Index, 256 and above (`0x1001` is fine in TOML).
+    pub spi: u32,
+    /// `aes-128-gcm`, `aes-256-gcm`, `chacha20-poly1305`, `aes-128-cbc`, `aes-256-cbc`
+    /// or `null` (tests only).
+    pub encryption: String,
+    /// `none` (with the AEADs; the default), `hmac-sha1-96`, `hmac-sha2-256-128` or
+    /// `hmac-sha2-512-256`.
+    #[serde(default = "none", skip_serializing_if = "is_none")]
+    pub integrity: String,
+    /// The name of its key in the key file.
+    pub key: String,
+    /// Extended (64-bit) sequence numbers; both ends must agree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub esn: bool,
+    /// Anti-replay window (inbound), a multiple of 64 from 64 to 65536.
+    #[serde(default = "default_window", skip_serializing_if = "is_default_window")]
+    pub replay_window: u32,
+}
+
+fn none() -> String {
+    "none".into()
+}
+fn is_none(s: &String) -> bool {
+    s == "none"
+}
+fn default_window() -> u32 {
+    SaConfig::DEFAULT_WINDOW
+}
+fn is_default_window(w: &u32) -> bool {
+    *w == SaConfig::DEFAULT_WINDOW
+}
+
+/// An algorithm by its config name.
+pub fn encryption(name: &str) -> Option<Encryption> {
+    [
+        Encryption::AesGcm128,
+        Encryption::AesGcm256,
+        Encryption::ChaCha20Poly1305,
+        Encryption::AesCbc128,
+        Encryption::AesCbc256,
+        Encryption::Null,
+    ]
+    .into_iter()
+    .find(|e| e.name() == name)
+}
+
+/// An integrity algorithm by its config name.
+pub fn integrity(name: &str) -> Option<Integrity> {
+    [
+        Integrity::None,
+        Integrity::HmacSha1_96,
+        Integrity::HmacSha256_128,
+        Integrity::HmacSha512_256,
+    ]
+    .into_iter()
+    .find(|e| e.name() == name)
+}
+
+/// One key of the key file.
+pub struct Key {
+    /// Encryption keying material (with the salt for the AEADs).
+    pub encryption: Zeroizing<Vec<u8>>,
+    /// Integrity key.
+    pub integrity: Zeroizing<Vec<u8>>,
+}
+
+/// The key file's keys, by name.
+pub struct Keys(HashMap<String, Key>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    #[serde(default)]
+    encryption: String,
+    #[serde(default)]
+    integrity: String,
+}
+
+fn hex(s: &str) -> Result<Vec<u8>, String> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    let digits: Vec<u8> = s
+        .bytes()
+        .filter(|b| !matches!(b, b':' | b' ' | b'_'))
+        .collect();
+    if !digits.len().is_multiple_of(2) {
+        return Err(format!(
+            "{} hex digits: expected an even number",
+            digits.len()
+        ));
+    }
+    digits
+        .chunks(2)
+        .enumerate()
+        .map(|(i, d)| {
+            let v = |c: u8| (c as char).to_digit(16);
+            match (v(d[0]), v(d[1])) {
+                (Some(a), Some(b)) => Ok((a * 16 + b) as u8),
+                _ => Err(format!("byte {i} is not hex")),
+            }
+        })
+        .collect()
+}
+
+impl Keys {
+    /// Read `path`: it must be a regular file that neither its group nor others can read or
+    /// write. Errors name the file and what was wrong; they never quote key material.
+    pub fn read(path: &Path) -> Result<Keys, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let meta =
+            std::fs::metadata(path).map_err(|e| format!("key file {}: {e}", path.display()))?;
+        if !meta.is_file() {
+            return Err(format!("key file {}: not a regular file", path.display()));
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "key file {} has mode {mode:04o}: its group or others may read it; make it readable by its owner only (chmod 600 {})",
+                path.display(),
+                path.display()
+            ));
+        }
+        let text = Zeroizing::new(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("key file {}: {e}", path.display()))?,
+        );
+        Keys::parse(&text).map_err(|e| format!("key file {}: {e}", path.display()))
+    }
+
+    /// Parse a key file's text (TOML: a table per key with `encryption` and `integrity` in
+    /// hex).
+    pub fn parse(text: &str) -> Result<Keys, String> {
+        let raw: HashMap<String, RawKey> = toml::from_str(text).map_err(|e| {
+            // toml's message quotes the offending line, which may hold key material:
+            // only its position is given.
+            match e.span() {
+                Some(s) => {
+                    let line = text[..s.start.min(text.len())].lines().count().max(1);
+                    format!("line {line}: not a table of keys with encryption and integrity in hex")
+                }
+                None => "not a table of keys with encryption and integrity in hex".into(),
+            }
+        })?;
+        let mut keys = HashMap::new();
+        for (name, mut r) in raw {
+            let e = hex(&r.encryption).map_err(|m| format!("key {name:?}: encryption: {m}"));
+            let i = hex(&r.integrity).map_err(|m| format!("key {name:?}: integrity: {m}"));
+            r.encryption.zeroize();
+            r.integrity.zeroize();
+            keys.insert(
+                name,
+                Key {
+                    encryption: Zeroizing::new(e?),
+                    integrity: Zeroizing::new(i?),
+                },
+            );
+        }
+        Ok(Keys(keys))
+    }
+
+    /// The key named `name`.
+    pub fn get(&self, name: &str) -> Option<&Key> {
+        self.0.get(name)
+    }
+}
+
+/// An SA of the config, ready to build.
+pub struct Planned {
+    /// Its index in `[[ipsec.sa]]`.
+    pub index: usize,
+    /// Its tunnel's index in `[[ipsec.tunnel]]`.
+    pub tunnel: usize,
+    /// What it is made from.
+    pub config: SaConfig,
+}
+
+impl IpsecConfig {
+    /// Whether nothing is configured.
+    pub fn is_default(&self) -> bool {
+        *self == IpsecConfig::default()
+    }
+
+    /// Whether any tunnel is configured.
+    pub fn active(&self) -> bool {
+        !self.tunnels.is_empty()
+    }
+
+    /// Problems, as (path, message), the path in the config's terms
+    /// (`ipsec.sa[2].key`). `reserved` are names the tunnels may not take (ports, VLAN
+    /// sub-interfaces). Reads the key file.
+    pub fn validate(&self, reserved: &[&str]) -> Vec<(String, String)> {
+        match self.plan(reserved) {
+            Ok(_) => Vec::new(),
+            Err(p) => p,
+        }
+    }
+
+    /// The SAs to build, with their keys from the key file; or every problem found.
+    pub fn plan(&self, reserved: &[&str]) -> Result<Vec<Planned>, Vec<(String, String)>> {
+        let mut p: Vec<(String, String)> = Vec::new();
+        if !(1..=MAX_SAS).contains(&self.max_sas) {
+            p.push((
+                "ipsec.max_sas".into(),
+                format!("{} is out of range; expected 1..={MAX_SAS}", self.max_sas),
+            ));
+        }
+        let mut names = HashSet::new();
+        for (i, t) in self.tunnels.iter().enumerate() {
+            let at = |f: &str| format!("ipsec.tunnel[{i}].{f}");
+            if t.name.is_empty() || t.name.len() > 15 || t.name.contains(['/', ' ', ':', '\0']) {
+                p.push((at("name"), format!("{:?} is not a valid Linux interface name (1-15 characters, no '/', ':' or spaces)", t.name)));
+            } else if reserved.contains(&t.name.as_str()) {
+                p.push((
+                    at("name"),
+                    format!("{:?} is already a [[port]] or [[vlan]]", t.name),
+                ));
+            } else if !names.insert(t.name.as_str()) {
+                p.push((at("name"), format!("a second tunnel named {:?}", t.name)));
+            }
+            if t.local.is_ipv4() != t.remote.is_ipv4() {
+                p.push((
+                    at("remote"),
+                    format!(
+                        "{} and local {} are of different address families",
+                        t.remote, t.local
+                    ),
+                ));
+            }
+            for (f, a) in [("local", t.local), ("remote", t.remote)] {
+                if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+                    p.push((at(f), format!("{a} cannot be a tunnel endpoint")));
+                }
+            }
+            if let Some(m) = t.mtu {
+                if !(576..=9000).contains(&m) {
+                    p.push((
+                        at("mtu"),
+                        format!("{m} is out of range; expected 576..=9000"),
+                    ));
+                }
+            }
+        }
+        if self.sas.is_empty() {
+            return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
+        }
+        let keys = match &self.key_file {
+            None => {
+                p.push((
+                    "ipsec".into(),
+                    "SAs are configured but no key_file: put their keys in a file readable by its owner only and name it with key_file = \"/path\"".into(),
+                ));
+                None
+            }
+            Some(f) if !f.is_absolute() => {
+                p.push((
+                    "ipsec.key_file".into(),
+                    format!("{} must be an absolute path", f.display()),
+                ));
+                None
+            }
+            Some(f) => match Keys::read(f) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    p.push(("ipsec.key_file".into(), e));
+                    None
+                }
+            },
+        };
+        let mut out_of: HashMap<&str, usize> = HashMap::new();
+        let mut spis: HashMap<u32, usize> = HashMap::new();
+        let mut planned = Vec::new();
+        for (i, s) in self.sas.iter().enumerate() {
+            let at = |f: &str| format!("ipsec.sa[{i}].{f}");
+            let tunnel = self.tunnels.iter().position(|t| t.name == s.tunnel);
+            if tunnel.is_none() {
+                p.push((
+                    at("tunnel"),
+                    format!("no [[ipsec.tunnel]] named {:?}", s.tunnel),
+                ));
+            }
+            match s.direction {
+                SaDirection::Out => {
+                    if let Some(first) = out_of.insert(s.tunnel.as_str(), i) {
+                        p.push((at("direction"), format!("tunnel {:?} already has its transmit SA (ipsec.sa[{first}]); a tunnel sends with one SA: change its spi and key to rekey", s.tunnel)));
+                    }
+                }
+                SaDirection::In => {
+                    if let Some(first) = spis.insert(s.spi, i) {
+                        p.push((
+                            at("spi"),
+                            format!(
+                                "{:#x} is already the SPI of inbound ipsec.sa[{first}]",
+                                s.spi
+                            ),
+                        ));
+                    }
+                }
+            }
+            let enc = encryption(&s.encryption);
+            if enc.is_none() {
+                p.push((at("encryption"), format!("unknown algorithm {:?}; expected aes-128-gcm, aes-256-gcm, chacha20-poly1305, aes-128-cbc, aes-256-cbc or null", s.encryption)));
+            }
+            let integ = integrity(&s.integrity);
+            if integ.is_none() {
+                p.push((at("integrity"), format!("unknown algorithm {:?}; expected none, hmac-sha1-96, hmac-sha2-256-128 or hmac-sha2-512-256", s.integrity)));
+            }
+            let key = keys.as_ref().and_then(|k| {
+                let got = k.get(&s.key);
+                if got.is_none() {
+                    if let Some(f) = &self.key_file {
+                        p.push((at("key"), format!("no key {:?} in {}", s.key, f.display())));
+                    }
+                }
+                got
+            });
+            let (Some(t), Some(enc), Some(integ), Some(key)) = (tunnel, enc, integ, key) else {
+                continue;
+            };
+            let tc = &self.tunnels[t];
+            let (src, dst) = match s.direction {
+                SaDirection::Out => (tc.local, tc.remote),
+                SaDirection::In => (tc.remote, tc.local),
+            };
+            let mut c = SaConfig::new(
+                s.spi,
+                match s.direction {
+                    SaDirection::Out => Direction::Outbound,
+                    SaDirection::In => Direction::Inbound,
+                },
+                enc,
+                &key.encryption,
+                integ,
+                &key.integrity,
+            );
+            c.mode = Mode::Tunnel { src, dst };
+            c.esn = s.esn;
+            c.replay_window = s.replay_window;
+            c.df = tc.df.into();
+            // Keying checks lengths, combinations and the window: an SA that is built
+            // here is one the daemon can build.
+            if let Err(e) = Sa::new(&c) {
+                let field = match e {
+                    crate::SaError::ReplayWindow(_) => "replay_window",
+                    crate::SaError::ReservedSpi(_) => "spi",
+                    crate::SaError::AeadWithIntegrity(_)
+                    | crate::SaError::CbcWithoutIntegrity(_) => "integrity",
+                    _ => "key",
+                };
+                let what = if field == "key" {
+                    format!("key {:?}: {e}", s.key)
+                } else {
+                    e.to_string()
+                };
+                p.push((at(field), what));
+                continue;
+            }
+            planned.push(Planned {
+                index: i,
+                tunnel: t,
+                config: c,
+            });
+        }
+        if p.is_empty() {
+            Ok(planned)
+        } else {
+            Err(p)
+        }
+    }
+
+    /// The IP MTU of tunnel `t`: its `mtu`, or 1500 less the largest overhead its SAs add.
+    pub fn tunnel_mtu(&self, t: usize, planned: &[Planned]) -> u32 {
+        let Some(tc) = self.tunnels.get(t) else {
+            return 1500;
+        };
+        if let Some(m) = tc.mtu {
+            return m;
+        }
+        let overhead = planned
+            .iter()
+            .filter(|p| p.tunnel == t && p.config.direction == Direction::Outbound)
+            .filter_map(|p| Sa::new(&p.config).ok().map(|s| s.max_overhead()))
+            .max()
+            // No transmit SA yet: room for the largest (IPv6 outer, CBC with SHA-512).
+            .unwrap_or(if tc.local.is_ipv4() { 80 } else { 100 });
+        1500u32.saturating_sub(overhead as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn key_file(text: &str, mode: u32) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "ipsec-keys-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(format!("keys-{mode:o}"));
+        std::fs::write(&f, text).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        f
+    }
+
+    const KEYS: &str = "[a]\nencryption = \"000102030405060708090a0b0c0d0e0f10111213\"\n\
+                        [cbc]\nencryption = \"00112233445566778899aabbccddeeff\"\nintegrity = \"0x0102030405060708090a0b0c0d0e0f1011121314\"\n";
+
+    fn cfg(keys: &Path, sas: &str) -> IpsecConfig {
+        let text = format!(
+            "key_file = \"{}\"\n[[tunnel]]\nname = \"ipsec0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n{sas}",
+            keys.display()
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn a_good_config_plans_its_sas() {
+        let f = key_file(KEYS, 0o600);
+        let c = cfg(
+            &f,
+            "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n\
+             [[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x2001\nencryption = \"aes-128-cbc\"\nintegrity = \"hmac-sha1-96\"\nkey = \"cbc\"\nesn = true\n",
+        );
+        let p = c.plan(&["eth0"]).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[1].config.direction, Direction::Inbound);
+        assert_eq!(
+            p[1].config.mode,
+            Mode::Tunnel {
+                src: "192.0.2.2".parse().unwrap(),
+                dst: "192.0.2.1".parse().unwrap()
+            }
+        );
+        // 1500 less IPv4 20 + ESP 8 + IV 8 + pad 3 + trailer 2 + ICV 16.
+        assert_eq!(c.tunnel_mtu(0, &p), 1500 - 57);
+    }
+
+    #[test]
+    fn problems_are_named_where_they_are() {
+        let f = key_file(KEYS, 0o600);
+        let c = cfg(
+            &f,
+            "[[sa]]\ntunnel = \"nope\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n\
+             [[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x2001\nencryption = \"aes-256-gcm\"\nkey = \"a\"\n\
+             [[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x2001\nencryption = \"rot13\"\nkey = \"missing\"\n\
+             [[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x3001\nencryption = \"aes-128-cbc\"\nkey = \"cbc\"\n\
+             [[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 7\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n",
+        );
+        let p = c.validate(&["ipsec0"]);
+        let has = |path: &str, m: &str| {
+            assert!(
+                p.iter().any(|(a, b)| a == path && b.contains(m)),
+                "no {path}: {m} in {p:?}"
+            )
+        };
+        has("ipsec.tunnel[0].name", "already a [[port]]");
+        has("ipsec.sa[0].tunnel", "no [[ipsec.tunnel]] named \"nope\"");
+        has(
+            "ipsec.sa[1].key",
+            "key \"a\": encryption key is 20 bytes; aes-256-gcm needs 36",
+        );
+        has(
+            "ipsec.sa[2].spi",
+            "0x2001 is already the SPI of inbound ipsec.sa[1]",
+        );
+        has("ipsec.sa[2].encryption", "unknown algorithm \"rot13\"");
+        has("ipsec.sa[2].key", "no key \"missing\"");
+        has("ipsec.sa[3].integrity", "needs an integrity algorithm");
+        has("ipsec.sa[4].spi", "SPI 7 is reserved");
+    }
+
+    #[test]
+    fn key_files_others_can_read_are_refused_and_keys_are_never_quoted() {
+        let f = key_file(KEYS, 0o644);
+        let e = Keys::read(&f).err().unwrap();
+        assert!(
+            e.contains("has mode 0644") && e.contains("chmod 600"),
+            "{e}"
+        );
+        let f = key_file("[a]\nencryption = \"00zz\"\n", 0o400);
+        let e = Keys::read(&f).err().unwrap();
+        assert!(
+            e.ends_with("key \"a\": encryption: byte 1 is not hex"),
+            "{e}"
+        );
+        let f = key_file("[a]\nencryption = \"deadbeef\"\nsecret \n", 0o600);
+        let e = Keys::read(&f).err().unwrap();
+        assert!(e.contains("line 3") && !e.contains("deadbeef"), "{e}");
+        let e = Keys::read(Path::new("/nonexistent/keys")).err().unwrap();
+        assert!(e.starts_with("key file /nonexistent/keys: "), "{e}");
+    }
+}

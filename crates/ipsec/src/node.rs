@@ -1,0 +1,705 @@
+//! ESP on the fast path's feature arcs, for route-based tunnel interfaces:
+//!
+//! - `esp-decrypt` on `port-input` of every port: an untagged frame carrying ESP (IPv4 or
+//!   IPv6, not a fragment) to one of the router's addresses is looked up by SPI, decrypted
+//!   in place, and goes on as a frame received on the SA's tunnel interface (ethernet-input,
+//!   ip4-input / ip6-input, the tunnel's unicast features, the lookup), so what arrives
+//!   through a tunnel is validated, filtered and routed like anything received.
+//! - `esp4-encrypt` / `esp6-encrypt` on `ip4-output` / `ip6-output` of every tunnel
+//!   interface: a packet routed to the tunnel (its TTL decremented, its MTU checked against
+//!   the tunnel's) is encrypted in place with the tunnel's transmit SA, and routed again by
+//!   its outer destination ([`dataplane::feature::Batch::reroute`]).
+//!
+//! The SAs are the worker's own ([`crate::sad`]); the nodes of one worker borrow its table
+//! in turn, one atomic flag per vector (never contended: a failed borrow is counted, never
+//! waited for). Nothing allocates, locks or logs per packet; every failure is a counted
+//! drop under its reason, per feature, and per SA in its counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use atomic_refcell::AtomicRefCell;
+use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
+use dataplane::VECTOR_SIZE;
+use serde::Serialize;
+
+use crate::error::EspError;
+use crate::sa::{Direction, Mode, Sa};
+use crate::sad::{self, SaStats, Sad, SadWriter, NONE};
+
+/// Drop reasons of `esp-decrypt`: the codec's, in [`EspError::ALL`]'s order, then the
+/// node's own.
+pub const DECRYPT_DROPS: &[(&str, &str)] = &[
+    (
+        "truncated",
+        "ESP packet shorter than its headers, trailer and ICV",
+    ),
+    (
+        "bad_length",
+        "ciphertext not a whole number of cipher blocks",
+    ),
+    ("bad_outer", "outer header not as the SA expects"),
+    ("spi_mismatch", "SPI does not match the SA"),
+    ("replayed", "replayed, or too old for the replay window"),
+    (
+        "integrity_failed",
+        "ICV did not verify (corrupted, forged or wrong key)",
+    ),
+    ("bad_padding", "bad ESP padding"),
+    (
+        "bad_inner",
+        "decrypted payload is not the IP packet its next header names",
+    ),
+    (
+        "ecn_drop",
+        "outer CE over a not-ECN-capable inner packet (RFC 6040)",
+    ),
+    ("dummy", "dummy packet (next header 59), dropped silently"),
+    ("sequence_overflow", "sequence number would wrap"),
+    ("too_big", "no room for the headers"),
+    ("wrong_direction", "an outbound SA's SPI"),
+    ("natt_keepalive", "NAT-T keepalive"),
+    ("non_esp", "non-ESP marker"),
+    ("unknown_spi", "ESP to the router with an SPI of no SA"),
+    ("fragment", "a fragment of an ESP packet (not reassembled)"),
+    (
+        "busy",
+        "the worker's SA table was borrowed (never expected)",
+    ),
+];
+const D_UNKNOWN_SPI: u8 = 15;
+const D_FRAGMENT: u8 = 16;
+const D_BUSY: u8 = 17;
+
+/// Drop reasons of `esp4-encrypt` / `esp6-encrypt`.
+pub const ENCRYPT_DROPS: &[(&str, &str)] = &[
+    ("truncated", "shorter than its IP header says"),
+    ("bad_length", "bad length"),
+    ("bad_outer", "bad outer header"),
+    ("spi_mismatch", "SPI mismatch"),
+    ("replayed", "replayed"),
+    ("integrity_failed", "integrity failed"),
+    ("bad_padding", "bad padding"),
+    ("bad_inner", "not a whole IP packet the tunnel can carry"),
+    ("ecn_drop", "ECN"),
+    ("dummy", "dummy"),
+    (
+        "sequence_overflow",
+        "the 32-bit sequence number would wrap (no ESN): rekey",
+    ),
+    (
+        "too_big",
+        "no room for the ESP headers, or over 65535 bytes",
+    ),
+    ("wrong_direction", "the tunnel's transmit SA is inbound"),
+    ("natt_keepalive", "keepalive"),
+    ("non_esp", "non-ESP"),
+    ("no_sa", "the tunnel has no transmit SA"),
+    (
+        "busy",
+        "the worker's SA table was borrowed (never expected)",
+    ),
+];
+const E_NO_SA: u8 = 15;
+const E_BUSY: u8 = 16;
+
+/// The features' names.
+pub const DECRYPT: &str = "esp-decrypt";
+/// The IPv4 encrypt feature.
+pub const ENCRYPT4: &str = "esp4-encrypt";
+/// The IPv6 encrypt feature.
+pub const ENCRYPT6: &str = "esp6-encrypt";
+
+fn error_reason(e: EspError) -> u8 {
+    EspError::ALL.iter().position(|&x| x == e).unwrap_or(0) as u8
+}
+
+/// An installed SA as `show ipsec sa` lists it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct SaView {
+    /// Its tunnel interface.
+    pub tunnel: String,
+    /// `in` or `out`.
+    pub direction: &'static str,
+    /// SPI.
+    pub spi: u32,
+    /// Encryption algorithm.
+    pub encryption: &'static str,
+    /// Integrity algorithm.
+    pub integrity: &'static str,
+    /// Extended sequence numbers.
+    pub esn: bool,
+    /// Replay window (inbound).
+    pub replay_window: u32,
+    /// Outer source.
+    pub src: String,
+    /// Outer destination.
+    pub dst: String,
+    /// Whether the tunnel sends with it (outbound) .
+    pub active: bool,
+}
+
+/// An installed SA and its counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct SaReport {
+    /// What it is.
+    #[serde(flatten)]
+    pub sa: SaView,
+    /// Packets (of inner packets).
+    pub packets: u64,
+    /// Bytes of inner packets.
+    pub bytes: u64,
+    /// The last sequence number sent (out) or the highest accepted (in).
+    pub sequence: u64,
+    /// Errors by kind (non-zero only).
+    pub errors: Vec<(&'static str, u64)>,
+}
+
+struct Installed {
+    /// What identifies it: a changed config (keys included, by digest) is a new SA.
+    ident: Vec<u8>,
+    slot: u32,
+    stats: Arc<SaStats>,
+    view: SaView,
+}
+
+struct Control {
+    writer: SadWriter,
+    installed: Vec<Installed>,
+    /// Per tunnel interface index: the slot it sends with.
+    tx: Vec<u32>,
+}
+
+/// What the control thread and the ESP nodes share: each worker's SA table, and the
+/// control thread's record of what it installed.
+pub struct IpsecShared {
+    /// Worker `w`'s table (worker 0 holds every SA: IPsec runs with one worker for now).
+    workers: Vec<Arc<AtomicRefCell<Sad>>>,
+    control: Mutex<Control>,
+    /// Vectors in which a node could not borrow its table.
+    pub busy: AtomicU64,
+}
+
+/// Something one SA change needs: the tunnel interfaces by config index, and their names.
+pub struct Tunnels<'a> {
+    /// Per `[[ipsec.tunnel]]`: its interface index in the fast path.
+    pub iface: &'a [u16],
+    /// Per `[[ipsec.tunnel]]`: its name.
+    pub names: &'a [String],
+}
+
+impl IpsecShared {
+    /// Tables of `max_sas` SAs for `workers` workers over `ifaces` interfaces.
+    pub fn new(workers: usize, max_sas: usize, ifaces: usize) -> IpsecShared {
+        let (sad, writer) = sad::channel(max_sas, ifaces);
+        let mut tables = vec![Arc::new(AtomicRefCell::new(sad))];
+        // Other workers get empty tables (no SA is theirs).
+        for _ in 1..workers.max(1) {
+            let (s, _) = sad::channel(1, ifaces);
+            tables.push(Arc::new(AtomicRefCell::new(s)));
+        }
+        IpsecShared {
+            workers: tables,
+            control: Mutex::new(Control {
+                writer,
+                installed: Vec::new(),
+                tx: vec![NONE; ifaces],
+            }),
+            busy: AtomicU64::new(0),
+        }
+    }
+
+    /// Make the installed SAs exactly `planned` (an unchanged SA keeps its sequence number,
+    /// replay window and counters). New SAs go in first, then tunnels switch their transmit
+    /// SA, then what is gone is removed: no packet meets a half-made change. Returns a
+    /// summary ("2 SAs added, 1 removed").
+    pub fn publish(
+        &self,
+        planned: &[crate::config::Planned],
+        tunnels: &Tunnels<'_>,
+    ) -> Result<String, String> {
+        let mut c = self
+            .control
+            .lock()
+            .map_err(|_| "IPsec state unavailable (a thread panicked holding it)")?;
+        let c = &mut *c;
+        let mut keep = vec![false; c.installed.len()];
+        let mut added = 0;
+        let mut fresh: Vec<Installed> = Vec::new();
+        let mut want_tx: Vec<(u16, u32)> = Vec::new();
+        // Inbound SAs whose SPI stays but whose SA changed: their old one goes first (one
+        // SPI, one SA).
+        let mut replaced_first: Vec<usize> = Vec::new();
+        let mut pending: Vec<(&crate::config::Planned, Vec<u8>, u16)> = Vec::new();
+        for p in planned {
+            let Some(&iface) = tunnels.iface.get(p.tunnel) else {
+                return Err(format!("ipsec.sa[{}]: no tunnel interface", p.index));
+            };
+            let ident = ident(&p.config, iface);
+            match c.installed.iter().position(|i| i.ident == ident) {
+                Some(k) => {
+                    keep[k] = true;
+                    if p.config.direction == Direction::Outbound {
+                        want_tx.push((iface, c.installed[k].slot));
+                    }
+                }
+                None => {
+                    if p.config.direction == Direction::Inbound {
+                        if let Some(k) = c
+                            .installed
+                            .iter()
+                            .position(|i| i.view.direction == "in" && i.view.spi == p.config.spi)
+                        {
+                            replaced_first.push(k);
+                        }
+                    }
+                    pending.push((p, ident, iface));
+                }
+            }
+        }
+        for &k in &replaced_first {
+            c.writer.remove(c.installed[k].slot);
+            keep[k] = true; // removed already
+        }
+        for (p, ident, iface) in pending {
+            let sa = Sa::new(&p.config).map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
+            let stats = Arc::new(SaStats::default());
+            let slot = c
+                .writer
+                .insert(sa, iface, stats.clone())
+                .map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
+            if p.config.direction == Direction::Outbound {
+                want_tx.push((iface, slot));
+            }
+            let tunnel = tunnels.names.get(p.tunnel).cloned().unwrap_or_default();
+            fresh.push(Installed {
+                ident,
+                slot,
+                stats,
+                view: view(&p.config, tunnel),
+            });
+            added += 1;
+        }
+        // Transmit SAs: set where changed, cleared where a tunnel has none any more.
+        let mut tx = vec![NONE; c.tx.len()];
+        for (iface, slot) in want_tx {
+            if let Some(t) = tx.get_mut(iface as usize) {
+                *t = slot;
+            }
+        }
+        for (iface, (&now, &was)) in tx.iter().zip(c.tx.iter()).enumerate() {
+            if now != was {
+                c.writer.set_tx(iface as u16, now);
+            }
+        }
+        c.tx = tx;
+        let mut removed = 0;
+        let mut kept = Vec::with_capacity(c.installed.len());
+        for (k, i) in std::mem::take(&mut c.installed).into_iter().enumerate() {
+            if replaced_first.contains(&k) {
+                removed += 1;
+            } else if keep[k] {
+                kept.push(i);
+            } else {
+                c.writer.remove(i.slot);
+                removed += 1;
+            }
+        }
+        kept.extend(fresh);
+        for i in &mut kept {
+            i.view.active = i.view.direction == "out" && c.tx.contains(&i.slot);
+        }
+        c.installed = kept;
+        c.writer.flush();
+        Ok(format!("{added} SA(s) added, {removed} removed"))
+    }
+
+    /// Send what the queue had no room for, and drop the SAs the worker handed back (the
+    /// control thread calls it in its loop).
+    pub fn maintain(&self) {
+        if let Ok(mut c) = self.control.try_lock() {
+            c.writer.flush();
+        }
+    }
+
+    /// Every installed SA with its counters, by tunnel then direction then SPI.
+    pub fn report(&self) -> Vec<SaReport> {
+        let Ok(c) = self.control.lock() else {
+            return Vec::new();
+        };
+        let mut v: Vec<SaReport> = c
+            .installed
+            .iter()
+            .map(|i| {
+                let k = i.stats.counters();
+                SaReport {
+                    sa: i.view.clone(),
+                    packets: k.packets,
+                    bytes: k.bytes,
+                    sequence: i.stats.sequence(),
+                    errors: EspError::ALL
+                        .iter()
+                        .map(|&e| (e.name(), k.error(e)))
+                        .filter(|e| e.1 > 0)
+                        .collect(),
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            (&a.sa.tunnel, a.sa.direction, a.sa.spi).cmp(&(&b.sa.tunnel, b.sa.direction, b.sa.spi))
+        });
+        v
+    }
+
+    /// SAs installed.
+    pub fn installed(&self) -> usize {
+        self.control.lock().map_or(0, |c| c.installed.len())
+    }
+
+    /// The features, to register.
+    pub fn features(self: &Arc<Self>) -> Vec<Arc<dyn Feature>> {
+        [Kind::Decrypt, Kind::Encrypt4, Kind::Encrypt6]
+            .into_iter()
+            .map(|kind| {
+                Arc::new(EspFeature {
+                    kind,
+                    shared: self.clone(),
+                }) as Arc<dyn Feature>
+            })
+            .collect()
+    }
+}
+
+/// What identifies an SA's config: everything it is built from, its keys by SHA-256
+/// digest (the control thread keeps no key).
+fn ident(c: &crate::sa::SaConfig, iface: u16) -> Vec<u8> {
+    let mut d = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    d.update(&c.enc_key);
+    d.update(&[0xff]);
+    d.update(&c.auth_key);
+    let mut v = format!(
+        "{iface}|{:?}|{:?}|{}|{}|{}|{}|{}|{:?}|{:?}|",
+        c.direction,
+        c.mode,
+        c.spi,
+        c.encryption.name(),
+        c.integrity.name(),
+        c.esn,
+        c.replay_window,
+        c.natt,
+        c.df
+    )
+    .into_bytes();
+    v.extend_from_slice(d.finish().as_ref());
+    v
+}
+
+fn view(c: &crate::sa::SaConfig, tunnel: String) -> SaView {
+    let (src, dst) = match c.mode {
+        Mode::Tunnel { src, dst } => (src.to_string(), dst.to_string()),
+        Mode::Transport => (String::new(), String::new()),
+    };
+    SaView {
+        tunnel,
+        direction: match c.direction {
+            Direction::Inbound => "in",
+            Direction::Outbound => "out",
+        },
+        spi: c.spi,
+        encryption: c.encryption.name(),
+        integrity: c.integrity.name(),
+        esn: c.esn,
+        replay_window: c.replay_window,
+        src,
+        dst,
+        active: false,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Decrypt,
+    Encrypt4,
+    Encrypt6,
+}
+
+struct EspFeature {
+    kind: Kind,
+    shared: Arc<IpsecShared>,
+}
+
+impl Feature for EspFeature {
+    fn spec(&self) -> FeatureSpec {
+        match self.kind {
+            Kind::Decrypt => FeatureSpec {
+                name: DECRYPT,
+                arc: ArcId::PortInput,
+                before: &[],
+                after: &[],
+                drops: DECRYPT_DROPS,
+            },
+            Kind::Encrypt4 | Kind::Encrypt6 => FeatureSpec {
+                name: if self.kind == Kind::Encrypt4 {
+                    ENCRYPT4
+                } else {
+                    ENCRYPT6
+                },
+                arc: if self.kind == Kind::Encrypt4 {
+                    ArcId::Ip4Output
+                } else {
+                    ArcId::Ip6Output
+                },
+                // The egress filter sees the clear packet, as Linux's output chain does
+                // before xfrm.
+                before: &[],
+                after: &["ip4-filter-egress", "ip6-filter-egress"],
+                drops: ENCRYPT_DROPS,
+            },
+        }
+    }
+
+    fn node(&self, worker: usize) -> Box<dyn FeatureNode> {
+        let table = self
+            .shared
+            .workers
+            .get(worker)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(AtomicRefCell::new(sad::channel(1, 0).0)));
+        Box::new(EspNode {
+            kind: self.kind,
+            table,
+            shared: self.shared.clone(),
+            touched: Vec::with_capacity(VECTOR_SIZE),
+        })
+    }
+}
+
+struct EspNode {
+    kind: Kind,
+    table: Arc<AtomicRefCell<Sad>>,
+    shared: Arc<IpsecShared>,
+    /// The slots a vector used, for publishing their counters once each (capacity for a
+    /// whole vector, allocated with the node).
+    touched: Vec<u32>,
+}
+
+impl FeatureNode for EspNode {
+    fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
+        let Ok(mut sad) = self.table.try_borrow_mut() else {
+            self.shared.busy.fetch_add(1, Ordering::Relaxed);
+            let r = if self.kind == Kind::Decrypt {
+                D_BUSY
+            } else {
+                E_BUSY
+            };
+            for k in 0..batch.len() {
+                batch.drop(k, r);
+            }
+            return;
+        };
+        sad.apply_ops(sad::OPS_PER_VECTOR);
+        self.touched.clear();
+        match self.kind {
+            Kind::Decrypt => decrypt_batch(cx, batch, &mut sad, &mut self.touched),
+            Kind::Encrypt4 | Kind::Encrypt6 => {
+                encrypt_batch(cx, batch, &mut sad, &mut self.touched)
+            }
+        }
+        for &s in &self.touched {
+            sad.publish(s);
+        }
+    }
+}
+
+/// Remember `slot` as used by this vector (consecutive repeats once).
+#[inline]
+fn touch(touched: &mut Vec<u32>, slot: u32) {
+    if touched.last() != Some(&slot) && touched.len() < touched.capacity() {
+        touched.push(slot);
+    }
+}
+
+/// What `esp-decrypt` reads of a frame: the ESP packet's outer IP header offset and
+/// length, and its SPI.
+enum Seen {
+    /// Not ESP for the router: goes on untouched.
+    Other,
+    /// An ESP fragment for the router.
+    Fragment,
+    /// ESP for the router: (L3 offset in the frame, IP length, SPI).
+    Esp(usize, usize, u32),
+}
+
+#[inline]
+fn look(frame: &[u8], at: usize, len: usize, own: &dataplane::interfaces::OwnAddrs) -> Seen {
+    let Some(d) = frame.get(at..at + len) else {
+        return Seen::Other;
+    };
+    if d.len() < 14 {
+        return Seen::Other;
+    }
+    let ethertype = u16::from_be_bytes([d[12], d[13]]);
+    let ip = &d[14..];
+    match ethertype {
+        wire::ethertype::IPV4 => {
+            if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 50 {
+                return Seen::Other;
+            }
+            let ihl = (ip[0] & 0xf) as usize * 4;
+            let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+            if !own.contains4(u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]])) {
+                return Seen::Other;
+            }
+            if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+                return Seen::Fragment;
+            }
+            if ihl < 20 || total < ihl + 8 || total > ip.len() {
+                // Malformed: ip4-input counts it.
+                return Seen::Other;
+            }
+            let spi = u32::from_be_bytes([ip[ihl], ip[ihl + 1], ip[ihl + 2], ip[ihl + 3]]);
+            Seen::Esp(at + 14, total, spi)
+        }
+        wire::ethertype::IPV6 => {
+            // ESP right after the fixed header (extension headers before ESP are not
+            // looked through: such packets go on to the kernel).
+            if ip.len() < 48 || ip[0] >> 4 != 6 {
+                return Seen::Other;
+            }
+            if ip[6] == 44 {
+                if own.contains6(&ip[24..40]) && ip.get(40) == Some(&50) {
+                    return Seen::Fragment;
+                }
+                return Seen::Other;
+            }
+            if ip[6] != 50 || !own.contains6(&ip[24..40]) {
+                return Seen::Other;
+            }
+            let total = 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
+            if total > ip.len() {
+                return Seen::Other;
+            }
+            let spi = u32::from_be_bytes([ip[40], ip[41], ip[42], ip[43]]);
+            Seen::Esp(at + 14, total, spi)
+        }
+        _ => Seen::Other,
+    }
+}
+
+fn decrypt_batch(
+    cx: &mut FeatureCx<'_>,
+    batch: &mut Batch<'_>,
+    sad: &mut Sad,
+    touched: &mut Vec<u32>,
+) {
+    for k in 0..batch.len() {
+        let Some(p) = batch.pkt(k).copied() else {
+            continue;
+        };
+        let seen = look(
+            cx.mem.frame(p.buf),
+            p.off as usize,
+            p.len as usize,
+            &cx.ifaces.own,
+        );
+        let (l3, total, spi) = match seen {
+            Seen::Other => continue,
+            Seen::Fragment => {
+                batch.drop(k, D_FRAGMENT);
+                continue;
+            }
+            Seen::Esp(l3, total, spi) => (l3, total, spi),
+        };
+        let slot = sad.inbound(spi);
+        let Some(inst) = sad.get_mut(slot) else {
+            batch.drop(k, D_UNKNOWN_SPI);
+            continue;
+        };
+        touch(touched, slot);
+        let iface = inst.iface;
+        let frame = cx.mem.frame_mut(p.buf);
+        let inner = match crate::esp::decrypt(&mut inst.sa, frame, l3, total) {
+            Ok(i) => i,
+            Err(e) => {
+                batch.drop(k, error_reason(e));
+                continue;
+            }
+        };
+        let ethertype = match inner.next_header {
+            4 => wire::ethertype::IPV4,
+            41 => wire::ethertype::IPV6,
+            _ => {
+                batch.drop(k, error_reason(EspError::BadInner));
+                continue;
+            }
+        };
+        // A frame received on the tunnel interface: an Ethernet header to its own address
+        // in front of the inner packet.
+        let mac = cx.ifaces.port(iface).map_or([0; 6], |i| i.mac);
+        let Some(start) = inner.start.checked_sub(14) else {
+            batch.drop(k, error_reason(EspError::TooBig));
+            continue;
+        };
+        if let Some(eth) = frame.get_mut(start..inner.start) {
+            eth[0..6].copy_from_slice(&mac);
+            eth[6..12].copy_from_slice(&[0; 6]);
+            eth[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        }
+        if let Some(d) = batch.pkt_mut(k) {
+            d.off = start as u16;
+            d.len = (inner.len + 14) as u16;
+            d.l3 = 14;
+            d.rx_port = iface;
+            // What the port said of the outer frame's checksums is not about this packet.
+            d.flags &= !dataplane::buffer::F_CSUM_UNKNOWN;
+        }
+    }
+}
+
+fn encrypt_batch(
+    cx: &mut FeatureCx<'_>,
+    batch: &mut Batch<'_>,
+    sad: &mut Sad,
+    touched: &mut Vec<u32>,
+) {
+    for k in 0..batch.len() {
+        let Some(p) = batch.pkt(k).copied() else {
+            continue;
+        };
+        let slot = sad.tx(batch.iface(k));
+        let Some(inst) = sad.get_mut(slot) else {
+            batch.drop(k, E_NO_SA);
+            continue;
+        };
+        touch(touched, slot);
+        let at = p.off as usize + p.l3 as usize;
+        let len = (p.len as usize).saturating_sub(p.l3 as usize);
+        let frame = cx.mem.frame_mut(p.buf);
+        match crate::esp::encrypt(&mut inst.sa, frame, at, len) {
+            Ok((start, n)) => {
+                // An Ethernet header of no addresses in front, with the outer packet's
+                // EtherType: what the graph holds is a frame (a glean punt copies it).
+                let et = if frame.get(start).is_some_and(|b| b >> 4 == 6) {
+                    wire::ethertype::IPV6
+                } else {
+                    wire::ethertype::IPV4
+                };
+                let Some(eth) = start.checked_sub(14).and_then(|s| frame.get_mut(s..start)) else {
+                    batch.drop(k, error_reason(EspError::TooBig));
+                    continue;
+                };
+                eth.fill(0);
+                eth[12..14].copy_from_slice(&et.to_be_bytes());
+                if let Some(d) = batch.pkt_mut(k) {
+                    d.off = (start - 14) as u16;
+                    d.l3 = 14;
+                    d.len = (n + 14) as u16;
+                    // Encrypted whole: the outer packet is what may need fragmenting.
+                    d.flags &= !dataplane::buffer::F_TO_FRAG;
+                }
+                batch.reroute(k);
+            }
+            Err(e) => batch.drop(k, error_reason(e)),
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! The security association database of the fast path: each worker's SAs, owned by that
+//! worker (an [`Sa`] carries a sequence number or a replay window, so one thread at a time
+//! writes it), changed by the control thread through a bounded queue of [`Op`]s.
+//!
+//! - The control thread builds each SA (keying its cipher contexts: the only allocations)
+//!   and sends it boxed to the worker with the slot it goes into ([`SadWriter`]). The
+//!   worker applies queued ops between packets, a bounded number per vector, so adding a
+//!   hundred thousand SAs never pauses forwarding. An SA it replaces or removes goes back
+//!   to the control thread, which drops it (zeroizing its keys) off the packet path.
+//! - Ops apply in order, so the writer makes changes before they are used: an SA is
+//!   inserted before its SPI maps to it or a tunnel sends with it, and a mapping is gone
+//!   before its SA is removed. A tunnel's transmit SA is switched by one op: the packets
+//!   of a vector use the old SA or the new one, never a mix of their state.
+//! - The slots, the SPI index and the tunnels' table are sized once (`max_sas`): the worker
+//!   never allocates. The control thread refuses an SA beyond it.
+//! - Counters: the worker copies each SA's counters into its [`SaStats`] (atomics, one
+//!   writer) after each vector that used it; `show ipsec sa` and the metrics read them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use rustc_hash::FxHashMap;
+
+use crate::error::EspError;
+use crate::sa::{Counters, Sa};
+
+/// Ops queued from the control thread to one worker at a time.
+pub const OP_QUEUE: usize = 4096;
+/// Ops a worker applies per vector, at most.
+pub const OPS_PER_VECTOR: usize = 256;
+/// No slot.
+pub const NONE: u32 = u32::MAX;
+
+/// An SA's counters as the control thread reads them: copied by the owning worker after
+/// each vector that used the SA.
+#[derive(Debug, Default)]
+pub struct SaStats {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+    errors: [AtomicU64; EspError::ALL.len()],
+    /// The last sequence number sent (outbound) or the highest received (inbound).
+    sequence: AtomicU64,
+}
+
+impl SaStats {
+    /// Copy `c` and `sequence` in (the owning worker only).
+    #[inline]
+    pub fn publish(&self, c: &Counters, sequence: u64) {
+        self.packets.store(c.packets, Ordering::Relaxed);
+        self.bytes.store(c.bytes, Ordering::Relaxed);
+        for (d, s) in self.errors.iter().zip(c.errors.iter()) {
+            d.store(*s, Ordering::Relaxed);
+        }
+        self.sequence.store(sequence, Ordering::Relaxed);
+    }
+
+    /// The counters last published.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters {
+            packets: self.packets.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            ..Counters::default()
+        };
+        for (d, s) in c.errors.iter_mut().zip(self.errors.iter()) {
+            *d = s.load(Ordering::Relaxed);
+        }
+        c
+    }
+
+    /// The sequence number last published.
+    pub fn sequence(&self) -> u64 {
+        self.sequence.load(Ordering::Relaxed)
+    }
+}
+
+/// An SA in a worker's table.
+pub struct Installed {
+    /// The SA.
+    pub sa: Box<Sa>,
+    /// Where its counters are published.
+    pub stats: Arc<SaStats>,
+    /// The tunnel interface it belongs to: a packet it decrypts is received there.
+    pub iface: u16,
+}
+
+/// A change to a worker's table.
+pub enum Op {
+    /// Put an SA into `slot` (whatever was there goes back to the control thread).
+    Insert {
+        /// The slot.
+        slot: u32,
+        /// The SA.
+        sa: Installed,
+    },
+    /// Empty `slot` (its SA goes back to the control thread).
+    Remove {
+        /// The slot.
+        slot: u32,
+    },
+    /// Inbound ESP with `spi` is for the SA in `slot`.
+    MapSpi {
+        /// The SPI.
+        spi: u32,
+        /// The slot.
+        slot: u32,
+    },
+    /// Inbound ESP with `spi` is for no SA any more.
+    UnmapSpi {
+        /// The SPI.
+        spi: u32,
+    },
+    /// Tunnel interface `iface` sends with the SA in `slot` ([`NONE`]: with none, its
+    /// packets are dropped).
+    SetTx {
+        /// The interface.
+        iface: u16,
+        /// The slot.
+        slot: u32,
+    },
+}
+
+/// One worker's SAs.
+pub struct Sad {
+    slots: Vec<Option<Installed>>,
+    by_spi: FxHashMap<u32, u32>,
+    /// Per interface index: the slot of its transmit SA, or [`NONE`].
+    tx: Vec<u32>,
+    ops: Arc<ArrayQueue<Op>>,
+    retired: Arc<ArrayQueue<Installed>>,
+}
+
+impl Sad {
+    /// A table of `max_sas` slots for `ifaces` interfaces, fed by `ops`, handing replaced
+    /// SAs to `retired`.
+    fn new(
+        max_sas: usize,
+        ifaces: usize,
+        ops: Arc<ArrayQueue<Op>>,
+        retired: Arc<ArrayQueue<Installed>>,
+    ) -> Sad {
+        let mut by_spi = FxHashMap::default();
+        by_spi.reserve(max_sas);
+        Sad {
+            slots: (0..max_sas).map(|_| None).collect(),
+            by_spi,
+            tx: vec![NONE; ifaces],
+            ops,
+            retired,
+        }
+    }
+
+    /// Apply up to `max` queued ops; returns how many. Stops early while the queue back to
+    /// the control thread is full (nothing is dropped on the packet path, nor lost).
+    pub fn apply_ops(&mut self, max: usize) -> usize {
+        let mut n = 0;
+        // One op hands back at most one SA: it is applied only while there is room for it.
+        while n < max && !self.retired.is_full() {
+            let Some(op) = self.ops.pop() else { break };
+            n += 1;
+            match op {
+                Op::Insert { slot, sa } => {
+                    if let Some(s) = self.slots.get_mut(slot as usize) {
+                        if let Some(old) = s.replace(sa) {
+                            let _ = self.retired.push(old);
+                        }
+                    } else {
+                        // A slot beyond the table (the writer never sends one): back it goes.
+                        let _ = self.retired.push(sa);
+                    }
+                }
+                Op::Remove { slot } => {
+                    if let Some(old) = self.slots.get_mut(slot as usize).and_then(Option::take) {
+                        let _ = self.retired.push(old);
+                    }
+                }
+                Op::MapSpi { spi, slot } => {
+                    // Within the reserved capacity (the writer counts): no allocation.
+                    if self.by_spi.len() < self.slots.len() || self.by_spi.contains_key(&spi) {
+                        self.by_spi.insert(spi, slot);
+                    }
+                }
+                Op::UnmapSpi { spi } => {
+                    self.by_spi.remove(&spi);
+                }
+                Op::SetTx { iface, slot } => {
+                    if let Some(t) = self.tx.get_mut(iface as usize) {
+                        *t = slot;
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// The slot of the inbound SA for `spi`, or [`NONE`].
+    #[inline]
+    pub fn inbound(&self, spi: u32) -> u32 {
+        self.by_spi.get(&spi).copied().unwrap_or(NONE)
+    }
+
+    /// The slot of the transmit SA of interface `iface`, or [`NONE`].
+    #[inline]
+    pub fn tx(&self, iface: u16) -> u32 {
+        self.tx.get(iface as usize).copied().unwrap_or(NONE)
+    }
+
+    /// The SA in `slot`.
+    #[inline]
+    pub fn get_mut(&mut self, slot: u32) -> Option<&mut Installed> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    /// Publish the counters of the SA in `slot`.
+    #[inline]
+    pub fn publish(&self, slot: u32) {
+        if let Some(Some(i)) = self.slots.get(slot as usize) {
+            i.stats.publish(i.sa.counters(), i.sa.sequence());
+        }
+    }
+}
+
+/// Why an SA cannot be installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SadError {
+    /// The table is full.
+    #[error("{0} SAs are installed: the table holds no more (raise ipsec.max_sas, which takes a restart)")]
+    Full(usize),
+    /// Two inbound SAs with one SPI.
+    #[error("SPI {0:#x} is already used by another inbound SA")]
+    DuplicateSpi(u32),
+}
+
+/// The control thread's side of one worker's table: which slots are in use, and the ops
+/// not yet queued (the queue is bounded; [`SadWriter::flush`] sends what fits).
+pub struct SadWriter {
+    free: Vec<u32>,
+    capacity: usize,
+    spis: FxHashMap<u32, u32>,
+    pending: VecDeque<Op>,
+    ops: Arc<ArrayQueue<Op>>,
+    retired: Arc<ArrayQueue<Installed>>,
+}
+
+impl SadWriter {
+    /// Install `sa` for tunnel interface `iface`: its slot. An inbound SA is reachable by
+    /// its SPI from now on (once the worker applies the ops); an outbound one is used
+    /// once [`SadWriter::set_tx`] names it.
+    pub fn insert(&mut self, sa: Sa, iface: u16, stats: Arc<SaStats>) -> Result<u32, SadError> {
+        let inbound = sa.direction() == crate::Direction::Inbound;
+        let spi = sa.spi();
+        if inbound && self.spis.contains_key(&spi) {
+            return Err(SadError::DuplicateSpi(spi));
+        }
+        let slot = self.free.pop().ok_or(SadError::Full(self.capacity))?;
+        self.pending.push_back(Op::Insert {
+            slot,
+            sa: Installed {
+                sa: Box::new(sa),
+                stats,
+                iface,
+            },
+        });
+        if inbound {
+            self.spis.insert(spi, slot);
+            self.pending.push_back(Op::MapSpi { spi, slot });
+        }
+        Ok(slot)
+    }
+
+    /// Remove the SA in `slot` (its SPI mapping first, for an inbound one).
+    pub fn remove(&mut self, slot: u32) {
+        if let Some((&spi, _)) = self.spis.iter().find(|(_, &s)| s == slot) {
+            self.spis.remove(&spi);
+            self.pending.push_back(Op::UnmapSpi { spi });
+        }
+        self.pending.push_back(Op::Remove { slot });
+        self.free.push(slot);
+    }
+
+    /// Make tunnel interface `iface` send with the SA in `slot` ([`NONE`]: none).
+    pub fn set_tx(&mut self, iface: u16, slot: u32) {
+        self.pending.push_back(Op::SetTx { iface, slot });
+    }
+
+    /// Queue what fits of the pending ops, and drop the SAs the worker handed back (their
+    /// keys are zeroized as they go). Returns the ops still pending.
+    pub fn flush(&mut self) -> usize {
+        while let Some(old) = self.retired.pop() {
+            drop(old);
+        }
+        while let Some(op) = self.pending.pop_front() {
+            if let Err(op) = self.ops.push(op) {
+                self.pending.push_front(op);
+                break;
+            }
+        }
+        self.pending.len()
+    }
+
+    /// SAs installed.
+    pub fn len(&self) -> usize {
+        self.capacity - self.free.len()
+    }
+
+    /// Whether none is installed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A worker's table and the control thread's writer for it, connected.
+pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
+    let ops = Arc::new(ArrayQueue::new(OP_QUEUE));
+    let retired = Arc::new(ArrayQueue::new(OP_QUEUE));
+    let max_sas = max_sas.min(NONE as usize);
+    (
+        Sad::new(max_sas, ifaces, ops.clone(), retired.clone()),
+        SadWriter {
+            free: (0..max_sas as u32).rev().collect(),
+            capacity: max_sas,
+            spis: FxHashMap::default(),
+            pending: VecDeque::new(),
+            ops,
+            retired,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Direction, Encryption, Integrity, Mode, SaConfig};
+
+    fn sa(spi: u32, dir: Direction) -> Sa {
+        let mut c = SaConfig::new(
+            spi,
+            dir,
+            Encryption::AesGcm128,
+            &[7; 20],
+            Integrity::None,
+            &[],
+        );
+        c.mode = Mode::Tunnel {
+            src: "192.0.2.1".parse().unwrap(),
+            dst: "192.0.2.2".parse().unwrap(),
+        };
+        Sa::new(&c).unwrap()
+    }
+
+    #[test]
+    fn ops_apply_in_order_and_replaced_sas_come_back() {
+        let (mut sad, mut w) = channel(4, 3);
+        let s1 = w
+            .insert(sa(0x1001, Direction::Inbound), 2, Arc::default())
+            .unwrap();
+        let t1 = w
+            .insert(sa(0x2001, Direction::Outbound), 2, Arc::default())
+            .unwrap();
+        w.set_tx(2, t1);
+        assert_eq!(w.flush(), 0);
+        assert_eq!(sad.inbound(0x1001), NONE, "nothing applied yet");
+        assert_eq!(sad.apply_ops(OPS_PER_VECTOR), 4);
+        assert_eq!(sad.inbound(0x1001), s1);
+        assert_eq!(sad.tx(2), t1);
+        assert_eq!(sad.tx(9), NONE);
+        assert_eq!(sad.get_mut(s1).unwrap().iface, 2);
+        assert_eq!(
+            w.insert(sa(0x1001, Direction::Inbound), 2, Arc::default()),
+            Err(SadError::DuplicateSpi(0x1001))
+        );
+        // Rekey: a new transmit SA, switched, then the old one removed.
+        let t2 = w
+            .insert(sa(0x2002, Direction::Outbound), 2, Arc::default())
+            .unwrap();
+        w.set_tx(2, t2);
+        w.remove(t1);
+        w.remove(s1);
+        w.flush();
+        sad.apply_ops(OPS_PER_VECTOR);
+        assert_eq!(sad.tx(2), t2);
+        assert_eq!(sad.inbound(0x1001), NONE);
+        assert!(sad.get_mut(t1).is_none());
+        assert_eq!(w.len(), 1);
+        w.flush();
+        assert!(w.retired.is_empty(), "the removed SAs were dropped");
+    }
+
+    #[test]
+    fn a_full_table_is_refused_and_a_full_queue_waits() {
+        let (mut sad, mut w) = channel(2, 1);
+        w.insert(sa(0x1001, Direction::Inbound), 0, Arc::default())
+            .unwrap();
+        w.insert(sa(0x1002, Direction::Inbound), 0, Arc::default())
+            .unwrap();
+        assert_eq!(
+            w.insert(sa(0x1003, Direction::Inbound), 0, Arc::default()),
+            Err(SadError::Full(2))
+        );
+        // More ops than the queue holds: the rest wait on the writer's side.
+        for _ in 0..OP_QUEUE {
+            w.set_tx(0, NONE);
+        }
+        assert_eq!(w.flush(), 4);
+        let mut total = 0;
+        while total < OP_QUEUE + 4 {
+            let n = sad.apply_ops(OPS_PER_VECTOR);
+            assert!(n <= OPS_PER_VECTOR);
+            total += n;
+            w.flush();
+        }
+        assert_eq!(sad.inbound(0x1002), 1);
+    }
+}

@@ -1,0 +1,394 @@
+//! Two Ferrouter gateways with an IPsec tunnel between them, in network namespaces:
+//!
+//! ```text
+//! h1 ──── lan [gw1] wan ═══ ESP ═══ [wire] ═══ ESP ═══ wan [gw2] lan ──── h2
+//! 10.1.0.2      10.1.0.1   192.0.2.1   192.0.2.2   10.2.0.1      10.2.0.2
+//! 2001:db8:a1::2           2001:db8:ff::1/::2 (outer over IPv6)  2001:db8:a2::2
+//! ```
+//!
+//! Each gateway runs `ferrouter run` with its two ports (AF_XDP by default), a tunnel
+//! interface `ipsec0` (10.255.0.1/30 and 10.255.0.2/30 on it, `fd00:ff::1`/`::2`) and
+//! routes to the other side's hosts through it, one manually keyed SA each way, with the
+//! keys in a file only root can read. Traffic between h1 and h2 crosses the WAN link
+//! encrypted only. The WAN link is a Linux bridge in its own namespace (`{p}-wire`, port
+//! `to-gw1` and `to-gw2`): a place to watch the wire with tcpdump, which the gateways'
+//! AF_XDP ports bypass.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{existing_namespaces, run};
+
+/// h1's address.
+pub const H1: &str = "10.1.0.2";
+/// h2's address.
+pub const H2: &str = "10.2.0.2";
+/// h1's IPv6 address.
+pub const H1_V6: &str = "2001:db8:a1::2";
+/// h2's IPv6 address.
+pub const H2_V6: &str = "2001:db8:a2::2";
+/// gw1's tunnel-interface address.
+pub const GW1_TUNNEL: &str = "10.255.0.1";
+/// gw2's tunnel-interface address.
+pub const GW2_TUNNEL: &str = "10.255.0.2";
+
+/// The two gateways' lab.
+#[derive(Clone, Debug)]
+pub struct IpsecLab {
+    /// Namespace and file prefix.
+    pub prefix: String,
+    /// Working directory (configs, keys, logs, sockets).
+    pub dir: PathBuf,
+    /// The SAs' encryption algorithm (`aes-128-gcm`, ...).
+    pub encryption: String,
+    /// Their integrity algorithm (`none` with an AEAD).
+    pub integrity: String,
+    /// The tunnel's outer header: IPv6 (the WAN's IPv6 addresses) instead of IPv4.
+    pub outer_v6: bool,
+    /// Port backend of both gateways.
+    pub backend: String,
+    /// Extended sequence numbers on the SAs.
+    pub esn: bool,
+}
+
+/// Key material of `len` bytes, different for each `seed`.
+fn key_hex(seed: u8, len: usize) -> String {
+    (0..len)
+        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(31).wrapping_add(seed)))
+        .collect()
+}
+
+impl IpsecLab {
+    /// A lab named `prefix`, AES-128-GCM over IPv4, AF_XDP ports (`auto`).
+    pub fn new(prefix: &str) -> IpsecLab {
+        IpsecLab {
+            prefix: prefix.to_string(),
+            dir: PathBuf::from(format!("/run/ferrouter-lab/{prefix}")),
+            encryption: "aes-128-gcm".into(),
+            integrity: "none".into(),
+            outer_v6: false,
+            backend: "auto".into(),
+            esn: true,
+        }
+    }
+    /// Namespace of h1.
+    pub fn h1(&self) -> String {
+        format!("{}-h1", self.prefix)
+    }
+    /// Namespace of h2.
+    pub fn h2(&self) -> String {
+        format!("{}-h2", self.prefix)
+    }
+    /// Namespace of the WAN link's bridge.
+    pub fn wire(&self) -> String {
+        format!("{}-wire", self.prefix)
+    }
+    /// Namespace of gateway `n` (1 or 2).
+    pub fn gw(&self, n: u8) -> String {
+        format!("{}-gw{n}", self.prefix)
+    }
+    /// Gateway `n`'s control socket.
+    pub fn socket(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gw{n}.sock"))
+    }
+    /// Gateway `n`'s config file.
+    pub fn config_file(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gw{n}.toml"))
+    }
+    /// Gateway `n`'s key file.
+    pub fn key_file(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gw{n}.keys"))
+    }
+    /// Gateway `n`'s log.
+    pub fn log_file(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gw{n}.log"))
+    }
+    fn pid_file(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gw{n}.pid"))
+    }
+    /// Gateway `n`'s WAN address (the tunnel's outer address).
+    pub fn wan(&self, n: u8) -> String {
+        if self.outer_v6 {
+            format!("2001:db8:ff::{n}")
+        } else {
+            format!("192.0.2.{n}")
+        }
+    }
+
+    /// Which of the lab's namespaces exist.
+    pub fn existing(&self) -> Vec<String> {
+        existing_namespaces(&[self.h1(), self.h2(), self.gw(1), self.gw(2), self.wire()])
+    }
+
+    /// Run a command in namespace `ns`, whatever its exit status.
+    pub fn exec(&self, ns: &str, args: &[&str]) -> Result<Output> {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .output()
+            .with_context(|| format!("cannot run {args:?} in {ns}"))
+    }
+
+    /// Start a command in namespace `ns` in the background (output discarded), killed when
+    /// the handle drops.
+    pub fn spawn(&self, ns: &str, args: &[&str]) -> Result<crate::Background> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {args:?} in {ns}"))?;
+        Ok(crate::Background(child))
+    }
+
+    fn ip(&self, ns: &str, args: &[&str]) -> Result<()> {
+        let mut a = vec!["-n", ns];
+        a.extend_from_slice(args);
+        run(Command::new("ip").args(&a)).map(|_| ())
+    }
+
+    /// The bytes of key material the SAs' algorithms take: (encryption, integrity).
+    fn key_lens(&self) -> Result<(usize, usize)> {
+        let e = ipsec::config::encryption(&self.encryption)
+            .with_context(|| format!("unknown encryption {:?}", self.encryption))?;
+        let i = ipsec::config::integrity(&self.integrity)
+            .with_context(|| format!("unknown integrity {:?}", self.integrity))?;
+        Ok((e.key_len(), i.key_len()))
+    }
+
+    /// Gateway `n`'s key file: the key of each direction.
+    pub fn keys_text(&self) -> Result<String> {
+        let (el, il) = self.key_lens()?;
+        let mut s = String::new();
+        for (name, seed) in [("gw1-to-gw2", 1u8), ("gw2-to-gw1", 2u8)] {
+            s.push_str(&format!(
+                "[{name}]\nencryption = \"{}\"\n",
+                key_hex(seed, el)
+            ));
+            if il > 0 {
+                s.push_str(&format!("integrity = \"{}\"\n", key_hex(seed + 100, il)));
+            }
+        }
+        Ok(s)
+    }
+
+    /// Gateway `n`'s config, with `extra` appended.
+    pub fn config_text(&self, n: u8, extra: &str) -> String {
+        let other = 3 - n;
+        let (out_key, in_key) = if n == 1 {
+            ("gw1-to-gw2", "gw2-to-gw1")
+        } else {
+            ("gw2-to-gw1", "gw1-to-gw2")
+        };
+        // gw1 sends with 0x1001, gw2 with 0x2001.
+        let (out_spi, in_spi) = if n == 1 {
+            (0x1001, 0x2001)
+        } else {
+            (0x2001, 0x1001)
+        };
+        let sa = |dir: &str, spi: u32, key: &str| {
+            format!(
+                "\n[[ipsec.sa]]\ntunnel = \"ipsec0\"\ndirection = \"{dir}\"\nspi = {spi:#x}\nencryption = \"{}\"\nintegrity = \"{}\"\nkey = \"{key}\"\nesn = {}\n",
+                self.encryption, self.integrity, self.esn
+            )
+        };
+        format!(
+            "# written by ferrouter-lab's IPsec lab\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = 1\n\
+             \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
+             \n[[interface]]\nname = \"ipsec0\"\naddresses = [\"10.255.0.{n}/30\", \"fd00:ff::{n}/64\"]\n\
+             \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"10.255.0.{other}\"]\n\
+             \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"fd00:ff::{other}\"]\n\
+             \n[ipsec]\nkey_file = \"{keys}\"\n\n[[ipsec.tunnel]]\nname = \"ipsec0\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n{out}{inb}{extra}",
+            sock = self.socket(n).display(),
+            state = self.dir.join(format!("state{n}")).display(),
+            b = self.backend,
+            keys = self.key_file(n).display(),
+            local = self.wan(n),
+            remote = self.wan(other),
+            out = sa("out", out_spi, out_key),
+            inb = sa("in", in_spi, in_key),
+        )
+    }
+
+    /// Build the namespaces, links and addresses.
+    pub fn build(&self) -> Result<()> {
+        if !self.existing().is_empty() {
+            bail!(
+                "lab {} already exists (namespaces {:?}); take it down first",
+                self.prefix,
+                self.existing()
+            );
+        }
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        for ns in [self.h1(), self.gw(1), self.gw(2), self.h2(), self.wire()] {
+            run(Command::new("ip").args(["netns", "add", &ns]))?;
+            let _ = self.exec(
+                &ns,
+                &[
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.default.accept_dad=0",
+                    "net.ipv6.conf.all.accept_dad=0",
+                ],
+            );
+            self.ip(&ns, &["link", "set", "lo", "up"])?;
+        }
+        let (h1, g1, g2, h2, w) = (self.h1(), self.gw(1), self.gw(2), self.h2(), self.wire());
+        #[rustfmt::skip]
+        let links = [
+            (&h1, "eth0", &g1, "lan"),
+            (&g1, "wan", &w, "to-gw1"),
+            (&g2, "wan", &w, "to-gw2"),
+            (&g2, "lan", &h2, "eth0"),
+        ];
+        for (a, an, b, bn) in links {
+            run(Command::new("ip").args([
+                "link", "add", an, "netns", a, "type", "veth", "peer", "name", bn, "netns", b,
+            ]))?;
+        }
+        self.ip(&w, &["link", "add", "br0", "type", "bridge"])?;
+        for port in ["to-gw1", "to-gw2", "br0"] {
+            if port != "br0" {
+                self.ip(&w, &["link", "set", port, "master", "br0"])?;
+            }
+            self.ip(&w, &["link", "set", port, "up"])?;
+        }
+        // Offloads and MTUs stay at veth's defaults, as users have them.
+        let addrs = [
+            (&h1, "eth0", "10.1.0.2/24", "2001:db8:a1::2/64"),
+            (&g1, "lan", "10.1.0.1/24", "2001:db8:a1::1/64"),
+            (&g1, "wan", "192.0.2.1/24", "2001:db8:ff::1/64"),
+            (&g2, "wan", "192.0.2.2/24", "2001:db8:ff::2/64"),
+            (&g2, "lan", "10.2.0.1/24", "2001:db8:a2::1/64"),
+            (&h2, "eth0", "10.2.0.2/24", "2001:db8:a2::2/64"),
+        ];
+        for (ns, dev, v4, v6) in addrs {
+            self.ip(ns, &["addr", "add", v4, "dev", dev])?;
+            self.ip(ns, &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
+            self.ip(ns, &["link", "set", dev, "up"])?;
+        }
+        self.ip(&h1, &["route", "add", "default", "via", "10.1.0.1"])?;
+        self.ip(
+            &h1,
+            &["-6", "route", "add", "default", "via", "2001:db8:a1::1"],
+        )?;
+        self.ip(&h2, &["route", "add", "default", "via", "10.2.0.1"])?;
+        self.ip(
+            &h2,
+            &["-6", "route", "add", "default", "via", "2001:db8:a2::1"],
+        )?;
+        Ok(())
+    }
+
+    /// Write gateway `n`'s key file (mode 0600) and config (with `extra`).
+    pub fn write_config(&self, n: u8, extra: &str) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let k = self.key_file(n);
+        let _ = std::fs::remove_file(&k);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&k)
+            .with_context(|| format!("creating {}", k.display()))?;
+        f.write_all(self.keys_text()?.as_bytes())?;
+        let c = self.config_file(n);
+        std::fs::write(&c, self.config_text(n, extra))
+            .with_context(|| format!("writing {}", c.display()))?;
+        Ok(())
+    }
+
+    /// Start gateway `n` with its config file as it is, and wait until it answers.
+    pub fn start(&self, n: u8, ferrouter: &Path) -> Result<()> {
+        let log = std::fs::File::create(self.log_file(n))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.gw(n)])
+            .arg(ferrouter)
+            .args(["run", "--config"])
+            .arg(self.config_file(n))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting ferrouter run")?;
+        std::fs::write(self.pid_file(n), child.id().to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if control::api::request_json(&self.socket(n), "interfaces", None).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline || !Path::new(&format!("/proc/{}", child.id())).exists() {
+                let log = std::fs::read_to_string(self.log_file(n)).unwrap_or_default();
+                bail!(
+                    "ferrouter did not come up in {}: {}",
+                    self.gw(n),
+                    log.trim()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stop gateway `n` (SIGTERM, then SIGKILL after 5 s).
+    pub fn stop(&self, n: u8) {
+        let Ok(pid) = std::fs::read_to_string(self.pid_file(n)) else {
+            return;
+        };
+        let _ = std::fs::remove_file(self.pid_file(n));
+        let pid = pid.trim().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.is_empty() || stat.contains(") Z ") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+
+    /// Build everything and start both gateways.
+    pub fn up(&self, ferrouter: &Path) -> Result<()> {
+        self.build()?;
+        let started = (|| {
+            for n in [1, 2] {
+                self.write_config(n, "")?;
+                self.start(n, ferrouter)?;
+            }
+            Ok(())
+        })();
+        if started.is_err() {
+            self.down();
+        }
+        started
+    }
+
+    /// Stop both gateways and delete the namespaces (idempotent, never fails).
+    pub fn down(&self) {
+        self.stop(1);
+        self.stop(2);
+        for ns in self.existing() {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+    }
+}
+
+/// Takes the lab down when dropped (tests hold one, so nothing is left on a panic).
+pub struct IpsecGuard(pub IpsecLab);
+
+impl Drop for IpsecGuard {
+    fn drop(&mut self) {
+        self.0.down();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0.dir);
+        }
+    }
+}
