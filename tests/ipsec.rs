@@ -412,3 +412,41 @@ fn an_sa_rekey_applies_live_without_loss_and_bad_key_files_are_refused() {
     // And what runs is unchanged.
     assert_eq!(ipsec(l, 2)["sas"].as_array().unwrap().len(), 3);
 }
+
+/// The tunnel over IPv6 (4in6 and 6in6) with AES-256-CBC and HMAC-SHA2-256-128: the
+/// XDP program hands IPv6 ESP to the fast path, and both inner families cross.
+#[test]
+fn an_ipv6_tunnel_with_cbc_and_hmac_carries_both_families() {
+    let g = up("ip6", |l| {
+        l.outer_v6 = true;
+        l.encryption = "aes-256-cbc".into();
+        l.integrity = "hmac-sha2-256-128".into();
+        l.esn = false;
+    });
+    let l = &g.0;
+    ping_until(l, &l.h1(), H2);
+    ping_until(l, &l.h1(), H2_V6);
+    let (ok, out) = sh(
+        l,
+        &l.h1(),
+        &["ping", "-c3", "-i0.2", "-s", "1200", "-W2", H2_V6],
+    );
+    assert!(ok, "{out}");
+    let v = iperf3(l, H2, &["-t", "1"]);
+    assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e5);
+    let (a, b) = (ipsec(l, 1), ipsec(l, 2));
+    let out1 = sa(&a, "out");
+    assert_eq!(out1["src"], "2001:db8:ff::1");
+    assert_eq!(out1["encryption"], "aes-256-cbc");
+    assert_eq!(out1["integrity"], "hmac-sha2-256-128");
+    assert!(sa(&b, "in")["packets"].as_u64().unwrap() > 100, "{b}");
+    assert!(
+        sa(&b, "in")["errors"].as_object().unwrap().is_empty(),
+        "{b}"
+    );
+    let mtu = a["tunnels"][0]["mtu"].as_u64().unwrap();
+    assert!(
+        (1380..1443).contains(&mtu),
+        "IPv6 outer and CBC cost more: {mtu}"
+    );
+}

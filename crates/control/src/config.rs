@@ -1802,6 +1802,53 @@ mod tests {
     }
 
     #[test]
+    fn ipsec_problems_have_their_lines() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(
+            &keys,
+            "[k]\nencryption = \"000102030405060708090a0b0c0d0e0f10111213\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let ipsec = format!(
+            "[ipsec]\nkey_file = \"{}\"\n[[ipsec.tunnel]]\nname = \"ipsec0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+             [[ipsec.sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-256-gcm\"\nkey = \"k\"\n",
+            keys.display()
+        );
+        let e = problems(&ipsec);
+        assert!(
+            e.contains("test.toml:14:7: ipsec.sa[0].key: key \"k\": encryption key is 20 bytes; aes-256-gcm needs 36"),
+            "{e}"
+        );
+        let good = ipsec.replace("aes-256-gcm", "aes-128-gcm");
+        assert!(parse(&format!("{PORT}{good}")).is_ok());
+        let e = parse(&format!("workers = 2\n{PORT}{good}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("workers: 2 workers with [[ipsec.tunnel]]"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "[[port]]\nname = \"eth1\"\nbackend = \"af_packet\"\n{good}"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("port[0].backend: port eth1 runs AF_PACKET, where IPsec cannot work"),
+            "{e}"
+        );
+        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let e = problems(&good);
+        assert!(
+            e.contains("ipsec.key_file: key file") && e.contains("has mode 0604"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn full_schema() {
         let c = parse(&format!(
             "state_dir = \"/tmp/fr\"\n{PORT}\

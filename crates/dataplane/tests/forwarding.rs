@@ -1638,3 +1638,137 @@ fn mixed_vectors_give_each_packet_its_interfaces_features() {
     l.out.clear();
     assert_eq!(l.arena.free_count(), 512);
 }
+
+/// Prepend an IPv4 header (protocol 4, IP-in-IP) from `R0_V4` to `dst` in front of packet
+/// `k`'s IPv4 header, in its headroom, and reroute it: a tunnel's encapsulation.
+fn encapsulate(cx: &mut FeatureCx<'_>, b: &mut Batch<'_>, k: usize, dst: u32) {
+    let p = *b.pkt(k).unwrap();
+    let at = p.off as usize + p.l3 as usize;
+    let inner = p.len as usize - p.l3 as usize;
+    let f = cx.mem.frame_mut(p.buf);
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&((20 + inner) as u16).to_be_bytes());
+    h[8] = 64;
+    h[9] = 4;
+    h[12..16].copy_from_slice(&R0_V4.to_be_bytes());
+    h[16..20].copy_from_slice(&dst.to_be_bytes());
+    let c = checksum::checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    f[at - 20..at].copy_from_slice(&h);
+    // An Ethernet header's room in front of it, with the EtherType.
+    f[at - 22..at - 20].copy_from_slice(&0x0800u16.to_be_bytes());
+    let d = b.pkt_mut(k).unwrap();
+    d.off = (at - 34) as u16;
+    d.l3 = 14;
+    d.len = (14 + 20 + inner) as u16;
+    b.reroute(k);
+}
+
+/// A feature on an output arc that encapsulates a packet and reroutes it: the outer packet
+/// is looked up by its own destination and leaves by its port, as the router's own (TTL
+/// as written, not counted as forwarded twice), and is not a drop. A feature that
+/// reroutes forever is stopped by the round limit.
+#[test]
+fn a_rerouted_packet_is_routed_again_by_its_new_header() {
+    let mut l = lab();
+    let r = l.features(
+        vec![test_feature("encap", ArcId::Ip4Output, &[], |cx, b, k| {
+            encapsulate(cx, b, k, ip4("192.168.7.7"))
+        })],
+        &[&[], &["encap"]],
+    );
+    // 10/8 leaves by port 1, where encap runs; the outer header goes to 192.168/16, port 0.
+    let out = l.run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, f) = &out[0];
+    assert_eq!(*port, 0);
+    assert_eq!(&f[..6], &PEER0, "rewritten for port 0's next hop");
+    let outer = ipv4_of(f);
+    assert_eq!(outer.dst_addr(), ip4("192.168.7.7"));
+    assert_eq!(outer.ttl(), 64, "the router's own packet: TTL as written");
+    assert_eq!(outer.protocol(), 4);
+    let inner = wire::Ipv4Packet::new_checked(&f[34..]).unwrap();
+    assert_eq!(inner.dst_addr(), ip4("10.1.2.3"));
+    assert_eq!(inner.ttl(), 63);
+    assert_eq!(l.count(Reason::Ip4Forwarded), 1);
+    assert_eq!(l.count(Reason::FeatureDrop), 0);
+    assert_eq!(l.feature_count(&r, "encap", 0), 1);
+    assert_eq!(l.feature_count(&r, "encap", 1), 0);
+
+    // Encapsulated toward 10/8 again: through encap again, and again, until the rounds
+    // run out; dropped as a loop, every buffer released.
+    let mut l = lab();
+    l.features(
+        vec![test_feature("encap", ArcId::Ip4Output, &[], |cx, b, k| {
+            encapsulate(cx, b, k, ip4("10.9.9.9"))
+        })],
+        &[&[], &["encap"]],
+    );
+    assert!(l
+        .run(&[frame4(H0_V4, ip4("10.1.2.3"), 64, true, 20)])
+        .is_empty());
+    assert_eq!(l.count(Reason::GraphLoop), 1);
+}
+
+/// The router's own packets sent on an interface go through its output arc
+/// (`send_local`), or from the lookup (`process_local`); neither is checked as received
+/// (their source is the router's) nor has its TTL changed.
+#[test]
+fn the_routers_own_packets_enter_at_the_lookup_or_an_output_arc() {
+    let mut l = lab();
+    let r = l.features(
+        vec![test_feature(
+            "seen-out",
+            ArcId::Ip4Output,
+            &[],
+            |_, _, _| {},
+        )],
+        &[&[], &["seen-out"]],
+    );
+    let own = |l: &mut Lab, dst: u32, tx: u16, output: bool| {
+        let f = frame4(R0_V4, dst, 64, true, 20);
+        let mut v = dataplane::Vector::default();
+        let mut p = l.arena.load(&f, 0).unwrap();
+        p.l3 = 14;
+        p.tx_port = tx;
+        v.push(p);
+        if output {
+            l.graph.send_local(&mut v, &mut l.arena, &mut l.out, 1);
+        } else {
+            l.graph.process_local(&mut v, &mut l.arena, &mut l.out, 1);
+        }
+        let sent: Vec<(usize, u8)> = l
+            .out
+            .tx
+            .iter()
+            .enumerate()
+            .flat_map(|(port, list)| list.iter().map(move |p| (port, *p)))
+            .map(|(port, p)| (port, l.arena.data(&p)[22]))
+            .collect();
+        for p in l.out.tx.iter().flatten() {
+            l.arena.free(p.buf);
+        }
+        for &b in &l.out.free {
+            l.arena.free(b);
+        }
+        l.out.clear();
+        sent
+    };
+    // From the lookup: 10/8 leaves by port 1, through its output arc, TTL unchanged.
+    assert_eq!(own(&mut l, ip4("10.1.2.3"), 0, false), vec![(1, 64)]);
+    assert_eq!(l.feature_count(&r, "seen-out", 0), 1);
+    assert_eq!(l.count(Reason::Ip4OwnSrc), 0);
+    assert_eq!(l.count(Reason::Ip4Forwarded), 0);
+    // To port 1's output arc whatever the destination (a point-to-point link's).
+    assert_eq!(own(&mut l, ip4("192.168.1.1"), 1, true), vec![(1, 64)]);
+    assert_eq!(l.feature_count(&r, "seen-out", 0), 2);
+    // Not IP at its L3 offset: dropped.
+    let mut v = dataplane::Vector::default();
+    let mut p = l.arena.load(&[0u8; 60], 0).unwrap();
+    p.l3 = 14;
+    v.push(p);
+    l.graph.send_local(&mut v, &mut l.arena, &mut l.out, 1);
+    assert!(l.out.tx.iter().all(Vec::is_empty));
+    assert_eq!(l.out.free.len(), 1);
+}
