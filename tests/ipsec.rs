@@ -450,3 +450,33 @@ fn an_ipv6_tunnel_with_cbc_and_hmac_carries_both_families() {
         "IPv6 outer and CBC cost more: {mtu}"
     );
 }
+
+/// Two workers on each gateway: every SA lives on worker 0; worker 1 hands it the ESP it
+/// receives and the packets it routes to the tunnel. TCP streams both ways spread over
+/// both workers, and no packet is refused as a replay or a forgery: each SA's sequence
+/// numbers stay one sequence.
+#[test]
+fn two_workers_hand_their_esp_to_the_sas_worker() {
+    let g = up("ipw", |l| l.workers = 2);
+    let l = &g.0;
+    ping_until(l, &l.h1(), H2);
+    let v = iperf3(l, H2, &["-P", "4"]);
+    assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
+    let v = iperf3(l, H2, &["-P", "4", "-R"]);
+    assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
+    for gw in [1, 2] {
+        let s = ipsec(l, gw);
+        for a in s["sas"].as_array().unwrap() {
+            assert!(a["packets"].as_u64().unwrap() > 1000, "{s}");
+            assert!(a["errors"].as_object().unwrap().is_empty(), "gw{gw}: {s}");
+        }
+    }
+    // Worker 1 had something to hand over on each gateway.
+    let m = metrics_text(&l.socket(1));
+    let handed = m
+        .lines()
+        .find(|x| x.starts_with("ferrouter_ipsec_handed_off_total"))
+        .and_then(|x| x.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(handed > 0.0, "{m}");
+}

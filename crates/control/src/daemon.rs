@@ -330,6 +330,7 @@ fn spawn_worker(
             counters_out,
             handoff,
             steering,
+            to_output: Box::default(),
             id,
         };
         worker::run_loop(shared, &mut graph, &mut mem, &mut ports, &mut hooks);
@@ -357,6 +358,8 @@ struct DaemonHooks {
     handoff: Option<dataplane::handoff::HandoffRx>,
     /// Where the handed-off frames are counted.
     steering: Arc<firewall::steer::Steering>,
+    /// Handed-off packets for a tunnel's output arc, split from the others.
+    to_output: Box<Vector>,
     /// The worker.
     id: usize,
 }
@@ -409,7 +412,34 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
                         .fetch_add(got.no_buffer as u64, Ordering::Relaxed);
                 }
                 if got.frames > 0 {
-                    graph.process(v, mem, out, now_ns);
+                    // Packets for a tunnel whose SA is this worker's go to its output arc;
+                    // the rest as received.
+                    let to_output = &mut *self.to_output;
+                    to_output.len = 0;
+                    if v.pkts[..v.len]
+                        .iter()
+                        .any(|p| p.flags & dataplane::buffer::F_TO_OUTPUT != 0)
+                    {
+                        let mut keep = 0;
+                        for k in 0..v.len {
+                            let mut p = v.pkts[k];
+                            if p.flags & dataplane::buffer::F_TO_OUTPUT != 0 {
+                                p.l3 = 14;
+                                p.tx_port = p.rx_port;
+                                to_output.push(p);
+                            } else {
+                                v.pkts[keep] = p;
+                                keep += 1;
+                            }
+                        }
+                        v.len = keep;
+                    }
+                    if v.len > 0 {
+                        graph.process(v, mem, out, now_ns);
+                    }
+                    if to_output.len > 0 {
+                        graph.send_local(to_output, mem, out, now_ns);
+                    }
                     worker::flush(graph, mem, ports, out, false);
                 }
                 n += got.frames + got.no_buffer;
@@ -827,16 +857,22 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     nat.set_claims(claims);
     // Several workers: lanes between them, for the packets of flows another worker owns.
     let workers = per_worker.len();
-    let (senders, mut receivers) = if workers > 1 {
+    // Two sending sides per worker for flow steering (its ip4 and ip6 nodes), three more
+    // for IPsec's nodes when tunnels are configured (their SAs live on worker 0).
+    let ipsec_senders = if cfg.ipsec.active() { 3 } else { 0 };
+    let (mut senders, mut receivers) = if workers > 1 {
         // Slots take frames up to MAX_FRAME bytes; only the bytes of the frames that pass
         // are touched.
         let depth = dataplane::handoff::lane_depth(workers);
-        let (s, r) = dataplane::handoff::mesh_with(workers, 2, depth, dataplane::MAX_FRAME)
-            .context("creating the handoff lanes between workers (an eventfd each)")?;
+        let (s, r) =
+            dataplane::handoff::mesh_with(workers, 2 + ipsec_senders, depth, dataplane::MAX_FRAME)
+                .context("creating the handoff lanes between workers (an eventfd each)")?;
         (s, r.into_iter().map(Some).collect())
     } else {
         (Vec::new(), vec![None])
     };
+    let ipsec_tx: Vec<Vec<dataplane::handoff::HandoffTx>> =
+        senders.iter_mut().map(|s| s.split_off(2)).collect();
     let steering = Arc::new(firewall::steer::Steering::new(senders, nat.clone()));
     // IPsec's SA tables, sized now (a change of max_sas needs a restart).
     let ipsec = Arc::new(ipsec::node::IpsecShared::new(
@@ -844,6 +880,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         cfg.ipsec.max_sas,
         names.len(),
     ));
+    ipsec.set_senders(ipsec_tx);
     let registry = Arc::new(
         crate::features::registry(&fw, &nat, &steering, &ipsec).context("registering features")?,
     );

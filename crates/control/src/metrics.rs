@@ -37,6 +37,7 @@
 //! | `ferrouter_conntrack_flows`, `ferrouter_conntrack_max_flows` | | flows tracked, and the tables' capacity (with `[firewall] conntrack`) |
 //! | `ferrouter_conntrack_events_total` | event=created/expired/refused/early_dropped/invalid | |
 //! | `ferrouter_ipsec_sas` | | IPsec SAs installed |
+//! | `ferrouter_ipsec_handed_off_total` | | packets other workers handed to the SAs' worker |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
 //! | `ferrouter_build_info` | version | 1 |
@@ -201,6 +202,18 @@ fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
         "ferrouter_ipsec_sas",
         "IPsec SAs installed in the fast path.",
         vec![(vec![], sas.len() as f64)],
+    );
+    s.counter(
+        "ferrouter_ipsec_handed_off",
+        "Packets other workers handed to the worker that holds the SAs (ESP received, packets routed to a tunnel).",
+        vec![(
+            vec![],
+            shared
+                .features
+                .ipsec
+                .handed_off
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )],
     );
     s.counter(
         "ferrouter_ipsec_sa_packets",

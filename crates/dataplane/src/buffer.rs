@@ -473,6 +473,10 @@ pub const F_TO_FRAG: u16 = 32;
 /// reached the worker that owns its flow and is never handed off again (a flow's owner
 /// computed anew after a config change cannot bounce it between workers).
 pub const F_HANDED_OFF: u16 = 64;
+/// With [`F_HANDED_OFF`]: the frame is for the output arc of the interface it carries (an
+/// IPsec tunnel whose SA lives on the receiving worker), not a received one: the worker
+/// sends it on as its own ([`crate::Graph::send_local`]).
+pub const F_TO_OUTPUT: u16 = 128;
 
 /// Bits of `Pkt::flags` that belong to the features: one on an input arc may leave
 /// something about the packet there for one on an output arc of the same packet (the

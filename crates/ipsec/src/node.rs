@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use atomic_refcell::AtomicRefCell;
+use dataplane::buffer::F_TO_OUTPUT;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
+use dataplane::handoff::HandoffTx;
 use dataplane::VECTOR_SIZE;
 use serde::Serialize;
 
@@ -66,10 +68,12 @@ pub const DECRYPT_DROPS: &[(&str, &str)] = &[
         "busy",
         "the worker's SA table was borrowed (never expected)",
     ),
+    ("handoff_full", "the lane to the SAs' worker was full"),
 ];
 const D_UNKNOWN_SPI: u8 = 15;
 const D_FRAGMENT: u8 = 16;
 const D_BUSY: u8 = 17;
+const D_HANDOFF_FULL: u8 = 18;
 
 /// Drop reasons of `esp4-encrypt` / `esp6-encrypt`.
 pub const ENCRYPT_DROPS: &[(&str, &str)] = &[
@@ -99,9 +103,15 @@ pub const ENCRYPT_DROPS: &[(&str, &str)] = &[
         "busy",
         "the worker's SA table was borrowed (never expected)",
     ),
+    ("handoff_full", "the lane to the SAs' worker was full"),
 ];
 const E_NO_SA: u8 = 15;
 const E_BUSY: u8 = 16;
+const E_HANDOFF_FULL: u8 = 17;
+
+/// The worker whose table holds every SA (the others hand it their ESP and what they
+/// route to a tunnel).
+pub const OWNER: usize = 0;
 
 /// The features' names.
 pub const DECRYPT: &str = "esp-decrypt";
@@ -178,6 +188,11 @@ pub struct IpsecShared {
     control: Mutex<Control>,
     /// Vectors in which a node could not borrow its table.
     pub busy: AtomicU64,
+    /// Each worker's sending sides to the SAs' worker (one per ESP node), taken by the
+    /// nodes as the workers start (none with one worker).
+    senders: Mutex<Vec<Vec<Option<HandoffTx>>>>,
+    /// Packets the other workers handed to the SAs' worker.
+    pub handed_off: AtomicU64,
 }
 
 /// Something one SA change needs: the tunnel interfaces by config index, and their names.
@@ -206,6 +221,21 @@ impl IpsecShared {
                 tx: vec![NONE; ifaces],
             }),
             busy: AtomicU64::new(0),
+            senders: Mutex::new(Vec::new()),
+            handed_off: AtomicU64::new(0),
+        }
+    }
+
+    /// The sending sides of the handoff lanes, per worker three (for its `esp-decrypt`,
+    /// `esp4-encrypt` and `esp6-encrypt` nodes, in that order), before the workers start:
+    /// with several workers, every SA lives on [`OWNER`] and the others hand it their ESP
+    /// and what they route to a tunnel.
+    pub fn set_senders(&self, senders: Vec<Vec<HandoffTx>>) {
+        if let Ok(mut s) = self.senders.lock() {
+            *s = senders
+                .into_iter()
+                .map(|v| v.into_iter().map(Some).collect())
+                .collect();
         }
     }
 
@@ -465,11 +495,26 @@ impl Feature for EspFeature {
             .get(worker)
             .cloned()
             .unwrap_or_else(|| Arc::new(AtomicRefCell::new(sad::channel(1, 0).0)));
+        let side = match self.kind {
+            Kind::Decrypt => 0,
+            Kind::Encrypt4 => 1,
+            Kind::Encrypt6 => 2,
+        };
+        let tx = if worker == OWNER {
+            None
+        } else {
+            self.shared
+                .senders
+                .lock()
+                .ok()
+                .and_then(|mut s| s.get_mut(worker)?.get_mut(side)?.take())
+        };
         Box::new(EspNode {
             kind: self.kind,
             table,
             shared: self.shared.clone(),
             touched: Vec::with_capacity(VECTOR_SIZE),
+            tx,
         })
     }
 }
@@ -481,10 +526,18 @@ struct EspNode {
     /// The slots a vector used, for publishing their counters once each (capacity for a
     /// whole vector, allocated with the node).
     touched: Vec<u32>,
+    /// On a worker other than [`OWNER`]: the lane to it.
+    tx: Option<HandoffTx>,
 }
 
 impl FeatureNode for EspNode {
     fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
+        if let Some(tx) = self.tx.as_mut() {
+            let n = hand_off(self.kind, cx, batch, tx);
+            tx.ring();
+            self.shared.handed_off.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
         let Ok(mut sad) = self.table.try_borrow_mut() else {
             self.shared.busy.fetch_add(1, Ordering::Relaxed);
             let r = if self.kind == Kind::Decrypt {
@@ -509,6 +562,47 @@ impl FeatureNode for EspNode {
             sad.publish(s);
         }
     }
+}
+
+/// On a worker that holds no SA: hand to [`OWNER`] the ESP for the router (decrypt) or
+/// every packet routed to a tunnel (encrypt, to its output arc there). Returns how many.
+fn hand_off(kind: Kind, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>, tx: &mut HandoffTx) -> u64 {
+    let mut n = 0;
+    for k in 0..batch.len() {
+        let Some(p) = batch.pkt(k).copied() else {
+            continue;
+        };
+        let frame = cx.mem.frame(p.buf);
+        let (port, flags, full) = match kind {
+            Kind::Decrypt => match look(frame, p.off as usize, p.len as usize, &cx.ifaces.own) {
+                Seen::Other => continue,
+                Seen::Fragment => {
+                    batch.drop(k, D_FRAGMENT);
+                    continue;
+                }
+                Seen::Esp(..) => (p.rx_port, 0, D_HANDOFF_FULL),
+            },
+            Kind::Encrypt4 | Kind::Encrypt6 => (batch.iface(k), F_TO_OUTPUT, E_HANDOFF_FULL),
+        };
+        // A received frame as it came; a packet for a tunnel from 14 bytes before its IP
+        // header, which the owner takes for an Ethernet header (one bound for
+        // fragmentation has had none written).
+        let end = p.off as usize + p.len as usize;
+        let start = if kind == Kind::Decrypt {
+            p.off as usize
+        } else {
+            (p.off as usize + p.l3 as usize).saturating_sub(14)
+        };
+        let bytes = frame.get(start..end).unwrap_or(&[]);
+        match tx.send(OWNER, port, flags, bytes) {
+            Ok(()) => {
+                batch.take(k);
+                n += 1;
+            }
+            Err(_) => batch.drop(k, full),
+        }
+    }
+    n
 }
 
 /// Remember `slot` as used by this vector (consecutive repeats once).

@@ -52,6 +52,8 @@ pub struct IpsecLab {
     pub backend: String,
     /// Extended sequence numbers on the SAs.
     pub esn: bool,
+    /// Workers of each gateway (the links get as many queues).
+    pub workers: usize,
 }
 
 /// Key material of `len` bytes, different for each `seed`.
@@ -72,6 +74,7 @@ impl IpsecLab {
             outer_v6: false,
             backend: "auto".into(),
             esn: true,
+            workers: 1,
         }
     }
     /// Namespace of h1.
@@ -198,7 +201,7 @@ impl IpsecLab {
             )
         };
         format!(
-            "# written by ferrouter-lab's IPsec lab\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = 1\n\
+            "# written by ferrouter-lab's IPsec lab\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = {w}\n\
              \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
              \n[[interface]]\nname = \"ipsec0\"\naddresses = [\"10.255.0.{n}/30\", \"fd00:ff::{n}/64\"]\n\
              \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"10.255.0.{other}\"]\n\
@@ -207,6 +210,7 @@ impl IpsecLab {
             sock = self.socket(n).display(),
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
+            w = self.workers.max(1),
             keys = self.key_file(n).display(),
             local = self.wan(n),
             remote = self.wan(other),
@@ -247,9 +251,12 @@ impl IpsecLab {
             (&g2, "wan", &w, "to-gw2"),
             (&g2, "lan", &h2, "eth0"),
         ];
+        let q = self.workers.max(1).to_string();
         for (a, an, b, bn) in links {
+            #[rustfmt::skip]
             run(Command::new("ip").args([
-                "link", "add", an, "netns", a, "type", "veth", "peer", "name", bn, "netns", b,
+                "link", "add", an, "netns", a, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
+                "peer", "name", bn, "netns", b, "numtxqueues", &q, "numrxqueues", &q,
             ]))?;
         }
         self.ip(&w, &["link", "add", "br0", "type", "bridge"])?;
