@@ -18,7 +18,11 @@ use serde_json::Value;
 fn up(tag: &str, f: impl FnOnce(&mut IpsecLab)) -> IpsecGuard {
     lab::preconditions(
         "network namespaces and the gateways' ports",
-        &[("iperf3", "iperf3"), ("tcpdump", "tcpdump")],
+        &[
+            ("iperf3", "iperf3"),
+            ("tcpdump", "tcpdump"),
+            ("tshark", "tshark"),
+        ],
     )
     .unwrap_or_else(|e| panic!("{e:#}"));
     let mut l = IpsecLab::new(&format!("t{}{tag}", std::process::id() % 10000));
@@ -225,6 +229,55 @@ fn the_tunnel_mtu_answers_big_packets_and_the_router_pings_through_the_tunnel() 
     assert!(ok, "{out}");
     let (ok, out) = sh(l, &l.gw(1), &["ping", "-c2", "-W2", "-I", "10.255.0.1", H2]);
     assert!(ok, "{out}");
+    // Operating it: a trace shows the SA and sequence number of each step, a capture on
+    // the tunnel interface the clear packets both ways.
+    let cli = |args: &[&str]| {
+        let o = Command::new(common::bin())
+            .args(args)
+            .arg("--socket")
+            .arg(l.socket(1))
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {text}");
+        text
+    };
+    cli(&["trace", "add", "4"]);
+    let pcap = l.dir.join("tunnel.pcap");
+    let capture = {
+        let (bin, pcap, sock) = (common::bin(), pcap.clone(), l.socket(1));
+        std::thread::spawn(move || {
+            Command::new(bin)
+                .args(["capture", "ipsec0", "--count", "2", "--timeout", "10", "-w"])
+                .arg(&pcap)
+                .arg("--socket")
+                .arg(&sock)
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out) = sh(l, &l.h1(), &["ping", "-c1", "-W2", H2]);
+    assert!(ok, "{out}");
+    let t = cli(&["trace", "show"]);
+    assert!(t.contains("esp4-encrypt: SA spi 0x1001 seq"), "{t}");
+    assert!(t.contains("esp-decrypt: SA spi 0x2001 seq"), "{t}");
+    let o = capture.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        text.contains("10.1.0.2 → 10.2.0.2")
+            && text.contains("10.2.0.2 → 10.1.0.2")
+            && text.contains("ICMP"),
+        "{text}"
+    );
     let _ = (H1, H1_V6);
 }
 

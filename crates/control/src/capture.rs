@@ -114,14 +114,23 @@ pub enum StartError {
 /// The capture service the API and CLI call. One capture at a time.
 pub struct CaptureService {
     ports: Vec<String>,
+    /// Interfaces (by index into `ports`) a capture cannot run on: VLAN sub-interfaces.
+    refused: Vec<usize>,
     inner: Mutex<Inner>,
 }
 
 impl CaptureService {
-    /// A service over every worker's capturer handle; `ports` are the port names.
-    pub fn new(workers: Vec<CaptureHandle>, ports: Vec<String>) -> CaptureService {
+    /// A service over every worker's capturer handle; `ports` are the fast path's interface
+    /// names by index (ports, VLAN sub-interfaces, tunnels), `refused` those a capture
+    /// cannot run on (VLAN sub-interfaces: capture on their parent).
+    pub fn new(
+        workers: Vec<CaptureHandle>,
+        ports: Vec<String>,
+        refused: Vec<usize>,
+    ) -> CaptureService {
         CaptureService {
             ports,
+            refused,
             inner: Mutex::new(Inner {
                 workers,
                 session: None,
@@ -144,6 +153,12 @@ impl CaptureService {
         snaplen: Option<u16>,
     ) -> Result<u32, StartError> {
         let port = parse_port(&self.ports, port).map_err(StartError::Invalid)?;
+        if self.refused.contains(&(port as usize)) {
+            return Err(StartError::Invalid(format!(
+                "{} is a VLAN sub-interface: capture on its parent port (the frames keep their tags)",
+                self.ports[port as usize]
+            )));
+        }
         if count == 0 {
             return Err(StartError::Invalid(
                 "capture count must be at least 1".into(),
@@ -290,7 +305,7 @@ mod tests {
     #[test]
     fn one_capture_at_a_time_with_clear_errors() {
         let (h, _c) = dataplane::capture::channel(4);
-        let svc = CaptureService::new(vec![h], vec!["p0".into()]);
+        let svc = CaptureService::new(vec![h], vec!["p0".into()], Vec::new());
         assert!(matches!(
             svc.start("p7", Direction::Rx, 1, None),
             Err(StartError::Invalid(m)) if m.contains("p7")

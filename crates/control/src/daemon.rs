@@ -940,11 +940,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         counters.push(c);
     }
 
-    let port_names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
     let held_down = config_svc.held_down();
     let shared = Arc::new(Shared {
-        trace: TraceService::new(traces, port_names.clone(), registry.clone()),
-        capture: CaptureService::new(captures, port_names),
+        trace: TraceService::new(traces, names.clone(), registry.clone()),
+        capture: CaptureService::new(
+            captures,
+            names.clone(),
+            (cfg.ports.len()..cfg.ports.len() + cfg.vlans.len()).collect(),
+        ),
         sync: Mutex::new(sync),
         ports: facts,
         subifs: cfg.vlans.iter().map(|v| v.name.clone()).collect(),

@@ -342,6 +342,10 @@ pub fn describe(step: &Step, ports: &[String], features: &Registry) -> TraceStep
                 port_label(ports, port)
             ),
         ),
+        Step::FeatureNote { id, a, b } => match features.get(id) {
+            Some(e) => (e.spec.name, e.describe_note(a, b)),
+            None => ("feature", format!("{a} {b}")),
+        },
         Step::Feature { id, drop } => {
             let (name, arc, reason) = match features.get(id) {
                 Some(e) => (

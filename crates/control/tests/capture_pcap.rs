@@ -39,7 +39,7 @@ fn tshark_lengths(pcap: &[u8]) -> Vec<usize> {
 fn pcap_of_two_workers_is_read_back_by_tshark_with_exactly_count_frames() {
     let (h0, mut c0) = capture::channel(64);
     let (h1, mut c1) = capture::channel(64);
-    let svc = CaptureService::new(vec![h0, h1], vec!["p0".into(), "p1".into()]);
+    let svc = CaptureService::new(vec![h0, h1], vec!["p0".into(), "p1".into()], Vec::new());
     svc.start("p1", parse_direction("both").unwrap(), 7, None)
         .unwrap();
     let mut mem = Arena::new(64);

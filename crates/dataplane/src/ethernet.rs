@@ -21,9 +21,13 @@ pub(crate) fn input<const T: bool, M: PacketMemory>(
     let list = g.input_arc::<T, M>(ArcId::PortInput, (v, mem, out), list, &mut keep);
     if g.arc_on(ArcId::PortInput) {
         // A feature may have moved packets to another interface (a tunnel's).
-        g.vec_mixed |= list
+        let moved = list
             .iter()
             .any(|&i| v.pkts[i as usize].rx_port != g.vec_port);
+        g.vec_mixed |= moved;
+        if moved && g.capture.is_some() {
+            g.capture_virtual_rx(v, &*mem, out, list);
+        }
     }
     // Bring headers in a few packets ahead: the first touch of a frame is the most
     // expensive access of the whole path.

@@ -116,6 +116,13 @@ pub struct Batch<'a> {
     drops: &'a mut Drops,
 }
 
+/// What a feature noted about traced packets in one call ([`Batch::note`]).
+pub(crate) struct Notes {
+    /// (batch position, first number, second number).
+    pub(crate) list: [(u16, u32, u64); VECTOR_SIZE],
+    pub(crate) len: usize,
+}
+
 /// The interface of each packet of a batch.
 #[derive(Clone, Copy)]
 pub(crate) enum Ifaces<'a> {
@@ -135,6 +142,8 @@ pub(crate) struct Drops {
     pub(crate) reply: [u32; VECTOR_SIZE],
     pub(crate) len: usize,
     seen: [u64; VECTOR_SIZE / 64],
+    /// Notes about traced packets.
+    pub(crate) notes: Notes,
 }
 
 impl Batch<'_> {
@@ -183,6 +192,28 @@ impl Batch<'_> {
     #[inline]
     pub fn drop(&mut self, k: usize, reason: u8) {
         self.drop_with(k, reason, REPLY_NONE);
+    }
+
+    /// Whether packet `k` is being traced (`ferrouter trace`): only then is a
+    /// [`Batch::note`] about it kept, so a feature asks before it computes one.
+    #[inline]
+    pub fn traced(&self, k: usize) -> bool {
+        self.pkt(k).is_some_and(|p| p.flags & TRACED != 0)
+    }
+
+    /// Note two numbers about traced packet `k` for its trace (an SA's SPI and sequence
+    /// number, say), shown as the feature's [`Feature::describe_note`] reads them. Ignored
+    /// for packets not traced, and beyond one note per packet per call.
+    #[inline]
+    pub fn note(&mut self, k: usize, a: u32, b: u64) {
+        if !self.traced(k) {
+            return;
+        }
+        let n = &mut self.drops.notes;
+        if let Some(slot) = n.list.get_mut(n.len) {
+            *slot = (k as u16, a, b);
+            n.len += 1;
+        }
     }
 
     /// Take packet `k` off the graph without dropping it: the feature has sent a copy
@@ -263,6 +294,10 @@ pub(crate) const fn icmp_kind(ty: u8, code: u8) -> u32 {
     (ty as u32) << 24 | (code as u32) << 16
 }
 
+/// `trace::F_TRACED` (written here so this file does not import the tracer's, which
+/// imports the counters, which import this).
+pub(crate) const TRACED: u16 = 4;
+
 /// [`Drops::reply`]: freed.
 pub(crate) const REPLY_NONE: u32 = 0;
 /// [`Drops::reply`]: rewritten by the feature, routed back.
@@ -288,6 +323,10 @@ pub trait Feature: Send + Sync {
     fn spec(&self) -> FeatureSpec;
     /// Its node for worker `worker` (called once per worker at start, off the hot path).
     fn node(&self, worker: usize) -> Box<dyn FeatureNode>;
+    /// How a trace shows a note of its node ([`Batch::note`]).
+    fn describe_note(&self, a: u32, b: u64) -> String {
+        format!("{a} {b}")
+    }
 }
 
 /// Index of a feature in its registry (also its execution rank: a feature with a lower id
@@ -327,6 +366,13 @@ pub struct Entry {
     /// of reason `r`.
     pub counter_base: usize,
     feature: Arc<dyn Feature>,
+}
+
+impl Entry {
+    /// A note of its node, as the feature reads it.
+    pub fn describe_note(&self, a: u32, b: u64) -> String {
+        self.feature.describe_note(a, b)
+    }
 }
 
 /// Every feature a daemon knows, in execution order: by arc, then by the topological order
@@ -603,6 +649,10 @@ impl Runtime {
                 reply: [REPLY_NONE; VECTOR_SIZE],
                 len: 0,
                 seen: [0; VECTOR_SIZE / 64],
+                notes: Notes {
+                    list: [(0, 0, 0); VECTOR_SIZE],
+                    len: 0,
+                },
             }),
         }
     }
@@ -618,6 +668,7 @@ pub(crate) fn batch<'a>(
 ) -> Batch<'a> {
     drops.len = 0;
     drops.seen = [0; VECTOR_SIZE / 64];
+    drops.notes.len = 0;
     Batch {
         pkts,
         idx,
@@ -693,6 +744,11 @@ mod tests {
             after,
             drops: &[("x", "x")],
         }))
+    }
+
+    #[test]
+    fn the_traced_flag_is_the_tracers() {
+        assert_eq!(TRACED, crate::trace::F_TRACED);
     }
 
     #[test]

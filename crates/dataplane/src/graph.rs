@@ -443,6 +443,21 @@ impl Graph {
                     node.process(&mut cx, &mut b);
                 }
             }
+            if T {
+                // Notes first: they tell what the feature did before it passed or dropped.
+                for j in 0..rt.drops.notes.len.min(VECTOR_SIZE) {
+                    let (bk, a, b) = rt.drops.notes.list[j];
+                    let pos = if all {
+                        bk as usize
+                    } else {
+                        rt.pos.get(bk as usize).map_or(usize::MAX, |&x| x as usize)
+                    };
+                    if let Some(&i) = keep.get(pos) {
+                        let p = v.pkts[i as usize];
+                        self.trace::<T>(&p, Step::FeatureNote { id, a, b });
+                    }
+                }
+            }
             let nd = rt.drops.len.min(VECTOR_SIZE);
             for d in 0..nd {
                 let (bk, r) = rt.drops.list[d];
@@ -600,6 +615,7 @@ impl Graph {
         out: &mut Output,
         list: &[u16],
     ) {
+        self.capture_virtual_tx(v, &*mem, out, list);
         let mut keep = [0u16; VECTOR_SIZE];
         let list = match self.run_features::<T, M>(arc, v, mem, out, list, &mut keep) {
             Some(n) => &keep[..n],
@@ -633,6 +649,63 @@ impl Graph {
         match self.run_features::<T, M>(arc, v, mem, out, list, keep) {
             Some(n) => &keep[..n],
             None => list,
+        }
+    }
+
+    /// While a capture is armed: the packets of `list` leaving by an interface that is no
+    /// port and no VLAN sub-interface (a tunnel's), as they are before its output features
+    /// (the clear packet, behind an Ethernet header of no addresses).
+    #[inline]
+    fn capture_virtual_tx<M: PacketMemory>(
+        &mut self,
+        v: &Vector,
+        mem: &M,
+        out: &Output,
+        list: &[u16],
+    ) {
+        let Some(c) = self.capture.as_deref_mut() else {
+            return;
+        };
+        if !c.armed() {
+            return;
+        }
+        for &i in list {
+            let p = v.pkts[i as usize];
+            let iface = match self.fib.next_hop(p.nh) {
+                Some(NextHop::Forward(adj)) => adj.port,
+                _ => p.tx_port,
+            };
+            if is_virtual(&self.ifaces, iface, out) {
+                if let Some(c) = self.capture.as_deref_mut() {
+                    c.tx(iface, mem, &[p]);
+                }
+            }
+        }
+    }
+
+    /// While a capture is armed: the packets of `list` now received on an interface that
+    /// is no port and no VLAN sub-interface (a tunnel's, after decryption).
+    #[cold]
+    pub(crate) fn capture_virtual_rx<M: PacketMemory>(
+        &mut self,
+        v: &Vector,
+        mem: &M,
+        out: &Output,
+        list: &[u16],
+    ) {
+        let Some(c) = self.capture.as_deref_mut() else {
+            return;
+        };
+        if !c.armed() {
+            return;
+        }
+        for &i in list {
+            let p = v.pkts[i as usize];
+            if is_virtual(&self.ifaces, p.rx_port, out) {
+                if let Some(c) = self.capture.as_deref_mut() {
+                    c.rx(p.rx_port, mem, &[p]);
+                }
+            }
         }
     }
 
@@ -830,6 +903,12 @@ pub(crate) fn write_eth(
     if let Some(e) = eth.get_mut(at..at + 2) {
         e.copy_from_slice(&ethertype.to_be_bytes());
     }
+}
+
+/// Whether `iface` is neither a port (it has a transmit list) nor a VLAN sub-interface:
+/// a tunnel interface.
+fn is_virtual(ifaces: &Interfaces, iface: u16, out: &Output) -> bool {
+    iface as usize >= out.tx.len() && ifaces.port(iface).is_some_and(|p| p.vlan.is_none())
 }
 
 /// The first sub-interface's index and the sub-interfaces by their tags' key.

@@ -310,6 +310,17 @@ pub enum Step {
         /// Egress port.
         port: u16,
     },
+    /// What a feature node noted about a traced packet ([`crate::feature::Batch::note`]):
+    /// two numbers it alone knows how to read (an IPsec SA's SPI and sequence number, say;
+    /// see [`crate::feature::Feature::describe_note`]).
+    FeatureNote {
+        /// The feature's id in its registry.
+        id: u8,
+        /// Its first number.
+        a: u32,
+        /// Its second.
+        b: u64,
+    },
     /// A feature node (see [`crate::feature`]) let the packet go on, or dropped it.
     Feature {
         /// The feature's id in its registry.

@@ -488,6 +488,15 @@ impl Feature for EspFeature {
         }
     }
 
+    fn describe_note(&self, spi: u32, seq: u64) -> String {
+        match self.kind {
+            Kind::Decrypt => format!("SA spi {spi:#x} seq {seq}: decrypted"),
+            Kind::Encrypt4 | Kind::Encrypt6 => {
+                format!("SA spi {spi:#x} seq {seq}: encrypted, routed by the outer header")
+            }
+        }
+    }
+
     fn node(&self, worker: usize) -> Box<dyn FeatureNode> {
         let table = self
             .shared
@@ -605,6 +614,17 @@ fn hand_off(kind: Kind, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>, tx: &mut 
     n
 }
 
+/// The low 32 bits of the sequence number of the ESP packet whose IP header is at `l3`.
+fn esp_seq(frame: &[u8], l3: usize) -> u32 {
+    let hdr = match frame.get(l3).map(|b| b >> 4) {
+        Some(4) => frame.get(l3).map_or(20, |b| (b & 0xf) as usize * 4),
+        _ => 40,
+    };
+    frame
+        .get(l3 + hdr + 4..l3 + hdr + 8)
+        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
 /// Remember `slot` as used by this vector (consecutive repeats once).
 #[inline]
 fn touch(touched: &mut Vec<u32>, slot: u32) {
@@ -712,6 +732,12 @@ fn decrypt_batch(
         touch(touched, slot);
         let iface = inst.iface;
         let frame = cx.mem.frame_mut(p.buf);
+        // The packet's own sequence number (low 32 bits), for a trace.
+        let seq = if batch.traced(k) {
+            esp_seq(frame, l3)
+        } else {
+            0
+        };
         let inner = match crate::esp::decrypt(&mut inst.sa, frame, l3, total) {
             Ok(i) => i,
             Err(e) => {
@@ -747,6 +773,7 @@ fn decrypt_batch(
             // What the port said of the outer frame's checksums is not about this packet.
             d.flags &= !dataplane::buffer::F_CSUM_UNKNOWN;
         }
+        batch.note(k, spi, u64::from(seq));
     }
 }
 
@@ -771,6 +798,7 @@ fn encrypt_batch(
         let frame = cx.mem.frame_mut(p.buf);
         match crate::esp::encrypt(&mut inst.sa, frame, at, len) {
             Ok((start, n)) => {
+                let (spi, seq) = (inst.sa.spi(), inst.sa.sequence());
                 // An Ethernet header of no addresses in front, with the outer packet's
                 // EtherType: what the graph holds is a frame (a glean punt copies it).
                 let et = if frame.get(start).is_some_and(|b| b >> 4 == 6) {
@@ -791,6 +819,7 @@ fn encrypt_batch(
                     // Encrypted whole: the outer packet is what may need fragmenting.
                     d.flags &= !dataplane::buffer::F_TO_FRAG;
                 }
+                batch.note(k, spi, seq);
                 batch.reroute(k);
             }
             Err(e) => batch.drop(k, error_reason(e)),
