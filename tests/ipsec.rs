@@ -533,3 +533,59 @@ fn two_workers_hand_their_esp_to_the_sas_worker() {
         .unwrap_or_else(|| panic!("{m}"));
     assert!(handed > 0.0, "{m}");
 }
+
+/// NAT traversal: ESP in UDP from port 4500 (RFC 3948) on the wire, NAT keepalives sent
+/// by each gateway and dropped silently (counted) by the other.
+#[test]
+fn nat_traversal_carries_esp_in_udp_with_keepalives() {
+    let g = up("ipn", |l| l.nat_t = true);
+    let l = &g.0;
+    let dump = l.dir.join("natt.pcap");
+    let mut tcpdump = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &l.wire(),
+            "tcpdump",
+            "-i",
+            "to-gw1",
+            "-n",
+            "-U",
+            "-w",
+        ])
+        .arg(&dump)
+        .args(["ip", "and", "not", "ip", "multicast"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    ping_until(l, &l.h1(), H2);
+    let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W2", H2]);
+    assert!(ok && out.contains(" 0% packet loss"), "{out}");
+    // A keepalive a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = Command::new("kill")
+        .args(["-INT", &tcpdump.id().to_string()])
+        .status();
+    let _ = tcpdump.wait();
+    let read = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        text.contains("192.0.2.1.4500 > 192.0.2.2.4500: UDP-encap: ESP(spi=0x00001001"),
+        "{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|x| x.contains(" ESP(") && !x.contains("UDP-encap")),
+        "{text}"
+    );
+    assert!(text.contains("isakmp-nat-keep-alive"), "{text}");
+    assert!(feature_drops(l, 2, "esp-decrypt", "natt_keepalive") > 0);
+    assert!(sa(&ipsec(l, 2), "in")["packets"].as_u64().unwrap() >= 5);
+}

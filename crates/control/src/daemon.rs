@@ -276,7 +276,7 @@ fn spawn_worker(
     (locals, nat, esp): (
         Arc<ArcSwap<Vec<IpAddr>>>,
         Arc<firewall::nat::NatShared>,
-        bool,
+        ports::Share,
     ),
     (iface_version, handoff, steering): (
         Arc<AtomicU64>,
@@ -348,8 +348,9 @@ struct DaemonHooks {
     locals: Arc<ArcSwap<Vec<IpAddr>>>,
     /// Whether NAT shares the router's addresses (its claimed ports come to the fast path).
     nat: Arc<firewall::nat::NatShared>,
-    /// IPsec tunnels end on the router's addresses: ESP to them is the fast path's.
-    esp: bool,
+    /// IPsec tunnels end on the router's addresses: ESP to them is the fast path's (and,
+    /// with NAT-T, UDP to their port 4500). Its `nat` is not read (NAT's, from `nat`).
+    esp: ports::Share,
     iface_version: Arc<AtomicU64>,
     seen_version: u64,
     inject: PuntConsumer,
@@ -381,7 +382,8 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
             let l = self.locals.load();
             let share = ports::Share {
                 nat: self.nat.active(),
-                esp: self.esp,
+                esp: self.esp.esp,
+                natt: self.esp.natt,
             };
             for p in ports.iter_mut() {
                 p.set_local_addrs(&l, share);
@@ -917,7 +919,15 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             readers.clone(),
             (registry.clone(), features.state()),
             ifaces.clone(),
-            (locals.clone(), features.nat.clone(), cfg.ipsec.active()),
+            (
+                locals.clone(),
+                features.nat.clone(),
+                ports::Share {
+                    nat: false,
+                    esp: cfg.ipsec.active(),
+                    natt: cfg.ipsec.tunnels.iter().any(|t| t.nat_t),
+                },
+            ),
             (
                 iface_version.clone(),
                 receivers.get_mut(w).and_then(Option::take),
@@ -1019,6 +1029,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         vlans: vlan_tags,
         first_tunnel: cfg.ports.len() + cfg.vlans.len(),
         injects,
+        keepalives: nat_keepalives(&cfg),
     };
     let result = control_loop(
         &shared,
@@ -1085,9 +1096,64 @@ struct KernelFaces {
     first_tunnel: usize,
     /// Per worker: frames to transmit (memif ports are served by worker 0).
     injects: Vec<PuntProducer>,
+    /// NAT keepalives of the IPsec tunnels with NAT-T.
+    keepalives: Vec<NatKeepalive>,
+}
+
+/// The NAT keepalive (RFC 3948 §2.3: one 0xFF byte in UDP from port 4500) of one IPsec
+/// tunnel, sent by the kernel from a socket bound to the tunnel's local address and port
+/// 4500: it keeps the mapping of a NAT in front of the router open.
+struct NatKeepalive {
+    socket: std::net::UdpSocket,
+    to: std::net::SocketAddr,
+    every: Duration,
+    next: Instant,
+}
+
+/// The keepalives of `cfg`'s NAT-T tunnels (a tunnel whose socket cannot be bound is
+/// logged and sends none).
+fn nat_keepalives(cfg: &Config) -> Vec<NatKeepalive> {
+    cfg.ipsec
+        .tunnels
+        .iter()
+        .filter(|t| t.nat_t && t.keepalive_s() > 0)
+        .filter_map(|t| {
+            let from = std::net::SocketAddr::new(t.local, ipsec::NATT_PORT);
+            match std::net::UdpSocket::bind(from).and_then(|s| {
+                s.set_nonblocking(true)?;
+                Ok(s)
+            }) {
+                Ok(socket) => Some(NatKeepalive {
+                    socket,
+                    to: std::net::SocketAddr::new(t.remote, t.remote_port()),
+                    every: Duration::from_secs(u64::from(t.keepalive_s())),
+                    next: Instant::now(),
+                }),
+                Err(e) => {
+                    tracing::warn!(
+                        "ipsec tunnel {}: no NAT keepalives: binding {from} failed: {e}",
+                        t.name
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 impl KernelFaces {
+    /// Send the NAT keepalives that are due.
+    fn keepalives(&mut self, now: Instant) {
+        for k in &mut self.keepalives {
+            if now >= k.next {
+                k.next = now + k.every;
+                if let Err(e) = k.socket.send_to(&[0xff], k.to) {
+                    tracing::debug!("NAT keepalive to {} failed: {e}", k.to);
+                }
+            }
+        }
+    }
+
     /// A punted frame that arrived on a memif port goes to the kernel through its TAP
     /// (unresolved transit packets never come here: they wait in the glean queue).
     fn punt_to_kernel(&mut self, p: &PuntPacket) {
@@ -1283,6 +1349,7 @@ fn control_loop(
         crate::fwview::drain_logs(&shared.features, shared.features.names(), 256);
         // SA changes the queue to the worker had no room for; SAs it handed back.
         shared.features.ipsec.maintain();
+        faces.keepalives(now);
         for (i, h) in handles.iter_mut().enumerate() {
             if h.is_finished() {
                 match h.join() {

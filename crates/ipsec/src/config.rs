@@ -102,6 +102,27 @@ pub struct TunnelConfig {
     /// or `clear`.
     #[serde(default, skip_serializing_if = "is_default_df")]
     pub df: DfPolicy,
+    /// NAT traversal (RFC 3948): ESP in UDP, from port 4500 to `remote_port`, and
+    /// keepalives every `keepalive_s` seconds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nat_t: bool,
+    /// With `nat_t`: the peer's UDP port, as its NAT maps it (4500 by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_port: Option<u16>,
+    /// With `nat_t`: seconds between NAT keepalives (20 by default, RFC 3948 §4; 0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_s: Option<u32>,
+}
+
+impl TunnelConfig {
+    /// The peer's UDP port with NAT-T.
+    pub fn remote_port(&self) -> u16 {
+        self.remote_port.unwrap_or(crate::esp::NATT_PORT)
+    }
+    /// Seconds between keepalives with NAT-T (0: none).
+    pub fn keepalive_s(&self) -> u32 {
+        self.keepalive_s.unwrap_or(20)
+    }
 }
 
 /// `df` of a tunnel.
@@ -390,6 +411,19 @@ impl IpsecConfig {
                     ));
                 }
             }
+            if !t.nat_t {
+                for (f, set) in [
+                    ("remote_port", t.remote_port.is_some()),
+                    ("keepalive_s", t.keepalive_s.is_some()),
+                ] {
+                    if set {
+                        p.push((at(f), "applies only with nat_t = true".into()));
+                    }
+                }
+            }
+            if t.remote_port == Some(0) {
+                p.push((at("remote_port"), "0 is no port".into()));
+            }
         }
         if self.sas.is_empty() {
             return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
@@ -484,6 +518,18 @@ impl IpsecConfig {
                 &key.integrity,
             );
             c.mode = Mode::Tunnel { src, dst };
+            if tc.nat_t {
+                c.natt = Some(match s.direction {
+                    SaDirection::Out => crate::NatT {
+                        src_port: crate::esp::NATT_PORT,
+                        dst_port: tc.remote_port(),
+                    },
+                    SaDirection::In => crate::NatT {
+                        src_port: tc.remote_port(),
+                        dst_port: crate::esp::NATT_PORT,
+                    },
+                });
+            }
             c.esn = s.esn;
             c.replay_window = s.replay_window;
             c.df = tc.df.into();
@@ -620,6 +666,33 @@ mod tests {
         has("ipsec.sa[2].key", "no key \"missing\"");
         has("ipsec.sa[3].integrity", "needs an integrity algorithm");
         has("ipsec.sa[4].spi", "SPI 7 is reserved");
+    }
+
+    #[test]
+    fn nat_t_puts_the_sas_in_udp() {
+        let f = key_file(KEYS, 0o600);
+        let sas = "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n\
+                   [[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x2001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n";
+        let mut c = cfg(&f, sas);
+        c.tunnels[0].nat_t = true;
+        c.tunnels[0].remote_port = Some(31000);
+        let p = c.plan(&[]).unwrap();
+        assert_eq!(
+            p[0].config.natt,
+            Some(crate::NatT {
+                src_port: 4500,
+                dst_port: 31000
+            })
+        );
+        assert_eq!(p[1].config.natt.map(|n| n.dst_port), Some(4500));
+        // Without nat_t, its settings are mistakes.
+        c.tunnels[0].nat_t = false;
+        let e = c.validate(&[]);
+        assert!(
+            e.iter()
+                .any(|(p, m)| p == "ipsec.tunnel[0].remote_port" && m.contains("only with nat_t")),
+            "{e:?}"
+        );
     }
 
     #[test]

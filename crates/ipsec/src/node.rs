@@ -193,6 +193,9 @@ pub struct IpsecShared {
     senders: Mutex<Vec<Vec<Option<HandoffTx>>>>,
     /// Packets the other workers handed to the SAs' worker.
     pub handed_off: AtomicU64,
+    /// Some SA is UDP-encapsulated (NAT-T): UDP to port 4500 of the router's addresses is
+    /// ESP's (what the workers without SAs hand over).
+    natt: std::sync::atomic::AtomicBool,
 }
 
 /// Something one SA change needs: the tunnel interfaces by config index, and their names.
@@ -223,6 +226,7 @@ impl IpsecShared {
             busy: AtomicU64::new(0),
             senders: Mutex::new(Vec::new()),
             handed_off: AtomicU64::new(0),
+            natt: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -340,6 +344,10 @@ impl IpsecShared {
             i.view.active = i.view.direction == "out" && c.tx.contains(&i.slot);
         }
         c.installed = kept;
+        self.natt.store(
+            planned.iter().any(|p| p.config.natt.is_some()),
+            Ordering::Relaxed,
+        );
         c.writer.flush();
         Ok(format!("{added} SA(s) added, {removed} removed"))
     }
@@ -542,7 +550,8 @@ struct EspNode {
 impl FeatureNode for EspNode {
     fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
         if let Some(tx) = self.tx.as_mut() {
-            let n = hand_off(self.kind, cx, batch, tx);
+            let natt = self.shared.natt.load(Ordering::Relaxed);
+            let n = hand_off(self.kind, cx, batch, tx, natt);
             tx.ring();
             self.shared.handed_off.fetch_add(n, Ordering::Relaxed);
             return;
@@ -575,7 +584,13 @@ impl FeatureNode for EspNode {
 
 /// On a worker that holds no SA: hand to [`OWNER`] the ESP for the router (decrypt) or
 /// every packet routed to a tunnel (encrypt, to its output arc there). Returns how many.
-fn hand_off(kind: Kind, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>, tx: &mut HandoffTx) -> u64 {
+fn hand_off(
+    kind: Kind,
+    cx: &mut FeatureCx<'_>,
+    batch: &mut Batch<'_>,
+    tx: &mut HandoffTx,
+    natt: bool,
+) -> u64 {
     let mut n = 0;
     for k in 0..batch.len() {
         let Some(p) = batch.pkt(k).copied() else {
@@ -583,14 +598,20 @@ fn hand_off(kind: Kind, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>, tx: &mut 
         };
         let frame = cx.mem.frame(p.buf);
         let (port, flags, full) = match kind {
-            Kind::Decrypt => match look(frame, p.off as usize, p.len as usize, &cx.ifaces.own) {
-                Seen::Other => continue,
-                Seen::Fragment => {
-                    batch.drop(k, D_FRAGMENT);
-                    continue;
+            Kind::Decrypt => {
+                match look(frame, p.off as usize, p.len as usize, &cx.ifaces.own, natt) {
+                    Seen::Other => continue,
+                    Seen::Fragment => {
+                        batch.drop(k, D_FRAGMENT);
+                        continue;
+                    }
+                    Seen::Keepalive => {
+                        batch.drop(k, error_reason(EspError::NatKeepalive));
+                        continue;
+                    }
+                    Seen::Esp(..) => (p.rx_port, 0, D_HANDOFF_FULL),
                 }
-                Seen::Esp(..) => (p.rx_port, 0, D_HANDOFF_FULL),
-            },
+            }
             Kind::Encrypt4 | Kind::Encrypt6 => (batch.iface(k), F_TO_OUTPUT, E_HANDOFF_FULL),
         };
         // A received frame as it came; a packet for a tunnel from 14 bytes before its IP
@@ -614,12 +635,13 @@ fn hand_off(kind: Kind, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>, tx: &mut 
     n
 }
 
-/// The low 32 bits of the sequence number of the ESP packet whose IP header is at `l3`.
-fn esp_seq(frame: &[u8], l3: usize) -> u32 {
+/// The low 32 bits of the sequence number of the ESP packet whose IP header is at `l3`
+/// (in UDP: NAT-T).
+fn esp_seq(frame: &[u8], l3: usize, udp: bool) -> u32 {
     let hdr = match frame.get(l3).map(|b| b >> 4) {
         Some(4) => frame.get(l3).map_or(20, |b| (b & 0xf) as usize * 4),
         _ => 40,
-    };
+    } + if udp { 8 } else { 0 };
     frame
         .get(l3 + hdr + 4..l3 + hdr + 8)
         .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
@@ -633,19 +655,28 @@ fn touch(touched: &mut Vec<u32>, slot: u32) {
     }
 }
 
-/// What `esp-decrypt` reads of a frame: the ESP packet's outer IP header offset and
-/// length, and its SPI.
+/// What `esp-decrypt` reads of a frame.
 enum Seen {
     /// Not ESP for the router: goes on untouched.
     Other,
     /// An ESP fragment for the router.
     Fragment,
-    /// ESP for the router: (L3 offset in the frame, IP length, SPI).
-    Esp(usize, usize, u32),
+    /// A NAT-T keepalive to the router's port 4500 (NAT-T on).
+    Keepalive,
+    /// ESP for the router: (L3 offset in the frame, IP length, SPI, in UDP).
+    Esp(usize, usize, u32, bool),
 }
 
+/// The ESP (or, with `natt`, UDP-encapsulated ESP to port 4500) for the router in the
+/// frame at `frame[at..at + len]`.
 #[inline]
-fn look(frame: &[u8], at: usize, len: usize, own: &dataplane::interfaces::OwnAddrs) -> Seen {
+fn look(
+    frame: &[u8],
+    at: usize,
+    len: usize,
+    own: &dataplane::interfaces::OwnAddrs,
+    natt: bool,
+) -> Seen {
     let Some(d) = frame.get(at..at + len) else {
         return Seen::Other;
     };
@@ -654,9 +685,10 @@ fn look(frame: &[u8], at: usize, len: usize, own: &dataplane::interfaces::OwnAdd
     }
     let ethertype = u16::from_be_bytes([d[12], d[13]]);
     let ip = &d[14..];
-    match ethertype {
+    // (header length, protocol, IP length)
+    let (hl, proto, total) = match ethertype {
         wire::ethertype::IPV4 => {
-            if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 50 {
+            if ip.len() < 20 || ip[0] >> 4 != 4 || !(ip[9] == 50 || natt && ip[9] == 17) {
                 return Seen::Other;
             }
             let ihl = (ip[0] & 0xf) as usize * 4;
@@ -665,38 +697,66 @@ fn look(frame: &[u8], at: usize, len: usize, own: &dataplane::interfaces::OwnAdd
                 return Seen::Other;
             }
             if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-                return Seen::Fragment;
+                return if ip[9] == 50 {
+                    Seen::Fragment
+                } else {
+                    Seen::Other
+                };
             }
             if ihl < 20 || total < ihl + 8 || total > ip.len() {
                 // Malformed: ip4-input counts it.
                 return Seen::Other;
             }
-            let spi = u32::from_be_bytes([ip[ihl], ip[ihl + 1], ip[ihl + 2], ip[ihl + 3]]);
-            Seen::Esp(at + 14, total, spi)
+            (ihl, ip[9], total)
         }
         wire::ethertype::IPV6 => {
-            // ESP right after the fixed header (extension headers before ESP are not
-            // looked through: such packets go on to the kernel).
-            if ip.len() < 48 || ip[0] >> 4 != 6 {
+            // ESP (or UDP) right after the fixed header: extension headers before it are
+            // not looked through (such packets go on to the kernel).
+            if ip.len() < 48 || ip[0] >> 4 != 6 || !own.contains6(&ip[24..40]) {
                 return Seen::Other;
             }
             if ip[6] == 44 {
-                if own.contains6(&ip[24..40]) && ip.get(40) == Some(&50) {
-                    return Seen::Fragment;
-                }
-                return Seen::Other;
+                return if ip.get(40) == Some(&50) {
+                    Seen::Fragment
+                } else {
+                    Seen::Other
+                };
             }
-            if ip[6] != 50 || !own.contains6(&ip[24..40]) {
+            if !(ip[6] == 50 || natt && ip[6] == 17) {
                 return Seen::Other;
             }
             let total = 40 + u16::from_be_bytes([ip[4], ip[5]]) as usize;
             if total > ip.len() {
                 return Seen::Other;
             }
-            let spi = u32::from_be_bytes([ip[40], ip[41], ip[42], ip[43]]);
-            Seen::Esp(at + 14, total, spi)
+            (40, ip[6], total)
         }
-        _ => Seen::Other,
+        _ => return Seen::Other,
+    };
+    let be32 = |o: usize| {
+        ip.get(o..o + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    if proto == 50 {
+        return match be32(hl) {
+            Some(spi) => Seen::Esp(at + 14, total, spi, false),
+            None => Seen::Other,
+        };
+    }
+    // UDP to port 4500 (RFC 3948): a keepalive, IKE (non-ESP marker: the kernel's), or ESP.
+    let Some(u) = ip.get(hl..total) else {
+        return Seen::Other;
+    };
+    if u.len() < 8 || u16::from_be_bytes([u[2], u[3]]) != crate::esp::NATT_PORT {
+        return Seen::Other;
+    }
+    match crate::esp::classify_udp(&u[8..]) {
+        crate::UdpPayload::Keepalive => Seen::Keepalive,
+        crate::UdpPayload::NonEsp => Seen::Other,
+        crate::UdpPayload::Esp => match be32(hl + 8) {
+            Some(spi) => Seen::Esp(at + 14, total, spi, true),
+            None => Seen::Other,
+        },
     }
 }
 
@@ -715,14 +775,19 @@ fn decrypt_batch(
             p.off as usize,
             p.len as usize,
             &cx.ifaces.own,
+            sad.natt(),
         );
-        let (l3, total, spi) = match seen {
+        let (l3, total, spi, udp) = match seen {
             Seen::Other => continue,
             Seen::Fragment => {
                 batch.drop(k, D_FRAGMENT);
                 continue;
             }
-            Seen::Esp(l3, total, spi) => (l3, total, spi),
+            Seen::Keepalive => {
+                batch.drop(k, error_reason(EspError::NatKeepalive));
+                continue;
+            }
+            Seen::Esp(l3, total, spi, udp) => (l3, total, spi, udp),
         };
         let slot = sad.inbound(spi);
         let Some(inst) = sad.get_mut(slot) else {
@@ -734,7 +799,7 @@ fn decrypt_batch(
         let frame = cx.mem.frame_mut(p.buf);
         // The packet's own sequence number (low 32 bits), for a trace.
         let seq = if batch.traced(k) {
-            esp_seq(frame, l3)
+            esp_seq(frame, l3, udp)
         } else {
             0
         };

@@ -390,6 +390,11 @@ impl Sa {
         &self.counters
     }
 
+    /// Its UDP encapsulation (NAT-T), if any.
+    pub fn natt(&self) -> Option<NatT> {
+        self.natt
+    }
+
     /// Outbound: the last sequence number sent. Inbound: the highest accepted.
     pub fn sequence(&self) -> u64 {
         match &self.state {

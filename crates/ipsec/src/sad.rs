@@ -129,6 +129,9 @@ pub struct Sad {
     tx: Vec<u32>,
     ops: Arc<ArrayQueue<Op>>,
     retired: Arc<ArrayQueue<Installed>>,
+    /// SAs installed with UDP encapsulation (NAT-T): while any is, UDP to port 4500 of the
+    /// router's addresses is looked at.
+    natt: usize,
 }
 
 impl Sad {
@@ -148,6 +151,7 @@ impl Sad {
             tx: vec![NONE; ifaces],
             ops,
             retired,
+            natt: 0,
         }
     }
 
@@ -161,8 +165,13 @@ impl Sad {
             n += 1;
             match op {
                 Op::Insert { slot, sa } => {
+                    let natt = sa.sa.natt().is_some();
                     if let Some(s) = self.slots.get_mut(slot as usize) {
+                        self.natt += usize::from(natt);
                         if let Some(old) = s.replace(sa) {
+                            self.natt = self
+                                .natt
+                                .saturating_sub(usize::from(old.sa.natt().is_some()));
                             let _ = self.retired.push(old);
                         }
                     } else {
@@ -172,6 +181,9 @@ impl Sad {
                 }
                 Op::Remove { slot } => {
                     if let Some(old) = self.slots.get_mut(slot as usize).and_then(Option::take) {
+                        self.natt = self
+                            .natt
+                            .saturating_sub(usize::from(old.sa.natt().is_some()));
                         let _ = self.retired.push(old);
                     }
                 }
@@ -192,6 +204,12 @@ impl Sad {
             }
         }
         n
+    }
+
+    /// Whether an SA with UDP encapsulation (NAT-T) is installed.
+    #[inline]
+    pub fn natt(&self) -> bool {
+        self.natt > 0
     }
 
     /// The slot of the inbound SA for `spi`, or [`NONE`].

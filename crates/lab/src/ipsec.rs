@@ -54,6 +54,8 @@ pub struct IpsecLab {
     pub esn: bool,
     /// Workers of each gateway (the links get as many queues).
     pub workers: usize,
+    /// NAT traversal on the tunnel (ESP in UDP, keepalives every second).
+    pub nat_t: bool,
 }
 
 /// Key material of `len` bytes, different for each `seed`.
@@ -75,6 +77,7 @@ impl IpsecLab {
             backend: "auto".into(),
             esn: true,
             workers: 1,
+            nat_t: false,
         }
     }
     /// Namespace of h1.
@@ -206,7 +209,7 @@ impl IpsecLab {
              \n[[interface]]\nname = \"ipsec0\"\naddresses = [\"10.255.0.{n}/30\", \"fd00:ff::{n}/64\"]\n\
              \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"10.255.0.{other}\"]\n\
              \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"fd00:ff::{other}\"]\n\
-             \n[ipsec]\nkey_file = \"{keys}\"\n\n[[ipsec.tunnel]]\nname = \"ipsec0\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n{out}{inb}{extra}",
+             \n[ipsec]\nkey_file = \"{keys}\"\n\n[[ipsec.tunnel]]\nname = \"ipsec0\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n{natt}{out}{inb}{extra}",
             sock = self.socket(n).display(),
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
@@ -214,6 +217,11 @@ impl IpsecLab {
             keys = self.key_file(n).display(),
             local = self.wan(n),
             remote = self.wan(other),
+            natt = if self.nat_t {
+                "nat_t = true\nkeepalive_s = 1\n"
+            } else {
+                ""
+            },
             out = sa("out", out_spi, out_key),
             inb = sa("in", in_spi, in_key),
         )

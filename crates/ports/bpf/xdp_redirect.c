@@ -47,6 +47,16 @@ struct {
 
 #define LOCAL_NAT 2
 #define LOCAL_ESP 4
+#define LOCAL_NATT 8
+#define NATT_PORT 4500
+
+// Whether the UDP header at `l4` goes to port 4500 (NAT-T).
+static __always_inline int natt_packet(__u8 *l4, void *end)
+{
+	if ((void *)(l4 + 8) > end)
+		return 0;
+	return ((l4[2] << 8) | l4[3]) == NATT_PORT;
+}
 
 // Ports of the router's own addresses that NAT claims from the kernel: a bitmap per
 // block of 1024 64-bit words (64-bit: an array map lays its values out 8 bytes apart,
@@ -177,6 +187,12 @@ int ferrouter_xdp(struct xdp_md *ctx)
 				return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 			if ((*kind & LOCAL_ESP) && ip->protocol == IPPROTO_ESP)
 				return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+			if ((*kind & LOCAL_NATT) && ip->protocol == IPPROTO_UDP &&
+			    !(ip->frag_off & bpf_htons(0x1fff))) {
+				__u32 ihl = (ip->ihl & 0xf) * 4;
+				if (ihl >= 20 && natt_packet((__u8 *)ip + ihl, end))
+					return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+			}
 			return XDP_PASS;
 		}
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -200,6 +216,9 @@ int ferrouter_xdp(struct xdp_md *ctx)
 	if (kind) {
 		// IPv6 ESP right after the fixed header (the fast path looks no further).
 		if ((*kind & LOCAL_ESP) && nexthdr == IPPROTO_ESP)
+			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		if ((*kind & LOCAL_NATT) && nexthdr == IPPROTO_UDP &&
+		    natt_packet((__u8 *)l3 + 40, end))
 			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 		return XDP_PASS;
 	}

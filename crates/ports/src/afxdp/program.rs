@@ -156,6 +156,9 @@ impl XdpProgram {
                 if share.esp {
                     v |= LOCAL_ESP;
                 }
+                if share.natt {
+                    v |= LOCAL_NATT;
+                }
                 (map_key(*a), v)
             })
             .collect();
@@ -210,6 +213,8 @@ const LOCAL: u8 = 1;
 const LOCAL_NAT: u8 = 2;
 /// ESP to the address is the fast path's (IPsec tunnels end there).
 const LOCAL_ESP: u8 = 4;
+/// UDP to its port 4500 is the fast path's (NAT-T: ESP in UDP).
+const LOCAL_NATT: u8 = 8;
 
 /// What the fast path takes of the traffic to the router's own addresses, which is
 /// otherwise the kernel's.
@@ -219,6 +224,9 @@ pub struct Share {
     pub nat: bool,
     /// ESP (IPsec tunnels end on the router's addresses).
     pub esp: bool,
+    /// UDP to port 4500 (IPsec tunnels with NAT traversal: ESP in UDP, keepalives; IKE
+    /// on that port is lost to the kernel meanwhile).
+    pub natt: bool,
 }
 
 /// 64-bit words per protocol block of `nat_ports` (65,536 bits). 64-bit values: an array
