@@ -883,6 +883,16 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         names.len(),
     ));
     ipsec.set_senders(ipsec_tx);
+    if cfg.ipsec.active() {
+        // Outbound SAs' sequence numbers survive a restart: a manually keyed SA goes on
+        // past them rather than reusing its nonces.
+        std::fs::create_dir_all(&cfg.state_dir)
+            .with_context(|| format!("creating {}", cfg.state_dir.display()))?;
+        ipsec
+            .set_state_file(cfg.state_dir.join("ipsec-sequences"))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("reading the IPsec sequence numbers of the last run")?;
+    }
     let registry = Arc::new(
         crate::features::registry(&fw, &nat, &steering, &ipsec).context("registering features")?,
     );

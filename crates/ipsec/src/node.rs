@@ -171,13 +171,113 @@ struct Installed {
     slot: u32,
     stats: Arc<SaStats>,
     view: SaView,
+    /// Its tunnel interface.
+    iface: u16,
+    /// Outbound: its key's mark ([`key_mark`]).
+    mark: Option<Vec<u8>>,
 }
+
+/// Sequence numbers reserved ahead of the one last seen, in memory and in the state file:
+/// the worker may send this many between two looks of the control thread (20 ms at 50
+/// Mpps) without reusing a number after a restart.
+pub const SEQUENCE_GAP: u64 = 1 << 20;
 
 struct Control {
     writer: SadWriter,
     installed: Vec<Installed>,
     /// Per tunnel interface index: the slot it sends with.
     tx: Vec<u32>,
+    /// By key mark: the highest sequence number an outbound SA with that key used (or, read
+    /// from the state file, may have used).
+    sequences: std::collections::HashMap<Vec<u8>, u64>,
+    /// What the state file holds.
+    saved: std::collections::HashMap<Vec<u8>, u64>,
+    state_file: Option<std::path::PathBuf>,
+}
+
+impl Control {
+    /// Take the outbound SAs' sequence numbers as their counters last showed them.
+    fn note_sequences(&mut self) {
+        for i in &self.installed {
+            if let Some(m) = &i.mark {
+                let seq = i.stats.sequence();
+                let e = self.sequences.entry(m.clone()).or_insert(0);
+                *e = (*e).max(seq);
+            }
+        }
+    }
+
+    /// Write the state file if some SA came within half a gap of what it reserves (tmp
+    /// file, then rename: a crash leaves the old one or the new one). A failure is logged;
+    /// forwarding goes on.
+    fn save_sequences(&mut self) {
+        if self.state_file.is_none() {
+            return;
+        }
+        // Cheap while nothing is due (no allocation): called on every control loop.
+        let due = self.installed.iter().any(|i| {
+            i.mark.as_ref().is_some_and(|m| {
+                self.saved
+                    .get(m)
+                    .is_none_or(|&r| i.stats.sequence().saturating_add(SEQUENCE_GAP / 2) > r)
+            })
+        }) || self.sequences.keys().any(|m| !self.saved.contains_key(m));
+        if !due {
+            return;
+        }
+        self.note_sequences();
+        let Some(path) = &self.state_file else {
+            return;
+        };
+        let reserved: std::collections::HashMap<Vec<u8>, u64> = self
+            .sequences
+            .iter()
+            .map(|(m, &seq)| {
+                let r = self.saved.get(m).copied().unwrap_or(0);
+                (m.clone(), r.max(seq.saturating_add(SEQUENCE_GAP)))
+            })
+            .collect();
+        let text: String = reserved
+            .iter()
+            .map(|(m, seq)| {
+                let h: String = m.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{h} {seq}\n")
+            })
+            .collect();
+        let tmp = path.with_extension("tmp");
+        match std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
+            Ok(()) => {
+                // A restart finds the reserved numbers: they count as used.
+                for (m, seq) in &reserved {
+                    let e = self.sequences.entry(m.clone()).or_insert(0);
+                    *e = (*e).max(*seq);
+                }
+                self.saved = reserved;
+            }
+            Err(e) => tracing::warn!("writing {}: {e}", path.display()),
+        }
+    }
+}
+
+/// An outbound SA's key, as the sequence numbers are kept by: a SHA-256 of its keys under
+/// a label of its own (no key is kept, nor anything the SA digest `ident` shows).
+fn key_mark(c: &crate::sa::SaConfig) -> Vec<u8> {
+    let mut d = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    d.update(b"ferrouter ipsec sequence");
+    d.update(&c.enc_key);
+    d.update(&[0xff]);
+    d.update(&c.auth_key);
+    d.finish().as_ref().to_vec()
+}
+
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// What the control thread and the ESP nodes share: each worker's SA table, and the
@@ -222,6 +322,9 @@ impl IpsecShared {
                 writer,
                 installed: Vec::new(),
                 tx: vec![NONE; ifaces],
+                sequences: std::collections::HashMap::new(),
+                saved: std::collections::HashMap::new(),
+                state_file: None,
             }),
             busy: AtomicU64::new(0),
             senders: Mutex::new(Vec::new()),
@@ -245,8 +348,13 @@ impl IpsecShared {
 
     /// Make the installed SAs exactly `planned` (an unchanged SA keeps its sequence number,
     /// replay window and counters). New SAs go in first, then tunnels switch their transmit
-    /// SA, then what is gone is removed: no packet meets a half-made change. Returns a
-    /// summary ("2 SAs added, 1 removed").
+    /// SA, then what is gone is removed: no packet meets a half-made change. All or
+    /// nothing: on an error nothing changes. Returns a summary ("2 SAs added, 1 removed").
+    ///
+    /// An outbound SA made again with a key an earlier one had (in this run, or before a
+    /// restart when a state file is set: [`IpsecShared::set_state_file`]) starts its
+    /// sequence numbers past that one's, so no (key, sequence number) pair is ever used
+    /// twice: with the AEADs the sequence number is the nonce.
     pub fn publish(
         &self,
         planned: &[crate::config::Planned],
@@ -257,12 +365,8 @@ impl IpsecShared {
             .lock()
             .map_err(|_| "IPsec state unavailable (a thread panicked holding it)")?;
         let c = &mut *c;
+        // What stays, what is new, what an inbound SA of the same SPI replaces.
         let mut keep = vec![false; c.installed.len()];
-        let mut added = 0;
-        let mut fresh: Vec<Installed> = Vec::new();
-        let mut want_tx: Vec<(u16, u32)> = Vec::new();
-        // Inbound SAs whose SPI stays but whose SA changed: their old one goes first (one
-        // SPI, one SA).
         let mut replaced_first: Vec<usize> = Vec::new();
         let mut pending: Vec<(&crate::config::Planned, Vec<u8>, u16)> = Vec::new();
         for p in planned {
@@ -271,12 +375,7 @@ impl IpsecShared {
             };
             let ident = ident(&p.config, iface);
             match c.installed.iter().position(|i| i.ident == ident) {
-                Some(k) => {
-                    keep[k] = true;
-                    if p.config.direction == Direction::Outbound {
-                        want_tx.push((iface, c.installed[k].slot));
-                    }
-                }
+                Some(k) => keep[k] = true,
                 None => {
                     if p.config.direction == Direction::Inbound {
                         if let Some(k) = c
@@ -291,19 +390,48 @@ impl IpsecShared {
                 }
             }
         }
+        // Room: the new SAs go in before the old ones leave (but those their SPI replaces).
+        let room = c.writer.free_slots() + replaced_first.len();
+        if pending.len() > room {
+            return Err(format!(
+                "{} new SAs do not fit: {room} slots are free (ipsec.max_sas; a change takes a restart)",
+                pending.len()
+            ));
+        }
+        c.note_sequences();
+        // Every new SA keyed before anything changes.
+        let mut built = Vec::with_capacity(pending.len());
+        for (p, ident, iface) in pending {
+            let mut sa = Sa::new(&p.config).map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
+            let mut start = 0;
+            if p.config.direction == Direction::Outbound {
+                let used = key_mark(&p.config);
+                if let Some(&last) = c.sequences.get(&used) {
+                    start = last.saturating_add(SEQUENCE_GAP);
+                    if !p.config.esn && start >= u64::from(u32::MAX) {
+                        return Err(format!(
+                            "ipsec.sa[{}]: its key was used up to sequence number {last} already; without ESN no number is left: use a new key",
+                            p.index
+                        ));
+                    }
+                    sa.set_sequence(start);
+                }
+            }
+            built.push((p, ident, iface, sa, start));
+        }
         for &k in &replaced_first {
             c.writer.remove(c.installed[k].slot);
-            keep[k] = true; // removed already
         }
-        for (p, ident, iface) in pending {
-            let sa = Sa::new(&p.config).map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
+        let mut added = 0;
+        let mut fresh: Vec<Installed> = Vec::new();
+        for (p, ident, iface, sa, start) in built {
             let stats = Arc::new(SaStats::default());
-            let slot = c
-                .writer
-                .insert(sa, iface, stats.clone())
-                .map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
-            if p.config.direction == Direction::Outbound {
-                want_tx.push((iface, slot));
+            // Cannot fail: room was checked, and an SPI an inbound SA replaces was freed.
+            let Ok(slot) = c.writer.insert(sa, iface, stats.clone()) else {
+                continue;
+            };
+            if start > 0 {
+                stats.publish(&crate::Counters::default(), start);
             }
             let tunnel = tunnels.names.get(p.tunnel).cloned().unwrap_or_default();
             fresh.push(Installed {
@@ -311,14 +439,24 @@ impl IpsecShared {
                 slot,
                 stats,
                 view: view(&p.config, tunnel),
+                iface,
+                mark: (p.config.direction == Direction::Outbound).then(|| key_mark(&p.config)),
             });
             added += 1;
         }
         // Transmit SAs: set where changed, cleared where a tunnel has none any more.
         let mut tx = vec![NONE; c.tx.len()];
-        for (iface, slot) in want_tx {
-            if let Some(t) = tx.get_mut(iface as usize) {
-                *t = slot;
+        for i in c
+            .installed
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| keep[*k] && !replaced_first.contains(k))
+            .map(|(_, i)| i)
+            .chain(fresh.iter())
+            .filter(|i| i.view.direction == "out")
+        {
+            if let Some(t) = tx.get_mut(i.iface as usize) {
+                *t = i.slot;
             }
         }
         for (iface, (&now, &was)) in tx.iter().zip(c.tx.iter()).enumerate() {
@@ -349,7 +487,41 @@ impl IpsecShared {
             Ordering::Relaxed,
         );
         c.writer.flush();
+        c.save_sequences();
         Ok(format!("{added} SA(s) added, {removed} removed"))
+    }
+
+    /// Keep the outbound SAs' sequence numbers in `path` (the daemon's state directory), so
+    /// that after a restart an SA with the same key goes on past them instead of using
+    /// its numbers (its nonces) again. Read now; written as they advance, each time with
+    /// [`SEQUENCE_GAP`] numbers reserved ahead.
+    pub fn set_state_file(&self, path: std::path::PathBuf) -> Result<(), String> {
+        let mut c = self.control.lock().map_err(|_| "IPsec state unavailable")?;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                for (n, line) in text.lines().enumerate() {
+                    let mut it = line.split_whitespace();
+                    match (it.next().map(hex_bytes), it.next().map(str::parse::<u64>)) {
+                        (Some(Some(mark)), Some(Ok(seq))) => {
+                            c.sequences.insert(mark, seq);
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{} line {}: not a key mark and a sequence number",
+                                path.display(),
+                                n + 1
+                            ))
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+        // What was read is what a previous run may have used up to: all of it counts.
+        c.saved = c.sequences.clone();
+        c.state_file = Some(path);
+        Ok(())
     }
 
     /// Send what the queue had no room for, and drop the SAs the worker handed back (the
@@ -357,6 +529,7 @@ impl IpsecShared {
     pub fn maintain(&self) {
         if let Ok(mut c) = self.control.try_lock() {
             c.writer.flush();
+            c.save_sequences();
         }
     }
 
@@ -889,5 +1062,99 @@ fn encrypt_batch(
             }
             Err(e) => batch.drop(k, error_reason(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Planned;
+    use crate::sa::{Encryption, Integrity, SaConfig};
+
+    fn planned(spi: u32, key: u8, dir: Direction) -> Planned {
+        let mut c = SaConfig::new(
+            spi,
+            dir,
+            Encryption::AesGcm128,
+            &[key; 20],
+            Integrity::None,
+            &[],
+        );
+        c.mode = Mode::Tunnel {
+            src: "192.0.2.1".parse().unwrap(),
+            dst: "192.0.2.2".parse().unwrap(),
+        };
+        Planned {
+            index: 0,
+            tunnel: 0,
+            config: c,
+        }
+    }
+
+    fn tunnels() -> (Vec<u16>, Vec<String>) {
+        (vec![2], vec!["ipsec0".into()])
+    }
+
+    fn out_sequence(s: &IpsecShared) -> u64 {
+        s.report()
+            .iter()
+            .find(|r| r.sa.direction == "out")
+            .unwrap()
+            .sequence
+    }
+
+    #[test]
+    fn publish_is_make_before_break_and_never_reuses_a_keys_sequence_numbers() {
+        let dir = std::env::temp_dir().join(format!("ipsec-seq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ipsec-sequences");
+        let _ = std::fs::remove_file(&file);
+        let (iface, names) = tunnels();
+        let t = Tunnels {
+            iface: &iface,
+            names: &names,
+        };
+        let s = IpsecShared::new(1, 4, 3);
+        s.set_state_file(file.clone()).unwrap();
+        let a = planned(0x1001, 7, Direction::Outbound);
+        let b = planned(0x2001, 8, Direction::Inbound);
+        assert_eq!(s.publish(&[a, b], &t).unwrap(), "2 SA(s) added, 0 removed");
+        assert_eq!(out_sequence(&s), 0, "a key never used starts at 0");
+        assert!(std::fs::read_to_string(&file)
+            .unwrap()
+            .contains(&SEQUENCE_GAP.to_string()));
+        // The same SPI and key with ESN on: a new SA, which goes on past what the key may
+        // have used.
+        let mut a2 = planned(0x1001, 7, Direction::Outbound);
+        a2.config.esn = true;
+        let b = planned(0x2001, 8, Direction::Inbound);
+        assert_eq!(s.publish(&[a2, b], &t).unwrap(), "1 SA(s) added, 1 removed");
+        assert!(out_sequence(&s) >= SEQUENCE_GAP);
+        // After a restart (a new table, the same state file): the same.
+        let s2 = IpsecShared::new(1, 4, 3);
+        s2.set_state_file(file.clone()).unwrap();
+        s2.publish(&[planned(0x1001, 7, Direction::Outbound)], &t)
+            .unwrap();
+        assert!(out_sequence(&s2) >= SEQUENCE_GAP);
+        // A key new to it starts at 0.
+        let s3 = IpsecShared::new(1, 4, 3);
+        s3.set_state_file(file.clone()).unwrap();
+        s3.publish(&[planned(0x1001, 9, Direction::Outbound)], &t)
+            .unwrap();
+        assert_eq!(out_sequence(&s3), 0);
+        // More SAs than fit: refused whole, nothing changes.
+        let many: Vec<Planned> = (0..5)
+            .map(|i| planned(0x3000 + i, 1, Direction::Inbound))
+            .collect();
+        let e = s3.publish(&many, &t).unwrap_err();
+        assert!(e.contains("do not fit"), "{e}");
+        assert_eq!(s3.installed(), 1);
+        // A state file that is not one is an error naming it.
+        std::fs::write(&file, "zz 12\n").unwrap();
+        let e = IpsecShared::new(1, 4, 3)
+            .set_state_file(file.clone())
+            .unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -317,6 +317,11 @@ impl SadWriter {
         self.pending.len()
     }
 
+    /// Slots free.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
     /// SAs installed.
     pub fn len(&self) -> usize {
         self.capacity - self.free.len()
