@@ -1035,7 +1035,7 @@ fn encrypt_batch(
         let len = (p.len as usize).saturating_sub(p.l3 as usize);
         let frame = cx.mem.frame_mut(p.buf);
         match crate::esp::encrypt(&mut inst.sa, frame, at, len) {
-            Ok((start, n)) => {
+            Ok((start, n)) if n + 14 <= usize::from(u16::MAX) => {
                 let (spi, seq) = (inst.sa.spi(), inst.sa.sequence());
                 // An Ethernet header of no addresses in front, with the outer packet's
                 // EtherType: what the graph holds is a frame (a glean punt copies it).
@@ -1060,6 +1060,8 @@ fn encrypt_batch(
                 batch.note(k, spi, seq);
                 batch.reroute(k);
             }
+            // Bigger than a frame can say (no port carries it either).
+            Ok(_) => batch.drop(k, error_reason(EspError::TooBig)),
             Err(e) => batch.drop(k, error_reason(e)),
         }
     }
@@ -1101,6 +1103,30 @@ mod tests {
             .find(|r| r.sa.direction == "out")
             .unwrap()
             .sequence
+    }
+
+    proptest::proptest! {
+        /// What esp-decrypt reads of a frame never panics, whatever the bytes, offsets and
+        /// lengths, and finds ESP only inside the frame.
+        #[test]
+        fn looking_at_any_frame_never_panics(
+            frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            at in 0usize..220,
+            len in 0usize..220,
+            natt in proptest::prelude::any::<bool>(),
+            ether in proptest::prelude::any::<bool>(),
+        ) {
+            let mut frame = frame;
+            if ether && frame.len() > 14 {
+                frame[12..14].copy_from_slice(&[0x08, 0x00]);
+                frame[14] = 0x45;
+            }
+            let own = dataplane::interfaces::OwnAddrs::new(["192.0.2.1".parse().unwrap()]);
+            if let Seen::Esp(l3, total, _, _) = look(&frame, at, len, &own, natt) {
+                proptest::prop_assert!(l3 + total <= frame.len());
+            }
+            let _ = esp_seq(&frame, at, natt);
+        }
     }
 
     #[test]
