@@ -15,15 +15,18 @@
 //!   the benches: the IP packet ESP encrypts is 18 bytes shorter (`ipv4-64` is a 46-byte
 //!   IPv4 packet, `ipv4-1400` 1382 bytes, `imix1` 46, 576 and 1500 bytes). Packets are UDP
 //!   datagrams (`ipsec::testing`).
-//! * **Grouping**: packet j of a pass belongs to SA (base + j) mod N (round robin), base
-//!   moving on by the pool's size every pass, so every SA is used in turn: with 100,000 SAs
-//!   each packet's SA is cold in the caches, as it would be on a gateway with that many
-//!   tunnels. The pool is handed over in vectors of [`VECTOR_SIZE`]; within a vector,
-//!   consecutive packets of the same SA form one `encrypt_batch` / `decrypt_batch` call, as
-//!   a data plane grouping its vector by SA would make them. With one SA a vector is one
-//!   batch of 256; with more, round robin makes every batch one packet: the worst case. The
-//!   SA of each packet is worked out before the timing (the data plane's SAD lookup is
-//!   not in these figures).
+//! * **Grouping**: the SAs take their turns round robin, in a shuffled order (a fixed
+//!   random permutation of the N SAs): packet j of a pass belongs to SA order[(base + j)
+//!   mod N], base moving on by the pool's size every pass, so every SA is used in turn and
+//!   with 100,000 SAs each packet's SA is cold in the caches, as on a gateway with that
+//!   many tunnels. Shuffled, because in creation order consecutive packets' SAs would be
+//!   neighbours in memory, which the hardware prefetchers follow: traffic does not come
+//!   in the order the SAs were made. The pool is handed over in vectors of
+//!   [`VECTOR_SIZE`]; within a vector, consecutive packets of the same SA form one
+//!   `encrypt_batch` / `decrypt_batch` call, as a data plane grouping its vector by SA
+//!   would make them. With one SA a vector is one batch of 256; with more, round robin
+//!   makes every batch one packet: the worst case. The SA of each packet is worked out
+//!   before the timing (the data plane's SAD lookup is not in these figures).
 //! * **One pass**: the clear packets are copied into the frames (not timed), the pool is
 //!   encrypted (timed: **encrypt**), and the packets it produced are decrypted by the
 //!   inbound SAs (timed: **decrypt**). Decryption thus always gets fresh sequence numbers
@@ -51,6 +54,9 @@ use ::ipsec::{
 };
 use anyhow::{bail, Context, Result};
 use dataplane::{FRAME_SIZE, HEADROOM, VECTOR_SIZE};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
 use serde::Serialize;
 use tester::profile::{Family, Profile};
 
@@ -449,23 +455,45 @@ impl Times {
     }
 }
 
-/// One ESP pass over the pool, starting at SA `base`; adds its times to `t` and checks
-/// the packets came back (byte for byte when `check_bytes`).
-#[allow(clippy::too_many_arguments)]
+/// The SAs of a cell: both directions, the order they take their turns in, and whose
+/// turn is next.
+struct Sas {
+    out: Vec<Sa>,
+    inb: Vec<Sa>,
+    order: Vec<u32>,
+    next: usize,
+}
+
+impl Sas {
+    /// Outbound SA i with inbound SA i, taking their turns in a shuffled order (fixed by
+    /// their number).
+    fn with(out: Vec<Sa>, inb: Vec<Sa>) -> Sas {
+        let mut order: Vec<u32> = (0..out.len() as u32).collect();
+        order.shuffle(&mut SmallRng::seed_from_u64(out.len() as u64));
+        Sas {
+            out,
+            inb,
+            order,
+            next: 0,
+        }
+    }
+}
+
+/// One ESP pass over the pool, the SAs taking their turns from `sas.next` on; adds its
+/// times to `t` and checks the packets came back (byte for byte when `check_bytes`).
 fn esp_pass(
     pool: &mut Pool,
-    out: &mut [Sa],
-    inb: &mut [Sa],
-    base: usize,
+    sas: &mut Sas,
     sa_of: &mut [u32],
     batches: &mut Vec<(usize, usize, usize)>,
     t: &mut Times,
     check_bytes: bool,
 ) -> Result<()> {
-    let n = out.len();
+    let n = sas.order.len();
     for (j, s) in sa_of.iter_mut().enumerate() {
-        *s = ((base + j) % n) as u32;
+        *s = sas.order[(sas.next + j) % n];
     }
+    sas.next = (sas.next + sa_of.len()) % n;
     runs(sa_of, batches);
     pool.reset();
     let stride = pool.stride;
@@ -478,12 +506,12 @@ fn esp_pass(
     let c0 = thread_cpu();
     let mut enc = 0;
     for &(s, a, b) in batches.iter() {
-        enc += encrypt_batch(&mut out[s], &mut pkts[a..b]);
+        enc += encrypt_batch(&mut sas.out[s], &mut pkts[a..b]);
     }
     let c1 = thread_cpu();
     let mut dec = 0;
     for &(s, a, b) in batches.iter() {
-        dec += decrypt_batch(&mut inb[s], &mut pkts[a..b]);
+        dec += decrypt_batch(&mut sas.inb[s], &mut pkts[a..b]);
     }
     let c2 = thread_cpu();
     let total = pkts.len();
@@ -553,48 +581,21 @@ fn raw_pass(
     Ok(())
 }
 
-/// One cell: the pool of `profile` through `out`/`inb` and through the raw suite.
-fn cell(
-    alg: Alg,
-    profile: &Profile,
-    out: &mut [Sa],
-    inb: &mut [Sa],
-    base: &mut usize,
-    secs: f64,
-) -> Result<[Row; 2]> {
+/// One cell: the pool of `profile` through the SAs and through the raw suite.
+fn cell(alg: Alg, profile: &Profile, sas: &mut Sas, secs: f64) -> Result<[Row; 2]> {
     let mut pool = Pool::new(profile);
     let suite = crypto::suite(crypto::Lib::AwsLcRs, alg.raw).context("aws-lc-rs suite")?;
     let mut sa_of = vec![0u32; pool.len()];
     let mut batches = Vec::with_capacity(pool.len());
     let mut seq = 0u64;
-    let n = out.len();
+    let n = sas.out.len();
     // Warm-up: one pass of each, not counted (the first ESP pass checks every byte).
     let mut warm = Times::default();
-    esp_pass(
-        &mut pool,
-        out,
-        inb,
-        *base,
-        &mut sa_of,
-        &mut batches,
-        &mut warm,
-        true,
-    )?;
-    *base = (*base + pool.len()) % n;
+    esp_pass(&mut pool, sas, &mut sa_of, &mut batches, &mut warm, true)?;
     raw_pass(&mut pool, &*suite, alg.raw, &mut seq, &mut warm)?;
     let mut t = Times::default();
     while t.total() < secs {
-        esp_pass(
-            &mut pool,
-            out,
-            inb,
-            *base,
-            &mut sa_of,
-            &mut batches,
-            &mut t,
-            false,
-        )?;
-        *base = (*base + pool.len()) % n;
+        esp_pass(&mut pool, sas, &mut sa_of, &mut batches, &mut t, false)?;
         raw_pass(&mut pool, &*suite, alg.raw, &mut seq, &mut t)?;
     }
     let (pkts, bytes) = (pool.len() as f64, pool.bytes as f64);
@@ -655,9 +656,9 @@ pub fn run(opts: &IpsecOptions, mut progress: impl FnMut(&str)) -> Result<IpsecR
             ));
             trim();
             let r0 = rss();
-            let mut out = build_sas(alg, n, Direction::Outbound)?;
+            let out = build_sas(alg, n, Direction::Outbound)?;
             let r1 = rss();
-            let mut inb = build_sas(alg, n, Direction::Inbound)?;
+            let inb = build_sas(alg, n, Direction::Inbound)?;
             let r2 = rss();
             if n == memory_sas {
                 memory.insert(
@@ -668,10 +669,10 @@ pub fn run(opts: &IpsecOptions, mut progress: impl FnMut(&str)) -> Result<IpsecR
                     },
                 );
             }
-            let mut base = 0;
+            let mut sas = Sas::with(out, inb);
             for p in &opts.profiles {
                 progress(&format!("{} {} {n} SAs", alg.name, p.name()));
-                let rows = cell(alg, p, &mut out, &mut inb, &mut base, opts.secs)
+                let rows = cell(alg, p, &mut sas, opts.secs)
                     .with_context(|| format!("{} {} {n} SAs", alg.name, p.name()))?;
                 inmemory.extend(rows);
             }
@@ -710,7 +711,7 @@ pub fn format_table(r: &IpsecReport) -> String {
     );
     let _ = writeln!(
         o,
-        "  tunnel 4in4, pools of {POOL_MIN}+ packets over the SAs round robin, vectors of {VECTOR_SIZE} in batches of one SA;"
+        "  tunnel 4in4, pools of {POOL_MIN}+ packets over the SAs round robin (shuffled), vectors of {VECTOR_SIZE} in batches of one SA;"
     );
     let _ = writeln!(
         o,
@@ -925,6 +926,22 @@ mod tests {
             (5, 512, 600),
         ];
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn sas_take_turns_in_a_shuffled_order() {
+        let alg = ALGS[0];
+        let n = 1000;
+        let sas = Sas::with(
+            build_sas(alg, n, Direction::Outbound).unwrap(),
+            build_sas(alg, n, Direction::Inbound).unwrap(),
+        );
+        let mut seen = sas.order.clone();
+        seen.sort_unstable();
+        assert!(seen.iter().enumerate().all(|(i, &s)| i as u32 == s));
+        let neighbours = sas.order.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(neighbours < 10, "{neighbours} of {n} in creation order");
+        assert_eq!(sas.out[7].spi(), sas.inb[7].spi());
     }
 
     #[test]
