@@ -4,6 +4,7 @@ pub mod conntrack;
 pub mod crypto;
 pub mod dpdk;
 pub mod fib_update;
+pub mod ipsec;
 pub mod lpm;
 pub mod mrt;
 pub mod nat;

@@ -245,6 +245,11 @@ enum Bench {
     /// AES-CBC with HMAC, seal and open per payload size, in aws-lc-rs, ring and RustCrypto,
     /// next to `openssl speed` on the same core.
     Crypto(CryptoArgs),
+    /// ESP from memory (issue 26), one core: encrypt and decrypt through the codec per
+    /// algorithm, traffic profile and number of SAs (the packets spread over them round
+    /// robin), in Mpps and Gbit/s, next to the raw aws-lc-rs AEAD on the same bytes in the
+    /// same run; memory per SA.
+    Ipsec(IpsecArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
     /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
@@ -581,6 +586,27 @@ struct CryptoArgs {
 }
 
 #[derive(Args)]
+struct IpsecArgs {
+    /// Algorithms, comma-separated: aes-128-gcm, aes-256-gcm, chacha20-poly1305,
+    /// aes-128-cbc+hmac-sha1-96, aes-128-cbc+hmac-sha2-256-128, aes-256-cbc+hmac-sha2-512-256.
+    #[arg(long, default_value = bench::ipsec::DEFAULT_ALGS)]
+    algs: String,
+    /// Numbers of SAs, comma-separated (1 to 1000000): one cell each.
+    #[arg(long, default_value = bench::ipsec::DEFAULT_SAS)]
+    sas: String,
+    /// Traffic profiles, comma-separated (the tester's: ipv4-SIZE, ipv6-SIZE, imix1, ...;
+    /// sizes are Ethernet frames with FCS, the IP packet 18 bytes shorter).
+    #[arg(long, default_value = bench::ipsec::DEFAULT_PROFILES)]
+    profiles: String,
+    /// Timed CPU seconds per cell (algorithm, SA count, profile), ESP and raw together.
+    #[arg(long, default_value = bench::ipsec::DEFAULT_SECONDS)]
+    seconds: String,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct ConntrackArgs {
     /// Table sizes (flows), comma-separated: one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
@@ -910,6 +936,21 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 print!("{}", bench::crypto::format_table(&r));
+            }
+            Ok(())
+        }
+        Cmd::Bench(Bench::Ipsec(a)) => {
+            let opts = bench::ipsec::IpsecOptions {
+                algs: bench::ipsec::parse_algs(&a.algs)?,
+                sas: bench::ipsec::parse_sas(&a.sas)?,
+                profiles: bench::ipsec::parse_profiles(&a.profiles)?,
+                secs: bench::ipsec::parse_seconds(&a.seconds)?,
+            };
+            let r = bench::ipsec::run(&opts, progress(a.json)).context("ESP benchmark")?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", bench::ipsec::format_table(&r));
             }
             Ok(())
         }
