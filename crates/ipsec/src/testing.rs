@@ -1,4 +1,4 @@
-//! Packets for tests, fuzzing and the speed example: a UDP datagram (port 12345 to 53)
+//! Packets for tests, fuzzing and `ferrouter-lab bench ipsec`: a UDP datagram (port 12345 to 53)
 //! over IPv4 (10.1.0.1 to 10.2.0.1, DF, TTL 64, checksum valid) or IPv6 (2001:db8::1 to
 //! 2001:db8::2, hop limit 64), the UDP checksum left 0. Allocates: not for the packet
 //! path.
