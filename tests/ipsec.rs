@@ -100,13 +100,15 @@ fn iperf3(l: &IpsecLab, dst: &str, extra: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {out}"))
 }
 
-#[test]
-fn two_gateways_carry_ping_and_tcp_through_an_esp_tunnel() {
-    let g = up("ipa", |_| {});
-    let l = &g.0;
-    // What crosses the WAN link, seen on its bridge.
-    let dump = l.dir.join("wan.pcap");
-    let mut tcpdump = Command::new("ip")
+/// tcpdump on the WAN's bridge (port to-gw1) into `name` in the lab's directory, matching
+/// `filter`, once it listens.
+fn wire_dump(
+    l: &IpsecLab,
+    name: &str,
+    filter: &[&str],
+) -> (std::process::Child, std::path::PathBuf) {
+    let dump = l.dir.join(name);
+    let child = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -119,12 +121,43 @@ fn two_gateways_carry_ping_and_tcp_through_an_esp_tunnel() {
             "-w",
         ])
         .arg(&dump)
-        .arg("(ip or ip6) and not ip multicast and not ip6 multicast")
+        .args(filter)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
+    (child, dump)
+}
+
+/// Stop a tcpdump (it writes what it holds first).
+fn stop(tcpdump: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &tcpdump.id().to_string()])
+        .status();
+    let _ = tcpdump.wait();
+}
+
+/// What tcpdump reads of a capture file, one packet a line.
+fn read_dump(dump: &Path) -> String {
+    let read = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(dump)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&read.stdout).into_owned()
+}
+
+#[test]
+fn two_gateways_carry_ping_and_tcp_through_an_esp_tunnel() {
+    let g = up("ipa", |_| {});
+    let l = &g.0;
+    // What crosses the WAN link, seen on its bridge.
+    let (mut tcpdump, dump) = wire_dump(
+        l,
+        "wan.pcap",
+        &["(ip or ip6) and not ip multicast and not ip6 multicast"],
+    );
     ping_until(l, &l.h1(), H2);
     let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W2", H2]);
     assert!(ok && out.contains(" 0% packet loss"), "{out}");
@@ -136,16 +169,8 @@ fn two_gateways_carry_ping_and_tcp_through_an_esp_tunnel() {
     let v6 = iperf3(l, H2_V6, &["-R"]);
     let bytes6 = v6["end"]["sum_received"]["bytes"].as_f64().unwrap();
     assert!(bytes6 > 1e6, "iperf3 IPv6 (reverse) moved {bytes6} bytes");
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let _ = tcpdump.wait();
-    let read = Command::new("tcpdump")
-        .args(["-n", "-r"])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&read.stdout);
+    stop(&mut tcpdump);
+    let text = read_dump(&dump);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() > 100, "few packets on the WAN: {text:.2000}");
     let clear: Vec<&&str> = lines.iter().filter(|l| !l.contains("ESP(spi=")).collect();
@@ -311,34 +336,12 @@ fn hostile_esp_is_counted_and_harms_nothing() {
     );
     let g = up("iph", |_| {});
     let l = &g.0;
-    let dump = l.dir.join("esp.pcap");
-    let mut tcpdump = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &l.wire(),
-            "tcpdump",
-            "-i",
-            "to-gw1",
-            "-n",
-            "-U",
-            "-w",
-        ])
-        .arg(&dump)
-        .args(["esp", "and", "src", "192.0.2.1"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut tcpdump, dump) = wire_dump(l, "esp.pcap", &["esp", "and", "src", "192.0.2.1"]);
     ping_until(l, &l.h1(), H2);
     let (ok, out) = sh(l, &l.h1(), &["ping", "-c3", "-i0.2", "-W2", H2]);
     assert!(ok, "{out}");
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let _ = tcpdump.wait();
+    stop(&mut tcpdump);
     let before = sa(&ipsec(l, 2), "in").clone();
     // From gw1's kernel (it owns 192.0.2.1; its frames leave by wan through the kernel).
     let code = format!(
@@ -556,41 +559,14 @@ fn two_workers_hand_their_esp_to_the_sas_worker() {
 fn nat_traversal_carries_esp_in_udp_with_keepalives() {
     let g = up("ipn", |l| l.nat_t = true);
     let l = &g.0;
-    let dump = l.dir.join("natt.pcap");
-    let mut tcpdump = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &l.wire(),
-            "tcpdump",
-            "-i",
-            "to-gw1",
-            "-n",
-            "-U",
-            "-w",
-        ])
-        .arg(&dump)
-        .args(["ip", "and", "not", "ip", "multicast"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut tcpdump, dump) = wire_dump(l, "natt.pcap", &["ip", "and", "not", "ip", "multicast"]);
     ping_until(l, &l.h1(), H2);
     let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W2", H2]);
     assert!(ok && out.contains(" 0% packet loss"), "{out}");
     // A keepalive a second.
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let _ = tcpdump.wait();
-    let read = Command::new("tcpdump")
-        .args(["-n", "-r"])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&read.stdout);
+    stop(&mut tcpdump);
+    let text = read_dump(&dump);
     assert!(
         text.contains("192.0.2.1.4500 > 192.0.2.2.4500: UDP-encap: ESP(spi=0x00001001"),
         "{text}"

@@ -1442,19 +1442,7 @@ impl Config {
             // On AF_PACKET the kernel gets its own copy of every frame, and would answer the
             // replies of NAT's flows addressed to the router itself (a reset, a port
             // unreachable).
-            for (i, p) in self.ports.iter().enumerate() {
-                let vlan_parent = self.vlans.iter().any(|v| v.parent == p.name);
-                if p.backend == Backend::AfPacket || (p.backend == Backend::Auto && vlan_parent) {
-                    r.add(
-                        format!("port[{i}].backend"),
-                        format!(
-                            "port {} runs AF_PACKET{}, where NAT cannot work: the kernel gets a copy of every frame and would answer the replies of NAT's flows itself; use af_xdp (or auto without VLAN sub-interfaces) or memif",
-                            p.name,
-                            if vlan_parent { " (it carries VLAN sub-interfaces)" } else { "" }
-                        ),
-                    );
-                }
-            }
+            self.refuse_af_packet(r, "NAT", "the replies of NAT's flows itself");
         }
     }
 
@@ -1473,13 +1461,20 @@ impl Config {
         }
         // On AF_PACKET the kernel gets its own copy of every frame: with no ESP of its own,
         // it would answer each ESP packet with a protocol unreachable.
+        self.refuse_af_packet(r, "IPsec", "ESP to the router itself");
+    }
+
+    /// `feature` cannot work on a port that runs AF_PACKET (so does one carrying VLAN
+    /// sub-interfaces under `auto`): the kernel gets a copy of every frame and would answer
+    /// `what` itself.
+    fn refuse_af_packet(&self, r: &mut Report, feature: &str, what: &str) {
         for (i, p) in self.ports.iter().enumerate() {
             let vlan_parent = self.vlans.iter().any(|v| v.parent == p.name);
             if p.backend == Backend::AfPacket || (p.backend == Backend::Auto && vlan_parent) {
                 r.add(
                     format!("port[{i}].backend"),
                     format!(
-                        "port {} runs AF_PACKET{}, where IPsec cannot work: the kernel gets a copy of every frame and would answer ESP to the router itself; use af_xdp (or auto without VLAN sub-interfaces) or memif",
+                        "port {} runs AF_PACKET{}, where {feature} cannot work: the kernel gets a copy of every frame and would answer {what}; use af_xdp (or auto without VLAN sub-interfaces) or memif",
                         p.name,
                         if vlan_parent { " (it carries VLAN sub-interfaces)" } else { "" }
                     ),

@@ -42,23 +42,30 @@ fn context(e: io::Error, what: String) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
+/// Create (or attach to) the TUN/TAP device `name` of `mode` (`IFF_TAP` or `IFF_TUN`,
+/// named `kind` in errors), non-blocking, without packet information.
+fn attach(name: &str, mode: libc::c_short, kind: &str) -> io::Result<OwnedFd> {
+    // SAFETY: open(2) on a constant NUL-terminated path; the result is checked.
+    let fd = sys::cvt(unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    })
+    .map_err(|e| context(e, "opening /dev/net/tun".into()))?;
+    // SAFETY: `fd` was just returned by open() and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut r = sys::ifreq(name).map_err(|e| context(e, format!("{kind} name {name:?}")))?;
+    r.ifr_ifru.ifru_flags = mode | IFF_NO_PI;
+    sys::ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut r)
+        .map_err(|e| context(e, format!("creating {kind} interface {name}")))?;
+    Ok(fd)
+}
+
 impl Tap {
     /// Create (or attach to) the TAP `name` with hardware address `mac` and bring it up.
     pub fn open(name: &str, mac: [u8; 6]) -> io::Result<Tap> {
-        // SAFETY: open(2) on a constant NUL-terminated path; the result is checked.
-        let fd = sys::cvt(unsafe {
-            libc::open(
-                c"/dev/net/tun".as_ptr(),
-                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        })
-        .map_err(|e| context(e, "opening /dev/net/tun".into()))?;
-        // SAFETY: `fd` was just returned by open() and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut r = sys::ifreq(name).map_err(|e| context(e, format!("TAP name {name:?}")))?;
-        r.ifr_ifru.ifru_flags = IFF_TAP | IFF_NO_PI;
-        sys::ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut r)
-            .map_err(|e| context(e, format!("creating TAP interface {name}")))?;
+        let fd = attach(name, IFF_TAP, "TAP")?;
         // A MAC change flushes the interface's neighbours, static ones included: only set
         // it when it differs (a pre-created TAP keeps its configuration).
         let s = sys::raw_socket(libc::AF_PACKET)?;
@@ -67,7 +74,11 @@ impl Tap {
                 .map_err(|e| context(e, format!("setting the MAC of {name}")))?;
         }
         sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
-        Ok(Tap {
+        Ok(Tap::new(fd, name))
+    }
+
+    fn new(fd: OwnedFd, name: &str) -> Tap {
+        Tap {
             fd,
             name: name.to_string(),
             to_kernel: 0,
@@ -75,40 +86,19 @@ impl Tap {
             to_kernel_drops: 0,
             from_kernel_drops: 0,
             runts: 0,
-        })
+        }
     }
 
     /// Create (or attach to) the TUN interface `name` (layer 3: no link-layer header, no
     /// ARP; the kernel face of a tunnel interface), set its MTU to `mtu` and bring it up.
     /// Frames read and written are bare IP packets.
     pub fn open_tun(name: &str, mtu: u32) -> io::Result<Tap> {
-        // SAFETY: open(2) on a constant NUL-terminated path; the result is checked.
-        let fd = sys::cvt(unsafe {
-            libc::open(
-                c"/dev/net/tun".as_ptr(),
-                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        })
-        .map_err(|e| context(e, "opening /dev/net/tun".into()))?;
-        // SAFETY: `fd` was just returned by open() and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut r = sys::ifreq(name).map_err(|e| context(e, format!("TUN name {name:?}")))?;
-        r.ifr_ifru.ifru_flags = IFF_TUN | IFF_NO_PI;
-        sys::ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut r)
-            .map_err(|e| context(e, format!("creating TUN interface {name}")))?;
+        let fd = attach(name, IFF_TUN, "TUN")?;
         let s = sys::raw_socket(libc::AF_PACKET)?;
         sys::set_mtu(s.as_raw_fd(), name, mtu)
             .map_err(|e| context(e, format!("setting the MTU of {name} to {mtu}")))?;
         sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
-        Ok(Tap {
-            fd,
-            name: name.to_string(),
-            to_kernel: 0,
-            from_kernel: 0,
-            to_kernel_drops: 0,
-            from_kernel_drops: 0,
-            runts: 0,
-        })
+        Ok(Tap::new(fd, name))
     }
 
     /// Lower the TAP's MTU to `max` if it is above; returns the MTU it had when lowered.
