@@ -3,7 +3,8 @@
 # Works as root on a fresh machine that has only the Rust toolchain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/deps.sh dpdk-dev librte-net-memif23 curl netcat-openbsd python3-prometheus-client tshark tcpdump systemd nftables conntrack openssl python3-scapy python3-cryptography
+./scripts/deps.sh dpdk-dev librte-net-memif23 curl netcat-openbsd python3-prometheus-client tshark tcpdump systemd nftables conntrack openssl python3-scapy python3-cryptography \
+    charon-systemd strongswan-swanctl libcharon-extra-plugins libstrongswan-standard-plugins
 # The API fuzzer that tests/api.rs runs against the daemon's own OpenAPI document (PyPI).
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore 'schemathesis==4.32.5'
 cargo fmt --all -- --check

@@ -245,10 +245,15 @@ enum Bench {
     /// AES-CBC with HMAC, seal and open per payload size, in aws-lc-rs, ring and RustCrypto,
     /// next to `openssl speed` on the same core.
     Crypto(CryptoArgs),
-    /// ESP from memory (issue 26), one core: encrypt and decrypt through the codec per
-    /// algorithm, traffic profile and number of SAs (the packets spread over them round
-    /// robin), in Mpps and Gbit/s, next to the raw aws-lc-rs AEAD on the same bytes in the
-    /// same run; memory per SA.
+    /// IPsec (issue 26). From memory (the default): ESP encrypt and decrypt through the
+    /// codec per algorithm, traffic profile and number of SAs (the packets spread over them
+    /// round robin), in Mpps and Gbit/s, next to the raw aws-lc-rs AEAD on the same bytes
+    /// in the same run; memory per SA (JSON field "inmemory"). Live (`--dut
+    /// ferrouter,strongswan`, or `--live`): two gateways of each DUT with ESP between
+    /// them, the RFC 2544 tester on their clear sides, the zero-loss throughput per profile
+    /// and tunnel count and the ratio ferrouter ÷ strongSwan (JSON field "runs"); needs
+    /// root, and for strongSwan the Debian packages charon-systemd, strongswan-swanctl,
+    /// libcharon-extra-plugins and libstrongswan-standard-plugins.
     Ipsec(IpsecArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
@@ -586,27 +591,6 @@ struct CryptoArgs {
 }
 
 #[derive(Args)]
-struct IpsecArgs {
-    /// Algorithms, comma-separated: aes-128-gcm, aes-256-gcm, chacha20-poly1305,
-    /// aes-128-cbc+hmac-sha1-96, aes-128-cbc+hmac-sha2-256-128, aes-256-cbc+hmac-sha2-512-256.
-    #[arg(long, default_value = bench::ipsec::DEFAULT_ALGS)]
-    algs: String,
-    /// Numbers of SAs, comma-separated (1 to 1000000): one cell each.
-    #[arg(long, default_value = bench::ipsec::DEFAULT_SAS)]
-    sas: String,
-    /// Traffic profiles, comma-separated (the tester's: ipv4-SIZE, ipv6-SIZE, imix1, ...;
-    /// sizes are Ethernet frames with FCS, the IP packet 18 bytes shorter).
-    #[arg(long, default_value = bench::ipsec::DEFAULT_PROFILES)]
-    profiles: String,
-    /// Timed CPU seconds per cell (algorithm, SA count, profile), ESP and raw together.
-    #[arg(long, default_value = bench::ipsec::DEFAULT_SECONDS)]
-    seconds: String,
-    /// JSON output.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args)]
 struct ConntrackArgs {
     /// Table sizes (flows), comma-separated: one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
@@ -747,6 +731,84 @@ struct FirewallArgs {
     json: bool,
     /// Write an SVG chart of the results: throughput by mode and rules with --throughput,
     /// else the connection rate by mode and protocol; one colour per DUT and transport.
+    #[arg(long, value_name = "FILE")]
+    chart: Option<std::path::PathBuf>,
+}
+
+/// `bench ipsec`: from memory (ESP through the codec per algorithm and SA count, JSON field
+/// "inmemory"), or live (two gateways per DUT under the RFC 2544 tester, JSON field
+/// "runs"), selected by `--dut` or `--live`. Each half has its own flags.
+#[derive(Args)]
+struct IpsecArgs {
+    /// From memory: algorithms, comma-separated: aes-128-gcm, aes-256-gcm, chacha20-poly1305,
+    /// aes-128-cbc+hmac-sha1-96, aes-128-cbc+hmac-sha2-256-128, aes-256-cbc+hmac-sha2-512-256.
+    #[arg(long, default_value = bench::ipsec::DEFAULT_ALGS)]
+    algs: String,
+    /// From memory: numbers of SAs, comma-separated (1 to 1000000): one cell each.
+    #[arg(long, default_value = bench::ipsec::DEFAULT_SAS)]
+    sas: String,
+    /// From memory: traffic profiles, comma-separated (the tester's: ipv4-SIZE, ipv6-SIZE, imix1, ...;
+    /// sizes are Ethernet frames with FCS, the IP packet 18 bytes shorter).
+    #[arg(long, default_value = bench::ipsec::DEFAULT_PROFILES)]
+    profiles: String,
+    /// From memory: timed CPU seconds per cell (algorithm, SA count, profile), ESP and raw together.
+    #[arg(long, default_value = bench::ipsec::DEFAULT_SECONDS)]
+    seconds: String,
+    /// The live benchmark with the default DUTs (ferrouter,strongswan).
+    #[arg(long)]
+    live: bool,
+    /// Live: DUTs, comma-separated (ferrouter, strongswan), alternated within each
+    /// repetition.
+    #[arg(long, value_delimiter = ',')]
+    dut: Vec<String>,
+    /// Live: transport between the tester and the gateways (veth).
+    #[arg(long, default_value = "veth")]
+    transport: String,
+    /// Live: traffic profiles, comma-separated (IPv4: ipv4-<size>, imix1).
+    #[arg(long, value_delimiter = ',', default_value = "ipv4-64,ipv4-1400,imix1")]
+    profile: Vec<String>,
+    /// Live: tunnel counts, comma-separated (1..=10000), each a separate set of runs: N
+    /// tunnels (ferrouter: tunnel interfaces, strongSwan: CHILD_SAs) with an SA pair each,
+    /// the tester's destinations split over them.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
+    tunnels: Vec<usize>,
+    /// Live: the ESP algorithm (aes-128-gcm, aes-256-gcm, chacha20-poly1305).
+    #[arg(long, default_value = "aes-128-gcm")]
+    alg: String,
+    /// Live: repetitions; the DUTs alternate within each (A B A B ...).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Live: seconds of the search's final trials (the first ones are shorter).
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Live: line rate per direction the search starts from, Gbit/s.
+    #[arg(long, default_value_t = 10.0)]
+    line_rate: f64,
+    /// Live: the search stops when its bounds are this close, percent.
+    #[arg(long, default_value_t = 1.0)]
+    resolution: f64,
+    /// Live: most trials of one search.
+    #[arg(long, default_value_t = 40)]
+    max_trials: u32,
+    /// Live: the PDR's loss goal, percent (0: NDR only).
+    #[arg(long, default_value_t = 0.5)]
+    pdr_loss: f64,
+    /// Live: flows per direction (default: 4 per tunnel, at least 64).
+    #[arg(long)]
+    flows: Option<u32>,
+    /// Live: traffic both ways (each gateway encrypts and decrypts).
+    #[arg(long)]
+    bidirectional: bool,
+    /// Live: load of the CPU-cost trial, percent of the line rate (0: none).
+    #[arg(long, default_value_t = 0.1)]
+    cost_load: f64,
+    /// Live: name prefix of the namespaces (PREFIX-t, PREFIX-gw1, PREFIX-gw2, PREFIX-wire).
+    #[arg(long, default_value = "fib")]
+    netns_prefix: String,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Live: write an SVG bar chart of the NDRs by profile and tunnel count.
     #[arg(long, value_name = "FILE")]
     chart: Option<std::path::PathBuf>,
 }
@@ -939,21 +1001,6 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Bench(Bench::Ipsec(a)) => {
-            let opts = bench::ipsec::IpsecOptions {
-                algs: bench::ipsec::parse_algs(&a.algs)?,
-                sas: bench::ipsec::parse_sas(&a.sas)?,
-                profiles: bench::ipsec::parse_profiles(&a.profiles)?,
-                secs: bench::ipsec::parse_seconds(&a.seconds)?,
-            };
-            let r = bench::ipsec::run(&opts, progress(a.json)).context("ESP benchmark")?;
-            if a.json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                print!("{}", bench::ipsec::format_table(&r));
-            }
-            Ok(())
-        }
         Cmd::Bench(Bench::Nat(a)) => {
             let opts = bench::nat::NatOptions {
                 sessions: a.sessions,
@@ -969,6 +1016,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
+        Cmd::Bench(Bench::Ipsec(a)) => ipsec_bench(a),
         Cmd::Bench(Bench::Stateful(a)) => stateful(a),
         Cmd::Bench(Bench::Firewall(a)) => firewall_bench(a),
         Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {
@@ -1360,6 +1408,109 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{}", lab::fwbench::table(&r));
+    }
+    if let Some(path) = &a.chart {
+        r.chart(path)?;
+        eprintln!("... chart written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// `bench ipsec`: which half runs.
+enum IpsecMode {
+    /// ESP through the codec from memory, one core (the default).
+    InMemory,
+    /// Two gateways per DUT, live, under the RFC 2544 tester (`--dut`, `--live`).
+    Live,
+}
+
+fn ipsec_bench(a: IpsecArgs) -> Result<()> {
+    let mode = if a.live || !a.dut.is_empty() {
+        IpsecMode::Live
+    } else {
+        IpsecMode::InMemory
+    };
+    match mode {
+        IpsecMode::InMemory => ipsec_inmemory(a),
+        IpsecMode::Live => ipsec_live(a),
+    }
+}
+
+fn ipsec_inmemory(a: IpsecArgs) -> Result<()> {
+    let opts = bench::ipsec::IpsecOptions {
+        algs: bench::ipsec::parse_algs(&a.algs)?,
+        sas: bench::ipsec::parse_sas(&a.sas)?,
+        profiles: bench::ipsec::parse_profiles(&a.profiles)?,
+        secs: bench::ipsec::parse_seconds(&a.seconds)?,
+    };
+    let r = bench::ipsec::run(&opts, progress(a.json)).context("ESP benchmark")?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", bench::ipsec::format_table(&r));
+    }
+    Ok(())
+}
+
+fn ipsec_live(a: IpsecArgs) -> Result<()> {
+    use lab::ipsecbench::{Dut, Options};
+    match a.transport.as_str() {
+        "veth" => {}
+        "memif" => bail!("--transport memif: not yet (the strongSwan pair runs on kernel interfaces only, and ferrouter's memif gateways need a memif WAN link); veth"),
+        t => bail!("unknown transport {t:?} (veth)"),
+    }
+    check_search_args(a.duration, a.line_rate, a.resolution)?;
+    if a.repeat == 0 || a.repeat > 100 {
+        bail!("--repeat must be 1..=100");
+    }
+    if a.max_trials == 0 || a.max_trials > 500 {
+        bail!("--max-trials must be 1..=500");
+    }
+    if !(a.pdr_loss.is_finite() && (0.0..=50.0).contains(&a.pdr_loss)) {
+        bail!("--pdr-loss must be 0..=50 percent");
+    }
+    if !(a.cost_load.is_finite() && (0.0..=100.0).contains(&a.cost_load)) {
+        bail!("--cost-load must be 0..=100 percent");
+    }
+    let duts = if a.dut.is_empty() {
+        vec![Dut::Ferrouter, Dut::Strongswan]
+    } else {
+        a.dut
+            .iter()
+            .map(|d| Dut::parse(d))
+            .collect::<Result<Vec<_>>>()?
+    };
+    if dataplane::worker::cores().len() < 2 {
+        bail!("the IPsec bench needs 2 cores: one for the tester, one for the gateways");
+    }
+    let opts = Options {
+        duts,
+        profiles: a.profile.clone(),
+        tunnels: a.tunnels.clone(),
+        alg: a.alg.clone(),
+        repeat: a.repeat,
+        duration: a.duration,
+        line_rate_gbps: a.line_rate,
+        resolution_pct: a.resolution,
+        max_trials: a.max_trials,
+        pdr_loss_pct: a.pdr_loss,
+        flows: a.flows,
+        bidirectional: a.bidirectional,
+        cost_load_pct: a.cost_load,
+        prefix: a.netns_prefix.clone(),
+        ferrouter_bin: ferrouter_bin()?,
+        ..Options::default()
+    };
+    lab::ipsecbench::check(&opts)?;
+    lab::ipsecbench::preconditions(&opts.duts)?;
+    lab::ipsecbench::tear_down_on_signal(&opts.prefix)?;
+    let r = lab::ipsecbench::run(&opts, &|m| eprintln!("... {m}"));
+    lab::wait_if_tearing_down();
+    let r = r?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", r.table());
     }
     if let Some(path) = &a.chart {
         r.chart(path)?;

@@ -112,7 +112,8 @@ impl IpsecLab {
     pub fn log_file(&self, n: u8) -> PathBuf {
         self.dir.join(format!("gw{n}.log"))
     }
-    fn pid_file(&self, n: u8) -> PathBuf {
+    /// Gateway `n`'s pid file (while it runs).
+    pub fn pid_file(&self, n: u8) -> PathBuf {
         self.dir.join(format!("gw{n}.pid"))
     }
     /// Gateway `n`'s WAN address (the tunnel's outer address).
@@ -152,7 +153,8 @@ impl IpsecLab {
         Ok(crate::Background(child))
     }
 
-    fn ip(&self, ns: &str, args: &[&str]) -> Result<()> {
+    /// `ip -n NS args...`.
+    pub fn ip(&self, ns: &str, args: &[&str]) -> Result<()> {
         let mut a = vec!["-n", ns];
         a.extend_from_slice(args);
         run(Command::new("ip").args(&a)).map(|_| ())
@@ -229,6 +231,35 @@ impl IpsecLab {
 
     /// Build the namespaces, links and addresses.
     pub fn build(&self) -> Result<()> {
+        self.check_free()?;
+        let (h1, h2) = (self.h1(), self.h2());
+        for ns in [&h1, &h2] {
+            self.add_namespace(ns)?;
+        }
+        self.build_wan([(&h1, "eth0"), (&h2, "eth0")])?;
+        for (ns, v4, v6) in [
+            (&h1, "10.1.0.2/24", "2001:db8:a1::2/64"),
+            (&h2, "10.2.0.2/24", "2001:db8:a2::2/64"),
+        ] {
+            self.ip(ns, &["addr", "add", v4, "dev", "eth0"])?;
+            self.ip(ns, &["-6", "addr", "add", v6, "dev", "eth0", "nodad"])?;
+            self.ip(ns, &["link", "set", "eth0", "up"])?;
+        }
+        self.ip(&h1, &["route", "add", "default", "via", "10.1.0.1"])?;
+        self.ip(
+            &h1,
+            &["-6", "route", "add", "default", "via", "2001:db8:a1::1"],
+        )?;
+        self.ip(&h2, &["route", "add", "default", "via", "10.2.0.1"])?;
+        self.ip(
+            &h2,
+            &["-6", "route", "add", "default", "via", "2001:db8:a2::1"],
+        )?;
+        Ok(())
+    }
+
+    /// Fail when any of the lab's namespaces exists; create its working directory.
+    pub fn check_free(&self) -> Result<()> {
         if !self.existing().is_empty() {
             bail!(
                 "lab {} already exists (namespaces {:?}); take it down first",
@@ -237,27 +268,39 @@ impl IpsecLab {
             );
         }
         std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("creating {}", self.dir.display()))?;
-        for ns in [self.h1(), self.gw(1), self.gw(2), self.h2(), self.wire()] {
-            run(Command::new("ip").args(["netns", "add", &ns]))?;
-            let _ = self.exec(
-                &ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    "net.ipv6.conf.default.accept_dad=0",
-                    "net.ipv6.conf.all.accept_dad=0",
-                ],
-            );
-            self.ip(&ns, &["link", "set", "lo", "up"])?;
+            .with_context(|| format!("creating {}", self.dir.display()))
+    }
+
+    /// `ip netns add` with DAD off and the loopback up.
+    pub fn add_namespace(&self, ns: &str) -> Result<()> {
+        run(Command::new("ip").args(["netns", "add", ns]))?;
+        let _ = self.exec(
+            ns,
+            &[
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.default.accept_dad=0",
+                "net.ipv6.conf.all.accept_dad=0",
+            ],
+        );
+        self.ip(ns, &["link", "set", "lo", "up"])
+    }
+
+    /// The gateways' and the wire's namespaces, the WAN bridge, the gateways' addresses,
+    /// and their LAN links to `lans` (gw1's side, gw2's side): each an interface to be
+    /// created in a namespace that already exists (h1's and h2's `eth0`, or a tester's
+    /// ports), left down and without addresses.
+    pub fn build_wan(&self, lans: [(&str, &str); 2]) -> Result<()> {
+        let (g1, g2, w) = (self.gw(1), self.gw(2), self.wire());
+        for ns in [&g1, &g2, &w] {
+            self.add_namespace(ns)?;
         }
-        let (h1, g1, g2, h2, w) = (self.h1(), self.gw(1), self.gw(2), self.h2(), self.wire());
         #[rustfmt::skip]
         let links = [
-            (&h1, "eth0", &g1, "lan"),
-            (&g1, "wan", &w, "to-gw1"),
-            (&g2, "wan", &w, "to-gw2"),
-            (&g2, "lan", &h2, "eth0"),
+            (lans[0].0, lans[0].1, g1.as_str(), "lan"),
+            (g1.as_str(), "wan", w.as_str(), "to-gw1"),
+            (g2.as_str(), "wan", w.as_str(), "to-gw2"),
+            (g2.as_str(), "lan", lans[1].0, lans[1].1),
         ];
         let q = self.workers.max(1).to_string();
         for (a, an, b, bn) in links {
@@ -276,28 +319,16 @@ impl IpsecLab {
         }
         // Offloads and MTUs stay at veth's defaults, as users have them.
         let addrs = [
-            (&h1, "eth0", "10.1.0.2/24", "2001:db8:a1::2/64"),
             (&g1, "lan", "10.1.0.1/24", "2001:db8:a1::1/64"),
             (&g1, "wan", "192.0.2.1/24", "2001:db8:ff::1/64"),
             (&g2, "wan", "192.0.2.2/24", "2001:db8:ff::2/64"),
             (&g2, "lan", "10.2.0.1/24", "2001:db8:a2::1/64"),
-            (&h2, "eth0", "10.2.0.2/24", "2001:db8:a2::2/64"),
         ];
         for (ns, dev, v4, v6) in addrs {
             self.ip(ns, &["addr", "add", v4, "dev", dev])?;
             self.ip(ns, &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
             self.ip(ns, &["link", "set", dev, "up"])?;
         }
-        self.ip(&h1, &["route", "add", "default", "via", "10.1.0.1"])?;
-        self.ip(
-            &h1,
-            &["-6", "route", "add", "default", "via", "2001:db8:a1::1"],
-        )?;
-        self.ip(&h2, &["route", "add", "default", "via", "10.2.0.1"])?;
-        self.ip(
-            &h2,
-            &["-6", "route", "add", "default", "via", "2001:db8:a2::1"],
-        )?;
         Ok(())
     }
 

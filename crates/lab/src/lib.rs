@@ -498,6 +498,42 @@ pub fn tear_down_on_signal(prefix: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`tear_down_on_signal`] for a bench whose namespaces are not a [`Lab`]'s: on SIGINT,
+/// SIGTERM or SIGHUP, kill the processes started under `dir` and every process in
+/// `namespaces` (daemons started there, whatever their command line), delete those
+/// namespaces and `dir`, and exit with 128 + the signal.
+pub fn tear_down_namespaces_on_signal(dir: PathBuf, namespaces: Vec<String>) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("installing the signal handlers")?;
+    std::thread::Builder::new()
+        .name("lab-teardown".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                TEARING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("signal {sig}: tearing {namespaces:?} down");
+                let _ = Command::new("pkill")
+                    .args(["-KILL", "-f"])
+                    .arg(format!("{}/", dir.display()))
+                    .status();
+                for ns in existing_namespaces(&namespaces) {
+                    if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
+                        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                            if pid != std::process::id().to_string() {
+                                let _ = Command::new("kill").args(["-KILL", pid]).status();
+                            }
+                        }
+                    }
+                    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("starting the teardown thread")?;
+    Ok(())
+}
+
 /// Set while [`tear_down_on_signal`]'s thread is tearing the lab down.
 static TEARING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -545,6 +581,7 @@ pub mod convergence;
 pub mod daemons;
 pub mod fwbench;
 pub mod ipsec;
+pub mod ipsecbench;
 pub mod ospf;
 pub mod rfc2544;
 pub mod route_sync;

@@ -210,13 +210,21 @@ pub fn plan(opts: &Options) -> Result<Vec<(DutKind, Transport)>> {
 }
 
 /// Progress across the whole run, for the ETA.
-struct Eta {
+pub(crate) struct Eta {
     start: Instant,
     done: AtomicU32,
     total: u32,
 }
 
 impl Eta {
+    /// Progress over `total` trials at most, from now.
+    pub(crate) fn new(total: u32) -> Eta {
+        Eta {
+            start: Instant::now(),
+            done: AtomicU32::new(0),
+            total,
+        }
+    }
     fn line(&self, what: &str) -> String {
         let done = self.done.load(Ordering::Relaxed);
         let el = self.start.elapsed().as_secs_f64();
@@ -501,7 +509,7 @@ fn start_dut(
     })
 }
 
-fn engine_config(opts: &Options, profile: &Profile, directions: u32) -> Rfc2544Config {
+pub(crate) fn engine_config(opts: &Options, profile: &Profile, directions: u32) -> Rfc2544Config {
     let avg = profile.avg_frame_size();
     let mut c = Rfc2544Config::new(
         tester::line_rate_pps(opts.line_rate_gbps, avg),
@@ -717,252 +725,320 @@ fn run_profiles<P: Port<Arena>>(
     };
     let mut runs = Vec::new();
     for profile in profiles {
-        let directions = if opts.bidirectional { 2 } else { 1 };
         let mut traffic = TrafficConfig::new(
             profile.clone(),
             dir(0, false),
             opts.bidirectional.then(|| dir(1, true)),
         );
         traffic.flows = opts.flows;
-        let label = format!("{}/{} {}", dut.name(), transport.name(), profile.name());
-        let mut gen = match Generator::new(&traffic) {
-            Ok(g) => g,
-            Err(e) => bail!("{label}: {e:#}"),
+        let own_cost = match dut {
+            DutKind::Ferrouter => OwnCost::Ferrouter(topo.dir.join("ferrouter.sock")),
+            DutKind::Linux => OwnCost::Kernel,
+            DutKind::Testpmd => OwnCost::Testpmd,
         };
-        let cfg = engine_config(opts, profile, directions);
-        let mut tcfg = TrialConfig::new(1.0, Duration::from_secs_f64(opts.duration));
-        tcfg.bidirectional = opts.bidirectional;
-        tcfg.drain = Duration::from_secs_f64(opts.drain);
-        // A shared 2-core machine preempts the tester for milliseconds at a time: let it
-        // catch up on that much schedule rather than count the frames as never offered.
-        tcfg.max_lag = Duration::from_millis(5);
-        // Warm-up: a short trial so ARP-free static state, caches and the DUT's adaptive
-        // polling are awake before the first measured trial.
-        let mut warm = tcfg;
-        warm.rate_pps = 10_000.0;
-        warm.duration = Duration::from_secs_f64(opts.warmup_s.max(0.01));
-        let _ = gen.run_trial(mem, a, b, &warm);
-        let mut progress = |p: Progress<'_>| {
-            if let Progress::Finished {
-                phase,
-                rate_pps,
-                result,
-                passed,
-                record,
-                ..
-            } = p
-            {
-                eta.done.fetch_add(1, Ordering::Relaxed);
-                let ph = match (phase, &record.goal) {
-                    (Phase::Throughput, Some(g)) => {
-                        format!("search {g} {}s", record.duration_s)
-                    }
-                    (Phase::Throughput, None) => "search".to_string(),
-                    (Phase::FrameLoss { load_percent }, _) => format!("load {load_percent}%"),
-                    (Phase::Latency, _) => "latency".to_string(),
-                };
-                log(&eta.line(&format!(
-                    "{label} {ph}: offered {:.3} Mpps, sent {:.3}, received {:.3}, loss {:.3}% {}",
-                    rate_pps * directions as f64 / 1e6,
-                    result.tx_pps / 1e6,
-                    result.rx_pps / 1e6,
-                    result.loss_percent(),
-                    if record.invalid {
-                        "✗ underrun: invalid, not the DUT's loss"
-                    } else if passed {
-                        "✓"
-                    } else {
-                        "✗"
-                    }
-                )));
-            }
+        let subject = Subject {
+            dut: dut.name(),
+            transport: transport.name(),
+            tester_label,
+            own_cost,
         };
-        let cpu_before = cpu_times();
-        let rep = engine::try_run_timed(
-            &cfg,
-            |rate, duration| {
-                let mut t = tcfg;
-                t.rate_pps = rate;
-                t.duration = duration;
-                gen.run_trial(mem, a, b, &t)
-            },
-            Some(&mut progress),
-        )
-        .with_context(|| format!("{label}: trial failed"))?;
-        let cpu = cpu_split(&cpu_before, &cpu_times(), opts.tester_core, opts.dut_core);
-        let cost = if opts.cost_load_pct > 0.0 {
-            let mut t = tcfg;
-            t.rate_pps = cfg.line_rate_pps * opts.cost_load_pct / 100.0;
-            let probe = (dut == DutKind::Ferrouter).then(|| topo.dir.join("ferrouter.sock"));
-            if let Some(c) = console {
-                c.clear()
-                    .with_context(|| format!("{label}: CPU-cost trial"))?;
-            }
-            let before = (cpu_times(), probe.as_deref().and_then(ferrouter_busy));
-            let r = gen
-                .run_trial(mem, a, b, &t)
-                .with_context(|| format!("{label}: CPU-cost trial failed"))?;
-            let after = (cpu_times(), probe.as_deref().and_then(ferrouter_busy));
-            let testpmd = match console {
-                Some(c) => c
-                    .cycles(Duration::from_secs(5))
-                    .with_context(|| format!("{label}: CPU-cost trial"))?,
-                None => None,
-            };
-            let kernel_ns = kernel_ns(&before.0, &after.0, [opts.tester_core, opts.dut_core]);
-            let per = |ns: f64, pkts: u64| (pkts > 0).then(|| ns / pkts as f64);
-            let own = match (dut, before.1, after.1) {
-                (DutKind::Ferrouter, Some((b0, p0)), Some((b1, p1))) => {
-                    per(b1.saturating_sub(b0) as f64, p1.saturating_sub(p0))
-                }
-                (DutKind::Linux, ..) => per(kernel_ns, r.rx),
-                (DutKind::Testpmd, ..) => testpmd.and_then(|c| c.ns_per_packet()),
-                _ => None,
-            };
-            let c = Cost {
-                load_pct: opts.cost_load_pct,
-                offered_mpps: t.rate_pps * directions as f64 / 1e6,
-                rx_mpps: r.rx_pps / 1e6,
-                lost: r.lost,
-                ns_per_packet: own,
-                kernel_ns_per_packet: per(kernel_ns, r.rx).unwrap_or(0.0),
-            };
-            log(&format!(
-                "{label} CPU cost at {}% ({:.3} Mpps): DUT {}, kernel {:.0} ns/packet",
-                opts.cost_load_pct,
-                c.offered_mpps,
-                c.ns_per_packet
-                    .map_or("not measured".into(), |n| format!("{n:.0} ns/packet")),
-                c.kernel_ns_per_packet
-            ));
-            Some(c)
-        } else {
-            None
-        };
-        let mut loads = Vec::new();
-        for &pct in &opts.loads {
-            // The trial behind loss_at_load: the last valid one at this load (a frame-loss
-            // trial, or the search's full-duration trial at the line rate it reused).
-            let rate = cfg.line_rate_pps * pct / 100.0;
-            let at_load = |t: &&engine::TrialRecord| match t.phase {
-                Phase::FrameLoss { load_percent } => load_percent == pct,
-                Phase::Throughput => {
-                    cfg.reuse_line_rate_trial
-                        && pct == 100.0
-                        && (t.rate_pps - rate).abs() <= 1e-9 * rate
-                        && t.duration_s >= opts.duration * (1.0 - 1e-9)
-                }
-                Phase::Latency => false,
-            };
-            let rec = rep
-                .trials
-                .iter()
-                .filter(at_load)
-                .rfind(|t| !t.invalid)
-                .or_else(|| rep.trials.iter().rfind(at_load));
-            let Some(rec) = rec else { continue };
-            let r = &rec.result;
-            loads.push(LoadRow {
-                load_pct: pct,
-                offered_mpps: rec.rate_pps * directions as f64 / 1e6,
-                sent_mpps: r.tx_pps / 1e6,
-                rx_mpps: r.rx_pps / 1e6,
-                rx_gbps_l1: r.rx_gbps_l1,
-                loss_pct: r.loss_percent(),
-            });
-        }
-        loads.sort_by(|x, y| x.load_pct.total_cmp(&y.load_pct));
-        let mut notes = vec![tester_label.to_string()];
-        if rep.underruns > 0 {
-            notes.push(format!(
-                "{} trial(s) invalidated: the tester could not offer the load (underrun); {}",
-                rep.underruns,
-                if cfg.mlr.is_some() {
-                    "each was retried, and none counted as the DUT's loss"
-                } else {
-                    "the binary search counted them as failed trials (use the MLR search to retry them)"
-                }
-            ));
-        }
-        if rep.generator_limited {
-            notes.push("the tester could not offer some rates even after retries (generator-limited): a result at the tester's ceiling is a lower bound set by the tester, not the DUT".into());
-        }
-        if rep.budget_exhausted {
-            notes.push(format!(
-                "the search's budget ({} trials, or {:.0} s of trial time) ran out before NDR and PDR reached the resolution: their bounds are wider",
-                opts.max_search_trials,
-                cfg.mlr.as_ref().map_or(0.0, |m| m.max_time.as_secs_f64())
-            ));
-        }
-        let pdr = rep.goal("pdr");
-        let trials: Vec<TrialRow> = rep
-            .trials
-            .iter()
-            .map(|t| TrialRow {
-                n: t.n,
-                phase: match t.phase {
-                    Phase::Throughput => "search",
-                    Phase::FrameLoss { .. } => "load",
-                    Phase::Latency => "latency",
-                }
-                .into(),
-                goal: t.goal.clone(),
-                stage: t.stage,
-                duration_s: t.duration_s,
-                load_pct: t.load_percent,
-                offered_mpps: t.rate_pps * directions as f64 / 1e6,
-                sent_mpps: t.result.tx_pps / 1e6,
-                rx_mpps: t.result.rx_pps / 1e6,
-                tx: t.result.tx,
-                rx: t.result.rx,
-                lost: t.result.lost,
-                loss_pct: t.result.loss_percent(),
-                passed: t.passed,
-                invalid: t.invalid,
-                fail_reason: t.fail_reason,
-                tx_port_full: t.result.tx_port_full,
-                tx_skipped: t.result.tx_skipped,
-            })
-            .collect();
-        let v6 = profile.ipv6_percent();
-        runs.push(Run {
-            dut: dut.name().into(),
-            transport: transport.name().into(),
-            profile: profile.name().into(),
-            flows: opts.flows,
-            pattern: format!("1pp - {}", if opts.bidirectional { "bi" } else { "uni" }),
-            ratio: format!("{}/{}", 100 - v6 as u32, v6),
-            frame_size: frame_size_label(profile),
-            avg_frame: profile.avg_frame_size(),
-            routes4: 0,
-            routes6: 0,
-            line_rate_gbps: opts.line_rate_gbps,
-            loss_tolerance_pct: opts.loss_tolerance_pct,
-            search: if cfg.mlr.is_some() { "mlr" } else { "binary" }.into(),
-            throughput_mpps: rep.throughput_mpps,
-            ndr_mpps: rep.throughput_mpps,
-            pdr_mpps: pdr.map(|g| g.mpps),
-            pdr_loss_pct: pdr.map(|g| g.loss_ratio * 100.0),
-            underruns: rep.underruns,
-            budget_exhausted: rep.budget_exhausted,
-            throughput_gbps_l1: rep.throughput_gbps_l1,
-            throughput_load_pct: rep.throughput_percent,
-            loss_at_load: rep
-                .loss_at_load
-                .iter()
-                .map(|(k, v)| (k.clone(), *v))
-                .collect::<BTreeMap<_, _>>(),
-            loads,
-            latency_us: rep.latency_us,
-            trial_count: trials.len(),
-            trials,
-            cpu,
-            cost,
-            notes,
-            repeat: 0,
-        });
+        runs.push(measure(
+            opts, &subject, console, profile, &traffic, mem, a, b, eta, log,
+        )?);
     }
     Ok(runs)
+}
+
+/// Whose CPU time the cost trial charges to the DUT (see [`Cost::ns_per_packet`]).
+pub(crate) enum OwnCost<'a> {
+    /// Ferrouter's workers' busy time over the packets they received (its control socket).
+    Ferrouter(PathBuf),
+    /// The kernel's time on both cores over the packets forwarded (Linux forwarding).
+    Kernel,
+    /// testpmd's busy cycles (its console).
+    Testpmd,
+    /// A cumulative CPU-time reading in ns (a DUT of several processes, such as two IPsec
+    /// gateways), over the packets the tester received.
+    Cpu(&'a (dyn Fn() -> Option<u64> + Sync)),
+}
+
+/// The DUT a [`measure`] runs against, as the report names it.
+pub(crate) struct Subject<'a> {
+    /// `Run::dut`.
+    pub dut: &'a str,
+    /// `Run::transport`.
+    pub transport: &'a str,
+    /// The tester's ports, the run's first note.
+    pub tester_label: &'a str,
+    /// Its own CPU cost.
+    pub own_cost: OwnCost<'a>,
+}
+
+/// One profile against one running DUT: the warm-up, the search (`try_run_timed`), the
+/// CPU-cost trial and the frame-loss rows, as one [`Run`] (its `repeat` 0).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn measure<P: Port<Arena>>(
+    opts: &Options,
+    subject: &Subject<'_>,
+    console: Option<dut::TestpmdConsole<'_>>,
+    profile: &Profile,
+    traffic: &TrafficConfig,
+    mem: &mut Arena,
+    a: &mut P,
+    b: &mut P,
+    eta: &Eta,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<Run> {
+    let tester_label = subject.tester_label;
+    let directions = if opts.bidirectional { 2 } else { 1 };
+    let label = format!("{}/{} {}", subject.dut, subject.transport, profile.name());
+    let mut gen = match Generator::new(traffic) {
+        Ok(g) => g,
+        Err(e) => bail!("{label}: {e:#}"),
+    };
+    let cfg = engine_config(opts, profile, directions);
+    let mut tcfg = TrialConfig::new(1.0, Duration::from_secs_f64(opts.duration));
+    tcfg.bidirectional = opts.bidirectional;
+    tcfg.drain = Duration::from_secs_f64(opts.drain);
+    // A shared 2-core machine preempts the tester for milliseconds at a time: let it
+    // catch up on that much schedule rather than count the frames as never offered.
+    tcfg.max_lag = Duration::from_millis(5);
+    // Warm-up: a short trial so ARP-free static state, caches and the DUT's adaptive
+    // polling are awake before the first measured trial.
+    let mut warm = tcfg;
+    warm.rate_pps = 10_000.0;
+    warm.duration = Duration::from_secs_f64(opts.warmup_s.max(0.01));
+    let _ = gen.run_trial(mem, a, b, &warm);
+    let mut progress = |p: Progress<'_>| {
+        if let Progress::Finished {
+            phase,
+            rate_pps,
+            result,
+            passed,
+            record,
+            ..
+        } = p
+        {
+            eta.done.fetch_add(1, Ordering::Relaxed);
+            let ph = match (phase, &record.goal) {
+                (Phase::Throughput, Some(g)) => {
+                    format!("search {g} {}s", record.duration_s)
+                }
+                (Phase::Throughput, None) => "search".to_string(),
+                (Phase::FrameLoss { load_percent }, _) => format!("load {load_percent}%"),
+                (Phase::Latency, _) => "latency".to_string(),
+            };
+            log(&eta.line(&format!(
+                "{label} {ph}: offered {:.3} Mpps, sent {:.3}, received {:.3}, loss {:.3}% {}",
+                rate_pps * directions as f64 / 1e6,
+                result.tx_pps / 1e6,
+                result.rx_pps / 1e6,
+                result.loss_percent(),
+                if record.invalid {
+                    "✗ underrun: invalid, not the DUT's loss"
+                } else if passed {
+                    "✓"
+                } else {
+                    "✗"
+                }
+            )));
+        }
+    };
+    let cpu_before = cpu_times();
+    let rep = engine::try_run_timed(
+        &cfg,
+        |rate, duration| {
+            let mut t = tcfg;
+            t.rate_pps = rate;
+            t.duration = duration;
+            gen.run_trial(mem, a, b, &t)
+        },
+        Some(&mut progress),
+    )
+    .with_context(|| format!("{label}: trial failed"))?;
+    let cpu = cpu_split(&cpu_before, &cpu_times(), opts.tester_core, opts.dut_core);
+    let cost = if opts.cost_load_pct > 0.0 {
+        let mut t = tcfg;
+        t.rate_pps = cfg.line_rate_pps * opts.cost_load_pct / 100.0;
+        let probe = match &subject.own_cost {
+            OwnCost::Ferrouter(sock) => Some(sock.as_path()),
+            _ => None,
+        };
+        let cpu_reading = || match &subject.own_cost {
+            OwnCost::Cpu(read) => read(),
+            _ => None,
+        };
+        if let Some(c) = console {
+            c.clear()
+                .with_context(|| format!("{label}: CPU-cost trial"))?;
+        }
+        let before = (cpu_times(), probe.and_then(ferrouter_busy), cpu_reading());
+        let r = gen
+            .run_trial(mem, a, b, &t)
+            .with_context(|| format!("{label}: CPU-cost trial failed"))?;
+        let after = (cpu_times(), probe.and_then(ferrouter_busy), cpu_reading());
+        let testpmd = match console {
+            Some(c) => c
+                .cycles(Duration::from_secs(5))
+                .with_context(|| format!("{label}: CPU-cost trial"))?,
+            None => None,
+        };
+        let kernel_ns = kernel_ns(&before.0, &after.0, [opts.tester_core, opts.dut_core]);
+        let per = |ns: f64, pkts: u64| (pkts > 0).then(|| ns / pkts as f64);
+        let own = match (&subject.own_cost, before.1, after.1) {
+            (OwnCost::Ferrouter(_), Some((b0, p0)), Some((b1, p1))) => {
+                per(b1.saturating_sub(b0) as f64, p1.saturating_sub(p0))
+            }
+            (OwnCost::Kernel, ..) => per(kernel_ns, r.rx),
+            (OwnCost::Testpmd, ..) => testpmd.and_then(|c| c.ns_per_packet()),
+            (OwnCost::Cpu(_), ..) => match (before.2, after.2) {
+                (Some(c0), Some(c1)) => per(c1.saturating_sub(c0) as f64, r.rx),
+                _ => None,
+            },
+            _ => None,
+        };
+        let c = Cost {
+            load_pct: opts.cost_load_pct,
+            offered_mpps: t.rate_pps * directions as f64 / 1e6,
+            rx_mpps: r.rx_pps / 1e6,
+            lost: r.lost,
+            ns_per_packet: own,
+            kernel_ns_per_packet: per(kernel_ns, r.rx).unwrap_or(0.0),
+        };
+        log(&format!(
+            "{label} CPU cost at {}% ({:.3} Mpps): DUT {}, kernel {:.0} ns/packet",
+            opts.cost_load_pct,
+            c.offered_mpps,
+            c.ns_per_packet
+                .map_or("not measured".into(), |n| format!("{n:.0} ns/packet")),
+            c.kernel_ns_per_packet
+        ));
+        Some(c)
+    } else {
+        None
+    };
+    let mut loads = Vec::new();
+    for &pct in &opts.loads {
+        // The trial behind loss_at_load: the last valid one at this load (a frame-loss
+        // trial, or the search's full-duration trial at the line rate it reused).
+        let rate = cfg.line_rate_pps * pct / 100.0;
+        let at_load = |t: &&engine::TrialRecord| match t.phase {
+            Phase::FrameLoss { load_percent } => load_percent == pct,
+            Phase::Throughput => {
+                cfg.reuse_line_rate_trial
+                    && pct == 100.0
+                    && (t.rate_pps - rate).abs() <= 1e-9 * rate
+                    && t.duration_s >= opts.duration * (1.0 - 1e-9)
+            }
+            Phase::Latency => false,
+        };
+        let rec = rep
+            .trials
+            .iter()
+            .filter(at_load)
+            .rfind(|t| !t.invalid)
+            .or_else(|| rep.trials.iter().rfind(at_load));
+        let Some(rec) = rec else { continue };
+        let r = &rec.result;
+        loads.push(LoadRow {
+            load_pct: pct,
+            offered_mpps: rec.rate_pps * directions as f64 / 1e6,
+            sent_mpps: r.tx_pps / 1e6,
+            rx_mpps: r.rx_pps / 1e6,
+            rx_gbps_l1: r.rx_gbps_l1,
+            loss_pct: r.loss_percent(),
+        });
+    }
+    loads.sort_by(|x, y| x.load_pct.total_cmp(&y.load_pct));
+    let mut notes = vec![tester_label.to_string()];
+    if rep.underruns > 0 {
+        notes.push(format!(
+            "{} trial(s) invalidated: the tester could not offer the load (underrun); {}",
+            rep.underruns,
+            if cfg.mlr.is_some() {
+                "each was retried, and none counted as the DUT's loss"
+            } else {
+                "the binary search counted them as failed trials (use the MLR search to retry them)"
+            }
+        ));
+    }
+    if rep.generator_limited {
+        notes.push("the tester could not offer some rates even after retries (generator-limited): a result at the tester's ceiling is a lower bound set by the tester, not the DUT".into());
+    }
+    if rep.budget_exhausted {
+        notes.push(format!(
+            "the search's budget ({} trials, or {:.0} s of trial time) ran out before NDR and PDR reached the resolution: their bounds are wider",
+            opts.max_search_trials,
+            cfg.mlr.as_ref().map_or(0.0, |m| m.max_time.as_secs_f64())
+        ));
+    }
+    let pdr = rep.goal("pdr");
+    let trials: Vec<TrialRow> = rep
+        .trials
+        .iter()
+        .map(|t| TrialRow {
+            n: t.n,
+            phase: match t.phase {
+                Phase::Throughput => "search",
+                Phase::FrameLoss { .. } => "load",
+                Phase::Latency => "latency",
+            }
+            .into(),
+            goal: t.goal.clone(),
+            stage: t.stage,
+            duration_s: t.duration_s,
+            load_pct: t.load_percent,
+            offered_mpps: t.rate_pps * directions as f64 / 1e6,
+            sent_mpps: t.result.tx_pps / 1e6,
+            rx_mpps: t.result.rx_pps / 1e6,
+            tx: t.result.tx,
+            rx: t.result.rx,
+            lost: t.result.lost,
+            loss_pct: t.result.loss_percent(),
+            passed: t.passed,
+            invalid: t.invalid,
+            fail_reason: t.fail_reason,
+            tx_port_full: t.result.tx_port_full,
+            tx_skipped: t.result.tx_skipped,
+        })
+        .collect();
+    let v6 = profile.ipv6_percent();
+    Ok(Run {
+        dut: subject.dut.into(),
+        transport: subject.transport.into(),
+        profile: profile.name().into(),
+        flows: opts.flows,
+        pattern: format!("1pp - {}", if opts.bidirectional { "bi" } else { "uni" }),
+        ratio: format!("{}/{}", 100 - v6 as u32, v6),
+        frame_size: frame_size_label(profile),
+        avg_frame: profile.avg_frame_size(),
+        routes4: 0,
+        routes6: 0,
+        line_rate_gbps: opts.line_rate_gbps,
+        loss_tolerance_pct: opts.loss_tolerance_pct,
+        search: if cfg.mlr.is_some() { "mlr" } else { "binary" }.into(),
+        throughput_mpps: rep.throughput_mpps,
+        ndr_mpps: rep.throughput_mpps,
+        pdr_mpps: pdr.map(|g| g.mpps),
+        pdr_loss_pct: pdr.map(|g| g.loss_ratio * 100.0),
+        underruns: rep.underruns,
+        budget_exhausted: rep.budget_exhausted,
+        throughput_gbps_l1: rep.throughput_gbps_l1,
+        throughput_load_pct: rep.throughput_percent,
+        loss_at_load: rep
+            .loss_at_load
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect::<BTreeMap<_, _>>(),
+        loads,
+        latency_us: rep.latency_us,
+        trial_count: trials.len(),
+        trials,
+        cpu,
+        cost,
+        notes,
+        repeat: 0,
+    })
 }
 
 /// Per-core jiffies from /proc/stat: [user, nice, system, idle, iowait, irq, softirq, steal].
