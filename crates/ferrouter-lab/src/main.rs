@@ -779,7 +779,7 @@ struct IpsecArgs {
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// Live: seconds of the search's final trials (the first ones are shorter).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 1.0)]
     duration: f64,
     /// Live: line rate per direction the search starts from, Gbit/s.
     #[arg(long, default_value_t = 10.0)]
@@ -787,7 +787,7 @@ struct IpsecArgs {
     /// Live: the search stops when its bounds are this close, percent.
     #[arg(long, default_value_t = 1.0)]
     resolution: f64,
-    /// Live: most trials of one search.
+    /// Live: most trials of one search (NDR and PDR together).
     #[arg(long, default_value_t = 40)]
     max_trials: u32,
     /// Live: the PDR's loss goal, percent (0: NDR only).

@@ -23,6 +23,7 @@ use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -37,6 +38,9 @@ use crate::rfc2544::{self as r2544, Eta, OwnCost, Subject};
 
 /// Most tunnels a run may ask for (the blocks are /30s of a /16 at 16,384).
 pub const MAX_TUNNELS: usize = 10_000;
+
+/// The longest wait for charon to drain its queues before a trial.
+const SETTLE_MAX: Duration = Duration::from_secs(30);
 
 /// The PSK both strongSwan gateways authenticate with (a benchmark's, not a secret).
 const PSK: &str = "ferrouter-bench-psk-not-a-secret";
@@ -128,7 +132,7 @@ impl Default for Options {
             tunnels: vec![1, 100, 1000],
             alg: "aes-128-gcm".into(),
             repeat: 1,
-            duration: 2.0,
+            duration: 1.0,
             line_rate_gbps: 10.0,
             resolution_pct: 1.0,
             max_trials: 40,
@@ -195,8 +199,8 @@ pub struct IpsecRun {
     /// IKE SAs established between the gateways (strongSwan; `None` for ferrouter, which
     /// keys its SAs by hand).
     pub ike_established: Option<usize>,
-    /// Packets gw1's outbound SAs had encrypted when the run ended (all its trials), and
-    /// gw2's inbound SAs had decrypted.
+    /// Packets gw1's outbound SAs encrypted during this profile's trials (warm-up and
+    /// CPU-cost trial included), and gw2's inbound SAs decrypted.
     pub esp_packets: [u64; 2],
     /// The RFC 2544 run: dut, transport, profile, throughput_mpps (the NDR),
     /// throughput_gbps_l1, ndr_mpps, pdr_mpps, trials, cpu, cost, notes, repeat, ...
@@ -480,7 +484,24 @@ impl Report {
                         );
                     }
                     _ => {
-                        let _ = writeln!(s, "{what}: no complete pair ({} missing)", q.missing);
+                        // A reference at 0 is no pair (paired_ratio), but says something.
+                        let zero = self.stability.iter().any(|d| {
+                            d.dut == q.b
+                                && d.transport == q.transport
+                                && d.profile == q.profile
+                                && d.tunnels == q.tunnels
+                                && d.runs > 0
+                                && d.max_mpps <= 0.0
+                        });
+                        if zero {
+                            let _ = writeln!(
+                                s,
+                                "{what}: unbounded: {} passed no trial, even at the search's lowest rate",
+                                q.b
+                            );
+                        } else {
+                            let _ = writeln!(s, "{what}: no complete pair ({} missing)", q.missing);
+                        }
                     }
                 }
             }
@@ -820,6 +841,34 @@ impl Running {
                 Some(sum)
             }
         }
+    }
+
+    /// strongSwan: wait until charon's CPU time stops growing (it has worked off what
+    /// earlier trials queued: kernel-libipsec's queues are unbounded), at most
+    /// [`SETTLE_MAX`]; add the wait to `waited` (ms), count a cut wait in `timeouts`.
+    /// ferrouter: nothing (its rings are bounded and drained within the trial's drain).
+    fn settle(&self, waited: &AtomicU64, timeouts: &AtomicU32) {
+        if !matches!(self, Running::Strongswan(_)) {
+            return;
+        }
+        let t = Instant::now();
+        let mut last = self.cpu_ns();
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.cpu_ns();
+            match (last, now) {
+                // Under 20 % of a core over the last 100 ms (two ticks of USER_HZ).
+                (Some(a), Some(b)) if b.saturating_sub(a) < 20_000_000 => break,
+                (Some(_), Some(_)) => {}
+                _ => break,
+            }
+            if t.elapsed() > SETTLE_MAX {
+                timeouts.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            last = now;
+        }
+        waited.fetch_add(t.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// (SA pairs installed on gw1 and gw2, IKE SAs established).
@@ -1399,6 +1448,17 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
         .iter()
         .map(|p| Profile::parse(p))
         .collect::<Result<_>>()?;
+    // 1500 less AES-GCM's ESP overhead over IPv4 (ferrouter's default tunnel MTU), plus
+    // the Ethernet header and FCS.
+    const FERROUTER_MAX_FRAME: f64 = 1443.0 + 18.0;
+    for p in &profiles {
+        if opts.duts.contains(&Dut::Ferrouter) && p.max_frame_size() as f64 > FERROUTER_MAX_FRAME {
+            report.notes.push(format!(
+                "profile {}: its frames above {FERROUTER_MAX_FRAME} bytes carry IP packets bigger than ferrouter's tunnel MTU (1443); without DF, gw1 encrypts them whole and fragments the outer packet, and gw2's esp-decrypt drops ESP fragments (counted as `fragment`: ferrouter does not reassemble them yet, docs/ipsec.md), so the ferrouter pair loses those frames at any rate and its NDR there is 0",
+                p.name()
+            ));
+        }
+    }
     let per_run = {
         let o = search_options(opts, 64);
         r2544::engine_config(&o, &profiles[0], 1).max_trials()
@@ -1442,12 +1502,11 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                 Ok((sas, ike, runs))
             });
             let alive = running.check();
-            let esp = running.esp_packets();
             running.stop();
             let (sas, ike, runs) =
                 result.with_context(|| format!("{} with {tunnels} tunnel(s)", dut.name()))?;
             alive?;
-            for (i, mut run) in runs.into_iter().enumerate() {
+            for (mut run, esp) in runs {
                 run.repeat = k;
                 let loss = run
                     .trials
@@ -1462,8 +1521,7 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
                     loss,
                     sas_installed: sas,
                     ike_established: ike,
-                    // Counted over the whole DUT run (every profile): on the last row.
-                    esp_packets: if i + 1 == profiles.len() { esp } else { [0, 0] },
+                    esp_packets: esp,
                     run,
                 });
             }
@@ -1485,7 +1543,7 @@ fn measure_all(
     running: &Running,
     eta: &Eta,
     log: &(dyn Fn(&str) + Sync),
-) -> Result<Vec<Run>> {
+) -> Result<Vec<(Run, [u64; 2])>> {
     let flows = ro.flows;
     let dir = |from: usize| -> DirectionConfig {
         let to = 1 - from;
@@ -1502,7 +1560,7 @@ fn measure_all(
     };
     let cpu = || running.cpu_ns();
     std::thread::scope(|s| {
-        s.spawn(|| -> Result<Vec<Run>> {
+        s.spawn(|| -> Result<Vec<(Run, [u64; 2])>> {
             r2544::pin(opts.tester_core);
             r2544::enter_netns(&topo.tester_ns)?;
             let mut mem = Arena::new(16384);
@@ -1512,7 +1570,13 @@ fn measure_all(
                 .context("tester port tb")?;
             let label = format!("tester AF_XDP {}", a.mode());
             let mut out = Vec::new();
+            let waited = AtomicU64::new(0);
+            let timeouts = AtomicU32::new(0);
+            let settle = || running.settle(&waited, &timeouts);
             for profile in profiles {
+                waited.store(0, Ordering::Relaxed);
+                timeouts.store(0, Ordering::Relaxed);
+                let esp_before = running.esp_packets();
                 let mut traffic =
                     TrafficConfig::new(profile.clone(), dir(0), opts.bidirectional.then(|| dir(1)));
                 traffic.flows = flows;
@@ -1521,14 +1585,30 @@ fn measure_all(
                     transport: "veth",
                     tester_label: &label,
                     own_cost: OwnCost::Cpu(&cpu),
+                    settle: (dut == Dut::Strongswan).then_some(&settle),
                 };
                 let mut run = r2544::measure(
                     ro, &subject, None, profile, &traffic, &mut mem, &mut a, &mut b, eta, log,
                 )?;
+                let esp_after = running.esp_packets();
                 run.notes.push(format!(
                     "{tunnels} tunnel(s), {flows} flows per direction spread over them"
                 ));
-                out.push(run);
+                if dut == Dut::Strongswan {
+                    run.notes.push(format!(
+                        "before each trial the bench waited for charon to work off what earlier trials left in its queues (its CPU time still growing): {:.1} s in all, {} wait(s) cut at {} s",
+                        waited.load(Ordering::Relaxed) as f64 / 1000.0,
+                        timeouts.load(Ordering::Relaxed),
+                        SETTLE_MAX.as_secs()
+                    ));
+                }
+                out.push((
+                    run,
+                    [
+                        esp_after[0].saturating_sub(esp_before[0]),
+                        esp_after[1].saturating_sub(esp_before[1]),
+                    ],
+                ));
             }
             Ok(out)
         })

@@ -741,6 +741,7 @@ fn run_profiles<P: Port<Arena>>(
             transport: transport.name(),
             tester_label,
             own_cost,
+            settle: None,
         };
         runs.push(measure(
             opts, &subject, console, profile, &traffic, mem, a, b, eta, log,
@@ -772,6 +773,10 @@ pub(crate) struct Subject<'a> {
     pub tester_label: &'a str,
     /// Its own CPU cost.
     pub own_cost: OwnCost<'a>,
+    /// Called before each trial: waits until the DUT has worked off what earlier trials
+    /// left queued in it (a DUT with unbounded queues would otherwise lose the next
+    /// trial's frames behind them).
+    pub settle: Option<&'a (dyn Fn() + Sync)>,
 }
 
 /// One profile against one running DUT: the warm-up, the search (`try_run_timed`), the
@@ -851,6 +856,9 @@ pub(crate) fn measure<P: Port<Arena>>(
             let mut t = tcfg;
             t.rate_pps = rate;
             t.duration = duration;
+            if let Some(settle) = subject.settle {
+                settle();
+            }
             gen.run_trial(mem, a, b, &t)
         },
         Some(&mut progress),
@@ -871,6 +879,9 @@ pub(crate) fn measure<P: Port<Arena>>(
         if let Some(c) = console {
             c.clear()
                 .with_context(|| format!("{label}: CPU-cost trial"))?;
+        }
+        if let Some(settle) = subject.settle {
+            settle();
         }
         let before = (cpu_times(), probe.and_then(ferrouter_busy), cpu_reading());
         let r = gen
