@@ -353,6 +353,12 @@ impl IpsecLab {
 
     /// Start gateway `n` with its config file as it is, and wait until it answers.
     pub fn start(&self, n: u8, ferrouter: &Path) -> Result<()> {
+        self.start_within(n, ferrouter, Duration::from_secs(15))
+    }
+
+    /// [`IpsecLab::start`], waiting at most `timeout` for it to answer (a config with
+    /// thousands of tunnels creates as many TUN devices first).
+    pub fn start_within(&self, n: u8, ferrouter: &Path, timeout: Duration) -> Result<()> {
         let log = std::fs::File::create(self.log_file(n))?;
         let child = Command::new("ip")
             .args(["netns", "exec", &self.gw(n)])
@@ -365,7 +371,7 @@ impl IpsecLab {
             .spawn()
             .context("starting ferrouter run")?;
         std::fs::write(self.pid_file(n), child.id().to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + timeout;
         loop {
             if control::api::request_json(&self.socket(n), "interfaces", None).is_ok() {
                 return Ok(());

@@ -1025,8 +1025,13 @@ fn start_ferrouter(
             .and_then(|mut f| f.write_all(keys.as_bytes()))
             .with_context(|| format!("writing {}", k.display()))?;
         std::fs::write(lab.config_file(n), ferrouter_config(&lab, n, tunnels, alg))?;
-        lab.start(n, &opts.ferrouter_bin)
-            .with_context(|| format!("starting ferrouter on gw{n} with {tunnels} tunnel(s)"))?;
+        // A TUN device per tunnel comes first: about 10-20 ms each.
+        lab.start_within(
+            n,
+            &opts.ferrouter_bin,
+            Duration::from_secs(15) + Duration::from_millis(30) * tunnels as u32,
+        )
+        .with_context(|| format!("starting ferrouter on gw{n} with {tunnels} tunnel(s)"))?;
     }
     // Every block's route in both FIBs (the config's routes go through the kernel).
     let deadline = Instant::now() + Duration::from_secs(60 + tunnels as u64 / 20);
