@@ -56,15 +56,7 @@ fn sa<'a>(v: &'a Value, dir: &str) -> &'a Value {
 }
 
 fn feature_drops(l: &IpsecLab, gw: u8, feature: &str, reason: &str) -> u64 {
-    let c = control::api::request_json(&l.socket(gw), "counters", None).unwrap();
-    c["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["feature"] == feature)
-        .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
-        .as_u64()
-        .unwrap()
+    common::feature_drops_at(&l.socket(gw), feature, reason)
 }
 
 fn metrics_text(socket: &Path) -> String {
@@ -231,6 +223,22 @@ fn the_tunnel_mtu_answers_big_packets_and_the_router_pings_through_the_tunnel() 
     let g = up("ipm", |_| {});
     let l = &g.0;
     ping_until(l, &l.h1(), H2);
+    // Without DF and bigger than the tunnel (before any frag-needed, which h1 would
+    // remember): gw1 encrypts the 1500-byte packet whole and
+    // fragments the ESP packet on the 1500-byte WAN; gw2 reassembles it before decrypting.
+    // 4000 bytes: h1 fragments first, and each fragment goes the same way.
+    for size in ["1472", "4000"] {
+        let (ok, out) = sh(
+            l,
+            &l.h1(),
+            &["ping", "-c3", "-i0.2", "-W2", "-M", "dont", "-s", size, H2],
+        );
+        assert!(ok && out.contains(" 0% packet loss"), "{size}: {out}");
+    }
+    let r = &ipsec(l, 2)["reassembly"];
+    assert!(r["reassembled"].as_u64().unwrap() >= 6, "{r}");
+    assert_eq!(r["discarded"].as_u64().unwrap(), 0, "{r}");
+    assert_eq!(feature_drops(l, 2, "esp-decrypt", "fragment"), 0);
     // DF and bigger than the tunnel's 1443: frag-needed with the tunnel's MTU, from gw1.
     let (ok, out) = sh(
         l,
@@ -275,7 +283,9 @@ fn the_tunnel_mtu_answers_big_packets_and_the_router_pings_through_the_tunnel() 
         let (bin, pcap, sock) = (common::bin(), pcap.clone(), l.socket(1));
         std::thread::spawn(move || {
             Command::new(bin)
-                .args(["capture", "ipsec0", "--count", "2", "--timeout", "10", "-w"])
+                // Four: the ping's two requests and replies, or as many of them as the
+                // kernel's own packets (a router solicitation on the TUN) leave room for.
+                .args(["capture", "ipsec0", "--count", "4", "--timeout", "10", "-w"])
                 .arg(&pcap)
                 .arg("--socket")
                 .arg(&sock)
@@ -284,7 +294,7 @@ fn the_tunnel_mtu_answers_big_packets_and_the_router_pings_through_the_tunnel() 
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    let (ok, out) = sh(l, &l.h1(), &["ping", "-c1", "-W2", H2]);
+    let (ok, out) = sh(l, &l.h1(), &["ping", "-c2", "-i0.2", "-W2", H2]);
     assert!(ok, "{out}");
     let t = cli(&["trace", "show"]);
     assert!(t.contains("esp4-encrypt: SA spi 0x1001 seq"), "{t}");
@@ -384,9 +394,12 @@ print("sent")
         2,
         "{after:#}"
     );
-    assert_eq!(
-        after["packets"], before["packets"],
-        "nothing hostile was accepted"
+    // Nothing hostile was accepted: gw2 took no more than gw1 sent (read after, so a
+    // packet of gw1's own in between, a router solicitation on its TUN, counts on both).
+    let sent = sa(&ipsec(l, 1), "out")["packets"].as_u64().unwrap();
+    assert!(
+        after["packets"].as_u64().unwrap() <= sent,
+        "nothing hostile was accepted: {after:#}, gw1 sent {sent}"
     );
     assert_eq!(feature_drops(l, 2, "esp-decrypt", "unknown_spi"), 4);
     assert_eq!(feature_drops(l, 2, "esp-decrypt", "replayed"), 5);
@@ -504,6 +517,17 @@ fn an_ipv6_tunnel_with_cbc_and_hmac_carries_both_families() {
         &["ping", "-c3", "-i0.2", "-s", "1200", "-W2", H2_V6],
     );
     assert!(ok, "{out}");
+    // IPv4 without DF above the tunnel's MTU: the ESP packet leaves gw1 in IPv6
+    // fragments, which gw2 reassembles.
+    let (ok, out) = sh(
+        l,
+        &l.h1(),
+        &[
+            "ping", "-c3", "-i0.2", "-W2", "-M", "dont", "-s", "1472", H2,
+        ],
+    );
+    assert!(ok && out.contains(" 0% packet loss"), "{out}");
+    assert!(ipsec(l, 2)["reassembly"]["reassembled"].as_u64().unwrap() >= 3);
     let v = iperf3(l, H2, &["-t", "1"]);
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e5);
     let (a, b) = (ipsec(l, 1), ipsec(l, 2));
@@ -536,6 +560,15 @@ fn two_workers_hand_their_esp_to_the_sas_worker() {
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
     let v = iperf3(l, H2, &["-P", "4", "-R"]);
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
+    // Fragmented ESP, whichever worker receives it, is gathered by the SAs' worker.
+    let (ok, out) = sh(
+        l,
+        &l.h1(),
+        &[
+            "ping", "-c3", "-i0.2", "-W2", "-M", "dont", "-s", "3000", H2,
+        ],
+    );
+    assert!(ok && out.contains(" 0% packet loss"), "{out}");
     for gw in [1, 2] {
         let s = ipsec(l, gw);
         for a in s["sas"].as_array().unwrap() {

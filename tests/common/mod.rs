@@ -370,7 +370,13 @@ pub fn received(sock: &std::net::UdpSocket, wait: std::time::Duration) -> Vec<Ve
 
 /// `feature`'s drops under `reason` in `show counters`.
 pub fn feature_drops(lab: &Lab, feature: &str, reason: &str) -> u64 {
-    let c = api(lab, "counters", None);
+    feature_drops_at(&lab.socket(), feature, reason)
+}
+
+/// A feature's drops under `reason`, from the router whose control socket is `socket`.
+pub fn feature_drops_at(socket: &std::path::Path, feature: &str, reason: &str) -> u64 {
+    let c = control::api::request_json(socket, "counters", None)
+        .unwrap_or_else(|e| panic!("show counters: {e:#}"));
     c["features"]
         .as_array()
         .unwrap()

@@ -160,14 +160,19 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
                 .collect(),
         })
         .collect();
+    let r = &shared.features.ipsec.reasm;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     model::IpsecView {
         tunnels,
         sas,
-        busy: shared
-            .features
-            .ipsec
-            .busy
-            .load(std::sync::atomic::Ordering::Relaxed),
+        busy: n(&shared.features.ipsec.busy),
+        reassembly: model::IpsecReassemblyView {
+            fragments: n(&r.fragments),
+            reassembled: n(&r.reassembled),
+            timed_out: n(&r.timed_out),
+            evicted: n(&r.evicted),
+            discarded: n(&r.discarded),
+        },
     }
 }
 

@@ -1214,7 +1214,14 @@ impl KernelFaces {
                         tap.from_kernel_drops += u64::from(n > 0);
                         continue;
                     }
+                    // No addresses, but the EtherType of the packet (what a capture on
+                    // the tunnel shows).
                     scratch.data[..14].fill(0);
+                    let et = match scratch.data[14] >> 4 {
+                        6 => wire::ethertype::IPV6,
+                        _ => wire::ethertype::IPV4,
+                    };
+                    scratch.data[12..14].copy_from_slice(&et.to_be_bytes());
                     let _ = q.push(PuntPacket {
                         port: port as u16,
                         reason: Reason::PuntLocal,

@@ -38,6 +38,7 @@
 //! | `ferrouter_conntrack_events_total` | event=created/expired/refused/early_dropped/invalid | |
 //! | `ferrouter_ipsec_sas` | | IPsec SAs installed |
 //! | `ferrouter_ipsec_handed_off_total` | | packets other workers handed to the SAs' worker |
+//! | `ferrouter_ipsec_reassembly_total` | event=fragments/reassembled/timed_out/evicted/discarded | fragmented ESP gathered before decryption |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
 //! | `ferrouter_build_info` | version | 1 |
@@ -214,6 +215,19 @@ fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
                 .handed_off
                 .load(std::sync::atomic::Ordering::Relaxed),
         )],
+    );
+    let r = &shared.features.ipsec.reasm;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    s.counter(
+        "ferrouter_ipsec_reassembly",
+        "Fragmented ESP to the router: fragments taken, datagrams reassembled, and datagrams lost (timed out, evicted from a full table, discarded for a bad fragment).",
+        vec![
+            (vec![("event", "fragments".into())], n(&r.fragments)),
+            (vec![("event", "reassembled".into())], n(&r.reassembled)),
+            (vec![("event", "timed_out".into())], n(&r.timed_out)),
+            (vec![("event", "evicted".into())], n(&r.evicted)),
+            (vec![("event", "discarded".into())], n(&r.discarded)),
+        ],
     );
     s.counter(
         "ferrouter_ipsec_sa_packets",

@@ -894,6 +894,24 @@ pub struct IpsecView {
     /// Vectors an ESP node dropped because its worker's SA table was borrowed (never
     /// expected).
     pub busy: u64,
+    /// Fragmented ESP gathered before decryption.
+    #[serde(default)]
+    pub reassembly: IpsecReassemblyView,
+}
+
+/// The ESP reassembly table's counters (docs/ipsec.md, "Fragmented ESP").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IpsecReassemblyView {
+    /// Fragments taken into the table.
+    pub fragments: u64,
+    /// Datagrams made whole and decrypted on.
+    pub reassembled: u64,
+    /// Datagrams whose time ran out before their last fragment came.
+    pub timed_out: u64,
+    /// Datagrams given up for a newer one, their set of the table full.
+    pub evicted: u64,
+    /// Datagrams dropped for a bad fragment (overlap, disagreement on the end, too big).
+    pub discarded: u64,
 }
 
 /// One tunnel interface.

@@ -95,6 +95,14 @@ pub fn ipsec(v: &model::IpsecView) -> String {
             if a.esn { "  (esn)" } else { "" }
         );
     }
+    let r = &v.reassembly;
+    if r.fragments > 0 {
+        let _ = writeln!(
+            s,
+            "\nESP fragments: {} taken, {} datagrams reassembled; {} timed out, {} evicted, {} discarded",
+            r.fragments, r.reassembled, r.timed_out, r.evicted, r.discarded
+        );
+    }
     if v.busy > 0 {
         let _ = writeln!(s, "\n{} vectors dropped: an SA table was busy", v.busy);
     }

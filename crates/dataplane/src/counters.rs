@@ -98,6 +98,7 @@ reasons! {
     Ip6Blackhole => Drop, "ip6-lookup", "blackhole route";
     Ip6HopLimitExpired => Drop, "ip6-rewrite", "hop limit expired in transit";
     Ip6TooBig => Drop, "ip6-rewrite", "larger than egress MTU";
+    Ip6FragFailed => Drop, "ip6-frag", "fragmenting the router's own packet impossible (no buffers, extension headers, MTU too small)";
     IcmpRateLimited => Drop, "icmp-error", "ICMP error suppressed by rate limit";
     IcmpRateLimitedPeer => Drop, "icmp-error", "ICMP error suppressed by the per-destination limit (6, then 1 a second)";
     IcmpSuppressed => Drop, "icmp-error", "no ICMP error for errors, fragments, multicast or bad sources";
@@ -120,6 +121,7 @@ reasons! {
     Ip4Forwarded => Info, "ip4-rewrite", "IPv4 packets forwarded";
     Ip6Forwarded => Info, "ip6-rewrite", "IPv6 packets forwarded";
     Ip4Fragments => Info, "ip4-frag", "IPv4 fragments sent";
+    Ip6Fragments => Info, "ip6-frag", "IPv6 fragments of the router's own packets sent";
     Icmp4Sent => Info, "icmp-error", "ICMPv4 errors sent";
     Icmp6Sent => Info, "icmp-error", "ICMPv6 errors sent";
     CsumCompleted => Info, "ip-rewrite", "partial TCP/UDP checksums completed (the sender's checksum offload)";

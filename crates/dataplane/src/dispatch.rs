@@ -197,6 +197,7 @@ impl Graph {
                     }
                     Node::Ip6Rewrite => ip::rewrite::<T, false, V6, M>(self, v, mem, out, list),
                     Node::Ip4Frag => ip4::fragment::<T, M>(self, v, mem, out, list),
+                    Node::Ip6Frag => crate::ip6::fragment::<T, M>(self, v, mem, out, list),
                     Node::Icmp4Error => icmp::error::<T, V4, M>(self, v, mem, out, list),
                     Node::Icmp6Error => icmp::error::<T, V6, M>(self, v, mem, out, list),
                     Node::Ip4Output => self.output_arc::<T, M>(ArcId::Ip4Output, v, mem, out, list),

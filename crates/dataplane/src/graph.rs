@@ -46,6 +46,8 @@ pub enum Node {
     Ip6Rewrite,
     /// IPv4 fragmentation.
     Ip4Frag,
+    /// IPv6 fragmentation of the router's own packets (it is their source: RFC 8200 §4.5).
+    Ip6Frag,
     /// Build ICMPv4 errors.
     Icmp4Error,
     /// Build ICMPv6 errors.
@@ -58,7 +60,7 @@ pub enum Node {
 }
 
 /// Number of list-holding nodes.
-pub const NODE_COUNT: usize = 10;
+pub const NODE_COUNT: usize = 11;
 /// Dispatch order within a round (topological for the forward path).
 pub(crate) const ORDER: [Node; NODE_COUNT] = [
     Node::EthernetInput,
@@ -71,6 +73,7 @@ pub(crate) const ORDER: [Node; NODE_COUNT] = [
     Node::Ip4Output,
     Node::Ip6Output,
     Node::Ip4Frag,
+    Node::Ip6Frag,
 ];
 /// How far ahead ethernet-input prefetches packet headers.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
@@ -88,6 +91,7 @@ impl Node {
             Node::Ip4Rewrite => "ip4-rewrite",
             Node::Ip6Rewrite => "ip6-rewrite",
             Node::Ip4Frag => "ip4-frag",
+            Node::Ip6Frag => "ip6-frag",
             Node::Icmp4Error => "icmp4-error",
             Node::Icmp6Error => "icmp6-error",
             Node::Ip4Output => ArcId::Ip4Output.name(),
@@ -192,6 +196,10 @@ pub struct Graph {
     pub(crate) punt: Option<PuntProducer>,
     pub(crate) frames: Box<Frames>,
     pub(crate) ip_ident: u16,
+    /// Count of the router's fragmented IPv6 packets, from a seed of the clock; ip6-frag
+    /// sends it through a bijective mix as the identification (no repeat within 2^32
+    /// datagrams, and no plain sequence on the wire: RFC 7739).
+    pub(crate) frag_id6: u32,
     pub(crate) keys4: Box<[u32; VECTOR_SIZE]>,
     pub(crate) keys6: Box<[[u8; 16]; VECTOR_SIZE]>,
     pub(crate) results: Box<[NextHopId; VECTOR_SIZE]>,
@@ -244,6 +252,9 @@ impl Graph {
                 lens: [0; NODE_COUNT],
             }),
             ip_ident: 1,
+            frag_id6: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.subsec_nanos() ^ d.as_secs() as u32),
             keys4: Box::new([0; VECTOR_SIZE]),
             keys6: Box::new([[0; 16]; VECTOR_SIZE]),
             results: Box::new([0; VECTOR_SIZE]),
@@ -625,7 +636,14 @@ impl Graph {
             let p = &mut v.pkts[i as usize];
             if p.flags & F_TO_FRAG != 0 {
                 p.flags &= !F_TO_FRAG;
-                self.enqueue(Node::Ip4Frag, i);
+                self.enqueue(
+                    if arc == ArcId::Ip6Output {
+                        Node::Ip6Frag
+                    } else {
+                        Node::Ip4Frag
+                    },
+                    i,
+                );
             } else {
                 let p = *p;
                 self.transmit::<T>(out, p);
@@ -663,24 +681,7 @@ impl Graph {
         out: &Output,
         list: &[u16],
     ) {
-        let Some(c) = self.capture.as_deref_mut() else {
-            return;
-        };
-        if !c.armed() {
-            return;
-        }
-        for &i in list {
-            let p = v.pkts[i as usize];
-            let iface = match self.fib.next_hop(p.nh) {
-                Some(NextHop::Forward(adj)) => adj.port,
-                _ => p.tx_port,
-            };
-            if is_virtual(&self.ifaces, iface, out) {
-                if let Some(c) = self.capture.as_deref_mut() {
-                    c.tx(iface, mem, &[p]);
-                }
-            }
-        }
+        self.capture_virtual(v, mem, out, list, true);
     }
 
     /// While a capture is armed: the packets of `list` now received on an interface that
@@ -693,17 +694,37 @@ impl Graph {
         out: &Output,
         list: &[u16],
     ) {
-        let Some(c) = self.capture.as_deref_mut() else {
-            return;
-        };
-        if !c.armed() {
+        self.capture_virtual(v, mem, out, list, false);
+    }
+
+    /// [`Graph::capture_virtual_tx`] (`tx`: by the egress interface) and
+    /// [`Graph::capture_virtual_rx`] (by the receiving one).
+    fn capture_virtual<M: PacketMemory>(
+        &mut self,
+        v: &Vector,
+        mem: &M,
+        out: &Output,
+        list: &[u16],
+        tx: bool,
+    ) {
+        if !self.capture.as_deref_mut().is_some_and(|c| c.armed()) {
             return;
         }
         for &i in list {
             let p = v.pkts[i as usize];
-            if is_virtual(&self.ifaces, p.rx_port, out) {
-                if let Some(c) = self.capture.as_deref_mut() {
-                    c.rx(p.rx_port, mem, &[p]);
+            let iface = match self.fib.next_hop(p.nh) {
+                Some(NextHop::Forward(adj)) if tx => adj.port,
+                _ if tx => p.tx_port,
+                _ => p.rx_port,
+            };
+            if !is_virtual(&self.ifaces, iface, out) {
+                continue;
+            }
+            if let Some(c) = self.capture.as_deref_mut() {
+                if tx {
+                    c.tx(iface, mem, &[p]);
+                } else {
+                    c.rx(iface, mem, &[p]);
                 }
             }
         }

@@ -412,7 +412,7 @@ fn fragment_one<M: PacketMemory>(
 
 /// Take back fragments already queued when a later one could not be built; their buffers
 /// are returned through `free`.
-fn rollback(out: &mut Output, port: usize, start_len: usize) {
+pub(crate) fn rollback(out: &mut Output, port: usize, start_len: usize) {
     if let Some(q) = out.tx.get_mut(port) {
         // Bounded by the queue length; `drain` would allocate nothing either, but this
         // keeps the borrow of `out.free` separate.

@@ -1,10 +1,13 @@
 //! IPv6 nodes: ip6-input (RFC 8200 validation, bounded extension-header walk) and
-//! ip6-rewrite (hop limit, MTU — routers never fragment IPv6 — and L2 rewrite).
+//! ip6-rewrite (hop limit, MTU — routers never fragment IPv6 in transit — and L2 rewrite),
+//! and ip6-frag for the router's own packets (a tunnel's ESP), of which it is the source.
 
 use fib::Adjacency;
 use wire::{checksum, Ipv6Packet};
 
-use crate::buffer::{l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN};
+use crate::buffer::{
+    l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN, F_TO_FRAG, HEADROOM,
+};
 use crate::counters::Reason;
 use crate::family::Family;
 use crate::feature::ArcId;
@@ -196,6 +199,22 @@ impl Family for V6 {
         adj: &Adjacency,
         ttl: Option<u8>,
     ) {
+        // The router's own packet (an encrypted one, rerouted): it is the source, so it
+        // fragments (RFC 8200 §4.5), as Linux does its own.
+        if ttl.is_none() {
+            let mut p = p;
+            p.tx_port = adj.port;
+            p.aux = adj.mtu as u32;
+            v.pkts[i as usize] = p;
+            g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
+            if g.has_features::<O>(ArcId::Ip6Output, adj.port) {
+                v.pkts[i as usize].flags |= F_TO_FRAG;
+                g.enqueue(Node::Ip6Output, i);
+            } else {
+                g.enqueue(Node::Ip6Frag, i);
+            }
+            return;
+        }
         // The quote shows the packet as received.
         if let Some(ttl) = ttl {
             ip[7] = ttl;
@@ -289,4 +308,116 @@ fn build6<M: PacketMemory>(g: &mut Graph, mem: &mut M, p: &Pkt) -> Result<Pkt, R
         nh: 0,
         aux: 0,
     })
+}
+
+/// ip6-frag: split the router's own packets (no extension headers) into fragments of at
+/// most `p.aux` bytes (the egress MTU), each with a fragment header (RFC 8200 §4.5): the
+/// same identification, offsets in 8-byte units, M on all but the last.
+pub(crate) fn fragment<const T: bool, M: PacketMemory>(
+    g: &mut Graph,
+    v: &mut Vector,
+    mem: &mut M,
+    out: &mut Output,
+    list: &[u16],
+) {
+    for &i in list {
+        let p = v.pkts[i as usize];
+        match fragment_one(g, mem, out, &p, p.aux as usize) {
+            None => g.drop_pkt::<T>(out, &p, Reason::Ip6FragFailed),
+            Some((count, port)) => {
+                g.trace::<T>(&p, Step::Fragmented { count, port });
+                out.free.push(p.buf);
+            }
+        }
+    }
+}
+
+// Slow path, kept out of line and cold (as ip4-frag's).
+#[cold]
+#[inline(never)]
+fn fragment_one<M: PacketMemory>(
+    g: &mut Graph,
+    mem: &mut M,
+    out: &mut Output,
+    p: &Pkt,
+    mtu: usize,
+) -> Option<(u16, u16)> {
+    let adj = match g.fib.next_hop(p.nh) {
+        Some(fib::NextHop::Forward(a)) => *a,
+        _ => return None,
+    };
+    let (next, total) = {
+        let ip = l3(mem, p);
+        let hdr = ip.get(..40)?;
+        (hdr[6], 40 + u16::from_be_bytes([hdr[4], hdr[5]]) as usize)
+    };
+    // The router's own packets carry none: one with extension headers (its unfragmentable
+    // part would need finding) is not fragmented.
+    if is_ext(next) || total > l3(mem, p).len() {
+        return None;
+    }
+    let chunk = mtu.checked_sub(48)? & !7;
+    if chunk == 0 {
+        return None;
+    }
+    g.frag_id6 = g.frag_id6.wrapping_add(1);
+    let id = mix32(g.frag_id6);
+    let payload_len = total - 40;
+    let src_l3 = p.off as usize + p.l3 as usize;
+    let (tx_port, tags) = g.egress(&adj);
+    let eth_len = ETH_HLEN + tags.map_or(0, |t| t.len());
+    let start_len = out.tx.get(tx_port as usize)?.len();
+    let mut done = 0usize;
+    // Bounded: each iteration consumes ≥ 8 payload bytes.
+    while done < payload_len {
+        let n = chunk.min(payload_len - done);
+        let last = done + n == payload_len;
+        let Some(buf) = mem.alloc_for(eth_len + 48 + n) else {
+            crate::ip4::rollback(out, tx_port as usize, start_len);
+            return None;
+        };
+        let q = out.tx.get_mut(tx_port as usize)?;
+        if q.len() >= q.capacity() {
+            mem.free(buf);
+            crate::ip4::rollback(out, tx_port as usize, start_len);
+            return None;
+        }
+        let (src, dst) = mem.frame_pair(p.buf, buf);
+        let d = HEADROOM;
+        crate::graph::write_eth(&mut dst[d..d + eth_len], &adj, tags, wire::ethertype::IPV6);
+        let ipd = d + eth_len;
+        dst[ipd..ipd + 40].copy_from_slice(&src[src_l3..src_l3 + 40]);
+        dst[ipd + 4..ipd + 6].copy_from_slice(&((8 + n) as u16).to_be_bytes());
+        dst[ipd + 6] = 44;
+        let om = (done as u16) | u16::from(!last);
+        dst[ipd + 40] = next;
+        dst[ipd + 41] = 0;
+        dst[ipd + 42..ipd + 44].copy_from_slice(&om.to_be_bytes());
+        dst[ipd + 44..ipd + 48].copy_from_slice(&id.to_be_bytes());
+        dst[ipd + 48..ipd + 48 + n]
+            .copy_from_slice(&src[src_l3 + 40 + done..src_l3 + 40 + done + n]);
+        let frag = Pkt {
+            buf,
+            off: d as u16,
+            len: (eth_len + 48 + n) as u16,
+            rx_port: p.rx_port,
+            tx_port,
+            l3: eth_len as u16,
+            flags: p.flags,
+            nh: p.nh,
+            aux: 0,
+        };
+        out.tx.get_mut(tx_port as usize)?.push(frag);
+        done += n;
+    }
+    let queued = out.tx.get(tx_port as usize)?;
+    if tags.is_some() {
+        for f in &queued[start_len..] {
+            g.subif_sent(adj.port, f.len as usize);
+        }
+    }
+    let sent = (queued.len() - start_len) as u64;
+    g.counters.add(Reason::Ip6Fragments, sent);
+    g.counters.add(Reason::Ip6Forwarded, 1);
+    Some((sent as u16, tx_port))
 }

@@ -448,7 +448,12 @@ mod tests {
             }
         })
         .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Until it has counted something (a loaded machine may not run it at once):
+        // bounded at 10 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while aggregate([&ok.shared]).rx == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         ok.stop();
         assert_eq!(ok.join(), WorkerExit::Stopped);
         assert!(aggregate([&ok.shared]).rx > 0);

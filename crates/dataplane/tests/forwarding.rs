@@ -1772,3 +1772,65 @@ fn the_routers_own_packets_enter_at_the_lookup_or_an_output_arc() {
     assert!(l.out.tx.iter().all(Vec::is_empty));
     assert_eq!(l.out.free.len(), 1);
 }
+
+/// The router's own IPv6 packet (an encrypted tunnel packet, rerouted) above the egress
+/// MTU is fragmented by ip6-frag, as its source may (RFC 8200 §4.5): fragment headers of
+/// one identification, offsets in 8-byte units, M on all but the last, every fragment
+/// within the MTU and the payload whole again; a transit packet of the same size gets
+/// packet-too-big instead.
+#[test]
+fn the_routers_own_ipv6_packets_are_fragmented_transit_ones_answered() {
+    let mut l = lab();
+    let payload = udp6(1200);
+    let dst = ip6("2001:db8:3::9");
+    let mut v = dataplane::Vector::default();
+    let mut p = l
+        .arena
+        .load(&frame6(R0_V6, dst, 64, 17, &payload), 0)
+        .unwrap();
+    p.l3 = 14;
+    v.push(p);
+    l.graph.process_local(&mut v, &mut l.arena, &mut l.out, 1);
+    let frags: Vec<Vec<u8>> = l.out.tx[1]
+        .iter()
+        .map(|p| l.arena.data(p).to_vec())
+        .collect();
+    for p in l.out.tx.iter().flatten() {
+        l.arena.free(p.buf);
+    }
+    for &b in &l.out.free {
+        l.arena.free(b);
+    }
+    l.out.clear();
+    assert_eq!(frags.len(), 3, "1208 bytes over 576: 528 + 528 + 152");
+    let mut data = vec![0u8; payload.len()];
+    let mut covered = 0;
+    let id = u32::from_be_bytes(frags[0][14 + 44..14 + 48].try_into().unwrap());
+    for (i, f) in frags.iter().enumerate() {
+        let ip = &f[14..];
+        assert!(ip.len() <= 576);
+        assert_eq!(ip[6], 44, "fragment header");
+        assert_eq!(ip[7], 64, "the router's own: hop limit untouched");
+        assert_eq!(
+            usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+            ip.len() - 40
+        );
+        assert_eq!(ip[40], 17, "next header of the fragmentable part");
+        let om = u16::from_be_bytes([ip[42], ip[43]]);
+        assert_eq!(om & 1 == 1, i + 1 < frags.len(), "M");
+        assert_eq!(u32::from_be_bytes(ip[44..48].try_into().unwrap()), id);
+        let off = usize::from(om & !7);
+        let part = &ip[48..];
+        data[off..off + part.len()].copy_from_slice(part);
+        covered += part.len();
+    }
+    assert_eq!(covered, payload.len());
+    assert_eq!(data, payload);
+    assert_eq!(l.count(Reason::Ip6Fragments), 3);
+    // The same from a host: packet-too-big with the MTU, nothing fragmented.
+    let out = l.run(&[frame6(H0_V6, dst, 64, 17, &payload)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].1[14 + 40], 2, "ICMPv6 packet too big");
+    assert_eq!(l.count(Reason::Ip6TooBig), 1);
+    assert_eq!(l.count(Reason::Ip6Fragments), 3);
+}

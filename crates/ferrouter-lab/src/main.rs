@@ -1649,15 +1649,7 @@ fn ipsec_lab_cmd(cmd: LabCmd, name: &str, backend: &str) -> Result<()> {
             Ok(())
         }
         LabCmd::Status => {
-            let ns = l.existing();
-            println!(
-                "namespaces: {}",
-                if ns.is_empty() {
-                    "none".into()
-                } else {
-                    ns.join(" ")
-                }
-            );
+            print_namespaces(&l.existing());
             for n in [1, 2] {
                 match control::api::request(&l.socket(n), "ipsec", None) {
                     Ok(v) => print!("gw{n}:\n{}", control::render::render(&v)),
@@ -1668,6 +1660,18 @@ fn ipsec_lab_cmd(cmd: LabCmd, name: &str, backend: &str) -> Result<()> {
         }
         LabCmd::Demo { .. } => bail!("lab demo --ipsec: not available; use lab up --ipsec"),
     }
+}
+
+/// `lab status`'s first line: the lab's namespaces that exist.
+fn print_namespaces(ns: &[String]) {
+    println!(
+        "namespaces: {}",
+        if ns.is_empty() {
+            "none".into()
+        } else {
+            ns.join(" ")
+        }
+    );
 }
 
 fn lab_cmd(
@@ -1721,15 +1725,7 @@ fn lab_cmd(
             Ok(())
         }
         LabCmd::Status => {
-            let ns = lab.existing();
-            println!(
-                "namespaces: {}",
-                if ns.is_empty() {
-                    "none".into()
-                } else {
-                    ns.join(" ")
-                }
-            );
+            print_namespaces(&lab.existing());
             match control::api::request(&lab.socket(), "interfaces", None) {
                 Ok(v) => print!("{}", control::render::render(&v)),
                 Err(_) => println!("ferrouter: not running"),

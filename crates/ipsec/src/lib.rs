@@ -23,6 +23,7 @@ pub mod error;
 pub mod esp;
 pub mod fuzzing;
 pub mod node;
+pub mod reasm;
 pub mod replay;
 pub mod sa;
 pub mod sad;

@@ -63,17 +63,35 @@ pub const DECRYPT_DROPS: &[(&str, &str)] = &[
     ("natt_keepalive", "NAT-T keepalive"),
     ("non_esp", "non-ESP marker"),
     ("unknown_spi", "ESP to the router with an SPI of no SA"),
-    ("fragment", "a fragment of an ESP packet (not reassembled)"),
+    (
+        "fragment",
+        "a malformed ESP fragment (not a multiple of 8 bytes though more follow, or empty)",
+    ),
     (
         "busy",
         "the worker's SA table was borrowed (never expected)",
     ),
     ("handoff_full", "the lane to the SAs' worker was full"),
+    (
+        "fragment_overlap",
+        "an ESP fragment overlapping another of its datagram or disagreeing on its end (the datagram dropped)",
+    ),
+    (
+        "fragment_too_big",
+        "an ESP datagram longer than 9216 bytes once reassembled",
+    ),
+    (
+        "no_buffer",
+        "no free frame for a reassembled ESP packet",
+    ),
 ];
 const D_UNKNOWN_SPI: u8 = 15;
 const D_FRAGMENT: u8 = 16;
 const D_BUSY: u8 = 17;
 const D_HANDOFF_FULL: u8 = 18;
+const D_FRAGMENT_OVERLAP: u8 = 19;
+const D_FRAGMENT_TOO_BIG: u8 = 20;
+const D_NO_BUFFER: u8 = 21;
 
 /// Drop reasons of `esp4-encrypt` / `esp6-encrypt`.
 pub const ENCRYPT_DROPS: &[(&str, &str)] = &[
@@ -296,6 +314,8 @@ pub struct IpsecShared {
     /// Some SA is UDP-encapsulated (NAT-T): UDP to port 4500 of the router's addresses is
     /// ESP's (what the workers without SAs hand over).
     natt: std::sync::atomic::AtomicBool,
+    /// The ESP reassembly table's counters ([`crate::reasm`]).
+    pub reasm: Arc<crate::reasm::ReasmStats>,
 }
 
 /// Something one SA change needs: the tunnel interfaces by config index, and their names.
@@ -330,6 +350,7 @@ impl IpsecShared {
             senders: Mutex::new(Vec::new()),
             handed_off: AtomicU64::new(0),
             natt: std::sync::atomic::AtomicBool::new(false),
+            reasm: Arc::default(),
         }
     }
 
@@ -699,12 +720,16 @@ impl Feature for EspFeature {
                 .ok()
                 .and_then(|mut s| s.get_mut(worker)?.get_mut(side)?.take())
         };
+        // The worker that decrypts gathers ESP fragments (the others hand them over).
+        let reasm = (self.kind == Kind::Decrypt && worker == OWNER)
+            .then(|| Box::new(crate::reasm::Reassembly::new(self.shared.reasm.clone())));
         Box::new(EspNode {
             kind: self.kind,
             table,
             shared: self.shared.clone(),
             touched: Vec::with_capacity(VECTOR_SIZE),
             tx,
+            reasm,
         })
     }
 }
@@ -718,6 +743,8 @@ struct EspNode {
     touched: Vec<u32>,
     /// On a worker other than [`OWNER`]: the lane to it.
     tx: Option<HandoffTx>,
+    /// `esp-decrypt` on [`OWNER`]: the ESP fragments being gathered.
+    reasm: Option<Box<crate::reasm::Reassembly>>,
 }
 
 impl FeatureNode for EspNode {
@@ -744,7 +771,13 @@ impl FeatureNode for EspNode {
         sad.apply_ops(sad::OPS_PER_VECTOR);
         self.touched.clear();
         match self.kind {
-            Kind::Decrypt => decrypt_batch(cx, batch, &mut sad, &mut self.touched),
+            Kind::Decrypt => decrypt_batch(
+                cx,
+                batch,
+                &mut sad,
+                &mut self.touched,
+                self.reasm.as_deref_mut(),
+            ),
             Kind::Encrypt4 | Kind::Encrypt6 => {
                 encrypt_batch(cx, batch, &mut sad, &mut self.touched)
             }
@@ -774,15 +807,12 @@ fn hand_off(
             Kind::Decrypt => {
                 match look(frame, p.off as usize, p.len as usize, &cx.ifaces.own, natt) {
                     Seen::Other => continue,
-                    Seen::Fragment => {
-                        batch.drop(k, D_FRAGMENT);
-                        continue;
-                    }
                     Seen::Keepalive => {
                         batch.drop(k, error_reason(EspError::NatKeepalive));
                         continue;
                     }
-                    Seen::Esp(..) => (p.rx_port, 0, D_HANDOFF_FULL),
+                    // Fragments too: the owner gathers them.
+                    Seen::Esp(..) | Seen::Fragment => (p.rx_port, 0, D_HANDOFF_FULL),
                 }
             }
             Kind::Encrypt4 | Kind::Encrypt6 => (batch.iface(k), F_TO_OUTPUT, E_HANDOFF_FULL),
@@ -933,23 +963,116 @@ fn look(
     }
 }
 
+/// Take the ESP fragment `p` (batch position `k`) into the reassembly table: `Ok(None)`
+/// when it is held (taken off the graph), `Ok(Some(whole))` when it completed its
+/// datagram, which packet `k` now is (in its frame, or in a bigger one), `Err(reason)`
+/// when it is to be dropped.
+#[cold]
+#[inline(never)]
+fn gather(
+    cx: &mut FeatureCx<'_>,
+    batch: &mut Batch<'_>,
+    k: usize,
+    p: dataplane::Pkt,
+    reasm: Option<&mut crate::reasm::Reassembly>,
+) -> Result<Option<dataplane::Pkt>, u8> {
+    use crate::reasm::{FragError, Fragment, Outcome};
+    let Some(r) = reasm else {
+        return Err(D_FRAGMENT);
+    };
+    let (off, end) = (p.off as usize, p.off as usize + p.len as usize);
+    let ip = cx.mem.frame(p.buf).get(off + 14..end).unwrap_or(&[]);
+    let f = match ip.first().map(|b| b >> 4) {
+        Some(4) => Fragment::v4(ip),
+        Some(6) => Fragment::v6(ip),
+        _ => None,
+    }
+    .ok_or(D_FRAGMENT)?;
+    let (slot, len) = match r.add(ip, &f, cx.now_ns) {
+        Outcome::Held => {
+            batch.take(k);
+            return Ok(None);
+        }
+        Outcome::Dropped(FragError::Bad) => return Err(D_FRAGMENT),
+        Outcome::Dropped(FragError::Overlap) => return Err(D_FRAGMENT_OVERLAP),
+        Outcome::Dropped(FragError::TooBig) => return Err(D_FRAGMENT_TOO_BIG),
+        Outcome::Complete { slot, len } => (slot, len),
+    };
+    let mut whole = p;
+    if off + 14 + len > cx.mem.frame(p.buf).len() {
+        // Bigger than its frame: into a big one, the Ethernet header with it.
+        let Some(b) = cx.mem.alloc_for(14 + len) else {
+            r.abandon(slot);
+            return Err(D_NO_BUFFER);
+        };
+        let at = dataplane::HEADROOM;
+        let (src, dst) = cx.mem.frame_pair(p.buf, b);
+        match (src.get(off..off + 14), dst.get_mut(at..at + 14)) {
+            (Some(s), Some(d)) => d.copy_from_slice(s),
+            _ => {
+                cx.mem.free(b);
+                r.abandon(slot);
+                return Err(D_NO_BUFFER);
+            }
+        }
+        cx.mem.free(p.buf);
+        whole.buf = b;
+        whole.off = at as u16;
+    }
+    let at = whole.off as usize + 14;
+    let written = match cx.mem.frame_mut(whole.buf).get_mut(at..at + len) {
+        Some(out) => r.write(slot, out),
+        None => false,
+    };
+    whole.len = (14 + len) as u16;
+    whole.l3 = 14;
+    if let Some(d) = batch.pkt_mut(k) {
+        *d = whole;
+    }
+    if !written {
+        r.abandon(slot);
+        return Err(D_NO_BUFFER);
+    }
+    Ok(Some(whole))
+}
+
 fn decrypt_batch(
     cx: &mut FeatureCx<'_>,
     batch: &mut Batch<'_>,
     sad: &mut Sad,
     touched: &mut Vec<u32>,
+    mut reasm: Option<&mut crate::reasm::Reassembly>,
 ) {
     for k in 0..batch.len() {
-        let Some(p) = batch.pkt(k).copied() else {
+        let Some(mut p) = batch.pkt(k).copied() else {
             continue;
         };
-        let seen = look(
+        let mut seen = look(
             cx.mem.frame(p.buf),
             p.off as usize,
             p.len as usize,
             &cx.ifaces.own,
             sad.natt(),
         );
+        if matches!(seen, Seen::Fragment) {
+            match gather(cx, batch, k, p, reasm.as_deref_mut()) {
+                Ok(Some(whole)) => {
+                    p = whole;
+                    seen = look(
+                        cx.mem.frame(p.buf),
+                        p.off as usize,
+                        p.len as usize,
+                        &cx.ifaces.own,
+                        sad.natt(),
+                    );
+                }
+                Ok(None) => continue,
+                Err(reason) => {
+                    batch.drop(k, reason);
+                    continue;
+                }
+            }
+        }
         let (l3, total, spi, udp) = match seen {
             Seen::Other => continue,
             Seen::Fragment => {

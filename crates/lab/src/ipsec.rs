@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
@@ -359,52 +359,22 @@ impl IpsecLab {
     /// [`IpsecLab::start`], waiting at most `timeout` for it to answer (a config with
     /// thousands of tunnels creates as many TUN devices first).
     pub fn start_within(&self, n: u8, ferrouter: &Path, timeout: Duration) -> Result<()> {
-        let log = std::fs::File::create(self.log_file(n))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.gw(n)])
-            .arg(ferrouter)
-            .args(["run", "--config"])
-            .arg(self.config_file(n))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting ferrouter run")?;
-        std::fs::write(self.pid_file(n), child.id().to_string())?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            if control::api::request_json(&self.socket(n), "interfaces", None).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline || !Path::new(&format!("/proc/{}", child.id())).exists() {
-                let log = std::fs::read_to_string(self.log_file(n)).unwrap_or_default();
-                bail!(
-                    "ferrouter did not come up in {}: {}",
-                    self.gw(n),
-                    log.trim()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::spawn_router(
+            &crate::Daemon {
+                ns: &self.gw(n),
+                config: &self.config_file(n),
+                log: &self.log_file(n),
+                pid_file: &self.pid_file(n),
+                socket: &self.socket(n),
+            },
+            ferrouter,
+            timeout,
+        )
     }
 
     /// Stop gateway `n` (SIGTERM, then SIGKILL after 5 s).
     pub fn stop(&self, n: u8) {
-        let Ok(pid) = std::fs::read_to_string(self.pid_file(n)) else {
-            return;
-        };
-        let _ = std::fs::remove_file(self.pid_file(n));
-        let pid = pid.trim().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.is_empty() || stat.contains(") Z ") {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        crate::stop_daemon(&self.pid_file(n));
     }
 
     /// Build everything and start both gateways.

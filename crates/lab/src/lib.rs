@@ -360,53 +360,22 @@ impl Lab {
     /// Start `ferrouter run --config CFG` in the router namespace, as it is (a restart
     /// keeps what `config apply` saved), and wait until it answers.
     pub fn run_router(&self, ferrouter: &Path, cfg: &Path) -> Result<()> {
-        let log = std::fs::File::create(self.log_file())?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.rtr()])
-            .arg(ferrouter)
-            .args(["run", "--config"])
-            .arg(cfg)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting ferrouter run")?;
-        std::fs::write(self.pid_file(), child.id().to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if control::api::request_json(&self.socket(), "interfaces", None).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline || !Path::new(&format!("/proc/{}", child.id())).exists() {
-                let log = std::fs::read_to_string(self.log_file()).unwrap_or_default();
-                bail!(
-                    "ferrouter did not come up in {}: {}",
-                    self.rtr(),
-                    log.trim()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        spawn_router(
+            &Daemon {
+                ns: &self.rtr(),
+                config: cfg,
+                log: &self.log_file(),
+                pid_file: &self.pid_file(),
+                socket: &self.socket(),
+            },
+            ferrouter,
+            Duration::from_secs(15),
+        )
     }
 
     /// Stop the router (SIGTERM, then SIGKILL after 5 s). Returns whether it exited by itself.
     pub fn stop_router(&self) -> bool {
-        let Ok(pid) = std::fs::read_to_string(self.pid_file()) else {
-            return true;
-        };
-        let _ = std::fs::remove_file(self.pid_file());
-        let pid = pid.trim().to_string();
-        // `ip netns exec` execs the daemon in place, so this pid is the daemon itself.
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(&pid) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = Command::new("kill").args(["-KILL", &pid]).status();
-        false
+        stop_daemon(&self.pid_file())
     }
 
     /// Build and start everything.
@@ -427,6 +396,70 @@ impl Lab {
         }
         let _ = std::fs::remove_file(self.socket());
     }
+}
+
+/// Where one `ferrouter run` of a lab lives.
+pub(crate) struct Daemon<'a> {
+    /// Its namespace.
+    pub(crate) ns: &'a str,
+    /// Its config file.
+    pub(crate) config: &'a Path,
+    /// Its stdout and stderr.
+    pub(crate) log: &'a Path,
+    /// Where its pid is kept (for [`stop_daemon`]).
+    pub(crate) pid_file: &'a Path,
+    /// Its control socket.
+    pub(crate) socket: &'a Path,
+}
+
+/// Start `ferrouter run` as `d` says and wait at most `timeout` for its control socket to
+/// answer; an error with its log if it exits or does not answer in time.
+pub(crate) fn spawn_router(d: &Daemon<'_>, ferrouter: &Path, timeout: Duration) -> Result<()> {
+    let log =
+        std::fs::File::create(d.log).with_context(|| format!("creating {}", d.log.display()))?;
+    let child = Command::new("ip")
+        .args(["netns", "exec", d.ns])
+        .arg(ferrouter)
+        .args(["run", "--config"])
+        .arg(d.config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting ferrouter run")?;
+    std::fs::write(d.pid_file, child.id().to_string())?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if control::api::request_json(d.socket, "interfaces", None).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline || !Path::new(&format!("/proc/{}", child.id())).exists() {
+            let log = std::fs::read_to_string(d.log).unwrap_or_default();
+            bail!("ferrouter did not come up in {}: {}", d.ns, log.trim());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stop the daemon whose pid `pid_file` holds (SIGTERM, then SIGKILL after 5 s). Returns
+/// whether it exited by itself (true also when there was none).
+pub(crate) fn stop_daemon(pid_file: &Path) -> bool {
+    let Ok(pid) = std::fs::read_to_string(pid_file) else {
+        return true;
+    };
+    let _ = std::fs::remove_file(pid_file);
+    let pid = pid.trim().to_string();
+    // `ip netns exec` execs the daemon in place, so this pid is the daemon itself.
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(&pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    false
 }
 
 /// `tool` is on PATH, or an error naming the Debian package that provides it.

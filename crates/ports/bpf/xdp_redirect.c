@@ -214,9 +214,15 @@ int ferrouter_xdp(struct xdp_md *ctx)
 
 	__u8 *kind = bpf_map_lookup_elem(&local_addrs, &key);
 	if (kind) {
-		// IPv6 ESP right after the fixed header (the fast path looks no further).
+		// IPv6 ESP right after the fixed header (the fast path looks no further), or
+		// in fragments, the fragment header right after it (the fast path reassembles).
 		if ((*kind & LOCAL_ESP) && nexthdr == IPPROTO_ESP)
 			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		if ((*kind & LOCAL_ESP) && nexthdr == IPPROTO_FRAGMENT) {
+			__u8 *frag = (__u8 *)l3 + 40;
+			if ((void *)(frag + 1) <= end && frag[0] == IPPROTO_ESP)
+				return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		}
 		if ((*kind & LOCAL_NATT) && nexthdr == IPPROTO_UDP &&
 		    natt_packet((__u8 *)l3 + 40, end))
 			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
