@@ -614,3 +614,125 @@ fn nat_traversal_carries_esp_in_udp_with_keepalives() {
     assert!(feature_drops(l, 2, "esp-decrypt", "natt_keepalive") > 0);
     assert!(sa(&ipsec(l, 2), "in")["packets"].as_u64().unwrap() >= 5);
 }
+
+/// SAs through the API (`POST /v1/ipsec/sa`, `DELETE /v1/ipsec/sa/{direction}/{spi}`) on
+/// a tunnel the config gives none: they key it, `show ipsec` says where they came from, a
+/// new transmit SA replaces the API's earlier one (a rekey) while traffic goes on, a bad
+/// one is refused naming its field, and removing what the API did not install is a 404.
+#[test]
+fn sas_from_the_api_key_a_tunnel_and_rekey_it() {
+    let g = up("ipa", |l| l.config_sas = false);
+    let l = &g.0;
+    let client =
+        |gw: u8| control::client::Client::new(control::client::Endpoint::Unix(l.socket(gw)));
+    let add = |gw: u8, dir: &str, spi: u32, key: &str| {
+        client(gw).send_json(
+            "POST",
+            "/v1/ipsec/sa",
+            &serde_json::json!({
+                "tunnel": "ipsec0", "direction": dir, "spi": spi,
+                "encryption": "aes-128-gcm", "encryption_key": key,
+            }),
+        )
+    };
+    let (ka, kb, kc) = ("11".repeat(20), "22".repeat(20), "33".repeat(20));
+    // Inbound first on each side, then the transmit SAs.
+    add(2, "in", 0x3001, &ka).unwrap();
+    add(1, "in", 0x4001, &kb).unwrap();
+    add(1, "out", 0x3001, &ka).unwrap();
+    add(2, "out", 0x4001, &kb).unwrap();
+    ping_until(l, &l.h1(), H2);
+    let v = ipsec(l, 1);
+    assert_eq!(sa(&v, "out")["spi"], 0x3001);
+    assert_eq!(sa(&v, "out")["source"], "api", "{v}");
+    // A key of the wrong length: refused, naming the SA and the field; nothing changed.
+    let e = add(1, "out", 0x3005, &"44".repeat(8)).unwrap_err();
+    assert!(format!("{e:#}").contains("sa out 0x3005.key"), "{e:#}");
+    assert_eq!(sa(&ipsec(l, 1), "out")["spi"], 0x3001);
+    // A rekey of gw1's direction under a running ping: gw2 takes the new SPI first, gw1
+    // switches to it (its earlier API transmit SA goes), then gw2 drops the old one; gw1's
+    // and the removal through the CLI, its key from a key file.
+    let keys = l.dir.join("api-keys.toml");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&keys);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&keys)
+            .unwrap();
+        writeln!(f, "[rekey]\nencryption = \"{kc}\"").unwrap();
+    }
+    let cli = |gw: u8, args: &[&str]| {
+        let o = Command::new(common::bin())
+            .args(["ipsec", "sa"])
+            .args(args)
+            .arg("--socket")
+            .arg(l.socket(gw))
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {text}");
+        text
+    };
+    let (ok, out) = std::thread::scope(|s| {
+        let pinger = s.spawn(|| sh(l, &l.h1(), &["ping", "-c20", "-i0.1", "-W2", H2]));
+        std::thread::sleep(Duration::from_millis(500));
+        add(2, "in", 0x3002, &kc).unwrap();
+        let k = keys.to_str().unwrap();
+        let t = cli(
+            1,
+            &[
+                "add",
+                "--tunnel",
+                "ipsec0",
+                "--direction",
+                "out",
+                "--spi",
+                "0x3002",
+                "--encryption",
+                "aes-128-gcm",
+                "--key-file",
+                k,
+                "--key",
+                "rekey",
+            ],
+        );
+        assert!(t.contains("SA out 0x3002 added"), "{t}");
+        std::thread::sleep(Duration::from_millis(300));
+        let t = cli(2, &["delete", "--direction", "in", "--spi", "0x3001"]);
+        assert!(t.contains("SA in 0x3001 removed"), "{t}");
+        pinger.join().unwrap()
+    });
+    assert!(ok && out.contains(" 0% packet loss"), "{out}");
+    let v = ipsec(l, 1);
+    let outs: Vec<&Value> = v["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["direction"] == "out")
+        .collect();
+    assert_eq!(outs.len(), 1, "the earlier transmit SA went: {v}");
+    assert_eq!(outs[0]["spi"], 0x3002);
+    let v2 = ipsec(l, 2);
+    assert!(
+        v2["sas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["spi"] != 0x3001),
+        "{v2}"
+    );
+    // Removing it again, or an SA the API never installed: 404 with what was wrong.
+    let e = client(2)
+        .send_json("DELETE", "/v1/ipsec/sa/in/0x3001", &Value::Null)
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("no SA in 0x3001 installed through the API"),
+        "{e:#}"
+    );
+}

@@ -105,6 +105,68 @@ enum ConntrackCmd {
 }
 
 #[derive(Subcommand)]
+enum IpsecCmd {
+    /// SAs through the API, beside the config's (kept until a restart).
+    Sa {
+        #[command(subcommand)]
+        cmd: IpsecSaCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum IpsecSaCmd {
+    /// Install a manually keyed SA on a tunnel (an outbound one becomes the tunnel's
+    /// transmit SA, replacing the one the API gave it before). Its key is read from a key
+    /// file as the config's `key_file` (owner-only permissions), never from the command line.
+    Add {
+        /// The tunnel (an [[ipsec.tunnel]]).
+        #[arg(long)]
+        tunnel: String,
+        /// out or in.
+        #[arg(long)]
+        direction: String,
+        /// SPI (decimal or 0x hex), 256 and above.
+        #[arg(long, value_parser = parse_spi)]
+        spi: u32,
+        /// aes-128-gcm, aes-256-gcm, chacha20-poly1305, aes-128-cbc, aes-256-cbc, null.
+        #[arg(long)]
+        encryption: String,
+        /// none (the AEADs), hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-512-256.
+        #[arg(long)]
+        integrity: Option<String>,
+        /// The key file (TOML: a table per key with encryption and integrity in hex).
+        #[arg(long)]
+        key_file: std::path::PathBuf,
+        /// The key's name in it.
+        #[arg(long)]
+        key: String,
+        /// Extended sequence numbers.
+        #[arg(long)]
+        esn: bool,
+        /// Anti-replay window (inbound).
+        #[arg(long)]
+        replay_window: Option<u32>,
+    },
+    /// Remove an SA the API installed.
+    Delete {
+        /// out or in.
+        #[arg(long)]
+        direction: String,
+        /// SPI (decimal or 0x hex).
+        #[arg(long, value_parser = parse_spi)]
+        spi: u32,
+    },
+}
+
+fn parse_spi(s: &str) -> std::result::Result<u32, String> {
+    match s.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("{s:?} is not a 32-bit SPI (decimal or 0x hex)"))
+}
+
+#[derive(Subcommand)]
 enum ConfigCmd {
     /// Validate FILE: every problem with its line:column and what is expected. Runs here
     /// (no daemon needed); with --api, the daemon checks it, and also shows the plan.
@@ -186,6 +248,13 @@ enum Cmd {
     Trace {
         #[command(subcommand)]
         cmd: TraceCmd,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// IPsec: SAs through the API (`show ipsec` lists them with the config's).
+    Ipsec {
+        #[command(subcommand)]
+        cmd: IpsecCmd,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -290,6 +359,50 @@ fn main() -> Result<()> {
                 port,
             )?;
             println!("{} flow(s) removed", r.removed);
+            Ok(())
+        }
+        Cmd::Ipsec {
+            cmd: IpsecCmd::Sa { cmd },
+            api,
+        } => {
+            let client = api.client()?;
+            let r: control::model::IpsecSaChanged = match cmd {
+                IpsecSaCmd::Add {
+                    tunnel,
+                    direction,
+                    spi,
+                    encryption,
+                    integrity,
+                    key_file,
+                    key,
+                    esn,
+                    replay_window,
+                } => {
+                    let keys = ipsec::config::Keys::read(&key_file).map_err(anyhow::Error::msg)?;
+                    let k = keys
+                        .get(&key)
+                        .with_context(|| format!("no key {key:?} in {}", key_file.display()))?;
+                    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+                    let body = control::model::IpsecSaBody {
+                        tunnel,
+                        direction,
+                        spi,
+                        encryption,
+                        integrity,
+                        encryption_key: hex(&k.encryption),
+                        integrity_key: hex(&k.integrity),
+                        esn,
+                        replay_window,
+                    };
+                    client.send_as("POST", "/v1/ipsec/sa", &body)?
+                }
+                IpsecSaCmd::Delete { direction, spi } => client.send_as(
+                    "DELETE",
+                    &format!("/v1/ipsec/sa/{direction}/{spi:#x}"),
+                    &serde_json::Value::Null,
+                )?,
+            };
+            println!("SA {} {:#x} {}", r.direction, r.spi, r.result);
             Ok(())
         }
         Cmd::Capture {

@@ -102,6 +102,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
 /// `GET /v1/ipsec`: the tunnels as the config names them, with their Linux MTU, and the
 /// installed SAs with their counters.
 pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
+    let from_api = shared.features.ipsec_api_sas();
     let sas: Vec<model::IpsecSaView> = shared
         .features
         .ipsec
@@ -118,6 +119,14 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
             src: r.sa.src,
             dst: r.sa.dst,
             active: r.sa.active,
+            source: if from_api.iter().any(|&(d, spi)| {
+                spi == r.sa.spi
+                    && (d == ipsec::config::SaDirection::Out) == (r.sa.direction == "out")
+            }) {
+                "api".into()
+            } else {
+                "config".into()
+            },
             packets: r.packets,
             bytes: r.bytes,
             sequence: r.sequence,

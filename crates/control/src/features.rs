@@ -110,6 +110,9 @@ pub struct Features {
     pub ipsec: Arc<ipsec::node::IpsecShared>,
     /// The IPsec config the installed SAs came from.
     ipsec_config: std::sync::Mutex<ipsec::config::IpsecConfig>,
+    /// SAs given through the API (`POST /v1/ipsec/sa`), installed beside the config's; in
+    /// memory only (a restart forgets them).
+    ipsec_api: std::sync::Mutex<Vec<ipsec::config::ExtraSa>>,
     /// The NAT config the published rules were compiled from.
     nat_config: std::sync::Mutex<firewall::nat::config::NatConfig>,
     /// Workers (for the rule counters).
@@ -157,6 +160,7 @@ impl Features {
             steering,
             ipsec,
             ipsec_config: std::sync::Mutex::new(ipsec::config::IpsecConfig::default()),
+            ipsec_api: std::sync::Mutex::new(Vec::new()),
             nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
             workers,
             firewall_config: std::sync::Mutex::new(firewall::config::FirewallConfig::default()),
@@ -231,15 +235,28 @@ impl Features {
     /// every publish, so a key changed there is a changed SA). Unchanged SAs keep their
     /// state.
     fn publish_ipsec(&self, cfg: &ipsec::config::IpsecConfig) -> Result<(), String> {
+        let api = self
+            .ipsec_api
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        self.publish_ipsec_with(cfg, &api)
+    }
+
+    /// [`Features::publish_ipsec`] with `api` as the API's SAs.
+    fn publish_ipsec_with(
+        &self,
+        cfg: &ipsec::config::IpsecConfig,
+        api: &[ipsec::config::ExtraSa],
+    ) -> Result<(), String> {
         let mut cur = self
             .ipsec_config
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        if cfg.is_default() && cur.is_default() {
+        if cfg.is_default() && cur.is_default() && api.is_empty() && self.ipsec.installed() == 0 {
             return Ok(());
         }
         let reserved: Vec<&str> = Vec::new();
-        let planned = cfg.plan(&reserved).map_err(|p| {
+        let planned = cfg.plan_with(&reserved, api).map_err(|p| {
             p.into_iter()
                 .map(|(path, m)| format!("{path}: {m}"))
                 .collect::<Vec<_>>()
@@ -267,6 +284,89 @@ impl Features {
         tracing::info!("[ipsec] {summary}");
         *cur = cfg.clone();
         Ok(())
+    }
+
+    /// Install `sa` beside the config's SAs (`POST /v1/ipsec/sa`): it replaces an API SA
+    /// of the same direction and SPI, and an outbound one the API gave its tunnel before
+    /// (a rekey: the new SA is in place before the tunnel switches to it). All or nothing:
+    /// on an error (named by the SA's `sa out 0x1001.field`), nothing changes.
+    pub fn add_ipsec_sa(&self, sa: ipsec::config::ExtraSa) -> Result<(), String> {
+        let mut api = self
+            .ipsec_api
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        let cfg = self
+            .ipsec_config
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?
+            .clone();
+        let (dir, spi, tunnel) = (sa.entry.direction, sa.entry.spi, sa.entry.tunnel.clone());
+        let mut next: Vec<ipsec::config::ExtraSa> = Vec::with_capacity(api.len() + 1);
+        let mut kept = Vec::new();
+        for x in api.drain(..) {
+            let replaced = x.entry.direction == dir
+                && (x.entry.spi == spi
+                    || dir == ipsec::config::SaDirection::Out && x.entry.tunnel == tunnel);
+            if replaced {
+                kept.push(x);
+            } else {
+                next.push(x);
+            }
+        }
+        next.push(sa);
+        match self.publish_ipsec_with(&cfg, &next) {
+            Ok(()) => {
+                *api = next;
+                Ok(())
+            }
+            Err(e) => {
+                // As it was: the SAs it would have replaced go back.
+                next.pop();
+                next.extend(kept);
+                *api = next;
+                Err(e)
+            }
+        }
+    }
+
+    /// Remove the API's SA of `direction` and `spi` (`DELETE /v1/ipsec/sa/...`); `Ok(false)`
+    /// when the API gave none such (the config's SAs are the config's to remove).
+    pub fn remove_ipsec_sa(
+        &self,
+        direction: ipsec::config::SaDirection,
+        spi: u32,
+    ) -> Result<bool, String> {
+        let mut api = self
+            .ipsec_api
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        let Some(k) = api
+            .iter()
+            .position(|x| x.entry.direction == direction && x.entry.spi == spi)
+        else {
+            return Ok(false);
+        };
+        let cfg = self
+            .ipsec_config
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?
+            .clone();
+        let gone = api.remove(k);
+        match self.publish_ipsec_with(&cfg, &api) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                api.insert(k, gone);
+                Err(e)
+            }
+        }
+    }
+
+    /// The (direction, SPI) of the SAs the API installed.
+    pub fn ipsec_api_sas(&self) -> Vec<(ipsec::config::SaDirection, u32)> {
+        self.ipsec_api
+            .lock()
+            .map(|a| a.iter().map(|x| (x.entry.direction, x.entry.spi)).collect())
+            .unwrap_or_default()
     }
 
     /// The NAT config the running rules came from.

@@ -504,6 +504,99 @@ async fn config_history(State(s): State<Arc<Shared>>) -> ApiResult<Vec<model::Hi
     .await
 }
 
+/// Install a manually keyed SA on a tunnel, beside the config's (kept in memory: a
+/// restart forgets it). It replaces the API's SA of the same direction and SPI, and, when
+/// outbound, the API's earlier transmit SA of its tunnel (a rekey, make-before-break).
+#[utoipa::path(post, path = "/v1/ipsec/sa", tag = "ipsec", request_body = model::IpsecSaBody,
+    responses((status = 200, description = "Installed", body = model::IpsecSaChanged),
+              (status = 400, description = "Malformed body", body = model::ErrorBody),
+              (status = 422, description = "Refused: the message names the field and why", body = model::ErrorBody)))]
+async fn ipsec_sa_add(
+    State(s): State<Arc<Shared>>,
+    Body(b): Body<model::IpsecSaBody>,
+) -> ApiResult<model::IpsecSaChanged> {
+    let direction = sa_direction(&b.direction)?;
+    let entry = ipsec::config::SaEntry {
+        tunnel: b.tunnel,
+        direction,
+        spi: b.spi,
+        encryption: b.encryption,
+        integrity: b.integrity.unwrap_or_else(|| "none".into()),
+        key: String::new(),
+        esn: b.esn,
+        replay_window: b.replay_window.unwrap_or(ipsec::SaConfig::DEFAULT_WINDOW),
+    };
+    let sa = ipsec::config::ExtraSa::new(entry, &b.encryption_key, &b.integrity_key)
+        .map_err(|e| ApiError::unprocessable(format!("sa {} {:#x}: {e}", b.direction, b.spi)))?;
+    let spi = b.spi;
+    blocking(move || {
+        s.features
+            .add_ipsec_sa(sa)
+            .map_err(ApiError::unprocessable)?;
+        tracing::info!("[ipsec] API: SA {} {spi:#x} installed", b.direction);
+        Ok(Json(model::IpsecSaChanged {
+            result: "added".into(),
+            direction: b.direction,
+            spi,
+        }))
+    })
+    .await
+}
+
+/// Remove an SA the API installed.
+#[utoipa::path(delete, path = "/v1/ipsec/sa/{direction}/{spi}", tag = "ipsec",
+    params(("direction" = String, Path, description = "out or in"),
+           ("spi" = String, Path, description = "SPI, decimal or 0x hex")),
+    responses((status = 200, description = "Removed", body = model::IpsecSaChanged),
+              (status = 400, description = "Bad direction or SPI", body = model::ErrorBody),
+              (status = 404, description = "The API installed no such SA", body = model::ErrorBody),
+              (status = 422, description = "Refused", body = model::ErrorBody)))]
+async fn ipsec_sa_remove(
+    State(s): State<Arc<Shared>>,
+    p: std::result::Result<
+        axum::extract::Path<(String, String)>,
+        axum::extract::rejection::PathRejection,
+    >,
+) -> ApiResult<model::IpsecSaChanged> {
+    let axum::extract::Path((dir, spi_text)) =
+        p.map_err(|e| ApiError::bad_request(format!("bad SA path: {}", e.body_text())))?;
+    let direction = sa_direction(&dir)?;
+    let spi = match spi_text.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => spi_text.parse(),
+    }
+    .map_err(|_| ApiError::bad_request(format!("SPI {spi_text:?}: not a 32-bit number")))?;
+    blocking(move || {
+        let removed = s
+            .features
+            .remove_ipsec_sa(direction, spi)
+            .map_err(ApiError::unprocessable)?;
+        if !removed {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no SA {dir} {spi:#x} installed through the API (config SAs change with config apply)"),
+            ));
+        }
+        tracing::info!("[ipsec] API: SA {dir} {spi:#x} removed");
+        Ok(Json(model::IpsecSaChanged {
+            result: "removed".into(),
+            direction: dir,
+            spi,
+        }))
+    })
+    .await
+}
+
+fn sa_direction(d: &str) -> std::result::Result<ipsec::config::SaDirection, ApiError> {
+    match d {
+        "out" => Ok(ipsec::config::SaDirection::Out),
+        "in" => Ok(ipsec::config::SaDirection::In),
+        _ => Err(ApiError::bad_request(format!(
+            "direction {d:?}: expected out or in"
+        ))),
+    }
+}
+
 /// One history entry's text.
 #[utoipa::path(get, path = "/v1/config/history/{id}", tag = "config",
     params(("id" = u64, Path, description = "History entry")),
@@ -678,7 +771,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, ipsec_sa_add, ipsec_sa_remove, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -804,6 +897,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
             get(trace_show).post(trace_add).delete(trace_clear),
         )
         .route("/v1/capture", post(capture))
+        .route("/v1/ipsec/sa", post(ipsec_sa_add))
+        .route(
+            "/v1/ipsec/sa/{direction}/{spi}",
+            axum::routing::delete(ipsec_sa_remove),
+        )
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)

@@ -899,6 +899,48 @@ pub struct IpsecView {
     pub reassembly: IpsecReassemblyView,
 }
 
+/// `POST /v1/ipsec/sa`: a manually keyed SA of a tunnel, given through the API (as an
+/// `[[ipsec.sa]]` entry, with its keys here instead of in the key file).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IpsecSaBody {
+    /// Its tunnel (an `[[ipsec.tunnel]]`).
+    pub tunnel: String,
+    /// `out` or `in`.
+    pub direction: String,
+    /// SPI, 256 and above.
+    pub spi: u32,
+    /// `aes-128-gcm`, `aes-256-gcm`, `chacha20-poly1305`, `aes-128-cbc`, `aes-256-cbc`,
+    /// `null`.
+    pub encryption: String,
+    /// `none` (the default, with the AEADs), `hmac-sha1-96`, `hmac-sha2-256-128`,
+    /// `hmac-sha2-512-256`.
+    #[serde(default)]
+    pub integrity: Option<String>,
+    /// The encryption key in hex (with the 4-byte salt for the AEADs).
+    pub encryption_key: String,
+    /// The integrity key in hex (CBC only).
+    #[serde(default)]
+    pub integrity_key: String,
+    /// Extended sequence numbers.
+    #[serde(default)]
+    pub esn: bool,
+    /// Anti-replay window (inbound), a multiple of 64 from 64 to 65536 (default 1024).
+    #[serde(default)]
+    pub replay_window: Option<u32>,
+}
+
+/// What an IPsec SA change through the API did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IpsecSaChanged {
+    /// `added` or `removed`.
+    pub result: String,
+    /// `out` or `in`.
+    pub direction: String,
+    /// SPI.
+    pub spi: u32,
+}
+
 /// The ESP reassembly table's counters (docs/ipsec.md, "Fragmented ESP").
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct IpsecReassemblyView {
@@ -954,6 +996,9 @@ pub struct IpsecSaView {
     pub dst: String,
     /// Outbound: whether its tunnel sends with it.
     pub active: bool,
+    /// Where it came from: `config` (`[[ipsec.sa]]`) or `api` (`POST /v1/ipsec/sa`).
+    #[serde(default)]
+    pub source: String,
     /// Inner packets encrypted or decrypted.
     pub packets: u64,
     /// Their bytes.

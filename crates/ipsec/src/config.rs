@@ -229,7 +229,7 @@ pub fn integrity(name: &str) -> Option<Integrity> {
     .find(|e| e.name() == name)
 }
 
-/// One key of the key file.
+/// One key of the key file (or of an SA given through the API).
 pub struct Key {
     /// Encryption keying material (with the salt for the AEADs).
     pub encryption: Zeroizing<Vec<u8>>,
@@ -336,6 +336,40 @@ impl Keys {
     }
 }
 
+/// An SA from outside the config (`POST /v1/ipsec/sa`, later the IKE daemon): an
+/// `[[ipsec.sa]]` entry with its key at hand (its `key` name is not looked up).
+pub struct ExtraSa {
+    /// What it is, as a config entry would say.
+    pub entry: SaEntry,
+    /// Its keying material.
+    pub key: Key,
+}
+
+impl ExtraSa {
+    /// Hex key material (`encryption`, `integrity`: as in the key file) with `entry`; an
+    /// error names which key is not hex (never quoting it).
+    pub fn new(entry: SaEntry, encryption: &str, integrity: &str) -> Result<ExtraSa, String> {
+        let e = hex(encryption).map_err(|m| format!("encryption key: {m}"))?;
+        let i = hex(integrity).map_err(|m| format!("integrity key: {m}"))?;
+        Ok(ExtraSa {
+            entry,
+            key: Key {
+                encryption: Zeroizing::new(e),
+                integrity: Zeroizing::new(i),
+            },
+        })
+    }
+
+    /// How errors name it: `sa out 0x1001`.
+    pub fn label(&self) -> String {
+        let d = match self.entry.direction {
+            SaDirection::Out => "out",
+            SaDirection::In => "in",
+        };
+        format!("sa {d} {:#x}", self.entry.spi)
+    }
+}
+
 /// An SA of the config, ready to build.
 pub struct Planned {
     /// Its index in `[[ipsec.sa]]`.
@@ -369,6 +403,18 @@ impl IpsecConfig {
 
     /// The SAs to build, with their keys from the key file; or every problem found.
     pub fn plan(&self, reserved: &[&str]) -> Result<Vec<Planned>, Vec<(String, String)>> {
+        self.plan_with(reserved, &[])
+    }
+
+    /// [`IpsecConfig::plan`] with `extra` SAs after the config's, checked the same way
+    /// and against them (one transmit SA per tunnel, one inbound SA per SPI); their
+    /// problems' paths are their [`ExtraSa::label`]s, their [`Planned::index`]es follow
+    /// the config's.
+    pub fn plan_with(
+        &self,
+        reserved: &[&str],
+        extra: &[ExtraSa],
+    ) -> Result<Vec<Planned>, Vec<(String, String)>> {
         let mut p: Vec<(String, String)> = Vec::new();
         if !(1..=MAX_SAS).contains(&self.max_sas) {
             p.push((
@@ -425,10 +471,11 @@ impl IpsecConfig {
                 p.push((at("remote_port"), "0 is no port".into()));
             }
         }
-        if self.sas.is_empty() {
+        if self.sas.is_empty() && extra.is_empty() {
             return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
         }
         let keys = match &self.key_file {
+            None if self.sas.is_empty() => None,
             None => {
                 p.push((
                     "ipsec".into(),
@@ -454,8 +501,22 @@ impl IpsecConfig {
         let mut out_of: HashMap<&str, usize> = HashMap::new();
         let mut spis: HashMap<u32, usize> = HashMap::new();
         let mut planned = Vec::new();
-        for (i, s) in self.sas.iter().enumerate() {
-            let at = |f: &str| format!("ipsec.sa[{i}].{f}");
+        let config_sas = self.sas.len();
+        let name_of = |k: usize| match k.checked_sub(config_sas).and_then(|j| extra.get(j)) {
+            Some(x) => x.label(),
+            None => format!("ipsec.sa[{k}]"),
+        };
+        for (i, s) in self
+            .sas
+            .iter()
+            .chain(extra.iter().map(|x| &x.entry))
+            .enumerate()
+        {
+            let given = i.checked_sub(config_sas).and_then(|j| extra.get(j));
+            let at = |f: &str| match given {
+                Some(x) => format!("{}.{f}", x.label()),
+                None => format!("ipsec.sa[{i}].{f}"),
+            };
             let tunnel = self.tunnels.iter().position(|t| t.name == s.tunnel);
             if tunnel.is_none() {
                 p.push((
@@ -466,7 +527,7 @@ impl IpsecConfig {
             match s.direction {
                 SaDirection::Out => {
                     if let Some(first) = out_of.insert(s.tunnel.as_str(), i) {
-                        p.push((at("direction"), format!("tunnel {:?} already has its transmit SA (ipsec.sa[{first}]); a tunnel sends with one SA: change its spi and key to rekey", s.tunnel)));
+                        p.push((at("direction"), format!("tunnel {:?} already has its transmit SA ({}); a tunnel sends with one SA: change its spi and key to rekey", s.tunnel, name_of(first))));
                     }
                 }
                 SaDirection::In => {
@@ -474,8 +535,9 @@ impl IpsecConfig {
                         p.push((
                             at("spi"),
                             format!(
-                                "{:#x} is already the SPI of inbound ipsec.sa[{first}]",
-                                s.spi
+                                "{:#x} is already the SPI of inbound {}",
+                                s.spi,
+                                name_of(first)
                             ),
                         ));
                     }
@@ -489,8 +551,8 @@ impl IpsecConfig {
             if integ.is_none() {
                 p.push((at("integrity"), format!("unknown algorithm {:?}; expected none, hmac-sha1-96, hmac-sha2-256-128 or hmac-sha2-512-256", s.integrity)));
             }
-            let key = keys.as_ref().and_then(|k| {
-                let got = k.get(&s.key);
+            let key = given.map(|x| &x.key).or_else(|| {
+                let got = keys.as_ref()?.get(&s.key);
                 if got.is_none() {
                     if let Some(f) = &self.key_file {
                         p.push((at("key"), format!("no key {:?} in {}", s.key, f.display())));
@@ -543,7 +605,7 @@ impl IpsecConfig {
                     | crate::SaError::CbcWithoutIntegrity(_) => "integrity",
                     _ => "key",
                 };
-                let what = if field == "key" {
+                let what = if field == "key" && given.is_none() {
                     format!("key {:?}: {e}", s.key)
                 } else {
                     e.to_string()

@@ -56,6 +56,8 @@ pub struct IpsecLab {
     pub workers: usize,
     /// NAT traversal on the tunnel (ESP in UDP, keepalives every second).
     pub nat_t: bool,
+    /// The tunnel's SAs in the config (else it has none until some come through the API).
+    pub config_sas: bool,
 }
 
 /// Key material of `len` bytes, different for each `seed`.
@@ -78,6 +80,7 @@ impl IpsecLab {
             esn: true,
             workers: 1,
             nat_t: false,
+            config_sas: true,
         }
     }
     /// Namespace of h1.
@@ -224,8 +227,16 @@ impl IpsecLab {
             } else {
                 ""
             },
-            out = sa("out", out_spi, out_key),
-            inb = sa("in", in_spi, in_key),
+            out = if self.config_sas {
+                sa("out", out_spi, out_key)
+            } else {
+                String::new()
+            },
+            inb = if self.config_sas {
+                sa("in", in_spi, in_key)
+            } else {
+                String::new()
+            },
         )
     }
 
