@@ -23,9 +23,11 @@ pub mod error;
 pub mod esp;
 pub mod fuzzing;
 pub mod node;
+pub mod policy_node;
 pub mod replay;
 pub mod sa;
 pub mod sad;
+pub mod spd;
 mod suite;
 pub mod testing;
 
