@@ -160,9 +160,31 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
                 .collect(),
         })
         .collect();
+    let policies = shared
+        .features
+        .ipsec
+        .spd()
+        .report()
+        .into_iter()
+        .map(|p| model::IpsecPolicyView {
+            index: p.index as u32,
+            interface: p.interface,
+            direction: p.direction.into(),
+            priority: p.priority,
+            src: p.src,
+            dst: p.dst,
+            protocol: p.protocol,
+            src_ports: p.src_ports,
+            dst_ports: p.dst_ports,
+            action: p.action.into(),
+            sa: p.sa,
+            matches: p.matches,
+        })
+        .collect();
     model::IpsecView {
         tunnels,
         sas,
+        policies,
         busy: shared
             .features
             .ipsec

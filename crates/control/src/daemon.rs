@@ -859,9 +859,10 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     nat.set_claims(claims);
     // Several workers: lanes between them, for the packets of flows another worker owns.
     let workers = per_worker.len();
-    // Two sending sides per worker for flow steering (its ip4 and ip6 nodes), three more
-    // for IPsec's nodes when tunnels are configured (their SAs live on worker 0).
-    let ipsec_senders = if cfg.ipsec.active() { 3 } else { 0 };
+    // Two sending sides per worker for flow steering (its ip4 and ip6 nodes), five more
+    // for IPsec's nodes when tunnels or policies are configured (their SAs live on worker
+    // 0): esp-decrypt, esp4/6-encrypt, ipsec4/6-policy-out.
+    let ipsec_senders = if cfg.ipsec.active() { 5 } else { 0 };
     let (mut senders, mut receivers) = if workers > 1 {
         // Slots take frames up to MAX_FRAME bytes; only the bytes of the frames that pass
         // are touched.
