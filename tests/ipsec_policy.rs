@@ -70,7 +70,17 @@ fn ping_until(l: &IpsecLab, dst: &str) {
 fn wire_dump(l: &IpsecLab) -> (std::process::Child, std::path::PathBuf) {
     let dump = l.dir.join("wan.pcap");
     let child = Command::new("ip")
-        .args(["netns", "exec", &l.wire(), "tcpdump", "-i", "to-gw1", "-n", "-U", "-w"])
+        .args([
+            "netns",
+            "exec",
+            &l.wire(),
+            "tcpdump",
+            "-i",
+            "to-gw1",
+            "-n",
+            "-U",
+            "-w",
+        ])
         .arg(&dump)
         .arg("(ip or ip6) and not ip multicast and not ip6 multicast")
         .stdout(std::process::Stdio::null())
@@ -111,8 +121,10 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
     let (mut tcpdump, dump) = wire_dump(l);
     ping_until(l, H2);
     ping_until(l, H2_V6);
-    let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W2", H2]);
-    assert!(ok && out.contains(" 0% packet loss"), "{out}");
+    for dst in [H2, H2_V6] {
+        let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W2", dst]);
+        assert!(ok && out.contains(" 0% packet loss"), "{out}");
+    }
     // TCP: full-size segments with DF no longer fit the WAN once encrypted: gw1 answers
     // with fragmentation-needed and h1's path MTU discovery shrinks them.
     let _server = l.spawn(&l.h2(), &["iperf3", "-s", "-B", H2]).unwrap();
@@ -126,18 +138,27 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
     let (ok, out) = sh(
         l,
         &l.h1(),
-        &["iperf3", "-c", H2, "-u", "-b", "2M", "-l", "500", "-t", "1", "-J"],
+        &[
+            "iperf3", "-c", H2, "-u", "-b", "2M", "-l", "500", "-t", "1", "-J",
+        ],
     );
     assert!(ok, "iperf3 UDP: {out}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let udp = v["end"]["sum"]["packets"].as_u64().unwrap_or(0);
     let lost = v["end"]["sum"]["lost_packets"].as_u64().unwrap_or(0);
-    assert!(udp > 100 && lost * 10 < udp, "iperf3 UDP: {udp} sent, {lost} lost");
+    assert!(
+        udp > 100 && lost * 10 < udp,
+        "iperf3 UDP: {udp} sent, {lost} lost"
+    );
     // UDP to port 9: discarded at gw1.
     let (ok, out) = sh(
         l,
         &l.h1(),
-        &["bash", "-c", &format!("for i in 1 2 3 4 5; do echo x > /dev/udp/{H2}/9; done")],
+        &[
+            "bash",
+            "-c",
+            &format!("for i in 1 2 3 4 5; do echo x > /dev/udp/{H2}/9; done"),
+        ],
     );
     assert!(ok, "{out}");
     std::thread::sleep(Duration::from_millis(300));
@@ -145,7 +166,11 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
         .args(["-INT", &tcpdump.id().to_string()])
         .status();
     let _ = tcpdump.wait();
-    let read = Command::new("tcpdump").args(["-n", "-r"]).arg(&dump).output().unwrap();
+    let read = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&dump)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&read.stdout).into_owned();
     let lines: Vec<&str> = text.lines().collect();
     // Between the hosts' prefixes only ESP, but the bypassed UDP; nothing to port 9.
@@ -158,9 +183,14 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
     assert!(
         clear.iter().all(|s| s.contains("10.2.0.2.5201: UDP")),
         "clear packets between the hosts that are not UDP 5201: {:?}",
-        clear.iter().filter(|s| !s.contains(".5201: UDP")).take(5).collect::<Vec<_>>()
+        clear
+            .iter()
+            .filter(|s| !s.contains(".5201: UDP"))
+            .take(5)
+            .collect::<Vec<_>>()
     );
-    assert!(clear.len() as u64 >= udp / 2, "bypassed UDP not seen: {}", clear.len());
+    // (tcpdump on a loaded machine may miss some: the policy's counter is exact, below.)
+    assert!(clear.len() >= 50, "bypassed UDP not seen: {}", clear.len());
     assert!(!text.contains(".9: UDP"), "a discarded packet crossed");
     assert!(
         text.contains("ESP(spi=0x00001001") && text.contains("ESP(spi=0x00002001"),
@@ -170,12 +200,15 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
     assert!(esp > 500, "{esp} ESP packets");
     // Counters: per policy, per feature, per SA.
     assert!(matches(l, 1, OUT_PROTECT) > 500);
-    assert!(matches(l, 1, OUT_PROTECT6) >= 1);
+    assert!(matches(l, 1, OUT_PROTECT6) >= 5);
     assert!(matches(l, 1, OUT_BYPASS) >= udp);
     assert_eq!(matches(l, 1, OUT_DISCARD), 5);
     assert_eq!(drops(l, 1, "ipsec4-policy-out", "discard"), 5);
     assert!(matches(l, 2, IN_PROTECT) > 500);
-    assert!(drops(l, 1, "ipsec4-policy-out", "too_big_df") >= 1, "no fragmentation-needed");
+    assert!(
+        drops(l, 1, "ipsec4-policy-out", "too_big_df") >= 1,
+        "no fragmentation-needed"
+    );
     assert_eq!(drops(l, 2, "ipsec4-policy-in", "policy_mismatch"), 0);
     assert_eq!(drops(l, 2, "ipsec4-policy-in", "not_protected"), 0);
     let v = ipsec(l, 1);

@@ -504,9 +504,13 @@ fn inject_from_kernel(
                     }
                 }
                 // Its checksum may still be the sender's partial one (an AF_XDP port):
-                // the rewrite nodes finish it, as for any frame of such a port.
+                // the rewrite nodes finish it, as for any frame of such a port. It is on
+                // the worker that owns its flow and passed its input checks already
+                // (`F_HANDED_OFF`: never steered again, and IPsec's inbound policy check
+                // does not take a packet a policy SA decrypted for a clear one).
                 Some(mut pkt) => {
-                    pkt.flags |= dataplane::buffer::F_CSUM_UNKNOWN;
+                    pkt.flags |=
+                        dataplane::buffer::F_CSUM_UNKNOWN | dataplane::buffer::F_HANDED_OFF;
                     v.push(pkt);
                 }
                 None => graph.counters().add(Reason::InjectNoBuffer, 1),

@@ -272,8 +272,7 @@ impl Features {
         })?;
         // The SPDs, compiled before anything changes (all or nothing); installed once
         // their SAs are.
-        let spd =
-            ipsec::spd::Spd::compile(cfg, &self.names, self.workers, &self.ipsec.spd())?;
+        let spd = ipsec::spd::Spd::compile(cfg, &self.names, self.workers, &self.ipsec.spd())?;
         let names: Vec<String> = cfg.tunnels.iter().map(|t| t.name.clone()).collect();
         let mut iface = Vec::with_capacity(names.len());
         for n in &names {

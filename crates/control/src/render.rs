@@ -79,7 +79,18 @@ fn policies(s: &mut String, v: &[model::IpsecPolicyView]) {
     let _ = writeln!(
         s,
         "{:<10} {:<3} {:>5} {:>3}  {:<20} {:<20} {:<6} {:<11} {:<11} {:<8} {:<14} {:>12}",
-        "interface", "dir", "prio", "#", "src", "dst", "proto", "sports", "dports", "action", "sa", "matches"
+        "interface",
+        "dir",
+        "prio",
+        "#",
+        "src",
+        "dst",
+        "proto",
+        "sports",
+        "dports",
+        "action",
+        "sa",
+        "matches"
     );
     for p in v {
         let sa: Vec<String> = p.sa.iter().map(|x| format!("{x:#x}")).collect();
@@ -96,7 +107,11 @@ fn policies(s: &mut String, v: &[model::IpsecPolicyView]) {
             p.src_ports,
             p.dst_ports,
             p.action,
-            if sa.is_empty() { "-".into() } else { sa.join(",") },
+            if sa.is_empty() {
+                "-".into()
+            } else {
+                sa.join(",")
+            },
             p.matches
         );
     }

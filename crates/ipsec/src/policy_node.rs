@@ -323,8 +323,9 @@ impl PolicyNode {
                     d.aux = 0;
                 }
             } else if p.flags & F_HANDED_OFF != 0 {
-                // Handed over by flow steering, which runs after this node: checked on the
-                // worker that received it.
+                // Handed over by flow steering, which runs after this node, or held while
+                // its next hop resolved (glean) and pushed through again: checked when it
+                // was received.
                 continue;
             }
             let table = spd.inbound(batch.iface(k));
@@ -436,8 +437,9 @@ impl PolicyNode {
             let (action, pol) = match v {
                 Verdict::Policy(i) => match spd.policies.get(i) {
                     Some(pol) => {
-                        // Counted once: where it was handed from, not again where it went.
-                        if p.flags & F_HANDED_OFF == 0 {
+                        // Counted once: on the worker that handed it to the SAs' worker,
+                        // not again there.
+                        if p.flags & F_TO_OUTPUT == 0 {
                             pol.count(self.worker);
                         }
                         (pol.action, Some((i, pol)))
