@@ -102,6 +102,17 @@ const OUT_PROTECT6: u64 = 7;
 
 #[test]
 fn policies_protect_bypass_and_discard_between_two_gateways() {
+    policies_between_two_gateways("ipp", 1);
+}
+
+/// The same with two workers per gateway: the SAs live on worker 0, the other hands it
+/// what it classifies as PROTECT.
+#[test]
+fn policies_work_with_two_workers() {
+    policies_between_two_gateways("ipw", 2);
+}
+
+fn policies_between_two_gateways(tag: &str, workers: usize) {
     lab::preconditions(
         "network namespaces and the gateways' ports",
         &[("iperf3", "iperf3"), ("tcpdump", "tcpdump")],
@@ -111,8 +122,9 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
         Path::new("/usr/bin/python3").exists(),
         "/usr/bin/python3 not found: install the Debian package python3-scapy"
     );
-    let mut l = IpsecLab::new(&format!("t{}ipp", std::process::id() % 10000));
+    let mut l = IpsecLab::new(&format!("t{}{tag}", std::process::id() % 10000));
     l.policy = true;
+    l.workers = workers;
     l.down();
     l.up(Path::new(common::bin()))
         .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
