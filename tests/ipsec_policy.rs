@@ -241,6 +241,7 @@ fn policies_between_two_gateways(tag: &str, workers: usize) {
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&o.stdout);
+    eprintln!("gw1 show ipsec ({workers} workers):\n{shown}");
     assert!(
         shown.contains("wan        out    10   1  10.1.0.0/24          10.2.0.0/24          udp    any         9           discard  -                         5"),
         "{shown}"
