@@ -108,7 +108,11 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
             v.push(ipsec::policy_node::OUT4);
             v.push(ipsec::policy_node::OUT6);
         }
-        if !cfg.ipsec.policies.is_empty() && port || has(ipsec::config::SaDirection::In) {
+        // (`esp-decrypt` leaves a policy SA's SPI in the packet for it, so it runs on
+        // every port where such an SA may decrypt, policies or not.)
+        let policy_sas =
+            !cfg.ipsec.policies.is_empty() || cfg.ipsec.sas.iter().any(|s| s.tunnel.is_empty());
+        if policy_sas && port || has(ipsec::config::SaDirection::In) {
             v.push(ipsec::policy_node::IN4);
             v.push(ipsec::policy_node::IN6);
         }
