@@ -528,3 +528,55 @@ impl PolicyNode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 packet (header at 0) of `proto`, with these ports (TCP or UDP).
+    fn ip4(proto: u8, sport: u16, dport: u16, frag: u16) -> Vec<u8> {
+        // Room for a TCP header too.
+        let mut f = vec![0u8; 40];
+        f[0] = 0x45;
+        f[2..4].copy_from_slice(&40u16.to_be_bytes());
+        f[6..8].copy_from_slice(&frag.to_be_bytes());
+        f[8] = 64;
+        f[9] = proto;
+        f[12..16].copy_from_slice(&[10, 1, 0, 2]);
+        f[16..20].copy_from_slice(&[10, 2, 0, 2]);
+        f[20..22].copy_from_slice(&sport.to_be_bytes());
+        f[22..24].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn only_the_routers_own_ike_and_esp_skip_the_spd() {
+        let p = |proto, s, d| parse4(&ip4(proto, s, d, 0), 0).unwrap();
+        assert!(own_ike_or_esp(&p(50, 0, 0), F_LOCAL_ORIGIN));
+        assert!(own_ike_or_esp(&p(17, 4500, 4500), F_LOCAL_ORIGIN));
+        assert!(own_ike_or_esp(&p(17, 500, 500), F_LOCAL_ORIGIN));
+        assert!(!own_ike_or_esp(&p(17, 5000, 5001), F_LOCAL_ORIGIN));
+        // Transit ESP and IKE are classified like anything else.
+        assert!(!own_ike_or_esp(&p(50, 0, 0), 0));
+        assert!(!own_ike_or_esp(&p(17, 500, 500), 0));
+    }
+
+    #[test]
+    fn packets_meet_their_policies_and_later_fragments_skip_port_selectors() {
+        let cfg: crate::config::IpsecConfig = toml::from_str(
+            "[[policy]]\ninterface = \"wan\"\ndirection = \"out\"\nprotocol = \"udp\"\ndst_ports = 9\naction = \"discard\"\n\
+             [[policy]]\ninterface = \"wan\"\ndirection = \"out\"\npriority = 5\ndst = \"10.2.0.0/24\"\naction = \"bypass\"\n\
+             [[policy]]\ninterface = \"wan\"\ndirection = \"out\"\npriority = 1\ndst = \"10.2.0.0/24\"\nprotocol = \"udp\"\naction = \"protect\"\nsa = 0x1001\n",
+        )
+        .unwrap();
+        let spd = Spd::compile(&cfg, &["wan".to_string()], 1, &Spd::default()).unwrap();
+        let t = spd.out(0).unwrap();
+        let v = |f: Vec<u8>| verdict(t, &parse4(&f, 0).unwrap(), false);
+        // Priority 0 (the discard of UDP 9) first, then 1, then 5.
+        assert_eq!(v(ip4(17, 1, 9, 0)), Verdict::Policy(0));
+        assert_eq!(v(ip4(17, 1, 10, 0)), Verdict::Policy(2));
+        assert_eq!(v(ip4(6, 1, 9, 0)), Verdict::Policy(1));
+        // A later fragment of UDP to port 9: no ports, so not the discard.
+        assert_eq!(v(ip4(17, 1, 9, 100)), Verdict::Policy(2));
+    }
+}
