@@ -169,11 +169,33 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
                 .collect(),
         })
         .collect();
+    let policies = shared
+        .features
+        .ipsec
+        .spd()
+        .report()
+        .into_iter()
+        .map(|p| model::IpsecPolicyView {
+            index: p.index as u32,
+            interface: p.interface,
+            direction: p.direction.into(),
+            priority: p.priority,
+            src: p.src,
+            dst: p.dst,
+            protocol: p.protocol,
+            src_ports: p.src_ports,
+            dst_ports: p.dst_ports,
+            action: p.action.into(),
+            sa: p.sa,
+            matches: p.matches,
+        })
+        .collect();
     let r = &shared.features.ipsec.reasm;
     let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     model::IpsecView {
         tunnels,
         sas,
+        policies,
         busy: n(&shared.features.ipsec.busy),
         reassembly: model::IpsecReassemblyView {
             fragments: n(&r.fragments),

@@ -281,7 +281,7 @@ fn same_route(a: &RouteConfig, b: &RouteConfig) -> bool {
 /// The steps that take the kernel from `old` to `new` (both validated). Fails if a setting
 /// only a restart applies (`[[port]]`, `[[vlan]]`, `workers`, `worker_nice`, `control_socket`, `netlink_rcvbuf`,
 /// `state_dir`, `[api]`, `[bgp]`, `[distance]`, `[firewall] conntrack, conntrack_max`,
-/// `[[ipsec.tunnel]]`, `[ipsec] max_sas`) differs.
+/// `[[ipsec.tunnel]]`, `[ipsec] max_sas`, the first or last `[[ipsec.policy]]`) differs.
 pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     let mut restart = Vec::new();
     if old.ports != new.ports {
@@ -328,6 +328,12 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     }
     if old.ipsec.max_sas != new.ipsec.max_sas {
         restart.push("[ipsec] max_sas");
+    }
+    // ESP reaches the fast path (the XDP program's share, the handoff lanes) once IPsec is
+    // configured at start: the first policies, or the last gone, take a restart; changes
+    // to them do not.
+    if old.ipsec.active() != new.ipsec.active() {
+        restart.push("[[ipsec.policy]] (the first, or the last)");
     }
     // So are NAT's, once NAT has run.
     if old.nat.has_rules() && old.nat.max_sessions != new.nat.max_sessions {

@@ -1830,6 +1830,33 @@ mod tests {
     }
 
     #[test]
+    fn ipsec_policy_problems_have_their_lines() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(
+            &keys,
+            "[k]\nencryption = \"000102030405060708090a0b0c0d0e0f10111213\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let ipsec = format!(
+            "[ipsec]\nkey_file = \"{}\"\n\
+             [[ipsec.sa]]\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"k\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+             [[ipsec.policy]]\ninterface = \"eth9\"\ndirection = \"out\"\ndst = \"10.2.0.0/24\"\naction = \"protect\"\nsa = 0x1001\n",
+            keys.display()
+        );
+        let e = problems(&ipsec);
+        assert!(
+            e.contains("ipsec.policy[0].interface: no [[port]] or [[vlan]] named \"eth9\""),
+            "{e}"
+        );
+        let good = format!("{PORT}{}", ipsec.replace("eth9", "eth1"));
+        let c = parse(&good).unwrap();
+        assert!(c.ipsec.active(), "policies alone make IPsec active");
+    }
+
+    #[test]
     fn full_schema() {
         let c = parse(&format!(
             "state_dir = \"/tmp/fr\"\n{PORT}\

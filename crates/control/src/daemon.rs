@@ -504,9 +504,13 @@ fn inject_from_kernel(
                     }
                 }
                 // Its checksum may still be the sender's partial one (an AF_XDP port):
-                // the rewrite nodes finish it, as for any frame of such a port.
+                // the rewrite nodes finish it, as for any frame of such a port. It is on
+                // the worker that owns its flow and passed its input checks already
+                // (`F_HANDED_OFF`: never steered again, and IPsec's inbound policy check
+                // does not take a packet a policy SA decrypted for a clear one).
                 Some(mut pkt) => {
-                    pkt.flags |= dataplane::buffer::F_CSUM_UNKNOWN;
+                    pkt.flags |=
+                        dataplane::buffer::F_CSUM_UNKNOWN | dataplane::buffer::F_HANDED_OFF;
                     v.push(pkt);
                 }
                 None => graph.counters().add(Reason::InjectNoBuffer, 1),
@@ -859,9 +863,10 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     nat.set_claims(claims);
     // Several workers: lanes between them, for the packets of flows another worker owns.
     let workers = per_worker.len();
-    // Two sending sides per worker for flow steering (its ip4 and ip6 nodes), three more
-    // for IPsec's nodes when tunnels are configured (their SAs live on worker 0).
-    let ipsec_senders = if cfg.ipsec.active() { 3 } else { 0 };
+    // Two sending sides per worker for flow steering (its ip4 and ip6 nodes), five more
+    // for IPsec's nodes when tunnels or policies are configured (their SAs live on worker
+    // 0): esp-decrypt, esp4/6-encrypt, ipsec4/6-policy-out.
+    let ipsec_senders = if cfg.ipsec.active() { 5 } else { 0 };
     let (mut senders, mut receivers) = if workers > 1 {
         // Slots take frames up to MAX_FRAME bytes; only the bytes of the frames that pass
         // are touched.

@@ -9,7 +9,9 @@
 //! first too). With several workers and flow state, the handoff features (`firewall::steer`)
 //! run first on every interface. IPsec (`[ipsec]`, the `ipsec` crate): `esp-decrypt` on
 //! every port and the encrypt nodes on every tunnel interface, once a tunnel is configured;
-//! its SAs are installed before the nodes are enabled.
+//! with `[[ipsec.policy]]`, the policy nodes (`ipsec::policy_node`) on the interfaces with
+//! an SPD (inbound: every port); its SAs and SPDs are installed before the nodes are
+//! enabled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -80,12 +82,39 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     }
     // ESP to the router arrives on ports; what is routed to a tunnel leaves encrypted.
     if cfg.ipsec.active() {
-        if cfg.ports.iter().any(|p| p.name == name) {
+        let port = cfg.ports.iter().any(|p| p.name == name);
+        if port {
             v.push(ipsec::node::DECRYPT);
         }
         if cfg.ipsec.tunnels.iter().any(|t| t.name == name) {
             v.push(ipsec::node::ENCRYPT4);
             v.push(ipsec::node::ENCRYPT6);
+        }
+        // Policy-based IPsec: the outbound SPD where an interface has one; the inbound
+        // check on every port (a policy SA's packet is received on the port its ESP came
+        // in on, SPD or not) and on the VLAN sub-interfaces with an inbound SPD.
+        let has = |dir: ipsec::config::SaDirection| {
+            cfg.ipsec
+                .policies
+                .iter()
+                .any(|p| p.interface == name && p.direction == dir)
+                || cfg
+                    .ipsec
+                    .spds
+                    .iter()
+                    .any(|d| d.interface == name && d.direction == dir)
+        };
+        if has(ipsec::config::SaDirection::Out) {
+            v.push(ipsec::policy_node::OUT4);
+            v.push(ipsec::policy_node::OUT6);
+        }
+        // (`esp-decrypt` leaves a policy SA's SPI in the packet for it, so it runs on
+        // every port where such an SA may decrypt, policies or not.)
+        let policy_sas =
+            !cfg.ipsec.policies.is_empty() || cfg.ipsec.sas.iter().any(|s| s.tunnel.is_empty());
+        if policy_sas && port || has(ipsec::config::SaDirection::In) {
+            v.push(ipsec::policy_node::IN4);
+            v.push(ipsec::policy_node::IN6);
         }
     }
     v
@@ -262,6 +291,9 @@ impl Features {
                 .collect::<Vec<_>>()
                 .join("; ")
         })?;
+        // The SPDs, compiled before anything changes (all or nothing); installed once
+        // their SAs are.
+        let spd = ipsec::spd::Spd::compile(cfg, &self.names, self.workers, &self.ipsec.spd())?;
         let names: Vec<String> = cfg.tunnels.iter().map(|t| t.name.clone()).collect();
         let mut iface = Vec::with_capacity(names.len());
         for n in &names {
@@ -281,7 +313,9 @@ impl Features {
                 names: &names,
             },
         )?;
-        tracing::info!("[ipsec] {summary}");
+        let policies = cfg.policies.len();
+        self.ipsec.publish_spd(spd);
+        tracing::info!("[ipsec] {summary}, {policies} policies");
         *cur = cfg.clone();
         Ok(())
     }

@@ -516,8 +516,17 @@ async fn ipsec_sa_add(
     Body(b): Body<model::IpsecSaBody>,
 ) -> ApiResult<model::IpsecSaChanged> {
     let direction = sa_direction(&b.direction)?;
+    if b.tunnel.is_empty() {
+        return Err(ApiError::unprocessable(format!(
+            "sa {} {:#x}.tunnel: required (the API keys tunnels; policy SAs come from the config)",
+            b.direction, b.spi
+        )));
+    }
     let entry = ipsec::config::SaEntry {
         tunnel: b.tunnel,
+        mode: None,
+        local: None,
+        remote: None,
         direction,
         spi: b.spi,
         encryption: b.encryption,

@@ -41,6 +41,7 @@
 //! | `ferrouter_ipsec_reassembly_total` | event=fragments/reassembled/timed_out/evicted/discarded | fragmented ESP gathered before decryption |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
+//! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy, action | packets that matched a security policy |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -188,6 +189,27 @@ fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
 
 /// IPsec SAs: packets, bytes and errors per SA.
 fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
+    let policies = shared.features.ipsec.spd().report();
+    if !policies.is_empty() {
+        s.counter(
+            "ferrouter_ipsec_policy_matches",
+            "Packets that matched a security policy (policy-based IPsec).",
+            policies
+                .iter()
+                .map(|p| {
+                    (
+                        vec![
+                            ("interface", p.interface.clone()),
+                            ("direction", p.direction.to_string()),
+                            ("policy", p.index.to_string()),
+                            ("action", p.action.to_string()),
+                        ],
+                        p.matches,
+                    )
+                })
+                .collect(),
+        );
+    }
     let sas = shared.features.ipsec.report();
     if sas.is_empty() {
         return;

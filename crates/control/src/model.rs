@@ -889,8 +889,11 @@ pub struct ConntrackFlushed {
 pub struct IpsecView {
     /// The tunnels, in config order.
     pub tunnels: Vec<IpsecTunnelView>,
-    /// The SAs, by tunnel, direction and SPI.
+    /// The SAs, by tunnel, direction and SPI (policy SAs under the tunnel `(policy)`).
     pub sas: Vec<IpsecSaView>,
+    /// The security policies (policy-based IPsec), by interface, direction and priority.
+    #[serde(default)]
+    pub policies: Vec<IpsecPolicyView>,
     /// Vectors an ESP node dropped because its worker's SA table was borrowed (never
     /// expected).
     pub busy: u64,
@@ -954,6 +957,35 @@ pub struct IpsecReassemblyView {
     pub evicted: u64,
     /// Datagrams dropped for a bad fragment (overlap, disagreement on the end, too big).
     pub discarded: u64,
+}
+
+/// One security policy of an interface's SPD.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IpsecPolicyView {
+    /// Its index in `[[ipsec.policy]]`.
+    pub index: u32,
+    /// Its interface (a port or VLAN sub-interface).
+    pub interface: String,
+    /// `in` or `out`.
+    pub direction: String,
+    /// Lower first.
+    pub priority: u32,
+    /// Source prefix (`any`).
+    pub src: String,
+    /// Destination prefix (`any`).
+    pub dst: String,
+    /// Protocol (`any`).
+    pub protocol: String,
+    /// Source ports (`any`).
+    pub src_ports: String,
+    /// Destination ports (`any`).
+    pub dst_ports: String,
+    /// `protect`, `bypass` or `discard`.
+    pub action: String,
+    /// With protect: its SAs' SPIs.
+    pub sa: Vec<u32>,
+    /// Packets that matched it (since it was last changed).
+    pub matches: u64,
 }
 
 /// One tunnel interface.

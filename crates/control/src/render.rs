@@ -32,8 +32,18 @@ pub fn render(v: &Shown) -> String {
 /// `ferrouter show ipsec`: the tunnels, then the SAs with their counters.
 pub fn ipsec(v: &model::IpsecView) -> String {
     let mut s = String::new();
+    if v.tunnels.is_empty() && v.policies.is_empty() {
+        let _ = writeln!(
+            s,
+            "no IPsec tunnels ([[ipsec.tunnel]]) or policies ([[ipsec.policy]])"
+        );
+        return s;
+    }
+    if !v.policies.is_empty() {
+        policies(&mut s, &v.policies);
+    }
     if v.tunnels.is_empty() {
-        let _ = writeln!(s, "no IPsec tunnels ([[ipsec.tunnel]])");
+        sas(&mut s, v);
         return s;
     }
     let _ = writeln!(
@@ -60,6 +70,56 @@ pub fn ipsec(v: &model::IpsecView) -> String {
         );
     }
     let _ = writeln!(s);
+    sas(&mut s, v);
+    s
+}
+
+/// The policies of `show ipsec`, in SPD order.
+fn policies(s: &mut String, v: &[model::IpsecPolicyView]) {
+    let _ = writeln!(
+        s,
+        "{:<10} {:<3} {:>5} {:>3}  {:<20} {:<20} {:<6} {:<11} {:<11} {:<8} {:<14} {:>12}",
+        "interface",
+        "dir",
+        "prio",
+        "#",
+        "src",
+        "dst",
+        "proto",
+        "sports",
+        "dports",
+        "action",
+        "sa",
+        "matches"
+    );
+    for p in v {
+        let sa: Vec<String> = p.sa.iter().map(|x| format!("{x:#x}")).collect();
+        let _ = writeln!(
+            s,
+            "{:<10} {:<3} {:>5} {:>3}  {:<20} {:<20} {:<6} {:<11} {:<11} {:<8} {:<14} {:>12}",
+            p.interface,
+            p.direction,
+            p.priority,
+            p.index,
+            p.src,
+            p.dst,
+            p.protocol,
+            p.src_ports,
+            p.dst_ports,
+            p.action,
+            if sa.is_empty() {
+                "-".into()
+            } else {
+                sa.join(",")
+            },
+            p.matches
+        );
+    }
+    let _ = writeln!(s);
+}
+
+/// The SAs of `show ipsec`, with their counters.
+fn sas(s: &mut String, v: &model::IpsecView) {
     let _ = writeln!(
         s,
         "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  errors",
@@ -106,7 +166,6 @@ pub fn ipsec(v: &model::IpsecView) -> String {
     if v.busy > 0 {
         let _ = writeln!(s, "\n{} vectors dropped: an SA table was busy", v.busy);
     }
-    s
 }
 
 /// `ferrouter show nat`: the rules, then a line per worker.

@@ -167,7 +167,10 @@ impl Batch<'_> {
     /// `ip4-unicast`, a feature that changes the IPv4 destination sets `nh` to it (host
     /// order): ip4-lookup takes the destination from there, where ip4-input left it. On
     /// the unicast arcs `aux` is free (the engine sets it after the lookup): a feature may
-    /// leave a value there for a later feature of the same arc, which clears it.
+    /// leave a value there for a later feature of the same arc, which clears it. (IPsec's
+    /// `esp-decrypt`, on `port-input`, leaves there the SPI of a policy SA that decrypted
+    /// the packet, for `ipsec4-policy-in` / `ipsec6-policy-in`, which run first on the
+    /// unicast arcs and clear it.)
     #[inline]
     pub fn pkt_mut(&mut self, k: usize) -> Option<&mut Pkt> {
         self.pkts.get_mut(*self.idx.get(k)? as usize)
@@ -246,6 +249,9 @@ impl Batch<'_> {
             _ if local => REPLY_NONE,
             Reply::Rewritten => REPLY_REWRITTEN,
             Reply::IcmpError { ty, code } => icmp_kind(ty, code).max(REPLY_REROUTE + 1),
+            Reply::IcmpErrorMtu { ty, code, mtu } => {
+                (icmp_kind(ty, code) | u32::from(mtu)).max(REPLY_REROUTE + 1)
+            }
         };
         self.drop_with(k, reason, r);
     }
@@ -285,6 +291,17 @@ pub enum Reply {
         ty: u8,
         /// ICMP code.
         code: u8,
+    },
+    /// As [`Reply::IcmpError`], with the next-hop MTU it reports (fragmentation needed,
+    /// packet too big): a feature that makes packets bigger (IPsec's policies) answers
+    /// those that would no longer fit.
+    IcmpErrorMtu {
+        /// ICMP type.
+        ty: u8,
+        /// ICMP code.
+        code: u8,
+        /// The MTU.
+        mtu: u16,
     },
 }
 

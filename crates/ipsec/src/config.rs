@@ -61,6 +61,12 @@ pub struct IpsecConfig {
     /// Manually keyed SAs.
     #[serde(default, rename = "sa", skip_serializing_if = "Vec::is_empty")]
     pub sas: Vec<SaEntry>,
+    /// Policy-based IPsec: the security policies of the interfaces' SPDs.
+    #[serde(default, rename = "policy", skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyEntry>,
+    /// Per interface and direction: what its SPD does with traffic no policy matches.
+    #[serde(default, rename = "spd", skip_serializing_if = "Vec::is_empty")]
+    pub spds: Vec<SpdEntry>,
 }
 
 impl Default for IpsecConfig {
@@ -70,6 +76,8 @@ impl Default for IpsecConfig {
             max_sas: default_max_sas(),
             tunnels: Vec::new(),
             sas: Vec::new(),
+            policies: Vec::new(),
+            spds: Vec::new(),
         }
     }
 }
@@ -162,12 +170,24 @@ pub enum SaDirection {
     In,
 }
 
-/// `[[ipsec.sa]]`: one manually keyed SA of a tunnel.
+/// `[[ipsec.sa]]`: one manually keyed SA, of a tunnel (`tunnel`) or, without `tunnel`,
+/// of the policies that name it (`[[ipsec.policy]]`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaEntry {
-    /// The tunnel it belongs to.
+    /// The tunnel it belongs to; empty (absent): a policy SA.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub tunnel: String,
+    /// A policy SA's mode: `tunnel` (the default: `local` and `remote` are the outer
+    /// addresses) or `transport`. A tunnel's SAs take their mode from the tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<SaMode>,
+    /// A policy SA in tunnel mode: our outer address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<IpAddr>,
+    /// A policy SA in tunnel mode: the peer's outer address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<IpAddr>,
     /// `out` (a tunnel has at most one: the one it sends with) or `in` (several, so a
     /// rekey loses nothing).
     pub direction: SaDirection,
@@ -202,6 +222,111 @@ fn default_window() -> u32 {
 fn is_default_window(w: &u32) -> bool {
     *w == SaConfig::DEFAULT_WINDOW
 }
+
+/// `mode` of a policy SA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaMode {
+    /// A new outer header between `local` and `remote`.
+    Tunnel,
+    /// ESP between the packet's own addresses (host to host).
+    Transport,
+}
+
+/// `action` of a policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyAction {
+    /// Out: encrypt with the policy's SA. In: must have been decrypted by one of its SAs.
+    Protect,
+    /// Goes on in the clear.
+    Bypass,
+    /// Dropped (counted).
+    Discard,
+}
+
+impl PolicyAction {
+    /// Its config name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyAction::Protect => "protect",
+            PolicyAction::Bypass => "bypass",
+            PolicyAction::Discard => "discard",
+        }
+    }
+}
+
+/// `sa` of a policy: one SPI or several.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum SpiList {
+    /// One SA.
+    One(u32),
+    /// Several (inbound: during a rekey, the old and the new).
+    Many(Vec<u32>),
+}
+
+impl SpiList {
+    /// The SPIs.
+    pub fn spis(&self) -> Vec<u32> {
+        match self {
+            SpiList::One(s) => vec![*s],
+            SpiList::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// `[[ipsec.policy]]`: one security policy of an interface's SPD (RFC 4301 §4.4.1).
+/// Selectors absent match anything; among the policies of one interface and direction the
+/// lowest `priority` that matches wins (ties: config order).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntry {
+    /// The port or VLAN sub-interface whose SPD it is in.
+    pub interface: String,
+    /// `out`: traffic routed out of the interface; `in`: traffic received on it.
+    pub direction: SaDirection,
+    /// Lower first (default 0).
+    #[serde(default)]
+    pub priority: u32,
+    /// Source prefix (or address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    /// Destination prefix (or address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
+    /// `tcp`, `udp`, `icmp`, ... or a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<firewall::config::Protocol>,
+    /// Source ports (with tcp, udp or sctp): `80`, `"1000-2000"` or a list.
+    #[serde(default, skip_serializing_if = "firewall::config::PortList::is_empty")]
+    pub src_ports: firewall::config::PortList,
+    /// Destination ports, as `src_ports`.
+    #[serde(default, skip_serializing_if = "firewall::config::PortList::is_empty")]
+    pub dst_ports: firewall::config::PortList,
+    /// `protect`, `bypass` or `discard`.
+    pub action: PolicyAction,
+    /// With `protect`: out, the SPI of the SA that encrypts; in, the SPI(s) of the SAs
+    /// that may have carried it. Policy SAs only (`[[ipsec.sa]]` without `tunnel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sa: Option<SpiList>,
+}
+
+/// `[[ipsec.spd]]`: what one interface's SPD does, in one direction, with the traffic no
+/// policy matches (by default: `bypass`, as strongSwan and Linux's xfrm do).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpdEntry {
+    /// The port or VLAN sub-interface.
+    pub interface: String,
+    /// `in` or `out`.
+    pub direction: SaDirection,
+    /// `bypass` or `discard`.
+    pub default: PolicyAction,
+}
+
+/// The tunnel index [`Planned::tunnel`] has for a policy SA.
+pub const POLICY_SA: usize = usize::MAX;
 
 /// An algorithm by its config name.
 pub fn encryption(name: &str) -> Option<Encryption> {
@@ -374,7 +499,7 @@ impl ExtraSa {
 pub struct Planned {
     /// Its index in `[[ipsec.sa]]`.
     pub index: usize,
-    /// Its tunnel's index in `[[ipsec.tunnel]]`.
+    /// Its tunnel's index in `[[ipsec.tunnel]]`, or [`POLICY_SA`].
     pub tunnel: usize,
     /// What it is made from.
     pub config: SaConfig,
@@ -386,19 +511,39 @@ impl IpsecConfig {
         *self == IpsecConfig::default()
     }
 
-    /// Whether any tunnel is configured.
+    /// Whether any tunnel or policy is configured (ESP is then decrypted on the ports).
     pub fn active(&self) -> bool {
-        !self.tunnels.is_empty()
+        !self.tunnels.is_empty() || !self.policies.is_empty()
     }
 
     /// Problems, as (path, message), the path in the config's terms
     /// (`ipsec.sa[2].key`). `reserved` are names the tunnels may not take (ports, VLAN
-    /// sub-interfaces). Reads the key file.
+    /// sub-interfaces): the interfaces policies may name. Reads the key file.
     pub fn validate(&self, reserved: &[&str]) -> Vec<(String, String)> {
-        match self.plan(reserved) {
+        let mut p = match self.plan(reserved) {
             Ok(_) => Vec::new(),
             Err(p) => p,
+        };
+        for (i, pol) in self.policies.iter().enumerate() {
+            if !reserved.contains(&pol.interface.as_str()) {
+                p.push((
+                    format!("ipsec.policy[{i}].interface"),
+                    format!(
+                        "no [[port]] or [[vlan]] named {:?} (a policy belongs to a port or VLAN sub-interface, not a tunnel)",
+                        pol.interface
+                    ),
+                ));
+            }
         }
+        for (i, d) in self.spds.iter().enumerate() {
+            if !reserved.contains(&d.interface.as_str()) {
+                p.push((
+                    format!("ipsec.spd[{i}].interface"),
+                    format!("no [[port]] or [[vlan]] named {:?}", d.interface),
+                ));
+            }
+        }
+        p
     }
 
     /// The SAs to build, with their keys from the key file; or every problem found.
@@ -471,6 +616,7 @@ impl IpsecConfig {
                 p.push((at("remote_port"), "0 is no port".into()));
             }
         }
+        self.check_policies(&mut p);
         if self.sas.is_empty() && extra.is_empty() {
             return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
         }
@@ -517,7 +663,22 @@ impl IpsecConfig {
                 Some(x) => format!("{}.{f}", x.label()),
                 None => format!("ipsec.sa[{i}].{f}"),
             };
-            let tunnel = self.tunnels.iter().position(|t| t.name == s.tunnel);
+            let policy_sa = s.tunnel.is_empty();
+            let tunnel = if policy_sa {
+                self.policy_sa_problems(i, s, &mut p);
+                Some(POLICY_SA)
+            } else {
+                for (f, set) in [
+                    ("mode", s.mode.is_some()),
+                    ("local", s.local.is_some()),
+                    ("remote", s.remote.is_some()),
+                ] {
+                    if set {
+                        p.push((at(f), "applies only to a policy SA (one without tunnel): a tunnel's SAs take the tunnel's".into()));
+                    }
+                }
+                self.tunnels.iter().position(|t| t.name == s.tunnel)
+            };
             if tunnel.is_none() {
                 p.push((
                     at("tunnel"),
@@ -525,6 +686,7 @@ impl IpsecConfig {
                 ));
             }
             match s.direction {
+                SaDirection::Out if policy_sa => {}
                 SaDirection::Out => {
                     if let Some(first) = out_of.insert(s.tunnel.as_str(), i) {
                         p.push((at("direction"), format!("tunnel {:?} already has its transmit SA ({}); a tunnel sends with one SA: change its spi and key to rekey", s.tunnel, name_of(first))));
@@ -563,10 +725,10 @@ impl IpsecConfig {
             let (Some(t), Some(enc), Some(integ), Some(key)) = (tunnel, enc, integ, key) else {
                 continue;
             };
-            let tc = &self.tunnels[t];
-            let (src, dst) = match s.direction {
-                SaDirection::Out => (tc.local, tc.remote),
-                SaDirection::In => (tc.remote, tc.local),
+            let tc = self.tunnels.get(t);
+            let (local, remote) = match tc {
+                Some(tc) => (Some(tc.local), Some(tc.remote)),
+                None => (s.local, s.remote),
             };
             let mut c = SaConfig::new(
                 s.spi,
@@ -579,8 +741,22 @@ impl IpsecConfig {
                 integ,
                 &key.integrity,
             );
-            c.mode = Mode::Tunnel { src, dst };
-            if tc.nat_t {
+            c.mode = match (s.mode, local, remote) {
+                (Some(SaMode::Transport), ..) => Mode::Transport,
+                (_, Some(local), Some(remote)) => match s.direction {
+                    SaDirection::Out => Mode::Tunnel {
+                        src: local,
+                        dst: remote,
+                    },
+                    SaDirection::In => Mode::Tunnel {
+                        src: remote,
+                        dst: local,
+                    },
+                },
+                // Reported by policy_sa_problems.
+                _ => continue,
+            };
+            if let Some(tc) = tc.filter(|tc| tc.nat_t) {
                 c.natt = Some(match s.direction {
                     SaDirection::Out => crate::NatT {
                         src_port: crate::esp::NATT_PORT,
@@ -594,7 +770,7 @@ impl IpsecConfig {
             }
             c.esn = s.esn;
             c.replay_window = s.replay_window;
-            c.df = tc.df.into();
+            c.df = tc.map_or(DfPolicy::Copy, |tc| tc.df).into();
             // Keying checks lengths, combinations and the window: an SA that is built
             // here is one the daemon can build.
             if let Err(e) = Sa::new(&c) {
@@ -623,6 +799,139 @@ impl IpsecConfig {
             Ok(planned)
         } else {
             Err(p)
+        }
+    }
+
+    /// What is wrong with policy SA `i` (`[[ipsec.sa]]` without `tunnel`).
+    fn policy_sa_problems(&self, i: usize, s: &SaEntry, p: &mut Vec<(String, String)>) {
+        let at = |f: &str| format!("ipsec.sa[{i}].{f}");
+        match (s.mode.unwrap_or(SaMode::Tunnel), s.local, s.remote) {
+            (SaMode::Transport, None, None) => {}
+            (SaMode::Transport, ..) => p.push((
+                at("mode"),
+                "a transport-mode SA has no outer addresses: remove local and remote".into(),
+            )),
+            (SaMode::Tunnel, Some(l), Some(r)) => {
+                if l.is_ipv4() != r.is_ipv4() {
+                    p.push((
+                        at("remote"),
+                        format!("{r} and local {l} are of different address families"),
+                    ));
+                }
+                for (f, a) in [("local", l), ("remote", r)] {
+                    if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+                        p.push((at(f), format!("{a} cannot be a tunnel endpoint")));
+                    }
+                }
+            }
+            (SaMode::Tunnel, l, _) => p.push((
+                at(if l.is_none() { "local" } else { "remote" }),
+                "a policy SA in tunnel mode needs local and remote (its outer addresses); or mode = \"transport\"".into(),
+            )),
+        }
+        if s.direction == SaDirection::Out {
+            if let Some(first) = self.sas[..i].iter().position(|o| {
+                o.tunnel.is_empty() && o.direction == SaDirection::Out && o.spi == s.spi
+            }) {
+                p.push((
+                    at("spi"),
+                    format!("{:#x} is already the SPI of outbound policy SA ipsec.sa[{first}]: policies name their SA by SPI", s.spi),
+                ));
+            }
+        }
+    }
+
+    /// What is wrong with the policies and SPD defaults (but their interfaces' names,
+    /// which [`IpsecConfig::validate`] checks).
+    fn check_policies(&self, p: &mut Vec<(String, String)>) {
+        use firewall::config::parse_net;
+        for (i, pol) in self.policies.iter().enumerate() {
+            let at = |f: &str| format!("ipsec.policy[{i}].{f}");
+            let mut family = None;
+            for (f, v) in [("src", &pol.src), ("dst", &pol.dst)] {
+                let Some(v) = v else { continue };
+                match parse_net(v) {
+                    Ok(n) => match family {
+                        Some(v4) if v4 != n.addr.is_ipv4() => p.push((
+                            at(f),
+                            format!(
+                                "{v} and src {} are of different address families",
+                                pol.src.as_deref().unwrap_or_default()
+                            ),
+                        )),
+                        _ => family = Some(n.addr.is_ipv4()),
+                    },
+                    Err(e) => p.push((at(f), e)),
+                }
+            }
+            let ports = pol.protocol.is_some_and(|x| x.has_ports());
+            for (f, l) in [("src_ports", &pol.src_ports), ("dst_ports", &pol.dst_ports)] {
+                if !l.is_empty() && !ports {
+                    p.push((
+                        at(f),
+                        "ports need protocol = \"tcp\", \"udp\" or \"sctp\"".into(),
+                    ));
+                }
+            }
+            let spis = pol.sa.as_ref().map(SpiList::spis).unwrap_or_default();
+            match (pol.action, spis.len()) {
+                (PolicyAction::Protect, 0) => p.push((
+                    at("sa"),
+                    "protect needs the SA: sa = SPI of an [[ipsec.sa]] without tunnel".into(),
+                )),
+                (PolicyAction::Protect, n) if n > 1 && pol.direction == SaDirection::Out => {
+                    p.push((
+                        at("sa"),
+                        "an outbound policy encrypts with one SA: name one SPI".into(),
+                    ))
+                }
+                (PolicyAction::Protect, _) => {}
+                (a, n) if n > 0 => p.push((
+                    at("sa"),
+                    format!("{} takes no SA (only protect does)", a.name()),
+                )),
+                _ => {}
+            }
+            if pol.action != PolicyAction::Protect {
+                continue;
+            }
+            let dir = match pol.direction {
+                SaDirection::Out => "outbound",
+                SaDirection::In => "inbound",
+            };
+            for spi in spis {
+                let same = |s: &&SaEntry| s.spi == spi && s.direction == pol.direction;
+                if let Some(s) = self.sas.iter().filter(same).find(|s| !s.tunnel.is_empty()) {
+                    p.push((
+                        at("sa"),
+                        format!("{spi:#x} is the SA of tunnel {:?}: an SA serves a tunnel or policies, not both", s.tunnel),
+                    ));
+                } else if !self.sas.iter().any(|s| same(&s)) {
+                    p.push((
+                        at("sa"),
+                        format!("{spi:#x}: no {dir} [[ipsec.sa]] has this SPI"),
+                    ));
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        for (i, d) in self.spds.iter().enumerate() {
+            let at = |f: &str| format!("ipsec.spd[{i}].{f}");
+            if d.default == PolicyAction::Protect {
+                p.push((
+                    at("default"),
+                    "expected bypass or discard: protect needs an SA, so a policy".into(),
+                ));
+            }
+            if !seen.insert((d.interface.as_str(), d.direction)) {
+                p.push((
+                    at("interface"),
+                    format!(
+                        "a second [[ipsec.spd]] for {:?} in this direction",
+                        d.interface
+                    ),
+                ));
+            }
         }
     }
 
@@ -728,6 +1037,128 @@ mod tests {
         has("ipsec.sa[2].key", "no key \"missing\"");
         has("ipsec.sa[3].integrity", "needs an integrity algorithm");
         has("ipsec.sa[4].spi", "SPI 7 is reserved");
+    }
+
+    #[test]
+    fn policies_and_their_sas_are_checked_where_they_are() {
+        let f = key_file(KEYS, 0o600);
+        let text = format!(
+            r#"key_file = "{}"
+[[tunnel]]
+name = "ipsec0"
+local = "192.0.2.1"
+remote = "192.0.2.2"
+[[sa]]
+tunnel = "ipsec0"
+direction = "out"
+spi = 0x1001
+encryption = "aes-128-gcm"
+key = "a"
+[[sa]]
+direction = "out"
+spi = 0x3001
+encryption = "aes-128-gcm"
+key = "a"
+local = "192.0.2.1"
+remote = "192.0.2.9"
+[[sa]]
+direction = "in"
+spi = 0x4001
+encryption = "aes-128-gcm"
+key = "a"
+mode = "transport"
+[[sa]]
+direction = "in"
+spi = 0x4002
+encryption = "aes-128-gcm"
+key = "a"
+local = "192.0.2.1"
+[[policy]]
+interface = "eth1"
+direction = "out"
+dst = "10.2.0.0/24"
+action = "protect"
+sa = 0x3001
+[[policy]]
+interface = "eth1"
+direction = "in"
+src = "10.2.0.0/24"
+dst = "2001:db8::/32"
+protocol = "icmp"
+dst_ports = 80
+action = "protect"
+sa = [0x4001, 0x1001, 0x5001]
+[[policy]]
+interface = "ipsec0"
+direction = "out"
+src = "10.1.0.1/24"
+action = "bypass"
+sa = 0x3001
+[[policy]]
+interface = "eth1"
+direction = "out"
+action = "protect"
+[[policy]]
+interface = "eth1"
+direction = "out"
+action = "protect"
+sa = 0x1001
+[[spd]]
+interface = "eth1"
+direction = "in"
+default = "protect"
+"#,
+            f.display()
+        );
+        let c: IpsecConfig = toml::from_str(&text).unwrap();
+        assert!(c.active());
+        let p = c.validate(&["eth0", "eth1"]);
+        let has = |path: &str, m: &str| {
+            assert!(
+                p.iter().any(|(a, b)| a == path && b.contains(m)),
+                "no {path}: {m} in {p:#?}"
+            )
+        };
+        has("ipsec.sa[3].remote", "needs local and remote");
+        has("ipsec.policy[1].dst", "different address families");
+        has("ipsec.policy[1].dst_ports", "ports need protocol");
+        has("ipsec.policy[1].sa", "0x1001: no inbound [[ipsec.sa]]");
+        has(
+            "ipsec.policy[4].sa",
+            "0x1001 is the SA of tunnel \"ipsec0\": an SA serves a tunnel or policies, not both",
+        );
+        has("ipsec.policy[1].sa", "0x5001: no inbound [[ipsec.sa]]");
+        has(
+            "ipsec.policy[2].interface",
+            "no [[port]] or [[vlan]] named \"ipsec0\"",
+        );
+        has("ipsec.policy[2].src", "host bits set");
+        has("ipsec.policy[2].sa", "bypass takes no SA");
+        has("ipsec.policy[3].sa", "protect needs the SA");
+        has("ipsec.spd[0].default", "expected bypass or discard");
+        assert_eq!(p.len(), 11, "{p:#?}");
+        // Fixed, it plans: the policy SAs in their modes, not a tunnel's.
+        let mut c = c;
+        c.sas[3].remote = Some("192.0.2.7".parse().unwrap());
+        c.policies.truncate(1);
+        c.spds.clear();
+        let planned = c.plan(&["eth1"]).unwrap();
+        assert_eq!(planned[1].tunnel, POLICY_SA);
+        assert_eq!(
+            planned[1].config.mode,
+            Mode::Tunnel {
+                src: "192.0.2.1".parse().unwrap(),
+                dst: "192.0.2.9".parse().unwrap()
+            }
+        );
+        assert_eq!(planned[2].config.mode, Mode::Transport);
+        assert_eq!(
+            planned[3].config.mode,
+            Mode::Tunnel {
+                src: "192.0.2.7".parse().unwrap(),
+                dst: "192.0.2.1".parse().unwrap()
+            }
+        );
     }
 
     #[test]

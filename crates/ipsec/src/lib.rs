@@ -23,10 +23,12 @@ pub mod error;
 pub mod esp;
 pub mod fuzzing;
 pub mod node;
+pub mod policy_node;
 pub mod reasm;
 pub mod replay;
 pub mod sa;
 pub mod sad;
+pub mod spd;
 mod suite;
 pub mod testing;
 

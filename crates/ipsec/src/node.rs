@@ -127,6 +127,10 @@ const E_NO_SA: u8 = 15;
 const E_BUSY: u8 = 16;
 const E_HANDOFF_FULL: u8 = 17;
 
+/// The interface an SA of policy-based IPsec has in the table: none (what it decrypts is
+/// received on the port it came in on; it is the policies' SA, not a tunnel's).
+pub const POLICY_IFACE: u16 = u16::MAX;
+
 /// The worker whose table holds every SA (the others hand it their ESP and what they
 /// route to a tunnel).
 pub const OWNER: usize = 0;
@@ -302,13 +306,16 @@ fn hex_bytes(s: &str) -> Option<Vec<u8>> {
 /// control thread's record of what it installed.
 pub struct IpsecShared {
     /// Worker `w`'s table (worker 0 holds every SA: IPsec runs with one worker for now).
-    workers: Vec<Arc<AtomicRefCell<Sad>>>,
+    pub(crate) workers: Vec<Arc<AtomicRefCell<Sad>>>,
+    /// The interfaces' SPDs (policy-based IPsec), taken up by the policy nodes between
+    /// vectors.
+    pub(crate) spd: arc_swap::ArcSwap<crate::spd::Spd>,
     control: Mutex<Control>,
     /// Vectors in which a node could not borrow its table.
     pub busy: AtomicU64,
     /// Each worker's sending sides to the SAs' worker (one per ESP node), taken by the
     /// nodes as the workers start (none with one worker).
-    senders: Mutex<Vec<Vec<Option<HandoffTx>>>>,
+    pub(crate) senders: Mutex<Vec<Vec<Option<HandoffTx>>>>,
     /// Packets the other workers handed to the SAs' worker.
     pub handed_off: AtomicU64,
     /// Some SA is UDP-encapsulated (NAT-T): UDP to port 4500 of the router's addresses is
@@ -346,6 +353,7 @@ impl IpsecShared {
                 saved: std::collections::HashMap::new(),
                 state_file: None,
             }),
+            spd: arc_swap::ArcSwap::from_pointee(crate::spd::Spd::default()),
             busy: AtomicU64::new(0),
             senders: Mutex::new(Vec::new()),
             handed_off: AtomicU64::new(0),
@@ -354,8 +362,9 @@ impl IpsecShared {
         }
     }
 
-    /// The sending sides of the handoff lanes, per worker three (for its `esp-decrypt`,
-    /// `esp4-encrypt` and `esp6-encrypt` nodes, in that order), before the workers start:
+    /// The sending sides of the handoff lanes, per worker five (for its `esp-decrypt`,
+    /// `esp4-encrypt`, `esp6-encrypt`, `ipsec4-policy-out` and `ipsec6-policy-out` nodes,
+    /// in that order), before the workers start:
     /// with several workers, every SA lives on [`OWNER`] and the others hand it their ESP
     /// and what they route to a tunnel.
     pub fn set_senders(&self, senders: Vec<Vec<HandoffTx>>) {
@@ -391,8 +400,13 @@ impl IpsecShared {
         let mut replaced_first: Vec<usize> = Vec::new();
         let mut pending: Vec<(&crate::config::Planned, Vec<u8>, u16)> = Vec::new();
         for p in planned {
-            let Some(&iface) = tunnels.iface.get(p.tunnel) else {
-                return Err(format!("ipsec.sa[{}]: no tunnel interface", p.index));
+            let iface = if p.tunnel == crate::config::POLICY_SA {
+                POLICY_IFACE
+            } else {
+                match tunnels.iface.get(p.tunnel) {
+                    Some(&i) => i,
+                    None => return Err(format!("ipsec.sa[{}]: no tunnel interface", p.index)),
+                }
             };
             let ident = ident(&p.config, iface);
             match c.installed.iter().position(|i| i.ident == ident) {
@@ -454,7 +468,10 @@ impl IpsecShared {
             if start > 0 {
                 stats.publish(&crate::Counters::default(), start);
             }
-            let tunnel = tunnels.names.get(p.tunnel).cloned().unwrap_or_default();
+            let tunnel = match tunnels.names.get(p.tunnel) {
+                Some(n) => n.clone(),
+                None => POLICY_SA_NAME.into(),
+            };
             fresh.push(Installed {
                 ident,
                 slot,
@@ -500,7 +517,8 @@ impl IpsecShared {
         }
         kept.extend(fresh);
         for i in &mut kept {
-            i.view.active = i.view.direction == "out" && c.tx.contains(&i.slot);
+            i.view.active =
+                i.view.direction == "out" && (c.tx.contains(&i.slot) || i.iface == POLICY_IFACE);
         }
         c.installed = kept;
         self.natt.store(
@@ -583,6 +601,16 @@ impl IpsecShared {
         v
     }
 
+    /// The slot of the outbound policy SA (no tunnel's) with `spi`, or [`NONE`].
+    pub(crate) fn policy_slot(&self, spi: u32) -> u32 {
+        self.control.lock().map_or(NONE, |c| {
+            c.installed
+                .iter()
+                .find(|i| i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi)
+                .map_or(NONE, |i| i.slot)
+        })
+    }
+
     /// SAs installed.
     pub fn installed(&self) -> usize {
         self.control.lock().map_or(0, |c| c.installed.len())
@@ -590,7 +618,7 @@ impl IpsecShared {
 
     /// The features, to register.
     pub fn features(self: &Arc<Self>) -> Vec<Arc<dyn Feature>> {
-        [Kind::Decrypt, Kind::Encrypt4, Kind::Encrypt6]
+        let mut v: Vec<Arc<dyn Feature>> = [Kind::Decrypt, Kind::Encrypt4, Kind::Encrypt6]
             .into_iter()
             .map(|kind| {
                 Arc::new(EspFeature {
@@ -598,9 +626,14 @@ impl IpsecShared {
                     shared: self.clone(),
                 }) as Arc<dyn Feature>
             })
-            .collect()
+            .collect();
+        v.extend(crate::policy_node::features(self));
+        v
     }
 }
+
+/// What `show ipsec` gives as the tunnel of a policy SA.
+pub const POLICY_SA_NAME: &str = "(policy)";
 
 /// What identifies an SA's config: everything it is built from, its keys by SHA-256
 /// digest (the control thread keeps no key).
@@ -1106,7 +1139,19 @@ fn decrypt_batch(
                 continue;
             }
         };
-        let ethertype = match inner.next_header {
+        // A policy SA's packet (tunnel or transport mode) is received on its port: its IP
+        // version says what it is.
+        let policy = iface == POLICY_IFACE;
+        let next = if policy {
+            match frame.get(inner.start).map(|b| b >> 4) {
+                Some(4) => 4,
+                Some(6) => 41,
+                _ => 0,
+            }
+        } else {
+            inner.next_header
+        };
+        let ethertype = match next {
             4 => wire::ethertype::IPV4,
             41 => wire::ethertype::IPV6,
             _ => {
@@ -1114,8 +1159,9 @@ fn decrypt_batch(
                 continue;
             }
         };
-        // A frame received on the tunnel interface: an Ethernet header to its own address
-        // in front of the inner packet.
+        let iface = if policy { p.rx_port } else { iface };
+        // A frame received on the tunnel interface (or the port, for a policy SA): an
+        // Ethernet header to its own address in front of the inner packet.
         let mac = cx.ifaces.port(iface).map_or([0; 6], |i| i.mac);
         let Some(start) = inner.start.checked_sub(14) else {
             batch.drop(k, error_reason(EspError::TooBig));
@@ -1131,6 +1177,10 @@ fn decrypt_batch(
             d.len = (inner.len + 14) as u16;
             d.l3 = 14;
             d.rx_port = iface;
+            // For the inbound policy check (`ipsec4-policy-in`): the SA that carried it.
+            if policy {
+                d.aux = spi;
+            }
             // What the port said of the outer frame's checksums is not about this packet.
             d.flags &= !dataplane::buffer::F_CSUM_UNKNOWN;
         }
@@ -1154,39 +1204,52 @@ fn encrypt_batch(
             continue;
         };
         touch(touched, slot);
-        let at = p.off as usize + p.l3 as usize;
-        let len = (p.len as usize).saturating_sub(p.l3 as usize);
-        let frame = cx.mem.frame_mut(p.buf);
-        match crate::esp::encrypt(&mut inst.sa, frame, at, len) {
-            Ok((start, n)) if n + 14 <= usize::from(u16::MAX) => {
-                let (spi, seq) = (inst.sa.spi(), inst.sa.sequence());
-                // An Ethernet header of no addresses in front, with the outer packet's
-                // EtherType: what the graph holds is a frame (a glean punt copies it).
-                let et = if frame.get(start).is_some_and(|b| b >> 4 == 6) {
-                    wire::ethertype::IPV6
-                } else {
-                    wire::ethertype::IPV4
-                };
-                let Some(eth) = start.checked_sub(14).and_then(|s| frame.get_mut(s..start)) else {
-                    batch.drop(k, error_reason(EspError::TooBig));
-                    continue;
-                };
-                eth.fill(0);
-                eth[12..14].copy_from_slice(&et.to_be_bytes());
-                if let Some(d) = batch.pkt_mut(k) {
-                    d.off = (start - 14) as u16;
-                    d.l3 = 14;
-                    d.len = (n + 14) as u16;
-                    // Encrypted whole: the outer packet is what may need fragmenting.
-                    d.flags &= !dataplane::buffer::F_TO_FRAG;
-                }
-                batch.note(k, spi, seq);
-                batch.reroute(k);
+        encrypt_one(cx, batch, k, &p, &mut inst.sa);
+    }
+}
+
+/// Encrypt packet `k` (`p`) of `batch` in place with `sa` and reroute it by its outer
+/// header, or drop it under the codec's reason (the first reasons of [`ENCRYPT_DROPS`],
+/// as of every feature that encrypts).
+pub(crate) fn encrypt_one(
+    cx: &mut FeatureCx<'_>,
+    batch: &mut Batch<'_>,
+    k: usize,
+    p: &dataplane::Pkt,
+    sa: &mut Sa,
+) {
+    let at = p.off as usize + p.l3 as usize;
+    let len = (p.len as usize).saturating_sub(p.l3 as usize);
+    let frame = cx.mem.frame_mut(p.buf);
+    match crate::esp::encrypt(sa, frame, at, len) {
+        Ok((start, n)) if n + 14 <= usize::from(u16::MAX) => {
+            let (spi, seq) = (sa.spi(), sa.sequence());
+            // An Ethernet header of no addresses in front, with the outer packet's
+            // EtherType: what the graph holds is a frame (a glean punt copies it).
+            let et = if frame.get(start).is_some_and(|b| b >> 4 == 6) {
+                wire::ethertype::IPV6
+            } else {
+                wire::ethertype::IPV4
+            };
+            let Some(eth) = start.checked_sub(14).and_then(|s| frame.get_mut(s..start)) else {
+                batch.drop(k, error_reason(EspError::TooBig));
+                return;
+            };
+            eth.fill(0);
+            eth[12..14].copy_from_slice(&et.to_be_bytes());
+            if let Some(d) = batch.pkt_mut(k) {
+                d.off = (start - 14) as u16;
+                d.l3 = 14;
+                d.len = (n + 14) as u16;
+                // Encrypted whole: the outer packet is what may need fragmenting.
+                d.flags &= !dataplane::buffer::F_TO_FRAG;
             }
-            // Bigger than a frame can say (no port carries it either).
-            Ok(_) => batch.drop(k, error_reason(EspError::TooBig)),
-            Err(e) => batch.drop(k, error_reason(e)),
+            batch.note(k, spi, seq);
+            batch.reroute(k);
         }
+        // Bigger than a frame can say (no port carries it either).
+        Ok(_) => batch.drop(k, error_reason(EspError::TooBig)),
+        Err(e) => batch.drop(k, error_reason(e)),
     }
 }
 

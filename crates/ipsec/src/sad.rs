@@ -206,6 +206,13 @@ impl Sad {
         n
     }
 
+    /// Whether ops are queued that were not applied yet (the SPD of policy-based IPsec
+    /// is taken up only once its SAs' changes are in).
+    #[inline]
+    pub fn ops_pending(&self) -> bool {
+        !self.ops.is_empty()
+    }
+
     /// Whether an SA with UDP encapsulation (NAT-T) is installed.
     #[inline]
     pub fn natt(&self) -> bool {

@@ -58,6 +58,9 @@ pub struct IpsecLab {
     pub nat_t: bool,
     /// The tunnel's SAs in the config (else it has none until some come through the API).
     pub config_sas: bool,
+    /// Policy-based instead of route-based: no tunnel interface; the hosts' prefixes are
+    /// routed over the WAN and `wan`'s SPD protects them ([`IpsecLab::policy_config_text`]).
+    pub policy: bool,
 }
 
 /// Key material of `len` bytes, different for each `seed`.
@@ -81,6 +84,7 @@ impl IpsecLab {
             workers: 1,
             nat_t: false,
             config_sas: true,
+            policy: false,
         }
     }
     /// Namespace of h1.
@@ -190,6 +194,9 @@ impl IpsecLab {
 
     /// Gateway `n`'s config, with `extra` appended.
     pub fn config_text(&self, n: u8, extra: &str) -> String {
+        if self.policy {
+            return self.policy_config_text(n, extra);
+        }
         let other = 3 - n;
         let (out_key, in_key) = if n == 1 {
             ("gw1-to-gw2", "gw2-to-gw1")
@@ -237,6 +244,93 @@ impl IpsecLab {
             } else {
                 String::new()
             },
+        )
+    }
+
+    /// Gateway `n`'s config for policy-based IPsec, with `extra` appended: the other
+    /// host's prefixes routed via the other gateway's WAN address, two policy SAs in
+    /// tunnel mode between the WAN addresses (gw1 sends with 0x1001, gw2 with 0x2001), and
+    /// `wan`'s SPD: between the hosts' prefixes (both families) protect, in and out, but
+    /// UDP to port 5201 (bypass, both ways) and UDP to port 9 (discard, outbound).
+    pub fn policy_config_text(&self, n: u8, extra: &str) -> String {
+        let other = 3 - n;
+        let (out_key, in_key, out_spi, in_spi) = if n == 1 {
+            ("gw1-to-gw2", "gw2-to-gw1", 0x1001, 0x2001)
+        } else {
+            ("gw2-to-gw1", "gw1-to-gw2", 0x2001, 0x1001)
+        };
+        let sa = |dir: &str, spi: u32, key: &str| {
+            format!(
+                "\n[[ipsec.sa]]\ndirection = \"{dir}\"\nspi = {spi:#x}\nencryption = \"{}\"\nintegrity = \"{}\"\nkey = \"{key}\"\nesn = {}\nlocal = \"{}\"\nremote = \"{}\"\n",
+                self.encryption,
+                self.integrity,
+                self.esn,
+                self.wan(n),
+                self.wan(other)
+            )
+        };
+        let policy = |dir: &str, prio: u32, src: &str, dst: &str, rest: &str| {
+            format!(
+                "\n[[ipsec.policy]]\ninterface = \"wan\"\ndirection = \"{dir}\"\npriority = {prio}\nsrc = \"{src}\"\ndst = \"{dst}\"\n{rest}"
+            )
+        };
+        let mut pol = String::new();
+        for (mine, theirs) in [
+            (format!("10.{n}.0.0/24"), format!("10.{other}.0.0/24")),
+            (
+                format!("2001:db8:a{n}::/64"),
+                format!("2001:db8:a{other}::/64"),
+            ),
+        ] {
+            pol += &policy(
+                "out",
+                10,
+                &mine,
+                &theirs,
+                "protocol = \"udp\"\ndst_ports = 5201\naction = \"bypass\"\n",
+            );
+            pol += &policy(
+                "out",
+                10,
+                &mine,
+                &theirs,
+                "protocol = \"udp\"\ndst_ports = 9\naction = \"discard\"\n",
+            );
+            pol += &policy(
+                "out",
+                100,
+                &mine,
+                &theirs,
+                &format!("action = \"protect\"\nsa = {out_spi:#x}\n"),
+            );
+            pol += &policy(
+                "in",
+                10,
+                &theirs,
+                &mine,
+                "protocol = \"udp\"\ndst_ports = 5201\naction = \"bypass\"\n",
+            );
+            pol += &policy(
+                "in",
+                100,
+                &theirs,
+                &mine,
+                &format!("action = \"protect\"\nsa = {in_spi:#x}\n"),
+            );
+        }
+        format!(
+            "# written by ferrouter-lab's IPsec lab (policy-based)\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = {w}\n\
+             \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
+             \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"192.0.2.{other}\"]\n\
+             \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"2001:db8:ff::{other}\"]\n\
+             \n[ipsec]\nkey_file = \"{keys}\"\n{out}{inb}{pol}{extra}",
+            sock = self.socket(n).display(),
+            state = self.dir.join(format!("state{n}")).display(),
+            b = self.backend,
+            w = self.workers.max(1),
+            keys = self.key_file(n).display(),
+            out = sa("out", out_spi, out_key),
+            inb = sa("in", in_spi, in_key),
         )
     }
 
