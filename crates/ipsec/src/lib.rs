@@ -12,14 +12,18 @@
 //!
 //! Crypto is aws-lc-rs for every algorithm (measured: docs/performance.md, "AEAD and ESP
 //! ciphers from memory"), except that the AEADs are called in AWS-LC itself (aws-lc-sys,
-//! the library aws-lc-rs links) so that their contexts sit inline in the SA
-//! (the `suite` module: the crate's only `unsafe`). AEAD tags are checked by AWS-LC, and
-//! truncated HMAC ICVs are compared with `aws_lc_rs::constant_time::verify_slices_are_equal`
-//! (`CRYPTO_memcmp`): both in constant time.
+//! the library aws-lc-rs links) so that their contexts sit inline in the SA (the `suite`
+//! module). That and the huge-page chunks SAs live in ([`arena`]) are the crate's only
+//! `unsafe`. AEAD tags are checked by AWS-LC, and truncated HMAC ICVs are compared with
+//! `aws_lc_rs::constant_time::verify_slices_are_equal` (`CRYPTO_memcmp`): both in constant
+//! time.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+// SAs in huge-page memory: the crate's other unsafe code.
+#[allow(unsafe_code)]
+pub mod arena;
 pub mod config;
 pub mod error;
 pub mod esp;
@@ -33,6 +37,7 @@ pub mod sad;
 mod suite;
 pub mod testing;
 
+pub use arena::SaBox;
 pub use error::{EspError, SaError};
 pub use esp::{
     classify_udp, decrypt, decrypt_batch, encrypt, encrypt_batch, Inner, Packet, UdpPayload,
