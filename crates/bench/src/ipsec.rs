@@ -5,13 +5,15 @@
 //! What a cell (algorithm, SA count, profile) measures:
 //! * **The SAs**: N outbound and N inbound SAs, tunnel mode IPv4 in IPv4 (192.0.2.1 to
 //!   192.0.2.2), each keyed with its own keys, the default replay window, no ESN or NAT-T,
-//!   kept in two `Vec<Sa>`. They are built once per algorithm and SA count, and the
+//!   each in an `SaBox` (huge-page memory, as in the data plane's SAD), kept in two
+//!   `Vec<SaBox>`. They are built once per algorithm and SA count, and the
 //!   resident memory they add (`/proc/self/statm`) is reported per SA for the largest
 //!   count.
 //! * **The packets**: a pool of at least [`POOL_MIN`] packets of the profile, in the order
 //!   of the tester's deterministic cycle (`tester::profile`: the profiles' exact shares),
 //!   each at [`HEADROOM`] in a frame of its own ([`FRAME_SIZE`] bytes, more for jumbo
-//!   sizes). Profile sizes are Ethernet frames with the FCS, as everywhere in the tester and
+//!   sizes; the frames in transparent huge pages, as the data plane's packet memory is on
+//!   huge pages). Profile sizes are Ethernet frames with the FCS, as everywhere in the tester and
 //!   the benches: the IP packet ESP encrypts is 18 bytes shorter (`ipv4-64` is a 46-byte
 //!   IPv4 packet, `ipv4-1400` 1382 bytes, `imix1` 46, 576 and 1500 bytes). Packets are UDP
 //!   datagrams (`ipsec::testing`).
@@ -26,7 +28,10 @@
 //!   `encrypt_batch` / `decrypt_batch` call, as a data plane grouping its vector by SA
 //!   would make them. With one SA a vector is one batch of 256; with more, round robin
 //!   makes every batch one packet: the worst case. The SA of each packet is worked out
-//!   before the timing (the data plane's SAD lookup is not in these figures).
+//!   before the timing (the data plane's SAD lookup is not in these figures). As in the
+//!   data plane's ESP nodes, the SA of the batch [`PREFETCH_AHEAD`] on is prefetched
+//!   ([`Sa::prefetch`]; inbound also its replay bitmap, half as far ahead) while one
+//!   batch is processed.
 //! * **One pass**: the clear packets are copied into the frames (not timed), the pool is
 //!   encrypted (timed: **encrypt**), and the packets it produced are decrypted by the
 //!   inbound SAs (timed: **decrypt**). Decryption thus always gets fresh sequence numbers
@@ -50,9 +55,11 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ::ipsec::{
-    decrypt_batch, encrypt_batch, Direction, Encryption, Integrity, Mode, Packet, Sa, SaConfig,
+    decrypt_batch, encrypt_batch, Direction, Encryption, Integrity, Mode, Packet, Sa, SaBox,
+    SaConfig, PREFETCH_AHEAD,
 };
 use anyhow::{bail, Context, Result};
+use dataplane::buffer::prefetch;
 use dataplane::{FRAME_SIZE, HEADROOM, VECTOR_SIZE};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -203,6 +210,9 @@ pub fn parse_seconds(s: &str) -> Result<f64> {
     Ok(v)
 }
 
+/// Batches ahead each SA is prefetched by default: as the data plane's ESP nodes do.
+pub const DEFAULT_PREFETCH: usize = PREFETCH_AHEAD;
+
 /// Settings.
 #[derive(Clone, Debug)]
 pub struct IpsecOptions {
@@ -214,6 +224,9 @@ pub struct IpsecOptions {
     pub profiles: Vec<Profile>,
     /// Timed CPU seconds per cell (ESP encrypt and decrypt, raw seal and open together).
     pub secs: f64,
+    /// How many batches ahead each batch's SA is prefetched (0: not at all, to see what
+    /// prefetching gains).
+    pub prefetch: usize,
 }
 
 impl Default for IpsecOptions {
@@ -223,6 +236,7 @@ impl Default for IpsecOptions {
             sas: parse_sas(DEFAULT_SAS).expect("default SA counts"),
             profiles: parse_profiles(DEFAULT_PROFILES).expect("default profiles"),
             secs: parse_seconds(DEFAULT_SECONDS).expect("default seconds"),
+            prefetch: PREFETCH_AHEAD,
         }
     }
 }
@@ -298,6 +312,8 @@ pub struct IpsecReport {
     pub loadavg: f64,
     /// Timed CPU seconds per cell.
     pub seconds: f64,
+    /// Batches ahead each SA was prefetched (0: not at all).
+    pub prefetch: usize,
     /// The figures from memory.
     pub inmemory: Vec<Row>,
     /// Resident bytes per SA by algorithm, measured while building the SAs of the largest
@@ -336,7 +352,7 @@ fn key(len: usize, i: usize, salt: u8) -> Vec<u8> {
 }
 
 /// SAs 0..n of `alg` in direction `dir`: SPI 0x1000 + i, keys of their own.
-fn build_sas(alg: Alg, n: usize, dir: Direction) -> Result<Vec<Sa>> {
+fn build_sas(alg: Alg, n: usize, dir: Direction) -> Result<Vec<SaBox>> {
     let mut v = Vec::with_capacity(n);
     for i in 0..n {
         let mut c = SaConfig::new(
@@ -351,9 +367,27 @@ fn build_sas(alg: Alg, n: usize, dir: Direction) -> Result<Vec<Sa>> {
             src: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
             dst: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)),
         };
-        v.push(Sa::new(&c).with_context(|| format!("{} SA {i}", alg.name))?);
+        v.push(SaBox::new(
+            Sa::new(&c).with_context(|| format!("{} SA {i}", alg.name))?,
+        ));
     }
     Ok(v)
+}
+
+/// `n` zeroed bytes whose whole 2 MiB pages are advised as transparent huge pages
+/// (before they are touched): the frames, as the data plane's packet memory is on huge
+/// pages. Otherwise, with many SAs, the packets' TLB misses would be the bench's.
+fn huge_zeroed(n: usize) -> Vec<u8> {
+    const HUGE: usize = 2 << 20;
+    let v = vec![0u8; n];
+    let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+    let end = (v.as_ptr() as usize + n) & !(HUGE - 1);
+    if end > start {
+        // SAFETY: [start, end) lies within `v`'s allocation, which is ours; the advice
+        // changes how the memory is backed, not what it holds. A failure (no THP) is fine.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+    v
 }
 
 /// The pool of one profile: clear packets, and the frames the passes work in.
@@ -395,7 +429,7 @@ impl Pool {
         let stride = FRAME_SIZE.max((HEADROOM + max + TAILROOM).next_multiple_of(64));
         Pool {
             stride,
-            frames: vec![0u8; n * stride],
+            frames: huge_zeroed(n * stride),
             bytes: spans.iter().map(|s| s.1 as u64).sum(),
             clear,
             spans,
@@ -458,16 +492,18 @@ impl Times {
 /// The SAs of a cell: both directions, the order they take their turns in, and whose
 /// turn is next.
 struct Sas {
-    out: Vec<Sa>,
-    inb: Vec<Sa>,
+    out: Vec<SaBox>,
+    inb: Vec<SaBox>,
     order: Vec<u32>,
     next: usize,
+    /// Batches ahead each SA is prefetched (0: not at all).
+    prefetch: usize,
 }
 
 impl Sas {
     /// Outbound SA i with inbound SA i, taking their turns in a shuffled order (fixed by
     /// their number).
-    fn with(out: Vec<Sa>, inb: Vec<Sa>) -> Sas {
+    fn with(out: Vec<SaBox>, inb: Vec<SaBox>, prefetch: usize) -> Sas {
         let mut order: Vec<u32> = (0..out.len() as u32).collect();
         order.shuffle(&mut SmallRng::seed_from_u64(out.len() as u64));
         Sas {
@@ -475,6 +511,7 @@ impl Sas {
             inb,
             order,
             next: 0,
+            prefetch,
         }
     }
 }
@@ -503,14 +540,38 @@ fn esp_pass(
         .zip(&pool.spans)
         .map(|(f, &(_, l))| Packet::new(f, HEADROOM, l))
         .collect();
+    // As the data plane's nodes do: the SA of the batch `ahead` on is prefetched while
+    // this one is worked on (its box's pointer twice as far ahead, as the SAD's slot;
+    // inbound, its replay bitmap half as far ahead, once the SA, which points to it, has
+    // come in). 0: none.
+    let ahead = if sas.prefetch == 0 {
+        usize::MAX / 2
+    } else {
+        sas.prefetch
+    };
     let c0 = thread_cpu();
     let mut enc = 0;
-    for &(s, a, b) in batches.iter() {
+    for (i, &(s, a, b)) in batches.iter().enumerate() {
+        if let Some(&(n, _, _)) = batches.get(i + 2 * ahead) {
+            prefetch(sas.out.as_ptr().wrapping_add(n).cast());
+        }
+        if let Some(&(n, _, _)) = batches.get(i + ahead) {
+            sas.out[n].prefetch();
+        }
         enc += encrypt_batch(&mut sas.out[s], &mut pkts[a..b]);
     }
     let c1 = thread_cpu();
     let mut dec = 0;
-    for &(s, a, b) in batches.iter() {
+    for (i, &(s, a, b)) in batches.iter().enumerate() {
+        if let Some(&(n, _, _)) = batches.get(i + 2 * ahead) {
+            prefetch(sas.inb.as_ptr().wrapping_add(n).cast());
+        }
+        if let Some(&(n, _, _)) = batches.get(i + ahead) {
+            sas.inb[n].prefetch();
+        }
+        if let Some(&(n, _, _)) = batches.get(i + ahead / 2) {
+            sas.inb[n].prefetch_window();
+        }
         dec += decrypt_batch(&mut sas.inb[s], &mut pkts[a..b]);
     }
     let c2 = thread_cpu();
@@ -655,21 +716,24 @@ pub fn run(opts: &IpsecOptions, mut progress: impl FnMut(&str)) -> Result<IpsecR
                 alg.name
             ));
             trim();
-            let r0 = rss();
+            // SAs reuse the places earlier ones left in the SA chunks (resident already):
+            // those count as the SA's size each.
+            let reused = |free: usize| free.min(n) * std::mem::size_of::<Sa>();
+            let (r0, f0) = (rss(), ::ipsec::arena::free_places());
             let out = build_sas(alg, n, Direction::Outbound)?;
-            let r1 = rss();
+            let (r1, f1) = (rss(), ::ipsec::arena::free_places());
             let inb = build_sas(alg, n, Direction::Inbound)?;
             let r2 = rss();
             if n == memory_sas {
                 memory.insert(
                     alg.name,
                     SaMemory {
-                        outbound: r1.saturating_sub(r0) as f64 / n as f64,
-                        inbound: r2.saturating_sub(r1) as f64 / n as f64,
+                        outbound: (r1.saturating_sub(r0) + reused(f0)) as f64 / n as f64,
+                        inbound: (r2.saturating_sub(r1) + reused(f1)) as f64 / n as f64,
                     },
                 );
             }
-            let mut sas = Sas::with(out, inb);
+            let mut sas = Sas::with(out, inb, opts.prefetch);
             for p in &opts.profiles {
                 progress(&format!("{} {} {n} SAs", alg.name, p.name()));
                 let rows = cell(alg, p, &mut sas, opts.secs)
@@ -686,6 +750,7 @@ pub fn run(opts: &IpsecOptions, mut progress: impl FnMut(&str)) -> Result<IpsecR
         core,
         loadavg: load,
         seconds: opts.secs,
+        prefetch: opts.prefetch,
         inmemory,
         memory_per_sa_bytes: memory,
         memory_sas,
@@ -706,8 +771,16 @@ pub fn format_table(r: &IpsecReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "ESP from memory: {}, {} CPUs, core {}, load {:.2}, {} CPU s per cell",
-        r.machine.cpu, r.machine.nproc, r.core, r.loadavg, r.seconds
+        "ESP from memory: {}, {} CPUs, core {}, load {:.2}, {} CPU s per cell, SAs prefetched {}",
+        r.machine.cpu,
+        r.machine.nproc,
+        r.core,
+        r.loadavg,
+        r.seconds,
+        match r.prefetch {
+            0 => "never".to_string(),
+            n => format!("{n} batches ahead"),
+        }
     );
     let _ = writeln!(
         o,
@@ -935,6 +1008,7 @@ mod tests {
         let sas = Sas::with(
             build_sas(alg, n, Direction::Outbound).unwrap(),
             build_sas(alg, n, Direction::Inbound).unwrap(),
+            PREFETCH_AHEAD,
         );
         let mut seen = sas.order.clone();
         seen.sort_unstable();
@@ -962,6 +1036,7 @@ mod tests {
             sas: vec![1, 3],
             profiles: parse_profiles("ipv4-64,ipv6-1400").unwrap(),
             secs: 0.002,
+            prefetch: PREFETCH_AHEAD,
         };
         let r = run(&opts, |_| {}).unwrap();
         assert_eq!(r.inmemory.len(), ALGS.len() * 2 * 2 * 2);

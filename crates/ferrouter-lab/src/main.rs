@@ -754,6 +754,10 @@ struct IpsecArgs {
     /// From memory: timed CPU seconds per cell (algorithm, SA count, profile), ESP and raw together.
     #[arg(long, default_value = bench::ipsec::DEFAULT_SECONDS)]
     seconds: String,
+    /// From memory: prefetch each packet's SA this many batches ahead (0: never, to see what
+    /// prefetching gains; the data plane's ESP nodes use the default).
+    #[arg(long, default_value_t = bench::ipsec::DEFAULT_PREFETCH)]
+    prefetch: usize,
     /// The live benchmark with the default DUTs (ferrouter,strongswan).
     #[arg(long)]
     live: bool,
@@ -1442,6 +1446,7 @@ fn ipsec_inmemory(a: IpsecArgs) -> Result<()> {
         sas: bench::ipsec::parse_sas(&a.sas)?,
         profiles: bench::ipsec::parse_profiles(&a.profiles)?,
         secs: bench::ipsec::parse_seconds(&a.seconds)?,
+        prefetch: a.prefetch,
     };
     let r = bench::ipsec::run(&opts, progress(a.json)).context("ESP benchmark")?;
     if a.json {

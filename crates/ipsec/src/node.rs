@@ -1069,6 +1069,43 @@ fn gather(
     Ok(Some(whole))
 }
 
+/// With many SAs (issue 26: each packet's SA is then cold in the caches), the SA slot of
+/// each ESP packet of the vector for the router, its entry prefetched ([`NONE`]: another
+/// packet, or few SAs).
+fn prefetch_inbound(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad) -> [u32; VECTOR_SIZE] {
+    let mut ahead = [NONE; VECTOR_SIZE];
+    if !sad.worth_prefetching() {
+        return ahead;
+    }
+    for (k, a) in ahead.iter_mut().enumerate().take(batch.len()) {
+        let Some(p) = batch.pkt(k) else {
+            continue;
+        };
+        let frame = cx.mem.frame(p.buf);
+        let (off, len) = (p.off as usize, p.len as usize);
+        if let Seen::Esp(_, _, spi, _) = look(frame, off, len, &cx.ifaces.own, sad.natt()) {
+            *a = sad.inbound(spi);
+            sad.prefetch_slot(*a);
+        }
+    }
+    ahead
+}
+
+/// While packet `k` is processed: prefetch the SA of packet `k +` [`crate::PREFETCH_AHEAD`]
+/// (its slot's entry was prefetched before the loop) and, `inbound`, the replay bitmap of
+/// the SA half as far ahead (prefetched by then).
+#[inline]
+fn prefetch_ahead(sad: &Sad, ahead: &[u32; VECTOR_SIZE], k: usize, inbound: bool) {
+    if let Some(&s) = ahead.get(k + crate::PREFETCH_AHEAD) {
+        sad.prefetch_sa(s);
+    }
+    if inbound {
+        if let Some(&s) = ahead.get(k + crate::PREFETCH_AHEAD / 2) {
+            sad.prefetch_window(s);
+        }
+    }
+}
+
 fn decrypt_batch(
     cx: &mut FeatureCx<'_>,
     batch: &mut Batch<'_>,
@@ -1076,7 +1113,9 @@ fn decrypt_batch(
     touched: &mut Vec<u32>,
     mut reasm: Option<&mut crate::reasm::Reassembly>,
 ) {
+    let ahead = prefetch_inbound(cx, batch, sad);
     for k in 0..batch.len() {
+        prefetch_ahead(sad, &ahead, k, true);
         let Some(mut p) = batch.pkt(k).copied() else {
             continue;
         };
@@ -1194,7 +1233,15 @@ fn encrypt_batch(
     sad: &mut Sad,
     touched: &mut Vec<u32>,
 ) {
+    let mut ahead = [NONE; VECTOR_SIZE];
+    if sad.worth_prefetching() {
+        for (k, a) in ahead.iter_mut().enumerate().take(batch.len()) {
+            *a = sad.tx(batch.iface(k));
+            sad.prefetch_slot(*a);
+        }
+    }
     for k in 0..batch.len() {
+        prefetch_ahead(sad, &ahead, k, false);
         let Some(p) = batch.pkt(k).copied() else {
             continue;
         };

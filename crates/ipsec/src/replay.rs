@@ -54,6 +54,14 @@ impl Replay {
         self.bits.len() * 8
     }
 
+    /// Hint the CPU to bring in the bitmap's block for `top + 1` (where the next packet
+    /// in order lands).
+    #[inline]
+    pub(crate) fn prefetch_next(&self) {
+        let i = (((self.top + 1) >> 6) & self.mask) as usize;
+        dataplane::buffer::prefetch(self.bits.as_ptr().wrapping_add(i).cast::<u8>());
+    }
+
     /// The full 64-bit sequence number of a packet carrying `low` (RFC 4303 Appendix A2.2:
     /// the high half is inferred from the window's position). `None` for a number that
     /// would lie before sequence number 0: necessarily a replay.

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 use rustc_hash::FxHashMap;
 
+use crate::arena::SaBox;
 use crate::error::EspError;
 use crate::sa::{Counters, Sa};
 
@@ -32,6 +33,9 @@ pub const OP_QUEUE: usize = 4096;
 pub const OPS_PER_VECTOR: usize = 256;
 /// No slot.
 pub const NONE: u32 = u32::MAX;
+/// Inbound SAs above which the ESP nodes prefetch ([`Sad::worth_prefetching`]): a few
+/// hundred KB of SA state, about what stays in a core's L2 cache.
+pub const PREFETCH_MIN_SAS: usize = 256;
 
 /// An SA's counters as the control thread reads them: copied by the owning worker after
 /// each vector that used the SA.
@@ -77,8 +81,8 @@ impl SaStats {
 
 /// An SA in a worker's table.
 pub struct Installed {
-    /// The SA.
-    pub sa: Box<Sa>,
+    /// The SA, in huge-page memory with the other SAs ([`SaBox`]).
+    pub sa: SaBox,
     /// Where its counters are published.
     pub stats: Arc<SaStats>,
     /// The tunnel interface it belongs to: a packet it decrypts is received there.
@@ -237,6 +241,41 @@ impl Sad {
         self.slots.get_mut(slot as usize)?.as_mut()
     }
 
+    /// Whether the table holds enough SAs for them to fall out of the caches: then the ESP
+    /// nodes prefetch each packet's SA ahead of it (with few, that is only overhead).
+    #[inline]
+    pub fn worth_prefetching(&self) -> bool {
+        self.by_spi.len() > PREFETCH_MIN_SAS
+    }
+
+    /// Hint the CPU to bring in `slot`'s entry, which points to its SA: the first of the
+    /// steps ahead of a packet ([`Sad::prefetch_sa`], [`Sad::prefetch_window`]).
+    #[inline]
+    pub fn prefetch_slot(&self, slot: u32) {
+        if let Some(s) = self.slots.get(slot as usize) {
+            dataplane::buffer::prefetch((s as *const Option<Installed>).cast());
+        }
+    }
+
+    /// Hint the CPU to bring in the SA in `slot` ([`Sa::prefetch`]) and its published
+    /// counters. Reads the slot's entry: some packets after [`Sad::prefetch_slot`].
+    #[inline]
+    pub fn prefetch_sa(&self, slot: u32) {
+        if let Some(Some(i)) = self.slots.get(slot as usize) {
+            i.sa.prefetch();
+            dataplane::buffer::prefetch(Arc::as_ptr(&i.stats).cast());
+        }
+    }
+
+    /// Hint the CPU to bring in the replay bitmap block of the inbound SA in `slot`
+    /// ([`Sa::prefetch_window`]). Reads the SA: some packets after [`Sad::prefetch_sa`].
+    #[inline]
+    pub fn prefetch_window(&self, slot: u32) {
+        if let Some(Some(i)) = self.slots.get(slot as usize) {
+            i.sa.prefetch_window();
+        }
+    }
+
     /// Publish the counters of the SA in `slot`.
     #[inline]
     pub fn publish(&self, slot: u32) {
@@ -282,7 +321,7 @@ impl SadWriter {
         self.pending.push_back(Op::Insert {
             slot,
             sa: Installed {
-                sa: Box::new(sa),
+                sa: SaBox::new(sa),
                 stats,
                 iface,
             },

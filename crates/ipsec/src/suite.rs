@@ -16,7 +16,12 @@ use aws_lc_rs::cipher::{
     DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey, AES_128,
     AES_256,
 };
-use aws_lc_rs::{aead, constant_time, hmac, iv::FixedLength};
+use aws_lc_rs::{constant_time, hmac, iv::FixedLength};
+use aws_lc_sys::{
+    EVP_AEAD_CTX_cleanup, EVP_AEAD_CTX_init, EVP_AEAD_CTX_open_gather, EVP_AEAD_CTX_seal_scatter,
+    EVP_AEAD_CTX_zero, EVP_aead_aes_128_gcm, EVP_aead_aes_256_gcm, EVP_aead_chacha20_poly1305,
+    EVP_AEAD, EVP_AEAD_CTX,
+};
 use zeroize::Zeroize;
 
 use crate::error::{EspError, SaError};
@@ -31,11 +36,8 @@ const CBC_BLOCK: usize = 16;
 
 /// The cipher of an SA.
 pub(crate) enum Cipher {
-    /// GCM or ChaCha20-Poly1305 and its salt.
-    Aead {
-        key: aead::LessSafeKey,
-        salt: [u8; 4],
-    },
+    /// GCM or ChaCha20-Poly1305: keyed in [`Transform`]'s inline context.
+    Aead,
     /// AES-CBC, outbound: the data key and the IV key (boxed: an AES key schedule is
     /// about 500 bytes, which AEAD SAs should not pay for).
     CbcOut(Box<CbcOut>),
@@ -57,19 +59,54 @@ pub(crate) struct Mac {
     icv: usize,
 }
 
-/// An SA's transform.
+/// An SA's transform, laid out for the cache: its first line holds the cipher, the MAC,
+/// the AEAD salt and the AEAD context's header, so that the AEAD's key schedule and GHASH
+/// table (AWS-LC's `EVP_AEAD_CTX` state, 568 bytes) start the next line. The context is
+/// inline, not behind a pointer as aws-lc-rs's `LessSafeKey` keeps it: one SA is one
+/// contiguous run of lines, which [`crate::Sa::prefetch`] brings in ahead of its packet.
+#[repr(C, align(64))]
 pub(crate) struct Transform {
     pub(crate) cipher: Cipher,
     pub(crate) mac: Option<Box<Mac>>,
+    /// The AEADs' salt (RFC 4106 §4, RFC 7634 §2): the nonce's first 4 bytes.
+    salt: [u8; 4],
+    _pad: [u8; TRANSFORM_PAD],
+    /// The AEAD context (AES-GCM, ChaCha20-Poly1305), initialised by `EVP_AEAD_CTX_init`;
+    /// zeroed (no AEAD: `aead` null) for the other ciphers. Reached only through AWS-LC's
+    /// functions, with `&self.ctx` or `&mut self.ctx`: the Rust side never reads its state.
+    ctx: EVP_AEAD_CTX,
 }
+
+/// What pads [`Transform`]'s first line so that the AEAD state starts the second.
+const TRANSFORM_PAD: usize = 64
+    - std::mem::size_of::<Cipher>()
+    - std::mem::size_of::<Option<Box<Mac>>>()
+    - 4
+    - std::mem::offset_of!(EVP_AEAD_CTX, state);
+const _: () =
+    assert!(std::mem::offset_of!(Transform, ctx) + std::mem::offset_of!(EVP_AEAD_CTX, state) == 64);
+
+// SAFETY: the context's pointers are AWS-LC's static AEAD description and, for no AEAD
+// used here, a heap state (AES-GCM and ChaCha20-Poly1305 keep theirs inline); after
+// `EVP_AEAD_CTX_init` AWS-LC only reads the context (seal and open take it `const`), and
+// supports that from several threads at once, as aws-lc-rs's `LessSafeKey` (Send + Sync)
+// relies on. Changing it (cleanup in Drop) takes `&mut self`.
+unsafe impl Send for Transform {}
+// SAFETY: as for Send.
+unsafe impl Sync for Transform {}
 
 impl Drop for Transform {
     fn drop(&mut self) {
-        // The key schedules zeroize themselves (aws-lc-rs: SymmetricCipherKey's Drop,
-        // HMAC_CTX_cleanup, OPENSSL_free of the AEAD context cleanses); the salt is ours.
-        if let Cipher::Aead { salt, .. } = &mut self.cipher {
-            salt.zeroize();
-        }
+        // The CBC and HMAC key schedules zeroize themselves (aws-lc-rs: SymmetricCipherKey's
+        // Drop, HMAC_CTX_cleanup). The AEAD context is ours: cleaned up, then wiped.
+        // SAFETY: `ctx` was zeroed or initialised by EVP_AEAD_CTX_init (see `new`) and is
+        // cleaned up once, here; cleanup of a zeroed context (null `aead`) does nothing.
+        unsafe { EVP_AEAD_CTX_cleanup(&mut self.ctx) };
+        // SAFETY: `EVP_AEAD_CTX` is plain data (a pointer, a union of bytes, two bytes),
+        // for which all zeroes is a valid value (EVP_AEAD_CTX_zero's); we own it
+        // exclusively, and nothing uses it after this.
+        unsafe { zeroize::zeroize_flat_type(&mut self.ctx) };
+        self.salt.zeroize();
     }
 }
 
@@ -97,25 +134,24 @@ impl Transform {
         dir: Direction,
     ) -> Result<Transform, SaError> {
         let name = enc.name();
+        let mut aead = None;
         let cipher = match enc {
             Encryption::AesGcm128 | Encryption::AesGcm256 | Encryption::ChaCha20Poly1305 => {
                 if integ != Integrity::None {
                     return Err(SaError::AeadWithIntegrity(name));
                 }
-                let (alg, n) = match enc {
-                    Encryption::AesGcm128 => (&aead::AES_128_GCM, 16),
-                    Encryption::AesGcm256 => (&aead::AES_256_GCM, 32),
-                    _ => (&aead::CHACHA20_POLY1305, 32),
+                // SAFETY: these return pointers to AWS-LC's static AEAD descriptions.
+                let (alg, n): (*const EVP_AEAD, usize) = unsafe {
+                    match enc {
+                        Encryption::AesGcm128 => (EVP_aead_aes_128_gcm(), 16),
+                        Encryption::AesGcm256 => (EVP_aead_aes_256_gcm(), 32),
+                        _ => (EVP_aead_chacha20_poly1305(), 32),
+                    }
                 };
                 key_len("encryption", name, enc_key, n + 4)?;
                 let (k, s) = enc_key.split_at(n);
-                let mut salt = [0u8; 4];
-                salt.copy_from_slice(s);
-                let key = aead::UnboundKey::new(alg, k).map_err(|_| SaError::Crypto("AEAD key"))?;
-                Cipher::Aead {
-                    key: aead::LessSafeKey::new(key),
-                    salt,
-                }
+                aead = Some((alg, k, s));
+                Cipher::Aead
             }
             Encryption::AesCbc128 | Encryption::AesCbc256 => {
                 if integ == Integrity::None {
@@ -172,13 +208,44 @@ impl Transform {
                 }))
             }
         };
-        Ok(Transform { cipher, mac })
+        let mut t = Transform {
+            cipher,
+            mac,
+            salt: [0; 4],
+            _pad: [0; TRANSFORM_PAD],
+            // SAFETY: all zeroes is a valid EVP_AEAD_CTX (a null `aead`, zero bytes).
+            ctx: unsafe { std::mem::zeroed() },
+        };
+        // SAFETY: `t.ctx` is a valid, exclusively borrowed context.
+        unsafe { EVP_AEAD_CTX_zero(&mut t.ctx) };
+        if let Some((alg, k, s)) = aead {
+            t.salt.copy_from_slice(s);
+            // SAFETY: `alg` is AWS-LC's static description of an AEAD; `k` is valid for
+            // `k.len()` bytes, which AWS-LC checks against the AEAD's key length; the
+            // context is zeroed and ours. AES-GCM and ChaCha20-Poly1305 keep their whole
+            // state inside the context (AWS-LC copies them with memcpy,
+            // `aead_ctx_copy_state_trivial`), so it may move with the Transform.
+            let ok = unsafe {
+                EVP_AEAD_CTX_init(
+                    &mut t.ctx,
+                    alg,
+                    k.as_ptr(),
+                    k.len(),
+                    AEAD_ICV,
+                    std::ptr::null_mut(),
+                )
+            };
+            if ok != 1 {
+                return Err(SaError::Crypto("AEAD key"));
+            }
+        }
+        Ok(t)
     }
 
     /// Bytes of IV after the ESP header.
     pub(crate) fn iv_len(&self) -> usize {
         match self.cipher {
-            Cipher::Aead { .. } => AEAD_IV,
+            Cipher::Aead => AEAD_IV,
             Cipher::CbcOut(_) | Cipher::CbcIn(_) => CBC_BLOCK,
             Cipher::Null => 0,
         }
@@ -187,7 +254,7 @@ impl Transform {
     /// Bytes of ICV at the end.
     pub(crate) fn icv_len(&self) -> usize {
         match (&self.cipher, &self.mac) {
-            (Cipher::Aead { .. }, _) => AEAD_ICV,
+            (Cipher::Aead, _) => AEAD_ICV,
             (_, Some(m)) => m.icv,
             (_, None) => 0,
         }
@@ -216,14 +283,39 @@ impl Transform {
         let (hdr, rest) = body.split_at_mut(ESP_HDR);
         let (iv, data) = rest.split_at_mut(iv_len);
         match &self.cipher {
-            Cipher::Aead { key, salt } => {
+            Cipher::Aead => {
                 iv.copy_from_slice(&seq.to_be_bytes());
                 let aad = aad(hdr, seq, esn);
-                let tag = key
-                    .seal_in_place_separate_tag(nonce(salt, iv), aead::Aad::from(aad.bytes()), data)
-                    .map_err(|_| EspError::TooBig)?;
-                icv.copy_from_slice(tag.as_ref().get(..icv_len).ok_or(EspError::TooBig)?);
-                return Ok(());
+                let nonce = nonce(&self.salt, iv);
+                let mut tag_len = 0usize;
+                let p = data.as_mut_ptr();
+                // SAFETY: the context is initialised (Cipher::Aead); `p` is valid for
+                // `data.len()` bytes, read and written in place (AWS-LC allows `out ==
+                // in`); `icv` is a disjoint slice of `icv.len()` bytes for the tag, whose
+                // length AWS-LC writes to `tag_len`; nonce and AAD are valid for the
+                // lengths given. No extra input.
+                let ok = unsafe {
+                    EVP_AEAD_CTX_seal_scatter(
+                        &self.ctx,
+                        p,
+                        icv.as_mut_ptr(),
+                        &mut tag_len,
+                        icv.len(),
+                        nonce.as_ptr(),
+                        nonce.len(),
+                        p,
+                        data.len(),
+                        std::ptr::null(),
+                        0,
+                        aad.bytes().as_ptr(),
+                        aad.bytes().len(),
+                    )
+                };
+                return if ok == 1 && tag_len == icv_len {
+                    Ok(())
+                } else {
+                    Err(EspError::TooBig)
+                };
             }
             Cipher::CbcOut(c) => {
                 let mut block = [0u8; CBC_BLOCK];
@@ -269,15 +361,31 @@ impl Transform {
         let (hdr, rest) = body.split_at_mut(ESP_HDR);
         let (iv, data) = rest.split_at_mut(iv_len);
         match &self.cipher {
-            Cipher::Aead { key, salt } => {
+            Cipher::Aead => {
                 let aad = aad(hdr, seq, esn);
-                key.open_in_place_separate_tag(
-                    nonce(salt, iv),
-                    aead::Aad::from(aad.bytes()),
-                    icv,
-                    data,
-                )
-                .map_err(|_| EspError::IntegrityFailed)?;
+                let nonce = nonce(&self.salt, iv);
+                let p = data.as_mut_ptr();
+                // SAFETY: the context is initialised (Cipher::Aead); `p` is valid for
+                // `data.len()` bytes, decrypted in place (`out == in`); the tag, nonce and
+                // AAD are valid for the lengths given. AWS-LC compares the tag in
+                // constant time (CRYPTO_memcmp) before it reports success.
+                let ok = unsafe {
+                    EVP_AEAD_CTX_open_gather(
+                        &self.ctx,
+                        p,
+                        nonce.as_ptr(),
+                        nonce.len(),
+                        p,
+                        data.len(),
+                        icv.as_ptr(),
+                        icv.len(),
+                        aad.bytes().as_ptr(),
+                        aad.bytes().len(),
+                    )
+                };
+                if ok != 1 {
+                    return Err(EspError::IntegrityFailed);
+                }
             }
             Cipher::CbcIn(key) => {
                 if data.len() % CBC_BLOCK != 0 {
@@ -337,13 +445,14 @@ fn aad(hdr: &[u8], seq: u64, esn: bool) -> Aad {
     }
 }
 
-fn nonce(salt: &[u8; 4], iv: &[u8]) -> aead::Nonce {
+/// The AEAD nonce: salt and explicit IV (unique per SA: the sequence number).
+fn nonce(salt: &[u8; 4], iv: &[u8]) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[..4].copy_from_slice(salt);
     if let Some(iv) = iv.get(..8) {
         n[4..].copy_from_slice(iv);
     }
-    aead::Nonce::assume_unique_for_key(n)
+    n
 }
 
 #[cfg(test)]

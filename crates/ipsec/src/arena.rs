@@ -1,0 +1,145 @@
+//! Where SAs live: [`SaBox`], a box for an [`Sa`] in 2 MiB chunks advised as transparent
+//! huge pages (`madvise(MADV_HUGEPAGE)`), shared by the process.
+//!
+//! With 100,000 SAs each packet's SA is cold not only in the caches but in the TLB: with
+//! 4 KiB pages almost every SA is a page of its own, and a page walk (nested, in a VM)
+//! comes before the cache miss, which prefetching does not hide well. In 2 MiB pages, 2,000
+//! SAs share one TLB entry (issue 26; `docs/performance.md`, "ESP from memory").
+//!
+//! SAs are made and dropped by the control thread (the workers get and return them boxed
+//! through their op queues), so the free list's lock is never taken on the packet path.
+//! Chunks are kept for reuse, never given back. Without transparent huge pages (`never`)
+//! the chunks are ordinary memory, SAs still packed together.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use crate::sa::Sa;
+
+/// Bytes of a chunk: one huge page.
+const CHUNK: usize = 2 << 20;
+
+/// Free places for an SA, as addresses (a raw pointer is not Send).
+static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// An [`Sa`] in huge-page memory: a `Box` that allocates from the SA chunks.
+pub struct SaBox(NonNull<Sa>);
+
+// SAFETY: an SaBox owns its Sa exclusively, as a Box does; Sa is Send.
+unsafe impl Send for SaBox {}
+// SAFETY: shared access gives `&Sa` only; Sa is Sync.
+unsafe impl Sync for SaBox {}
+
+fn chunk_layout() -> Layout {
+    // CHUNK is a power of two and a multiple of Sa's alignment (64).
+    Layout::from_size_align(CHUNK, CHUNK).unwrap_or(Layout::new::<Sa>())
+}
+
+impl SaBox {
+    /// Moves `sa` into the SA chunks (a new chunk when none has room; allocation failure
+    /// aborts, as `Box::new`'s does).
+    pub fn new(sa: Sa) -> SaBox {
+        let at = {
+            let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+            if free.is_empty() {
+                let layout = chunk_layout();
+                // SAFETY: the layout's size is not zero.
+                let p = unsafe { std::alloc::alloc(layout) };
+                if p.is_null() {
+                    std::alloc::handle_alloc_error(layout);
+                }
+                // SAFETY: `p` is the start of our allocation of `layout.size()` bytes,
+                // aligned to it (2 MiB): the advice only changes how it is backed. A
+                // failure (no THP in this kernel) leaves ordinary pages, which is fine.
+                unsafe { libc::madvise(p.cast(), layout.size(), libc::MADV_HUGEPAGE) };
+                let n = layout.size() / std::mem::size_of::<Sa>();
+                let size = std::mem::size_of::<Sa>();
+                // Popped from the end: SAs are placed in address order.
+                free.extend((0..n).rev().map(|i| p as usize + i * size));
+            }
+            free.pop().unwrap_or(0)
+        };
+        let Some(p) = NonNull::new(at as *mut Sa) else {
+            std::alloc::handle_alloc_error(Layout::new::<Sa>());
+        };
+        // SAFETY: `p` is a free place in a live chunk (chunks are never freed), sized and
+        // aligned for an Sa (the chunk is 2 MiB-aligned and Sa's size a multiple of its
+        // alignment), taken off the free list under its lock: no one else uses it.
+        unsafe { p.as_ptr().write(sa) };
+        SaBox(p)
+    }
+}
+
+/// Places for an SA in the chunks that no SA holds: what the next SAs reuse (already
+/// resident if used before) before a new chunk is taken.
+pub fn free_places() -> usize {
+    FREE.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+impl std::ops::Deref for SaBox {
+    type Target = Sa;
+    fn deref(&self) -> &Sa {
+        // SAFETY: the pointer is to the live Sa this box owns (written in `new`).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl std::ops::DerefMut for SaBox {
+    fn deref_mut(&mut self) -> &mut Sa {
+        // SAFETY: as in Deref, and `&mut self` makes the access exclusive.
+        unsafe { self.0.as_mut() }
+    }
+}
+
+impl Drop for SaBox {
+    fn drop(&mut self) {
+        // SAFETY: the Sa is live and ours; after this it is never used again (its keys are
+        // zeroized by its own Drop) and its place goes back to the free list.
+        unsafe { std::ptr::drop_in_place(self.0.as_ptr()) };
+        FREE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.0.as_ptr() as usize);
+    }
+}
+
+impl std::fmt::Debug for SaBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sa::{Direction, Encryption, Integrity, SaConfig};
+
+    #[test]
+    fn boxes_hold_their_sa_and_places_are_reused() {
+        let sa = |spi| {
+            Sa::new(&SaConfig::new(
+                spi,
+                Direction::Outbound,
+                Encryption::AesGcm128,
+                &[spi as u8; 20],
+                Integrity::None,
+                &[],
+            ))
+            .unwrap()
+        };
+        let mut v: Vec<SaBox> = (0..5000).map(|i| SaBox::new(sa(0x1000 + i))).collect();
+        for (i, b) in v.iter().enumerate() {
+            assert_eq!(b.spi(), 0x1000 + i as u32);
+            assert_eq!((&**b as *const Sa as usize) % 64, 0);
+        }
+        v[7].set_sequence(41);
+        assert_eq!(v[7].sequence(), 41);
+        let at = &*v[3] as *const Sa as usize;
+        v.remove(3);
+        let again = SaBox::new(sa(0x9999));
+        // Other tests allocate too: the place may have gone to one of theirs.
+        let reused = &*again as *const Sa as usize == at;
+        assert_eq!(again.spi(), 0x9999, "reused: {reused}");
+        assert_eq!(v[3].spi(), 0x1004);
+    }
+}
