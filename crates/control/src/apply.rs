@@ -1165,6 +1165,144 @@ mod tests {
         assert_eq!(plan(&b, &b).unwrap().to_string(), "~ interface eth1 up\n");
     }
 
+    fn snapshot(links: &[(u32, &str)], addrs: &[(u32, &str)]) -> linux::Snapshot {
+        linux::Snapshot {
+            links: links
+                .iter()
+                .map(|&(ifindex, name)| linux::Link {
+                    ifindex,
+                    name: name.into(),
+                    mac: None,
+                    mtu: 1500,
+                    up: true,
+                    oper_up: true,
+                    carrier: true,
+                })
+                .collect(),
+            addrs: addrs
+                .iter()
+                .map(|&(ifindex, a)| {
+                    let p: Prefix = a.parse().unwrap();
+                    linux::Addr {
+                        ifindex,
+                        addr: p.addr,
+                        prefix_len: p.len,
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn adding(ops: &[(&str, &str)]) -> Plan {
+        Plan {
+            ops: ops
+                .iter()
+                .map(|&(interface, a)| Op::AddAddress {
+                    interface: interface.into(),
+                    addr: a.parse().unwrap(),
+                })
+                .collect(),
+            relink: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn overlapping_subnets_on_two_interfaces_are_refused_whichever_is_longer() {
+        let k = Kernel::new(snapshot(
+            &[(1, "lo"), (2, "eth0"), (3, "tun0"), (4, "eth1")],
+            &[
+                (1, "127.0.0.1/8"),
+                (2, "192.0.2.1/24"),
+                (3, "fe80::1/64"),
+                (4, "198.51.100.1/24"),
+                (4, "2001:db8::1/64"),
+            ],
+        ));
+        let conflict = |ops: &[(&str, &str)]| match k.check_overlaps(&adding(ops)) {
+            Err(ApplyError::Conflict(m)) => m,
+            other => panic!("{ops:?}: {other:?}"),
+        };
+        // Inside eth0's subnet, around it, the same address with another length.
+        assert_eq!(
+            conflict(&[("tun0", "10.0.0.1/30"), ("tun0", "192.0.2.5/30")]),
+            "address 192.0.2.5/30 on tun0 overlaps 192.0.2.1/24 already on eth0; a subnet can be on one interface only"
+        );
+        assert!(conflict(&[("tun0", "192.0.0.1/16")]).contains("192.0.2.1/24 already on eth0"));
+        assert!(conflict(&[("tun0", "192.0.2.1/32")]).contains("on eth0"));
+        assert!(conflict(&[("tun0", "0.0.0.0/0")]).contains("192.0.2.1/24 already on eth0"));
+        assert!(conflict(&[("tun0", "2001:db8::2/48")]).contains("2001:db8::1/64 already on eth1"));
+        // The first conflict in the kernel's order is the one named.
+        assert!(conflict(&[("tun0", "192.0.0.0/1")]).contains("192.0.2.1/24 already on eth0"));
+        // On the same interface, beside another, link-local, loopback: no conflict.
+        let ok = [
+            ("eth0", "192.0.2.9/24"),
+            ("tun0", "10.0.0.1/30"),
+            ("tun0", "192.0.3.1/24"),
+            ("tun0", "fe80::1/64"),
+            ("tun0", "127.0.0.2/8"),
+            ("tun0", "2001:db9::1/64"),
+        ];
+        assert!(k.check_overlaps(&adding(&ok)).is_ok());
+        // A subnet the plan removes from its interface may move to another.
+        let mut p = adding(&[("tun0", "192.0.2.5/30")]);
+        p.ops.insert(
+            0,
+            Op::DelAddress {
+                interface: "eth0".into(),
+                addr: "192.0.2.1/24".parse().unwrap(),
+            },
+        );
+        assert!(k.check_overlaps(&p).is_ok());
+    }
+
+    #[test]
+    fn relink_lists_each_link_s_routes_by_gateway_subnet_and_by_name() {
+        let mut body = String::new();
+        for i in 0..300 {
+            body.push_str(&format!(
+                "[[interface]]\nname = \"t{i}\"\naddresses = [\"10.128.{}.{}/30\"]\n\
+                 [[route]]\nprefix = \"198.19.{}.{}/32\"\nvia = [\"10.128.{}.{}\"]\n",
+                i / 64,
+                (i % 64) * 4 + 1,
+                i / 256,
+                i % 256,
+                i / 64,
+                (i % 64) * 4 + 2
+            ));
+        }
+        body.push_str(
+            "[[route]]\nprefix = \"203.0.113.0/24\"\ninterface = \"t7\"\nvia = [\"10.128.0.30\"]\n",
+        );
+        body.push_str("[[route]]\nprefix = \"203.0.114.0/24\"\nblackhole = true\n");
+        let c = cfg(&body);
+        let empty = Config {
+            interfaces: Vec::new(),
+            routes: Vec::new(),
+            neighbors: Vec::new(),
+            ..c.clone()
+        };
+        let p = plan(&empty, &c).unwrap();
+        let routes_of = |name: &str| -> Vec<String> {
+            p.relink
+                .iter()
+                .filter(|(i, _)| i == name)
+                .filter_map(|(_, o)| match o {
+                    Op::AddRoute(r) => Some(r.prefix.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(routes_of("t0"), ["198.19.0.0/32"]);
+        assert_eq!(routes_of("t299"), ["198.19.1.43/32"]);
+        // Through t7 by name, and its gateway is in t7's subnet too: listed once.
+        assert_eq!(routes_of("t7"), ["198.19.0.7/32", "203.0.113.0/24"]);
+        assert_eq!(p.relink.len(), 300 * 2 + 1);
+        // Each link's entries together, in the config's order: address, then routes.
+        assert!(matches!(&p.relink[0], (i, Op::AddAddress { .. }) if i == "t0"));
+        assert!(matches!(&p.relink[1], (i, Op::AddRoute(_)) if i == "t0"));
+    }
+
     #[test]
     fn plan_orders_removals_then_additions() {
         let a = cfg("[[interface]]\nname = \"eth1\"\naddresses = [\"192.0.2.1/24\"]\n[[route]]\nprefix = \"10.0.0.0/8\"\nvia = [\"192.0.2.2\"]\n[[route]]\nprefix = \"10.1.0.0/16\"\nblackhole = true\n");

@@ -93,12 +93,28 @@ impl Tap {
     /// ARP; the kernel face of a tunnel interface), set its MTU to `mtu` and bring it up.
     /// Frames read and written are bare IP packets.
     pub fn open_tun(name: &str, mtu: u32) -> io::Result<Tap> {
+        let tun = Tap::open_tun_down(name, mtu)?;
+        tun.set_up()?;
+        Ok(tun)
+    }
+
+    /// [`Tap::open_tun`] without bringing the interface up (one attached to stays as it
+    /// is); [`Tap::set_up`] does. Who creates thousands sets every MTU first and then brings
+    /// them up: the kernel walks its whole IPv6 routing table on each MTU change, and that
+    /// table holds routes of every interface already up.
+    pub fn open_tun_down(name: &str, mtu: u32) -> io::Result<Tap> {
         let fd = attach(name, IFF_TUN, "TUN")?;
         let s = sys::ioctl_socket()?;
         sys::set_mtu(s.as_raw_fd(), name, mtu)
             .map_err(|e| context(e, format!("setting the MTU of {name} to {mtu}")))?;
-        sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
         Ok(Tap::new(fd, name))
+    }
+
+    /// Bring the interface up (administratively).
+    pub fn set_up(&self) -> io::Result<()> {
+        let s = sys::ioctl_socket()?;
+        sys::set_up(s.as_raw_fd(), &self.name)
+            .map_err(|e| context(e, format!("bringing {} up", self.name)))
     }
 
     /// Lower the TAP's MTU to `max` if it is above; returns the MTU it had when lowered.
