@@ -736,3 +736,75 @@ fn sas_from_the_api_key_a_tunnel_and_rekey_it() {
         "{e:#}"
     );
 }
+
+#[test]
+fn a_gateway_with_hundreds_of_tunnels_starts_with_every_tunnel_its_address_and_route() {
+    lab::preconditions("network namespaces and the gateways' ports", &[])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let l = IpsecLab::new(&format!("t{}ipx", std::process::id() % 10000));
+    l.down();
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    l.build().unwrap_or_else(|e| panic!("IPsec lab: {e:#}"));
+    // 200 tunnels beside the lab's ipsec0, each with a /30 and a route through it (as
+    // `bench ipsec --tunnels N` configures them; no SAs: a tunnel without one drops).
+    const N: u32 = 200;
+    let mut extra = String::new();
+    for i in 0..N {
+        let base = u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)) + 4 * i;
+        let (me, peer) = (
+            std::net::Ipv4Addr::from(base + 1),
+            std::net::Ipv4Addr::from(base + 2),
+        );
+        extra.push_str(&format!(
+            "\n[[ipsec.tunnel]]\nname = \"ipsecm{i}\"\nlocal = \"{}\"\nremote = \"{}\"\n\
+             \n[[interface]]\nname = \"ipsecm{i}\"\naddresses = [\"{me}/30\"]\n\
+             \n[[route]]\nprefix = \"198.19.{i}.0/24\"\nvia = [\"{peer}\"]\n",
+            l.wan(1),
+            l.wan(2)
+        ));
+    }
+    l.write_config(1, &extra).unwrap();
+    l.start_within(1, Path::new(common::bin()), Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("gw1 with {N} more tunnels: {e:#}"));
+    let v = ipsec(l, 1);
+    let tunnels: Vec<&str> = v["tunnels"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tunnels in {v:#}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(tunnels.len(), N as usize + 1, "{tunnels:?}");
+    for i in 0..N {
+        let name = format!("ipsecm{i}");
+        assert!(
+            tunnels.contains(&name.as_str()),
+            "{name} not in {tunnels:?}"
+        );
+    }
+    // Every TUN is up with its tunnel's MTU and its address, in the kernel.
+    let (ok, out) = sh(l, &l.gw(1), &["ip", "-o", "-4", "addr", "show"]);
+    assert!(ok, "{out}");
+    for i in [0, N / 2, N - 1] {
+        let base = u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)) + 4 * i;
+        let me = std::net::Ipv4Addr::from(base + 1);
+        assert!(
+            out.contains(&format!("ipsecm{i}    inet {me}/30")),
+            "ipsecm{i} {me}/30 missing: {out:.3000}"
+        );
+    }
+    let (ok, links) = sh(l, &l.gw(1), &["ip", "-o", "link", "show", "up"]);
+    assert!(ok, "{links}");
+    let up = links.lines().filter(|x| x.contains(": ipsecm")).count();
+    assert_eq!(up, N as usize, "{links:.3000}");
+    // Every route through them, mirrored into the FIB.
+    for i in 0..N {
+        let p = format!("198.19.{i}.0/24");
+        let r = control::api::request_json(&l.socket(1), "routes", Some(&p))
+            .unwrap_or_else(|e| panic!("show routes {p}: {e:#}"));
+        assert!(
+            r.to_string().contains(&format!("dev ipsecm{i} ")),
+            "{p} not through ipsecm{i}: {r:#}"
+        );
+    }
+}

@@ -17,16 +17,16 @@
 //! The fast path needs nothing of its own here: the daemon's netlink mirror carries every
 //! kernel change into the FIB.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 
 use linux::{Netlink, RouteKind, RouteTarget, StaticRoute, NUD_PERMANENT, RT_TABLE_MAIN};
 
-use crate::config::{parse_mac, Config, Prefix, RouteConfig, UrpfMode};
+use crate::config::{parse_mac, Config, InterfaceConfig, Prefix, RouteConfig, UrpfMode};
 
 /// One change to the kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Set an interface's MTU.
     SetMtu {
@@ -367,11 +367,27 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     };
     let (old_addrs, new_addrs) = (addrs(old), addrs(new));
     let (old_neighs, new_neighs) = (neighs(old), neighs(new));
+    // Lookups by name and key (a config may have thousands of tunnel interfaces).
+    let old_addr_set: HashSet<&(String, Prefix)> = old_addrs.iter().collect();
+    let new_addr_set: HashSet<&(String, Prefix)> = new_addrs.iter().collect();
+    let mut old_ifaces: HashMap<&str, &InterfaceConfig> = HashMap::new();
+    for o in &old.interfaces {
+        old_ifaces.entry(o.name.as_str()).or_insert(o);
+    }
+    let mut new_ifaces: HashMap<&str, &InterfaceConfig> = HashMap::new();
+    for f in &new.interfaces {
+        new_ifaces.entry(f.name.as_str()).or_insert(f);
+    }
+    let mut old_routes: HashMap<(Option<Prefix>, u32), &RouteConfig> = HashMap::new();
+    for r in &old.routes {
+        old_routes.entry(route_key(r)).or_insert(r);
+    }
+    let new_route_keys: HashSet<(Option<Prefix>, u32)> = new.routes.iter().map(route_key).collect();
 
     let mut ops = Vec::new();
     // Removals, routes first (they may depend on addresses and neighbours).
     for r in &old.routes {
-        if !new.routes.iter().any(|n| route_key(n) == route_key(r)) {
+        if !new_route_keys.contains(&route_key(r)) {
             ops.push(Op::DelRoute(r.clone()));
         }
     }
@@ -385,7 +401,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         }
     }
     for (interface, addr) in &old_addrs {
-        if !new_addrs.contains(&(interface.clone(), *addr)) {
+        if !new_addr_set.contains(&(interface.clone(), *addr)) {
             ops.push(Op::DelAddress {
                 interface: interface.clone(),
                 addr: *addr,
@@ -395,7 +411,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     // Additions: MTUs, addresses, neighbours, then routes over them. An MTU the config no
     // longer sets goes back to the Ethernet default, as on other routers.
     for o in &old.interfaces {
-        let now = new.interfaces.iter().find(|f| f.name == o.name);
+        let now = new_ifaces.get(o.name.as_str());
         if o.mtu.is_some_and(|m| m != DEFAULT_MTU) && now.and_then(|f| f.mtu).is_none() {
             ops.push(Op::SetMtu {
                 interface: o.name.clone(),
@@ -404,11 +420,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         }
     }
     for f in &new.interfaces {
-        let before = old
-            .interfaces
-            .iter()
-            .find(|o| o.name == f.name)
-            .and_then(|o| o.mtu);
+        let before = old_ifaces.get(f.name.as_str()).and_then(|o| o.mtu);
         if let Some(mtu) = f.mtu {
             if before != Some(mtu) {
                 ops.push(Op::SetMtu {
@@ -428,7 +440,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         });
     }
     for o in &old.interfaces {
-        if !o.enabled && !new.interfaces.iter().any(|f| f.name == o.name) {
+        if !o.enabled && !new_ifaces.contains_key(o.name.as_str()) {
             ops.push(Op::SetAdmin {
                 interface: o.name.clone(),
                 up: true,
@@ -436,7 +448,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         }
     }
     for (interface, addr) in &new_addrs {
-        if !old_addrs.contains(&(interface.clone(), *addr)) {
+        if !old_addr_set.contains(&(interface.clone(), *addr)) {
             ops.push(Op::AddAddress {
                 interface: interface.clone(),
                 addr: *addr,
@@ -453,7 +465,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         }
     }
     for r in &new.routes {
-        match old.routes.iter().find(|o| route_key(o) == route_key(r)) {
+        match old_routes.get(&route_key(r)).copied() {
             None => ops.push(Op::AddRoute(r.clone())),
             Some(o) if !same_route(o, r) => ops.push(Op::ReplaceRoute {
                 old: o.clone(),
@@ -464,11 +476,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
     }
     // Fast-path settings last: published once every kernel step has applied.
     for f in &new.interfaces {
-        let before = old
-            .interfaces
-            .iter()
-            .find(|o| o.name == f.name)
-            .and_then(|o| o.urpf);
+        let before = old_ifaces.get(f.name.as_str()).and_then(|o| o.urpf);
         if f.urpf != before {
             ops.push(Op::SetUrpf {
                 interface: f.name.clone(),
@@ -477,7 +485,7 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
         }
     }
     for o in &old.interfaces {
-        let gone = !new.interfaces.iter().any(|f| f.name == o.name);
+        let gone = !new_ifaces.contains_key(o.name.as_str());
         if o.urpf.is_some() && gone {
             ops.push(Op::SetUrpf {
                 interface: o.name.clone(),
@@ -524,11 +532,54 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
             ),
         });
     }
-    // What each section's link carries, to run again if its admin state changes.
+    // What each section's link carries, to run again if its admin state changes: its
+    // addresses, its neighbours, and the routes through it (by name, or with a gateway in
+    // one of its subnets), each list in the config's order.
+    let subnets: Vec<Vec<Prefix>> = new
+        .interfaces
+        .iter()
+        .map(|f| f.addresses.iter().filter_map(|a| a.parse().ok()).collect())
+        .collect();
+    // Each interface's subnets by network, to find those holding a gateway.
+    let mut by_network: HashMap<Prefix, Vec<usize>> = HashMap::new();
+    for (i, nets) in subnets.iter().enumerate() {
+        for s in nets {
+            by_network.entry(s.network()).or_default().push(i);
+        }
+    }
+    let mut sections: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, f) in new.interfaces.iter().enumerate() {
+        sections.entry(f.name.as_str()).or_default().push(i);
+    }
+    let mut routes_through: Vec<Vec<&RouteConfig>> = vec![Vec::new(); new.interfaces.len()];
+    for r in new.routes.iter().filter(|r| !r.blackhole) {
+        let mut through: BTreeSet<usize> = BTreeSet::new();
+        if let Some(n) = &r.interface {
+            through.extend(sections.get(n.as_str()).into_iter().flatten());
+        }
+        for g in r.gateways() {
+            let max = if g.is_ipv4() { 32 } else { 128 };
+            for len in 0..=max {
+                let net = Prefix { addr: g, len }.network();
+                if let Some(v) = by_network.get(&net) {
+                    through.extend(v);
+                }
+            }
+        }
+        for i in through {
+            routes_through[i].push(r);
+        }
+    }
+    let mut neighs_on: HashMap<&str, Vec<(IpAddr, [u8; 6])>> = HashMap::new();
+    for ((interface, ip), mac) in &new_neighs {
+        neighs_on
+            .entry(interface.as_str())
+            .or_default()
+            .push((*ip, *mac));
+    }
     let mut relink = Vec::new();
-    for f in &new.interfaces {
-        let subnets: Vec<Prefix> = f.addresses.iter().filter_map(|a| a.parse().ok()).collect();
-        for addr in &subnets {
+    for (i, f) in new.interfaces.iter().enumerate() {
+        for addr in &subnets[i] {
             relink.push((
                 f.name.clone(),
                 Op::AddAddress {
@@ -537,26 +588,18 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
                 },
             ));
         }
-        for ((interface, ip), mac) in &new_neighs {
-            if *interface == f.name {
-                relink.push((
-                    f.name.clone(),
-                    Op::SetNeighbor {
-                        interface: interface.clone(),
-                        ip: *ip,
-                        mac: *mac,
-                    },
-                ));
-            }
+        for (ip, mac) in neighs_on.get(f.name.as_str()).into_iter().flatten() {
+            relink.push((
+                f.name.clone(),
+                Op::SetNeighbor {
+                    interface: f.name.clone(),
+                    ip: *ip,
+                    mac: *mac,
+                },
+            ));
         }
-        for r in &new.routes {
-            let through = r.interface.as_deref() == Some(f.name.as_str())
-                || r.gateways()
-                    .iter()
-                    .any(|g| subnets.iter().any(|s| s.contains(*g)));
-            if through && !r.blackhole {
-                relink.push((f.name.clone(), Op::AddRoute(r.clone())));
-            }
+        for r in &routes_through[i] {
+            relink.push((f.name.clone(), Op::AddRoute((*r).clone())));
         }
     }
     Ok(Plan { ops, relink })
@@ -651,67 +694,172 @@ fn cause(e: &linux::Error) -> String {
     }
 }
 
-/// The kernel's state as read before the transaction.
+/// The last address of `p` (its host bits set).
+fn last_address(p: &Prefix) -> IpAddr {
+    match p.addr {
+        IpAddr::V4(a) => {
+            let host = u32::MAX.checked_shr(u32::from(p.len)).unwrap_or(0);
+            IpAddr::V4((u32::from(a) | host).into())
+        }
+        IpAddr::V6(a) => {
+            let host = u128::MAX.checked_shr(u32::from(p.len)).unwrap_or(0);
+            IpAddr::V6((u128::from(a) | host).into())
+        }
+    }
+}
+
+/// The kernel's state as read before the transaction, with its lookups indexed (a config
+/// of thousands of tunnel interfaces has as many links, addresses and routes: each step
+/// finds what it needs without a scan).
 struct Kernel {
     snap: linux::Snapshot,
+    /// Each name's first link in `snap.links`.
+    links: HashMap<String, usize>,
+    /// Each ifindex's first link's name.
+    names: HashMap<u32, usize>,
+    /// (ifindex, address, prefix length) of every address.
+    addrs: HashSet<(u32, IpAddr, u8)>,
+    /// The main table's first route of each (destination, length, metric).
+    routes: HashMap<(IpAddr, u8, u32), usize>,
+    /// (ifindex, IP) of every neighbour.
+    neighs: HashSet<(u32, IpAddr)>,
+    /// The first permanent neighbour of each (ifindex, IP).
+    permanent: HashMap<(u32, IpAddr), usize>,
 }
 
 impl Kernel {
+    fn new(snap: linux::Snapshot) -> Kernel {
+        let mut links = HashMap::with_capacity(snap.links.len());
+        let mut names = HashMap::with_capacity(snap.links.len());
+        for (i, l) in snap.links.iter().enumerate() {
+            links.entry(l.name.clone()).or_insert(i);
+            names.entry(l.ifindex).or_insert(i);
+        }
+        let addrs = snap
+            .addrs
+            .iter()
+            .map(|a| (a.ifindex, a.addr, a.prefix_len))
+            .collect();
+        let mut routes = HashMap::new();
+        for (i, k) in snap.routes.iter().enumerate() {
+            if k.table == RT_TABLE_MAIN {
+                routes.entry((k.dst, k.dst_len, k.priority)).or_insert(i);
+            }
+        }
+        let neighs = snap.neighs.iter().map(|n| (n.ifindex, n.ip)).collect();
+        let mut permanent = HashMap::new();
+        for (i, n) in snap.neighs.iter().enumerate() {
+            if n.state & NUD_PERMANENT != 0 {
+                permanent.entry((n.ifindex, n.ip)).or_insert(i);
+            }
+        }
+        Kernel {
+            snap,
+            links,
+            names,
+            addrs,
+            routes,
+            neighs,
+            permanent,
+        }
+    }
+
     /// Every address the plan adds against the kernel's addresses on other interfaces
     /// that the plan leaves in place: overlapping subnets on two interfaces are refused.
     fn check_overlaps(&self, plan: &Plan) -> Result<(), ApplyError> {
         let name = |ifindex: u32| {
-            self.snap
-                .links
-                .iter()
-                .find(|l| l.ifindex == ifindex)
-                .map(|l| l.name.as_str())
+            self.names
+                .get(&ifindex)
+                .map(|&i| self.snap.links[i].name.as_str())
                 .unwrap_or("?")
         };
+        let removed: HashSet<(&str, IpAddr)> = plan
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::DelAddress { interface, addr } => Some((interface.as_str(), addr.addr)),
+                _ => None,
+            })
+            .collect();
+        // The kernel's addresses an added one may not overlap (in the order read), each
+        // with its interface's name.
+        let theirs: Vec<(Prefix, &str)> = self
+            .snap
+            .addrs
+            .iter()
+            .filter(|a| {
+                let link_local =
+                    matches!(a.addr, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+                !link_local && !a.addr.is_loopback()
+            })
+            .map(|a| {
+                let p = Prefix {
+                    addr: a.addr,
+                    len: a.prefix_len,
+                };
+                (p, name(a.ifindex))
+            })
+            .filter(|(p, dev)| !removed.contains(&(*dev, p.addr)))
+            .collect();
+        // Indexed by network: the kernel's subnets that contain an added address are found
+        // by its networks at each shorter length, those inside it by a range of networks.
+        let mut by_network: BTreeMap<Prefix, Vec<usize>> = BTreeMap::new();
+        for (i, (p, _)) in theirs.iter().enumerate() {
+            by_network.entry(p.network()).or_default().push(i);
+        }
         for op in &plan.ops {
             let Op::AddAddress { interface, addr } = op else {
                 continue;
             };
-            for a in &self.snap.addrs {
-                let theirs = Prefix {
-                    addr: a.addr,
-                    len: a.prefix_len,
-                };
-                let dev = name(a.ifindex);
-                let removed = plan.ops.iter().any(|o| {
-                    matches!(o, Op::DelAddress { interface: i, addr: p } if i == dev && p.addr == a.addr)
-                });
-                let link_local =
-                    matches!(a.addr, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
-                if dev == interface || removed || link_local || a.addr.is_loopback() {
-                    continue;
+            let net = addr.network();
+            let mut hits: Vec<usize> = Vec::new();
+            for len in 0..=addr.len {
+                let outer = Prefix {
+                    addr: addr.addr,
+                    len,
                 }
-                if theirs.addr == addr.addr || theirs.overlaps(addr) {
-                    return Err(ApplyError::Conflict(format!(
-                        "address {addr} on {interface} overlaps {}/{} already on {dev}; a subnet can be on one interface only",
-                        a.addr, a.prefix_len
-                    )));
+                .network();
+                if let Some(v) = by_network.get(&outer) {
+                    hits.extend(v);
                 }
+            }
+            let last = last_address(&net);
+            let inside = by_network
+                .range(
+                    net..=Prefix {
+                        addr: last,
+                        len: u8::MAX,
+                    },
+                )
+                .filter(|(k, _)| k.len > addr.len && net.contains(k.addr))
+                .flat_map(|(_, v)| v);
+            hits.extend(inside);
+            let first = hits
+                .into_iter()
+                .filter(|&i| theirs[i].1 != interface.as_str())
+                .min();
+            if let Some(i) = first {
+                let (p, dev) = theirs[i];
+                return Err(ApplyError::Conflict(format!(
+                    "address {addr} on {interface} overlaps {}/{} already on {dev}; a subnet can be on one interface only",
+                    p.addr, p.len
+                )));
             }
         }
         Ok(())
     }
 
     fn link(&self, name: &str) -> Result<&linux::Link, String> {
-        self.snap
-            .links
-            .iter()
-            .find(|l| l.name == name)
+        self.links
+            .get(name)
+            .map(|&i| &self.snap.links[i])
             .ok_or_else(|| format!("interface {name} not found in this network namespace"))
     }
 
     fn route(&self, r: &StaticRoute) -> Option<&linux::Route> {
-        self.snap.routes.iter().find(|k| {
-            k.table == RT_TABLE_MAIN
-                && k.dst == r.dst
-                && k.dst_len == r.dst_len
-                && k.priority == r.metric
-        })
+        self.routes
+            .get(&(r.dst, r.dst_len, r.metric))
+            .map(|&i| &self.snap.routes[i])
     }
 
     fn static_route(&self, r: &RouteConfig) -> Result<StaticRoute, String> {
@@ -787,11 +935,7 @@ impl Kernel {
             }
             Op::DelNeighbor { interface, ip, mac } => {
                 let i = self.link(interface)?.ifindex;
-                let present = self
-                    .snap
-                    .neighs
-                    .iter()
-                    .any(|n| n.ifindex == i && n.ip == *ip);
+                let present = self.neighs.contains(&(i, *ip));
                 present.then_some((Action::DelNeigh(i, *ip), Action::SetNeigh(i, *ip, *mac)))
             }
             Op::AddRoute(r) => {
@@ -838,18 +982,13 @@ impl Kernel {
     }
 
     fn has_addr(&self, ifindex: u32, p: &Prefix) -> bool {
-        self.snap
-            .addrs
-            .iter()
-            .any(|a| a.ifindex == ifindex && a.addr == p.addr && a.prefix_len == p.len)
+        self.addrs.contains(&(ifindex, p.addr, p.len))
     }
 
     fn permanent_neigh(&self, ifindex: u32, ip: IpAddr) -> Option<[u8; 6]> {
-        self.snap
-            .neighs
-            .iter()
-            .find(|n| n.ifindex == ifindex && n.ip == ip && n.state & NUD_PERMANENT != 0)
-            .and_then(|n| n.mac)
+        self.permanent
+            .get(&(ifindex, ip))
+            .and_then(|&i| self.snap.neighs[i].mac)
     }
 }
 
@@ -867,7 +1006,7 @@ pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
             .and_then(|mut m| m.dump())
             .map_err(ApplyError::Snapshot)
     };
-    let mut kernel = Kernel { snap: dump()? };
+    let mut kernel = Kernel::new(dump()?);
     kernel.check_overlaps(plan)?;
     let mut nl = Netlink::open().map_err(ApplyError::Snapshot)?;
     let mut report = Report::default();
@@ -875,33 +1014,38 @@ pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
     let mut ops = plan.ops.clone();
     // Links whose admin state changed, until the kernel is read again.
     let mut bounced: BTreeSet<&str> = BTreeSet::new();
+    let relinked: HashSet<&str> = plan.relink.iter().map(|(i, _)| i.as_str()).collect();
     let mut index = 0;
     loop {
         // Past the admin steps (or at the end of the plan) with links bounced: read the
         // kernel again and add what it flushed with them.
         let past_admin = ops.get(index).is_none_or(|o| rank(o) > ADMIN_RANK);
         if !bounced.is_empty() && past_admin {
-            let planned_route = |r: &RouteConfig| {
-                ops.iter().any(|o| match o {
+            let planned: HashSet<&Op> = ops.iter().collect();
+            let planned_routes: HashSet<(Option<Prefix>, u32)> = ops
+                .iter()
+                .filter_map(|o| match o {
                     Op::AddRoute(x) | Op::DelRoute(x) | Op::ReplaceRoute { new: x, .. } => {
-                        route_key(x) == route_key(r)
+                        Some(route_key(x))
                     }
-                    _ => false,
+                    _ => None,
                 })
-            };
+                .collect();
             let mut extra: Vec<Op> = Vec::new();
+            let mut added: HashSet<&Op> = HashSet::new();
             for (i, o) in &plan.relink {
                 let skip = !bounced.contains(i.as_str())
-                    || ops.contains(o)
-                    || extra.contains(o)
-                    || matches!(o, Op::AddRoute(r) if planned_route(r));
+                    || planned.contains(o)
+                    || added.contains(o)
+                    || matches!(o, Op::AddRoute(r) if planned_routes.contains(&route_key(r)));
                 if !skip {
+                    added.insert(o);
                     extra.push(o.clone());
                 }
             }
             bounced.clear();
             match dump() {
-                Ok(snap) => kernel.snap = snap,
+                Ok(snap) => kernel = Kernel::new(snap),
                 Err(e) => {
                     let (undone, undo_errors) = roll_back(undo, &mut nl);
                     return Err(ApplyError::Step {
@@ -933,8 +1077,8 @@ pub fn apply(plan: &Plan) -> Result<Report, ApplyError> {
                 report.changed.push(op.to_string());
                 undo.push((op.doing(), back));
                 if let Op::SetAdmin { interface, .. } = &op {
-                    if let Some((name, _)) = plan.relink.iter().find(|(i, _)| i == interface) {
-                        bounced.insert(name.as_str());
+                    if let Some(name) = relinked.get(interface.as_str()) {
+                        bounced.insert(name);
                     }
                 }
                 Ok(())
@@ -1025,6 +1169,144 @@ mod tests {
         );
         // The same config again: only the admin state, asserted.
         assert_eq!(plan(&b, &b).unwrap().to_string(), "~ interface eth1 up\n");
+    }
+
+    fn snapshot(links: &[(u32, &str)], addrs: &[(u32, &str)]) -> linux::Snapshot {
+        linux::Snapshot {
+            links: links
+                .iter()
+                .map(|&(ifindex, name)| linux::Link {
+                    ifindex,
+                    name: name.into(),
+                    mac: None,
+                    mtu: 1500,
+                    up: true,
+                    oper_up: true,
+                    carrier: true,
+                })
+                .collect(),
+            addrs: addrs
+                .iter()
+                .map(|&(ifindex, a)| {
+                    let p: Prefix = a.parse().unwrap();
+                    linux::Addr {
+                        ifindex,
+                        addr: p.addr,
+                        prefix_len: p.len,
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn adding(ops: &[(&str, &str)]) -> Plan {
+        Plan {
+            ops: ops
+                .iter()
+                .map(|&(interface, a)| Op::AddAddress {
+                    interface: interface.into(),
+                    addr: a.parse().unwrap(),
+                })
+                .collect(),
+            relink: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn overlapping_subnets_on_two_interfaces_are_refused_whichever_is_longer() {
+        let k = Kernel::new(snapshot(
+            &[(1, "lo"), (2, "eth0"), (3, "tun0"), (4, "eth1")],
+            &[
+                (1, "127.0.0.1/8"),
+                (2, "192.0.2.1/24"),
+                (3, "fe80::1/64"),
+                (4, "198.51.100.1/24"),
+                (4, "2001:db8::1/64"),
+            ],
+        ));
+        let conflict = |ops: &[(&str, &str)]| match k.check_overlaps(&adding(ops)) {
+            Err(ApplyError::Conflict(m)) => m,
+            other => panic!("{ops:?}: {other:?}"),
+        };
+        // Inside eth0's subnet, around it, the same address with another length.
+        assert_eq!(
+            conflict(&[("tun0", "10.0.0.1/30"), ("tun0", "192.0.2.5/30")]),
+            "address 192.0.2.5/30 on tun0 overlaps 192.0.2.1/24 already on eth0; a subnet can be on one interface only"
+        );
+        assert!(conflict(&[("tun0", "192.0.0.1/16")]).contains("192.0.2.1/24 already on eth0"));
+        assert!(conflict(&[("tun0", "192.0.2.1/32")]).contains("on eth0"));
+        assert!(conflict(&[("tun0", "0.0.0.0/0")]).contains("192.0.2.1/24 already on eth0"));
+        assert!(conflict(&[("tun0", "2001:db8::2/48")]).contains("2001:db8::1/64 already on eth1"));
+        // The first conflict in the kernel's order is the one named.
+        assert!(conflict(&[("tun0", "192.0.0.0/1")]).contains("192.0.2.1/24 already on eth0"));
+        // On the same interface, beside another, link-local, loopback: no conflict.
+        let ok = [
+            ("eth0", "192.0.2.9/24"),
+            ("tun0", "10.0.0.1/30"),
+            ("tun0", "192.0.3.1/24"),
+            ("tun0", "fe80::1/64"),
+            ("tun0", "127.0.0.2/8"),
+            ("tun0", "2001:db9::1/64"),
+        ];
+        assert!(k.check_overlaps(&adding(&ok)).is_ok());
+        // A subnet the plan removes from its interface may move to another.
+        let mut p = adding(&[("tun0", "192.0.2.5/30")]);
+        p.ops.insert(
+            0,
+            Op::DelAddress {
+                interface: "eth0".into(),
+                addr: "192.0.2.1/24".parse().unwrap(),
+            },
+        );
+        assert!(k.check_overlaps(&p).is_ok());
+    }
+
+    #[test]
+    fn relink_lists_each_link_s_routes_by_gateway_subnet_and_by_name() {
+        let mut body = String::new();
+        for i in 0..300 {
+            body.push_str(&format!(
+                "[[interface]]\nname = \"t{i}\"\naddresses = [\"10.128.{}.{}/30\"]\n\
+                 [[route]]\nprefix = \"198.19.{}.{}/32\"\nvia = [\"10.128.{}.{}\"]\n",
+                i / 64,
+                (i % 64) * 4 + 1,
+                i / 256,
+                i % 256,
+                i / 64,
+                (i % 64) * 4 + 2
+            ));
+        }
+        body.push_str(
+            "[[route]]\nprefix = \"203.0.113.0/24\"\ninterface = \"t7\"\nvia = [\"10.128.0.30\"]\n",
+        );
+        body.push_str("[[route]]\nprefix = \"203.0.114.0/24\"\nblackhole = true\n");
+        let c = cfg(&body);
+        let empty = Config {
+            interfaces: Vec::new(),
+            routes: Vec::new(),
+            neighbors: Vec::new(),
+            ..c.clone()
+        };
+        let p = plan(&empty, &c).unwrap();
+        let routes_of = |name: &str| -> Vec<String> {
+            p.relink
+                .iter()
+                .filter(|(i, _)| i == name)
+                .filter_map(|(_, o)| match o {
+                    Op::AddRoute(r) => Some(r.prefix.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(routes_of("t0"), ["198.19.0.0/32"]);
+        assert_eq!(routes_of("t299"), ["198.19.1.43/32"]);
+        // Through t7 by name, and its gateway is in t7's subnet too: listed once.
+        assert_eq!(routes_of("t7"), ["198.19.0.7/32", "203.0.113.0/24"]);
+        assert_eq!(p.relink.len(), 300 * 2 + 1);
+        // Each link's entries together, in the config's order: address, then routes.
+        assert!(matches!(&p.relink[0], (i, Op::AddAddress { .. }) if i == "t0"));
+        assert!(matches!(&p.relink[1], (i, Op::AddRoute(_)) if i == "t0"));
     }
 
     #[test]

@@ -756,12 +756,16 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         }
         taps.push(Some(tap));
     }
-    // IPsec tunnel interfaces' faces: TUNs (no link layer), with the tunnel's MTU.
+    // IPsec tunnel interfaces' faces: TUNs (no link layer), with the tunnel's MTU. All
+    // MTUs are set before any comes up: the kernel walks its IPv6 routes (a few per
+    // interface up) on each MTU change, which with thousands of tunnels is quadratic.
     let planned = cfg.ipsec.plan(&[]).unwrap_or_default();
+    let tunnel = |t: &ipsec::config::TunnelConfig| {
+        format!("ipsec tunnel {} ({} to {})", t.name, t.local, t.remote)
+    };
     for (i, t) in cfg.ipsec.tunnels.iter().enumerate() {
         let mtu = cfg.ipsec.tunnel_mtu(i, &planned);
-        let tun = Tap::open_tun(&t.name, mtu)
-            .with_context(|| format!("ipsec tunnel {} ({} to {})", t.name, t.local, t.remote))?;
+        let tun = Tap::open_tun_down(&t.name, mtu).with_context(|| tunnel(t))?;
         tracing::info!(
             "ipsec tunnel {}: {} to {}, MTU {mtu}",
             t.name,
@@ -771,6 +775,15 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         taps.push(Some(tun));
     }
     drop(planned);
+    let first_tunnel = taps.len() - cfg.ipsec.tunnels.len();
+    for (tun, t) in taps[first_tunnel..].iter().zip(&cfg.ipsec.tunnels) {
+        if let Some(tun) = tun {
+            tun.set_up().with_context(|| tunnel(t))?;
+        }
+    }
+    if !cfg.ipsec.tunnels.is_empty() {
+        tracing::info!("{} ipsec tunnel interface(s) up", cfg.ipsec.tunnels.len());
+    }
     // The config's addresses, MTUs, routes and neighbours into the kernel (what is already
     // there changes nothing), before the mirror's dump so the FIB starts with them.
     let (config_svc, started) = crate::configsvc::ConfigService::start(config_path)

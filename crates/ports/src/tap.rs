@@ -68,7 +68,7 @@ impl Tap {
         let fd = attach(name, IFF_TAP, "TAP")?;
         // A MAC change flushes the interface's neighbours, static ones included: only set
         // it when it differs (a pre-created TAP keeps its configuration).
-        let s = sys::raw_socket(libc::AF_PACKET)?;
+        let s = sys::ioctl_socket()?;
         if sys::hwaddr(s.as_raw_fd(), name)? != mac {
             sys::set_hwaddr(s.as_raw_fd(), name, mac)
                 .map_err(|e| context(e, format!("setting the MAC of {name}")))?;
@@ -93,17 +93,33 @@ impl Tap {
     /// ARP; the kernel face of a tunnel interface), set its MTU to `mtu` and bring it up.
     /// Frames read and written are bare IP packets.
     pub fn open_tun(name: &str, mtu: u32) -> io::Result<Tap> {
+        let tun = Tap::open_tun_down(name, mtu)?;
+        tun.set_up()?;
+        Ok(tun)
+    }
+
+    /// [`Tap::open_tun`] without bringing the interface up (one attached to stays as it
+    /// is); [`Tap::set_up`] does. Who creates thousands sets every MTU first and then brings
+    /// them up: the kernel walks its whole IPv6 routing table on each MTU change, and that
+    /// table holds routes of every interface already up.
+    pub fn open_tun_down(name: &str, mtu: u32) -> io::Result<Tap> {
         let fd = attach(name, IFF_TUN, "TUN")?;
-        let s = sys::raw_socket(libc::AF_PACKET)?;
+        let s = sys::ioctl_socket()?;
         sys::set_mtu(s.as_raw_fd(), name, mtu)
             .map_err(|e| context(e, format!("setting the MTU of {name} to {mtu}")))?;
-        sys::set_up(s.as_raw_fd(), name).map_err(|e| context(e, format!("bringing {name} up")))?;
         Ok(Tap::new(fd, name))
+    }
+
+    /// Bring the interface up (administratively).
+    pub fn set_up(&self) -> io::Result<()> {
+        let s = sys::ioctl_socket()?;
+        sys::set_up(s.as_raw_fd(), &self.name)
+            .map_err(|e| context(e, format!("bringing {} up", self.name)))
     }
 
     /// Lower the TAP's MTU to `max` if it is above; returns the MTU it had when lowered.
     pub fn clamp_mtu(&self, max: u32) -> io::Result<Option<u32>> {
-        let s = sys::raw_socket(libc::AF_PACKET)?;
+        let s = sys::ioctl_socket()?;
         let now = sys::mtu(s.as_raw_fd(), &self.name)
             .map_err(|e| context(e, format!("reading the MTU of {}", self.name)))?;
         if now <= max {
@@ -121,7 +137,7 @@ impl Tap {
 
     /// The Linux ifindex (0 if the interface vanished).
     pub fn ifindex(&self) -> u32 {
-        sys::raw_socket(libc::AF_PACKET)
+        sys::ioctl_socket()
             .and_then(|s| sys::ifindex(s.as_raw_fd(), &self.name))
             .unwrap_or(0)
     }
@@ -171,13 +187,13 @@ impl Tap {
 /// The hardware address of interface `name` (a VLAN sub-interface's TAP takes its
 /// parent's, as Linux VLAN devices do).
 pub fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
-    let s = sys::raw_socket(libc::AF_PACKET)?;
+    let s = sys::ioctl_socket()?;
     sys::hwaddr(s.as_raw_fd(), name).map_err(|e| context(e, format!("reading the MAC of {name}")))
 }
 
 /// The MTU of interface `name`.
 pub fn interface_mtu(name: &str) -> io::Result<u32> {
-    let s = sys::raw_socket(libc::AF_PACKET)?;
+    let s = sys::ioctl_socket()?;
     sys::mtu(s.as_raw_fd(), name).map_err(|e| context(e, format!("reading the MTU of {name}")))
 }
 
