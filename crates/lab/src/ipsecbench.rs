@@ -1461,7 +1461,7 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
     for p in &profiles {
         if opts.duts.contains(&Dut::Ferrouter) && p.max_frame_size() as f64 > FERROUTER_MAX_FRAME {
             report.notes.push(format!(
-                "profile {}: its frames above {FERROUTER_MAX_FRAME} bytes carry IP packets bigger than ferrouter's tunnel MTU (1443); without DF, gw1 encrypts them whole and fragments the outer packet, and gw2's esp-decrypt drops ESP fragments (counted as `fragment`: ferrouter does not reassemble them yet, docs/ipsec.md), so the ferrouter pair loses those frames at any rate and its NDR there is 0",
+                "profile {}: its frames above {FERROUTER_MAX_FRAME} bytes carry IP packets bigger than ferrouter's tunnel MTU (1443); without DF, gw1 encrypts them whole and fragments the outer packet (two ESP packets on the WAN), and gw2's esp-decrypt reassembles them before decrypting (docs/ipsec.md, \"Fragmented ESP\")",
                 p.name()
             ));
         }
