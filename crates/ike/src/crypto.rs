@@ -1,0 +1,1 @@
+//! Key exchange, PRF, key derivation and the SK payload (being built).

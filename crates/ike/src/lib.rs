@@ -1,0 +1,9 @@
+//! IKEv2 (RFC 7296) for ferrouter.
+//!
+//! - [`transform`]: the IANA numbers of the transforms IKE and ESP negotiate.
+//! - [`wire`]: the message codec (header and payloads), parsing bounded, hostile input.
+//! - [`crypto`]: key exchange, PRF, key derivation and the encrypted (SK) payload.
+
+pub mod crypto;
+pub mod transform;
+pub mod wire;
