@@ -101,7 +101,7 @@ impl Prf {
     }
 
     /// Output length (and preferred key length), bytes.
-    pub fn len(self) -> usize {
+    pub fn out_len(self) -> usize {
         match self {
             Prf::HmacSha256 => 32,
             Prf::HmacSha384 => 48,
