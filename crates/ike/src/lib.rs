@@ -4,6 +4,7 @@
 //! - [`wire`]: the message codec (header and payloads), parsing bounded, hostile input.
 //! - [`crypto`]: key exchange, PRF, key derivation and the encrypted (SK) payload.
 
+pub mod config;
 pub mod crypto;
 pub mod transform;
 pub mod wire;
