@@ -1,1 +1,0 @@
-//! Key exchange, PRF, key derivation and the SK payload (being built).
