@@ -111,6 +111,17 @@ enum IpsecCmd {
         #[command(subcommand)]
         cmd: IpsecSaCmd,
     },
+    /// IKE: bring up (or restart) the IKE SA of an [[ipsec.peer]].
+    Initiate {
+        /// The peer's name.
+        peer: String,
+    },
+    /// IKE: delete a peer's IKE SAs and their child SAs (an initiating peer stays down
+    /// until `initiate`, a config apply or a restart).
+    Terminate {
+        /// The peer's name.
+        peer: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -220,11 +231,12 @@ enum Cmd {
     /// Ask a running router (over its control socket).
     Show {
         /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack | nat |
-        /// ipsec
+        /// ipsec | ike
         what: String,
         /// For routes: a prefix (exact) or an address (longest match), or `summary`; for
         /// conntrack: an address or prefix one end of the flows lies in; for nat:
-        /// `sessions`; for ipsec: `sa` or `tunnels` (both show tunnels and SAs).
+        /// `sessions`; for ipsec: `sa` or `tunnels` (both show tunnels and SAs); for ike:
+        /// `sa` (the default) or `child-sa`.
         arg: Option<String>,
         /// For `nat sessions`: an IPv4 address, prefix or range any address of the
         /// sessions (before or after translation) lies in.
@@ -251,7 +263,8 @@ enum Cmd {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// IPsec: SAs through the API (`show ipsec` lists them with the config's).
+    /// IPsec: SAs through the API (`show ipsec` lists them with the config's); IKE peers
+    /// brought up and down (`show ike sa`).
     Ipsec {
         #[command(subcommand)]
         cmd: IpsecCmd,
@@ -361,6 +374,14 @@ fn main() -> Result<()> {
             println!("{} flow(s) removed", r.removed);
             Ok(())
         }
+        Cmd::Ipsec {
+            cmd: IpsecCmd::Initiate { peer },
+            api,
+        } => ike_cmd(&api.client()?, "initiate", &peer),
+        Cmd::Ipsec {
+            cmd: IpsecCmd::Terminate { peer },
+            api,
+        } => ike_cmd(&api.client()?, "terminate", &peer),
         Cmd::Ipsec {
             cmd: IpsecCmd::Sa { cmd },
             api,
@@ -633,6 +654,20 @@ fn init_logs(format: &str) {
         b.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
             .init();
     }
+}
+
+/// `ipsec initiate|terminate PEER`.
+fn ike_cmd(client: &control::client::Client, verb: &str, peer: &str) -> Result<()> {
+    let r: control::model::IkeChanged = client.send_as(
+        "POST",
+        &format!("/v1/ike/{verb}/{peer}"),
+        &serde_json::Value::Null,
+    )?;
+    match r.result.as_str() {
+        "terminated" => println!("peer {}: {} IKE SA(s) deleted", r.peer, r.sas),
+        _ => println!("peer {}: {}", r.peer, r.result),
+    }
+    Ok(())
 }
 
 fn show(

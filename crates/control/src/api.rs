@@ -55,11 +55,15 @@ pub enum Shown {
     NatSessions(model::NatSessionList),
     /// `GET /v1/ipsec`.
     Ipsec(model::IpsecView),
+    /// `GET /v1/ike`: the IKE SAs (`show ike` / `show ike sa`).
+    Ike(model::IkeView),
+    /// `GET /v1/ike`'s child SAs (`show ike child-sa`).
+    IkeChildSas(Vec<model::IkeChildView>),
 }
 
 /// The items `show` knows, for error messages.
 const ITEMS: &str =
-    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions or ipsec";
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions, ipsec, ike sa or ike child-sa";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -91,6 +95,10 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
         ),
         "nat" => Shown::Nat(crate::natview::view(&shared.features)),
         "ipsec" => Shown::Ipsec(ipsec_view(shared)),
+        "ike" if arg == Some("child-sa") => {
+            Shown::IkeChildSas(children(crate::ikesvc::view(shared)))
+        }
+        "ike" => Shown::Ike(crate::ikesvc::view(shared)),
         other => {
             return Err(ShowError::BadRequest(format!(
                 "unknown item {other:?}: expected {ITEMS}"
@@ -573,6 +581,12 @@ enum Item {
     Nat,
     NatSessions,
     Ipsec,
+    Ike,
+    IkeChildSas,
+}
+
+fn children(v: model::IkeView) -> Vec<model::IkeChildView> {
+    v.sas.into_iter().flat_map(|s| s.children).collect()
 }
 
 fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
@@ -603,6 +617,11 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
         ("nat", None) => (Item::Nat, "/v1/nat".into()),
         ("nat", Some(a)) => anyhow::bail!("unknown item \"nat {a}\": expected nat or nat sessions"),
         ("ipsec", None | Some("sa") | Some("tunnels")) => (Item::Ipsec, "/v1/ipsec".into()),
+        ("ike", None | Some("sa")) => (Item::Ike, "/v1/ike".into()),
+        ("ike", Some("child-sa")) => (Item::IkeChildSas, "/v1/ike".into()),
+        ("ike", Some(a)) => {
+            anyhow::bail!("unknown item \"ike {a}\": expected ike sa or ike child-sa")
+        }
         ("ipsec", Some(a)) => {
             anyhow::bail!("unknown item \"ipsec {a}\": expected ipsec, ipsec sa or ipsec tunnels")
         }
@@ -631,6 +650,8 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Nat => Shown::Nat(client.get_as(&path)?),
         Item::NatSessions => Shown::NatSessions(client.get_as(&path)?),
         Item::Ipsec => Shown::Ipsec(client.get_as(&path)?),
+        Item::Ike => Shown::Ike(client.get_as(&path)?),
+        Item::IkeChildSas => Shown::IkeChildSas(children(client.get_as(&path)?)),
     })
 }
 

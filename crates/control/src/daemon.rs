@@ -999,9 +999,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
         bgp_fib_done_ns: AtomicU64::new(0),
         glean: Default::default(),
         features,
+        ike: Default::default(),
         api_conns: Default::default(),
         held_down,
     });
+    // IKE once the fast path can take its child SAs.
+    if let Err(e) = shared.ike.apply(&shared, &cfg.ipsec) {
+        tracing::error!("IKE: {e}");
+    }
     let socket = cfg.control_socket.clone();
     let tcp = cfg.api.listen.zip(token);
     let server = match http::serve(&socket, tcp, api_limits, shared.clone()) {

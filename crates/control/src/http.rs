@@ -345,9 +345,12 @@ fn with_config<T: Send + 'static>(
 /// The fast path follows the config just applied (uRPF, ...). It cannot fail for a valid
 /// config (the config's checks and the registry agree); if it did, the workers keep what
 /// they had and the error is logged.
-fn publish_features(s: &Shared, cfg: &crate::config::Config) {
+fn publish_features(s: &Arc<Shared>, cfg: &crate::config::Config) {
     if let Err(e) = s.features.publish(cfg) {
         tracing::error!("the fast path's features were not updated: {e}");
+    }
+    if let Err(e) = s.ike.apply(s, &cfg.ipsec) {
+        tracing::error!("IKE did not take the new peers: {e}");
     }
 }
 
@@ -547,6 +550,56 @@ async fn ipsec_sa_add(
             result: "added".into(),
             direction: b.direction,
             spi,
+        }))
+    })
+    .await
+}
+
+/// The IKE daemon's SAs, their child SAs, and its counters.
+#[utoipa::path(get, path = "/v1/ike", tag = "show",
+    responses((status = 200, description = "IKE SAs and counters", body = model::IkeView)))]
+async fn ike(State(s): State<Arc<Shared>>) -> ApiResult<model::IkeView> {
+    blocking(move || Ok(Json(crate::ikesvc::view(&s)))).await
+}
+
+/// Start (or restart) the IKE SA of a peer.
+#[utoipa::path(post, path = "/v1/ike/initiate/{peer}", tag = "ipsec",
+    params(("peer" = String, Path, description = "An [[ipsec.peer]]'s name")),
+    responses((status = 200, description = "IKE_SA_INIT sent (or the SA is already up)", body = model::IkeChanged),
+              (status = 422, description = "No such peer, or it cannot initiate", body = model::ErrorBody)))]
+async fn ike_initiate(
+    State(s): State<Arc<Shared>>,
+    axum::extract::Path(peer): axum::extract::Path<String>,
+) -> ApiResult<model::IkeChanged> {
+    blocking(move || {
+        s.ike.initiate(&peer).map_err(ApiError::unprocessable)?;
+        tracing::info!(peer, "IKE: API: initiate");
+        Ok(Json(model::IkeChanged {
+            peer,
+            result: "initiating".into(),
+            sas: 0,
+        }))
+    })
+    .await
+}
+
+/// Delete a peer's IKE SAs and their child SAs (an initiating peer stays down until
+/// `initiate`, a config apply or a restart).
+#[utoipa::path(post, path = "/v1/ike/terminate/{peer}", tag = "ipsec",
+    params(("peer" = String, Path, description = "An [[ipsec.peer]]'s name")),
+    responses((status = 200, description = "Deleted", body = model::IkeChanged),
+              (status = 422, description = "No such peer", body = model::ErrorBody)))]
+async fn ike_terminate(
+    State(s): State<Arc<Shared>>,
+    axum::extract::Path(peer): axum::extract::Path<String>,
+) -> ApiResult<model::IkeChanged> {
+    blocking(move || {
+        let n = s.ike.terminate(&peer).map_err(ApiError::unprocessable)?;
+        tracing::info!(peer, sas = n, "IKE: API: terminate");
+        Ok(Json(model::IkeChanged {
+            peer,
+            result: "terminated".into(),
+            sas: n,
         }))
     })
     .await
@@ -780,7 +833,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, ipsec_sa_add, ipsec_sa_remove, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, ipsec_sa_add, ipsec_sa_remove, ike, ike_initiate, ike_terminate, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -907,6 +960,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/v1/capture", post(capture))
         .route("/v1/ipsec/sa", post(ipsec_sa_add))
+        .route("/v1/ike", get(ike))
+        .route("/v1/ike/initiate/{peer}", post(ike_initiate))
+        .route("/v1/ike/terminate/{peer}", post(ike_terminate))
         .route(
             "/v1/ipsec/sa/{direction}/{spi}",
             axum::routing::delete(ipsec_sa_remove),

@@ -13,6 +13,7 @@ pub mod fwview;
 pub mod glean;
 pub mod history;
 pub mod http;
+pub mod ikesvc;
 pub mod listener;
 pub mod metrics;
 pub mod model;

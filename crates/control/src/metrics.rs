@@ -41,6 +41,10 @@
 //! | `ferrouter_ipsec_reassembly_total` | event=fragments/reassembled/timed_out/evicted/discarded | fragmented ESP gathered before decryption |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
+//! | `ferrouter_ike_sas` | state=established/half_open | IKE SAs |
+//! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD |
+//! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
+//! | `ferrouter_ike_dropped_total` | reason | IKE messages dropped (malformed, integrity, bad_message_id, ...) |
 //! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy, action | packets that matched a security policy |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
@@ -185,6 +189,46 @@ fn firewall_metrics(s: &mut Scrape, shared: &Shared) {
             ],
         );
     }
+}
+
+/// The IKE daemon: SAs by state, events, failures and drops by reason.
+fn ike_metrics(s: &mut Scrape, shared: &Shared) {
+    let Some((c, established, half_open)) = shared.ike.counters() else {
+        return;
+    };
+    s.gauge(
+        "ferrouter_ike_sas",
+        "IKE SAs, established and half-open.",
+        vec![
+            (vec![("state", "established".into())], established as f64),
+            (vec![("state", "half_open".into())], half_open as f64),
+        ],
+    );
+    let m = crate::ikesvc::counter_map(&c);
+    let pick = |prefix: &str| -> Vec<(Vec<(&'static str, String)>, u64)> {
+        m.iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|r| (r.to_string(), *v)))
+            .map(|(r, v)| (vec![("reason", r)], v))
+            .collect()
+    };
+    s.counter(
+        "ferrouter_ike_failures",
+        "IKE negotiations that failed, by reason.",
+        pick("failed_"),
+    );
+    s.counter(
+        "ferrouter_ike_dropped",
+        "IKE messages dropped, by reason.",
+        pick("dropped_"),
+    );
+    s.counter(
+        "ferrouter_ike_events",
+        "IKE events: messages received/sent/retransmitted, SAs established, child SAs installed/removed, cookies, DPD.",
+        m.iter()
+            .filter(|(k, _)| !k.starts_with("failed_") && !k.starts_with("dropped_"))
+            .map(|(k, v)| (vec![("event", k.clone())], *v))
+            .collect(),
+    );
 }
 
 /// IPsec SAs: packets, bytes and errors per SA.
@@ -519,6 +563,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     firewall_metrics(&mut s, shared);
     steering_metrics(&mut s, shared);
     ipsec_metrics(&mut s, shared);
+    ike_metrics(&mut s, shared);
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();

@@ -1129,3 +1129,68 @@ pub struct NatSession {
     /// Seconds until it expires without traffic.
     pub expires_s: f64,
 }
+
+/// `GET /v1/ike`: the IKE daemon's SAs and counters (`show ike sa`, `show ike child-sa`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IkeView {
+    /// Whether the daemon runs (it does once `[[ipsec.peer]]`s are configured).
+    pub running: bool,
+    /// IKE SAs established.
+    pub established: usize,
+    /// Responder SAs half-open (IKE_SA_INIT answered, no IKE_AUTH yet).
+    pub half_open: usize,
+    /// The IKE SAs, by peer.
+    pub sas: Vec<IkeSaView>,
+    /// Events, failures by reason and dropped messages by reason (`name` → count).
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
+/// One IKE SA.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IkeSaView {
+    /// The `[[ipsec.peer]]` it belongs to (`?` before a responder knows).
+    pub peer: String,
+    /// init_sent, auth_sent, half_open, established or deleting.
+    pub state: String,
+    /// We initiated it.
+    pub initiator: bool,
+    /// SPIs, hex.
+    pub spi_i: String,
+    pub spi_r: String,
+    /// Our address and port, and the peer's.
+    pub local: String,
+    pub remote: String,
+    /// The peer's identity.
+    pub remote_id: String,
+    /// Its algorithms (encryption/[integrity/]PRF/DH group).
+    pub proposal: String,
+    /// Seconds since it was created.
+    pub age_s: u64,
+    /// Its child SAs.
+    pub children: Vec<IkeChildView>,
+}
+
+/// One child SA (the two ESP SAs IKE installed on a tunnel).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IkeChildView {
+    pub peer: String,
+    /// Our inbound SPI and the peer's (our outbound), hex.
+    pub spi_in: String,
+    pub spi_out: String,
+    /// ESP algorithms, as `show ipsec` names them.
+    pub proposal: String,
+    /// Traffic selectors.
+    pub local_ts: Vec<String>,
+    pub remote_ts: Vec<String>,
+    pub age_s: u64,
+}
+
+/// What `ipsec initiate|terminate` did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IkeChanged {
+    pub peer: String,
+    /// `initiating` or `terminated`.
+    pub result: String,
+    /// IKE SAs deleted (terminate).
+    pub sas: usize,
+}

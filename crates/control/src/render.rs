@@ -26,10 +26,89 @@ pub fn render(v: &Shown) -> String {
         Shown::Nat(n) => nat(n),
         Shown::NatSessions(n) => nat_sessions(n),
         Shown::Ipsec(i) => ipsec(i),
+        Shown::Ike(i) => ike(i),
+        Shown::IkeChildSas(c) => ike_children(c),
     }
 }
 
 /// `ferrouter show ipsec`: the tunnels, then the SAs with their counters.
+/// `show ike sa`.
+pub fn ike(v: &model::IkeView) -> String {
+    let mut s = String::new();
+    if !v.running {
+        let _ = writeln!(s, "IKE is not running: no [[ipsec.peer]] is configured");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{} IKE SAs established, {} half-open",
+        v.established, v.half_open
+    );
+    if !v.sas.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{:<12} {:<12} {:<4} {:<22} {:<22} {:<33} {:>6}  children",
+            "peer", "state", "role", "local", "remote", "SPIs (i/r)", "age s"
+        );
+    }
+    for a in &v.sas {
+        let _ = writeln!(
+            s,
+            "{:<12} {:<12} {:<4} {:<22} {:<22} {}/{} {:>6}  {}",
+            a.peer,
+            a.state,
+            if a.initiator { "init" } else { "resp" },
+            a.local,
+            a.remote,
+            a.spi_i,
+            a.spi_r,
+            a.age_s,
+            a.children.len()
+        );
+        if !a.proposal.is_empty() {
+            let _ = writeln!(s, "    {} (peer id {})", a.proposal, a.remote_id);
+        }
+    }
+    let nonzero: Vec<String> = v
+        .counters
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    if !nonzero.is_empty() {
+        let _ = writeln!(s, "\ncounters: {}", nonzero.join(", "));
+    }
+    s
+}
+
+/// `show ike child-sa`.
+pub fn ike_children(v: &[model::IkeChildView]) -> String {
+    let mut s = String::new();
+    if v.is_empty() {
+        let _ = writeln!(s, "no child SAs");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{:<12} {:<9} {:<9} {:<26} {:>6}  selectors (local | remote)",
+        "peer", "SPI in", "SPI out", "proposal", "age s"
+    );
+    for c in v {
+        let _ = writeln!(
+            s,
+            "{:<12} {:<9} {:<9} {:<26} {:>6}  {} | {}",
+            c.peer,
+            c.spi_in,
+            c.spi_out,
+            c.proposal,
+            c.age_s,
+            c.local_ts.join(", "),
+            c.remote_ts.join(", ")
+        );
+    }
+    s
+}
+
 pub fn ipsec(v: &model::IpsecView) -> String {
     let mut s = String::new();
     if v.tunnels.is_empty() && v.policies.is_empty() {

@@ -81,6 +81,8 @@ pub struct Shared {
     pub glean: crate::glean::GleanStats,
     /// The fast path's features (uRPF, ...) and which interfaces have them.
     pub features: crate::features::Features,
+    /// The IKE daemon, once `[[ipsec.peer]]`s are configured.
+    pub ike: crate::ikesvc::IkeService,
     /// The API's connections: open, refused over a cap, timed out (per listener).
     pub api_conns: crate::listener::ConnStats,
     /// The interfaces the running config holds down (`enabled = false`): why a link is

@@ -2034,10 +2034,9 @@ impl Engine {
             .iter()
             .filter(|p| p.initiate)
             .filter(|p| {
-                !self
-                    .sas
-                    .values()
-                    .any(|s| s.peer.as_ref().is_some_and(|q| q.name == p.name))
+                !self.sas.values().any(|s| {
+                    s.state != State::Deleting && s.peer.as_ref().is_some_and(|q| q.name == p.name)
+                })
             })
             .filter(|p| self.retry_at.get(&p.name).is_none_or(|t| now >= *t))
             .map(|p| p.name.clone())

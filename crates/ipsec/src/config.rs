@@ -67,6 +67,9 @@ pub struct IpsecConfig {
     /// Per interface and direction: what its SPD does with traffic no policy matches.
     #[serde(default, rename = "spd", skip_serializing_if = "Vec::is_empty")]
     pub spds: Vec<SpdEntry>,
+    /// IKEv2 peers (the `ike` crate): their child SAs land on their tunnels.
+    #[serde(default, rename = "peer", skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<ike::config::PeerConfig>,
 }
 
 impl Default for IpsecConfig {
@@ -78,6 +81,7 @@ impl Default for IpsecConfig {
             sas: Vec::new(),
             policies: Vec::new(),
             spds: Vec::new(),
+            peers: Vec::new(),
         }
     }
 }
@@ -362,8 +366,8 @@ pub struct Key {
     pub integrity: Zeroizing<Vec<u8>>,
 }
 
-/// The key file's keys, by name.
-pub struct Keys(HashMap<String, Key>);
+/// The key file's keys, by name, and its IKE pre-shared keys (`psk = "..."`).
+pub struct Keys(HashMap<String, Key>, HashMap<String, Zeroizing<Vec<u8>>>);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -372,6 +376,17 @@ struct RawKey {
     encryption: String,
     #[serde(default)]
     integrity: String,
+    /// An IKE peer's pre-shared key, as text.
+    #[serde(default)]
+    psk: String,
+}
+
+impl RawKey {
+    fn zeroize_all(&mut self) {
+        self.encryption.zeroize();
+        self.integrity.zeroize();
+        self.psk.zeroize();
+    }
 }
 
 fn hex(s: &str) -> Result<Vec<u8>, String> {
@@ -439,7 +454,21 @@ impl Keys {
             }
         })?;
         let mut keys = HashMap::new();
+        let mut psks = HashMap::new();
         for (name, mut r) in raw {
+            if !r.psk.is_empty() {
+                if !r.encryption.is_empty() || !r.integrity.is_empty() {
+                    r.zeroize_all();
+                    return Err(format!(
+                        "key {name:?}: a psk takes neither encryption nor integrity"
+                    ));
+                }
+                psks.insert(
+                    name,
+                    Zeroizing::new(std::mem::take(&mut r.psk).into_bytes()),
+                );
+                continue;
+            }
             let e = hex(&r.encryption).map_err(|m| format!("key {name:?}: encryption: {m}"));
             let i = hex(&r.integrity).map_err(|m| format!("key {name:?}: integrity: {m}"));
             r.encryption.zeroize();
@@ -452,12 +481,17 @@ impl Keys {
                 },
             );
         }
-        Ok(Keys(keys))
+        Ok(Keys(keys, psks))
     }
 
     /// The key named `name`.
     pub fn get(&self, name: &str) -> Option<&Key> {
         self.0.get(name)
+    }
+
+    /// The pre-shared key named `name`.
+    pub fn psk(&self, name: &str) -> Option<&[u8]> {
+        self.1.get(name).map(|p| p.as_slice())
     }
 }
 
@@ -471,6 +505,40 @@ pub struct ExtraSa {
 }
 
 impl ExtraSa {
+    /// A child SA of a tunnel, keyed by IKE (`crates/ike`): `encryption` and `integrity`
+    /// as the SA config names them (`aes-128-gcm`, `none`), the keys as derived.
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_tunnel(
+        tunnel: &str,
+        direction: SaDirection,
+        spi: u32,
+        encryption: String,
+        integrity: &str,
+        esn: bool,
+        encryption_key: &[u8],
+        integrity_key: &[u8],
+    ) -> ExtraSa {
+        ExtraSa {
+            entry: SaEntry {
+                tunnel: tunnel.to_string(),
+                mode: None,
+                local: None,
+                remote: None,
+                direction,
+                spi,
+                encryption,
+                integrity: integrity.to_string(),
+                key: format!("ike:{tunnel}"),
+                esn,
+                replay_window: default_window(),
+            },
+            key: Key {
+                encryption: Zeroizing::new(encryption_key.to_vec()),
+                integrity: Zeroizing::new(integrity_key.to_vec()),
+            },
+        }
+    }
+
     /// Hex key material (`encryption`, `integrity`: as in the key file) with `entry`; an
     /// error names which key is not hex (never quoting it).
     pub fn new(entry: SaEntry, encryption: &str, integrity: &str) -> Result<ExtraSa, String> {
@@ -509,6 +577,100 @@ impl IpsecConfig {
     /// Whether nothing is configured.
     pub fn is_default(&self) -> bool {
         *self == IpsecConfig::default()
+    }
+
+    /// The IKE peers, checked and resolved (their PSKs read from the key file); problems
+    /// as (path, message), e.g. `ipsec.peer[0].tunnel`.
+    pub fn ike_peers(&self) -> Result<Vec<ike::config::Peer>, Vec<(String, String)>> {
+        let mut p: Vec<(String, String)> = Vec::new();
+        if self.peers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = match &self.key_file {
+            None => {
+                p.push((
+                    "ipsec".into(),
+                    "IKE peers are configured but no key_file: put their pre-shared keys in a file readable by its owner only ([name] psk = \"...\") and name it with key_file = \"/path\"".into(),
+                ));
+                None
+            }
+            Some(f) => match Keys::read(f) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    p.push(("ipsec.key_file".into(), e));
+                    None
+                }
+            },
+        };
+        let mut names = HashSet::new();
+        let mut tunnels = HashMap::new();
+        let mut out = Vec::new();
+        for (i, c) in self.peers.iter().enumerate() {
+            let at = |f: &str| format!("ipsec.peer[{i}].{f}");
+            if c.name.is_empty() || !names.insert(c.name.as_str()) {
+                p.push((
+                    at("name"),
+                    format!("{:?}: empty, or a second peer of that name", c.name),
+                ));
+            }
+            match self.tunnels.iter().find(|t| t.name == c.tunnel) {
+                None => p.push((
+                    at("tunnel"),
+                    format!("no [[ipsec.tunnel]] named {:?}", c.tunnel),
+                )),
+                Some(t) => {
+                    if let Some(j) = tunnels.insert(c.tunnel.as_str(), i) {
+                        p.push((
+                            at("tunnel"),
+                            format!("tunnel {:?} is already ipsec.peer[{j}]'s", c.tunnel),
+                        ));
+                    }
+                    if self.sas.iter().any(|s| s.tunnel == c.tunnel) {
+                        p.push((at("tunnel"), format!("tunnel {:?} has [[ipsec.sa]] keyed by hand: a tunnel is keyed either by hand or by IKE", c.tunnel)));
+                    }
+                    if c.local != t.local {
+                        p.push((
+                            at("local"),
+                            format!(
+                                "{} is not tunnel {:?}'s local address {}",
+                                c.local, t.name, t.local
+                            ),
+                        ));
+                    }
+                    if let Ok(r) = c.remote.parse::<IpAddr>() {
+                        if r != t.remote {
+                            p.push((
+                                at("remote"),
+                                format!(
+                                    "{r} is not tunnel {:?}'s remote address {}",
+                                    t.name, t.remote
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            let psk = match (&keys, &c.psk) {
+                (Some(k), Some(n)) => k.psk(n),
+                _ => None,
+            };
+            if keys.is_none() && c.psk.is_some() {
+                // The key file's problem is reported once, above.
+                continue;
+            }
+            match c.resolve(psk) {
+                Ok(peer) => out.push(peer),
+                Err(e) => {
+                    let (f, m) = e.split_once(": ").unwrap_or(("name", e.as_str()));
+                    p.push((at(f), m.to_string()));
+                }
+            }
+        }
+        if p.is_empty() {
+            Ok(out)
+        } else {
+            Err(p)
+        }
     }
 
     /// Whether any tunnel or policy is configured (ESP is then decrypted on the ports).
@@ -617,6 +779,9 @@ impl IpsecConfig {
             }
         }
         self.check_policies(&mut p);
+        if let Err(e) = self.ike_peers() {
+            p.extend(e);
+        }
         if self.sas.is_empty() && extra.is_empty() {
             return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
         }

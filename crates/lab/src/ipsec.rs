@@ -61,7 +61,13 @@ pub struct IpsecLab {
     /// Policy-based instead of route-based: no tunnel interface; the hosts' prefixes are
     /// routed over the WAN and `wan`'s SPD protects them ([`IpsecLab::policy_config_text`]).
     pub policy: bool,
+    /// The tunnel keyed by IKE (`[[ipsec.peer]]`, a PSK) instead of `[[ipsec.sa]]`: gw1
+    /// initiates, gw2 responds; identities `gw1.lab` and `gw2.lab`.
+    pub ike: bool,
 }
+
+/// The IKE lab's pre-shared key (both gateways', and strongSwan's in the interop tests).
+pub const IKE_PSK: &str = "ferrouter-lab ike psk, 32 bytes!";
 
 /// Key material of `len` bytes, different for each `seed`.
 fn key_hex(seed: u8, len: usize) -> String {
@@ -85,6 +91,7 @@ impl IpsecLab {
             nat_t: false,
             config_sas: true,
             policy: false,
+            ike: false,
         }
     }
     /// Namespace of h1.
@@ -189,6 +196,7 @@ impl IpsecLab {
                 s.push_str(&format!("integrity = \"{}\"\n", key_hex(seed + 100, il)));
             }
         }
+        s.push_str(&format!("[ike-psk]\npsk = \"{IKE_PSK}\"\n"));
         Ok(s)
     }
 
@@ -234,16 +242,29 @@ impl IpsecLab {
             } else {
                 ""
             },
-            out = if self.config_sas {
+            out = if self.ike {
+                self.peer_text(n)
+            } else if self.config_sas {
                 sa("out", out_spi, out_key)
             } else {
                 String::new()
             },
-            inb = if self.config_sas {
+            inb = if self.config_sas && !self.ike {
                 sa("in", in_spi, in_key)
             } else {
                 String::new()
             },
+        )
+    }
+
+    /// Gateway `n`'s IKE peer (the other gateway): gw1 initiates.
+    pub fn peer_text(&self, n: u8) -> String {
+        let other = 3 - n;
+        format!(
+            "\n[[ipsec.peer]]\nname = \"gw{other}\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw{n}.lab\"\nremote_id = \"gw{other}.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"{}\"\ndpd_s = 2\n",
+            self.wan(n),
+            self.wan(other),
+            if n == 1 { "initiate" } else { "respond" }
         )
     }
 

@@ -22,7 +22,7 @@
 use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,8 @@ use tester::{DirectionConfig, Profile, TrafficConfig};
 use crate::ipsec::IpsecLab;
 use crate::rfc2544::report::Run;
 use crate::rfc2544::{self as r2544, Eta, OwnCost, Subject};
+pub use crate::swan::{parse_listing, Listing};
+use crate::swan::{tail, Charon};
 
 /// Most tunnels a run may ask for (the blocks are /30s of a /16 at 16,384).
 pub const MAX_TUNNELS: usize = 10_000;
@@ -835,8 +837,8 @@ impl Running {
             }
             Running::Strongswan(s) => {
                 let mut sum = 0;
-                for c in s.children.iter().flatten() {
-                    sum += process_cpu_ns(c.id())?;
+                for c in &s.charons {
+                    sum += process_cpu_ns(c.pid()?)?;
                 }
                 Some(sum)
             }
@@ -916,11 +918,6 @@ impl Running {
             ],
         }
     }
-}
-
-fn tail(s: &str, lines: usize) -> String {
-    let v: Vec<&str> = s.trim().lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A process's user + system time, ns (USER_HZ 100).
@@ -1070,107 +1067,21 @@ fn has_route(socket: &Path, prefix: &str) -> bool {
 /// Two charon daemons, one per gateway namespace.
 struct Strongswan {
     lab: IpsecLab,
-    children: [Option<Child>; 2],
-}
-
-/// What `swanctl --list-sas` shows of one gateway.
-#[derive(Debug, Default, PartialEq)]
-pub struct Listing {
-    /// IKE SAs ESTABLISHED.
-    pub ike: usize,
-    /// CHILD_SAs INSTALLED.
-    pub installed: usize,
-    /// Packets through the CHILD_SAs' inbound SAs.
-    pub packets_in: u64,
-    /// And outbound.
-    pub packets_out: u64,
-}
-
-/// Parse `swanctl --list-sas`.
-pub fn parse_listing(text: &str) -> Listing {
-    let mut l = Listing::default();
-    for line in text.lines() {
-        let t = line.trim_start();
-        if line.contains(", ESTABLISHED, ") && !line.starts_with(' ') {
-            l.ike += 1;
-        }
-        if t.contains(": #") && t.contains(", INSTALLED, ") {
-            l.installed += 1;
-        }
-        // "in  c1d2e3f4,  10080 bytes,   120 packets,     0s ago"
-        let dir = if t.starts_with("in ") {
-            Some(true)
-        } else if t.starts_with("out ") {
-            Some(false)
-        } else {
-            None
-        };
-        if let (Some(inbound), Some(n)) = (
-            dir,
-            t.split(',')
-                .find_map(|f| f.trim().strip_suffix(" packets"))
-                .and_then(|n| n.trim().parse::<u64>().ok()),
-        ) {
-            if inbound {
-                l.packets_in += n;
-            } else {
-                l.packets_out += n;
-            }
-        }
-    }
-    l
+    charons: [Charon; 2],
 }
 
 impl Strongswan {
-    fn conf(&self, n: u8) -> PathBuf {
-        self.lab.dir.join(format!("strongswan{n}.conf"))
-    }
-    fn swanctl_conf(&self, n: u8) -> PathBuf {
-        self.lab.dir.join(format!("swanctl{n}.conf"))
-    }
-    fn vici(&self, n: u8) -> PathBuf {
-        self.lab.dir.join(format!("charon{n}.vici"))
-    }
-    fn log(&self, n: u8) -> PathBuf {
-        self.lab.dir.join(format!("charon{n}.log"))
-    }
-    fn uri(&self, n: u8) -> String {
-        format!("unix://{}", self.vici(n).display())
+    fn new(lab: IpsecLab) -> Strongswan {
+        let charons = [1u8, 2].map(|n| Charon::new(&lab.gw(n), &lab.dir, &n.to_string()));
+        Strongswan { lab, charons }
     }
 
-    fn swanctl(&self, n: u8, args: &[&str]) -> Result<String> {
-        let o = Command::new("swanctl")
-            .args(args)
-            .args(["--uri", &self.uri(n)])
-            .env("STRONGSWAN_CONF", self.conf(n))
-            .output()
-            .context("running swanctl (Debian strongswan-swanctl)")?;
-        if !o.status.success() {
-            bail!(
-                "swanctl {args:?} on gw{n}: {}{}",
-                String::from_utf8_lossy(&o.stdout).trim(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    fn charon(&self, n: u8) -> &Charon {
+        &self.charons[usize::from(n) - 1]
     }
 
     fn listing(&self, n: u8) -> Result<Listing> {
-        Ok(parse_listing(&self.swanctl(n, &["--list-sas"])?))
-    }
-
-    fn strongswan_conf(&self, n: u8) -> String {
-        format!(
-            "# written by ferrouter-lab bench ipsec\n\
-             charon-systemd {{\n  load = random nonce openssl aes sha1 sha2 hmac gcm pem pkcs1 x509 pubkey gmp kdf kernel-libipsec kernel-netlink socket-default vici\n\
-             \x20 install_virtual_ip = no\n  retransmit_tries = 3\n  max_ikev2_exchanges = 0\n\
-             \x20 journal {{\n    default = -1\n  }}\n\
-             \x20 filelog {{\n    bench {{\n      path = {log}\n      default = 1\n      time_format = %T\n    }}\n  }}\n\
-             \x20 plugins {{\n    vici {{\n      socket = unix://{vici}\n    }}\n    kernel-libipsec {{\n      load = yes\n    }}\n  }}\n}}\n\
-             swanctl {{\n  load = pem pkcs1 x509 pubkey openssl random\n  socket = unix://{vici}\n}}\n",
-            log = self.log(n).display(),
-            vici = self.vici(n).display(),
-        )
+        self.charon(n).listing()
     }
 
     fn swanctl_text(&self, n: u8, tunnels: usize, esp: &str) -> String {
@@ -1200,76 +1111,17 @@ impl Strongswan {
         s
     }
 
-    fn start(&mut self, n: u8, core: usize) -> Result<()> {
-        let log = std::fs::File::create(self.lab.dir.join(format!("charon{n}.out")))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.lab.gw(n)])
-            .args([
-                "taskset",
-                "-c",
-                &core.to_string(),
-                "/usr/sbin/charon-systemd",
-            ])
-            .env("STRONGSWAN_CONF", self.conf(n))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting charon-systemd (Debian charon-systemd)")?;
-        self.children[usize::from(n) - 1] = Some(child);
-        let t = Instant::now();
-        while self.swanctl(n, &["--stats"]).is_err() {
-            self.check()?;
-            if t.elapsed() > Duration::from_secs(20) {
-                bail!(
-                    "charon on gw{n} did not open its vici socket {} in 20 s: {}",
-                    self.vici(n).display(),
-                    tail(
-                        &std::fs::read_to_string(self.log(n)).unwrap_or_default(),
-                        20
-                    )
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
-    }
-
     fn check(&mut self) -> Result<()> {
-        for n in [1u8, 2] {
-            if let Some(c) = &mut self.children[usize::from(n) - 1] {
-                if let Ok(Some(status)) = c.try_wait() {
-                    let out = std::fs::read_to_string(self.lab.dir.join(format!("charon{n}.out")))
-                        .unwrap_or_default();
-                    let log = std::fs::read_to_string(self.log(n)).unwrap_or_default();
-                    bail!(
-                        "charon on gw{n} exited ({status}): {}\n{}",
-                        tail(&out, 10),
-                        tail(&log, 20)
-                    );
-                }
-            }
+        for c in &mut self.charons {
+            c.check()?;
         }
         Ok(())
     }
 
     fn stop(&mut self) {
-        for c in self.children.iter_mut().flatten() {
-            // SIGTERM, then SIGKILL after 5 s.
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        for c in &mut self.charons {
+            c.stop();
         }
-        self.children = [None, None];
         for n in [1u8, 2] {
             let g = self.lab.gw(n);
             let _ = self
@@ -1279,14 +1131,13 @@ impl Strongswan {
                 .lab
                 .ip(&g, &["addr", "flush", "dev", "lo", "scope", "global"]);
             let _ = self.lab.ip(&g, &["rule", "del", "table", "220"]);
-            let _ = std::fs::remove_file(self.vici(n));
         }
     }
 }
 
 impl Drop for Strongswan {
     fn drop(&mut self) {
-        if self.children.iter().any(Option::is_some) {
+        if self.charons.iter().any(|c| c.pid().is_some()) {
             self.stop();
         }
     }
@@ -1299,10 +1150,7 @@ fn start_strongswan(
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<Running> {
     let (_, esp) = algorithm(&opts.alg)?;
-    let mut s = Strongswan {
-        lab: topo.lab.clone(),
-        children: [None, None],
-    };
+    let mut s = Strongswan::new(topo.lab.clone());
     let t = Instant::now();
     for n in [1u8, 2] {
         let g = s.lab.gw(n);
@@ -1320,16 +1168,13 @@ fn start_strongswan(
         std::fs::write(&batch, text)?;
         let b = batch.display().to_string();
         s.lab.ip(&g, &["-batch", &b])?;
-        std::fs::write(s.conf(n), s.strongswan_conf(n))?;
-        std::fs::write(s.swanctl_conf(n), s.swanctl_text(n, tunnels, esp))?;
-        let _ = std::fs::remove_file(s.vici(n));
-        let _ = std::fs::remove_file(s.log(n));
+        s.charon(n).write(1, "", &s.swanctl_text(n, tunnels, esp))?;
     }
     // gw2 (the responder) first; gw1 starts every CHILD_SA once its connection loads.
     for n in [2u8, 1] {
-        s.start(n, opts.dut_core)?;
-        let file = s.swanctl_conf(n).display().to_string();
-        s.swanctl(n, &["--load-all", "--file", &file])
+        s.charons[usize::from(n) - 1].start(Some(opts.dut_core))?;
+        s.charon(n)
+            .load()
             .with_context(|| format!("loading gw{n}'s connection"))?;
     }
     let deadline = Instant::now() + Duration::from_secs(30 + tunnels as u64 / 10);
@@ -1346,7 +1191,7 @@ fn start_strongswan(
                 b.installed,
                 a.ike,
                 t.elapsed().as_secs_f64(),
-                tail(&std::fs::read_to_string(s.log(2)).unwrap_or_default(), 15)
+                s.charon(2).log_tail(15)
             );
         }
         std::thread::sleep(Duration::from_millis(250));

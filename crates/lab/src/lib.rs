@@ -620,4 +620,5 @@ pub mod rfc2544;
 pub mod route_sync;
 pub mod speaker_bench;
 pub mod stateful;
+pub mod swan;
 pub mod vlan;

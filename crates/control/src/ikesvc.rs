@@ -1,0 +1,203 @@
+//! The IKE daemon (`crates/ike`) as the router runs it: started with the first
+//! `[[ipsec.peer]]`, given new peers on every config apply, and installing its child SAs
+//! in the fast path beside the config's (as `POST /v1/ipsec/sa` does).
+
+use std::sync::{Arc, Mutex, Weak};
+
+use ike::daemon::{Daemon, Dataplane};
+use ike::engine::{ChildSpec, SaInfo};
+use ipsec::config::{ExtraSa, SaDirection};
+
+use crate::state::Shared;
+
+/// The daemon, once peers are configured.
+#[derive(Default)]
+pub struct IkeService {
+    daemon: Mutex<Option<Daemon>>,
+}
+
+/// Child SAs into the fast path's SA tables.
+struct Sink {
+    shared: Weak<Shared>,
+}
+
+impl Dataplane for Sink {
+    fn child_up(&mut self, c: &ChildSpec) -> Result<(), String> {
+        let s = self.shared.upgrade().ok_or("the router is stopping")?;
+        let encr = c.encr.esp_name();
+        let integ = match c.integ {
+            None => "none",
+            Some(i) => i
+                .esp_name()
+                .ok_or_else(|| format!("ESP has no {i:?} integrity"))?,
+        };
+        let sa = |dir, spi, k: &ike::engine::DirKeys| {
+            ExtraSa::for_tunnel(
+                &c.tunnel,
+                dir,
+                spi,
+                encr.clone(),
+                integ,
+                c.esn,
+                &k.encr,
+                &k.integ,
+            )
+        };
+        // Inbound first: the peer may send with the new SA as soon as it has our answer.
+        s.features
+            .add_ipsec_sa(sa(SaDirection::In, c.spi_in, &c.key_in))
+            .map_err(|e| format!("inbound SA: {e}"))?;
+        if let Err(e) = s
+            .features
+            .add_ipsec_sa(sa(SaDirection::Out, c.spi_out, &c.key_out))
+        {
+            let _ = s.features.remove_ipsec_sa(SaDirection::In, c.spi_in);
+            return Err(format!("outbound SA: {e}"));
+        }
+        Ok(())
+    }
+
+    fn child_down(&mut self, peer: &str, tunnel: &str, spi_in: u32, spi_out: u32) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        for (dir, spi) in [(SaDirection::Out, spi_out), (SaDirection::In, spi_in)] {
+            if let Err(e) = s.features.remove_ipsec_sa(dir, spi) {
+                tracing::warn!(peer, tunnel, "IKE: removing SA {spi:08x}: {e}");
+            }
+        }
+        tracing::info!(
+            peer,
+            tunnel,
+            "IKE: child SA in {spi_in:08x} out {spi_out:08x} removed"
+        );
+    }
+}
+
+impl IkeService {
+    /// Follows `cfg`: starts the daemon with its first peers, gives a running one the new
+    /// list (peers gone or changed have their SAs deleted). Errors are the config's
+    /// (already checked by validation) or the thread's start.
+    pub fn apply(
+        &self,
+        shared: &Arc<Shared>,
+        cfg: &ipsec::config::IpsecConfig,
+    ) -> Result<(), String> {
+        let peers = cfg.ike_peers().map_err(|p| {
+            p.into_iter()
+                .map(|(path, m)| format!("{path}: {m}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        let mut d = self.daemon.lock().map_err(|_| "IKE state unavailable")?;
+        match d.as_ref() {
+            Some(daemon) => daemon.set_peers(peers),
+            None if peers.is_empty() => {}
+            None => {
+                let n = peers.len();
+                let sink = Sink {
+                    shared: Arc::downgrade(shared),
+                };
+                *d = Some(
+                    Daemon::start(peers, Box::new(sink))
+                        .map_err(|e| format!("starting the IKE thread: {e}"))?,
+                );
+                tracing::info!(peers = n, "IKE daemon started");
+            }
+        }
+        Ok(())
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Daemon) -> T) -> Option<T> {
+        self.daemon.lock().ok()?.as_ref().map(f)
+    }
+
+    /// The IKE SAs and their children (`show ike sa`); empty without peers.
+    pub fn sas(&self) -> Vec<SaInfo> {
+        self.with(Daemon::sas).unwrap_or_default()
+    }
+
+    /// Counters, established and half-open SAs.
+    pub fn counters(&self) -> Option<(ike::engine::Counters, usize, usize)> {
+        self.with(Daemon::counters)
+    }
+
+    pub fn initiate(&self, peer: &str) -> Result<(), String> {
+        self.with(|d| d.initiate(peer))
+            .unwrap_or_else(|| Err(format!("no peer `{peer}`: no [[ipsec.peer]] is configured")))
+    }
+
+    pub fn terminate(&self, peer: &str) -> Result<usize, String> {
+        self.with(|d| d.terminate(peer))
+            .unwrap_or_else(|| Err(format!("no peer `{peer}`: no [[ipsec.peer]] is configured")))
+    }
+}
+
+/// Flattens the counters into `name` → count (`failed_authentication`, `dropped_integrity`, ...).
+pub fn counter_map(c: &ike::engine::Counters) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    if let Ok(serde_json::Value::Object(o)) = serde_json::to_value(c) {
+        for (k, v) in o {
+            match v {
+                serde_json::Value::Number(n) => {
+                    m.insert(k, n.as_u64().unwrap_or(0));
+                }
+                serde_json::Value::Object(inner) => {
+                    for (k2, v2) in inner {
+                        m.insert(format!("{k}_{k2}"), v2.as_u64().unwrap_or(0));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    m
+}
+
+/// `GET /v1/ike`.
+pub fn view(shared: &Shared) -> crate::model::IkeView {
+    use crate::model::{IkeChildView, IkeSaView, IkeView};
+    let Some((c, established, half_open)) = shared.ike.counters() else {
+        return IkeView::default();
+    };
+    let sas = shared
+        .ike
+        .sas()
+        .into_iter()
+        .map(|s| IkeSaView {
+            state: serde_json::to_value(s.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            peer: s.peer,
+            initiator: s.initiator,
+            spi_i: s.spi_i,
+            spi_r: s.spi_r,
+            local: s.local,
+            remote: s.remote,
+            remote_id: s.remote_id,
+            proposal: s.proposal,
+            age_s: s.age_s,
+            children: s
+                .children
+                .into_iter()
+                .map(|c| IkeChildView {
+                    peer: c.peer,
+                    spi_in: c.spi_in,
+                    spi_out: c.spi_out,
+                    proposal: c.proposal,
+                    local_ts: c.local_ts,
+                    remote_ts: c.remote_ts,
+                    age_s: c.age_s,
+                })
+                .collect(),
+        })
+        .collect();
+    IkeView {
+        running: true,
+        established,
+        half_open,
+        sas,
+        counters: counter_map(&c),
+    }
+}

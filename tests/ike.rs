@@ -1,0 +1,278 @@
+//! IKEv2 end to end (issue 27): the tunnel of the IPsec lab (`lab::ipsec`: h1 - gw1 = WAN =
+//! gw2 - h2) keyed by IKE instead of by hand, between two `ferrouter run` gateways and
+//! between ferrouter and strongSwan's charon (Debian charon-systemd, ESP by
+//! kernel-libipsec) with every IKE proposal of the issue, each side initiating in turn.
+//! Ping crosses each tunnel; `show ike`, `show ipsec` and the metrics agree; `ipsec
+//! terminate` and `initiate` take it down and up.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lab::ipsec::{IpsecGuard, IpsecLab, IKE_PSK};
+use lab::swan::Charon;
+use serde_json::Value;
+
+fn lab(tag: &str) -> IpsecLab {
+    lab::preconditions(
+        "network namespaces and the gateways' ports",
+        &[("ping", "iputils-ping")],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let l = IpsecLab::new(&format!("t{}{tag}", std::process::id() % 10000));
+    l.down();
+    l
+}
+
+fn ike(l: &IpsecLab, gw: u8) -> Value {
+    control::api::request_json(&l.socket(gw), "ike", None)
+        .unwrap_or_else(|e| panic!("show ike on gw{gw}: {e:#}"))
+}
+
+/// Waits (at most 30 s) for gw's IKE to have an established SA with a child.
+fn wait_established(l: &IpsecLab, gw: u8, also: impl Fn() -> String) -> Value {
+    let t = Instant::now();
+    loop {
+        let v = ike(l, gw);
+        let up = v["sas"].as_array().is_some_and(|s| {
+            s.iter().any(|a| {
+                a["state"] == "established" && !a["children"].as_array().unwrap().is_empty()
+            })
+        });
+        if up {
+            return v;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            panic!(
+                "gw{gw}: no IKE SA with a child after 30 s: {v:#}\ngw{gw} log:\n{}\n{}",
+                lab::swan::tail(
+                    &std::fs::read_to_string(l.log_file(gw)).unwrap_or_default(),
+                    30
+                ),
+                also()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn ping_until(l: &IpsecLab, also: impl Fn() -> String) {
+    for _ in 0..25 {
+        let o = l
+            .exec(&l.h1(), &["ping", "-c1", "-W1", "10.2.0.2"])
+            .unwrap();
+        if o.status.success() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!(
+        "no answer from h2 through the IKE tunnel:\ngw1 log:\n{}\n{}",
+        lab::swan::tail(
+            &std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
+            30
+        ),
+        also()
+    );
+}
+
+fn cli(l: &IpsecLab, gw: u8, args: &[&str]) -> String {
+    let o = Command::new(common::bin())
+        .args(args)
+        .arg("--socket")
+        .arg(l.socket(gw))
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "ferrouter {args:?}: {out}");
+    out
+}
+
+#[test]
+fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
+    let mut l = lab("ike");
+    l.ike = true;
+    l.config_sas = false;
+    l.up(Path::new(common::bin()))
+        .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    let v = wait_established(l, 1, String::new);
+    let sa = &v["sas"][0];
+    assert_eq!(sa["peer"], "gw2");
+    assert_eq!(sa["initiator"], true);
+    assert_eq!(sa["remote_id"], "gw2.lab");
+    // The default proposal: AES-128-GCM, SHA-256 PRF, curve25519.
+    assert!(
+        sa["proposal"].as_str().unwrap().contains("aes-128-gcm"),
+        "{sa:#}"
+    );
+    let child = &sa["children"][0];
+    ping_until(l, String::new);
+    // The fast path sends with the child's outbound SPI and both SAs came from IKE.
+    let ipsec = control::api::request_json(&l.socket(1), "ipsec", None).unwrap();
+    let out = ipsec["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["direction"] == "out")
+        .unwrap_or_else(|| panic!("no out SA: {ipsec:#}"));
+    assert_eq!(
+        format!("{:08x}", out["spi"].as_u64().unwrap()),
+        child["spi_out"].as_str().unwrap(),
+        "{ipsec:#}"
+    );
+    assert!(out["packets"].as_u64().unwrap() >= 1, "{ipsec:#}");
+    // The responder sees the same SA.
+    let v2 = wait_established(l, 2, String::new);
+    assert_eq!(v2["sas"][0]["children"][0]["spi_in"], child["spi_out"]);
+    assert_eq!(v2["sas"][0]["initiator"], false);
+    // Text and metrics.
+    let text = cli(l, 1, &["show", "ike", "sa"]);
+    assert!(
+        text.contains("established") && text.contains("gw2"),
+        "{text}"
+    );
+    let text = cli(l, 1, &["show", "ike", "child-sa"]);
+    assert!(text.contains(child["spi_in"].as_str().unwrap()), "{text}");
+    let c = control::client::Client::new(control::client::Endpoint::Unix(l.socket(1)));
+    let m = String::from_utf8_lossy(&c.call("GET", "/metrics", None).unwrap().body).into_owned();
+    assert!(
+        m.contains("ferrouter_ike_sas{state=\"established\"} 1"),
+        "{m}"
+    );
+    // terminate: both ends lose the SA and its child SAs, the tunnel goes quiet.
+    let out = cli(l, 1, &["ipsec", "terminate", "gw2"]);
+    assert!(out.contains("1 IKE SA(s) deleted"), "{out}");
+    let t = Instant::now();
+    while ike(l, 2)["established"] != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "gw2 kept its SA: {:#}",
+            ike(l, 2)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ike(l, 1)["established"], 0);
+    assert!(!l
+        .exec(&l.h1(), &["ping", "-c1", "-W1", "10.2.0.2"])
+        .unwrap()
+        .status
+        .success());
+    let ipsec = control::api::request_json(&l.socket(2), "ipsec", None).unwrap();
+    assert!(ipsec["sas"].as_array().unwrap().is_empty(), "{ipsec:#}");
+    // initiate: back up.
+    let out = cli(l, 1, &["ipsec", "initiate", "gw2"]);
+    assert!(out.contains("initiating"), "{out}");
+    wait_established(l, 1, String::new);
+    ping_until(l, String::new);
+}
+
+/// A peer's config for gw1, talking to strongSwan on gw2.
+fn ferrouter_peer(l: &IpsecLab, ike: &str, esp: &str, initiate: bool) -> String {
+    format!(
+        "\n[[ipsec.peer]]\nname = \"swan\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw1.lab\"\nremote_id = \"gw2.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"{}\"\nproposals = [\"{ike}\"]\nesp_proposals = [\"{esp}\"]\n",
+        l.wan(1),
+        l.wan(2),
+        if initiate { "initiate" } else { "respond" }
+    )
+}
+
+fn swanctl_conf(l: &IpsecLab, ike: &str, esp: &str) -> String {
+    format!(
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n\
+         \x20   local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = gw1.lab\n    }}\n\
+         \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = {esp}\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
+         secrets {{\n  ike-fr {{\n    id-1 = gw1.lab\n    id-2 = gw2.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n",
+        l.wan(2),
+        l.wan(1)
+    )
+}
+
+#[test]
+fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
+    lab::ipsecbench::preconditions(&[lab::ipsecbench::Dut::Strongswan])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = lab("iks");
+    l.config_sas = false;
+    l.build()
+        .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    // gw2 is a Linux router running charon.
+    l.exec(&l.gw(2), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    let mut charon = Charon::new(&l.gw(2), &l.dir, "2");
+    let cases = [
+        ("aes128gcm16-prfsha256-curve25519", "aes128gcm16"),
+        ("aes256gcm16-prfsha384-ecp384", "aes256gcm16"),
+        ("chacha20poly1305-prfsha256-ecp256", "chacha20poly1305"),
+        ("aes256-sha256-prfsha256-modp2048", "aes256-sha256"),
+        ("aes128-sha512-prfsha512-curve25519", "aes128-sha1"),
+        ("aes256gcm16-prfsha256-ecp256", "aes256-sha512"),
+    ];
+    for (i, (ike_p, esp_p)) in cases.iter().enumerate() {
+        let ferrouter_initiates = i % 2 == 0;
+        let what = format!(
+            "case {i}: IKE {ike_p}, ESP {esp_p}, initiator {}",
+            if ferrouter_initiates {
+                "ferrouter"
+            } else {
+                "strongSwan"
+            }
+        );
+        // strongSwan afresh for each case.
+        charon.stop();
+        charon.write(2, "", &swanctl_conf(l, ike_p, esp_p)).unwrap();
+        charon
+            .start(None)
+            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        let extra = ferrouter_peer(l, ike_p, esp_p, ferrouter_initiates);
+        if i == 0 {
+            l.write_config(1, &extra).unwrap();
+            l.start(1, Path::new(common::bin()))
+                .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
+        } else {
+            let f = l.dir.join(format!("gw1-case{i}.toml"));
+            std::fs::write(&f, l.config_text(1, &extra)).unwrap();
+            cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
+        }
+        if !ferrouter_initiates {
+            charon
+                .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{what}: strongSwan's initiate: {e:#}\n{}",
+                        std::fs::read_to_string(l.log_file(1)).unwrap_or_default()
+                    )
+                });
+        }
+        let v = wait_established(l, 1, || {
+            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
+        });
+        let sa = &v["sas"][0];
+        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {v:#}");
+        assert_eq!(
+            sa["children"][0]["local_ts"][0], "10.1.0.0-10.1.0.255",
+            "{what}: narrowed by strongSwan: {v:#}"
+        );
+        ping_until(l, || {
+            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
+        });
+        let listing = charon.listing().unwrap();
+        assert!(
+            listing.ike >= 1 && listing.installed >= 1,
+            "{what}: {listing:?}"
+        );
+        assert!(
+            listing.packets_in >= 1 && listing.packets_out >= 1,
+            "{what}: {listing:?}"
+        );
+    }
+    charon.stop();
+    l.stop(1);
+}
