@@ -144,7 +144,9 @@ impl KeyShare {
                     .map_err(|_| invalid("the point is not on the curve"))?
                 };
                 if secret.iter().all(|&b| b == 0) {
-                    return Err(invalid("the shared secret is all zeros (a low-order point)"));
+                    return Err(invalid(
+                        "the shared secret is all zeros (a low-order point)",
+                    ));
                 }
                 Ok(secret)
             }
@@ -237,7 +239,9 @@ impl ModpKey {
                     BN_bin2bn(x.as_ptr(), x.len(), std::ptr::null_mut())
                 })?);
                 // SAFETY: the DH takes ownership of x (DH_set0_key always succeeds).
-                unsafe { aws_lc_sys::DH_set0_key(key.0.as_ptr(), std::ptr::null_mut(), x.into_raw()) };
+                unsafe {
+                    aws_lc_sys::DH_set0_key(key.0.as_ptr(), std::ptr::null_mut(), x.into_raw())
+                };
             }
         }
         // SAFETY: a DH with p and g (and maybe the private key, whose public value it then
@@ -265,10 +269,11 @@ impl ModpKey {
     /// g^ir with the peer's 256-byte value, padded to 256 bytes.
     fn agree(&self, peer: &[u8]) -> Result<Zeroizing<Vec<u8>>, &'static str> {
         // SAFETY: peer is valid for its length; the result is an owned BIGNUM or null.
-        let y = Bn(
-            NonNull::new(unsafe { BN_bin2bn(peer.as_ptr(), peer.len(), std::ptr::null_mut()) })
-                .ok_or("AWS-LC could not read it (out of memory)")?,
-        );
+        let y =
+            Bn(
+                NonNull::new(unsafe { BN_bin2bn(peer.as_ptr(), peer.len(), std::ptr::null_mut()) })
+                    .ok_or("AWS-LC could not read it (out of memory)")?,
+            );
         let mut flags = 0;
         // SAFETY: a valid DH and BIGNUM; flags is a valid int.
         if unsafe { DH_check_pub_key(self.0.as_ptr(), y.0.as_ptr(), &mut flags) } != 1 {
@@ -276,15 +281,16 @@ impl ModpKey {
             unsafe { ERR_clear_error() };
             return Err("AWS-LC could not check it");
         }
-        if flags & DH_CHECK_PUBKEY_TOO_SMALL as i32 != 0 {
+        if flags & DH_CHECK_PUBKEY_TOO_SMALL != 0 {
             return Err("it is 0 or 1 (RFC 6989: 1 < y < p-1)");
         }
-        if flags & DH_CHECK_PUBKEY_TOO_LARGE as i32 != 0 {
+        if flags & DH_CHECK_PUBKEY_TOO_LARGE != 0 {
             return Err("it is p-1 or more (RFC 6989: 1 < y < p-1)");
         }
         let mut secret = Zeroizing::new(vec![0; MODP2048_LEN]);
         // SAFETY: secret has DH_size (256) bytes; the DH has its private key.
-        let n = unsafe { DH_compute_key_padded(secret.as_mut_ptr(), y.0.as_ptr(), self.0.as_ptr()) };
+        let n =
+            unsafe { DH_compute_key_padded(secret.as_mut_ptr(), y.0.as_ptr(), self.0.as_ptr()) };
         if n != MODP2048_LEN as i32 {
             // SAFETY: clears this thread's AWS-LC error queue.
             unsafe { ERR_clear_error() };

@@ -170,7 +170,12 @@ impl IkeKeys {
         let a = s.integ.map_or(0, Integ::key_len);
         let e = s.encr.keymat_len();
         let (spi_i, spi_r) = (spi_i.to_be_bytes(), spi_r.to_be_bytes());
-        let km = prf_plus(s.prf, skeyseed, &[ni, nr, &spi_i, &spi_r], 3 * d + 2 * a + 2 * e)?;
+        let km = prf_plus(
+            s.prf,
+            skeyseed,
+            &[ni, nr, &spi_i, &spi_r],
+            3 * d + 2 * a + 2 * e,
+        )?;
         let mut rest: &[u8] = &km;
         let mut take = |n: usize| {
             let (k, r) = rest.split_at(n);

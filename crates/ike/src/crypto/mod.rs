@@ -162,14 +162,9 @@ pub(crate) mod testing {
     /// Decodes hex, ignoring whitespace (as RFCs print their vectors).
     pub(crate) fn hex(s: &str) -> Vec<u8> {
         let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        assert!(s.len() % 2 == 0, "odd hex length");
+        assert!(s.len().is_multiple_of(2), "odd hex length");
         s.chunks(2)
             .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
             .collect()
-    }
-
-    /// Encodes hex (lower case).
-    pub(crate) fn to_hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
     }
 }

@@ -120,7 +120,12 @@ impl SkCipher {
     /// (and SKF's fragment numbers) set, then the plaintext inner payloads up to
     /// `msg.len()`. Inserts the IV, pads, encrypts, appends the ICV, and sets the
     /// payload's Payload Length and the IKE header's Length (both covered by the ICV).
-    pub fn seal(&mut self, msg: &mut Vec<u8>, at: usize, hdr_len: usize) -> Result<(), CryptoError> {
+    pub fn seal(
+        &mut self,
+        msg: &mut Vec<u8>,
+        at: usize,
+        hdr_len: usize,
+    ) -> Result<(), CryptoError> {
         let start = check_offset(msg.len(), at, hdr_len)?;
         let plain_len = msg.len() - start;
         let overhead = self.overhead(plain_len);
@@ -145,7 +150,11 @@ impl SkCipher {
         };
         msg.reserve(overhead);
         msg.splice(start..start, iv.iter().copied());
-        let pad = if self.integ.is_some() { cbc_pad(plain_len) } else { 0 };
+        let pad = if self.integ.is_some() {
+            cbc_pad(plain_len)
+        } else {
+            0
+        };
         msg.resize(msg.len() + pad, 0);
         // pad < 16.
         msg.push(pad as u8);
@@ -223,14 +232,17 @@ impl SkCipher {
                 let ours = icv.as_ref().get(..icv_len).ok_or(CryptoError::Integrity)?;
                 constant_time::verify_slices_are_equal(ours, &msg[icv_at..])
                     .map_err(|_| CryptoError::Integrity)?;
-                if data.len() % AES_BLOCK != 0 {
+                if !data.len().is_multiple_of(AES_BLOCK) {
                     return Err(CryptoError::SkBlock { len: data.len() });
                 }
                 let mut block = [0u8; AES_BLOCK];
                 block.copy_from_slice(iv);
                 DecryptingKey::cbc(self.cbc_key()?)
                     .map_err(|_| CryptoError::Internal("AES-CBC key"))?
-                    .decrypt(&mut data, DecryptionContext::Iv128(FixedLength::from(block)))
+                    .decrypt(
+                        &mut data,
+                        DecryptionContext::Iv128(FixedLength::from(block)),
+                    )
                     .map_err(|_| CryptoError::Internal("AES-CBC decrypt"))?;
             }
         }
