@@ -82,7 +82,7 @@ impl PrivateKey {
 
     /// A key from PEM or DER bytes (see [`PrivateKey::from_file`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<PrivateKey, CryptoError> {
-        if bytes.starts_with(b"-----BEGIN") || bytes.trim_ascii_start().starts_with(b"-----") {
+        if bytes.trim_ascii_start().starts_with(b"-----") {
             let der = PrivateKeyDer::from_pem_slice(bytes)
                 .map_err(|e| CryptoError::KeyFormat(format!("no private key in the PEM: {e}")))?;
             return Self::from_der(&der);
@@ -101,7 +101,7 @@ impl PrivateKey {
     }
 
     /// A key from its DER, tagged with its encoding.
-    pub fn from_der(der: &PrivateKeyDer<'_>) -> Result<PrivateKey, CryptoError> {
+    fn from_der(der: &PrivateKeyDer<'_>) -> Result<PrivateKey, CryptoError> {
         let unsupported = |what: &str| {
             CryptoError::KeyFormat(format!(
                 "{what}: not an ECDSA P-256/P-384, Ed25519 or RSA key that can be read"
@@ -261,9 +261,9 @@ pub fn read_certificates(path: &Path) -> Result<Vec<Vec<u8>>, CryptoError> {
 
 /// Verifies a peer's AUTH payload made with a certificate's key: the chain
 /// (`cert_chain_der[0]` the peer's certificate, then intermediates in any order) must
-/// lead to one of `trusted_cas` and be valid at `now`; then the signature in `auth_data`
-/// (the AUTH payload's Authentication Data, `auth_method` its method) must be the
-/// certificate key's over `signed_octets` ([`super::signed_octets`] of the peer).
+/// lead to one of `trusted_cas` and be valid at `now` ([`verify_chain`]); then the
+/// signature in `auth_data` (the AUTH payload's Authentication Data, `auth_method` its
+/// method) must be the certificate key's over `signed_octets` ([`verify_auth`]).
 ///
 /// The error names the check that failed: an untrusted issuer, an expired or not yet
 /// valid certificate, a certificate's EKU, a key too small, an unsupported algorithm, a
@@ -275,6 +275,19 @@ pub fn verify(
     auth_method: u8,
     auth_data: &[u8],
     signed_octets: &[u8],
+) -> Result<(), CryptoError> {
+    verify_chain(cert_chain_der, trusted_cas, now)?;
+    verify_auth(&cert_chain_der[0], auth_method, auth_data, signed_octets)
+}
+
+/// Validates a certificate chain (`cert_chain_der[0]` the peer's certificate, then
+/// intermediates in any order) up to one of `trusted_cas` at `now`: the half of
+/// [`verify`] whose result a responder may cache per chain (it costs the CA signature
+/// checks, some hundred microseconds with ECDSA P-384 CAs).
+pub fn verify_chain(
+    cert_chain_der: &[Vec<u8>],
+    trusted_cas: &[Vec<u8>],
+    now: SystemTime,
 ) -> Result<(), CryptoError> {
     let (ee_der, intermediates) = cert_chain_der
         .split_first()
@@ -315,8 +328,19 @@ pub fn verify(
         None,
     )
     .map_err(chain_error)?;
+    Ok(())
+}
 
-    let (key, spki) = cert_key(&ee_der)?;
+/// Verifies the AUTH payload's signature (`auth_method`, `auth_data`) over
+/// `signed_octets` with the key of `cert_der`, a certificate [`verify_chain`] accepted:
+/// the half of [`verify`] done for every AUTH. RSA keys below 2048 bits are refused.
+pub fn verify_auth(
+    cert_der: &[u8],
+    auth_method: u8,
+    auth_data: &[u8],
+    signed_octets: &[u8],
+) -> Result<(), CryptoError> {
+    let (key, spki) = cert_key(cert_der)?;
     let (alg, signature): (&'static dyn sig::VerificationAlgorithm, &[u8]) = match auth_method {
         AUTH_RSA if key == KeyType::Rsa => (
             &sig::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,

@@ -86,6 +86,13 @@ fn every_key_type_signs_and_verifies() {
             "{k:?}"
         );
         k.check_certificate(&chain[0]).unwrap();
+        // The two halves of verify.
+        verify_chain(&chain, &root, now()).unwrap();
+        verify_auth(&chain[0], AUTH_DIGITAL_SIGNATURE, &auth, &so).unwrap();
+        assert_eq!(
+            verify_auth(&chain[0], AUTH_DIGITAL_SIGNATURE, &auth, b"other"),
+            Err(CryptoError::BadSignature)
+        );
     }
 }
 
