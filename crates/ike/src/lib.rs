@@ -4,6 +4,9 @@
 //! - [`wire`]: the message codec (header and payloads), parsing bounded, hostile input.
 //! - [`crypto`]: key exchange, PRF, key derivation and the encrypted (SK) payload.
 
+pub mod config;
 pub mod crypto;
+pub mod daemon;
+pub mod engine;
 pub mod transform;
 pub mod wire;

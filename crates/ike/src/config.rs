@@ -1,0 +1,515 @@
+//! `[[ipsec.peer]]`: an IKEv2 peer, as the config names it, and its proposals.
+//!
+//! ```toml
+//! [[ipsec.peer]]
+//! name = "site-b"
+//! local = "192.0.2.1"             # our address (IKE is sent from it)
+//! remote = "192.0.2.2"            # the peer's; "any" to answer whoever authenticates
+//! local_id = "gw1.example"        # FQDN, email, IP or "dn:CN=..."; default: `local`
+//! remote_id = "gw2.example"       # default: `remote`
+//! auth = "psk"
+//! psk = "site-b"                  # the name of its secret in the key file
+//! proposals = ["aes128gcm16-prfsha256-curve25519"]
+//! esp_proposals = ["aes128gcm16"]
+//! tunnel = "ipsec0"               # child SAs land on this tunnel interface
+//! start = "initiate"              # or "respond" (the default)
+//! ```
+//!
+//! Proposals are written as strongSwan writes them: algorithms joined by `-`, e.g.
+//! `aes256gcm16-prfsha384-ecp384` or `aes128-sha256-prfsha256-modp2048` for IKE, and
+//! `aes128gcm16`, `chacha20poly1305`, `aes256-sha512-esn` for ESP (`-curve25519` and the
+//! other groups there ask for PFS in CREATE_CHILD_SA).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::transform::{Dh, Encr, Integ, Prf};
+use crate::wire::{self, Id, Selector};
+
+/// One `[[ipsec.peer]]` as written.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// How commands and logs name it.
+    pub name: String,
+    /// Our address: IKE is sent from it, and to it.
+    pub local: IpAddr,
+    /// The peer's address, or `any` (respond only).
+    pub remote: String,
+    /// Our identity (default: `local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_id: Option<String>,
+    /// The identity the peer must prove (default: `remote`; required with `remote = "any"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_id: Option<String>,
+    /// `psk` (the only one so far).
+    #[serde(default = "default_auth")]
+    pub auth: String,
+    /// With `auth = "psk"`: the name of its secret in the key file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psk: Option<String>,
+    /// IKE proposals, most preferred first (default: RFC 8247's recommendations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proposals: Vec<String>,
+    /// ESP proposals for the child SAs, most preferred first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub esp_proposals: Vec<String>,
+    /// The tunnel interface (`[[ipsec.tunnel]]`) its child SAs land on.
+    pub tunnel: String,
+    /// `initiate` (bring it up at start and keep it up) or `respond`.
+    #[serde(default = "default_start")]
+    pub start: String,
+    /// IKE SA lifetime, seconds: rekeyed before it ends (0: never).
+    #[serde(default = "default_ike_lifetime")]
+    pub ike_lifetime_s: u32,
+    /// Child SA lifetime, seconds: rekeyed before it ends (0: never).
+    #[serde(default = "default_child_lifetime")]
+    pub child_lifetime_s: u32,
+    /// Seconds of silence from the peer before a liveness check (0: none).
+    #[serde(default = "default_dpd")]
+    pub dpd_s: u32,
+}
+
+fn default_auth() -> String {
+    "psk".into()
+}
+fn default_start() -> String {
+    "respond".into()
+}
+fn default_ike_lifetime() -> u32 {
+    14_400
+}
+fn default_child_lifetime() -> u32 {
+    3_600
+}
+fn default_dpd() -> u32 {
+    30
+}
+
+/// An IKE SA's algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IkeProposal {
+    pub encr: Encr,
+    /// `None` with an AEAD.
+    pub integ: Option<Integ>,
+    pub prf: Prf,
+    pub dh: Dh,
+}
+
+/// A child SA's algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EspProposal {
+    pub encr: Encr,
+    pub integ: Option<Integ>,
+    pub esn: bool,
+    /// PFS in CREATE_CHILD_SA.
+    pub dh: Option<Dh>,
+}
+
+/// The defaults (RFC 8247 §3: AES-GCM, HMAC-SHA2, curve25519/ECP/MODP-2048).
+pub fn default_ike_proposals() -> Vec<IkeProposal> {
+    [
+        "aes128gcm16-prfsha256-curve25519",
+        "aes256gcm16-prfsha384-ecp384",
+        "aes128gcm16-prfsha256-ecp256",
+        "aes256-sha256-prfsha256-modp2048",
+    ]
+    .iter()
+    .filter_map(|s| parse_ike_proposal(s).ok())
+    .collect()
+}
+
+/// The default ESP proposals.
+pub fn default_esp_proposals() -> Vec<EspProposal> {
+    [
+        "aes128gcm16",
+        "aes256gcm16",
+        "chacha20poly1305",
+        "aes128-sha256",
+    ]
+    .iter()
+    .filter_map(|s| parse_esp_proposal(s).ok())
+    .collect()
+}
+
+fn token_encr(t: &str) -> Option<Encr> {
+    Some(match t {
+        "aes128gcm16" | "aes128gcm128" => Encr::AesGcm16 { key_bits: 128 },
+        "aes256gcm16" | "aes256gcm128" => Encr::AesGcm16 { key_bits: 256 },
+        "chacha20poly1305" => Encr::ChaCha20Poly1305,
+        "aes128" => Encr::AesCbc { key_bits: 128 },
+        "aes192" => Encr::AesCbc { key_bits: 192 },
+        "aes256" => Encr::AesCbc { key_bits: 256 },
+        _ => return None,
+    })
+}
+
+fn token_integ(t: &str) -> Option<Integ> {
+    Some(match t {
+        "sha1" => Integ::HmacSha1_96,
+        "sha256" | "sha2_256" => Integ::HmacSha256_128,
+        "sha384" | "sha2_384" => Integ::HmacSha384_192,
+        "sha512" | "sha2_512" => Integ::HmacSha512_256,
+        _ => return None,
+    })
+}
+
+fn token_prf(t: &str) -> Option<Prf> {
+    Some(match t {
+        "prfsha256" => Prf::HmacSha256,
+        "prfsha384" => Prf::HmacSha384,
+        "prfsha512" => Prf::HmacSha512,
+        _ => return None,
+    })
+}
+
+fn token_dh(t: &str) -> Option<Dh> {
+    Some(match t {
+        "modp2048" => Dh::Modp2048,
+        "ecp256" => Dh::Ecp256,
+        "ecp384" => Dh::Ecp384,
+        "curve25519" | "x25519" => Dh::Curve25519,
+        _ => return None,
+    })
+}
+
+/// An IKE proposal such as `aes128gcm16-prfsha256-curve25519`; the error names the token.
+pub fn parse_ike_proposal(s: &str) -> Result<IkeProposal, String> {
+    let (mut encr, mut integ, mut prf, mut dh) = (None, None, None, None);
+    for t in s.split('-') {
+        if let Some(e) = token_encr(t) {
+            encr = Some(e);
+        } else if let Some(i) = token_integ(t) {
+            if i == Integ::HmacSha1_96 {
+                return Err(format!(
+                    "`{t}`: SHA-1 integrity is not allowed for IKE (RFC 8247)"
+                ));
+            }
+            integ = Some(i);
+        } else if let Some(p) = token_prf(t) {
+            prf = Some(p);
+        } else if let Some(d) = token_dh(t) {
+            dh = Some(d);
+        } else {
+            return Err(format!(
+                "unknown algorithm `{t}` (encryption: aes128gcm16 aes256gcm16 chacha20poly1305 aes128 aes192 aes256; integrity: sha256 sha384 sha512; PRF: prfsha256 prfsha384 prfsha512; DH: curve25519 ecp256 ecp384 modp2048)"
+            ));
+        }
+    }
+    let encr = encr.ok_or("no encryption algorithm")?;
+    if encr.is_aead() && integ.is_some() {
+        return Err(format!("`{s}`: an AEAD takes no integrity algorithm"));
+    }
+    if !encr.is_aead() && integ.is_none() {
+        return Err(format!("`{s}`: AES-CBC needs an integrity algorithm"));
+    }
+    // As strongSwan: without a PRF, the one matching the integrity algorithm.
+    let prf = match (prf, integ) {
+        (Some(p), _) => p,
+        (None, Some(Integ::HmacSha384_192)) => Prf::HmacSha384,
+        (None, Some(Integ::HmacSha512_256)) => Prf::HmacSha512,
+        (None, Some(_)) => Prf::HmacSha256,
+        (None, None) => {
+            return Err(format!(
+                "`{s}`: an AEAD proposal needs a PRF (prfsha256, ...)"
+            ))
+        }
+    };
+    let dh = dh.ok_or_else(|| format!("`{s}`: no DH group (curve25519, ecp256, ...)"))?;
+    Ok(IkeProposal {
+        encr,
+        integ,
+        prf,
+        dh,
+    })
+}
+
+/// An ESP proposal such as `aes128gcm16` or `aes256-sha512-esn-ecp256`.
+pub fn parse_esp_proposal(s: &str) -> Result<EspProposal, String> {
+    let (mut encr, mut integ, mut esn, mut dh) = (None, None, false, None);
+    for t in s.split('-') {
+        if let Some(e) = token_encr(t) {
+            encr = Some(e);
+        } else if let Some(i) = token_integ(t) {
+            integ = Some(i);
+        } else if let Some(d) = token_dh(t) {
+            dh = Some(d);
+        } else if t == "esn" {
+            esn = true;
+        } else if t == "noesn" {
+            esn = false;
+        } else {
+            return Err(format!(
+                "unknown algorithm `{t}` (encryption: aes128gcm16 aes256gcm16 chacha20poly1305 aes128 aes256; integrity: sha1 sha256 sha512; esn; DH for PFS)"
+            ));
+        }
+    }
+    let encr = encr.ok_or_else(|| format!("`{s}`: no encryption algorithm"))?;
+    if matches!(encr, Encr::AesCbc { key_bits: 192 }) {
+        return Err(format!(
+            "`{s}`: ESP has no AES-192-CBC here (aes128, aes256)"
+        ));
+    }
+    if encr.is_aead() && integ.is_some() {
+        return Err(format!("`{s}`: an AEAD takes no integrity algorithm"));
+    }
+    match integ {
+        None if !encr.is_aead() => {
+            return Err(format!("`{s}`: AES-CBC needs an integrity algorithm"))
+        }
+        Some(i) if i.esp_name().is_none() => {
+            return Err(format!(
+                "`{s}`: ESP has no {i:?} here (sha1, sha256, sha512)"
+            ))
+        }
+        _ => {}
+    }
+    Ok(EspProposal {
+        encr,
+        integ,
+        esn,
+        dh,
+    })
+}
+
+/// Parses an identity: `dn:...`, an IP address, `user@host` or an FQDN.
+pub fn parse_id(s: &str) -> Result<Id, String> {
+    if s.is_empty() {
+        return Err("empty identity".into());
+    }
+    if let Some(dn) = s.strip_prefix("dn:") {
+        return Err(format!(
+            "`dn:{dn}`: distinguished names come with certificates, not yet supported"
+        ));
+    }
+    Ok(match s.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => Id {
+            kind: wire::id::IPV4_ADDR,
+            data: a.octets().to_vec(),
+        },
+        Ok(IpAddr::V6(a)) => Id {
+            kind: wire::id::IPV6_ADDR,
+            data: a.octets().to_vec(),
+        },
+        Err(_) if s.contains('@') => Id {
+            kind: wire::id::RFC822_ADDR,
+            data: s.as_bytes().to_vec(),
+        },
+        Err(_) => Id {
+            kind: wire::id::FQDN,
+            data: s.as_bytes().to_vec(),
+        },
+    })
+}
+
+/// A peer ready for the engine: everything parsed and checked.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub name: String,
+    pub local: IpAddr,
+    /// `None`: any address.
+    pub remote: Option<IpAddr>,
+    pub local_id: Id,
+    pub remote_id: Id,
+    pub psk: zeroize::Zeroizing<Vec<u8>>,
+    pub ike: Vec<IkeProposal>,
+    pub esp: Vec<EspProposal>,
+    pub tunnel: String,
+    pub initiate: bool,
+    pub ike_lifetime: Option<Duration>,
+    pub child_lifetime: Option<Duration>,
+    pub dpd: Option<Duration>,
+    /// The selectors a tunnel's child SA covers: everything, of both families.
+    pub local_ts: Vec<Selector>,
+    pub remote_ts: Vec<Selector>,
+}
+
+impl PeerConfig {
+    /// Checks and resolves it; `psk` is the secret its `psk` names (the caller reads the
+    /// key file). Errors name the field.
+    pub fn resolve(&self, psk: Option<&[u8]>) -> Result<Peer, String> {
+        let remote = match self.remote.as_str() {
+            "any" | "%any" => None,
+            r => Some(
+                r.parse::<IpAddr>()
+                    .map_err(|_| format!("remote: `{r}` is not an IP address or `any`"))?,
+            ),
+        };
+        if let Some(r) = remote {
+            if r.is_ipv4() != self.local.is_ipv4() {
+                return Err(format!(
+                    "remote: {r} is not of the same family as local {}",
+                    self.local
+                ));
+            }
+        }
+        let local_id = parse_id(
+            &self
+                .local_id
+                .clone()
+                .unwrap_or_else(|| self.local.to_string()),
+        )
+        .map_err(|e| format!("local_id: {e}"))?;
+        let remote_id = match (&self.remote_id, remote) {
+            (Some(s), _) => parse_id(s).map_err(|e| format!("remote_id: {e}"))?,
+            (None, Some(r)) => parse_id(&r.to_string())?,
+            (None, None) => return Err("remote_id: needed with remote = \"any\"".into()),
+        };
+        if self.auth != "psk" {
+            return Err(format!(
+                "auth: `{}` is not supported (psk; certificates are being built)",
+                self.auth
+            ));
+        }
+        let psk = match (&self.psk, psk) {
+            (None, _) => return Err("psk: the name of the key file's secret is missing".into()),
+            (Some(n), None) => return Err(format!("psk: the key file has no secret `{n}`")),
+            (Some(_), Some(s)) if s.len() < 16 => {
+                return Err(format!(
+                    "psk: the secret is {} bytes; at least 16 are needed (RFC 7296 §2.15 wants it as strong as a key)",
+                    s.len()
+                ))
+            }
+            (Some(_), Some(s)) => zeroize::Zeroizing::new(s.to_vec()),
+        };
+        let ike = if self.proposals.is_empty() {
+            default_ike_proposals()
+        } else {
+            self.proposals
+                .iter()
+                .enumerate()
+                .map(|(k, p)| parse_ike_proposal(p).map_err(|e| format!("proposals[{k}]: {e}")))
+                .collect::<Result<_, _>>()?
+        };
+        let esp = if self.esp_proposals.is_empty() {
+            default_esp_proposals()
+        } else {
+            self.esp_proposals
+                .iter()
+                .enumerate()
+                .map(|(k, p)| parse_esp_proposal(p).map_err(|e| format!("esp_proposals[{k}]: {e}")))
+                .collect::<Result<_, _>>()?
+        };
+        let initiate = match self.start.as_str() {
+            "initiate" => true,
+            "respond" => false,
+            s => return Err(format!("start: `{s}` is neither `initiate` nor `respond`")),
+        };
+        if initiate && remote.is_none() {
+            return Err("start: a peer with remote = \"any\" cannot initiate".into());
+        }
+        if self.tunnel.is_empty() {
+            return Err("tunnel: empty".into());
+        }
+        let secs = |s: u32| (s > 0).then(|| Duration::from_secs(u64::from(s)));
+        if self.ike_lifetime_s != 0 && self.ike_lifetime_s < 60 {
+            return Err(format!(
+                "ike_lifetime_s: {} is below 60",
+                self.ike_lifetime_s
+            ));
+        }
+        if self.child_lifetime_s != 0 && self.child_lifetime_s < 10 {
+            return Err(format!(
+                "child_lifetime_s: {} is below 10",
+                self.child_lifetime_s
+            ));
+        }
+        Ok(Peer {
+            name: self.name.clone(),
+            local: self.local,
+            remote,
+            local_id,
+            remote_id,
+            psk,
+            ike,
+            esp,
+            tunnel: self.tunnel.clone(),
+            initiate,
+            ike_lifetime: secs(self.ike_lifetime_s),
+            child_lifetime: secs(self.child_lifetime_s),
+            dpd: secs(self.dpd_s),
+            local_ts: vec![Selector::any(false), Selector::any(true)],
+            remote_ts: vec![Selector::any(false), Selector::any(true)],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proposals() {
+        let p = parse_ike_proposal("aes128gcm16-prfsha256-curve25519").unwrap();
+        assert_eq!(p.encr, Encr::AesGcm16 { key_bits: 128 });
+        assert_eq!(
+            (p.integ, p.prf, p.dh),
+            (None, Prf::HmacSha256, Dh::Curve25519)
+        );
+        let p = parse_ike_proposal("aes256-sha384-modp2048").unwrap();
+        assert_eq!(p.prf, Prf::HmacSha384);
+        assert!(parse_ike_proposal("aes128gcm16-sha256-prfsha256-ecp256").is_err());
+        assert!(parse_ike_proposal("aes128-prfsha256-ecp256").is_err());
+        assert!(parse_ike_proposal("aes128gcm16-prfsha256")
+            .unwrap_err()
+            .contains("DH"));
+        assert!(parse_ike_proposal("des-sha1-modp768")
+            .unwrap_err()
+            .contains("`des`"));
+        let e = parse_esp_proposal("aes256-sha512-esn").unwrap();
+        assert!(e.esn && e.integ == Some(Integ::HmacSha512_256));
+        assert!(parse_esp_proposal("aes128-sha384").is_err());
+        assert_eq!(default_ike_proposals().len(), 4);
+        assert_eq!(default_esp_proposals().len(), 4);
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(parse_id("192.0.2.1").unwrap().kind, wire::id::IPV4_ADDR);
+        assert_eq!(parse_id("2001:db8::1").unwrap().data.len(), 16);
+        assert_eq!(parse_id("a@b").unwrap().kind, wire::id::RFC822_ADDR);
+        assert_eq!(parse_id("gw.example").unwrap().text(), "gw.example");
+    }
+
+    #[test]
+    fn resolve_checks() {
+        let c: PeerConfig = toml_like();
+        let p = c.resolve(Some(b"0123456789abcdef0123")).unwrap();
+        assert_eq!(p.remote_id.text(), "192.0.2.2");
+        assert!(c.resolve(Some(b"short")).unwrap_err().starts_with("psk:"));
+        assert!(c.resolve(None).unwrap_err().contains("no secret"));
+        let mut d = c.clone();
+        d.remote = "any".into();
+        assert!(d
+            .resolve(Some(b"0123456789abcdef"))
+            .unwrap_err()
+            .starts_with("remote_id"));
+        let mut d = c.clone();
+        d.proposals = vec!["aes128gcm16-prfsha256-curve25519".into(), "bogus".into()];
+        assert!(d
+            .resolve(Some(b"0123456789abcdef"))
+            .unwrap_err()
+            .starts_with("proposals[1]"));
+    }
+
+    fn toml_like() -> PeerConfig {
+        PeerConfig {
+            name: "b".into(),
+            local: "192.0.2.1".parse().unwrap(),
+            remote: "192.0.2.2".into(),
+            local_id: None,
+            remote_id: None,
+            auth: "psk".into(),
+            psk: Some("b".into()),
+            proposals: vec![],
+            esp_proposals: vec![],
+            tunnel: "ipsec0".into(),
+            start: "respond".into(),
+            ike_lifetime_s: 14_400,
+            child_lifetime_s: 3_600,
+            dpd_s: 30,
+        }
+    }
+}

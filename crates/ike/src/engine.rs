@@ -1,0 +1,2055 @@
+//! The IKEv2 state machines (RFC 7296), free of I/O: datagrams and time go in, datagrams
+//! to send and child SAs to install or remove come out ([`Event`]). The daemon
+//! (`daemon.rs`) owns the sockets and the clock; tests drive two engines against each
+//! other, or one against strongSwan through the daemon.
+//!
+//! What it does: IKE_SA_INIT and IKE_AUTH with a PSK, as initiator and responder;
+//! INVALID_KE_PAYLOAD retry; cookies (§2.6) once half-open SAs pass a threshold; child
+//! SAs onto a tunnel interface with traffic-selector narrowing; INFORMATIONAL deletes and
+//! liveness checks; retransmission with exponential backoff and a message-ID window of
+//! one; answers to retransmitted requests from the stored response.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zeroize::Zeroizing;
+
+use crate::config::{EspProposal, IkeProposal, Peer};
+use crate::crypto::{self, ChildKeys, IkeKeys, IkeSuite, KeyShare, SkCipher};
+use crate::transform::{self as tf, Dh, Encr, Integ, Prf};
+use crate::wire::{
+    self, exchange, flags, notify, proto, Header, Id, Message, Payload, Proposal, Selector,
+    Transform,
+};
+
+/// Retransmissions of a request before the SA is given up (1 + 5 sends: 1, 2, 4, 8, 16 s).
+pub const MAX_RETRANSMITS: u32 = 5;
+/// The first retransmission timeout; doubled each time.
+pub const RETRANSMIT_BASE: Duration = Duration::from_secs(1);
+/// How long a responder keeps a half-open SA (IKE_SA_INIT answered, no IKE_AUTH).
+pub const HALF_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Half-open SAs above which IKE_SA_INIT requests must carry a cookie (§2.6).
+pub const DEFAULT_COOKIE_THRESHOLD: usize = 1024;
+/// How long an initiating peer waits before trying again after a failure.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Nonce length we send (§2.10: at least half the PRF's key size, and 16).
+const NONCE_LEN: usize = 32;
+
+/// What the engine asks of the daemon.
+#[derive(Debug)]
+pub enum Event {
+    /// Send a datagram (the IKE message, without any non-ESP marker).
+    Send {
+        local: SocketAddr,
+        remote: SocketAddr,
+        data: Vec<u8>,
+    },
+    /// Install a child SA (both directions).
+    ChildUp(ChildSpec),
+    /// Remove a child SA (both directions).
+    ChildDown {
+        peer: String,
+        tunnel: String,
+        spi_in: u32,
+        spi_out: u32,
+    },
+}
+
+/// A child SA's keys, one direction.
+pub struct DirKeys {
+    /// Encryption key, with the AEAD salt after it.
+    pub encr: Zeroizing<Vec<u8>>,
+    pub integ: Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for DirKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DirKeys(..)")
+    }
+}
+
+/// A child SA to install.
+#[derive(Debug)]
+pub struct ChildSpec {
+    pub peer: String,
+    pub tunnel: String,
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub spi_in: u32,
+    pub spi_out: u32,
+    pub encr: Encr,
+    pub integ: Option<Integ>,
+    pub esn: bool,
+    pub key_in: DirKeys,
+    pub key_out: DirKeys,
+    pub local_ts: Vec<Selector>,
+    pub remote_ts: Vec<Selector>,
+}
+
+/// Counters (`show ike`, metrics).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Counters {
+    pub received: u64,
+    pub sent: u64,
+    pub retransmitted: u64,
+    /// Retransmitted requests answered from the stored response.
+    pub answered_again: u64,
+    pub established: u64,
+    pub children_installed: u64,
+    pub children_removed: u64,
+    pub cookies_sent: u64,
+    pub invalid_ke_sent: u64,
+    pub invalid_ke_retried: u64,
+    pub dpd_sent: u64,
+    pub deletes_received: u64,
+    /// Dropped or refused, by reason.
+    pub dropped: DropCounters,
+    pub failed: FailCounters,
+}
+
+/// Messages dropped, by reason.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct DropCounters {
+    pub truncated: u64,
+    pub malformed: u64,
+    pub version: u64,
+    pub unsupported_critical: u64,
+    pub unknown_spi: u64,
+    pub integrity: u64,
+    pub bad_message_id: u64,
+    pub unexpected: u64,
+    pub bad_cookie: u64,
+}
+
+/// Negotiations that failed, by reason.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FailCounters {
+    pub no_proposal: u64,
+    pub authentication: u64,
+    pub unknown_peer: u64,
+    pub ts_unacceptable: u64,
+    pub timeout: u64,
+    pub peer_refused: u64,
+    pub crypto: u64,
+}
+
+/// An IKE SA's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Initiator: IKE_SA_INIT sent.
+    InitSent,
+    /// Initiator: IKE_AUTH sent.
+    AuthSent,
+    /// Responder: IKE_SA_INIT answered, waiting for IKE_AUTH.
+    HalfOpen,
+    Established,
+    /// Delete sent; gone once answered.
+    Deleting,
+}
+
+/// What one of our requests was for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    Init,
+    Auth,
+    Dpd,
+    Delete,
+}
+
+struct Pending {
+    id: u32,
+    asked: Asked,
+    datagram: Vec<u8>,
+    sent: Instant,
+    tries: u32,
+}
+
+struct Child {
+    spi_in: u32,
+    spi_out: u32,
+    esp: EspProposal,
+    created: Instant,
+    local_ts: Vec<Selector>,
+    remote_ts: Vec<Selector>,
+}
+
+/// One IKE SA.
+struct IkeSa {
+    peer: Option<Arc<Peer>>,
+    /// We are its original initiator.
+    initiator: bool,
+    spi_i: u64,
+    spi_r: u64,
+    local: SocketAddr,
+    remote: SocketAddr,
+    state: State,
+    suite: Option<IkeProposal>,
+    /// Initiator: our key share until the response.
+    share: Option<KeyShare>,
+    ni: Vec<u8>,
+    nr: Vec<u8>,
+    /// The IKE_SA_INIT request and response, as sent: AUTH signs them.
+    init_req: Vec<u8>,
+    init_resp: Vec<u8>,
+    keys: Option<IkeKeys>,
+    tx: Option<SkCipher>,
+    rx: Option<SkCipher>,
+    /// Our next request's message ID.
+    next_id: u32,
+    pending: Option<Pending>,
+    /// The peer's next request's message ID.
+    peer_next: u32,
+    /// The response to the peer's last request (for its retransmissions).
+    last_response: Option<(u32, Vec<u8>)>,
+    children: Vec<Child>,
+    /// Initiator: the SPI our IKE_AUTH offers for the child, and the cookie to echo.
+    child_spi: u32,
+    cookie: Option<Vec<u8>>,
+    created: Instant,
+    established_at: Option<Instant>,
+    last_heard: Instant,
+}
+
+impl IkeSa {
+    fn header(&self, exchange: u8, id: u32, response: bool) -> Header {
+        let mut f = 0;
+        if self.initiator {
+            f |= flags::INITIATOR;
+        }
+        if response {
+            f |= flags::RESPONSE;
+        }
+        Header {
+            spi_i: self.spi_i,
+            spi_r: self.spi_r,
+            next: 0,
+            version: 0x20,
+            exchange,
+            flags: f,
+            message_id: id,
+            length: 0,
+        }
+    }
+
+    fn peer_name(&self) -> &str {
+        self.peer.as_ref().map_or("?", |p| p.name.as_str())
+    }
+}
+
+/// A row of `show ike sa`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SaInfo {
+    pub peer: String,
+    pub state: State,
+    pub initiator: bool,
+    pub spi_i: String,
+    pub spi_r: String,
+    pub local: String,
+    pub remote: String,
+    pub remote_id: String,
+    pub proposal: String,
+    pub age_s: u64,
+    pub children: Vec<ChildInfo>,
+}
+
+/// A row of `show ike child-sa`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ChildInfo {
+    pub peer: String,
+    pub spi_in: String,
+    pub spi_out: String,
+    pub proposal: String,
+    pub local_ts: Vec<String>,
+    pub remote_ts: Vec<String>,
+    pub age_s: u64,
+}
+
+/// The engine: every IKE SA, by our SPI.
+pub struct Engine {
+    peers: Vec<Arc<Peer>>,
+    sas: HashMap<u64, IkeSa>,
+    /// Responder: (peer address, initiator's SPI) → our SPI, while half-open.
+    by_init: HashMap<(SocketAddr, u64), u64>,
+    half_open: usize,
+    cookie_threshold: usize,
+    cookie_secret: [u8; 32],
+    /// Initiating peers without an SA: when to try next.
+    retry_at: HashMap<String, Instant>,
+    pub counters: Counters,
+    /// Our inbound child SPIs in use.
+    child_spis: std::collections::HashSet<u32>,
+    /// The UDP port IKE is sent to (500; tests use others).
+    port: u16,
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = crypto::random_bytes(&mut b);
+    u64::from_be_bytes(b)
+}
+
+fn rand_vec(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    let _ = crypto::random_bytes(&mut v);
+    v
+}
+
+fn suite_of(p: &IkeProposal) -> IkeSuite {
+    IkeSuite {
+        encr: p.encr,
+        integ: p.integ,
+        prf: p.prf,
+        dh: p.dh,
+    }
+}
+
+fn encr_transform(e: Encr) -> Transform {
+    let (id, key_bits) = e.id();
+    Transform {
+        kind: tf::ENCR,
+        id,
+        key_bits,
+        unknown_attribute: false,
+    }
+}
+
+fn plain(kind: u8, id: u16) -> Transform {
+    Transform {
+        kind,
+        id,
+        key_bits: None,
+        unknown_attribute: false,
+    }
+}
+
+/// The SA payload proposal for an IKE proposal.
+fn ike_wire(number: u8, p: &IkeProposal, spi: Vec<u8>) -> Proposal {
+    let mut t = vec![encr_transform(p.encr), plain(tf::PRF, p.prf.id())];
+    if let Some(i) = p.integ {
+        t.push(plain(tf::INTEG, i.id()));
+    }
+    t.push(plain(tf::DH, p.dh.id()));
+    Proposal {
+        number,
+        protocol: proto::IKE,
+        spi,
+        transforms: t,
+    }
+}
+
+/// The SA payload proposal for an ESP proposal (`pfs`: with its DH group).
+fn esp_wire(number: u8, p: &EspProposal, spi: u32, pfs: bool) -> Proposal {
+    let mut t = vec![encr_transform(p.encr)];
+    if let Some(i) = p.integ {
+        t.push(plain(tf::INTEG, i.id()));
+    }
+    if let (true, Some(d)) = (pfs, p.dh) {
+        t.push(plain(tf::DH, d.id()));
+    }
+    t.push(plain(tf::ESN, u16::from(p.esn)));
+    Proposal {
+        number,
+        protocol: proto::ESP,
+        spi: spi.to_be_bytes().to_vec(),
+        transforms: t,
+    }
+}
+
+fn has(p: &Proposal, kind: u8, id: u16, key_bits: Option<u16>) -> bool {
+    p.transforms
+        .iter()
+        .any(|t| t.kind == kind && t.id == id && t.key_bits == key_bits && !t.unknown_attribute)
+}
+
+fn kinds(p: &Proposal, kind: u8) -> bool {
+    p.transforms.iter().any(|t| t.kind == kind)
+}
+
+/// Does the received IKE proposal allow ours?
+fn ike_matches(p: &Proposal, ours: &IkeProposal) -> bool {
+    let (eid, ebits) = ours.encr.id();
+    p.protocol == proto::IKE
+        && has(p, tf::ENCR, eid, ebits)
+        && has(p, tf::PRF, ours.prf.id(), None)
+        && match ours.integ {
+            Some(i) => has(p, tf::INTEG, i.id(), None),
+            // An AEAD: no integrity transform, or NONE (0).
+            None => !kinds(p, tf::INTEG) || has(p, tf::INTEG, 0, None),
+        }
+        && has(p, tf::DH, ours.dh.id(), None)
+}
+
+/// Does the received ESP proposal allow ours (`pfs`: a DH transform must match too)?
+fn esp_matches(p: &Proposal, ours: &EspProposal, pfs: Option<Dh>) -> bool {
+    let (eid, ebits) = ours.encr.id();
+    p.protocol == proto::ESP
+        && p.spi.len() == 4
+        && has(p, tf::ENCR, eid, ebits)
+        && match ours.integ {
+            Some(i) => has(p, tf::INTEG, i.id(), None),
+            None => !kinds(p, tf::INTEG) || has(p, tf::INTEG, 0, None),
+        }
+        && (has(p, tf::ESN, u16::from(ours.esn), None) || (!ours.esn && !kinds(p, tf::ESN)))
+        && match pfs {
+            Some(d) => has(p, tf::DH, d.id(), None),
+            None => !kinds(p, tf::DH) || has(p, tf::DH, 0, None),
+        }
+}
+
+/// Narrows selectors: each of `theirs` intersected with each of `ours`.
+pub fn narrow(theirs: &[Selector], ours: &[Selector]) -> Vec<Selector> {
+    let mut out = Vec::new();
+    for t in theirs {
+        for o in ours {
+            if t.start.is_ipv4() != o.start.is_ipv4() {
+                continue;
+            }
+            let protocol = match (t.protocol, o.protocol) {
+                (0, p) | (p, 0) => p,
+                (a, b) if a == b => a,
+                _ => continue,
+            };
+            let start_port = t.start_port.max(o.start_port);
+            let end_port = t.end_port.min(o.end_port);
+            let start = t.start.max(o.start);
+            let end = t.end.min(o.end);
+            if start_port > end_port || start > end {
+                continue;
+            }
+            let s = Selector {
+                protocol,
+                start_port,
+                end_port,
+                start,
+                end,
+            };
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// How `show` writes a selector: `10.0.0.0-10.0.255.255` or a prefix-free range, with
+/// protocol and ports when narrowed.
+pub fn selector_text(s: &Selector) -> String {
+    let mut t = if s.start == s.end {
+        s.start.to_string()
+    } else {
+        format!("{}-{}", s.start, s.end)
+    };
+    if s.protocol != 0 {
+        t.push_str(&format!(" proto {}", s.protocol));
+    }
+    if (s.start_port, s.end_port) != (0, 65535) {
+        t.push_str(&format!(" ports {}-{}", s.start_port, s.end_port));
+    }
+    t
+}
+
+fn ike_text(p: &IkeProposal) -> String {
+    let mut s = p.encr.esp_name();
+    if let Some(i) = p.integ {
+        s.push_str(&format!("/{i:?}"));
+    }
+    format!("{s}/{:?}/{:?}", p.prf, p.dh)
+}
+
+fn esp_text(p: &EspProposal) -> String {
+    let mut s = p.encr.esp_name();
+    if let Some(i) = p.integ.and_then(Integ::esp_name) {
+        s.push('/');
+        s.push_str(i);
+    }
+    if p.esn {
+        s.push_str("/esn");
+    }
+    s
+}
+
+impl Engine {
+    pub fn new(peers: Vec<Peer>) -> Engine {
+        let mut secret = [0u8; 32];
+        let _ = crypto::random_bytes(&mut secret);
+        Engine {
+            peers: peers.into_iter().map(Arc::new).collect(),
+            sas: HashMap::new(),
+            by_init: HashMap::new(),
+            half_open: 0,
+            cookie_threshold: DEFAULT_COOKIE_THRESHOLD,
+            cookie_secret: secret,
+            retry_at: HashMap::new(),
+            counters: Counters::default(),
+            child_spis: Default::default(),
+            port: 500,
+        }
+    }
+
+    /// The UDP port requests are sent to and from (500 unless a test says otherwise).
+    pub fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
+    /// Half-open SAs above which cookies are asked for.
+    pub fn set_cookie_threshold(&mut self, n: usize) {
+        self.cookie_threshold = n;
+    }
+
+    /// The local addresses IKE must listen on.
+    pub fn local_addrs(&self) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self.peers.iter().map(|p| p.local).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    pub fn half_open(&self) -> usize {
+        self.half_open
+    }
+
+    pub fn established(&self) -> usize {
+        self.sas
+            .values()
+            .filter(|s| s.state == State::Established)
+            .count()
+    }
+
+    /// Replaces the peers: SAs of peers gone or changed are deleted (their children
+    /// removed); new initiating peers start at the next tick.
+    pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
+        let old = std::mem::take(&mut self.peers);
+        self.peers = peers.into_iter().map(Arc::new).collect();
+        let kept: Vec<String> = self
+            .peers
+            .iter()
+            .filter(|p| {
+                old.iter()
+                    .any(|o| o.name == p.name && format!("{o:?}") == format!("{p:?}"))
+            })
+            .map(|p| p.name.clone())
+            .collect();
+        let gone: Vec<u64> = self
+            .sas
+            .iter()
+            .filter(|(_, s)| s.peer.as_ref().is_some_and(|p| !kept.contains(&p.name)))
+            .map(|(k, _)| *k)
+            .collect();
+        for spi in gone {
+            self.delete_ike(spi, now, out);
+        }
+        self.retry_at.retain(|n, _| kept.contains(n));
+    }
+
+    /// Starts (or restarts) the IKE SA of an initiating peer.
+    pub fn initiate(
+        &mut self,
+        name: &str,
+        now: Instant,
+        out: &mut Vec<Event>,
+    ) -> Result<(), String> {
+        let peer = self
+            .peers
+            .iter()
+            .find(|p| p.name == name)
+            .cloned()
+            .ok_or_else(|| format!("no peer `{name}`"))?;
+        let Some(remote) = peer.remote else {
+            return Err(format!(
+                "peer `{name}` has remote = any: it can only respond"
+            ));
+        };
+        if self
+            .sas
+            .values()
+            .any(|s| s.peer.as_ref().is_some_and(|p| p.name == name) && s.state != State::Deleting)
+        {
+            return Ok(());
+        }
+        let first = peer.ike[0];
+        let share = KeyShare::generate(first.dh).map_err(|e| format!("key share: {e}"))?;
+        let mut spi = rand_u64();
+        while spi == 0 || self.sas.contains_key(&spi) {
+            spi = rand_u64();
+        }
+        let sa = IkeSa {
+            peer: Some(peer.clone()),
+            initiator: true,
+            spi_i: spi,
+            spi_r: 0,
+            local: SocketAddr::new(peer.local, self.port),
+            remote: SocketAddr::new(remote, self.port),
+            state: State::InitSent,
+            suite: None,
+            share: Some(share),
+            ni: rand_vec(NONCE_LEN),
+            nr: vec![],
+            init_req: vec![],
+            init_resp: vec![],
+            keys: None,
+            tx: None,
+            rx: None,
+            next_id: 0,
+            pending: None,
+            peer_next: 0,
+            last_response: None,
+            children: vec![],
+            child_spi: 0,
+            cookie: None,
+            created: now,
+            established_at: None,
+            last_heard: now,
+        };
+        self.sas.insert(spi, sa);
+        self.retry_at.remove(name);
+        self.send_init(spi, now, out);
+        tracing::info!(peer = name, "IKE: initiating");
+        Ok(())
+    }
+
+    /// Deletes a peer's IKE SAs (and so their children).
+    pub fn terminate(
+        &mut self,
+        name: &str,
+        now: Instant,
+        out: &mut Vec<Event>,
+    ) -> Result<usize, String> {
+        if !self.peers.iter().any(|p| p.name == name) {
+            return Err(format!("no peer `{name}`"));
+        }
+        let spis: Vec<u64> = self
+            .sas
+            .iter()
+            .filter(|(_, s)| s.peer.as_ref().is_some_and(|p| p.name == name))
+            .map(|(k, _)| *k)
+            .collect();
+        let n = spis.len();
+        for spi in spis {
+            self.delete_ike(spi, now, out);
+        }
+        // Not brought back up by the next tick.
+        self.retry_at
+            .insert(name.to_string(), now + Duration::from_secs(365 * 86400));
+        Ok(n)
+    }
+
+    /// The IKE SAs, for `show ike sa`.
+    pub fn sa_info(&self, now: Instant) -> Vec<SaInfo> {
+        let mut v: Vec<SaInfo> = self
+            .sas
+            .values()
+            .map(|s| SaInfo {
+                peer: s.peer_name().to_string(),
+                state: s.state,
+                initiator: s.initiator,
+                spi_i: format!("{:016x}", s.spi_i),
+                spi_r: format!("{:016x}", s.spi_r),
+                local: s.local.to_string(),
+                remote: s.remote.to_string(),
+                remote_id: s
+                    .peer
+                    .as_ref()
+                    .map_or(String::new(), |p| p.remote_id.text()),
+                proposal: s.suite.as_ref().map_or(String::new(), ike_text),
+                age_s: now.saturating_duration_since(s.created).as_secs(),
+                children: s
+                    .children
+                    .iter()
+                    .map(|c| ChildInfo {
+                        peer: s.peer_name().to_string(),
+                        spi_in: format!("{:08x}", c.spi_in),
+                        spi_out: format!("{:08x}", c.spi_out),
+                        proposal: esp_text(&c.esp),
+                        local_ts: c.local_ts.iter().map(selector_text).collect(),
+                        remote_ts: c.remote_ts.iter().map(selector_text).collect(),
+                        age_s: now.saturating_duration_since(c.created).as_secs(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.peer, &a.spi_i).cmp(&(&b.peer, &b.spi_i)));
+        v
+    }
+
+    // ---- Sending ----
+
+    fn send(&mut self, local: SocketAddr, remote: SocketAddr, data: Vec<u8>, out: &mut Vec<Event>) {
+        self.counters.sent += 1;
+        out.push(Event::Send {
+            local,
+            remote,
+            data,
+        });
+    }
+
+    fn send_init(&mut self, spi: u64, now: Instant, out: &mut Vec<Event>) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        let Some(share) = sa.share.as_ref() else {
+            return;
+        };
+        let mut ps = Vec::new();
+        if let Some(c) = &sa.cookie {
+            ps.push(Payload::notify(notify::COOKIE, c.clone()));
+        }
+        // Proposals whose group is the share's first, so the responder can take the KE.
+        let group = share.group();
+        let mut props: Vec<&IkeProposal> = peer.ike.iter().filter(|p| p.dh == group).collect();
+        props.extend(peer.ike.iter().filter(|p| p.dh != group));
+        ps.push(Payload::Sa(
+            props
+                .iter()
+                .enumerate()
+                .map(|(k, p)| ike_wire(k as u8 + 1, p, vec![]))
+                .collect(),
+        ));
+        ps.push(Payload::Ke {
+            group: group.id(),
+            data: share.public().to_vec(),
+        });
+        ps.push(Payload::Nonce(sa.ni.clone()));
+        let h = sa.header(exchange::IKE_SA_INIT, 0, false);
+        let data = wire::encode(h, &ps);
+        sa.init_req = data.clone();
+        sa.pending = Some(Pending {
+            id: 0,
+            asked: Asked::Init,
+            datagram: data.clone(),
+            sent: now,
+            tries: 0,
+        });
+        sa.next_id = 1;
+        let (l, r) = (sa.local, sa.remote);
+        self.send(l, r, data, out);
+    }
+
+    /// Sends a request in an SK payload and keeps it for retransmission.
+    fn send_request(
+        &mut self,
+        spi: u64,
+        exch: u8,
+        asked: Asked,
+        inner: &[Payload],
+        now: Instant,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let id = sa.next_id;
+        let h = sa.header(exch, id, false);
+        let (mut msg, at) = wire::encode_sk(h, inner);
+        let Some(tx) = sa.tx.as_mut() else {
+            return;
+        };
+        if let Err(e) = tx.seal(&mut msg, at, 4) {
+            tracing::warn!(peer = sa.peer_name(), "IKE: cannot encrypt a request: {e}");
+            self.counters.failed.crypto += 1;
+            return;
+        }
+        sa.next_id += 1;
+        sa.pending = Some(Pending {
+            id,
+            asked,
+            datagram: msg.clone(),
+            sent: now,
+            tries: 0,
+        });
+        let (l, r) = (sa.local, sa.remote);
+        self.send(l, r, msg, out);
+    }
+
+    /// Answers the peer's request `id` with `inner` in an SK payload, and keeps the answer.
+    fn respond(&mut self, spi: u64, exch: u8, id: u32, inner: &[Payload], out: &mut Vec<Event>) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let h = sa.header(exch, id, true);
+        let (mut msg, at) = wire::encode_sk(h, inner);
+        let Some(tx) = sa.tx.as_mut() else {
+            return;
+        };
+        if let Err(e) = tx.seal(&mut msg, at, 4) {
+            tracing::warn!(peer = sa.peer_name(), "IKE: cannot encrypt a response: {e}");
+            self.counters.failed.crypto += 1;
+            return;
+        }
+        sa.last_response = Some((id, msg.clone()));
+        sa.peer_next = id.wrapping_add(1);
+        let (l, r) = (sa.local, sa.remote);
+        self.send(l, r, msg, out);
+    }
+
+    /// An unencrypted IKE_SA_INIT answer carrying one notification (errors, cookies).
+    fn init_notify(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        req: &Header,
+        kind: u16,
+        data: Vec<u8>,
+        out: &mut Vec<Event>,
+    ) {
+        let h = Header {
+            spi_i: req.spi_i,
+            spi_r: 0,
+            next: 0,
+            version: 0x20,
+            exchange: exchange::IKE_SA_INIT,
+            flags: flags::RESPONSE,
+            message_id: 0,
+            length: 0,
+        };
+        let d = wire::encode(h, &[Payload::notify(kind, data)]);
+        self.send(local, remote, d, out);
+    }
+
+    // ---- Receiving ----
+
+    /// One datagram from `remote` to `local` (the non-ESP marker already removed).
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        data: &[u8],
+        out: &mut Vec<Event>,
+    ) {
+        self.counters.received += 1;
+        let msg = match wire::parse(data) {
+            Ok(m) => m,
+            Err(e) => {
+                self.count_wire(&e);
+                // §2.21.1: only an IKE_SA_INIT request gets an unprotected error answer.
+                if let Ok(h) = Header::parse(data) {
+                    if h.exchange == exchange::IKE_SA_INIT
+                        && !h.is_response()
+                        && h.spi_r == 0
+                        && h.message_id == 0
+                    {
+                        if let Some((k, d)) = e.notify() {
+                            self.init_notify(local, remote, &h, k, d, out);
+                        }
+                    }
+                }
+                tracing::debug!(%remote, "IKE: dropped a message: {e}");
+                return;
+            }
+        };
+        let h = msg.header;
+        if h.exchange == exchange::IKE_SA_INIT && !h.is_response() {
+            if h.spi_r != 0 || h.message_id != 0 || !h.is_initiator() {
+                self.counters.dropped.malformed += 1;
+                return;
+            }
+            self.on_init_request(now, local, remote, data, msg, out);
+            return;
+        }
+        // Our SPI: the responder's if the sender is the original initiator.
+        let ours = if h.is_initiator() { h.spi_r } else { h.spi_i };
+        let Some(sa) = self.sas.get(&ours) else {
+            self.counters.dropped.unknown_spi += 1;
+            return;
+        };
+        if sa.spi_i != h.spi_i || (sa.initiator == h.is_initiator()) {
+            self.counters.dropped.unknown_spi += 1;
+            return;
+        }
+        if h.exchange == exchange::IKE_SA_INIT {
+            // A response to our IKE_SA_INIT.
+            if sa.state != State::InitSent || h.message_id != 0 {
+                self.counters.dropped.unexpected += 1;
+                return;
+            }
+            self.on_init_response(now, ours, data, msg, out);
+            return;
+        }
+        let Some(enc) = msg.encrypted else {
+            // Every other exchange is protected (§3.14).
+            self.counters.dropped.malformed += 1;
+            return;
+        };
+        if enc.fragment.is_some() {
+            // RFC 7383 is not negotiated by us yet: no fragments expected.
+            self.counters.dropped.unexpected += 1;
+            return;
+        }
+        if h.is_response() {
+            match &sa.pending {
+                Some(p) if p.id == h.message_id => {}
+                _ => {
+                    self.counters.dropped.unexpected += 1;
+                    return;
+                }
+            }
+        } else {
+            if sa
+                .last_response
+                .as_ref()
+                .is_some_and(|(id, _)| *id == h.message_id)
+            {
+                // A retransmitted request: the same answer (§2.1), after checking it is
+                // authentic.
+                if sa
+                    .rx
+                    .as_ref()
+                    .is_some_and(|rx| rx.open(data, enc.at, enc.header_len).is_ok())
+                {
+                    let d = sa
+                        .last_response
+                        .as_ref()
+                        .map(|(_, d)| d.clone())
+                        .unwrap_or_default();
+                    let (l, r) = (sa.local, sa.remote);
+                    self.counters.answered_again += 1;
+                    self.send(l, r, d, out);
+                } else {
+                    self.counters.dropped.integrity += 1;
+                }
+                return;
+            }
+            if h.message_id != sa.peer_next {
+                self.counters.dropped.bad_message_id += 1;
+                return;
+            }
+        }
+        let Some(rx) = sa.rx.as_ref() else {
+            self.counters.dropped.unexpected += 1;
+            return;
+        };
+        let plain = match rx.open(data, enc.at, enc.header_len) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counters.dropped.integrity += 1;
+                return;
+            }
+        };
+        let inner = match wire::parse_payloads(enc.first_inner, &plain) {
+            Ok(p) => p,
+            Err(e) => {
+                self.count_wire(&e);
+                // An authenticated request that does not parse gets its error (§2.21.2).
+                if !h.is_response() {
+                    if let Some((k, d)) = e.notify() {
+                        self.respond(
+                            ours,
+                            h.exchange,
+                            h.message_id,
+                            &[Payload::notify(k, d)],
+                            out,
+                        );
+                    }
+                }
+                return;
+            }
+        };
+        if let Some(sa) = self.sas.get_mut(&ours) {
+            sa.last_heard = now;
+        }
+        match (h.exchange, h.is_response()) {
+            (exchange::IKE_AUTH, false) => self.on_auth_request(now, ours, &h, inner, out),
+            (exchange::IKE_AUTH, true) => self.on_auth_response(now, ours, inner, out),
+            (exchange::INFORMATIONAL, false) => self.on_info_request(now, ours, &h, inner, out),
+            (exchange::INFORMATIONAL, true) => self.on_info_response(ours, inner, out),
+            (exchange::CREATE_CHILD_SA, false) => {
+                // Not yet: refuse politely (§1.3: NO_ADDITIONAL_SAS).
+                self.respond(
+                    ours,
+                    h.exchange,
+                    h.message_id,
+                    &[Payload::notify(notify::NO_ADDITIONAL_SAS, vec![])],
+                    out,
+                );
+            }
+            _ => self.counters.dropped.unexpected += 1,
+        }
+    }
+
+    fn count_wire(&mut self, e: &wire::WireError) {
+        let d = &mut self.counters.dropped;
+        match e.reason() {
+            "truncated" => d.truncated += 1,
+            "version" => d.version += 1,
+            "unsupported_critical" => d.unsupported_critical += 1,
+            _ => d.malformed += 1,
+        }
+    }
+
+    fn cookie_for(&self, ni: &[u8], remote: &SocketAddr, spi_i: u64) -> Vec<u8> {
+        let ip = match remote.ip() {
+            IpAddr::V4(a) => a.octets().to_vec(),
+            IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        let mac = crypto::prf(
+            Prf::HmacSha256,
+            &self.cookie_secret,
+            &[ni, &ip, &spi_i.to_be_bytes()],
+        );
+        let mut c = vec![0u8, 0, 0, 1];
+        c.extend_from_slice(&mac[..16]);
+        c
+    }
+
+    /// The peers a message to `local` from `remote` may be for.
+    fn candidates(&self, local: &SocketAddr, remote: &SocketAddr) -> Vec<Arc<Peer>> {
+        self.peers
+            .iter()
+            .filter(|p| p.local == local.ip() && p.remote.is_none_or(|r| r == remote.ip()))
+            .cloned()
+            .collect()
+    }
+
+    fn on_init_request(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        raw: &[u8],
+        msg: Message,
+        out: &mut Vec<Event>,
+    ) {
+        let h = msg.header;
+        if let Some(spi) = self.by_init.get(&(remote, h.spi_i)).copied() {
+            if let Some(sa) = self.sas.get(&spi) {
+                if sa.init_req == raw {
+                    let d = sa.init_resp.clone();
+                    self.counters.answered_again += 1;
+                    self.send(local, remote, d, out);
+                } else {
+                    self.counters.dropped.unexpected += 1;
+                }
+                return;
+            }
+        }
+        let ps = &msg.payloads;
+        let sa_p = ps.iter().find_map(|p| match p {
+            Payload::Sa(v) => Some(v),
+            _ => None,
+        });
+        let ke = ps.iter().find_map(|p| match p {
+            Payload::Ke { group, data } => Some((*group, data)),
+            _ => None,
+        });
+        let ni = ps.iter().find_map(|p| match p {
+            Payload::Nonce(n) => Some(n),
+            _ => None,
+        });
+        let (Some(props), Some((group, ke_data)), Some(ni)) = (sa_p, ke, ni) else {
+            self.counters.dropped.malformed += 1;
+            self.init_notify(local, remote, &h, notify::INVALID_SYNTAX, vec![], out);
+            return;
+        };
+        // Cookies (§2.6): once too many SAs are half-open, only requests that prove
+        // their address get state.
+        if self.half_open >= self.cookie_threshold {
+            let want = self.cookie_for(ni, &remote, h.spi_i);
+            let first_is_cookie = matches!(ps.first(), Some(Payload::Notify(n)) if n.kind == notify::COOKIE && n.data == want);
+            if !first_is_cookie {
+                if wire::find_notify(ps, notify::COOKIE).is_some() {
+                    self.counters.dropped.bad_cookie += 1;
+                }
+                self.counters.cookies_sent += 1;
+                self.init_notify(local, remote, &h, notify::COOKIE, want, out);
+                return;
+            }
+        }
+        let cands = self.candidates(&local, &remote);
+        // The initiator's order decides (§2.7), among what any candidate peer accepts.
+        let mut chosen: Option<(u8, IkeProposal)> = None;
+        'outer: for p in props {
+            for c in &cands {
+                for ours in &c.ike {
+                    if ike_matches(p, ours) && p.spi.is_empty() {
+                        chosen = Some((p.number, *ours));
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        let Some((number, suite)) = chosen else {
+            self.counters.failed.no_proposal += 1;
+            if cands.is_empty() {
+                self.counters.failed.unknown_peer += 1;
+                tracing::info!(%remote, %local, "IKE: IKE_SA_INIT from an address no peer is configured for");
+            } else {
+                tracing::info!(%remote, "IKE: no proposal chosen: none of the {} offered matches a configured one", props.len());
+            }
+            self.init_notify(local, remote, &h, notify::NO_PROPOSAL_CHOSEN, vec![], out);
+            return;
+        };
+        if group != suite.dh.id() {
+            self.counters.invalid_ke_sent += 1;
+            self.init_notify(
+                local,
+                remote,
+                &h,
+                notify::INVALID_KE_PAYLOAD,
+                suite.dh.id().to_be_bytes().to_vec(),
+                out,
+            );
+            return;
+        }
+        if ni.len() < suite.prf.out_len() / 2 {
+            self.counters.dropped.malformed += 1;
+            self.init_notify(local, remote, &h, notify::INVALID_SYNTAX, vec![], out);
+            return;
+        }
+        let share = match KeyShare::generate(suite.dh) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("IKE: key share: {e}");
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let g_ir = match share.agree(ke_data) {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::info!(%remote, "IKE: bad KE payload: {e}");
+                self.counters.dropped.malformed += 1;
+                self.init_notify(local, remote, &h, notify::INVALID_SYNTAX, vec![], out);
+                return;
+            }
+        };
+        let mut spi_r = rand_u64();
+        while spi_r == 0 || self.sas.contains_key(&spi_r) {
+            spi_r = rand_u64();
+        }
+        let nr = rand_vec(NONCE_LEN);
+        let keys = match IkeKeys::derive(&suite_of(&suite), &g_ir, ni, &nr, h.spi_i, spi_r) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!("IKE: key derivation: {e}");
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let (tx, rx) = match (
+            SkCipher::new(suite.encr, suite.integ, &keys.sk_er, &keys.sk_ar),
+            SkCipher::new(suite.encr, suite.integ, &keys.sk_ei, &keys.sk_ai),
+        ) {
+            (Ok(t), Ok(r)) => (t, r),
+            _ => {
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let resp_ps = vec![
+            Payload::Sa(vec![ike_wire(number, &suite, vec![])]),
+            Payload::Ke {
+                group: suite.dh.id(),
+                data: share.public().to_vec(),
+            },
+            Payload::Nonce(nr.clone()),
+        ];
+        let mut rh = h;
+        rh.spi_r = spi_r;
+        rh.flags = flags::RESPONSE;
+        let resp = wire::encode(rh, &resp_ps);
+        let sa = IkeSa {
+            peer: None,
+            initiator: false,
+            spi_i: h.spi_i,
+            spi_r,
+            local,
+            remote,
+            state: State::HalfOpen,
+            suite: Some(suite),
+            share: None,
+            ni: ni.clone(),
+            nr,
+            init_req: raw.to_vec(),
+            init_resp: resp.clone(),
+            keys: Some(keys),
+            tx: Some(tx),
+            rx: Some(rx),
+            next_id: 0,
+            pending: None,
+            peer_next: 1,
+            last_response: None,
+            children: vec![],
+            child_spi: 0,
+            cookie: None,
+            created: now,
+            established_at: None,
+            last_heard: now,
+        };
+        self.sas.insert(spi_r, sa);
+        self.by_init.insert((remote, h.spi_i), spi_r);
+        self.half_open += 1;
+        self.send(local, remote, resp, out);
+    }
+
+    fn on_init_response(
+        &mut self,
+        now: Instant,
+        spi: u64,
+        raw: &[u8],
+        msg: Message,
+        out: &mut Vec<Event>,
+    ) {
+        let ps = &msg.payloads;
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        if let Some(n) = wire::find_notify(ps, notify::COOKIE) {
+            if sa.cookie.is_some() && sa.cookie.as_deref() == Some(&n.data[..]) {
+                // The same cookie twice: the responder does not take it.
+                self.counters.dropped.unexpected += 1;
+                return;
+            }
+            sa.cookie = Some(n.data.clone());
+            sa.pending = None;
+            self.send_init(spi, now, out);
+            return;
+        }
+        if let Some(n) = wire::find_notify(ps, notify::INVALID_KE_PAYLOAD) {
+            let want = (n.data.len() == 2)
+                .then(|| u16::from_be_bytes([n.data[0], n.data[1]]))
+                .and_then(Dh::from_id);
+            let current = sa.share.as_ref().map(KeyShare::group);
+            match want {
+                Some(g) if peer.ike.iter().any(|p| p.dh == g) && Some(g) != current => {
+                    match KeyShare::generate(g) {
+                        Ok(s) => sa.share = Some(s),
+                        Err(_) => {
+                            self.counters.failed.crypto += 1;
+                            return;
+                        }
+                    }
+                    sa.pending = None;
+                    self.counters.invalid_ke_retried += 1;
+                    tracing::info!(
+                        peer = peer.name,
+                        "IKE: the responder wants DH group {}",
+                        g.id()
+                    );
+                    self.send_init(spi, now, out);
+                }
+                _ => {
+                    tracing::warn!(
+                        peer = peer.name,
+                        "IKE: the responder wants a DH group we do not offer ({:?})",
+                        n.data
+                    );
+                    self.counters.failed.no_proposal += 1;
+                    self.fail(spi, now, out);
+                }
+            }
+            return;
+        }
+        if let Some(Payload::Notify(n)) = ps
+            .iter()
+            .find(|p| matches!(p, Payload::Notify(n) if n.kind < notify::FIRST_STATUS))
+        {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: the responder refused IKE_SA_INIT: {}",
+                notify::name(n.kind)
+            );
+            if n.kind == notify::NO_PROPOSAL_CHOSEN {
+                self.counters.failed.no_proposal += 1;
+            } else {
+                self.counters.failed.peer_refused += 1;
+            }
+            self.fail(spi, now, out);
+            return;
+        }
+        let chosen = ps.iter().find_map(|p| match p {
+            Payload::Sa(v) if v.len() == 1 => Some(&v[0]),
+            _ => None,
+        });
+        let ke = ps.iter().find_map(|p| match p {
+            Payload::Ke { group, data } => Some((*group, data)),
+            _ => None,
+        });
+        let nr = ps.iter().find_map(|p| match p {
+            Payload::Nonce(n) => Some(n),
+            _ => None,
+        });
+        let (Some(chosen), Some((group, ke_data)), Some(nr)) = (chosen, ke, nr) else {
+            self.counters.dropped.malformed += 1;
+            return;
+        };
+        let Some(share) = sa.share.take() else {
+            return;
+        };
+        let suite = peer
+            .ike
+            .iter()
+            .find(|o| {
+                o.dh == share.group()
+                    && ike_matches(chosen, o)
+                    && chosen.transforms.len() == 3 + usize::from(o.integ.is_some())
+            })
+            .copied();
+        let Some(suite) = suite.filter(|s| s.dh.id() == group) else {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: the responder chose a proposal we did not offer"
+            );
+            self.counters.failed.no_proposal += 1;
+            self.fail(spi, now, out);
+            return;
+        };
+        let g_ir = match share.agree(ke_data) {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(
+                    peer = peer.name,
+                    "IKE: bad KE payload from the responder: {e}"
+                );
+                self.counters.dropped.malformed += 1;
+                self.fail(spi, now, out);
+                return;
+            }
+        };
+        let spi_r = msg.header.spi_r;
+        let keys = match IkeKeys::derive(&suite_of(&suite), &g_ir, &sa.ni, nr, sa.spi_i, spi_r) {
+            Ok(k) => k,
+            Err(_) => {
+                self.counters.failed.crypto += 1;
+                self.fail(spi, now, out);
+                return;
+            }
+        };
+        let (tx, rx) = match (
+            SkCipher::new(suite.encr, suite.integ, &keys.sk_ei, &keys.sk_ai),
+            SkCipher::new(suite.encr, suite.integ, &keys.sk_er, &keys.sk_ar),
+        ) {
+            (Ok(t), Ok(r)) => (t, r),
+            _ => {
+                self.counters.failed.crypto += 1;
+                self.fail(spi, now, out);
+                return;
+            }
+        };
+        sa.spi_r = spi_r;
+        sa.nr = nr.clone();
+        sa.init_resp = raw.to_vec();
+        sa.suite = Some(suite);
+        sa.tx = Some(tx);
+        sa.rx = Some(rx);
+        sa.pending = None;
+        sa.state = State::AuthSent;
+        sa.last_heard = now;
+        // IKE_AUTH: IDi, AUTH, INITIAL_CONTACT, SA, TSi, TSr (§1.2).
+        let id_i = peer.local_id.clone();
+        let octets = crypto::signed_octets(suite.prf, &sa.init_req, nr, &keys.sk_pi, &id_i.body());
+        let auth = crypto::psk_auth(suite.prf, &peer.psk, &octets);
+        sa.keys = Some(keys);
+        let child_spi = self.new_child_spi();
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        sa.child_spi = child_spi;
+        let inner = vec![
+            Payload::IdI(id_i),
+            Payload::IdR(peer.remote_id.clone()),
+            Payload::Auth {
+                method: wire::auth::PSK,
+                data: auth.to_vec(),
+            },
+            Payload::notify(notify::INITIAL_CONTACT, vec![]),
+            Payload::Sa(
+                peer.esp
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| esp_wire(k as u8 + 1, p, child_spi, false))
+                    .collect(),
+            ),
+            Payload::TsI(peer.local_ts.clone()),
+            Payload::TsR(peer.remote_ts.clone()),
+        ];
+        self.send_request(spi, exchange::IKE_AUTH, Asked::Auth, &inner, now, out);
+    }
+
+    fn new_child_spi(&mut self) -> u32 {
+        loop {
+            let s = rand_u64() as u32;
+            if s >= 256 && self.child_spis.insert(s) {
+                return s;
+            }
+        }
+    }
+
+    /// Checks the peer's AUTH (PSK) over its signed octets.
+    fn check_auth(sa: &IkeSa, peer: &Peer, id: &Id, payloads: &[Payload]) -> Result<(), String> {
+        let Some((method, data)) = payloads.iter().find_map(|p| match p {
+            Payload::Auth { method, data } => Some((*method, data)),
+            _ => None,
+        }) else {
+            return Err("no AUTH payload".into());
+        };
+        if method != wire::auth::PSK {
+            return Err(format!(
+                "AUTH method {method}, peer `{}` uses a PSK",
+                peer.name
+            ));
+        }
+        let (Some(suite), Some(keys)) = (sa.suite.as_ref(), sa.keys.as_ref()) else {
+            return Err("no keys".into());
+        };
+        // The peer signs its first message, our nonce, and its ID under its SK_p.
+        let (first, nonce, sk_p) = if sa.initiator {
+            (&sa.init_resp, &sa.ni, &keys.sk_pr)
+        } else {
+            (&sa.init_req, &sa.nr, &keys.sk_pi)
+        };
+        let octets = crypto::signed_octets(suite.prf, first, nonce, sk_p, &id.body());
+        let want = crypto::psk_auth(suite.prf, &peer.psk, &octets);
+        if aws_lc_rs::constant_time::verify_slices_are_equal(&want, data).is_err() {
+            return Err(format!(
+                "AUTH does not verify with peer `{}`'s PSK",
+                peer.name
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_auth_request(
+        &mut self,
+        now: Instant,
+        spi: u64,
+        h: &Header,
+        inner: Vec<Payload>,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(sa) = self.sas.get(&spi) else {
+            return;
+        };
+        if sa.state != State::HalfOpen {
+            self.counters.dropped.unexpected += 1;
+            return;
+        }
+        let id_i = inner.iter().find_map(|p| match p {
+            Payload::IdI(i) => Some(i.clone()),
+            _ => None,
+        });
+        let Some(id_i) = id_i else {
+            self.counters.dropped.malformed += 1;
+            self.respond(
+                spi,
+                h.exchange,
+                h.message_id,
+                &[Payload::notify(notify::INVALID_SYNTAX, vec![])],
+                out,
+            );
+            self.remove_sa(spi, out);
+            return;
+        };
+        let cands = self.candidates(&sa.local, &sa.remote);
+        let peer = cands.iter().find(|p| p.remote_id == id_i).cloned();
+        let result = match &peer {
+            None => {
+                self.counters.failed.unknown_peer += 1;
+                Err(format!(
+                    "no peer has remote_id `{}` (from {})",
+                    id_i.text(),
+                    sa.remote
+                ))
+            }
+            Some(p) => Self::check_auth(sa, p, &id_i, &inner),
+        };
+        let peer = match (result, peer) {
+            (Ok(()), Some(p)) => p,
+            (Err(why), _) => {
+                self.counters.failed.authentication += 1;
+                tracing::warn!(remote = %sa.remote, id = id_i.text(), "IKE: authentication failed: {why}");
+                self.respond(
+                    spi,
+                    h.exchange,
+                    h.message_id,
+                    &[Payload::notify(notify::AUTHENTICATION_FAILED, vec![])],
+                    out,
+                );
+                self.remove_sa(spi, out);
+                return;
+            }
+            (Ok(()), None) => return,
+        };
+        if let Some(Payload::IdR(want)) = inner.iter().find(|p| matches!(p, Payload::IdR(_))) {
+            if *want != peer.local_id {
+                tracing::info!(
+                    peer = peer.name,
+                    "IKE: the initiator asks for identity `{}`, we are `{}`: answering as ours",
+                    want.text(),
+                    peer.local_id.text()
+                );
+            }
+        }
+        let initial_contact = wire::find_notify(&inner, notify::INITIAL_CONTACT).is_some();
+        // Our AUTH.
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+            return;
+        };
+        let octets = crypto::signed_octets(
+            suite.prf,
+            &sa.init_resp,
+            &sa.ni,
+            &keys.sk_pr,
+            &peer.local_id.body(),
+        );
+        let auth = crypto::psk_auth(suite.prf, &peer.psk, &octets);
+        sa.peer = Some(peer.clone());
+        sa.state = State::Established;
+        sa.established_at = Some(now);
+        sa.init_req = Vec::new();
+        let (remote, spi_i) = (sa.remote, sa.spi_i);
+        self.by_init.remove(&(remote, spi_i));
+        self.half_open = self.half_open.saturating_sub(1);
+        self.counters.established += 1;
+        tracing::info!(peer = peer.name, %remote, "IKE: SA established (responder)");
+        if initial_contact {
+            // §2.4: the peer has no other SA with us any more.
+            let stale: Vec<u64> = self
+                .sas
+                .iter()
+                .filter(|(k, s)| {
+                    **k != spi
+                        && s.peer.as_ref().is_some_and(|p| p.name == peer.name)
+                        && s.state == State::Established
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            for k in stale {
+                self.remove_sa(k, out);
+            }
+        }
+        let mut resp = vec![
+            Payload::IdR(peer.local_id.clone()),
+            Payload::Auth {
+                method: wire::auth::PSK,
+                data: auth.to_vec(),
+            },
+        ];
+        resp.extend(self.child_for_request(now, spi, &peer, &inner, out));
+        self.respond(spi, h.exchange, h.message_id, &resp, out);
+    }
+
+    /// Responder: the child SA of an IKE_AUTH (or CREATE_CHILD_SA) request: the payloads
+    /// to answer with, and the child installed.
+    fn child_for_request(
+        &mut self,
+        now: Instant,
+        spi: u64,
+        peer: &Arc<Peer>,
+        inner: &[Payload],
+        out: &mut Vec<Event>,
+    ) -> Vec<Payload> {
+        let props = inner.iter().find_map(|p| match p {
+            Payload::Sa(v) => Some(v),
+            _ => None,
+        });
+        let tsi = inner.iter().find_map(|p| match p {
+            Payload::TsI(v) => Some(v),
+            _ => None,
+        });
+        let tsr = inner.iter().find_map(|p| match p {
+            Payload::TsR(v) => Some(v),
+            _ => None,
+        });
+        let (Some(props), Some(tsi), Some(tsr)) = (props, tsi, tsr) else {
+            // An IKE SA without a child (RFC 6023 style) is fine.
+            return vec![];
+        };
+        if wire::find_notify(inner, notify::USE_TRANSPORT_MODE).is_some() {
+            // Tunnel interfaces carry tunnel mode: answering without the notification
+            // tells the initiator so (§1.3.1).
+            tracing::info!(peer = peer.name, "IKE: the initiator asks for transport mode; a tunnel interface's child SA is tunnel mode");
+        }
+        let mut chosen = None;
+        'o: for p in props {
+            for ours in &peer.esp {
+                if esp_matches(p, ours, None) {
+                    chosen = Some((
+                        p.number,
+                        *ours,
+                        u32::from_be_bytes([p.spi[0], p.spi[1], p.spi[2], p.spi[3]]),
+                    ));
+                    break 'o;
+                }
+            }
+        }
+        let Some((number, esp, spi_out)) = chosen else {
+            self.counters.failed.no_proposal += 1;
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: no ESP proposal chosen: none of the {} offered matches",
+                props.len()
+            );
+            return vec![Payload::notify(notify::NO_PROPOSAL_CHOSEN, vec![])];
+        };
+        // TSi is the initiator's side: the peer's (remote) side for us.
+        let n_i = narrow(tsi, &peer.remote_ts);
+        let n_r = narrow(tsr, &peer.local_ts);
+        if n_i.is_empty() || n_r.is_empty() {
+            self.counters.failed.ts_unacceptable += 1;
+            tracing::warn!(peer = peer.name, "IKE: traffic selectors unacceptable");
+            return vec![Payload::notify(notify::TS_UNACCEPTABLE, vec![])];
+        }
+        let spi_in = self.new_child_spi();
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return vec![];
+        };
+        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+            return vec![];
+        };
+        let ck = match crypto::child_keys(
+            suite.prf, &keys.sk_d, None, &sa.ni, &sa.nr, esp.encr, esp.integ,
+        ) {
+            Ok(k) => k,
+            Err(_) => {
+                self.counters.failed.crypto += 1;
+                return vec![Payload::notify(notify::NO_PROPOSAL_CHOSEN, vec![])];
+            }
+        };
+        let ChildKeys {
+            encr_i,
+            integ_i,
+            encr_r,
+            integ_r,
+        } = ck;
+        sa.children.push(Child {
+            spi_in,
+            spi_out,
+            esp,
+            created: now,
+            local_ts: n_r.clone(),
+            remote_ts: n_i.clone(),
+        });
+        let spec = ChildSpec {
+            peer: peer.name.clone(),
+            tunnel: peer.tunnel.clone(),
+            local: sa.local.ip(),
+            remote: sa.remote.ip(),
+            spi_in,
+            spi_out,
+            encr: esp.encr,
+            integ: esp.integ,
+            esn: esp.esn,
+            // Inbound we decrypt what the initiator encrypted.
+            key_in: DirKeys {
+                encr: encr_i,
+                integ: integ_i,
+            },
+            key_out: DirKeys {
+                encr: encr_r,
+                integ: integ_r,
+            },
+            local_ts: n_r.clone(),
+            remote_ts: n_i.clone(),
+        };
+        self.counters.children_installed += 1;
+        out.push(Event::ChildUp(spec));
+        vec![
+            Payload::Sa(vec![esp_wire(number, &esp, spi_in, false)]),
+            Payload::TsI(n_i),
+            Payload::TsR(n_r),
+        ]
+    }
+
+    fn on_auth_response(
+        &mut self,
+        now: Instant,
+        spi: u64,
+        inner: Vec<Payload>,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        if sa.state != State::AuthSent {
+            self.counters.dropped.unexpected += 1;
+            return;
+        }
+        sa.pending = None;
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        if let Some(n) = wire::find_notify(&inner, notify::AUTHENTICATION_FAILED) {
+            let _ = n;
+            tracing::warn!(peer = peer.name, "IKE: the responder says AUTHENTICATION_FAILED (check the PSK and the identities: we are `{}`, asking for `{}`)", peer.local_id.text(), peer.remote_id.text());
+            self.counters.failed.peer_refused += 1;
+            self.fail(spi, now, out);
+            return;
+        }
+        let id_r = inner.iter().find_map(|p| match p {
+            Payload::IdR(i) => Some(i.clone()),
+            _ => None,
+        });
+        let checked = match &id_r {
+            None => Err("no IDr payload".to_string()),
+            Some(id) if *id != peer.remote_id => Err(format!(
+                "the responder is `{}`, peer `{}` expects `{}`",
+                id.text(),
+                peer.name,
+                peer.remote_id.text()
+            )),
+            Some(id) => Self::check_auth(sa, &peer, id, &inner),
+        };
+        if let Err(why) = checked {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: authentication of the responder failed: {why}"
+            );
+            self.counters.failed.authentication += 1;
+            // §2.21.2: tell it in an INFORMATIONAL... the SA is simply deleted here.
+            self.fail(spi, now, out);
+            return;
+        }
+        sa.state = State::Established;
+        sa.established_at = Some(now);
+        sa.init_req = Vec::new();
+        self.counters.established += 1;
+        tracing::info!(peer = peer.name, "IKE: SA established (initiator)");
+        // The child.
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        if let Some(Payload::Notify(n)) = inner
+            .iter()
+            .find(|p| matches!(p, Payload::Notify(n) if n.kind < notify::FIRST_STATUS))
+        {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: the responder refused the child SA: {}",
+                notify::name(n.kind)
+            );
+            if n.kind == notify::TS_UNACCEPTABLE {
+                self.counters.failed.ts_unacceptable += 1;
+            } else {
+                self.counters.failed.no_proposal += 1;
+            }
+            return;
+        }
+        let chosen = inner.iter().find_map(|p| match p {
+            Payload::Sa(v) if v.len() == 1 => Some(v[0].clone()),
+            _ => None,
+        });
+        let tsi = inner.iter().find_map(|p| match p {
+            Payload::TsI(v) => Some(v.clone()),
+            _ => None,
+        });
+        let tsr = inner.iter().find_map(|p| match p {
+            Payload::TsR(v) => Some(v.clone()),
+            _ => None,
+        });
+        let (Some(chosen), Some(tsi), Some(tsr)) = (chosen, tsi, tsr) else {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: IKE_AUTH response without a child SA"
+            );
+            return;
+        };
+        let Some(esp) = peer
+            .esp
+            .iter()
+            .find(|o| esp_matches(&chosen, o, None))
+            .copied()
+        else {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: the responder chose an ESP proposal we did not offer"
+            );
+            self.counters.failed.no_proposal += 1;
+            return;
+        };
+        // The responder may only narrow what we proposed.
+        if narrow(&tsi, &peer.local_ts) != tsi || narrow(&tsr, &peer.remote_ts) != tsr {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: the responder's traffic selectors are wider than ours"
+            );
+            self.counters.failed.ts_unacceptable += 1;
+            return;
+        }
+        let spi_out =
+            u32::from_be_bytes([chosen.spi[0], chosen.spi[1], chosen.spi[2], chosen.spi[3]]);
+        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+            return;
+        };
+        let ck = match crypto::child_keys(
+            suite.prf, &keys.sk_d, None, &sa.ni, &sa.nr, esp.encr, esp.integ,
+        ) {
+            Ok(k) => k,
+            Err(_) => {
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let spi_in = sa.child_spi;
+        sa.children.push(Child {
+            spi_in,
+            spi_out,
+            esp,
+            created: now,
+            local_ts: tsi.clone(),
+            remote_ts: tsr.clone(),
+        });
+        let spec = ChildSpec {
+            peer: peer.name.clone(),
+            tunnel: peer.tunnel.clone(),
+            local: sa.local.ip(),
+            remote: sa.remote.ip(),
+            spi_in,
+            spi_out,
+            encr: esp.encr,
+            integ: esp.integ,
+            esn: esp.esn,
+            key_in: DirKeys {
+                encr: ck.encr_r,
+                integ: ck.integ_r,
+            },
+            key_out: DirKeys {
+                encr: ck.encr_i,
+                integ: ck.integ_i,
+            },
+            local_ts: tsi,
+            remote_ts: tsr,
+        };
+        self.counters.children_installed += 1;
+        out.push(Event::ChildUp(spec));
+    }
+
+    fn on_info_request(
+        &mut self,
+        _now: Instant,
+        spi: u64,
+        h: &Header,
+        inner: Vec<Payload>,
+        out: &mut Vec<Event>,
+    ) {
+        let mut answer = Vec::new();
+        let mut delete_ike = false;
+        for p in &inner {
+            if let Payload::Delete { protocol, spis } = p {
+                self.counters.deletes_received += 1;
+                match *protocol {
+                    proto::IKE => delete_ike = true,
+                    proto::ESP => {
+                        let mut ours = Vec::new();
+                        for s in spis {
+                            let Ok(b) = <[u8; 4]>::try_from(&s[..]) else {
+                                continue;
+                            };
+                            let out_spi = u32::from_be_bytes(b);
+                            if let Some(spi_in) = self.remove_child(spi, out_spi, out) {
+                                ours.push(spi_in.to_be_bytes().to_vec());
+                            }
+                        }
+                        if !ours.is_empty() {
+                            answer.push(Payload::Delete {
+                                protocol: proto::ESP,
+                                spis: ours,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if delete_ike {
+            self.respond(spi, h.exchange, h.message_id, &[], out);
+            if let Some(sa) = self.sas.get(&spi) {
+                tracing::info!(peer = sa.peer_name(), "IKE: the peer deleted the IKE SA");
+            }
+            self.remove_sa(spi, out);
+            return;
+        }
+        self.respond(spi, h.exchange, h.message_id, &answer, out);
+    }
+
+    fn on_info_response(&mut self, spi: u64, _inner: Vec<Payload>, out: &mut Vec<Event>) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let asked = sa.pending.take().map(|p| p.asked);
+        if asked == Some(Asked::Delete) || sa.state == State::Deleting {
+            self.remove_sa(spi, out);
+        }
+    }
+
+    /// Removes the child whose outbound SPI is `out_spi`; returns its inbound SPI.
+    fn remove_child(&mut self, spi: u64, out_spi: u32, out: &mut Vec<Event>) -> Option<u32> {
+        let sa = self.sas.get_mut(&spi)?;
+        let k = sa.children.iter().position(|c| c.spi_out == out_spi)?;
+        let c = sa.children.remove(k);
+        let peer = sa.peer.clone()?;
+        self.child_spis.remove(&c.spi_in);
+        self.counters.children_removed += 1;
+        out.push(Event::ChildDown {
+            peer: peer.name.clone(),
+            tunnel: peer.tunnel.clone(),
+            spi_in: c.spi_in,
+            spi_out: c.spi_out,
+        });
+        Some(c.spi_in)
+    }
+
+    /// Forgets an SA now, removing its children.
+    fn remove_sa(&mut self, spi: u64, out: &mut Vec<Event>) {
+        let Some(sa) = self.sas.remove(&spi) else {
+            return;
+        };
+        if sa.state == State::HalfOpen {
+            self.half_open = self.half_open.saturating_sub(1);
+            self.by_init.remove(&(sa.remote, sa.spi_i));
+        }
+        if sa.child_spi != 0 {
+            self.child_spis.remove(&sa.child_spi);
+        }
+        if let Some(peer) = &sa.peer {
+            for c in &sa.children {
+                self.child_spis.remove(&c.spi_in);
+                self.counters.children_removed += 1;
+                out.push(Event::ChildDown {
+                    peer: peer.name.clone(),
+                    tunnel: peer.tunnel.clone(),
+                    spi_in: c.spi_in,
+                    spi_out: c.spi_out,
+                });
+            }
+            if peer.initiate && sa.initiator {
+                self.retry_at
+                    .entry(peer.name.clone())
+                    .or_insert_with(|| Instant::now() + RETRY_AFTER);
+            }
+        }
+    }
+
+    /// A negotiation we started failed: forget it; an initiating peer retries later.
+    fn fail(&mut self, spi: u64, now: Instant, out: &mut Vec<Event>) {
+        let name = self
+            .sas
+            .get(&spi)
+            .and_then(|s| s.peer.as_ref().map(|p| p.name.clone()));
+        self.remove_sa(spi, out);
+        if let Some(n) = name {
+            self.retry_at.insert(n, now + RETRY_AFTER);
+        }
+    }
+
+    /// Sends a Delete of the IKE SA; it goes once answered (or given up).
+    fn delete_ike(&mut self, spi: u64, now: Instant, out: &mut Vec<Event>) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        if sa.state != State::Established {
+            self.remove_sa(spi, out);
+            return;
+        }
+        sa.state = State::Deleting;
+        if sa.pending.is_some() {
+            // Window of one: the delete cannot go before the answer; just forget it.
+            self.remove_sa(spi, out);
+            return;
+        }
+        // Remove the children at once: the peer drops them with the IKE SA (§1.4.1).
+        let children: Vec<u32> = sa.children.iter().map(|c| c.spi_out).collect();
+        for c in children {
+            self.remove_child(spi, c, out);
+        }
+        self.send_request(
+            spi,
+            exchange::INFORMATIONAL,
+            Asked::Delete,
+            &[Payload::Delete {
+                protocol: proto::IKE,
+                spis: vec![],
+            }],
+            now,
+            out,
+        );
+    }
+
+    /// Timers: retransmissions, liveness checks, half-open expiry, initiating peers.
+    pub fn tick(&mut self, now: Instant, out: &mut Vec<Event>) {
+        let mut resend = Vec::new();
+        let mut dead = Vec::new();
+        let mut dpd = Vec::new();
+        for (spi, sa) in &mut self.sas {
+            if let Some(p) = &mut sa.pending {
+                let wait = RETRANSMIT_BASE * (1u32 << p.tries.min(10));
+                if now.saturating_duration_since(p.sent) >= wait {
+                    if p.tries >= MAX_RETRANSMITS {
+                        dead.push(*spi);
+                    } else {
+                        p.tries += 1;
+                        p.sent = now;
+                        resend.push((sa.local, sa.remote, p.datagram.clone()));
+                    }
+                }
+                continue;
+            }
+            match sa.state {
+                State::HalfOpen
+                    if now.saturating_duration_since(sa.created) >= HALF_OPEN_TIMEOUT =>
+                {
+                    dead.push(*spi)
+                }
+                State::Established => {
+                    if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
+                        if now.saturating_duration_since(sa.last_heard) >= d {
+                            dpd.push(*spi);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (l, r, d) in resend {
+            self.counters.retransmitted += 1;
+            self.send(l, r, d, out);
+        }
+        for spi in dead {
+            if let Some(sa) = self.sas.get(&spi) {
+                if sa.state != State::HalfOpen {
+                    tracing::warn!(peer = sa.peer_name(), remote = %sa.remote, "IKE: no answer from the peer after {MAX_RETRANSMITS} retransmissions: SA gone");
+                    self.counters.failed.timeout += 1;
+                }
+            }
+            self.fail(spi, now, out);
+        }
+        for spi in dpd {
+            self.counters.dpd_sent += 1;
+            self.send_request(spi, exchange::INFORMATIONAL, Asked::Dpd, &[], now, out);
+        }
+        // Initiating peers without an SA.
+        let want: Vec<String> = self
+            .peers
+            .iter()
+            .filter(|p| p.initiate)
+            .filter(|p| {
+                !self
+                    .sas
+                    .values()
+                    .any(|s| s.peer.as_ref().is_some_and(|q| q.name == p.name))
+            })
+            .filter(|p| self.retry_at.get(&p.name).is_none_or(|t| now >= *t))
+            .map(|p| p.name.clone())
+            .collect();
+        for n in want {
+            if let Err(e) = self.initiate(&n, now, out) {
+                tracing::warn!(peer = n, "IKE: cannot initiate: {e}");
+                self.retry_at.insert(n, now + RETRY_AFTER);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,372 @@
+//! Two engines against each other: the exchanges end to end, with their keys agreeing.
+
+use super::*;
+use crate::config::PeerConfig;
+
+const PSK: &[u8] = b"a strong enough shared secret!";
+
+fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
+    PeerConfig {
+        name: name.into(),
+        local: local.parse().unwrap(),
+        remote: remote.into(),
+        local_id: None,
+        remote_id: None,
+        auth: "psk".into(),
+        psk: Some(name.into()),
+        proposals: vec![],
+        esp_proposals: vec![],
+        tunnel: format!("t-{name}"),
+        start: start.into(),
+        ike_lifetime_s: 0,
+        child_lifetime_s: 0,
+        dpd_s: 30,
+    }
+    .resolve(Some(PSK))
+    .unwrap()
+}
+
+struct Pair {
+    a: Engine,
+    b: Engine,
+    a_addr: SocketAddr,
+    b_addr: SocketAddr,
+    now: Instant,
+    a_children: Vec<ChildSpec>,
+    b_children: Vec<ChildSpec>,
+    a_down: usize,
+    b_down: usize,
+    /// Every datagram sent, a's then b's.
+    wire_a: Vec<Vec<u8>>,
+    wire_b: Vec<Vec<u8>>,
+}
+
+impl Pair {
+    fn new(a: Peer, b: Peer) -> Pair {
+        let a_addr = SocketAddr::new(a.local, 500);
+        let b_addr = SocketAddr::new(b.local, 500);
+        Pair {
+            a: Engine::new(vec![a]),
+            b: Engine::new(vec![b]),
+            a_addr,
+            b_addr,
+            now: Instant::now(),
+            a_children: vec![],
+            b_children: vec![],
+            a_down: 0,
+            b_down: 0,
+            wire_a: vec![],
+            wire_b: vec![],
+        }
+    }
+
+    /// Delivers events until both are quiet (bounded); `drop_a` loses a's datagrams.
+    fn run(&mut self, mut from_a: Vec<Event>, mut from_b: Vec<Event>, drop_a: bool) {
+        for _ in 0..50 {
+            if from_a.is_empty() && from_b.is_empty() {
+                return;
+            }
+            let mut next_a = vec![];
+            let mut next_b = vec![];
+            for e in from_a.drain(..) {
+                match e {
+                    Event::Send { data, .. } => {
+                        self.wire_a.push(data.clone());
+                        if !drop_a {
+                            self.b
+                                .handle(self.now, self.b_addr, self.a_addr, &data, &mut next_b);
+                        }
+                    }
+                    Event::ChildUp(c) => self.a_children.push(c),
+                    Event::ChildDown { .. } => self.a_down += 1,
+                }
+            }
+            for e in from_b.drain(..) {
+                match e {
+                    Event::Send { data, .. } => {
+                        self.wire_b.push(data.clone());
+                        self.a
+                            .handle(self.now, self.a_addr, self.b_addr, &data, &mut next_a);
+                    }
+                    Event::ChildUp(c) => self.b_children.push(c),
+                    Event::ChildDown { .. } => self.b_down += 1,
+                }
+            }
+            from_a = next_a;
+            from_b = next_b;
+        }
+        panic!("the engines did not settle in 50 rounds");
+    }
+
+    fn tick(&mut self, d: Duration) {
+        self.now += d;
+        let (mut ea, mut eb) = (vec![], vec![]);
+        self.a.tick(self.now, &mut ea);
+        self.b.tick(self.now, &mut eb);
+        self.run(ea, eb, false);
+    }
+}
+
+fn check_child_keys(p: &Pair) {
+    let (ca, cb) = (&p.a_children[0], &p.b_children[0]);
+    assert_eq!(ca.spi_out, cb.spi_in);
+    assert_eq!(ca.spi_in, cb.spi_out);
+    assert_eq!(*ca.key_out.encr, *cb.key_in.encr);
+    assert_eq!(*ca.key_in.encr, *cb.key_out.encr);
+    assert_ne!(*ca.key_in.encr, *ca.key_out.encr);
+    assert_eq!(ca.encr, cb.encr);
+}
+
+fn establish(proposals_a: &[&str], proposals_b: &[&str]) -> Pair {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    if !proposals_a.is_empty() {
+        a.ike = proposals_a
+            .iter()
+            .map(|s| crate::config::parse_ike_proposal(s).unwrap())
+            .collect();
+    }
+    if !proposals_b.is_empty() {
+        b.ike = proposals_b
+            .iter()
+            .map(|s| crate::config::parse_ike_proposal(s).unwrap())
+            .collect();
+    }
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    p
+}
+
+#[test]
+fn psk_every_ike_proposal() {
+    for prop in [
+        "aes128gcm16-prfsha256-curve25519",
+        "aes256gcm16-prfsha384-ecp384",
+        "chacha20poly1305-prfsha256-ecp256",
+        "aes256-sha256-prfsha256-modp2048",
+        "aes128-sha512-prfsha512-curve25519",
+        "aes192-sha384-prfsha384-ecp256",
+    ] {
+        let p = establish(&[prop], &[prop]);
+        assert_eq!(p.a.established(), 1, "{prop}");
+        assert_eq!(p.b.established(), 1, "{prop}");
+        assert_eq!(p.a_children.len(), 1, "{prop}");
+        check_child_keys(&p);
+        assert_eq!(p.b.half_open(), 0);
+    }
+}
+
+#[test]
+fn invalid_ke_then_retry() {
+    // a guesses curve25519 first; b only takes ECP-256.
+    let p = establish(
+        &[
+            "aes128gcm16-prfsha256-curve25519",
+            "aes128gcm16-prfsha256-ecp256",
+        ],
+        &["aes128gcm16-prfsha256-ecp256"],
+    );
+    assert_eq!(p.b.counters.invalid_ke_sent, 1);
+    assert_eq!(p.a.counters.invalid_ke_retried, 1);
+    assert_eq!(p.a.established(), 1);
+    check_child_keys(&p);
+}
+
+#[test]
+fn no_proposal_chosen() {
+    let p = establish(
+        &["aes128gcm16-prfsha256-curve25519"],
+        &["aes256-sha256-prfsha256-modp2048"],
+    );
+    assert_eq!(p.a.established(), 0);
+    assert_eq!(p.b.counters.failed.no_proposal, 1);
+    assert_eq!(p.a.counters.failed.no_proposal, 1);
+}
+
+#[test]
+fn wrong_psk_fails_both_ways() {
+    let a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    b.psk = Zeroizing::new(b"another secret, just as strong".to_vec());
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!(p.b.counters.failed.authentication, 1);
+    assert_eq!(p.a.counters.failed.peer_refused, 1);
+    assert_eq!((p.a.established(), p.b.established()), (0, 0));
+    assert!(p.a_children.is_empty() && p.b_children.is_empty());
+}
+
+#[test]
+fn wrong_identity_is_unknown_peer() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    a.local_id = crate::config::parse_id("someone.else").unwrap();
+    let b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!(p.b.counters.failed.unknown_peer, 1);
+    assert_eq!(p.b.established(), 0);
+}
+
+#[test]
+fn retransmitted_requests_get_the_same_answer() {
+    let mut p = establish(&[], &[]);
+    // a's IKE_SA_INIT and IKE_AUTH again: b answers from what it stored.
+    let init = p.wire_a[0].clone();
+    let auth = p.wire_a[1].clone();
+    let before = p.wire_b.len();
+    let mut ev = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &auth, &mut ev);
+    assert!(matches!(&ev[..], [Event::Send { data, .. }] if *data == p.wire_b[1]));
+    ev.clear();
+    p.b.handle(p.now, p.b_addr, p.a_addr, &init, &mut ev);
+    // The half-open entry is gone once established: an old INIT opens nothing new
+    // that could ever authenticate, and no child is installed twice.
+    assert!(ev.iter().all(|e| matches!(e, Event::Send { .. })));
+    assert_eq!(p.b.counters.answered_again, 1);
+    assert_eq!(before, p.wire_b.len());
+}
+
+#[test]
+fn lost_requests_are_retransmitted_then_given_up() {
+    let a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], true);
+    let mut sends = 1;
+    for _ in 0..100 {
+        p.now += Duration::from_secs(1);
+        let mut ev = vec![];
+        p.a.tick(p.now, &mut ev);
+        sends += ev
+            .iter()
+            .filter(|e| matches!(e, Event::Send { .. }))
+            .count();
+        if p.a.counters.failed.timeout > 0 {
+            break;
+        }
+    }
+    assert_eq!(p.a.counters.retransmitted, u64::from(MAX_RETRANSMITS));
+    assert_eq!(p.a.counters.failed.timeout, 1);
+    assert_eq!(sends as u32, 1 + MAX_RETRANSMITS);
+}
+
+#[test]
+fn dpd_and_delete() {
+    let mut p = establish(&[], &[]);
+    p.tick(Duration::from_secs(31));
+    assert!(p.a.counters.dpd_sent >= 1);
+    assert_eq!(p.a.established(), 1);
+    let mut ev = vec![];
+    assert_eq!(p.a.terminate("b", p.now, &mut ev).unwrap(), 1);
+    p.run(ev, vec![], false);
+    assert_eq!((p.a.established(), p.b.established()), (0, 0));
+    assert_eq!((p.a_down, p.b_down), (1, 1));
+    assert_eq!(p.b.counters.deletes_received, 1);
+}
+
+#[test]
+fn dead_peer_is_noticed() {
+    let mut p = establish(&[], &[]);
+    // b vanishes: a's liveness checks go unanswered.
+    p.b = Engine::new(vec![]);
+    for _ in 0..120 {
+        p.tick(Duration::from_secs(1));
+    }
+    assert_eq!(p.a.counters.failed.timeout, 1);
+    assert_eq!(p.a_down, 1);
+}
+
+#[test]
+fn cookies_when_many_half_open() {
+    let a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    let mut p = Pair::new(a, b);
+    p.b.set_cookie_threshold(0);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!(p.b.counters.cookies_sent, 1);
+    assert_eq!(p.a.established(), 1);
+    check_child_keys(&p);
+}
+
+#[test]
+fn hostile_messages_are_counted() {
+    let mut p = establish(&[], &[]);
+    let auth = p.wire_a[1].clone();
+    let mut ev = vec![];
+    // A flipped bit in the encrypted part: integrity.
+    let mut bad = auth.clone();
+    let n = bad.len();
+    bad[n - 5] ^= 1;
+    // Message ID 1 was answered: change it to 2 so it is not a retransmission.
+    bad[23] = 2;
+    p.b.handle(p.now, p.b_addr, p.a_addr, &bad, &mut ev);
+    assert!(ev.is_empty());
+    // A far-off message ID.
+    let mut far = auth.clone();
+    far[23] = 9;
+    p.b.handle(p.now, p.b_addr, p.a_addr, &far, &mut ev);
+    assert!(ev.is_empty());
+    assert_eq!(p.b.counters.dropped.integrity, 1);
+    assert_eq!(p.b.counters.dropped.bad_message_id, 1);
+    // Unknown SPI, truncated, bad version, unknown critical payload in IKE_SA_INIT.
+    let mut other = auth.clone();
+    other[8] ^= 0xff;
+    p.b.handle(p.now, p.b_addr, p.a_addr, &other, &mut ev);
+    p.b.handle(p.now, p.b_addr, p.a_addr, &auth[..20], &mut ev);
+    assert_eq!(p.b.counters.dropped.unknown_spi, 1);
+    assert_eq!(p.b.counters.dropped.truncated, 1);
+    let h = Header {
+        spi_i: 7,
+        version: 0x20,
+        exchange: exchange::IKE_SA_INIT,
+        flags: flags::INITIATOR,
+        ..Default::default()
+    };
+    let mut crit = wire::encode(
+        h,
+        &[Payload::Unknown {
+            kind: 222,
+            body: vec![],
+        }],
+    );
+    crit[wire::HEADER_LEN + 1] = 0x80;
+    p.b.handle(p.now, p.b_addr, p.a_addr, &crit, &mut ev);
+    let reply = match &ev[..] {
+        [Event::Send { data, .. }] => wire::parse(data).unwrap(),
+        e => panic!("{e:?}"),
+    };
+    assert_eq!(
+        wire::find_notify(&reply.payloads, notify::UNSUPPORTED_CRITICAL_PAYLOAD)
+            .unwrap()
+            .data,
+        vec![222]
+    );
+    assert_eq!(p.b.counters.dropped.unsupported_critical, 1);
+    // The established SA is untouched.
+    assert_eq!(p.b.established(), 1);
+}
+
+#[test]
+fn narrowing() {
+    let any4 = Selector::any(false);
+    let ten = Selector {
+        protocol: 6,
+        start_port: 80,
+        end_port: 80,
+        start: "10.0.0.0".parse().unwrap(),
+        end: "10.0.0.255".parse().unwrap(),
+    };
+    assert_eq!(narrow(&[ten], &[any4, Selector::any(true)]), vec![ten]);
+    assert_eq!(narrow(&[any4], &[ten]), vec![ten]);
+    assert!(narrow(&[Selector::any(true)], &[ten]).is_empty());
+}
