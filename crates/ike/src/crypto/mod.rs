@@ -26,8 +26,9 @@ pub use auth::{psk_auth, signed_octets};
 pub use dh::KeyShare;
 pub use kdf::{child_keys, prf, prf_plus, ChildKeys, IkeKeys, IkeSuite};
 pub use sig::{
-    digital_signature_auth, read_certificates, sign, verify, verify_auth, verify_chain, PrivateKey,
-    AUTH_DIGITAL_SIGNATURE, AUTH_ECDSA_256, AUTH_ECDSA_384, AUTH_PSK, AUTH_RSA,
+    certificate_matches_id, certificate_subject, digital_signature_auth, read_certificates, sign,
+    verify, verify_auth, verify_chain, PrivateKey, AUTH_DIGITAL_SIGNATURE, AUTH_ECDSA_256,
+    AUTH_ECDSA_384, AUTH_PSK, AUTH_RSA,
 };
 pub use sk::SkCipher;
 pub use zeroize::Zeroizing;
@@ -251,6 +252,21 @@ pub enum CryptoError {
     /// The AUTH signature does not verify with the certificate's key.
     #[error("the AUTH signature is bad: it does not verify with the certificate's key")]
     BadSignature,
+    /// The certificate is not for the identity the peer claims.
+    #[error("the certificate is not for identity {id}")]
+    IdMismatch {
+        /// The identity, as text.
+        id: String,
+    },
+    /// An ID type not matched against certificates.
+    #[error(
+        "identities of ID type {id_type} are not matched against certificates (IP addresses, \
+         FQDNs and DNs are)"
+    )]
+    UnsupportedId {
+        /// The ID type.
+        id_type: u8,
+    },
     /// AWS-LC refused an operation whose inputs were checked (should not happen).
     #[error("AWS-LC failed: {0}")]
     Internal(&'static str),

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self as sig, EcdsaKeyPair, Ed25519KeyPair, RsaKeyPair};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{alg_id, CertificateDer, PrivateKeyDer, UnixTime};
+use rustls_pki_types::{alg_id, CertificateDer, DnsName, PrivateKeyDer, ServerName, UnixTime};
 use webpki::{EndEntityCert, ExtendedKeyUsageValidator, KeyPurposeId, KeyPurposeIdIter};
 
 use super::CryptoError;
@@ -396,6 +396,89 @@ fn cert_key(cert_der: &[u8]) -> Result<(KeyType, Vec<u8>), CryptoError> {
 /// Lower-case hex, for messages.
 fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// ID types (RFC 7296 §3.5) that [`certificate_matches_id`] matches.
+const ID_IPV4_ADDR: u8 = 1;
+const ID_FQDN: u8 = 2;
+const ID_IPV6_ADDR: u8 = 5;
+const ID_DER_ASN1_DN: u8 = 9;
+
+/// The certificate's subject: a DER Name with its SEQUENCE header, the ID data
+/// (type ID_DER_ASN1_DN, 9) a side authenticating with it sends by default.
+pub fn certificate_subject(cert_der: &[u8]) -> Result<Vec<u8>, CryptoError> {
+    let der = CertificateDer::from(cert_der);
+    let anchor = webpki::anchor_from_trusted_cert(&der).map_err(|e| CryptoError::CertParse {
+        index: 0,
+        reason: format!("{e:?}"),
+    })?;
+    Ok(der_wrap(0x30, &anchor.subject))
+}
+
+/// Checks that the certificate is for the peer's identity (RFC 4945 §3.1): an IPv4 or
+/// IPv6 address (1, 5) or an FQDN (2) must be one of its subjectAltNames (webpki's
+/// matching, wildcards included), a DN (9) must be its subject, byte for byte. Other
+/// types (email addresses among them) are refused as not matched yet.
+pub fn certificate_matches_id(
+    cert_der: &[u8],
+    id_type: u8,
+    id_data: &[u8],
+) -> Result<(), CryptoError> {
+    let der = CertificateDer::from(cert_der);
+    let ee = EndEntityCert::try_from(&der).map_err(|e| CryptoError::CertParse {
+        index: 0,
+        reason: format!("{e:?}"),
+    })?;
+    let mismatch = |id: String| CryptoError::IdMismatch { id };
+    let ip = |a: std::net::IpAddr| {
+        ee.verify_is_valid_for_subject_name(&ServerName::IpAddress(a.into()))
+            .map_err(|_| mismatch(a.to_string()))
+    };
+    match (id_type, id_data.len()) {
+        (ID_IPV4_ADDR, 4) => {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(id_data);
+            ip(std::net::Ipv4Addr::from(a).into())
+        }
+        (ID_IPV6_ADDR, 16) => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(id_data);
+            ip(std::net::Ipv6Addr::from(a).into())
+        }
+        (ID_FQDN, _) => {
+            let text = String::from_utf8_lossy(id_data).into_owned();
+            let name = std::str::from_utf8(id_data)
+                .ok()
+                .and_then(|s| DnsName::try_from(s).ok())
+                .ok_or_else(|| mismatch(format!("{text} (not a DNS name)")))?;
+            ee.verify_is_valid_for_subject_name(&ServerName::DnsName(name))
+                .map_err(|_| mismatch(text))
+        }
+        (ID_DER_ASN1_DN, _) => {
+            if certificate_subject(cert_der)? == id_data {
+                Ok(())
+            } else {
+                Err(mismatch(format!("DN {}", to_hex(id_data))))
+            }
+        }
+        _ => Err(CryptoError::UnsupportedId { id_type }),
+    }
+}
+
+/// DER of `tag` and `contents`, with a long-form length where needed.
+fn der_wrap(tag: u8, contents: &[u8]) -> Vec<u8> {
+    let len = contents.len();
+    let mut v = vec![tag];
+    if len < 0x80 {
+        v.push(len as u8);
+    } else {
+        let bytes = len.to_be_bytes();
+        let skip = bytes.iter().take_while(|&&b| b == 0).count();
+        v.push(0x80 | (bytes.len() - skip) as u8);
+        v.extend_from_slice(&bytes[skip..]);
+    }
+    v.extend_from_slice(contents);
+    v
 }
 
 /// What a chain validation error says, as the check that failed.

@@ -52,3 +52,7 @@ openssl x509 -inform der -in sub.der -out sub.pem
 cat sub.pem root.pem > chain.pem
 openssl ec -in p256.key.pem -outform der -out p256.key.der 2>/dev/null
 openssl pkey -in ed25519.key.pem -outform der -out ed25519.key.der
+# With IP addresses as subjectAltNames.
+q pki --issue --in p256.key.pem --type ecdsa --cacert root.der --cakey root.key.pem \
+    --dn "C=CH, O=ferrouter test, CN=gw.example" --san 192.0.2.1 --san 2001:db8::1 \
+    --san gw.example --lifetime 7300 --outform der > ip.der

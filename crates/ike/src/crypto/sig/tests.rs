@@ -326,3 +326,46 @@ fn certificate_files_are_read() {
     let e = read_certificates(&path("p256.key.pem")).unwrap_err();
     assert!(e.to_string().contains("no CERTIFICATE"), "{e}");
 }
+
+#[test]
+fn certificates_match_identities() {
+    let p256 = cert("p256");
+    // The subject, as pki printed it: C=CH, O=ferrouter test, CN=p256.example.
+    let dn = certificate_subject(&p256).unwrap();
+    assert_eq!(dn[0], 0x30);
+    assert!(dn.windows(12).any(|w| w == b"p256.example"));
+    certificate_matches_id(&p256, 9, &dn).unwrap();
+    certificate_matches_id(&p256, 2, b"p256.example").unwrap();
+    let e = certificate_matches_id(&p256, 2, b"p384.example").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the certificate is not for identity p384.example"
+    );
+    let other_dn = certificate_subject(&cert("p384")).unwrap();
+    assert!(certificate_matches_id(&p256, 9, &other_dn).is_err());
+    // No IP address in its subjectAltNames.
+    let e = certificate_matches_id(&p256, 1, &[192, 0, 2, 1]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the certificate is not for identity 192.0.2.1"
+    );
+    assert!(certificate_matches_id(&p256, 1, &[192, 0, 2]).is_err());
+    assert!(certificate_matches_id(&p256, 2, &[0xff, 0xfe]).is_err());
+    assert_eq!(
+        certificate_matches_id(&p256, 3, b"user@p256.example"),
+        Err(CryptoError::UnsupportedId { id_type: 3 })
+    );
+    // A certificate with addresses.
+    let ip = cert("ip");
+    certificate_matches_id(&ip, 1, &[192, 0, 2, 1]).unwrap();
+    let mut v6 = [0u8; 16];
+    v6[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+    v6[15] = 1;
+    certificate_matches_id(&ip, 5, &v6).unwrap();
+    certificate_matches_id(&ip, 2, b"gw.example").unwrap();
+    assert!(certificate_matches_id(&ip, 1, &[192, 0, 2, 2]).is_err());
+    // DER lengths, short and long.
+    assert_eq!(der_wrap(0x30, &[1; 3]), [0x30, 3, 1, 1, 1]);
+    assert_eq!(der_wrap(0x30, &[0; 200])[..3], [0x30, 0x81, 200]);
+    assert_eq!(der_wrap(0x30, &[0; 300])[..4], [0x30, 0x82, 1, 44]);
+}
