@@ -195,6 +195,17 @@ pub enum CryptoError {
         /// webpki's error.
         reason: String,
     },
+    /// A configured CRL cannot be parsed.
+    #[error("CRL {index} cannot be parsed: {reason}")]
+    CrlParse {
+        /// Its position in the list of CRLs.
+        index: usize,
+        /// webpki's error.
+        reason: String,
+    },
+    /// A certificate of the chain is on its issuer's CRL.
+    #[error("a certificate of the chain is revoked (on its issuer's CRL)")]
+    CertRevoked,
     /// The chain does not lead to a trusted CA.
     #[error("the certificate's issuer is not trusted: no chain to a configured CA")]
     UntrustedIssuer,

@@ -8,11 +8,15 @@
 //!   (RSA PKCS#1 v1.5 with SHA-1), 9 and 10 (ECDSA P-256/SHA-256 and P-384/SHA-384,
 //!   RFC 4754, r | s).
 //! - The certificate chain is validated by rustls-webpki: up to one of the trusted CAs,
-//!   every signature, the validity periods at `now`, basic and name constraints. An
+//!   every signature, the validity periods at `now`, basic and name constraints, and
+//!   the CRLs given to [`verify_chain`]. An
 //!   end-entity certificate without EKU is accepted (as strongSwan's `pki` makes them);
 //!   one with an EKU extension must allow IKE: id-kp-ipsecIKE, anyExtendedKeyUsage,
 //!   serverAuth, clientAuth or iKEIntermediate (RFC 4945 §5.1.3.12, widened to the
 //!   TLS purposes that strongSwan's and Windows' certificates carry).
+//!
+//! - Identities: [`certificate_matches_id`] checks the peer's ID against its certificate
+//!   (IP addresses and FQDNs by subjectAltName, DNs by subject).
 //!
 //! No X.509 or ASN.1 is parsed here: webpki parses the certificates, aws-lc-rs the keys;
 //! the AlgorithmIdentifiers of RFC 7427 are compared byte for byte with the encodings
@@ -276,7 +280,7 @@ pub fn verify(
     auth_data: &[u8],
     signed_octets: &[u8],
 ) -> Result<(), CryptoError> {
-    verify_chain(cert_chain_der, trusted_cas, now)?;
+    verify_chain(cert_chain_der, trusted_cas, &[], now)?;
     verify_auth(&cert_chain_der[0], auth_method, auth_data, signed_octets)
 }
 
@@ -284,9 +288,14 @@ pub fn verify(
 /// intermediates in any order) up to one of `trusted_cas` at `now`: the half of
 /// [`verify`] whose result a responder may cache per chain (it costs the CA signature
 /// checks, some hundred microseconds with ECDSA P-384 CAs).
+///
+/// `crls`: certificate revocation lists (DER, as `pki --signcrl` writes them), checked
+/// for every certificate of the chain; a certificate whose issuer has no CRL in the list
+/// passes (CRLs are optional), a CRL past its nextUpdate is still used.
 pub fn verify_chain(
     cert_chain_der: &[Vec<u8>],
     trusted_cas: &[Vec<u8>],
+    crls: &[Vec<u8>],
     now: SystemTime,
 ) -> Result<(), CryptoError> {
     let (ee_der, intermediates) = cert_chain_der
@@ -315,6 +324,27 @@ pub fn verify_chain(
         index: 0,
         reason: format!("{e:?}"),
     })?;
+    let crls = crls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            webpki::BorrowedCertRevocationList::from_der(c)
+                .map(webpki::CertRevocationList::from)
+                .map_err(|e| CryptoError::CrlParse {
+                    index: i,
+                    reason: format!("{e:?}"),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let crl_refs: Vec<&webpki::CertRevocationList<'_>> = crls.iter().collect();
+    let revocation = webpki::RevocationOptionsBuilder::new(&crl_refs)
+        .ok()
+        .map(|b| {
+            b.with_depth(webpki::RevocationCheckDepth::Chain)
+                .with_status_policy(webpki::UnknownStatusPolicy::Allow)
+                .with_expiration_policy(webpki::ExpirationPolicy::Ignore)
+                .build()
+        });
     let since_epoch = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
@@ -324,7 +354,7 @@ pub fn verify_chain(
         &intermediates,
         UnixTime::since_unix_epoch(since_epoch),
         IkeEku,
-        None,
+        revocation,
         None,
     )
     .map_err(chain_error)?;
@@ -507,6 +537,7 @@ fn chain_error(e: webpki::Error) -> CryptoError {
                 .collect::<Vec<_>>()
                 .join(", "),
         },
+        E::CertRevoked => CryptoError::CertRevoked,
         E::InvalidSignatureForPublicKey => {
             CryptoError::CertInvalid("a certificate's signature by its issuer is bad".into())
         }
