@@ -388,3 +388,32 @@ fn revoked_certificates_are_refused() {
         Err(CryptoError::CrlParse { index: 0, .. })
     ));
 }
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Arbitrary AUTH data, and certificates with bytes changed: an error or a
+        /// verdict, never a panic.
+        #[test]
+        fn verify_never_panics(
+            auth in proptest::collection::vec(any::<u8>(), 0..300),
+            method in any::<u8>(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            id in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let mut ee = cert("p256");
+            for (i, x) in edits {
+                let i = i % ee.len();
+                ee[i] ^= x;
+            }
+            let chain = [ee.clone(), cert("sub")];
+            let _ = verify(&chain, &[cert("root")], now(), method, &auth, b"octets");
+            let _ = verify_auth(&ee, method, &auth, b"octets");
+            let _ = certificate_matches_id(&ee, method, &id);
+            let _ = certificate_subject(&ee);
+            let _ = PrivateKey::from_bytes(&auth);
+        }
+    }
+}
