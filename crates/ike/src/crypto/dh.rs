@@ -281,10 +281,10 @@ impl ModpKey {
             unsafe { ERR_clear_error() };
             return Err("AWS-LC could not check it");
         }
-        if flags & DH_CHECK_PUBKEY_TOO_SMALL as i32 != 0 {
+        if flags & DH_CHECK_PUBKEY_TOO_SMALL != 0 {
             return Err("it is 0 or 1 (RFC 6989: 1 < y < p-1)");
         }
-        if flags & DH_CHECK_PUBKEY_TOO_LARGE as i32 != 0 {
+        if flags & DH_CHECK_PUBKEY_TOO_LARGE != 0 {
             return Err("it is p-1 or more (RFC 6989: 1 < y < p-1)");
         }
         let mut secret = Zeroizing::new(vec![0; MODP2048_LEN]);

@@ -8,6 +8,9 @@
 //! - [`SkCipher`]: the Encrypted payload (SK, §3.14; RFC 5282 for the AEADs) and the
 //!   Encrypted Fragment payload (SKF, RFC 7383).
 //! - [`psk_auth`], [`signed_octets`]: the AUTH payload of a shared key (§2.15).
+//! - [`sign`], [`digital_signature_auth`], [`verify`], [`PrivateKey`]: the AUTH payload
+//!   of a certificate's key (RFC 7427, and methods 1, 9, 10 to verify), with the peer's
+//!   certificate chain validated up to the trusted CAs.
 //!
 //! Every secret this module hands out is in [`Zeroizing`]: it is wiped when dropped.
 //! Nothing here panics on what a peer sends: every length is checked and every failure
@@ -16,11 +19,17 @@
 mod auth;
 mod dh;
 mod kdf;
+mod sig;
 mod sk;
 
 pub use auth::{psk_auth, signed_octets};
 pub use dh::KeyShare;
 pub use kdf::{child_keys, prf, prf_plus, ChildKeys, IkeKeys, IkeSuite};
+pub use sig::{
+    certificate_matches_id, certificate_subject, digital_signature_auth, read_certificates, sign,
+    verify, verify_auth, verify_chain, PrivateKey, AUTH_DIGITAL_SIGNATURE, AUTH_ECDSA_256,
+    AUTH_ECDSA_384, AUTH_PSK, AUTH_RSA,
+};
 pub use sk::SkCipher;
 pub use zeroize::Zeroizing;
 
@@ -147,6 +156,128 @@ pub enum CryptoError {
     /// The random generator failed.
     #[error("the random generator failed")]
     Random,
+    /// A private key or certificate file cannot be read.
+    #[error("{path}: {reason}")]
+    KeyFile {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Private key bytes of an unknown encoding or type.
+    #[error("private key: {0}")]
+    KeyFormat(String),
+    /// An RSA key (ours or a certificate's) below 2048 bits (RFC 8247 §3.2).
+    #[error("the RSA key has {bits} bits, at least 2048 are needed")]
+    KeyTooSmall {
+        /// Its modulus length.
+        bits: usize,
+    },
+    /// AWS-LC failed to sign.
+    #[error("signing the AUTH payload failed in AWS-LC")]
+    SignFailed,
+    /// No certificate to verify a signature with.
+    #[error("the peer sent no certificate (a CERT payload is needed to verify its AUTH)")]
+    NoCertificate,
+    /// A configured CA certificate cannot be parsed.
+    #[error("trusted CA certificate {index} cannot be parsed: {reason}")]
+    CaParse {
+        /// Its position in the list of trusted CAs.
+        index: usize,
+        /// webpki's error.
+        reason: String,
+    },
+    /// The peer's certificate cannot be parsed.
+    #[error("the peer's certificate cannot be parsed: {reason}")]
+    CertParse {
+        /// Its position in the chain (0: the end-entity certificate).
+        index: usize,
+        /// webpki's error.
+        reason: String,
+    },
+    /// A configured CRL cannot be parsed.
+    #[error("CRL {index} cannot be parsed: {reason}")]
+    CrlParse {
+        /// Its position in the list of CRLs.
+        index: usize,
+        /// webpki's error.
+        reason: String,
+    },
+    /// A certificate of the chain is on its issuer's CRL.
+    #[error("a certificate of the chain is revoked (on its issuer's CRL)")]
+    CertRevoked,
+    /// The chain does not lead to a trusted CA.
+    #[error("the certificate's issuer is not trusted: no chain to a configured CA")]
+    UntrustedIssuer,
+    /// A certificate of the chain has expired.
+    #[error("a certificate of the chain expired: not after {not_after}, now {now} (Unix seconds)")]
+    CertExpired {
+        /// The time of the check, Unix seconds.
+        now: u64,
+        /// The certificate's notAfter.
+        not_after: u64,
+    },
+    /// A certificate of the chain is not valid yet.
+    #[error("a certificate of the chain is not valid yet: not before {not_before}, now {now} (Unix seconds)")]
+    CertNotYetValid {
+        /// The time of the check, Unix seconds.
+        now: u64,
+        /// The certificate's notBefore.
+        not_before: u64,
+    },
+    /// The certificate's EKU allows no IKE use.
+    #[error(
+        "the certificate's extended key usage ({present}) allows no IKE use (ipsecIKE, \
+         anyExtendedKeyUsage, serverAuth, clientAuth or iKEIntermediate)"
+    )]
+    Eku {
+        /// The OIDs the certificate has.
+        present: String,
+    },
+    /// Another check of the chain failed (webpki's error).
+    #[error("the certificate chain is invalid: {0}")]
+    CertInvalid(String),
+    /// A certificate key of a type not supported.
+    #[error("the certificate's key is not RSA, ECDSA P-256/P-384 or Ed25519")]
+    UnsupportedKey,
+    /// The AUTH method or signature algorithm does not fit the certificate's key.
+    #[error("the certificate's key is {key}, which does not go with {auth}")]
+    KeyMismatch {
+        /// The key's type.
+        key: &'static str,
+        /// The AUTH method or signature algorithm.
+        auth: String,
+    },
+    /// RFC 7427 AUTH data shorter than its AlgorithmIdentifier.
+    #[error("the AUTH data is shorter than the AlgorithmIdentifier it announces")]
+    AuthTooShort,
+    /// An RFC 7427 signature algorithm not supported.
+    #[error("the AUTH signature's AlgorithmIdentifier ({0}) is not supported")]
+    UnsupportedSignature(String),
+    /// An AUTH method that is no signature method verified here.
+    #[error("auth method {method} is not verified with a certificate here (1, 9, 10 and 14 are)")]
+    UnsupportedAuth {
+        /// The method.
+        method: u8,
+    },
+    /// The AUTH signature does not verify with the certificate's key.
+    #[error("the AUTH signature is bad: it does not verify with the certificate's key")]
+    BadSignature,
+    /// The certificate is not for the identity the peer claims.
+    #[error("the certificate is not for identity {id}")]
+    IdMismatch {
+        /// The identity, as text.
+        id: String,
+    },
+    /// An ID type not matched against certificates.
+    #[error(
+        "identities of ID type {id_type} are not matched against certificates (IP addresses, \
+         FQDNs and DNs are)"
+    )]
+    UnsupportedId {
+        /// The ID type.
+        id_type: u8,
+    },
     /// AWS-LC refused an operation whose inputs were checked (should not happen).
     #[error("AWS-LC failed: {0}")]
     Internal(&'static str),
@@ -162,14 +293,9 @@ pub(crate) mod testing {
     /// Decodes hex, ignoring whitespace (as RFCs print their vectors).
     pub(crate) fn hex(s: &str) -> Vec<u8> {
         let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        assert!(s.len() % 2 == 0, "odd hex length");
+        assert!(s.len().is_multiple_of(2), "odd hex length");
         s.chunks(2)
             .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
             .collect()
-    }
-
-    /// Encodes hex (lower case).
-    pub(crate) fn to_hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
     }
 }

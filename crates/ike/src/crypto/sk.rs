@@ -232,7 +232,7 @@ impl SkCipher {
                 let ours = icv.as_ref().get(..icv_len).ok_or(CryptoError::Integrity)?;
                 constant_time::verify_slices_are_equal(ours, &msg[icv_at..])
                     .map_err(|_| CryptoError::Integrity)?;
-                if data.len() % AES_BLOCK != 0 {
+                if !data.len().is_multiple_of(AES_BLOCK) {
                     return Err(CryptoError::SkBlock { len: data.len() });
                 }
                 let mut block = [0u8; AES_BLOCK];

@@ -228,3 +228,19 @@ fn the_printed_prime_is_awslcs() {
     // p-2 is in range, p-1 is not: the boundary sits where this p says.
     assert!(k.agree(&p_minus_2).is_ok());
 }
+
+#[test]
+fn key_shares_and_ciphers_can_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<KeyShare>();
+    send_sync::<crate::crypto::SkCipher>();
+    send_sync::<crate::crypto::PrivateKey>();
+    // A MODP share made on one thread agrees on another.
+    let a = KeyShare::generate(Dh::Modp2048).unwrap();
+    let b = KeyShare::generate(Dh::Modp2048).unwrap();
+    let (pa, pb) = (a.public().to_vec(), b.public().to_vec());
+    let s = std::thread::spawn(move || a.agree(&pb).unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(*s, *b.agree(&pa).unwrap());
+}
