@@ -31,18 +31,18 @@ fn ike(l: &IpsecLab, gw: u8) -> Value {
         .unwrap_or_else(|e| panic!("show ike on gw{gw}: {e:#}"))
 }
 
-/// Waits (at most 30 s) for gw's IKE to have an established SA with a child.
+/// Waits (at most 30 s) for gw's IKE to have an established SA with a child; returns it.
 fn wait_established(l: &IpsecLab, gw: u8, also: impl Fn() -> String) -> Value {
     let t = Instant::now();
     loop {
         let v = ike(l, gw);
-        let up = v["sas"].as_array().is_some_and(|s| {
-            s.iter().any(|a| {
+        let up = v["sas"].as_array().and_then(|s| {
+            s.iter().find(|a| {
                 a["state"] == "established" && !a["children"].as_array().unwrap().is_empty()
             })
         });
-        if up {
-            return v;
+        if let Some(sa) = up {
+            return sa.clone();
         }
         if t.elapsed() > Duration::from_secs(30) {
             panic!(
@@ -100,8 +100,7 @@ fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
         .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
     let g = IpsecGuard(l);
     let l = &g.0;
-    let v = wait_established(l, 1, String::new);
-    let sa = &v["sas"][0];
+    let sa = &wait_established(l, 1, String::new);
     assert_eq!(sa["peer"], "gw2");
     assert_eq!(sa["initiator"], true);
     assert_eq!(sa["remote_id"], "gw2.lab");
@@ -127,9 +126,9 @@ fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
     );
     assert!(out["packets"].as_u64().unwrap() >= 1, "{ipsec:#}");
     // The responder sees the same SA.
-    let v2 = wait_established(l, 2, String::new);
-    assert_eq!(v2["sas"][0]["children"][0]["spi_in"], child["spi_out"]);
-    assert_eq!(v2["sas"][0]["initiator"], false);
+    let sa2 = wait_established(l, 2, String::new);
+    assert_eq!(sa2["children"][0]["spi_in"], child["spi_out"]);
+    assert_eq!(sa2["initiator"], false);
     // Text and metrics.
     let text = cli(l, 1, &["show", "ike", "sa"]);
     assert!(
@@ -183,7 +182,7 @@ fn ferrouter_peer(l: &IpsecLab, ike: &str, esp: &str, initiate: bool) -> String 
 
 fn swanctl_conf(l: &IpsecLab, ike: &str, esp: &str) -> String {
     format!(
-        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n\
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n    encap = yes\n\
          \x20   local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = gw1.lab\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = {esp}\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
          secrets {{\n  ike-fr {{\n    id-1 = gw1.lab\n    id-2 = gw2.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n",
@@ -198,6 +197,9 @@ fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
         .unwrap_or_else(|e| panic!("{e:#}"));
     let mut l = lab("iks");
     l.config_sas = false;
+    // strongSwan's kernel-libipsec only does ESP in UDP: forced encapsulation on both
+    // sides (the tunnel's nat_t; charon's encap), so IKE moves to port 4500 too.
+    l.nat_t = true;
     l.build()
         .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
     let g = IpsecGuard(l);
@@ -226,7 +228,7 @@ fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
         );
         // strongSwan afresh for each case.
         charon.stop();
-        charon.write(2, "", &swanctl_conf(l, ike_p, esp_p)).unwrap();
+        charon.write(1, "", &swanctl_conf(l, ike_p, esp_p)).unwrap();
         charon
             .start(None)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
@@ -251,14 +253,21 @@ fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
                     )
                 });
         }
-        let v = wait_established(l, 1, || {
+        let sa = &wait_established(l, 1, || {
             format!("{what}\ncharon log:\n{}", charon.log_tail(40))
         });
-        let sa = &v["sas"][0];
-        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {v:#}");
+        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {sa:#}");
         assert_eq!(
             sa["children"][0]["local_ts"][0], "10.1.0.0-10.1.0.255",
-            "{what}: narrowed by strongSwan: {v:#}"
+            "{what}: narrowed by strongSwan: {sa:#}"
+        );
+        let name = ike::config::parse_ike_proposal(ike_p)
+            .unwrap()
+            .encr
+            .esp_name();
+        assert!(
+            sa["proposal"].as_str().unwrap().starts_with(&name),
+            "{what}: {sa:#}"
         );
         ping_until(l, || {
             format!("{what}\ncharon log:\n{}", charon.log_tail(40))

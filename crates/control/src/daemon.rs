@@ -1150,6 +1150,8 @@ fn nat_keepalives(cfg: &Config) -> Vec<NatKeepalive> {
         .tunnels
         .iter()
         .filter(|t| t.nat_t && t.keepalive_s() > 0)
+        // A tunnel keyed by IKE: the IKE daemon owns port 4500 and sends its keepalives.
+        .filter(|t| !cfg.ipsec.peers.iter().any(|p| p.tunnel == t.name))
         .filter_map(|t| {
             let from = std::net::SocketAddr::new(t.local, ipsec::NATT_PORT);
             match std::net::UdpSocket::bind(from).and_then(|s| {

@@ -324,6 +324,11 @@ pub struct Peer {
     /// The selectors a tunnel's child SA covers: everything, of both families.
     pub local_ts: Vec<Selector>,
     pub remote_ts: Vec<Selector>,
+    /// UDP encapsulation forced (the tunnel's `nat_t`): IKE moves to port 4500 after
+    /// IKE_SA_INIT as if a NAT were found (RFC 7296 §2.23), and keepalives are sent.
+    pub encap: bool,
+    /// Seconds between NAT keepalives once on port 4500 (RFC 3948 §4).
+    pub keepalive: Duration,
 }
 
 impl PeerConfig {
@@ -432,6 +437,8 @@ impl PeerConfig {
             dpd: secs(self.dpd_s),
             local_ts: vec![Selector::any(false), Selector::any(true)],
             remote_ts: vec![Selector::any(false), Selector::any(true)],
+            encap: false,
+            keepalive: Duration::from_secs(20),
         })
     }
 }

@@ -16,9 +16,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::Peer;
-use crate::engine::{ChildSpec, Counters, Engine, Event, SaInfo};
+use crate::engine::{ChildSpec, Counters, Engine, Event, SaInfo, NATT_PORT};
 
-/// IKE's port.
+/// IKE's port (NAT traversal moves to [`NATT_PORT`]).
 pub const IKE_PORT: u16 = 500;
 /// How often timers run.
 const TICK: Duration = Duration::from_millis(100);
@@ -35,7 +35,8 @@ pub trait Dataplane: Send + 'static {
 
 struct Shared {
     engine: Mutex<Engine>,
-    sockets: Mutex<HashMap<IpAddr, Arc<UdpSocket>>>,
+    /// By local address and port (500, and 4500 for NAT traversal).
+    sockets: Mutex<HashMap<SocketAddr, Arc<UdpSocket>>>,
     dataplane: Mutex<Box<dyn Dataplane>>,
     stop: AtomicBool,
     port: u16,
@@ -60,18 +61,15 @@ impl Shared {
                 Event::Send {
                     local,
                     remote,
-                    data,
+                    mut data,
                 } => {
-                    let s = lock(&self.sockets).get(&local.ip()).cloned();
-                    match s {
-                        Some(s) => {
-                            if let Err(e) = s.send_to(&data, remote) {
-                                tracing::debug!(%local, %remote, "IKE: send failed: {e}");
-                            }
-                        }
-                        None => tracing::debug!(%local, "IKE: no socket on this address yet"),
+                    if local.port() == NATT_PORT {
+                        // The non-ESP marker (RFC 3948 §2.2).
+                        data.splice(0..0, [0u8; 4]);
                     }
+                    self.send(local, remote, &data);
                 }
+                Event::Keepalive { local, remote } => self.send(local, remote, &[0xff]),
                 Event::ChildUp(c) => {
                     let r = lock(&self.dataplane).child_up(&c);
                     match r {
@@ -100,27 +98,44 @@ impl Shared {
             }
         }
     }
+    fn send(&self, local: SocketAddr, remote: SocketAddr, data: &[u8]) {
+        let s = lock(&self.sockets).get(&local).cloned();
+        match s {
+            Some(s) => {
+                if let Err(e) = s.send_to(data, remote) {
+                    tracing::debug!(%local, %remote, "IKE: send failed: {e}");
+                }
+            }
+            None => tracing::debug!(%local, "IKE: no socket on this address yet"),
+        }
+    }
 
-    /// Binds the addresses the peers need that are not bound yet (they may appear later).
+    /// Binds the addresses the peers need that are not bound yet (they may appear later):
+    /// IKE's port, and 4500 for NAT traversal when IKE is on 500.
     fn bind(&self, addrs: &[IpAddr]) {
+        let mut want: Vec<SocketAddr> = addrs
+            .iter()
+            .map(|a| SocketAddr::new(*a, self.port))
+            .collect();
+        if self.port == IKE_PORT {
+            want.extend(addrs.iter().map(|a| SocketAddr::new(*a, NATT_PORT)));
+        }
         let mut socks = lock(&self.sockets);
-        socks.retain(|a, _| addrs.contains(a));
-        for a in addrs {
-            if socks.contains_key(a) {
+        socks.retain(|a, _| want.contains(a));
+        for a in want {
+            if socks.contains_key(&a) {
                 continue;
             }
-            match UdpSocket::bind(SocketAddr::new(*a, self.port)) {
+            match UdpSocket::bind(a) {
                 Ok(s) => {
                     if let Err(e) = s.set_nonblocking(true) {
                         tracing::warn!(addr = %a, "IKE: socket: {e}");
                         continue;
                     }
-                    tracing::info!(addr = %a, port = self.port, "IKE: listening");
-                    socks.insert(*a, Arc::new(s));
+                    tracing::info!(addr = %a, "IKE: listening");
+                    socks.insert(a, Arc::new(s));
                 }
-                Err(e) => {
-                    tracing::debug!(addr = %a, "IKE: cannot bind UDP {}: {e} (retrying)", self.port)
-                }
+                Err(e) => tracing::debug!(addr = %a, "IKE: cannot bind: {e} (retrying)"),
             }
         }
     }
@@ -214,7 +229,7 @@ fn run(s: &Shared) {
             s.bind(&addrs);
             last_bind = Instant::now();
         }
-        let socks: Vec<(IpAddr, Arc<UdpSocket>)> = lock(&s.sockets)
+        let socks: Vec<(SocketAddr, Arc<UdpSocket>)> = lock(&s.sockets)
             .iter()
             .map(|(a, s)| (*a, s.clone()))
             .collect();
@@ -246,14 +261,17 @@ fn run(s: &Shared) {
             for _ in 0..BURST {
                 match sock.recv_from(&mut buf) {
                     Ok((n, from)) => {
+                        let mut data = &buf[..n];
+                        if addr.port() == NATT_PORT {
+                            // IKE after the non-ESP marker; keepalives (and ESP, which
+                            // the fast path keeps) are not IKE's.
+                            match data {
+                                [0, 0, 0, 0, rest @ ..] => data = rest,
+                                _ => continue,
+                            }
+                        }
                         let mut ev = Vec::new();
-                        lock(&s.engine).handle(
-                            Instant::now(),
-                            SocketAddr::new(*addr, s.port),
-                            from,
-                            &buf[..n],
-                            &mut ev,
-                        );
+                        lock(&s.engine).handle(Instant::now(), *addr, from, data, &mut ev);
                         s.dispatch(ev);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

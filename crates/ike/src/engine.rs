@@ -34,6 +34,8 @@ pub const HALF_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_COOKIE_THRESHOLD: usize = 1024;
 /// How long an initiating peer waits before trying again after a failure.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// NAT traversal's port (RFC 3948): IKE moves there when a NAT is found.
+pub const NATT_PORT: u16 = 4500;
 /// Nonce length we send (§2.10: at least half the PRF's key size, and 16).
 const NONCE_LEN: usize = 32;
 
@@ -45,6 +47,11 @@ pub enum Event {
         local: SocketAddr,
         remote: SocketAddr,
         data: Vec<u8>,
+    },
+    /// A NAT keepalive (one 0xFF byte, RFC 3948 §2.3) from port 4500.
+    Keepalive {
+        local: SocketAddr,
+        remote: SocketAddr,
     },
     /// Install a child SA (both directions).
     ChildUp(ChildSpec),
@@ -86,6 +93,8 @@ pub struct ChildSpec {
     pub key_out: DirKeys,
     pub local_ts: Vec<Selector>,
     pub remote_ts: Vec<Selector>,
+    /// ESP goes in UDP (a NAT between, or encapsulation forced): our port and the peer's.
+    pub udp_encap: Option<(u16, u16)>,
 }
 
 /// Counters (`show ike`, metrics).
@@ -104,6 +113,10 @@ pub struct Counters {
     pub invalid_ke_retried: u64,
     pub dpd_sent: u64,
     pub deletes_received: u64,
+    /// IKE SAs that found a NAT between the peers (or forced encapsulation) and moved to
+    /// port 4500.
+    pub nat_detected: u64,
+    pub keepalives_sent: u64,
     /// Dropped or refused, by reason.
     pub dropped: DropCounters,
     pub failed: FailCounters,
@@ -211,6 +224,9 @@ struct IkeSa {
     created: Instant,
     established_at: Option<Instant>,
     last_heard: Instant,
+    /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
+    nat: bool,
+    last_keepalive: Instant,
 }
 
 impl IkeSa {
@@ -295,6 +311,59 @@ fn rand_vec(n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
     let _ = crypto::random_bytes(&mut v);
     v
+}
+
+/// A NAT_DETECTION_*_IP value (§2.23): SHA-1 of the SPIs, an address and a port.
+fn nat_hash(spi_i: u64, spi_r: u64, addr: &SocketAddr) -> Vec<u8> {
+    use aws_lc_rs::digest;
+    let mut c = digest::Context::new(&digest::SHA1_FOR_LEGACY_USE_ONLY);
+    c.update(&spi_i.to_be_bytes());
+    c.update(&spi_r.to_be_bytes());
+    match addr.ip() {
+        IpAddr::V4(a) => c.update(&a.octets()),
+        IpAddr::V6(a) => c.update(&a.octets()),
+    }
+    c.update(&addr.port().to_be_bytes());
+    c.finish().as_ref().to_vec()
+}
+
+/// The NAT detection notifications of a message from `local` to `remote`; with `fake`,
+/// a source hash that cannot match, so that the peer finds a NAT (forced encapsulation).
+fn nat_payloads(
+    spi_i: u64,
+    spi_r: u64,
+    local: &SocketAddr,
+    remote: &SocketAddr,
+    fake: bool,
+) -> [Payload; 2] {
+    let src = if fake {
+        rand_vec(20)
+    } else {
+        nat_hash(spi_i, spi_r, local)
+    };
+    [
+        Payload::notify(notify::NAT_DETECTION_SOURCE_IP, src),
+        Payload::notify(
+            notify::NAT_DETECTION_DESTINATION_IP,
+            nat_hash(spi_i, spi_r, remote),
+        ),
+    ]
+}
+
+/// Whether the NAT detection notifications of a message from `from` to `to` say a NAT
+/// is between (`None`: it had none).
+fn nat_found(
+    ps: &[Payload],
+    spi_i: u64,
+    spi_r: u64,
+    from: &SocketAddr,
+    to: &SocketAddr,
+) -> Option<bool> {
+    let dst = wire::find_notify(ps, notify::NAT_DETECTION_DESTINATION_IP)?;
+    let src_ok = ps.iter().any(|p| {
+        matches!(p, Payload::Notify(n) if n.kind == notify::NAT_DETECTION_SOURCE_IP && n.data == nat_hash(spi_i, spi_r, from))
+    });
+    Some(!src_ok || dst.data != nat_hash(spi_i, spi_r, to))
 }
 
 fn suite_of(p: &IkeProposal) -> IkeSuite {
@@ -602,6 +671,8 @@ impl Engine {
             created: now,
             established_at: None,
             last_heard: now,
+            nat: false,
+            last_keepalive: now,
         };
         self.sas.insert(spi, sa);
         self.retry_at.remove(name);
@@ -715,6 +786,7 @@ impl Engine {
             data: share.public().to_vec(),
         });
         ps.push(Payload::Nonce(sa.ni.clone()));
+        ps.extend(nat_payloads(sa.spi_i, 0, &sa.local, &sa.remote, peer.encap));
         let h = sa.header(exchange::IKE_SA_INIT, 0, false);
         let data = wire::encode(h, &ps);
         sa.init_req = data.clone();
@@ -952,6 +1024,12 @@ impl Engine {
         };
         if let Some(sa) = self.sas.get_mut(&ours) {
             sa.last_heard = now;
+            // Behind a NAT, answers and requests go where the last authenticated message
+            // came from (§2.23): the initiator's move to port 4500, or a NAT's new mapping.
+            if sa.nat && (sa.remote != remote || sa.local != local) {
+                sa.remote = remote;
+                sa.local = local;
+            }
         }
         match (h.exchange, h.is_response()) {
             (exchange::IKE_AUTH, false) => self.on_auth_request(now, ours, &h, inner, out),
@@ -1141,7 +1219,7 @@ impl Engine {
                 return;
             }
         };
-        let resp_ps = vec![
+        let mut resp_ps = vec![
             Payload::Sa(vec![ike_wire(number, &suite, vec![])]),
             Payload::Ke {
                 group: suite.dh.id(),
@@ -1149,6 +1227,15 @@ impl Engine {
             },
             Payload::Nonce(nr.clone()),
         ];
+        // NAT detection (§2.23), answered only when asked.
+        let nat = match nat_found(ps, h.spi_i, 0, &remote, &local) {
+            Some(found) => {
+                let force = cands.iter().any(|c| c.encap);
+                resp_ps.extend(nat_payloads(h.spi_i, spi_r, &local, &remote, force));
+                found || force
+            }
+            None => false,
+        };
         let mut rh = h;
         rh.spi_r = spi_r;
         rh.flags = flags::RESPONSE;
@@ -1180,7 +1267,12 @@ impl Engine {
             created: now,
             established_at: None,
             last_heard: now,
+            nat,
+            last_keepalive: now,
         };
+        if nat {
+            self.counters.nat_detected += 1;
+        }
         self.sas.insert(spi_r, sa);
         self.by_init.insert((remote, h.spi_i), spi_r);
         self.half_open += 1;
@@ -1335,6 +1427,24 @@ impl Engine {
             }
         };
         sa.spi_r = spi_r;
+        // NAT detection (§2.23): with a NAT between (or encapsulation forced), IKE_AUTH
+        // and everything after go to port 4500.
+        if let Some(found) = nat_found(ps, sa.spi_i, spi_r, &sa.remote, &sa.local) {
+            if found && !peer.encap {
+                tracing::warn!(peer = peer.name, tunnel = peer.tunnel, "IKE: a NAT is between the peers: ESP must go in UDP, set nat_t = true on the tunnel");
+            }
+            if found || peer.encap {
+                sa.nat = true;
+                if sa.local.port() != NATT_PORT {
+                    sa.local.set_port(NATT_PORT);
+                    sa.remote.set_port(NATT_PORT);
+                }
+                self.counters.nat_detected += 1;
+            }
+        }
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
         sa.nr = nr.clone();
         sa.init_resp = raw.to_vec();
         sa.suite = Some(suite);
@@ -1652,6 +1762,7 @@ impl Engine {
             },
             local_ts: n_r.clone(),
             remote_ts: n_i.clone(),
+            udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
         };
         self.counters.children_installed += 1;
         out.push(Event::ChildUp(spec));
@@ -1820,6 +1931,7 @@ impl Engine {
             },
             local_ts: tsi,
             remote_ts: tsr,
+            udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
         };
         self.counters.children_installed += 1;
         out.push(Event::ChildUp(spec));
@@ -2023,6 +2135,26 @@ impl Engine {
                 }
             }
             self.fail(spi, now, out);
+        }
+        // NAT keepalives (RFC 3948 §4) on SAs that moved to port 4500.
+        let mut keep = Vec::new();
+        for sa in self.sas.values_mut() {
+            let Some(every) = sa.peer.as_ref().map(|p| p.keepalive) else {
+                continue;
+            };
+            if sa.nat
+                && sa.state == State::Established
+                && sa.local.port() == NATT_PORT
+                && !every.is_zero()
+                && now.saturating_duration_since(sa.last_keepalive) >= every
+            {
+                sa.last_keepalive = now;
+                keep.push((sa.local, sa.remote));
+            }
+        }
+        for (local, remote) in keep {
+            self.counters.keepalives_sent += 1;
+            out.push(Event::Keepalive { local, remote });
         }
         for spi in dpd {
             self.counters.dpd_sent += 1;

@@ -659,7 +659,15 @@ impl IpsecConfig {
                 continue;
             }
             match c.resolve(psk) {
-                Ok(peer) => out.push(peer),
+                Ok(mut peer) => {
+                    // ESP in UDP on the tunnel: IKE moves to port 4500 as well, and keeps
+                    // the NAT's mapping open with the tunnel's keepalives.
+                    if let Some(t) = self.tunnels.iter().find(|t| t.name == c.tunnel) {
+                        peer.encap = t.nat_t;
+                        peer.keepalive = std::time::Duration::from_secs(u64::from(t.keepalive_s()));
+                    }
+                    out.push(peer)
+                }
                 Err(e) => {
                     let (f, m) = e.split_once(": ").unwrap_or(("name", e.as_str()));
                     p.push((at(f), m.to_string()));

@@ -793,7 +793,7 @@ impl Drop for TopologyGuard {
 /// A running pair of gateways.
 enum Running {
     Ferrouter { lab: IpsecLab },
-    Strongswan(Strongswan),
+    Strongswan(Box<Strongswan>),
 }
 
 impl Running {
@@ -1200,7 +1200,7 @@ fn start_strongswan(
         "strongSwan gateways up: IKE SA and {tunnels} CHILD_SA(s) established in {:.1} s",
         t.elapsed().as_secs_f64()
     ));
-    Ok(Running::Strongswan(s))
+    Ok(Running::Strongswan(Box::new(s)))
 }
 
 /// The installed strongSwan's Debian version (`charon-systemd` package).
@@ -1546,16 +1546,13 @@ mod tests {
 
     #[test]
     fn strongswan_configs_name_each_child() {
-        let s = Strongswan {
-            lab: IpsecLab::new("fib-test"),
-            children: [None, None],
-        };
+        let s = Strongswan::new(IpsecLab::new("fib-test"));
         let t = s.swanctl_text(1, 2, "aes128gcm16");
         assert!(t.contains("t1 {"));
         assert!(t.contains("local_ts = 10.1.0.0/24,198.18.1.0/24"));
         assert!(t.contains("remote_ts = 10.2.0.0/24,198.19.1.0/24"));
         assert!(t.contains("start_action = start"));
-        let c = s.strongswan_conf(2);
+        let c = s.charon(2).strongswan_conf(1, "");
         assert!(c.contains("kernel-libipsec {\n      load = yes"));
         assert!(c.contains("charon2.vici"));
     }

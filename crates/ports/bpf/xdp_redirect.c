@@ -55,7 +55,14 @@ static __always_inline int natt_packet(__u8 *l4, void *end)
 {
 	if ((void *)(l4 + 8) > end)
 		return 0;
-	return ((l4[2] << 8) | l4[3]) == NATT_PORT;
+	if (((l4[2] << 8) | l4[3]) != NATT_PORT)
+		return 0;
+	// ESP in UDP, or a keepalive (one 0xff byte): the fast path's. IKE behind the
+	// non-ESP marker (four zero bytes, RFC 3948 section 2.2) is the IKE daemon's, in the
+	// kernel (an ESP SPI is never 0).
+	if ((void *)(l4 + 12) > end)
+		return 1;
+	return (l4[8] | l4[9] | l4[10] | l4[11]) != 0;
 }
 
 // Ports of the router's own addresses that NAT claims from the kernel: a bitmap per

@@ -78,6 +78,7 @@ impl Pair {
                         }
                     }
                     Event::ChildUp(c) => self.a_children.push(c),
+                    Event::Keepalive { .. } => {}
                     Event::ChildDown { .. } => self.a_down += 1,
                 }
             }
@@ -89,6 +90,7 @@ impl Pair {
                             .handle(self.now, self.a_addr, self.b_addr, &data, &mut next_a);
                     }
                     Event::ChildUp(c) => self.b_children.push(c),
+                    Event::Keepalive { .. } => {}
                     Event::ChildDown { .. } => self.b_down += 1,
                 }
             }
@@ -369,4 +371,78 @@ fn narrowing() {
     assert_eq!(narrow(&[ten], &[any4, Selector::any(true)]), vec![ten]);
     assert_eq!(narrow(&[any4], &[ten]), vec![ten]);
     assert!(narrow(&[Selector::any(true)], &[ten]).is_empty());
+}
+
+#[test]
+fn forced_encapsulation_moves_to_port_4500_with_keepalives() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    a.encap = true;
+    a.keepalive = Duration::from_secs(5);
+    let b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    // Deliver by hand to see the ports: IKE_SA_INIT on 500, then 4500.
+    let mut ports = vec![];
+    let mut from_a = ev;
+    for _ in 0..10 {
+        let mut next_b = vec![];
+        for e in from_a.drain(..) {
+            if let Event::Send {
+                local,
+                remote,
+                data,
+            } = e
+            {
+                ports.push((local.port(), remote.port()));
+                p.b.handle(p.now, remote, local, &data, &mut next_b);
+            } else if let Event::ChildUp(c) = e {
+                p.a_children.push(c);
+            }
+        }
+        let mut next_a = vec![];
+        for e in next_b {
+            if let Event::Send {
+                local,
+                remote,
+                data,
+            } = e
+            {
+                p.a.handle(p.now, remote, local, &data, &mut next_a);
+            } else if let Event::ChildUp(c) = e {
+                p.b_children.push(c);
+            }
+        }
+        from_a = next_a;
+        if from_a.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(ports, vec![(500, 500), (NATT_PORT, NATT_PORT)]);
+    assert_eq!(p.a.established(), 1);
+    assert_eq!(p.b.established(), 1);
+    assert_eq!(p.a.counters.nat_detected, 1);
+    assert_eq!(
+        p.b.counters.nat_detected, 1,
+        "the responder sees the faked source hash"
+    );
+    assert_eq!(p.a_children[0].udp_encap, Some((NATT_PORT, NATT_PORT)));
+    assert_eq!(p.b_children[0].udp_encap, Some((NATT_PORT, NATT_PORT)));
+    // Keepalives from the initiator's 4500.
+    p.now += Duration::from_secs(6);
+    let mut ev = vec![];
+    p.a.tick(p.now, &mut ev);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Keepalive { local, .. } if local.port() == NATT_PORT)),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn no_nat_stays_on_500() {
+    let p = establish(&[], &[]);
+    assert_eq!(p.a.counters.nat_detected, 0);
+    assert_eq!(p.b.counters.nat_detected, 0);
+    assert_eq!(p.a_children[0].udp_encap, None);
 }
