@@ -17,6 +17,7 @@
 
 pub mod bucket;
 pub mod classify;
-// pub mod codel;
+pub mod codel;
 pub mod policer;
-// pub mod sched;
+pub mod queue;
+pub mod sched;
