@@ -18,6 +18,7 @@
 pub mod bucket;
 pub mod classify;
 pub mod codel;
+pub mod config;
 pub mod policer;
 pub mod queue;
 pub mod sched;
