@@ -18,21 +18,13 @@ pub trait Egress: Send {
     /// Whether it takes port `port`'s packets (ports it does not take are sent as they are).
     fn takes(&self, port: u16) -> bool;
     /// `list` holds what the graph sends to `port` now. Take from it what must wait (keep
-    /// those buffers), put in it what may leave at `now_ns` (at most its spare capacity),
-    /// and push the buffers of packets dropped onto `free` (at most its spare capacity;
-    /// what does not fit is not taken). `mem` reads the packets' bytes.
-    fn schedule(
-        &mut self,
-        port: u16,
-        list: &mut Vec<Pkt>,
-        mem: &mut dyn PacketMemory,
-        now_ns: u64,
-        free: &mut Vec<u32>,
-    );
+    /// those buffers), put in it what may leave at `now_ns` (at most its spare capacity:
+    /// it never grows), and give the buffers of packets it drops back to `mem`.
+    fn schedule(&mut self, port: u16, list: &mut Vec<Pkt>, mem: &mut dyn PacketMemory, now_ns: u64);
     /// Packets it holds now, on every port.
     fn held(&self) -> usize;
     /// Between vectors: follow a new configuration, if the control thread published one,
-    /// pushing onto `free` the buffers of packets it no longer holds (a port's scheduler
+    /// giving back to `mem` the buffers of packets it no longer holds (a port's scheduler
     /// removed). Called once per loop iteration.
     fn update(&mut self, mem: &mut dyn PacketMemory) {
         let _ = mem;

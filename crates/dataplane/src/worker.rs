@@ -101,7 +101,7 @@ pub fn flush<M: PacketMemory, P: Port<M>>(
         let now = graph.now_ns;
         for (port, list) in out.tx.iter_mut().enumerate() {
             if e.takes(port as u16) {
-                e.schedule(port as u16, list, mem, now, &mut out.free);
+                e.schedule(port as u16, list, mem, now);
             }
         }
     }

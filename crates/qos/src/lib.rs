@@ -19,6 +19,7 @@ pub mod bucket;
 pub mod classify;
 pub mod codel;
 pub mod config;
+pub mod node;
 pub mod policer;
 pub mod queue;
 pub mod sched;

@@ -346,6 +346,8 @@ pub struct Scheduler<T> {
     drr_fresh: bool,
     min_cursor: usize,
     queued: usize,
+    by_dscp: [u8; 64],
+    default_class: u8,
 }
 
 impl<T> Scheduler<T> {
@@ -394,7 +396,16 @@ impl<T> Scheduler<T> {
             drr_fresh: true,
             min_cursor: 0,
             queued: 0,
+            by_dscp: spec.by_dscp,
+            default_class: spec.default_class,
         }
+    }
+
+    /// The class of a packet of DSCP `dscp` (`None`: not IP, the default class).
+    #[inline]
+    pub fn class_of(&self, dscp: Option<u8>) -> u8 {
+        dscp.and_then(|d| self.by_dscp.get(d as usize).copied())
+            .unwrap_or(self.default_class)
     }
 
     /// Its counters, by class, for the control thread.
