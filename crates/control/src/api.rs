@@ -55,11 +55,13 @@ pub enum Shown {
     NatSessions(model::NatSessionList),
     /// `GET /v1/ipsec`.
     Ipsec(model::IpsecView),
+    /// `GET /v1/qos`.
+    Qos(model::QosView),
 }
 
 /// The items `show` knows, for error messages.
 const ITEMS: &str =
-    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions or ipsec";
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions, ipsec or qos";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -91,6 +93,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
         ),
         "nat" => Shown::Nat(crate::natview::view(&shared.features)),
         "ipsec" => Shown::Ipsec(ipsec_view(shared)),
+        "qos" => Shown::Qos(crate::qosview::view(&shared.features)),
         other => {
             return Err(ShowError::BadRequest(format!(
                 "unknown item {other:?}: expected {ITEMS}"
@@ -573,6 +576,7 @@ enum Item {
     Nat,
     NatSessions,
     Ipsec,
+    Qos,
 }
 
 fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
@@ -606,6 +610,7 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
         ("ipsec", Some(a)) => {
             anyhow::bail!("unknown item \"ipsec {a}\": expected ipsec, ipsec sa or ipsec tunnels")
         }
+        ("qos", _) => (Item::Qos, "/v1/qos".into()),
         (other, _) => anyhow::bail!("unknown item {other:?}: expected {ITEMS}"),
     })
 }
@@ -631,6 +636,7 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Nat => Shown::Nat(client.get_as(&path)?),
         Item::NatSessions => Shown::NatSessions(client.get_as(&path)?),
         Item::Ipsec => Shown::Ipsec(client.get_as(&path)?),
+        Item::Qos => Shown::Qos(client.get_as(&path)?),
     })
 }
 
