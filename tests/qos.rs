@@ -133,6 +133,7 @@ fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped(
     );
     assert!(bec["dropped_tail"].as_u64().unwrap() > 0, "{q}");
     let text = cli(lab, &["show", "qos"]).1;
+    eprintln!("{text}");
     assert!(
         text.contains("port r2 (policy wan, shaper 10Mbit)"),
         "{text}"
