@@ -2,7 +2,8 @@
 //! UDP traffic from iperf3. h1 sends h2 twice what r2's shaper lets through: best effort
 //! at 20 Mbit/s and an EF-marked flow at 2 Mbit/s, through a shaper of 10 Mbit/s with EF
 //! in a strict-priority class. What arrives is near the shaper's rate, EF loses nothing
-//! and best effort is dropped; `show qos` counts it all. Correctness only: the bounds
+//! and best effort is dropped, through a live change that keeps the port's queues;
+//! `show qos` counts it all. Correctness only: the bounds
 //! are generous and nothing is timed.
 
 use serde_json::Value;
@@ -106,8 +107,23 @@ fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped(
     assert!(bound(lab, &h2, 5201, "-ltnH") && bound(lab, &h2, 5202, "-ltnH"));
     let secs = 5;
     // EF is DSCP 46: TOS 184.
+    let base = std::fs::read_to_string(lab.config_file())
+        .unwrap()
+        .replace(QOS, "");
     let ef = udp(lab, 5202, "2M", 184, secs);
     let be = udp(lab, 5201, "20M", 0, secs);
+    // Under that traffic, a change that leaves r2's policy as it is (a policer added)
+    // keeps its queues: nothing is flushed, EF still loses nothing.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let more = format!(
+        "{QOS}\n[[qos.policer]]\nname = \"spare\"\nkind = \"srtcm\"\ncir = \"1mbit\"\ncbs = 3000\nebs = 3000\n"
+    );
+    let (ok, out) = apply(lab, &base, &more, "live");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("~ qos: 1 policy, 1 policer, 2 interfaces"),
+        "{out}"
+    );
     let (ef, be) = (ef.join().unwrap(), be.join().unwrap());
     let (ef_bps, ef_lost) = received(&ef);
     let (be_bps, be_lost) = received(&be);
@@ -127,6 +143,15 @@ fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped(
     assert_eq!(q["ports"][0]["shaper_bps"], 10_000_000u64, "{q}");
     let (efc, bec) = (class(&q, "ef"), class(&q, "be"));
     assert_eq!(efc["dropped_tail"], 0, "{q}");
+    assert_eq!(
+        efc["dropped_flush"], 0,
+        "queues kept through the change: {q}"
+    );
+    assert_eq!(
+        bec["dropped_flush"], 0,
+        "queues kept through the change: {q}"
+    );
+    assert_eq!(q["policers"][0]["name"], "spare", "{q}");
     assert!(
         efc["sent"].as_u64().unwrap() >= ef["end"]["sum"]["packets"].as_u64().unwrap(),
         "{q}"
@@ -146,9 +171,6 @@ fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped(
 
     // Removed live: the queues are flushed, their buffers freed, and traffic flows on
     // unshaped.
-    let base = std::fs::read_to_string(lab.config_file())
-        .unwrap()
-        .replace(QOS, "");
     let (ok, out) = apply(lab, &base, "", "noqos");
     assert!(ok, "{out}");
     assert!(
