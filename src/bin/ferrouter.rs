@@ -231,7 +231,7 @@ enum Cmd {
     /// Ask a running router (over its control socket).
     Show {
         /// interfaces | routes | neighbors | counters | bgp | firewall | conntrack | nat |
-        /// ipsec | ike
+        /// ipsec | ike | qos
         what: String,
         /// For routes: a prefix (exact) or an address (longest match), or `summary`; for
         /// conntrack: an address or prefix one end of the flows lies in; for nat:

@@ -59,11 +59,13 @@ pub enum Shown {
     Ike(model::IkeView),
     /// `GET /v1/ike`'s child SAs (`show ike child-sa`).
     IkeChildSas(Vec<model::IkeChildView>),
+    /// `GET /v1/qos`.
+    Qos(model::QosView),
 }
 
 /// The items `show` knows, for error messages.
 const ITEMS: &str =
-    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions, ipsec, ike sa or ike child-sa";
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions, ipsec, ike sa, ike child-sa or qos";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -99,6 +101,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
             Shown::IkeChildSas(children(crate::ikesvc::view(shared)))
         }
         "ike" => Shown::Ike(crate::ikesvc::view(shared)),
+        "qos" => Shown::Qos(crate::qosview::view(&shared.features)),
         other => {
             return Err(ShowError::BadRequest(format!(
                 "unknown item {other:?}: expected {ITEMS}"
@@ -583,6 +586,7 @@ enum Item {
     Ipsec,
     Ike,
     IkeChildSas,
+    Qos,
 }
 
 fn children(v: model::IkeView) -> Vec<model::IkeChildView> {
@@ -625,6 +629,7 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
         ("ipsec", Some(a)) => {
             anyhow::bail!("unknown item \"ipsec {a}\": expected ipsec, ipsec sa or ipsec tunnels")
         }
+        ("qos", _) => (Item::Qos, "/v1/qos".into()),
         (other, _) => anyhow::bail!("unknown item {other:?}: expected {ITEMS}"),
     })
 }
@@ -652,6 +657,7 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Ipsec => Shown::Ipsec(client.get_as(&path)?),
         Item::Ike => Shown::Ike(client.get_as(&path)?),
         Item::IkeChildSas => Shown::IkeChildSas(children(client.get_as(&path)?)),
+        Item::Qos => Shown::Qos(client.get_as(&path)?),
     })
 }
 

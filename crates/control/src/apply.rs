@@ -104,6 +104,12 @@ pub enum Op {
         /// What the new SAs are: "4 SAs on 2 tunnels".
         summary: String,
     },
+    /// Replace the QoS policies (a fast-path setting): ports whose output policy did not
+    /// change keep their queues and what is in them.
+    SetQos {
+        /// What the new config is: "2 policies, 1 policer, 3 interfaces".
+        summary: String,
+    },
     /// Set an interface's uRPF mode (`None`: off). A fast-path setting: the kernel does not
     /// change; the daemon publishes it to its workers once the whole plan has applied.
     SetUrpf {
@@ -173,6 +179,7 @@ impl Op {
             Op::SetFirewall { summary } => format!("replacing the firewall rules ({summary})"),
             Op::SetNat { summary } => format!("replacing the NAT rules ({summary})"),
             Op::SetIpsec { summary } => format!("replacing the IPsec SAs ({summary})"),
+            Op::SetQos { summary } => format!("replacing the QoS policies ({summary})"),
         }
     }
 }
@@ -204,6 +211,7 @@ impl fmt::Display for Op {
             Op::SetFirewall { summary } => write!(f, "~ firewall: {summary}"),
             Op::SetNat { summary } => write!(f, "~ nat: {summary}"),
             Op::SetIpsec { summary } => write!(f, "~ ipsec: {summary}"),
+            Op::SetQos { summary } => write!(f, "~ qos: {summary}"),
         }
     }
 }
@@ -236,7 +244,11 @@ fn rank(op: &Op) -> u8 {
         Op::AddAddress { .. } => 5,
         Op::SetNeighbor { .. } => 6,
         Op::AddRoute(_) | Op::ReplaceRoute { .. } => 7,
-        Op::SetUrpf { .. } | Op::SetFirewall { .. } | Op::SetNat { .. } | Op::SetIpsec { .. } => 8,
+        Op::SetUrpf { .. }
+        | Op::SetFirewall { .. }
+        | Op::SetNat { .. }
+        | Op::SetIpsec { .. }
+        | Op::SetQos { .. } => 8,
     }
 }
 
@@ -514,6 +526,19 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, PlanError> {
                 "{s} source rule{}, {d} destination rule{}",
                 if s == 1 { "" } else { "s" },
                 if d == 1 { "" } else { "s" },
+            ),
+        });
+    }
+    if old.qos != new.qos {
+        let q = &new.qos;
+        let n =
+            |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+        ops.push(Op::SetQos {
+            summary: format!(
+                "{}, {}, {}",
+                n(q.policies.len(), "policy", "policies"),
+                n(q.policers.len(), "policer", "policers"),
+                n(q.interfaces.len(), "interface", "interfaces"),
             ),
         });
     }
@@ -977,7 +1002,8 @@ impl Kernel {
             Op::SetUrpf { .. }
             | Op::SetFirewall { .. }
             | Op::SetNat { .. }
-            | Op::SetIpsec { .. } => Some((Action::FastPath, Action::FastPath)),
+            | Op::SetIpsec { .. }
+            | Op::SetQos { .. } => Some((Action::FastPath, Action::FastPath)),
         })
     }
 

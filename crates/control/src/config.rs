@@ -271,6 +271,10 @@ pub struct Config {
         skip_serializing_if = "ipsec::config::IpsecConfig::is_default"
     )]
     pub ipsec: ipsec::config::IpsecConfig,
+    /// QoS (`[qos]`: `[[qos.policer]]`, `[[qos.policy]]` with `[[qos.policy.class]]`,
+    /// `[[qos.interface]]`); applied live. See docs/qos.md.
+    #[serde(default, skip_serializing_if = "qos::config::QosConfig::is_default")]
+    pub qos: qos::config::QosConfig,
 }
 
 fn is_default_distances(d: &crate::sync::Distances) -> bool {
@@ -954,6 +958,16 @@ impl Config {
         self.validate_firewall(r);
         self.validate_nat(r);
         self.validate_ipsec(r);
+        self.validate_qos(r);
+    }
+
+    fn validate_qos(&self, r: &mut Report) {
+        let names = self.fast_path_names();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let ports: Vec<&str> = self.ports.iter().map(|p| p.name.as_str()).collect();
+        for (path, m) in self.qos.validate(&refs, &ports) {
+            r.add(path, m);
+        }
     }
 
     fn validate_vlans(&self, r: &mut Report) {
@@ -2520,5 +2534,25 @@ mod tests {
             let t = format!("{PORT}[[interface]]\nname = \"{b}\"\nmtu = {m}\naddresses = [\"{a}\"]\n[[route]]\nprefix = \"{a}\"\nvia = [\"{b}\"]\n[[neighbor]]\ninterface = \"{b}\"\nip = \"{a}\"\nmac = \"{b}\"\n");
             let _ = parse(&t);
         }
+    }
+    #[test]
+    fn qos_problems_have_their_lines() {
+        let e = problems(
+            "[[qos.policy]]\nname = \"edge\"\ndefault_class = \"gold\"\nshaper = \"10mbit\"\n\
+             [[qos.policy.class]]\nname = \"be\"\nmin_rate = \"120%\"\n\
+             [[qos.interface]]\nname = \"eth1\"\noutput = \"edge\"\ninput = \"core\"\n",
+        );
+        for want in [
+            "test.toml:5:17: qos.policy[0].default_class: \"gold\" is not a class of policy \"edge\"",
+            "test.toml:9:12: qos.policy[0].class[0].min_rate: \"120%\": a share is 1% to 100%",
+            "test.toml:13:9: qos.interface[0].input: unknown policy \"core\"",
+        ] {
+            assert!(e.contains(want), "{want} not in:\n{e}");
+        }
+        let ok = format!(
+            "{PORT}[[qos.policy]]\nname = \"edge\"\ndefault_class = \"be\"\n\
+             [[qos.policy.class]]\nname = \"be\"\n[[qos.interface]]\nname = \"eth1\"\noutput = \"edge\"\n"
+        );
+        assert!(parse(&ok).is_ok());
     }
 }

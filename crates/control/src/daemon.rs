@@ -288,6 +288,7 @@ fn spawn_worker(
     counters_out: Arc<Vec<PortCounters>>,
     (tracer, capturer): (dataplane::trace::Tracer, dataplane::capture::Capturer),
     nice: i32,
+    egress: Option<Box<dyn dataplane::egress::Egress>>,
 ) -> Result<WorkerHandle> {
     let cores = worker::cores();
     // One worker: the last core (the control thread keeps the first); several: one each.
@@ -314,6 +315,9 @@ fn spawn_worker(
         graph.set_tracer(tracer);
         graph.set_capturer(capturer);
         graph.set_features(registry, id);
+        if let Some(e) = egress {
+            graph.set_egress(e);
+        }
         // The first poll takes the current state in full, the ports' local addresses with
         // NAT's share of them included (the ports opened before the config was applied).
         let seen_version = iface_version.load(Ordering::Acquire).wrapping_sub(1);
@@ -911,12 +915,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("reading the IPsec sequence numbers of the last run")?;
     }
+    let qos = qos::node::QosShared::new(workers);
     let registry = Arc::new(
-        crate::features::registry(&fw, &nat, &steering, &ipsec).context("registering features")?,
+        crate::features::registry(&fw, &nat, &steering, &ipsec, &qos)
+            .context("registering features")?,
     );
     let features = crate::features::Features::new(
         registry.clone(),
-        (fw, nat, steering.clone(), ipsec),
+        (fw, nat, steering.clone(), ipsec, qos),
         names.clone(),
         per_worker.len(),
         iface_version.clone(),
@@ -966,6 +972,7 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             c.clone(),
             (tracer, capturer),
             cfg.worker_nice,
+            features.qos.egress(w),
         );
         match spawned {
             Ok(h) => handles.push(h),

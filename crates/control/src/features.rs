@@ -29,12 +29,14 @@ pub fn registry(
     nat: &Arc<firewall::nat::NatShared>,
     steer: &Arc<firewall::steer::Steering>,
     ipsec: &Arc<ipsec::node::IpsecShared>,
+    qos: &Arc<qos::node::QosShared>,
 ) -> Result<Registry, RegistryError> {
     let mut all = urpf::Urpf::all();
     all.extend(firewall::steer::Steering::features(steer));
     all.extend(firewall::node::FilterFeature::all(fw));
     all.extend(firewall::nat::NatFeature::all(nat));
     all.extend(ipsec.features());
+    all.extend(qos.features());
     Registry::new(all)
 }
 
@@ -80,6 +82,15 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     if cfg.workers > 1 && (cfg.firewall.conntrack || cfg.nat.has_rules()) {
         v.splice(0..0, firewall::steer::NAMES);
     }
+    // QoS classifies, marks and polices what interfaces with an input policy receive.
+    if cfg
+        .qos
+        .interfaces
+        .iter()
+        .any(|f| f.name == name && f.input.is_some())
+    {
+        v.extend(qos::node::NAMES);
+    }
     // ESP to the router arrives on ports; what is routed to a tunnel leaves encrypted.
     if cfg.ipsec.active() {
         let port = cfg.ports.iter().any(|p| p.name == name);
@@ -120,6 +131,15 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     v
 }
 
+/// What the feature crates share with their nodes, as [`Features::new`] takes it.
+pub type Shares = (
+    Arc<firewall::node::Shared>,
+    Arc<firewall::nat::NatShared>,
+    Arc<firewall::steer::Steering>,
+    Arc<ipsec::node::IpsecShared>,
+    Arc<qos::node::QosShared>,
+);
+
 /// The daemon's features: the registry, and the state the workers follow.
 pub struct Features {
     /// Every feature, with its counter slots.
@@ -137,6 +157,8 @@ pub struct Features {
     pub steering: Arc<firewall::steer::Steering>,
     /// IPsec's SA tables, shared with its nodes.
     pub ipsec: Arc<ipsec::node::IpsecShared>,
+    /// QoS: the input policies and the workers' schedulers.
+    pub qos: Arc<qos::node::QosShared>,
     /// The IPsec config the installed SAs came from.
     ipsec_config: std::sync::Mutex<ipsec::config::IpsecConfig>,
     /// SAs given through the API (`POST /v1/ipsec/sa`), installed beside the config's; in
@@ -169,12 +191,7 @@ impl Features {
     /// `version` is bumped on each publish.
     pub fn new(
         registry: Arc<Registry>,
-        (firewall, nat, steering, ipsec): (
-            Arc<firewall::node::Shared>,
-            Arc<firewall::nat::NatShared>,
-            Arc<firewall::steer::Steering>,
-            Arc<ipsec::node::IpsecShared>,
-        ),
+        (firewall, nat, steering, ipsec, qos): Shares,
         names: Vec<String>,
         workers: usize,
         version: Arc<AtomicU64>,
@@ -188,6 +205,7 @@ impl Features {
             nat,
             steering,
             ipsec,
+            qos,
             ipsec_config: std::sync::Mutex::new(ipsec::config::IpsecConfig::default()),
             ipsec_api: std::sync::Mutex::new(Vec::new()),
             nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
@@ -229,6 +247,9 @@ impl Features {
         }
         self.publish_nat(&cfg.nat)?;
         self.publish_ipsec(&cfg.ipsec)?;
+        // Policies and schedulers before the input nodes are enabled; ports whose output
+        // policy did not change keep their queues.
+        self.qos.apply(&cfg.qos, &self.names, 0)?;
         self.state.store(Arc::new(s));
         self.version.fetch_add(1, Ordering::Release);
         Ok(())

@@ -193,6 +193,13 @@ async fn firewall(State(s): State<Arc<Shared>>) -> ApiResult<model::FirewallView
     blocking(move || Ok(Json(crate::fwview::view(&s.features)))).await
 }
 
+/// The QoS policers and the scheduled ports' class queues with their counters.
+#[utoipa::path(get, path = "/v1/qos", tag = "show",
+    responses((status = 200, description = "Policers with their colour counts; every scheduled port's classes with their queue counters", body = model::QosView)))]
+async fn qos(State(s): State<Arc<Shared>>) -> ApiResult<model::QosView> {
+    blocking(move || Ok(Json(crate::qosview::view(&s.features)))).await
+}
+
 /// Which flows of `GET` / `DELETE /v1/conntrack` and `GET /v1/nat/sessions`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -833,7 +840,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, ipsec_sa_add, ipsec_sa_remove, ike, ike_initiate, ike_terminate, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, qos, ipsec_sa_add, ipsec_sa_remove, ike, ike_initiate, ike_terminate, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -945,6 +952,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/conntrack", get(conntrack_list).delete(conntrack_flush))
         .route("/v1/nat", get(nat))
         .route("/v1/ipsec", get(ipsec))
+        .route("/v1/qos", get(qos))
         .route("/v1/nat/sessions", get(nat_sessions))
         .route("/v1/version", get(version))
         .route("/v1/config", get(config_get))

@@ -18,6 +18,7 @@ pub mod listener;
 pub mod metrics;
 pub mod model;
 pub mod natview;
+pub mod qosview;
 pub mod render;
 pub mod state;
 pub mod sync;

@@ -46,6 +46,10 @@
 //! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
 //! | `ferrouter_ike_dropped_total` | reason | IKE messages dropped (malformed, integrity, bad_message_id, ...) |
 //! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy, action | packets that matched a security policy |
+//! | `ferrouter_qos_policer_packets_total`, `_bytes_total` | policer, colour | what each QoS policer marked |
+//! | `ferrouter_qos_queue_enqueued_packets_total`, `_sent_packets_total`, `_sent_bytes_total` | interface, class | a port's class queues |
+//! | `ferrouter_qos_queue_dropped_packets_total` | interface, class, reason=tail/codel/flush | |
+//! | `ferrouter_qos_queue_depth_packets`, `ferrouter_qos_queue_sojourn_max_seconds` | interface, class | |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -106,6 +110,92 @@ impl Collector for Scrape {
         }
         Ok(())
     }
+}
+
+/// QoS: what the policers marked, and the ports' class queues.
+fn qos_metrics(s: &mut Scrape, shared: &Shared) {
+    let v = crate::qosview::view(&shared.features);
+    if v.policers.is_empty() && v.ports.is_empty() {
+        return;
+    }
+    let (mut pk, mut by) = (Vec::new(), Vec::new());
+    for p in &v.policers {
+        for (colour, n, b) in [
+            ("green", p.green_packets, p.green_bytes),
+            ("yellow", p.yellow_packets, p.yellow_bytes),
+            ("red", p.red_packets, p.red_bytes),
+        ] {
+            let l = vec![("policer", p.name.clone()), ("colour", colour.to_string())];
+            pk.push((l.clone(), n));
+            by.push((l, b));
+        }
+    }
+    s.counter(
+        "ferrouter_qos_policer_packets",
+        "Packets each QoS policer marked, by colour.",
+        pk,
+    );
+    s.counter(
+        "ferrouter_qos_policer_bytes",
+        "Bytes (IP length) each QoS policer marked, by colour.",
+        by,
+    );
+    let (mut enq, mut sent, mut sent_b, mut drops, mut depth, mut soj) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for p in &v.ports {
+        for c in &p.classes {
+            let l = vec![
+                ("interface", p.interface.clone()),
+                ("class", c.name.clone()),
+            ];
+            enq.push((l.clone(), c.enqueued));
+            sent.push((l.clone(), c.sent));
+            sent_b.push((l.clone(), c.sent_bytes));
+            for (reason, n) in [
+                ("tail", c.dropped_tail),
+                ("codel", c.dropped_codel),
+                ("flush", c.dropped_flush),
+            ] {
+                let mut l = l.clone();
+                l.push(("reason", reason.to_string()));
+                drops.push((l, n));
+            }
+            depth.push((l.clone(), c.depth as f64));
+            soj.push((l, c.sojourn_max_ns as f64 / 1e9));
+        }
+    }
+    s.counter(
+        "ferrouter_qos_queue_enqueued_packets",
+        "Packets queued in a port's QoS class.",
+        enq,
+    );
+    s.counter(
+        "ferrouter_qos_queue_sent_packets",
+        "Packets a port's QoS class sent.",
+        sent,
+    );
+    s.counter(
+        "ferrouter_qos_queue_sent_bytes",
+        "Bytes a port's QoS class sent.",
+        sent_b,
+    );
+    s.counter("ferrouter_qos_queue_dropped_packets", "Packets a port's QoS class dropped: queue full (tail), CoDel, or its scheduler replaced (flush).", drops);
+    s.gauge(
+        "ferrouter_qos_queue_depth_packets",
+        "Packets in a port's QoS class queue now.",
+        depth,
+    );
+    s.gauge(
+        "ferrouter_qos_queue_sojourn_max_seconds",
+        "Longest time a packet waited in a port's QoS class queue.",
+        soj,
+    );
 }
 
 /// The API's connections, per listener (`tcp`, `unix`).
@@ -564,6 +654,7 @@ pub fn render(shared: &Shared) -> Result<String, String> {
     steering_metrics(&mut s, shared);
     ipsec_metrics(&mut s, shared);
     ike_metrics(&mut s, shared);
+    qos_metrics(&mut s, shared);
     let mut polls = Vec::new();
     let mut wrx = Vec::new();
     let mut wtx = Vec::new();

@@ -1194,3 +1194,92 @@ pub struct IkeChanged {
     /// IKE SAs deleted (terminate).
     pub sas: usize,
 }
+
+/// `GET /v1/qos`: the policers with their colour counts, and every scheduled port's class
+/// queues with their counters (summed over the workers).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosView {
+    /// The policers (`[[qos.policer]]`).
+    pub policers: Vec<QosPolicerView>,
+    /// The ports with an output policy.
+    pub ports: Vec<QosPortView>,
+}
+
+/// One policer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosPolicerView {
+    /// Its name.
+    pub name: String,
+    /// `srtcm`, `trtcm` or `rfc4115`.
+    pub kind: String,
+    /// Committed rate, bit/s.
+    pub cir_bps: u64,
+    /// trTCM's peak or RFC 4115's excess rate, bit/s (0 for srTCM).
+    pub pir_bps: u64,
+    /// Packets marked green.
+    pub green_packets: u64,
+    /// Bytes (IP length) marked green.
+    pub green_bytes: u64,
+    /// Packets marked yellow.
+    pub yellow_packets: u64,
+    /// Bytes marked yellow.
+    pub yellow_bytes: u64,
+    /// Packets marked red.
+    pub red_packets: u64,
+    /// Bytes marked red.
+    pub red_bytes: u64,
+}
+
+/// One port's scheduler.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosPortView {
+    /// The port.
+    pub interface: String,
+    /// Its output policy.
+    pub policy: String,
+    /// The shaper's rate, bit/s (0: none).
+    pub shaper_bps: u64,
+    /// Its classes, in the policy's order.
+    pub classes: Vec<QosClassView>,
+}
+
+/// One class queue of a port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosClassView {
+    /// Its name.
+    pub name: String,
+    /// Strict priority (lower first), if strict.
+    pub priority: Option<u8>,
+    /// DRR weight, if weighted.
+    pub weight: Option<u32>,
+    /// Minimum rate, bit/s (0: none).
+    pub min_bps: u64,
+    /// Maximum rate, bit/s (0: none).
+    pub max_bps: u64,
+    /// Queue limit, packets per worker.
+    pub limit: u64,
+    /// Whether CoDel runs on its queue.
+    pub codel: bool,
+    /// Packets queued.
+    pub enqueued: u64,
+    /// Bytes queued.
+    pub enqueued_bytes: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Packets dropped because the queue was full.
+    pub dropped_tail: u64,
+    /// Packets CoDel dropped.
+    pub dropped_codel: u64,
+    /// Packets dropped when the port's scheduler was replaced or removed.
+    pub dropped_flush: u64,
+    /// Packets in the queue now.
+    pub depth: u64,
+    /// Bytes in the queue now.
+    pub depth_bytes: u64,
+    /// Longest time a packet waited, ns.
+    pub sojourn_max_ns: u64,
+    /// Mean time the packets sent waited, ns.
+    pub sojourn_mean_ns: u64,
+}

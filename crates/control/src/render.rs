@@ -28,7 +28,94 @@ pub fn render(v: &Shown) -> String {
         Shown::Ipsec(i) => ipsec(i),
         Shown::Ike(i) => ike(i),
         Shown::IkeChildSas(c) => ike_children(c),
+        Shown::Qos(q) => qos(q),
     }
+}
+
+/// A rate in bit/s as people read it.
+fn rate(bps: u64) -> String {
+    match bps {
+        0 => "-".into(),
+        b if b % 1_000_000_000 == 0 => format!("{}Gbit", b / 1_000_000_000),
+        b if b >= 1_000_000 => format!("{:.3}Mbit", b as f64 / 1e6).replace(".000Mbit", "Mbit"),
+        b => format!("{:.1}kbit", b as f64 / 1e3).replace(".0kbit", "kbit"),
+    }
+}
+
+/// `ferrouter show qos`: the policers, then each scheduled port's classes.
+pub fn qos(v: &model::QosView) -> String {
+    let mut s = String::new();
+    if v.policers.is_empty() && v.ports.is_empty() {
+        let _ = writeln!(s, "no QoS policers or scheduled ports ([qos])");
+        return s;
+    }
+    if !v.policers.is_empty() {
+        let _ = writeln!(
+            s,
+            "{:<16} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "POLICER", "KIND", "CIR", "PIR/EIR", "GREEN", "YELLOW", "RED"
+        );
+        for p in &v.policers {
+            let _ = writeln!(
+                s,
+                "{:<16} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                p.name,
+                p.kind,
+                rate(p.cir_bps),
+                rate(p.pir_bps),
+                p.green_packets,
+                p.yellow_packets,
+                p.red_packets
+            );
+        }
+    }
+    for p in &v.ports {
+        let _ = writeln!(
+            s,
+            "\nport {} (policy {}, shaper {})",
+            p.interface,
+            p.policy,
+            rate(p.shaper_bps)
+        );
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>6} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>11} {:>11}",
+            "CLASS",
+            "PRIO/W",
+            "MIN",
+            "MAX",
+            "ENQUEUED",
+            "SENT",
+            "TAIL",
+            "CODEL",
+            "DEPTH",
+            "SOJ-MAX-us",
+            "SOJ-AVG-us"
+        );
+        for c in &p.classes {
+            let pw = match (c.priority, c.weight) {
+                (Some(p), _) => format!("p{p}"),
+                (None, Some(w)) => format!("w{w}"),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>6} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
+                c.name,
+                pw,
+                rate(c.min_bps),
+                rate(c.max_bps),
+                c.enqueued,
+                c.sent,
+                c.dropped_tail,
+                c.dropped_codel,
+                c.depth,
+                c.sojourn_max_ns as f64 / 1e3,
+                c.sojourn_mean_ns as f64 / 1e3
+            );
+        }
+    }
+    s
 }
 
 /// `ferrouter show ipsec`: the tunnels, then the SAs with their counters.

@@ -649,6 +649,7 @@ mod tests {
             &Default::default(),
             &Default::default(),
             &Arc::new(ipsec::node::IpsecShared::new(1, 1, 0)),
+            &qos::node::QosShared::new(1),
         )
         .unwrap();
         let id = features.id("ip4-urpf-strict").unwrap();

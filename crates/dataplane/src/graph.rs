@@ -222,6 +222,8 @@ pub struct Graph {
     pub(crate) local_lookup: bool,
     /// The feature nodes and their scratch space; taken out while an arc runs.
     feat: Option<Box<feature::Runtime>>,
+    /// What holds packets between the graph and the ports (QoS), if anything.
+    pub(crate) egress: Option<Box<dyn crate::egress::Egress>>,
 }
 
 impl Graph {
@@ -267,6 +269,7 @@ impl Graph {
             vec_mixed: false,
             local_lookup: false,
             feat: None,
+            egress: None,
         }
     }
 
@@ -284,6 +287,17 @@ impl Graph {
         self.feat_active = state.active() && self.feat.is_some();
         self.feat_arcs = state.arcs();
         self.feat_state = state;
+    }
+
+    /// Give this graph an egress hook (see [`crate::egress`]), replacing any before.
+    pub fn set_egress(&mut self, e: Box<dyn crate::egress::Egress>) {
+        self.egress = Some(e);
+    }
+
+    /// Packets the egress hook holds.
+    #[inline]
+    pub fn egress_held(&self) -> usize {
+        self.egress.as_ref().map_or(0, |e| e.held())
     }
 
     /// Attach a packet tracer (see [`crate::trace`]).

@@ -11,6 +11,7 @@ pub mod capture;
 pub mod claims;
 pub mod counters;
 mod dispatch;
+pub mod egress;
 mod ethernet;
 mod family;
 pub mod feature;

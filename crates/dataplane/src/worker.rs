@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::buffer::{PacketMemory, Pkt, Vector};
+use crate::capture::Capturer;
 use crate::counters::{Counters, Snapshot};
 use crate::graph::{Graph, Output};
 
@@ -94,6 +95,16 @@ pub fn flush<M: PacketMemory, P: Port<M>>(
     out: &mut Output,
     mut capture: bool,
 ) {
+    // The egress hook (QoS) takes what must wait and adds what may leave now, at the
+    // clock of the vector just processed (or of the loop iteration, when draining).
+    if let Some(e) = graph.egress.as_deref_mut() {
+        let now = graph.now_ns;
+        for (port, list) in out.tx.iter_mut().enumerate() {
+            if e.takes(port as u16) {
+                e.schedule(port as u16, list, mem, now);
+            }
+        }
+    }
     for (port, list) in out.tx.iter().enumerate() {
         if !list.is_empty() {
             if let Some(p) = ports.get_mut(port) {
@@ -112,6 +123,30 @@ pub fn flush<M: PacketMemory, P: Port<M>>(
         mem.free(b);
     }
     out.clear();
+}
+
+/// Between vectors: let the egress hook follow its configuration, and send what it holds
+/// that may leave at `now_ns`. Returns how many packets left its queues (sent or dropped),
+/// which count as work (the worker does not sleep while they drain).
+pub fn drain_egress<M: PacketMemory, P: Port<M>>(
+    graph: &mut Graph,
+    mem: &mut M,
+    ports: &mut [P],
+    out: &mut Output,
+    now_ns: u64,
+) -> usize {
+    let Some(e) = graph.egress.as_deref_mut() else {
+        return 0;
+    };
+    e.update(mem);
+    let before = e.held();
+    if before == 0 {
+        return 0;
+    }
+    graph.now_ns = now_ns;
+    let capture = graph.capture.as_deref_mut().is_some_and(Capturer::armed);
+    flush(graph, mem, ports, out, capture);
+    before.saturating_sub(graph.egress_held())
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC` (vDSO: no system call). The clock every process on
@@ -262,7 +297,8 @@ pub fn run_loop<M: PacketMemory, P: Port<M>, H: LoopHooks<M, P>>(
             shared.counters.busy_ns.add(now.saturating_sub(t));
         }
         let handled = hooks.before_poll(graph, mem, ports, (&mut v, &mut out), now);
-        let n = poll_once(graph, mem, ports, &mut v, &mut out, now);
+        let mut n = poll_once(graph, mem, ports, &mut v, &mut out, now);
+        n += drain_egress(graph, mem, ports, &mut out, now);
         graph.quiescent();
         iter += 1;
         busy_since = (n + handled != 0).then_some(now);

@@ -1,0 +1,64 @@
+//! QoS as the API shows it (`GET /v1/qos`, typed in [`crate::model`], rendered by
+//! [`crate::render`]).
+
+use crate::features::Features;
+use crate::model::{QosClassView, QosPolicerView, QosPortView, QosView};
+
+/// The policers and the scheduled ports' queues, now.
+pub fn view(features: &Features) -> QosView {
+    let v = features.qos.view();
+    QosView {
+        policers: v
+            .policers
+            .into_iter()
+            .map(|p| {
+                let [g, y, r] = p.colours;
+                QosPolicerView {
+                    name: p.name,
+                    kind: p.kind.to_string(),
+                    cir_bps: p.cir_bps,
+                    pir_bps: p.pir_bps,
+                    green_packets: g.0,
+                    green_bytes: g.1,
+                    yellow_packets: y.0,
+                    yellow_bytes: y.1,
+                    red_packets: r.0,
+                    red_bytes: r.1,
+                }
+            })
+            .collect(),
+        ports: v
+            .ports
+            .into_iter()
+            .map(|p| QosPortView {
+                interface: p.interface,
+                policy: p.policy,
+                shaper_bps: p.shaper_bps,
+                classes: p
+                    .classes
+                    .into_iter()
+                    .map(|c| QosClassView {
+                        name: c.name,
+                        priority: c.priority,
+                        weight: c.weight,
+                        min_bps: c.min_bps,
+                        max_bps: c.max_bps,
+                        limit: c.limit as u64,
+                        codel: c.codel,
+                        enqueued: c.enqueued,
+                        enqueued_bytes: c.enqueued_bytes,
+                        sent: c.sent,
+                        sent_bytes: c.sent_bytes,
+                        dropped_tail: c.dropped_tail,
+                        dropped_codel: c.dropped_codel,
+                        dropped_flush: c.dropped_flush,
+                        depth: c.depth,
+                        depth_bytes: c.depth_bytes,
+                        sojourn_max_ns: c.sojourn_max_ns,
+                        sojourn_mean_ns: c.sojourn_mean_ns,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,362 @@
+//! Classification into traffic classes and DSCP marking.
+//!
+//! A packet's class is read from its DSCP on a *trusted* interface (the table maps each
+//! of the 64 code points to a class; code points it does not name go to the interface's
+//! default class), or is the interface's default class on an *untrusted* one, whose
+//! DSCP is then rewritten (the sender's marking is not believed). A class may mark its
+//! packets with a DSCP of its own and may have a policer, whose colour decides whether a
+//! packet goes on, is dropped or is re-marked.
+
+use std::sync::Arc;
+
+use crate::policer::{Action, Colour, Policer};
+
+/// Expedited forwarding (RFC 3246).
+pub const EF: u8 = 46;
+/// Class selector 0, best effort.
+pub const BE: u8 = 0;
+
+/// DSCP code points by name: `ef`, `be`/`default`, `csN` (0-7), `afXY` (X 1-4, Y 1-3),
+/// `va` (RFC 5865), or a number 0 to 63.
+pub fn dscp_by_name(name: &str) -> Option<u8> {
+    let n = name.to_ascii_lowercase();
+    match n.as_str() {
+        "ef" => return Some(EF),
+        "be" | "default" => return Some(BE),
+        "va" | "voice-admit" => return Some(44),
+        _ => {}
+    }
+    if let Some(x) = n.strip_prefix("cs") {
+        let x: u8 = x.parse().ok()?;
+        return (x <= 7).then_some(x << 3);
+    }
+    if let Some(xy) = n.strip_prefix("af") {
+        let b = xy.as_bytes();
+        if b.len() != 2 {
+            return None;
+        }
+        let (x, y) = (b[0].wrapping_sub(b'0'), b[1].wrapping_sub(b'0'));
+        return ((1..=4).contains(&x) && (1..=3).contains(&y)).then_some(x << 3 | y << 1);
+    }
+    n.parse::<u8>().ok().filter(|&d| d <= 63)
+}
+
+/// A packet's own colour, from its DSCP, for colour-aware policers: the drop precedence
+/// of an assured forwarding class (RFC 2597: AFx1 green, AFx2 yellow, AFx3 red); every
+/// other code point is green.
+#[inline]
+pub fn dscp_colour(dscp: u8) -> Colour {
+    let x = dscp >> 3;
+    let y = (dscp >> 1) & 3;
+    if (1..=4).contains(&x) && dscp & 1 == 0 {
+        match y {
+            2 => return Colour::Yellow,
+            3 => return Colour::Red,
+            _ => {}
+        }
+    }
+    Colour::Green
+}
+
+/// The DSCP of an IPv4 header (its first bytes).
+#[inline]
+pub fn ip4_dscp(hdr: &[u8]) -> Option<u8> {
+    hdr.get(1).map(|tos| tos >> 2)
+}
+
+/// Set the DSCP of an IPv4 header, keeping ECN, and update its checksum (RFC 1624).
+/// Returns whether it could (a header shorter than 12 bytes is left alone).
+#[inline]
+pub fn set_ip4_dscp(hdr: &mut [u8], dscp: u8) -> bool {
+    let (Some(&tos), Some(&ver)) = (hdr.get(1), hdr.first()) else {
+        return false;
+    };
+    if hdr.len() < 12 {
+        return false;
+    }
+    let new = (dscp & 63) << 2 | (tos & 3);
+    if new == tos {
+        return true;
+    }
+    let old_word = u16::from_be_bytes([ver, tos]);
+    let new_word = u16::from_be_bytes([ver, new]);
+    let ck = u16::from_be_bytes([hdr[10], hdr[11]]);
+    // HC' = ~(~HC + ~m + m')
+    let mut sum = u32::from(!ck) + u32::from(!old_word) + u32::from(new_word);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    let ck = !(sum as u16);
+    hdr[1] = new;
+    hdr[10..12].copy_from_slice(&ck.to_be_bytes());
+    true
+}
+
+/// The DSCP of an IPv6 header.
+#[inline]
+pub fn ip6_dscp(hdr: &[u8]) -> Option<u8> {
+    let (a, b) = (hdr.first()?, hdr.get(1)?);
+    Some((a & 0x0f) << 2 | b >> 6)
+}
+
+/// Set the DSCP of an IPv6 header, keeping ECN (IPv6 has no header checksum).
+#[inline]
+pub fn set_ip6_dscp(hdr: &mut [u8], dscp: u8) -> bool {
+    let (Some(&a), Some(&b)) = (hdr.first(), hdr.get(1)) else {
+        return false;
+    };
+    let d = dscp & 63;
+    hdr[0] = (a & 0xf0) | d >> 2;
+    hdr[1] = (b & 0x3f) | (d & 3) << 6;
+    true
+}
+
+/// Set the 802.1p priority (PCP) of a VLAN tag's TCI, given its two bytes.
+#[inline]
+pub fn set_pcp(tci: &mut [u8], pcp: u8) -> bool {
+    match tci.first_mut() {
+        Some(b) => {
+            *b = (*b & 0x1f) | (pcp & 7) << 5;
+            true
+        }
+        None => false,
+    }
+}
+
+/// A class as the input side sees it: its marking and its policer.
+#[derive(Clone, Debug, Default)]
+pub struct InputClass {
+    /// The DSCP its packets are marked with (`None`: kept as they came on a trusted
+    /// interface, 0 on an untrusted one).
+    pub mark: Option<u8>,
+    /// Its policer, shared with the other interfaces and workers that use it.
+    pub policer: Option<Arc<Policer>>,
+}
+
+/// The input policy of an interface, compiled: how its packets are classified, marked
+/// and policed.
+#[derive(Clone, Debug)]
+pub struct InputPolicy {
+    /// Whether the DSCP of arriving packets is believed.
+    pub trusted: bool,
+    /// Class by DSCP, for trusted interfaces (an index into `classes`).
+    pub by_dscp: [u8; 64],
+    /// The class of packets on an untrusted interface, and of unnamed code points.
+    pub default_class: u8,
+    /// The classes, by index.
+    pub classes: Vec<InputClass>,
+    /// A policer for every packet of the interface, after the class's.
+    pub policer: Option<Arc<Policer>>,
+}
+
+/// What the input side decided for a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It goes on in this class with this DSCP (which may be the one it came with).
+    Pass {
+        /// Its class.
+        class: u8,
+        /// Its DSCP from now on.
+        dscp: u8,
+    },
+    /// A policer dropped it.
+    Drop {
+        /// Its class.
+        class: u8,
+        /// The colour it was dropped as.
+        colour: Colour,
+    },
+}
+
+impl InputPolicy {
+    /// A policy with one class, trusted or not, that changes nothing.
+    pub fn single(trusted: bool) -> InputPolicy {
+        InputPolicy {
+            trusted,
+            by_dscp: [0; 64],
+            default_class: 0,
+            classes: vec![InputClass::default()],
+            policer: None,
+        }
+    }
+
+    /// The class of a packet of DSCP `dscp`.
+    #[inline]
+    pub fn class_of(&self, dscp: u8) -> u8 {
+        if self.trusted {
+            self.by_dscp
+                .get(dscp as usize)
+                .copied()
+                .unwrap_or(self.default_class)
+        } else {
+            self.default_class
+        }
+    }
+
+    /// Classify, mark and police a packet of `len` bytes and DSCP `dscp` at `now_ns`.
+    #[inline]
+    pub fn decide(&self, now_ns: u64, dscp: u8, len: u32) -> Verdict {
+        let class = self.class_of(dscp);
+        let c = self.classes.get(class as usize);
+        let mut out = match c.and_then(|c| c.mark) {
+            Some(m) => m,
+            None if self.trusted => dscp,
+            None => BE,
+        };
+        // Colour-aware policers read the colour the packet arrives with, as marked by a
+        // trusted neighbour; an untrusted packet is green.
+        let mut pre = if self.trusted {
+            dscp_colour(dscp)
+        } else {
+            Colour::Green
+        };
+        for p in [
+            c.and_then(|c| c.policer.as_deref()),
+            self.policer.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let (colour, action) = p.police(now_ns, len, pre);
+            match action {
+                Action::Transmit => {}
+                Action::Drop => return Verdict::Drop { class, colour },
+                Action::Remark(d) => out = d,
+            }
+            pre = colour;
+        }
+        Verdict::Pass { class, dscp: out }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policer::{Kind, PolicerSpec};
+
+    #[test]
+    fn dscp_names() {
+        assert_eq!(dscp_by_name("EF"), Some(46));
+        assert_eq!(dscp_by_name("af41"), Some(34));
+        assert_eq!(dscp_by_name("af13"), Some(14));
+        assert_eq!(dscp_by_name("cs6"), Some(48));
+        assert_eq!(dscp_by_name("be"), Some(0));
+        assert_eq!(dscp_by_name("63"), Some(63));
+        for bad in ["64", "af51", "af14", "cs8", "afx1", "", "ef1"] {
+            assert_eq!(dscp_by_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn af_drop_precedence_is_the_colour() {
+        assert_eq!(dscp_colour(dscp_by_name("af11").unwrap()), Colour::Green);
+        assert_eq!(dscp_colour(dscp_by_name("af32").unwrap()), Colour::Yellow);
+        assert_eq!(dscp_colour(dscp_by_name("af43").unwrap()), Colour::Red);
+        assert_eq!(dscp_colour(EF), Colour::Green);
+        assert_eq!(dscp_colour(dscp_by_name("cs3").unwrap()), Colour::Green);
+    }
+
+    fn ip4_checksum(h: &[u8]) -> u16 {
+        let mut s: u32 = h
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
+    }
+
+    #[test]
+    fn marking_ipv4_keeps_ecn_and_the_checksum_valid() {
+        let mut h = [
+            0x45, 0x02, 0x00, 0x54, 0x12, 0x34, 0x40, 0x00, 0x40, 0x01, 0, 0, 10, 0, 0, 1, 10, 0,
+            1, 2,
+        ];
+        let ck = ip4_checksum(&h);
+        h[10..12].copy_from_slice(&ck.to_be_bytes());
+        for d in [EF, 0, 34, 63, 1] {
+            assert!(set_ip4_dscp(&mut h, d));
+            assert_eq!(ip4_dscp(&h), Some(d));
+            assert_eq!(h[1] & 3, 2, "ECN kept");
+            assert_eq!(ip4_checksum(&h), 0, "checksum valid after marking {d}");
+        }
+        assert!(!set_ip4_dscp(&mut h[..8], 1));
+    }
+
+    #[test]
+    fn marking_ipv6_keeps_version_flow_label_and_ecn() {
+        let mut h = [0x6a, 0xb1, 0x23, 0x45];
+        assert_eq!(ip6_dscp(&h), Some(0xab >> 2));
+        set_ip6_dscp(&mut h, EF);
+        assert_eq!(ip6_dscp(&h), Some(EF));
+        assert_eq!(h[0] >> 4, 6);
+        assert_eq!(h[1] & 0x3f, 0x31, "ECN and flow label kept");
+        assert_eq!(&h[2..], &[0x23, 0x45]);
+        let mut tci = [0x0f, 0xff];
+        set_pcp(&mut tci, 5);
+        assert_eq!(tci, [0xaf, 0xff]);
+    }
+
+    fn policy(trusted: bool) -> InputPolicy {
+        let mut p = InputPolicy::single(trusted);
+        // class 0 best effort, class 1 EF (marked EF), class 2 AF4 policed.
+        p.by_dscp[EF as usize] = 1;
+        for d in [34, 36, 38] {
+            p.by_dscp[d] = 2;
+        }
+        let spec = PolicerSpec {
+            kind: Kind::TrTcm,
+            cir_bps: 8_000,
+            cbs_bytes: 1_000,
+            pir_bps: 16_000,
+            ebs_bytes: 2_000,
+            colour_aware: true,
+            actions: [Action::Transmit, Action::Remark(36), Action::Drop],
+        };
+        p.classes = vec![
+            InputClass::default(),
+            InputClass {
+                mark: Some(EF),
+                policer: None,
+            },
+            InputClass {
+                mark: None,
+                policer: Some(Arc::new(Policer::new(spec, 0))),
+            },
+        ];
+        p
+    }
+
+    #[test]
+    fn trusted_interfaces_classify_by_dscp_and_police_by_class() {
+        let p = policy(true);
+        assert_eq!(p.decide(0, EF, 100), Verdict::Pass { class: 1, dscp: EF });
+        assert_eq!(p.decide(0, 10, 100), Verdict::Pass { class: 0, dscp: 10 });
+        // AF41 within CIR stays AF41; beyond it, yellow is re-marked AF42; beyond PIR red
+        // is dropped; AF43 arrives red and is dropped whatever the buckets hold.
+        assert_eq!(p.decide(0, 34, 1_000), Verdict::Pass { class: 2, dscp: 34 });
+        assert_eq!(p.decide(0, 34, 500), Verdict::Pass { class: 2, dscp: 36 });
+        assert_eq!(
+            p.decide(0, 38, 10),
+            Verdict::Drop {
+                class: 2,
+                colour: Colour::Red
+            }
+        );
+        assert_eq!(
+            p.decide(0, 34, 1_000),
+            Verdict::Drop {
+                class: 2,
+                colour: Colour::Red
+            }
+        );
+    }
+
+    #[test]
+    fn untrusted_interfaces_put_everything_in_their_class_and_clear_the_dscp() {
+        let mut p = policy(false);
+        assert_eq!(p.decide(0, EF, 100), Verdict::Pass { class: 0, dscp: 0 });
+        p.default_class = 1;
+        assert_eq!(p.decide(0, 10, 100), Verdict::Pass { class: 1, dscp: EF });
+    }
+}

@@ -1,0 +1,898 @@
+//! `[qos]` as the config file writes it: named policers and policies (classes with their
+//! DSCPs, marking, policer and scheduling), attached to interfaces for input
+//! (classification, marking, policing) and output (the port's scheduler).
+//!
+//! ```toml
+//! [[qos.policer]]
+//! name = "af4-in"
+//! kind = "trtcm"            # srtcm | trtcm | rfc4115
+//! cir = "4mbit"             # bit/s: a number, or with kbit / mbit / gbit
+//! cbs = 15000               # bytes
+//! pir = "8mbit"             # trtcm: peak rate; rfc4115: excess rate (eir)
+//! ebs = 30000               # srtcm, rfc4115: excess burst; trtcm: peak burst
+//! colour_aware = false
+//! yellow = "af42"           # per colour: "transmit", "drop", or a DSCP to re-mark
+//! red = "drop"
+//!
+//! [[qos.policy]]
+//! name = "edge"
+//! default_class = "be"      # untrusted traffic and DSCPs no class names
+//! shaper = "10mbit"         # output: the port's rate (left out: no shaper)
+//!
+//! [[qos.policy.class]]
+//! name = "ef"
+//! dscp = ["ef"]
+//! priority = 0              # strict priority (lower first); else `weight`
+//! max_rate = "30%"          # of the shaper, or a rate
+//!
+//! [[qos.policy.class]]
+//! name = "af4"
+//! dscp = ["af41", "af42", "af43"]
+//! policer = "af4-in"
+//! weight = 40
+//!
+//! [[qos.policy.class]]
+//! name = "be"
+//! weight = 60
+//! codel = true
+//!
+//! [[qos.interface]]
+//! name = "eth0"
+//! trusted = true
+//! input = "edge"
+//! output = "edge"
+//! ```
+//!
+//! [`QosConfig::validate`] finds everything wrong, each problem with the dotted path of the
+//! value (`qos.policy[0].class[2].max_rate`), so the config checker can give its line.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bucket::{MAX_BURST_BYTES, MAX_RATE_BPS};
+use crate::classify::{dscp_by_name, InputClass, InputPolicy};
+use crate::codel::CodelParams;
+use crate::policer::{Action, Kind, Policer, PolicerSpec};
+use crate::sched::{ClassSpec, SchedSpec, MAX_CLASSES, MAX_PACKET};
+
+/// `[qos]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    /// `[[qos.policer]]`.
+    #[serde(rename = "policer", default, skip_serializing_if = "Vec::is_empty")]
+    pub policers: Vec<PolicerConfig>,
+    /// `[[qos.policy]]`.
+    #[serde(rename = "policy", default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyConfig>,
+    /// `[[qos.interface]]`.
+    #[serde(rename = "interface", default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceConfig>,
+}
+
+/// A rate: bit/s as a number, or a string with a unit (`"10mbit"`), or a share of the
+/// policy's shaper (`"40%"`, class rates only).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum RateValue {
+    /// Bit/s.
+    Bps(u64),
+    /// With a unit, or a percentage.
+    Text(String),
+}
+
+/// A DSCP: a number or a name (`"ef"`, `"af41"`, `"cs6"`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum DscpValue {
+    /// 0 to 63.
+    Num(u64),
+    /// A name.
+    Name(String),
+}
+
+/// `[[qos.policer]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicerConfig {
+    /// Its name, as classes and interfaces refer to it.
+    pub name: String,
+    /// `srtcm`, `trtcm` or `rfc4115`.
+    pub kind: String,
+    /// Committed rate.
+    pub cir: RateValue,
+    /// Committed burst, bytes.
+    pub cbs: u64,
+    /// trTCM's peak rate, RFC 4115's excess rate (`eir` is the same key).
+    #[serde(default, alias = "eir", skip_serializing_if = "Option::is_none")]
+    pub pir: Option<RateValue>,
+    /// The excess burst (srTCM, RFC 4115) or peak burst (trTCM: `pbs` is the same key).
+    #[serde(alias = "pbs")]
+    pub ebs: u64,
+    /// Whether packets' own colour (their AF drop precedence) counts.
+    #[serde(default)]
+    pub colour_aware: bool,
+    /// Action on green packets (default `transmit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub green: Option<DscpValue>,
+    /// Action on yellow packets (default `transmit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yellow: Option<DscpValue>,
+    /// Action on red packets (default `drop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub red: Option<DscpValue>,
+}
+
+/// `[[qos.policy]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Its name.
+    pub name: String,
+    /// The class of untrusted traffic and of DSCPs no class names.
+    pub default_class: String,
+    /// The output shaper's rate (left out: none, the port's own pace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shaper: Option<RateValue>,
+    /// The shaper's burst in bytes (default: 2 ms at its rate, at least 15,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// A policer for everything an interface with this input policy receives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policer: Option<String>,
+    /// The classes (`[[qos.policy.class]]`).
+    #[serde(rename = "class", default)]
+    pub classes: Vec<ClassConfig>,
+}
+
+/// `[[qos.policy.class]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassConfig {
+    /// Its name.
+    pub name: String,
+    /// The DSCPs of its packets (on trusted interfaces).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dscp: Vec<DscpValue>,
+    /// The DSCP its packets are marked with on input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<DscpValue>,
+    /// Its policer on input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policer: Option<String>,
+    /// Strict priority on output (lower first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// DRR weight on output (classes without a priority; default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// Minimum rate on output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rate: Option<RateValue>,
+    /// Maximum rate on output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate: Option<RateValue>,
+    /// Queue limit, packets (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// CoDel on its queue.
+    #[serde(default)]
+    pub codel: bool,
+}
+
+/// `[[qos.interface]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceConfig {
+    /// A port or VLAN sub-interface (output: a port).
+    pub name: String,
+    /// Whether its received DSCPs are believed (default false: its traffic is in the
+    /// input policy's default class and re-marked).
+    #[serde(default)]
+    pub trusted: bool,
+    /// The policy that classifies, marks and polices what it receives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// The policy that schedules what leaves by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+/// Default queue limit of a class, packets.
+pub const DEFAULT_LIMIT: usize = 256;
+/// The most packets one port's classes may hold together (per worker): queued packets
+/// keep their buffers, of which a worker has 8,192 for everything.
+pub const MAX_PORT_QUEUED: usize = 2_048;
+
+/// A rate in bit/s from `v`; `of` is the policy's shaper rate for percentages.
+pub fn parse_rate(v: &RateValue, of: Option<u64>) -> Result<u64, String> {
+    let bps = match v {
+        RateValue::Bps(n) => *n,
+        RateValue::Text(t) => {
+            let t = t.trim().to_ascii_lowercase();
+            if let Some(p) = t.strip_suffix('%') {
+                let p: u64 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{t:?} is not a percentage (1% to 100%)"))?;
+                if p == 0 || p > 100 {
+                    return Err(format!("{t:?}: a share is 1% to 100%"));
+                }
+                let Some(of) = of else {
+                    return Err(format!(
+                        "{t:?} is a share of the policy's shaper, and the policy has none; give a rate"
+                    ));
+                };
+                return Ok(of * p / 100);
+            }
+            let (num, mult) = [
+                ("gbit", 1_000_000_000),
+                ("mbit", 1_000_000),
+                ("kbit", 1_000),
+                ("bit", 1),
+            ]
+            .iter()
+            .find_map(|(u, m)| t.strip_suffix(u).map(|n| (n, *m)))
+            .unwrap_or((t.as_str(), 1));
+            let n: u64 = num.trim().parse().map_err(|_| {
+                format!("{t:?} is not a rate: a number of bit/s, or with kbit, mbit or gbit")
+            })?;
+            n.saturating_mul(mult)
+        }
+    };
+    if bps == 0 || bps > MAX_RATE_BPS {
+        return Err(format!("{bps} bit/s is out of range: 1 bit/s to 1 Tbit/s"));
+    }
+    Ok(bps)
+}
+
+/// A DSCP from `v`.
+pub fn parse_dscp(v: &DscpValue) -> Result<u8, String> {
+    match v {
+        DscpValue::Num(n) if *n <= 63 => Ok(*n as u8),
+        DscpValue::Num(n) => Err(format!("DSCP {n} is out of range: 0 to 63")),
+        DscpValue::Name(s) => dscp_by_name(s)
+            .ok_or_else(|| format!("{s:?} is not a DSCP: 0-63, ef, be, csN, afXY, va")),
+    }
+}
+
+fn parse_action(v: &Option<DscpValue>, default: Action) -> Result<Action, String> {
+    match v {
+        None => Ok(default),
+        Some(DscpValue::Name(s)) if s == "transmit" => Ok(Action::Transmit),
+        Some(DscpValue::Name(s)) if s == "drop" => Ok(Action::Drop),
+        Some(d) => parse_dscp(d)
+            .map(Action::Remark)
+            .map_err(|e| format!("{e} (or \"transmit\", \"drop\")")),
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// What a config compiles to: for each fast-path interface (by index) its input policy,
+/// and for each port its output scheduler.
+#[derive(Clone, Debug, Default)]
+pub struct Compiled {
+    /// Input policies by interface index.
+    pub input: Vec<Option<InputPolicy>>,
+    /// Output schedulers by interface index (ports only).
+    pub output: Vec<Option<SchedSpec>>,
+    /// The policers, by name (shared by everything that names them).
+    pub policers: Vec<(String, Arc<Policer>)>,
+}
+
+impl QosConfig {
+    /// Whether it says nothing.
+    pub fn is_default(&self) -> bool {
+        *self == QosConfig::default()
+    }
+
+    /// Whether any interface has an input policy.
+    pub fn has_input(&self) -> bool {
+        self.interfaces.iter().any(|i| i.input.is_some())
+    }
+
+    /// The policer `p` as the policers compute it.
+    fn policer_spec(p: &PolicerConfig) -> Result<PolicerSpec, (&'static str, String)> {
+        let kind = match p.kind.as_str() {
+            "srtcm" => Kind::SrTcm,
+            "trtcm" => Kind::TrTcm,
+            "rfc4115" => Kind::Rfc4115,
+            k => {
+                return Err((
+                    "kind",
+                    format!("{k:?} is not a policer kind: srtcm, trtcm or rfc4115"),
+                ))
+            }
+        };
+        let cir = parse_rate(&p.cir, None).map_err(|e| ("cir", e))?;
+        let pir = match (&p.pir, kind) {
+            (Some(r), Kind::SrTcm) => {
+                let _ = r;
+                return Err(("pir", "srtcm has one rate: leave pir out".into()));
+            }
+            (Some(r), _) => parse_rate(r, None).map_err(|e| ("pir", e))?,
+            (None, Kind::TrTcm) => return Err(("pir", "trtcm needs pir, its peak rate".into())),
+            (None, _) => 0,
+        };
+        let actions = [
+            parse_action(&p.green, Action::Transmit).map_err(|e| ("green", e))?,
+            parse_action(&p.yellow, Action::Transmit).map_err(|e| ("yellow", e))?,
+            parse_action(&p.red, Action::Drop).map_err(|e| ("red", e))?,
+        ];
+        let spec = PolicerSpec {
+            kind,
+            cir_bps: cir,
+            cbs_bytes: p.cbs,
+            pir_bps: pir,
+            ebs_bytes: p.ebs,
+            colour_aware: p.colour_aware,
+            actions,
+        };
+        spec.validate().map_err(|e| {
+            let key = match e {
+                crate::policer::SpecError::Burst("pbs", _) => "ebs",
+                crate::policer::SpecError::Burst(k, _) => k,
+                crate::policer::SpecError::Rate(k, _) => {
+                    if k == "eir" {
+                        "pir"
+                    } else {
+                        k
+                    }
+                }
+                crate::policer::SpecError::PeakBelowCommitted => "pir",
+                crate::policer::SpecError::Dscp(_) => "kind",
+            };
+            (key, e.to_string())
+        })?;
+        if p.cbs < MAX_PACKET.min(1_514) {
+            return Err((
+                "cbs",
+                format!(
+                    "{} bytes is less than a full-size packet (1514 bytes)",
+                    p.cbs
+                ),
+            ));
+        }
+        Ok(spec)
+    }
+
+    /// The output scheduler of policy `p`, or the problems with it (path, message).
+    fn sched_spec(p: &PolicyConfig, path: &str) -> Result<SchedSpec, Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let shaper = match &p.shaper {
+            None => 0,
+            Some(r) => parse_rate(r, None).unwrap_or_else(|e| {
+                out.push((format!("{path}.shaper"), e));
+                0
+            }),
+        };
+        let burst = p
+            .burst
+            .unwrap_or_else(|| (shaper / 8 / 500).clamp(15_000, MAX_BURST_BYTES));
+        if p.burst.is_some() && !(MAX_PACKET..=MAX_BURST_BYTES).contains(&burst) {
+            out.push((
+                format!("{path}.burst"),
+                format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
+            ));
+        }
+        let of = (shaper > 0).then_some(shaper);
+        let mut classes = Vec::new();
+        let mut queued = 0usize;
+        for (j, c) in p.classes.iter().enumerate() {
+            let cp = format!("{path}.class[{j}]");
+            let mut rate = |key: &str, v: &Option<RateValue>| match v {
+                None => 0,
+                Some(v) => parse_rate(v, of).unwrap_or_else(|e| {
+                    out.push((format!("{cp}.{key}"), e));
+                    0
+                }),
+            };
+            let min_bps = rate("min_rate", &c.min_rate);
+            let max_bps = rate("max_rate", &c.max_rate);
+            if c.priority.is_some() && c.weight.is_some() {
+                out.push((
+                    format!("{cp}.weight"),
+                    "a class has a priority (strict) or a weight (shared), not both".into(),
+                ));
+            }
+            if c.priority.is_some() && c.min_rate.is_some() {
+                out.push((
+                    format!("{cp}.min_rate"),
+                    "a strict-priority class is served first: a minimum rate is for weighted classes".into(),
+                ));
+            }
+            if c.weight == Some(0) {
+                out.push((format!("{cp}.weight"), "0: a weight is at least 1".into()));
+            }
+            let limit = c.limit.unwrap_or(DEFAULT_LIMIT);
+            if limit == 0 || limit > MAX_PORT_QUEUED {
+                out.push((
+                    format!("{cp}.limit"),
+                    format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
+                ));
+            }
+            queued += limit;
+            if max_bps > 0 && min_bps > max_bps {
+                out.push((
+                    format!("{cp}.min_rate"),
+                    format!("{min_bps} bit/s is above max_rate ({max_bps} bit/s)"),
+                ));
+            }
+            if c.codel && c.priority.is_some() {
+                out.push((
+                    format!("{cp}.codel"),
+                    "CoDel is for best-effort (weighted) classes, not strict-priority ones".into(),
+                ));
+            }
+            classes.push(ClassSpec {
+                name: c.name.clone(),
+                priority: c.priority,
+                weight: c.weight.unwrap_or(1).max(1),
+                min_bps,
+                max_bps,
+                burst_bytes: burst,
+                limit: limit.clamp(1, MAX_PORT_QUEUED),
+                codel: c.codel.then(CodelParams::default),
+            });
+        }
+        if queued > MAX_PORT_QUEUED && !p.classes.is_empty() {
+            out.push((
+                format!("{path}.class"),
+                format!("the classes' limits add up to {queued} packets; a port holds at most {MAX_PORT_QUEUED}"),
+            ));
+        }
+        let mins: u64 = classes.iter().map(|c| c.min_bps).sum();
+        if shaper > 0 && mins > shaper {
+            out.push((
+                format!("{path}.class"),
+                format!("the classes' min_rate add up to {mins} bit/s, more than the shaper's {shaper} bit/s"),
+            ));
+        }
+        let index = |n: &str| p.classes.iter().position(|c| c.name == n);
+        let default_class = index(&p.default_class).unwrap_or(0) as u8;
+        let mut by_dscp = [default_class; 64];
+        for (j, c) in p.classes.iter().enumerate() {
+            for d in c.dscp.iter().filter_map(|d| parse_dscp(d).ok()) {
+                by_dscp[d as usize] = j as u8;
+            }
+        }
+        if !out.is_empty() {
+            return Err(out);
+        }
+        Ok(SchedSpec {
+            rate_bps: shaper,
+            burst_bytes: burst,
+            classes,
+            by_dscp,
+            default_class,
+        })
+    }
+
+    /// Everything wrong, each with the dotted path of the value; `interfaces` are the fast
+    /// path's interfaces and `ports` those of them that are ports.
+    pub fn validate(&self, interfaces: &[&str], ports: &[&str]) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut names = HashMap::new();
+        for (i, p) in self.policers.iter().enumerate() {
+            let path = format!("qos.policer[{i}]");
+            if !valid_name(&p.name) {
+                out.push((
+                    format!("{path}.name"),
+                    format!(
+                        "{:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)",
+                        p.name
+                    ),
+                ));
+            } else if names.insert(p.name.as_str(), i).is_some() {
+                out.push((
+                    format!("{path}.name"),
+                    format!("policer {:?} is defined twice", p.name),
+                ));
+            }
+            if let Err((key, e)) = Self::policer_spec(p) {
+                out.push((format!("{path}.{key}"), e));
+            }
+        }
+        let mut policies = HashMap::new();
+        for (i, p) in self.policies.iter().enumerate() {
+            let path = format!("qos.policy[{i}]");
+            if !valid_name(&p.name) {
+                out.push((
+                    format!("{path}.name"),
+                    format!(
+                        "{:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)",
+                        p.name
+                    ),
+                ));
+            } else if policies.insert(p.name.as_str(), i).is_some() {
+                out.push((
+                    format!("{path}.name"),
+                    format!("policy {:?} is defined twice", p.name),
+                ));
+            }
+            if p.classes.is_empty() || p.classes.len() > MAX_CLASSES {
+                out.push((
+                    format!("{path}.class"),
+                    format!(
+                        "{} classes: a policy has 1 to {MAX_CLASSES}",
+                        p.classes.len()
+                    ),
+                ));
+            }
+            if !p.classes.iter().any(|c| c.name == p.default_class) {
+                out.push((
+                    format!("{path}.default_class"),
+                    format!(
+                        "{:?} is not a class of policy {:?}",
+                        p.default_class, p.name
+                    ),
+                ));
+            }
+            if let Some(pol) = &p.policer {
+                if !self.policers.iter().any(|q| &q.name == pol) {
+                    out.push((
+                        format!("{path}.policer"),
+                        format!("unknown policer {pol:?}"),
+                    ));
+                }
+            }
+            let mut seen_dscp: HashMap<u8, usize> = HashMap::new();
+            let mut class_names = HashMap::new();
+            for (j, c) in p.classes.iter().enumerate() {
+                let cp = format!("{path}.class[{j}]");
+                if !valid_name(&c.name) {
+                    out.push((
+                        format!("{cp}.name"),
+                        format!("{:?} is not a valid name", c.name),
+                    ));
+                } else if class_names.insert(c.name.as_str(), j).is_some() {
+                    out.push((
+                        format!("{cp}.name"),
+                        format!("class {:?} is defined twice", c.name),
+                    ));
+                }
+                for (k, d) in c.dscp.iter().enumerate() {
+                    match parse_dscp(d) {
+                        Err(e) => out.push((format!("{cp}.dscp[{k}]"), e)),
+                        Ok(d) => {
+                            if let Some(other) = seen_dscp.insert(d, j) {
+                                out.push((
+                                    format!("{cp}.dscp[{k}]"),
+                                    format!(
+                                        "DSCP {d} is already in class {:?}",
+                                        p.classes[other].name
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                }
+                if let Some(m) = &c.mark {
+                    if let Err(e) = parse_dscp(m) {
+                        out.push((format!("{cp}.mark"), e));
+                    }
+                }
+                if let Some(pol) = &c.policer {
+                    if !self.policers.iter().any(|q| &q.name == pol) {
+                        out.push((format!("{cp}.policer"), format!("unknown policer {pol:?}")));
+                    }
+                }
+            }
+            if let Err(e) = Self::sched_spec(p, &path) {
+                out.extend(e);
+            }
+        }
+        let mut seen_if = HashMap::new();
+        for (i, f) in self.interfaces.iter().enumerate() {
+            let path = format!("qos.interface[{i}]");
+            if !interfaces.contains(&f.name.as_str()) {
+                out.push((
+                    format!("{path}.name"),
+                    format!("{:?} is not a [[port]] or [[vlan]]", f.name),
+                ));
+            } else if seen_if.insert(f.name.as_str(), i).is_some() {
+                out.push((
+                    format!("{path}.name"),
+                    format!("interface {:?} has two [[qos.interface]]", f.name),
+                ));
+            }
+            for (key, v) in [("input", &f.input), ("output", &f.output)] {
+                if let Some(v) = v {
+                    if !self.policies.iter().any(|p| &p.name == v) {
+                        out.push((format!("{path}.{key}"), format!("unknown policy {v:?}")));
+                    }
+                }
+            }
+            if f.output.is_some()
+                && !ports.contains(&f.name.as_str())
+                && interfaces.contains(&f.name.as_str())
+            {
+                out.push((
+                    format!("{path}.output"),
+                    format!(
+                        "{:?} is not a [[port]]: output scheduling is per port",
+                        f.name
+                    ),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Compile a config that passed [`QosConfig::validate`] for the fast path's
+    /// `interfaces` (by index). Policers whose spec did not change are taken from `old`,
+    /// their buckets and counters as they are.
+    pub fn compile(
+        &self,
+        interfaces: &[String],
+        old: &Compiled,
+        now_ns: u64,
+    ) -> Result<Compiled, String> {
+        let mut policers: Vec<(String, Arc<Policer>)> = Vec::new();
+        for p in &self.policers {
+            let spec =
+                Self::policer_spec(p).map_err(|(k, e)| format!("policer {}: {k}: {e}", p.name))?;
+            let keep = old
+                .policers
+                .iter()
+                .find(|(n, q)| n == &p.name && *q.spec() == spec)
+                .map(|(_, q)| q.clone());
+            policers.push((
+                p.name.clone(),
+                keep.unwrap_or_else(|| Arc::new(Policer::new(spec, now_ns))),
+            ));
+        }
+        let policer = |n: &Option<String>| {
+            n.as_ref().and_then(|n| {
+                policers
+                    .iter()
+                    .find(|(m, _)| m == n)
+                    .map(|(_, p)| p.clone())
+            })
+        };
+        let mut c = Compiled {
+            input: vec![None; interfaces.len()],
+            output: vec![None; interfaces.len()],
+            policers: Vec::new(),
+        };
+        for f in &self.interfaces {
+            let Some(idx) = interfaces.iter().position(|n| n == &f.name) else {
+                return Err(format!("interface {:?} is not in the fast path", f.name));
+            };
+            if let Some(pn) = &f.input {
+                let p = self
+                    .policies
+                    .iter()
+                    .find(|p| &p.name == pn)
+                    .ok_or(format!("unknown policy {pn:?}"))?;
+                let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
+                c.input[idx] = Some(InputPolicy {
+                    trusted: f.trusted,
+                    by_dscp: sched.by_dscp,
+                    default_class: sched.default_class,
+                    classes: p
+                        .classes
+                        .iter()
+                        .map(|k| InputClass {
+                            mark: k.mark.as_ref().and_then(|m| parse_dscp(m).ok()),
+                            policer: policer(&k.policer),
+                        })
+                        .collect(),
+                    policer: policer(&p.policer),
+                });
+            }
+            if let Some(pn) = &f.output {
+                let p = self
+                    .policies
+                    .iter()
+                    .find(|p| &p.name == pn)
+                    .ok_or(format!("unknown policy {pn:?}"))?;
+                let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
+                c.output[idx] = Some(sched);
+            }
+        }
+        c.policers = policers;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[policer]]
+name = "af4-in"
+kind = "trtcm"
+cir = "4mbit"
+cbs = 15000
+pir = "8mbit"
+ebs = 30000
+yellow = "af42"
+
+[[policy]]
+name = "edge"
+default_class = "be"
+shaper = "10mbit"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+max_rate = "30%"
+
+[[policy.class]]
+name = "af4"
+dscp = ["af41", "af42", 38]
+policer = "af4-in"
+weight = 40
+
+[[policy.class]]
+name = "be"
+weight = 60
+codel = true
+
+[[interface]]
+name = "eth0"
+trusted = true
+input = "edge"
+output = "edge"
+"#;
+
+    fn cfg(text: &str) -> QosConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    const IFS: &[&str] = &["eth0", "eth1", "eth0.100"];
+    const PORTS: &[&str] = &["eth0", "eth1"];
+
+    #[test]
+    fn a_good_config_compiles() {
+        let c = cfg(GOOD);
+        assert_eq!(c.validate(IFS, PORTS), Vec::<(String, String)>::new());
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        assert_eq!(s.rate_bps, 10_000_000);
+        assert_eq!(s.classes[0].max_bps, 3_000_000);
+        assert_eq!(s.class_of(46), 0);
+        assert_eq!(s.class_of(36), 1);
+        assert_eq!(s.class_of(38), 1);
+        assert_eq!(s.class_of(10), 2);
+        assert!(s.classes[2].codel.is_some());
+        s.validate().unwrap();
+        let i = k.input[0].as_ref().unwrap();
+        assert!(i.trusted && i.classes[1].policer.is_some());
+        assert!(k.input[1].is_none() && k.output[1].is_none());
+        // Recompiled unchanged, the policer is the same one (its buckets carry on).
+        let k2 = c.compile(&names, &k, 5).unwrap();
+        assert!(Arc::ptr_eq(&k.policers[0].1, &k2.policers[0].1));
+    }
+
+    fn problems(edit: impl Fn(&mut QosConfig)) -> Vec<(String, String)> {
+        let mut c = cfg(GOOD);
+        edit(&mut c);
+        c.validate(IFS, PORTS)
+    }
+
+    #[test]
+    fn hostile_configs_are_refused_with_their_locations() {
+        let p = problems(|c| c.policers[0].cir = RateValue::Bps(0));
+        assert_eq!(
+            p,
+            [(
+                "qos.policer[0].cir".to_string(),
+                "0 bit/s is out of range: 1 bit/s to 1 Tbit/s".to_string()
+            )]
+        );
+        let p =
+            problems(|c| c.policies[0].classes[2].min_rate = Some(RateValue::Text("80%".into())));
+        assert_eq!(p, [], "80 % is within the shaper");
+        let p = problems(|c| {
+            c.policies[0].classes[1].min_rate = Some(RateValue::Text("60%".into()));
+            c.policies[0].classes[2].min_rate = Some(RateValue::Text("50%".into()));
+        });
+        assert_eq!(p[0].0, "qos.policy[0].class");
+        assert!(
+            p[0].1.contains(
+                "min_rate add up to 11000000 bit/s, more than the shaper's 10000000 bit/s"
+            ),
+            "{p:?}"
+        );
+        let p = problems(|c| c.interfaces[0].input = Some("nope".into()));
+        assert_eq!(
+            p,
+            [(
+                "qos.interface[0].input".to_string(),
+                "unknown policy \"nope\"".to_string()
+            )]
+        );
+        let p = problems(|c| c.policies[0].default_class = "gold".into());
+        assert_eq!(
+            p[0],
+            (
+                "qos.policy[0].default_class".to_string(),
+                "\"gold\" is not a class of policy \"edge\"".to_string()
+            )
+        );
+        let p = problems(|c| c.policies[0].classes[1].policer = Some("x".into()));
+        assert_eq!(p[0].0, "qos.policy[0].class[1].policer");
+        let p = problems(|c| {
+            c.policies[0].classes[0]
+                .dscp
+                .push(DscpValue::Name("af41".into()))
+        });
+        assert_eq!(p[0].0, "qos.policy[0].class[1].dscp[0]");
+        let p = problems(|c| c.policies[0].classes[0].dscp.push(DscpValue::Num(64)));
+        assert_eq!(
+            p[0],
+            (
+                "qos.policy[0].class[0].dscp[1]".to_string(),
+                "DSCP 64 is out of range: 0 to 63".to_string()
+            )
+        );
+        let p = problems(|c| c.policies[0].shaper = Some(RateValue::Text("10 furlongs".into())));
+        assert_eq!(p[0].0, "qos.policy[0].shaper");
+        let p = problems(|c| c.policies[0].classes[2].weight = Some(0));
+        assert_eq!(p[0].0, "qos.policy[0].class[2].weight");
+        let p = problems(|c| c.policies[0].classes[0].codel = true);
+        assert_eq!(p[0].0, "qos.policy[0].class[0].codel");
+        let p = problems(|c| c.policers[0].pir = None);
+        assert_eq!(
+            p[0],
+            (
+                "qos.policer[0].pir".to_string(),
+                "trtcm needs pir, its peak rate".to_string()
+            )
+        );
+        let p = problems(|c| c.policers[0].pir = Some(RateValue::Text("1mbit".into())));
+        assert_eq!(
+            p[0],
+            (
+                "qos.policer[0].pir".to_string(),
+                "pir must be at least cir (RFC 2698)".to_string()
+            )
+        );
+        let p = problems(|c| c.policers[0].kind = "leaky".into());
+        assert_eq!(p[0].0, "qos.policer[0].kind");
+        let p = problems(|c| c.policers[0].red = Some(DscpValue::Name("sideways".into())));
+        assert_eq!(p[0].0, "qos.policer[0].red");
+        let p = problems(|c| c.interfaces[0].name = "eth0.100".into());
+        assert_eq!(
+            p[0],
+            (
+                "qos.interface[0].output".to_string(),
+                "\"eth0.100\" is not a [[port]]: output scheduling is per port".to_string()
+            )
+        );
+        let p = problems(|c| c.interfaces[0].name = "eth9".into());
+        assert_eq!(p[0].0, "qos.interface[0].name");
+        let p = problems(|c| c.policies[0].classes[2].limit = Some(100_000));
+        assert_eq!(p[0].0, "qos.policy[0].class[2].limit");
+        let p = problems(|c| {
+            c.policies[0].shaper = None;
+        });
+        assert_eq!(p[0].0, "qos.policy[0].class[0].max_rate");
+        assert!(p[0].1.contains("the policy has none"));
+    }
+
+    #[test]
+    fn rates_and_dscps_parse() {
+        let r = |s: &str| parse_rate(&RateValue::Text(s.into()), Some(1_000_000));
+        assert_eq!(r("10mbit"), Ok(10_000_000));
+        assert_eq!(r("1 Gbit"), Ok(1_000_000_000));
+        assert_eq!(r("250kbit"), Ok(250_000));
+        assert_eq!(r("40%"), Ok(400_000));
+        assert!(r("0%").is_err() && r("101%").is_err() && r("fast").is_err());
+        assert_eq!(parse_dscp(&DscpValue::Name("af41".into())), Ok(34));
+        assert!(parse_dscp(&DscpValue::Name("af51".into())).is_err());
+    }
+}

@@ -1,0 +1,522 @@
+//! QoS in the graph: `ip4-qos-in` / `ip6-qos-in` on the unicast arcs (classification,
+//! marking and policing of what an interface receives, after the ingress filter) and
+//! [`QosEgress`], the engine's egress hook (`dataplane::egress`), which holds each
+//! scheduled port's packets in its classes' queues and lets them out as the scheduler
+//! says.
+//!
+//! The control thread compiles `[qos]` ([`QosShared::apply`]): input policies are
+//! published whole (RCU: each batch loads them once); a port whose output policy changed
+//! gets new schedulers, built on the control thread (their queues allocated there) and
+//! sent to each worker through a ring, which the worker swaps in between vectors. The old
+//! scheduler's packets are freed by the worker (their buffers are its memory) and the
+//! scheduler goes back to the control thread to be deallocated. Ports whose policy did not
+//! change keep their schedulers and the packets queued in them.
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use dataplane::egress::Egress;
+use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
+use dataplane::{PacketMemory, Pkt};
+
+use crate::classify::{ip4_dscp, ip6_dscp, set_ip4_dscp, set_ip6_dscp, InputPolicy, Verdict};
+use crate::config::{Compiled, QosConfig};
+use crate::policer::{Colour, Policer};
+use crate::sched::{QueueStats, Rates, SchedSpec, Scheduler};
+
+/// The IPv4 input node.
+pub const IN4: &str = "ip4-qos-in";
+/// The IPv6 input node.
+pub const IN6: &str = "ip6-qos-in";
+/// Both.
+pub const NAMES: [&str; 2] = [IN4, IN6];
+/// Drop reason: a policer's colour said drop.
+pub const POLICED: u8 = 0;
+
+const DROPS: &[(&str, &str)] = &[(
+    "policed",
+    "dropped by a QoS policer (the action of the packet's colour is drop)",
+)];
+
+/// Most ports a worker schedules (the engine's port masks are 64 bits).
+pub const MAX_PORTS: usize = 64;
+/// Scheduler changes a worker's ring holds.
+const RING: usize = MAX_PORTS;
+
+/// A port's new scheduler (or none), for one worker.
+struct Update {
+    port: u16,
+    sched: Option<Box<Scheduler<Pkt>>>,
+}
+
+/// The control thread's end of one worker.
+struct WorkerEnds {
+    to: rtrb::Producer<Update>,
+    back: rtrb::Consumer<Box<Scheduler<Pkt>>>,
+}
+
+/// A worker's end: the changes it takes, the schedulers it gives back.
+type WorkerSide = (rtrb::Consumer<Update>, rtrb::Producer<Box<Scheduler<Pkt>>>);
+
+/// One scheduled port as the control thread knows it.
+struct PortState {
+    spec: SchedSpec,
+    /// Each worker's queue counters, by class.
+    stats: Vec<Arc<[QueueStats]>>,
+}
+
+/// What the control thread and the nodes share.
+pub struct QosShared {
+    input: ArcSwap<Vec<Option<InputPolicy>>>,
+    workers: Mutex<Vec<WorkerEnds>>,
+    /// The workers' ends, taken by [`QosShared::egress`].
+    worker_ends: Mutex<Vec<Option<WorkerSide>>>,
+    state: Mutex<ControlState>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    compiled: Compiled,
+    ports: Vec<Option<PortState>>,
+    names: Vec<String>,
+    config: QosConfig,
+}
+
+impl QosShared {
+    /// State for `workers` workers, nothing configured.
+    pub fn new(workers: usize) -> Arc<QosShared> {
+        let mut ctl = Vec::new();
+        let mut wrk = Vec::new();
+        for _ in 0..workers {
+            let (to, from) = rtrb::RingBuffer::new(RING);
+            let (back_tx, back_rx) = rtrb::RingBuffer::new(RING);
+            ctl.push(WorkerEnds { to, back: back_rx });
+            wrk.push(Some((from, back_tx)));
+        }
+        Arc::new(QosShared {
+            input: ArcSwap::from_pointee(Vec::new()),
+            workers: Mutex::new(ctl),
+            worker_ends: Mutex::new(wrk),
+            state: Mutex::new(ControlState::default()),
+        })
+    }
+
+    /// The input features, for the registry.
+    pub fn features(self: &Arc<Self>) -> Vec<Arc<dyn Feature>> {
+        [false, true]
+            .into_iter()
+            .map(|v6| {
+                Arc::new(QosInFeature {
+                    v6,
+                    shared: self.clone(),
+                }) as Arc<dyn Feature>
+            })
+            .collect()
+    }
+
+    /// Worker `worker`'s egress hook (once per worker, at start; `None` after).
+    pub fn egress(&self, worker: usize) -> Option<Box<dyn Egress>> {
+        let (rx, back) = self.worker_ends.lock().ok()?.get_mut(worker)?.take()?;
+        Some(Box::new(QosEgress {
+            scheds: (0..MAX_PORTS).map(|_| None).collect(),
+            mask: 0,
+            rx,
+            back,
+            held: 0,
+        }))
+    }
+
+    /// Apply `cfg` (validated) for the fast path's `interfaces` (by index): publish the
+    /// input policies, and give every port whose output policy changed its new schedulers
+    /// (ports whose policy did not change keep theirs, with what they hold). `now_ns` is
+    /// the workers' clock (0 will do: buckets start full).
+    pub fn apply(&self, cfg: &QosConfig, interfaces: &[String], now_ns: u64) -> Result<(), String> {
+        let mut st = self
+            .state
+            .lock()
+            .map_err(|_| "QoS state poisoned".to_string())?;
+        let compiled = cfg.compile(interfaces, &st.compiled, now_ns)?;
+        let mut workers = self
+            .workers
+            .lock()
+            .map_err(|_| "QoS state poisoned".to_string())?;
+        // Schedulers the workers gave back.
+        for w in workers.iter_mut() {
+            while w.back.pop().is_ok() {}
+        }
+        st.ports
+            .resize_with(interfaces.len().min(MAX_PORTS), || None);
+        for (port, want) in compiled.output.iter().enumerate().take(MAX_PORTS) {
+            let same = match (&st.ports[port], want) {
+                (Some(old), Some(new)) => old.spec == *new,
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            if workers.iter().any(|w| w.to.slots() == 0) {
+                return Err("a worker has not taken the previous QoS change yet; try again".into());
+            }
+            let mut stats = Vec::new();
+            let rates = want.as_ref().map(|s| Arc::new(Rates::new(s, now_ns)));
+            for w in workers.iter_mut() {
+                let sched = match (want, &rates) {
+                    (Some(s), Some(r)) => {
+                        let s = Box::new(Scheduler::new(s, r.clone()));
+                        stats.push(s.stats());
+                        Some(s)
+                    }
+                    _ => None,
+                };
+                // Checked above: there is a slot.
+                let _ = w.to.push(Update {
+                    port: port as u16,
+                    sched,
+                });
+            }
+            st.ports[port] = want.clone().map(|spec| PortState { spec, stats });
+        }
+        self.input.store(Arc::new(compiled.input.clone()));
+        st.compiled = compiled;
+        st.names = interfaces.to_vec();
+        st.config = cfg.clone();
+        Ok(())
+    }
+
+    /// The policers and every scheduled port's classes with their counters (summed over
+    /// the workers).
+    pub fn view(&self) -> View {
+        let Ok(st) = self.state.lock() else {
+            return View::default();
+        };
+        let policers = st
+            .compiled
+            .policers
+            .iter()
+            .map(|(name, p)| PolicerView::of(name, p))
+            .collect();
+        let ports = st
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = p.as_ref()?;
+                let policy = st
+                    .config
+                    .interfaces
+                    .iter()
+                    .find(|f| st.names.get(i) == Some(&f.name))
+                    .and_then(|f| f.output.clone())
+                    .unwrap_or_default();
+                Some(PortView {
+                    interface: st.names.get(i).cloned().unwrap_or_default(),
+                    policy,
+                    shaper_bps: p.spec.rate_bps,
+                    classes: p
+                        .spec
+                        .classes
+                        .iter()
+                        .enumerate()
+                        .map(|(c, spec)| {
+                            let mut n = crate::sched::QueueCounts::default();
+                            for w in &p.stats {
+                                if let Some(q) = w.get(c) {
+                                    n.add(&q.read());
+                                }
+                            }
+                            ClassView {
+                                name: spec.name.clone(),
+                                priority: spec.priority,
+                                weight: spec.priority.is_none().then_some(spec.weight),
+                                min_bps: spec.min_bps,
+                                max_bps: spec.max_bps,
+                                limit: spec.limit,
+                                codel: spec.codel.is_some(),
+                                enqueued: n.enqueued,
+                                enqueued_bytes: n.enqueued_bytes,
+                                sent: n.sent,
+                                sent_bytes: n.sent_bytes,
+                                dropped_tail: n.dropped[0],
+                                dropped_codel: n.dropped[1],
+                                dropped_flush: n.dropped[2],
+                                depth: n.depth,
+                                depth_bytes: n.depth_bytes,
+                                sojourn_max_ns: n.sojourn_max_ns,
+                                sojourn_mean_ns: n.sojourn_sum_ns.checked_div(n.sent).unwrap_or(0),
+                            }
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        View { policers, ports }
+    }
+}
+
+/// QoS as `show qos` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    /// The policers.
+    pub policers: Vec<PolicerView>,
+    /// The scheduled ports.
+    pub ports: Vec<PortView>,
+}
+
+/// A policer and its colour counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicerView {
+    /// Its name.
+    pub name: String,
+    /// srtcm, trtcm or rfc4115.
+    pub kind: &'static str,
+    /// Committed rate, bit/s.
+    pub cir_bps: u64,
+    /// Second rate, bit/s (trTCM's peak, RFC 4115's excess; 0 for srTCM).
+    pub pir_bps: u64,
+    /// (packets, bytes) marked green, yellow, red.
+    pub colours: [(u64, u64); 3],
+}
+
+impl PolicerView {
+    fn of(name: &str, p: &Policer) -> PolicerView {
+        let s = p.spec();
+        PolicerView {
+            name: name.to_string(),
+            kind: s.kind.name(),
+            cir_bps: s.cir_bps,
+            pir_bps: s.pir_bps,
+            colours: p.counts(),
+        }
+    }
+}
+
+/// A scheduled port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortView {
+    /// The port.
+    pub interface: String,
+    /// Its output policy.
+    pub policy: String,
+    /// Its shaper's rate, bit/s (0: none).
+    pub shaper_bps: u64,
+    /// Its classes.
+    pub classes: Vec<ClassView>,
+}
+
+/// A class queue of a port, summed over the workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassView {
+    /// Its name.
+    pub name: String,
+    /// Strict priority, if strict.
+    pub priority: Option<u8>,
+    /// DRR weight, if weighted.
+    pub weight: Option<u32>,
+    /// Minimum rate (0: none).
+    pub min_bps: u64,
+    /// Maximum rate (0: none).
+    pub max_bps: u64,
+    /// Queue limit, packets (per worker).
+    pub limit: usize,
+    /// CoDel on.
+    pub codel: bool,
+    /// Packets queued.
+    pub enqueued: u64,
+    /// Bytes queued.
+    pub enqueued_bytes: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Dropped: queue full.
+    pub dropped_tail: u64,
+    /// Dropped by CoDel.
+    pub dropped_codel: u64,
+    /// Dropped when the scheduler was replaced.
+    pub dropped_flush: u64,
+    /// Packets queued now.
+    pub depth: u64,
+    /// Bytes queued now.
+    pub depth_bytes: u64,
+    /// Longest sojourn, ns.
+    pub sojourn_max_ns: u64,
+    /// Mean sojourn, ns.
+    pub sojourn_mean_ns: u64,
+}
+
+/// The input feature (one per IP version).
+struct QosInFeature {
+    v6: bool,
+    shared: Arc<QosShared>,
+}
+
+impl Feature for QosInFeature {
+    fn spec(&self) -> FeatureSpec {
+        FeatureSpec {
+            name: if self.v6 { IN6 } else { IN4 },
+            arc: if self.v6 {
+                ArcId::Ip6Unicast
+            } else {
+                ArcId::Ip4Unicast
+            },
+            before: &[],
+            // What the filters drop spends no tokens, and a filter rule's DSCP rewrite
+            // chooses the class (classification by rule).
+            after: &[
+                "ip4-filter-ingress",
+                "ip6-filter-ingress",
+                "ip4-urpf-strict",
+                "ip4-urpf-loose",
+                "ip6-urpf-strict",
+                "ip6-urpf-loose",
+            ],
+            drops: DROPS,
+        }
+    }
+
+    fn node(&self, _worker: usize) -> Box<dyn FeatureNode> {
+        Box::new(InNode {
+            v6: self.v6,
+            shared: self.shared.clone(),
+        })
+    }
+
+    fn describe_note(&self, a: u32, b: u64) -> String {
+        let colour = Colour::ALL.get(b as usize >> 8).map_or("-", |c| c.name());
+        format!("class {a} colour {colour} dscp {}", b & 0xff)
+    }
+}
+
+struct InNode {
+    v6: bool,
+    shared: Arc<QosShared>,
+}
+
+impl FeatureNode for InNode {
+    fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
+        let table = self.shared.input.load();
+        for k in 0..batch.len() {
+            let Some(Some(policy)) = table.get(batch.iface(k) as usize) else {
+                continue;
+            };
+            let Some(p) = batch.pkt(k).copied() else {
+                continue;
+            };
+            let at = p.off as usize + p.l3 as usize;
+            let len = u32::from(p.len).saturating_sub(u32::from(p.l3));
+            let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+                continue;
+            };
+            let dscp = if self.v6 { ip6_dscp(h) } else { ip4_dscp(h) };
+            let Some(dscp) = dscp else {
+                continue;
+            };
+            match policy.decide(cx.now_ns, dscp, len) {
+                Verdict::Drop { class, colour } => {
+                    batch.note(k, u32::from(class), (colour as u64) << 8 | u64::from(dscp));
+                    batch.drop(k, POLICED);
+                }
+                Verdict::Pass { class, dscp: d } => {
+                    if d != dscp {
+                        if self.v6 {
+                            set_ip6_dscp(h, d);
+                        } else {
+                            set_ip4_dscp(h, d);
+                        }
+                    }
+                    batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
+                }
+            }
+        }
+    }
+}
+
+/// The DSCP of a packet on a transmit list (`None`: not IPv4 or IPv6).
+#[inline]
+fn dscp_of(mem: &dyn PacketMemory, p: &Pkt) -> Option<u8> {
+    let f = mem.frame(p.buf);
+    let at = p.off as usize + p.l3 as usize;
+    let ty = f.get(at.checked_sub(2)?..at)?;
+    let h = f.get(at..)?;
+    match (ty, h.first()? >> 4) {
+        ([0x08, 0x00], 4) => ip4_dscp(h),
+        ([0x86, 0xdd], 6) => ip6_dscp(h),
+        _ => None,
+    }
+}
+
+/// A worker's schedulers, one per scheduled port: the engine's egress hook.
+pub struct QosEgress {
+    scheds: Vec<Option<Box<Scheduler<Pkt>>>>,
+    mask: u64,
+    rx: rtrb::Consumer<Update>,
+    back: rtrb::Producer<Box<Scheduler<Pkt>>>,
+    held: usize,
+}
+
+impl QosEgress {
+    fn count(&mut self) {
+        self.held = self.scheds.iter().flatten().map(|s| s.queued()).sum();
+    }
+}
+
+impl Egress for QosEgress {
+    #[inline]
+    fn takes(&self, port: u16) -> bool {
+        port < 64 && self.mask & (1 << port) != 0
+    }
+
+    fn schedule(
+        &mut self,
+        port: u16,
+        list: &mut Vec<Pkt>,
+        mem: &mut dyn PacketMemory,
+        now_ns: u64,
+    ) {
+        let Some(Some(s)) = self.scheds.get_mut(port as usize) else {
+            return;
+        };
+        for p in list.drain(..) {
+            let class = s.class_of(dscp_of(mem, &p));
+            if let Err(p) = s.enqueue(p, u32::from(p.len), class, now_ns) {
+                mem.free(p.buf);
+            }
+        }
+        while list.len() < list.capacity() {
+            match s.dequeue(now_ns, &mut |p: Pkt, _| mem.free(p.buf)) {
+                Some((p, _)) => list.push(p),
+                None => break,
+            }
+        }
+        self.count();
+    }
+
+    #[inline]
+    fn held(&self) -> usize {
+        self.held
+    }
+
+    fn update(&mut self, mem: &mut dyn PacketMemory) {
+        while let Ok(u) = self.rx.pop() {
+            let Some(slot) = self.scheds.get_mut(u.port as usize) else {
+                continue;
+            };
+            let bit = 1u64 << u.port;
+            if u.sched.is_some() {
+                self.mask |= bit;
+            } else {
+                self.mask &= !bit;
+            }
+            if let Some(mut old) = std::mem::replace(slot, u.sched) {
+                old.flush(&mut |p: Pkt, _| mem.free(p.buf));
+                // Deallocated by the control thread; here only if its ring is full.
+                let _ = self.back.push(old);
+            }
+            self.count();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

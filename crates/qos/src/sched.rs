@@ -1,0 +1,606 @@
+//! The egress scheduler of a port.
+//!
+//! Packets are sorted into the port's classes by their DSCP (marked on input) and queued
+//! per class; the port takes them out in this order:
+//! 1. strict-priority classes, the lowest priority number first, each while under its
+//!    maximum rate;
+//! 2. weighted classes below their minimum rate (round robin among them);
+//! 3. weighted classes under their maximum rate, by deficit round robin (a class's
+//!    quantum is proportional to its weight; the smallest weight gets 1,536 bytes).
+//!
+//! Nothing leaves while the port's shaper is in debt. Each class queue has a tail-drop
+//! limit and, if configured, CoDel. The rate buckets (port shaper, class minimum and
+//! maximum) are [`Shaper`]s shared by every worker's scheduler of the port, so the rates
+//! hold for the port as a whole; the queues, the DRR state and the order among classes
+//! are per worker (strict priority holds among the packets of one worker).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::bucket::{Shaper, MAX_BURST_BYTES, MAX_RATE_BPS};
+use crate::codel::{Codel, CodelParams};
+use crate::queue::{Entry, Fifo};
+
+/// Most classes a port has.
+pub const MAX_CLASSES: usize = 8;
+/// The DRR quantum of the smallest weight, in bytes (an Ethernet MTU and then some).
+pub const QUANTUM_BYTES: u64 = 1_536;
+/// The largest packet the scheduler is sized for (a jumbo frame).
+pub const MAX_PACKET: u64 = 9_216;
+/// The largest queue limit, in packets.
+pub const MAX_LIMIT: usize = 65_536;
+
+/// One class of a port, as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassSpec {
+    /// Its name.
+    pub name: String,
+    /// Strict priority (lower first) if set; weighted otherwise.
+    pub priority: Option<u8>,
+    /// Its DRR weight (weighted classes), at least 1.
+    pub weight: u32,
+    /// Minimum rate in bit/s (0: none).
+    pub min_bps: u64,
+    /// Maximum rate in bit/s (0: none).
+    pub max_bps: u64,
+    /// Burst of its rate buckets, in bytes.
+    pub burst_bytes: u64,
+    /// Queue limit in packets (tail drop beyond).
+    pub limit: usize,
+    /// CoDel on its queue.
+    pub codel: Option<CodelParams>,
+}
+
+/// A port's scheduler, as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedSpec {
+    /// The port shaper's rate in bit/s (0: no shaper, the port's own pace).
+    pub rate_bps: u64,
+    /// The shaper's burst in bytes.
+    pub burst_bytes: u64,
+    /// The classes, by index.
+    pub classes: Vec<ClassSpec>,
+    /// Class by DSCP.
+    pub by_dscp: [u8; 64],
+    /// The class of DSCPs no class names.
+    pub default_class: u8,
+}
+
+/// Why a [`SchedSpec`] is refused (the config says where).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchedError {
+    /// No class, or more than [`MAX_CLASSES`].
+    ClassCount(usize),
+    /// A rate out of range (class name or "port", what, value).
+    Rate(String, &'static str, u64),
+    /// A burst out of range.
+    Burst(String, u64),
+    /// A weight of 0 on a weighted class.
+    Weight(String),
+    /// A queue limit of 0 or above [`MAX_LIMIT`].
+    Limit(String, usize),
+    /// A class whose minimum exceeds its maximum.
+    MinAboveMax(String),
+    /// The minimum rates add up to more than the port's rate.
+    MinsAboveRate(u64, u64),
+    /// A DSCP mapped to a class that does not exist.
+    UnknownClass(u8),
+}
+
+impl std::fmt::Display for SchedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SchedError::ClassCount(n) => {
+                write!(f, "{n} classes: a port has 1 to {MAX_CLASSES}")
+            }
+            SchedError::Rate(c, k, v) => write!(
+                f,
+                "{c}: {k} = {v} bit/s: must be 1 to {MAX_RATE_BPS} bit/s (or left out)"
+            ),
+            SchedError::Burst(c, v) => write!(
+                f,
+                "{c}: burst = {v} bytes: must be {MAX_PACKET} to {MAX_BURST_BYTES} bytes"
+            ),
+            SchedError::Weight(c) => write!(f, "{c}: weight must be at least 1"),
+            SchedError::Limit(c, v) => {
+                write!(f, "{c}: limit = {v} packets: must be 1 to {MAX_LIMIT}")
+            }
+            SchedError::MinAboveMax(c) => write!(f, "{c}: min_rate is above max_rate"),
+            SchedError::MinsAboveRate(m, r) => write!(
+                f,
+                "the classes' minimum rates add up to {m} bit/s, more than the port's {r} bit/s"
+            ),
+            SchedError::UnknownClass(c) => write!(f, "class index {c} does not exist"),
+        }
+    }
+}
+
+impl std::error::Error for SchedError {}
+
+impl SchedSpec {
+    /// Check counts, rates, bursts, weights and limits.
+    pub fn validate(&self) -> Result<(), SchedError> {
+        let n = self.classes.len();
+        if n == 0 || n > MAX_CLASSES {
+            return Err(SchedError::ClassCount(n));
+        }
+        let rate = |c: &str, k, v: u64| {
+            if v > MAX_RATE_BPS {
+                Err(SchedError::Rate(c.to_string(), k, v))
+            } else {
+                Ok(())
+            }
+        };
+        let burst = |c: &str, v: u64| {
+            if !(MAX_PACKET..=MAX_BURST_BYTES).contains(&v) {
+                Err(SchedError::Burst(c.to_string(), v))
+            } else {
+                Ok(())
+            }
+        };
+        rate("port", "rate", self.rate_bps)?;
+        if self.rate_bps > 0 {
+            burst("port", self.burst_bytes)?;
+        }
+        let mut mins = 0u64;
+        for c in &self.classes {
+            rate(&c.name, "min_rate", c.min_bps)?;
+            rate(&c.name, "max_rate", c.max_bps)?;
+            if c.min_bps > 0 || c.max_bps > 0 {
+                burst(&c.name, c.burst_bytes)?;
+            }
+            if c.priority.is_none() && c.weight == 0 {
+                return Err(SchedError::Weight(c.name.clone()));
+            }
+            if c.limit == 0 || c.limit > MAX_LIMIT {
+                return Err(SchedError::Limit(c.name.clone(), c.limit));
+            }
+            if c.max_bps > 0 && c.min_bps > c.max_bps {
+                return Err(SchedError::MinAboveMax(c.name.clone()));
+            }
+            mins = mins.saturating_add(c.min_bps);
+        }
+        if self.rate_bps > 0 && mins > self.rate_bps {
+            return Err(SchedError::MinsAboveRate(mins, self.rate_bps));
+        }
+        for &c in self.by_dscp.iter().chain([&self.default_class]) {
+            if c as usize >= n {
+                return Err(SchedError::UnknownClass(c));
+            }
+        }
+        Ok(())
+    }
+
+    /// The class of a packet of DSCP `dscp`.
+    #[inline]
+    pub fn class_of(&self, dscp: u8) -> u8 {
+        self.by_dscp
+            .get(dscp as usize)
+            .copied()
+            .unwrap_or(self.default_class)
+    }
+}
+
+/// The rate buckets of a port, shared by its workers' schedulers.
+#[derive(Debug)]
+pub struct Rates {
+    port: Option<Shaper>,
+    min: Vec<Option<Shaper>>,
+    max: Vec<Option<Shaper>>,
+}
+
+impl Rates {
+    /// The buckets of `spec` (validated), full at `now_ns`.
+    pub fn new(spec: &SchedSpec, now_ns: u64) -> Rates {
+        let b = |rate: u64, burst| (rate > 0).then(|| Shaper::new(rate, burst, now_ns));
+        Rates {
+            port: b(spec.rate_bps, spec.burst_bytes),
+            min: spec
+                .classes
+                .iter()
+                .map(|c| b(c.min_bps, c.burst_bytes))
+                .collect(),
+            max: spec
+                .classes
+                .iter()
+                .map(|c| b(c.max_bps, c.burst_bytes))
+                .collect(),
+        }
+    }
+}
+
+/// Why a packet was dropped by the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DropReason {
+    /// Its queue was full.
+    Tail = 0,
+    /// CoDel dropped it.
+    Codel = 1,
+    /// The scheduler was replaced or removed with it queued.
+    Flush = 2,
+}
+
+impl DropReason {
+    /// Every reason, in index order.
+    pub const ALL: [DropReason; 3] = [DropReason::Tail, DropReason::Codel, DropReason::Flush];
+    /// Its name in `show` and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Tail => "tail",
+            DropReason::Codel => "codel",
+            DropReason::Flush => "flush",
+        }
+    }
+}
+
+/// The counters of one class queue of one worker, written by the worker alone (a load
+/// and a store each, no locked instruction) and read by the control thread.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    /// Packets queued.
+    pub enqueued: AtomicU64,
+    /// Bytes queued.
+    pub enqueued_bytes: AtomicU64,
+    /// Packets sent.
+    pub sent: AtomicU64,
+    /// Bytes sent.
+    pub sent_bytes: AtomicU64,
+    /// Drops by [`DropReason`] index.
+    pub dropped: [AtomicU64; 3],
+    /// Packets in the queue now.
+    pub depth: AtomicU64,
+    /// Bytes in the queue now.
+    pub depth_bytes: AtomicU64,
+    /// Sojourn time of the last packet sent, ns.
+    pub sojourn_last_ns: AtomicU64,
+    /// Longest sojourn time seen, ns.
+    pub sojourn_max_ns: AtomicU64,
+    /// Sum of the sojourn times of the packets sent, ns (the mean is this over `sent`).
+    pub sojourn_sum_ns: AtomicU64,
+}
+
+#[inline]
+fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// A plain copy of [`QueueStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Packets queued.
+    pub enqueued: u64,
+    /// Bytes queued.
+    pub enqueued_bytes: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Drops by [`DropReason`] index.
+    pub dropped: [u64; 3],
+    /// Packets queued now.
+    pub depth: u64,
+    /// Bytes queued now.
+    pub depth_bytes: u64,
+    /// Sojourn time of the last packet sent, ns.
+    pub sojourn_last_ns: u64,
+    /// Longest sojourn time, ns.
+    pub sojourn_max_ns: u64,
+    /// Sum of sojourn times, ns.
+    pub sojourn_sum_ns: u64,
+}
+
+impl QueueStats {
+    /// Read them.
+    pub fn read(&self) -> QueueCounts {
+        QueueCounts {
+            enqueued: self.enqueued.load(Relaxed),
+            enqueued_bytes: self.enqueued_bytes.load(Relaxed),
+            sent: self.sent.load(Relaxed),
+            sent_bytes: self.sent_bytes.load(Relaxed),
+            dropped: self.dropped.each_ref().map(|d| d.load(Relaxed)),
+            depth: self.depth.load(Relaxed),
+            depth_bytes: self.depth_bytes.load(Relaxed),
+            sojourn_last_ns: self.sojourn_last_ns.load(Relaxed),
+            sojourn_max_ns: self.sojourn_max_ns.load(Relaxed),
+            sojourn_sum_ns: self.sojourn_sum_ns.load(Relaxed),
+        }
+    }
+}
+
+impl QueueCounts {
+    /// Add another worker's counts (the longest sojourn is the larger).
+    pub fn add(&mut self, o: &QueueCounts) {
+        self.enqueued += o.enqueued;
+        self.enqueued_bytes += o.enqueued_bytes;
+        self.sent += o.sent;
+        self.sent_bytes += o.sent_bytes;
+        for (a, b) in self.dropped.iter_mut().zip(o.dropped) {
+            *a += b;
+        }
+        self.depth += o.depth;
+        self.depth_bytes += o.depth_bytes;
+        self.sojourn_last_ns = self.sojourn_last_ns.max(o.sojourn_last_ns);
+        self.sojourn_max_ns = self.sojourn_max_ns.max(o.sojourn_max_ns);
+        self.sojourn_sum_ns += o.sojourn_sum_ns;
+    }
+}
+
+struct Class<T> {
+    fifo: Fifo<T>,
+    codel: Option<Codel>,
+    quantum: i64,
+    deficit: i64,
+}
+
+/// One worker's scheduler of one port: its queues, over the port's shared [`Rates`].
+pub struct Scheduler<T> {
+    classes: Vec<Class<T>>,
+    rates: Arc<Rates>,
+    stats: Arc<[QueueStats]>,
+    /// Strict classes, highest precedence first.
+    strict: Vec<u8>,
+    /// Weighted classes, in round-robin order.
+    weighted: Vec<u8>,
+    drr_cursor: usize,
+    drr_fresh: bool,
+    min_cursor: usize,
+    queued: usize,
+    by_dscp: [u8; 64],
+    default_class: u8,
+}
+
+impl<T> Scheduler<T> {
+    /// A scheduler of `spec` (validated) over `rates` (built from the same spec),
+    /// with its queues allocated now.
+    pub fn new(spec: &SchedSpec, rates: Arc<Rates>) -> Scheduler<T> {
+        let min_w = spec
+            .classes
+            .iter()
+            .filter(|c| c.priority.is_none())
+            .map(|c| u64::from(c.weight.max(1)))
+            .min()
+            .unwrap_or(1);
+        let classes = spec
+            .classes
+            .iter()
+            .map(|c| Class {
+                fifo: Fifo::new(c.limit),
+                codel: c.codel.map(Codel::new),
+                quantum: (u64::from(c.weight.max(1)) * QUANTUM_BYTES / min_w)
+                    .min(i64::MAX as u64 / 4) as i64,
+                deficit: 0,
+            })
+            .collect();
+        let mut strict: Vec<(u8, u8)> = spec
+            .classes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.priority.map(|p| (p, i as u8)))
+            .collect();
+        strict.sort();
+        let weighted = spec
+            .classes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.priority.is_none())
+            .map(|(i, _)| i as u8)
+            .collect();
+        Scheduler {
+            classes,
+            rates,
+            stats: spec.classes.iter().map(|_| QueueStats::default()).collect(),
+            strict: strict.into_iter().map(|(_, i)| i).collect(),
+            weighted,
+            drr_cursor: 0,
+            drr_fresh: true,
+            min_cursor: 0,
+            queued: 0,
+            by_dscp: spec.by_dscp,
+            default_class: spec.default_class,
+        }
+    }
+
+    /// The class of a packet of DSCP `dscp` (`None`: not IP, the default class).
+    #[inline]
+    pub fn class_of(&self, dscp: Option<u8>) -> u8 {
+        dscp.and_then(|d| self.by_dscp.get(d as usize).copied())
+            .unwrap_or(self.default_class)
+    }
+
+    /// Its counters, by class, for the control thread.
+    pub fn stats(&self) -> Arc<[QueueStats]> {
+        self.stats.clone()
+    }
+
+    /// Packets queued in all classes.
+    #[inline]
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Queue a packet of `len` bytes in class `class` at `now_ns`; a full queue (or a
+    /// class that does not exist) hands it back, counted as a tail drop.
+    #[inline]
+    pub fn enqueue(&mut self, item: T, len: u32, class: u8, now_ns: u64) -> Result<(), T> {
+        let (Some(c), Some(s)) = (
+            self.classes.get_mut(class as usize),
+            self.stats.get(class as usize),
+        ) else {
+            return Err(item);
+        };
+        match c.fifo.push(Entry {
+            item,
+            len,
+            enq_ns: now_ns,
+        }) {
+            Ok(()) => {
+                self.queued += 1;
+                bump(&s.enqueued, 1);
+                bump(&s.enqueued_bytes, u64::from(len));
+                s.depth.store(c.fifo.len() as u64, Relaxed);
+                s.depth_bytes.store(c.fifo.bytes(), Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                bump(&s.dropped[DropReason::Tail as usize], 1);
+                Err(e.item)
+            }
+        }
+    }
+
+    #[inline]
+    fn max_ok(&self, c: usize) -> bool {
+        self.rates
+            .max
+            .get(c)
+            .and_then(Option::as_ref)
+            .is_none_or(Shaper::conforms)
+    }
+
+    #[inline]
+    fn below_min(&self, c: usize) -> bool {
+        self.rates
+            .min
+            .get(c)
+            .and_then(Option::as_ref)
+            .is_some_and(Shaper::conforms)
+    }
+
+    /// Take the next packet of class `c` (through CoDel if it has it), counting and
+    /// charging it; CoDel's drops go to `drop`.
+    fn pop(
+        &mut self,
+        c: usize,
+        now: u64,
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> Option<Entry<T>> {
+        let stats = self.stats.clone();
+        let s = stats.get(c)?;
+        let class = self.classes.get_mut(c)?;
+        let before = class.fifo.len();
+        let e = match &mut class.codel {
+            Some(codel) => codel.dequeue(now, &mut class.fifo, &mut |e: Entry<T>| {
+                bump(&s.dropped[DropReason::Codel as usize], 1);
+                drop(e.item, DropReason::Codel)
+            }),
+            None => class.fifo.pop(),
+        };
+        self.queued -= before - class.fifo.len();
+        s.depth.store(class.fifo.len() as u64, Relaxed);
+        s.depth_bytes.store(class.fifo.bytes(), Relaxed);
+        let e = e?;
+        let len = u64::from(e.len);
+        let sojourn = now.saturating_sub(e.enq_ns);
+        bump(&s.sent, 1);
+        bump(&s.sent_bytes, len);
+        s.sojourn_last_ns.store(sojourn, Relaxed);
+        if sojourn > s.sojourn_max_ns.load(Relaxed) {
+            s.sojourn_max_ns.store(sojourn, Relaxed);
+        }
+        bump(&s.sojourn_sum_ns, sojourn);
+        if let Some(p) = &self.rates.port {
+            p.charge(len);
+        }
+        if let Some(Some(m)) = self.rates.max.get(c) {
+            m.charge(len);
+        }
+        if let Some(Some(m)) = self.rates.min.get(c) {
+            m.charge_floored(len);
+        }
+        Some(e)
+    }
+
+    /// The next packet to send at `now_ns` and its class, or `None` when nothing may leave
+    /// now (all empty, the shaper in debt, every class with packets at its maximum).
+    /// Packets CoDel drops on the way go to `drop`.
+    pub fn dequeue(
+        &mut self,
+        now_ns: u64,
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> Option<(T, u8)> {
+        if self.queued == 0 {
+            return None;
+        }
+        if let Some(p) = &self.rates.port {
+            p.refill(now_ns);
+            if !p.conforms() {
+                return None;
+            }
+        }
+        for s in self.rates.min.iter().chain(&self.rates.max).flatten() {
+            s.refill(now_ns);
+        }
+        // 1. Strict priority.
+        for k in 0..self.strict.len() {
+            let c = self.strict[k] as usize;
+            while !self.classes[c].fifo.is_empty() && self.max_ok(c) {
+                if let Some(e) = self.pop(c, now_ns, drop) {
+                    return Some((e.item, c as u8));
+                }
+            }
+        }
+        let n = self.weighted.len();
+        if n == 0 {
+            return None;
+        }
+        // 2. Weighted classes below their minimum rate.
+        for k in 0..n {
+            let c = self.weighted[(self.min_cursor + k) % n] as usize;
+            while !self.classes[c].fifo.is_empty() && self.below_min(c) && self.max_ok(c) {
+                if let Some(e) = self.pop(c, now_ns, drop) {
+                    self.min_cursor = (self.min_cursor + k + 1) % n;
+                    return Some((e.item, c as u8));
+                }
+            }
+        }
+        // 3. DRR. A visit adds a quantum (at least 1,536 bytes), so a class with a packet
+        // of at most MAX_PACKET bytes sends within MAX_PACKET / 1,536 + 1 visits: the
+        // bound finds any class that may send.
+        let visits = n * (MAX_PACKET / QUANTUM_BYTES + 2) as usize;
+        for _ in 0..visits {
+            self.drr_cursor %= n;
+            let c = self.weighted[self.drr_cursor] as usize;
+            let head = self.classes[c].fifo.head_len();
+            let Some(head) = head.filter(|_| self.max_ok(c)) else {
+                if self.classes[c].fifo.is_empty() {
+                    self.classes[c].deficit = 0;
+                }
+                self.drr_cursor += 1;
+                self.drr_fresh = true;
+                continue;
+            };
+            if self.drr_fresh {
+                self.classes[c].deficit += self.classes[c].quantum;
+                self.drr_fresh = false;
+            }
+            if self.classes[c].deficit >= i64::from(head) {
+                if let Some(e) = self.pop(c, now_ns, drop) {
+                    self.classes[c].deficit -= i64::from(e.len);
+                    return Some((e.item, c as u8));
+                }
+                // CoDel emptied it: on to the next class.
+                continue;
+            }
+            self.drr_cursor += 1;
+            self.drr_fresh = true;
+        }
+        None
+    }
+
+    /// Hand every queued packet to `drop` (the scheduler is being replaced or removed).
+    pub fn flush(&mut self, drop: &mut impl FnMut(T, DropReason)) {
+        for (c, s) in self.classes.iter_mut().zip(self.stats.iter()) {
+            while let Some(e) = c.fifo.pop() {
+                bump(&s.dropped[DropReason::Flush as usize], 1);
+                drop(e.item, DropReason::Flush);
+            }
+            s.depth.store(0, Relaxed);
+            s.depth_bytes.store(0, Relaxed);
+        }
+        self.queued = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+use super::*;
+use proptest::prelude::*;
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+fn class(name: &str, priority: Option<u8>, weight: u32) -> ClassSpec {
+    ClassSpec {
+        name: name.to_string(),
+        priority,
+        weight,
+        min_bps: 0,
+        max_bps: 0,
+        burst_bytes: 15_000,
+        limit: 1_000,
+        codel: None,
+    }
+}
+
+fn spec(rate_bps: u64, classes: Vec<ClassSpec>) -> SchedSpec {
+    SchedSpec {
+        rate_bps,
+        burst_bytes: 15_000,
+        classes,
+        by_dscp: [0; 64],
+        default_class: 0,
+    }
+}
+
+fn sched(s: &SchedSpec) -> Scheduler<u64> {
+    s.validate().unwrap();
+    Scheduler::new(s, Arc::new(Rates::new(s, 0)))
+}
+
+/// Sent bytes per class.
+fn sent(s: &Scheduler<u64>) -> Vec<u64> {
+    s.stats().iter().map(|q| q.read().sent_bytes).collect()
+}
+
+#[test]
+fn hostile_specs_are_refused_with_what_is_wrong() {
+    let ok = spec(
+        10_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    assert_eq!(ok.validate(), Ok(()));
+    let bad = |f: &dyn Fn(&mut SchedSpec)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s.validate().unwrap_err().to_string()
+    };
+    assert_eq!(bad(&|s| s.classes.clear()), "0 classes: a port has 1 to 8");
+    assert_eq!(
+        bad(&|s| s.classes[1].weight = 0),
+        "be: weight must be at least 1"
+    );
+    assert_eq!(
+        bad(&|s| s.classes[1].limit = 0),
+        "be: limit = 0 packets: must be 1 to 65536"
+    );
+    assert_eq!(
+        bad(&|s| {
+            s.classes[0].min_bps = 6_000_000;
+            s.classes[1].min_bps = 6_000_000;
+        }),
+        "the classes' minimum rates add up to 12000000 bit/s, more than the port's 10000000 bit/s"
+    );
+    assert_eq!(
+        bad(&|s| {
+            s.classes[1].min_bps = 2_000;
+            s.classes[1].max_bps = 1_000;
+        }),
+        "be: min_rate is above max_rate"
+    );
+    assert_eq!(bad(&|s| s.by_dscp[46] = 2), "class index 2 does not exist");
+    assert!(bad(&|s| s.burst_bytes = 100).starts_with("port: burst = 100 bytes"));
+    assert!(bad(&|s| s.rate_bps = u64::MAX).starts_with("port: rate = "));
+}
+
+#[test]
+fn a_full_queue_tail_drops_and_a_flush_empties_every_queue() {
+    let mut s = spec(0, vec![class("be", None, 1)]);
+    s.classes[0].limit = 3;
+    let mut q = sched(&s);
+    for i in 0..3 {
+        assert_eq!(q.enqueue(i, 100, 0, 0), Ok(()));
+    }
+    assert_eq!(q.enqueue(9, 100, 0, 0), Err(9));
+    assert_eq!(q.enqueue(8, 100, 5, 0), Err(8), "no class 5");
+    let c = q.stats()[0].read();
+    assert_eq!(
+        (c.enqueued, c.depth, c.depth_bytes, c.dropped),
+        (3, 3, 300, [1, 0, 0])
+    );
+    assert_eq!(q.dequeue(2 * US, &mut |_, _| ()), Some((0, 0)));
+    let c = q.stats()[0].read();
+    assert_eq!(
+        (c.sent, c.sojourn_last_ns, c.sojourn_max_ns),
+        (1, 2 * US, 2 * US)
+    );
+    let mut flushed = vec![];
+    q.flush(&mut |i, r| flushed.push((i, r)));
+    assert_eq!(flushed, [(1, DropReason::Flush), (2, DropReason::Flush)]);
+    assert_eq!(q.queued(), 0);
+    assert_eq!(q.stats()[0].read().dropped, [1, 0, 2]);
+}
+
+/// Offer `bytes_per_ms` per class every ms (packets of `len`) and try to send every
+/// 10 µs for `ms` ms; returns the scheduler and the tail drops per class.
+fn offer(q: &mut Scheduler<u64>, bytes_per_ms: &[u64], len: u32, ms: u64) {
+    let mut id = 0;
+    for t in 0..ms * 100 {
+        let now = t * 10 * US;
+        if t % 100 == 0 {
+            for (c, &b) in bytes_per_ms.iter().enumerate() {
+                for _ in 0..b / u64::from(len) {
+                    id += 1;
+                    let _ = q.enqueue(id, len, c as u8, now);
+                }
+            }
+        }
+        while q.dequeue(now, &mut |_, _| ()).is_some() {}
+    }
+}
+
+#[test]
+fn the_shaper_delivers_its_rate_under_overload() {
+    // 10 Mbit/s is 1,250 bytes per ms; offer twice that for a second.
+    let s = spec(10_000_000, vec![class("be", None, 1)]);
+    let mut q = sched(&s);
+    offer(&mut q, &[2_500], 500, 1_000);
+    let out = sent(&q)[0];
+    // 1 s at the rate, plus the initial burst, within one packet (the last try is at
+    // 999.99 ms).
+    let expect = 1_250_000 + 15_000;
+    assert!(
+        out.abs_diff(expect) <= 500 + 13,
+        "sent {out}, expected {expect}"
+    );
+    assert!(
+        q.stats()[0].read().dropped[0] > 0,
+        "the rest is tail dropped"
+    );
+}
+
+#[test]
+fn ef_loses_nothing_at_twice_the_rate_while_best_effort_is_dropped() {
+    // EF strict at 20 % of the rate, AF41 weight 40, BE weight 60; offered 2x.
+    let mut s = spec(
+        10_000_000,
+        vec![
+            class("be", None, 60),
+            class("af41", None, 40),
+            class("ef", Some(0), 1),
+        ],
+    );
+    s.classes[2].max_bps = 5_000_000;
+    let mut q = sched(&s);
+    // per ms: EF 250 bytes, AF41 1,000, BE 1,250: 2,500 = 2x 1,250.
+    offer(&mut q, &[1_250, 1_000, 250], 250, 2_000);
+    let st: Vec<QueueCounts> = q.stats().iter().map(|s| s.read()).collect();
+    assert_eq!(st[2].dropped, [0, 0, 0], "EF lost nothing");
+    assert_eq!(st[2].sent, st[2].enqueued - st[2].depth);
+    assert!(
+        st[2].sojourn_max_ns <= MS,
+        "EF waits at most until the next ms"
+    );
+    assert!(st[0].dropped[0] > 0 && st[1].dropped[0] > 0);
+    // What is left after EF (1,000 bytes/ms) is shared 60:40, within a few quanta.
+    let (be, af) = (st[0].sent_bytes as f64, st[1].sent_bytes as f64);
+    let share = af / (af + be);
+    assert!((share - 0.4).abs() < 0.01, "AF41 got {share}");
+}
+
+#[test]
+fn a_minimum_rate_is_served_before_weights() {
+    // a: weight 1 with a minimum of 40 %; b: weight 9. Both offered far more than R.
+    let mut s = spec(8_000_000, vec![class("a", None, 1), class("b", None, 9)]);
+    s.classes[0].min_bps = 3_200_000;
+    let mut q = sched(&s);
+    offer(&mut q, &[5_000, 5_000], 500, 1_000);
+    let out = sent(&q);
+    let share = out[0] as f64 / (out[0] + out[1]) as f64;
+    assert!((0.39..0.45).contains(&share), "a got {share}");
+}
+
+#[test]
+fn drr_shares_by_weight_with_mixed_sizes() {
+    let s = spec(0, vec![class("a", None, 3), class("b", None, 1)]);
+    let mut q = sched(&s);
+    let (mut id, mut out) = (0u64, [0u64; 2]);
+    for round in 0..20_000u64 {
+        // Keep both backlogged with packets of varying sizes.
+        for c in 0..2u8 {
+            while q.classes[c as usize].fifo.len() < 10 {
+                id += 1;
+                let len = 64 + (id * 7919 % 1_400) as u32;
+                q.enqueue(id, len, c, round).unwrap();
+            }
+        }
+        let (_, c) = q.dequeue(round, &mut |_, _| ()).unwrap();
+        out[c as usize] += 1;
+    }
+    let b = sent(&q);
+    let ratio = b[0] as f64 / b[1] as f64;
+    assert!((ratio - 3.0).abs() < 0.05, "ratio {ratio}");
+}
+
+#[test]
+fn codel_drops_from_a_standing_best_effort_queue() {
+    let mut s = spec(10_000_000, vec![class("be", None, 1)]);
+    s.classes[0].codel = Some(CodelParams::default());
+    s.classes[0].limit = 10_000;
+    let mut q = sched(&s);
+    offer(&mut q, &[2_500], 500, 2_000);
+    let c = q.stats()[0].read();
+    assert!(c.dropped[1] > 0, "CoDel dropped {:?}", c.dropped);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue { class: u8, len: u32 },
+    Send { tries: u8 },
+}
+
+fn op() -> impl Strategy<Value = (u64, Op)> {
+    (
+        0u64..200_000,
+        prop_oneof![
+            (0u8..4, 64u32..9_000).prop_map(|(class, len)| Op::Enqueue { class, len }),
+            (1u8..20).prop_map(|tries| Op::Send { tries }),
+        ],
+    )
+}
+
+proptest! {
+    /// Over random arrivals and sending opportunities: no class exceeds its maximum
+    /// rate, nor the port its shaper, and a packet of a lower class never leaves while a
+    /// strict class above it has a packet and is under its maximum.
+    #[test]
+    fn no_class_exceeds_its_maximum_and_strict_priority_is_never_starved(
+        port_rate in prop_oneof![Just(0u64), 1_000_000u64..100_000_000],
+        maxes in proptest::collection::vec(prop_oneof![Just(0u64), 500_000u64..50_000_000], 4),
+        min_b in prop_oneof![Just(0u64), 100_000u64..500_000],
+        ops in proptest::collection::vec(op(), 1..400),
+    ) {
+        let mut classes = vec![
+            class("ef", Some(0), 1),
+            class("cs6", Some(1), 1),
+            class("af", None, 4),
+            class("be", None, 1),
+        ];
+        for (c, m) in classes.iter_mut().zip(&maxes) {
+            c.max_bps = *m;
+            c.burst_bytes = 10_000;
+            c.limit = 50;
+        }
+        if classes[3].max_bps == 0 || classes[3].max_bps >= min_b {
+            classes[3].min_bps = min_b;
+        }
+        let mut s = spec(port_rate, classes);
+        s.burst_bytes = 10_000;
+        let mut q = sched(&s);
+        let mut now = 0;
+        for (dt, op) in ops {
+            now += dt;
+            match op {
+                Op::Enqueue { class, len } => { let _ = q.enqueue(now, len, class, now); }
+                Op::Send { tries } => for _ in 0..tries {
+                    let Some((_, c)) = q.dequeue(now, &mut |_, _| ()) else { break };
+                    let rank = |c: u8| q.strict.iter().position(|&s| s == c);
+                    let mine = rank(c).unwrap_or(usize::MAX);
+                    for (r, &s) in q.strict.iter().enumerate() {
+                        if r < mine {
+                            let s = s as usize;
+                            prop_assert!(
+                                q.classes[s].fifo.is_empty() || !q.max_ok(s),
+                                "class {c} sent while strict class {s} waited"
+                            );
+                        }
+                    }
+                },
+            }
+        }
+        let out = sent(&q);
+        let allowed = |rate: u64, burst: u64| {
+            u128::from(rate) * u128::from(now) / u128::from(SEC) + u128::from(burst + 9_000) * 8
+        };
+        for (c, m) in maxes.iter().enumerate() {
+            if *m > 0 {
+                prop_assert!(u128::from(out[c]) * 8 <= allowed(*m, 10_000),
+                    "class {c} sent {} bytes in {now} ns at max {m}", out[c]);
+            }
+        }
+        if port_rate > 0 {
+            let total: u64 = out.iter().sum();
+            prop_assert!(u128::from(total) * 8 <= allowed(port_rate, 10_000));
+        }
+    }
+}
+
+#[test]
+fn dequeue_on_an_idle_scheduler_is_none() {
+    let s = spec(1_000_000, vec![class("be", None, 1)]);
+    let mut q = sched(&s);
+    assert_eq!(q.dequeue(5 * MS, &mut |_, _| ()), None);
+}

@@ -1,0 +1,183 @@
+//! QoS end to end: `[qos]` in the config of `ferrouter run` in a namespace lab, with real
+//! UDP traffic from iperf3. h1 sends h2 twice what r2's shaper lets through: best effort
+//! at 20 Mbit/s and an EF-marked flow at 2 Mbit/s, through a shaper of 10 Mbit/s with EF
+//! in a strict-priority class. What arrives is near the shaper's rate, EF loses nothing
+//! and best effort is dropped, through a live change that keeps the port's queues;
+//! `show qos` counts it all. Correctness only: the bounds
+//! are generous and nothing is timed.
+
+use serde_json::Value;
+
+use lab::H2_V4;
+
+mod common;
+use common::*;
+
+const QOS: &str = r#"
+[[qos.policy]]
+name = "wan"
+default_class = "be"
+shaper = "10mbit"
+
+[[qos.policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+max_rate = "50%"
+
+[[qos.policy.class]]
+name = "be"
+weight = 1
+limit = 128
+
+[[qos.interface]]
+name = "r1"
+trusted = true
+input = "wan"
+
+[[qos.interface]]
+name = "r2"
+output = "wan"
+"#;
+
+/// A UDP iperf3 run of `secs` s from h1 to h2's server on `port` at `rate`, with `tos`:
+/// its JSON report.
+fn udp(
+    lab: &lab::Lab,
+    port: u16,
+    rate: &str,
+    tos: u8,
+    secs: u32,
+) -> std::thread::JoinHandle<Value> {
+    let h1 = lab.h1();
+    let (port, rate, tos, secs) = (
+        port.to_string(),
+        rate.to_string(),
+        tos.to_string(),
+        secs.to_string(),
+    );
+    std::thread::spawn(move || {
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &h1, "iperf3", "-c", H2_V4, "-p", &port, "-u", "-b", &rate, "-l",
+                "1000", "-t", &secs, "-S", &tos, "-J",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "iperf3 to port {port}: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    })
+}
+
+/// Bits per second h2 received in an iperf3 UDP report, and the datagrams lost.
+fn received(v: &Value) -> (f64, u64) {
+    let s = &v["end"]["sum"];
+    let lost = s["lost_packets"].as_u64().unwrap_or_else(|| panic!("{v}"));
+    let packets = s["packets"].as_u64().unwrap();
+    let secs = s["seconds"].as_f64().unwrap();
+    // What arrived: the datagrams sent less those lost, 1,000 bytes each.
+    ((packets - lost) as f64 * 8000.0 / secs, lost)
+}
+
+fn class<'a>(q: &'a Value, name: &str) -> &'a Value {
+    q["ports"][0]["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("class {name}: {q}"))
+}
+
+#[test]
+fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped() {
+    let g = start("qos", QOS);
+    let lab = &g.0;
+    let h2 = lab.h2();
+    ping_until_ok(lab, &lab.h1(), H2_V4);
+    let _servers: Vec<Bg> = [5201u16, 5202]
+        .iter()
+        .map(|p| {
+            spawn(
+                &h2,
+                &["iperf3", "-s", "-1", "-B", H2_V4, "-p", &p.to_string()],
+            )
+        })
+        .collect();
+    assert!(bound(lab, &h2, 5201, "-ltnH") && bound(lab, &h2, 5202, "-ltnH"));
+    let secs = 5;
+    // EF is DSCP 46: TOS 184.
+    let base = std::fs::read_to_string(lab.config_file())
+        .unwrap()
+        .replace(QOS, "");
+    let ef = udp(lab, 5202, "2M", 184, secs);
+    let be = udp(lab, 5201, "20M", 0, secs);
+    // Under that traffic, a change that leaves r2's policy as it is (a policer added)
+    // keeps its queues: nothing is flushed, EF still loses nothing.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let more = format!(
+        "{QOS}\n[[qos.policer]]\nname = \"spare\"\nkind = \"srtcm\"\ncir = \"1mbit\"\ncbs = 3000\nebs = 3000\n"
+    );
+    let (ok, out) = apply(lab, &base, &more, "live");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("~ qos: 1 policy, 1 policer, 2 interfaces"),
+        "{out}"
+    );
+    let (ef, be) = (ef.join().unwrap(), be.join().unwrap());
+    let (ef_bps, ef_lost) = received(&ef);
+    let (be_bps, be_lost) = received(&be);
+    eprintln!("EF {ef_bps:.0} bit/s lost {ef_lost}; BE {be_bps:.0} bit/s lost {be_lost}");
+    assert_eq!(ef_lost, 0, "EF lost datagrams: {ef}");
+    assert!(be_lost > 0, "best effort at twice the rate must lose: {be}");
+    // Payload at a 10 Mbit/s shaper of frames (1,042 bytes on the wire per 1,000 of
+    // payload): about 9.6 Mbit/s. Generous bounds: this checks that the shaper shapes.
+    let total = ef_bps + be_bps;
+    assert!(
+        (6.0e6..11.5e6).contains(&total),
+        "delivered {total:.0} bit/s through a 10 Mbit/s shaper"
+    );
+
+    let q = api(lab, "qos", None);
+    assert_eq!(q["ports"][0]["interface"], "r2", "{q}");
+    assert_eq!(q["ports"][0]["shaper_bps"], 10_000_000u64, "{q}");
+    let (efc, bec) = (class(&q, "ef"), class(&q, "be"));
+    assert_eq!(efc["dropped_tail"], 0, "{q}");
+    assert_eq!(
+        efc["dropped_flush"], 0,
+        "queues kept through the change: {q}"
+    );
+    assert_eq!(
+        bec["dropped_flush"], 0,
+        "queues kept through the change: {q}"
+    );
+    assert_eq!(q["policers"][0]["name"], "spare", "{q}");
+    assert!(
+        efc["sent"].as_u64().unwrap() >= ef["end"]["sum"]["packets"].as_u64().unwrap(),
+        "{q}"
+    );
+    assert!(bec["dropped_tail"].as_u64().unwrap() > 0, "{q}");
+    let text = cli(lab, &["show", "qos"]).1;
+    eprintln!("{text}");
+    assert!(
+        text.contains("port r2 (policy wan, shaper 10Mbit)"),
+        "{text}"
+    );
+    let tail = metric(
+        lab,
+        "ferrouter_qos_queue_dropped_packets_total{interface=\"r2\",class=\"be\",reason=\"tail\"}",
+    );
+    assert!(tail.is_some_and(|n| n > 0.0), "{tail:?}");
+
+    // Removed live: the queues are flushed, their buffers freed, and traffic flows on
+    // unshaped.
+    let (ok, out) = apply(lab, &base, "", "noqos");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("~ qos: 0 policies, 0 policers, 0 interfaces"),
+        "{out}"
+    );
+    let q = api(lab, "qos", None);
+    assert_eq!(q["ports"].as_array().map(Vec::len), Some(0), "{q}");
+    ping_until_ok(lab, &lab.h1(), H2_V4);
+}
