@@ -270,7 +270,11 @@ pub struct Tunnels<'a> {
 impl IpsecShared {
     /// Tables of `max_sas` SAs for `workers` workers over `ifaces` interfaces.
     pub fn new(workers: usize, max_sas: usize, ifaces: usize) -> IpsecShared {
-        let (sad, writer) = sad::channel(max_sas, ifaces);
+        let (sad, mut writer) = sad::channel(max_sas, ifaces);
+        let reasm = Arc::<crate::reasm::ReasmStats>::default();
+        // The SAs' worker gathers ESP fragments (the others hand them over), in a table
+        // it gets with the first inbound SA.
+        writer.reassemble(reasm.clone());
         let mut tables = vec![Arc::new(AtomicRefCell::new(sad))];
         // Other workers get empty tables (no SA is theirs).
         for _ in 1..workers.max(1) {
@@ -292,7 +296,7 @@ impl IpsecShared {
             senders: Mutex::new(Vec::new()),
             handed_off: AtomicU64::new(0),
             natt: std::sync::atomic::AtomicBool::new(false),
-            reasm: Arc::default(),
+            reasm,
         }
     }
 
@@ -687,16 +691,12 @@ impl Feature for EspFeature {
                 .ok()
                 .and_then(|mut s| s.get_mut(worker)?.get_mut(side)?.take())
         };
-        // The worker that decrypts gathers ESP fragments (the others hand them over).
-        let reasm = (self.kind == Kind::Decrypt && worker == OWNER)
-            .then(|| Box::new(crate::reasm::Reassembly::new(self.shared.reasm.clone())));
         Box::new(EspNode {
             kind: self.kind,
             table,
             shared: self.shared.clone(),
             touched: Vec::with_capacity(VECTOR_SIZE),
             tx,
-            reasm,
         })
     }
 }
@@ -710,8 +710,6 @@ struct EspNode {
     touched: Vec<u32>,
     /// On a worker other than [`OWNER`]: the lane to it.
     tx: Option<HandoffTx>,
-    /// `esp-decrypt` on [`OWNER`]: the ESP fragments being gathered.
-    reasm: Option<Box<crate::reasm::Reassembly>>,
 }
 
 impl FeatureNode for EspNode {
@@ -738,13 +736,12 @@ impl FeatureNode for EspNode {
         sad.apply_ops(sad::OPS_PER_VECTOR);
         self.touched.clear();
         match self.kind {
-            Kind::Decrypt => decrypt_batch(
-                cx,
-                batch,
-                &mut sad,
-                &mut self.touched,
-                self.reasm.as_deref_mut(),
-            ),
+            Kind::Decrypt => {
+                // On [`OWNER`] with an inbound SA: the ESP fragments being gathered.
+                let mut reasm = sad.take_reassembly();
+                decrypt_batch(cx, batch, &mut sad, &mut self.touched, reasm.as_deref_mut());
+                sad.put_reassembly(reasm);
+            }
             Kind::Encrypt4 | Kind::Encrypt6 => {
                 encrypt_batch(cx, batch, &mut sad, &mut self.touched)
             }
