@@ -1183,6 +1183,7 @@ mod tests {
                     up: true,
                     oper_up: true,
                     carrier: true,
+                    point_to_point: false,
                 })
                 .collect(),
             addrs: addrs
