@@ -12,38 +12,21 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::ipsec::{feature_drops, ipsec, ping_until, read_dump, sh, stop, wire_dump};
 use lab::ipsec::{IpsecGuard, IpsecLab, GW2_TUNNEL, H1, H1_V6, H2, H2_V6};
 use serde_json::Value;
 
+/// An IPsec lab with the tools these tests use.
 fn up(tag: &str, f: impl FnOnce(&mut IpsecLab)) -> IpsecGuard {
-    lab::preconditions(
-        "network namespaces and the gateways' ports",
+    common::ipsec::up(
+        tag,
         &[
             ("iperf3", "iperf3"),
             ("tcpdump", "tcpdump"),
             ("tshark", "tshark"),
         ],
+        f,
     )
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let mut l = IpsecLab::new(&format!("t{}{tag}", std::process::id() % 10000));
-    f(&mut l);
-    l.down();
-    l.up(Path::new(common::bin()))
-        .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
-    IpsecGuard(l)
-}
-
-fn sh(l: &IpsecLab, ns: &str, args: &[&str]) -> (bool, String) {
-    let o = l.exec(ns, args).unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
-    )
-}
-
-fn ipsec(l: &IpsecLab, gw: u8) -> Value {
-    control::api::request_json(&l.socket(gw), "ipsec", None)
-        .unwrap_or_else(|e| panic!("show ipsec on gw{gw}: {e:#}"))
 }
 
 fn sa<'a>(v: &'a Value, dir: &str) -> &'a Value {
@@ -55,29 +38,10 @@ fn sa<'a>(v: &'a Value, dir: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {dir} SA in {v:#}"))
 }
 
-fn feature_drops(l: &IpsecLab, gw: u8, feature: &str, reason: &str) -> u64 {
-    common::feature_drops_at(&l.socket(gw), feature, reason)
-}
-
 fn metrics_text(socket: &Path) -> String {
     let c = control::client::Client::new(control::client::Endpoint::Unix(socket.into()));
     let r = c.call("GET", "/metrics", None).unwrap();
     String::from_utf8_lossy(&r.body).into_owned()
-}
-
-/// Ping until it answers (the first packets may wait for ARP on the LAN sides).
-fn ping_until(l: &IpsecLab, ns: &str, dst: &str) {
-    for _ in 0..20 {
-        if sh(l, ns, &["ping", "-c1", "-W1", dst]).0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!(
-        "no answer from {dst} in {ns}: gw1 log:\n{}\ngw2 log:\n{}",
-        std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
-        std::fs::read_to_string(l.log_file(2)).unwrap_or_default()
-    );
 }
 
 fn iperf3(l: &IpsecLab, dst: &str, extra: &[&str]) -> Value {
@@ -90,54 +54,6 @@ fn iperf3(l: &IpsecLab, dst: &str, extra: &[&str]) -> Value {
     let (ok, out) = sh(l, &l.h1(), &a);
     assert!(ok, "iperf3 to {dst}: {out}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {out}"))
-}
-
-/// tcpdump on the WAN's bridge (port to-gw1) into `name` in the lab's directory, matching
-/// `filter`, once it listens.
-fn wire_dump(
-    l: &IpsecLab,
-    name: &str,
-    filter: &[&str],
-) -> (std::process::Child, std::path::PathBuf) {
-    let dump = l.dir.join(name);
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &l.wire(),
-            "tcpdump",
-            "-i",
-            "to-gw1",
-            "-n",
-            "-U",
-            "-w",
-        ])
-        .arg(&dump)
-        .args(filter)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    (child, dump)
-}
-
-/// Stop a tcpdump (it writes what it holds first).
-fn stop(tcpdump: &mut std::process::Child) {
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let _ = tcpdump.wait();
-}
-
-/// What tcpdump reads of a capture file, one packet a line.
-fn read_dump(dump: &Path) -> String {
-    let read = Command::new("tcpdump")
-        .args(["-n", "-r"])
-        .arg(dump)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&read.stdout).into_owned()
 }
 
 #[test]

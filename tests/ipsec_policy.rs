@@ -12,33 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use lab::ipsec::{IpsecGuard, IpsecLab, H1, H2, H2_V6};
+use common::ipsec::{feature_drops as drops, ipsec, ping_until, read_dump, sh, stop, wire_dump};
+use lab::ipsec::{IpsecLab, H1, H2, H2_V6};
 use serde_json::Value;
-
-fn sh(l: &IpsecLab, ns: &str, args: &[&str]) -> (bool, String) {
-    let o = l.exec(ns, args).unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
-    )
-}
-
-fn ipsec(l: &IpsecLab, gw: u8) -> Value {
-    control::api::request_json(&l.socket(gw), "ipsec", None)
-        .unwrap_or_else(|e| panic!("show ipsec on gw{gw}: {e:#}"))
-}
-
-fn drops(l: &IpsecLab, gw: u8, feature: &str, reason: &str) -> u64 {
-    let c = control::api::request_json(&l.socket(gw), "counters", None).unwrap();
-    c["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["feature"] == feature)
-        .unwrap_or_else(|| panic!("{feature} not in {c}"))["drops"][reason]
-        .as_u64()
-        .unwrap()
-}
 
 /// Gateway `gw`'s non-zero drop and punt counters, for a failure's message.
 fn drop_list(l: &IpsecLab, gw: u8) -> String {
@@ -67,44 +43,6 @@ fn matches(l: &IpsecLab, gw: u8, index: u64) -> u64 {
         .unwrap()
 }
 
-fn ping_until(l: &IpsecLab, dst: &str) {
-    for _ in 0..20 {
-        if sh(l, &l.h1(), &["ping", "-c1", "-W1", dst]).0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!(
-        "no answer from {dst}: gw1 log:\n{}\ngw2 log:\n{}",
-        std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
-        std::fs::read_to_string(l.log_file(2)).unwrap_or_default()
-    );
-}
-
-fn wire_dump(l: &IpsecLab) -> (std::process::Child, std::path::PathBuf) {
-    let dump = l.dir.join("wan.pcap");
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &l.wire(),
-            "tcpdump",
-            "-i",
-            "to-gw1",
-            "-n",
-            "-U",
-            "-w",
-        ])
-        .arg(&dump)
-        .arg("(ip or ip6) and not ip multicast and not ip6 multicast")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    (child, dump)
-}
-
 /// Policy indices of the lab's config (`IpsecLab::policy_config_text`), IPv4: out bypass
 /// UDP 5201, out discard UDP 9, out protect, in bypass UDP 5201, in protect.
 const OUT_BYPASS: u64 = 0;
@@ -127,26 +65,26 @@ fn policies_work_with_two_workers() {
 }
 
 fn policies_between_two_gateways(tag: &str, workers: usize) {
-    lab::preconditions(
-        "network namespaces and the gateways' ports",
-        &[("iperf3", "iperf3"), ("tcpdump", "tcpdump")],
-    )
-    .unwrap_or_else(|e| panic!("{e:#}"));
     assert!(
         Path::new("/usr/bin/python3").exists(),
         "/usr/bin/python3 not found: install the Debian package python3-scapy"
     );
-    let mut l = IpsecLab::new(&format!("t{}{tag}", std::process::id() % 10000));
-    l.policy = true;
-    l.workers = workers;
-    l.down();
-    l.up(Path::new(common::bin()))
-        .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
-    let g = IpsecGuard(l);
+    let g = common::ipsec::up(
+        tag,
+        &[("iperf3", "iperf3"), ("tcpdump", "tcpdump")],
+        |l: &mut IpsecLab| {
+            l.policy = true;
+            l.workers = workers;
+        },
+    );
     let l = &g.0;
-    let (mut tcpdump, dump) = wire_dump(l);
-    ping_until(l, H2);
-    ping_until(l, H2_V6);
+    let (mut tcpdump, dump) = wire_dump(
+        l,
+        "wan.pcap",
+        &["(ip or ip6) and not ip multicast and not ip6 multicast"],
+    );
+    ping_until(l, &l.h1(), H2);
+    ping_until(l, &l.h1(), H2_V6);
     for dst in [H2, H2_V6] {
         let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W5", dst]);
         assert!(
@@ -194,16 +132,8 @@ fn policies_between_two_gateways(tag: &str, workers: usize) {
     );
     assert!(ok, "{out}");
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-INT", &tcpdump.id().to_string()])
-        .status();
-    let _ = tcpdump.wait();
-    let read = Command::new("tcpdump")
-        .args(["-n", "-r"])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&read.stdout).into_owned();
+    stop(&mut tcpdump);
+    let text = read_dump(&dump);
     let lines: Vec<&str> = text.lines().collect();
     // Between the hosts' prefixes only ESP, but the bypassed UDP; nothing to port 9.
     let hosts = |s: &&&str| s.contains(" 10.1.0.2") || s.contains(" 2001:db8:a1::");

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use lab::{Guard, Lab, H2_V4};
 use serde_json::Value;
 
+pub mod ipsec;
+
 /// The binary under test: the daemon and its CLI.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferrouter")

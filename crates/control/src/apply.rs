@@ -1209,6 +1209,7 @@ mod tests {
                     up: true,
                     oper_up: true,
                     carrier: true,
+                    point_to_point: false,
                 })
                 .collect(),
             addrs: addrs

@@ -808,11 +808,6 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     let mut sync = Sync::new(writer, names.clone());
     sync.set_distances(cfg.distance);
     sync.set_vlans(vlan_tags.clone());
-    sync.set_tunnels(
-        (0..names.len())
-            .map(|i| i >= cfg.ports.len() + cfg.vlans.len())
-            .collect(),
-    );
     let mut mirror =
         linux::Mirror::open(cfg.netlink_rcvbuf).context("opening the netlink mirror")?;
     sync.resync(mirror.dump().context("dumping kernel state")?);

@@ -140,6 +140,9 @@ pub type Shares = (
     Arc<qos::node::QosShared>,
 );
 
+/// The config's SA keys as read from its key file, or what was wrong with it.
+type IpsecKeys = Result<Option<ipsec::config::Keys>, (String, String)>;
+
 /// The daemon's features: the registry, and the state the workers follow.
 pub struct Features {
     /// Every feature, with its counter slots.
@@ -161,6 +164,9 @@ pub struct Features {
     pub qos: Arc<qos::node::QosShared>,
     /// The IPsec config the installed SAs came from.
     ipsec_config: std::sync::Mutex<ipsec::config::IpsecConfig>,
+    /// The config's SA keys as the last config apply read them from the key file: an SA
+    /// the API adds or removes is planned with these (the file is not read again).
+    ipsec_keys: std::sync::Mutex<IpsecKeys>,
     /// SAs given through the API (`POST /v1/ipsec/sa`), installed beside the config's; in
     /// memory only (a restart forgets them).
     ipsec_api: std::sync::Mutex<Vec<ipsec::config::ExtraSa>>,
@@ -207,6 +213,7 @@ impl Features {
             ipsec,
             qos,
             ipsec_config: std::sync::Mutex::new(ipsec::config::IpsecConfig::default()),
+            ipsec_keys: std::sync::Mutex::new(Ok(None)),
             ipsec_api: std::sync::Mutex::new(Vec::new()),
             nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
             workers,
@@ -281,22 +288,29 @@ impl Features {
         Ok(())
     }
 
-    /// IPsec's SAs, as the config and its key file say (the key file is read again on
-    /// every publish, so a key changed there is a changed SA). Unchanged SAs keep their
-    /// state.
+    /// IPsec's SAs, as the config and its key file say (the key file is read once per
+    /// publish, that is per config apply, so a key changed there is a changed SA).
+    /// Unchanged SAs keep their state.
     fn publish_ipsec(&self, cfg: &ipsec::config::IpsecConfig) -> Result<(), String> {
         let api = self
             .ipsec_api
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        self.publish_ipsec_with(cfg, &api)
+        let keys = cfg.keys();
+        self.publish_ipsec_with(cfg, &api, &keys)?;
+        *self
+            .ipsec_keys
+            .lock()
+            .map_err(|_| "IPsec state unavailable")? = keys;
+        Ok(())
     }
 
-    /// [`Features::publish_ipsec`] with `api` as the API's SAs.
+    /// [`Features::publish_ipsec`] with `api` as the API's SAs and the config's `keys`.
     fn publish_ipsec_with(
         &self,
         cfg: &ipsec::config::IpsecConfig,
         api: &[ipsec::config::ExtraSa],
+        keys: &IpsecKeys,
     ) -> Result<(), String> {
         let mut cur = self
             .ipsec_config
@@ -306,7 +320,7 @@ impl Features {
             return Ok(());
         }
         let reserved: Vec<&str> = Vec::new();
-        let planned = cfg.plan_with(&reserved, api).map_err(|p| {
+        let planned = cfg.plan_keyed(&reserved, api, keys).map_err(|p| {
             p.into_iter()
                 .map(|(path, m)| format!("{path}: {m}"))
                 .collect::<Vec<_>>()
@@ -355,6 +369,11 @@ impl Features {
             .lock()
             .map_err(|_| "IPsec state unavailable")?
             .clone();
+        // The keys the running config was applied with (taken before anything changes).
+        let keys = self
+            .ipsec_keys
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
         let (dir, spi, tunnel) = (sa.entry.direction, sa.entry.spi, sa.entry.tunnel.clone());
         let mut next: Vec<ipsec::config::ExtraSa> = Vec::with_capacity(api.len() + 1);
         let mut kept = Vec::new();
@@ -369,7 +388,7 @@ impl Features {
             }
         }
         next.push(sa);
-        match self.publish_ipsec_with(&cfg, &next) {
+        match self.publish_ipsec_with(&cfg, &next, &keys) {
             Ok(()) => {
                 *api = next;
                 Ok(())
@@ -406,8 +425,12 @@ impl Features {
             .lock()
             .map_err(|_| "IPsec state unavailable")?
             .clone();
+        let keys = self
+            .ipsec_keys
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
         let gone = api.remove(k);
-        match self.publish_ipsec_with(&cfg, &api) {
+        match self.publish_ipsec_with(&cfg, &api, &keys) {
             Ok(()) => Ok(true),
             Err(e) => {
                 api.insert(k, gone);

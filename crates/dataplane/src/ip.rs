@@ -2,10 +2,10 @@
 //! (longest-prefix match, ECMP, the unicast feature arc at their head) and ip4-rewrite /
 //! ip6-rewrite (TTL or hop limit, MTU, L2 header, the output feature arc).
 
-use fib::NextHop;
+use fib::{Adjacency, NextHop};
 
 use crate::buffer::{
-    l3_mut, PacketMemory, Vector, F_CSUM_UNKNOWN, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN,
+    l3_mut, PacketMemory, Pkt, Vector, F_CSUM_UNKNOWN, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN, HEADROOM,
 };
 use crate::counters::Reason;
 use crate::family::Family;
@@ -156,5 +156,132 @@ pub(crate) fn rewrite_step(v6: bool, ttl: u8, new_ttl: u8, adj: &fib::Adjacency)
         port: adj.port,
         src_mac: adj.src_mac,
         dst_mac: adj.dst_mac,
+    }
+}
+
+/// How [`emit_fragments`] cuts a packet: its payload (after the headers that every
+/// fragment repeats) as a range of its L3 bytes, and the header length and payload bytes
+/// (a multiple of 8, not 0) of the first fragment and of the later ones.
+pub(crate) struct FragShape {
+    pub(crate) ethertype: u16,
+    pub(crate) payload: std::ops::Range<usize>,
+    pub(crate) first: (usize, usize),
+    pub(crate) later: (usize, usize),
+}
+
+/// One fragment, as [`emit_fragments`] asks its header of the caller.
+#[derive(Clone, Copy)]
+pub(crate) struct Piece {
+    /// The first fragment of the packet.
+    pub(crate) first: bool,
+    /// Where its payload starts in the packet's payload (bytes).
+    pub(crate) offset: usize,
+    /// Its payload's length.
+    pub(crate) len: usize,
+    /// The last fragment.
+    pub(crate) last: bool,
+}
+
+/// Queue `p` cut into fragments on the egress port of `adj` (ip4-frag, ip6-frag): each
+/// in a new frame, its L2 header written, its IP header by `header` (given the fragment's
+/// header bytes to fill and `p`'s L3 bytes), then its share of the payload. All or
+/// nothing: if a frame or queue room runs out, or `header` fails, the fragments queued
+/// are taken back and `None` returned. Returns the fragments queued and the port.
+pub(crate) fn emit_fragments<M: PacketMemory>(
+    g: &mut Graph,
+    mem: &mut M,
+    out: &mut Output,
+    p: &Pkt,
+    adj: &Adjacency,
+    shape: FragShape,
+    mut header: impl FnMut(&mut [u8], &[u8], Piece) -> Option<()>,
+) -> Option<(u64, u16)> {
+    let FragShape {
+        ethertype,
+        payload,
+        first: (first_hlen, first_chunk),
+        later: (later_hlen, later_chunk),
+    } = shape;
+    if first_chunk == 0 || later_chunk == 0 || payload.start > payload.end {
+        return None;
+    }
+    let payload_len = payload.end - payload.start;
+    let src_l3 = p.off as usize + p.l3 as usize;
+    let (tx_port, tags) = g.egress(adj);
+    let eth_len = ETH_HLEN + tags.map_or(0, |t| t.len());
+    let start_len = out.tx.get(tx_port as usize)?.len();
+    let mut done = 0usize;
+    // Bounded: each iteration consumes ≥ 8 payload bytes.
+    while done < payload_len {
+        let first = done == 0;
+        let (h, chunk) = if first {
+            (first_hlen, first_chunk)
+        } else {
+            (later_hlen, later_chunk)
+        };
+        let n = chunk.min(payload_len - done);
+        let piece = Piece {
+            first,
+            offset: done,
+            len: n,
+            last: done + n == payload_len,
+        };
+        let Some(buf) = mem.alloc_for(eth_len + h + n) else {
+            rollback(out, tx_port as usize, start_len);
+            return None;
+        };
+        let room = out
+            .tx
+            .get(tx_port as usize)
+            .is_some_and(|q| q.len() < q.capacity());
+        let (src, dst) = mem.frame_pair(p.buf, buf);
+        let ipd = HEADROOM + eth_len;
+        let mut write = || {
+            let l3 = src.get(src_l3..)?;
+            write_eth(dst.get_mut(HEADROOM..ipd)?, adj, tags, ethertype);
+            header(dst.get_mut(ipd..ipd + h)?, l3, piece)?;
+            let from = payload.start + done;
+            dst.get_mut(ipd + h..ipd + h + n)?
+                .copy_from_slice(l3.get(from..from + n)?);
+            Some(())
+        };
+        if !room || write().is_none() {
+            mem.free(buf);
+            rollback(out, tx_port as usize, start_len);
+            return None;
+        }
+        out.tx.get_mut(tx_port as usize)?.push(Pkt {
+            buf,
+            off: HEADROOM as u16,
+            len: (eth_len + h + n) as u16,
+            rx_port: p.rx_port,
+            tx_port,
+            l3: eth_len as u16,
+            flags: p.flags,
+            nh: p.nh,
+            aux: 0,
+        });
+        done += n;
+    }
+    let queued = out.tx.get(tx_port as usize)?;
+    if tags.is_some() {
+        for f in &queued[start_len..] {
+            g.subif_sent(adj.port, f.len as usize);
+        }
+    }
+    Some(((queued.len() - start_len) as u64, tx_port))
+}
+
+/// Take back fragments already queued when a later one could not be built; their buffers
+/// are returned through `free`.
+pub(crate) fn rollback(out: &mut Output, port: usize, start_len: usize) {
+    if let Some(q) = out.tx.get_mut(port) {
+        // Bounded by the queue length; `drain` would allocate nothing either, but this
+        // keeps the borrow of `out.free` separate.
+        while q.len() > start_len {
+            if let Some(f) = q.pop() {
+                out.free.push(f.buf);
+            }
+        }
     }
 }

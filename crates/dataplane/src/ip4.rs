@@ -6,7 +6,6 @@ use wire::{checksum, Ipv4Packet};
 
 use crate::buffer::{
     l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN, F_TO_FRAG,
-    HEADROOM,
 };
 use crate::counters::Reason;
 use crate::family::Family;
@@ -341,87 +340,34 @@ fn fragment_one<M: PacketMemory>(
     };
     let first_chunk = mtu.checked_sub(hlen)? & !7;
     let later_chunk = mtu.checked_sub(later_hlen)? & !7;
-    if first_chunk == 0 || later_chunk == 0 {
-        return None;
-    }
-    let payload_len = total - hlen;
-    let src_l3 = p.off as usize + p.l3 as usize;
-    let (tx_port, tags) = g.egress(&adj);
-    let eth_len = ETH_HLEN + tags.map_or(0, |t| t.len());
-    let start_len = out.tx.get(tx_port as usize)?.len();
-    let mut done = 0usize;
-    let mut first = true;
-    // Bounded: each iteration consumes ≥ 8 payload bytes.
-    while done < payload_len {
-        let chunk = if first { first_chunk } else { later_chunk }.min(payload_len - done);
-        let last = done + chunk == payload_len;
-        let h = if first { hlen } else { later_hlen };
-        let Some(buf) = mem.alloc_for(eth_len + h + chunk) else {
-            rollback(out, tx_port as usize, start_len);
-            return None;
-        };
-        let q = out.tx.get_mut(tx_port as usize)?;
-        if q.len() >= q.capacity() {
-            mem.free(buf);
-            rollback(out, tx_port as usize, start_len);
-            return None;
-        }
-        let (src, dst) = mem.frame_pair(p.buf, buf);
-        let d = HEADROOM;
-        crate::graph::write_eth(&mut dst[d..d + eth_len], &adj, tags, wire::ethertype::IPV4);
-        let ipd = d + eth_len;
-        if first {
-            dst[ipd..ipd + hlen].copy_from_slice(&src[src_l3..src_l3 + hlen]);
-        } else {
-            dst[ipd..ipd + later_hlen].copy_from_slice(&later_hdr[..later_hlen]);
-        }
-        dst[ipd + h..ipd + h + chunk]
-            .copy_from_slice(&src[src_l3 + hlen + done..src_l3 + hlen + done + chunk]);
-        let mut ip = Ipv4Packet::new_unchecked(&mut dst[ipd..ipd + h + chunk]);
-        ip.set_header_len(h);
-        ip.set_total_len((h + chunk) as u16);
-        let off = orig_off + done;
-        ip.set_flags_frag(false, !last || orig_mf, off as u16);
-        ip.fill_checksum();
-        let frag = Pkt {
-            buf,
-            off: d as u16,
-            len: (eth_len + h + chunk) as u16,
-            rx_port: p.rx_port,
-            tx_port,
-            l3: eth_len as u16,
-            flags: p.flags,
-            nh: p.nh,
-            aux: 0,
-        };
-        out.tx.get_mut(tx_port as usize)?.push(frag);
-        done += chunk;
-        first = false;
-    }
-    let queued = out.tx.get(tx_port as usize)?;
-    if tags.is_some() {
-        for f in &queued[start_len..] {
-            g.subif_sent(adj.port, f.len as usize);
-        }
-    }
-    let sent = (queued.len() - start_len) as u64;
+    let shape = crate::ip::FragShape {
+        ethertype: wire::ethertype::IPV4,
+        payload: hlen..total,
+        first: (hlen, first_chunk),
+        later: (later_hlen, later_chunk),
+    };
+    let (sent, tx_port) =
+        crate::ip::emit_fragments(g, mem, out, p, &adj, shape, |hdr, src, piece| {
+            if piece.first {
+                hdr.copy_from_slice(src.get(..hlen)?);
+            } else {
+                hdr.copy_from_slice(later_hdr.get(..later_hlen)?);
+            }
+            let h = hdr.len();
+            let mut ip = Ipv4Packet::new_unchecked(hdr);
+            ip.set_header_len(h);
+            ip.set_total_len((h + piece.len) as u16);
+            ip.set_flags_frag(
+                false,
+                !piece.last || orig_mf,
+                (orig_off + piece.offset) as u16,
+            );
+            ip.fill_checksum();
+            Some(())
+        })?;
     g.counters.add(Reason::Ip4Fragments, sent);
     g.counters.add(Reason::Ip4Forwarded, 1);
     Some((sent as u16, tx_port))
-}
-
-/// Take back fragments already queued when a later one could not be built; their buffers
-/// are returned through `free`.
-pub(crate) fn rollback(out: &mut Output, port: usize, start_len: usize) {
-    if let Some(q) = out.tx.get_mut(port) {
-        // Bounded by the queue length; `drain` would allocate nothing either, but this
-        // keeps the borrow of `out.free` separate.
-        while q.len() > start_len {
-            if let Some(f) = q.pop() {
-                out.free.push(f.buf);
-            }
-        }
-    }
 }
 
 /// The ICMPv4 error in `p.aux`, built in place in front of `p` (which it quotes).

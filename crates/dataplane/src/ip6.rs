@@ -5,9 +5,7 @@
 use fib::Adjacency;
 use wire::{checksum, Ipv6Packet};
 
-use crate::buffer::{
-    l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN, F_TO_FRAG, HEADROOM,
-};
+use crate::buffer::{l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN, F_TO_FRAG};
 use crate::counters::Reason;
 use crate::family::Family;
 use crate::feature::ArcId;
@@ -362,61 +360,24 @@ fn fragment_one<M: PacketMemory>(
     }
     g.frag_id6 = g.frag_id6.wrapping_add(1);
     let id = mix32(g.frag_id6);
-    let payload_len = total - 40;
-    let src_l3 = p.off as usize + p.l3 as usize;
-    let (tx_port, tags) = g.egress(&adj);
-    let eth_len = ETH_HLEN + tags.map_or(0, |t| t.len());
-    let start_len = out.tx.get(tx_port as usize)?.len();
-    let mut done = 0usize;
-    // Bounded: each iteration consumes ≥ 8 payload bytes.
-    while done < payload_len {
-        let n = chunk.min(payload_len - done);
-        let last = done + n == payload_len;
-        let Some(buf) = mem.alloc_for(eth_len + 48 + n) else {
-            crate::ip4::rollback(out, tx_port as usize, start_len);
-            return None;
-        };
-        let q = out.tx.get_mut(tx_port as usize)?;
-        if q.len() >= q.capacity() {
-            mem.free(buf);
-            crate::ip4::rollback(out, tx_port as usize, start_len);
-            return None;
-        }
-        let (src, dst) = mem.frame_pair(p.buf, buf);
-        let d = HEADROOM;
-        crate::graph::write_eth(&mut dst[d..d + eth_len], &adj, tags, wire::ethertype::IPV6);
-        let ipd = d + eth_len;
-        dst[ipd..ipd + 40].copy_from_slice(&src[src_l3..src_l3 + 40]);
-        dst[ipd + 4..ipd + 6].copy_from_slice(&((8 + n) as u16).to_be_bytes());
-        dst[ipd + 6] = 44;
-        let om = (done as u16) | u16::from(!last);
-        dst[ipd + 40] = next;
-        dst[ipd + 41] = 0;
-        dst[ipd + 42..ipd + 44].copy_from_slice(&om.to_be_bytes());
-        dst[ipd + 44..ipd + 48].copy_from_slice(&id.to_be_bytes());
-        dst[ipd + 48..ipd + 48 + n]
-            .copy_from_slice(&src[src_l3 + 40 + done..src_l3 + 40 + done + n]);
-        let frag = Pkt {
-            buf,
-            off: d as u16,
-            len: (eth_len + 48 + n) as u16,
-            rx_port: p.rx_port,
-            tx_port,
-            l3: eth_len as u16,
-            flags: p.flags,
-            nh: p.nh,
-            aux: 0,
-        };
-        out.tx.get_mut(tx_port as usize)?.push(frag);
-        done += n;
-    }
-    let queued = out.tx.get(tx_port as usize)?;
-    if tags.is_some() {
-        for f in &queued[start_len..] {
-            g.subif_sent(adj.port, f.len as usize);
-        }
-    }
-    let sent = (queued.len() - start_len) as u64;
+    let shape = crate::ip::FragShape {
+        ethertype: wire::ethertype::IPV6,
+        payload: 40..total,
+        first: (48, chunk),
+        later: (48, chunk),
+    };
+    let (sent, tx_port) =
+        crate::ip::emit_fragments(g, mem, out, p, &adj, shape, |hdr, src, piece| {
+            hdr.get_mut(..40)?.copy_from_slice(src.get(..40)?);
+            hdr[4..6].copy_from_slice(&((8 + piece.len) as u16).to_be_bytes());
+            hdr[6] = 44;
+            let om = (piece.offset as u16) | u16::from(!piece.last);
+            hdr[40] = next;
+            hdr[41] = 0;
+            hdr[42..44].copy_from_slice(&om.to_be_bytes());
+            hdr[44..48].copy_from_slice(&id.to_be_bytes());
+            Some(())
+        })?;
     g.counters.add(Reason::Ip6Fragments, sent);
     g.counters.add(Reason::Ip6Forwarded, 1);
     Some((sent as u16, tx_port))

@@ -1,5 +1,6 @@
 //! Where SAs live: [`SaBox`], a box for an [`Sa`] in 2 MiB chunks advised as transparent
-//! huge pages (`madvise(MADV_HUGEPAGE)`), shared by the process.
+//! huge pages (`madvise(MADV_HUGEPAGE)`), shared by the process; and [`Blocks`], an inbound
+//! SA's replay bitmap, in chunks of their own.
 //!
 //! With 100,000 SAs each packet's SA is cold not only in the caches but in the TLB: with
 //! 4 KiB pages almost every SA is a page of its own, and a page walk (nested, in a VM)
@@ -23,6 +24,42 @@ const CHUNK: usize = 2 << 20;
 /// Free places for an SA, as addresses (a raw pointer is not Send).
 static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// Free places for a replay bitmap of [`CHUNK_BLOCKS`] blocks.
+static FREE_BLOCKS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// 64-bit blocks of a bitmap that lives in the chunks: windows up to 1,984 packets (the
+/// default 1,024 takes 17 blocks, rounded up to 32: 256 bytes, 4 cache lines).
+pub const CHUNK_BLOCKS: usize = 32;
+
+/// A free place of `size` bytes (a multiple of 64) from `free`, carving a new huge-page
+/// chunk into such places when there is none. Allocation failure aborts, as `Box::new`'s
+/// does.
+fn take(free: &Mutex<Vec<usize>>, size: usize) -> NonNull<u8> {
+    let at = {
+        let mut free = free.lock().unwrap_or_else(|e| e.into_inner());
+        if free.is_empty() {
+            let layout = chunk_layout();
+            // SAFETY: the layout's size is not zero.
+            let p = unsafe { std::alloc::alloc(layout) };
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            // SAFETY: `p` is the start of our allocation of `layout.size()` bytes,
+            // aligned to it (2 MiB): the advice only changes how it is backed. A
+            // failure (no THP in this kernel) leaves ordinary pages, which is fine.
+            unsafe { libc::madvise(p.cast(), layout.size(), libc::MADV_HUGEPAGE) };
+            let n = layout.size() / size;
+            // Popped from the end: places are handed out in address order.
+            free.extend((0..n).rev().map(|i| p as usize + i * size));
+        }
+        free.pop().unwrap_or(0)
+    };
+    match NonNull::new(at as *mut u8) {
+        Some(p) => p,
+        None => std::alloc::handle_alloc_error(chunk_layout()),
+    }
+}
+
 /// An [`Sa`] in huge-page memory: a `Box` that allocates from the SA chunks.
 pub struct SaBox(NonNull<Sa>);
 
@@ -40,34 +77,93 @@ impl SaBox {
     /// Moves `sa` into the SA chunks (a new chunk when none has room; allocation failure
     /// aborts, as `Box::new`'s does).
     pub fn new(sa: Sa) -> SaBox {
-        let at = {
-            let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-            if free.is_empty() {
-                let layout = chunk_layout();
-                // SAFETY: the layout's size is not zero.
-                let p = unsafe { std::alloc::alloc(layout) };
-                if p.is_null() {
-                    std::alloc::handle_alloc_error(layout);
-                }
-                // SAFETY: `p` is the start of our allocation of `layout.size()` bytes,
-                // aligned to it (2 MiB): the advice only changes how it is backed. A
-                // failure (no THP in this kernel) leaves ordinary pages, which is fine.
-                unsafe { libc::madvise(p.cast(), layout.size(), libc::MADV_HUGEPAGE) };
-                let n = layout.size() / std::mem::size_of::<Sa>();
-                let size = std::mem::size_of::<Sa>();
-                // Popped from the end: SAs are placed in address order.
-                free.extend((0..n).rev().map(|i| p as usize + i * size));
-            }
-            free.pop().unwrap_or(0)
-        };
-        let Some(p) = NonNull::new(at as *mut Sa) else {
-            std::alloc::handle_alloc_error(Layout::new::<Sa>());
-        };
+        let p = take(&FREE, std::mem::size_of::<Sa>()).cast::<Sa>();
         // SAFETY: `p` is a free place in a live chunk (chunks are never freed), sized and
         // aligned for an Sa (the chunk is 2 MiB-aligned and Sa's size a multiple of its
         // alignment), taken off the free list under its lock: no one else uses it.
         unsafe { p.as_ptr().write(sa) };
         SaBox(p)
+    }
+}
+
+/// A replay bitmap: `len` zeroed 64-bit blocks, in the chunks (beside the SAs, in huge
+/// pages, no allocator header in front) when `len` is at most [`CHUNK_BLOCKS`], else on
+/// the heap. Dereferences to its `len` blocks.
+pub struct Blocks {
+    ptr: NonNull<u64>,
+    len: usize,
+}
+
+// SAFETY: Blocks owns its memory exclusively, as a Box<[u64]> does.
+unsafe impl Send for Blocks {}
+// SAFETY: shared access gives `&[u64]` only.
+unsafe impl Sync for Blocks {}
+
+impl Blocks {
+    /// `len` zeroed blocks.
+    pub fn zeroed(len: usize) -> Blocks {
+        let ptr = if len <= CHUNK_BLOCKS {
+            let p = take(&FREE_BLOCKS, CHUNK_BLOCKS * 8).cast::<u64>();
+            // SAFETY: a free place of CHUNK_BLOCKS blocks in a live chunk, 64-byte
+            // aligned, taken off the free list under its lock: ours alone.
+            unsafe { p.as_ptr().write_bytes(0, CHUNK_BLOCKS) };
+            p
+        } else {
+            let b: Box<[u64]> = vec![0u64; len].into_boxed_slice();
+            // SAFETY: Box::into_raw never returns null.
+            unsafe { NonNull::new_unchecked(Box::into_raw(b).cast::<u64>()) }
+        };
+        Blocks { ptr, len }
+    }
+
+    /// Whether they live in the chunks (not on the heap).
+    pub fn in_chunks(&self) -> bool {
+        self.len <= CHUNK_BLOCKS
+    }
+}
+
+impl std::ops::Deref for Blocks {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        // SAFETY: `ptr` points to at least `len` initialized blocks that this owns.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Blocks {
+    fn deref_mut(&mut self) -> &mut [u64] {
+        // SAFETY: as in Deref, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for Blocks {
+    fn clone(&self) -> Blocks {
+        let mut b = Blocks::zeroed(self.len);
+        b.copy_from_slice(self);
+        b
+    }
+}
+
+impl Drop for Blocks {
+    fn drop(&mut self) {
+        if self.in_chunks() {
+            FREE_BLOCKS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(self.ptr.as_ptr() as usize);
+        } else {
+            let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+            // SAFETY: made by Box::into_raw of a boxed slice of `len` blocks in `zeroed`,
+            // and never freed before.
+            drop(unsafe { Box::from_raw(slice) });
+        }
+    }
+}
+
+impl std::fmt::Debug for Blocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Blocks({})", self.len)
     }
 }
 
@@ -141,5 +237,25 @@ mod tests {
         let reused = &*again as *const Sa as usize == at;
         assert_eq!(again.spi(), 0x9999, "reused: {reused}");
         assert_eq!(v[3].spi(), 0x1004);
+    }
+
+    #[test]
+    fn bitmaps_up_to_32_blocks_live_in_the_chunks_and_come_back_zeroed() {
+        let mut small = Blocks::zeroed(17);
+        assert!(small.in_chunks());
+        assert_eq!(small.len(), 17);
+        assert_eq!(small.as_ptr() as usize % 64, 0);
+        small[16] = 7;
+        let copy = small.clone();
+        assert_eq!(copy[16], 7);
+        assert_ne!(copy.as_ptr(), small.as_ptr());
+        drop(small);
+        // A place given back comes back zeroed (whoever gets it).
+        let again = Blocks::zeroed(32);
+        assert!(again.iter().all(|&b| b == 0));
+        let big = Blocks::zeroed(2048);
+        assert!(!big.in_chunks());
+        assert_eq!(big.len(), 2048);
+        assert!(big.iter().all(|&b| b == 0));
     }
 }

@@ -730,6 +730,37 @@ impl IpsecConfig {
         reserved: &[&str],
         extra: &[ExtraSa],
     ) -> Result<Vec<Planned>, Vec<(String, String)>> {
+        self.plan_keyed(reserved, extra, &self.keys())
+    }
+
+    /// The keys of the config's SAs, from the key file (read now: once per config
+    /// apply), or what is wrong with it (as a problem's path and message). `Ok(None)`
+    /// without SAs in the config (an [`ExtraSa`] brings its own key).
+    pub fn keys(&self) -> Result<Option<Keys>, (String, String)> {
+        match &self.key_file {
+            _ if self.sas.is_empty() => Ok(None),
+            None => Err((
+                "ipsec".into(),
+                "SAs are configured but no key_file: put their keys in a file readable by its owner only and name it with key_file = \"/path\"".into(),
+            )),
+            Some(f) if !f.is_absolute() => Err((
+                "ipsec.key_file".into(),
+                format!("{} must be an absolute path", f.display()),
+            )),
+            Some(f) => Keys::read(f)
+                .map(Some)
+                .map_err(|e| ("ipsec.key_file".into(), e)),
+        }
+    }
+
+    /// [`IpsecConfig::plan_with`] with the config's keys as [`IpsecConfig::keys`] read
+    /// them (the key file is not read again).
+    pub fn plan_keyed(
+        &self,
+        reserved: &[&str],
+        extra: &[ExtraSa],
+        keys: &Result<Option<Keys>, (String, String)>,
+    ) -> Result<Vec<Planned>, Vec<(String, String)>> {
         let mut p: Vec<(String, String)> = Vec::new();
         if !(1..=MAX_SAS).contains(&self.max_sas) {
             p.push((
@@ -793,29 +824,12 @@ impl IpsecConfig {
         if self.sas.is_empty() && extra.is_empty() {
             return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
         }
-        let keys = match &self.key_file {
-            None if self.sas.is_empty() => None,
-            None => {
-                p.push((
-                    "ipsec".into(),
-                    "SAs are configured but no key_file: put their keys in a file readable by its owner only and name it with key_file = \"/path\"".into(),
-                ));
+        let keys = match keys {
+            Ok(k) => k.as_ref(),
+            Err(e) => {
+                p.push(e.clone());
                 None
             }
-            Some(f) if !f.is_absolute() => {
-                p.push((
-                    "ipsec.key_file".into(),
-                    format!("{} must be an absolute path", f.display()),
-                ));
-                None
-            }
-            Some(f) => match Keys::read(f) {
-                Ok(k) => Some(k),
-                Err(e) => {
-                    p.push(("ipsec.key_file".into(), e));
-                    None
-                }
-            },
         };
         let mut out_of: HashMap<&str, usize> = HashMap::new();
         let mut spis: HashMap<u32, usize> = HashMap::new();
@@ -887,7 +901,7 @@ impl IpsecConfig {
                 p.push((at("integrity"), format!("unknown algorithm {:?}; expected none, hmac-sha1-96, hmac-sha2-256-128 or hmac-sha2-512-256", s.integrity)));
             }
             let key = given.map(|x| &x.key).or_else(|| {
-                let got = keys.as_ref()?.get(&s.key);
+                let got = keys?.get(&s.key);
                 if got.is_none() {
                     if let Some(f) = &self.key_file {
                         p.push((at("key"), format!("no key {:?} in {}", s.key, f.display())));
@@ -1359,6 +1373,42 @@ default = "protect"
                 .any(|(p, m)| p == "ipsec.tunnel[0].remote_port" && m.contains("only with nat_t")),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn keys_read_once_plan_again_without_the_file() {
+        let f = key_file(KEYS, 0o600);
+        let sas = "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n";
+        let c = cfg(&f, sas);
+        let keys = c.keys();
+        assert!(matches!(keys, Ok(Some(_))));
+        std::fs::remove_file(&f).unwrap();
+        // An API SA added later: planned with the keys read at the config apply.
+        let extra = ExtraSa {
+            entry: toml::from_str::<SaEntry>(
+                "tunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x2001\nencryption = \"aes-128-gcm\"\nkey = \"-\"\n",
+            )
+            .unwrap(),
+            key: Key {
+                encryption: Zeroizing::new(vec![9; 20]),
+                integrity: Zeroizing::new(Vec::new()),
+            },
+        };
+        let p = c
+            .plan_keyed(&[], std::slice::from_ref(&extra), &keys)
+            .unwrap();
+        assert_eq!(p.len(), 2);
+        // Read now, the file is gone: the problem names it.
+        let Err(e) = c.plan_with(&[], &[extra]) else {
+            panic!("planned without the key file")
+        };
+        assert_eq!(e[0].0, "ipsec.key_file", "{e:?}");
+        // Others may read it: refused, as before.
+        let f = key_file(KEYS, 0o640);
+        let Err(e) = cfg(&f, sas).keys() else {
+            panic!("a key file others can read was accepted")
+        };
+        assert!(e.1.contains("has mode 0640"), "{e:?}");
     }
 
     #[test]

@@ -78,29 +78,102 @@ impl EspError {
 
     /// The counter's name (metrics, `show`).
     pub fn name(self) -> &'static str {
-        match self {
-            EspError::Truncated => "truncated",
-            EspError::BadLength => "bad_length",
-            EspError::BadOuter => "bad_outer",
-            EspError::SpiMismatch => "spi_mismatch",
-            EspError::Replayed => "replayed",
-            EspError::IntegrityFailed => "integrity_failed",
-            EspError::BadPadding => "bad_padding",
-            EspError::BadInner => "bad_inner",
-            EspError::EcnDrop => "ecn_drop",
-            EspError::Dummy => "dummy",
-            EspError::SequenceOverflow => "sequence_overflow",
-            EspError::TooBig => "too_big",
-            EspError::WrongDirection => "wrong_direction",
-            EspError::NatKeepalive => "natt_keepalive",
-            EspError::NonEsp => "non_esp",
-        }
+        CODEC_DROPS[self as usize].0
+    }
+
+    /// Its drop reason's number in a node's list built by [`esp_drops!`](crate::esp_drops):
+    /// the codec's reasons come first, in this order.
+    pub fn reason(self) -> u8 {
+        self as u8
     }
 
     /// Whether the packet is dropped without it being an error (dummy, keepalive).
     pub fn is_silent(self) -> bool {
         matches!(self, EspError::Dummy | EspError::NatKeepalive)
     }
+}
+
+/// Each [`EspError`]'s counter name and description, in [`EspError::ALL`]'s order: the
+/// first drop reasons of every node that runs the codec ([`esp_drops!`](crate::esp_drops)).
+pub const CODEC_DROPS: [(&str, &str); EspError::ALL.len()] = [
+    (
+        "truncated",
+        "shorter than its headers, trailer and ICV, or than its IP header says",
+    ),
+    (
+        "bad_length",
+        "ciphertext not a whole number of cipher blocks",
+    ),
+    ("bad_outer", "outer header not as the SA expects"),
+    ("spi_mismatch", "SPI does not match the SA"),
+    ("replayed", "replayed, or too old for the replay window"),
+    (
+        "integrity_failed",
+        "ICV did not verify (corrupted, forged or wrong key)",
+    ),
+    ("bad_padding", "bad ESP padding"),
+    (
+        "bad_inner",
+        "not a whole IP packet the SA can carry, or the decrypted payload is not the IP packet its next header names",
+    ),
+    (
+        "ecn_drop",
+        "outer CE over a not-ECN-capable inner packet (RFC 6040)",
+    ),
+    ("dummy", "dummy packet (next header 59), dropped silently"),
+    (
+        "sequence_overflow",
+        "the 32-bit sequence number would wrap (no ESN): rekey",
+    ),
+    (
+        "too_big",
+        "no room for the ESP headers, or over 65535 bytes",
+    ),
+    (
+        "wrong_direction",
+        "the SA is of the other direction (an outbound SA's SPI, or an inbound SA to encrypt with)",
+    ),
+    ("natt_keepalive", "NAT-T keepalive"),
+    ("non_esp", "non-ESP marker (IKE)"),
+];
+
+/// A node's drop reasons: the codec's ([`CODEC_DROPS`], numbered as [`EspError::reason`])
+/// then the node's own, each given a `u8` constant numbering it:
+///
+/// ```ignore
+/// esp_drops! {
+///     /// Drop reasons of `x`.
+///     pub const X_DROPS;
+///     X_NO_SA = ("no_sa", "no SA");
+/// }
+/// ```
+///
+/// so no node's list can miss a codec reason or number one wrong.
+#[macro_export]
+macro_rules! esp_drops {
+    (
+        $(#[$m:meta])* $vis:vis const $list:ident;
+        $($c:ident = ($n:literal, $d:literal);)*
+    ) => {
+        $(#[$m])*
+        $vis const $list: &[(&str, &str)] = &{
+            const OWN: &[(&str, &str)] = &[$(($n, $d)),*];
+            let codec = $crate::error::CODEC_DROPS;
+            let mut all = [("", ""); $crate::error::CODEC_DROPS.len() + OWN.len()];
+            let mut i = 0;
+            while i < all.len() {
+                all[i] = if i < codec.len() { codec[i] } else { OWN[i - codec.len()] };
+                i += 1;
+            }
+            all
+        };
+        $crate::esp_drops!(@consts $crate::error::CODEC_DROPS.len() as u8; $($c)*);
+    };
+    (@consts $i:expr;) => {};
+    (@consts $i:expr; $c:ident $($rest:ident)*) => {
+        const $c: u8 = $i;
+        $crate::esp_drops!(@consts $c + 1; $($rest)*);
+    };
 }
 
 /// Why an SA could not be created.
@@ -136,4 +209,31 @@ pub enum SaError {
     /// aws-lc-rs refused the key or could not draw random bytes.
     #[error("crypto library refused the key: {0}")]
     Crypto(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{DECRYPT_DROPS, ENCRYPT_DROPS};
+    use crate::policy_node::OUT_DROPS;
+
+    #[test]
+    fn every_codec_node_starts_with_the_codec_reasons() {
+        for (i, e) in EspError::ALL.iter().enumerate() {
+            assert_eq!(e.reason() as usize, i);
+            assert_eq!(e.name(), CODEC_DROPS[i].0);
+            for list in [DECRYPT_DROPS, ENCRYPT_DROPS, OUT_DROPS] {
+                assert_eq!(list[i], CODEC_DROPS[i]);
+            }
+        }
+        for list in [DECRYPT_DROPS, ENCRYPT_DROPS, OUT_DROPS] {
+            let mut names: Vec<_> = list.iter().map(|d| d.0).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), list.len(), "a reason named twice");
+        }
+        assert_eq!(DECRYPT_DROPS[15].0, "unknown_spi");
+        assert_eq!(DECRYPT_DROPS.last().map(|d| d.0), Some("no_buffer"));
+        assert_eq!(OUT_DROPS[21].0, "handoff_full");
+    }
 }

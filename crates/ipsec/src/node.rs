@@ -29,103 +29,41 @@ use crate::error::EspError;
 use crate::sa::{Direction, Mode, Sa};
 use crate::sad::{self, SaStats, Sad, SadWriter, NONE};
 
-/// Drop reasons of `esp-decrypt`: the codec's, in [`EspError::ALL`]'s order, then the
-/// node's own.
-pub const DECRYPT_DROPS: &[(&str, &str)] = &[
-    (
-        "truncated",
-        "ESP packet shorter than its headers, trailer and ICV",
-    ),
-    (
-        "bad_length",
-        "ciphertext not a whole number of cipher blocks",
-    ),
-    ("bad_outer", "outer header not as the SA expects"),
-    ("spi_mismatch", "SPI does not match the SA"),
-    ("replayed", "replayed, or too old for the replay window"),
-    (
-        "integrity_failed",
-        "ICV did not verify (corrupted, forged or wrong key)",
-    ),
-    ("bad_padding", "bad ESP padding"),
-    (
-        "bad_inner",
-        "decrypted payload is not the IP packet its next header names",
-    ),
-    (
-        "ecn_drop",
-        "outer CE over a not-ECN-capable inner packet (RFC 6040)",
-    ),
-    ("dummy", "dummy packet (next header 59), dropped silently"),
-    ("sequence_overflow", "sequence number would wrap"),
-    ("too_big", "no room for the headers"),
-    ("wrong_direction", "an outbound SA's SPI"),
-    ("natt_keepalive", "NAT-T keepalive"),
-    ("non_esp", "non-ESP marker"),
-    ("unknown_spi", "ESP to the router with an SPI of no SA"),
-    (
+crate::esp_drops! {
+    /// Drop reasons of `esp-decrypt`: the codec's, in [`EspError::ALL`]'s order, then the
+    /// node's own.
+    pub const DECRYPT_DROPS;
+    D_UNKNOWN_SPI = ("unknown_spi", "ESP to the router with an SPI of no SA");
+    D_FRAGMENT = (
         "fragment",
-        "a malformed ESP fragment (not a multiple of 8 bytes though more follow, or empty)",
-    ),
-    (
+        "a malformed ESP fragment (not a multiple of 8 bytes though more follow, or empty)"
+    );
+    D_BUSY = (
         "busy",
-        "the worker's SA table was borrowed (never expected)",
-    ),
-    ("handoff_full", "the lane to the SAs' worker was full"),
-    (
+        "the worker's SA table was borrowed (never expected)"
+    );
+    D_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+    D_FRAGMENT_OVERLAP = (
         "fragment_overlap",
-        "an ESP fragment overlapping another of its datagram or disagreeing on its end (the datagram dropped)",
-    ),
-    (
+        "an ESP fragment overlapping another of its datagram or disagreeing on its end (the datagram dropped)"
+    );
+    D_FRAGMENT_TOO_BIG = (
         "fragment_too_big",
-        "an ESP datagram longer than 9216 bytes once reassembled",
-    ),
-    (
-        "no_buffer",
-        "no free frame for a reassembled ESP packet",
-    ),
-];
-const D_UNKNOWN_SPI: u8 = 15;
-const D_FRAGMENT: u8 = 16;
-const D_BUSY: u8 = 17;
-const D_HANDOFF_FULL: u8 = 18;
-const D_FRAGMENT_OVERLAP: u8 = 19;
-const D_FRAGMENT_TOO_BIG: u8 = 20;
-const D_NO_BUFFER: u8 = 21;
+        "an ESP datagram longer than 9216 bytes once reassembled"
+    );
+    D_NO_BUFFER = ("no_buffer", "no free frame for a reassembled ESP packet");
+}
 
-/// Drop reasons of `esp4-encrypt` / `esp6-encrypt`.
-pub const ENCRYPT_DROPS: &[(&str, &str)] = &[
-    ("truncated", "shorter than its IP header says"),
-    ("bad_length", "bad length"),
-    ("bad_outer", "bad outer header"),
-    ("spi_mismatch", "SPI mismatch"),
-    ("replayed", "replayed"),
-    ("integrity_failed", "integrity failed"),
-    ("bad_padding", "bad padding"),
-    ("bad_inner", "not a whole IP packet the tunnel can carry"),
-    ("ecn_drop", "ECN"),
-    ("dummy", "dummy"),
-    (
-        "sequence_overflow",
-        "the 32-bit sequence number would wrap (no ESN): rekey",
-    ),
-    (
-        "too_big",
-        "no room for the ESP headers, or over 65535 bytes",
-    ),
-    ("wrong_direction", "the tunnel's transmit SA is inbound"),
-    ("natt_keepalive", "keepalive"),
-    ("non_esp", "non-ESP"),
-    ("no_sa", "the tunnel has no transmit SA"),
-    (
+crate::esp_drops! {
+    /// Drop reasons of `esp4-encrypt` / `esp6-encrypt`: the codec's, then the nodes' own.
+    pub const ENCRYPT_DROPS;
+    E_NO_SA = ("no_sa", "the tunnel has no transmit SA");
+    E_BUSY = (
         "busy",
-        "the worker's SA table was borrowed (never expected)",
-    ),
-    ("handoff_full", "the lane to the SAs' worker was full"),
-];
-const E_NO_SA: u8 = 15;
-const E_BUSY: u8 = 16;
-const E_HANDOFF_FULL: u8 = 17;
+        "the worker's SA table was borrowed (never expected)"
+    );
+    E_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+}
 
 /// The interface an SA of policy-based IPsec has in the table: none (what it decrypts is
 /// received on the port it came in on; it is the policies' SA, not a tunnel's).
@@ -141,10 +79,6 @@ pub const DECRYPT: &str = "esp-decrypt";
 pub const ENCRYPT4: &str = "esp4-encrypt";
 /// The IPv6 encrypt feature.
 pub const ENCRYPT6: &str = "esp6-encrypt";
-
-fn error_reason(e: EspError) -> u8 {
-    EspError::ALL.iter().position(|&x| x == e).unwrap_or(0) as u8
-}
 
 /// An installed SA as `show ipsec sa` lists it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -336,7 +270,11 @@ pub struct Tunnels<'a> {
 impl IpsecShared {
     /// Tables of `max_sas` SAs for `workers` workers over `ifaces` interfaces.
     pub fn new(workers: usize, max_sas: usize, ifaces: usize) -> IpsecShared {
-        let (sad, writer) = sad::channel(max_sas, ifaces);
+        let (sad, mut writer) = sad::channel(max_sas, ifaces);
+        let reasm = Arc::<crate::reasm::ReasmStats>::default();
+        // The SAs' worker gathers ESP fragments (the others hand them over), in a table
+        // it gets with the first inbound SA.
+        writer.reassemble(reasm.clone());
         let mut tables = vec![Arc::new(AtomicRefCell::new(sad))];
         // Other workers get empty tables (no SA is theirs).
         for _ in 1..workers.max(1) {
@@ -358,7 +296,7 @@ impl IpsecShared {
             senders: Mutex::new(Vec::new()),
             handed_off: AtomicU64::new(0),
             natt: std::sync::atomic::AtomicBool::new(false),
-            reasm: Arc::default(),
+            reasm,
         }
     }
 
@@ -753,16 +691,12 @@ impl Feature for EspFeature {
                 .ok()
                 .and_then(|mut s| s.get_mut(worker)?.get_mut(side)?.take())
         };
-        // The worker that decrypts gathers ESP fragments (the others hand them over).
-        let reasm = (self.kind == Kind::Decrypt && worker == OWNER)
-            .then(|| Box::new(crate::reasm::Reassembly::new(self.shared.reasm.clone())));
         Box::new(EspNode {
             kind: self.kind,
             table,
             shared: self.shared.clone(),
             touched: Vec::with_capacity(VECTOR_SIZE),
             tx,
-            reasm,
         })
     }
 }
@@ -776,8 +710,6 @@ struct EspNode {
     touched: Vec<u32>,
     /// On a worker other than [`OWNER`]: the lane to it.
     tx: Option<HandoffTx>,
-    /// `esp-decrypt` on [`OWNER`]: the ESP fragments being gathered.
-    reasm: Option<Box<crate::reasm::Reassembly>>,
 }
 
 impl FeatureNode for EspNode {
@@ -804,13 +736,12 @@ impl FeatureNode for EspNode {
         sad.apply_ops(sad::OPS_PER_VECTOR);
         self.touched.clear();
         match self.kind {
-            Kind::Decrypt => decrypt_batch(
-                cx,
-                batch,
-                &mut sad,
-                &mut self.touched,
-                self.reasm.as_deref_mut(),
-            ),
+            Kind::Decrypt => {
+                // On [`OWNER`] with an inbound SA: the ESP fragments being gathered.
+                let mut reasm = sad.take_reassembly();
+                decrypt_batch(cx, batch, &mut sad, &mut self.touched, reasm.as_deref_mut());
+                sad.put_reassembly(reasm);
+            }
             Kind::Encrypt4 | Kind::Encrypt6 => {
                 encrypt_batch(cx, batch, &mut sad, &mut self.touched)
             }
@@ -841,7 +772,7 @@ fn hand_off(
                 match look(frame, p.off as usize, p.len as usize, &cx.ifaces.own, natt) {
                     Seen::Other => continue,
                     Seen::Keepalive => {
-                        batch.drop(k, error_reason(EspError::NatKeepalive));
+                        batch.drop(k, EspError::NatKeepalive.reason());
                         continue;
                     }
                     // Fragments too: the owner gathers them.
@@ -1152,7 +1083,7 @@ fn decrypt_batch(
                 continue;
             }
             Seen::Keepalive => {
-                batch.drop(k, error_reason(EspError::NatKeepalive));
+                batch.drop(k, EspError::NatKeepalive.reason());
                 continue;
             }
             Seen::Esp(l3, total, spi, udp) => (l3, total, spi, udp),
@@ -1174,7 +1105,7 @@ fn decrypt_batch(
         let inner = match crate::esp::decrypt(&mut inst.sa, frame, l3, total) {
             Ok(i) => i,
             Err(e) => {
-                batch.drop(k, error_reason(e));
+                batch.drop(k, e.reason());
                 continue;
             }
         };
@@ -1194,7 +1125,7 @@ fn decrypt_batch(
             4 => wire::ethertype::IPV4,
             41 => wire::ethertype::IPV6,
             _ => {
-                batch.drop(k, error_reason(EspError::BadInner));
+                batch.drop(k, EspError::BadInner.reason());
                 continue;
             }
         };
@@ -1203,7 +1134,7 @@ fn decrypt_batch(
         // Ethernet header to its own address in front of the inner packet.
         let mac = cx.ifaces.port(iface).map_or([0; 6], |i| i.mac);
         let Some(start) = inner.start.checked_sub(14) else {
-            batch.drop(k, error_reason(EspError::TooBig));
+            batch.drop(k, EspError::TooBig.reason());
             continue;
         };
         if let Some(eth) = frame.get_mut(start..inner.start) {
@@ -1279,7 +1210,7 @@ pub(crate) fn encrypt_one(
                 wire::ethertype::IPV4
             };
             let Some(eth) = start.checked_sub(14).and_then(|s| frame.get_mut(s..start)) else {
-                batch.drop(k, error_reason(EspError::TooBig));
+                batch.drop(k, EspError::TooBig.reason());
                 return;
             };
             eth.fill(0);
@@ -1295,8 +1226,8 @@ pub(crate) fn encrypt_one(
             batch.reroute(k);
         }
         // Bigger than a frame can say (no port carries it either).
-        Ok(_) => batch.drop(k, error_reason(EspError::TooBig)),
-        Err(e) => batch.drop(k, error_reason(e)),
+        Ok(_) => batch.drop(k, EspError::TooBig.reason()),
+        Err(e) => batch.drop(k, e.reason()),
     }
 }
 

@@ -48,54 +48,27 @@ pub const IN4: &str = "ipsec4-policy-in";
 /// IPv6.
 pub const IN6: &str = "ipsec6-policy-in";
 
-/// Drop reasons of the outbound policy features: the codec's (as `esp4-encrypt`'s), then
-/// their own.
-pub const OUT_DROPS: &[(&str, &str)] = &[
-    ("truncated", "shorter than its IP header says"),
-    ("bad_length", "bad length"),
-    ("bad_outer", "bad outer header"),
-    ("spi_mismatch", "SPI mismatch"),
-    ("replayed", "replayed"),
-    ("integrity_failed", "integrity failed"),
-    ("bad_padding", "bad padding"),
-    ("bad_inner", "not a whole IP packet the SA can carry"),
-    ("ecn_drop", "ECN"),
-    ("dummy", "dummy"),
-    (
-        "sequence_overflow",
-        "the 32-bit sequence number would wrap (no ESN): rekey",
-    ),
-    (
-        "too_big",
-        "no room for the ESP headers, or over 65535 bytes",
-    ),
-    ("wrong_direction", "the policy's SA is inbound"),
-    ("natt_keepalive", "keepalive"),
-    ("non_esp", "non-ESP"),
-    ("no_sa", "a protect policy whose SA is not installed"),
-    ("discard", "a discard policy matched"),
-    (
+crate::esp_drops! {
+    /// Drop reasons of the outbound policy features: the codec's (as `esp4-encrypt`'s),
+    /// then their own.
+    pub const OUT_DROPS;
+    O_NO_SA = ("no_sa", "a protect policy whose SA is not installed");
+    O_DISCARD = ("discard", "a discard policy matched");
+    O_DEFAULT = (
         "default_discard",
-        "no policy matched and the SPD's default is discard",
-    ),
-    (
+        "no policy matched and the SPD's default is discard"
+    );
+    O_TOO_BIG = (
         "too_big_df",
-        "would not fit the MTU once encrypted, DF set: answered",
-    ),
-    ("malformed", "IP or transport header unreadable"),
-    (
+        "would not fit the MTU once encrypted, DF set: answered"
+    );
+    O_MALFORMED = ("malformed", "IP or transport header unreadable");
+    O_BUSY = (
         "busy",
-        "the worker's SA table was borrowed (never expected)",
-    ),
-    ("handoff_full", "the lane to the SAs' worker was full"),
-];
-const O_NO_SA: u8 = 15;
-const O_DISCARD: u8 = 16;
-const O_DEFAULT: u8 = 17;
-const O_TOO_BIG: u8 = 18;
-const O_MALFORMED: u8 = 19;
-const O_BUSY: u8 = 20;
-const O_HANDOFF_FULL: u8 = 21;
+        "the worker's SA table was borrowed (never expected)"
+    );
+    O_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+}
 
 /// Drop reasons of the inbound policy features.
 pub const IN_DROPS: &[(&str, &str)] = &[

@@ -202,7 +202,7 @@ impl Slot {
 }
 
 /// A worker's reassembly table: [`SLOTS`] datagrams, their bytes in one block allocated
-/// at start.
+/// with it (by the control thread, with the first inbound SA: [`crate::sad::SadWriter::reassemble`]).
 pub struct Reassembly {
     slots: Box<[Slot]>,
     data: Box<[u8]>,

@@ -19,7 +19,9 @@ pub struct Replay {
     top: u64,
     /// Block count minus one (a power of two minus one).
     mask: u64,
-    bits: Box<[u64]>,
+    /// In the SA chunks for windows up to 1,984 packets (huge pages, beside the SAs: no
+    /// TLB miss of its own), on the heap beyond.
+    bits: crate::arena::Blocks,
 }
 
 impl Replay {
@@ -35,7 +37,7 @@ impl Replay {
             window: u64::from(window),
             top: 0,
             mask: blocks as u64 - 1,
-            bits: vec![0u64; blocks].into_boxed_slice(),
+            bits: crate::arena::Blocks::zeroed(blocks),
         }
     }
 
@@ -49,8 +51,8 @@ impl Replay {
         self.top
     }
 
-    /// Bytes of the bitmap on the heap.
-    pub fn heap_bytes(&self) -> usize {
+    /// Bytes of the bitmap (apart from the SA: in the SA chunks or on the heap).
+    pub fn bitmap_bytes(&self) -> usize {
         self.bits.len() * 8
     }
 
@@ -212,7 +214,7 @@ mod tests {
         for (w, blocks) in [(64, 2), (1024, 32), (4096, 128), (65536, 2048)] {
             let r = Replay::new(w);
             assert_eq!(r.window(), w);
-            assert_eq!(r.heap_bytes(), blocks * 8, "{w}");
+            assert_eq!(r.bitmap_bytes(), blocks * 8, "{w}");
         }
     }
 

@@ -328,8 +328,9 @@ impl fmt::Debug for Sa {
 }
 
 impl Sa {
-    /// Checks the configuration and keys the cipher contexts (the only allocations: the
-    /// AEAD context and the replay bitmap).
+    /// Checks the configuration and keys the cipher contexts (the only allocations: CBC's
+    /// and HMAC's contexts, and the replay bitmap, which is in the SA chunks up to a
+    /// 1,984-packet window: [`crate::arena::Blocks`]).
     pub fn new(cfg: &SaConfig) -> Result<Sa, SaError> {
         if cfg.spi < 256 {
             return Err(SaError::ReservedSpi(cfg.spi));

@@ -25,6 +25,7 @@ use rustc_hash::FxHashMap;
 
 use crate::arena::SaBox;
 use crate::error::EspError;
+use crate::reasm::{ReasmStats, Reassembly};
 use crate::sa::{Counters, Sa};
 
 /// Ops queued from the control thread to one worker at a time.
@@ -123,6 +124,9 @@ pub enum Op {
         /// The slot.
         slot: u32,
     },
+    /// The ESP reassembly table, sent with the first inbound SA (built by the control
+    /// thread: a router without IPsec never allocates it).
+    Reassembly(Box<Reassembly>),
 }
 
 /// One worker's SAs.
@@ -136,6 +140,8 @@ pub struct Sad {
     /// SAs installed with UDP encapsulation (NAT-T): while any is, UDP to port 4500 of the
     /// router's addresses is looked at.
     natt: usize,
+    /// The ESP fragments being gathered, once an inbound SA was installed.
+    reasm: Option<Box<Reassembly>>,
 }
 
 impl Sad {
@@ -156,6 +162,7 @@ impl Sad {
             ops,
             retired,
             natt: 0,
+            reasm: None,
         }
     }
 
@@ -205,9 +212,25 @@ impl Sad {
                         *t = slot;
                     }
                 }
+                Op::Reassembly(r) => self.reasm = Some(r),
             }
         }
         n
+    }
+
+    /// Take the ESP reassembly table (`None` before the first inbound SA), to give it back
+    /// with [`Sad::put_reassembly`] (no allocation: the box moves).
+    #[inline]
+    pub fn take_reassembly(&mut self) -> Option<Box<Reassembly>> {
+        self.reasm.take()
+    }
+
+    /// Give back what [`Sad::take_reassembly`] took.
+    #[inline]
+    pub fn put_reassembly(&mut self, r: Option<Box<Reassembly>>) {
+        if r.is_some() {
+            self.reasm = r;
+        }
     }
 
     /// Whether ops are queued that were not applied yet (the SPD of policy-based IPsec
@@ -305,6 +328,9 @@ pub struct SadWriter {
     pending: VecDeque<Op>,
     ops: Arc<ArrayQueue<Op>>,
     retired: Arc<ArrayQueue<Installed>>,
+    /// Until the first inbound SA: the counters of the reassembly table to send with it
+    /// ([`SadWriter::reassemble`]).
+    reasm: Option<Arc<ReasmStats>>,
 }
 
 impl SadWriter {
@@ -327,10 +353,20 @@ impl SadWriter {
             },
         });
         if inbound {
+            if let Some(stats) = self.reasm.take() {
+                self.pending
+                    .push_back(Op::Reassembly(Box::new(Reassembly::new(stats))));
+            }
             self.spis.insert(spi, slot);
             self.pending.push_back(Op::MapSpi { spi, slot });
         }
         Ok(slot)
+    }
+
+    /// This table gathers ESP fragments: with the first inbound SA, the writer sends it a
+    /// reassembly table counting into `stats`.
+    pub fn reassemble(&mut self, stats: Arc<ReasmStats>) {
+        self.reasm = Some(stats);
     }
 
     /// Remove the SA in `slot` (its SPI mapping first, for an inbound one).
@@ -393,6 +429,7 @@ pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
             pending: VecDeque::new(),
             ops,
             retired,
+            reasm: None,
         },
     )
 }
@@ -454,6 +491,35 @@ mod tests {
         assert_eq!(w.len(), 1);
         w.flush();
         assert!(w.retired.is_empty(), "the removed SAs were dropped");
+    }
+
+    #[test]
+    fn the_reassembly_table_comes_with_the_first_inbound_sa() {
+        let (mut sad, mut w) = channel(4, 1);
+        w.reassemble(Arc::default());
+        w.insert(sa(0x2001, Direction::Outbound), 0, Arc::default())
+            .unwrap();
+        w.flush();
+        sad.apply_ops(OPS_PER_VECTOR);
+        assert!(sad.take_reassembly().is_none(), "no inbound SA, no table");
+        w.insert(sa(0x1001, Direction::Inbound), 0, Arc::default())
+            .unwrap();
+        w.insert(sa(0x1002, Direction::Inbound), 0, Arc::default())
+            .unwrap();
+        w.flush();
+        assert_eq!(sad.apply_ops(OPS_PER_VECTOR), 5, "one table, sent once");
+        let r = sad.take_reassembly();
+        assert!(r.is_some());
+        assert!(sad.take_reassembly().is_none(), "taken");
+        sad.put_reassembly(r);
+        assert!(sad.take_reassembly().is_some(), "given back");
+        // A table that does not gather (another worker's) never gets one.
+        let (mut other, mut w) = channel(4, 1);
+        w.insert(sa(0x1001, Direction::Inbound), 0, Arc::default())
+            .unwrap();
+        w.flush();
+        other.apply_ops(OPS_PER_VECTOR);
+        assert!(other.take_reassembly().is_none());
     }
 
     #[test]

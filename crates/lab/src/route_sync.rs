@@ -94,6 +94,7 @@ pub(crate) fn base() -> Snapshot {
         up: true,
         oper_up: true,
         carrier: true,
+        point_to_point: false,
     };
     let addr = |ifindex, a: &str, len| Addr {
         ifindex,

@@ -150,6 +150,7 @@ fn link(m: &LinkMessage) -> Option<Link> {
         up: m.header.flags.contains(LinkFlags::Up),
         oper_up: m.header.flags.contains(LinkFlags::Running),
         carrier: m.header.flags.contains(LinkFlags::LowerUp),
+        point_to_point: m.header.flags.contains(LinkFlags::Pointopoint),
     };
     for a in &m.attributes {
         match a {

@@ -42,6 +42,10 @@ pub struct Link {
     /// Carrier (`IFF_LOWER_UP`): set as the driver sees it, while `oper_up` follows a
     /// moment later (the kernel's link watch updates the operational state in batches).
     pub carrier: bool,
+    /// A point-to-point link (`IFF_POINTOPOINT`: a TUN device, such as an IPsec tunnel
+    /// interface): no link-layer addresses and no neighbours to resolve; whatever is
+    /// routed to it goes to the other end.
+    pub point_to_point: bool,
 }
 
 /// An interface address (`RTM_NEWADDR`).

@@ -437,10 +437,6 @@ pub struct Sync {
     punt_paths: Vec<dataplane::interfaces::PuntPath>,
     /// Per port: its tags, for VLAN sub-interfaces.
     vlans: Vec<Option<dataplane::interfaces::VlanTags>>,
-    /// Per port: whether it is a point-to-point tunnel interface (IPsec): every route
-    /// through it, with a gateway or without, goes to one adjacency with no link-layer
-    /// addresses, and nothing is resolved on it.
-    tunnels: Vec<bool>,
     links: FxHashMap<u32, Link>,
     addrs: Vec<Addr>,
     neighs: FxHashMap<(u32, IpAddr), Neigh>,
@@ -527,7 +523,6 @@ impl Sync {
             port_names,
             punt_paths: Vec::new(),
             vlans: Vec::new(),
-            tunnels: Vec::new(),
             links: FxHashMap::default(),
             addrs: Vec::new(),
             neighs: FxHashMap::default(),
@@ -559,17 +554,6 @@ impl Sync {
     pub fn set_vlans(&mut self, vlans: Vec<Option<dataplane::interfaces::VlanTags>>) {
         self.vlans = vlans;
         self.iface_version += 1;
-    }
-
-    /// Which ports are point-to-point tunnel interfaces, by port id.
-    pub fn set_tunnels(&mut self, tunnels: Vec<bool>) {
-        self.tunnels = tunnels;
-        self.iface_version += 1;
-    }
-
-    /// Whether port `port` is a tunnel interface.
-    pub(super) fn is_tunnel(&self, port: u16) -> bool {
-        self.tunnels.get(port as usize).copied().unwrap_or(false)
     }
 
     /// Counters.

@@ -11,7 +11,7 @@ impl Sync {
             NhKey::Drop => NextHop::Drop,
             NhKey::Local => NextHop::Local,
             NhKey::Glean(ifx) => match self.port_of(*ifx) {
-                Some(port) if self.is_tunnel(port) => self.tunnel_adjacency(*ifx, port),
+                Some(port) if self.point_to_point(*ifx) => self.p2p_adjacency(*ifx, port),
                 Some(port) => NextHop::Glean { port },
                 None => NextHop::Local,
             },
@@ -19,8 +19,8 @@ impl Sync {
                 let Some(port) = self.port_of(*ifx) else {
                     return NextHop::Local;
                 };
-                if self.is_tunnel(port) {
-                    return self.tunnel_adjacency(*ifx, port);
+                if self.point_to_point(*ifx) {
+                    return self.p2p_adjacency(*ifx, port);
                 }
                 let link = self.links.get(ifx);
                 let mtu = self.port_mtu(port, link);
@@ -44,9 +44,15 @@ impl Sync {
         }
     }
 
-    /// The adjacency of tunnel interface `port` (ifindex `ifx`): no link-layer addresses,
-    /// the tunnel's MTU.
-    fn tunnel_adjacency(&self, ifx: u32, port: u16) -> NextHop {
+    /// Whether link `ifx` is point-to-point (an IPsec tunnel interface, any TUN device):
+    /// what is routed to it needs no neighbour.
+    fn point_to_point(&self, ifx: u32) -> bool {
+        self.links.get(&ifx).is_some_and(|l| l.point_to_point)
+    }
+
+    /// The adjacency of point-to-point port `port` (ifindex `ifx`): no link-layer
+    /// addresses, the link's MTU.
+    fn p2p_adjacency(&self, ifx: u32, port: u16) -> NextHop {
         NextHop::Forward(Adjacency {
             port,
             dst_mac: [0; 6],

@@ -17,6 +17,7 @@ fn link(ifindex: u32, name: &str, mac: [u8; 6]) -> Link {
         up: true,
         oper_up: true,
         carrier: true,
+        point_to_point: false,
     }
 }
 
@@ -862,4 +863,51 @@ mod random {
             }
         }
     }
+}
+
+/// A point-to-point link (an IPsec tunnel interface, a TUN device): routes through it,
+/// with a gateway or without, go to one adjacency with no link-layer addresses and its
+/// MTU; nothing waits for a neighbour. The same port as a broadcast link gleans.
+#[test]
+fn routes_through_a_point_to_point_link_need_no_neighbour() {
+    let (mut s, _r) = setup();
+    let tun = Link {
+        mac: None,
+        mtu: 1400,
+        point_to_point: true,
+        ..link(11, "p1", MAC_P1)
+    };
+    s.apply(Event::NewLink(tun.clone()));
+    s.apply(Event::NewRoute(route(
+        MAIN_TABLE,
+        "10.2.0.0",
+        16,
+        RouteKind::Unicast,
+        &[(None, 11)],
+    )));
+    s.apply(Event::NewRoute(route(
+        MAIN_TABLE,
+        "10.3.0.0",
+        16,
+        RouteKind::Unicast,
+        &[(Some("10.255.0.2"), 11)],
+    )));
+    for dst in ["10.2.0.5", "10.3.0.5"] {
+        assert_eq!(
+            lookup(&s, dst),
+            Some(NextHop::Forward(fib::Adjacency {
+                port: 1,
+                dst_mac: [0; 6],
+                src_mac: [0; 6],
+                mtu: 1400,
+            })),
+            "{dst}"
+        );
+    }
+    // No longer point-to-point: the route without a gateway gleans.
+    s.apply(Event::NewLink(Link {
+        point_to_point: false,
+        ..tun
+    }));
+    assert_eq!(lookup(&s, "10.2.0.5"), Some(NextHop::Glean { port: 1 }));
 }
