@@ -98,9 +98,9 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
         "nat" => Shown::Nat(crate::natview::view(&shared.features)),
         "ipsec" => Shown::Ipsec(ipsec_view(shared)),
         "ike" if arg == Some("child-sa") => {
-            Shown::IkeChildSas(children(crate::ikesvc::view(shared)))
+            Shown::IkeChildSas(children(crate::ikesvc::view(&shared.ike)))
         }
-        "ike" => Shown::Ike(crate::ikesvc::view(shared)),
+        "ike" => Shown::Ike(crate::ikesvc::view(&shared.ike)),
         "qos" => Shown::Qos(crate::qosview::view(&shared.features)),
         other => {
             return Err(ShowError::BadRequest(format!(

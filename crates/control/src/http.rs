@@ -566,7 +566,7 @@ async fn ipsec_sa_add(
 #[utoipa::path(get, path = "/v1/ike", tag = "show",
     responses((status = 200, description = "IKE SAs and counters", body = model::IkeView)))]
 async fn ike(State(s): State<Arc<Shared>>) -> ApiResult<model::IkeView> {
-    blocking(move || Ok(Json(crate::ikesvc::view(&s)))).await
+    blocking(move || Ok(Json(crate::ikesvc::view(&s.ike)))).await
 }
 
 /// Start (or restart) the IKE SA of a peer.

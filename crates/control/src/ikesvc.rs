@@ -8,7 +8,12 @@ use ike::daemon::{Daemon, Dataplane};
 use ike::engine::{ChildSpec, SaInfo};
 use ipsec::config::{ExtraSa, SaDirection};
 
-use crate::state::Shared;
+use crate::features::Features;
+
+/// What holds the fast path's features (the daemon's shared state): where child SAs go.
+pub trait HasFeatures: Send + Sync + 'static {
+    fn features(&self) -> &Features;
+}
 
 /// The daemon, once peers are configured.
 #[derive(Default)]
@@ -17,11 +22,11 @@ pub struct IkeService {
 }
 
 /// Child SAs into the fast path's SA tables.
-struct Sink {
-    shared: Weak<Shared>,
+struct Sink<S: HasFeatures> {
+    shared: Weak<S>,
 }
 
-impl Dataplane for Sink {
+impl<S: HasFeatures> Dataplane for Sink<S> {
     fn child_up(&mut self, c: &ChildSpec) -> Result<(), String> {
         let s = self.shared.upgrade().ok_or("the router is stopping")?;
         let encr = c.encr.esp_name();
@@ -44,14 +49,14 @@ impl Dataplane for Sink {
             )
         };
         // Inbound first: the peer may send with the new SA as soon as it has our answer.
-        s.features
+        s.features()
             .add_ipsec_sa(sa(SaDirection::In, c.spi_in, &c.key_in))
             .map_err(|e| format!("inbound SA: {e}"))?;
         if let Err(e) = s
-            .features
+            .features()
             .add_ipsec_sa(sa(SaDirection::Out, c.spi_out, &c.key_out))
         {
-            let _ = s.features.remove_ipsec_sa(SaDirection::In, c.spi_in);
+            let _ = s.features().remove_ipsec_sa(SaDirection::In, c.spi_in);
             return Err(format!("outbound SA: {e}"));
         }
         Ok(())
@@ -62,7 +67,7 @@ impl Dataplane for Sink {
             return;
         };
         for (dir, spi) in [(SaDirection::Out, spi_out), (SaDirection::In, spi_in)] {
-            if let Err(e) = s.features.remove_ipsec_sa(dir, spi) {
+            if let Err(e) = s.features().remove_ipsec_sa(dir, spi) {
                 tracing::warn!(peer, tunnel, "IKE: removing SA {spi:08x}: {e}");
             }
         }
@@ -78,9 +83,9 @@ impl IkeService {
     /// Follows `cfg`: starts the daemon with its first peers, gives a running one the new
     /// list (peers gone or changed have their SAs deleted). Errors are the config's
     /// (already checked by validation) or the thread's start.
-    pub fn apply(
+    pub fn apply<S: HasFeatures>(
         &self,
-        shared: &Arc<Shared>,
+        shared: &Arc<S>,
         cfg: &ipsec::config::IpsecConfig,
     ) -> Result<(), String> {
         let peers = cfg.ike_peers().map_err(|p| {
@@ -155,13 +160,12 @@ pub fn counter_map(c: &ike::engine::Counters) -> std::collections::BTreeMap<Stri
 }
 
 /// `GET /v1/ike`.
-pub fn view(shared: &Shared) -> crate::model::IkeView {
+pub fn view(ike: &IkeService) -> crate::model::IkeView {
     use crate::model::{IkeChildView, IkeSaView, IkeView};
-    let Some((c, established, half_open)) = shared.ike.counters() else {
+    let Some((c, established, half_open)) = ike.counters() else {
         return IkeView::default();
     };
-    let sas = shared
-        .ike
+    let sas = ike
         .sas()
         .into_iter()
         .map(|s| IkeSaView {

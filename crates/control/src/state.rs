@@ -129,3 +129,9 @@ impl SyncLag {
         self.max_ns.fetch_max(ns, Ordering::Relaxed);
     }
 }
+
+impl crate::ikesvc::HasFeatures for Shared {
+    fn features(&self) -> &crate::features::Features {
+        &self.features
+    }
+}
