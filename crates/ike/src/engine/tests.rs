@@ -387,35 +387,6 @@ fn cert_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
-/// PEM of DER certificates (what an operator's chain file holds).
-fn pem(ders: &[&[u8]]) -> String {
-    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for d in ders {
-        let mut b = String::new();
-        for c in d.chunks(3) {
-            let n = c
-                .iter()
-                .enumerate()
-                .fold(0u32, |a, (i, &x)| a | u32::from(x) << (16 - 8 * i));
-            for i in 0..4 {
-                b.push(if i <= c.len() {
-                    B64[(n >> (18 - 6 * i) & 63) as usize] as char
-                } else {
-                    '='
-                });
-            }
-        }
-        out.push_str("-----BEGIN CERTIFICATE-----\n");
-        for line in b.as_bytes().chunks(64) {
-            out.push_str(std::str::from_utf8(line).unwrap());
-            out.push('\n');
-        }
-        out.push_str("-----END CERTIFICATE-----\n");
-    }
-    out
-}
-
 /// The config of a peer authenticating (named `b`: a's peer, 192.0.2.1 initiating to
 /// 192.0.2.2; named `a`: b's, responding) with the fixture `name` (`p256`, `rsa2048` with the
 /// intermediate CA in its chain; `p384`, `ed25519` issued by the root) and trusting `ca`.
@@ -427,15 +398,12 @@ fn cert_config(
     remote_id: &str,
 ) -> PeerConfig {
     use std::os::unix::fs::PermissionsExt;
-    let der = std::fs::read(format!("{CERTS}/{cert}.der")).unwrap();
-    let sub = std::fs::read(format!("{CERTS}/sub.der")).unwrap();
-    let chain: Vec<&[u8]> = if matches!(cert, "p256" | "rsa2048") {
-        vec![&der, &sub]
+    // The certificate file as an operator writes it: with its intermediate, if any.
+    let cert_file = if matches!(cert, "p256" | "rsa2048") {
+        format!("{CERTS}/{cert}-chain.pem")
     } else {
-        vec![&der]
+        format!("{CERTS}/{cert}.pem")
     };
-    let cert_file = dir.join(format!("{cert}.pem"));
-    std::fs::write(&cert_file, pem(&chain)).unwrap();
     // Git keeps the fixtures' keys 0644: the copy is the owner's only.
     let key_file = dir.join(format!("{cert}.key.pem"));
     std::fs::copy(format!("{CERTS}/{cert}.key.pem"), &key_file).unwrap();
@@ -453,7 +421,7 @@ fn cert_config(
         remote_id: Some(remote_id.into()),
         auth: "pubkey".into(),
         psk: None,
-        cert: Some(cert_file),
+        cert: Some(cert_file.into()),
         private_key: Some(key_file),
         ca: vec![format!("{CERTS}/{ca}.der").into()],
         crl: vec![],
