@@ -322,15 +322,19 @@ fn swanctl_cert_conf(l: &IpsecLab, cert: &str, fr_cert: &str) -> String {
     )
 }
 
-/// The same with the fixture files `cert_file` and `key_file`.
+/// The same with the fixture files `cert_file` and `key_file` (the key copied into
+/// `private/` next to the swanctl.conf, where `swanctl --load-all --file` loads keys from).
 fn swanctl_cert_conf_with(l: &IpsecLab, cert_file: &str, key_file: &str, fr_cert: &str) -> String {
+    let private = l.dir.join("private");
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::copy(format!("{CERTS}/{key_file}"), private.join(key_file)).unwrap();
     format!(
         "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n\
          \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n    }}\n\
          \x20   remote {{\n      auth = pubkey\n      id = \"C=CH, O=ferrouter test, CN={fr_cert}.example\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = aes128gcm16\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
-         authorities {{\n  root {{\n    cacert = {CERTS}/root.pem\n  }}\n}}\n\
-         secrets {{\n  private-gw2 {{\n    file = {CERTS}/{key_file}\n  }}\n}}\n",
+         authorities {{\n  root {{\n    cacert = {CERTS}/root.pem\n  }}\n}}\n",
         l.wan(2),
         l.wan(1)
     )

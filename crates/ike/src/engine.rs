@@ -540,6 +540,8 @@ impl Engine {
     pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
         let old = std::mem::take(&mut self.peers);
         self.peers = peers.into_iter().map(Arc::new).collect();
+        // The CAs and CRLs may have changed: chains are verified afresh.
+        self.chain_cache.clear();
         let kept: Vec<String> = self
             .peers
             .iter()
