@@ -285,3 +285,201 @@ fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
     charon.stop();
     l.stop(1);
 }
+
+/// The certificate fixtures of the `ike` crate (20-year lifetimes, made by their make.sh).
+const CERTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/ike/tests/certs");
+
+/// gw1's peer with certificates: `cert` (with its intermediate) and its key, trusting the
+/// fixtures' root CA, expecting strongSwan's certificate `swan_cert` (its subject DN).
+fn ferrouter_cert_peer(l: &IpsecLab, cert: &str, swan_cert: &str, initiate: bool) -> String {
+    ferrouter_cert_peer_for(l, cert, &swan_dn(swan_cert), initiate)
+}
+
+fn swan_dn(cert: &str) -> String {
+    format!("C=CH, O=ferrouter test, CN={cert}.example")
+}
+
+/// The same, expecting `remote_dn`.
+fn ferrouter_cert_peer_for(l: &IpsecLab, cert: &str, remote_dn: &str, initiate: bool) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    // The key must be its owner's only; git keeps the fixtures 0644.
+    let key = l.dir.join(format!("gw1-{cert}.key.pem"));
+    std::fs::copy(format!("{CERTS}/{cert}.key.pem"), &key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    format!(
+        "\n[[ipsec.peer]]\nname = \"swan\"\nlocal = \"{}\"\nremote = \"{}\"\n\
+         remote_id = \"dn:{remote_dn}\"\nauth = \"pubkey\"\n\
+         cert = \"{CERTS}/{cert}-chain.pem\"\nprivate_key = \"{}\"\nca = [\"{CERTS}/root.pem\"]\n\
+         tunnel = \"ipsec0\"\nstart = \"{}\"\nproposals = [\"aes128gcm16-prfsha256-curve25519\"]\n\
+         esp_proposals = [\"aes128gcm16\"]\n",
+        l.wan(1),
+        l.wan(2),
+        key.display(),
+        if initiate { "initiate" } else { "respond" }
+    )
+}
+
+/// charon's side: its certificate `cert` (issued by the root), the root as its CA, gw1's
+/// certificate `fr_cert` expected (by its subject DN); its certificate sent when asked
+/// (the CERTREQ ferrouter sends).
+fn swanctl_cert_conf(l: &IpsecLab, cert: &str, fr_cert: &str) -> String {
+    swanctl_cert_conf_with(
+        l,
+        &format!("{cert}.pem"),
+        &format!("{cert}.key.pem"),
+        fr_cert,
+    )
+}
+
+/// The same with the fixture files `cert_file` and `key_file` (the key copied into
+/// `private/` next to the swanctl.conf, where `swanctl --load-all --file` loads keys from).
+fn swanctl_cert_conf_with(l: &IpsecLab, cert_file: &str, key_file: &str, fr_cert: &str) -> String {
+    let private = l.dir.join("private");
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::copy(format!("{CERTS}/{key_file}"), private.join(key_file)).unwrap();
+    format!(
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n    encap = yes\n\
+         \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n    }}\n\
+         \x20   remote {{\n      auth = pubkey\n      id = \"C=CH, O=ferrouter test, CN={fr_cert}.example\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
+         \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = aes128gcm16\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
+         authorities {{\n  root {{\n    cacert = {CERTS}/root.pem\n  }}\n}}\n",
+        l.wan(2),
+        l.wan(1)
+    )
+}
+
+#[test]
+fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating() {
+    lab::ipsecbench::preconditions(&[lab::ipsecbench::Dut::Strongswan])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = lab("ikc");
+    l.config_sas = false;
+    // ESP in UDP, as in the PSK interop test (kernel-libipsec takes nothing else).
+    l.nat_t = true;
+    l.build()
+        .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    l.exec(&l.gw(2), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
+    let mut charon = Charon::new(&l.gw(2), &l.dir, "2");
+    // (ferrouter's certificate, with the intermediate CA; strongSwan's, from the root)
+    let cases = [
+        ("p256", "p384"),
+        ("p256", "p384"),
+        ("rsa2048", "ed25519"),
+        ("rsa2048", "ed25519"),
+    ];
+    for (i, (fr_cert, swan_cert)) in cases.iter().enumerate() {
+        let ferrouter_initiates = i % 2 == 0;
+        let what = format!(
+            "case {i}: ferrouter {fr_cert}, strongSwan {swan_cert}, initiator {}",
+            if ferrouter_initiates {
+                "ferrouter"
+            } else {
+                "strongSwan"
+            }
+        );
+        charon.stop();
+        charon
+            .write(1, "", &swanctl_cert_conf(l, swan_cert, fr_cert))
+            .unwrap();
+        charon
+            .start(None)
+            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        let extra = ferrouter_cert_peer(l, fr_cert, swan_cert, ferrouter_initiates);
+        if i == 0 {
+            l.write_config(1, &extra).unwrap();
+            l.start(1, Path::new(common::bin()))
+                .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
+        } else {
+            let f = l.dir.join(format!("gw1-cert{i}.toml"));
+            std::fs::write(&f, l.config_text(1, &extra)).unwrap();
+            cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
+        }
+        if !ferrouter_initiates {
+            charon
+                .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{what}: strongSwan's initiate: {e:#}\ncharon log:\n{}\ngw1 log:\n{}",
+                        charon.log_tail(40),
+                        lab::swan::tail(
+                            &std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
+                            30
+                        )
+                    )
+                });
+        }
+        let v = wait_established(l, 1, || {
+            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
+        });
+        let sa = &v["sas"][0];
+        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {v:#}");
+        assert_eq!(
+            sa["remote_id"],
+            format!("dn:C=CH, O=ferrouter test, CN={swan_cert}.example"),
+            "{what}: {v:#}"
+        );
+        ping_until(l, || {
+            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
+        });
+        let listing = charon.listing().unwrap();
+        assert!(
+            listing.ike >= 1 && listing.installed >= 1,
+            "{what}: {listing:?}"
+        );
+        // strongSwan checked ferrouter's chain (through the intermediate) and signature.
+        let log = std::fs::read_to_string(charon.log()).unwrap_or_default();
+        assert!(
+            log.contains(&format!(
+                "authentication of 'C=CH, O=ferrouter test, CN={fr_cert}.example' with"
+            )) && log.contains("successful"),
+            "{what}: {}",
+            charon.log_tail(40)
+        );
+    }
+    // A CA gw1 does not trust: strongSwan initiates, ferrouter refuses and counts it.
+    charon.stop();
+    charon
+        .write(
+            2,
+            "",
+            &swanctl_cert_conf_with(l, "untrusted.der", "p384.key.pem", "p256"),
+        )
+        .unwrap();
+    charon.start(None).unwrap();
+    charon.load().unwrap();
+    let extra = ferrouter_cert_peer_for(l, "p256", "C=CH, O=elsewhere, CN=p384.example", false);
+    let f = l.dir.join("gw1-cert-untrusted.toml");
+    std::fs::write(&f, l.config_text(1, &extra)).unwrap();
+    cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
+    let before = ike(l, 1)["counters"]["failed_authentication"]
+        .as_u64()
+        .unwrap();
+    assert!(charon
+        .swanctl(&["--initiate", "--child", "net", "--timeout", "10"])
+        .is_err());
+    let v = ike(l, 1);
+    assert_eq!(v["established"], 0, "{v:#}");
+    assert_eq!(
+        v["counters"]["failed_authentication"].as_u64().unwrap(),
+        before + 1,
+        "{v:#}"
+    );
+    let log = std::fs::read_to_string(l.log_file(1)).unwrap_or_default();
+    assert!(
+        log.contains("issuer is not trusted"),
+        "gw1 log:\n{}",
+        lab::swan::tail(&log, 20)
+    );
+    assert!(
+        charon.log_tail(40).contains("AUTHENTICATION_FAILED"),
+        "{}",
+        charon.log_tail(40)
+    );
+    charon.stop();
+    l.stop(1);
+}

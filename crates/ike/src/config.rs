@@ -15,16 +15,32 @@
 //! start = "initiate"              # or "respond" (the default)
 //! ```
 //!
+//! With certificates (`auth = "pubkey"`), instead of `psk`:
+//!
+//! ```toml
+//! auth = "pubkey"
+//! cert = "/etc/ferrouter/gw1.pem"         # ours, PEM (with its intermediates) or DER
+//! private_key = "/etc/ferrouter/gw1.key"  # PEM or DER; readable by its owner only
+//! ca = ["/etc/ferrouter/ca.pem"]          # the CAs the peer's certificate must chain to
+//! crl = ["/etc/ferrouter/ca.crl"]         # optional
+//! remote_id = "dn:C=CH, O=Example, CN=gw2" # or an FQDN or IP in its subjectAltName
+//! ```
+//!
+//! `local_id` then defaults to the certificate's subject DN.
+//!
 //! Proposals are written as strongSwan writes them: algorithms joined by `-`, e.g.
 //! `aes256gcm16-prfsha384-ecp384` or `aes128-sha256-prfsha256-modp2048` for IKE, and
 //! `aes128gcm16`, `chacha20poly1305`, `aes256-sha512-esn` for ESP (`-curve25519` and the
 //! other groups there ask for PFS in CREATE_CHILD_SA).
 
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::crypto::{self, PrivateKey};
 use crate::transform::{Dh, Encr, Integ, Prf};
 use crate::wire::{self, Id, Selector};
 
@@ -44,12 +60,27 @@ pub struct PeerConfig {
     /// The identity the peer must prove (default: `remote`; required with `remote = "any"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_id: Option<String>,
-    /// `psk` (the only one so far).
+    /// `psk` or `pubkey` (certificates).
     #[serde(default = "default_auth")]
     pub auth: String,
     /// With `auth = "psk"`: the name of its secret in the key file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psk: Option<String>,
+    /// With `auth = "pubkey"`: our certificate (PEM, with its intermediates after it, or
+    /// one DER certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// With `auth = "pubkey"`: the certificate's private key (PEM or DER), a file readable
+    /// by its owner only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<PathBuf>,
+    /// With `auth = "pubkey"`: the trusted CAs (PEM or DER files) the peer's certificate
+    /// must chain to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ca: Vec<PathBuf>,
+    /// With `auth = "pubkey"`: certificate revocation lists (DER or PEM) of those CAs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crl: Vec<PathBuf>,
     /// IKE proposals, most preferred first (default: RFC 8247's recommendations).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub proposals: Vec<String>,
@@ -280,9 +311,10 @@ pub fn parse_id(s: &str) -> Result<Id, String> {
         return Err("empty identity".into());
     }
     if let Some(dn) = s.strip_prefix("dn:") {
-        return Err(format!(
-            "`dn:{dn}`: distinguished names come with certificates, not yet supported"
-        ));
+        return Ok(Id {
+            kind: wire::id::DER_ASN1_DN,
+            data: crate::dn::from_text(dn).map_err(|e| format!("`{s}`: {e}"))?,
+        });
     }
     Ok(match s.parse::<IpAddr>() {
         Ok(IpAddr::V4(a)) => Id {
@@ -304,6 +336,62 @@ pub fn parse_id(s: &str) -> Result<Id, String> {
     })
 }
 
+/// Whether the identity the peer sent is the one configured: DNs as [`crate::dn::same`]
+/// says, other types byte for byte.
+pub fn id_matches(configured: &Id, got: &Id) -> bool {
+    if configured.kind == wire::id::DER_ASN1_DN && got.kind == wire::id::DER_ASN1_DN {
+        crate::dn::same(&configured.data, &got.data)
+    } else {
+        configured == got
+    }
+}
+
+/// Certificate authentication of a peer (`auth = "pubkey"`): our certificate and key,
+/// and what the peer's certificate is checked against.
+#[derive(Debug)]
+pub struct CertAuth {
+    /// Our certificate (DER), then its intermediates: the CERT payloads we send.
+    pub chain: Vec<Vec<u8>>,
+    /// Its private key: it signs our AUTH.
+    pub key: PrivateKey,
+    /// The trusted CAs (DER).
+    pub cas: Vec<Vec<u8>>,
+    /// The CRLs (DER).
+    pub crls: Vec<Vec<u8>>,
+    /// The SHA-1 hashes of the CAs' public keys, concatenated: our CERTREQ's data.
+    pub ca_hashes: Vec<u8>,
+}
+
+/// Reads a private key file that must be readable by its owner only (as the key file).
+fn read_private_key(path: &Path) -> Result<PrivateKey, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{} has mode {mode:04o}: its group or others may read it; make it readable by its owner only (chmod 600 {})",
+            path.display(),
+            path.display()
+        ));
+    }
+    PrivateKey::from_file(path).map_err(|e| e.to_string())
+}
+
+/// Reads CRL files: DER, or PEM ("X509 CRL").
+fn read_crl(path: &Path) -> Result<Vec<u8>, String> {
+    use rustls_pki_types::pem::PemObject;
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !bytes.trim_ascii_start().starts_with(b"-----") {
+        return Ok(bytes);
+    }
+    rustls_pki_types::CertificateRevocationListDer::from_pem_slice(&bytes)
+        .map(|c| c.to_vec())
+        .map_err(|e| format!("{}: no X509 CRL in the PEM file ({e})", path.display()))
+}
+
 /// A peer ready for the engine: everything parsed and checked.
 #[derive(Clone, Debug)]
 pub struct Peer {
@@ -313,7 +401,10 @@ pub struct Peer {
     pub remote: Option<IpAddr>,
     pub local_id: Id,
     pub remote_id: Id,
+    /// With a PSK: the secret (empty with certificates).
     pub psk: zeroize::Zeroizing<Vec<u8>>,
+    /// With certificates: ours and the CAs.
+    pub cert: Option<Arc<CertAuth>>,
     pub ike: Vec<IkeProposal>,
     pub esp: Vec<EspProposal>,
     pub tunnel: String,
@@ -350,25 +441,55 @@ impl PeerConfig {
                 ));
             }
         }
-        let local_id = parse_id(
-            &self
-                .local_id
-                .clone()
-                .unwrap_or_else(|| self.local.to_string()),
-        )
-        .map_err(|e| format!("local_id: {e}"))?;
+        let cert = match self.auth.as_str() {
+            "psk" => None,
+            "pubkey" => Some(Arc::new(self.load_cert_auth()?)),
+            a => {
+                return Err(format!(
+                    "auth: `{a}` is not supported (psk, or pubkey for certificates)"
+                ))
+            }
+        };
+        let local_id = match (&self.local_id, &cert) {
+            (None, Some(c)) => Id {
+                kind: wire::id::DER_ASN1_DN,
+                data: crypto::certificate_subject(&c.chain[0]).map_err(|e| format!("cert: {e}"))?,
+            },
+            (s, _) => parse_id(&s.clone().unwrap_or_else(|| self.local.to_string()))
+                .map_err(|e| format!("local_id: {e}"))?,
+        };
+        // With a certificate, our identity must be the certificate's: the peer checks.
+        let local_id = match &cert {
+            Some(c) if local_id.kind == wire::id::DER_ASN1_DN => {
+                let subject =
+                    crypto::certificate_subject(&c.chain[0]).map_err(|e| format!("cert: {e}"))?;
+                if !crate::dn::same(&local_id.data, &subject) {
+                    return Err(format!(
+                        "local_id: `{}` is not the certificate's subject `{}`",
+                        local_id.text(),
+                        crate::dn::to_text(&subject).unwrap_or_default()
+                    ));
+                }
+                // Sent as the certificate encodes it, for peers matching byte for byte.
+                Id {
+                    kind: wire::id::DER_ASN1_DN,
+                    data: subject,
+                }
+            }
+            Some(c) => {
+                crypto::certificate_matches_id(&c.chain[0], local_id.kind, &local_id.data)
+                    .map_err(|e| format!("local_id: `{}`: {e}", local_id.text()))?;
+                local_id
+            }
+            None => local_id,
+        };
         let remote_id = match (&self.remote_id, remote) {
             (Some(s), _) => parse_id(s).map_err(|e| format!("remote_id: {e}"))?,
             (None, Some(r)) => parse_id(&r.to_string())?,
             (None, None) => return Err("remote_id: needed with remote = \"any\"".into()),
         };
-        if self.auth != "psk" {
-            return Err(format!(
-                "auth: `{}` is not supported (psk; certificates are being built)",
-                self.auth
-            ));
-        }
         let psk = match (&self.psk, psk) {
+            _ if cert.is_some() => zeroize::Zeroizing::new(Vec::new()),
             (None, _) => return Err("psk: the name of the key file's secret is missing".into()),
             (Some(n), None) => return Err(format!("psk: the key file has no secret `{n}`")),
             (Some(_), Some(s)) if s.len() < 16 => {
@@ -428,6 +549,7 @@ impl PeerConfig {
             local_id,
             remote_id,
             psk,
+            cert,
             ike,
             esp,
             tunnel: self.tunnel.clone(),
@@ -439,6 +561,66 @@ impl PeerConfig {
             remote_ts: vec![Selector::any(false), Selector::any(true)],
             encap: false,
             keepalive: Duration::from_secs(20),
+        })
+    }
+}
+
+impl PeerConfig {
+    /// With `auth = "pubkey"`: reads the certificate, key, CAs and CRLs and checks they go
+    /// together. Errors name the field (`cert: ...`).
+    fn load_cert_auth(&self) -> Result<CertAuth, String> {
+        if self.psk.is_some() {
+            return Err("psk: not used with auth = \"pubkey\"".into());
+        }
+        let cert = self
+            .cert
+            .as_deref()
+            .ok_or("cert: auth = \"pubkey\" needs our certificate (cert = \"/path.pem\")")?;
+        let chain = crypto::read_certificates(cert).map_err(|e| format!("cert: {e}"))?;
+        let path = self.private_key.as_deref().ok_or(
+            "private_key: auth = \"pubkey\" needs the certificate's key (private_key = \"/path.pem\")",
+        )?;
+        let key = read_private_key(path).map_err(|e| format!("private_key: {e}"))?;
+        key.check_certificate(&chain[0]).map_err(|e| {
+            format!(
+                "private_key: {} is not the key of {}: {e}",
+                path.display(),
+                cert.display()
+            )
+        })?;
+        if self.ca.is_empty() {
+            return Err(
+                "ca: auth = \"pubkey\" needs the CAs to trust (ca = [\"/path.pem\"])".into(),
+            );
+        }
+        let mut cas = Vec::new();
+        let mut ca_hashes = Vec::new();
+        for (i, f) in self.ca.iter().enumerate() {
+            for c in crypto::read_certificates(f).map_err(|e| format!("ca[{i}]: {e}"))? {
+                let h =
+                    crypto::key_sha1(&c).map_err(|e| format!("ca[{i}]: {}: {e}", f.display()))?;
+                ca_hashes.extend_from_slice(&h);
+                cas.push(c);
+            }
+        }
+        let crls = self
+            .crl
+            .iter()
+            .enumerate()
+            .map(|(i, f)| read_crl(f).map_err(|e| format!("crl[{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        // A CRL that does not parse is found now rather than at the first AUTH.
+        if let Err(crypto::CryptoError::CrlParse { index, reason }) =
+            crypto::verify_chain(&chain[..1], &cas, &crls, std::time::SystemTime::now())
+        {
+            return Err(format!("crl[{index}]: cannot be parsed: {reason}"));
+        }
+        Ok(CertAuth {
+            chain,
+            key,
+            cas,
+            crls,
+            ca_hashes,
         })
     }
 }
@@ -510,6 +692,10 @@ mod tests {
             remote_id: None,
             auth: "psk".into(),
             psk: Some("b".into()),
+            cert: None,
+            private_key: None,
+            ca: vec![],
+            crl: vec![],
             proposals: vec![],
             esp_proposals: vec![],
             tunnel: "ipsec0".into(),

@@ -3,7 +3,8 @@
 //! (`daemon.rs`) owns the sockets and the clock; tests drive two engines against each
 //! other, or one against strongSwan through the daemon.
 //!
-//! What it does: IKE_SA_INIT and IKE_AUTH with a PSK, as initiator and responder;
+//! What it does: IKE_SA_INIT and IKE_AUTH with a PSK or certificates (RFC 7427 digital
+//! signatures; CERT, CERTREQ and SIGNATURE_HASH_ALGORITHMS), as initiator and responder;
 //! INVALID_KE_PAYLOAD retry; cookies (§2.6) once half-open SAs pass a threshold; child
 //! SAs onto a tunnel interface with traffic-selector narrowing; INFORMATIONAL deletes and
 //! liveness checks; retransmission with exponential backoff and a message-ID window of
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
 
-use crate::config::{EspProposal, IkeProposal, Peer};
+use crate::config::{id_matches, EspProposal, IkeProposal, Peer};
 use crate::crypto::{self, ChildKeys, IkeKeys, IkeSuite, KeyShare, SkCipher};
 use crate::transform::{self as tf, Dh, Encr, Integ, Prf};
 use crate::wire::{
@@ -38,6 +39,19 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 pub const NATT_PORT: u16 = 4500;
 /// Nonce length we send (§2.10: at least half the PRF's key size, and 16).
 const NONCE_LEN: usize = 32;
+/// How long a certificate chain's verification is remembered.
+const CHAIN_CACHE_TTL: Duration = Duration::from_secs(300);
+/// Chains remembered at most (the cache is emptied when full).
+const CHAIN_CACHE_MAX: usize = 4096;
+/// Certificate encoding 4: X.509 Certificate - Signature (§3.6).
+const CERT_X509: u8 = 4;
+/// The hash algorithms of RFC 7427 §4 we sign and verify with: SHA2-256, SHA2-384,
+/// SHA2-512, Identity (RFC 8420, Ed25519).
+const SIGNATURE_HASHES: [u8; 8] = [0, 2, 0, 3, 0, 4, 0, 5];
+
+/// The results of certificate chain verifications, by peer and chain (SHA-256 of the
+/// chain's DER): a chain is checked once every [`CHAIN_CACHE_TTL`], not at every AUTH.
+type ChainCache = HashMap<(String, [u8; 32]), (Instant, Result<(), String>)>;
 
 /// What the engine asks of the daemon.
 #[derive(Debug)]
@@ -299,6 +313,8 @@ pub struct Engine {
     child_spis: std::collections::HashSet<u32>,
     /// The UDP port IKE is sent to (500; tests use others).
     port: u16,
+    /// Certificate chains verified lately.
+    chain_cache: ChainCache,
 }
 
 fn rand_u64() -> u64 {
@@ -555,6 +571,7 @@ impl Engine {
             counters: Counters::default(),
             child_spis: Default::default(),
             port: 500,
+            chain_cache: HashMap::new(),
         }
     }
 
@@ -592,6 +609,8 @@ impl Engine {
     pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
         let old = std::mem::take(&mut self.peers);
         self.peers = peers.into_iter().map(Arc::new).collect();
+        // The CAs and CRLs may have changed: chains are verified afresh.
+        self.chain_cache.clear();
         let kept: Vec<String> = self
             .peers
             .iter()
@@ -787,6 +806,12 @@ impl Engine {
         });
         ps.push(Payload::Nonce(sa.ni.clone()));
         ps.extend(nat_payloads(sa.spi_i, 0, &sa.local, &sa.remote, peer.encap));
+        if peer.cert.is_some() {
+            ps.push(Payload::notify(
+                notify::SIGNATURE_HASH_ALGORITHMS,
+                SIGNATURE_HASHES.to_vec(),
+            ));
+        }
         let h = sa.header(exchange::IKE_SA_INIT, 0, false);
         let data = wire::encode(h, &ps);
         sa.init_req = data.clone();
@@ -1236,6 +1261,25 @@ impl Engine {
             }
             None => false,
         };
+        // Certificates (§3.7, RFC 7427 §4): which CAs we trust, which hashes we take.
+        let mut ca_hashes: Vec<u8> = Vec::new();
+        for c in cands.iter().filter_map(|c| c.cert.as_ref()) {
+            for h in c.ca_hashes.chunks(20) {
+                if !ca_hashes.chunks(20).any(|x| x == h) {
+                    ca_hashes.extend_from_slice(h);
+                }
+            }
+        }
+        if cands.iter().any(|c| c.cert.is_some()) {
+            resp_ps.push(Payload::CertReq {
+                encoding: CERT_X509,
+                data: ca_hashes,
+            });
+            resp_ps.push(Payload::notify(
+                notify::SIGNATURE_HASH_ALGORITHMS,
+                SIGNATURE_HASHES.to_vec(),
+            ));
+        }
         let mut rh = h;
         rh.spi_r = spi_r;
         rh.flags = flags::RESPONSE;
@@ -1456,20 +1500,26 @@ impl Engine {
         // IKE_AUTH: IDi, AUTH, INITIAL_CONTACT, SA, TSi, TSr (§1.2).
         let id_i = peer.local_id.clone();
         let octets = crypto::signed_octets(suite.prf, &sa.init_req, nr, &keys.sk_pi, &id_i.body());
-        let auth = crypto::psk_auth(suite.prf, &peer.psk, &octets);
         sa.keys = Some(keys);
+        let auth = match Self::our_auth(&peer, suite.prf, &octets) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(peer = peer.name, "IKE: cannot sign our AUTH: {e}");
+                self.counters.failed.crypto += 1;
+                self.fail(spi, now, out);
+                return;
+            }
+        };
         let child_spi = self.new_child_spi();
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
         sa.child_spi = child_spi;
-        let inner = vec![
-            Payload::IdI(id_i),
+        let mut inner = vec![Payload::IdI(id_i)];
+        inner.extend(Self::cert_payloads(&peer, true));
+        inner.extend([
             Payload::IdR(peer.remote_id.clone()),
-            Payload::Auth {
-                method: wire::auth::PSK,
-                data: auth.to_vec(),
-            },
+            auth,
             Payload::notify(notify::INITIAL_CONTACT, vec![]),
             Payload::Sa(
                 peer.esp
@@ -1480,7 +1530,7 @@ impl Engine {
             ),
             Payload::TsI(peer.local_ts.clone()),
             Payload::TsR(peer.remote_ts.clone()),
-        ];
+        ]);
         self.send_request(spi, exchange::IKE_AUTH, Asked::Auth, &inner, now, out);
     }
 
@@ -1493,20 +1543,61 @@ impl Engine {
         }
     }
 
-    /// Checks the peer's AUTH (PSK) over its signed octets.
-    fn check_auth(sa: &IkeSa, peer: &Peer, id: &Id, payloads: &[Payload]) -> Result<(), String> {
+    /// Our AUTH payload over `octets`: the PSK's MAC, or a digital signature (method 14,
+    /// RFC 7427) with the certificate's key.
+    fn our_auth(peer: &Peer, prf: Prf, octets: &[u8]) -> Result<Payload, crypto::CryptoError> {
+        Ok(match &peer.cert {
+            None => Payload::Auth {
+                method: wire::auth::PSK,
+                data: crypto::psk_auth(prf, &peer.psk, octets).to_vec(),
+            },
+            Some(c) => Payload::Auth {
+                method: wire::auth::DIGITAL_SIGNATURE,
+                data: crypto::digital_signature_auth(&c.key, octets)?,
+            },
+        })
+    }
+
+    /// With certificates: our CERT payloads (our certificate, then its intermediates),
+    /// and, `certreq`, a CERTREQ naming the CAs we trust (§3.6, §3.7).
+    fn cert_payloads(peer: &Peer, certreq: bool) -> Vec<Payload> {
+        let Some(c) = &peer.cert else {
+            return Vec::new();
+        };
+        let mut v: Vec<Payload> = c
+            .chain
+            .iter()
+            .map(|d| Payload::Cert {
+                encoding: CERT_X509,
+                data: d.clone(),
+            })
+            .collect();
+        if certreq {
+            v.push(Payload::CertReq {
+                encoding: CERT_X509,
+                data: c.ca_hashes.clone(),
+            });
+        }
+        v
+    }
+
+    /// Checks the peer's AUTH over its signed octets: with its PSK, or with its
+    /// certificate (the CERT payloads, chained to our CAs, for the identity it claims).
+    /// The error says which check failed.
+    fn check_auth(
+        sa: &IkeSa,
+        peer: &Peer,
+        id: &Id,
+        payloads: &[Payload],
+        cache: &mut ChainCache,
+        now: Instant,
+    ) -> Result<(), String> {
         let Some((method, data)) = payloads.iter().find_map(|p| match p {
             Payload::Auth { method, data } => Some((*method, data)),
             _ => None,
         }) else {
             return Err("no AUTH payload".into());
         };
-        if method != wire::auth::PSK {
-            return Err(format!(
-                "AUTH method {method}, peer `{}` uses a PSK",
-                peer.name
-            ));
-        }
         let (Some(suite), Some(keys)) = (sa.suite.as_ref(), sa.keys.as_ref()) else {
             return Err("no keys".into());
         };
@@ -1517,14 +1608,88 @@ impl Engine {
             (&sa.init_req, &sa.nr, &keys.sk_pi)
         };
         let octets = crypto::signed_octets(suite.prf, first, nonce, sk_p, &id.body());
-        let want = crypto::psk_auth(suite.prf, &peer.psk, &octets);
-        if aws_lc_rs::constant_time::verify_slices_are_equal(&want, data).is_err() {
+        let Some(c) = &peer.cert else {
+            if method != wire::auth::PSK {
+                return Err(format!(
+                    "AUTH method {method}, peer `{}` uses a PSK",
+                    peer.name
+                ));
+            }
+            let want = crypto::psk_auth(suite.prf, &peer.psk, &octets);
+            if aws_lc_rs::constant_time::verify_slices_are_equal(&want, data).is_err() {
+                return Err(format!(
+                    "AUTH does not verify with peer `{}`'s PSK",
+                    peer.name
+                ));
+            }
+            return Ok(());
+        };
+        if method == wire::auth::PSK {
             return Err(format!(
-                "AUTH does not verify with peer `{}`'s PSK",
+                "AUTH method {method} (PSK), peer `{}` uses certificates",
                 peer.name
             ));
         }
-        Ok(())
+        let chain: Vec<Vec<u8>> = payloads
+            .iter()
+            .filter_map(|p| match p {
+                Payload::Cert {
+                    encoding: CERT_X509,
+                    data,
+                } => Some(data.clone()),
+                _ => None,
+            })
+            .collect();
+        if chain.is_empty() {
+            return Err(crypto::CryptoError::NoCertificate.to_string());
+        }
+        // The chain: from the cache, or verified (and remembered).
+        let mut h = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        for d in &chain {
+            h.update(&(d.len() as u64).to_be_bytes());
+            h.update(d);
+        }
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(h.finish().as_ref());
+        let key = (peer.name.clone(), digest);
+        let chain_ok = match cache.get(&key) {
+            Some((at, r)) if now.saturating_duration_since(*at) < CHAIN_CACHE_TTL => r.clone(),
+            _ => {
+                let r = crypto::verify_chain(&chain, &c.cas, &c.crls, std::time::SystemTime::now())
+                    .map_err(|e| e.to_string());
+                if cache.len() >= CHAIN_CACHE_MAX {
+                    cache.clear();
+                }
+                cache.insert(key, (now, r.clone()));
+                r
+            }
+        };
+        chain_ok.map_err(|e| format!("certificate: {e}"))?;
+        // The identity: the certificate's subject for a DN, its subjectAltNames else.
+        let id_ok = if id.kind == wire::id::DER_ASN1_DN {
+            crypto::certificate_subject(&chain[0])
+                .map_err(|e| e.to_string())
+                .and_then(|s| {
+                    if crate::dn::same(&s, &id.data) {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "the certificate is not for identity {}: its subject is dn:{}",
+                            id.text(),
+                            crate::dn::to_text(&s).unwrap_or_default()
+                        ))
+                    }
+                })
+        } else {
+            crypto::certificate_matches_id(&chain[0], id.kind, &id.data).map_err(|e| match e {
+                crypto::CryptoError::IdMismatch { .. } => {
+                    format!("the certificate is not for identity {}", id.text())
+                }
+                e => e.to_string(),
+            })
+        };
+        id_ok.map_err(|e| format!("identity mismatch: {e}"))?;
+        crypto::verify_auth(&chain[0], method, data, &octets).map_err(|e| format!("signature: {e}"))
     }
 
     fn on_auth_request(
@@ -1559,7 +1724,10 @@ impl Engine {
             return;
         };
         let cands = self.candidates(&sa.local, &sa.remote);
-        let peer = cands.iter().find(|p| p.remote_id == id_i).cloned();
+        let peer = cands
+            .iter()
+            .find(|p| id_matches(&p.remote_id, &id_i))
+            .cloned();
         let result = match &peer {
             None => {
                 self.counters.failed.unknown_peer += 1;
@@ -1569,7 +1737,7 @@ impl Engine {
                     sa.remote
                 ))
             }
-            Some(p) => Self::check_auth(sa, p, &id_i, &inner),
+            Some(p) => Self::check_auth(sa, p, &id_i, &inner, &mut self.chain_cache, now),
         };
         let peer = match (result, peer) {
             (Ok(()), Some(p)) => p,
@@ -1613,7 +1781,25 @@ impl Engine {
             &keys.sk_pr,
             &peer.local_id.body(),
         );
-        let auth = crypto::psk_auth(suite.prf, &peer.psk, &octets);
+        let auth = match Self::our_auth(&peer, suite.prf, &octets) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(peer = peer.name, "IKE: cannot sign our AUTH: {e}");
+                self.counters.failed.crypto += 1;
+                self.respond(
+                    spi,
+                    h.exchange,
+                    h.message_id,
+                    &[Payload::notify(notify::AUTHENTICATION_FAILED, vec![])],
+                    out,
+                );
+                self.remove_sa(spi, out);
+                return;
+            }
+        };
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
         sa.peer = Some(peer.clone());
         sa.state = State::Established;
         sa.established_at = Some(now);
@@ -1639,13 +1825,9 @@ impl Engine {
                 self.remove_sa(k, out);
             }
         }
-        let mut resp = vec![
-            Payload::IdR(peer.local_id.clone()),
-            Payload::Auth {
-                method: wire::auth::PSK,
-                data: auth.to_vec(),
-            },
-        ];
+        let mut resp = vec![Payload::IdR(peer.local_id.clone())];
+        resp.extend(Self::cert_payloads(&peer, false));
+        resp.push(auth);
         resp.extend(self.child_for_request(now, spi, &peer, &inner, out));
         self.respond(spi, h.exchange, h.message_id, &resp, out);
     }
@@ -1793,7 +1975,7 @@ impl Engine {
         };
         if let Some(n) = wire::find_notify(&inner, notify::AUTHENTICATION_FAILED) {
             let _ = n;
-            tracing::warn!(peer = peer.name, "IKE: the responder says AUTHENTICATION_FAILED (check the PSK and the identities: we are `{}`, asking for `{}`)", peer.local_id.text(), peer.remote_id.text());
+            tracing::warn!(peer = peer.name, "IKE: the responder says AUTHENTICATION_FAILED (check the PSK or certificates and the identities: we are `{}`, asking for `{}`)", peer.local_id.text(), peer.remote_id.text());
             self.counters.failed.peer_refused += 1;
             self.fail(spi, now, out);
             return;
@@ -1804,13 +1986,13 @@ impl Engine {
         });
         let checked = match &id_r {
             None => Err("no IDr payload".to_string()),
-            Some(id) if *id != peer.remote_id => Err(format!(
+            Some(id) if !id_matches(&peer.remote_id, id) => Err(format!(
                 "the responder is `{}`, peer `{}` expects `{}`",
                 id.text(),
                 peer.name,
                 peer.remote_id.text()
             )),
-            Some(id) => Self::check_auth(sa, &peer, id, &inner),
+            Some(id) => Self::check_auth(sa, &peer, id, &inner, &mut self.chain_cache, now),
         };
         if let Err(why) = checked {
             tracing::warn!(

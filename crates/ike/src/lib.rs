@@ -7,6 +7,7 @@
 pub mod config;
 pub mod crypto;
 pub mod daemon;
+pub mod dn;
 pub mod engine;
 pub mod transform;
 pub mod wire;

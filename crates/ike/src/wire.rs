@@ -326,6 +326,10 @@ impl Id {
                 let a: [u8; 16] = self.data[..].try_into().unwrap_or_default();
                 Ipv6Addr::from(a).to_string()
             }
+            id::DER_ASN1_DN => match crate::dn::to_text(&self.data) {
+                Some(t) => format!("dn:{t}"),
+                None => self.data.iter().map(|b| format!("{b:02x}")).collect(),
+            },
             _ => self.data.iter().map(|b| format!("{b:02x}")).collect(),
         }
     }

@@ -586,7 +586,10 @@ impl IpsecConfig {
         if self.peers.is_empty() {
             return Ok(Vec::new());
         }
+        // Certificate peers (auth = "pubkey") read their own files; PSKs are in the key file.
+        let psk_peers = self.peers.iter().any(|c| c.auth != "pubkey");
         let keys = match &self.key_file {
+            None if !psk_peers => None,
             None => {
                 p.push((
                     "ipsec".into(),
@@ -654,7 +657,7 @@ impl IpsecConfig {
                 (Some(k), Some(n)) => k.psk(n),
                 _ => None,
             };
-            if keys.is_none() && c.psk.is_some() {
+            if keys.is_none() && c.psk.is_some() && c.auth != "pubkey" {
                 // The key file's problem is reported once, above.
                 continue;
             }
@@ -1430,5 +1433,37 @@ default = "protect"
         assert!(e.contains("line 3") && !e.contains("deadbeef"), "{e}");
         let e = Keys::read(Path::new("/nonexistent/keys")).err().unwrap();
         assert!(e.starts_with("key file /nonexistent/keys: "), "{e}");
+    }
+
+    #[test]
+    fn certificate_peers_need_no_key_file_and_their_errors_name_the_field() {
+        let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/../ike/tests/certs");
+        let dir = std::env::temp_dir().join(format!("ipsec-cert-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("p384.key.pem");
+        std::fs::copy(format!("{certs}/p384.key.pem"), &key).unwrap();
+        let text = |key: &Path| {
+            format!(
+                "[[tunnel]]\nname = \"ipsec0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+                 [[peer]]\nname = \"b\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+                 remote_id = \"dn:C=CH, O=ferrouter test, CN=p256.example\"\nauth = \"pubkey\"\n\
+                 cert = \"{certs}/p384.der\"\nprivate_key = \"{}\"\nca = [\"{certs}/root.pem\"]\ntunnel = \"ipsec0\"\n",
+                key.display()
+            )
+        };
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let c: IpsecConfig = toml::from_str(&text(&key)).unwrap();
+        let e = c.ike_peers().unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].0, "ipsec.peer[0].private_key");
+        assert!(e[0].1.contains("chmod 600"), "{e:?}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let p = c.ike_peers().unwrap();
+        assert_eq!(
+            p[0].local_id.text(),
+            "dn:C=CH, O=ferrouter test, CN=p384.example"
+        );
+        assert!(p[0].cert.as_ref().unwrap().cas.len() == 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -26,9 +26,9 @@ pub use auth::{psk_auth, signed_octets};
 pub use dh::KeyShare;
 pub use kdf::{child_keys, prf, prf_plus, ChildKeys, IkeKeys, IkeSuite};
 pub use sig::{
-    certificate_matches_id, certificate_subject, digital_signature_auth, read_certificates, sign,
-    verify, verify_auth, verify_chain, PrivateKey, AUTH_DIGITAL_SIGNATURE, AUTH_ECDSA_256,
-    AUTH_ECDSA_384, AUTH_PSK, AUTH_RSA,
+    certificate_matches_id, certificate_subject, digital_signature_auth, key_sha1,
+    read_certificates, sign, verify, verify_auth, verify_chain, PrivateKey, AUTH_DIGITAL_SIGNATURE,
+    AUTH_ECDSA_256, AUTH_ECDSA_384, AUTH_PSK, AUTH_RSA,
 };
 pub use sk::SkCipher;
 pub use zeroize::Zeroizing;

@@ -423,6 +423,16 @@ fn cert_key(cert_der: &[u8]) -> Result<(KeyType, Vec<u8>), CryptoError> {
     Ok((key, spki))
 }
 
+/// The SHA-1 hash of a certificate's SubjectPublicKeyInfo: how a CERTREQ payload names
+/// a trusted CA (RFC 7296 §3.7).
+pub fn key_sha1(cert_der: &[u8]) -> Result<[u8; 20], CryptoError> {
+    let (_, spki) = cert_key(cert_der)?;
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, &spki);
+    let mut out = [0u8; 20];
+    out.copy_from_slice(d.as_ref());
+    Ok(out)
+}
+
 /// Lower-case hex, for messages.
 fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

@@ -14,6 +14,10 @@ fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
         remote_id: None,
         auth: "psk".into(),
         psk: Some(name.into()),
+        cert: None,
+        private_key: None,
+        ca: vec![],
+        crl: vec![],
         proposals: vec![],
         esp_proposals: vec![],
         tunnel: format!("t-{name}"),
@@ -445,4 +449,264 @@ fn no_nat_stays_on_500() {
     assert_eq!(p.a.counters.nat_detected, 0);
     assert_eq!(p.b.counters.nat_detected, 0);
     assert_eq!(p.a_children[0].udp_encap, None);
+}
+
+// ---- Certificates (auth = "pubkey") ----
+
+const CERTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/certs");
+
+/// A directory of its own for a test's files, emptied first.
+fn cert_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ike-engine-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The config of a peer authenticating (named `b`: a's peer, 192.0.2.1 initiating to
+/// 192.0.2.2; named `a`: b's, responding) with the fixture `name` (`p256`, `rsa2048` with the
+/// intermediate CA in its chain; `p384`, `ed25519` issued by the root) and trusting `ca`.
+fn cert_config(
+    dir: &std::path::Path,
+    name: &str,
+    cert: &str,
+    ca: &str,
+    remote_id: &str,
+) -> PeerConfig {
+    use std::os::unix::fs::PermissionsExt;
+    // The certificate file as an operator writes it: with its intermediate, if any.
+    let cert_file = if matches!(cert, "p256" | "rsa2048") {
+        format!("{CERTS}/{cert}-chain.pem")
+    } else {
+        format!("{CERTS}/{cert}.pem")
+    };
+    // Git keeps the fixtures' keys 0644: the copy is the owner's only.
+    let key_file = dir.join(format!("{cert}.key.pem"));
+    std::fs::copy(format!("{CERTS}/{cert}.key.pem"), &key_file).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (local, remote, start) = if name == "b" {
+        ("192.0.2.1", "192.0.2.2", "initiate")
+    } else {
+        ("192.0.2.2", "192.0.2.1", "respond")
+    };
+    PeerConfig {
+        name: name.into(),
+        local: local.parse().unwrap(),
+        remote: remote.into(),
+        local_id: None,
+        remote_id: Some(remote_id.into()),
+        auth: "pubkey".into(),
+        psk: None,
+        cert: Some(cert_file.into()),
+        private_key: Some(key_file),
+        ca: vec![format!("{CERTS}/{ca}.der").into()],
+        crl: vec![],
+        proposals: vec![],
+        esp_proposals: vec![],
+        tunnel: format!("t-{name}"),
+        start: start.into(),
+        ike_lifetime_s: 0,
+        child_lifetime_s: 0,
+        dpd_s: 30,
+    }
+}
+
+fn dn(cn: &str) -> String {
+    format!("dn:C=CH, O=ferrouter test, CN={cn}")
+}
+
+/// a (`cert_a`, trusting `ca_a`) initiates to b (`cert_b`, trusting `ca_b`).
+fn cert_pair(tag: &str, cert_a: &str, ca_a: &str, cert_b: &str, ca_b: &str) -> (Peer, Peer) {
+    let d = cert_dir(tag);
+    let a = cert_config(&d, "b", cert_a, ca_a, &dn(&format!("{cert_b}.example")));
+    let b = cert_config(&d, "a", cert_b, ca_b, &dn(&format!("{cert_a}.example")));
+    let r = (a.resolve(None).unwrap(), b.resolve(None).unwrap());
+    std::fs::remove_dir_all(&d).unwrap();
+    r
+}
+
+fn run_pair(a: Peer, b: Peer) -> Pair {
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    p
+}
+
+#[test]
+fn certificates_ecdsa_rsa_ed25519() {
+    for (a, b) in [
+        ("p256", "p384"),
+        ("rsa2048", "ed25519"),
+        ("p384", "rsa2048"),
+    ] {
+        let (pa, pb) = cert_pair(&format!("ok-{a}"), a, "root", b, "root");
+        assert_eq!(
+            pa.local_id.kind,
+            wire::id::DER_ASN1_DN,
+            "the subject by default"
+        );
+        let p = run_pair(pa, pb);
+        assert_eq!(
+            (p.a.established(), p.b.established()),
+            (1, 1),
+            "{a} with {b}"
+        );
+        assert_eq!(p.a_children.len(), 1, "{a} with {b}");
+        check_child_keys(&p);
+        // IKE_SA_INIT: b asks for certificates of the CA it trusts, both say which
+        // hashes they sign with.
+        let init_resp = wire::parse(&p.wire_b[0]).unwrap();
+        assert!(init_resp
+            .payloads
+            .iter()
+            .any(|x| matches!(x, Payload::CertReq { encoding: 4, data } if data.len() == 20)));
+        for m in [&p.wire_a[0], &p.wire_b[0]] {
+            let n = wire::find_notify(
+                &wire::parse(m).unwrap().payloads,
+                notify::SIGNATURE_HASH_ALGORITHMS,
+            )
+            .cloned()
+            .unwrap();
+            assert_eq!(n.data, SIGNATURE_HASHES);
+        }
+        // Each verified the other's chain once.
+        assert_eq!((p.a.chain_cache.len(), p.b.chain_cache.len()), (1, 1));
+        assert_eq!(
+            p.a.counters.failed.authentication + p.b.counters.failed.authentication,
+            0
+        );
+        assert_eq!(p.b.sa_info(p.now)[0].remote_id, dn(&format!("{a}.example")));
+    }
+}
+
+#[test]
+fn certificates_cached_per_chain() {
+    let (pa, pb) = cert_pair("cache", "p256", "root", "p384", "root");
+    let mut p = run_pair(pa, pb);
+    assert_eq!(p.b.established(), 1);
+    // Again: the responder takes the chain's verification from its cache.
+    let mut ev = vec![];
+    p.a.terminate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    assert_eq!(p.b.chain_cache.len(), 1);
+    assert_eq!(p.b.counters.established, 2);
+}
+
+#[test]
+fn certificate_of_an_untrusted_ca_fails_both_ways() {
+    // The responder does not trust the initiator's CA.
+    let (pa, pb) = cert_pair("ca-b", "p256", "root", "p384", "other");
+    let p = run_pair(pa, pb);
+    assert_eq!((p.a.established(), p.b.established()), (0, 0));
+    assert_eq!(p.b.counters.failed.authentication, 1);
+    assert_eq!(p.a.counters.failed.peer_refused, 1);
+    let cached =
+        p.b.chain_cache
+            .values()
+            .next()
+            .unwrap()
+            .1
+            .clone()
+            .unwrap_err();
+    assert!(cached.contains("issuer is not trusted"), "{cached}");
+    // The initiator does not trust the responder's.
+    let (pa, pb) = cert_pair("ca-a", "p256", "other", "p384", "root");
+    let p = run_pair(pa, pb);
+    assert_eq!(p.a.established(), 0);
+    assert_eq!(p.a.counters.failed.authentication, 1);
+    assert!(p.a_children.is_empty());
+}
+
+#[test]
+fn certificate_not_for_the_identity_fails() {
+    // The responder claims an FQDN its certificate does not have.
+    let (mut pa, mut pb) = cert_pair("id-b", "p256", "root", "p384", "root");
+    pb.local_id = crate::config::parse_id("p256.example").unwrap();
+    pa.remote_id = pb.local_id.clone();
+    let p = run_pair(pa, pb);
+    assert_eq!(p.a.established(), 0);
+    assert_eq!(p.a.counters.failed.authentication, 1);
+    // The initiator claims a DN that is not its certificate's subject.
+    let (mut pa, mut pb) = cert_pair("id-a", "p256", "root", "p384", "root");
+    pa.local_id = crate::config::parse_id(&dn("p384.example")).unwrap();
+    pb.remote_id = pa.local_id.clone();
+    let p = run_pair(pa, pb);
+    assert_eq!(p.b.established(), 0);
+    assert_eq!(p.b.counters.failed.authentication, 1);
+    assert_eq!(p.a.counters.failed.peer_refused, 1);
+}
+
+#[test]
+fn psk_peer_refuses_a_signature() {
+    let (pa, _) = cert_pair("mix", "p256", "root", "p384", "root");
+    let mut pb = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    pb.remote_id = pa.local_id.clone();
+    let p = run_pair(pa, pb);
+    assert_eq!(p.b.established(), 0);
+    assert_eq!(p.b.counters.failed.authentication, 1);
+}
+
+#[test]
+fn certificate_config_errors_name_the_field() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = cert_dir("cfg");
+    let c = cert_config(&d, "b", "p256", "root", "192.0.2.2");
+    assert!(c.resolve(None).is_ok());
+    let err = |c: &PeerConfig| c.resolve(None).unwrap_err();
+    let mut x = c.clone();
+    std::fs::set_permissions(
+        x.private_key.as_ref().unwrap(),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    assert!(
+        err(&x).starts_with("private_key: ") && err(&x).contains("mode 0640"),
+        "{}",
+        err(&x)
+    );
+    std::fs::set_permissions(
+        x.private_key.as_ref().unwrap(),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    x.cert = Some(format!("{CERTS}/p384.der").into());
+    assert!(
+        err(&x).starts_with("private_key: ") && err(&x).contains("is not the key of"),
+        "{}",
+        err(&x)
+    );
+    let mut x = c.clone();
+    x.cert = Some(d.join("missing.pem"));
+    assert!(err(&x).starts_with("cert: "), "{}", err(&x));
+    let mut x = c.clone();
+    x.ca = vec![];
+    assert!(err(&x).starts_with("ca: "), "{}", err(&x));
+    let mut x = c.clone();
+    x.local_id = Some("p384.example".into());
+    assert!(err(&x).starts_with("local_id: "), "{}", err(&x));
+    x.local_id = Some(dn("p384.example"));
+    assert!(
+        err(&x).contains("is not the certificate's subject"),
+        "{}",
+        err(&x)
+    );
+    x.local_id = Some("p256.example".into());
+    assert!(x.resolve(None).is_ok());
+    let mut x = c.clone();
+    x.psk = Some("b".into());
+    assert!(err(&x).starts_with("psk: "), "{}", err(&x));
+    let mut x = c.clone();
+    x.crl = vec![format!("{CERTS}/root.der").into()];
+    assert!(err(&x).starts_with("crl[0]: "), "{}", err(&x));
+    x.crl = vec![format!("{CERTS}/root.crl").into()];
+    assert!(x.resolve(None).is_ok());
+    let mut x = c.clone();
+    x.auth = "eap".into();
+    assert!(err(&x).starts_with("auth: "), "{}", err(&x));
+    std::fs::remove_dir_all(&d).unwrap();
 }

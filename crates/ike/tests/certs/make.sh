@@ -50,6 +50,12 @@ issue p384 ecdsa root "C=CH, O=ferrouter test, CN=p384.example" --san p384.examp
 openssl x509 -inform der -in root.der -out root.pem
 openssl x509 -inform der -in sub.der -out sub.pem
 cat sub.pem root.pem > chain.pem
+# Certificate files as an operator writes them (the IKE tests): the end-entity
+# certificate, then its intermediate.
+for n in p256 rsa2048 p384 ed25519; do openssl x509 -inform der -in $n.der -out $n.pem; done
+cat p256.pem sub.pem > p256-chain.pem
+cat rsa2048.pem sub.pem > rsa2048-chain.pem
+rm p256.pem rsa2048.pem
 openssl ec -in p256.key.pem -outform der -out p256.key.der 2>/dev/null
 openssl pkey -in ed25519.key.pem -outform der -out ed25519.key.der
 # With IP addresses as subjectAltNames.
