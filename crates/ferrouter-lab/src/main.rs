@@ -255,6 +255,13 @@ enum Bench {
     /// root, and for strongSwan the Debian packages charon-systemd, strongswan-swanctl,
     /// libcharon-extra-plugins and libstrongswan-standard-plugins.
     Ipsec(IpsecArgs),
+    /// IKEv2 tunnel setup (issue 27): the IKE load generator's emulated initiators
+    /// (IKE_SA_INIT + IKE_AUTH with a PSK and a child SA each, on one core) against each
+    /// DUT as the responder on the other core — ferrouter's IKE daemon, strongSwan's
+    /// charon (tuned for scale) — in network namespaces: setup rate, failures, time to N,
+    /// SAs held, the responder's memory and CPU time per tunnel. Needs root; strongSwan
+    /// needs charon-systemd and strongswan-swanctl.
+    Ike(IkeArgs),
     /// Bulk add/delete of routes while a worker forwards.
     FibUpdate(FibUpdateArgs),
     /// RFC 2544 throughput, frame loss and latency against ferrouter, Linux kernel
@@ -855,6 +862,113 @@ struct FibUpdateArgs {
     json: bool,
 }
 
+/// `bench ike`.
+#[derive(Args)]
+struct IkeArgs {
+    /// DUTs as the responder, comma-separated: ferrouter, strongswan (one run each).
+    #[arg(long, value_delimiter = ',', default_value = "ferrouter,strongswan")]
+    dut: Vec<String>,
+    /// Tunnels (emulated initiators), each an IKE SA and a child SA.
+    #[arg(long, default_value_t = 1000)]
+    tunnels: usize,
+    /// Authentication: psk.
+    #[arg(long, default_value = "psk")]
+    auth: String,
+    /// DH group: 31 (curve25519), 19 (ecp256), 20 (ecp384), 14 (modp2048).
+    #[arg(long, default_value_t = 31)]
+    dh: u16,
+    /// New initiations per second (default: as fast as the responder answers, within
+    /// --window).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Exchanges outstanding at most (below the responders' cookie thresholds).
+    #[arg(long, default_value_t = 256)]
+    window: usize,
+    /// Source addresses of the generator (192.0.2.10 and up, 1..=240).
+    #[arg(long, default_value_t = 64)]
+    sources: usize,
+    /// UDP sockets over them (initiators are spread round robin; several share a socket
+    /// when there are more tunnels than sockets).
+    #[arg(long, default_value_t = 256)]
+    sockets: usize,
+    /// After the setup, hold the tunnels this many seconds (answering DPD) and count
+    /// the responder's SAs again.
+    #[arg(long, default_value_t = 0.0)]
+    hold: f64,
+    /// The setup phase at most, seconds.
+    #[arg(long, default_value_t = 300.0)]
+    timeout: f64,
+    /// Prefix of the lab's namespace names.
+    #[arg(long, default_value = "fik")]
+    netns_prefix: String,
+    /// JSON output: {"runs":[...]}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn ike_bench(a: IkeArgs) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let opts = lab::ikebench::IkeBenchOptions {
+        duts: a.dut.clone(),
+        tunnels: a.tunnels,
+        auth: a.auth.clone(),
+        dh: a.dh,
+        rate: a.rate,
+        window: a.window.max(1),
+        sources: a.sources,
+        sockets: a.sockets.max(1),
+        hold: if a.hold.is_finite() && (0.0..=3600.0).contains(&a.hold) {
+            Duration::from_secs_f64(a.hold)
+        } else {
+            bail!("--hold must be between 0 and 3600 seconds, got {}", a.hold)
+        },
+        timeout: if a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0 {
+            Duration::from_secs_f64(a.timeout)
+        } else {
+            bail!(
+                "--timeout must be between 0 and 3600 seconds, got {}",
+                a.timeout
+            )
+        },
+        prefix: a.netns_prefix.clone(),
+        ferrouter: if a.dut.iter().any(|d| d == "ferrouter") {
+            ferrouter_bin()?
+        } else {
+            PathBuf::new()
+        },
+        dut_core: if cores > 1 { 1 } else { 0 },
+        generator_core: 0,
+    };
+    let (dir, names) = lab::ikebench::namespaces(&opts.prefix);
+    lab::tear_down_namespaces_on_signal(dir, names)?;
+    let mut p = progress(a.json);
+    let mut machine = lab::ipsecbench::Machine::probe();
+    if a.dut.iter().any(|d| d == "strongswan") {
+        machine.strongswan = std::process::Command::new("swanctl")
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    }
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let runs = lab::ikebench::run(&opts, &mut p)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({ "machine": machine, "loadavg": loadavg.trim(), "runs": runs })
+        );
+    } else {
+        println!(
+            "{} (nproc {}), load average {}",
+            machine.cpu_model,
+            machine.nproc,
+            loadavg.trim()
+        );
+        print!("{}", lab::ikebench::format_table(&runs));
+    }
+    Ok(())
+}
+
 fn progress(json: bool) -> impl FnMut(&str) {
     move |m: &str| {
         if !json || std::env::var_os("FERROUTER_PROGRESS").is_some() {
@@ -1021,6 +1135,7 @@ fn main() -> Result<()> {
         }
         Cmd::Bench(Bench::Rfc2544(a)) => rfc2544(a),
         Cmd::Bench(Bench::Ipsec(a)) => ipsec_bench(a),
+        Cmd::Bench(Bench::Ike(a)) => ike_bench(a),
         Cmd::Bench(Bench::Stateful(a)) => stateful(a),
         Cmd::Bench(Bench::Firewall(a)) => firewall_bench(a),
         Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {

@@ -613,6 +613,8 @@ pub mod chart;
 pub mod convergence;
 pub mod daemons;
 pub mod fwbench;
+pub mod ikebench;
+pub mod ikeload;
 pub mod ipsec;
 pub mod ipsecbench;
 pub mod ospf;

@@ -1,0 +1,764 @@
+//! An IKEv2 load generator (issue 27, item 7), as strongSwan's load-tester plugin: many
+//! emulated initiators, each setting up an IKE SA (IKE_SA_INIT + IKE_AUTH with a PSK) and
+//! its child SA against one responder, then optionally holding their SAs (answering the
+//! responder's INFORMATIONAL requests: DPD, deletes) to measure how many it keeps.
+//!
+//! Sources: the initiators are spread round robin over `sockets` UDP sockets, each bound
+//! to one of the source addresses (ephemeral ports): with more initiators than sockets,
+//! several initiators share an address and port and are told apart by their SPIs (as
+//! the responder must: RFC 7296 §2.1 keys IKE SAs by SPI). One thread, non-blocking
+//! sockets and poll(2): run it on one core.
+//!
+//! Messages are built with `ike::wire` and keyed with `ike::crypto`; the key shares are
+//! generated before the clock starts (not what is measured); the DH agreement, the key
+//! derivation, the AUTH and the SK payloads are computed per tunnel, as a real initiator
+//! does. No INITIAL_CONTACT is sent: every emulated initiator uses the same identity, and
+//! INITIAL_CONTACT tells a responder to delete that identity's other SAs (§2.4).
+//! Retransmission: after `retransmit`, doubled each time, `tries` sends in all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ike::config::{EspProposal, IkeProposal};
+use ike::crypto::{self, IkeKeys, IkeSuite, KeyShare, SkCipher};
+use ike::transform as tf;
+use ike::wire::{self, exchange, flags, notify, proto, Header, Id, Payload, Proposal, Selector};
+use serde::Serialize;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// The responder (address, port 500).
+    pub responder: SocketAddr,
+    /// Source addresses (present on an interface of the namespace the generator runs in).
+    pub sources: Vec<IpAddr>,
+    /// UDP sockets in all, spread over the sources (at least one per source).
+    pub sockets: usize,
+    /// Tunnels (emulated initiators).
+    pub tunnels: usize,
+    /// New initiations per second (`None`: as fast as the responder answers, within
+    /// `window`).
+    pub rate: Option<f64>,
+    /// Exchanges outstanding at most (initiators between their IKE_SA_INIT and their
+    /// IKE_AUTH response).
+    pub window: usize,
+    /// The IKE proposal (its DH group is the key shares').
+    pub ike: IkeProposal,
+    /// The child SA's proposal.
+    pub esp: EspProposal,
+    pub psk: Vec<u8>,
+    /// Our (every initiator's) identity, and the responder's we ask for.
+    pub local_id: Id,
+    pub remote_id: Id,
+    /// The first retransmission timeout (doubled each time), and sends per request.
+    pub retransmit: Duration,
+    pub tries: u32,
+    /// The whole setup phase at most.
+    pub timeout: Duration,
+    /// Send NAT detection notifications whose source hash matches no address (as from
+    /// behind a NAT): strongSwan's kernel-libipsec installs UDP-encapsulated ESP SAs
+    /// only, so without a NAT its child SAs fail.
+    pub claim_nat: bool,
+}
+
+/// What the generator saw.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoadReport {
+    pub tunnels: usize,
+    pub sockets: usize,
+    pub sources: usize,
+    /// IKE SAs with their child SA up.
+    pub established: usize,
+    /// Refused, by the notification the responder answered with (or `auth_mismatch`,
+    /// `malformed`, `no_child`).
+    pub failed: BTreeMap<String, u64>,
+    /// Gave up after every retransmission, or still pending at the time limit.
+    pub timeouts: usize,
+    pub retransmits: u64,
+    pub cookies: u64,
+    /// From the first IKE_SA_INIT to the last establishment, s.
+    pub setup_s: f64,
+    /// established ÷ setup_s.
+    pub setup_per_s: f64,
+    /// Time until every tunnel was up (`None` when some failed).
+    pub time_to_n_s: Option<f64>,
+    /// Setup rate per tenth of the tunnels (in order of establishment), tunnels/s: shows
+    /// a responder slowing down as it holds more.
+    pub rate_by_tenth: Vec<f64>,
+    /// The generator thread's CPU time in the setup phase, s (close to setup_s: the
+    /// generator, not the responder, was the limit).
+    pub generator_cpu_s: f64,
+    /// Hold phase: its length, INFORMATIONAL requests answered, SAs the responder deleted.
+    pub hold_s: f64,
+    pub informational_answered: u64,
+    pub deleted_by_responder: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Idle,
+    Init,
+    Auth,
+    Up,
+    Done,
+}
+
+struct Ini {
+    st: St,
+    sock: usize,
+    spi_i: u64,
+    spi_r: u64,
+    share: Option<KeyShare>,
+    ni: Vec<u8>,
+    init_req: Vec<u8>,
+    cookie: Option<Vec<u8>>,
+    keys: Option<IkeKeys>,
+    tx: Option<SkCipher>,
+    rx: Option<SkCipher>,
+    /// The request in flight, when sent, sends so far.
+    datagram: Vec<u8>,
+    sent: Instant,
+    sends: u32,
+    /// The responder's next request's message ID and our last answer.
+    peer_next: u32,
+    last_answer: Option<(u32, Vec<u8>)>,
+}
+
+/// The wire form of an IKE proposal.
+fn ike_wire(p: &IkeProposal) -> Proposal {
+    let (id, key_bits) = p.encr.id();
+    let t = |kind, id| wire::Transform {
+        kind,
+        id,
+        key_bits: None,
+        unknown_attribute: false,
+    };
+    let mut ts = vec![
+        wire::Transform {
+            kind: tf::ENCR,
+            id,
+            key_bits,
+            unknown_attribute: false,
+        },
+        t(tf::PRF, p.prf.id()),
+    ];
+    if let Some(i) = p.integ {
+        ts.push(t(tf::INTEG, i.id()));
+    }
+    ts.push(t(tf::DH, p.dh.id()));
+    Proposal {
+        number: 1,
+        protocol: proto::IKE,
+        spi: vec![],
+        transforms: ts,
+    }
+}
+
+/// Initiator `k`'s own inside address, 10.128.0.0/9 + k (one /32 each, TSi): its
+/// responder's routes and policies are one per tunnel, none covering IKE's addresses.
+pub fn own_selector(k: usize) -> Selector {
+    let a = IpAddr::V4(Ipv4Addr::from(0x0a80_0000u32 + k as u32));
+    Selector {
+        protocol: 0,
+        start_port: 0,
+        end_port: 65535,
+        start: a,
+        end: a,
+    }
+}
+
+/// The wire form of an ESP proposal (no PFS).
+fn esp_wire(p: &EspProposal, spi: u32) -> Proposal {
+    let (id, key_bits) = p.encr.id();
+    let mut ts = vec![wire::Transform {
+        kind: tf::ENCR,
+        id,
+        key_bits,
+        unknown_attribute: false,
+    }];
+    let t = |kind, id| wire::Transform {
+        kind,
+        id,
+        key_bits: None,
+        unknown_attribute: false,
+    };
+    if let Some(i) = p.integ {
+        ts.push(t(tf::INTEG, i.id()));
+    }
+    ts.push(t(tf::ESN, u16::from(p.esn)));
+    Proposal {
+        number: 1,
+        protocol: proto::ESP,
+        spi: spi.to_be_bytes().to_vec(),
+        transforms: ts,
+    }
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    let _ = crypto::random_bytes(&mut b);
+    b
+}
+
+/// This thread's user + system CPU time, s.
+fn thread_cpu_s() -> f64 {
+    // SAFETY: getrusage writes into the struct we pass, nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is valid on Linux.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The generator: sockets bound, key shares made; [`Generator::setup`] then
+/// [`Generator::hold`].
+pub struct Generator {
+    o: LoadOptions,
+    socks: Vec<UdpSocket>,
+    inis: Vec<Ini>,
+    by_spi: HashMap<u64, usize>,
+    pub report: LoadReport,
+    buf: Vec<u8>,
+}
+
+impl Generator {
+    /// Binds the sockets (in the calling thread's network namespace) and makes every
+    /// initiator's key share.
+    pub fn new(o: LoadOptions) -> Result<Generator> {
+        if o.sources.is_empty() || o.tunnels == 0 {
+            bail!("IKE load: no source addresses or no tunnels");
+        }
+        let n_socks = o.sockets.max(o.sources.len());
+        let mut socks = Vec::with_capacity(n_socks);
+        for k in 0..n_socks {
+            let a = o.sources[k % o.sources.len()];
+            let s = UdpSocket::bind(SocketAddr::new(a, 0))
+                .with_context(|| format!("IKE load: binding a UDP socket to {a}"))?;
+            s.set_nonblocking(true)?;
+            socks.push(s);
+        }
+        let mut inis = Vec::with_capacity(o.tunnels);
+        let mut by_spi = HashMap::with_capacity(o.tunnels);
+        let now = Instant::now();
+        for k in 0..o.tunnels {
+            let share = KeyShare::generate(o.ike.dh)
+                .map_err(|e| anyhow::anyhow!("IKE load: key share: {e}"))?;
+            let mut spi = u64::from_be_bytes(random());
+            while spi == 0 || by_spi.contains_key(&spi) {
+                spi = u64::from_be_bytes(random());
+            }
+            by_spi.insert(spi, k);
+            inis.push(Ini {
+                st: St::Idle,
+                sock: k % n_socks,
+                spi_i: spi,
+                spi_r: 0,
+                share: Some(share),
+                ni: random::<32>().to_vec(),
+                init_req: vec![],
+                cookie: None,
+                keys: None,
+                tx: None,
+                rx: None,
+                datagram: vec![],
+                sent: now,
+                sends: 0,
+                peer_next: 0,
+                last_answer: None,
+            });
+        }
+        let report = LoadReport {
+            tunnels: o.tunnels,
+            sockets: n_socks,
+            sources: o.sources.len(),
+            ..LoadReport::default()
+        };
+        Ok(Generator {
+            o,
+            socks,
+            inis,
+            by_spi,
+            report,
+            buf: vec![0u8; 65_536],
+        })
+    }
+
+    fn header(i: &Ini, exch: u8, id: u32, response: bool) -> Header {
+        Header {
+            spi_i: i.spi_i,
+            spi_r: i.spi_r,
+            next: 0,
+            version: 0x20,
+            exchange: exch,
+            flags: flags::INITIATOR | if response { flags::RESPONSE } else { 0 },
+            message_id: id,
+            length: 0,
+        }
+    }
+
+    fn send(&self, k: usize, data: &[u8]) {
+        // A full socket buffer is a loss like any other: retransmission covers it.
+        let _ = self.socks[self.inis[k].sock].send_to(data, self.o.responder);
+    }
+
+    fn fail(&mut self, k: usize, why: &str) {
+        *self.report.failed.entry(why.to_string()).or_default() += 1;
+        self.inis[k].st = St::Done;
+        self.inis[k].keys = None;
+        self.inis[k].tx = None;
+        self.inis[k].rx = None;
+    }
+
+    fn send_init(&mut self, k: usize, now: Instant) {
+        let i = &mut self.inis[k];
+        let Some(share) = i.share.as_ref() else {
+            return;
+        };
+        let mut ps = Vec::new();
+        if let Some(c) = &i.cookie {
+            ps.push(Payload::notify(notify::COOKIE, c.clone()));
+        }
+        ps.push(Payload::Sa(vec![ike_wire(&self.o.ike)]));
+        ps.push(Payload::Ke {
+            group: share.group().id(),
+            data: share.public().to_vec(),
+        });
+        ps.push(Payload::Nonce(i.ni.clone()));
+        if self.o.claim_nat {
+            // §2.23: SHA-1 hashes; random ones match nothing, so "behind a NAT".
+            ps.push(Payload::notify(
+                notify::NAT_DETECTION_SOURCE_IP,
+                random::<20>().to_vec(),
+            ));
+            ps.push(Payload::notify(
+                notify::NAT_DETECTION_DESTINATION_IP,
+                random::<20>().to_vec(),
+            ));
+        }
+        let data = wire::encode(Self::header(i, exchange::IKE_SA_INIT, 0, false), &ps);
+        i.init_req = data.clone();
+        i.datagram = data;
+        i.sent = now;
+        i.sends = 1;
+        i.st = St::Init;
+        let d = std::mem::take(&mut self.inis[k].datagram);
+        self.send(k, &d);
+        self.inis[k].datagram = d;
+    }
+
+    fn on_init_response(&mut self, k: usize, raw: &[u8], msg: wire::Message, now: Instant) {
+        let ps = &msg.payloads;
+        if let Some(n) = wire::find_notify(ps, notify::COOKIE) {
+            self.report.cookies += 1;
+            self.inis[k].cookie = Some(n.data.clone());
+            self.send_init(k, now);
+            return;
+        }
+        if let Some(Payload::Notify(n)) = ps
+            .iter()
+            .find(|p| matches!(p, Payload::Notify(n) if n.kind < notify::FIRST_STATUS))
+        {
+            let why = notify::name(n.kind);
+            self.fail(k, why);
+            return;
+        }
+        let ke = ps.iter().find_map(|p| match p {
+            Payload::Ke { data, .. } => Some(data),
+            _ => None,
+        });
+        let nr = ps.iter().find_map(|p| match p {
+            Payload::Nonce(n) => Some(n),
+            _ => None,
+        });
+        let (Some(ke), Some(nr)) = (ke, nr) else {
+            self.fail(k, "malformed");
+            return;
+        };
+        let o = &self.o;
+        let i = &mut self.inis[k];
+        let Some(share) = i.share.take() else {
+            return;
+        };
+        let suite = IkeSuite {
+            encr: o.ike.encr,
+            integ: o.ike.integ,
+            prf: o.ike.prf,
+            dh: o.ike.dh,
+        };
+        let spi_r = msg.header.spi_r;
+        let keys = share
+            .agree(ke)
+            .ok()
+            .and_then(|g| IkeKeys::derive(&suite, &g, &i.ni, nr, i.spi_i, spi_r).ok());
+        let Some(keys) = keys else {
+            self.fail(k, "crypto");
+            return;
+        };
+        let (Ok(tx), Ok(rx)) = (
+            SkCipher::new(o.ike.encr, o.ike.integ, &keys.sk_ei, &keys.sk_ai),
+            SkCipher::new(o.ike.encr, o.ike.integ, &keys.sk_er, &keys.sk_ar),
+        ) else {
+            self.fail(k, "crypto");
+            return;
+        };
+        i.spi_r = spi_r;
+        // AUTH covers the IKE_SA_INIT request as sent, the responder's nonce and our ID.
+        let octets =
+            crypto::signed_octets(o.ike.prf, &i.init_req, nr, &keys.sk_pi, &o.local_id.body());
+        let auth = crypto::psk_auth(o.ike.prf, &o.psk, &octets);
+        // The responder's AUTH covers its response and our nonce: keep them in init_req.
+        i.init_req = [raw, &i.ni[..]].concat();
+        let child_spi = loop {
+            let s = u32::from_be_bytes(random());
+            if s >= 256 {
+                break s;
+            }
+        };
+        let inner = vec![
+            Payload::IdI(o.local_id.clone()),
+            Payload::IdR(o.remote_id.clone()),
+            Payload::Auth {
+                method: wire::auth::PSK,
+                data: auth.to_vec(),
+            },
+            Payload::Sa(vec![esp_wire(&o.esp, child_spi)]),
+            Payload::TsI(vec![own_selector(k)]),
+            Payload::TsR(vec![Selector::any(false)]),
+        ];
+        let (mut m, at) = wire::encode_sk(Self::header(i, exchange::IKE_AUTH, 1, false), &inner);
+        let mut tx = tx;
+        if tx.seal(&mut m, at, 4).is_err() {
+            self.fail(k, "crypto");
+            return;
+        }
+        i.keys = Some(keys);
+        i.tx = Some(tx);
+        i.rx = Some(rx);
+        i.datagram = m;
+        i.sent = now;
+        i.sends = 1;
+        i.st = St::Auth;
+        let d = std::mem::take(&mut self.inis[k].datagram);
+        self.send(k, &d);
+        self.inis[k].datagram = d;
+    }
+
+    /// The IKE_AUTH response: the responder's AUTH checked, the child SA's answer read.
+    fn on_auth_response(&mut self, k: usize, inner: &[Payload]) -> bool {
+        if let Some(Payload::Notify(n)) = inner
+            .iter()
+            .find(|p| matches!(p, Payload::Notify(n) if n.kind < notify::FIRST_STATUS))
+        {
+            // An error without AUTH: the IKE SA failed; with AUTH only the child did.
+            let child = inner.iter().any(|p| matches!(p, Payload::Auth { .. }));
+            let why = format!(
+                "{}{}",
+                if child { "child_" } else { "" },
+                notify::name(n.kind)
+            );
+            self.fail(k, &why);
+            return false;
+        }
+        let id_r = inner.iter().find_map(|p| match p {
+            Payload::IdR(i) => Some(i),
+            _ => None,
+        });
+        let auth = inner.iter().find_map(|p| match p {
+            Payload::Auth { data, .. } => Some(data),
+            _ => None,
+        });
+        let (Some(id_r), Some(auth)) = (id_r, auth) else {
+            self.fail(k, "malformed");
+            return false;
+        };
+        let i = &self.inis[k];
+        let Some(keys) = i.keys.as_ref() else {
+            return false;
+        };
+        let (first, ni) = i.init_req.split_at(i.init_req.len() - i.ni.len());
+        let octets = crypto::signed_octets(self.o.ike.prf, first, ni, &keys.sk_pr, &id_r.body());
+        let want = crypto::psk_auth(self.o.ike.prf, &self.o.psk, &octets);
+        if want.as_slice() != auth.as_slice() {
+            self.fail(k, "auth_mismatch");
+            return false;
+        }
+        if !inner.iter().any(|p| matches!(p, Payload::Sa(_))) {
+            self.fail(k, "no_child");
+            return false;
+        }
+        let i = &mut self.inis[k];
+        i.st = St::Up;
+        i.init_req = Vec::new();
+        i.datagram = Vec::new();
+        i.ni = Vec::new();
+        i.peer_next = 0;
+        true
+    }
+
+    /// A request of the responder (INFORMATIONAL: DPD, delete): answered empty (a delete
+    /// of the IKE SA: the SA is gone).
+    fn on_request(&mut self, k: usize, raw: &[u8], msg: &wire::Message) {
+        let h = msg.header;
+        let i = &self.inis[k];
+        if i.st != St::Up || h.exchange != exchange::INFORMATIONAL {
+            return;
+        }
+        if let Some((id, a)) = &i.last_answer {
+            if *id == h.message_id {
+                let a = a.clone();
+                self.send(k, &a);
+                return;
+            }
+        }
+        if h.message_id != i.peer_next {
+            return;
+        }
+        let (Some(enc), Some(rx)) = (msg.encrypted.as_ref(), i.rx.as_ref()) else {
+            return;
+        };
+        let Ok(plain) = rx.open(raw, enc.at, enc.header_len) else {
+            return;
+        };
+        let Ok(inner) = wire::parse_payloads(enc.first_inner, &plain) else {
+            return;
+        };
+        let ike_deleted = inner
+            .iter()
+            .any(|p| matches!(p, Payload::Delete { protocol, .. } if *protocol == proto::IKE));
+        let i = &mut self.inis[k];
+        let (mut m, at) = wire::encode_sk(
+            Self::header(i, exchange::INFORMATIONAL, h.message_id, true),
+            &[],
+        );
+        let Some(tx) = i.tx.as_mut() else {
+            return;
+        };
+        if tx.seal(&mut m, at, 4).is_err() {
+            return;
+        }
+        i.peer_next = h.message_id.wrapping_add(1);
+        i.last_answer = Some((h.message_id, m.clone()));
+        self.report.informational_answered += 1;
+        self.send(k, &m);
+        if ike_deleted {
+            self.inis[k].st = St::Done;
+            self.report.deleted_by_responder += 1;
+        }
+    }
+
+    /// One datagram from the responder; returns true when it established a tunnel.
+    fn on_datagram(&mut self, len: usize, now: Instant) -> bool {
+        let raw = self.buf[..len].to_vec();
+        let Ok(msg) = wire::parse(&raw) else {
+            return false;
+        };
+        let h = msg.header;
+        let Some(&k) = self.by_spi.get(&h.spi_i) else {
+            return false;
+        };
+        if !h.is_response() {
+            self.on_request(k, &raw, &msg);
+            return false;
+        }
+        match (self.inis[k].st, h.exchange, h.message_id) {
+            (St::Init, exchange::IKE_SA_INIT, 0) => {
+                self.on_init_response(k, &raw, msg, now);
+                false
+            }
+            (St::Auth, exchange::IKE_AUTH, 1) if h.spi_r == self.inis[k].spi_r => {
+                let Some(enc) = msg.encrypted.as_ref() else {
+                    return false;
+                };
+                let Some(rx) = self.inis[k].rx.as_ref() else {
+                    return false;
+                };
+                let Ok(plain) = rx.open(&raw, enc.at, enc.header_len) else {
+                    return false;
+                };
+                match wire::parse_payloads(enc.first_inner, &plain) {
+                    Ok(inner) => self.on_auth_response(k, &inner),
+                    Err(_) => {
+                        self.fail(k, "malformed");
+                        false
+                    }
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Waits up to `wait` for datagrams and handles them all; returns the indices of
+    /// tunnels established.
+    fn receive(&mut self, wait: Duration, now: Instant, up: &mut Vec<Instant>) {
+        let mut fds: Vec<libc::pollfd> = self
+            .socks
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: fds is a valid array of fds.len() pollfd structs for the call's duration.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as libc::c_int,
+            )
+        };
+        if n <= 0 {
+            return;
+        }
+        for (s, fd) in fds.iter().enumerate() {
+            if fd.revents == 0 {
+                continue;
+            }
+            // At most a batch per socket per round: the others get their turn.
+            for _ in 0..64 {
+                let got = self.socks[s].recv(&mut self.buf);
+                match got {
+                    Ok(len) => {
+                        if self.on_datagram(len, now) {
+                            up.push(Instant::now());
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// Sets every tunnel up: returns when all are established or failed, or at the
+    /// time limit.
+    pub fn setup(&mut self) -> &LoadReport {
+        let cpu0 = thread_cpu_s();
+        let t0 = Instant::now();
+        let mut next = 0usize;
+        let mut inflight: Vec<usize> = Vec::new();
+        let mut up: Vec<Instant> = Vec::with_capacity(self.o.tunnels);
+        let mut last_scan = t0;
+        loop {
+            let now = Instant::now();
+            // New initiations: within the window, and on schedule with a rate.
+            inflight.retain(|&k| matches!(self.inis[k].st, St::Init | St::Auth));
+            while next < self.o.tunnels && inflight.len() < self.o.window {
+                if let Some(r) = self.o.rate {
+                    if now < t0 + Duration::from_secs_f64(next as f64 / r) {
+                        break;
+                    }
+                }
+                self.send_init(next, now);
+                inflight.push(next);
+                next += 1;
+            }
+            if next >= self.o.tunnels && inflight.is_empty() {
+                break;
+            }
+            if now.duration_since(t0) > self.o.timeout {
+                break;
+            }
+            let mut got = Vec::new();
+            self.receive(Duration::from_millis(2), now, &mut got);
+            up.extend(got);
+            // Retransmissions, every 20 ms.
+            let now = Instant::now();
+            if now.duration_since(last_scan) >= Duration::from_millis(20) {
+                last_scan = now;
+                for &k in &inflight {
+                    let i = &self.inis[k];
+                    if !matches!(i.st, St::Init | St::Auth) {
+                        continue;
+                    }
+                    let rto = self.o.retransmit * (1u32 << (i.sends - 1).min(10));
+                    if now.duration_since(i.sent) < rto {
+                        continue;
+                    }
+                    if i.sends >= self.o.tries {
+                        self.inis[k].st = St::Done;
+                        self.report.timeouts += 1;
+                        continue;
+                    }
+                    let d = std::mem::take(&mut self.inis[k].datagram);
+                    self.send(k, &d);
+                    let i = &mut self.inis[k];
+                    i.datagram = d;
+                    i.sends += 1;
+                    i.sent = now;
+                    self.report.retransmits += 1;
+                }
+            }
+        }
+        // Anything still pending (or never started) at the time limit is a timeout.
+        let pending = self
+            .inis
+            .iter()
+            .filter(|i| matches!(i.st, St::Idle | St::Init | St::Auth))
+            .count();
+        self.report.timeouts += pending;
+        self.report.established = up.len();
+        let last = up.iter().max().copied().unwrap_or(t0);
+        let setup = last.duration_since(t0).as_secs_f64();
+        self.report.setup_s = setup;
+        self.report.setup_per_s = if setup > 0.0 {
+            up.len() as f64 / setup
+        } else {
+            0.0
+        };
+        self.report.time_to_n_s = (up.len() == self.o.tunnels).then_some(setup);
+        up.sort();
+        let tenth = up.len() / 10;
+        if tenth > 0 {
+            let mut prev = t0;
+            for c in up.chunks(tenth).take(10) {
+                let end = *c.last().unwrap_or(&prev);
+                let d = end.duration_since(prev).as_secs_f64();
+                self.report
+                    .rate_by_tenth
+                    .push(if d > 0.0 { c.len() as f64 / d } else { 0.0 });
+                prev = end;
+            }
+        }
+        self.report.generator_cpu_s = thread_cpu_s() - cpu0;
+        &self.report
+    }
+
+    /// Tunnels up now (not deleted by the responder).
+    pub fn up(&self) -> usize {
+        self.inis.iter().filter(|i| i.st == St::Up).count()
+    }
+
+    /// Holds the tunnels for `d`: answers the responder's requests (DPD, deletes).
+    pub fn hold(&mut self, d: Duration) -> &LoadReport {
+        let t0 = Instant::now();
+        let mut ignored = Vec::new();
+        while t0.elapsed() < d {
+            self.receive(Duration::from_millis(20), Instant::now(), &mut ignored);
+        }
+        self.report.hold_s += t0.elapsed().as_secs_f64();
+        &self.report
+    }
+}
+
+/// `ike::config`'s IKE proposal of DH group `dh` with AES-128-GCM and the SHA-256 PRF.
+pub fn proposal_for(dh: u16) -> Result<IkeProposal> {
+    let g = match dh {
+        31 => "curve25519",
+        19 => "ecp256",
+        20 => "ecp384",
+        14 => "modp2048",
+        _ => bail!("DH group {dh}: 31 (curve25519), 19 (ecp256), 20 (ecp384) or 14 (modp2048)"),
+    };
+    let s = format!("aes128gcm16-prfsha256-{g}");
+    ike::config::parse_ike_proposal(&s).map_err(|e| anyhow::anyhow!("{s}: {e}"))
+}
+
+/// AES-128-GCM without ESN: the child SAs' proposal.
+pub fn esp_proposal() -> Result<EspProposal> {
+    ike::config::parse_esp_proposal("aes128gcm16").map_err(|e| anyhow::anyhow!("aes128gcm16: {e}"))
+}
