@@ -413,15 +413,14 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
                     )
                 });
         }
-        let v = wait_established(l, 1, || {
+        let sa = &wait_established(l, 1, || {
             format!("{what}\ncharon log:\n{}", charon.log_tail(40))
         });
-        let sa = &v["sas"][0];
-        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {v:#}");
+        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {sa:#}");
         assert_eq!(
             sa["remote_id"],
             format!("dn:C=CH, O=ferrouter test, CN={swan_cert}.example"),
-            "{what}: {v:#}"
+            "{what}: {sa:#}"
         );
         ping_until(l, || {
             format!("{what}\ncharon log:\n{}", charon.log_tail(40))

@@ -126,7 +126,7 @@ impl Charon {
              charon-systemd {{\n  load = random nonce openssl aes sha1 sha2 hmac gcm pem pkcs1 pkcs8 x509 pubkey gmp curve25519 kdf kernel-libipsec kernel-netlink socket-default vici\n\
              \x20 install_virtual_ip = no\n  retransmit_tries = 3\n  max_ikev2_exchanges = 0\n{extra}\n\
              \x20 journal {{\n    default = -1\n  }}\n\
-             \x20 filelog {{\n    lab {{\n      path = {log}\n      default = {level}\n      time_format = %T\n    }}\n  }}\n\
+             \x20 filelog {{\n    lab {{\n      path = {log}\n      default = {level}\n      time_format = %T\n      flush_line = yes\n    }}\n  }}\n\
              \x20 plugins {{\n    vici {{\n      socket = unix://{vici}\n    }}\n    kernel-libipsec {{\n      load = yes\n    }}\n  }}\n}}\n\
              swanctl {{\n  load = pem pkcs1 pkcs8 x509 pubkey openssl random\n  socket = unix://{vici}\n}}\n",
             log = self.log().display(),
