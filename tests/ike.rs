@@ -191,23 +191,100 @@ fn swanctl_conf(l: &IpsecLab, ike: &str, esp: &str) -> String {
     )
 }
 
-#[test]
-fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
+/// The interop lab: gw1 a ferrouter (started by the first case), gw2 a Linux router
+/// running charon; ESP in UDP on both sides (strongSwan's kernel-libipsec takes nothing
+/// else: the tunnel's `nat_t`, charon's `encap`), so IKE moves to port 4500 too.
+fn swan_lab(tag: &str) -> (IpsecGuard, Charon) {
     lab::ipsecbench::preconditions(&[lab::ipsecbench::Dut::Strongswan])
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let mut l = lab("iks");
+    let mut l = lab(tag);
     l.config_sas = false;
-    // strongSwan's kernel-libipsec only does ESP in UDP: forced encapsulation on both
-    // sides (the tunnel's nat_t; charon's encap), so IKE moves to port 4500 too.
     l.nat_t = true;
     l.build()
         .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
     let g = IpsecGuard(l);
-    let l = &g.0;
-    // gw2 is a Linux router running charon.
-    l.exec(&l.gw(2), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    g.0.exec(&g.0.gw(2), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])
         .unwrap();
-    let mut charon = Charon::new(&l.gw(2), &l.dir, "2");
+    let charon = Charon::new(&g.0.gw(2), &g.0.dir, "2");
+    (g, charon)
+}
+
+/// One interop case: charon afresh with `swanctl`, gw1 with `peer` (started for case 0,
+/// `config apply` after), the chosen side initiating; returns gw1's established SA once
+/// ping crosses the tunnel and charon shows its SAs.
+fn interop_case(
+    l: &IpsecLab,
+    charon: &mut Charon,
+    i: usize,
+    what: &str,
+    swanctl: &str,
+    peer: &str,
+    ferrouter_initiates: bool,
+) -> Value {
+    charon.stop();
+    charon.write(1, "", swanctl).unwrap();
+    charon
+        .start(None)
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    if i == 0 {
+        l.write_config(1, peer).unwrap();
+        l.start(1, Path::new(common::bin()))
+            .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
+    } else {
+        let f = l.dir.join(format!("gw1-case{i}.toml"));
+        std::fs::write(&f, l.config_text(1, peer)).unwrap();
+        cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
+    }
+    if !ferrouter_initiates {
+        charon
+            .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{what}: strongSwan's initiate: {e:#}\ncharon log:\n{}\ngw1 log:\n{}",
+                    charon.log_tail(40),
+                    lab::swan::tail(
+                        &std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
+                        30
+                    )
+                )
+            });
+    }
+    let sa = wait_established(l, 1, || {
+        format!("{what}\ncharon log:\n{}", charon.log_tail(40))
+    });
+    assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {sa:#}");
+    assert!(
+        sa["local"].as_str().unwrap().ends_with(":4500"),
+        "{what}: IKE on 4500: {sa:#}"
+    );
+    ping_until(l, || {
+        format!("{what}\ncharon log:\n{}", charon.log_tail(40))
+    });
+    let listing = charon.listing().unwrap();
+    assert!(
+        listing.ike >= 1 && listing.installed >= 1,
+        "{what}: {listing:?}"
+    );
+    assert!(
+        listing.packets_in >= 1 && listing.packets_out >= 1,
+        "{what}: {listing:?}"
+    );
+    sa
+}
+
+fn initiator(ferrouter_initiates: bool) -> &'static str {
+    if ferrouter_initiates {
+        "ferrouter"
+    } else {
+        "strongSwan"
+    }
+}
+
+#[test]
+fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
+    let (g, mut charon) = swan_lab("iks");
+    let l = &g.0;
     let cases = [
         ("aes128gcm16-prfsha256-curve25519", "aes128gcm16"),
         ("aes256gcm16-prfsha384-ecp384", "aes256gcm16"),
@@ -220,43 +297,17 @@ fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
         let ferrouter_initiates = i % 2 == 0;
         let what = format!(
             "case {i}: IKE {ike_p}, ESP {esp_p}, initiator {}",
-            if ferrouter_initiates {
-                "ferrouter"
-            } else {
-                "strongSwan"
-            }
+            initiator(ferrouter_initiates)
         );
-        // strongSwan afresh for each case.
-        charon.stop();
-        charon.write(1, "", &swanctl_conf(l, ike_p, esp_p)).unwrap();
-        charon
-            .start(None)
-            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        let extra = ferrouter_peer(l, ike_p, esp_p, ferrouter_initiates);
-        if i == 0 {
-            l.write_config(1, &extra).unwrap();
-            l.start(1, Path::new(common::bin()))
-                .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
-        } else {
-            let f = l.dir.join(format!("gw1-case{i}.toml"));
-            std::fs::write(&f, l.config_text(1, &extra)).unwrap();
-            cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
-        }
-        if !ferrouter_initiates {
-            charon
-                .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "{what}: strongSwan's initiate: {e:#}\n{}",
-                        std::fs::read_to_string(l.log_file(1)).unwrap_or_default()
-                    )
-                });
-        }
-        let sa = &wait_established(l, 1, || {
-            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
-        });
-        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {sa:#}");
+        let sa = interop_case(
+            l,
+            &mut charon,
+            i,
+            &what,
+            &swanctl_conf(l, ike_p, esp_p),
+            &ferrouter_peer(l, ike_p, esp_p, ferrouter_initiates),
+            ferrouter_initiates,
+        );
         assert_eq!(
             sa["children"][0]["local_ts"][0], "10.1.0.0-10.1.0.255",
             "{what}: narrowed by strongSwan: {sa:#}"
@@ -268,18 +319,6 @@ fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
         assert!(
             sa["proposal"].as_str().unwrap().starts_with(&name),
             "{what}: {sa:#}"
-        );
-        ping_until(l, || {
-            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
-        });
-        let listing = charon.listing().unwrap();
-        assert!(
-            listing.ike >= 1 && listing.installed >= 1,
-            "{what}: {listing:?}"
-        );
-        assert!(
-            listing.packets_in >= 1 && listing.packets_out >= 1,
-            "{what}: {listing:?}"
         );
     }
     charon.stop();
@@ -351,19 +390,8 @@ fn swanctl_cert_conf_with(l: &IpsecLab, cert_file: &str, key_file: &str, fr_cert
 
 #[test]
 fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating() {
-    lab::ipsecbench::preconditions(&[lab::ipsecbench::Dut::Strongswan])
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    let mut l = lab("ikc");
-    l.config_sas = false;
-    // ESP in UDP, as in the PSK interop test (kernel-libipsec takes nothing else).
-    l.nat_t = true;
-    l.build()
-        .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
-    let g = IpsecGuard(l);
+    let (g, mut charon) = swan_lab("ikc");
     let l = &g.0;
-    l.exec(&l.gw(2), &["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-        .unwrap();
-    let mut charon = Charon::new(&l.gw(2), &l.dir, "2");
     // (ferrouter's certificate, with the intermediate CA; strongSwan's, from the root)
     let cases = [
         ("p256", "p384"),
@@ -375,60 +403,21 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
         let ferrouter_initiates = i % 2 == 0;
         let what = format!(
             "case {i}: ferrouter {fr_cert}, strongSwan {swan_cert}, initiator {}",
-            if ferrouter_initiates {
-                "ferrouter"
-            } else {
-                "strongSwan"
-            }
+            initiator(ferrouter_initiates)
         );
-        charon.stop();
-        charon
-            .write(1, "", &swanctl_cert_conf(l, swan_cert, fr_cert))
-            .unwrap();
-        charon
-            .start(None)
-            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        let extra = ferrouter_cert_peer(l, fr_cert, swan_cert, ferrouter_initiates);
-        if i == 0 {
-            l.write_config(1, &extra).unwrap();
-            l.start(1, Path::new(common::bin()))
-                .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
-        } else {
-            let f = l.dir.join(format!("gw1-cert{i}.toml"));
-            std::fs::write(&f, l.config_text(1, &extra)).unwrap();
-            cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
-        }
-        if !ferrouter_initiates {
-            charon
-                .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "{what}: strongSwan's initiate: {e:#}\ncharon log:\n{}\ngw1 log:\n{}",
-                        charon.log_tail(40),
-                        lab::swan::tail(
-                            &std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
-                            30
-                        )
-                    )
-                });
-        }
-        let sa = &wait_established(l, 1, || {
-            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
-        });
-        assert_eq!(sa["initiator"], ferrouter_initiates, "{what}: {sa:#}");
+        let sa = interop_case(
+            l,
+            &mut charon,
+            i,
+            &what,
+            &swanctl_cert_conf(l, swan_cert, fr_cert),
+            &ferrouter_cert_peer(l, fr_cert, swan_cert, ferrouter_initiates),
+            ferrouter_initiates,
+        );
         assert_eq!(
             sa["remote_id"],
             format!("dn:C=CH, O=ferrouter test, CN={swan_cert}.example"),
             "{what}: {sa:#}"
-        );
-        ping_until(l, || {
-            format!("{what}\ncharon log:\n{}", charon.log_tail(40))
-        });
-        let listing = charon.listing().unwrap();
-        assert!(
-            listing.ike >= 1 && listing.installed >= 1,
-            "{what}: {listing:?}"
         );
         // strongSwan checked ferrouter's chain (through the intermediate) and signature.
         let log = std::fs::read_to_string(charon.log()).unwrap_or_default();
@@ -444,7 +433,7 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
     charon.stop();
     charon
         .write(
-            2,
+            1,
             "",
             &swanctl_cert_conf_with(l, "untrusted.der", "p384.key.pem", "p256"),
         )
@@ -479,6 +468,69 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
         "{}",
         charon.log_tail(40)
     );
+    charon.stop();
+    l.stop(1);
+}
+
+#[test]
+fn child_sas_rekey_under_traffic_without_loss_whichever_side_asks() {
+    let (g, mut charon) = swan_lab("ikr");
+    let l = &g.0;
+    let (ike_p, esp_p) = ("aes128gcm16-prfsha256-curve25519", "aes128gcm16");
+    // ferrouter's child lifetime 12 s: it rekeys at 90 % of it, 10.8 s in.
+    let peer = ferrouter_peer(l, ike_p, esp_p, true) + "child_lifetime_s = 12\n";
+    let sa = interop_case(
+        l,
+        &mut charon,
+        0,
+        "rekey",
+        &swanctl_conf(l, ike_p, esp_p),
+        &peer,
+        true,
+    );
+    let first = sa["children"][0]["spi_in"].as_str().unwrap().to_string();
+    // 16 s of ping at 20 per second while strongSwan rekeys (at 3 s) and ferrouter does.
+    let h1 = l.h1();
+    let pinger = std::thread::spawn(move || {
+        Command::new("ip")
+            .args([
+                "netns", "exec", &h1, "ping", "-c", "320", "-i", "0.05", "-W", "1", "10.2.0.2",
+            ])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    charon
+        .swanctl(&["--rekey", "--child", "net"])
+        .unwrap_or_else(|e| panic!("strongSwan's rekey: {e:#}"));
+    let o = pinger.join().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let v = ike(l, 1);
+    assert!(
+        text.contains("320 packets transmitted, 320 received"),
+        "{text}\n{v:#}\ncharon log:\n{}",
+        charon.log_tail(40)
+    );
+    assert!(
+        v["counters"]["child_rekeys"].as_u64().unwrap() >= 2,
+        "one rekey each way: {v:#}\ncharon log:\n{}",
+        charon.log_tail(60)
+    );
+    // One child left on each side, a new one; the fast path holds its two SAs only.
+    let sa = wait_established(l, 1, String::new);
+    let children = sa["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "{sa:#}");
+    assert_ne!(children[0]["spi_in"], first.as_str());
+    let ipsec = control::api::request_json(&l.socket(1), "ipsec", None).unwrap();
+    let dirs: Vec<&str> = ipsec["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["direction"].as_str().unwrap())
+        .collect();
+    assert_eq!(dirs.len(), 2, "old SAs removed: {ipsec:#}");
+    let listing = charon.listing().unwrap();
+    assert_eq!(listing.installed, 1, "{listing:?}\n{}", charon.log_tail(40));
     charon.stop();
     l.stop(1);
 }

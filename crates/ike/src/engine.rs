@@ -21,7 +21,7 @@ use crate::config::{id_matches, EspProposal, IkeProposal, Peer};
 use crate::crypto::{self, ChildKeys, IkeKeys, IkeSuite, KeyShare, SkCipher};
 use crate::transform::{self as tf, Dh, Encr, Integ, Prf};
 use crate::wire::{
-    self, exchange, flags, notify, proto, Header, Id, Message, Payload, Proposal, Selector,
+    self, exchange, flags, notify, proto, Find, Header, Id, Message, Payload, Proposal, Selector,
     Transform,
 };
 
@@ -131,6 +131,8 @@ pub struct Counters {
     /// port 4500.
     pub nat_detected: u64,
     pub keepalives_sent: u64,
+    /// Child SAs rekeyed (CREATE_CHILD_SA with REKEY_SA), as either side.
+    pub child_rekeys: u64,
     /// Dropped or refused, by reason.
     pub dropped: DropCounters,
     pub failed: FailCounters,
@@ -184,6 +186,25 @@ enum Asked {
     Auth,
     Dpd,
     Delete,
+    /// CREATE_CHILD_SA rekeying the child whose inbound SPI is this.
+    Rekey(u32),
+    /// INFORMATIONAL deleting our inbound SPI (the old child, once rekeyed).
+    DeleteChild(u32),
+}
+
+/// A child rekey we asked for: the new child's SPI and nonce, and the PFS key share.
+struct Rekeying {
+    new_spi_in: u32,
+    ni: Vec<u8>,
+    share: Option<KeyShare>,
+}
+
+/// CREATE_CHILD_SA as responder: the exchange's nonces (the requester's, ours) and, with
+/// PFS, the requester's KE.
+struct Fresh {
+    ni: Vec<u8>,
+    nr: Vec<u8>,
+    ke: Option<(u16, Vec<u8>)>,
 }
 
 struct Pending {
@@ -240,6 +261,8 @@ struct IkeSa {
     last_heard: Instant,
     /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
     nat: bool,
+    /// Our child rekey under way.
+    rekeying: Option<Rekeying>,
     last_keepalive: Instant,
 }
 
@@ -691,6 +714,7 @@ impl Engine {
             established_at: None,
             last_heard: now,
             nat: false,
+            rekeying: None,
             last_keepalive: now,
         };
         self.sas.insert(spi, sa);
@@ -1062,14 +1086,10 @@ impl Engine {
             (exchange::INFORMATIONAL, false) => self.on_info_request(now, ours, &h, inner, out),
             (exchange::INFORMATIONAL, true) => self.on_info_response(ours, inner, out),
             (exchange::CREATE_CHILD_SA, false) => {
-                // Not yet: refuse politely (§1.3: NO_ADDITIONAL_SAS).
-                self.respond(
-                    ours,
-                    h.exchange,
-                    h.message_id,
-                    &[Payload::notify(notify::NO_ADDITIONAL_SAS, vec![])],
-                    out,
-                );
+                self.on_create_child_request(now, ours, &h, inner, out)
+            }
+            (exchange::CREATE_CHILD_SA, true) => {
+                self.on_create_child_response(now, ours, inner, out)
             }
             _ => self.counters.dropped.unexpected += 1,
         }
@@ -1132,18 +1152,9 @@ impl Engine {
             }
         }
         let ps = &msg.payloads;
-        let sa_p = ps.iter().find_map(|p| match p {
-            Payload::Sa(v) => Some(v),
-            _ => None,
-        });
-        let ke = ps.iter().find_map(|p| match p {
-            Payload::Ke { group, data } => Some((*group, data)),
-            _ => None,
-        });
-        let ni = ps.iter().find_map(|p| match p {
-            Payload::Nonce(n) => Some(n),
-            _ => None,
-        });
+        let sa_p = ps.sa();
+        let ke = ps.ke();
+        let ni = ps.nonce();
         let (Some(props), Some((group, ke_data)), Some(ni)) = (sa_p, ke, ni) else {
             self.counters.dropped.malformed += 1;
             self.init_notify(local, remote, &h, notify::INVALID_SYNTAX, vec![], out);
@@ -1312,6 +1323,7 @@ impl Engine {
             established_at: None,
             last_heard: now,
             nat,
+            rekeying: None,
             last_keepalive: now,
         };
         if nat {
@@ -1384,10 +1396,7 @@ impl Engine {
             }
             return;
         }
-        if let Some(Payload::Notify(n)) = ps
-            .iter()
-            .find(|p| matches!(p, Payload::Notify(n) if n.kind < notify::FIRST_STATUS))
-        {
+        if let Some(n) = ps.error_notify() {
             tracing::warn!(
                 peer = peer.name,
                 "IKE: the responder refused IKE_SA_INIT: {}",
@@ -1401,18 +1410,9 @@ impl Engine {
             self.fail(spi, now, out);
             return;
         }
-        let chosen = ps.iter().find_map(|p| match p {
-            Payload::Sa(v) if v.len() == 1 => Some(&v[0]),
-            _ => None,
-        });
-        let ke = ps.iter().find_map(|p| match p {
-            Payload::Ke { group, data } => Some((*group, data)),
-            _ => None,
-        });
-        let nr = ps.iter().find_map(|p| match p {
-            Payload::Nonce(n) => Some(n),
-            _ => None,
-        });
+        let chosen = ps.sa().filter(|v| v.len() == 1).map(|v| &v[0]);
+        let ke = ps.ke();
+        let nr = ps.nonce();
         let (Some(chosen), Some((group, ke_data)), Some(nr)) = (chosen, ke, nr) else {
             self.counters.dropped.malformed += 1;
             return;
@@ -1592,10 +1592,7 @@ impl Engine {
         cache: &mut ChainCache,
         now: Instant,
     ) -> Result<(), String> {
-        let Some((method, data)) = payloads.iter().find_map(|p| match p {
-            Payload::Auth { method, data } => Some((*method, data)),
-            _ => None,
-        }) else {
+        let Some((method, data)) = payloads.auth() else {
             return Err("no AUTH payload".into());
         };
         let (Some(suite), Some(keys)) = (sa.suite.as_ref(), sa.keys.as_ref()) else {
@@ -1707,10 +1704,7 @@ impl Engine {
             self.counters.dropped.unexpected += 1;
             return;
         }
-        let id_i = inner.iter().find_map(|p| match p {
-            Payload::IdI(i) => Some(i.clone()),
-            _ => None,
-        });
+        let id_i = inner.id_i().cloned();
         let Some(id_i) = id_i else {
             self.counters.dropped.malformed += 1;
             self.respond(
@@ -1828,7 +1822,7 @@ impl Engine {
         let mut resp = vec![Payload::IdR(peer.local_id.clone())];
         resp.extend(Self::cert_payloads(&peer, false));
         resp.push(auth);
-        resp.extend(self.child_for_request(now, spi, &peer, &inner, out));
+        resp.extend(self.child_for_request(now, spi, &peer, &inner, None, out));
         self.respond(spi, h.exchange, h.message_id, &resp, out);
     }
 
@@ -1840,20 +1834,21 @@ impl Engine {
         spi: u64,
         peer: &Arc<Peer>,
         inner: &[Payload],
+        fresh: Option<Fresh>,
         out: &mut Vec<Event>,
     ) -> Vec<Payload> {
-        let props = inner.iter().find_map(|p| match p {
-            Payload::Sa(v) => Some(v),
-            _ => None,
-        });
-        let tsi = inner.iter().find_map(|p| match p {
-            Payload::TsI(v) => Some(v),
-            _ => None,
-        });
-        let tsr = inner.iter().find_map(|p| match p {
-            Payload::TsR(v) => Some(v),
-            _ => None,
-        });
+        let pfs = fresh
+            .as_ref()
+            .and_then(|f| f.ke.as_ref())
+            .map(|(g, _)| Dh::from_id(*g));
+        if let Some(None) = pfs {
+            self.counters.failed.no_proposal += 1;
+            return vec![Payload::notify(notify::NO_PROPOSAL_CHOSEN, vec![])];
+        }
+        let pfs = pfs.flatten();
+        let props = inner.sa();
+        let tsi = inner.ts_i();
+        let tsr = inner.ts_r();
         let (Some(props), Some(tsi), Some(tsr)) = (props, tsi, tsr) else {
             // An IKE SA without a child (RFC 6023 style) is fine.
             return vec![];
@@ -1866,7 +1861,7 @@ impl Engine {
         let mut chosen = None;
         'o: for p in props {
             for ours in &peer.esp {
-                if esp_matches(p, ours, None) {
+                if esp_matches(p, ours, pfs) && (pfs.is_none() || ours.dh == pfs) {
                     chosen = Some((
                         p.number,
                         *ours,
@@ -1900,8 +1895,37 @@ impl Engine {
         let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
             return vec![];
         };
+        // PFS: our key share for the requester's.
+        let mut ke_out = None;
+        let mut g_ir = None;
+        if let (Some(group), Some((_, data))) = (pfs, fresh.as_ref().and_then(|f| f.ke.as_ref())) {
+            let share = KeyShare::generate(group).ok();
+            match share.as_ref().map(|k| k.agree(data)) {
+                Some(Ok(g)) => {
+                    g_ir = Some(g);
+                    ke_out = share.map(|k| Payload::Ke {
+                        group: group.id(),
+                        data: k.public().to_vec(),
+                    });
+                }
+                _ => {
+                    self.counters.dropped.malformed += 1;
+                    return vec![Payload::notify(notify::INVALID_SYNTAX, vec![])];
+                }
+            }
+        }
+        let (ni, nr) = match &fresh {
+            Some(f) => (&f.ni, &f.nr),
+            None => (&sa.ni, &sa.nr),
+        };
         let ck = match crypto::child_keys(
-            suite.prf, &keys.sk_d, None, &sa.ni, &sa.nr, esp.encr, esp.integ,
+            suite.prf,
+            &keys.sk_d,
+            g_ir.as_deref().map(|g| &g[..]),
+            ni,
+            nr,
+            esp.encr,
+            esp.integ,
         ) {
             Ok(k) => k,
             Err(_) => {
@@ -1948,11 +1972,330 @@ impl Engine {
         };
         self.counters.children_installed += 1;
         out.push(Event::ChildUp(spec));
-        vec![
-            Payload::Sa(vec![esp_wire(number, &esp, spi_in, false)]),
-            Payload::TsI(n_i),
-            Payload::TsR(n_r),
-        ]
+        let mut resp = vec![Payload::Sa(vec![esp_wire(
+            number,
+            &esp,
+            spi_in,
+            pfs.is_some(),
+        )])];
+        if let Some(f) = fresh {
+            resp.push(Payload::Nonce(f.nr));
+        }
+        resp.extend(ke_out);
+        resp.push(Payload::TsI(n_i));
+        resp.push(Payload::TsR(n_r));
+        resp
+    }
+
+    /// CREATE_CHILD_SA from the peer (§1.3): a child rekey (REKEY_SA) or a new child SA,
+    /// with or without PFS. The new child is installed at once (inbound first); the old
+    /// one stays until the peer deletes it (make-before-break, §2.8). IKE SA rekeys are
+    /// not done yet: NO_ADDITIONAL_SAS.
+    fn on_create_child_request(
+        &mut self,
+        now: Instant,
+        spi: u64,
+        h: &Header,
+        inner: Vec<Payload>,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(sa) = self.sas.get(&spi) else {
+            return;
+        };
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        let refuse = |kind: u16| vec![Payload::notify(kind, vec![])];
+        if sa.state != State::Established {
+            self.respond(
+                spi,
+                h.exchange,
+                h.message_id,
+                &refuse(notify::TEMPORARY_FAILURE),
+                out,
+            );
+            return;
+        }
+        if inner
+            .sa()
+            .is_some_and(|v| v.iter().any(|p| p.protocol == proto::IKE))
+        {
+            tracing::info!(
+                peer = peer.name,
+                "IKE: the peer asks to rekey the IKE SA: not supported yet"
+            );
+            self.respond(
+                spi,
+                h.exchange,
+                h.message_id,
+                &refuse(notify::NO_ADDITIONAL_SAS),
+                out,
+            );
+            return;
+        }
+        let old = wire::find_notify(&inner, notify::REKEY_SA)
+            .and_then(|n| <[u8; 4]>::try_from(&n.spi[..]).ok())
+            .map(u32::from_be_bytes);
+        if let Some(o) = old {
+            if !sa.children.iter().any(|c| c.spi_out == o) {
+                tracing::info!(
+                    peer = peer.name,
+                    "IKE: the peer rekeys child SA {o:08x}, which we do not have"
+                );
+                self.respond(
+                    spi,
+                    h.exchange,
+                    h.message_id,
+                    &refuse(notify::CHILD_SA_NOT_FOUND),
+                    out,
+                );
+                return;
+            }
+        }
+        let Some(ni) = inner.nonce().cloned() else {
+            self.counters.dropped.malformed += 1;
+            self.respond(
+                spi,
+                h.exchange,
+                h.message_id,
+                &refuse(notify::INVALID_SYNTAX),
+                out,
+            );
+            return;
+        };
+        let fresh = Fresh {
+            ni,
+            nr: rand_vec(NONCE_LEN),
+            ke: inner.ke().map(|(g, d)| (g, d.clone())),
+        };
+        let before = self.counters.children_installed;
+        let resp = self.child_for_request(now, spi, &peer, &inner, Some(fresh), out);
+        if old.is_some() && self.counters.children_installed > before {
+            self.counters.child_rekeys += 1;
+            tracing::info!(peer = peer.name, "IKE: child SA rekeyed by the peer");
+        }
+        self.respond(spi, h.exchange, h.message_id, &resp, out);
+    }
+
+    /// Starts rekeying the child whose inbound SPI is `old_in` (§2.8): a new child with
+    /// fresh nonces (and a fresh key exchange when the ESP proposal asks for PFS).
+    pub fn rekey_child(&mut self, spi: u64, old_in: u32, now: Instant, out: &mut Vec<Event>) {
+        let new_spi_in = self.new_child_spi();
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        let Some(child) = sa.children.iter().find(|c| c.spi_in == old_in) else {
+            return;
+        };
+        if sa.state != State::Established || sa.pending.is_some() || sa.rekeying.is_some() {
+            self.child_spis.remove(&new_spi_in);
+            return;
+        }
+        let (lts, rts) = (child.local_ts.clone(), child.remote_ts.clone());
+        let pfs = peer.esp.first().and_then(|e| e.dh);
+        let share = match pfs.map(KeyShare::generate) {
+            Some(Ok(k)) => Some(k),
+            Some(Err(_)) => {
+                self.counters.failed.crypto += 1;
+                self.child_spis.remove(&new_spi_in);
+                return;
+            }
+            None => None,
+        };
+        let ni = rand_vec(NONCE_LEN);
+        let mut inner = vec![
+            Payload::Notify(wire::Notify {
+                protocol: proto::ESP,
+                spi: old_in.to_be_bytes().to_vec(),
+                kind: notify::REKEY_SA,
+                data: vec![],
+            }),
+            Payload::Sa(
+                peer.esp
+                    .iter()
+                    .filter(|e| e.dh == pfs)
+                    .enumerate()
+                    .map(|(k, e)| esp_wire(k as u8 + 1, e, new_spi_in, true))
+                    .collect(),
+            ),
+            Payload::Nonce(ni.clone()),
+        ];
+        if let Some(k) = &share {
+            inner.push(Payload::Ke {
+                group: k.group().id(),
+                data: k.public().to_vec(),
+            });
+        }
+        inner.push(Payload::TsI(lts));
+        inner.push(Payload::TsR(rts));
+        sa.rekeying = Some(Rekeying {
+            new_spi_in,
+            ni,
+            share,
+        });
+        tracing::info!(peer = peer.name, "IKE: rekeying child SA {old_in:08x}");
+        self.send_request(
+            spi,
+            exchange::CREATE_CHILD_SA,
+            Asked::Rekey(old_in),
+            &inner,
+            now,
+            out,
+        );
+    }
+
+    /// The answer to our child rekey: the new child in, then a Delete of the old one
+    /// (removed once the peer confirms).
+    fn on_create_child_response(
+        &mut self,
+        now: Instant,
+        spi: u64,
+        inner: Vec<Payload>,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let asked = sa.pending.take().map(|p| p.asked);
+        let Some(Asked::Rekey(old_in)) = asked else {
+            self.counters.dropped.unexpected += 1;
+            return;
+        };
+        let Some(rk) = sa.rekeying.take() else {
+            return;
+        };
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        let give_up = |e: &mut Engine, why: String| {
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: child rekey failed: {why}; the old child SA stays"
+            );
+            e.child_spis.remove(&rk.new_spi_in);
+        };
+        if let Some(n) = inner.error_notify() {
+            self.counters.failed.peer_refused += 1;
+            give_up(self, format!("the peer answered {}", notify::name(n.kind)));
+            return;
+        }
+        let chosen = inner.sa().filter(|v| v.len() == 1).map(|v| v[0].clone());
+        let (Some(chosen), Some(nr), Some(tsi), Some(tsr)) = (
+            chosen,
+            inner.nonce().cloned(),
+            inner.ts_i().cloned(),
+            inner.ts_r().cloned(),
+        ) else {
+            self.counters.dropped.malformed += 1;
+            give_up(self, "the answer lacks SA, Nonce or TS".into());
+            return;
+        };
+        let pfs = rk.share.as_ref().map(KeyShare::group);
+        let Some(esp) = peer
+            .esp
+            .iter()
+            .find(|o| o.dh == pfs && esp_matches(&chosen, o, pfs))
+            .copied()
+        else {
+            self.counters.failed.no_proposal += 1;
+            give_up(
+                self,
+                "the peer chose an ESP proposal we did not offer".into(),
+            );
+            return;
+        };
+        let g_ir = match (&rk.share, inner.ke()) {
+            (None, _) => None,
+            (Some(k), Some((g, data))) if g == k.group().id() => match k.agree(data) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    self.counters.dropped.malformed += 1;
+                    give_up(self, format!("bad KE: {e}"));
+                    return;
+                }
+            },
+            (Some(_), _) => {
+                self.counters.dropped.malformed += 1;
+                give_up(self, "no KE for PFS".into());
+                return;
+            }
+        };
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+            return;
+        };
+        let ck = match crypto::child_keys(
+            suite.prf,
+            &keys.sk_d,
+            g_ir.as_deref().map(|g| &g[..]),
+            &rk.ni,
+            &nr,
+            esp.encr,
+            esp.integ,
+        ) {
+            Ok(k) => k,
+            Err(_) => {
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let spi_out =
+            u32::from_be_bytes([chosen.spi[0], chosen.spi[1], chosen.spi[2], chosen.spi[3]]);
+        sa.children.push(Child {
+            spi_in: rk.new_spi_in,
+            spi_out,
+            esp,
+            created: now,
+            local_ts: tsi.clone(),
+            remote_ts: tsr.clone(),
+        });
+        // We asked: we are this exchange's initiator, and send with its i->r keys.
+        let spec = ChildSpec {
+            peer: peer.name.clone(),
+            tunnel: peer.tunnel.clone(),
+            local: sa.local.ip(),
+            remote: sa.remote.ip(),
+            spi_in: rk.new_spi_in,
+            spi_out,
+            encr: esp.encr,
+            integ: esp.integ,
+            esn: esp.esn,
+            key_in: DirKeys {
+                encr: ck.encr_r,
+                integ: ck.integ_r,
+            },
+            key_out: DirKeys {
+                encr: ck.encr_i,
+                integ: ck.integ_i,
+            },
+            local_ts: tsi,
+            remote_ts: tsr,
+            udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
+        };
+        self.counters.children_installed += 1;
+        self.counters.child_rekeys += 1;
+        out.push(Event::ChildUp(spec));
+        tracing::info!(
+            peer = peer.name,
+            "IKE: child SA {old_in:08x} rekeyed as {:08x}",
+            rk.new_spi_in
+        );
+        self.send_request(
+            spi,
+            exchange::INFORMATIONAL,
+            Asked::DeleteChild(old_in),
+            &[Payload::Delete {
+                protocol: proto::ESP,
+                spis: vec![old_in.to_be_bytes().to_vec()],
+            }],
+            now,
+            out,
+        );
     }
 
     fn on_auth_response(
@@ -1980,10 +2323,7 @@ impl Engine {
             self.fail(spi, now, out);
             return;
         }
-        let id_r = inner.iter().find_map(|p| match p {
-            Payload::IdR(i) => Some(i.clone()),
-            _ => None,
-        });
+        let id_r = inner.id_r().cloned();
         let checked = match &id_r {
             None => Err("no IDr payload".to_string()),
             Some(id) if !id_matches(&peer.remote_id, id) => Err(format!(
@@ -2013,10 +2353,7 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Some(Payload::Notify(n)) = inner
-            .iter()
-            .find(|p| matches!(p, Payload::Notify(n) if n.kind < notify::FIRST_STATUS))
-        {
+        if let Some(n) = inner.error_notify() {
             tracing::warn!(
                 peer = peer.name,
                 "IKE: the responder refused the child SA: {}",
@@ -2029,18 +2366,9 @@ impl Engine {
             }
             return;
         }
-        let chosen = inner.iter().find_map(|p| match p {
-            Payload::Sa(v) if v.len() == 1 => Some(v[0].clone()),
-            _ => None,
-        });
-        let tsi = inner.iter().find_map(|p| match p {
-            Payload::TsI(v) => Some(v.clone()),
-            _ => None,
-        });
-        let tsr = inner.iter().find_map(|p| match p {
-            Payload::TsR(v) => Some(v.clone()),
-            _ => None,
-        });
+        let chosen = inner.sa().filter(|v| v.len() == 1).map(|v| v[0].clone());
+        let tsi = inner.ts_i().cloned();
+        let tsr = inner.ts_r().cloned();
         let (Some(chosen), Some(tsi), Some(tsr)) = (chosen, tsi, tsr) else {
             tracing::warn!(
                 peer = peer.name,
@@ -2174,6 +2502,18 @@ impl Engine {
         let asked = sa.pending.take().map(|p| p.asked);
         if asked == Some(Asked::Delete) || sa.state == State::Deleting {
             self.remove_sa(spi, out);
+            return;
+        }
+        if let Some(Asked::DeleteChild(old_in)) = asked {
+            // The peer has dropped the old child: so do we.
+            let old_out = sa
+                .children
+                .iter()
+                .find(|c| c.spi_in == old_in)
+                .map(|c| c.spi_out);
+            if let Some(o) = old_out {
+                self.remove_child(spi, o, out);
+            }
         }
     }
 
@@ -2337,6 +2677,36 @@ impl Engine {
         for (local, remote) in keep {
             self.counters.keepalives_sent += 1;
             out.push(Event::Keepalive { local, remote });
+        }
+        // Child SAs near the end of their lifetime: the original initiator rekeys at 90 %,
+        // the responder at 95 % (so the two rarely collide).
+        let mut rekey = Vec::new();
+        for (spi, sa) in &self.sas {
+            let Some(life) = sa.peer.as_ref().and_then(|p| p.child_lifetime) else {
+                continue;
+            };
+            if sa.state != State::Established || sa.pending.is_some() || sa.rekeying.is_some() {
+                continue;
+            }
+            let at = if sa.initiator {
+                life * 9 / 10
+            } else {
+                life * 19 / 20
+            };
+            // The newest child of a pair rekeyed is the one to rekey again.
+            if let Some(c) = sa
+                .children
+                .iter()
+                .filter(|c| now.saturating_duration_since(c.created) >= at)
+                .min_by_key(|c| now.saturating_duration_since(c.created))
+            {
+                if !sa.children.iter().any(|n| n.created > c.created) {
+                    rekey.push((*spi, c.spi_in));
+                }
+            }
+        }
+        for (spi, old_in) in rekey {
+            self.rekey_child(spi, old_in, now, out);
         }
         for spi in dpd {
             self.counters.dpd_sent += 1;

@@ -1082,6 +1082,77 @@ pub fn encode_skf(
     (o, at)
 }
 
+/// The payloads a message's handling looks for, the first of each kind.
+pub trait Find {
+    fn sa(&self) -> Option<&Vec<Proposal>>;
+    fn ke(&self) -> Option<(u16, &Vec<u8>)>;
+    fn nonce(&self) -> Option<&Vec<u8>>;
+    fn id_i(&self) -> Option<&Id>;
+    fn id_r(&self) -> Option<&Id>;
+    fn auth(&self) -> Option<(u8, &Vec<u8>)>;
+    fn ts_i(&self) -> Option<&Vec<Selector>>;
+    fn ts_r(&self) -> Option<&Vec<Selector>>;
+    /// The first error notification (type below 16384).
+    fn error_notify(&self) -> Option<&Notify>;
+}
+
+impl Find for [Payload] {
+    fn sa(&self) -> Option<&Vec<Proposal>> {
+        self.iter().find_map(|p| match p {
+            Payload::Sa(v) => Some(v),
+            _ => None,
+        })
+    }
+    fn ke(&self) -> Option<(u16, &Vec<u8>)> {
+        self.iter().find_map(|p| match p {
+            Payload::Ke { group, data } => Some((*group, data)),
+            _ => None,
+        })
+    }
+    fn nonce(&self) -> Option<&Vec<u8>> {
+        self.iter().find_map(|p| match p {
+            Payload::Nonce(n) => Some(n),
+            _ => None,
+        })
+    }
+    fn id_i(&self) -> Option<&Id> {
+        self.iter().find_map(|p| match p {
+            Payload::IdI(i) => Some(i),
+            _ => None,
+        })
+    }
+    fn id_r(&self) -> Option<&Id> {
+        self.iter().find_map(|p| match p {
+            Payload::IdR(i) => Some(i),
+            _ => None,
+        })
+    }
+    fn auth(&self) -> Option<(u8, &Vec<u8>)> {
+        self.iter().find_map(|p| match p {
+            Payload::Auth { method, data } => Some((*method, data)),
+            _ => None,
+        })
+    }
+    fn ts_i(&self) -> Option<&Vec<Selector>> {
+        self.iter().find_map(|p| match p {
+            Payload::TsI(v) => Some(v),
+            _ => None,
+        })
+    }
+    fn ts_r(&self) -> Option<&Vec<Selector>> {
+        self.iter().find_map(|p| match p {
+            Payload::TsR(v) => Some(v),
+            _ => None,
+        })
+    }
+    fn error_notify(&self) -> Option<&Notify> {
+        self.iter().find_map(|p| match p {
+            Payload::Notify(n) if n.kind < notify::FIRST_STATUS => Some(n),
+            _ => None,
+        })
+    }
+}
+
 /// Finds the first notification of a kind.
 pub fn find_notify(ps: &[Payload], kind: u16) -> Option<&Notify> {
     ps.iter().find_map(|p| match p {

@@ -710,3 +710,123 @@ fn certificate_config_errors_name_the_field() {
     assert!(err(&x).starts_with("auth: "), "{}", err(&x));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+// ---- CREATE_CHILD_SA ----
+
+fn only_spi(e: &Engine) -> u64 {
+    let v: Vec<u64> = e.sas.keys().copied().collect();
+    assert_eq!(v.len(), 1, "one IKE SA");
+    v[0]
+}
+
+fn check_rekeyed(p: &Pair) {
+    assert_eq!(p.a.counters.child_rekeys, 1);
+    assert_eq!(p.b.counters.child_rekeys, 1);
+    assert_eq!((p.a_children.len(), p.b_children.len()), (2, 2));
+    let (na, nb) = (&p.a_children[1], &p.b_children[1]);
+    assert_eq!(na.spi_out, nb.spi_in);
+    assert_eq!(na.spi_in, nb.spi_out);
+    assert_eq!(*na.key_out.encr, *nb.key_in.encr);
+    assert_eq!(*na.key_in.encr, *nb.key_out.encr);
+    assert_ne!(
+        *na.key_out.encr, *p.a_children[0].key_out.encr,
+        "fresh keys"
+    );
+    // Make-before-break: the old child went only after the new one was in, on both sides.
+    assert_eq!((p.a_down, p.b_down), (1, 1));
+    for e in [&p.a, &p.b] {
+        let sa = &e.sas[&only_spi(e)];
+        assert_eq!(sa.children.len(), 1);
+    }
+    assert_eq!(p.a.sas[&only_spi(&p.a)].children[0].spi_in, na.spi_in);
+}
+
+#[test]
+fn child_rekey_by_either_side() {
+    // The original initiator rekeys.
+    let mut p = establish(&[], &[]);
+    let old_in = p.a_children[0].spi_in;
+    let mut ev = vec![];
+    let spi = only_spi(&p.a);
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_rekeyed(&p);
+    // The responder rekeys.
+    let mut p = establish(&[], &[]);
+    let old_in = p.b_children[0].spi_in;
+    let mut ev = vec![];
+    let spi = only_spi(&p.b);
+    p.b.rekey_child(spi, old_in, p.now, &mut ev);
+    p.run(vec![], ev, false);
+    assert_eq!(p.b.counters.child_rekeys, 1);
+    assert_eq!((p.a_down, p.b_down), (1, 1));
+    let (na, nb) = (&p.a_children[1], &p.b_children[1]);
+    assert_eq!(na.spi_out, nb.spi_in);
+    assert_eq!(*na.key_out.encr, *nb.key_in.encr);
+}
+
+#[test]
+fn child_rekey_with_pfs() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    for x in [&mut a, &mut b] {
+        x.esp = vec![crate::config::parse_esp_proposal("aes256gcm16-ecp256").unwrap()];
+    }
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!(p.a_children.len(), 1, "IKE_AUTH's child takes no DH");
+    let old_in = p.a_children[0].spi_in;
+    let mut ev = vec![];
+    let spi = only_spi(&p.a);
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    // The request carries a KE of group 19.
+    let sent = match &ev[..] {
+        [Event::Send { data, .. }] => data.clone(),
+        e => panic!("{e:?}"),
+    };
+    p.run(ev, vec![], false);
+    check_rekeyed(&p);
+    assert!(sent.len() > 150, "KE payload in the request");
+}
+
+#[test]
+fn child_lifetime_rekeys_before_it_ends() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    a.child_lifetime = Some(Duration::from_secs(100));
+    a.dpd = None;
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    b.child_lifetime = Some(Duration::from_secs(100));
+    b.dpd = None;
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    p.tick(Duration::from_secs(80));
+    assert_eq!(p.a.counters.child_rekeys, 0);
+    p.tick(Duration::from_secs(11));
+    check_rekeyed(&p);
+    // Once: the new child is young.
+    p.tick(Duration::from_secs(5));
+    assert_eq!(p.a.counters.child_rekeys, 1);
+}
+
+#[test]
+fn rekey_of_an_unknown_child_is_refused() {
+    let mut p = establish(&[], &[]);
+    let spi = only_spi(&p.a);
+    // Make a believe it has a child b does not know.
+    let sa = p.a.sas.get_mut(&spi).unwrap();
+    sa.children[0].spi_out ^= 1;
+    sa.children[0].spi_in ^= 1;
+    let old_in = sa.children[0].spi_in;
+    let _ = sa;
+    let mut ev = vec![];
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    // b looks the child up by its own outbound SPI (our inbound): not found.
+    p.run(ev, vec![], false);
+    assert_eq!(p.a.counters.failed.peer_refused, 1);
+    assert_eq!(p.a.counters.child_rekeys, 0);
+    assert_eq!(p.a.sas[&spi].children.len(), 1, "the old child stays");
+}
