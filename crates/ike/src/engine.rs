@@ -1933,45 +1933,17 @@ impl Engine {
                 return vec![Payload::notify(notify::NO_PROPOSAL_CHOSEN, vec![])];
             }
         };
-        let ChildKeys {
-            encr_i,
-            integ_i,
-            encr_r,
-            integ_r,
-        } = ck;
-        sa.children.push(Child {
+        self.install_child(
+            spi,
             spi_in,
             spi_out,
             esp,
-            created: now,
-            local_ts: n_r.clone(),
-            remote_ts: n_i.clone(),
-        });
-        let spec = ChildSpec {
-            peer: peer.name.clone(),
-            tunnel: peer.tunnel.clone(),
-            local: sa.local.ip(),
-            remote: sa.remote.ip(),
-            spi_in,
-            spi_out,
-            encr: esp.encr,
-            integ: esp.integ,
-            esn: esp.esn,
-            // Inbound we decrypt what the initiator encrypted.
-            key_in: DirKeys {
-                encr: encr_i,
-                integ: integ_i,
-            },
-            key_out: DirKeys {
-                encr: encr_r,
-                integ: integ_r,
-            },
-            local_ts: n_r.clone(),
-            remote_ts: n_i.clone(),
-            udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
-        };
-        self.counters.children_installed += 1;
-        out.push(Event::ChildUp(spec));
+            ck,
+            false,
+            (n_r.clone(), n_i.clone()),
+            now,
+            out,
+        );
         let mut resp = vec![Payload::Sa(vec![esp_wire(
             number,
             &esp,
@@ -2246,40 +2218,18 @@ impl Engine {
         };
         let spi_out =
             u32::from_be_bytes([chosen.spi[0], chosen.spi[1], chosen.spi[2], chosen.spi[3]]);
-        sa.children.push(Child {
-            spi_in: rk.new_spi_in,
+        self.counters.child_rekeys += 1;
+        self.install_child(
+            spi,
+            rk.new_spi_in,
             spi_out,
             esp,
-            created: now,
-            local_ts: tsi.clone(),
-            remote_ts: tsr.clone(),
-        });
-        // We asked: we are this exchange's initiator, and send with its i->r keys.
-        let spec = ChildSpec {
-            peer: peer.name.clone(),
-            tunnel: peer.tunnel.clone(),
-            local: sa.local.ip(),
-            remote: sa.remote.ip(),
-            spi_in: rk.new_spi_in,
-            spi_out,
-            encr: esp.encr,
-            integ: esp.integ,
-            esn: esp.esn,
-            key_in: DirKeys {
-                encr: ck.encr_r,
-                integ: ck.integ_r,
-            },
-            key_out: DirKeys {
-                encr: ck.encr_i,
-                integ: ck.integ_i,
-            },
-            local_ts: tsi,
-            remote_ts: tsr,
-            udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
-        };
-        self.counters.children_installed += 1;
-        self.counters.child_rekeys += 1;
-        out.push(Event::ChildUp(spec));
+            ck,
+            true,
+            (tsi, tsr),
+            now,
+            out,
+        );
         tracing::info!(
             peer = peer.name,
             "IKE: child SA {old_in:08x} rekeyed as {:08x}",
@@ -2413,13 +2363,57 @@ impl Engine {
             }
         };
         let spi_in = sa.child_spi;
+        self.install_child(spi, spi_in, spi_out, esp, ck, true, (tsi, tsr), now, out);
+    }
+
+    /// Records a new child of IKE SA `spi` and asks the daemon to install it (both
+    /// directions). `initiated`: we began the exchange that made it, so we send with its
+    /// initiator-to-responder keys; `(local_ts, remote_ts)`: its selectors, ours first.
+    #[allow(clippy::too_many_arguments)]
+    fn install_child(
+        &mut self,
+        spi: u64,
+        spi_in: u32,
+        spi_out: u32,
+        esp: EspProposal,
+        ck: ChildKeys,
+        initiated: bool,
+        (local_ts, remote_ts): (Vec<Selector>, Vec<Selector>),
+        now: Instant,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
+        let Some(peer) = sa.peer.clone() else {
+            return;
+        };
+        let ChildKeys {
+            encr_i,
+            integ_i,
+            encr_r,
+            integ_r,
+        } = ck;
+        let i_to_r = DirKeys {
+            encr: encr_i,
+            integ: integ_i,
+        };
+        let r_to_i = DirKeys {
+            encr: encr_r,
+            integ: integ_r,
+        };
+        let (key_in, key_out) = if initiated {
+            (r_to_i, i_to_r)
+        } else {
+            (i_to_r, r_to_i)
+        };
         sa.children.push(Child {
             spi_in,
             spi_out,
             esp,
             created: now,
-            local_ts: tsi.clone(),
-            remote_ts: tsr.clone(),
+            local_ts: local_ts.clone(),
+            remote_ts: remote_ts.clone(),
         });
         let spec = ChildSpec {
             peer: peer.name.clone(),
@@ -2431,16 +2425,10 @@ impl Engine {
             encr: esp.encr,
             integ: esp.integ,
             esn: esp.esn,
-            key_in: DirKeys {
-                encr: ck.encr_r,
-                integ: ck.integ_r,
-            },
-            key_out: DirKeys {
-                encr: ck.encr_i,
-                integ: ck.integ_i,
-            },
-            local_ts: tsi,
-            remote_ts: tsr,
+            key_in,
+            key_out,
+            local_ts,
+            remote_ts,
             udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
         };
         self.counters.children_installed += 1;
