@@ -697,6 +697,11 @@ impl IpsecConfig {
             Ok(_) => Vec::new(),
             Err(p) => p,
         };
+        // The IKE peers (their PSK, certificate and key files read): here, at config
+        // check, not in `plan_with`, which runs again for every SA IKE installs.
+        if let Err(e) = self.ike_peers() {
+            p.extend(e);
+        }
         for (i, pol) in self.policies.iter().enumerate() {
             if !reserved.contains(&pol.interface.as_str()) {
                 p.push((
@@ -821,9 +826,6 @@ impl IpsecConfig {
             }
         }
         self.check_policies(&mut p);
-        if let Err(e) = self.ike_peers() {
-            p.extend(e);
-        }
         if self.sas.is_empty() && extra.is_empty() {
             return if p.is_empty() { Ok(Vec::new()) } else { Err(p) };
         }
