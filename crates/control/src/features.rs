@@ -13,6 +13,7 @@
 //! an SPD (inbound: every port); its SAs and SPDs are installed before the nodes are
 //! enabled.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -131,6 +132,14 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     v
 }
 
+/// The SA codec's direction of a config direction.
+fn direction(d: ipsec::config::SaDirection) -> ipsec::Direction {
+    match d {
+        ipsec::config::SaDirection::Out => ipsec::Direction::Outbound,
+        ipsec::config::SaDirection::In => ipsec::Direction::Inbound,
+    }
+}
+
 /// What the feature crates share with their nodes, as [`Features::new`] takes it.
 pub type Shares = (
     Arc<firewall::node::Shared>,
@@ -142,6 +151,67 @@ pub type Shares = (
 
 /// The config's SA keys as read from its key file, or what was wrong with it.
 type IpsecKeys = Result<Option<ipsec::config::Keys>, (String, String)>;
+
+/// The SAs given through the API or by IKE, in the order given (a whole plan lists them
+/// so), found by direction and SPI, and the outbound ones by tunnel.
+#[derive(Default)]
+struct ApiSas {
+    list: Vec<ipsec::config::ExtraSa>,
+    at: HashMap<(ipsec::config::SaDirection, u32), usize>,
+    /// A tunnel's transmit SA, by its SPI.
+    out_of: HashMap<String, u32>,
+}
+
+impl ApiSas {
+    fn new(list: Vec<ipsec::config::ExtraSa>) -> ApiSas {
+        let mut a = ApiSas::default();
+        for x in list {
+            a.put(x);
+        }
+        a
+    }
+
+    fn get(&self, dir: ipsec::config::SaDirection, spi: u32) -> Option<&ipsec::config::ExtraSa> {
+        self.at.get(&(dir, spi)).and_then(|&k| self.list.get(k))
+    }
+
+    /// Add `x` (none of its direction and SPI is here).
+    fn put(&mut self, x: ipsec::config::ExtraSa) {
+        let e = &x.entry;
+        self.at.insert((e.direction, e.spi), self.list.len());
+        if e.direction == ipsec::config::SaDirection::Out && !e.tunnel.is_empty() {
+            self.out_of.insert(e.tunnel.clone(), e.spi);
+        }
+        self.list.push(x);
+    }
+
+    /// Take out the SA of `dir` and `spi` (the last one takes its place in the list).
+    fn take(
+        &mut self,
+        dir: ipsec::config::SaDirection,
+        spi: u32,
+    ) -> Option<ipsec::config::ExtraSa> {
+        let k = self.at.remove(&(dir, spi))?;
+        let x = self.list.swap_remove(k);
+        if let Some(moved) = self.list.get(k) {
+            self.at.insert((moved.entry.direction, moved.entry.spi), k);
+        }
+        if self.out_of.get(&x.entry.tunnel) == Some(&spi) && dir == ipsec::config::SaDirection::Out
+        {
+            self.out_of.remove(&x.entry.tunnel);
+        }
+        Some(x)
+    }
+}
+
+/// The running config's tunnels, as an SA given alone is checked against them.
+#[derive(Default)]
+struct TunnelIndex {
+    /// By name: its index in `[[ipsec.tunnel]]` and its interface in the fast path.
+    by_name: HashMap<String, (usize, u16)>,
+    /// The tunnels whose transmit SA the config gives: name → its `[[ipsec.sa]]` index.
+    config_out: HashMap<String, usize>,
+}
 
 /// The daemon's features: the registry, and the state the workers follow.
 pub struct Features {
@@ -169,7 +239,9 @@ pub struct Features {
     ipsec_keys: std::sync::Mutex<IpsecKeys>,
     /// SAs given through the API (`POST /v1/ipsec/sa`), installed beside the config's; in
     /// memory only (a restart forgets them).
-    ipsec_api: std::sync::Mutex<Vec<ipsec::config::ExtraSa>>,
+    ipsec_api: std::sync::Mutex<ApiSas>,
+    /// The running config's tunnels by name.
+    ipsec_tunnels: std::sync::Mutex<TunnelIndex>,
     /// The NAT config the published rules were compiled from.
     nat_config: std::sync::Mutex<firewall::nat::config::NatConfig>,
     /// Workers (for the rule counters).
@@ -214,7 +286,8 @@ impl Features {
             qos,
             ipsec_config: std::sync::Mutex::new(ipsec::config::IpsecConfig::default()),
             ipsec_keys: std::sync::Mutex::new(Ok(None)),
-            ipsec_api: std::sync::Mutex::new(Vec::new()),
+            ipsec_api: std::sync::Mutex::new(ApiSas::default()),
+            ipsec_tunnels: std::sync::Mutex::new(TunnelIndex::default()),
             nat_config: std::sync::Mutex::new(firewall::nat::config::NatConfig::default()),
             workers,
             firewall_config: std::sync::Mutex::new(firewall::config::FirewallConfig::default()),
@@ -297,7 +370,7 @@ impl Features {
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
         let keys = cfg.keys();
-        self.publish_ipsec_with(cfg, &api, &keys)?;
+        self.publish_ipsec_with(cfg, &api.list, &keys)?;
         *self
             .ipsec_keys
             .lock()
@@ -351,19 +424,122 @@ impl Features {
         let policies = cfg.policies.len();
         self.ipsec.publish_spd(spd);
         tracing::info!("[ipsec] {summary}, {policies} policies");
-        *cur = cfg.clone();
+        if *cur != *cfg {
+            *self
+                .ipsec_tunnels
+                .lock()
+                .map_err(|_| "IPsec state unavailable")? = TunnelIndex {
+                by_name: names
+                    .into_iter()
+                    .zip(iface)
+                    .enumerate()
+                    .map(|(k, (n, i))| (n, (k, i)))
+                    .collect(),
+                config_out: cfg
+                    .sas
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| {
+                        s.direction == ipsec::config::SaDirection::Out && !s.tunnel.is_empty()
+                    })
+                    .map(|(k, s)| (s.tunnel.clone(), k))
+                    .collect(),
+            };
+            *cur = cfg.clone();
+        }
         Ok(())
     }
 
-    /// Install `sa` beside the config's SAs (`POST /v1/ipsec/sa`): it replaces an API SA
-    /// of the same direction and SPI, and an outbound one the API gave its tunnel before
-    /// (a rekey: the new SA is in place before the tunnel switches to it). All or nothing:
-    /// on an error (named by the SA's `sa out 0x1001.field`), nothing changes.
+    /// Install `sa` beside the config's SAs (`POST /v1/ipsec/sa`, a child SA of IKE): it
+    /// replaces an API SA of the same direction and SPI, and an outbound one the API gave
+    /// its tunnel before (a rekey: the new SA is in place before the tunnel switches to
+    /// it). All or nothing: on an error (named by the SA's `sa out 0x1001.field`), nothing
+    /// changes. A tunnel's SA goes in alone, in time independent of how many SAs there
+    /// are; a policy SA (or one replacing a policy SA) re-plans the whole SPD.
     pub fn add_ipsec_sa(&self, sa: ipsec::config::ExtraSa) -> Result<(), String> {
+        use ipsec::config::SaDirection;
         let mut api = self
             .ipsec_api
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
+        let (dir, spi) = (sa.entry.direction, sa.entry.spi);
+        let mut replaced: Vec<(SaDirection, u32)> = Vec::new();
+        if api.get(dir, spi).is_some() {
+            replaced.push((dir, spi));
+        }
+        if dir == SaDirection::Out {
+            if let Some(&s) = api.out_of.get(&sa.entry.tunnel) {
+                if s != spi {
+                    replaced.push((SaDirection::Out, s));
+                }
+            }
+        }
+        let policy = sa.entry.tunnel.is_empty()
+            || replaced
+                .iter()
+                .any(|&(d, s)| api.get(d, s).is_some_and(|x| x.entry.tunnel.is_empty()));
+        if policy {
+            return self.add_ipsec_sa_whole(&mut api, sa, &replaced);
+        }
+        let cfg = self
+            .ipsec_config
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        let tunnels = self
+            .ipsec_tunnels
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        let found = tunnels.by_name.get(&sa.entry.tunnel).copied();
+        let problems = |p: Vec<(String, String)>| {
+            p.into_iter()
+                .map(|(path, m)| format!("{path}: {m}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let planned = cfg
+            .plan_extra(&sa, found.map(|(k, _)| k))
+            .map_err(problems)?;
+        let Some((_, iface)) = found else {
+            return Err(format!(
+                "{}.tunnel: no [[ipsec.tunnel]] named {:?}",
+                sa.label(),
+                sa.entry.tunnel
+            ));
+        };
+        if dir == SaDirection::Out {
+            if let Some(k) = tunnels.config_out.get(&sa.entry.tunnel) {
+                return Err(format!("{}.direction: tunnel {:?} already has its transmit SA (ipsec.sa[{k}]); a tunnel sends with one SA: change its spi and key to rekey", sa.label(), sa.entry.tunnel));
+            }
+        }
+        let slots: Vec<u32> = replaced
+            .iter()
+            .filter_map(|&(d, s)| {
+                let x = api.get(d, s)?;
+                let at = tunnels.by_name.get(&x.entry.tunnel)?.1;
+                self.ipsec.slot_of(direction(d), s, at)
+            })
+            .collect();
+        self.ipsec
+            .insert_one(&planned, iface, &sa.entry.tunnel, &slots)
+            .map_err(|e| match dir {
+                SaDirection::In => format!("{}.spi: {e}", sa.label()),
+                SaDirection::Out => format!("{}: {e}", sa.label()),
+            })?;
+        for (d, s) in replaced {
+            api.take(d, s);
+        }
+        api.put(sa);
+        Ok(())
+    }
+
+    /// [`Features::add_ipsec_sa`] of a policy SA: the whole IPsec config planned again
+    /// with it in place of the `replaced` ones.
+    fn add_ipsec_sa_whole(
+        &self,
+        api: &mut ApiSas,
+        sa: ipsec::config::ExtraSa,
+        replaced: &[(ipsec::config::SaDirection, u32)],
+    ) -> Result<(), String> {
         let cfg = self
             .ipsec_config
             .lock()
@@ -374,30 +550,19 @@ impl Features {
             .ipsec_keys
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let (dir, spi, tunnel) = (sa.entry.direction, sa.entry.spi, sa.entry.tunnel.clone());
-        let mut next: Vec<ipsec::config::ExtraSa> = Vec::with_capacity(api.len() + 1);
-        let mut kept = Vec::new();
-        for x in api.drain(..) {
-            let replaced = x.entry.direction == dir
-                && (x.entry.spi == spi
-                    || dir == ipsec::config::SaDirection::Out && x.entry.tunnel == tunnel);
-            if replaced {
-                kept.push(x);
-            } else {
-                next.push(x);
-            }
-        }
+        let mut next: Vec<ipsec::config::ExtraSa> = std::mem::take(&mut api.list)
+            .into_iter()
+            .filter(|x| !replaced.contains(&(x.entry.direction, x.entry.spi)))
+            .collect();
+        let was = std::mem::take(api);
         next.push(sa);
         match self.publish_ipsec_with(&cfg, &next, &keys) {
             Ok(()) => {
-                *api = next;
+                *api = ApiSas::new(next);
                 Ok(())
             }
             Err(e) => {
-                // As it was: the SAs it would have replaced go back.
-                next.pop();
-                next.extend(kept);
-                *api = next;
+                *api = was;
                 Err(e)
             }
         }
@@ -414,12 +579,25 @@ impl Features {
             .ipsec_api
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let Some(k) = api
-            .iter()
-            .position(|x| x.entry.direction == direction && x.entry.spi == spi)
-        else {
+        let Some(x) = api.get(direction, spi) else {
             return Ok(false);
         };
+        if !x.entry.tunnel.is_empty() {
+            let iface = self
+                .ipsec_tunnels
+                .lock()
+                .map_err(|_| "IPsec state unavailable")?
+                .by_name
+                .get(&x.entry.tunnel)
+                .map(|t| t.1);
+            if let Some(slot) =
+                iface.and_then(|i| self.ipsec.slot_of(self::direction(direction), spi, i))
+            {
+                self.ipsec.remove_one(slot)?;
+            }
+            api.take(direction, spi);
+            return Ok(true);
+        }
         let cfg = self
             .ipsec_config
             .lock()
@@ -429,11 +607,18 @@ impl Features {
             .ipsec_keys
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let gone = api.remove(k);
-        match self.publish_ipsec_with(&cfg, &api, &keys) {
-            Ok(()) => Ok(true),
+        let next: Vec<ipsec::config::ExtraSa> = std::mem::take(&mut api.list)
+            .into_iter()
+            .filter(|x| (x.entry.direction, x.entry.spi) != (direction, spi))
+            .collect();
+        let was = std::mem::take(&mut *api);
+        match self.publish_ipsec_with(&cfg, &next, &keys) {
+            Ok(()) => {
+                *api = ApiSas::new(next);
+                Ok(true)
+            }
             Err(e) => {
-                api.insert(k, gone);
+                *api = was;
                 Err(e)
             }
         }
@@ -443,7 +628,12 @@ impl Features {
     pub fn ipsec_api_sas(&self) -> Vec<(ipsec::config::SaDirection, u32)> {
         self.ipsec_api
             .lock()
-            .map(|a| a.iter().map(|x| (x.entry.direction, x.entry.spi)).collect())
+            .map(|a| {
+                a.list
+                    .iter()
+                    .map(|x| (x.entry.direction, x.entry.spi))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

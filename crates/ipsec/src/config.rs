@@ -502,6 +502,9 @@ pub struct ExtraSa {
     pub entry: SaEntry,
     /// Its keying material.
     pub key: Key,
+    /// Its keys were negotiated (IKE: fresh from a key exchange, never used again), so its
+    /// sequence numbers need not be kept across restarts as a configured key's are.
+    pub negotiated: bool,
 }
 
 impl ExtraSa {
@@ -536,6 +539,7 @@ impl ExtraSa {
                 encryption: Zeroizing::new(encryption_key.to_vec()),
                 integrity: Zeroizing::new(integrity_key.to_vec()),
             },
+            negotiated: true,
         }
     }
 
@@ -550,6 +554,7 @@ impl ExtraSa {
                 encryption: Zeroizing::new(e),
                 integrity: Zeroizing::new(i),
             },
+            negotiated: false,
         })
     }
 
@@ -571,6 +576,8 @@ pub struct Planned {
     pub tunnel: usize,
     /// What it is made from.
     pub config: SaConfig,
+    /// Keyed by IKE ([`ExtraSa::negotiated`]).
+    pub negotiated: bool,
 }
 
 impl IpsecConfig {
@@ -860,23 +867,8 @@ impl IpsecConfig {
                 self.policy_sa_problems(i, s, &mut p);
                 Some(POLICY_SA)
             } else {
-                for (f, set) in [
-                    ("mode", s.mode.is_some()),
-                    ("local", s.local.is_some()),
-                    ("remote", s.remote.is_some()),
-                ] {
-                    if set {
-                        p.push((at(f), "applies only to a policy SA (one without tunnel): a tunnel's SAs take the tunnel's".into()));
-                    }
-                }
                 self.tunnels.iter().position(|t| t.name == s.tunnel)
             };
-            if tunnel.is_none() {
-                p.push((
-                    at("tunnel"),
-                    format!("no [[ipsec.tunnel]] named {:?}", s.tunnel),
-                ));
-            }
             match s.direction {
                 SaDirection::Out if policy_sa => {}
                 SaDirection::Out => {
@@ -897,101 +889,167 @@ impl IpsecConfig {
                     }
                 }
             }
-            let enc = encryption(&s.encryption);
-            if enc.is_none() {
-                p.push((at("encryption"), format!("unknown algorithm {:?}; expected aes-128-gcm, aes-256-gcm, chacha20-poly1305, aes-128-cbc, aes-256-cbc or null", s.encryption)));
+            if let Some(x) = self.plan_entry(i, s, given, keys, tunnel, &mut p) {
+                planned.push(x);
             }
-            let integ = integrity(&s.integrity);
-            if integ.is_none() {
-                p.push((at("integrity"), format!("unknown algorithm {:?}; expected none, hmac-sha1-96, hmac-sha2-256-128 or hmac-sha2-512-256", s.integrity)));
-            }
-            let key = given.map(|x| &x.key).or_else(|| {
-                let got = keys?.get(&s.key);
-                if got.is_none() {
-                    if let Some(f) = &self.key_file {
-                        p.push((at("key"), format!("no key {:?} in {}", s.key, f.display())));
-                    }
-                }
-                got
-            });
-            let (Some(t), Some(enc), Some(integ), Some(key)) = (tunnel, enc, integ, key) else {
-                continue;
-            };
-            let tc = self.tunnels.get(t);
-            let (local, remote) = match tc {
-                Some(tc) => (Some(tc.local), Some(tc.remote)),
-                None => (s.local, s.remote),
-            };
-            let mut c = SaConfig::new(
-                s.spi,
-                match s.direction {
-                    SaDirection::Out => Direction::Outbound,
-                    SaDirection::In => Direction::Inbound,
-                },
-                enc,
-                &key.encryption,
-                integ,
-                &key.integrity,
-            );
-            c.mode = match (s.mode, local, remote) {
-                (Some(SaMode::Transport), ..) => Mode::Transport,
-                (_, Some(local), Some(remote)) => match s.direction {
-                    SaDirection::Out => Mode::Tunnel {
-                        src: local,
-                        dst: remote,
-                    },
-                    SaDirection::In => Mode::Tunnel {
-                        src: remote,
-                        dst: local,
-                    },
-                },
-                // Reported by policy_sa_problems.
-                _ => continue,
-            };
-            if let Some(tc) = tc.filter(|tc| tc.nat_t) {
-                c.natt = Some(match s.direction {
-                    SaDirection::Out => crate::NatT {
-                        src_port: crate::esp::NATT_PORT,
-                        dst_port: tc.remote_port(),
-                    },
-                    SaDirection::In => crate::NatT {
-                        src_port: tc.remote_port(),
-                        dst_port: crate::esp::NATT_PORT,
-                    },
-                });
-            }
-            c.esn = s.esn;
-            c.replay_window = s.replay_window;
-            c.df = tc.map_or(DfPolicy::Copy, |tc| tc.df).into();
-            // Keying checks lengths, combinations and the window: an SA that is built
-            // here is one the daemon can build.
-            if let Err(e) = Sa::new(&c) {
-                let field = match e {
-                    crate::SaError::ReplayWindow(_) => "replay_window",
-                    crate::SaError::ReservedSpi(_) => "spi",
-                    crate::SaError::AeadWithIntegrity(_)
-                    | crate::SaError::CbcWithoutIntegrity(_) => "integrity",
-                    _ => "key",
-                };
-                let what = if field == "key" && given.is_none() {
-                    format!("key {:?}: {e}", s.key)
-                } else {
-                    e.to_string()
-                };
-                p.push((at(field), what));
-                continue;
-            }
-            planned.push(Planned {
-                index: i,
-                tunnel: t,
-                config: c,
-            });
         }
         if p.is_empty() {
             Ok(planned)
         } else {
             Err(p)
         }
+    }
+
+    /// [`IpsecConfig::plan_extra`]: `x`, a tunnel's SA from outside the config, planned
+    /// alone (the config's own checks ran when it was applied): `tunnel` is its tunnel's
+    /// index in `[[ipsec.tunnel]]` (looked up by the caller, who keeps them by name), or
+    /// `None` when the config has no such tunnel. What it cannot check alone, the caller
+    /// does: an inbound SPI no other inbound SA has, a tunnel whose transmit SA is not the
+    /// config's.
+    pub fn plan_extra(
+        &self,
+        x: &ExtraSa,
+        tunnel: Option<usize>,
+    ) -> Result<Planned, Vec<(String, String)>> {
+        let mut p = Vec::new();
+        let i = self.sas.len();
+        if x.entry.tunnel.is_empty() {
+            p.push((
+                format!("{}.tunnel", x.label()),
+                "planned alone, an SA needs its tunnel (a policy SA goes through the whole plan)"
+                    .into(),
+            ));
+            return Err(p);
+        }
+        match self.plan_entry(i, &x.entry, Some(x), None, tunnel, &mut p) {
+            Some(planned) if p.is_empty() => Ok(planned),
+            _ => Err(p),
+        }
+    }
+
+    /// SA `s` (number `i` of the config's, or the `given` extra one), checked alone and
+    /// made ready to build; `None` with its problems added to `p`.
+    fn plan_entry(
+        &self,
+        i: usize,
+        s: &SaEntry,
+        given: Option<&ExtraSa>,
+        keys: Option<&Keys>,
+        tunnel: Option<usize>,
+        p: &mut Vec<(String, String)>,
+    ) -> Option<Planned> {
+        let at = |f: &str| match given {
+            Some(x) => format!("{}.{f}", x.label()),
+            None => format!("ipsec.sa[{i}].{f}"),
+        };
+        if !s.tunnel.is_empty() {
+            for (f, set) in [
+                ("mode", s.mode.is_some()),
+                ("local", s.local.is_some()),
+                ("remote", s.remote.is_some()),
+            ] {
+                if set {
+                    p.push((at(f), "applies only to a policy SA (one without tunnel): a tunnel's SAs take the tunnel's".into()));
+                }
+            }
+        }
+        if tunnel.is_none() {
+            p.push((
+                at("tunnel"),
+                format!("no [[ipsec.tunnel]] named {:?}", s.tunnel),
+            ));
+        }
+        let enc = encryption(&s.encryption);
+        if enc.is_none() {
+            p.push((at("encryption"), format!("unknown algorithm {:?}; expected aes-128-gcm, aes-256-gcm, chacha20-poly1305, aes-128-cbc, aes-256-cbc or null", s.encryption)));
+        }
+        let integ = integrity(&s.integrity);
+        if integ.is_none() {
+            p.push((at("integrity"), format!("unknown algorithm {:?}; expected none, hmac-sha1-96, hmac-sha2-256-128 or hmac-sha2-512-256", s.integrity)));
+        }
+        let key = given.map(|x| &x.key).or_else(|| {
+            let got = keys?.get(&s.key);
+            if got.is_none() {
+                if let Some(f) = &self.key_file {
+                    p.push((at("key"), format!("no key {:?} in {}", s.key, f.display())));
+                }
+            }
+            got
+        });
+        let (Some(t), Some(enc), Some(integ), Some(key)) = (tunnel, enc, integ, key) else {
+            return None;
+        };
+        let tc = self.tunnels.get(t);
+        let (local, remote) = match tc {
+            Some(tc) => (Some(tc.local), Some(tc.remote)),
+            None => (s.local, s.remote),
+        };
+        let mut c = SaConfig::new(
+            s.spi,
+            match s.direction {
+                SaDirection::Out => Direction::Outbound,
+                SaDirection::In => Direction::Inbound,
+            },
+            enc,
+            &key.encryption,
+            integ,
+            &key.integrity,
+        );
+        c.mode = match (s.mode, local, remote) {
+            (Some(SaMode::Transport), ..) => Mode::Transport,
+            (_, Some(local), Some(remote)) => match s.direction {
+                SaDirection::Out => Mode::Tunnel {
+                    src: local,
+                    dst: remote,
+                },
+                SaDirection::In => Mode::Tunnel {
+                    src: remote,
+                    dst: local,
+                },
+            },
+            // Reported by policy_sa_problems.
+            _ => return None,
+        };
+        if let Some(tc) = tc.filter(|tc| tc.nat_t) {
+            c.natt = Some(match s.direction {
+                SaDirection::Out => crate::NatT {
+                    src_port: crate::esp::NATT_PORT,
+                    dst_port: tc.remote_port(),
+                },
+                SaDirection::In => crate::NatT {
+                    src_port: tc.remote_port(),
+                    dst_port: crate::esp::NATT_PORT,
+                },
+            });
+        }
+        c.esn = s.esn;
+        c.replay_window = s.replay_window;
+        c.df = tc.map_or(DfPolicy::Copy, |tc| tc.df).into();
+        // Keying checks lengths, combinations and the window: an SA that is built
+        // here is one the daemon can build.
+        if let Err(e) = Sa::new(&c) {
+            let field = match e {
+                crate::SaError::ReplayWindow(_) => "replay_window",
+                crate::SaError::ReservedSpi(_) => "spi",
+                crate::SaError::AeadWithIntegrity(_) | crate::SaError::CbcWithoutIntegrity(_) => {
+                    "integrity"
+                }
+                _ => "key",
+            };
+            let what = if field == "key" && given.is_none() {
+                format!("key {:?}: {e}", s.key)
+            } else {
+                e.to_string()
+            };
+            p.push((at(field), what));
+            return None;
+        }
+        Some(Planned {
+            index: i,
+            tunnel: t,
+            config: c,
+            negotiated: given.is_some_and(|x| x.negotiated),
+        })
     }
 
     /// What is wrong with policy SA `i` (`[[ipsec.sa]]` without `tunnel`).
@@ -1398,6 +1456,7 @@ default = "protect"
                 encryption: Zeroizing::new(vec![9; 20]),
                 integrity: Zeroizing::new(Vec::new()),
             },
+            negotiated: false,
         };
         let p = c
             .plan_keyed(&[], std::slice::from_ref(&extra), &keys)

@@ -23,6 +23,7 @@ use dataplane::buffer::F_TO_OUTPUT;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
 use dataplane::handoff::HandoffTx;
 use dataplane::VECTOR_SIZE;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::error::EspError;
@@ -129,8 +130,11 @@ struct Installed {
     view: SaView,
     /// Its tunnel interface.
     iface: u16,
-    /// Outbound: its key's mark ([`key_mark`]).
+    /// Outbound with a configured key: its key's mark ([`key_mark`]). Keys IKE negotiated
+    /// have none: they are never used again, so their sequence numbers need no keeping.
     mark: Option<Vec<u8>>,
+    /// UDP-encapsulated (NAT-T).
+    natt: bool,
 }
 
 /// Sequence numbers reserved ahead of the one last seen, in memory and in the state file:
@@ -140,7 +144,12 @@ pub const SEQUENCE_GAP: u64 = 1 << 20;
 
 struct Control {
     writer: SadWriter,
-    installed: Vec<Installed>,
+    /// By slot.
+    installed: FxHashMap<u32, Installed>,
+    /// The inbound SAs' slots by SPI.
+    inbound: FxHashMap<u32, u32>,
+    /// How many installed SAs are UDP-encapsulated.
+    natt: usize,
     /// Per tunnel interface index: the slot it sends with.
     tx: Vec<u32>,
     /// By key mark: the highest sequence number an outbound SA with that key used (or, read
@@ -154,7 +163,7 @@ struct Control {
 impl Control {
     /// Take the outbound SAs' sequence numbers as their counters last showed them.
     fn note_sequences(&mut self) {
-        for i in &self.installed {
+        for i in self.installed.values() {
             if let Some(m) = &i.mark {
                 let seq = i.stats.sequence();
                 let e = self.sequences.entry(m.clone()).or_insert(0);
@@ -171,7 +180,7 @@ impl Control {
             return;
         }
         // Cheap while nothing is due (no allocation): called on every control loop.
-        let due = self.installed.iter().any(|i| {
+        let due = self.installed.values().any(|i| {
             i.mark.as_ref().is_some_and(|m| {
                 self.saved
                     .get(m)
@@ -212,6 +221,89 @@ impl Control {
             }
             Err(e) => tracing::warn!("writing {}: {e}", path.display()),
         }
+    }
+}
+
+impl Control {
+    /// `p` keyed, and where an outbound SA with a configured key starts its sequence
+    /// numbers (past any SA that had its key: with the AEADs the sequence number is the
+    /// nonce).
+    fn build(&self, p: &crate::config::Planned) -> Result<(Sa, u64), String> {
+        let mut sa = Sa::new(&p.config).map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
+        let mut start = 0;
+        if p.config.direction == Direction::Outbound && !p.negotiated {
+            if let Some(&last) = self.sequences.get(&key_mark(&p.config)) {
+                start = last.saturating_add(SEQUENCE_GAP);
+                if !p.config.esn && start >= u64::from(u32::MAX) {
+                    return Err(format!(
+                        "ipsec.sa[{}]: its key was used up to sequence number {last} already; without ESN no number is left: use a new key",
+                        p.index
+                    ));
+                }
+                sa.set_sequence(start);
+            }
+        }
+        Ok((sa, start))
+    }
+
+    /// Queue `sa`'s insertion: its slot and its record (not yet [`Control::remember`]ed).
+    fn insert(
+        &mut self,
+        p: &crate::config::Planned,
+        ident: Vec<u8>,
+        iface: u16,
+        tunnel: String,
+        sa: Sa,
+        start: u64,
+    ) -> Result<(u32, Installed), crate::sad::SadError> {
+        let stats = Arc::new(SaStats::default());
+        let slot = self.writer.insert(sa, iface, stats.clone())?;
+        if start > 0 {
+            stats.publish(&crate::Counters::default(), start);
+        }
+        let outbound = p.config.direction == Direction::Outbound;
+        Ok((
+            slot,
+            Installed {
+                ident,
+                slot,
+                stats,
+                view: view(&p.config, tunnel),
+                iface,
+                mark: (outbound && !p.negotiated).then(|| key_mark(&p.config)),
+                natt: p.config.natt.is_some(),
+            },
+        ))
+    }
+
+    /// Record `i`, installed in `slot`.
+    fn remember(&mut self, slot: u32, i: Installed) {
+        if i.view.direction == "in" {
+            self.inbound.insert(i.view.spi, slot);
+        }
+        self.natt += usize::from(i.natt);
+        self.installed.insert(slot, i);
+    }
+
+    /// Remove the SA in `slot`: a tunnel sending with it stops first; an outbound SA's
+    /// sequence number is noted (its key may come back).
+    fn forget(&mut self, slot: u32) {
+        let Some(i) = self.installed.remove(&slot) else {
+            return;
+        };
+        if let Some(m) = &i.mark {
+            let e = self.sequences.entry(m.clone()).or_insert(0);
+            *e = (*e).max(i.stats.sequence());
+        }
+        if i.view.direction == "in" && self.inbound.get(&i.view.spi) == Some(&slot) {
+            self.inbound.remove(&i.view.spi);
+        }
+        if self.tx.get(i.iface as usize) == Some(&slot) {
+            self.writer.set_tx(i.iface, NONE);
+            self.tx[i.iface as usize] = NONE;
+        }
+        self.natt -= usize::from(i.natt);
+        self.writer.remove(slot);
     }
 }
 
@@ -285,7 +377,9 @@ impl IpsecShared {
             workers: tables,
             control: Mutex::new(Control {
                 writer,
-                installed: Vec::new(),
+                installed: FxHashMap::default(),
+                inbound: FxHashMap::default(),
+                natt: 0,
                 tx: vec![NONE; ifaces],
                 sequences: std::collections::HashMap::new(),
                 saved: std::collections::HashMap::new(),
@@ -333,33 +427,38 @@ impl IpsecShared {
             .lock()
             .map_err(|_| "IPsec state unavailable (a thread panicked holding it)")?;
         let c = &mut *c;
-        // What stays, what is new, what an inbound SA of the same SPI replaces.
-        let mut keep = vec![false; c.installed.len()];
-        let mut replaced_first: Vec<usize> = Vec::new();
+        // What stays, what is new, what an inbound SA of the same SPI replaces (by slot).
+        let mut keep: FxHashSet<u32> = FxHashSet::default();
+        let mut replaced_first: FxHashSet<u32> = FxHashSet::default();
         let mut pending: Vec<(&crate::config::Planned, Vec<u8>, u16)> = Vec::new();
-        for p in planned {
-            let iface = if p.tunnel == crate::config::POLICY_SA {
-                POLICY_IFACE
-            } else {
-                match tunnels.iface.get(p.tunnel) {
-                    Some(&i) => i,
-                    None => return Err(format!("ipsec.sa[{}]: no tunnel interface", p.index)),
-                }
-            };
-            let ident = ident(&p.config, iface);
-            match c.installed.iter().position(|i| i.ident == ident) {
-                Some(k) => keep[k] = true,
-                None => {
-                    if p.config.direction == Direction::Inbound {
-                        if let Some(k) = c
-                            .installed
-                            .iter()
-                            .position(|i| i.view.direction == "in" && i.view.spi == p.config.spi)
-                        {
-                            replaced_first.push(k);
-                        }
+        {
+            let by_ident: FxHashMap<&[u8], u32> = c
+                .installed
+                .iter()
+                .map(|(&slot, i)| (i.ident.as_slice(), slot))
+                .collect();
+            for p in planned {
+                let iface = if p.tunnel == crate::config::POLICY_SA {
+                    POLICY_IFACE
+                } else {
+                    match tunnels.iface.get(p.tunnel) {
+                        Some(&i) => i,
+                        None => return Err(format!("ipsec.sa[{}]: no tunnel interface", p.index)),
                     }
-                    pending.push((p, ident, iface));
+                };
+                let ident = ident(&p.config, iface);
+                match by_ident.get(ident.as_slice()) {
+                    Some(&slot) => {
+                        keep.insert(slot);
+                    }
+                    None => {
+                        if p.config.direction == Direction::Inbound {
+                            if let Some(&slot) = c.inbound.get(&p.config.spi) {
+                                replaced_first.insert(slot);
+                            }
+                        }
+                        pending.push((p, ident, iface));
+                    }
                 }
             }
         }
@@ -375,64 +474,38 @@ impl IpsecShared {
         // Every new SA keyed before anything changes.
         let mut built = Vec::with_capacity(pending.len());
         for (p, ident, iface) in pending {
-            let mut sa = Sa::new(&p.config).map_err(|e| format!("ipsec.sa[{}]: {e}", p.index))?;
-            let mut start = 0;
-            if p.config.direction == Direction::Outbound {
-                let used = key_mark(&p.config);
-                if let Some(&last) = c.sequences.get(&used) {
-                    start = last.saturating_add(SEQUENCE_GAP);
-                    if !p.config.esn && start >= u64::from(u32::MAX) {
-                        return Err(format!(
-                            "ipsec.sa[{}]: its key was used up to sequence number {last} already; without ESN no number is left: use a new key",
-                            p.index
-                        ));
-                    }
-                    sa.set_sequence(start);
-                }
-            }
+            let (sa, start) = c.build(p)?;
             built.push((p, ident, iface, sa, start));
         }
-        for &k in &replaced_first {
-            c.writer.remove(c.installed[k].slot);
+        let mut removed = 0;
+        for &slot in &replaced_first {
+            c.forget(slot);
+            removed += 1;
         }
         let mut added = 0;
-        let mut fresh: Vec<Installed> = Vec::new();
+        let mut fresh: Vec<(u32, Installed)> = Vec::new();
         for (p, ident, iface, sa, start) in built {
-            let stats = Arc::new(SaStats::default());
-            // Cannot fail: room was checked, and an SPI an inbound SA replaces was freed.
-            let Ok(slot) = c.writer.insert(sa, iface, stats.clone()) else {
-                continue;
-            };
-            if start > 0 {
-                stats.publish(&crate::Counters::default(), start);
-            }
             let tunnel = match tunnels.names.get(p.tunnel) {
                 Some(n) => n.clone(),
                 None => POLICY_SA_NAME.into(),
             };
-            fresh.push(Installed {
-                ident,
-                slot,
-                stats,
-                view: view(&p.config, tunnel),
-                iface,
-                mark: (p.config.direction == Direction::Outbound).then(|| key_mark(&p.config)),
-            });
-            added += 1;
+            // Cannot fail: room was checked, and an SPI an inbound SA replaces was freed.
+            if let Ok(f) = c.insert(p, ident, iface, tunnel, sa, start) {
+                fresh.push(f);
+                added += 1;
+            }
         }
         // Transmit SAs: set where changed, cleared where a tunnel has none any more.
         let mut tx = vec![NONE; c.tx.len()];
-        for i in c
+        for (&slot, i) in c
             .installed
             .iter()
-            .enumerate()
-            .filter(|(k, _)| keep[*k] && !replaced_first.contains(k))
-            .map(|(_, i)| i)
-            .chain(fresh.iter())
-            .filter(|i| i.view.direction == "out")
+            .filter(|(slot, _)| keep.contains(slot))
+            .chain(fresh.iter().map(|(slot, i)| (slot, i)))
+            .filter(|(_, i)| i.view.direction == "out")
         {
             if let Some(t) = tx.get_mut(i.iface as usize) {
-                *t = i.slot;
+                *t = slot;
             }
         }
         for (iface, (&now, &was)) in tx.iter().zip(c.tx.iter()).enumerate() {
@@ -441,31 +514,136 @@ impl IpsecShared {
             }
         }
         c.tx = tx;
-        let mut removed = 0;
-        let mut kept = Vec::with_capacity(c.installed.len());
-        for (k, i) in std::mem::take(&mut c.installed).into_iter().enumerate() {
-            if replaced_first.contains(&k) {
-                removed += 1;
-            } else if keep[k] {
-                kept.push(i);
-            } else {
-                c.writer.remove(i.slot);
-                removed += 1;
-            }
+        let gone: Vec<u32> = c
+            .installed
+            .keys()
+            .filter(|slot| !keep.contains(slot))
+            .copied()
+            .collect();
+        for slot in gone {
+            c.forget(slot);
+            removed += 1;
         }
-        kept.extend(fresh);
-        for i in &mut kept {
-            i.view.active =
-                i.view.direction == "out" && (c.tx.contains(&i.slot) || i.iface == POLICY_IFACE);
+        for (slot, i) in fresh {
+            c.remember(slot, i);
         }
-        c.installed = kept;
-        self.natt.store(
-            planned.iter().any(|p| p.config.natt.is_some()),
-            Ordering::Relaxed,
-        );
+        let tx = &c.tx;
+        for (&slot, i) in c.installed.iter_mut() {
+            i.view.active = i.view.direction == "out"
+                && (tx.get(i.iface as usize) == Some(&slot) || i.iface == POLICY_IFACE);
+        }
+        self.natt.store(c.natt > 0, Ordering::Relaxed);
         c.writer.flush();
         c.save_sequences();
         Ok(format!("{added} SA(s) added, {removed} removed"))
+    }
+
+    /// Install `p` (on tunnel interface `iface`, named `tunnel`) beside the installed SAs
+    /// without looking at them, then remove the SAs in `replaces` (slots an earlier
+    /// [`IpsecShared::insert_one`] returned): what a child SA of IKE or an SA given through
+    /// the API takes, in time independent of how many SAs there are. An outbound SA of a
+    /// tunnel becomes the one it sends with, in one op. An inbound SA whose SPI an
+    /// installed one has is refused, unless that one is in `replaces` (it then leaves
+    /// first). Returns the new SA's slot.
+    pub fn insert_one(
+        &self,
+        p: &crate::config::Planned,
+        iface: u16,
+        tunnel: &str,
+        replaces: &[u32],
+    ) -> Result<u32, String> {
+        let mut c = self
+            .control
+            .lock()
+            .map_err(|_| "IPsec state unavailable (a thread panicked holding it)")?;
+        let c = &mut *c;
+        let inbound = p.config.direction == Direction::Inbound;
+        let first = match c.inbound.get(&p.config.spi) {
+            Some(&slot) if inbound && replaces.contains(&slot) => Some(slot),
+            Some(_) if inbound => {
+                return Err(format!(
+                    "{:#x} is already the SPI of an installed inbound SA",
+                    p.config.spi
+                ))
+            }
+            _ => None,
+        };
+        if c.writer.free_slots() + usize::from(first.is_some()) == 0 {
+            return Err(format!(
+                "1 new SA does not fit: the table's {} slots are in use (ipsec.max_sas; a change takes a restart)",
+                c.writer.len()
+            ));
+        }
+        if !inbound && !p.negotiated {
+            // A configured key may have sent before: start past where it got to.
+            c.note_sequences();
+        }
+        let (sa, start) = c.build(p)?;
+        if let Some(slot) = first {
+            c.forget(slot);
+        }
+        let ident = ident(&p.config, iface);
+        let (slot, i) = c
+            .insert(p, ident, iface, tunnel.to_string(), sa, start)
+            .map_err(|e| e.to_string())?;
+        let sends = !inbound && iface != POLICY_IFACE;
+        c.remember(slot, i);
+        if sends {
+            if let Some(&was) = c.tx.get(iface as usize) {
+                c.writer.set_tx(iface, slot);
+                c.tx[iface as usize] = slot;
+                if let Some(old) = c.installed.get_mut(&was) {
+                    old.view.active = false;
+                }
+            }
+        }
+        if let Some(i) = c.installed.get_mut(&slot) {
+            i.view.active = !inbound && (sends || iface == POLICY_IFACE);
+        }
+        for &r in replaces {
+            if Some(r) != first && r != slot {
+                c.forget(r);
+            }
+        }
+        self.natt.store(c.natt > 0, Ordering::Relaxed);
+        c.writer.flush();
+        Ok(slot)
+    }
+
+    /// The slot of the installed SA of `direction` and `spi` on interface `iface`: an
+    /// inbound SA by its SPI; an outbound one if its tunnel sends with it (or, `iface`
+    /// being [`POLICY_IFACE`], the policy SA of that SPI).
+    pub fn slot_of(&self, direction: Direction, spi: u32, iface: u16) -> Option<u32> {
+        let c = self.control.lock().ok()?;
+        let slot = match direction {
+            Direction::Inbound => c.inbound.get(&spi).copied(),
+            Direction::Outbound if iface == POLICY_IFACE => c
+                .installed
+                .values()
+                .find(|i| i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi)
+                .map(|i| i.slot),
+            Direction::Outbound => c.tx.get(iface as usize).copied(),
+        }?;
+        c.installed
+            .get(&slot)
+            .is_some_and(|i| i.view.spi == spi)
+            .then_some(slot)
+    }
+
+    /// Remove the SA in `slot` (as [`IpsecShared::insert_one`] returned it): a tunnel that
+    /// sent with it sends with none. `false` if no SA is there.
+    pub fn remove_one(&self, slot: u32) -> Result<bool, String> {
+        let mut c = self
+            .control
+            .lock()
+            .map_err(|_| "IPsec state unavailable (a thread panicked holding it)")?;
+        if !c.installed.contains_key(&slot) {
+            return Ok(false);
+        }
+        c.forget(slot);
+        self.natt.store(c.natt > 0, Ordering::Relaxed);
+        c.writer.flush();
+        Ok(true)
     }
 
     /// Keep the outbound SAs' sequence numbers in `path` (the daemon's state directory), so
@@ -517,7 +695,7 @@ impl IpsecShared {
         };
         let mut v: Vec<SaReport> = c
             .installed
-            .iter()
+            .values()
             .map(|i| {
                 let k = i.stats.counters();
                 SaReport {
@@ -543,7 +721,7 @@ impl IpsecShared {
     pub(crate) fn policy_slot(&self, spi: u32) -> u32 {
         self.control.lock().map_or(NONE, |c| {
             c.installed
-                .iter()
+                .values()
                 .find(|i| i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi)
                 .map_or(NONE, |i| i.slot)
         })
@@ -1254,6 +1432,7 @@ mod tests {
             index: 0,
             tunnel: 0,
             config: c,
+            negotiated: false,
         }
     }
 
@@ -1346,5 +1525,81 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("line 1"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_sa_at_a_time_replaces_rekeys_and_removes_as_a_whole_publish_would() {
+        let (iface, names) = tunnels();
+        let t = Tunnels {
+            iface: &iface,
+            names: &names,
+        };
+        let s = IpsecShared::new(1, 4, 3);
+        // The config's inbound SA, then IKE's pair beside it.
+        s.publish(&[planned(0x2001, 8, Direction::Inbound)], &t)
+            .unwrap();
+        let mut i1 = planned(0x3001, 1, Direction::Inbound);
+        i1.negotiated = true;
+        let mut o1 = planned(0x4001, 2, Direction::Outbound);
+        o1.negotiated = true;
+        let si1 = s.insert_one(&i1, 2, "ipsec0", &[]).unwrap();
+        let so1 = s.insert_one(&o1, 2, "ipsec0", &[]).unwrap();
+        assert_eq!(s.installed(), 3);
+        assert_eq!(s.slot_of(Direction::Inbound, 0x3001, 2), Some(si1));
+        assert_eq!(s.slot_of(Direction::Outbound, 0x4001, 2), Some(so1));
+        assert_eq!(s.slot_of(Direction::Outbound, 0x4002, 2), None);
+        {
+            let mut w = s.workers[OWNER].borrow_mut();
+            while w.apply_ops(usize::MAX) > 0 {}
+            assert_eq!(w.inbound(0x3001), si1);
+            assert_eq!(w.tx(2), so1);
+        }
+        // An inbound SPI another SA has is refused unless that one is replaced.
+        let e = s
+            .insert_one(&planned(0x2001, 5, Direction::Inbound), 2, "ipsec0", &[])
+            .unwrap_err();
+        assert!(e.contains("0x2001 is already the SPI"), "{e}");
+        // A rekey: the new outbound SA sends, the old one leaves; the new inbound SA
+        // goes in beside the old one.
+        let mut o2 = planned(0x4002, 3, Direction::Outbound);
+        o2.negotiated = true;
+        let so2 = s.insert_one(&o2, 2, "ipsec0", &[so1]).unwrap();
+        assert_ne!(so2, so1);
+        assert_eq!(s.installed(), 3);
+        let r = s.report();
+        let out: Vec<_> = r.iter().filter(|r| r.sa.direction == "out").collect();
+        assert_eq!(out.len(), 1);
+        assert!(out[0].sa.active && out[0].sa.spi == 0x4002, "{r:?}");
+        // No sequence number is kept for negotiated keys.
+        assert!(s.control.lock().unwrap().sequences.is_empty());
+        {
+            let mut w = s.workers[OWNER].borrow_mut();
+            while w.apply_ops(usize::MAX) > 0 {}
+            assert_eq!(w.tx(2), so2);
+        }
+        // The table is full: refused, nothing changes.
+        s.insert_one(&planned(0x3002, 4, Direction::Inbound), 2, "ipsec0", &[])
+            .unwrap();
+        let e = s
+            .insert_one(&planned(0x3003, 4, Direction::Inbound), 2, "ipsec0", &[])
+            .unwrap_err();
+        assert!(e.contains("does not fit"), "{e}");
+        assert_eq!(s.installed(), 4);
+        // Removing the transmit SA leaves the tunnel without one.
+        assert!(s.remove_one(so2).unwrap());
+        assert!(!s.remove_one(so2).unwrap());
+        {
+            let mut w = s.workers[OWNER].borrow_mut();
+            while w.apply_ops(usize::MAX) > 0 {}
+            assert_eq!(w.tx(2), NONE);
+        }
+        // A whole publish afterwards sees the same table: the config's SA stays, the
+        // others go.
+        assert_eq!(
+            s.publish(&[planned(0x2001, 8, Direction::Inbound)], &t)
+                .unwrap(),
+            "0 SA(s) added, 2 removed"
+        );
+        assert_eq!(s.slot_of(Direction::Inbound, 0x3001, 2), None);
     }
 }

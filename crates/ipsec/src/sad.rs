@@ -324,7 +324,9 @@ pub enum SadError {
 pub struct SadWriter {
     free: Vec<u32>,
     capacity: usize,
+    /// Inbound SAs' slots by SPI, and the other way round.
     spis: FxHashMap<u32, u32>,
+    spi_of: FxHashMap<u32, u32>,
     pending: VecDeque<Op>,
     ops: Arc<ArrayQueue<Op>>,
     retired: Arc<ArrayQueue<Installed>>,
@@ -358,6 +360,7 @@ impl SadWriter {
                     .push_back(Op::Reassembly(Box::new(Reassembly::new(stats))));
             }
             self.spis.insert(spi, slot);
+            self.spi_of.insert(slot, spi);
             self.pending.push_back(Op::MapSpi { spi, slot });
         }
         Ok(slot)
@@ -371,7 +374,7 @@ impl SadWriter {
 
     /// Remove the SA in `slot` (its SPI mapping first, for an inbound one).
     pub fn remove(&mut self, slot: u32) {
-        if let Some((&spi, _)) = self.spis.iter().find(|(_, &s)| s == slot) {
+        if let Some(spi) = self.spi_of.remove(&slot) {
             self.spis.remove(&spi);
             self.pending.push_back(Op::UnmapSpi { spi });
         }
@@ -426,6 +429,7 @@ pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
             free: (0..max_sas as u32).rev().collect(),
             capacity: max_sas,
             spis: FxHashMap::default(),
+            spi_of: FxHashMap::default(),
             pending: VecDeque::new(),
             ops,
             retired,
