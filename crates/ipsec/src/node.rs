@@ -150,6 +150,8 @@ struct Control {
     inbound: FxHashMap<u32, u32>,
     /// How many installed SAs are UDP-encapsulated.
     natt: usize,
+    /// How many installed SAs have a key mark (outbound, configured keys).
+    marked: usize,
     /// Per tunnel interface index: the slot it sends with.
     tx: Vec<u32>,
     /// By key mark: the highest sequence number an outbound SA with that key used (or, read
@@ -176,7 +178,10 @@ impl Control {
     /// file, then rename: a crash leaves the old one or the new one). A failure is logged;
     /// forwarding goes on.
     fn save_sequences(&mut self) {
-        if self.state_file.is_none() {
+        // Without SAs that keep sequence numbers (IKE's keep none), nothing to look at:
+        // this runs on every control loop, whatever the number of SAs.
+        if self.state_file.is_none() || self.marked == 0 && self.sequences.len() == self.saved.len()
+        {
             return;
         }
         // Cheap while nothing is due (no allocation): called on every control loop.
@@ -282,6 +287,7 @@ impl Control {
             self.inbound.insert(i.view.spi, slot);
         }
         self.natt += usize::from(i.natt);
+        self.marked += usize::from(i.mark.is_some());
         self.installed.insert(slot, i);
     }
 
@@ -303,6 +309,7 @@ impl Control {
             self.tx[i.iface as usize] = NONE;
         }
         self.natt -= usize::from(i.natt);
+        self.marked -= usize::from(i.mark.is_some());
         self.writer.remove(slot);
     }
 }
@@ -380,6 +387,7 @@ impl IpsecShared {
                 installed: FxHashMap::default(),
                 inbound: FxHashMap::default(),
                 natt: 0,
+                marked: 0,
                 tx: vec![NONE; ifaces],
                 sequences: std::collections::HashMap::new(),
                 saved: std::collections::HashMap::new(),

@@ -623,6 +623,19 @@ impl QosConfig {
                     ),
                 ));
             }
+            if let Some(k) = ports.iter().position(|p| *p == f.name) {
+                if f.output.is_some() && k >= crate::node::MAX_PORTS {
+                    out.push((
+                        format!("{path}.output"),
+                        format!(
+                            "{:?} is [[port]] number {}: output scheduling covers the first {} ports only",
+                            f.name,
+                            k + 1,
+                            crate::node::MAX_PORTS
+                        ),
+                    ));
+                }
+            }
         }
         out
     }
@@ -695,6 +708,14 @@ impl QosConfig {
                     .iter()
                     .find(|p| &p.name == pn)
                     .ok_or(format!("unknown policy {pn:?}"))?;
+                if idx >= crate::node::MAX_PORTS {
+                    return Err(format!(
+                        "interface {:?} is fast-path interface {} (ports, then VLAN sub-interfaces): egress scheduling covers the first {} only",
+                        f.name,
+                        idx + 1,
+                        crate::node::MAX_PORTS
+                    ));
+                }
                 let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
                 c.output[idx] = Some(sched);
             }
@@ -775,6 +796,25 @@ output = "edge"
         // Recompiled unchanged, the policer is the same one (its buckets carry on).
         let k2 = c.compile(&names, &k, 5).unwrap();
         assert!(Arc::ptr_eq(&k.policers[0].1, &k2.policers[0].1));
+    }
+
+    #[test]
+    fn output_policies_beyond_the_schedulers_ports_are_refused() {
+        let mut c = cfg(GOOD);
+        let ports: Vec<String> = (0..65).map(|k| format!("p{k}")).collect();
+        let refs: Vec<&str> = ports.iter().map(String::as_str).collect();
+        c.interfaces.truncate(1);
+        c.interfaces[0].input = None;
+        c.interfaces[0].name = "p64".into();
+        let p = c.validate(&refs, &refs);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, "qos.interface[0].output");
+        assert!(p[0].1.contains("number 65"), "{p:?}");
+        let e = c.compile(&ports, &Compiled::default(), 0).unwrap_err();
+        assert!(e.contains("\"p64\""), "{e}");
+        c.interfaces[0].name = "p63".into();
+        assert!(c.validate(&refs, &refs).is_empty());
+        assert!(c.compile(&ports, &Compiled::default(), 0).unwrap().output[63].is_some());
     }
 
     fn problems(edit: impl Fn(&mut QosConfig)) -> Vec<(String, String)> {
