@@ -132,12 +132,41 @@ impl Shared {
                         tracing::warn!(addr = %a, "IKE: socket: {e}");
                         continue;
                     }
+                    grow_receive_buffer(&s, a);
                     tracing::info!(addr = %a, "IKE: listening");
                     socks.insert(a, Arc::new(s));
                 }
                 Err(e) => tracing::debug!(addr = %a, "IKE: cannot bind: {e} (retrying)"),
             }
         }
+    }
+}
+
+/// Receive buffer of each IKE socket: room for the bursts of thousands of initiators
+/// (after a restart every peer comes back at once). The kernel's default (about 200 KB,
+/// a hundred or so small datagrams by their memory cost) overflowed at 256 exchanges
+/// outstanding in `ferrouter-lab bench ike`, and each loss cost its initiator a 2 s
+/// retransmission.
+const RECEIVE_BUFFER: libc::c_int = 4 << 20;
+
+/// Give `s` [`RECEIVE_BUFFER`] bytes of receive buffer: past `net.core.rmem_max` as the
+/// daemon may (CAP_NET_ADMIN), else as much as that allows.
+fn grow_receive_buffer(s: &UdpSocket, addr: SocketAddr) {
+    let set = |opt: libc::c_int| {
+        // SAFETY: the descriptor is `s`'s, open for the call; the option value is a
+        // c_int that lives across it, and its size is passed.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&RECEIVE_BUFFER as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    if set(libc::SO_RCVBUFFORCE) != 0 && set(libc::SO_RCVBUF) != 0 {
+        tracing::debug!(%addr, "IKE: receive buffer: {}", std::io::Error::last_os_error());
     }
 }
 
