@@ -712,7 +712,28 @@ fn tester_ospf_routers_feed_ospfd_withdraw_readvertise_and_shrug_off_bad_packets
     let all_on = |d: &mut Daemons, what: &str, nh: &str| {
         wait_for(what, Duration::from_secs(60), d, || {
             let n = on(nh);
-            (n == N, format!("{n} of {N} via {nh}"))
+            // A few stragglers: say where the FIB and the kernel have them (a route the
+            // kernel has moved and the FIB has not is ours; one the kernel still has on
+            // the old next hop is zebra's).
+            let mut why = String::new();
+            if n != N && n + 5 >= N {
+                let fib: std::collections::BTreeMap<String, String> = fib_routes(lab)
+                    .into_iter()
+                    .filter(|(p, _)| want.contains(p))
+                    .collect();
+                for p in want
+                    .iter()
+                    .filter(|p| {
+                        fib.get(*p)
+                            .is_none_or(|h| !h.starts_with(&format!("via {nh} ")))
+                    })
+                    .take(3)
+                {
+                    let (_, kernel) = sh(lab, &lab.rtr(), &["ip", "route", "show", p]);
+                    why += &format!("; {p}: FIB {:?}, kernel {:?}", fib.get(p), kernel.trim());
+                }
+            }
+            (n == N, format!("{n} of {N} via {nh}{why}"))
         });
     };
     let settled = |d: &mut Daemons, what: &str| {
