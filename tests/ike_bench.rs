@@ -1,5 +1,5 @@
-//! `ferrouter-lab bench ike --dut ferrouter,strongswan --tunnels 50 --json` (issue 27, item
-//! 8): the IKE load generator's 50 emulated initiators against ferrouter's IKE daemon and
+//! `ferrouter-lab bench ike --dut ferrouter,strongswan --tunnels 50 --auth psk|ecdsa --json`
+//! (issue 27, item 8): the IKE load generator's 50 emulated initiators against ferrouter's IKE daemon and
 //! against strongSwan's charon, each the responder in turn. Checks the JSON contract
 //! (every field of every run), that both responders established all 50 tunnels and hold
 //! them (their own count: `show ike`, `swanctl --stats`), and that no namespace is left
@@ -53,7 +53,14 @@ fn bench_ike_ferrouter_and_strongswan_establish_every_tunnel() {
         lab::ipsecbench::Dut::Strongswan,
     ])
     .unwrap_or_else(|e| panic!("{e:#}"));
-    let prefix = format!("fk{}", std::process::id() % 10000);
+    // With PSKs, then with ECDSA P-256 certificates (`--auth ecdsa`).
+    for (tag, auth) in [("fk", "psk"), ("fc", "ecdsa")] {
+        bench_both(&format!("{tag}{}", std::process::id() % 10000), auth);
+    }
+}
+
+fn bench_both(prefix: &str, auth: &str) {
+    let prefix = prefix.to_string();
     let _guard = NetnsGuard(prefix.clone());
     let v = bench_json(&[
         "bench",
@@ -62,6 +69,8 @@ fn bench_ike_ferrouter_and_strongswan_establish_every_tunnel() {
         "ferrouter,strongswan",
         "--tunnels",
         "50",
+        "--auth",
+        auth,
         "--netns-prefix",
         &prefix,
         "--timeout",
@@ -87,7 +96,7 @@ fn bench_ike_ferrouter_and_strongswan_establish_every_tunnel() {
             assert!(!r[f].is_null(), "{dut}: field {f} missing: {r}");
         }
         assert_eq!(r["dut"], dut, "{r}");
-        assert_eq!(r["auth"], "psk", "{r}");
+        assert_eq!(r["auth"], auth, "{r}");
         assert_eq!(r["dh"], 31, "{r}");
         assert_eq!(r["tunnels"], 50, "{r}");
         // Every emulated initiator got its IKE SA and child SA, and the responder holds

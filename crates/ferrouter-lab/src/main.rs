@@ -871,7 +871,7 @@ struct IkeArgs {
     /// Tunnels (emulated initiators), each an IKE SA and a child SA.
     #[arg(long, default_value_t = 1000)]
     tunnels: usize,
-    /// Authentication: psk.
+    /// Authentication: psk, or ecdsa (ECDSA P-256 certificates under the lab's root CA).
     #[arg(long, default_value = "psk")]
     auth: String,
     /// DH group: 31 (curve25519), 19 (ecp256), 20 (ecp384), 14 (modp2048).

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::ikeload::{self, Generator, LoadOptions, LoadReport};
+use crate::ikeload::{self, Generator, LoadAuth, LoadOptions, LoadReport};
 use crate::ipsec::{IpsecGuard, IpsecLab, IKE_PSK};
 use crate::swan::Charon;
 
@@ -33,7 +33,7 @@ pub struct IkeBenchOptions {
     /// ferrouter, strongswan (in this order, one run each).
     pub duts: Vec<String>,
     pub tunnels: usize,
-    /// psk (certificates: not yet).
+    /// `psk`, or `ecdsa`: ECDSA P-256 certificates under one lab root CA ([`LabPki`]).
     pub auth: String,
     /// DH group: 31, 19, 20 or 14.
     pub dh: u16,
@@ -105,6 +105,88 @@ pub fn strongswan_tuning(tunnels: usize) -> String {
 fn strongswan_conn(dh: &str) -> String {
     format!(
         "connections {{\n  load {{\n    version = 2\n    local_addrs = 192.0.2.2\n    proposals = aes128gcm16-prfsha256-{dh}\n    unique = never\n    dpd_delay = 10s\n    local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = load.lab\n    }}\n    children {{\n      load {{\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.128.0.0/9\n        esp_proposals = aes128gcm16\n        mode = tunnel\n      }}\n    }}\n  }}\n}}\nsecrets {{\n  ike-load {{\n    id-a = gw2.lab\n    id-b = load.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n"
+    )
+}
+
+/// `--auth ecdsa`: the lab's certificates (the ike crate's test fixtures, made by its
+/// `tests/certs/make.sh` with strongSwan's `pki`): an ECDSA P-384 root CA; under it, the
+/// responder's certificate (`server.example`) and the one every emulated initiator
+/// presents (`gw.example`), both ECDSA P-256 keys. One certificate for every initiator,
+/// as strongSwan's load-tester uses by default: a responder verifies its chain once and
+/// caches the result (ferrouter and strongSwan both do), so what each tunnel costs is
+/// the AUTH signature checked and the responder's own signature made.
+pub struct LabPki;
+
+impl LabPki {
+    pub const ROOT_PEM: &'static [u8] = include_bytes!("../../ike/tests/certs/root.pem");
+    pub const RESPONDER_DER: &'static [u8] = include_bytes!("../../ike/tests/certs/server.der");
+    pub const INITIATOR_DER: &'static [u8] = include_bytes!("../../ike/tests/certs/ip.der");
+    /// The P-256 key of both.
+    pub const KEY_PEM: &'static [u8] = include_bytes!("../../ike/tests/certs/p256.key.pem");
+    pub const RESPONDER_DN: &'static str = "C=CH, O=ferrouter test, CN=server.example";
+    pub const INITIATOR_DN: &'static str = "C=CH, O=ferrouter test, CN=gw.example";
+
+    /// Write the files a responder needs into `dir` (the key owner-only, in `private/`
+    /// where `swanctl --load-all` looks for keys): (root CA, certificate, key) paths.
+    fn write(dir: &std::path::Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let root = dir.join("lab-root.pem");
+        let cert = dir.join("lab-responder.der");
+        let private = dir.join("private");
+        std::fs::create_dir_all(&private)
+            .with_context(|| format!("creating {}", private.display()))?;
+        let key = private.join("lab-responder.key.pem");
+        std::fs::write(&root, Self::ROOT_PEM)
+            .with_context(|| format!("writing {}", root.display()))?;
+        std::fs::write(&cert, Self::RESPONDER_DER)
+            .with_context(|| format!("writing {}", cert.display()))?;
+        let _ = std::fs::remove_file(&key);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key)
+            .and_then(|mut f| f.write_all(Self::KEY_PEM))
+            .with_context(|| format!("writing {}", key.display()))?;
+        Ok((root, cert, key))
+    }
+
+    /// The generator's side: its certificate and key, the responder's certificate.
+    fn load_auth() -> Result<LoadAuth> {
+        let key = ike::crypto::PrivateKey::from_bytes(Self::KEY_PEM)
+            .map_err(|e| anyhow::anyhow!("the lab's P-256 key: {e}"))?;
+        Ok(LoadAuth::Cert {
+            cert: Self::INITIATOR_DER.to_vec(),
+            key: std::sync::Arc::new(key),
+            responder_cert: Self::RESPONDER_DER.to_vec(),
+        })
+    }
+}
+
+/// strongSwan's connection with certificates (`--auth ecdsa`).
+fn strongswan_cert_conn(dh: &str, root: &std::path::Path, cert: &std::path::Path) -> String {
+    format!(
+        "connections {{\n  load {{\n    version = 2\n    local_addrs = 192.0.2.2\n    proposals = aes128gcm16-prfsha256-{dh}\n    unique = never\n    dpd_delay = 10s\n    send_certreq = no\n    local {{\n      auth = pubkey\n      certs = {}\n    }}\n    remote {{\n      auth = pubkey\n      id = \"{}\"\n      cacerts = {}\n    }}\n    children {{\n      load {{\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.128.0.0/9\n        esp_proposals = aes128gcm16\n        mode = tunnel\n      }}\n    }}\n  }}\n}}\n",
+        cert.display(),
+        LabPki::INITIATOR_DN,
+        root.display()
+    )
+}
+
+/// ferrouter's responder peer with certificates (`--auth ecdsa`).
+fn ferrouter_cert_peer(
+    dh: &str,
+    root: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> String {
+    format!(
+        "\n[[ipsec.peer]]\nname = \"load\"\nlocal = \"192.0.2.2\"\nremote = \"any\"\nremote_id = \"dn:{}\"\nauth = \"pubkey\"\ncert = \"{}\"\nprivate_key = \"{}\"\nca = [\"{}\"]\ntunnel = \"ipsec0\"\nstart = \"respond\"\nproposals = [\"aes128gcm16-prfsha256-{dh}\"]\nesp_proposals = [\"aes128gcm16\"]\ndpd_s = 10\n",
+        LabPki::INITIATOR_DN,
+        cert.display(),
+        key.display(),
+        root.display()
     )
 }
 
@@ -240,7 +322,14 @@ fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Res
             let mut l = lab.clone();
             l.ike = false;
             l.config_sas = false;
-            l.write_config(2, &ferrouter_peer(dh))?;
+            let peer = match o.auth.as_str() {
+                "ecdsa" => {
+                    let (root, cert, key) = LabPki::write(&l.dir)?;
+                    ferrouter_cert_peer(dh, &root, &cert, &key)
+                }
+                _ => ferrouter_peer(dh),
+            };
+            l.write_config(2, &peer)?;
             // max_sas: two SAs per child, with room.
             let cfg = l.config_file(2);
             let text = std::fs::read_to_string(&cfg)?;
@@ -260,7 +349,14 @@ fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Res
         "strongswan" => {
             crate::need_tool("swanctl", "strongswan-swanctl")?;
             let mut c = Charon::new(&lab.gw(2), &lab.dir, "2");
-            c.write(0, &strongswan_tuning(o.tunnels), &strongswan_conn(dh))?;
+            let conn = match o.auth.as_str() {
+                "ecdsa" => {
+                    let (root, cert, _) = LabPki::write(&lab.dir)?;
+                    strongswan_cert_conn(dh, &root, &cert)
+                }
+                _ => strongswan_conn(dh),
+            };
+            c.write(0, &strongswan_tuning(o.tunnels), &conn)?;
             // No log at all: not even the level-0 line per SA.
             let conf = std::fs::read_to_string(c.conf())?;
             std::fs::write(c.conf(), conf.replace("default = 0\n", "default = -1\n"))?;
@@ -306,9 +402,20 @@ fn run_one(o: &IkeBenchOptions, dut: &str, progress: &mut dyn FnMut(&str)) -> Re
         window: o.window,
         ike: ikeload::proposal_for(o.dh)?,
         esp: ikeload::esp_proposal()?,
-        psk: IKE_PSK.as_bytes().to_vec(),
-        local_id: ike::config::parse_id("load.lab").map_err(anyhow::Error::msg)?,
-        remote_id: ike::config::parse_id("gw2.lab").map_err(anyhow::Error::msg)?,
+        auth: match o.auth.as_str() {
+            "ecdsa" => LabPki::load_auth()?,
+            _ => LoadAuth::Psk(IKE_PSK.as_bytes().to_vec()),
+        },
+        local_id: ike::config::parse_id(&match o.auth.as_str() {
+            "ecdsa" => format!("dn:{}", LabPki::INITIATOR_DN),
+            _ => "load.lab".into(),
+        })
+        .map_err(anyhow::Error::msg)?,
+        remote_id: ike::config::parse_id(&match o.auth.as_str() {
+            "ecdsa" => format!("dn:{}", LabPki::RESPONDER_DN),
+            _ => "gw2.lab".into(),
+        })
+        .map_err(anyhow::Error::msg)?,
         retransmit: Duration::from_secs(2),
         tries: 4,
         timeout: o.timeout,
@@ -405,11 +512,8 @@ pub fn namespaces(prefix: &str) -> (PathBuf, Vec<String>) {
 
 /// Every DUT in turn.
 pub fn run(o: &IkeBenchOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<IkeRun>> {
-    if o.auth != "psk" {
-        bail!(
-            "--auth {}: only psk (the engine authenticates with PSKs only so far)",
-            o.auth
-        );
+    if o.auth != "psk" && o.auth != "ecdsa" {
+        bail!("--auth {}: psk or ecdsa", o.auth);
     }
     dh_name(o.dh)?;
     if o.tunnels == 0 {

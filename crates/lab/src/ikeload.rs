@@ -49,7 +49,8 @@ pub struct LoadOptions {
     pub ike: IkeProposal,
     /// The child SA's proposal.
     pub esp: EspProposal,
-    pub psk: Vec<u8>,
+    /// How every initiator authenticates, and checks the responder's AUTH.
+    pub auth: LoadAuth,
     /// Our (every initiator's) identity, and the responder's we ask for.
     pub local_id: Id,
     pub remote_id: Id,
@@ -62,6 +63,33 @@ pub struct LoadOptions {
     /// behind a NAT): strongSwan's kernel-libipsec installs UDP-encapsulated ESP SAs
     /// only, so without a NAT its child SAs fail.
     pub claim_nat: bool,
+}
+
+/// CERT payload encoding: an X.509 certificate, signature (RFC 7296 §3.6).
+const CERT_X509: u8 = 4;
+
+/// The emulated initiators' authentication.
+#[derive(Clone)]
+pub enum LoadAuth {
+    /// A pre-shared key, both ways.
+    Psk(Vec<u8>),
+    /// Our certificate (DER: sent in a CERT payload) and its key (RFC 7427 signatures);
+    /// the responder's certificate, whose key its AUTH must be made with (its chain is
+    /// the responder's business, not what is measured here).
+    Cert {
+        cert: Vec<u8>,
+        key: std::sync::Arc<crypto::PrivateKey>,
+        responder_cert: Vec<u8>,
+    },
+}
+
+impl std::fmt::Debug for LoadAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LoadAuth::Psk(_) => "psk",
+            LoadAuth::Cert { .. } => "certificate",
+        })
+    }
 }
 
 /// What the generator saw.
@@ -410,7 +438,23 @@ impl Generator {
         // AUTH covers the IKE_SA_INIT request as sent, the responder's nonce and our ID.
         let octets =
             crypto::signed_octets(o.ike.prf, &i.init_req, nr, &keys.sk_pi, &o.local_id.body());
-        let auth = crypto::psk_auth(o.ike.prf, &o.psk, &octets);
+        let (method, auth, cert) = match &o.auth {
+            LoadAuth::Psk(psk) => (
+                wire::auth::PSK,
+                crypto::psk_auth(o.ike.prf, psk, &octets).to_vec(),
+                None,
+            ),
+            LoadAuth::Cert { cert, key, .. } => {
+                match crypto::digital_signature_auth(key, &octets) {
+                    Ok(a) => (wire::auth::DIGITAL_SIGNATURE, a, Some(cert)),
+                    Err(_) => {
+                        self.fail(k, "crypto");
+                        return;
+                    }
+                }
+            }
+        };
+        let i = &mut self.inis[k];
         // The responder's AUTH covers its response and our nonce: keep them in init_req.
         i.init_req = [raw, &i.ni[..]].concat();
         let child_spi = loop {
@@ -419,17 +463,20 @@ impl Generator {
                 break s;
             }
         };
-        let inner = vec![
-            Payload::IdI(o.local_id.clone()),
+        let mut inner = vec![Payload::IdI(o.local_id.clone())];
+        if let Some(c) = cert {
+            inner.push(Payload::Cert {
+                encoding: CERT_X509,
+                data: c.clone(),
+            });
+        }
+        inner.extend([
             Payload::IdR(o.remote_id.clone()),
-            Payload::Auth {
-                method: wire::auth::PSK,
-                data: auth.to_vec(),
-            },
+            Payload::Auth { method, data: auth },
             Payload::Sa(vec![esp_wire(&o.esp, child_spi)]),
             Payload::TsI(vec![own_selector(k)]),
             Payload::TsR(vec![Selector::any(false)]),
-        ];
+        ]);
         let (mut m, at) = wire::encode_sk(Self::header(i, exchange::IKE_AUTH, 1, false), &inner);
         let mut tx = tx;
         if tx.seal(&mut m, at, 4).is_err() {
@@ -482,8 +529,19 @@ impl Generator {
         };
         let (first, ni) = i.init_req.split_at(i.init_req.len() - i.ni.len());
         let octets = crypto::signed_octets(self.o.ike.prf, first, ni, &keys.sk_pr, &id_r.body());
-        let want = crypto::psk_auth(self.o.ike.prf, &self.o.psk, &octets);
-        if want.as_slice() != auth.as_slice() {
+        let method = inner.iter().find_map(|p| match p {
+            Payload::Auth { method, .. } => Some(*method),
+            _ => None,
+        });
+        let good = match &self.o.auth {
+            LoadAuth::Psk(psk) => {
+                method == Some(wire::auth::PSK)
+                    && crypto::psk_auth(self.o.ike.prf, psk, &octets).as_slice() == auth.as_slice()
+            }
+            LoadAuth::Cert { responder_cert, .. } => method
+                .is_some_and(|m| crypto::verify_auth(responder_cert, m, auth, &octets).is_ok()),
+        };
+        if !good {
             self.fail(k, "auth_mismatch");
             return false;
         }
