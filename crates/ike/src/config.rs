@@ -13,6 +13,8 @@
 //! esp_proposals = ["aes128gcm16"]
 //! tunnel = "ipsec0"               # child SAs land on this tunnel interface
 //! start = "initiate"              # or "respond" (the default)
+//! ike_lifetime_s = 14400          # IKE SA rekeyed at 80-95 % of it (0: never)
+//! child_lifetime_s = 3600         # child SAs rekeyed at 90/95 % of it (0: never)
 //! ```
 //!
 //! With certificates (`auth = "pubkey"`), instead of `psk`:
@@ -92,7 +94,9 @@ pub struct PeerConfig {
     /// `initiate` (bring it up at start and keep it up) or `respond`.
     #[serde(default = "default_start")]
     pub start: String,
-    /// IKE SA lifetime, seconds: rekeyed before it ends (0: never).
+    /// IKE SA lifetime, seconds (default 4 h, as strongSwan's `rekey_time`): rekeyed at a
+    /// random moment between 80 and 90 % of it by the side that set it up, 90 and 95 % by
+    /// the other; deleted at its end if not rekeyed by then (0: never rekeyed).
     #[serde(default = "default_ike_lifetime")]
     pub ike_lifetime_s: u32,
     /// Child SA lifetime, seconds: rekeyed before it ends (0: never).
@@ -112,6 +116,8 @@ fn default_start() -> String {
 fn default_ike_lifetime() -> u32 {
     14_400
 }
+/// The longest `ike_lifetime_s`.
+pub const MAX_IKE_LIFETIME_S: u32 = 30 * 86_400;
 fn default_child_lifetime() -> u32 {
     3_600
 }
@@ -530,9 +536,9 @@ impl PeerConfig {
             return Err("tunnel: empty".into());
         }
         let secs = |s: u32| (s > 0).then(|| Duration::from_secs(u64::from(s)));
-        if self.ike_lifetime_s != 0 && self.ike_lifetime_s < 60 {
+        if self.ike_lifetime_s != 0 && !(10..=MAX_IKE_LIFETIME_S).contains(&self.ike_lifetime_s) {
             return Err(format!(
-                "ike_lifetime_s: {} is below 60",
+                "ike_lifetime_s: {} is not between 10 and {MAX_IKE_LIFETIME_S} (30 days), or 0 (never rekeyed)",
                 self.ike_lifetime_s
             ));
         }
@@ -675,6 +681,20 @@ mod tests {
             .resolve(Some(b"0123456789abcdef"))
             .unwrap_err()
             .starts_with("remote_id"));
+        for (life, ok) in [
+            (0, true),
+            (9, false),
+            (10, true),
+            (MAX_IKE_LIFETIME_S + 1, false),
+        ] {
+            let mut d = c.clone();
+            d.ike_lifetime_s = life;
+            let r = d.resolve(Some(b"0123456789abcdef"));
+            assert_eq!(r.is_ok(), ok, "{life}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.starts_with("ike_lifetime_s: "), "{e}");
+            }
+        }
         let mut d = c.clone();
         d.proposals = vec!["aes128gcm16-prfsha256-curve25519".into(), "bogus".into()];
         assert!(d

@@ -830,3 +830,336 @@ fn rekey_of_an_unknown_child_is_refused() {
     assert_eq!(p.a.counters.child_rekeys, 0);
     assert_eq!(p.a.sas[&spi].children.len(), 1, "the old child stays");
 }
+
+// ---- IKE SA rekey ----
+
+/// The one IKE SA an engine has (after a rekey settles), checked established.
+fn the_sa(e: &Engine) -> &IkeSa {
+    let spi = only_spi(e);
+    let sa = &e.sas[&spi];
+    assert_eq!(sa.state, State::Established);
+    sa
+}
+
+/// After an IKE rekey settled: one SA on each side, new SPIs that agree, keys that agree,
+/// the child SA moved to it and nothing changed in the data plane.
+fn check_ike_rekeyed(p: &Pair, old: (u64, u64), rekeys: u64) {
+    let (a, b) = (the_sa(&p.a), the_sa(&p.b));
+    assert_eq!((a.spi_i, a.spi_r), (b.spi_i, b.spi_r));
+    assert_ne!((a.spi_i, a.spi_r), old, "new SPIs");
+    assert_ne!(a.initiator, b.initiator);
+    let (ka, kb) = (a.keys.as_ref().unwrap(), b.keys.as_ref().unwrap());
+    assert_eq!(*ka.sk_d, *kb.sk_d);
+    assert_eq!(*ka.sk_ei, *kb.sk_ei);
+    assert_eq!((a.next_id, b.next_id), (0, 0), "message IDs start again");
+    assert_eq!(a.children.len(), 1);
+    assert_eq!(b.children.len(), 1);
+    assert_eq!(a.children[0].spi_in, p.a_children[0].spi_in);
+    assert_eq!(b.children[0].spi_in, p.b_children[0].spi_in);
+    assert_eq!((p.a_children.len(), p.b_children.len()), (1, 1));
+    assert_eq!((p.a_down, p.b_down), (0, 0), "no child SA touched");
+    assert_eq!(
+        (p.a.counters.ike_rekeys, p.b.counters.ike_rekeys),
+        (rekeys, rekeys)
+    );
+}
+
+fn spis(e: &Engine) -> (u64, u64) {
+    let sa = the_sa(e);
+    (sa.spi_i, sa.spi_r)
+}
+
+/// The new SA works: liveness checks both ways, a child rekey, then a delete.
+fn check_new_sa_works(p: &mut Pair) {
+    let before = (p.a.counters.dpd_sent, p.b.counters.dpd_sent);
+    p.tick(Duration::from_secs(31));
+    assert!(p.a.counters.dpd_sent > before.0 && p.b.counters.dpd_sent > before.1);
+    assert_eq!(
+        (p.a.counters.failed.timeout, p.b.counters.failed.timeout),
+        (0, 0)
+    );
+    assert_eq!(
+        (
+            p.a.counters.dropped.integrity,
+            p.b.counters.dropped.integrity
+        ),
+        (0, 0)
+    );
+    let spi = only_spi(&p.a);
+    let old_in = p.a_children[0].spi_in;
+    let mut ev = vec![];
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_rekeyed(p);
+    let mut ev = vec![];
+    assert_eq!(p.a.terminate("b", p.now, &mut ev).unwrap(), 1);
+    p.run(ev, vec![], false);
+    assert_eq!((p.a.sas.len(), p.b.sas.len()), (0, 0));
+    assert_eq!((p.a_down, p.b_down), (2, 2));
+}
+
+#[test]
+fn ike_rekey_by_the_original_initiator() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_ike_rekeyed(&p, old, 1);
+    assert!(
+        the_sa(&p.a).initiator,
+        "the rekey's initiator is the new SA's"
+    );
+    let (ka, kold) = (the_sa(&p.a).keys.as_ref().unwrap(), &p.a_children[0]);
+    assert_ne!(*ka.sk_ei, *kold.key_out.encr);
+    check_new_sa_works(&mut p);
+}
+
+#[test]
+fn ike_rekey_by_the_original_responder() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.b);
+    let mut ev = vec![];
+    p.b.rekey_ike(old.1, None, p.now, &mut ev);
+    p.run(vec![], ev, false);
+    check_ike_rekeyed(&p, old, 1);
+    assert!(the_sa(&p.b).initiator && !the_sa(&p.a).initiator);
+    // And again, by the other side: SK_d of the second comes from the first's.
+    let old = spis(&p.a);
+    let sk_d = the_sa(&p.a).keys.as_ref().unwrap().sk_d.clone();
+    let mut ev = vec![];
+    p.a.rekey_ike(old.1, None, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_ike_rekeyed(&p, old, 2);
+    assert_ne!(*the_sa(&p.a).keys.as_ref().unwrap().sk_d, *sk_d);
+    check_new_sa_works(&mut p);
+}
+
+#[test]
+fn ike_rekey_keys_follow_section_2_18() {
+    let mut p = establish(
+        &["aes256-sha256-prfsha384-ecp384"],
+        &["aes256-sha256-prfsha384-ecp384"],
+    );
+    let old = spis(&p.a);
+    let old_sk_d = the_sa(&p.a).keys.as_ref().unwrap().sk_d.clone();
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    // Our request: an IKE proposal with our new 8-byte SPI, a nonce and a KE of the group.
+    let spi_new = p.a.sas[&old.0].ike_rekey.as_ref().unwrap().new_spi;
+    p.run(ev, vec![], false);
+    let sa = the_sa(&p.a);
+    assert_eq!(sa.spi_i, spi_new);
+    // SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr): recomputed from b's side of the
+    // exchange would need g^ir; instead both sides' keys agree and differ from a fresh
+    // derivation without the old SK_d.
+    let suite = suite_of(sa.suite.as_ref().unwrap());
+    let fresh = IkeKeys::derive(
+        &suite,
+        b"not the shared secret",
+        &sa.ni,
+        &sa.nr,
+        sa.spi_i,
+        sa.spi_r,
+    )
+    .unwrap();
+    assert_ne!(*fresh.sk_d, *sa.keys.as_ref().unwrap().sk_d);
+    assert_ne!(*old_sk_d, *sa.keys.as_ref().unwrap().sk_d);
+    check_ike_rekeyed(&p, old, 1);
+}
+
+#[test]
+fn ike_lifetime_rekeys_before_it_ends() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    for x in [&mut a, &mut b] {
+        x.ike_lifetime = Some(Duration::from_secs(100));
+        x.dpd = None;
+    }
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    let old = spis(&p.a);
+    // The initiator rekeys between 80 and 90 s, the responder not before 90 s.
+    p.tick(Duration::from_secs(79));
+    assert_eq!(p.a.counters.ike_rekeys, 0);
+    for _ in 0..11 {
+        p.tick(Duration::from_secs(1));
+    }
+    check_ike_rekeyed(&p, old, 1);
+    assert!(the_sa(&p.a).initiator);
+    // The new SA lives on past the old one's end, and is rekeyed in its turn.
+    p.tick(Duration::from_secs(20));
+    assert_eq!(p.a.established(), 1);
+    let old = spis(&p.a);
+    for _ in 0..80 {
+        p.tick(Duration::from_secs(1));
+    }
+    check_ike_rekeyed(&p, old, 2);
+    assert_eq!(p.a.counters.failed, FailCounters::default());
+}
+
+#[test]
+fn ike_sa_not_rekeyed_ends_at_its_lifetime() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "respond");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    a.ike_lifetime = Some(Duration::from_secs(100));
+    a.dpd = None;
+    b.dpd = None;
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    // b refuses every rekey: no IKE proposal of a's is b's any more.
+    let spi_b = only_spi(&p.b);
+    let mut other = (**p.b.sas[&spi_b].peer.as_ref().unwrap()).clone();
+    other.ike =
+        vec![crate::config::parse_ike_proposal("aes256-sha512-prfsha512-modp2048").unwrap()];
+    p.b.sas.get_mut(&spi_b).unwrap().peer = Some(Arc::new(other));
+    p.tick(Duration::from_secs(91));
+    assert_eq!(p.b.counters.failed.no_proposal, 1);
+    assert_eq!(p.a.counters.failed.peer_refused, 1);
+    assert_eq!(p.a.established(), 1, "still up after a refused rekey");
+    p.tick(Duration::from_secs(10));
+    assert_eq!((p.a.established(), p.b.established()), (0, 0));
+    assert_eq!((p.a_down, p.b_down), (1, 1));
+}
+
+/// Both sides ask at once: whichever wins, one new SA is left with the child SA, on both.
+#[test]
+fn simultaneous_ike_rekeys_leave_one_sa() {
+    let mut wins = [0, 0];
+    for _ in 0..12 {
+        let mut p = establish(&[], &[]);
+        let old = spis(&p.a);
+        let (mut ea, mut eb) = (vec![], vec![]);
+        p.a.rekey_ike(old.0, None, p.now, &mut ea);
+        p.b.rekey_ike(old.1, None, p.now, &mut eb);
+        p.run(ea, eb, false);
+        check_ike_rekeyed(&p, old, 1);
+        assert_eq!(p.a.counters.ike_rekey_collisions, 1);
+        assert_eq!(p.b.counters.ike_rekey_collisions, 1);
+        wins[usize::from(the_sa(&p.a).initiator)] += 1;
+        assert_eq!(p.a.counters.failed, FailCounters::default());
+        assert_eq!(
+            p.a.counters.dropped.unknown_spi + p.b.counters.dropped.unknown_spi,
+            0
+        );
+    }
+    // Random nonces: each side won some (12 fair draws: all one way has odds 1 in 2048).
+    assert!(wins[0] > 0 && wins[1] > 0, "{wins:?}");
+}
+
+/// The datagrams of `ev`.
+fn sent(ev: &[Event]) -> Vec<Vec<u8>> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Send { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// a finishes its rekey before b's request comes: a answers it TEMPORARY_FAILURE, b
+/// learns from that (or from the Delete of the old SA, whichever comes first) that a's
+/// new SA is the one.
+#[test]
+fn ike_rekey_collision_only_one_side_sees() {
+    for delete_first in [false, true] {
+        let mut p = establish(&[], &[]);
+        let old = spis(&p.a);
+        let (mut ea, mut eb) = (vec![], vec![]);
+        p.a.rekey_ike(old.0, None, p.now, &mut ea);
+        p.b.rekey_ike(old.1, None, p.now, &mut eb);
+        let (a_req, b_req) = (sent(&ea).remove(0), sent(&eb).remove(0));
+        let (na, nb) = (p.a_addr, p.b_addr);
+        let mut ev = vec![];
+        p.b.handle(p.now, nb, na, &a_req, &mut ev);
+        let b_answer = sent(&ev).remove(0);
+        ev.clear();
+        p.a.handle(p.now, na, nb, &b_answer, &mut ev);
+        let a_delete = sent(&ev).remove(0);
+        ev.clear();
+        p.a.handle(p.now, na, nb, &b_req, &mut ev);
+        let a_tempfail = sent(&ev).remove(0);
+        let reply = |p: &mut Pair, d: &[u8]| {
+            let mut ev = vec![];
+            p.b.handle(p.now, nb, na, d, &mut ev);
+            p.run(vec![], ev, false);
+        };
+        if delete_first {
+            reply(&mut p, &a_delete);
+            reply(&mut p, &a_tempfail);
+        } else {
+            reply(&mut p, &a_tempfail);
+            reply(&mut p, &a_delete);
+        }
+        p.tick(Duration::from_secs(1));
+        check_ike_rekeyed(&p, old, 1);
+        assert!(the_sa(&p.a).initiator, "a's rekey stays");
+        assert_eq!(p.b.counters.ike_rekey_collisions, 1);
+    }
+}
+
+#[test]
+fn ike_rekey_waits_for_a_child_rekey() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let (mut ea, mut eb) = (vec![], vec![]);
+    p.b.rekey_child(old.1, p.b_children[0].spi_in, p.now, &mut eb);
+    p.a.rekey_ike(old.0, None, p.now, &mut ea);
+    p.run(ea, eb, false);
+    // b was rekeying a child: TEMPORARY_FAILURE (§2.25.2); a tries again soon.
+    assert_eq!(p.b.counters.child_rekeys, 1);
+    assert_eq!(p.a.counters.ike_rekeys, 0);
+    assert!(p.a.sas[&old.0].rekey_at.is_some());
+    p.tick(Duration::from_secs(4));
+    assert_eq!(p.a.counters.ike_rekeys, 1);
+    assert_eq!(p.b.counters.ike_rekeys, 1);
+    assert_eq!(the_sa(&p.a).children.len(), 1);
+    assert_eq!(the_sa(&p.b).children.len(), 1);
+    assert_eq!(the_sa(&p.a).children[0].spi_in, p.a_children[1].spi_in);
+}
+
+#[test]
+fn ike_rekey_takes_the_group_the_peer_wants() {
+    let mut p = establish(
+        &[
+            "aes128gcm16-prfsha256-curve25519",
+            "aes128gcm16-prfsha256-ecp256",
+        ],
+        &["aes128gcm16-prfsha256-ecp256"],
+    );
+    let old = spis(&p.a);
+    let before = p.a.counters.invalid_ke_retried;
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, Some(Dh::Curve25519), p.now, &mut ev);
+    p.run(ev, vec![], false);
+    assert_eq!(p.a.counters.invalid_ke_retried, before + 1);
+    check_ike_rekeyed(&p, old, 1);
+    assert_eq!(the_sa(&p.a).suite.unwrap().dh, Dh::Ecp256);
+}
+
+#[test]
+fn retransmitted_ike_rekey_request_gets_the_same_answer() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    let req = sent(&ev).remove(0);
+    let mut first = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut first);
+    let mut again = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut again);
+    assert_eq!(sent(&first), sent(&again));
+    assert_eq!(p.b.counters.answered_again, 1);
+    assert_eq!(p.b.sas.len(), 2, "one new SA, not two");
+    p.run(vec![], first, false);
+    check_ike_rekeyed(&p, old, 1);
+    // Once a deleted the old SA, a late copy finds no SA.
+    let mut ev = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut ev);
+    assert!(ev.is_empty());
+    assert_eq!(p.b.counters.dropped.unknown_spi, 1);
+}
