@@ -226,8 +226,23 @@ fn interop_case(
     peer: &str,
     ferrouter_initiates: bool,
 ) -> Value {
+    interop_case_with(l, charon, i, what, "", swanctl, peer, ferrouter_initiates)
+}
+
+/// The same with `extra` in charon's strongswan.conf (`fragment_size = 576`, ...).
+#[allow(clippy::too_many_arguments)]
+fn interop_case_with(
+    l: &IpsecLab,
+    charon: &mut Charon,
+    i: usize,
+    what: &str,
+    extra: &str,
+    swanctl: &str,
+    peer: &str,
+    ferrouter_initiates: bool,
+) -> Value {
     charon.stop();
-    charon.write(1, "", swanctl).unwrap();
+    charon.write(1, extra, swanctl).unwrap();
     charon
         .start(None)
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
@@ -372,18 +387,26 @@ fn swanctl_cert_conf(l: &IpsecLab, cert: &str, fr_cert: &str) -> String {
         &format!("{cert}.pem"),
         &format!("{cert}.key.pem"),
         fr_cert,
+        "",
     )
 }
 
 /// The same with the fixture files `cert_file` and `key_file` (the key copied into
 /// `private/` next to the swanctl.conf, where `swanctl --load-all --file` loads keys from).
-fn swanctl_cert_conf_with(l: &IpsecLab, cert_file: &str, key_file: &str, fr_cert: &str) -> String {
+/// `extra`: more settings of the connection (`fragmentation = force`).
+fn swanctl_cert_conf_with(
+    l: &IpsecLab,
+    cert_file: &str,
+    key_file: &str,
+    fr_cert: &str,
+    extra: &str,
+) -> String {
     let private = l.dir.join("private");
     let _ = std::fs::remove_dir_all(&private);
     std::fs::create_dir_all(&private).unwrap();
     std::fs::copy(format!("{CERTS}/{key_file}"), private.join(key_file)).unwrap();
     format!(
-        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n    encap = yes\n\
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n    encap = yes\n{extra}\
          \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n    }}\n\
          \x20   remote {{\n      auth = pubkey\n      id = \"C=CH, O=ferrouter test, CN={fr_cert}.example\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = aes128gcm16\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
@@ -440,7 +463,7 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
         .write(
             1,
             "",
-            &swanctl_cert_conf_with(l, "untrusted.der", "p384.key.pem", "p256"),
+            &swanctl_cert_conf_with(l, "untrusted.der", "p384.key.pem", "p256", ""),
         )
         .unwrap();
     charon.start(None).unwrap();
@@ -670,6 +693,81 @@ fn ike_sa_rekeys_under_traffic_without_loss_whichever_side_asks() {
         swan_log(&charon)
     );
     assert_eq!(v["established"], 1, "{what}: {v:#}");
+    charon.stop();
+    l.stop(1);
+}
+
+#[test]
+fn large_ike_auth_goes_in_fragments_with_strongswan_each_side_initiating() {
+    let (g, mut charon) = swan_lab("ikf");
+    let l = &g.0;
+    // ferrouter's RSA certificate with its intermediate CA (2 kB of CERTs) in IKE
+    // messages of at most 576 bytes of IP; strongSwan's Ed25519 certificate the same way.
+    let swan_extra = "  fragment_size = 576\n";
+    let conf = swanctl_cert_conf_with(
+        l,
+        "ed25519.pem",
+        "ed25519.key.pem",
+        "rsa2048",
+        "    fragmentation = force\n",
+    );
+    for (i, ferrouter_initiates) in [true, false].into_iter().enumerate() {
+        let what = format!("fragments, initiator {}", initiator(ferrouter_initiates));
+        // gw1 starts with the first case.
+        let before = if i == 0 {
+            Value::Null
+        } else {
+            ike(l, 1)["counters"].clone()
+        };
+        let before = |k: &str| before[k].as_u64().unwrap_or(0);
+        let peer = ferrouter_cert_peer(l, "rsa2048", "ed25519", ferrouter_initiates)
+            + "fragment_size = 576\n";
+        interop_case_with(
+            l,
+            &mut charon,
+            i,
+            &what,
+            swan_extra,
+            &conf,
+            &peer,
+            ferrouter_initiates,
+        );
+        let v = ike(l, 1);
+        // Our IKE_AUTH message went in fragments, and strongSwan's came in them.
+        assert_eq!(
+            count(&v, "messages_fragmented"),
+            before("messages_fragmented") + 1,
+            "{what}: {v:#}"
+        );
+        assert!(
+            count(&v, "fragments_sent") >= before("fragments_sent") + 4,
+            "{what}: {v:#}"
+        );
+        assert_eq!(
+            count(&v, "messages_reassembled"),
+            before("messages_reassembled") + 1,
+            "{what}: {v:#}"
+        );
+        assert!(
+            count(&v, "fragments_received") >= before("fragments_received") + 2,
+            "{what}: {v:#}"
+        );
+        let dropped: u64 = v["counters"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("dropped_"))
+            .map(|(_, n)| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(dropped, 0, "{what}: {v:#}");
+        let log = std::fs::read_to_string(charon.log()).unwrap_or_default();
+        assert!(
+            log.contains("splitting IKE message")
+                && log.contains("reassembled fragmented IKE message"),
+            "{what}: {}",
+            charon.log_tail(40)
+        );
+    }
     charon.stop();
     l.stop(1);
 }

@@ -14,6 +14,7 @@
 //! tunnel = "ipsec0"               # child SAs land on this tunnel interface
 //! start = "initiate"              # or "respond" (the default)
 //! ike_lifetime_s = 14400          # IKE SA rekeyed at 80-95 % of it (0: never)
+//! fragment_size = 1280            # IKE messages above it go in fragments (RFC 7383)
 //! child_lifetime_s = 3600         # child SAs rekeyed at 90/95 % of it (0: never)
 //! ```
 //!
@@ -105,6 +106,12 @@ pub struct PeerConfig {
     /// Seconds of silence from the peer before a liveness check (0: none).
     #[serde(default = "default_dpd")]
     pub dpd_s: u32,
+    /// IKE fragmentation (RFC 7383): the largest IP datagram an encrypted IKE message is
+    /// sent in; a larger one goes in fragments of at most this size, if the peer supports
+    /// them (default 1280, as strongSwan's `fragment_size`; 576 to 65535 with IPv4, 1280
+    /// to 65535 with IPv6).
+    #[serde(default = "default_fragment_size")]
+    pub fragment_size: u32,
 }
 
 fn default_auth() -> String {
@@ -124,6 +131,11 @@ fn default_child_lifetime() -> u32 {
 fn default_dpd() -> u32 {
     30
 }
+fn default_fragment_size() -> u32 {
+    DEFAULT_FRAGMENT_SIZE as u32
+}
+/// The default `fragment_size`: IPv6's minimum MTU, strongSwan's default.
+pub const DEFAULT_FRAGMENT_SIZE: usize = 1280;
 
 /// An IKE SA's algorithms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -426,6 +438,8 @@ pub struct Peer {
     pub encap: bool,
     /// Seconds between NAT keepalives once on port 4500 (RFC 3948 §4).
     pub keepalive: Duration,
+    /// The largest IP datagram of an encrypted IKE message, or of each of its fragments.
+    pub fragment_size: usize,
 }
 
 impl PeerConfig {
@@ -542,6 +556,14 @@ impl PeerConfig {
                 self.ike_lifetime_s
             ));
         }
+        let least = if self.local.is_ipv4() { 576 } else { 1280 };
+        if !(least..=65_535).contains(&self.fragment_size) {
+            return Err(format!(
+                "fragment_size: {} is not between {least} (the least IPv{} datagram every link carries) and 65535",
+                self.fragment_size,
+                if self.local.is_ipv4() { 4 } else { 6 }
+            ));
+        }
         if self.child_lifetime_s != 0 && self.child_lifetime_s < 10 {
             return Err(format!(
                 "child_lifetime_s: {} is below 10",
@@ -567,6 +589,7 @@ impl PeerConfig {
             remote_ts: vec![Selector::any(false), Selector::any(true)],
             encap: false,
             keepalive: Duration::from_secs(20),
+            fragment_size: self.fragment_size as usize,
         })
     }
 }
@@ -695,6 +718,19 @@ mod tests {
                 assert!(e.starts_with("ike_lifetime_s: "), "{e}");
             }
         }
+        for (size, ok) in [(575, false), (576, true), (65_535, true), (65_536, false)] {
+            let mut d = c.clone();
+            d.fragment_size = size;
+            let r = d.resolve(Some(b"0123456789abcdef"));
+            assert_eq!(r.is_ok(), ok, "{size}: {r:?}");
+        }
+        let mut d = c.clone();
+        (d.local, d.remote, d.fragment_size) =
+            ("2001:db8::1".parse().unwrap(), "2001:db8::2".into(), 1279);
+        assert!(d
+            .resolve(Some(b"0123456789abcdef"))
+            .unwrap_err()
+            .starts_with("fragment_size: 1279 is not between 1280"));
         let mut d = c.clone();
         d.proposals = vec!["aes128gcm16-prfsha256-curve25519".into(), "bogus".into()];
         assert!(d
@@ -723,6 +759,7 @@ mod tests {
             ike_lifetime_s: 14_400,
             child_lifetime_s: 3_600,
             dpd_s: 30,
+            fragment_size: 1280,
         }
     }
 }

@@ -8,9 +8,10 @@
 //! INVALID_KE_PAYLOAD retry; cookies (§2.6) once half-open SAs pass a threshold; child
 //! SAs onto a tunnel interface with traffic-selector narrowing; CREATE_CHILD_SA child
 //! rekeys (with or without PFS, make-before-break) and IKE SA rekeys, either side, with
-//! simultaneous rekeys resolved (`ike_rekey.rs`); INFORMATIONAL deletes and liveness
-//! checks; retransmission with exponential backoff and a message-ID window of one;
-//! answers to retransmitted requests from the stored response.
+//! simultaneous rekeys resolved (`ike_rekey.rs`); IKE fragmentation (RFC 7383,
+//! `fragment.rs`); INFORMATIONAL deletes and liveness checks; retransmission with
+//! exponential backoff and a message-ID window of one; answers to retransmitted requests
+//! from the stored response.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -141,6 +142,12 @@ pub struct Counters {
     pub ike_rekeys: u64,
     /// Simultaneous IKE SA rekeys resolved (§2.8.2), whichever side won.
     pub ike_rekey_collisions: u64,
+    /// IKE fragmentation (RFC 7383): messages sent in fragments and the fragments sent,
+    /// fragments received (authenticated) and messages put together from them.
+    pub messages_fragmented: u64,
+    pub fragments_sent: u64,
+    pub fragments_received: u64,
+    pub messages_reassembled: u64,
     /// Dropped or refused, by reason.
     pub dropped: DropCounters,
     pub failed: FailCounters,
@@ -158,6 +165,16 @@ pub struct DropCounters {
     pub bad_message_id: u64,
     pub unexpected: u64,
     pub bad_cookie: u64,
+    /// A fragment received twice.
+    pub fragment_duplicate: u64,
+    /// A fragment numbered 0 or past its total, a total above [`MAX_FRAGMENTS`], or
+    /// smaller than the one of fragments already kept.
+    pub fragment_out_of_range: u64,
+    /// A fragment that would make its message, or all messages being put together,
+    /// larger than allowed ([`MAX_REASSEMBLED`], [`MAX_REASSEMBLY_BYTES`]).
+    pub fragment_too_big: u64,
+    /// Messages whose fragments did not all come within [`REASSEMBLY_TIMEOUT`].
+    pub fragment_timeout: u64,
 }
 
 /// Negotiations that failed, by reason.
@@ -239,7 +256,8 @@ struct Fresh {
 struct Pending {
     id: u32,
     asked: Asked,
-    datagram: Vec<u8>,
+    /// The request as sent: one datagram, or its fragments.
+    datagrams: Vec<Vec<u8>>,
     sent: Instant,
     tries: u32,
 }
@@ -279,8 +297,8 @@ struct IkeSa {
     pending: Option<Pending>,
     /// The peer's next request's message ID.
     peer_next: u32,
-    /// The response to the peer's last request (for its retransmissions).
-    last_response: Option<(u32, Vec<u8>)>,
+    /// The response to the peer's last request (for its retransmissions), as sent.
+    last_response: Option<(u32, Vec<Vec<u8>>)>,
     children: Vec<Child>,
     /// Initiator: the SPI our IKE_AUTH offers for the child, and the cookie to echo.
     child_spi: u32,
@@ -300,6 +318,10 @@ struct IkeSa {
     /// When we rekey it, and when it ends if not rekeyed (`ike_lifetime_s`).
     rekey_at: Option<Instant>,
     expire_at: Option<Instant>,
+    /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
+    frag: bool,
+    /// Fragmented messages being put together: a request, a response.
+    reasm: [Option<fragment::Reassembly>; 2],
 }
 
 impl IkeSa {
@@ -346,6 +368,8 @@ impl IkeSa {
             collision: None,
             rekey_at: None,
             expire_at: None,
+            frag: false,
+            reasm: [None, None],
         }
     }
 
@@ -441,6 +465,13 @@ pub struct Engine {
     port: u16,
     /// Certificate chains verified lately.
     chain_cache: ChainCache,
+    /// Bytes held by every [`IkeSa::reasm`].
+    reasm_bytes: usize,
+}
+
+/// A peer's name for logs.
+fn sa_name(sas: &HashMap<u64, IkeSa>, spi: u64) -> String {
+    sas.get(&spi).map_or("?", IkeSa::peer_name).to_string()
 }
 
 fn rand_u64() -> u64 {
@@ -698,6 +729,7 @@ impl Engine {
             child_spis: Default::default(),
             port: 500,
             chain_cache: HashMap::new(),
+            reasm_bytes: 0,
         }
     }
 
@@ -915,6 +947,10 @@ impl Engine {
         });
         ps.push(Payload::Nonce(sa.ni.clone()));
         ps.extend(nat_payloads(sa.spi_i, 0, &sa.local, &sa.remote, peer.encap));
+        ps.push(Payload::notify(
+            notify::IKEV2_FRAGMENTATION_SUPPORTED,
+            vec![],
+        ));
         if peer.cert.is_some() {
             ps.push(Payload::notify(
                 notify::SIGNATURE_HASH_ALGORITHMS,
@@ -927,7 +963,7 @@ impl Engine {
         sa.pending = Some(Pending {
             id: 0,
             asked: Asked::Init,
-            datagram: data.clone(),
+            datagrams: vec![data.clone()],
             sent: now,
             tries: 0,
         });
@@ -951,25 +987,32 @@ impl Engine {
         };
         let id = sa.next_id;
         let h = sa.header(exch, id, false);
-        let (mut msg, at) = wire::encode_sk(h, inner);
-        let Some(tx) = sa.tx.as_mut() else {
+        let msgs = match self.seal_message(spi, h, inner) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    peer = sa_name(&self.sas, spi),
+                    "IKE: cannot encrypt a request: {e}"
+                );
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Err(e) = tx.seal(&mut msg, at, 4) {
-            tracing::warn!(peer = sa.peer_name(), "IKE: cannot encrypt a request: {e}");
-            self.counters.failed.crypto += 1;
-            return;
-        }
         sa.next_id += 1;
         sa.pending = Some(Pending {
             id,
             asked,
-            datagram: msg.clone(),
+            datagrams: msgs.clone(),
             sent: now,
             tries: 0,
         });
         let (l, r) = (sa.local, sa.remote);
-        self.send(l, r, msg, out);
+        for m in msgs {
+            self.send(l, r, m, out);
+        }
     }
 
     /// Answers the peer's request `id` with `inner` in an SK payload, and keeps the answer.
@@ -978,19 +1021,26 @@ impl Engine {
             return;
         };
         let h = sa.header(exch, id, true);
-        let (mut msg, at) = wire::encode_sk(h, inner);
-        let Some(tx) = sa.tx.as_mut() else {
+        let msgs = match self.seal_message(spi, h, inner) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    peer = sa_name(&self.sas, spi),
+                    "IKE: cannot encrypt a response: {e}"
+                );
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Err(e) = tx.seal(&mut msg, at, 4) {
-            tracing::warn!(peer = sa.peer_name(), "IKE: cannot encrypt a response: {e}");
-            self.counters.failed.crypto += 1;
-            return;
-        }
-        sa.last_response = Some((id, msg.clone()));
+        sa.last_response = Some((id, msgs.clone()));
         sa.peer_next = id.wrapping_add(1);
         let (l, r) = (sa.local, sa.remote);
-        self.send(l, r, msg, out);
+        for m in msgs {
+            self.send(l, r, m, out);
+        }
     }
 
     /// An unencrypted IKE_SA_INIT answer carrying one notification (errors, cookies).
@@ -1082,8 +1132,8 @@ impl Engine {
             self.counters.dropped.malformed += 1;
             return;
         };
-        if enc.fragment.is_some() {
-            // RFC 7383 is not negotiated by us yet: no fragments expected.
+        if enc.fragment.is_some() && !sa.frag {
+            // RFC 7383 not negotiated on this SA: no fragments expected.
             self.counters.dropped.unexpected += 1;
             return;
         }
@@ -1102,20 +1152,27 @@ impl Engine {
                 .is_some_and(|(id, _)| *id == h.message_id)
             {
                 // A retransmitted request: the same answer (§2.1), after checking it is
-                // authentic.
+                // authentic; a fragmented one is answered at its first fragment only
+                // (RFC 7383 §2.6.1), not once per fragment.
                 if sa
                     .rx
                     .as_ref()
                     .is_some_and(|rx| rx.open(data, enc.at, enc.header_len).is_ok())
                 {
-                    let d = sa
+                    if enc.fragment.is_some_and(|(n, _)| n != 1) {
+                        self.counters.fragments_received += 1;
+                        return;
+                    }
+                    let ds = sa
                         .last_response
                         .as_ref()
                         .map(|(_, d)| d.clone())
                         .unwrap_or_default();
                     let (l, r) = (sa.local, sa.remote);
                     self.counters.answered_again += 1;
-                    self.send(l, r, d, out);
+                    for d in ds {
+                        self.send(l, r, d, out);
+                    }
                 } else {
                     self.counters.dropped.integrity += 1;
                 }
@@ -1137,7 +1194,17 @@ impl Engine {
                 return;
             }
         };
-        let inner = match wire::parse_payloads(enc.first_inner, &plain) {
+        // A fragment (authenticated): kept until its message is whole.
+        let (first_inner, plain) = match enc.fragment {
+            None => (enc.first_inner, plain),
+            Some((n, total)) => {
+                match self.reassemble(ours, &h, (n, total), enc.first_inner, plain, now) {
+                    Some(whole) => whole,
+                    None => return,
+                }
+            }
+        };
+        let inner = match wire::parse_payloads(first_inner, &plain) {
             Ok(p) => p,
             Err(e) => {
                 self.count_wire(&e);
@@ -1186,6 +1253,7 @@ impl Engine {
             "truncated" => d.truncated += 1,
             "version" => d.version += 1,
             "unsupported_critical" => d.unsupported_critical += 1,
+            "fragment_out_of_range" => d.fragment_out_of_range += 1,
             _ => d.malformed += 1,
         }
     }
@@ -1357,6 +1425,14 @@ impl Engine {
             }
             None => false,
         };
+        // RFC 7383 §2.3: fragmentation, answered only when asked.
+        let frag = wire::find_notify(ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
+        if frag {
+            resp_ps.push(Payload::notify(
+                notify::IKEV2_FRAGMENTATION_SUPPORTED,
+                vec![],
+            ));
+        }
         // Certificates (§3.7, RFC 7427 §4): which CAs we trust, which hashes we take.
         let mut ca_hashes: Vec<u8> = Vec::new();
         for c in cands.iter().filter_map(|c| c.cert.as_ref()) {
@@ -1398,6 +1474,7 @@ impl Engine {
         sa.rx = Some(rx);
         sa.peer_next = 1;
         sa.nat = nat;
+        sa.frag = frag;
         if nat {
             self.counters.nat_detected += 1;
         }
@@ -1562,6 +1639,7 @@ impl Engine {
             return;
         };
         sa.nr = nr.clone();
+        sa.frag = wire::find_notify(ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
         sa.init_resp = raw.to_vec();
         sa.suite = Some(suite);
         sa.tx = Some(tx);
@@ -2599,6 +2677,7 @@ impl Engine {
         let Some(sa) = self.sas.remove(&spi) else {
             return;
         };
+        self.forget_reassembly(&sa);
         if sa.state == State::HalfOpen {
             self.half_open = self.half_open.saturating_sub(1);
             self.by_init.remove(&(sa.remote, sa.spi_i));
@@ -2687,7 +2766,7 @@ impl Engine {
                     } else {
                         p.tries += 1;
                         p.sent = now;
-                        resend.push((sa.local, sa.remote, p.datagram.clone()));
+                        resend.push((sa.local, sa.remote, p.datagrams.clone()));
                     }
                 }
                 continue;
@@ -2730,10 +2809,13 @@ impl Engine {
         for spi in rekey_ike {
             self.rekey_ike(spi, None, now, out);
         }
-        for (l, r, d) in resend {
+        for (l, r, ds) in resend {
             self.counters.retransmitted += 1;
-            self.send(l, r, d, out);
+            for d in ds {
+                self.send(l, r, d, out);
+            }
         }
+        self.expire_reassembly(now);
         for spi in dead {
             if let Some(sa) = self.sas.get(&spi) {
                 if matches!(sa.state, State::Deleting | State::Rekeyed) {
@@ -2832,7 +2914,10 @@ impl Engine {
     }
 }
 
+mod fragment;
 mod ike_rekey;
+
+pub use fragment::{MAX_FRAGMENTS, MAX_REASSEMBLED, MAX_REASSEMBLY_BYTES, REASSEMBLY_TIMEOUT};
 
 #[cfg(test)]
 mod tests;

@@ -109,6 +109,7 @@ impl Engine {
             now,
         );
         new.nat = sa.nat;
+        new.frag = sa.frag;
         new.last_keepalive = sa.last_keepalive;
         new.suite = Some(suite);
         new.ni = ni.to_vec();

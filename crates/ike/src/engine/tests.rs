@@ -25,6 +25,7 @@ fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
         ike_lifetime_s: 0,
         child_lifetime_s: 0,
         dpd_s: 30,
+        fragment_size: 1280,
     }
     .resolve(Some(PSK))
     .unwrap()
@@ -508,6 +509,7 @@ fn cert_config(
         ike_lifetime_s: 0,
         child_lifetime_s: 0,
         dpd_s: 30,
+        fragment_size: 1280,
     }
 }
 
@@ -1162,4 +1164,279 @@ fn retransmitted_ike_rekey_request_gets_the_same_answer() {
     p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut ev);
     assert!(ev.is_empty());
     assert_eq!(p.b.counters.dropped.unknown_spi, 1);
+}
+
+// ---- IKE fragmentation (RFC 7383) ----
+
+/// Both sides' IKE_AUTH in fragments of at most 576-byte IPv4 datagrams: certificates
+/// with an intermediate CA (RSA) one way, ECDSA the other.
+#[test]
+fn large_ike_auth_goes_in_fragments_both_ways() {
+    let (mut pa, mut pb) = cert_pair("frag", "rsa2048", "root", "p384", "root");
+    pa.fragment_size = 576;
+    pb.fragment_size = 576;
+    let p = run_pair(pa, pb);
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    check_child_keys(&p);
+    for m in [&p.wire_a[0], &p.wire_b[0]] {
+        let ps = wire::parse(m).unwrap().payloads;
+        assert!(wire::find_notify(&ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some());
+    }
+    // Every datagram after IKE_SA_INIT fits 576 bytes of IP (less 20 + 8 of headers).
+    for m in p.wire_a[1..].iter().chain(&p.wire_b[1..]) {
+        assert!(m.len() <= 576 - 28, "{} bytes", m.len());
+    }
+    let fragments = |w: &[Vec<u8>]| {
+        w.iter()
+            .filter(|m| {
+                wire::parse(m)
+                    .unwrap()
+                    .encrypted
+                    .is_some_and(|e| e.fragment.is_some())
+            })
+            .count() as u64
+    };
+    for (e, w, peer_w) in [(&p.a, &p.wire_a, &p.wire_b), (&p.b, &p.wire_b, &p.wire_a)] {
+        assert_eq!(e.counters.messages_fragmented, 1, "{:?}", e.counters);
+        assert_eq!(e.counters.fragments_sent, fragments(w));
+        assert!(
+            e.counters.fragments_sent >= 2,
+            "{}",
+            e.counters.fragments_sent
+        );
+        assert_eq!(e.counters.messages_reassembled, 1);
+        assert_eq!(e.counters.fragments_received, fragments(peer_w));
+        assert_eq!(e.counters.dropped, DropCounters::default());
+        assert_eq!(e.reasm_bytes, 0);
+    }
+}
+
+#[test]
+fn small_messages_and_unwilling_peers_are_not_fragmented() {
+    // PSK: IKE_AUTH is small at the default 1280.
+    let p = establish(&[], &[]);
+    assert_eq!(
+        p.a.counters.messages_fragmented + p.b.counters.messages_fragmented,
+        0
+    );
+    // A peer that does not announce fragmentation gets whole messages, however large.
+    let (mut pa, mut pb) = cert_pair("nofrag", "rsa2048", "root", "p384", "root");
+    pa.fragment_size = 576;
+    pb.fragment_size = 576;
+    let mut p = Pair::new(pa, pb);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    let Event::Send { data, .. } = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    let mut m = wire::parse(data).unwrap();
+    m.payloads.retain(
+        |x| !matches!(x, Payload::Notify(n) if n.kind == notify::IKEV2_FRAGMENTATION_SUPPORTED),
+    );
+    let stripped = wire::encode(m.header, &m.payloads);
+    let spi = only_spi(&p.a);
+    p.a.sas.get_mut(&spi).unwrap().init_req = stripped.clone();
+    let mut eb = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &stripped, &mut eb);
+    p.run(vec![], eb, false);
+    assert_eq!(p.a.established(), 1);
+    assert_eq!(
+        p.a.counters.messages_fragmented + p.b.counters.messages_fragmented,
+        0
+    );
+    assert!(p.wire_a[0..].iter().any(|m| m.len() > 576));
+}
+
+/// An SKF message of a's SA for b, sealed with a's keys: fragment `n` of `total` of
+/// request `id` carrying `chunk`.
+fn forge_fragment(p: &mut Pair, id: u32, (n, total): (u16, u16), chunk: &[u8]) -> Vec<u8> {
+    let spi = only_spi(&p.a);
+    let sa = p.a.sas.get_mut(&spi).unwrap();
+    let h = sa.header(exchange::INFORMATIONAL, id, false);
+    let (mut m, at) = wire::encode_skf(h, wire::ptype::VENDOR, n, total, chunk);
+    sa.tx.as_mut().unwrap().seal(&mut m, at, 8).unwrap();
+    m
+}
+
+/// The plaintext of an INFORMATIONAL request carrying one Vendor ID payload of `len`
+/// bytes, and its three thirds.
+fn vendor_request(len: usize) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut plain = vec![];
+    wire::write_payloads(
+        &[Payload::Vendor(vec![0x5a; len])],
+        wire::ptype::NONE,
+        &mut plain,
+    );
+    let third = plain.len().div_ceil(3);
+    let parts = plain.chunks(third).map(<[u8]>::to_vec).collect();
+    (plain, parts)
+}
+
+#[test]
+fn hostile_fragments_are_counted_and_bounded() {
+    let mut p = establish(&[], &[]);
+    let (ia, ib) = (p.a_addr, p.b_addr);
+    let id = p.b.sas[&only_spi(&p.b)].peer_next;
+    let (_, parts) = vendor_request(3000);
+    let deliver = |p: &mut Pair, m: &[u8]| {
+        let mut ev = vec![];
+        p.b.handle(p.now, ib, ia, m, &mut ev);
+        sent(&ev).len()
+    };
+    // More fragments than allowed; numbered past the total; numbered 0.
+    let m = forge_fragment(&mut p, id, (1, MAX_FRAGMENTS + 1), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    let m = forge_fragment(&mut p, id, (4, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    let m = forge_fragment(&mut p, id, (0, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.fragment_out_of_range, 3);
+    // A forged fragment is not kept.
+    let mut m = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    let last = m.len() - 1;
+    m[last] ^= 1;
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.integrity, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // A duplicate, a smaller total, then the message whole in any order.
+    let m2 = forge_fragment(&mut p, id, (2, 3), &parts[1]);
+    assert_eq!(deliver(&mut p, &m2), 0);
+    assert_eq!(deliver(&mut p, &m2), 0);
+    assert_eq!(p.b.counters.dropped.fragment_duplicate, 1);
+    let m = forge_fragment(&mut p, id, (1, 2), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.fragment_out_of_range, 4);
+    let m3 = forge_fragment(&mut p, id, (3, 3), &parts[2]);
+    assert_eq!(deliver(&mut p, &m3), 0);
+    let m1 = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m1), 1, "answered once whole");
+    assert_eq!(p.b.counters.messages_reassembled, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // Its retransmission: answered again at fragment 1 only.
+    assert_eq!(deliver(&mut p, &m3), 0);
+    assert_eq!(deliver(&mut p, &m1), 1);
+    assert_eq!(p.b.counters.answered_again, 1);
+    // The next request: a larger total starts afresh (the sender made smaller pieces).
+    let id = id + 1;
+    let m = forge_fragment(&mut p, id, (1, 2), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    for (k, part) in parts.iter().enumerate() {
+        let m = forge_fragment(&mut p, id, (k as u16 + 1, 3), part);
+        assert_eq!(deliver(&mut p, &m), usize::from(k == 2));
+    }
+    // Too big to ever be whole: given up.
+    let id = id + 1;
+    let big = vec![0u8; 40_000];
+    let m = forge_fragment(&mut p, id, (1, 3), &big);
+    assert_eq!(deliver(&mut p, &m), 0);
+    let m = forge_fragment(&mut p, id, (2, 3), &big);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.fragment_too_big, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // Fragments that never complete are dropped after the timeout.
+    let m = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert!(p.b.reasm_bytes > 0);
+    p.now += REASSEMBLY_TIMEOUT;
+    let mut ev = vec![];
+    p.b.tick(p.now, &mut ev);
+    assert_eq!(p.b.counters.dropped.fragment_timeout, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // Fragments on an SA that did not negotiate them are not expected.
+    let spi_b = only_spi(&p.b);
+    p.b.sas.get_mut(&spi_b).unwrap().frag = false;
+    let before = p.b.counters.dropped.unexpected;
+    let m = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.unexpected, before + 1);
+    assert_eq!(p.b.established(), 1, "the SA is untouched");
+    assert_eq!(p.b.counters.failed, FailCounters::default());
+}
+
+/// A bare established SA (our SPI 2) to feed fragments to.
+fn bare_engine() -> Engine {
+    let mut e = Engine::new(vec![]);
+    let at: SocketAddr = "192.0.2.1:500".parse().unwrap();
+    let mut sa = IkeSa::new(
+        None,
+        false,
+        (1, 2),
+        (at, at),
+        State::Established,
+        Instant::now(),
+    );
+    sa.frag = true;
+    e.sas.insert(2, sa);
+    e
+}
+
+proptest::proptest! {
+    /// Fragments in any order, with duplicates and stray ones of another total: the
+    /// message comes out whole, byte for byte, exactly when its last missing fragment
+    /// comes; each duplicate is counted; nothing stays held.
+    #[test]
+    fn reassembly_in_any_order(
+        len in 1usize..6000,
+        chunk in 1usize..1500,
+        picks in proptest::collection::vec(0usize..64, 0..120),
+        strays in proptest::collection::vec((0usize..120, 1u16..4), 0..4),
+    ) {
+        let mut e = bare_engine();
+        let now = Instant::now();
+        let msg: Vec<u8> = (0..len).map(|k| (k * 7 + 3) as u8).collect();
+        let parts: Vec<&[u8]> = msg.chunks(chunk).collect();
+        let total = parts.len();
+        proptest::prop_assume!(total <= usize::from(MAX_FRAGMENTS));
+        let h = Header { message_id: 5, exchange: exchange::INFORMATIONAL, ..Default::default() };
+        // Every fragment once, then the random picks (duplicates), in an order the picks
+        // also scramble.
+        let mut order: Vec<usize> = (0..total).collect();
+        for (k, p) in picks.iter().enumerate() {
+            order.swap(k % total, p % total);
+            order.push(p % total);
+        }
+        let mut seen = vec![false; total];
+        let mut done = None;
+        let mut dups = 0;
+        for (step, k) in order.iter().copied().enumerate() {
+            if done.is_some() {
+                // After completion the same fragments would open a new message.
+                break;
+            }
+            for (at, t) in &strays {
+                if *at == step && usize::from(*t) < total && seen.iter().any(|s| *s) {
+                    // A smaller total than the message's: refused, nothing changes.
+                    let r = e.reassemble(2, &h, (1, *t), 9, Zeroizing::new(vec![1]), now);
+                    proptest::prop_assert!(r.is_none());
+                }
+            }
+            let r = e.reassemble(
+                2,
+                &h,
+                (k as u16 + 1, total as u16),
+                wire::ptype::VENDOR,
+                Zeroizing::new(parts[k].to_vec()),
+                now,
+            );
+            if seen[k] {
+                dups += 1;
+            }
+            seen[k] = true;
+            if let Some((first, whole)) = r {
+                proptest::prop_assert!(seen.iter().all(|s| *s), "whole only at the end");
+                proptest::prop_assert_eq!(first, wire::ptype::VENDOR);
+                proptest::prop_assert_eq!(&whole[..], &msg[..]);
+                done = Some(step);
+            } else {
+                proptest::prop_assert!(seen.iter().any(|s| !*s));
+            }
+        }
+        proptest::prop_assert!(done.is_some());
+        proptest::prop_assert_eq!(e.counters.dropped.fragment_duplicate, dups);
+        proptest::prop_assert_eq!(e.counters.messages_reassembled, 1);
+        // Whatever the stray pieces after completion started is released with the SA.
+        let mut ev = vec![];
+        e.remove_sa(2, &mut ev);
+        proptest::prop_assert_eq!(e.reasm_bytes, 0);
+    }
 }
