@@ -320,6 +320,8 @@ struct IkeSa {
     expire_at: Option<Instant>,
     /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
     frag: bool,
+    /// Rekeyed: the IKE SA its child SAs moved to.
+    moved_to: Option<u64>,
     /// Fragmented messages being put together: a request, a response.
     reasm: [Option<fragment::Reassembly>; 2],
 }
@@ -369,6 +371,7 @@ impl IkeSa {
             rekey_at: None,
             expire_at: None,
             frag: false,
+            moved_to: None,
             reasm: [None, None],
         }
     }
@@ -2599,7 +2602,13 @@ impl Engine {
                                 continue;
                             };
                             let out_spi = u32::from_be_bytes(b);
-                            if let Some(spi_in) = self.remove_child(spi, out_spi, out) {
+                            // A child moved to the SA that rekeyed this one, if the
+                            // peer's Delete crossed the rekey.
+                            let moved = self.sas.get(&spi).and_then(|s| s.moved_to);
+                            if let Some(spi_in) = self
+                                .remove_child(spi, out_spi, out)
+                                .or_else(|| moved.and_then(|m| self.remove_child(m, out_spi, out)))
+                            {
                                 ours.push(spi_in.to_be_bytes().to_vec());
                             }
                         }
@@ -2696,7 +2705,13 @@ impl Engine {
                     spi_out: c.spi_out,
                 });
             }
-            if peer.initiate && sa.initiator {
+            // An initiating peer left without an SA (not one whose SA was replaced by
+            // its rekey) tries again.
+            let replaced = self.sas.values().any(|s| {
+                s.state == State::Established
+                    && s.peer.as_ref().is_some_and(|p| p.name == peer.name)
+            });
+            if peer.initiate && sa.initiator && !replaced {
                 self.retry_at
                     .entry(peer.name.clone())
                     .or_insert_with(|| Instant::now() + RETRY_AFTER);

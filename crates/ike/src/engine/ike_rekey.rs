@@ -134,6 +134,7 @@ impl Engine {
             return;
         };
         let kids = std::mem::take(&mut old.children);
+        old.moved_to = Some(to);
         // The SPI IKE_AUTH offered is a child's, or was never used: not the old SA's to
         // free any more in the first case.
         if old.child_spi != 0 {

@@ -1440,3 +1440,46 @@ proptest::proptest! {
         proptest::prop_assert_eq!(e.reasm_bytes, 0);
     }
 }
+
+/// A child Delete from the peer that crossed the IKE rekey (sent on the old IKE SA) still
+/// finds the child, now on the new SA.
+#[test]
+fn child_delete_crossing_an_ike_rekey_finds_the_child() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let (ia, ib) = (p.a_addr, p.b_addr);
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    let mut eb = vec![];
+    p.b.handle(p.now, ib, ia, &sent(&ev)[0], &mut eb);
+    let mut ea = vec![];
+    p.a.handle(p.now, ia, ib, &sent(&eb)[0], &mut ea);
+    assert_eq!(p.a.counters.ike_rekeys, 1);
+    // b, on the old SA, deletes its child.
+    let b_in = p.b_children[0].spi_in;
+    let mut eb = vec![];
+    p.b.send_request(
+        old.1,
+        exchange::INFORMATIONAL,
+        Asked::DeleteChild(b_in),
+        &[Payload::Delete {
+            protocol: proto::ESP,
+            spis: vec![b_in.to_be_bytes().to_vec()],
+        }],
+        p.now,
+        &mut eb,
+    );
+    let mut ea = vec![];
+    p.a.handle(p.now, ia, ib, &sent(&eb)[0], &mut ea);
+    assert!(
+        ea.iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_out, .. } if *spi_out == b_in)),
+        "{ea:?}"
+    );
+    let new_a =
+        p.a.sas
+            .values()
+            .find(|s| s.state == State::Established)
+            .unwrap();
+    assert!(new_a.children.is_empty());
+}
