@@ -2706,12 +2706,15 @@ impl Engine {
                 });
             }
             // An initiating peer left without an SA (not one whose SA was replaced by
-            // its rekey) tries again.
-            let replaced = self.sas.values().any(|s| {
-                s.state == State::Established
-                    && s.peer.as_ref().is_some_and(|p| p.name == peer.name)
-            });
-            if peer.initiate && sa.initiator && !replaced {
+            // its rekey) tries again. (Looked up only for initiating peers: a responder
+            // holding many SAs does not scan them at each removal.)
+            let replaced = || {
+                self.sas.values().any(|s| {
+                    s.state == State::Established
+                        && s.peer.as_ref().is_some_and(|p| p.name == peer.name)
+                })
+            };
+            if peer.initiate && sa.initiator && !replaced() {
                 self.retry_at
                     .entry(peer.name.clone())
                     .or_insert_with(|| Instant::now() + RETRY_AFTER);
