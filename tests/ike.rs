@@ -181,8 +181,13 @@ fn ferrouter_peer(l: &IpsecLab, ike: &str, esp: &str, initiate: bool) -> String 
 }
 
 fn swanctl_conf(l: &IpsecLab, ike: &str, esp: &str) -> String {
+    swanctl_conf_with(l, ike, esp, "")
+}
+
+/// The same with `extra` settings in the connection (`rekey_time = 3s`, ...).
+fn swanctl_conf_with(l: &IpsecLab, ike: &str, esp: &str, extra: &str) -> String {
     format!(
-        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n    encap = yes\n\
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n    encap = yes\n{extra}\
          \x20   local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = gw1.lab\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = {esp}\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
          secrets {{\n  ike-fr {{\n    id-1 = gw1.lab\n    id-2 = gw2.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n",
@@ -221,8 +226,23 @@ fn interop_case(
     peer: &str,
     ferrouter_initiates: bool,
 ) -> Value {
+    interop_case_with(l, charon, i, what, "", swanctl, peer, ferrouter_initiates)
+}
+
+/// The same with `extra` in charon's strongswan.conf (`fragment_size = 576`, ...).
+#[allow(clippy::too_many_arguments)]
+fn interop_case_with(
+    l: &IpsecLab,
+    charon: &mut Charon,
+    i: usize,
+    what: &str,
+    extra: &str,
+    swanctl: &str,
+    peer: &str,
+    ferrouter_initiates: bool,
+) -> Value {
     charon.stop();
-    charon.write(1, "", swanctl).unwrap();
+    charon.write(1, extra, swanctl).unwrap();
     charon
         .start(None)
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
@@ -367,18 +387,26 @@ fn swanctl_cert_conf(l: &IpsecLab, cert: &str, fr_cert: &str) -> String {
         &format!("{cert}.pem"),
         &format!("{cert}.key.pem"),
         fr_cert,
+        "",
     )
 }
 
 /// The same with the fixture files `cert_file` and `key_file` (the key copied into
 /// `private/` next to the swanctl.conf, where `swanctl --load-all --file` loads keys from).
-fn swanctl_cert_conf_with(l: &IpsecLab, cert_file: &str, key_file: &str, fr_cert: &str) -> String {
+/// `extra`: more settings of the connection (`fragmentation = force`).
+fn swanctl_cert_conf_with(
+    l: &IpsecLab,
+    cert_file: &str,
+    key_file: &str,
+    fr_cert: &str,
+    extra: &str,
+) -> String {
     let private = l.dir.join("private");
     let _ = std::fs::remove_dir_all(&private);
     std::fs::create_dir_all(&private).unwrap();
     std::fs::copy(format!("{CERTS}/{key_file}"), private.join(key_file)).unwrap();
     format!(
-        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n    encap = yes\n\
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n    encap = yes\n{extra}\
          \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n    }}\n\
          \x20   remote {{\n      auth = pubkey\n      id = \"C=CH, O=ferrouter test, CN={fr_cert}.example\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = aes128gcm16\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
@@ -435,7 +463,7 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
         .write(
             1,
             "",
-            &swanctl_cert_conf_with(l, "untrusted.der", "p384.key.pem", "p256"),
+            &swanctl_cert_conf_with(l, "untrusted.der", "p384.key.pem", "p256", ""),
         )
         .unwrap();
     charon.start(None).unwrap();
@@ -531,6 +559,215 @@ fn child_sas_rekey_under_traffic_without_loss_whichever_side_asks() {
     assert_eq!(dirs.len(), 2, "old SAs removed: {ipsec:#}");
     let listing = charon.listing().unwrap();
     assert_eq!(listing.installed, 1, "{listing:?}\n{}", charon.log_tail(40));
+    charon.stop();
+    l.stop(1);
+}
+
+/// `n` pings from h1 to h2 at 20 a second, in a thread: `ping`'s output once done.
+fn ping_stream(l: &IpsecLab, n: u32) -> std::thread::JoinHandle<String> {
+    let h1 = l.h1();
+    std::thread::spawn(move || {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &h1, "ping", "-c", &n.to_string()])
+            .args(["-i", "0.05", "-W", "1", "10.2.0.2"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    })
+}
+
+fn count(v: &Value, name: &str) -> u64 {
+    v["counters"][name].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn ike_sa_rekeys_under_traffic_without_loss_whichever_side_asks() {
+    let (g, mut charon) = swan_lab("ikk");
+    let l = &g.0;
+    let (ike_p, esp_p) = ("aes128gcm16-prfsha256-curve25519", "aes128gcm16");
+    // 1. strongSwan rekeys the IKE SA ferrouter set up, every 2 to 3 s: each rekey after
+    //    the first is a request on the SA the previous one made.
+    let peer = ferrouter_peer(l, ike_p, esp_p, true);
+    let conf = swanctl_conf_with(
+        l,
+        ike_p,
+        esp_p,
+        "    rekey_time = 3s\n    over_time = 30s\n    rand_time = 1s\n",
+    );
+    let what = "strongSwan rekeys the IKE SA";
+    let sa = interop_case(l, &mut charon, 0, what, &conf, &peer, true);
+    let swan_log = |c: &Charon| format!("charon log:\n{}", c.log_tail(40));
+    let first = (sa["spi_i"].clone(), sa["spi_r"].clone());
+    let child = sa["children"][0]["spi_in"].clone();
+    let text = ping_stream(l, 140).join().unwrap();
+    let v = ike(l, 1);
+    assert!(
+        text.contains("140 packets transmitted, 140 received"),
+        "{what}: {text}\n{v:#}\n{}",
+        swan_log(&charon)
+    );
+    assert!(
+        count(&v, "ike_rekeys") >= 2,
+        "{what}: {v:#}\n{}",
+        swan_log(&charon)
+    );
+    assert_eq!(
+        count(&v, "failed_timeout") + count(&v, "dropped_integrity"),
+        0,
+        "{what}: {v:#}"
+    );
+    let sa = wait_established(l, 1, String::new);
+    assert_ne!(
+        (sa["spi_i"].clone(), sa["spi_r"].clone()),
+        first,
+        "{what}: {sa:#}"
+    );
+    assert_eq!(sa["initiator"], false, "{what}: strongSwan asked: {sa:#}");
+    let children = sa["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "{what}: {sa:#}");
+    assert_eq!(
+        children[0]["spi_in"], child,
+        "{what}: the child SA moved: {sa:#}"
+    );
+    // A Delete on the SA of the last rekey: charon drops it.
+    let out = cli(l, 1, &["ipsec", "terminate", "swan"]);
+    assert!(out.contains("IKE SA(s) deleted"), "{what}: {out}");
+    let t = Instant::now();
+    while charon.listing().unwrap().ike != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: charon kept its SA: {}",
+            swan_log(&charon)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // 2. ferrouter rekeys the IKE SA strongSwan set up (ike_lifetime_s 10: at 90 to 95 %
+    //    of it as the responder), and checks liveness after 2 s of IKE silence.
+    let peer = ferrouter_peer(l, ike_p, esp_p, false) + "ike_lifetime_s = 10\ndpd_s = 2\n";
+    let what = "ferrouter rekeys the IKE SA";
+    let before = count(&ike(l, 1), "ike_rekeys");
+    let sa = interop_case(
+        l,
+        &mut charon,
+        1,
+        what,
+        &swanctl_conf(l, ike_p, esp_p),
+        &peer,
+        false,
+    );
+    let first = (sa["spi_i"].clone(), sa["spi_r"].clone());
+    let text = ping_stream(l, 220).join().unwrap();
+    let v = ike(l, 1);
+    assert!(
+        text.contains("220 packets transmitted, 220 received"),
+        "{what}: {text}\n{v:#}\n{}",
+        swan_log(&charon)
+    );
+    assert!(
+        count(&v, "ike_rekeys") > before,
+        "{what}: {v:#}\n{}",
+        swan_log(&charon)
+    );
+    let sa = wait_established(l, 1, String::new);
+    assert_ne!(
+        (sa["spi_i"].clone(), sa["spi_r"].clone()),
+        first,
+        "{what}: {sa:#}"
+    );
+    assert_eq!(sa["initiator"], true, "{what}: ferrouter asked: {sa:#}");
+    let listing = charon.swanctl(&["--list-sas"]).unwrap();
+    assert!(
+        listing.contains(sa["spi_i"].as_str().unwrap()) && charon.listing().unwrap().ike == 1,
+        "{what}: {sa:#}\n{listing}\n{}",
+        swan_log(&charon)
+    );
+    // Liveness checks on the new SA: sent, and answered at once (nothing retransmitted).
+    let (dpd, again) = (count(&v, "dpd_sent"), count(&v, "retransmitted"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let v = ike(l, 1);
+    assert!(count(&v, "dpd_sent") > dpd, "{what}: {v:#}");
+    assert_eq!(
+        count(&v, "retransmitted"),
+        again,
+        "{what}: {v:#}\n{}",
+        swan_log(&charon)
+    );
+    assert_eq!(v["established"], 1, "{what}: {v:#}");
+    charon.stop();
+    l.stop(1);
+}
+
+#[test]
+fn large_ike_auth_goes_in_fragments_with_strongswan_each_side_initiating() {
+    let (g, mut charon) = swan_lab("ikf");
+    let l = &g.0;
+    // ferrouter's RSA certificate with its intermediate CA (2 kB of CERTs) in IKE
+    // messages of at most 576 bytes of IP; strongSwan's Ed25519 certificate the same way.
+    let swan_extra = "  fragment_size = 576\n";
+    let conf = swanctl_cert_conf_with(
+        l,
+        "ed25519.pem",
+        "ed25519.key.pem",
+        "rsa2048",
+        "    fragmentation = force\n",
+    );
+    for (i, ferrouter_initiates) in [true, false].into_iter().enumerate() {
+        let what = format!("fragments, initiator {}", initiator(ferrouter_initiates));
+        // gw1 starts with the first case.
+        let before = if i == 0 {
+            Value::Null
+        } else {
+            ike(l, 1)["counters"].clone()
+        };
+        let before = |k: &str| before[k].as_u64().unwrap_or(0);
+        let peer = ferrouter_cert_peer(l, "rsa2048", "ed25519", ferrouter_initiates)
+            + "fragment_size = 576\n";
+        interop_case_with(
+            l,
+            &mut charon,
+            i,
+            &what,
+            swan_extra,
+            &conf,
+            &peer,
+            ferrouter_initiates,
+        );
+        let v = ike(l, 1);
+        // Our IKE_AUTH message went in fragments, and strongSwan's came in them.
+        assert_eq!(
+            count(&v, "messages_fragmented"),
+            before("messages_fragmented") + 1,
+            "{what}: {v:#}"
+        );
+        assert!(
+            count(&v, "fragments_sent") >= before("fragments_sent") + 4,
+            "{what}: {v:#}"
+        );
+        assert_eq!(
+            count(&v, "messages_reassembled"),
+            before("messages_reassembled") + 1,
+            "{what}: {v:#}"
+        );
+        assert!(
+            count(&v, "fragments_received") >= before("fragments_received") + 2,
+            "{what}: {v:#}"
+        );
+        let dropped: u64 = v["counters"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("dropped_"))
+            .map(|(_, n)| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(dropped, 0, "{what}: {v:#}");
+        let log = std::fs::read_to_string(charon.log()).unwrap_or_default();
+        assert!(
+            log.contains("splitting IKE message")
+                && log.contains("reassembled fragmented IKE message"),
+            "{what}: {}",
+            charon.log_tail(40)
+        );
+    }
     charon.stop();
     l.stop(1);
 }

@@ -42,7 +42,7 @@
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
 //! | `ferrouter_ike_sas` | state=established/half_open | IKE SAs |
-//! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD |
+//! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD, rekeys (`child_rekeys`, `ike_rekeys`, `ike_rekey_collisions`) |
 //! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
 //! | `ferrouter_ike_dropped_total` | reason | IKE messages dropped (malformed, integrity, bad_message_id, ...) |
 //! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy, action | packets that matched a security policy |
@@ -313,7 +313,7 @@ fn ike_metrics(s: &mut Scrape, shared: &Shared) {
     );
     s.counter(
         "ferrouter_ike_events",
-        "IKE events: messages received/sent/retransmitted, SAs established, child SAs installed/removed, cookies, DPD.",
+        "IKE events: messages received/sent/retransmitted, SAs established, child SAs installed/removed, cookies, DPD, child and IKE SA rekeys.",
         m.iter()
             .filter(|(k, _)| !k.starts_with("failed_") && !k.starts_with("dropped_"))
             .map(|(k, v)| (vec![("event", k.clone())], *v))

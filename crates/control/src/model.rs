@@ -1150,7 +1150,8 @@ pub struct IkeView {
 pub struct IkeSaView {
     /// The `[[ipsec.peer]]` it belongs to (`?` before a responder knows).
     pub peer: String,
-    /// init_sent, auth_sent, half_open, established or deleting.
+    /// init_sent, auth_sent, half_open, established, rekeyed (replaced by its rekey, until
+    /// the peer deletes it) or deleting.
     pub state: String,
     /// We initiated it.
     pub initiator: bool,

@@ -13,6 +13,9 @@
 //! esp_proposals = ["aes128gcm16"]
 //! tunnel = "ipsec0"               # child SAs land on this tunnel interface
 //! start = "initiate"              # or "respond" (the default)
+//! ike_lifetime_s = 14400          # IKE SA rekeyed at 80-95 % of it (0: never)
+//! fragment_size = 1280            # IKE messages above it go in fragments (RFC 7383)
+//! child_lifetime_s = 3600         # child SAs rekeyed at 90/95 % of it (0: never)
 //! ```
 //!
 //! With certificates (`auth = "pubkey"`), instead of `psk`:
@@ -92,7 +95,9 @@ pub struct PeerConfig {
     /// `initiate` (bring it up at start and keep it up) or `respond`.
     #[serde(default = "default_start")]
     pub start: String,
-    /// IKE SA lifetime, seconds: rekeyed before it ends (0: never).
+    /// IKE SA lifetime, seconds (default 4 h, as strongSwan's `rekey_time`): rekeyed at a
+    /// random moment between 80 and 90 % of it by the side that set it up, 90 and 95 % by
+    /// the other; deleted at its end if not rekeyed by then (0: never rekeyed).
     #[serde(default = "default_ike_lifetime")]
     pub ike_lifetime_s: u32,
     /// Child SA lifetime, seconds: rekeyed before it ends (0: never).
@@ -101,6 +106,12 @@ pub struct PeerConfig {
     /// Seconds of silence from the peer before a liveness check (0: none).
     #[serde(default = "default_dpd")]
     pub dpd_s: u32,
+    /// IKE fragmentation (RFC 7383): the largest IP datagram an encrypted IKE message is
+    /// sent in; a larger one goes in fragments of at most this size, if the peer supports
+    /// them (default 1280, as strongSwan's `fragment_size`; 576 to 65535 with IPv4, 1280
+    /// to 65535 with IPv6).
+    #[serde(default = "default_fragment_size")]
+    pub fragment_size: u32,
 }
 
 fn default_auth() -> String {
@@ -112,12 +123,19 @@ fn default_start() -> String {
 fn default_ike_lifetime() -> u32 {
     14_400
 }
+/// The longest `ike_lifetime_s`.
+pub const MAX_IKE_LIFETIME_S: u32 = 30 * 86_400;
 fn default_child_lifetime() -> u32 {
     3_600
 }
 fn default_dpd() -> u32 {
     30
 }
+fn default_fragment_size() -> u32 {
+    DEFAULT_FRAGMENT_SIZE as u32
+}
+/// The default `fragment_size`: IPv6's minimum MTU, strongSwan's default.
+pub const DEFAULT_FRAGMENT_SIZE: usize = 1280;
 
 /// An IKE SA's algorithms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -420,6 +438,8 @@ pub struct Peer {
     pub encap: bool,
     /// Seconds between NAT keepalives once on port 4500 (RFC 3948 §4).
     pub keepalive: Duration,
+    /// The largest IP datagram of an encrypted IKE message, or of each of its fragments.
+    pub fragment_size: usize,
 }
 
 impl PeerConfig {
@@ -530,10 +550,18 @@ impl PeerConfig {
             return Err("tunnel: empty".into());
         }
         let secs = |s: u32| (s > 0).then(|| Duration::from_secs(u64::from(s)));
-        if self.ike_lifetime_s != 0 && self.ike_lifetime_s < 60 {
+        if self.ike_lifetime_s != 0 && !(10..=MAX_IKE_LIFETIME_S).contains(&self.ike_lifetime_s) {
             return Err(format!(
-                "ike_lifetime_s: {} is below 60",
+                "ike_lifetime_s: {} is not between 10 and {MAX_IKE_LIFETIME_S} (30 days), or 0 (never rekeyed)",
                 self.ike_lifetime_s
+            ));
+        }
+        let least = if self.local.is_ipv4() { 576 } else { 1280 };
+        if !(least..=65_535).contains(&self.fragment_size) {
+            return Err(format!(
+                "fragment_size: {} is not between {least} (the least IPv{} datagram every link carries) and 65535",
+                self.fragment_size,
+                if self.local.is_ipv4() { 4 } else { 6 }
             ));
         }
         if self.child_lifetime_s != 0 && self.child_lifetime_s < 10 {
@@ -561,6 +589,7 @@ impl PeerConfig {
             remote_ts: vec![Selector::any(false), Selector::any(true)],
             encap: false,
             keepalive: Duration::from_secs(20),
+            fragment_size: self.fragment_size as usize,
         })
     }
 }
@@ -675,6 +704,33 @@ mod tests {
             .resolve(Some(b"0123456789abcdef"))
             .unwrap_err()
             .starts_with("remote_id"));
+        for (life, ok) in [
+            (0, true),
+            (9, false),
+            (10, true),
+            (MAX_IKE_LIFETIME_S + 1, false),
+        ] {
+            let mut d = c.clone();
+            d.ike_lifetime_s = life;
+            let r = d.resolve(Some(b"0123456789abcdef"));
+            assert_eq!(r.is_ok(), ok, "{life}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.starts_with("ike_lifetime_s: "), "{e}");
+            }
+        }
+        for (size, ok) in [(575, false), (576, true), (65_535, true), (65_536, false)] {
+            let mut d = c.clone();
+            d.fragment_size = size;
+            let r = d.resolve(Some(b"0123456789abcdef"));
+            assert_eq!(r.is_ok(), ok, "{size}: {r:?}");
+        }
+        let mut d = c.clone();
+        (d.local, d.remote, d.fragment_size) =
+            ("2001:db8::1".parse().unwrap(), "2001:db8::2".into(), 1279);
+        assert!(d
+            .resolve(Some(b"0123456789abcdef"))
+            .unwrap_err()
+            .starts_with("fragment_size: 1279 is not between 1280"));
         let mut d = c.clone();
         d.proposals = vec!["aes128gcm16-prfsha256-curve25519".into(), "bogus".into()];
         assert!(d
@@ -703,6 +759,7 @@ mod tests {
             ike_lifetime_s: 14_400,
             child_lifetime_s: 3_600,
             dpd_s: 30,
+            fragment_size: 1280,
         }
     }
 }

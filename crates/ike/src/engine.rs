@@ -6,9 +6,12 @@
 //! What it does: IKE_SA_INIT and IKE_AUTH with a PSK or certificates (RFC 7427 digital
 //! signatures; CERT, CERTREQ and SIGNATURE_HASH_ALGORITHMS), as initiator and responder;
 //! INVALID_KE_PAYLOAD retry; cookies (§2.6) once half-open SAs pass a threshold; child
-//! SAs onto a tunnel interface with traffic-selector narrowing; INFORMATIONAL deletes and
-//! liveness checks; retransmission with exponential backoff and a message-ID window of
-//! one; answers to retransmitted requests from the stored response.
+//! SAs onto a tunnel interface with traffic-selector narrowing; CREATE_CHILD_SA child
+//! rekeys (with or without PFS, make-before-break) and IKE SA rekeys, either side, with
+//! simultaneous rekeys resolved (`ike_rekey.rs`); IKE fragmentation (RFC 7383,
+//! `fragment.rs`); INFORMATIONAL deletes and liveness checks; retransmission with
+//! exponential backoff and a message-ID window of one; answers to retransmitted requests
+//! from the stored response.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -31,6 +34,8 @@ pub const MAX_RETRANSMITS: u32 = 5;
 pub const RETRANSMIT_BASE: Duration = Duration::from_secs(1);
 /// How long a responder keeps a half-open SA (IKE_SA_INIT answered, no IKE_AUTH).
 pub const HALF_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an IKE SA the peer rekeyed waits for the peer's Delete of it.
+pub const REKEYED_TIMEOUT: Duration = Duration::from_secs(60);
 /// Half-open SAs above which IKE_SA_INIT requests must carry a cookie (§2.6).
 pub const DEFAULT_COOKIE_THRESHOLD: usize = 1024;
 /// How long an initiating peer waits before trying again after a failure.
@@ -133,13 +138,23 @@ pub struct Counters {
     pub keepalives_sent: u64,
     /// Child SAs rekeyed (CREATE_CHILD_SA with REKEY_SA), as either side.
     pub child_rekeys: u64,
+    /// IKE SAs rekeyed (CREATE_CHILD_SA with an IKE proposal, §2.18), as either side.
+    pub ike_rekeys: u64,
+    /// Simultaneous IKE SA rekeys resolved (§2.8.2), whichever side won.
+    pub ike_rekey_collisions: u64,
+    /// IKE fragmentation (RFC 7383): messages sent in fragments and the fragments sent,
+    /// fragments received (authenticated) and messages put together from them.
+    pub messages_fragmented: u64,
+    pub fragments_sent: u64,
+    pub fragments_received: u64,
+    pub messages_reassembled: u64,
     /// Dropped or refused, by reason.
     pub dropped: DropCounters,
     pub failed: FailCounters,
 }
 
 /// Messages dropped, by reason.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DropCounters {
     pub truncated: u64,
     pub malformed: u64,
@@ -150,10 +165,20 @@ pub struct DropCounters {
     pub bad_message_id: u64,
     pub unexpected: u64,
     pub bad_cookie: u64,
+    /// A fragment received twice.
+    pub fragment_duplicate: u64,
+    /// A fragment numbered 0 or past its total, a total above [`MAX_FRAGMENTS`], or
+    /// smaller than the one of fragments already kept.
+    pub fragment_out_of_range: u64,
+    /// A fragment that would make its message, or all messages being put together,
+    /// larger than allowed ([`MAX_REASSEMBLED`], [`MAX_REASSEMBLY_BYTES`]).
+    pub fragment_too_big: u64,
+    /// Messages whose fragments did not all come within [`REASSEMBLY_TIMEOUT`].
+    pub fragment_timeout: u64,
 }
 
 /// Negotiations that failed, by reason.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FailCounters {
     pub no_proposal: u64,
     pub authentication: u64,
@@ -175,6 +200,9 @@ pub enum State {
     /// Responder: IKE_SA_INIT answered, waiting for IKE_AUTH.
     HalfOpen,
     Established,
+    /// Rekeyed by the peer: its child SAs moved to the new IKE SA; gone at the peer's
+    /// Delete (or after [`REKEYED_TIMEOUT`]).
+    Rekeyed,
     /// Delete sent; gone once answered.
     Deleting,
 }
@@ -190,6 +218,8 @@ enum Asked {
     Rekey(u32),
     /// INFORMATIONAL deleting our inbound SPI (the old child, once rekeyed).
     DeleteChild(u32),
+    /// CREATE_CHILD_SA rekeying the IKE SA (§1.3.2).
+    RekeyIke,
 }
 
 /// A child rekey we asked for: the new child's SPI and nonce, and the PFS key share.
@@ -197,6 +227,22 @@ struct Rekeying {
     new_spi_in: u32,
     ni: Vec<u8>,
     share: Option<KeyShare>,
+}
+
+/// Our rekey of an IKE SA (§1.3.2): the new SA's SPI (ours, the initiator's), our nonce
+/// and key share.
+struct IkeRekey {
+    new_spi: u64,
+    ni: Vec<u8>,
+    share: KeyShare,
+}
+
+/// The peer's rekey of an IKE SA that we answered while ours was under way (§2.8.2): the
+/// new SA it made (our SPI of it) and the lower nonce of its exchange, which decides
+/// which of the two new SAs stays.
+struct Collision {
+    new_spi: u64,
+    lower_nonce: Vec<u8>,
 }
 
 /// CREATE_CHILD_SA as responder: the exchange's nonces (the requester's, ours) and, with
@@ -210,7 +256,8 @@ struct Fresh {
 struct Pending {
     id: u32,
     asked: Asked,
-    datagram: Vec<u8>,
+    /// The request as sent: one datagram, or its fragments.
+    datagrams: Vec<Vec<u8>>,
     sent: Instant,
     tries: u32,
 }
@@ -250,8 +297,8 @@ struct IkeSa {
     pending: Option<Pending>,
     /// The peer's next request's message ID.
     peer_next: u32,
-    /// The response to the peer's last request (for its retransmissions).
-    last_response: Option<(u32, Vec<u8>)>,
+    /// The response to the peer's last request (for its retransmissions), as sent.
+    last_response: Option<(u32, Vec<Vec<u8>>)>,
     children: Vec<Child>,
     /// Initiator: the SPI our IKE_AUTH offers for the child, and the cookie to echo.
     child_spi: u32,
@@ -264,9 +311,92 @@ struct IkeSa {
     /// Our child rekey under way.
     rekeying: Option<Rekeying>,
     last_keepalive: Instant,
+    /// Our rekey of this IKE SA under way.
+    ike_rekey: Option<IkeRekey>,
+    /// The peer's rekey of this IKE SA, answered while ours was under way (§2.8.2).
+    collision: Option<Collision>,
+    /// When we rekey it, and when it ends if not rekeyed (`ike_lifetime_s`).
+    rekey_at: Option<Instant>,
+    expire_at: Option<Instant>,
+    /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
+    frag: bool,
+    /// Rekeyed: the IKE SA its child SAs moved to.
+    moved_to: Option<u64>,
+    /// Fragmented messages being put together: a request, a response.
+    reasm: [Option<fragment::Reassembly>; 2],
 }
 
 impl IkeSa {
+    /// An SA with nothing negotiated yet.
+    fn new(
+        peer: Option<Arc<Peer>>,
+        initiator: bool,
+        (spi_i, spi_r): (u64, u64),
+        (local, remote): (SocketAddr, SocketAddr),
+        state: State,
+        now: Instant,
+    ) -> IkeSa {
+        IkeSa {
+            peer,
+            initiator,
+            spi_i,
+            spi_r,
+            local,
+            remote,
+            state,
+            suite: None,
+            share: None,
+            ni: vec![],
+            nr: vec![],
+            init_req: vec![],
+            init_resp: vec![],
+            keys: None,
+            tx: None,
+            rx: None,
+            next_id: 0,
+            pending: None,
+            peer_next: 0,
+            last_response: None,
+            children: vec![],
+            child_spi: 0,
+            cookie: None,
+            created: now,
+            established_at: None,
+            last_heard: now,
+            nat: false,
+            rekeying: None,
+            last_keepalive: now,
+            ike_rekey: None,
+            collision: None,
+            rekey_at: None,
+            expire_at: None,
+            frag: false,
+            moved_to: None,
+            reasm: [None, None],
+        }
+    }
+
+    /// Established: when to rekey it and when it ends, from the peer's `ike_lifetime_s`.
+    /// The side that initiated it rekeys at a random moment between 80 and 90 % of the
+    /// lifetime, the other between 90 and 95 % (as strongSwan spreads its `rekey_time`
+    /// by `rand_time`): both rarely ask at once, and a thousand SAs set up together are
+    /// not rekeyed together.
+    fn schedule_rekey(&mut self, now: Instant) {
+        self.state = State::Established;
+        self.established_at = Some(now);
+        let Some(life) = self.peer.as_ref().and_then(|p| p.ike_lifetime) else {
+            return;
+        };
+        let (from, span) = if self.initiator {
+            (800, 100)
+        } else {
+            (900, 50)
+        };
+        let permille = from + rand_u64() % span;
+        self.rekey_at = Some(now + life * permille as u32 / 1000);
+        self.expire_at = Some(now + life);
+    }
+
     fn header(&self, exchange: u8, id: u32, response: bool) -> Header {
         let mut f = 0;
         if self.initiator {
@@ -338,6 +468,13 @@ pub struct Engine {
     port: u16,
     /// Certificate chains verified lately.
     chain_cache: ChainCache,
+    /// Bytes held by every [`IkeSa::reasm`].
+    reasm_bytes: usize,
+}
+
+/// A peer's name for logs.
+fn sa_name(sas: &HashMap<u64, IkeSa>, spi: u64) -> String {
+    sas.get(&spi).map_or("?", IkeSa::peer_name).to_string()
 }
 
 fn rand_u64() -> u64 {
@@ -595,6 +732,7 @@ impl Engine {
             child_spis: Default::default(),
             port: 500,
             chain_cache: HashMap::new(),
+            reasm_bytes: 0,
         }
     }
 
@@ -686,37 +824,19 @@ impl Engine {
         while spi == 0 || self.sas.contains_key(&spi) {
             spi = rand_u64();
         }
-        let sa = IkeSa {
-            peer: Some(peer.clone()),
-            initiator: true,
-            spi_i: spi,
-            spi_r: 0,
-            local: SocketAddr::new(peer.local, self.port),
-            remote: SocketAddr::new(remote, self.port),
-            state: State::InitSent,
-            suite: None,
-            share: Some(share),
-            ni: rand_vec(NONCE_LEN),
-            nr: vec![],
-            init_req: vec![],
-            init_resp: vec![],
-            keys: None,
-            tx: None,
-            rx: None,
-            next_id: 0,
-            pending: None,
-            peer_next: 0,
-            last_response: None,
-            children: vec![],
-            child_spi: 0,
-            cookie: None,
-            created: now,
-            established_at: None,
-            last_heard: now,
-            nat: false,
-            rekeying: None,
-            last_keepalive: now,
-        };
+        let mut sa = IkeSa::new(
+            Some(peer.clone()),
+            true,
+            (spi, 0),
+            (
+                SocketAddr::new(peer.local, self.port),
+                SocketAddr::new(remote, self.port),
+            ),
+            State::InitSent,
+            now,
+        );
+        sa.share = Some(share);
+        sa.ni = rand_vec(NONCE_LEN);
         self.sas.insert(spi, sa);
         self.retry_at.remove(name);
         self.send_init(spi, now, out);
@@ -830,6 +950,10 @@ impl Engine {
         });
         ps.push(Payload::Nonce(sa.ni.clone()));
         ps.extend(nat_payloads(sa.spi_i, 0, &sa.local, &sa.remote, peer.encap));
+        ps.push(Payload::notify(
+            notify::IKEV2_FRAGMENTATION_SUPPORTED,
+            vec![],
+        ));
         if peer.cert.is_some() {
             ps.push(Payload::notify(
                 notify::SIGNATURE_HASH_ALGORITHMS,
@@ -842,7 +966,7 @@ impl Engine {
         sa.pending = Some(Pending {
             id: 0,
             asked: Asked::Init,
-            datagram: data.clone(),
+            datagrams: vec![data.clone()],
             sent: now,
             tries: 0,
         });
@@ -866,25 +990,32 @@ impl Engine {
         };
         let id = sa.next_id;
         let h = sa.header(exch, id, false);
-        let (mut msg, at) = wire::encode_sk(h, inner);
-        let Some(tx) = sa.tx.as_mut() else {
+        let msgs = match self.seal_message(spi, h, inner) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    peer = sa_name(&self.sas, spi),
+                    "IKE: cannot encrypt a request: {e}"
+                );
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Err(e) = tx.seal(&mut msg, at, 4) {
-            tracing::warn!(peer = sa.peer_name(), "IKE: cannot encrypt a request: {e}");
-            self.counters.failed.crypto += 1;
-            return;
-        }
         sa.next_id += 1;
         sa.pending = Some(Pending {
             id,
             asked,
-            datagram: msg.clone(),
+            datagrams: msgs.clone(),
             sent: now,
             tries: 0,
         });
         let (l, r) = (sa.local, sa.remote);
-        self.send(l, r, msg, out);
+        for m in msgs {
+            self.send(l, r, m, out);
+        }
     }
 
     /// Answers the peer's request `id` with `inner` in an SK payload, and keeps the answer.
@@ -893,19 +1024,26 @@ impl Engine {
             return;
         };
         let h = sa.header(exch, id, true);
-        let (mut msg, at) = wire::encode_sk(h, inner);
-        let Some(tx) = sa.tx.as_mut() else {
+        let msgs = match self.seal_message(spi, h, inner) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    peer = sa_name(&self.sas, spi),
+                    "IKE: cannot encrypt a response: {e}"
+                );
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
+        let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Err(e) = tx.seal(&mut msg, at, 4) {
-            tracing::warn!(peer = sa.peer_name(), "IKE: cannot encrypt a response: {e}");
-            self.counters.failed.crypto += 1;
-            return;
-        }
-        sa.last_response = Some((id, msg.clone()));
+        sa.last_response = Some((id, msgs.clone()));
         sa.peer_next = id.wrapping_add(1);
         let (l, r) = (sa.local, sa.remote);
-        self.send(l, r, msg, out);
+        for m in msgs {
+            self.send(l, r, m, out);
+        }
     }
 
     /// An unencrypted IKE_SA_INIT answer carrying one notification (errors, cookies).
@@ -997,8 +1135,8 @@ impl Engine {
             self.counters.dropped.malformed += 1;
             return;
         };
-        if enc.fragment.is_some() {
-            // RFC 7383 is not negotiated by us yet: no fragments expected.
+        if enc.fragment.is_some() && !sa.frag {
+            // RFC 7383 not negotiated on this SA: no fragments expected.
             self.counters.dropped.unexpected += 1;
             return;
         }
@@ -1017,20 +1155,27 @@ impl Engine {
                 .is_some_and(|(id, _)| *id == h.message_id)
             {
                 // A retransmitted request: the same answer (§2.1), after checking it is
-                // authentic.
+                // authentic; a fragmented one is answered at its first fragment only
+                // (RFC 7383 §2.6.1), not once per fragment.
                 if sa
                     .rx
                     .as_ref()
                     .is_some_and(|rx| rx.open(data, enc.at, enc.header_len).is_ok())
                 {
-                    let d = sa
+                    if enc.fragment.is_some_and(|(n, _)| n != 1) {
+                        self.counters.fragments_received += 1;
+                        return;
+                    }
+                    let ds = sa
                         .last_response
                         .as_ref()
                         .map(|(_, d)| d.clone())
                         .unwrap_or_default();
                     let (l, r) = (sa.local, sa.remote);
                     self.counters.answered_again += 1;
-                    self.send(l, r, d, out);
+                    for d in ds {
+                        self.send(l, r, d, out);
+                    }
                 } else {
                     self.counters.dropped.integrity += 1;
                 }
@@ -1052,7 +1197,17 @@ impl Engine {
                 return;
             }
         };
-        let inner = match wire::parse_payloads(enc.first_inner, &plain) {
+        // A fragment (authenticated): kept until its message is whole.
+        let (first_inner, plain) = match enc.fragment {
+            None => (enc.first_inner, plain),
+            Some((n, total)) => {
+                match self.reassemble(ours, &h, (n, total), enc.first_inner, plain, now) {
+                    Some(whole) => whole,
+                    None => return,
+                }
+            }
+        };
+        let inner = match wire::parse_payloads(first_inner, &plain) {
             Ok(p) => p,
             Err(e) => {
                 self.count_wire(&e);
@@ -1101,6 +1256,7 @@ impl Engine {
             "truncated" => d.truncated += 1,
             "version" => d.version += 1,
             "unsupported_critical" => d.unsupported_critical += 1,
+            "fragment_out_of_range" => d.fragment_out_of_range += 1,
             _ => d.malformed += 1,
         }
     }
@@ -1272,6 +1428,14 @@ impl Engine {
             }
             None => false,
         };
+        // RFC 7383 §2.3: fragmentation, answered only when asked.
+        let frag = wire::find_notify(ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
+        if frag {
+            resp_ps.push(Payload::notify(
+                notify::IKEV2_FRAGMENTATION_SUPPORTED,
+                vec![],
+            ));
+        }
         // Certificates (§3.7, RFC 7427 §4): which CAs we trust, which hashes we take.
         let mut ca_hashes: Vec<u8> = Vec::new();
         for c in cands.iter().filter_map(|c| c.cert.as_ref()) {
@@ -1295,37 +1459,25 @@ impl Engine {
         rh.spi_r = spi_r;
         rh.flags = flags::RESPONSE;
         let resp = wire::encode(rh, &resp_ps);
-        let sa = IkeSa {
-            peer: None,
-            initiator: false,
-            spi_i: h.spi_i,
-            spi_r,
-            local,
-            remote,
-            state: State::HalfOpen,
-            suite: Some(suite),
-            share: None,
-            ni: ni.clone(),
-            nr,
-            init_req: raw.to_vec(),
-            init_resp: resp.clone(),
-            keys: Some(keys),
-            tx: Some(tx),
-            rx: Some(rx),
-            next_id: 0,
-            pending: None,
-            peer_next: 1,
-            last_response: None,
-            children: vec![],
-            child_spi: 0,
-            cookie: None,
-            created: now,
-            established_at: None,
-            last_heard: now,
-            nat,
-            rekeying: None,
-            last_keepalive: now,
-        };
+        let mut sa = IkeSa::new(
+            None,
+            false,
+            (h.spi_i, spi_r),
+            (local, remote),
+            State::HalfOpen,
+            now,
+        );
+        sa.suite = Some(suite);
+        sa.ni = ni.clone();
+        sa.nr = nr;
+        sa.init_req = raw.to_vec();
+        sa.init_resp = resp.clone();
+        sa.keys = Some(keys);
+        sa.tx = Some(tx);
+        sa.rx = Some(rx);
+        sa.peer_next = 1;
+        sa.nat = nat;
+        sa.frag = frag;
         if nat {
             self.counters.nat_detected += 1;
         }
@@ -1490,6 +1642,7 @@ impl Engine {
             return;
         };
         sa.nr = nr.clone();
+        sa.frag = wire::find_notify(ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
         sa.init_resp = raw.to_vec();
         sa.suite = Some(suite);
         sa.tx = Some(tx);
@@ -1795,8 +1948,7 @@ impl Engine {
             return;
         };
         sa.peer = Some(peer.clone());
-        sa.state = State::Established;
-        sa.established_at = Some(now);
+        sa.schedule_rekey(now);
         sa.init_req = Vec::new();
         let (remote, spi_i) = (sa.remote, sa.spi_i);
         self.by_init.remove(&(remote, spi_i));
@@ -1961,8 +2113,8 @@ impl Engine {
 
     /// CREATE_CHILD_SA from the peer (§1.3): a child rekey (REKEY_SA) or a new child SA,
     /// with or without PFS. The new child is installed at once (inbound first); the old
-    /// one stays until the peer deletes it (make-before-break, §2.8). IKE SA rekeys are
-    /// not done yet: NO_ADDITIONAL_SAS.
+    /// one stays until the peer deletes it (make-before-break, §2.8). An IKE proposal
+    /// rekeys the IKE SA (`ike_rekey.rs`).
     fn on_create_child_request(
         &mut self,
         now: Instant,
@@ -1992,17 +2144,7 @@ impl Engine {
             .sa()
             .is_some_and(|v| v.iter().any(|p| p.protocol == proto::IKE))
         {
-            tracing::info!(
-                peer = peer.name,
-                "IKE: the peer asks to rekey the IKE SA: not supported yet"
-            );
-            self.respond(
-                spi,
-                h.exchange,
-                h.message_id,
-                &refuse(notify::NO_ADDITIONAL_SAS),
-                out,
-            );
+            self.on_ike_rekey_request(now, spi, h, &inner, out);
             return;
         }
         let old = wire::find_notify(&inner, notify::REKEY_SA)
@@ -2132,6 +2274,10 @@ impl Engine {
             return;
         };
         let asked = sa.pending.take().map(|p| p.asked);
+        if asked == Some(Asked::RekeyIke) {
+            self.on_ike_rekey_response(now, spi, &inner, out);
+            return;
+        }
         let Some(Asked::Rekey(old_in)) = asked else {
             self.counters.dropped.unexpected += 1;
             return;
@@ -2294,8 +2440,7 @@ impl Engine {
             self.fail(spi, now, out);
             return;
         }
-        sa.state = State::Established;
-        sa.established_at = Some(now);
+        sa.schedule_rekey(now);
         sa.init_req = Vec::new();
         self.counters.established += 1;
         tracing::info!(peer = peer.name, "IKE: SA established (initiator)");
@@ -2457,7 +2602,13 @@ impl Engine {
                                 continue;
                             };
                             let out_spi = u32::from_be_bytes(b);
-                            if let Some(spi_in) = self.remove_child(spi, out_spi, out) {
+                            // A child moved to the SA that rekeyed this one, if the
+                            // peer's Delete crossed the rekey.
+                            let moved = self.sas.get(&spi).and_then(|s| s.moved_to);
+                            if let Some(spi_in) = self
+                                .remove_child(spi, out_spi, out)
+                                .or_else(|| moved.and_then(|m| self.remove_child(m, out_spi, out)))
+                            {
                                 ours.push(spi_in.to_be_bytes().to_vec());
                             }
                         }
@@ -2474,8 +2625,16 @@ impl Engine {
         }
         if delete_ike {
             self.respond(spi, h.exchange, h.message_id, &[], out);
+            self.adopt_on_delete(spi);
             if let Some(sa) = self.sas.get(&spi) {
-                tracing::info!(peer = sa.peer_name(), "IKE: the peer deleted the IKE SA");
+                if sa.children.is_empty() && sa.state == State::Rekeyed {
+                    tracing::debug!(
+                        peer = sa.peer_name(),
+                        "IKE: the peer deleted the rekeyed IKE SA"
+                    );
+                } else {
+                    tracing::info!(peer = sa.peer_name(), "IKE: the peer deleted the IKE SA");
+                }
             }
             self.remove_sa(spi, out);
             return;
@@ -2527,6 +2686,7 @@ impl Engine {
         let Some(sa) = self.sas.remove(&spi) else {
             return;
         };
+        self.forget_reassembly(&sa);
         if sa.state == State::HalfOpen {
             self.half_open = self.half_open.saturating_sub(1);
             self.by_init.remove(&(sa.remote, sa.spi_i));
@@ -2545,7 +2705,16 @@ impl Engine {
                     spi_out: c.spi_out,
                 });
             }
-            if peer.initiate && sa.initiator {
+            // An initiating peer left without an SA (not one whose SA was replaced by
+            // its rekey) tries again. (Looked up only for initiating peers: a responder
+            // holding many SAs does not scan them at each removal.)
+            let replaced = || {
+                self.sas.values().any(|s| {
+                    s.state == State::Established
+                        && s.peer.as_ref().is_some_and(|p| p.name == peer.name)
+                })
+            };
+            if peer.initiate && sa.initiator && !replaced() {
                 self.retry_at
                     .entry(peer.name.clone())
                     .or_insert_with(|| Instant::now() + RETRY_AFTER);
@@ -2603,6 +2772,9 @@ impl Engine {
         let mut resend = Vec::new();
         let mut dead = Vec::new();
         let mut dpd = Vec::new();
+        let mut rekey_ike = Vec::new();
+        let mut expired = Vec::new();
+        let mut gone = Vec::new();
         for (spi, sa) in &mut self.sas {
             if let Some(p) = &mut sa.pending {
                 let wait = RETRANSMIT_BASE * (1u32 << p.tries.min(10));
@@ -2612,7 +2784,7 @@ impl Engine {
                     } else {
                         p.tries += 1;
                         p.sent = now;
-                        resend.push((sa.local, sa.remote, p.datagram.clone()));
+                        resend.push((sa.local, sa.remote, p.datagrams.clone()));
                     }
                 }
                 continue;
@@ -2623,8 +2795,15 @@ impl Engine {
                 {
                     dead.push(*spi)
                 }
+                State::Rekeyed if sa.expire_at.is_some_and(|t| now >= t) => gone.push(*spi),
+                State::Established if sa.expire_at.is_some_and(|t| now >= t) => expired.push(*spi),
                 State::Established => {
-                    if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
+                    if sa.rekey_at.is_some_and(|t| now >= t)
+                        && sa.rekeying.is_none()
+                        && sa.collision.is_none()
+                    {
+                        rekey_ike.push(*spi);
+                    } else if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
                         if now.saturating_duration_since(sa.last_heard) >= d {
                             dpd.push(*spi);
                         }
@@ -2633,12 +2812,39 @@ impl Engine {
                 _ => {}
             }
         }
-        for (l, r, d) in resend {
-            self.counters.retransmitted += 1;
-            self.send(l, r, d, out);
+        for spi in gone {
+            self.remove_sa(spi, out);
         }
+        for spi in expired {
+            if let Some(sa) = self.sas.get(&spi) {
+                tracing::warn!(
+                    peer = sa.peer_name(),
+                    "IKE: the IKE SA reached ike_lifetime_s without being rekeyed: deleted"
+                );
+            }
+            self.delete_ike(spi, now, out);
+        }
+        for spi in rekey_ike {
+            self.rekey_ike(spi, None, now, out);
+        }
+        for (l, r, ds) in resend {
+            self.counters.retransmitted += 1;
+            for d in ds {
+                self.send(l, r, d, out);
+            }
+        }
+        self.expire_reassembly(now);
         for spi in dead {
             if let Some(sa) = self.sas.get(&spi) {
+                if matches!(sa.state, State::Deleting | State::Rekeyed) {
+                    // Going anyway (terminated, or replaced by its rekey).
+                    tracing::debug!(
+                        peer = sa.peer_name(),
+                        "IKE: no answer to the Delete of an IKE SA"
+                    );
+                    self.remove_sa(spi, out);
+                    continue;
+                }
                 if sa.state != State::HalfOpen {
                     tracing::warn!(peer = sa.peer_name(), remote = %sa.remote, "IKE: no answer from the peer after {MAX_RETRANSMITS} retransmissions: SA gone");
                     self.counters.failed.timeout += 1;
@@ -2673,7 +2879,11 @@ impl Engine {
             let Some(life) = sa.peer.as_ref().and_then(|p| p.child_lifetime) else {
                 continue;
             };
-            if sa.state != State::Established || sa.pending.is_some() || sa.rekeying.is_some() {
+            if sa.state != State::Established
+                || sa.pending.is_some()
+                || sa.rekeying.is_some()
+                || sa.collision.is_some()
+            {
                 continue;
             }
             let at = if sa.initiator {
@@ -2721,6 +2931,11 @@ impl Engine {
         }
     }
 }
+
+mod fragment;
+mod ike_rekey;
+
+pub use fragment::{MAX_FRAGMENTS, MAX_REASSEMBLED, MAX_REASSEMBLY_BYTES, REASSEMBLY_TIMEOUT};
 
 #[cfg(test)]
 mod tests;

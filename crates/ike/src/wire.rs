@@ -175,6 +175,9 @@ pub enum WireError {
     UnsupportedCritical(u8),
     #[error("more than {max} {what} in one message")]
     TooMany { what: &'static str, max: usize },
+    /// An SKF payload numbered 0, or past its Total Fragments (RFC 7383 §2.6).
+    #[error("SKF payload: fragment {number} of {total}")]
+    FragmentNumber { number: u16, total: u16 },
 }
 
 impl WireError {
@@ -197,7 +200,9 @@ impl WireError {
             WireError::Syntax { .. } | WireError::TooMany { .. } => {
                 Some((notify::INVALID_SYNTAX, vec![]))
             }
-            WireError::Short { .. } | WireError::Length { .. } => None,
+            WireError::Short { .. }
+            | WireError::Length { .. }
+            | WireError::FragmentNumber { .. } => None,
         }
     }
 
@@ -208,6 +213,7 @@ impl WireError {
             WireError::Version(_) => "version",
             WireError::Syntax { .. } | WireError::TooMany { .. } => "malformed",
             WireError::UnsupportedCritical(_) => "unsupported_critical",
+            WireError::FragmentNumber { .. } => "fragment_out_of_range",
         }
     }
 }
@@ -557,10 +563,7 @@ fn walk(
                 let n = u16::from_be_bytes([body[0], body[1]]);
                 let total = u16::from_be_bytes([body[2], body[3]]);
                 if n == 0 || total == 0 || n > total {
-                    return Err(WireError::syntax(
-                        "SKF payload",
-                        format!("fragment {n} of {total}"),
-                    ));
+                    return Err(WireError::FragmentNumber { number: n, total });
                 }
                 (8, Some((n, total)))
             } else {
@@ -1256,6 +1259,33 @@ mod tests {
             (at, ptype::SK, ptype::SA, 4)
         );
         assert_eq!(parse_payloads(e.first_inner, &b[at + 4..]).unwrap(), ps);
+    }
+
+    #[test]
+    fn skf_numbers_are_checked() {
+        let skf = |n: u16, total: u16| {
+            let (mut b, at) = encode_skf(header(), ptype::SA, n, total, &[1, 2, 3]);
+            let len = (b.len() - at) as u16;
+            b[at + 2..at + 4].copy_from_slice(&len.to_be_bytes());
+            let l = b.len() as u32;
+            b[24..28].copy_from_slice(&l.to_be_bytes());
+            parse(&b)
+        };
+        let e = skf(2, 3).unwrap().encrypted.unwrap();
+        assert_eq!(
+            (e.kind, e.header_len, e.fragment),
+            (ptype::SKF, 8, Some((2, 3)))
+        );
+        assert_eq!(
+            e.first_inner, 0,
+            "only fragment 1 names the first inner payload"
+        );
+        assert_eq!(skf(1, 3).unwrap().encrypted.unwrap().first_inner, ptype::SA);
+        for (n, total) in [(0, 3), (4, 3), (1, 0)] {
+            let e = skf(n, total).unwrap_err();
+            assert_eq!(e, WireError::FragmentNumber { number: n, total });
+            assert_eq!((e.reason(), e.notify()), ("fragment_out_of_range", None));
+        }
     }
 
     #[test]

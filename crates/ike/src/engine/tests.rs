@@ -25,6 +25,7 @@ fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
         ike_lifetime_s: 0,
         child_lifetime_s: 0,
         dpd_s: 30,
+        fragment_size: 1280,
     }
     .resolve(Some(PSK))
     .unwrap()
@@ -508,6 +509,7 @@ fn cert_config(
         ike_lifetime_s: 0,
         child_lifetime_s: 0,
         dpd_s: 30,
+        fragment_size: 1280,
     }
 }
 
@@ -829,4 +831,655 @@ fn rekey_of_an_unknown_child_is_refused() {
     assert_eq!(p.a.counters.failed.peer_refused, 1);
     assert_eq!(p.a.counters.child_rekeys, 0);
     assert_eq!(p.a.sas[&spi].children.len(), 1, "the old child stays");
+}
+
+// ---- IKE SA rekey ----
+
+/// The one IKE SA an engine has (after a rekey settles), checked established.
+fn the_sa(e: &Engine) -> &IkeSa {
+    let spi = only_spi(e);
+    let sa = &e.sas[&spi];
+    assert_eq!(sa.state, State::Established);
+    sa
+}
+
+/// After an IKE rekey settled: one SA on each side, new SPIs that agree, keys that agree,
+/// the child SA moved to it and nothing changed in the data plane.
+fn check_ike_rekeyed(p: &Pair, old: (u64, u64), rekeys: u64) {
+    let (a, b) = (the_sa(&p.a), the_sa(&p.b));
+    assert_eq!((a.spi_i, a.spi_r), (b.spi_i, b.spi_r));
+    assert_ne!((a.spi_i, a.spi_r), old, "new SPIs");
+    assert_ne!(a.initiator, b.initiator);
+    let (ka, kb) = (a.keys.as_ref().unwrap(), b.keys.as_ref().unwrap());
+    assert_eq!(*ka.sk_d, *kb.sk_d);
+    assert_eq!(*ka.sk_ei, *kb.sk_ei);
+    assert_eq!((a.next_id, b.next_id), (0, 0), "message IDs start again");
+    assert_eq!(a.children.len(), 1);
+    assert_eq!(b.children.len(), 1);
+    assert_eq!(a.children[0].spi_in, p.a_children[0].spi_in);
+    assert_eq!(b.children[0].spi_in, p.b_children[0].spi_in);
+    assert_eq!((p.a_children.len(), p.b_children.len()), (1, 1));
+    assert_eq!((p.a_down, p.b_down), (0, 0), "no child SA touched");
+    assert_eq!(
+        (p.a.counters.ike_rekeys, p.b.counters.ike_rekeys),
+        (rekeys, rekeys)
+    );
+}
+
+fn spis(e: &Engine) -> (u64, u64) {
+    let sa = the_sa(e);
+    (sa.spi_i, sa.spi_r)
+}
+
+/// The new SA works: liveness checks both ways, a child rekey, then a delete.
+fn check_new_sa_works(p: &mut Pair) {
+    let before = (p.a.counters.dpd_sent, p.b.counters.dpd_sent);
+    p.tick(Duration::from_secs(31));
+    assert!(p.a.counters.dpd_sent > before.0 && p.b.counters.dpd_sent > before.1);
+    assert_eq!(
+        (p.a.counters.failed.timeout, p.b.counters.failed.timeout),
+        (0, 0)
+    );
+    assert_eq!(
+        (
+            p.a.counters.dropped.integrity,
+            p.b.counters.dropped.integrity
+        ),
+        (0, 0)
+    );
+    let spi = only_spi(&p.a);
+    let old_in = p.a_children[0].spi_in;
+    let mut ev = vec![];
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_rekeyed(p);
+    let mut ev = vec![];
+    assert_eq!(p.a.terminate("b", p.now, &mut ev).unwrap(), 1);
+    p.run(ev, vec![], false);
+    assert_eq!((p.a.sas.len(), p.b.sas.len()), (0, 0));
+    assert_eq!((p.a_down, p.b_down), (2, 2));
+}
+
+#[test]
+fn ike_rekey_by_the_original_initiator() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_ike_rekeyed(&p, old, 1);
+    assert!(
+        the_sa(&p.a).initiator,
+        "the rekey's initiator is the new SA's"
+    );
+    let (ka, kold) = (the_sa(&p.a).keys.as_ref().unwrap(), &p.a_children[0]);
+    assert_ne!(*ka.sk_ei, *kold.key_out.encr);
+    check_new_sa_works(&mut p);
+}
+
+#[test]
+fn ike_rekey_by_the_original_responder() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.b);
+    let mut ev = vec![];
+    p.b.rekey_ike(old.1, None, p.now, &mut ev);
+    p.run(vec![], ev, false);
+    check_ike_rekeyed(&p, old, 1);
+    assert!(the_sa(&p.b).initiator && !the_sa(&p.a).initiator);
+    // And again, by the other side: SK_d of the second comes from the first's.
+    let old = spis(&p.a);
+    let sk_d = the_sa(&p.a).keys.as_ref().unwrap().sk_d.clone();
+    let mut ev = vec![];
+    p.a.rekey_ike(old.1, None, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    check_ike_rekeyed(&p, old, 2);
+    assert_ne!(*the_sa(&p.a).keys.as_ref().unwrap().sk_d, *sk_d);
+    check_new_sa_works(&mut p);
+}
+
+#[test]
+fn ike_rekey_keys_follow_section_2_18() {
+    let mut p = establish(
+        &["aes256-sha256-prfsha384-ecp384"],
+        &["aes256-sha256-prfsha384-ecp384"],
+    );
+    let old = spis(&p.a);
+    let old_sk_d = the_sa(&p.a).keys.as_ref().unwrap().sk_d.clone();
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    // Our request: an IKE proposal with our new 8-byte SPI, a nonce and a KE of the group.
+    let spi_new = p.a.sas[&old.0].ike_rekey.as_ref().unwrap().new_spi;
+    p.run(ev, vec![], false);
+    let sa = the_sa(&p.a);
+    assert_eq!(sa.spi_i, spi_new);
+    // SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr): recomputed from b's side of the
+    // exchange would need g^ir; instead both sides' keys agree and differ from a fresh
+    // derivation without the old SK_d.
+    let suite = suite_of(sa.suite.as_ref().unwrap());
+    let fresh = IkeKeys::derive(
+        &suite,
+        b"not the shared secret",
+        &sa.ni,
+        &sa.nr,
+        sa.spi_i,
+        sa.spi_r,
+    )
+    .unwrap();
+    assert_ne!(*fresh.sk_d, *sa.keys.as_ref().unwrap().sk_d);
+    assert_ne!(*old_sk_d, *sa.keys.as_ref().unwrap().sk_d);
+    check_ike_rekeyed(&p, old, 1);
+}
+
+#[test]
+fn ike_lifetime_rekeys_before_it_ends() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    for x in [&mut a, &mut b] {
+        x.ike_lifetime = Some(Duration::from_secs(100));
+        x.dpd = None;
+    }
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    let old = spis(&p.a);
+    // The initiator rekeys between 80 and 90 s, the responder not before 90 s.
+    p.tick(Duration::from_secs(79));
+    assert_eq!(p.a.counters.ike_rekeys, 0);
+    for _ in 0..11 {
+        p.tick(Duration::from_secs(1));
+    }
+    check_ike_rekeyed(&p, old, 1);
+    assert!(the_sa(&p.a).initiator);
+    // The new SA lives on past the old one's end, and is rekeyed in its turn.
+    p.tick(Duration::from_secs(20));
+    assert_eq!(p.a.established(), 1);
+    let old = spis(&p.a);
+    for _ in 0..80 {
+        p.tick(Duration::from_secs(1));
+    }
+    check_ike_rekeyed(&p, old, 2);
+    assert_eq!(p.a.counters.failed, FailCounters::default());
+}
+
+#[test]
+fn ike_sa_not_rekeyed_ends_at_its_lifetime() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "respond");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    a.ike_lifetime = Some(Duration::from_secs(100));
+    a.dpd = None;
+    b.dpd = None;
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    // b refuses every rekey: no IKE proposal of a's is b's any more.
+    let spi_b = only_spi(&p.b);
+    let mut other = (**p.b.sas[&spi_b].peer.as_ref().unwrap()).clone();
+    other.ike =
+        vec![crate::config::parse_ike_proposal("aes256-sha512-prfsha512-modp2048").unwrap()];
+    p.b.sas.get_mut(&spi_b).unwrap().peer = Some(Arc::new(other));
+    p.tick(Duration::from_secs(91));
+    assert_eq!(p.b.counters.failed.no_proposal, 1);
+    assert_eq!(p.a.counters.failed.peer_refused, 1);
+    assert_eq!(p.a.established(), 1, "still up after a refused rekey");
+    p.tick(Duration::from_secs(10));
+    assert_eq!((p.a.established(), p.b.established()), (0, 0));
+    assert_eq!((p.a_down, p.b_down), (1, 1));
+}
+
+/// Both sides ask at once: whichever wins, one new SA is left with the child SA, on both.
+#[test]
+fn simultaneous_ike_rekeys_leave_one_sa() {
+    let mut wins = [0, 0];
+    for _ in 0..12 {
+        let mut p = establish(&[], &[]);
+        let old = spis(&p.a);
+        let (mut ea, mut eb) = (vec![], vec![]);
+        p.a.rekey_ike(old.0, None, p.now, &mut ea);
+        p.b.rekey_ike(old.1, None, p.now, &mut eb);
+        p.run(ea, eb, false);
+        check_ike_rekeyed(&p, old, 1);
+        assert_eq!(p.a.counters.ike_rekey_collisions, 1);
+        assert_eq!(p.b.counters.ike_rekey_collisions, 1);
+        wins[usize::from(the_sa(&p.a).initiator)] += 1;
+        assert_eq!(p.a.counters.failed, FailCounters::default());
+        assert_eq!(
+            p.a.counters.dropped.unknown_spi + p.b.counters.dropped.unknown_spi,
+            0
+        );
+    }
+    // Random nonces: each side won some (12 fair draws: all one way has odds 1 in 2048).
+    assert!(wins[0] > 0 && wins[1] > 0, "{wins:?}");
+}
+
+/// The datagrams of `ev`.
+fn sent(ev: &[Event]) -> Vec<Vec<u8>> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Send { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// a finishes its rekey before b's request comes: a answers it TEMPORARY_FAILURE, b
+/// learns from that (or from the Delete of the old SA, whichever comes first) that a's
+/// new SA is the one.
+#[test]
+fn ike_rekey_collision_only_one_side_sees() {
+    for delete_first in [false, true] {
+        let mut p = establish(&[], &[]);
+        let old = spis(&p.a);
+        let (mut ea, mut eb) = (vec![], vec![]);
+        p.a.rekey_ike(old.0, None, p.now, &mut ea);
+        p.b.rekey_ike(old.1, None, p.now, &mut eb);
+        let (a_req, b_req) = (sent(&ea).remove(0), sent(&eb).remove(0));
+        let (na, nb) = (p.a_addr, p.b_addr);
+        let mut ev = vec![];
+        p.b.handle(p.now, nb, na, &a_req, &mut ev);
+        let b_answer = sent(&ev).remove(0);
+        ev.clear();
+        p.a.handle(p.now, na, nb, &b_answer, &mut ev);
+        let a_delete = sent(&ev).remove(0);
+        ev.clear();
+        p.a.handle(p.now, na, nb, &b_req, &mut ev);
+        let a_tempfail = sent(&ev).remove(0);
+        let reply = |p: &mut Pair, d: &[u8]| {
+            let mut ev = vec![];
+            p.b.handle(p.now, nb, na, d, &mut ev);
+            p.run(vec![], ev, false);
+        };
+        if delete_first {
+            reply(&mut p, &a_delete);
+            reply(&mut p, &a_tempfail);
+        } else {
+            reply(&mut p, &a_tempfail);
+            reply(&mut p, &a_delete);
+        }
+        p.tick(Duration::from_secs(1));
+        check_ike_rekeyed(&p, old, 1);
+        assert!(the_sa(&p.a).initiator, "a's rekey stays");
+        assert_eq!(p.b.counters.ike_rekey_collisions, 1);
+    }
+}
+
+#[test]
+fn ike_rekey_waits_for_a_child_rekey() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let (mut ea, mut eb) = (vec![], vec![]);
+    p.b.rekey_child(old.1, p.b_children[0].spi_in, p.now, &mut eb);
+    p.a.rekey_ike(old.0, None, p.now, &mut ea);
+    p.run(ea, eb, false);
+    // b was rekeying a child: TEMPORARY_FAILURE (§2.25.2); a tries again soon.
+    assert_eq!(p.b.counters.child_rekeys, 1);
+    assert_eq!(p.a.counters.ike_rekeys, 0);
+    assert!(p.a.sas[&old.0].rekey_at.is_some());
+    p.tick(Duration::from_secs(4));
+    assert_eq!(p.a.counters.ike_rekeys, 1);
+    assert_eq!(p.b.counters.ike_rekeys, 1);
+    assert_eq!(the_sa(&p.a).children.len(), 1);
+    assert_eq!(the_sa(&p.b).children.len(), 1);
+    assert_eq!(the_sa(&p.a).children[0].spi_in, p.a_children[1].spi_in);
+}
+
+#[test]
+fn ike_rekey_takes_the_group_the_peer_wants() {
+    let mut p = establish(
+        &[
+            "aes128gcm16-prfsha256-curve25519",
+            "aes128gcm16-prfsha256-ecp256",
+        ],
+        &["aes128gcm16-prfsha256-ecp256"],
+    );
+    let old = spis(&p.a);
+    let before = p.a.counters.invalid_ke_retried;
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, Some(Dh::Curve25519), p.now, &mut ev);
+    p.run(ev, vec![], false);
+    assert_eq!(p.a.counters.invalid_ke_retried, before + 1);
+    check_ike_rekeyed(&p, old, 1);
+    assert_eq!(the_sa(&p.a).suite.unwrap().dh, Dh::Ecp256);
+}
+
+#[test]
+fn retransmitted_ike_rekey_request_gets_the_same_answer() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    let req = sent(&ev).remove(0);
+    let mut first = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut first);
+    let mut again = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut again);
+    assert_eq!(sent(&first), sent(&again));
+    assert_eq!(p.b.counters.answered_again, 1);
+    assert_eq!(p.b.sas.len(), 2, "one new SA, not two");
+    p.run(vec![], first, false);
+    check_ike_rekeyed(&p, old, 1);
+    // Once a deleted the old SA, a late copy finds no SA.
+    let mut ev = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &req, &mut ev);
+    assert!(ev.is_empty());
+    assert_eq!(p.b.counters.dropped.unknown_spi, 1);
+}
+
+// ---- IKE fragmentation (RFC 7383) ----
+
+/// Both sides' IKE_AUTH in fragments of at most 576-byte IPv4 datagrams: certificates
+/// with an intermediate CA (RSA) one way, ECDSA the other.
+#[test]
+fn large_ike_auth_goes_in_fragments_both_ways() {
+    let (mut pa, mut pb) = cert_pair("frag", "rsa2048", "root", "p384", "root");
+    pa.fragment_size = 576;
+    pb.fragment_size = 576;
+    let p = run_pair(pa, pb);
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    check_child_keys(&p);
+    for m in [&p.wire_a[0], &p.wire_b[0]] {
+        let ps = wire::parse(m).unwrap().payloads;
+        assert!(wire::find_notify(&ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some());
+    }
+    // Every datagram after IKE_SA_INIT fits 576 bytes of IP (less 20 + 8 of headers).
+    for m in p.wire_a[1..].iter().chain(&p.wire_b[1..]) {
+        assert!(m.len() <= 576 - 28, "{} bytes", m.len());
+    }
+    let fragments = |w: &[Vec<u8>]| {
+        w.iter()
+            .filter(|m| {
+                wire::parse(m)
+                    .unwrap()
+                    .encrypted
+                    .is_some_and(|e| e.fragment.is_some())
+            })
+            .count() as u64
+    };
+    for (e, w, peer_w) in [(&p.a, &p.wire_a, &p.wire_b), (&p.b, &p.wire_b, &p.wire_a)] {
+        assert_eq!(e.counters.messages_fragmented, 1, "{:?}", e.counters);
+        assert_eq!(e.counters.fragments_sent, fragments(w));
+        assert!(
+            e.counters.fragments_sent >= 2,
+            "{}",
+            e.counters.fragments_sent
+        );
+        assert_eq!(e.counters.messages_reassembled, 1);
+        assert_eq!(e.counters.fragments_received, fragments(peer_w));
+        assert_eq!(e.counters.dropped, DropCounters::default());
+        assert_eq!(e.reasm_bytes, 0);
+    }
+}
+
+#[test]
+fn small_messages_and_unwilling_peers_are_not_fragmented() {
+    // PSK: IKE_AUTH is small at the default 1280.
+    let p = establish(&[], &[]);
+    assert_eq!(
+        p.a.counters.messages_fragmented + p.b.counters.messages_fragmented,
+        0
+    );
+    // A peer that does not announce fragmentation gets whole messages, however large.
+    let (mut pa, mut pb) = cert_pair("nofrag", "rsa2048", "root", "p384", "root");
+    pa.fragment_size = 576;
+    pb.fragment_size = 576;
+    let mut p = Pair::new(pa, pb);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    let Event::Send { data, .. } = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    let mut m = wire::parse(data).unwrap();
+    m.payloads.retain(
+        |x| !matches!(x, Payload::Notify(n) if n.kind == notify::IKEV2_FRAGMENTATION_SUPPORTED),
+    );
+    let stripped = wire::encode(m.header, &m.payloads);
+    let spi = only_spi(&p.a);
+    p.a.sas.get_mut(&spi).unwrap().init_req = stripped.clone();
+    let mut eb = vec![];
+    p.b.handle(p.now, p.b_addr, p.a_addr, &stripped, &mut eb);
+    p.run(vec![], eb, false);
+    assert_eq!(p.a.established(), 1);
+    assert_eq!(
+        p.a.counters.messages_fragmented + p.b.counters.messages_fragmented,
+        0
+    );
+    assert!(p.wire_a[0..].iter().any(|m| m.len() > 576));
+}
+
+/// An SKF message of a's SA for b, sealed with a's keys: fragment `n` of `total` of
+/// request `id` carrying `chunk`.
+fn forge_fragment(p: &mut Pair, id: u32, (n, total): (u16, u16), chunk: &[u8]) -> Vec<u8> {
+    let spi = only_spi(&p.a);
+    let sa = p.a.sas.get_mut(&spi).unwrap();
+    let h = sa.header(exchange::INFORMATIONAL, id, false);
+    let (mut m, at) = wire::encode_skf(h, wire::ptype::VENDOR, n, total, chunk);
+    sa.tx.as_mut().unwrap().seal(&mut m, at, 8).unwrap();
+    m
+}
+
+/// The plaintext of an INFORMATIONAL request carrying one Vendor ID payload of `len`
+/// bytes, and its three thirds.
+fn vendor_request(len: usize) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut plain = vec![];
+    wire::write_payloads(
+        &[Payload::Vendor(vec![0x5a; len])],
+        wire::ptype::NONE,
+        &mut plain,
+    );
+    let third = plain.len().div_ceil(3);
+    let parts = plain.chunks(third).map(<[u8]>::to_vec).collect();
+    (plain, parts)
+}
+
+#[test]
+fn hostile_fragments_are_counted_and_bounded() {
+    let mut p = establish(&[], &[]);
+    let (ia, ib) = (p.a_addr, p.b_addr);
+    let id = p.b.sas[&only_spi(&p.b)].peer_next;
+    let (_, parts) = vendor_request(3000);
+    let deliver = |p: &mut Pair, m: &[u8]| {
+        let mut ev = vec![];
+        p.b.handle(p.now, ib, ia, m, &mut ev);
+        sent(&ev).len()
+    };
+    // More fragments than allowed; numbered past the total; numbered 0.
+    let m = forge_fragment(&mut p, id, (1, MAX_FRAGMENTS + 1), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    let m = forge_fragment(&mut p, id, (4, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    let m = forge_fragment(&mut p, id, (0, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.fragment_out_of_range, 3);
+    // A forged fragment is not kept.
+    let mut m = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    let last = m.len() - 1;
+    m[last] ^= 1;
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.integrity, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // A duplicate, a smaller total, then the message whole in any order.
+    let m2 = forge_fragment(&mut p, id, (2, 3), &parts[1]);
+    assert_eq!(deliver(&mut p, &m2), 0);
+    assert_eq!(deliver(&mut p, &m2), 0);
+    assert_eq!(p.b.counters.dropped.fragment_duplicate, 1);
+    let m = forge_fragment(&mut p, id, (1, 2), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.fragment_out_of_range, 4);
+    let m3 = forge_fragment(&mut p, id, (3, 3), &parts[2]);
+    assert_eq!(deliver(&mut p, &m3), 0);
+    let m1 = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m1), 1, "answered once whole");
+    assert_eq!(p.b.counters.messages_reassembled, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // Its retransmission: answered again at fragment 1 only.
+    assert_eq!(deliver(&mut p, &m3), 0);
+    assert_eq!(deliver(&mut p, &m1), 1);
+    assert_eq!(p.b.counters.answered_again, 1);
+    // The next request: a larger total starts afresh (the sender made smaller pieces).
+    let id = id + 1;
+    let m = forge_fragment(&mut p, id, (1, 2), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    for (k, part) in parts.iter().enumerate() {
+        let m = forge_fragment(&mut p, id, (k as u16 + 1, 3), part);
+        assert_eq!(deliver(&mut p, &m), usize::from(k == 2));
+    }
+    // Too big to ever be whole: given up.
+    let id = id + 1;
+    let big = vec![0u8; 40_000];
+    let m = forge_fragment(&mut p, id, (1, 3), &big);
+    assert_eq!(deliver(&mut p, &m), 0);
+    let m = forge_fragment(&mut p, id, (2, 3), &big);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.fragment_too_big, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // Fragments that never complete are dropped after the timeout.
+    let m = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert!(p.b.reasm_bytes > 0);
+    p.now += REASSEMBLY_TIMEOUT;
+    let mut ev = vec![];
+    p.b.tick(p.now, &mut ev);
+    assert_eq!(p.b.counters.dropped.fragment_timeout, 1);
+    assert_eq!(p.b.reasm_bytes, 0);
+    // Fragments on an SA that did not negotiate them are not expected.
+    let spi_b = only_spi(&p.b);
+    p.b.sas.get_mut(&spi_b).unwrap().frag = false;
+    let before = p.b.counters.dropped.unexpected;
+    let m = forge_fragment(&mut p, id, (1, 3), &parts[0]);
+    assert_eq!(deliver(&mut p, &m), 0);
+    assert_eq!(p.b.counters.dropped.unexpected, before + 1);
+    assert_eq!(p.b.established(), 1, "the SA is untouched");
+    assert_eq!(p.b.counters.failed, FailCounters::default());
+}
+
+/// A bare established SA (our SPI 2) to feed fragments to.
+fn bare_engine() -> Engine {
+    let mut e = Engine::new(vec![]);
+    let at: SocketAddr = "192.0.2.1:500".parse().unwrap();
+    let mut sa = IkeSa::new(
+        None,
+        false,
+        (1, 2),
+        (at, at),
+        State::Established,
+        Instant::now(),
+    );
+    sa.frag = true;
+    e.sas.insert(2, sa);
+    e
+}
+
+proptest::proptest! {
+    /// Fragments in any order, with duplicates and stray ones of another total: the
+    /// message comes out whole, byte for byte, exactly when its last missing fragment
+    /// comes; each duplicate is counted; nothing stays held.
+    #[test]
+    fn reassembly_in_any_order(
+        len in 1usize..6000,
+        chunk in 1usize..1500,
+        picks in proptest::collection::vec(0usize..64, 0..120),
+        strays in proptest::collection::vec((0usize..120, 1u16..4), 0..4),
+    ) {
+        let mut e = bare_engine();
+        let now = Instant::now();
+        let msg: Vec<u8> = (0..len).map(|k| (k * 7 + 3) as u8).collect();
+        let parts: Vec<&[u8]> = msg.chunks(chunk).collect();
+        let total = parts.len();
+        proptest::prop_assume!(total <= usize::from(MAX_FRAGMENTS));
+        let h = Header { message_id: 5, exchange: exchange::INFORMATIONAL, ..Default::default() };
+        // Every fragment once, then the random picks (duplicates), in an order the picks
+        // also scramble.
+        let mut order: Vec<usize> = (0..total).collect();
+        for (k, p) in picks.iter().enumerate() {
+            order.swap(k % total, p % total);
+            order.push(p % total);
+        }
+        let mut seen = vec![false; total];
+        let mut done = None;
+        let mut dups = 0;
+        for (step, k) in order.iter().copied().enumerate() {
+            if done.is_some() {
+                // After completion the same fragments would open a new message.
+                break;
+            }
+            for (at, t) in &strays {
+                if *at == step && usize::from(*t) < total && seen.iter().any(|s| *s) {
+                    // A smaller total than the message's: refused, nothing changes.
+                    let r = e.reassemble(2, &h, (1, *t), 9, Zeroizing::new(vec![1]), now);
+                    proptest::prop_assert!(r.is_none());
+                }
+            }
+            let r = e.reassemble(
+                2,
+                &h,
+                (k as u16 + 1, total as u16),
+                wire::ptype::VENDOR,
+                Zeroizing::new(parts[k].to_vec()),
+                now,
+            );
+            if seen[k] {
+                dups += 1;
+            }
+            seen[k] = true;
+            if let Some((first, whole)) = r {
+                proptest::prop_assert!(seen.iter().all(|s| *s), "whole only at the end");
+                proptest::prop_assert_eq!(first, wire::ptype::VENDOR);
+                proptest::prop_assert_eq!(&whole[..], &msg[..]);
+                done = Some(step);
+            } else {
+                proptest::prop_assert!(seen.iter().any(|s| !*s));
+            }
+        }
+        proptest::prop_assert!(done.is_some());
+        proptest::prop_assert_eq!(e.counters.dropped.fragment_duplicate, dups);
+        proptest::prop_assert_eq!(e.counters.messages_reassembled, 1);
+        // Whatever the stray pieces after completion started is released with the SA.
+        let mut ev = vec![];
+        e.remove_sa(2, &mut ev);
+        proptest::prop_assert_eq!(e.reasm_bytes, 0);
+    }
+}
+
+/// A child Delete from the peer that crossed the IKE rekey (sent on the old IKE SA) still
+/// finds the child, now on the new SA.
+#[test]
+fn child_delete_crossing_an_ike_rekey_finds_the_child() {
+    let mut p = establish(&[], &[]);
+    let old = spis(&p.a);
+    let (ia, ib) = (p.a_addr, p.b_addr);
+    let mut ev = vec![];
+    p.a.rekey_ike(old.0, None, p.now, &mut ev);
+    let mut eb = vec![];
+    p.b.handle(p.now, ib, ia, &sent(&ev)[0], &mut eb);
+    let mut ea = vec![];
+    p.a.handle(p.now, ia, ib, &sent(&eb)[0], &mut ea);
+    assert_eq!(p.a.counters.ike_rekeys, 1);
+    // b, on the old SA, deletes its child.
+    let b_in = p.b_children[0].spi_in;
+    let mut eb = vec![];
+    p.b.send_request(
+        old.1,
+        exchange::INFORMATIONAL,
+        Asked::DeleteChild(b_in),
+        &[Payload::Delete {
+            protocol: proto::ESP,
+            spis: vec![b_in.to_be_bytes().to_vec()],
+        }],
+        p.now,
+        &mut eb,
+    );
+    let mut ea = vec![];
+    p.a.handle(p.now, ia, ib, &sent(&eb)[0], &mut ea);
+    assert!(
+        ea.iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_out, .. } if *spi_out == b_in)),
+        "{ea:?}"
+    );
+    let new_a =
+        p.a.sas
+            .values()
+            .find(|s| s.state == State::Established)
+            .unwrap();
+    assert!(new_a.children.is_empty());
 }
