@@ -2910,16 +2910,20 @@ impl Engine {
             self.counters.dpd_sent += 1;
             self.send_request(spi, exchange::INFORMATIONAL, Asked::Dpd, &[], now, out);
         }
-        // Initiating peers without an SA.
+        // Initiating peers without an SA (the SAs looked at once, not once per peer).
+        if !self.peers.iter().any(|p| p.initiate) {
+            return;
+        }
+        let live: std::collections::HashSet<&str> = self
+            .sas
+            .values()
+            .filter(|s| s.state != State::Deleting)
+            .filter_map(|s| s.peer.as_ref().map(|q| q.name.as_str()))
+            .collect();
         let want: Vec<String> = self
             .peers
             .iter()
-            .filter(|p| p.initiate)
-            .filter(|p| {
-                !self.sas.values().any(|s| {
-                    s.state != State::Deleting && s.peer.as_ref().is_some_and(|q| q.name == p.name)
-                })
-            })
+            .filter(|p| p.initiate && !live.contains(p.name.as_str()))
             .filter(|p| self.retry_at.get(&p.name).is_none_or(|t| now >= *t))
             .map(|p| p.name.clone())
             .collect();
