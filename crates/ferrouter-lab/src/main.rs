@@ -1652,7 +1652,10 @@ fn qos_bench(a: QosArgs) -> Result<()> {
         ..lab::qosbench::Options::default()
     };
     lab::qosbench::check(&opts)?;
-    let r = lab::qosbench::run(&opts, &|m| eprintln!("... {m}"))?;
+    lab::qosbench::tear_down_on_signal(&opts.prefix)?;
+    let r = lab::qosbench::run(&opts, &|m| eprintln!("... {m}"));
+    lab::wait_if_tearing_down();
+    let r = r?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
