@@ -279,6 +279,15 @@ enum Bench {
     /// with at most 0.1 % failed (TCP, UDP), concurrent connections held, CPU time per
     /// connection, the same rules on both DUTs. Needs root, nftables and conntrack.
     Firewall(FirewallArgs),
+    /// Ferrouter's QoS against Linux tc (issue 28), the same policy on both (DSCP
+    /// classification and marking, EF strict priority, AF41 and best effort 40:60, a
+    /// shaper; Linux: nftables marking, HTB with fq_codel leaves, or pfifo where the kernel
+    /// has no fq_codel, and u32 filters), in the RFC 2544 veth topology. cost: zero-loss
+    /// throughput per profile with QoS off and on (the shaper at the line rate).
+    /// congestion: a shaper at --rate offered twice that in three classes: EF's loss and
+    /// p99 latency, each class's delivered rate against its share, the shaper's accuracy.
+    /// Needs root, iproute2 (tc) and nftables.
+    Qos(QosArgs),
     /// Routing convergence by traffic, as the EANTC/6WIND reports measure it: two peers
     /// advertise the same routes to FRR, the primary preferred (bgp: BIRD, GoBGP or the
     /// tester's emulated BGP routers over eBGP, by local preference; ospf: BIRD or the tester's emulated OSPF routers
@@ -742,6 +751,68 @@ struct FirewallArgs {
     chart: Option<std::path::PathBuf>,
 }
 
+#[derive(Args)]
+struct QosArgs {
+    /// DUTs, comma-separated: ferrouter, linux.
+    #[arg(long, value_delimiter = ',', default_value = "ferrouter,linux")]
+    dut: Vec<String>,
+    /// Tests, comma-separated: cost (NDR with QoS off and on), congestion (the shaper at
+    /// --rate offered --oversubscription times that).
+    #[arg(long, value_delimiter = ',', default_value = "cost,congestion")]
+    test: Vec<String>,
+    /// cost: traffic profiles, comma-separated (IPv4: ipv4-<size>, imix1).
+    #[arg(long, value_delimiter = ',', default_value = "ipv4-64,imix1")]
+    profile: Vec<String>,
+    /// cost: transports, comma-separated (veth; ferrouter also memif). Default: veth.
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<String>,
+    /// Flows (UDP source ports), 1..=60000.
+    #[arg(long, default_value_t = 1000)]
+    flows: u32,
+    /// cost: seconds of the search's final trials (the first ones are shorter).
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// cost: line rate per direction, Gbit/s: where the search starts, and the shaper's
+    /// rate with QoS on.
+    #[arg(long, default_value_t = 10.0)]
+    line_rate: f64,
+    /// cost: the search stops when its bounds are this close, percent.
+    #[arg(long, default_value_t = 1.0)]
+    resolution: f64,
+    /// cost: most trials of one search.
+    #[arg(long, default_value_t = 40)]
+    max_trials: u32,
+    /// Repetitions: qos-off and qos-on alternate, and so do the DUTs; the cost and the
+    /// ratios are medians of the paired ratios.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// congestion: the shaper's rate R, Mbit/s (Ethernet frames without FCS).
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// congestion: the offered load, times R.
+    #[arg(long, default_value_t = 2.0)]
+    oversubscription: f64,
+    /// congestion: the traffic profile (IPv4).
+    #[arg(long, default_value = "imix1")]
+    congestion_profile: String,
+    /// congestion: seconds of the trial.
+    #[arg(long, default_value_t = 5.0)]
+    congestion_duration: f64,
+    /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
+    #[arg(long, default_value = "fqs")]
+    netns_prefix: String,
+    /// Seed of the frame-size shuffle.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG chart: the NDR with QoS off and on per profile (without the cost
+    /// test: the delivered rate per class under congestion); one colour per DUT.
+    #[arg(long, value_name = "FILE")]
+    chart: Option<std::path::PathBuf>,
+}
+
 /// `bench ipsec`: from memory (ESP through the codec per algorithm and SA count, JSON field
 /// "inmemory"), or live (two gateways per DUT under the RFC 2544 tester, JSON field
 /// "runs"), selected by `--dut` or `--live`. Each half has its own flags.
@@ -1138,6 +1209,7 @@ fn main() -> Result<()> {
         Cmd::Bench(Bench::Ike(a)) => ike_bench(a),
         Cmd::Bench(Bench::Stateful(a)) => stateful(a),
         Cmd::Bench(Bench::Firewall(a)) => firewall_bench(a),
+        Cmd::Bench(Bench::Qos(a)) => qos_bench(a),
         Cmd::Bench(Bench::BgpSpeaker { routes, seed, json }) => {
             if routes > 10_000_000 {
                 bail!("--routes is limited to 10M");
@@ -1527,6 +1599,67 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{}", lab::fwbench::table(&r));
+    }
+    if let Some(path) = &a.chart {
+        r.chart(path)?;
+        eprintln!("... chart written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn qos_bench(a: QosArgs) -> Result<()> {
+    use lab::rfc2544::dut::{DutKind, Transport};
+    check_search_args(a.duration, a.line_rate, a.resolution)?;
+    if a.max_trials == 0 || a.max_trials > 500 {
+        bail!("--max-trials must be 1..=500");
+    }
+    if !(a.rate.is_finite() && (1.0..=10_000.0).contains(&a.rate)) {
+        bail!("--rate is Mbit/s, 1 to 10000, got {}", a.rate);
+    }
+    if dataplane::worker::cores().len() < 2 {
+        bail!("the QoS bench needs 2 cores: one for the tester, one for the DUT");
+    }
+    let opts = lab::qosbench::Options {
+        prefix: a.netns_prefix.clone(),
+        duts: a
+            .dut
+            .iter()
+            .map(|d| DutKind::parse(d))
+            .collect::<Result<_>>()?,
+        tests: a
+            .test
+            .iter()
+            .map(|t| lab::qosbench::Test::parse(t))
+            .collect::<Result<_>>()?,
+        transports: a
+            .transport
+            .iter()
+            .map(|t| Transport::parse(t))
+            .collect::<Result<_>>()?,
+        profiles: a.profile.clone(),
+        flows: a.flows,
+        duration: a.duration,
+        line_rate_gbps: a.line_rate,
+        resolution_pct: a.resolution,
+        max_trials: a.max_trials,
+        repeat: a.repeat,
+        rate_bps: (a.rate * 1e6).round() as u64,
+        oversubscription: a.oversubscription,
+        congestion_profile: a.congestion_profile.clone(),
+        congestion_s: a.congestion_duration,
+        ferrouter_bin: ferrouter_bin()?,
+        seed: a.seed,
+        ..lab::qosbench::Options::default()
+    };
+    lab::qosbench::check(&opts)?;
+    lab::qosbench::tear_down_on_signal(&opts.prefix)?;
+    let r = lab::qosbench::run(&opts, &|m| eprintln!("... {m}"));
+    lab::wait_if_tearing_down();
+    let r = r?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", r.table());
     }
     if let Some(path) = &a.chart {
         r.chart(path)?;

@@ -1393,6 +1393,7 @@ pub fn throughput(opts: &ThroughputOptions, log: &(dyn Fn(&str) + Sync)) -> Resu
             warmup_s: (3.0 * f64::from(opts.flows) / 10_000.0).max(0.2),
             replies: Some(replies),
             setup: Some(std::sync::Arc::new(setup)),
+            classes: vec![],
         };
         let rep = crate::rfc2544::run(&ro, log)
             .with_context(|| format!("throughput, {name}, {rules} rule(s)"))?;

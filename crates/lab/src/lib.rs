@@ -618,6 +618,7 @@ pub mod ikeload;
 pub mod ipsec;
 pub mod ipsecbench;
 pub mod ospf;
+pub mod qosbench;
 pub mod rfc2544;
 pub mod route_sync;
 pub mod speaker_bench;

@@ -11,8 +11,8 @@
 //! to one worker at `rate / workers` until a rebalancing catches up, and need a thread to
 //! do it), nothing is ever locked, and a single worker pays only uncontended atomic
 //! operations. The price is a cache line that moves between cores when several workers
-//! charge the same bucket at once; measuring it against per-worker shares is left to
-//! `ferrouter bench qos` (issue 28).
+//! charge the same bucket at once: `examples/policer_sharing.rs` measures it against
+//! per-worker shares (docs/performance.md, issue 28).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 

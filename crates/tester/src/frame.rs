@@ -207,6 +207,25 @@ impl Template {
         }
     }
 
+    /// The same template with its DSCP set to `dscp` (0-63; higher bits ignored): the
+    /// IPv4 TOS byte's upper six bits or the IPv6 traffic class's, ECN left 0.
+    pub fn with_dscp(mut self, dscp: u8) -> Template {
+        let tc = (dscp & 0x3f) << 2;
+        let ip = &mut self.bytes[ETH_LEN..];
+        match self.kind.family {
+            Family::Ipv4 => {
+                ip[1] = tc;
+                // Addresses and checksum are still zero in the template.
+                self.ip_sum = wire::checksum::sum(&ip[..20]);
+            }
+            Family::Ipv6 => {
+                ip[0] = 0x60 | (tc >> 4);
+                ip[1] = (ip[1] & 0x0f) | (tc << 4);
+            }
+        }
+        self
+    }
+
     /// The frame kind.
     pub fn kind(&self) -> FrameKind {
         self.kind
@@ -373,10 +392,12 @@ mod tests {
             seq in proptest::num::u32::ANY,
             ts in proptest::num::u32::ANY,
             ttl in proptest::num::u8::ANY,
+            dscp in 0u8..64,
         ) {
             let family = if v6 { Family::Ipv6 } else { Family::Ipv4 };
             let (src, dst) = if v6 { (src, dst) } else { (src & 0xffff_ffff, dst & 0xffff_ffff) };
-            let t = Template::new(FrameKind { family, size }, [1; 6], [2; 6], ttl, true);
+            let t = Template::new(FrameKind { family, size }, [1; 6], [2; 6], ttl, true)
+                .with_dscp(dscp);
             let mut b = vec![0u8; 2048];
             t.fill(&mut b, src, dst, sport, dport, stream, seq, ts);
             let f = &b[..t.len()];
@@ -386,9 +407,12 @@ mod tests {
                 let u = UdpPacket::new_checked(ip.payload()).unwrap();
                 let ps = pseudo_v6(&ip.src_addr(), &ip.dst_addr(), 17, u32::from(u.len()));
                 proptest::prop_assert!(u.checksum() != 0 && u.verify_checksum(ps));
+                proptest::prop_assert_eq!(ip.traffic_class(), dscp << 2);
+                proptest::prop_assert_eq!(ip.version(), 6);
             } else {
                 let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
                 proptest::prop_assert!(ip.verify_checksum());
+                proptest::prop_assert_eq!(ip.dscp(), dscp);
                 let u = UdpPacket::new_checked(ip.payload()).unwrap();
                 proptest::prop_assert!(u.checksum() != 0);
                 proptest::prop_assert!(u.verify_checksum(pseudo_v4(ip.src_addr(), ip.dst_addr(), 17, u.len())));

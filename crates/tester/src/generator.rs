@@ -78,6 +78,86 @@ pub struct TrafficConfig {
     pub ttl: u8,
     /// Fill the UDP checksum of IPv4 frames (optional in IPv4; IPv6 frames always have it).
     pub udp_checksum_v4: bool,
+    /// Traffic classes (empty: one class, DSCP 0, not reported apart). Each direction's
+    /// frame slots go to the classes in proportion to their weights, interleaved (a smooth
+    /// weighted round robin, [`class_cycle`]): the frame of sequence number `seq` belongs
+    /// to class `cycle[seq % cycle.len()]`, so the receiver knows every frame's class from
+    /// its signature alone and nothing more goes on the wire. A class's frames carry its
+    /// DSCP; [`TrialResult::classes`] counts each class apart.
+    pub classes: Vec<TrafficClass>,
+}
+
+/// One traffic class of a trial (see [`TrafficConfig::classes`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficClass {
+    /// Name, as results report it.
+    pub name: String,
+    /// DSCP of its frames (0-63).
+    pub dscp: u8,
+    /// Its share of the frame slots, relative to the other classes' weights (> 0).
+    pub weight: u32,
+}
+
+/// Most traffic classes of a trial.
+pub const MAX_CLASSES: usize = 16;
+
+/// Most frame slots in one round of the class cycle (the weights' sum, divided by their
+/// greatest common divisor).
+pub const MAX_CLASS_CYCLE: u32 = 1 << 16;
+
+/// The class of each frame slot in one round: a smooth weighted round robin of the
+/// classes' weights (divided by their greatest common divisor), so each class's slots are
+/// spread evenly over the round. `[0]` when there are no classes. Fails on more than
+/// [`MAX_CLASSES`] classes, a DSCP above 63, a weight of 0, or a round longer than
+/// [`MAX_CLASS_CYCLE`].
+pub fn class_cycle(classes: &[TrafficClass]) -> Result<Vec<u8>> {
+    if classes.is_empty() {
+        return Ok(vec![0]);
+    }
+    if classes.len() > MAX_CLASSES {
+        bail!("{} traffic classes: at most {MAX_CLASSES}", classes.len());
+    }
+    for c in classes {
+        if c.dscp > 63 {
+            bail!("traffic class {:?}: DSCP {} is not 0-63", c.name, c.dscp);
+        }
+        if c.weight == 0 {
+            bail!(
+                "traffic class {:?}: weight 0 (it would get no frames)",
+                c.name
+            );
+        }
+    }
+    let gcd = |mut a: u32, mut b: u32| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let g = classes.iter().fold(0, |g, c| gcd(g, c.weight));
+    let w: Vec<u64> = classes.iter().map(|c| u64::from(c.weight / g)).collect();
+    let total: u64 = w.iter().sum();
+    if total > u64::from(MAX_CLASS_CYCLE) {
+        bail!(
+            "traffic class weights make a round of {total} frames (at most {MAX_CLASS_CYCLE}): use smaller weights"
+        );
+    }
+    let mut current = vec![0i64; w.len()];
+    let mut out = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        for (c, x) in current.iter_mut().zip(&w) {
+            *c += *x as i64;
+        }
+        let mut best = 0;
+        for i in 1..current.len() {
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total as i64;
+        out.push(best as u8);
+    }
+    Ok(out)
 }
 
 impl TrafficConfig {
@@ -95,6 +175,7 @@ impl TrafficConfig {
             seed: 1,
             ttl: DEFAULT_TTL,
             udp_checksum_v4: true,
+            classes: Vec::new(),
         }
     }
 
@@ -218,6 +299,47 @@ pub struct TrialResult {
     pub latency: LatencyStats,
     /// Per direction and family.
     pub streams: Vec<StreamResult>,
+    /// Time from the first to the last receive burst that brought distinct frames of this
+    /// trial, s (0 when fewer than two did): the window over which a DUT that queues (a
+    /// shaper) delivered what it delivered.
+    #[serde(default)]
+    pub rx_window_s: f64,
+    /// Per traffic class, over both directions, when the traffic has classes
+    /// ([`TrafficConfig::classes`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassResult>,
+}
+
+/// Counts of one traffic class in a trial (both directions together).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassResult {
+    /// The class's name.
+    pub name: String,
+    /// The DSCP its frames were sent with.
+    pub dscp: u8,
+    /// Frames sent.
+    pub tx: u64,
+    /// Distinct frames received.
+    pub rx: u64,
+    /// `tx − rx`.
+    pub lost: u64,
+    /// Bytes sent, frame sizes with FCS.
+    pub tx_bytes: u64,
+    /// Bytes of distinct frames received, with FCS.
+    pub rx_bytes: u64,
+    /// Latency of its frames received (duplicates included, as [`TrialResult::latency`]).
+    pub latency: LatencyStats,
+}
+
+impl ClassResult {
+    /// `lost / tx` (0 when nothing was sent).
+    pub fn loss_ratio(&self) -> f64 {
+        if self.tx == 0 {
+            0.0
+        } else {
+            self.lost as f64 / self.tx as f64
+        }
+    }
 }
 
 impl TrialResult {
@@ -246,12 +368,15 @@ impl TrialResult {
 /// Per-direction state: templates and flow cursors (fixed), schedule and counters (per
 /// trial), and the bitmap of received sequence numbers.
 struct DirState {
-    /// Template per kind index.
+    /// Template per kind index and class: `templates[kind * classes + class]`.
     templates: Vec<Template>,
+    /// Traffic classes (at least 1).
+    classes: usize,
     flows: [Option<FlowSet>; 2],
     cursor: [FlowCursor; 2],
-    /// Position in the kind cycle.
-    pat: usize,
+    /// Position in the kind cycle, per traffic class: each class goes through the whole
+    /// cycle, so every class gets the profile's mix of sizes whatever the weights.
+    pat: [usize; MAX_CLASSES],
     /// Per trial:
     active: bool,
     planned: u64,
@@ -269,13 +394,27 @@ struct DirState {
     /// Highest sequence seen + 1 per family (0: none).
     highest: [u64; 2],
     seen: Vec<u64>,
+    /// Per class: frames and bytes sent, distinct frames and bytes received.
+    class_tx: Vec<[u64; 4]>,
 }
 
 impl DirState {
+    /// The frame kind of kind index `ki`.
+    #[inline]
+    fn kind(&self, ki: u8) -> FrameKind {
+        self.templates.get(usize::from(ki) * self.classes).map_or(
+            FrameKind {
+                family: Family::Ipv4,
+                size: 64,
+            },
+            Template::kind,
+        )
+    }
+
     /// Start a trial of `planned` slots whose receive bitmap records `capacity` frames.
     fn reset(&mut self, planned: u64, capacity: u64) -> Result<()> {
         self.cursor = [FlowCursor::default(); 2];
-        self.pat = 0;
+        self.pat = [0; MAX_CLASSES];
         self.active = true;
         self.planned = planned;
         self.capacity = capacity;
@@ -289,6 +428,7 @@ impl DirState {
         self.dup = [0; 2];
         self.reord = [0; 2];
         self.highest = [0; 2];
+        self.class_tx.fill([0; 4]);
         let words = capacity.div_ceil(64) as usize;
         if words <= SMALL_BITMAP_WORDS && self.seen.len() >= words {
             self.seen[..words].fill(0);
@@ -332,6 +472,11 @@ struct RxCounters {
     misdirected: u64,
     port_full: u64,
     no_buffer: u64,
+    /// A distinct frame of this trial came in the current receive burst.
+    got: bool,
+    /// Clock at the first and the last receive burst with distinct frames (0: none yet).
+    first_rx_ns: u64,
+    last_rx_ns: u64,
 }
 
 /// The receive bitmap of a trial is sized for at most this rate per direction (several
@@ -349,6 +494,12 @@ pub struct Generator {
     dirs: Vec<DirState>,
     tag: u16,
     hist: LatencyHistogram,
+    /// The traffic classes (empty: none configured) and the class of each slot of a
+    /// round ([`class_cycle`]).
+    classes: Vec<TrafficClass>,
+    class_cycle: Vec<u8>,
+    /// Latency per class (empty without classes).
+    class_hist: Vec<LatencyHistogram>,
     rxc: RxCounters,
     rxv: Box<Vector>,
     pkts: Vec<Pkt>,
@@ -382,6 +533,8 @@ impl Generator {
             .map(|k| kinds.iter().position(|x| x == k).unwrap_or(0) as u8)
             .collect();
         let flows = cfg.flows_per_family();
+        let class_cycle = class_cycle(&cfg.classes)?;
+        let nclasses = cfg.classes.len().max(1);
         let mut dirs = Vec::new();
         for (d, dc) in std::iter::once(&cfg.forward)
             .chain(cfg.reverse.as_ref())
@@ -404,16 +557,22 @@ impl Generator {
                 };
                 sets[fam.index()] = Some(FlowSet::new(fam, ep, flows[fam.index()])?);
             }
+            let mut templates = Vec::with_capacity(kinds.len() * nclasses);
+            for &k in &kinds {
+                let t = Template::new(k, dc.src_mac, dc.dst_mac, cfg.ttl, cfg.udp_checksum_v4);
+                for c in &cfg.classes {
+                    templates.push(t.clone().with_dscp(c.dscp));
+                }
+                if cfg.classes.is_empty() {
+                    templates.push(t);
+                }
+            }
             dirs.push(DirState {
-                templates: kinds
-                    .iter()
-                    .map(|&k| {
-                        Template::new(k, dc.src_mac, dc.dst_mac, cfg.ttl, cfg.udp_checksum_v4)
-                    })
-                    .collect(),
+                templates,
+                classes: nclasses,
                 flows: sets,
                 cursor: [FlowCursor::default(); 2],
-                pat: 0,
+                pat: [0; MAX_CLASSES],
                 active: false,
                 planned: 0,
                 capacity: 0,
@@ -428,6 +587,7 @@ impl Generator {
                 reord: [0; 2],
                 highest: [0; 2],
                 seen: Vec::new(),
+                class_tx: vec![[0; 4]; nclasses],
             });
         }
         Ok(Generator {
@@ -437,6 +597,13 @@ impl Generator {
             dirs,
             tag: (cfg.seed as u16) & ((1 << TAG_BITS) - 1),
             hist: LatencyHistogram::new(),
+            class_hist: cfg
+                .classes
+                .iter()
+                .map(|_| LatencyHistogram::new())
+                .collect(),
+            classes: cfg.classes.clone(),
+            class_cycle,
             rxc: RxCounters::default(),
             rxv: Box::default(),
             pkts: vec![Pkt::default(); VECTOR_SIZE],
@@ -564,6 +731,9 @@ impl Generator {
         }
         self.tag = (self.tag + 1) & ((1 << TAG_BITS) - 1);
         self.hist.clear();
+        for h in &mut self.class_hist {
+            h.clear();
+        }
         self.rxc = RxCounters::default();
 
         let Generator {
@@ -571,6 +741,9 @@ impl Generator {
             dirs,
             tag,
             hist,
+            classes,
+            class_cycle,
+            class_hist,
             rxc,
             rxv,
             pkts,
@@ -581,6 +754,8 @@ impl Generator {
         let mut rx = Rx {
             dirs,
             hist,
+            class_cycle,
+            class_hist,
             c: rxc,
             v: rxv,
             tag,
@@ -625,7 +800,7 @@ impl Generator {
                     let sent = if d == 0 {
                         send(
                             st,
-                            cycle,
+                            (cycle, rx.class_cycle),
                             stream,
                             n,
                             ts,
@@ -639,7 +814,7 @@ impl Generator {
                     } else {
                         send(
                             st,
-                            cycle,
+                            (cycle, rx.class_cycle),
                             stream,
                             n,
                             ts,
@@ -705,8 +880,27 @@ impl Generator {
             tx_port_full: rx.c.port_full,
             tx_no_buffer: rx.c.no_buffer,
             latency: rx.hist.stats(),
+            rx_window_s: rx.c.last_rx_ns.saturating_sub(rx.c.first_rx_ns) as f64 / 1e9,
             ..Default::default()
         };
+        for (i, c) in classes.iter().enumerate() {
+            let mut cr = ClassResult {
+                name: c.name.clone(),
+                dscp: c.dscp,
+                latency: rx.class_hist.get(i).map(|h| h.stats()).unwrap_or_default(),
+                ..Default::default()
+            };
+            for st in rx.dirs.iter().take(ndirs) {
+                if let Some(&[tx, tx_bytes, rx, rx_bytes]) = st.class_tx.get(i) {
+                    cr.tx += tx;
+                    cr.tx_bytes += tx_bytes;
+                    cr.rx += rx;
+                    cr.rx_bytes += rx_bytes;
+                }
+            }
+            cr.lost = cr.tx.saturating_sub(cr.rx);
+            r.classes.push(cr);
+        }
         for (d, st) in rx.dirs.iter().enumerate().take(ndirs) {
             r.tx_skipped += st.skipped;
             r.tx_bytes += st.tx_bytes;
@@ -756,7 +950,7 @@ impl Generator {
 #[inline]
 fn send<M: PacketMemory, P: Port<M>>(
     st: &mut DirState,
-    cycle: &[u8],
+    (cycle, class_cycle): (&[u8], &[u8]),
     stream: [u16; 2],
     n: usize,
     ts: u32,
@@ -770,9 +964,31 @@ fn send<M: PacketMemory, P: Port<M>>(
     let pat0 = st.pat;
     let cursor0 = st.cursor;
     let mut k = 0;
+    let round = class_cycle.len() as u64;
+    let class_at = |seq: u64| -> usize {
+        if round <= 1 {
+            0
+        } else {
+            usize::from(
+                class_cycle
+                    .get((seq % round) as usize)
+                    .copied()
+                    .unwrap_or(0),
+            ) % MAX_CLASSES
+        }
+    };
+    let next = |pat: &mut usize| {
+        *pat += 1;
+        if *pat >= cycle.len() {
+            *pat = 0;
+        }
+    };
     while k < n {
-        let ki = cycle[st.pat];
-        let t = &st.templates[usize::from(ki)];
+        let class = class_at(st.seq + k as u64);
+        let ki = cycle[st.pat[class]];
+        let Some(t) = st.templates.get(usize::from(ki) * st.classes + class) else {
+            break;
+        };
         let fam = t.kind().family.index();
         let Some(fs) = st.flows[fam].as_ref() else {
             break;
@@ -783,10 +999,7 @@ fn send<M: PacketMemory, P: Port<M>>(
         };
         let (src, dst, sport, dport) = fs.at(&st.cursor[fam]);
         fs.advance(&mut st.cursor[fam]);
-        st.pat += 1;
-        if st.pat == cycle.len() {
-            st.pat = 0;
-        }
+        next(&mut st.pat[class]);
         let frame = mem.frame_mut(buf);
         t.fill(
             &mut frame[HEADROOM..],
@@ -815,19 +1028,26 @@ fn send<M: PacketMemory, P: Port<M>>(
     let sent = port.tx_burst(mem, &pkts[..k]).min(k);
     if sent < k {
         c.port_full += 1;
-        st.pat = (pat0 + sent) % cycle.len();
+        st.pat = pat0;
+        for j in 0..sent {
+            next(&mut st.pat[class_at(st.seq + j as u64)]);
+        }
         st.cursor = cursor0;
         for &ki in &kinds[..sent] {
-            let fam = st.templates[usize::from(ki)].kind().family.index();
+            let fam = st.kind(ki).family.index();
             if let Some(fs) = st.flows[fam].as_ref() {
                 fs.advance(&mut st.cursor[fam]);
             }
         }
     }
-    for &ki in &kinds[..sent] {
-        let kind = st.templates[usize::from(ki)].kind();
+    for (j, &ki) in kinds[..sent].iter().enumerate() {
+        let kind = st.kind(ki);
         st.tx[kind.family.index()] += 1;
         st.tx_bytes += u64::from(kind.size);
+        if let Some(c) = st.class_tx.get_mut(class_at(st.seq + j as u64)) {
+            c[0] += 1;
+            c[1] += u64::from(kind.size);
+        }
     }
     st.seq += sent as u64;
     st.slots += sent as u64;
@@ -838,6 +1058,9 @@ fn send<M: PacketMemory, P: Port<M>>(
 struct Rx<'a> {
     dirs: &'a mut Vec<DirState>,
     hist: &'a mut LatencyHistogram,
+    /// The class of each slot of a round, and the latency per class (empty: no classes).
+    class_cycle: &'a [u8],
+    class_hist: &'a mut [LatencyHistogram],
     c: &'a mut RxCounters,
     v: &'a mut Vector,
     tag: u16,
@@ -858,7 +1081,9 @@ impl Rx<'_> {
         if n == 0 {
             return 0;
         }
-        let now = clock.now_ns() as u32;
+        let now64 = clock.now_ns();
+        let now = now64 as u32;
+        self.c.got = false;
         for i in 0..self.v.len {
             let p = self.v.pkts[i];
             let off = usize::from(p.off);
@@ -868,6 +1093,12 @@ impl Rx<'_> {
                 .unwrap_or(&[]);
             self.account(data, port_idx, now);
             mem.free(p.buf);
+        }
+        if self.c.got {
+            if self.c.first_rx_ns == 0 {
+                self.c.first_rx_ns = now64;
+            }
+            self.c.last_rx_ns = now64;
         }
         self.v.len = 0;
         n
@@ -906,7 +1137,22 @@ impl Rx<'_> {
         }
         let seq = last - behind;
         let (w, b) = ((seq >> 6) as usize, 1u64 << (seq & 63));
-        self.hist.record(u64::from(now.wrapping_sub(sig.timestamp)));
+        let latency = u64::from(now.wrapping_sub(sig.timestamp));
+        self.hist.record(latency);
+        let round = self.class_cycle.len() as u64;
+        let class = if round <= 1 {
+            0
+        } else {
+            usize::from(
+                self.class_cycle
+                    .get((seq % round) as usize)
+                    .copied()
+                    .unwrap_or(0),
+            )
+        };
+        if let Some(h) = self.class_hist.get_mut(class) {
+            h.record(latency);
+        }
         if st.seen[w] & b != 0 {
             st.dup[fam] += 1;
             return;
@@ -914,6 +1160,11 @@ impl Rx<'_> {
         st.seen[w] |= b;
         st.rx[fam] += 1;
         st.rx_bytes += data.len() as u64 + 4;
+        if let Some(c) = st.class_tx.get_mut(class) {
+            c[2] += 1;
+            c[3] += data.len() as u64 + 4;
+        }
+        self.c.got = true;
         if seq + 1 < st.highest[fam] {
             st.reord[fam] += 1;
         } else {
@@ -948,6 +1199,8 @@ mod tests {
         let mut rx = Rx {
             dirs: &mut g.dirs,
             hist: &mut g.hist,
+            class_cycle: &g.class_cycle,
+            class_hist: &mut g.class_hist,
             c: &mut g.rxc,
             v: &mut g.rxv,
             tag,

@@ -9,7 +9,8 @@
 //! - [`frame`]: frame templates with incremental checksums and the 12-byte signature
 //!   (magic, stream, sequence, timestamp) every frame carries;
 //! - [`generator`]: paced transmission and exact receive accounting of a trial
-//!   ([`Generator::run_trial`] → [`TrialResult`]);
+//!   ([`Generator::run_trial`] → [`TrialResult`]), per traffic class (DSCP) when the
+//!   traffic has classes ([`TrafficClass`]);
 //! - [`rfc2544`]: throughput search, loss at load and latency over any trial closure;
 //! - [`mlrsearch`]: the noise-tolerant throughput search (NDR and PDR from repeated
 //!   trials, short exploratory trials first, underruns retried) [`rfc2544`] can use;
@@ -74,7 +75,8 @@ pub use clock::{Clock, MonotonicClock, VirtualClock};
 pub use flows::{AddrRange, Endpoints, FiveTuple, FlowSet, PortRange, Prefix};
 pub use frame::{Signature, MAGIC, SIGNATURE_LEN};
 pub use generator::{
-    DirectionConfig, Generator, StreamResult, TrafficConfig, TrialConfig, TrialResult,
+    class_cycle, ClassResult, DirectionConfig, Generator, StreamResult, TrafficClass,
+    TrafficConfig, TrialConfig, TrialResult,
 };
 pub use latency::{LatencyHistogram, LatencyStats};
 pub use mlrsearch::{LossGoal, MlrConfig};

@@ -573,3 +573,109 @@ fn real_clock_trial_accounts_exactly() {
     assert!(r.tx > 0 && r.latency.min_us <= r.latency.max_us);
     assert_eq!(mem.free_count(), 8192);
 }
+
+#[test]
+fn traffic_classes_are_marked_interleaved_and_counted_apart() {
+    use tester::TrafficClass;
+    let class = |name: &str, dscp: u8, weight: u32| TrafficClass {
+        name: name.into(),
+        dscp,
+        weight,
+    };
+    let classes = vec![
+        class("ef", 46, 10),
+        class("af4", 36, 45),
+        class("be", 8, 45),
+    ];
+    // One round: 20 slots (the weights over their gcd, 5), each class spread over it.
+    let cycle = tester::class_cycle(&classes).unwrap();
+    assert_eq!(cycle.len(), 20);
+    let count = |c: u8| cycle.iter().filter(|&&x| x == c).count();
+    assert_eq!((count(0), count(1), count(2)), (2, 9, 9));
+    assert!(
+        cycle.windows(2).all(|w| w[0] != w[1] || w[0] != 0),
+        "EF's slots are apart: {cycle:?}"
+    );
+    let mut cfg = lab_traffic(Profile::parse("imix1").unwrap(), true);
+    cfg.classes = classes.clone();
+    let mut g = Generator::new(&cfg).unwrap();
+    let (mut p0, mut p1) = loop_pair(4096);
+    // Every frame's DSCP is its class's (by its sequence number), and the frames of
+    // sequence 5 and 6 of direction 0 are lost.
+    let seen = Arc::new(Mutex::new(HashMap::<u8, u64>::new()));
+    let s2 = seen.clone();
+    let cyc = cycle.clone();
+    p0.set_filter(move |f: &[u8]| {
+        let eth = EthernetFrame::new_checked(f).unwrap();
+        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        let sig = Signature::parse(f).unwrap();
+        let want = [46u8, 36, 8][usize::from(cyc[sig.seq as usize % cyc.len()])];
+        assert_eq!(ip.dscp(), want, "frame {}", sig.seq);
+        *s2.lock().unwrap().entry(ip.dscp()).or_default() += 1;
+        if sig.seq == 5 || sig.seq == 6 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    let mut mem = Arena::new(8192);
+    let r = run(&mut g, &mut mem, &mut p0, &mut p1, &trial(20_000, true));
+    assert_eq!((r.tx, r.lost), (40_000, 2));
+    assert_eq!(r.classes.len(), 3);
+    let names: Vec<&str> = r.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["ef", "af4", "be"]);
+    // 20,000 slots per direction, 1,000 rounds: exactly the weights.
+    let tx: Vec<u64> = r.classes.iter().map(|c| c.tx).collect();
+    assert_eq!(tx, [4_000, 18_000, 18_000]);
+    assert_eq!(
+        r.classes.iter().map(|c| c.tx_bytes).sum::<u64>(),
+        r.tx_bytes
+    );
+    // Each class goes through the profile's sizes on its own: every class's mean size is
+    // the profile's, whatever the weights.
+    let avg = Profile::parse("imix1").unwrap().avg_frame_size();
+    for c in &r.classes {
+        let mean = c.tx_bytes as f64 / c.tx as f64;
+        assert!(
+            (mean / avg - 1.0).abs() < 0.01,
+            "{}: {mean} vs {avg}",
+            c.name
+        );
+    }
+    assert_eq!(
+        r.classes.iter().map(|c| c.rx_bytes).sum::<u64>(),
+        r.rx_bytes
+    );
+    // Sequence numbers 5 and 6: slots 5 and 6 of the round.
+    for (i, c) in r.classes.iter().enumerate() {
+        let lost = [5usize, 6]
+            .iter()
+            .filter(|&&s| cycle[s] as usize == i)
+            .count() as u64;
+        assert_eq!((c.lost, c.rx), (lost, c.tx - lost), "{c:?}");
+        assert_eq!(c.latency.samples, c.rx);
+        assert!(c.latency.max_us >= c.latency.p99_us);
+        let ratio = c.loss_ratio();
+        assert!(ratio.is_finite() && ratio < 1.0);
+    }
+    assert_eq!(seen.lock().unwrap().values().sum::<u64>(), 20_000);
+    assert!(
+        r.rx_window_s > 0.0 && r.rx_window_s < 0.1,
+        "{}",
+        r.rx_window_s
+    );
+    // Without classes: no per-class results, DSCP 0, as before.
+    p0.clear_filter();
+    let mut g = gen("ipv4-64", false);
+    let r = run(&mut g, &mut mem, &mut p0, &mut p1, &trial(100, false));
+    assert!(r.classes.is_empty());
+    // Bad classes are refused with the class named.
+    for (bad, what) in [
+        (vec![class("x", 64, 1)], "DSCP 64"),
+        (vec![class("x", 0, 0)], "weight 0"),
+        (vec![class("a", 0, 65_537), class("b", 0, 1)], "round of"),
+    ] {
+        let e = tester::class_cycle(&bad).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    }
+}

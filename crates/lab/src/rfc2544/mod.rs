@@ -98,6 +98,9 @@ pub struct Options {
     pub replies: Option<Replies>,
     /// What a bench built on this one adds to each DUT (see [`DutSetup`]).
     pub setup: Option<Arc<dyn DutSetup>>,
+    /// Traffic classes: the frames carry their DSCPs in proportion to their weights, and
+    /// every trial counts each class apart ([`tester::TrafficClass`]; empty: DSCP 0).
+    pub classes: Vec<tester::TrafficClass>,
 }
 
 /// Traffic as conversations: side A sends from one client, the first host of `clients`,
@@ -171,6 +174,7 @@ impl Default for Options {
             warmup_s: 0.2,
             replies: None,
             setup: None,
+            classes: Vec::new(),
         }
     }
 }
@@ -444,8 +448,11 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
     Ok(report)
 }
 
+/// Start `dut` on `transport` in `topo` with the bench's setup hook
+/// ([`Options::setup`]), and wait until ferrouter's FIB holds `n4` IPv4 and `n6` IPv6
+/// routes (and the conversations' networks).
 #[allow(clippy::too_many_arguments)]
-fn start_dut(
+pub(crate) fn start_dut(
     opts: &Options,
     topo: &Topo,
     dut: DutKind,
@@ -731,6 +738,7 @@ fn run_profiles<P: Port<Arena>>(
             opts.bidirectional.then(|| dir(1, true)),
         );
         traffic.flows = opts.flows;
+        traffic.classes = opts.classes.clone();
         let own_cost = match dut {
             DutKind::Ferrouter => OwnCost::Ferrouter(topo.dir.join("ferrouter.sock")),
             DutKind::Linux => OwnCost::Kernel,
@@ -1011,6 +1019,7 @@ pub(crate) fn measure<P: Port<Arena>>(
             fail_reason: t.fail_reason,
             tx_port_full: t.result.tx_port_full,
             tx_skipped: t.result.tx_skipped,
+            classes: t.result.classes.clone(),
         })
         .collect();
     let v6 = profile.ipv6_percent();

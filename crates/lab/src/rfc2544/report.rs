@@ -70,6 +70,11 @@ pub struct TrialRow {
     pub tx_port_full: u64,
     /// Frames the tester gave up on because it fell too far behind its schedule.
     pub tx_skipped: u64,
+    /// Per traffic class, when the traffic has classes ([`Options::classes`]).
+    ///
+    /// [`Options::classes`]: super::Options::classes
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<tester::ClassResult>,
 }
 
 /// Where one core's time went during a run (from /proc/stat), percent.
@@ -620,6 +625,7 @@ mod tests {
                 fail_reason: None,
                 tx_port_full: 0,
                 tx_skipped: 0,
+                classes: vec![],
             }],
             cpu: vec![CoreSplit {
                 core: 0,
