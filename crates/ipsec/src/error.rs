@@ -140,7 +140,7 @@ pub const CODEC_DROPS: [(&str, &str); EspError::ALL.len()] = [
 /// A node's drop reasons: the codec's ([`CODEC_DROPS`], numbered as [`EspError::reason`])
 /// then the node's own, each given a `u8` constant numbering it:
 ///
-/// ```ignore
+/// ```text
 /// esp_drops! {
 ///     /// Drop reasons of `x`.
 ///     pub const X_DROPS;
