@@ -283,13 +283,13 @@ struct IkeSa {
     state: State,
     suite: Option<IkeProposal>,
     /// Initiator: our key share until the response.
-    share: Option<KeyShare>,
+    share: Option<Box<KeyShare>>,
     ni: Vec<u8>,
     nr: Vec<u8>,
     /// The IKE_SA_INIT request and response, as sent: AUTH signs them.
     init_req: Vec<u8>,
     init_resp: Vec<u8>,
-    keys: Option<IkeKeys>,
+    keys: Option<Box<IkeKeys>>,
     tx: Option<SkCipher>,
     rx: Option<SkCipher>,
     /// Our next request's message ID.
@@ -309,12 +309,12 @@ struct IkeSa {
     /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
     nat: bool,
     /// Our child rekey under way.
-    rekeying: Option<Rekeying>,
+    rekeying: Option<Box<Rekeying>>,
     last_keepalive: Instant,
     /// Our rekey of this IKE SA under way.
-    ike_rekey: Option<IkeRekey>,
+    ike_rekey: Option<Box<IkeRekey>>,
     /// The peer's rekey of this IKE SA, answered while ours was under way (§2.8.2).
-    collision: Option<Collision>,
+    collision: Option<Box<Collision>>,
     /// When we rekey it, and when it ends if not rekeyed (`ike_lifetime_s`).
     rekey_at: Option<Instant>,
     expire_at: Option<Instant>,
@@ -323,7 +323,7 @@ struct IkeSa {
     /// Rekeyed: the IKE SA its child SAs moved to.
     moved_to: Option<u64>,
     /// Fragmented messages being put together: a request, a response.
-    reasm: [Option<fragment::Reassembly>; 2],
+    reasm: [Option<Box<fragment::Reassembly>>; 2],
 }
 
 impl IkeSa {
@@ -335,8 +335,8 @@ impl IkeSa {
         (local, remote): (SocketAddr, SocketAddr),
         state: State,
         now: Instant,
-    ) -> IkeSa {
-        IkeSa {
+    ) -> Box<IkeSa> {
+        Box::new(IkeSa {
             peer,
             initiator,
             spi_i,
@@ -373,7 +373,7 @@ impl IkeSa {
             frag: false,
             moved_to: None,
             reasm: [None, None],
-        }
+        })
     }
 
     /// Established: when to rekey it and when it ends, from the peer's `ike_lifetime_s`.
@@ -395,6 +395,22 @@ impl IkeSa {
         let permille = from + rand_u64() % span;
         self.rekey_at = Some(now + life * permille as u32 / 1000);
         self.expire_at = Some(now + life);
+    }
+
+    /// Authenticated and its first child made: what only the setup needed goes — the
+    /// IKE_SA_INIT messages (AUTH signed them), the nonces (the first child's keys came
+    /// from them), our key share, the cookie and the AUTH keys — so that an idle SA holds
+    /// only what it uses (issue 27: a million SAs at a few KiB each).
+    fn settle(&mut self) {
+        self.init_req = Vec::new();
+        self.init_resp = Vec::new();
+        self.ni = Vec::new();
+        self.nr = Vec::new();
+        self.share = None;
+        self.cookie = None;
+        if let Some(k) = &mut self.keys {
+            k.keep_sk_d_only();
+        }
     }
 
     fn header(&self, exchange: u8, id: u32, response: bool) -> Header {
@@ -453,7 +469,9 @@ pub struct ChildInfo {
 /// The engine: every IKE SA, by our SPI.
 pub struct Engine {
     peers: Vec<Arc<Peer>>,
-    sas: HashMap<u64, IkeSa>,
+    /// Boxed: the table's slots stay small (a million SAs, issue 27), and an SA does not
+    /// move when the table grows.
+    sas: HashMap<u64, Box<IkeSa>>,
     /// Responder: (peer address, initiator's SPI) → our SPI, while half-open.
     by_init: HashMap<(SocketAddr, u64), u64>,
     half_open: usize,
@@ -473,8 +491,8 @@ pub struct Engine {
 }
 
 /// A peer's name for logs.
-fn sa_name(sas: &HashMap<u64, IkeSa>, spi: u64) -> String {
-    sas.get(&spi).map_or("?", IkeSa::peer_name).to_string()
+fn sa_name(sas: &HashMap<u64, Box<IkeSa>>, spi: u64) -> String {
+    sas.get(&spi).map_or("?", |s| s.peer_name()).to_string()
 }
 
 fn rand_u64() -> u64 {
@@ -835,7 +853,7 @@ impl Engine {
             State::InitSent,
             now,
         );
-        sa.share = Some(share);
+        sa.share = Some(Box::new(share));
         sa.ni = rand_vec(NONCE_LEN);
         self.sas.insert(spi, sa);
         self.retry_at.remove(name);
@@ -1472,7 +1490,7 @@ impl Engine {
         sa.nr = nr;
         sa.init_req = raw.to_vec();
         sa.init_resp = resp.clone();
-        sa.keys = Some(keys);
+        sa.keys = Some(Box::new(keys));
         sa.tx = Some(tx);
         sa.rx = Some(rx);
         sa.peer_next = 1;
@@ -1517,11 +1535,11 @@ impl Engine {
             let want = (n.data.len() == 2)
                 .then(|| u16::from_be_bytes([n.data[0], n.data[1]]))
                 .and_then(Dh::from_id);
-            let current = sa.share.as_ref().map(KeyShare::group);
+            let current = sa.share.as_ref().map(|s| s.group());
             match want {
                 Some(g) if peer.ike.iter().any(|p| p.dh == g) && Some(g) != current => {
                     match KeyShare::generate(g) {
-                        Ok(s) => sa.share = Some(s),
+                        Ok(s) => sa.share = Some(Box::new(s)),
                         Err(_) => {
                             self.counters.failed.crypto += 1;
                             return;
@@ -1653,7 +1671,7 @@ impl Engine {
         // IKE_AUTH: IDi, AUTH, INITIAL_CONTACT, SA, TSi, TSr (§1.2).
         let id_i = peer.local_id.clone();
         let octets = crypto::signed_octets(suite.prf, &sa.init_req, nr, &keys.sk_pi, &id_i.body());
-        sa.keys = Some(keys);
+        sa.keys = Some(Box::new(keys));
         let auth = match Self::our_auth(&peer, suite.prf, &octets) {
             Ok(a) => a,
             Err(e) => {
@@ -1976,6 +1994,9 @@ impl Engine {
         resp.push(auth);
         resp.extend(self.child_for_request(now, spi, &peer, &inner, None, out));
         self.respond(spi, h.exchange, h.message_id, &resp, out);
+        if let Some(sa) = self.sas.get_mut(&spi) {
+            sa.settle();
+        }
     }
 
     /// Responder: the child SA of an IKE_AUTH (or CREATE_CHILD_SA) request: the payloads
@@ -2245,11 +2266,11 @@ impl Engine {
         }
         inner.push(Payload::TsI(lts));
         inner.push(Payload::TsR(rts));
-        sa.rekeying = Some(Rekeying {
+        sa.rekeying = Some(Box::new(Rekeying {
             new_spi_in,
             ni,
             share,
-        });
+        }));
         tracing::info!(peer = peer.name, "IKE: rekeying child SA {old_in:08x}");
         self.send_request(
             spi,
@@ -2441,7 +2462,9 @@ impl Engine {
             return;
         }
         sa.schedule_rekey(now);
-        sa.init_req = Vec::new();
+        // The first child's keys come from the IKE_SA_INIT nonces; nothing else will.
+        let (ni, nr) = (std::mem::take(&mut sa.ni), std::mem::take(&mut sa.nr));
+        sa.settle();
         self.counters.established += 1;
         tracing::info!(peer = peer.name, "IKE: SA established (initiator)");
         // The child.
@@ -2498,15 +2521,14 @@ impl Engine {
         let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
             return;
         };
-        let ck = match crypto::child_keys(
-            suite.prf, &keys.sk_d, None, &sa.ni, &sa.nr, esp.encr, esp.integ,
-        ) {
-            Ok(k) => k,
-            Err(_) => {
-                self.counters.failed.crypto += 1;
-                return;
-            }
-        };
+        let ck =
+            match crypto::child_keys(suite.prf, &keys.sk_d, None, &ni, &nr, esp.encr, esp.integ) {
+                Ok(k) => k,
+                Err(_) => {
+                    self.counters.failed.crypto += 1;
+                    return;
+                }
+            };
         let spi_in = sa.child_spi;
         self.install_child(spi, spi_in, spi_out, esp, ck, true, (tsi, tsr), now, out);
     }
@@ -2552,6 +2574,9 @@ impl Engine {
         } else {
             (i_to_r, r_to_i)
         };
+        // Room for this one child, not the four a first push makes (a rekey's second
+        // child grows it once): most IKE SAs have one (issue 27: memory per tunnel).
+        sa.children.reserve_exact(1);
         sa.children.push(Child {
             spi_in,
             spi_out,

@@ -123,8 +123,8 @@ pub struct SaReport {
 }
 
 struct Installed {
-    /// What identifies it: a changed config (keys included, by digest) is a new SA.
-    ident: Vec<u8>,
+    /// What identifies it: a changed config (keys included) is a new SA.
+    ident: Ident,
     slot: u32,
     stats: Arc<SaStats>,
     view: SaView,
@@ -137,6 +137,80 @@ struct Installed {
     natt: bool,
 }
 
+/// The control thread's records by SA slot. The SAD hands slots out from 0 up, so they
+/// are dense: a vector indexed by slot keeps a million SAs' records without a hash
+/// table's slack, and with room reserved for `max_sas` (address space, not memory, until
+/// used) it never moves them (issue 27: memory per tunnel).
+struct BySlot<T> {
+    v: Vec<Option<T>>,
+    len: usize,
+}
+
+impl<T> BySlot<T> {
+    fn with_capacity(n: usize) -> BySlot<T> {
+        BySlot {
+            v: Vec::with_capacity(n),
+            len: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, slot: &u32) -> Option<&T> {
+        self.v.get(*slot as usize).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, slot: &u32) -> Option<&mut T> {
+        self.v.get_mut(*slot as usize).and_then(Option::as_mut)
+    }
+
+    fn contains_key(&self, slot: &u32) -> bool {
+        self.get(slot).is_some()
+    }
+
+    fn insert(&mut self, slot: u32, t: T) {
+        let at = slot as usize;
+        if at >= self.v.len() {
+            self.v.resize_with(at + 1, || None);
+        }
+        if let Some(e) = self.v.get_mut(at) {
+            if e.replace(t).is_none() {
+                self.len += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, slot: &u32) -> Option<T> {
+        let t = self.v.get_mut(*slot as usize).and_then(Option::take);
+        self.len -= usize::from(t.is_some());
+        t
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.v
+            .iter()
+            .enumerate()
+            .filter_map(|(k, t)| Some((k as u32, t.as_ref()?)))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        self.v
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(k, t)| Some((k as u32, t.as_mut()?)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &T> {
+        self.v.iter().flatten()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = u32> + '_ {
+        self.iter().map(|(k, _)| k)
+    }
+}
+
 /// Sequence numbers reserved ahead of the one last seen, in memory and in the state file:
 /// the worker may send this many between two looks of the control thread (20 ms at 50
 /// Mpps) without reusing a number after a restart.
@@ -145,7 +219,7 @@ pub const SEQUENCE_GAP: u64 = 1 << 20;
 struct Control {
     writer: SadWriter,
     /// By slot.
-    installed: FxHashMap<u32, Installed>,
+    installed: BySlot<Installed>,
     /// The inbound SAs' slots by SPI.
     inbound: FxHashMap<u32, u32>,
     /// How many installed SAs are UDP-encapsulated.
@@ -255,7 +329,7 @@ impl Control {
     fn insert(
         &mut self,
         p: &crate::config::Planned,
-        ident: Vec<u8>,
+        ident: Ident,
         iface: u16,
         tunnel: String,
         sa: Sa,
@@ -384,7 +458,7 @@ impl IpsecShared {
             workers: tables,
             control: Mutex::new(Control {
                 writer,
-                installed: FxHashMap::default(),
+                installed: BySlot::with_capacity(max_sas),
                 inbound: FxHashMap::default(),
                 natt: 0,
                 marked: 0,
@@ -438,12 +512,12 @@ impl IpsecShared {
         // What stays, what is new, what an inbound SA of the same SPI replaces (by slot).
         let mut keep: FxHashSet<u32> = FxHashSet::default();
         let mut replaced_first: FxHashSet<u32> = FxHashSet::default();
-        let mut pending: Vec<(&crate::config::Planned, Vec<u8>, u16)> = Vec::new();
+        let mut pending: Vec<(&crate::config::Planned, Ident, u16)> = Vec::new();
         {
-            let by_ident: FxHashMap<&[u8], u32> = c
+            let by_ident: FxHashMap<&Ident, u32> = c
                 .installed
                 .iter()
-                .map(|(&slot, i)| (i.ident.as_slice(), slot))
+                .map(|(slot, i)| (&i.ident, slot))
                 .collect();
             for p in planned {
                 let iface = if p.tunnel == crate::config::POLICY_SA {
@@ -455,7 +529,7 @@ impl IpsecShared {
                     }
                 };
                 let ident = ident(&p.config, iface);
-                match by_ident.get(ident.as_slice()) {
+                match by_ident.get(&ident) {
                     Some(&slot) => {
                         keep.insert(slot);
                     }
@@ -505,11 +579,11 @@ impl IpsecShared {
         }
         // Transmit SAs: set where changed, cleared where a tunnel has none any more.
         let mut tx = vec![NONE; c.tx.len()];
-        for (&slot, i) in c
+        for (slot, i) in c
             .installed
             .iter()
             .filter(|(slot, _)| keep.contains(slot))
-            .chain(fresh.iter().map(|(slot, i)| (slot, i)))
+            .chain(fresh.iter().map(|(slot, i)| (*slot, i)))
             .filter(|(_, i)| i.view.direction == "out")
         {
             if let Some(t) = tx.get_mut(i.iface as usize) {
@@ -526,7 +600,6 @@ impl IpsecShared {
             .installed
             .keys()
             .filter(|slot| !keep.contains(slot))
-            .copied()
             .collect();
         for slot in gone {
             c.forget(slot);
@@ -536,7 +609,7 @@ impl IpsecShared {
             c.remember(slot, i);
         }
         let tx = &c.tx;
-        for (&slot, i) in c.installed.iter_mut() {
+        for (slot, i) in c.installed.iter_mut() {
             i.view.active = i.view.direction == "out"
                 && (tx.get(i.iface as usize) == Some(&slot) || i.iface == POLICY_IFACE);
         }
@@ -759,14 +832,18 @@ impl IpsecShared {
 /// What `show ipsec` gives as the tunnel of a policy SA.
 pub const POLICY_SA_NAME: &str = "(policy)";
 
-/// What identifies an SA's config: everything it is built from, its keys by SHA-256
-/// digest (the control thread keeps no key).
-fn ident(c: &crate::sa::SaConfig, iface: u16) -> Vec<u8> {
+/// What identifies an SA's config: the SHA-256 digest of everything it is built from,
+/// its keys included (the control thread keeps no key). Fixed size: the control thread
+/// keeps one per SA (issue 27: a million tunnels).
+type Ident = [u8; 32];
+
+fn ident(c: &crate::sa::SaConfig, iface: u16) -> Ident {
     let mut d = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     d.update(&c.enc_key);
     d.update(&[0xff]);
     d.update(&c.auth_key);
-    let mut v = format!(
+    d.update(&[0xff]);
+    let text = format!(
         "{iface}|{:?}|{:?}|{}|{}|{}|{}|{}|{:?}|{:?}|",
         c.direction,
         c.mode,
@@ -777,10 +854,11 @@ fn ident(c: &crate::sa::SaConfig, iface: u16) -> Vec<u8> {
         c.replay_window,
         c.natt,
         c.df
-    )
-    .into_bytes();
-    v.extend_from_slice(d.finish().as_ref());
-    v
+    );
+    d.update(text.as_bytes());
+    let mut id = [0u8; 32];
+    id.copy_from_slice(d.finish().as_ref());
+    id
 }
 
 fn view(c: &crate::sa::SaConfig, tunnel: String) -> SaView {

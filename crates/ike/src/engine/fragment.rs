@@ -157,7 +157,7 @@ impl Engine {
                 if let Some(old) = slot.take() {
                     self.reasm_bytes = self.reasm_bytes.saturating_sub(old.held);
                 }
-                *slot = Some(Reassembly::new(h.message_id, total, now));
+                *slot = Some(Box::new(Reassembly::new(h.message_id, total, now)));
             }
         }
         let r = slot.as_mut()?;

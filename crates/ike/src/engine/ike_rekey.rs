@@ -69,7 +69,7 @@ impl Engine {
         g_ir: &[u8],
         (ni, nr): (&[u8], &[u8]),
         now: Instant,
-    ) -> Option<IkeSa> {
+    ) -> Option<Box<IkeSa>> {
         let sa = self.sas.get(&old)?;
         let (Some(old_suite), Some(old_keys)) = (sa.suite, sa.keys.as_ref()) else {
             return None;
@@ -112,8 +112,8 @@ impl Engine {
         new.frag = sa.frag;
         new.last_keepalive = sa.last_keepalive;
         new.suite = Some(suite);
-        new.ni = ni.to_vec();
-        new.nr = nr.to_vec();
+        let mut keys = Box::new(keys);
+        keys.keep_sk_d_only();
         new.keys = Some(keys);
         (new.tx, new.rx) = if initiator {
             (Some(i_to_r), Some(r_to_i))
@@ -205,7 +205,7 @@ impl Engine {
                 data: share.public().to_vec(),
             },
         ];
-        sa.ike_rekey = Some(IkeRekey { new_spi, ni, share });
+        sa.ike_rekey = Some(Box::new(IkeRekey { new_spi, ni, share }));
         tracing::info!(peer = peer.name, "IKE: rekeying IKE SA {spi:016x}");
         self.send_request(
             spi,
@@ -336,10 +336,10 @@ impl Engine {
             // Which new SA stays is known once our own answer comes (§2.8.2).
             tracing::info!(peer = peer.name, "IKE: both sides rekey the IKE SA at once");
             if let Some(sa) = self.sas.get_mut(&spi) {
-                sa.collision = Some(Collision {
+                sa.collision = Some(Box::new(Collision {
                     new_spi: spi_r,
                     lower_nonce: lower_nonce(&ni, &nr),
-                });
+                }));
             }
             return;
         }
