@@ -9,7 +9,6 @@
 //! naming what is missing (never a silent pass). The bench removes its namespaces and
 //! stops ferrouter however it ends; a guard here removes whatever a crashed bench left.
 
-use std::process::Command;
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -19,26 +18,6 @@ use common::*;
 
 /// One bench at a time: both pin the tester to core 0 and the DUT to core 1.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Deletes the bench's namespaces (and what runs in them) when dropped.
-struct NetnsGuard(String);
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        for ns in [format!("{}-t", self.0), format!("{}-d", self.0)] {
-            if !std::path::Path::new("/run/netns").join(&ns).exists() {
-                continue;
-            }
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(format!("/run/ferrouter-bench/{}", self.0));
-    }
-}
 
 /// The fields of every run in the JSON, as the issue specifies them.
 const RUN_FIELDS: [&str; 10] = [
@@ -88,15 +67,6 @@ fn bench(mode: &str, prefix: &str, extra: &[&str]) -> Value {
     bench_json(&args)
 }
 
-fn no_namespaces_left(prefix: &str) {
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
-        "namespaces left behind: {list}"
-    );
-}
-
 /// The fields every run has, and the confirmation trial: all completed, none failed.
 fn check_common<'a>(v: &'a Value, mode: &str) -> Vec<&'a Value> {
     let runs: Vec<&Value> = v["runs"].as_array().expect("runs").iter().collect();
@@ -137,7 +107,10 @@ fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     preconditions();
     let prefix = format!("fw{}", std::process::id() % 10000);
-    let _guard = NetnsGuard(prefix.clone());
+    let _guard = NetnsGuard::new(
+        vec![format!("{prefix}-t"), format!("{prefix}-d")],
+        format!("/run/ferrouter-bench/{prefix}"),
+    );
 
     let v = bench(
         "stateful",
@@ -151,7 +124,7 @@ fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
             "1",
         ],
     );
-    no_namespaces_left(&prefix);
+    assert_no_namespaces_left(&prefix);
     for r in check_common(&v, "stateful") {
         // CPU per connection: ferrouter's busy time; Linux has none of its own over veth
         // (it forwards inside the tester's system calls); the kernel's share for both.
@@ -178,7 +151,7 @@ fn bench_firewall_stateful_and_nat44_on_ferrouter_and_linux() {
     }
 
     let v = bench("nat44", &prefix, &["--conns", "0", "--cost-cps", "0"]);
-    no_namespaces_left(&prefix);
+    assert_no_namespaces_left(&prefix);
     for r in check_common(&v, "nat44") {
         // Every completed connection went through the masquerade rule: ferrouter's source
         // rule opened a session per connection (warm-up and confirmation), Linux's nat
@@ -203,7 +176,10 @@ fn bench_firewall_throughput_on_ferrouter_and_linux() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     preconditions();
     let prefix = format!("ft{}", std::process::id() % 10000);
-    let _guard = NetnsGuard(prefix.clone());
+    let _guard = NetnsGuard::new(
+        vec![format!("{prefix}-t"), format!("{prefix}-d")],
+        format!("/run/ferrouter-bench/{prefix}"),
+    );
     // A line rate of 0.01 Gbit/s (14,880 frames/s each way): low enough for every DUT to
     // pass without loss on a shared machine, so that each row has a throughput.
     let v = bench_json(&[
@@ -234,7 +210,7 @@ fn bench_firewall_throughput_on_ferrouter_and_linux() {
         &prefix,
         "--json",
     ]);
-    no_namespaces_left(&prefix);
+    assert_no_namespaces_left(&prefix);
     let runs = v["runs"].as_array().expect("runs");
     let mut got: Vec<(String, String, String, u64)> = runs
         .iter()

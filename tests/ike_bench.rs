@@ -7,8 +7,6 @@
 //! strongSwan (Debian charon-systemd, strongswan-swanctl, libcharon-extra-plugins); fails
 //! naming what is missing, never passes silently.
 
-use std::process::Command;
-
 mod common;
 use common::*;
 
@@ -25,27 +23,6 @@ const RUN_FIELDS: [&str; 9] = [
     "cpu_us_per_tunnel",
 ];
 
-/// Deletes the bench's namespaces (and what runs in them) when dropped.
-struct NetnsGuard(String);
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        let (dir, names) = lab::ikebench::namespaces(&self.0);
-        for ns in names {
-            if !std::path::Path::new("/run/netns").join(&ns).exists() {
-                continue;
-            }
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
 #[test]
 fn bench_ike_ferrouter_and_strongswan_establish_every_tunnel() {
     lab::ipsecbench::preconditions(&[
@@ -61,7 +38,8 @@ fn bench_ike_ferrouter_and_strongswan_establish_every_tunnel() {
 
 fn bench_both(prefix: &str, auth: &str) {
     let prefix = prefix.to_string();
-    let _guard = NetnsGuard(prefix.clone());
+    let (dir, names) = lab::ikebench::namespaces(&prefix);
+    let _guard = NetnsGuard::new(names, dir);
     let v = bench_json(&[
         "bench",
         "ike",
@@ -77,12 +55,7 @@ fn bench_both(prefix: &str, auth: &str) {
         "40",
         "--json",
     ]);
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
-        "namespaces left behind: {list}"
-    );
+    assert_no_namespaces_left(&prefix);
     assert!(
         v["machine"]["cpu_model"]
             .as_str()

@@ -14,26 +14,6 @@ use std::process::Command;
 mod common;
 use common::*;
 
-/// Deletes the bench's namespaces (and what runs in them) when dropped.
-struct NetnsGuard(String);
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        for ns in lab::ipsecbench::namespaces(&self.0) {
-            if !std::path::Path::new("/run/netns").join(&ns).exists() {
-                continue;
-            }
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(format!("/run/ferrouter-lab/{}", self.0));
-    }
-}
-
 /// The fields of every run, as the issue specifies them, and the RFC 2544 report's.
 const RUN_FIELDS: [&str; 15] = [
     "dut",
@@ -86,7 +66,10 @@ fn bench_ipsec_live_ferrouter_and_strongswan() {
     .unwrap_or_else(|e| panic!("{e:#}"));
     let prefix = format!("fi{}", std::process::id() % 10000);
     let dir = format!("/run/ferrouter-lab/{prefix}/");
-    let _guard = NetnsGuard(prefix.clone());
+    let _guard = NetnsGuard::new(
+        lab::ipsecbench::namespaces(&prefix),
+        format!("/run/ferrouter-lab/{prefix}"),
+    );
     // A line rate of 0.01 Gbit/s (14,880 frames/s at 64 bytes): low enough for both pairs
     // to carry without loss on a shared machine.
     let v = bench_json(&[
@@ -117,12 +100,7 @@ fn bench_ipsec_live_ferrouter_and_strongswan() {
         "--json",
     ]);
     // Nothing left behind: namespaces, gateways, charon daemons.
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
-        "namespaces left behind: {list}"
-    );
+    assert_no_namespaces_left(&prefix);
     let left = processes_of(&dir);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 

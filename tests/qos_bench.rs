@@ -8,32 +8,10 @@
 //! naming what is missing (never a silent pass). The bench removes its namespaces and
 //! stops ferrouter however it ends; a guard here removes whatever a crashed bench left.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 mod common;
 use common::*;
-
-/// Deletes the bench's namespaces (and what runs in them) when dropped.
-struct NetnsGuard(String);
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        for ns in ["t", "d", "probe"].map(|s| format!("{}-{s}", self.0)) {
-            if !std::path::Path::new("/run/netns").join(&ns).exists() {
-                continue;
-            }
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(format!("/run/ferrouter-bench/{}", self.0));
-    }
-}
 
 /// The fields of every run, and of every class, as the issue specifies them.
 const RUN_FIELDS: [&str; 6] = [
@@ -68,7 +46,12 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
     )
     .unwrap_or_else(|e| panic!("{e:#}"));
     let prefix = format!("fq{}", std::process::id() % 10000);
-    let _guard = NetnsGuard(prefix.clone());
+    let _guard = NetnsGuard::new(
+        ["t", "d", "probe"]
+            .map(|s| format!("{prefix}-{s}"))
+            .to_vec(),
+        format!("/run/ferrouter-bench/{prefix}"),
+    );
     let chart = std::env::temp_dir().join(format!("{prefix}-qos.svg"));
     let chart_s = chart.display().to_string();
     let v = bench_json(&[
@@ -98,12 +81,7 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
         "--chart",
         &chart_s,
     ]);
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&list.stdout);
-    assert!(
-        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
-        "namespaces left behind: {list}"
-    );
+    assert_no_namespaces_left(&prefix);
     let svg = std::fs::read_to_string(&chart).expect("the chart");
     let _ = std::fs::remove_file(&chart);
     assert!(

@@ -609,3 +609,47 @@ pub fn start_workers(tag: &str, extra_config: &str, workers: usize) -> Guard {
     lab.workers = workers;
     start_lab(lab)
 }
+
+/// Deletes a bench's namespaces (killing what runs in them) and its directory when
+/// dropped: the benches clean up however they end, this removes what a crashed one left.
+pub struct NetnsGuard {
+    namespaces: Vec<String>,
+    dir: std::path::PathBuf,
+}
+
+impl NetnsGuard {
+    /// Guards `namespaces` and `dir`.
+    pub fn new(namespaces: Vec<String>, dir: impl Into<std::path::PathBuf>) -> NetnsGuard {
+        NetnsGuard {
+            namespaces,
+            dir: dir.into(),
+        }
+    }
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            if !std::path::Path::new("/run/netns").join(ns).exists() {
+                continue;
+            }
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Fails if a namespace named `PREFIX-*` is left.
+pub fn assert_no_namespaces_left(prefix: &str) {
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
+        "namespaces left behind: {list}"
+    );
+}

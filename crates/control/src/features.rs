@@ -479,7 +479,7 @@ impl Features {
                 .iter()
                 .any(|&(d, s)| api.get(d, s).is_some_and(|x| x.entry.tunnel.is_empty()));
         if policy {
-            return self.add_ipsec_sa_whole(&mut api, sa, &replaced);
+            return self.republish_api_sas(&mut api, &replaced, Some(sa));
         }
         let cfg = self
             .ipsec_config
@@ -532,13 +532,14 @@ impl Features {
         Ok(())
     }
 
-    /// [`Features::add_ipsec_sa`] of a policy SA: the whole IPsec config planned again
-    /// with it in place of the `replaced` ones.
-    fn add_ipsec_sa_whole(
+    /// The whole IPsec config planned again with the API's SAs but the `gone` ones (by
+    /// direction and SPI), and `added` after them: how a policy SA is added or removed.
+    /// All or nothing: on an error the API's SAs are as they were.
+    fn republish_api_sas(
         &self,
         api: &mut ApiSas,
-        sa: ipsec::config::ExtraSa,
-        replaced: &[(ipsec::config::SaDirection, u32)],
+        gone: &[(ipsec::config::SaDirection, u32)],
+        added: Option<ipsec::config::ExtraSa>,
     ) -> Result<(), String> {
         let cfg = self
             .ipsec_config
@@ -550,22 +551,30 @@ impl Features {
             .ipsec_keys
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let mut next: Vec<ipsec::config::ExtraSa> = std::mem::take(&mut api.list)
-            .into_iter()
-            .filter(|x| !replaced.contains(&(x.entry.direction, x.entry.spi)))
-            .collect();
-        let was = std::mem::take(api);
-        next.push(sa);
-        match self.publish_ipsec_with(&cfg, &next, &keys) {
-            Ok(()) => {
-                *api = ApiSas::new(next);
-                Ok(())
-            }
-            Err(e) => {
-                *api = was;
-                Err(e)
+        let mut next = Vec::with_capacity(api.list.len() + 1);
+        // Where each SA left out was, to put it back there if the plan fails.
+        let mut left_out = Vec::new();
+        for (k, x) in std::mem::take(&mut api.list).into_iter().enumerate() {
+            if gone.contains(&(x.entry.direction, x.entry.spi)) {
+                left_out.push((k, x));
+            } else {
+                next.push(x);
             }
         }
+        let adding = added.is_some();
+        next.extend(added);
+        if let Err(e) = self.publish_ipsec_with(&cfg, &next, &keys) {
+            if adding {
+                next.pop();
+            }
+            for (k, x) in left_out {
+                next.insert(k, x);
+            }
+            api.list = next;
+            return Err(e);
+        }
+        *api = ApiSas::new(next);
+        Ok(())
     }
 
     /// Remove the API's SA of `direction` and `spi` (`DELETE /v1/ipsec/sa/...`); `Ok(false)`
@@ -598,30 +607,8 @@ impl Features {
             api.take(direction, spi);
             return Ok(true);
         }
-        let cfg = self
-            .ipsec_config
-            .lock()
-            .map_err(|_| "IPsec state unavailable")?
-            .clone();
-        let keys = self
-            .ipsec_keys
-            .lock()
-            .map_err(|_| "IPsec state unavailable")?;
-        let next: Vec<ipsec::config::ExtraSa> = std::mem::take(&mut api.list)
-            .into_iter()
-            .filter(|x| (x.entry.direction, x.entry.spi) != (direction, spi))
-            .collect();
-        let was = std::mem::take(&mut *api);
-        match self.publish_ipsec_with(&cfg, &next, &keys) {
-            Ok(()) => {
-                *api = ApiSas::new(next);
-                Ok(true)
-            }
-            Err(e) => {
-                *api = was;
-                Err(e)
-            }
-        }
+        self.republish_api_sas(&mut api, &[(direction, spi)], None)?;
+        Ok(true)
     }
 
     /// The (direction, SPI) of the SAs the API installed.

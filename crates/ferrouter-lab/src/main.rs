@@ -5,7 +5,7 @@
 //! binary (found next to this one, on PATH, or given with `--ferrouter`) inside the
 //! namespaces it builds; the daemon itself links none of this.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -1528,83 +1528,80 @@ fn firewall_bench(a: FirewallArgs) -> Result<()> {
         .map(|t| lab::rfc2544::dut::Transport::parse(t))
         .collect::<Result<Vec<_>>>()?;
     let log = |m: &str| eprintln!("... {m}");
-    let r = if a.throughput {
-        check_search_args(a.duration, a.line_rate, a.resolution)?;
-        if a.flows == 0 || a.flows > 4094 {
-            bail!(
-                "--flows must be 1..=4094 with --throughput (the servers' /20), got {}",
-                a.flows
-            );
-        }
-        let max_trials = a.max_trials.unwrap_or(40);
-        if max_trials == 0 || max_trials > 500 {
-            bail!("--max-trials must be 1..=500");
-        }
-        if dataplane::worker::cores().len() < 2 {
-            bail!("the throughput search needs 2 cores: one for the tester, one for the DUT");
-        }
-        let opts = lab::fwbench::ThroughputOptions {
-            prefix: a.netns_prefix.clone(),
-            duts,
-            transports,
-            modes,
-            rules,
-            profiles: a.profile.clone(),
-            baseline: !a.no_baseline,
-            flows: a.flows,
-            duration: a.duration,
-            line_rate_gbps: a.line_rate,
-            resolution_pct: a.resolution,
-            max_trials,
-            ferrouter_bin: ferrouter_bin()?,
-            seed: a.seed,
-            ..lab::fwbench::ThroughputOptions::default()
-        };
-        lab::fwbench::throughput(&opts, &log)?
-    } else {
-        if transports
-            .iter()
-            .any(|t| *t != lab::rfc2544::dut::Transport::Veth)
-        {
-            bail!("the connection-rate part runs on veth only (the stateful generator's AF_PACKET ports); memif is for --throughput");
-        }
-        let mut report = lab::fwbench::Report::default();
-        for &mode in &modes {
-            for &n in &rules {
-                let opts = lab::fwbench::Options {
-                    prefix: a.netns_prefix.clone(),
-                    duts: duts.clone(),
-                    mode,
-                    rules: n,
-                    protos: protos.clone(),
-                    cps: a.cps,
-                    cps_start: a.cps_start,
-                    cps_max: a.cps_max,
-                    max_trials: a.max_trials.unwrap_or(14),
-                    trial_s: a.trial,
-                    confirm_s: a.confirm,
-                    conns: a.conns,
-                    cost_cps: a.cost_cps,
-                    cost_s: a.cost_duration,
-                    ferrouter_bin: ferrouter_bin()?,
-                    seed: a.seed,
-                    ..lab::fwbench::Options::default()
-                };
-                report.runs.extend(lab::fwbench::run(&opts, &log)?.runs);
+    let run = || -> Result<lab::fwbench::Report> {
+        Ok(if a.throughput {
+            check_search_args(a.duration, a.line_rate, a.resolution)?;
+            if a.flows == 0 || a.flows > 4094 {
+                bail!(
+                    "--flows must be 1..=4094 with --throughput (the servers' /20), got {}",
+                    a.flows
+                );
             }
-        }
-        report
+            let max_trials = a.max_trials.unwrap_or(40);
+            if max_trials == 0 || max_trials > 500 {
+                bail!("--max-trials must be 1..=500");
+            }
+            if dataplane::worker::cores().len() < 2 {
+                bail!("the throughput search needs 2 cores: one for the tester, one for the DUT");
+            }
+            let opts = lab::fwbench::ThroughputOptions {
+                prefix: a.netns_prefix.clone(),
+                duts,
+                transports,
+                modes,
+                rules,
+                profiles: a.profile.clone(),
+                baseline: !a.no_baseline,
+                search: lab::rfc2544::SearchOptions {
+                    flows: a.flows,
+                    duration: a.duration,
+                    line_rate_gbps: a.line_rate,
+                    resolution_pct: a.resolution,
+                    max_trials,
+                },
+                ferrouter_bin: ferrouter_bin()?,
+                seed: a.seed,
+                ..lab::fwbench::ThroughputOptions::default()
+            };
+            lab::fwbench::throughput(&opts, &log)?
+        } else {
+            if transports
+                .iter()
+                .any(|t| *t != lab::rfc2544::dut::Transport::Veth)
+            {
+                bail!("the connection-rate part runs on veth only (the stateful generator's AF_PACKET ports); memif is for --throughput");
+            }
+            let mut report = lab::fwbench::Report::default();
+            for &mode in &modes {
+                for &n in &rules {
+                    let opts = lab::fwbench::Options {
+                        prefix: a.netns_prefix.clone(),
+                        duts: duts.clone(),
+                        mode,
+                        rules: n,
+                        protos: protos.clone(),
+                        cps: a.cps,
+                        cps_start: a.cps_start,
+                        cps_max: a.cps_max,
+                        max_trials: a.max_trials.unwrap_or(14),
+                        trial_s: a.trial,
+                        confirm_s: a.confirm,
+                        conns: a.conns,
+                        cost_cps: a.cost_cps,
+                        cost_s: a.cost_duration,
+                        ferrouter_bin: ferrouter_bin()?,
+                        seed: a.seed,
+                        ..lab::fwbench::Options::default()
+                    };
+                    report.runs.extend(lab::fwbench::run(&opts, &log)?.runs);
+                }
+            }
+            report
+        })
     };
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        print!("{}", lab::fwbench::table(&r));
-    }
-    if let Some(path) = &a.chart {
-        r.chart(path)?;
-        eprintln!("... chart written to {}", path.display());
-    }
-    Ok(())
+    // No teardown on a signal (not built for this bench): its guards remove its
+    // namespaces when it returns.
+    run_bench(|| Ok(()), run, a.json, a.chart.as_deref())
 }
 
 fn qos_bench(a: QosArgs) -> Result<()> {
@@ -1637,11 +1634,13 @@ fn qos_bench(a: QosArgs) -> Result<()> {
             .map(|t| Transport::parse(t))
             .collect::<Result<_>>()?,
         profiles: a.profile.clone(),
-        flows: a.flows,
-        duration: a.duration,
-        line_rate_gbps: a.line_rate,
-        resolution_pct: a.resolution,
-        max_trials: a.max_trials,
+        search: lab::rfc2544::SearchOptions {
+            flows: a.flows,
+            duration: a.duration,
+            line_rate_gbps: a.line_rate,
+            resolution_pct: a.resolution,
+            max_trials: a.max_trials,
+        },
         repeat: a.repeat,
         rate_bps: (a.rate * 1e6).round() as u64,
         oversubscription: a.oversubscription,
@@ -1652,20 +1651,12 @@ fn qos_bench(a: QosArgs) -> Result<()> {
         ..lab::qosbench::Options::default()
     };
     lab::qosbench::check(&opts)?;
-    lab::qosbench::tear_down_on_signal(&opts.prefix)?;
-    let r = lab::qosbench::run(&opts, &|m| eprintln!("... {m}"));
-    lab::wait_if_tearing_down();
-    let r = r?;
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        print!("{}", r.table());
-    }
-    if let Some(path) = &a.chart {
-        r.chart(path)?;
-        eprintln!("... chart written to {}", path.display());
-    }
-    Ok(())
+    run_bench(
+        || lab::qosbench::tear_down_on_signal(&opts.prefix),
+        || lab::qosbench::run(&opts, &|m| eprintln!("... {m}")),
+        a.json,
+        a.chart.as_deref(),
+    )
 }
 
 /// `bench ipsec`: which half runs.
@@ -1756,16 +1747,66 @@ fn ipsec_live(a: IpsecArgs) -> Result<()> {
     };
     lab::ipsecbench::check(&opts)?;
     lab::ipsecbench::preconditions(&opts.duts)?;
-    lab::ipsecbench::tear_down_on_signal(&opts.prefix)?;
-    let r = lab::ipsecbench::run(&opts, &|m| eprintln!("... {m}"));
+    run_bench(
+        || lab::ipsecbench::tear_down_on_signal(&opts.prefix),
+        || lab::ipsecbench::run(&opts, &|m| eprintln!("... {m}")),
+        a.json,
+        a.chart.as_deref(),
+    )
+}
+
+/// What a live bench gives back: JSON, a table, an SVG chart.
+trait BenchReport: serde::Serialize {
+    fn table(&self) -> String;
+    fn chart(&self, path: &Path) -> Result<()>;
+}
+
+impl BenchReport for lab::qosbench::Report {
+    fn table(&self) -> String {
+        lab::qosbench::Report::table(self)
+    }
+    fn chart(&self, path: &Path) -> Result<()> {
+        lab::qosbench::Report::chart(self, path)
+    }
+}
+
+impl BenchReport for lab::ipsecbench::Report {
+    fn table(&self) -> String {
+        lab::ipsecbench::Report::table(self)
+    }
+    fn chart(&self, path: &Path) -> Result<()> {
+        lab::ipsecbench::Report::chart(self, path)
+    }
+}
+
+impl BenchReport for lab::fwbench::Report {
+    fn table(&self) -> String {
+        lab::fwbench::table(self)
+    }
+    fn chart(&self, path: &Path) -> Result<()> {
+        lab::fwbench::Report::chart(self, path)
+    }
+}
+
+/// How a live bench ends (`bench qos`, `bench ipsec --live`, `bench firewall`): torn down
+/// if the process is interrupted while `run` runs (`tear_down` installs that), its report
+/// on stdout (JSON with `--json`, else a table) and its chart where `--chart` says.
+fn run_bench<R: BenchReport>(
+    tear_down: impl FnOnce() -> Result<()>,
+    run: impl FnOnce() -> Result<R>,
+    json: bool,
+    chart: Option<&Path>,
+) -> Result<()> {
+    tear_down()?;
+    let r = run();
     lab::wait_if_tearing_down();
     let r = r?;
-    if a.json {
+    if json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{}", r.table());
     }
-    if let Some(path) = &a.chart {
+    if let Some(path) = chart {
         r.chart(path)?;
         eprintln!("... chart written to {}", path.display());
     }

@@ -993,6 +993,28 @@ impl Engine {
         self.send(l, r, data, out);
     }
 
+    /// [`Engine::seal_message`], or `None` with the failure logged and counted; `what`:
+    /// "request" or "response".
+    fn seal_or_count(
+        &mut self,
+        spi: u64,
+        h: Header,
+        inner: &[Payload],
+        what: &str,
+    ) -> Option<Vec<Vec<u8>>> {
+        match self.seal_message(spi, h, inner) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(
+                    peer = sa_name(&self.sas, spi),
+                    "IKE: cannot encrypt a {what}: {e}"
+                );
+                self.counters.failed.crypto += 1;
+                None
+            }
+        }
+    }
+
     /// Sends a request in an SK payload and keeps it for retransmission.
     fn send_request(
         &mut self,
@@ -1008,16 +1030,8 @@ impl Engine {
         };
         let id = sa.next_id;
         let h = sa.header(exch, id, false);
-        let msgs = match self.seal_message(spi, h, inner) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(
-                    peer = sa_name(&self.sas, spi),
-                    "IKE: cannot encrypt a request: {e}"
-                );
-                self.counters.failed.crypto += 1;
-                return;
-            }
+        let Some(msgs) = self.seal_or_count(spi, h, inner, "request") else {
+            return;
         };
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
@@ -1042,16 +1056,8 @@ impl Engine {
             return;
         };
         let h = sa.header(exch, id, true);
-        let msgs = match self.seal_message(spi, h, inner) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(
-                    peer = sa_name(&self.sas, spi),
-                    "IKE: cannot encrypt a response: {e}"
-                );
-                self.counters.failed.crypto += 1;
-                return;
-            }
+        let Some(msgs) = self.seal_or_count(spi, h, inner, "response") else {
+            return;
         };
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;

@@ -125,7 +125,6 @@ pub struct SaReport {
 struct Installed {
     /// What identifies it: a changed config (keys included) is a new SA.
     ident: Ident,
-    slot: u32,
     stats: Arc<SaStats>,
     view: SaView,
     /// Its tunnel interface.
@@ -345,7 +344,6 @@ impl Control {
             slot,
             Installed {
                 ident,
-                slot,
                 stats,
                 view: view(&p.config, tunnel),
                 iface,
@@ -353,6 +351,16 @@ impl Control {
                 natt: p.config.natt.is_some(),
             },
         ))
+    }
+
+    /// The slot of the outbound policy SA (no tunnel's) with `spi`.
+    fn policy_slot(&self, spi: u32) -> Option<u32> {
+        self.installed
+            .iter()
+            .find(|(_, i)| {
+                i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi
+            })
+            .map(|(slot, _)| slot)
     }
 
     /// Record `i`, installed in `slot`.
@@ -698,11 +706,7 @@ impl IpsecShared {
         let c = self.control.lock().ok()?;
         let slot = match direction {
             Direction::Inbound => c.inbound.get(&spi).copied(),
-            Direction::Outbound if iface == POLICY_IFACE => c
-                .installed
-                .values()
-                .find(|i| i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi)
-                .map(|i| i.slot),
+            Direction::Outbound if iface == POLICY_IFACE => c.policy_slot(spi),
             Direction::Outbound => c.tx.get(iface as usize).copied(),
         }?;
         c.installed
@@ -800,12 +804,9 @@ impl IpsecShared {
 
     /// The slot of the outbound policy SA (no tunnel's) with `spi`, or [`NONE`].
     pub(crate) fn policy_slot(&self, spi: u32) -> u32 {
-        self.control.lock().map_or(NONE, |c| {
-            c.installed
-                .values()
-                .find(|i| i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi)
-                .map_or(NONE, |i| i.slot)
-        })
+        self.control
+            .lock()
+            .map_or(NONE, |c| c.policy_slot(spi).unwrap_or(NONE))
     }
 
     /// SAs installed.

@@ -51,7 +51,7 @@ use tester::stateful::{Macs, Proto, Stateful, StatefulConfig, StatefulResult};
 
 use crate::rfc2544::dut::{self, DutKind, Running, Transport};
 use crate::rfc2544::topo::{self, ip_n, Topo, TopoGuard, TESTER_A4, TESTER_B4};
-use crate::rfc2544::{ferrouter_busy, Replies};
+use crate::rfc2544::{ferrouter_busy, Replies, SearchOptions};
 use crate::stateful::netns_exec;
 
 /// Clients: 198.18.128.0/20 behind `ta`.
@@ -1210,16 +1210,8 @@ pub struct ThroughputOptions {
     /// Plain forwarding first (no filter, no connection tracking), per DUT and transport:
     /// what the filtering costs is read against it.
     pub baseline: bool,
-    /// Flows (conversations), at most 4,094.
-    pub flows: u32,
-    /// Seconds of the search's final trials.
-    pub duration: f64,
-    /// Line rate per direction the search starts from, Gbit/s.
-    pub line_rate_gbps: f64,
-    /// The search stops when its bounds are this close, percent of the upper bound.
-    pub resolution_pct: f64,
-    /// Most search trials per run.
-    pub max_trials: u32,
+    /// The search; its flows are conversations, at most 4,094.
+    pub search: SearchOptions,
     /// The ferrouter binary.
     pub ferrouter_bin: PathBuf,
     /// Core of the tester.
@@ -1240,11 +1232,7 @@ impl Default for ThroughputOptions {
             rules: vec![1, 1000, 10_000],
             profiles: vec!["imix1".into()],
             baseline: true,
-            flows: 1000,
-            duration: 2.0,
-            line_rate_gbps: 10.0,
-            resolution_pct: 1.0,
-            max_trials: 40,
+            search: SearchOptions::default(),
             ferrouter_bin: PathBuf::from("ferrouter"),
             tester_core: 0,
             dut_core: 1,
@@ -1368,12 +1356,12 @@ pub fn throughput(opts: &ThroughputOptions, log: &(dyn Fn(&str) + Sync)) -> Resu
             profiles: opts.profiles.clone(),
             routes4: 0,
             routes6: 0,
-            flows: opts.flows,
-            duration: opts.duration,
+            flows: opts.search.flows,
+            duration: opts.search.duration,
             drain: 0.3,
-            line_rate_gbps: opts.line_rate_gbps,
-            resolution_pct: opts.resolution_pct,
-            max_search_trials: opts.max_trials,
+            line_rate_gbps: opts.search.line_rate_gbps,
+            resolution_pct: opts.search.resolution_pct,
+            max_search_trials: opts.search.max_trials,
             loss_tolerance_pct: 0.0,
             pdr_loss_pct: 0.0,
             mlr: true,
@@ -1390,7 +1378,7 @@ pub fn throughput(opts: &ThroughputOptions, log: &(dyn Fn(&str) + Sync)) -> Resu
             latency: false,
             // Every flow carried both ways at least twice before the search, so that it
             // is established (seen replied) in both DUTs' tables.
-            warmup_s: (3.0 * f64::from(opts.flows) / 10_000.0).max(0.2),
+            warmup_s: (3.0 * f64::from(opts.search.flows) / 10_000.0).max(0.2),
             replies: Some(replies),
             setup: Some(std::sync::Arc::new(setup)),
             classes: vec![],

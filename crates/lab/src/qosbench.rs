@@ -56,7 +56,7 @@ use tester::{DirectionConfig, Generator, Profile, TrafficClass, TrafficConfig, T
 use crate::ipsecbench::Machine;
 use crate::rfc2544::dut::{DutKind, Transport};
 use crate::rfc2544::topo::{self, Topo, TopoGuard};
-use crate::rfc2544::DutSetup;
+use crate::rfc2544::{DutSetup, SearchOptions};
 use crate::stateful::netns_exec;
 
 /// The nftables table the bench installs in the Linux DUT's namespace.
@@ -152,17 +152,10 @@ pub struct Options {
     pub transports: Vec<Transport>,
     /// Cost: traffic profiles (IPv4 only: the Linux policy classifies IPv4).
     pub profiles: Vec<String>,
-    /// Flows (UDP source ports) per direction.
-    pub flows: u32,
-    /// Cost: seconds of the search's final trials.
-    pub duration: f64,
-    /// Cost: the line rate the search starts from and the shaper's rate in qos-on,
-    /// Gbit/s.
-    pub line_rate_gbps: f64,
-    /// Cost: the search stops when its bounds are this close, percent.
-    pub resolution_pct: f64,
-    /// Cost: most trials of one search.
-    pub max_trials: u32,
+    /// Flows (UDP source ports) per direction (both tests); the cost test's search: the
+    /// line rate it starts from (also the shaper's rate in qos-on), its trials and
+    /// resolution.
+    pub search: SearchOptions,
     /// Repetitions: qos-off and qos-on alternate (cost), as do the DUTs (both tests).
     pub repeat: usize,
     /// Congestion: the shaper's rate R, bit/s.
@@ -191,11 +184,7 @@ impl Default for Options {
             tests: vec![Test::Cost, Test::Congestion],
             transports: vec![],
             profiles: vec!["ipv4-64".into(), "imix1".into()],
-            flows: 1000,
-            duration: 2.0,
-            line_rate_gbps: 10.0,
-            resolution_pct: 1.0,
-            max_trials: 40,
+            search: SearchOptions::default(),
             repeat: 1,
             rate_bps: 100_000_000,
             oversubscription: 2.0,
@@ -630,10 +619,10 @@ pub fn check(opts: &Options) -> Result<()> {
             bail!("profile {p} sends IPv6: the bench's Linux policy (u32 on the IPv4 DS field, nftables `ip dscp`) classifies IPv4; use ipv4-<size> or imix1");
         }
     }
-    if opts.flows == 0 || opts.flows > 60_000 {
+    if opts.search.flows == 0 || opts.search.flows > 60_000 {
         bail!(
             "--flows must be 1..=60000 (UDP source ports), got {}",
-            opts.flows
+            opts.search.flows
         );
     }
     if !(opts.rate_bps >= 1_000_000 && opts.rate_bps <= 10_000_000_000) {
@@ -710,14 +699,17 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
 
 /// The qos-off and qos-on NDR searches, alternating over the repetitions.
 fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Result<Vec<Run>> {
-    let line_bps = (opts.line_rate_gbps * 1e9).round() as u64;
+    let line_bps = (opts.search.line_rate_gbps * 1e9).round() as u64;
     let mut runs = Vec::new();
     for (k, on) in tester::compare::interleaved(&[false, true], opts.repeat) {
         let test = if on { "qos-on" } else { "qos-off" };
         log(&format!(
             "cost: {test}{} (repetition {} of {})",
             if on {
-                format!(", shaper at the line rate, {} Gbit/s", opts.line_rate_gbps)
+                format!(
+                    ", shaper at the line rate, {} Gbit/s",
+                    opts.search.line_rate_gbps
+                )
             } else {
                 String::new()
             },
@@ -734,12 +726,12 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
             profiles: opts.profiles.clone(),
             routes4: 0,
             routes6: 0,
-            flows: opts.flows,
-            duration: opts.duration,
+            flows: opts.search.flows,
+            duration: opts.search.duration,
             drain: 0.3,
-            line_rate_gbps: opts.line_rate_gbps,
-            resolution_pct: opts.resolution_pct,
-            max_search_trials: opts.max_trials,
+            line_rate_gbps: opts.search.line_rate_gbps,
+            resolution_pct: opts.search.resolution_pct,
+            max_search_trials: opts.search.max_trials,
             loss_tolerance_pct: 0.0,
             pdr_loss_pct: 0.0,
             mlr: true,
@@ -1053,7 +1045,7 @@ fn congestion_trial(
     let mut mem = Arena::new(16384);
     let dst = Prefix::new(topo::tester_host(1, false), 32)?;
     let mut ep = Endpoints::new(AddrRange::single(topo::tester_host(0, false)), vec![dst]);
-    ep.src_ports = tester::PortRange::new(1024, opts.flows);
+    ep.src_ports = tester::PortRange::new(1024, opts.search.flows);
     let dir = DirectionConfig {
         src_mac: tester_macs[0],
         dst_mac: dut_macs[0],
@@ -1061,7 +1053,7 @@ fn congestion_trial(
         v6: None,
     };
     let mut traffic = TrafficConfig::new(profile.clone(), dir, None);
-    traffic.flows = opts.flows;
+    traffic.flows = opts.search.flows;
     traffic.seed = opts.seed;
     traffic.classes = traffic_classes();
     let mut gen = Generator::new(&traffic)?;

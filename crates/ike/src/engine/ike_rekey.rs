@@ -347,6 +347,15 @@ impl Engine {
         self.rekeyed(spi, now);
     }
 
+    /// Simultaneous rekeys of IKE SA `spi` where ours did not make it (it failed, or lost
+    /// on nonces): the peer's new SA `peers` takes the children; the old SA waits for the
+    /// peer's Delete.
+    fn peers_rekey_stays(&mut self, spi: u64, peers: u64, now: Instant) {
+        self.counters.ike_rekey_collisions += 1;
+        self.move_children(spi, peers);
+        self.rekeyed(spi, now);
+    }
+
     /// The old SA, its children moved: the peer deletes it (we forget it after
     /// [`REKEYED_TIMEOUT`] if it does not).
     fn rekeyed(&mut self, spi: u64, now: Instant) {
@@ -380,9 +389,7 @@ impl Engine {
                     peer = peer.name,
                     "IKE: our IKE SA rekey failed ({why}); the peer's, made at the same time, stays"
                 );
-                e.counters.ike_rekey_collisions += 1;
-                e.move_children(spi, c.new_spi);
-                e.rekeyed(spi, now);
+                e.peers_rekey_stays(spi, c.new_spi, now);
                 return;
             }
             let again = retry_after(kind);
@@ -480,9 +487,7 @@ impl Engine {
                     peer = peer.name,
                     "IKE: simultaneous IKE SA rekey: the peer's wins (lower nonce on ours)"
                 );
-                self.counters.ike_rekey_collisions += 1;
-                self.move_children(spi, c.new_spi);
-                self.rekeyed(spi, now);
+                self.peers_rekey_stays(spi, c.new_spi, now);
                 self.delete_ike(rk.new_spi, now, out);
             }
             c => {

@@ -179,6 +179,35 @@ impl Default for Options {
     }
 }
 
+/// The throughput search's settings as the benches built on this one take them (`bench
+/// qos`'s cost test, `bench firewall --throughput`); each passes them on to its
+/// [`Options`].
+#[derive(Clone, Debug)]
+pub struct SearchOptions {
+    /// Flows per direction.
+    pub flows: u32,
+    /// Seconds of the search's final trials.
+    pub duration: f64,
+    /// Line rate per direction the search starts from, Gbit/s.
+    pub line_rate_gbps: f64,
+    /// The search stops when its bounds are this close, percent of the upper bound.
+    pub resolution_pct: f64,
+    /// Most trials of one search.
+    pub max_trials: u32,
+}
+
+impl Default for SearchOptions {
+    fn default() -> SearchOptions {
+        SearchOptions {
+            flows: 1000,
+            duration: 2.0,
+            line_rate_gbps: 10.0,
+            resolution_pct: 1.0,
+            max_trials: 40,
+        }
+    }
+}
+
 /// The (DUT, transport) pairs a run measures, in order: veth first (Linux, then
 /// ferrouter), then memif (testpmd, then ferrouter).
 pub fn plan(opts: &Options) -> Result<Vec<(DutKind, Transport)>> {
