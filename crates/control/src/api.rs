@@ -130,10 +130,14 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
             src: r.sa.src,
             dst: r.sa.dst,
             active: r.sa.active,
-            source: if from_api.iter().any(|&(d, spi)| {
-                spi == r.sa.spi
-                    && (d == ipsec::config::SaDirection::Out) == (r.sa.direction == "out")
-            }) {
+            source: if from_api.contains(&(
+                if r.sa.direction == "out" {
+                    ipsec::config::SaDirection::Out
+                } else {
+                    ipsec::config::SaDirection::In
+                },
+                r.sa.spi,
+            )) {
                 "api".into()
             } else {
                 "config".into()

@@ -612,7 +612,7 @@ impl Features {
     }
 
     /// The (direction, SPI) of the SAs the API installed.
-    pub fn ipsec_api_sas(&self) -> Vec<(ipsec::config::SaDirection, u32)> {
+    pub fn ipsec_api_sas(&self) -> std::collections::HashSet<(ipsec::config::SaDirection, u32)> {
         self.ipsec_api
             .lock()
             .map(|a| {

@@ -324,6 +324,8 @@ struct IkeSa {
     moved_to: Option<u64>,
     /// Fragmented messages being put together: a request, a response.
     reasm: [Option<Box<fragment::Reassembly>>; 2],
+    /// When [`Engine::tick`] looks at it next: its live entry in [`Engine::timers`].
+    timer_at: Option<Instant>,
 }
 
 impl IkeSa {
@@ -373,6 +375,7 @@ impl IkeSa {
             frag: false,
             moved_to: None,
             reasm: [None, None],
+            timer_at: None,
         })
     }
 
@@ -411,6 +414,67 @@ impl IkeSa {
         if let Some(k) = &mut self.keys {
             k.keep_sk_d_only();
         }
+    }
+
+    /// When [`Engine::tick`] must look at it next: the earliest of what [`Engine::tick`]
+    /// checks — its retransmission (while a request is out, nothing else), its half-open
+    /// or rekeyed timeout, its rekey and end, its DPD, its NAT keepalive and its children's
+    /// rekeys. `None`: nothing, until something happens to it.
+    fn next_due(&self) -> Option<Instant> {
+        let mut due: Option<Instant> = None;
+        let mut at = |from: Instant, wait: Duration| {
+            if let Some(t) = from.checked_add(wait) {
+                due = Some(due.map_or(t, |d| d.min(t)));
+            }
+        };
+        let peer = self.peer.as_deref();
+        if let Some(p) = &self.pending {
+            at(p.sent, RETRANSMIT_BASE * (1u32 << p.tries.min(10)));
+        } else {
+            match self.state {
+                State::HalfOpen => at(self.created, HALF_OPEN_TIMEOUT),
+                State::Rekeyed => {
+                    if let Some(t) = self.expire_at {
+                        at(t, Duration::ZERO);
+                    }
+                }
+                State::Established => {
+                    for t in [self.expire_at, self.rekey_at].into_iter().flatten() {
+                        at(t, Duration::ZERO);
+                    }
+                    if let Some(d) = peer.and_then(|p| p.dpd) {
+                        at(self.last_heard, d);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(every) = peer.map(|p| p.keepalive) {
+            if self.nat
+                && self.state == State::Established
+                && self.local.port() == NATT_PORT
+                && !every.is_zero()
+            {
+                at(self.last_keepalive, every);
+            }
+        }
+        if let Some(life) = peer.and_then(|p| p.child_lifetime) {
+            if self.state == State::Established
+                && self.pending.is_none()
+                && self.rekeying.is_none()
+                && self.collision.is_none()
+            {
+                let after = if self.initiator {
+                    life * 9 / 10
+                } else {
+                    life * 19 / 20
+                };
+                for c in &self.children {
+                    at(c.created, after);
+                }
+            }
+        }
+        due
     }
 
     fn header(&self, exchange: u8, id: u32, response: bool) -> Header {
@@ -488,6 +552,14 @@ pub struct Engine {
     chain_cache: ChainCache,
     /// Bytes held by every [`IkeSa::reasm`].
     reasm_bytes: usize,
+    /// When each SA is next due for a look (retransmission, timeouts, rekeys, DPD,
+    /// keepalives), earliest first: [`Engine::tick`] looks at the SAs due, not at every
+    /// SA (issue 27: at a million SAs a scan every tick took the responder's core). An
+    /// entry is live while it matches its SA's [`IkeSa::timer_at`]; others are dropped
+    /// when they come up.
+    timers: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64)>>,
+    /// The SA the message being handled was for: looked at on the next tick.
+    touched: Option<u64>,
 }
 
 /// A peer's name for logs.
@@ -751,6 +823,8 @@ impl Engine {
             port: 500,
             chain_cache: HashMap::new(),
             reasm_bytes: 0,
+            timers: std::collections::BinaryHeap::new(),
+            touched: None,
         }
     }
 
@@ -785,6 +859,22 @@ impl Engine {
 
     /// Replaces the peers: SAs of peers gone or changed are deleted (their children
     /// removed); new initiating peers start at the next tick.
+    /// Makes [`Engine::tick`] look at SA `spi` at `at` (or before, if it is due earlier).
+    fn arm(&mut self, spi: u64, at: Instant) {
+        if let Some(sa) = self.sas.get_mut(&spi) {
+            if sa.timer_at.is_none_or(|t| at < t) {
+                sa.timer_at = Some(at);
+                self.timers.push(std::cmp::Reverse((at, spi)));
+            }
+        }
+    }
+
+    /// A new IKE SA, looked at on the next tick.
+    fn insert_sa(&mut self, spi: u64, sa: Box<IkeSa>, now: Instant) {
+        self.sas.insert(spi, sa);
+        self.arm(spi, now);
+    }
+
     pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
         let old = std::mem::take(&mut self.peers);
         self.peers = peers.into_iter().map(Arc::new).collect();
@@ -855,7 +945,7 @@ impl Engine {
         );
         sa.share = Some(Box::new(share));
         sa.ni = rand_vec(NONCE_LEN);
-        self.sas.insert(spi, sa);
+        self.insert_sa(spi, sa, now);
         self.retry_at.remove(name);
         self.send_init(spi, now, out);
         tracing::info!(peer = name, "IKE: initiating");
@@ -991,6 +1081,7 @@ impl Engine {
         sa.next_id = 1;
         let (l, r) = (sa.local, sa.remote);
         self.send(l, r, data, out);
+        self.arm(spi, now + RETRANSMIT_BASE);
     }
 
     /// [`Engine::seal_message`], or `None` with the failure logged and counted; `what`:
@@ -1048,6 +1139,7 @@ impl Engine {
         for m in msgs {
             self.send(l, r, m, out);
         }
+        self.arm(spi, now + RETRANSMIT_BASE);
     }
 
     /// Answers the peer's request `id` with `inner` in an SK payload, and keeps the answer.
@@ -1105,6 +1197,21 @@ impl Engine {
         data: &[u8],
         out: &mut Vec<Event>,
     ) {
+        self.handle_message(now, local, remote, data, out);
+        // What the message changed (its state, a rekey due sooner) is looked at next tick.
+        if let Some(spi) = self.touched.take() {
+            self.arm(spi, now);
+        }
+    }
+
+    fn handle_message(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        data: &[u8],
+        out: &mut Vec<Event>,
+    ) {
         self.counters.received += 1;
         let msg = match wire::parse(data) {
             Ok(m) => m,
@@ -1145,6 +1252,7 @@ impl Engine {
             self.counters.dropped.unknown_spi += 1;
             return;
         }
+        self.touched = Some(ours);
         if h.exchange == exchange::IKE_SA_INIT {
             // A response to our IKE_SA_INIT.
             if sa.state != State::InitSent || h.message_id != 0 {
@@ -1505,7 +1613,7 @@ impl Engine {
         if nat {
             self.counters.nat_detected += 1;
         }
-        self.sas.insert(spi_r, sa);
+        self.insert_sa(spi_r, sa, now);
         self.by_init.insert((remote, h.spi_i), spi_r);
         self.half_open += 1;
         self.send(local, remote, resp, out);
@@ -2800,18 +2908,35 @@ impl Engine {
 
     /// Timers: retransmissions, liveness checks, half-open expiry, initiating peers.
     pub fn tick(&mut self, now: Instant, out: &mut Vec<Event>) {
+        // The SAs due now, each once; the others are not looked at.
+        let mut due = Vec::new();
+        while let Some(&std::cmp::Reverse((at, spi))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(sa) = self.sas.get_mut(&spi) {
+                if sa.timer_at == Some(at) {
+                    sa.timer_at = None;
+                    due.push(spi);
+                }
+            }
+        }
         let mut resend = Vec::new();
         let mut dead = Vec::new();
         let mut dpd = Vec::new();
         let mut rekey_ike = Vec::new();
         let mut expired = Vec::new();
         let mut gone = Vec::new();
-        for (spi, sa) in &mut self.sas {
+        for &spi in &due {
+            let Some(sa) = self.sas.get_mut(&spi) else {
+                continue;
+            };
             if let Some(p) = &mut sa.pending {
                 let wait = RETRANSMIT_BASE * (1u32 << p.tries.min(10));
                 if now.saturating_duration_since(p.sent) >= wait {
                     if p.tries >= MAX_RETRANSMITS {
-                        dead.push(*spi);
+                        dead.push(spi);
                     } else {
                         p.tries += 1;
                         p.sent = now;
@@ -2824,19 +2949,19 @@ impl Engine {
                 State::HalfOpen
                     if now.saturating_duration_since(sa.created) >= HALF_OPEN_TIMEOUT =>
                 {
-                    dead.push(*spi)
+                    dead.push(spi)
                 }
-                State::Rekeyed if sa.expire_at.is_some_and(|t| now >= t) => gone.push(*spi),
-                State::Established if sa.expire_at.is_some_and(|t| now >= t) => expired.push(*spi),
+                State::Rekeyed if sa.expire_at.is_some_and(|t| now >= t) => gone.push(spi),
+                State::Established if sa.expire_at.is_some_and(|t| now >= t) => expired.push(spi),
                 State::Established => {
                     if sa.rekey_at.is_some_and(|t| now >= t)
                         && sa.rekeying.is_none()
                         && sa.collision.is_none()
                     {
-                        rekey_ike.push(*spi);
+                        rekey_ike.push(spi);
                     } else if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
                         if now.saturating_duration_since(sa.last_heard) >= d {
-                            dpd.push(*spi);
+                            dpd.push(spi);
                         }
                     }
                 }
@@ -2885,7 +3010,10 @@ impl Engine {
         }
         // NAT keepalives (RFC 3948 §4) on SAs that moved to port 4500.
         let mut keep = Vec::new();
-        for sa in self.sas.values_mut() {
+        for spi in &due {
+            let Some(sa) = self.sas.get_mut(spi) else {
+                continue;
+            };
             let Some(every) = sa.peer.as_ref().map(|p| p.keepalive) else {
                 continue;
             };
@@ -2906,7 +3034,7 @@ impl Engine {
         // Child SAs near the end of their lifetime: the original initiator rekeys at 90 %,
         // the responder at 95 % (so the two rarely collide).
         let mut rekey = Vec::new();
-        for (spi, sa) in &self.sas {
+        for (&spi, sa) in due.iter().filter_map(|spi| Some((spi, self.sas.get(spi)?))) {
             let Some(life) = sa.peer.as_ref().and_then(|p| p.child_lifetime) else {
                 continue;
             };
@@ -2930,7 +3058,7 @@ impl Engine {
                 .min_by_key(|c| now.saturating_duration_since(c.created))
             {
                 if !sa.children.iter().any(|n| n.created > c.created) {
-                    rekey.push((*spi, c.spi_in));
+                    rekey.push((spi, c.spi_in));
                 }
             }
         }
@@ -2940,6 +3068,12 @@ impl Engine {
         for spi in dpd {
             self.counters.dpd_sent += 1;
             self.send_request(spi, exchange::INFORMATIONAL, Asked::Dpd, &[], now, out);
+        }
+        // Each SA looked at: when next (what it did may have armed it sooner already).
+        for spi in due {
+            if let Some(at) = self.sas.get(&spi).and_then(|sa| sa.next_due()) {
+                self.arm(spi, at);
+            }
         }
         // Initiating peers without an SA (the SAs looked at once, not once per peer).
         if !self.peers.iter().any(|p| p.initiate) {

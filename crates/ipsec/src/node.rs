@@ -126,7 +126,7 @@ struct Installed {
     /// What identifies it: a changed config (keys included) is a new SA.
     ident: Ident,
     stats: Arc<SaStats>,
-    view: SaView,
+    view: Brief,
     /// Its tunnel interface.
     iface: u16,
     /// Outbound with a configured key: its key's mark ([`key_mark`]). Keys IKE negotiated
@@ -219,6 +219,8 @@ struct Control {
     writer: SadWriter,
     /// By slot.
     installed: BySlot<Installed>,
+    /// Tunnel names, each shared by its tunnel's records.
+    names: FxHashSet<Arc<str>>,
     /// The inbound SAs' slots by SPI.
     inbound: FxHashMap<u32, u32>,
     /// How many installed SAs are UDP-encapsulated.
@@ -324,13 +326,23 @@ impl Control {
         Ok((sa, start))
     }
 
+    /// `tunnel`'s name, shared by the SAs of that tunnel (kept for good: names are few).
+    fn name(&mut self, tunnel: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(tunnel) {
+            return n.clone();
+        }
+        let n: Arc<str> = tunnel.into();
+        self.names.insert(n.clone());
+        n
+    }
+
     /// Queue `sa`'s insertion: its slot and its record (not yet [`Control::remember`]ed).
     fn insert(
         &mut self,
         p: &crate::config::Planned,
         ident: Ident,
         iface: u16,
-        tunnel: String,
+        tunnel: &str,
         sa: Sa,
         start: u64,
     ) -> Result<(u32, Installed), crate::sad::SadError> {
@@ -345,7 +357,7 @@ impl Control {
             Installed {
                 ident,
                 stats,
-                view: view(&p.config, tunnel),
+                view: view(&p.config, self.name(tunnel)),
                 iface,
                 mark: (outbound && !p.negotiated).then(|| key_mark(&p.config)),
                 natt: p.config.natt.is_some(),
@@ -467,6 +479,7 @@ impl IpsecShared {
             control: Mutex::new(Control {
                 writer,
                 installed: BySlot::with_capacity(max_sas),
+                names: FxHashSet::default(),
                 inbound: FxHashMap::default(),
                 natt: 0,
                 marked: 0,
@@ -576,8 +589,8 @@ impl IpsecShared {
         let mut fresh: Vec<(u32, Installed)> = Vec::new();
         for (p, ident, iface, sa, start) in built {
             let tunnel = match tunnels.names.get(p.tunnel) {
-                Some(n) => n.clone(),
-                None => POLICY_SA_NAME.into(),
+                Some(n) => n.as_str(),
+                None => POLICY_SA_NAME,
             };
             // Cannot fail: room was checked, and an SPI an inbound SA replaces was freed.
             if let Ok(f) = c.insert(p, ident, iface, tunnel, sa, start) {
@@ -673,7 +686,7 @@ impl IpsecShared {
         }
         let ident = ident(&p.config, iface);
         let (slot, i) = c
-            .insert(p, ident, iface, tunnel.to_string(), sa, start)
+            .insert(p, ident, iface, tunnel, sa, start)
             .map_err(|e| e.to_string())?;
         let sends = !inbound && iface != POLICY_IFACE;
         c.remember(slot, i);
@@ -784,7 +797,7 @@ impl IpsecShared {
             .map(|i| {
                 let k = i.stats.counters();
                 SaReport {
-                    sa: i.view.clone(),
+                    sa: i.view.view(),
                     packets: k.packets,
                     bytes: k.bytes,
                     sequence: i.stats.sequence(),
@@ -862,12 +875,48 @@ fn ident(c: &crate::sa::SaConfig, iface: u16) -> Ident {
     id
 }
 
-fn view(c: &crate::sa::SaConfig, tunnel: String) -> SaView {
-    let (src, dst) = match c.mode {
-        Mode::Tunnel { src, dst } => (src.to_string(), dst.to_string()),
-        Mode::Transport => (String::new(), String::new()),
+/// What `show ipsec sa` says of an installed SA, as the control thread keeps it: small,
+/// one per SA (issue 27: a million tunnels) — its tunnel's name shared by the tunnel's
+/// SAs, its endpoints as addresses ([`Brief::view`] spells them out).
+struct Brief {
+    tunnel: Arc<str>,
+    direction: &'static str,
+    spi: u32,
+    encryption: &'static str,
+    integrity: &'static str,
+    esn: bool,
+    replay_window: u32,
+    ends: Option<(std::net::IpAddr, std::net::IpAddr)>,
+    active: bool,
+}
+
+impl Brief {
+    fn view(&self) -> SaView {
+        let (src, dst) = match self.ends {
+            Some((s, d)) => (s.to_string(), d.to_string()),
+            None => (String::new(), String::new()),
+        };
+        SaView {
+            tunnel: self.tunnel.to_string(),
+            direction: self.direction,
+            spi: self.spi,
+            encryption: self.encryption,
+            integrity: self.integrity,
+            esn: self.esn,
+            replay_window: self.replay_window,
+            src,
+            dst,
+            active: self.active,
+        }
+    }
+}
+
+fn view(c: &crate::sa::SaConfig, tunnel: Arc<str>) -> Brief {
+    let ends = match c.mode {
+        Mode::Tunnel { src, dst } => Some((src, dst)),
+        Mode::Transport => None,
     };
-    SaView {
+    Brief {
         tunnel,
         direction: match c.direction {
             Direction::Inbound => "in",
@@ -878,8 +927,7 @@ fn view(c: &crate::sa::SaConfig, tunnel: String) -> SaView {
         integrity: c.integrity.name(),
         esn: c.esn,
         replay_window: c.replay_window,
-        src,
-        dst,
+        ends,
         active: false,
     }
 }

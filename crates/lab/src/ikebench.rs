@@ -330,10 +330,11 @@ fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Res
                 _ => ferrouter_peer(dh),
             };
             l.write_config(2, &peer)?;
-            // max_sas: two SAs per child, with room.
+            // max_sas: two SAs per child, with room (within the config's limit: a million
+            // tunnels fill it exactly).
             let cfg = l.config_file(2);
             let text = std::fs::read_to_string(&cfg)?;
-            let max = (2 * o.tunnels + 1024).max(16_384);
+            let max = (2 * o.tunnels + 1024).clamp(16_384, ipsec::config::MAX_SAS);
             std::fs::write(
                 &cfg,
                 text.replacen("[ipsec]\n", &format!("[ipsec]\nmax_sas = {max}\n"), 1),
@@ -516,8 +517,12 @@ pub fn run(o: &IkeBenchOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<Ik
         bail!("--auth {}: psk or ecdsa", o.auth);
     }
     dh_name(o.dh)?;
-    if o.tunnels == 0 {
-        bail!("--tunnels must be at least 1");
+    if o.tunnels == 0 || o.tunnels > ipsec::config::MAX_SAS / 2 {
+        bail!(
+            "--tunnels {}: 1 to {} (two SAs each, within ipsec.max_sas's limit)",
+            o.tunnels,
+            ipsec::config::MAX_SAS / 2
+        );
     }
     if !(1..=240).contains(&o.sources) {
         bail!("--sources must be 1..=240 (192.0.2.10 and up)");

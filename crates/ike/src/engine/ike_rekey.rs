@@ -322,7 +322,7 @@ impl Engine {
             refuse(self, notify::NO_PROPOSAL_CHOSEN, vec![]);
             return;
         };
-        self.sas.insert(spi_r, new);
+        self.insert_sa(spi_r, new, now);
         let answer = [
             Payload::Sa(vec![ike_wire(number, &suite, spi_r.to_be_bytes().to_vec())]),
             Payload::Nonce(nr.clone()),
@@ -478,7 +478,7 @@ impl Engine {
             fail(self, "the new keys cannot be made".into(), 0);
             return;
         };
-        self.sas.insert(rk.new_spi, new);
+        self.insert_sa(rk.new_spi, new, now);
         match collision {
             Some(c) if loses(&lower_nonce(&rk.ni, nr), &c.lower_nonce) => {
                 // Ours has the lowest nonce: it goes, the peer's takes the children, and
