@@ -1,0 +1,174 @@
+//! QoS classifier rules and 802.1p end to end, in the VLAN lab (`lab::vlan`: r2 is a
+//! trunk, r2.100 a `[[vlan]]` sub-interface towards hv): h1 sends UDP to hv on two ports,
+//! unmarked, into r1 (untrusted). A `[[qos.policy.rule]]` puts port 5060 in class EF
+//! (marked EF); r2's scheduler counts it in its EF queue, and r2.100's output policy writes
+//! EF's 802.1p priority into the tag of what leaves, as a capture on the switch's port to
+//! hv shows. Port 5070 stays best effort, priority 0. Needs root and tcpdump.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::{vlan, Lab};
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+fn qos() -> String {
+    format!(
+        r#"
+[[qos.policy]]
+name = "edge"
+default_class = "be"
+
+[[qos.policy.class]]
+name = "ef"
+dscp = ["ef"]
+mark = "ef"
+pcp = 5
+
+[[qos.policy.class]]
+name = "be"
+
+[[qos.policy.rule]]
+class = "ef"
+src = "{h1}/32"
+protocol = "udp"
+dport = 5060
+
+[[qos.policy.rule]]
+class = "ef"
+src = "{h1_6}/128"
+protocol = "udp"
+dport = 5060
+
+[[qos.policy]]
+name = "wan"
+default_class = "be"
+shaper = "100mbit"
+
+[[qos.policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+
+[[qos.policy.class]]
+name = "be"
+
+[[qos.interface]]
+name = "r1"
+input = "edge"
+
+[[qos.interface]]
+name = "r2"
+output = "wan"
+
+[[qos.interface]]
+name = "r2.100"
+output = "edge"
+"#,
+        h1 = lab::H1_V4,
+        h1_6 = lab::H1_V6,
+    )
+}
+
+fn class<'a>(q: &'a Value, port: &str, name: &str) -> &'a Value {
+    q["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["interface"] == port)
+        .and_then(|p| {
+            p["classes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+        })
+        .unwrap_or_else(|| panic!("{port} class {name}: {q}"))
+}
+
+#[test]
+fn a_rule_classifies_by_port_and_the_vlan_tag_carries_the_classs_priority() {
+    lab::preconditions(
+        "network namespaces, a capture on the switch",
+        &[("tcpdump", "tcpdump"), ("python3", "python3")],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = Lab::new(&format!("t{}qm", std::process::id() % 10000));
+    l.vlans = true;
+    l.extra_config = qos();
+    let g = start_lab(l);
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h1(), vlan::HV_V4);
+    ping_until_ok(lab, &lab.h1(), vlan::HV_V6);
+
+    // What the switch sends hv: tagged frames, their priority and UDP ports.
+    let dump = std::env::temp_dir().join(format!("{}-to-hv.txt", lab.prefix));
+    let file = std::fs::File::create(&dump).unwrap();
+    let mut tcpdump = Bg(Command::new("ip")
+        .args(["netns", "exec", &lab.switch()])
+        .args(["tcpdump", "-i", "to-hv", "-e", "-nn", "-l", "-c", "60"])
+        .arg("vlan 100 and udp")
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    // It is capturing once it says so (the reader is kept: tcpdump reports on it at exit).
+    let mut err = std::io::BufReader::new(tcpdump.0.stderr.take().unwrap());
+    {
+        use std::io::BufRead;
+        let mut said = String::new();
+        while !said.contains("listening on") {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("tcpdump: {said}");
+            }
+            said += &line;
+        }
+    }
+    let send = |dst: &str, fam: &str, port: u16, n: usize| {
+        let (ok, out) = python(
+            lab,
+            &lab.h1(),
+            &format!(
+                "import socket,time\ns=socket.socket(socket.{fam},socket.SOCK_DGRAM)\n\
+                 for _ in range({n}):\n  s.sendto(b'x'*100,('{dst}',{port}))\n  time.sleep(0.005)\n"
+            ),
+        );
+        assert!(ok, "{out}");
+    };
+    send(vlan::HV_V4, "AF_INET", 5060, 20);
+    send(vlan::HV_V4, "AF_INET", 5070, 20);
+    send(vlan::HV_V6, "AF_INET6", 5060, 10);
+    send(vlan::HV_V6, "AF_INET6", 5070, 10);
+    let t0 = Instant::now();
+    while tcpdump.0.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(tcpdump);
+    drop(err);
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let _ = std::fs::remove_file(&dump);
+    // tcpdump names 5060 SIP: "> 10.100.0.2.5060: SIP".
+    let count = |port: u16, pcp: u8| {
+        text.lines()
+            .filter(|l| l.contains(&format!(".{port}: ")))
+            .filter(|l| l.contains(&format!("vlan 100, p {pcp},")))
+            .count()
+    };
+    assert_eq!(
+        count(5060, 5),
+        30,
+        "5060 leaves with EF's priority:\n{text}"
+    );
+    assert_eq!(count(5070, 0), 30, "5070 with priority 0:\n{text}");
+
+    // r2's scheduler saw the rule's packets as EF (their DSCP, marked on input).
+    let q = api(lab, "qos", None);
+    let (ef, be) = (class(&q, "r2", "ef"), class(&q, "r2", "be"));
+    let ef_n = ef["enqueued"].as_u64().unwrap();
+    assert!((30..60).contains(&ef_n), "EF queued {ef_n}: {q}");
+    assert!(be["enqueued"].as_u64().unwrap() >= 30, "{q}");
+}
