@@ -271,8 +271,8 @@ pub struct Config {
         skip_serializing_if = "ipsec::config::IpsecConfig::is_default"
     )]
     pub ipsec: ipsec::config::IpsecConfig,
-    /// QoS (`[qos]`: `[[qos.policer]]`, `[[qos.policy]]` with `[[qos.policy.class]]`,
-    /// `[[qos.interface]]`); applied live. See docs/qos.md.
+    /// QoS (`[qos]`: `[[qos.policer]]`, `[[qos.policy]]` with `[[qos.policy.class]]` and
+    /// `[[qos.policy.rule]]`, `[[qos.interface]]`); applied live. See docs/qos.md.
     #[serde(default, skip_serializing_if = "qos::config::QosConfig::is_default")]
     pub qos: qos::config::QosConfig,
 }
@@ -2554,5 +2554,32 @@ mod tests {
              [[qos.policy.class]]\nname = \"be\"\n[[qos.interface]]\nname = \"eth1\"\noutput = \"edge\"\n"
         );
         assert!(parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn qos_rule_and_8021p_problems_have_their_lines() {
+        let e = problems(
+            "[[vlan]]\nname = \"eth1.100\"\nparent = \"eth1\"\nid = 100\n\
+             [[qos.policy]]\nname = \"edge\"\ndefault_class = \"be\"\n\
+             [[qos.policy.class]]\nname = \"be\"\npcp = 9\n\
+             [[qos.policy.rule]]\nclass = \"ef\"\n\
+             [[qos.policy.rule]]\nclass = \"be\"\nsrc = \"10.0.0.0/8\"\ndst = [\"2001:db8::/32\"]\ndport = 53\n\
+             [[qos.interface]]\nname = \"eth1.100\"\noutput = \"edge\"\n",
+        );
+        for want in [
+            "qos.policy[0].class[0].pcp: 802.1p priority 9 is out of range: 0 to 7",
+            "qos.policy[0].rule[0].class: \"ef\" is not a class of the policy",
+            "qos.policy[0].rule[1].dst[0]: 2001:db8::/32 and 10.0.0.0/8 in one rule",
+            "qos.policy[0].rule[1].dport: ports need a protocol",
+        ] {
+            assert!(e.contains(want), "{want} not in:\n{e}");
+        }
+        // A reversed port range is refused as it is read.
+        let e = problems(
+            "[[qos.policy]]\nname = \"edge\"\ndefault_class = \"be\"\n\
+             [[qos.policy.class]]\nname = \"be\"\n\
+             [[qos.policy.rule]]\nclass = \"be\"\nprotocol = \"udp\"\ndport = \"5061-5060\"\n",
+        );
+        assert!(e.contains("reversed"), "{e}");
     }
 }

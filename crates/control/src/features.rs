@@ -92,6 +92,16 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     {
         v.extend(qos::node::NAMES);
     }
+    // A VLAN sub-interface with an output policy writes its classes' 802.1p priority.
+    if cfg.vlans.iter().any(|v| v.name == name)
+        && cfg
+            .qos
+            .interfaces
+            .iter()
+            .any(|f| f.name == name && f.output.is_some())
+    {
+        v.extend(qos::node::PCP_NAMES);
+    }
     // ESP to the router arrives on ports; what is routed to a tunnel leaves encrypted.
     if cfg.ipsec.active() {
         let port = cfg.ports.iter().any(|p| p.name == name);
@@ -329,7 +339,7 @@ impl Features {
         self.publish_ipsec(&cfg.ipsec)?;
         // Policies and schedulers before the input nodes are enabled; ports whose output
         // policy did not change keep their queues.
-        self.qos.apply(&cfg.qos, &self.names, 0)?;
+        self.qos.apply(&cfg.qos, &self.names, cfg.ports.len(), 0)?;
         self.state.store(Arc::new(s));
         self.version.fetch_add(1, Ordering::Release);
         Ok(())

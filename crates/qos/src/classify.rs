@@ -1,15 +1,19 @@
 //! Classification into traffic classes and DSCP marking.
 //!
-//! A packet's class is read from its DSCP on a *trusted* interface (the table maps each
-//! of the 64 code points to a class; code points it does not name go to the interface's
-//! default class), or is the interface's default class on an *untrusted* one, whose
-//! DSCP is then rewritten (the sender's marking is not believed). A class may mark its
+//! A packet's class is the class of the first classifier rule it matches
+//! ([`crate::rules`]), whatever the interface's trust; else it is read from its DSCP on a
+//! *trusted* interface (the table maps each of the 64 code points to a class), then, for
+//! a code point no class names, from the 802.1p priority of a tagged frame (classes may
+//! name PCPs); else it is the interface's default class. On an *untrusted* interface
+//! (rules aside) it is the default class, and the DSCP is rewritten (the sender's marking
+//! is not believed). A class may mark its
 //! packets with a DSCP of its own and may have a policer, whose colour decides whether a
 //! packet goes on, is dropped or is re-marked.
 
 use std::sync::Arc;
 
 use crate::policer::{Action, Colour, Policer};
+use crate::rules::RuleTable;
 
 /// Expedited forwarding (RFC 3246).
 pub const EF: u8 = 46;
@@ -110,6 +114,43 @@ pub fn set_ip6_dscp(hdr: &mut [u8], dscp: u8) -> bool {
     true
 }
 
+/// The 802.1p priority (PCP) of a VLAN tag's TCI, given its first byte.
+#[inline]
+pub fn pcp_of(tci0: u8) -> u8 {
+    tci0 >> 5
+}
+
+/// The PCP of the outer tag of a frame whose Ethernet header starts `frame` and whose L3
+/// header is at `l3` (`None`: not tagged).
+#[inline]
+pub fn frame_pcp(frame: &[u8], l3: usize) -> Option<u8> {
+    let tpid = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let tagged = l3 >= 18 && (tpid == 0x8100 || tpid == 0x88a8);
+    tagged.then(|| frame.get(14).map(|&b| pcp_of(b)))?
+}
+
+/// Set the PCP of every tag of a frame whose Ethernet header starts `frame` and whose L3
+/// header is at `l3` (the tags are between them). Returns whether it found a tag.
+#[inline]
+pub fn set_frame_pcp(frame: &mut [u8], l3: usize, pcp: u8) -> bool {
+    let mut at = 12;
+    let mut any = false;
+    while at + 4 <= l3 {
+        let Some(t) = frame.get(at..at + 2) else {
+            break;
+        };
+        let tpid = u16::from_be_bytes([t[0], t[1]]);
+        if tpid != 0x8100 && tpid != 0x88a8 {
+            break;
+        }
+        any |= frame
+            .get_mut(at + 2..at + 4)
+            .is_some_and(|tci| set_pcp(tci, pcp));
+        at += 4;
+    }
+    any
+}
+
 /// Set the 802.1p priority (PCP) of a VLAN tag's TCI, given its two bytes.
 #[inline]
 pub fn set_pcp(tci: &mut [u8], pcp: u8) -> bool {
@@ -132,14 +173,24 @@ pub struct InputClass {
     pub policer: Option<Arc<Policer>>,
 }
 
+/// No class in [`InputPolicy::by_pcp`].
+pub const NO_CLASS: u8 = 0xff;
+
 /// The input policy of an interface, compiled: how its packets are classified, marked
 /// and policed.
 #[derive(Clone, Debug)]
 pub struct InputPolicy {
-    /// Whether the DSCP of arriving packets is believed.
+    /// Whether the DSCP (and 802.1p) of arriving packets is believed.
     pub trusted: bool,
+    /// Classifier rules, first match first, before anything else (trusted or not).
+    pub rules: Option<Arc<RuleTable>>,
     /// Class by DSCP, for trusted interfaces (an index into `classes`).
     pub by_dscp: [u8; 64],
+    /// The DSCPs a class names (one bit each): the others may be classified by PCP.
+    pub named: u64,
+    /// Class by the PCP of a tagged frame ([`NO_CLASS`]: none), for trusted interfaces,
+    /// when no class names its DSCP.
+    pub by_pcp: [u8; 8],
     /// The class of packets on an untrusted interface, and of unnamed code points.
     pub default_class: u8,
     /// The classes, by index.
@@ -172,7 +223,10 @@ impl InputPolicy {
     pub fn single(trusted: bool) -> InputPolicy {
         InputPolicy {
             trusted,
+            rules: None,
             by_dscp: [0; 64],
+            named: 0,
+            by_pcp: [NO_CLASS; 8],
             default_class: 0,
             classes: vec![InputClass::default()],
             policer: None,
@@ -182,20 +236,47 @@ impl InputPolicy {
     /// The class of a packet of DSCP `dscp`.
     #[inline]
     pub fn class_of(&self, dscp: u8) -> u8 {
-        if self.trusted {
-            self.by_dscp
-                .get(dscp as usize)
+        self.class_of_tagged(dscp, None)
+    }
+
+    /// Whether a class names PCPs (only then is a frame's tag worth reading).
+    #[inline]
+    pub fn by_pcp_used(&self) -> bool {
+        self.trusted && self.by_pcp != [NO_CLASS; 8]
+    }
+
+    /// The class of a packet of DSCP `dscp` in a frame tagged with priority `pcp`
+    /// (`None`: untagged), rules aside: by DSCP if a class names it, else by PCP if a
+    /// class names that, else the default class; on an untrusted interface, the default.
+    #[inline]
+    pub fn class_of_tagged(&self, dscp: u8, pcp: Option<u8>) -> u8 {
+        if !self.trusted {
+            return self.default_class;
+        }
+        let d = dscp & 63;
+        if self.named & (1u64 << d) != 0 {
+            return self
+                .by_dscp
+                .get(d as usize)
                 .copied()
-                .unwrap_or(self.default_class)
-        } else {
-            self.default_class
+                .unwrap_or(self.default_class);
+        }
+        match pcp.and_then(|p| self.by_pcp.get(p as usize)) {
+            Some(&c) if c != NO_CLASS => c,
+            _ => self.default_class,
         }
     }
 
     /// Classify, mark and police a packet of `len` bytes and DSCP `dscp` at `now_ns`.
     #[inline]
     pub fn decide(&self, now_ns: u64, dscp: u8, len: u32) -> Verdict {
-        let class = self.class_of(dscp);
+        self.decide_in(now_ns, self.class_of(dscp), dscp, len)
+    }
+
+    /// Mark and police a packet of class `class` (chosen by a rule, or by
+    /// [`InputPolicy::class_of_tagged`]), `len` bytes and DSCP `dscp` at `now_ns`.
+    #[inline]
+    pub fn decide_in(&self, now_ns: u64, class: u8, dscp: u8, len: u32) -> Verdict {
         let c = self.classes.get(class as usize);
         let mut out = match c.and_then(|c| c.mark) {
             Some(m) => m,
@@ -301,8 +382,10 @@ mod tests {
         let mut p = InputPolicy::single(trusted);
         // class 0 best effort, class 1 EF (marked EF), class 2 AF4 policed.
         p.by_dscp[EF as usize] = 1;
+        p.named = 1 << EF;
         for d in [34, 36, 38] {
             p.by_dscp[d] = 2;
+            p.named |= 1 << d;
         }
         let spec = PolicerSpec {
             kind: Kind::TrTcm,
@@ -350,6 +433,50 @@ mod tests {
                 colour: Colour::Red
             }
         );
+    }
+
+    #[test]
+    fn a_tagged_frames_pcp_classifies_when_no_class_names_its_dscp() {
+        let mut p = policy(true);
+        p.by_pcp[5] = 1;
+        assert!(p.by_pcp_used());
+        // DSCP 10 is named by no class: PCP 5 makes it EF (marked EF), PCP 3 or none
+        // leaves it in the default class.
+        assert_eq!(p.class_of_tagged(10, Some(5)), 1);
+        assert_eq!(p.class_of_tagged(10, Some(3)), 0);
+        assert_eq!(p.class_of_tagged(10, None), 0);
+        // A named DSCP wins over the PCP.
+        assert_eq!(p.class_of_tagged(34, Some(5)), 2);
+        assert_eq!(
+            p.decide_in(0, p.class_of_tagged(10, Some(5)), 10, 100),
+            Verdict::Pass { class: 1, dscp: EF }
+        );
+        // Untrusted: the PCP is no more believed than the DSCP.
+        p.trusted = false;
+        assert!(!p.by_pcp_used());
+        assert_eq!(p.class_of_tagged(10, Some(5)), 0);
+    }
+
+    #[test]
+    fn pcp_is_read_and_written_in_every_tag() {
+        // dst, src, 802.1ad 100 (PCP 3), 802.1Q 300 (PCP 0), IPv4.
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x88, 0xa8, 0x60, 100, 0x81, 0x00, 0x01, 0x2c, 0x08, 0x00]);
+        f.extend_from_slice(&[0x45, 0]);
+        assert_eq!(frame_pcp(&f, 22), Some(3));
+        assert!(set_frame_pcp(&mut f, 22, 5));
+        assert_eq!(
+            &f[12..22],
+            &[0x88, 0xa8, 0xa0, 100, 0x81, 0x00, 0xa1, 0x2c, 0x08, 0x00]
+        );
+        assert_eq!(frame_pcp(&f, 22), Some(5));
+        // Untagged, or too short: nothing read, nothing written.
+        let mut u = vec![0u8; 12];
+        u.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+        assert_eq!(frame_pcp(&u, 14), None);
+        assert!(!set_frame_pcp(&mut u, 14, 5));
+        assert_eq!(frame_pcp(&f[..13], 22), None);
+        assert!(!set_frame_pcp(&mut f[..15], 22, 1));
     }
 
     #[test]

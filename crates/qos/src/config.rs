@@ -52,9 +52,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::bucket::{MAX_BURST_BYTES, MAX_RATE_BPS};
-use crate::classify::{dscp_by_name, InputClass, InputPolicy};
+use crate::classify::{dscp_by_name, InputClass, InputPolicy, NO_CLASS};
 use crate::codel::CodelParams;
 use crate::policer::{Action, Kind, Policer, PolicerSpec};
+use crate::rules::{RuleConfig, RuleTable};
 use crate::sched::{ClassSpec, SchedSpec, MAX_CLASSES, MAX_PACKET};
 
 /// `[qos]`.
@@ -145,6 +146,10 @@ pub struct PolicyConfig {
     /// The classes (`[[qos.policy.class]]`).
     #[serde(rename = "class", default)]
     pub classes: Vec<ClassConfig>,
+    /// Classifier rules (`[[qos.policy.rule]]`), first match first, before DSCP
+    /// classification (input only).
+    #[serde(rename = "rule", default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleConfig>,
 }
 
 /// `[[qos.policy.class]]`.
@@ -180,6 +185,14 @@ pub struct ClassConfig {
     /// CoDel on its queue.
     #[serde(default)]
     pub codel: bool,
+    /// The 802.1p priority (0-7) of its frames that leave tagged by a VLAN sub-interface
+    /// with this output policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcp: Option<u8>,
+    /// The 802.1p priorities that put a tagged frame in this class on a trusted interface
+    /// when no class names its DSCP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pcp_in: Vec<u8>,
 }
 
 /// `[[qos.interface]]`.
@@ -199,6 +212,9 @@ pub struct InterfaceConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
+
+/// No 802.1p marking for a DSCP (in [`Compiled::pcp_out`]).
+pub const NO_PCP: u8 = 0xff;
 
 /// Default queue limit of a class, packets.
 pub const DEFAULT_LIMIT: usize = 256;
@@ -284,6 +300,9 @@ pub struct Compiled {
     pub input: Vec<Option<InputPolicy>>,
     /// Output schedulers by interface index (ports only).
     pub output: Vec<Option<SchedSpec>>,
+    /// 802.1p by DSCP ([`NO_PCP`]: the tag is left as written) for what leaves each VLAN
+    /// sub-interface with an output policy, by interface index.
+    pub pcp_out: Vec<Option<[u8; 64]>>,
     /// The policers, by name (shared by everything that names them).
     pub policers: Vec<(String, Arc<Policer>)>,
 }
@@ -545,6 +564,7 @@ impl QosConfig {
                 }
             }
             let mut seen_dscp: HashMap<u8, usize> = HashMap::new();
+            let mut seen_pcp: HashMap<u8, usize> = HashMap::new();
             let mut class_names = HashMap::new();
             for (j, c) in p.classes.iter().enumerate() {
                 let cp = format!("{path}.class[{j}]");
@@ -585,7 +605,33 @@ impl QosConfig {
                         out.push((format!("{cp}.policer"), format!("unknown policer {pol:?}")));
                     }
                 }
+                if let Some(pcp) = c.pcp {
+                    if pcp > 7 {
+                        out.push((
+                            format!("{cp}.pcp"),
+                            format!("802.1p priority {pcp} is out of range: 0 to 7"),
+                        ));
+                    }
+                }
+                for (k, &pcp) in c.pcp_in.iter().enumerate() {
+                    if pcp > 7 {
+                        out.push((
+                            format!("{cp}.pcp_in[{k}]"),
+                            format!("802.1p priority {pcp} is out of range: 0 to 7"),
+                        ));
+                    } else if let Some(other) = seen_pcp.insert(pcp, j) {
+                        out.push((
+                            format!("{cp}.pcp_in[{k}]"),
+                            format!(
+                                "802.1p priority {pcp} is already in class {:?}",
+                                p.classes[other].name
+                            ),
+                        ));
+                    }
+                }
             }
+            let class_list: Vec<&str> = p.classes.iter().map(|c| c.name.as_str()).collect();
+            crate::rules::validate(&p.rules, &class_list, &path, &mut out);
             if let Err(e) = Self::sched_spec(p, &path) {
                 out.extend(e);
             }
@@ -611,17 +657,33 @@ impl QosConfig {
                     }
                 }
             }
-            if f.output.is_some()
-                && !ports.contains(&f.name.as_str())
-                && interfaces.contains(&f.name.as_str())
-            {
-                out.push((
-                    format!("{path}.output"),
-                    format!(
-                        "{:?} is not a [[port]]: output scheduling is per port",
-                        f.name
-                    ),
-                ));
+            // On a VLAN sub-interface, an output policy sets 802.1p only: the port it
+            // rides on schedules.
+            let vlan_policy = f
+                .output
+                .as_ref()
+                .filter(|_| {
+                    !ports.contains(&f.name.as_str()) && interfaces.contains(&f.name.as_str())
+                })
+                .and_then(|o| self.policies.iter().find(|p| &p.name == o));
+            if let Some(p) = vlan_policy {
+                if p.shaper.is_some() {
+                    out.push((
+                        format!("{path}.output"),
+                        format!(
+                            "{:?} is not a [[port]]: its output policy only sets 802.1p (the classes' pcp), and policy {:?} has a shaper: shaping is per port (give the shaper to its port's output policy)",
+                            f.name, p.name
+                        ),
+                    ));
+                } else if !p.classes.iter().any(|c| c.pcp.is_some()) {
+                    out.push((
+                        format!("{path}.output"),
+                        format!(
+                            "{:?} is not a [[port]]: its output policy only sets 802.1p, and no class of policy {:?} has a pcp",
+                            f.name, p.name
+                        ),
+                    ));
+                }
             }
             if let Some(k) = ports.iter().position(|p| *p == f.name) {
                 if f.output.is_some() && k >= crate::node::MAX_PORTS {
@@ -641,11 +703,13 @@ impl QosConfig {
     }
 
     /// Compile a config that passed [`QosConfig::validate`] for the fast path's
-    /// `interfaces` (by index). Policers whose spec did not change are taken from `old`,
+    /// `interfaces` (by index), of which the first `ports` are ports (VLAN sub-interfaces
+    /// and tunnels follow). Policers whose spec did not change are taken from `old`,
     /// their buckets and counters as they are.
     pub fn compile(
         &self,
         interfaces: &[String],
+        ports: usize,
         old: &Compiled,
         now_ns: u64,
     ) -> Result<Compiled, String> {
@@ -674,6 +738,7 @@ impl QosConfig {
         let mut c = Compiled {
             input: vec![None; interfaces.len()],
             output: vec![None; interfaces.len()],
+            pcp_out: vec![None; interfaces.len()],
             policers: Vec::new(),
         };
         for f in &self.interfaces {
@@ -687,9 +752,27 @@ impl QosConfig {
                     .find(|p| &p.name == pn)
                     .ok_or(format!("unknown policy {pn:?}"))?;
                 let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
+                let class_list: Vec<&str> = p.classes.iter().map(|c| c.name.as_str()).collect();
+                let rules = RuleTable::compile(&p.rules, &class_list)
+                    .map_err(|e| format!("policy {pn}: {e}"))?;
+                let mut named = 0u64;
+                let mut by_pcp = [NO_CLASS; 8];
+                for (j, k) in p.classes.iter().enumerate() {
+                    for d in k.dscp.iter().filter_map(|d| parse_dscp(d).ok()) {
+                        named |= 1 << d;
+                    }
+                    for &q in &k.pcp_in {
+                        if let Some(slot) = by_pcp.get_mut(q as usize) {
+                            *slot = j as u8;
+                        }
+                    }
+                }
                 c.input[idx] = Some(InputPolicy {
                     trusted: f.trusted,
+                    rules: rules.map(Arc::new),
                     by_dscp: sched.by_dscp,
+                    named,
+                    by_pcp,
                     default_class: sched.default_class,
                     classes: p
                         .classes
@@ -708,6 +791,18 @@ impl QosConfig {
                     .iter()
                     .find(|p| &p.name == pn)
                     .ok_or(format!("unknown policy {pn:?}"))?;
+                let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
+                if idx >= ports {
+                    // A VLAN sub-interface: 802.1p by the class of each DSCP.
+                    let mut map = [NO_PCP; 64];
+                    for (d, m) in map.iter_mut().enumerate() {
+                        if let Some(k) = p.classes.get(sched.class_of(d as u8) as usize) {
+                            *m = k.pcp.unwrap_or(NO_PCP);
+                        }
+                    }
+                    c.pcp_out[idx] = Some(map);
+                    continue;
+                }
                 if idx >= crate::node::MAX_PORTS {
                     return Err(format!(
                         "interface {:?} is fast-path interface {} (ports, then VLAN sub-interfaces): egress scheduling covers the first {} only",
@@ -716,7 +811,6 @@ impl QosConfig {
                         crate::node::MAX_PORTS
                     ));
                 }
-                let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
                 c.output[idx] = Some(sched);
             }
         }
@@ -780,7 +874,7 @@ output = "edge"
         let c = cfg(GOOD);
         assert_eq!(c.validate(IFS, PORTS), Vec::<(String, String)>::new());
         let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
-        let k = c.compile(&names, &Compiled::default(), 0).unwrap();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
         let s = k.output[0].as_ref().unwrap();
         assert_eq!(s.rate_bps, 10_000_000);
         assert_eq!(s.classes[0].max_bps, 3_000_000);
@@ -794,7 +888,7 @@ output = "edge"
         assert!(i.trusted && i.classes[1].policer.is_some());
         assert!(k.input[1].is_none() && k.output[1].is_none());
         // Recompiled unchanged, the policer is the same one (its buckets carry on).
-        let k2 = c.compile(&names, &k, 5).unwrap();
+        let k2 = c.compile(&names, 2, &k, 5).unwrap();
         assert!(Arc::ptr_eq(&k.policers[0].1, &k2.policers[0].1));
     }
 
@@ -810,11 +904,17 @@ output = "edge"
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].0, "qos.interface[0].output");
         assert!(p[0].1.contains("number 65"), "{p:?}");
-        let e = c.compile(&ports, &Compiled::default(), 0).unwrap_err();
+        let e = c
+            .compile(&ports, ports.len(), &Compiled::default(), 0)
+            .unwrap_err();
         assert!(e.contains("\"p64\""), "{e}");
         c.interfaces[0].name = "p63".into();
         assert!(c.validate(&refs, &refs).is_empty());
-        assert!(c.compile(&ports, &Compiled::default(), 0).unwrap().output[63].is_some());
+        assert!(c
+            .compile(&ports, ports.len(), &Compiled::default(), 0)
+            .unwrap()
+            .output[63]
+            .is_some());
     }
 
     fn problems(edit: impl Fn(&mut QosConfig)) -> Vec<(String, String)> {
@@ -910,7 +1010,7 @@ output = "edge"
             p[0],
             (
                 "qos.interface[0].output".to_string(),
-                "\"eth0.100\" is not a [[port]]: output scheduling is per port".to_string()
+                "\"eth0.100\" is not a [[port]]: its output policy only sets 802.1p (the classes' pcp), and policy \"edge\" has a shaper: shaping is per port (give the shaper to its port's output policy)".to_string()
             )
         );
         let p = problems(|c| c.interfaces[0].name = "eth9".into());
@@ -922,6 +1022,128 @@ output = "edge"
         });
         assert_eq!(p[0].0, "qos.policy[0].class[0].max_rate");
         assert!(p[0].1.contains("the policy has none"));
+    }
+
+    const MATCH: &str = r#"
+[[policy]]
+name = "edge"
+default_class = "be"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+pcp = 5
+pcp_in = [5, 6]
+
+[[policy.class]]
+name = "af4"
+dscp = ["af41"]
+mark = "af41"
+pcp = 4
+
+[[policy.class]]
+name = "be"
+
+[[policy.rule]]
+class = "ef"
+src = "10.1.0.0/16"
+protocol = "udp"
+dport = "5060-5061"
+
+[[policy.rule]]
+class = "af4"
+dst = "2001:db8::/32"
+
+[[interface]]
+name = "eth0"
+input = "edge"
+
+[[interface]]
+name = "eth0.100"
+trusted = true
+input = "edge"
+output = "edge"
+"#;
+
+    #[test]
+    fn rules_and_8021p_compile() {
+        let c = cfg(MATCH);
+        assert_eq!(c.validate(IFS, PORTS), Vec::<(String, String)>::new());
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        // eth0: untrusted, but its rules classify.
+        let i = k.input[0].as_ref().unwrap();
+        let r = i.rules.as_ref().unwrap();
+        let a = |s: &str| s.parse().unwrap();
+        assert_eq!(
+            r.class4(a("10.1.0.1"), a("10.9.9.9"), (1, 5060, 17), 0, true),
+            Some(0)
+        );
+        assert_eq!(i.class_of_tagged(46, Some(5)), 2, "untrusted: default");
+        // eth0.100: trusted, PCP 5 or 6 is EF when the DSCP is no class's.
+        let v = k.input[2].as_ref().unwrap();
+        assert_eq!(v.class_of_tagged(0, Some(6)), 0);
+        assert_eq!(v.class_of_tagged(34, Some(6)), 1);
+        assert_eq!(v.class_of_tagged(0, Some(4)), 2);
+        // What leaves eth0.100: EF with PCP 5, AF41 with 4, the rest as tagged (no
+        // scheduler: it is not a port).
+        assert!(k.output[2].is_none() && k.output[0].is_none());
+        let m = k.pcp_out[2].unwrap();
+        assert_eq!((m[46], m[34], m[0], m[36]), (5, 4, NO_PCP, NO_PCP));
+        assert!(k.pcp_out[0].is_none() && k.pcp_out[1].is_none());
+    }
+
+    #[test]
+    fn bad_rules_and_8021p_are_refused_with_their_locations() {
+        let problems = |edit: &dyn Fn(&mut QosConfig)| {
+            let mut c = cfg(MATCH);
+            edit(&mut c);
+            c.validate(IFS, PORTS)
+        };
+        let p = problems(&|c| c.policies[0].classes[0].pcp = Some(8));
+        assert_eq!(
+            p,
+            [(
+                "qos.policy[0].class[0].pcp".to_string(),
+                "802.1p priority 8 is out of range: 0 to 7".to_string()
+            )]
+        );
+        let p = problems(&|c| c.policies[0].classes[1].pcp_in = vec![3, 6]);
+        assert_eq!(
+            p,
+            [(
+                "qos.policy[0].class[1].pcp_in[1]".to_string(),
+                "802.1p priority 6 is already in class \"ef\"".to_string()
+            )]
+        );
+        let p = problems(&|c| c.policies[0].classes[1].pcp_in = vec![9]);
+        assert_eq!(p[0].0, "qos.policy[0].class[1].pcp_in[0]");
+        let p = problems(&|c| c.policies[0].rules[1].class = "gold".into());
+        assert_eq!(
+            p,
+            [(
+                "qos.policy[0].rule[1].class".to_string(),
+                "\"gold\" is not a class of the policy".to_string()
+            )]
+        );
+        let p = problems(&|c| {
+            c.policies[0].rules[0].dst = crate::rules::Prefixes::One("2001:db8::/32".into())
+        });
+        assert_eq!(p[0].0, "qos.policy[0].rule[0].dst");
+        assert!(p[0].1.contains("a rule is IPv4 or IPv6"), "{p:?}");
+        let p = problems(&|c| c.policies[0].rules[0].protocol = None);
+        assert_eq!(p[0].0, "qos.policy[0].rule[0].dport");
+        // A VLAN's output policy sets 802.1p only: one without a pcp does nothing.
+        let p = problems(&|c| {
+            for k in &mut c.policies[0].classes {
+                k.pcp = None;
+            }
+        });
+        assert_eq!(p[0].0, "qos.interface[1].output");
+        assert!(
+            p[0].1.contains("no class of policy \"edge\" has a pcp"),
+            "{p:?}"
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //!   by every worker through atomics (no lock, no per-worker share to rebalance);
 //! - [`policer`]: the three-colour markers srTCM (RFC 2697), trTCM (RFC 2698) and the
 //!   RFC 4115 variant, colour-blind or colour-aware, with an action per colour;
-//! - [`classify`]: DSCP helpers, traffic classes by DSCP or by interface, trusted and
-//!   untrusted interfaces, marking and re-marking;
+//! - [`classify`]: DSCP and 802.1p helpers, traffic classes by DSCP, 802.1p or interface,
+//!   trusted and untrusted interfaces, marking and re-marking;
+//! - [`rules`]: classifier rules (a class by 5-tuple and DSCP), on the firewall's
+//!   classifier;
 //! - [`codel`]: CoDel (RFC 8289), the AQM of best-effort queues;
 //! - [`sched`]: the egress scheduler of a port: a shaper, strict-priority classes, DRR among
 //!   the rest, per-class minimum and maximum rates, tail-drop limits and per-queue counters.
@@ -22,4 +24,5 @@ pub mod config;
 pub mod node;
 pub mod policer;
 pub mod queue;
+pub mod rules;
 pub mod sched;

@@ -1,5 +1,7 @@
 //! QoS in the graph: `ip4-qos-in` / `ip6-qos-in` on the unicast arcs (classification,
-//! marking and policing of what an interface receives, after the ingress filter) and
+//! marking and policing of what an interface receives, after the ingress filter),
+//! `ip4-qos-pcp` / `ip6-qos-pcp` on the output arcs of VLAN sub-interfaces with an output
+//! policy (the 802.1p priority of the class of what leaves, in its tags) and
 //! [`QosEgress`], the engine's egress hook (`dataplane::egress`), which holds each
 //! scheduled port's packets in its classes' queues and lets them out as the scheduler
 //! says.
@@ -19,8 +21,10 @@ use dataplane::egress::Egress;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
 use dataplane::{PacketMemory, Pkt};
 
-use crate::classify::{ip4_dscp, ip6_dscp, set_ip4_dscp, set_ip6_dscp, InputPolicy, Verdict};
-use crate::config::{Compiled, QosConfig};
+use crate::classify::{
+    frame_pcp, ip4_dscp, ip6_dscp, set_frame_pcp, set_ip4_dscp, set_ip6_dscp, InputPolicy, Verdict,
+};
+use crate::config::{Compiled, QosConfig, NO_PCP};
 use crate::policer::{Colour, Policer};
 use crate::sched::{QueueStats, Rates, SchedSpec, Scheduler};
 
@@ -30,6 +34,12 @@ pub const IN4: &str = "ip4-qos-in";
 pub const IN6: &str = "ip6-qos-in";
 /// Both.
 pub const NAMES: [&str; 2] = [IN4, IN6];
+/// The IPv4 802.1p marking node (output arcs of VLAN sub-interfaces).
+pub const PCP4: &str = "ip4-qos-pcp";
+/// The IPv6 one.
+pub const PCP6: &str = "ip6-qos-pcp";
+/// Both.
+pub const PCP_NAMES: [&str; 2] = [PCP4, PCP6];
 /// Drop reason: a policer's colour said drop.
 pub const POLICED: u8 = 0;
 
@@ -68,6 +78,7 @@ struct PortState {
 /// What the control thread and the nodes share.
 pub struct QosShared {
     input: ArcSwap<Vec<Option<InputPolicy>>>,
+    pcp_out: ArcSwap<Vec<Option<[u8; 64]>>>,
     workers: Mutex<Vec<WorkerEnds>>,
     /// The workers' ends, taken by [`QosShared::egress`].
     worker_ends: Mutex<Vec<Option<WorkerSide>>>,
@@ -95,23 +106,27 @@ impl QosShared {
         }
         Arc::new(QosShared {
             input: ArcSwap::from_pointee(Vec::new()),
+            pcp_out: ArcSwap::from_pointee(Vec::new()),
             workers: Mutex::new(ctl),
             worker_ends: Mutex::new(wrk),
             state: Mutex::new(ControlState::default()),
         })
     }
 
-    /// The input features, for the registry.
+    /// The input and 802.1p features, for the registry.
     pub fn features(self: &Arc<Self>) -> Vec<Arc<dyn Feature>> {
-        [false, true]
-            .into_iter()
-            .map(|v6| {
-                Arc::new(QosInFeature {
-                    v6,
-                    shared: self.clone(),
-                }) as Arc<dyn Feature>
-            })
-            .collect()
+        let mut v: Vec<Arc<dyn Feature>> = Vec::new();
+        for v6 in [false, true] {
+            v.push(Arc::new(QosInFeature {
+                v6,
+                shared: self.clone(),
+            }));
+            v.push(Arc::new(PcpFeature {
+                v6,
+                shared: self.clone(),
+            }));
+        }
+        v
     }
 
     /// Worker `worker`'s egress hook (once per worker, at start; `None` after).
@@ -126,16 +141,23 @@ impl QosShared {
         }))
     }
 
-    /// Apply `cfg` (validated) for the fast path's `interfaces` (by index): publish the
-    /// input policies, and give every port whose output policy changed its new schedulers
+    /// Apply `cfg` (validated) for the fast path's `interfaces` (by index; the first
+    /// `ports` are ports): publish the input policies and the 802.1p marking of VLAN
+    /// sub-interfaces, and give every port whose output policy changed its new schedulers
     /// (ports whose policy did not change keep theirs, with what they hold). `now_ns` is
     /// the workers' clock (0 will do: buckets start full).
-    pub fn apply(&self, cfg: &QosConfig, interfaces: &[String], now_ns: u64) -> Result<(), String> {
+    pub fn apply(
+        &self,
+        cfg: &QosConfig,
+        interfaces: &[String],
+        ports: usize,
+        now_ns: u64,
+    ) -> Result<(), String> {
         let mut st = self
             .state
             .lock()
             .map_err(|_| "QoS state poisoned".to_string())?;
-        let compiled = cfg.compile(interfaces, &st.compiled, now_ns)?;
+        let compiled = cfg.compile(interfaces, ports, &st.compiled, now_ns)?;
         let mut workers = self
             .workers
             .lock()
@@ -178,6 +200,7 @@ impl QosShared {
             st.ports[port] = want.clone().map(|spec| PortState { spec, stats });
         }
         self.input.store(Arc::new(compiled.input.clone()));
+        self.pcp_out.store(Arc::new(compiled.pcp_out.clone()));
         st.compiled = compiled;
         st.names = interfaces.to_vec();
         st.config = cfg.clone();
@@ -405,14 +428,35 @@ impl FeatureNode for InNode {
             };
             let at = p.off as usize + p.l3 as usize;
             let len = u32::from(p.len).saturating_sub(u32::from(p.l3));
-            let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+            let Some(h) = cx.mem.frame(p.buf).get(at..) else {
                 continue;
             };
             let dscp = if self.v6 { ip6_dscp(h) } else { ip4_dscp(h) };
             let Some(dscp) = dscp else {
                 continue;
             };
-            match policy.decide(cx.now_ns, dscp, len) {
+            let frame = cx.mem.frame(p.buf);
+            // A rule first (the operator's own classification, trusted or not), then the
+            // DSCP, then a tagged frame's PCP.
+            let by_rule = policy
+                .rules
+                .as_deref()
+                .filter(|r| r.has(self.v6))
+                .and_then(|r| r.class_of_frame(frame, at, self.v6));
+            let class = by_rule.unwrap_or_else(|| {
+                let pcp = if policy.by_pcp_used() {
+                    frame
+                        .get(p.off as usize..)
+                        .and_then(|f| frame_pcp(f, usize::from(p.l3)))
+                } else {
+                    None
+                };
+                policy.class_of_tagged(dscp, pcp)
+            });
+            let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+                continue;
+            };
+            match policy.decide_in(cx.now_ns, class, dscp, len) {
                 Verdict::Drop { class, colour } => {
                     batch.note(k, u32::from(class), (colour as u64) << 8 | u64::from(dscp));
                     batch.drop(k, POLICED);
@@ -427,6 +471,86 @@ impl FeatureNode for InNode {
                     }
                     batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
                 }
+            }
+        }
+    }
+}
+
+/// The 802.1p feature (one per IP version): on the output arc of a VLAN sub-interface
+/// with an output policy, after the rewrite wrote its tags (priority 0), it writes the
+/// PCP of the class of the packet's DSCP into every tag.
+struct PcpFeature {
+    v6: bool,
+    shared: Arc<QosShared>,
+}
+
+impl Feature for PcpFeature {
+    fn spec(&self) -> FeatureSpec {
+        FeatureSpec {
+            name: if self.v6 { PCP6 } else { PCP4 },
+            arc: if self.v6 {
+                ArcId::Ip6Output
+            } else {
+                ArcId::Ip4Output
+            },
+            before: &[],
+            // The DSCP as it leaves: after the egress filter's rewrite, NAT and the
+            // policy-based IPsec that may encrypt it in place.
+            after: &[
+                "ip4-filter-egress",
+                "ip6-filter-egress",
+                "ip4-nat-out",
+                "ipsec4-policy-out",
+                "ipsec6-policy-out",
+            ],
+            drops: &[],
+        }
+    }
+
+    fn node(&self, _worker: usize) -> Box<dyn FeatureNode> {
+        Box::new(PcpNode {
+            v6: self.v6,
+            shared: self.shared.clone(),
+        })
+    }
+
+    fn describe_note(&self, a: u32, b: u64) -> String {
+        format!("pcp {a} dscp {b}")
+    }
+}
+
+struct PcpNode {
+    v6: bool,
+    shared: Arc<QosShared>,
+}
+
+impl FeatureNode for PcpNode {
+    fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
+        let table = self.shared.pcp_out.load();
+        for k in 0..batch.len() {
+            let Some(Some(map)) = table.get(batch.iface(k) as usize) else {
+                continue;
+            };
+            let Some(p) = batch.pkt(k).copied() else {
+                continue;
+            };
+            // Bound for ip4-frag: its L2 header is not written yet (the fragments leave
+            // with the rewrite's priority 0).
+            if p.flags & dataplane::buffer::F_TO_FRAG != 0 {
+                continue;
+            }
+            let Some(f) = cx.mem.frame_mut(p.buf).get_mut(p.off as usize..) else {
+                continue;
+            };
+            let l3 = usize::from(p.l3);
+            let h = f.get(l3..).unwrap_or(&[]);
+            let dscp = if self.v6 { ip6_dscp(h) } else { ip4_dscp(h) };
+            let Some(dscp) = dscp else {
+                continue;
+            };
+            let pcp = map.get(usize::from(dscp)).copied().unwrap_or(NO_PCP);
+            if pcp != NO_PCP && set_frame_pcp(f, l3, pcp) {
+                batch.note(k, u32::from(pcp), u64::from(dscp));
             }
         }
     }

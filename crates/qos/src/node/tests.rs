@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use dataplane::feature::Registry;
+use dataplane::interfaces::{PuntPath, VlanTags};
 use dataplane::worker::{drain_egress, flush, Port};
 use dataplane::{
     Arena, Counters, Graph, GraphConfig, Interfaces, Output, PacketMemory, PortInfo, Vector,
@@ -63,6 +64,16 @@ fn lab(config: &str) -> Lab {
         }))
         .unwrap();
     w.add4(0x0a00_0000, 8, nh).unwrap();
+    // 10.100/16 is behind p1.100 (interface 2: VLAN 100 on p1).
+    let nh = w
+        .add_next_hop(NextHop::Forward(Adjacency {
+            port: 2,
+            dst_mac: PEER,
+            src_mac: MAC1,
+            mtu: 1500,
+        }))
+        .unwrap();
+    w.add4(0x0a64_0000, 16, nh).unwrap();
     let port = |name: &str, mac, ip| PortInfo {
         name: name.into(),
         mac,
@@ -70,9 +81,22 @@ fn lab(config: &str) -> Lab {
         ip4: vec![ip],
         ..Default::default()
     };
+    let vlan = |name: &str, parent: u16, mac, id: u16, ip| PortInfo {
+        vlan: Some(VlanTags {
+            parent,
+            tpid: 0x8100,
+            outer: id,
+            inner: 0,
+        }),
+        punt_path: PuntPath::Queue,
+        ..port(name, mac, ip)
+    };
+    // Interface 3: VLAN 5 on p0.
     let ifaces = Interfaces::from_ports(vec![
         port("p0", MAC0, 0xc0a8_0001),
         port("p1", MAC1, 0x0a00_0001),
+        vlan("p1.100", 1, MAC1, 100, 0x0a64_0001),
+        vlan("p0.5", 0, MAC0, 5, 0xc0a9_0001),
     ]);
     let counters = Arc::new(Counters::default());
     let mut graph = Graph::new(
@@ -103,18 +127,24 @@ fn lab(config: &str) -> Lab {
 impl Lab {
     fn apply(&mut self, config: &str) {
         let cfg: QosConfig = toml::from_str(config).unwrap();
-        assert_eq!(cfg.validate(&["p0", "p1"], &["p0", "p1"]), vec![]);
-        let names = vec!["p0".to_string(), "p1".to_string()];
-        self.qos.apply(&cfg, &names, 0).unwrap();
-        let input = |i: usize| {
-            cfg.interfaces
-                .iter()
-                .any(|f| f.name == names[i] && f.input.is_some())
+        let all = ["p0", "p1", "p1.100", "p0.5"];
+        assert_eq!(cfg.validate(&all, &["p0", "p1"]), vec![]);
+        let names: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+        self.qos.apply(&cfg, &names, 2, 0).unwrap();
+        // As the daemon enables them (control::features::wanted).
+        let wanted = |i: usize| {
+            let mut v = Vec::new();
+            for f in cfg.interfaces.iter().filter(|f| f.name == names[i]) {
+                if f.input.is_some() {
+                    v.extend(NAMES);
+                }
+                if f.output.is_some() && i >= 2 {
+                    v.extend(PCP_NAMES);
+                }
+            }
+            v
         };
-        let s = self
-            .registry
-            .state(2, |i| if input(i) { NAMES.to_vec() } else { vec![] })
-            .unwrap();
+        let s = self.registry.state(all.len(), wanted).unwrap();
         self.graph.set_feature_state(Arc::new(s));
         // The worker takes the new schedulers between vectors.
         self.drain(0);
@@ -166,10 +196,21 @@ impl Lab {
 
 /// Ethernet + IPv4 + UDP to 10.1.2.3 with DSCP `dscp` and `len` bytes in all.
 fn frame(dscp: u8, len: usize) -> Vec<u8> {
+    udp(None, [10, 1, 2, 3], 12345, dscp, len)
+}
+
+/// Ethernet (with a VLAN tag `(id, pcp)`) + IPv4 + UDP from 192.168.0.9 to `dst`, port
+/// 12345 to `dport`, DSCP `dscp`, `len` bytes in all (the tag aside).
+fn udp(tag: Option<(u16, u8)>, dst: [u8; 4], dport: u16, dscp: u8, len: usize) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(&MAC0);
     f.extend_from_slice(&[2, 0, 0, 0, 0, 0xa0]);
+    if let Some((id, pcp)) = tag {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&(u16::from(pcp) << 13 | id).to_be_bytes());
+    }
     f.extend_from_slice(&[0x08, 0x00]);
+    let l3 = f.len();
     let total = (len - 14) as u16;
     let mut ip = vec![
         0x45,
@@ -188,19 +229,20 @@ fn frame(dscp: u8, len: usize) -> Vec<u8> {
         168,
         0,
         9,
-        10,
-        1,
-        2,
-        3,
+        dst[0],
+        dst[1],
+        dst[2],
+        dst[3],
     ];
     ip[2..4].copy_from_slice(&total.to_be_bytes());
     let c = wire_checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x30, 0x39, 0x30, 0x39]);
+    f.extend_from_slice(&[0x30, 0x39]);
+    f.extend_from_slice(&dport.to_be_bytes());
     f.extend_from_slice(&(total - 20).to_be_bytes());
     f.extend_from_slice(&[0, 0]);
-    f.resize(len, 0xab);
+    f.resize(len + l3 - 14, 0xab);
     f
 }
 
@@ -365,4 +407,98 @@ fn the_scheduler_shapes_the_port_and_keeps_ef_whole() {
     let before = l.ports[1].sent.len();
     l.run(&[frame(0, 1000)], t0 + 402 * MS);
     assert_eq!(l.ports[1].sent.len(), before + 1);
+}
+
+const MATCH: &str = r#"
+[[policy]]
+name = "edge"
+default_class = "be"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+mark = "ef"
+pcp = 5
+pcp_in = [6]
+
+[[policy.class]]
+name = "af4"
+dscp = ["af41"]
+pcp = 4
+
+[[policy.class]]
+name = "be"
+
+# SIP from 192.168/16: EF, whatever it arrived marked as.
+[[policy.rule]]
+class = "ef"
+src = "192.168.0.0/16"
+protocol = "udp"
+dport = "5060-5061"
+
+[[interface]]
+name = "p0"
+input = "edge"
+
+[[interface]]
+name = "p0.5"
+trusted = true
+input = "edge"
+
+[[interface]]
+name = "p1.100"
+output = "edge"
+"#;
+
+/// The PCP of a tagged frame, and its DSCP.
+fn pcp_dscp(f: &[u8]) -> (u8, u8) {
+    assert_eq!(&f[12..14], &[0x81, 0x00], "tagged");
+    (f[14] >> 5, f[19] >> 2)
+}
+
+#[test]
+fn rules_classify_and_vlan_sub_interfaces_carry_their_classs_pcp() {
+    let mut l = lab(MATCH);
+    // From untrusted p0 to 10.100/16 (out by p1.100): SIP is EF by the rule (marked EF,
+    // PCP 5); the next port up, and an EF-marked frame, are best effort (re-marked 0, the
+    // tag's priority left at 0).
+    l.run(
+        &[
+            udp(None, [10, 100, 0, 7], 5060, 0, 200),
+            udp(None, [10, 100, 0, 7], 5061, 10, 200),
+            udp(None, [10, 100, 0, 7], 5062, 0, 200),
+            udp(None, [10, 100, 0, 7], 12345, EF, 200),
+        ],
+        MS,
+    );
+    let got: Vec<(u8, u8)> = l.ports[1].sent.iter().map(|f| pcp_dscp(f)).collect();
+    assert_eq!(got, [(5, EF), (5, EF), (0, 0), (0, 0)]);
+    for f in &l.ports[1].sent {
+        assert_eq!(wire_checksum(&f[18..38]), 0);
+        assert_eq!(
+            u16::from_be_bytes([f[14], f[15]]) & 0xfff,
+            100,
+            "VLAN id kept"
+        );
+    }
+    // Untagged out of p1 itself: no tag to mark.
+    l.ports[1].sent.clear();
+    l.run(&[udp(None, [10, 1, 2, 3], 5060, 0, 200)], 2 * MS);
+    assert_eq!(dscp(&l.ports[1].sent[0]), EF);
+    assert_eq!(&l.ports[1].sent[0][12..14], &[0x08, 0x00]);
+
+    // Tagged on trusted p0.5: DSCP first (AF41 stays AF41, PCP 4 out), then the PCP
+    // (6 is EF's: marked EF, PCP 5 out), else the default class.
+    l.ports[1].sent.clear();
+    l.run(
+        &[
+            udp(Some((5, 6)), [10, 100, 0, 7], 12345, 34, 200),
+            udp(Some((5, 6)), [10, 100, 0, 7], 12345, 0, 200),
+            udp(Some((5, 3)), [10, 100, 0, 7], 12345, 0, 200),
+            udp(Some((5, 3)), [10, 100, 0, 7], 5060, 12, 200),
+        ],
+        3 * MS,
+    );
+    let got: Vec<(u8, u8)> = l.ports[1].sent.iter().map(|f| pcp_dscp(f)).collect();
+    assert_eq!(got, [(4, 34), (5, EF), (0, 0), (5, EF)]);
 }

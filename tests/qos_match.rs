@@ -1,0 +1,246 @@
+//! QoS classifier rules and 802.1p end to end, in the VLAN lab (`lab::vlan`: r2 is a
+//! trunk, r2.100 a `[[vlan]]` sub-interface towards hv): h1 sends UDP to hv on two ports,
+//! unmarked, into r1 (untrusted). A `[[qos.policy.rule]]` puts port 5060 in class EF
+//! (marked EF); r2's scheduler counts it in its EF queue, and r2.100's output policy writes
+//! EF's 802.1p priority into the tag of what leaves, as a capture on the switch's port to
+//! hv shows. Port 5070 stays best effort, priority 0. The other way, r2.100 is trusted:
+//! frames tagged with priority 6 (crafted, sent on the trunk) are EF by their PCP, as r1's
+//! scheduler counts. Needs root and tcpdump.
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lab::{vlan, Lab};
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+/// One VLAN lab at a time, as tests/vlan.rs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn qos() -> String {
+    format!(
+        r#"
+[[qos.policy]]
+name = "edge"
+default_class = "be"
+
+[[qos.policy.class]]
+name = "ef"
+dscp = ["ef"]
+mark = "ef"
+pcp = 5
+pcp_in = [6]
+
+[[qos.policy.class]]
+name = "be"
+
+[[qos.policy.rule]]
+class = "ef"
+src = "{h1}/32"
+protocol = "udp"
+dport = 5060
+
+[[qos.policy.rule]]
+class = "ef"
+src = "{h1_6}/128"
+protocol = "udp"
+dport = 5060
+
+[[qos.policy]]
+name = "wan"
+default_class = "be"
+shaper = "100mbit"
+
+[[qos.policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+
+[[qos.policy.class]]
+name = "be"
+
+[[qos.interface]]
+name = "r1"
+input = "edge"
+output = "wan"
+
+[[qos.interface]]
+name = "r2"
+output = "wan"
+
+[[qos.interface]]
+name = "r2.100"
+trusted = true
+input = "edge"
+output = "edge"
+"#,
+        h1 = lab::H1_V4,
+        h1_6 = lab::H1_V6,
+    )
+}
+
+fn class<'a>(q: &'a Value, port: &str, name: &str) -> &'a Value {
+    q["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["interface"] == port)
+        .and_then(|p| {
+            p["classes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+        })
+        .unwrap_or_else(|| panic!("{port} class {name}: {q}"))
+}
+
+#[test]
+fn a_rule_classifies_by_port_and_the_vlan_tag_carries_the_classs_priority() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    lab::preconditions(
+        "network namespaces, a capture on the switch",
+        &[("tcpdump", "tcpdump"), ("python3", "python3")],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = Lab::new(&format!("t{}qm", std::process::id() % 10000));
+    l.vlans = true;
+    l.extra_config = qos();
+    let g = start_lab(l);
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h1(), vlan::HV_V4);
+    ping_until_ok(lab, &lab.h1(), vlan::HV_V6);
+
+    // What the switch sends hv: tagged frames, their priority and UDP ports.
+    let dump = std::env::temp_dir().join(format!("{}-to-hv.txt", lab.prefix));
+    let file = std::fs::File::create(&dump).unwrap();
+    let mut tcpdump = Bg(Command::new("ip")
+        .args(["netns", "exec", &lab.switch()])
+        .args(["tcpdump", "-i", "to-hv", "-e", "-nn", "-l", "-c", "60"])
+        .arg("vlan 100 and udp")
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    // It is capturing once it says so (the reader is kept: tcpdump reports on it at exit).
+    let mut err = std::io::BufReader::new(tcpdump.0.stderr.take().unwrap());
+    {
+        use std::io::BufRead;
+        let mut said = String::new();
+        while !said.contains("listening on") {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("tcpdump: {said}");
+            }
+            said += &line;
+        }
+    }
+    let send = |dst: &str, fam: &str, port: u16, n: usize| {
+        let (ok, out) = python(
+            lab,
+            &lab.h1(),
+            &format!(
+                "import socket,time\ns=socket.socket(socket.{fam},socket.SOCK_DGRAM)\n\
+                 for _ in range({n}):\n  s.sendto(b'x'*100,('{dst}',{port}))\n  time.sleep(0.005)\n"
+            ),
+        );
+        assert!(ok, "{out}");
+    };
+    send(vlan::HV_V4, "AF_INET", 5060, 20);
+    send(vlan::HV_V4, "AF_INET", 5070, 20);
+    send(vlan::HV_V6, "AF_INET6", 5060, 10);
+    send(vlan::HV_V6, "AF_INET6", 5070, 10);
+    let t0 = Instant::now();
+    while tcpdump.0.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(tcpdump);
+    drop(err);
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let _ = std::fs::remove_file(&dump);
+    // tcpdump names 5060 SIP: "> 10.100.0.2.5060: SIP".
+    let count = |port: u16, pcp: u8| {
+        text.lines()
+            .filter(|l| l.contains(&format!(".{port}: ")))
+            .filter(|l| l.contains(&format!("vlan 100, p {pcp},")))
+            .count()
+    };
+    assert_eq!(
+        count(5060, 5),
+        30,
+        "5060 leaves with EF's priority:\n{text}"
+    );
+    assert_eq!(count(5070, 0), 30, "5070 with priority 0:\n{text}");
+
+    // r2's scheduler saw the rule's packets as EF (their DSCP, marked on input).
+    let q = api(lab, "qos", None);
+    let (ef, be) = (class(&q, "r2", "ef"), class(&q, "r2", "be"));
+    let ef_n = ef["enqueued"].as_u64().unwrap();
+    assert!((30..60).contains(&ef_n), "EF queued {ef_n}: {q}");
+    assert!(be["enqueued"].as_u64().unwrap() >= 30, "{q}");
+}
+
+/// Frames tagged VLAN 100 with priority 6 (and, as many, priority 3), unmarked, from the
+/// trunk's untagged station to h1: on trusted r2.100 the first are EF by their PCP (marked
+/// EF), the others best effort; r1's scheduler counts them so.
+#[test]
+fn a_trusted_sub_interface_classifies_tagged_frames_by_their_priority() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    lab::preconditions("network namespaces", &[("python3", "python3")])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = Lab::new(&format!("t{}qp", std::process::id() % 10000));
+    l.vlans = true;
+    l.extra_config = qos();
+    let g = start_lab(l);
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h2(), lab::H1_V4);
+    let r2 = mac_of(api(lab, "interfaces", None)[1]["mac"].as_str().unwrap());
+    let sock = in_netns(&lab.h1(), || UdpSocket::bind("0.0.0.0:7003").unwrap());
+    let q0 = api(lab, "qos", None);
+    let ef0 = class(&q0, "r1", "ef")["enqueued"].as_u64().unwrap();
+    let frame = |pcp: u16, payload: &[u8]| {
+        let mut f = r2.to_vec();
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0x99, 0x01, 0x81, 0x00]);
+        f.extend_from_slice(&(pcp << 13 | 100).to_be_bytes());
+        f.extend_from_slice(&0x0800u16.to_be_bytes());
+        let mut ip = vec![
+            0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 51, 100, 2, 192, 0, 2, 2,
+        ];
+        let total = (20 + 8 + payload.len()) as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        let c = wire::checksum::checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[0x1f, 0x40, 0x1b, 0x5b]);
+        f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        f
+    };
+    let frames = [frame(6, b"p6"), frame(3, b"p3")];
+    let ifindex = in_netns(&lab.h2(), || {
+        let c = std::ffi::CString::new("eth0").unwrap();
+        // SAFETY: a valid NUL-terminated name; the call only reads it.
+        unsafe { libc::if_nametoindex(c.as_ptr()) }
+    });
+    assert!(ifindex > 0);
+    const N: u64 = 10;
+    in_netns(&lab.h2(), move || {
+        for _ in 0..N {
+            for f in &frames {
+                send_raw(ifindex, f);
+            }
+        }
+    });
+    let got = received(&sock, Duration::from_millis(1000));
+    let n = |t: &[u8]| got.iter().filter(|g| g.as_slice() == t).count() as u64;
+    assert_eq!((n(b"p6"), n(b"p3")), (N, N), "{got:?}");
+    let q = api(lab, "qos", None);
+    let ef = class(&q, "r1", "ef")["enqueued"].as_u64().unwrap() - ef0;
+    assert_eq!(ef, N, "priority 6 is EF, 3 best effort: {q}");
+}
