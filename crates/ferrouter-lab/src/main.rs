@@ -966,6 +966,10 @@ struct IkeArgs {
     /// the responder's SAs again.
     #[arg(long, default_value_t = 0.0)]
     hold: f64,
+    /// The responders' DPD interval, seconds (1-3600): N tunnels cost N ÷ dpd DPD
+    /// exchanges per second, so a million tunnels want a long one.
+    #[arg(long, default_value_t = 10)]
+    dpd: u64,
     /// The setup phase at most, seconds.
     #[arg(long, default_value_t = 300.0)]
     timeout: f64,
@@ -992,6 +996,11 @@ fn ike_bench(a: IkeArgs) -> Result<()> {
             Duration::from_secs_f64(a.hold)
         } else {
             bail!("--hold must be between 0 and 3600 seconds, got {}", a.hold)
+        },
+        dpd: if (1..=3600).contains(&a.dpd) {
+            Duration::from_secs(a.dpd)
+        } else {
+            bail!("--dpd must be between 1 and 3600 seconds, got {}", a.dpd)
         },
         timeout: if a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0 {
             Duration::from_secs_f64(a.timeout)

@@ -46,6 +46,10 @@ pub struct IkeBenchOptions {
     pub sockets: usize,
     /// After the setup, hold the tunnels this long (answering DPD) and count again.
     pub hold: Duration,
+    /// The responders' DPD interval (whole seconds): an idle tunnel is checked this often,
+    /// so N tunnels cost N ÷ dpd exchanges per second — at a million tunnels, a short
+    /// one is more than a core answers, and than the generator answers.
+    pub dpd: Duration,
     /// The setup phase at most.
     pub timeout: Duration,
     /// Namespace prefix.
@@ -102,9 +106,9 @@ pub fn strongswan_tuning(tunnels: usize) -> String {
 
 /// strongSwan's connection: every emulated initiator (`load.lab`) with the PSK, one
 /// child each, several SAs per identity allowed (`unique = never`).
-fn strongswan_conn(dh: &str) -> String {
+fn strongswan_conn(dh: &str, dpd: u64) -> String {
     format!(
-        "connections {{\n  load {{\n    version = 2\n    local_addrs = 192.0.2.2\n    proposals = aes128gcm16-prfsha256-{dh}\n    unique = never\n    dpd_delay = 10s\n    local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = load.lab\n    }}\n    children {{\n      load {{\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.128.0.0/9\n        esp_proposals = aes128gcm16\n        mode = tunnel\n      }}\n    }}\n  }}\n}}\nsecrets {{\n  ike-load {{\n    id-a = gw2.lab\n    id-b = load.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n"
+        "connections {{\n  load {{\n    version = 2\n    local_addrs = 192.0.2.2\n    proposals = aes128gcm16-prfsha256-{dh}\n    unique = never\n    dpd_delay = {dpd}s\n    local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = load.lab\n    }}\n    children {{\n      load {{\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.128.0.0/9\n        esp_proposals = aes128gcm16\n        mode = tunnel\n      }}\n    }}\n  }}\n}}\nsecrets {{\n  ike-load {{\n    id-a = gw2.lab\n    id-b = load.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n"
     )
 }
 
@@ -165,9 +169,14 @@ impl LabPki {
 }
 
 /// strongSwan's connection with certificates (`--auth ecdsa`).
-fn strongswan_cert_conn(dh: &str, root: &std::path::Path, cert: &std::path::Path) -> String {
+fn strongswan_cert_conn(
+    dh: &str,
+    dpd: u64,
+    root: &std::path::Path,
+    cert: &std::path::Path,
+) -> String {
     format!(
-        "connections {{\n  load {{\n    version = 2\n    local_addrs = 192.0.2.2\n    proposals = aes128gcm16-prfsha256-{dh}\n    unique = never\n    dpd_delay = 10s\n    send_certreq = no\n    local {{\n      auth = pubkey\n      certs = {}\n    }}\n    remote {{\n      auth = pubkey\n      id = \"{}\"\n      cacerts = {}\n    }}\n    children {{\n      load {{\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.128.0.0/9\n        esp_proposals = aes128gcm16\n        mode = tunnel\n      }}\n    }}\n  }}\n}}\n",
+        "connections {{\n  load {{\n    version = 2\n    local_addrs = 192.0.2.2\n    proposals = aes128gcm16-prfsha256-{dh}\n    unique = never\n    dpd_delay = {dpd}s\n    send_certreq = no\n    local {{\n      auth = pubkey\n      certs = {}\n    }}\n    remote {{\n      auth = pubkey\n      id = \"{}\"\n      cacerts = {}\n    }}\n    children {{\n      load {{\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.128.0.0/9\n        esp_proposals = aes128gcm16\n        mode = tunnel\n      }}\n    }}\n  }}\n}}\n",
         cert.display(),
         LabPki::INITIATOR_DN,
         root.display()
@@ -177,12 +186,13 @@ fn strongswan_cert_conn(dh: &str, root: &std::path::Path, cert: &std::path::Path
 /// ferrouter's responder peer with certificates (`--auth ecdsa`).
 fn ferrouter_cert_peer(
     dh: &str,
+    dpd: u64,
     root: &std::path::Path,
     cert: &std::path::Path,
     key: &std::path::Path,
 ) -> String {
     format!(
-        "\n[[ipsec.peer]]\nname = \"load\"\nlocal = \"192.0.2.2\"\nremote = \"any\"\nremote_id = \"dn:{}\"\nauth = \"pubkey\"\ncert = \"{}\"\nprivate_key = \"{}\"\nca = [\"{}\"]\ntunnel = \"ipsec0\"\nstart = \"respond\"\nproposals = [\"aes128gcm16-prfsha256-{dh}\"]\nesp_proposals = [\"aes128gcm16\"]\ndpd_s = 10\n",
+        "\n[[ipsec.peer]]\nname = \"load\"\nlocal = \"192.0.2.2\"\nremote = \"any\"\nremote_id = \"dn:{}\"\nauth = \"pubkey\"\ncert = \"{}\"\nprivate_key = \"{}\"\nca = [\"{}\"]\ntunnel = \"ipsec0\"\nstart = \"respond\"\nproposals = [\"aes128gcm16-prfsha256-{dh}\"]\nesp_proposals = [\"aes128gcm16\"]\ndpd_s = {dpd}\n",
         LabPki::INITIATOR_DN,
         cert.display(),
         key.display(),
@@ -191,9 +201,9 @@ fn ferrouter_cert_peer(
 }
 
 /// ferrouter's responder peer.
-fn ferrouter_peer(dh: &str) -> String {
+fn ferrouter_peer(dh: &str, dpd: u64) -> String {
     format!(
-        "\n[[ipsec.peer]]\nname = \"load\"\nlocal = \"192.0.2.2\"\nremote = \"any\"\nlocal_id = \"gw2.lab\"\nremote_id = \"load.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"respond\"\nproposals = [\"aes128gcm16-prfsha256-{dh}\"]\nesp_proposals = [\"aes128gcm16\"]\ndpd_s = 10\n"
+        "\n[[ipsec.peer]]\nname = \"load\"\nlocal = \"192.0.2.2\"\nremote = \"any\"\nlocal_id = \"gw2.lab\"\nremote_id = \"load.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"respond\"\nproposals = [\"aes128gcm16-prfsha256-{dh}\"]\nesp_proposals = [\"aes128gcm16\"]\ndpd_s = {dpd}\n"
     )
 }
 
@@ -317,6 +327,7 @@ impl Responder {
 
 fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Responder> {
     let dh = dh_name(o.dh)?;
+    let dpd = o.dpd.as_secs();
     match dut {
         "ferrouter" => {
             let mut l = lab.clone();
@@ -325,9 +336,9 @@ fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Res
             let peer = match o.auth.as_str() {
                 "ecdsa" => {
                     let (root, cert, key) = LabPki::write(&l.dir)?;
-                    ferrouter_cert_peer(dh, &root, &cert, &key)
+                    ferrouter_cert_peer(dh, dpd, &root, &cert, &key)
                 }
-                _ => ferrouter_peer(dh),
+                _ => ferrouter_peer(dh, dpd),
             };
             l.write_config(2, &peer)?;
             // max_sas: two SAs per child, with room (within the config's limit: a million
@@ -353,9 +364,9 @@ fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Res
             let conn = match o.auth.as_str() {
                 "ecdsa" => {
                     let (root, cert, _) = LabPki::write(&lab.dir)?;
-                    strongswan_cert_conn(dh, &root, &cert)
+                    strongswan_cert_conn(dh, dpd, &root, &cert)
                 }
-                _ => strongswan_conn(dh),
+                _ => strongswan_conn(dh, dpd),
             };
             c.write(0, &strongswan_tuning(o.tunnels), &conn)?;
             // No log at all: not even the level-0 line per SA.
