@@ -223,20 +223,8 @@ fn a_trusted_sub_interface_classifies_tagged_frames_by_their_priority() {
         f
     };
     let frames = [frame(6, b"p6"), frame(3, b"p3")];
-    let ifindex = in_netns(&lab.h2(), || {
-        let c = std::ffi::CString::new("eth0").unwrap();
-        // SAFETY: a valid NUL-terminated name; the call only reads it.
-        unsafe { libc::if_nametoindex(c.as_ptr()) }
-    });
-    assert!(ifindex > 0);
     const N: u64 = 10;
-    in_netns(&lab.h2(), move || {
-        for _ in 0..N {
-            for f in &frames {
-                send_raw(ifindex, f);
-            }
-        }
-    });
+    send_frames_from(&lab.h2(), "eth0", frames.to_vec(), N as usize);
     let got = received(&sock, Duration::from_millis(1000));
     let n = |t: &[u8]| got.iter().filter(|g| g.as_slice() == t).count() as u64;
     assert_eq!((n(b"p6"), n(b"p3")), (N, N), "{got:?}");

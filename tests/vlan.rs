@@ -183,20 +183,8 @@ fn frames_are_routed_by_their_tags_and_unknown_tags_are_dropped() {
         frame(&[(0x88a8, 200), (0x8100, 301)], b"qinq301"),
         frame(&[(0x88a8, 200)], b"s200"),
     ];
-    let ifindex = in_netns(&lab.h2(), || {
-        let c = std::ffi::CString::new("eth0").unwrap();
-        // SAFETY: a valid NUL-terminated name; the call only reads it.
-        unsafe { libc::if_nametoindex(c.as_ptr()) }
-    });
-    assert!(ifindex > 0);
     const N: usize = 5;
-    in_netns(&lab.h2(), move || {
-        for _ in 0..N {
-            for f in &frames {
-                send_raw(ifindex, f);
-            }
-        }
-    });
+    send_frames_from(&lab.h2(), "eth0", frames, N);
     let got = received(&sock, Duration::from_millis(1500));
     let n = |t: &[u8]| got.iter().filter(|g| g.as_slice() == t).count();
     for t in [&b"v100"[..], b"qinq", b"untagged"] {

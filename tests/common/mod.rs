@@ -301,6 +301,25 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     .expect("netns thread")
 }
 
+/// Send `frames`, `rounds` times over, from interface `dev` of namespace `ns` (a plain
+/// AF_PACKET socket: crafted frames, tags and all).
+#[allow(dead_code)]
+pub fn send_frames_from(ns: &str, dev: &str, frames: Vec<Vec<u8>>, rounds: usize) {
+    let dev = std::ffi::CString::new(dev).expect("an interface name without NUL");
+    let ifindex = in_netns(ns, move || {
+        // SAFETY: a valid NUL-terminated name; the call only reads it.
+        unsafe { libc::if_nametoindex(dev.as_ptr()) }
+    });
+    assert!(ifindex > 0, "no such interface in {ns}");
+    in_netns(ns, move || {
+        for _ in 0..rounds {
+            for f in &frames {
+                send_raw(ifindex, f);
+            }
+        }
+    });
+}
+
 /// Send one frame with a plain AF_PACKET socket on `ifindex` (any size up to the MTU).
 pub fn send_raw(ifindex: u32, frame: &[u8]) {
     // SAFETY: plain socket calls on a socket this function owns and closes; `sll` and
