@@ -137,6 +137,17 @@ fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
     );
     let text = cli(l, 1, &["show", "ike", "child-sa"]);
     assert!(text.contains(child["spi_in"].as_str().unwrap()), "{text}");
+    let text = cli(l, 2, &["show", "ike", "summary"]);
+    assert!(
+        text.contains("1 IKE SAs established, 0 half-open; 1 child SAs"),
+        "{text}"
+    );
+    let summary = control::api::request_json(&l.socket(2), "ike", Some("summary")).unwrap();
+    assert_eq!(summary["child_sas"], 1, "{summary:#}");
+    assert!(
+        summary["counters"]["established"].as_u64() >= Some(1),
+        "{summary:#}"
+    );
     let c = control::client::Client::new(control::client::Endpoint::Unix(l.socket(1)));
     let m = String::from_utf8_lossy(&c.call("GET", "/metrics", None).unwrap().body).into_owned();
     assert!(

@@ -236,7 +236,7 @@ enum Cmd {
         /// For routes: a prefix (exact) or an address (longest match), or `summary`; for
         /// conntrack: an address or prefix one end of the flows lies in; for nat:
         /// `sessions`; for ipsec: `sa` or `tunnels` (both show tunnels and SAs); for ike:
-        /// `sa` (the default) or `child-sa`.
+        /// `sa` (the default), `child-sa` or `summary` (the counts, without the list).
         arg: Option<String>,
         /// For `nat sessions`: an IPv4 address, prefix or range any address of the
         /// sessions (before or after translation) lies in.

@@ -59,13 +59,15 @@ pub enum Shown {
     Ike(model::IkeView),
     /// `GET /v1/ike`'s child SAs (`show ike child-sa`).
     IkeChildSas(Vec<model::IkeChildView>),
+    /// `GET /v1/ike/summary` (`show ike summary`).
+    IkeSummary(model::IkeSummary),
     /// `GET /v1/qos`.
     Qos(model::QosView),
 }
 
 /// The items `show` knows, for error messages.
 const ITEMS: &str =
-    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions, ipsec, ike sa, ike child-sa or qos";
+    "interfaces, routes, routes summary, neighbors, counters, bgp, firewall, conntrack, nat, nat sessions, ipsec, ike sa, ike child-sa, ike summary or qos";
 
 /// The data of one `show` item: `interfaces`, `routes` (with `arg` a prefix or an
 /// address, or `summary`), `neighbors`, `counters`, `bgp` or `firewall`.
@@ -97,6 +99,7 @@ pub fn show(shared: &Shared, what: &str, arg: Option<&str>) -> Result<Shown, Sho
         ),
         "nat" => Shown::Nat(crate::natview::view(&shared.features)),
         "ipsec" => Shown::Ipsec(ipsec_view(shared)),
+        "ike" if arg == Some("summary") => Shown::IkeSummary(crate::ikesvc::summary(&shared.ike)),
         "ike" if arg == Some("child-sa") => {
             Shown::IkeChildSas(children(crate::ikesvc::view(&shared.ike)))
         }
@@ -590,6 +593,7 @@ enum Item {
     Ipsec,
     Ike,
     IkeChildSas,
+    IkeSummary,
     Qos,
 }
 
@@ -627,8 +631,9 @@ fn item(show: &str, arg: Option<&str>) -> Result<(Item, String)> {
         ("ipsec", None | Some("sa") | Some("tunnels")) => (Item::Ipsec, "/v1/ipsec".into()),
         ("ike", None | Some("sa")) => (Item::Ike, "/v1/ike".into()),
         ("ike", Some("child-sa")) => (Item::IkeChildSas, "/v1/ike".into()),
+        ("ike", Some("summary")) => (Item::IkeSummary, "/v1/ike/summary".into()),
         ("ike", Some(a)) => {
-            anyhow::bail!("unknown item \"ike {a}\": expected ike sa or ike child-sa")
+            anyhow::bail!("unknown item \"ike {a}\": expected ike sa, ike child-sa or ike summary")
         }
         ("ipsec", Some(a)) => {
             anyhow::bail!("unknown item \"ipsec {a}\": expected ipsec, ipsec sa or ipsec tunnels")
@@ -661,6 +666,7 @@ pub fn request_with(client: &Client, show: &str, arg: Option<&str>) -> Result<Sh
         Item::Ipsec => Shown::Ipsec(client.get_as(&path)?),
         Item::Ike => Shown::Ike(client.get_as(&path)?),
         Item::IkeChildSas => Shown::IkeChildSas(children(client.get_as(&path)?)),
+        Item::IkeSummary => Shown::IkeSummary(client.get_as(&path)?),
         Item::Qos => Shown::Qos(client.get_as(&path)?),
     })
 }

@@ -569,6 +569,14 @@ async fn ike(State(s): State<Arc<Shared>>) -> ApiResult<model::IkeView> {
     blocking(move || Ok(Json(crate::ikesvc::view(&s.ike)))).await
 }
 
+/// The IKE daemon's counts (SAs established and half-open, child SAs) and counters, without
+/// the list of SAs: for a gateway with many.
+#[utoipa::path(get, path = "/v1/ike/summary", tag = "show",
+    responses((status = 200, description = "IKE SA counts and counters", body = model::IkeSummary)))]
+async fn ike_summary(State(s): State<Arc<Shared>>) -> ApiResult<model::IkeSummary> {
+    blocking(move || Ok(Json(crate::ikesvc::summary(&s.ike)))).await
+}
+
 /// Start (or restart) the IKE SA of a peer.
 #[utoipa::path(post, path = "/v1/ike/initiate/{peer}", tag = "ipsec",
     params(("peer" = String, Path, description = "An [[ipsec.peer]]'s name")),
@@ -840,7 +848,7 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Ferrouter API", description = "Management API of the Ferrouter daemon. On the unix socket requests are local; on TCP every request needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": \"message\"}` (ErrorBody); every body has its schema under components."),
-    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, qos, ipsec_sa_add, ipsec_sa_remove, ike, ike_initiate, ike_terminate, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
+    paths(interfaces, routes, routes_summary, neighbors, bgp, counters, firewall, conntrack_list, conntrack_flush, nat, nat_sessions, ipsec, qos, ipsec_sa_add, ipsec_sa_remove, ike, ike_summary, ike_initiate, ike_terminate, version, config_get, config_check, config_apply, config_diff, config_rollback, config_history, config_entry, trace_add, trace_show, trace_clear, capture, metrics, openapi),
     components(schemas(model::ErrorBody)),
     modifiers(&BearerAuth),
 )]
@@ -969,6 +977,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/capture", post(capture))
         .route("/v1/ipsec/sa", post(ipsec_sa_add))
         .route("/v1/ike", get(ike))
+        .route("/v1/ike/summary", get(ike_summary))
         .route("/v1/ike/initiate/{peer}", post(ike_initiate))
         .route("/v1/ike/terminate/{peer}", post(ike_terminate))
         .route(

@@ -122,6 +122,11 @@ impl IkeService {
         self.with(Daemon::sas).unwrap_or_default()
     }
 
+    /// Counters, established, half-open and child SAs.
+    pub fn summary(&self) -> Option<(ike::engine::Counters, usize, usize, usize)> {
+        self.with(Daemon::summary)
+    }
+
     /// Counters, established and half-open SAs.
     pub fn counters(&self) -> Option<(ike::engine::Counters, usize, usize)> {
         self.with(Daemon::counters)
@@ -157,6 +162,20 @@ pub fn counter_map(c: &ike::engine::Counters) -> std::collections::BTreeMap<Stri
         }
     }
     m
+}
+
+/// `GET /v1/ike/summary`: the counts without the SAs (a million SAs are a large list).
+pub fn summary(ike: &IkeService) -> crate::model::IkeSummary {
+    let Some((c, established, half_open, child_sas)) = ike.summary() else {
+        return crate::model::IkeSummary::default();
+    };
+    crate::model::IkeSummary {
+        running: true,
+        established,
+        half_open,
+        child_sas,
+        counters: counter_map(&c),
+    }
 }
 
 /// `GET /v1/ike`.

@@ -1145,6 +1145,21 @@ pub struct IkeView {
     pub counters: std::collections::BTreeMap<String, u64>,
 }
 
+/// `GET /v1/ike/summary`: what `GET /v1/ike` says without the list of SAs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IkeSummary {
+    /// Whether the daemon runs (it does once `[[ipsec.peer]]`s are configured).
+    pub running: bool,
+    /// IKE SAs established.
+    pub established: usize,
+    /// Responder SAs half-open (IKE_SA_INIT answered, no IKE_AUTH yet).
+    pub half_open: usize,
+    /// Child SAs of the established IKE SAs.
+    pub child_sas: usize,
+    /// Events, failures by reason and dropped messages by reason (`name` → count).
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
 /// One IKE SA.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct IkeSaView {

@@ -27,6 +27,7 @@ pub fn render(v: &Shown) -> String {
         Shown::NatSessions(n) => nat_sessions(n),
         Shown::Ipsec(i) => ipsec(i),
         Shown::Ike(i) => ike(i),
+        Shown::IkeSummary(i) => ike_summary(i),
         Shown::IkeChildSas(c) => ike_children(c),
         Shown::Qos(q) => qos(q),
     }
@@ -156,8 +157,13 @@ pub fn ike(v: &model::IkeView) -> String {
             let _ = writeln!(s, "    {} (peer id {})", a.proposal, a.remote_id);
         }
     }
-    let nonzero: Vec<String> = v
-        .counters
+    ike_counters(&mut s, &v.counters);
+    s
+}
+
+/// The counters that are not zero, on one line.
+fn ike_counters(s: &mut String, counters: &std::collections::BTreeMap<String, u64>) {
+    let nonzero: Vec<String> = counters
         .iter()
         .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{k} {n}"))
@@ -165,6 +171,21 @@ pub fn ike(v: &model::IkeView) -> String {
     if !nonzero.is_empty() {
         let _ = writeln!(s, "\ncounters: {}", nonzero.join(", "));
     }
+}
+
+/// `show ike summary`.
+pub fn ike_summary(v: &model::IkeSummary) -> String {
+    let mut s = String::new();
+    if !v.running {
+        let _ = writeln!(s, "IKE is not running: no [[ipsec.peer]] is configured");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{} IKE SAs established, {} half-open; {} child SAs",
+        v.established, v.half_open, v.child_sas
+    );
+    ike_counters(&mut s, &v.counters);
     s
 }
 

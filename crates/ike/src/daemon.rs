@@ -233,6 +233,17 @@ impl Daemon {
         (e.counters.clone(), e.established(), e.half_open())
     }
 
+    /// [`Daemon::counters`] and the child SAs of established IKE SAs, without a list.
+    pub fn summary(&self) -> (Counters, usize, usize, usize) {
+        let e = lock(&self.shared.engine);
+        (
+            e.counters.clone(),
+            e.established(),
+            e.half_open(),
+            e.child_sas(),
+        )
+    }
+
     /// Half-open SAs above which cookies are asked for.
     pub fn set_cookie_threshold(&self, n: usize) {
         lock(&self.shared.engine).set_cookie_threshold(n);

@@ -857,6 +857,15 @@ impl Engine {
             .count()
     }
 
+    /// Child SAs of established IKE SAs (one pass over the SAs, no allocation).
+    pub fn child_sas(&self) -> usize {
+        self.sas
+            .values()
+            .filter(|s| s.state == State::Established)
+            .map(|s| s.children.len())
+            .sum()
+    }
+
     /// Replaces the peers: SAs of peers gone or changed are deleted (their children
     /// removed); new initiating peers start at the next tick.
     /// Makes [`Engine::tick`] look at SA `spi` at `at` (or before, if it is due earlier).
