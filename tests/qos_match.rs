@@ -203,25 +203,7 @@ fn a_trusted_sub_interface_classifies_tagged_frames_by_their_priority() {
     let sock = in_netns(&lab.h1(), || UdpSocket::bind("0.0.0.0:7003").unwrap());
     let q0 = api(lab, "qos", None);
     let ef0 = class(&q0, "r1", "ef")["enqueued"].as_u64().unwrap();
-    let frame = |pcp: u16, payload: &[u8]| {
-        let mut f = r2.to_vec();
-        f.extend_from_slice(&[0x02, 0, 0, 0, 0x99, 0x01, 0x81, 0x00]);
-        f.extend_from_slice(&(pcp << 13 | 100).to_be_bytes());
-        f.extend_from_slice(&0x0800u16.to_be_bytes());
-        let mut ip = vec![
-            0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 51, 100, 2, 192, 0, 2, 2,
-        ];
-        let total = (20 + 8 + payload.len()) as u16;
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
-        let c = wire::checksum::checksum(&ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        f.extend_from_slice(&ip);
-        f.extend_from_slice(&[0x1f, 0x40, 0x1b, 0x5b]);
-        f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-        f.extend_from_slice(payload);
-        f
-    };
+    let frame = |pcp: u16, payload: &[u8]| tagged_udp4(r2, &[(0x8100, pcp << 13 | 100)], payload);
     let frames = [frame(6, b"p6"), frame(3, b"p3")];
     const N: u64 = 10;
     send_frames_from(&lab.h2(), "eth0", frames.to_vec(), N as usize);

@@ -152,28 +152,7 @@ fn frames_are_routed_by_their_tags_and_unknown_tags_are_dropped() {
     let r2 = mac_of(api(lab, "interfaces", None)[1]["mac"].as_str().unwrap());
     let sock = in_netns(&lab.h1(), || UdpSocket::bind("0.0.0.0:7003").unwrap());
     let before = api(lab, "counters", None);
-    let frame = |tags: &[(u16, u16)], payload: &[u8]| {
-        let mut f = r2.to_vec();
-        f.extend_from_slice(&[0x02, 0, 0, 0, 0x99, 0x01]);
-        for (tpid, vid) in tags {
-            f.extend_from_slice(&tpid.to_be_bytes());
-            f.extend_from_slice(&vid.to_be_bytes());
-        }
-        f.extend_from_slice(&0x0800u16.to_be_bytes());
-        let mut ip = vec![
-            0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 51, 100, 2, 192, 0, 2, 2,
-        ];
-        let total = (20 + 8 + payload.len()) as u16;
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
-        let c = wire::checksum::checksum(&ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        f.extend_from_slice(&ip);
-        f.extend_from_slice(&[0x1f, 0x40, 0x1b, 0x5b]);
-        f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-        f.extend_from_slice(payload);
-        f
-    };
+    let frame = |tags: &[(u16, u16)], payload: &[u8]| tagged_udp4(r2, tags, payload);
     let frames = vec![
         frame(&[(0x8100, 100)], b"v100"),
         frame(&[(0x88a8, 200), (0x8100, 300)], b"qinq"),

@@ -301,6 +301,33 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     .expect("netns thread")
 }
 
+/// An Ethernet frame to `dst` (from 02:00:00:00:99:01) with `tags` ((TPID, TCI) each,
+/// outer first) around an IPv4 UDP datagram 198.51.100.2:8000 → 192.0.2.2:7003 (checksum
+/// left 0) carrying `payload`: what the VLAN and 802.1p tests send from h2.
+#[allow(dead_code)]
+pub fn tagged_udp4(dst: [u8; 6], tags: &[(u16, u16)], payload: &[u8]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0x99, 0x01]);
+    for (tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let mut ip = vec![
+        0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 51, 100, 2, 192, 0, 2, 2,
+    ];
+    let total = (20 + 8 + payload.len()) as u16;
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    let c = wire::checksum::checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&[0x1f, 0x40, 0x1b, 0x5b]);
+    f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
 /// Send `frames`, `rounds` times over, from interface `dev` of namespace `ns` (a plain
 /// AF_PACKET socket: crafted frames, tags and all).
 #[allow(dead_code)]
