@@ -253,6 +253,13 @@ struct Fresh {
     ke: Option<(u16, Vec<u8>)>,
 }
 
+impl Pending {
+    /// How long after its last send it is sent again: doubled with each try.
+    fn wait(&self) -> Duration {
+        RETRANSMIT_BASE * (1u32 << self.tries.min(10))
+    }
+}
+
 struct Pending {
     id: u32,
     asked: Asked,
@@ -429,7 +436,7 @@ impl IkeSa {
         };
         let peer = self.peer.as_deref();
         if let Some(p) = &self.pending {
-            at(p.sent, RETRANSMIT_BASE * (1u32 << p.tries.min(10)));
+            at(p.sent, p.wait());
         } else {
             match self.state {
                 State::HalfOpen => at(self.created, HALF_OPEN_TIMEOUT),
@@ -458,23 +465,31 @@ impl IkeSa {
                 at(self.last_keepalive, every);
             }
         }
-        if let Some(life) = peer.and_then(|p| p.child_lifetime) {
-            if self.state == State::Established
-                && self.pending.is_none()
-                && self.rekeying.is_none()
-                && self.collision.is_none()
-            {
-                let after = if self.initiator {
-                    life * 9 / 10
-                } else {
-                    life * 19 / 20
-                };
-                for c in &self.children {
-                    at(c.created, after);
-                }
+        if let Some(after) = self.child_rekey_age() {
+            for c in &self.children {
+                at(c.created, after);
             }
         }
         due
+    }
+
+    /// The age at which its children are rekeyed, if they may be now (established, no
+    /// exchange or rekey under way): the original initiator at 90 % of the peer's
+    /// `child_lifetime_s`, the responder at 95 % (so the two rarely collide).
+    fn child_rekey_age(&self) -> Option<Duration> {
+        let life = self.peer.as_ref().and_then(|p| p.child_lifetime)?;
+        if self.state != State::Established
+            || self.pending.is_some()
+            || self.rekeying.is_some()
+            || self.collision.is_some()
+        {
+            return None;
+        }
+        Some(if self.initiator {
+            life * 9 / 10
+        } else {
+            life * 19 / 20
+        })
     }
 
     fn header(&self, exchange: u8, id: u32, response: bool) -> Header {
@@ -866,8 +881,6 @@ impl Engine {
             .sum()
     }
 
-    /// Replaces the peers: SAs of peers gone or changed are deleted (their children
-    /// removed); new initiating peers start at the next tick.
     /// Makes [`Engine::tick`] look at SA `spi` at `at` (or before, if it is due earlier).
     fn arm(&mut self, spi: u64, at: Instant) {
         if let Some(sa) = self.sas.get_mut(&spi) {
@@ -884,6 +897,8 @@ impl Engine {
         self.arm(spi, now);
     }
 
+    /// Replaces the peers: SAs of peers gone or changed are deleted (their children
+    /// removed); new initiating peers start at the next tick.
     pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
         let old = std::mem::take(&mut self.peers);
         self.peers = peers.into_iter().map(Arc::new).collect();
@@ -2090,7 +2105,6 @@ impl Engine {
         };
         sa.peer = Some(peer.clone());
         sa.schedule_rekey(now);
-        sa.init_req = Vec::new();
         let (remote, spi_i) = (sa.remote, sa.spi_i);
         self.by_init.remove(&(remote, spi_i));
         self.half_open = self.half_open.saturating_sub(1);
@@ -2942,8 +2956,7 @@ impl Engine {
                 continue;
             };
             if let Some(p) = &mut sa.pending {
-                let wait = RETRANSMIT_BASE * (1u32 << p.tries.min(10));
-                if now.saturating_duration_since(p.sent) >= wait {
+                if now.saturating_duration_since(p.sent) >= p.wait() {
                     if p.tries >= MAX_RETRANSMITS {
                         dead.push(spi);
                     } else {
@@ -3040,24 +3053,11 @@ impl Engine {
             self.counters.keepalives_sent += 1;
             out.push(Event::Keepalive { local, remote });
         }
-        // Child SAs near the end of their lifetime: the original initiator rekeys at 90 %,
-        // the responder at 95 % (so the two rarely collide).
+        // Child SAs near the end of their lifetime ([`IkeSa::child_rekey_age`]).
         let mut rekey = Vec::new();
         for (&spi, sa) in due.iter().filter_map(|spi| Some((spi, self.sas.get(spi)?))) {
-            let Some(life) = sa.peer.as_ref().and_then(|p| p.child_lifetime) else {
+            let Some(at) = sa.child_rekey_age() else {
                 continue;
-            };
-            if sa.state != State::Established
-                || sa.pending.is_some()
-                || sa.rekeying.is_some()
-                || sa.collision.is_some()
-            {
-                continue;
-            }
-            let at = if sa.initiator {
-                life * 9 / 10
-            } else {
-                life * 19 / 20
             };
             // The newest child of a pair rekeyed is the one to rekey again.
             if let Some(c) = sa
