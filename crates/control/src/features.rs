@@ -142,14 +142,6 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
     v
 }
 
-/// The SA codec's direction of a config direction.
-fn direction(d: ipsec::config::SaDirection) -> ipsec::Direction {
-    match d {
-        ipsec::config::SaDirection::Out => ipsec::Direction::Outbound,
-        ipsec::config::SaDirection::In => ipsec::Direction::Inbound,
-    }
-}
-
 /// What the feature crates share with their nodes, as [`Features::new`] takes it.
 pub type Shares = (
     Arc<firewall::node::Shared>,
@@ -526,7 +518,7 @@ impl Features {
             .filter_map(|&(d, s)| {
                 let x = api.get(d, s)?;
                 let at = tunnels.by_name.get(&x.entry.tunnel)?.1;
-                self.ipsec.slot_of(direction(d), s, at)
+                self.ipsec.slot_of(d.into(), s, at)
             })
             .collect();
         self.ipsec
@@ -610,7 +602,7 @@ impl Features {
                 .get(&x.entry.tunnel)
                 .map(|t| t.1);
             if let Some(slot) =
-                iface.and_then(|i| self.ipsec.slot_of(self::direction(direction), spi, i))
+                iface.and_then(|i| self.ipsec.slot_of(direction.into(), spi, i))
             {
                 self.ipsec.remove_one(slot)?;
             }

@@ -174,6 +174,15 @@ pub enum SaDirection {
     In,
 }
 
+impl From<SaDirection> for Direction {
+    fn from(d: SaDirection) -> Direction {
+        match d {
+            SaDirection::Out => Direction::Outbound,
+            SaDirection::In => Direction::Inbound,
+        }
+    }
+}
+
 /// `[[ipsec.sa]]`: one manually keyed SA, of a tunnel (`tunnel`) or, without `tunnel`,
 /// of the policies that name it (`[[ipsec.policy]]`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -986,10 +995,7 @@ impl IpsecConfig {
         };
         let mut c = SaConfig::new(
             s.spi,
-            match s.direction {
-                SaDirection::Out => Direction::Outbound,
-                SaDirection::In => Direction::Inbound,
-            },
+            s.direction.into(),
             enc,
             &key.encryption,
             integ,
