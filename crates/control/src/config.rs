@@ -965,7 +965,8 @@ impl Config {
         let names = self.fast_path_names();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let ports: Vec<&str> = self.ports.iter().map(|p| p.name.as_str()).collect();
-        for (path, m) in self.qos.validate(&refs, &ports) {
+        let vlans: Vec<&str> = self.vlans.iter().map(|v| v.name.as_str()).collect();
+        for (path, m) in self.qos.validate(&refs, &ports, &vlans) {
             r.add(path, m);
         }
     }

@@ -601,9 +601,7 @@ impl Features {
                 .by_name
                 .get(&x.entry.tunnel)
                 .map(|t| t.1);
-            if let Some(slot) =
-                iface.and_then(|i| self.ipsec.slot_of(direction.into(), spi, i))
-            {
+            if let Some(slot) = iface.and_then(|i| self.ipsec.slot_of(direction.into(), spi, i)) {
                 self.ipsec.remove_one(slot)?;
             }
             api.take(direction, spi);

@@ -496,8 +496,14 @@ impl QosConfig {
     }
 
     /// Everything wrong, each with the dotted path of the value; `interfaces` are the fast
-    /// path's interfaces and `ports` those of them that are ports.
-    pub fn validate(&self, interfaces: &[&str], ports: &[&str]) -> Vec<(String, String)> {
+    /// path's interfaces, `ports` and `vlans` those of them that are ports and VLAN
+    /// sub-interfaces (the others are tunnels).
+    pub fn validate(
+        &self,
+        interfaces: &[&str],
+        ports: &[&str],
+        vlans: &[&str],
+    ) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         let mut names = HashMap::new();
         for (i, p) in self.policers.iter().enumerate() {
@@ -658,13 +664,22 @@ impl QosConfig {
                 }
             }
             // On a VLAN sub-interface, an output policy sets 802.1p only: the port it
-            // rides on schedules.
+            // rides on schedules. Elsewhere (a tunnel) it would do nothing.
+            let name = f.name.as_str();
+            if f.output.is_some()
+                && interfaces.contains(&name)
+                && !ports.contains(&name)
+                && !vlans.contains(&name)
+            {
+                out.push((
+                    format!("{path}.output"),
+                    format!("{name:?} is neither a [[port]] (an output policy schedules it) nor a [[vlan]] (an output policy sets its 802.1p)"),
+                ));
+            }
             let vlan_policy = f
                 .output
                 .as_ref()
-                .filter(|_| {
-                    !ports.contains(&f.name.as_str()) && interfaces.contains(&f.name.as_str())
-                })
+                .filter(|_| vlans.contains(&name))
                 .and_then(|o| self.policies.iter().find(|p| &p.name == o));
             if let Some(p) = vlan_policy {
                 if p.shaper.is_some() {
@@ -868,11 +883,15 @@ output = "edge"
 
     const IFS: &[&str] = &["eth0", "eth1", "eth0.100"];
     const PORTS: &[&str] = &["eth0", "eth1"];
+    const VLANS: &[&str] = &["eth0.100"];
 
     #[test]
     fn a_good_config_compiles() {
         let c = cfg(GOOD);
-        assert_eq!(c.validate(IFS, PORTS), Vec::<(String, String)>::new());
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
         let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
         let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
         let s = k.output[0].as_ref().unwrap();
@@ -900,7 +919,7 @@ output = "edge"
         c.interfaces.truncate(1);
         c.interfaces[0].input = None;
         c.interfaces[0].name = "p64".into();
-        let p = c.validate(&refs, &refs);
+        let p = c.validate(&refs, &refs, &[]);
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].0, "qos.interface[0].output");
         assert!(p[0].1.contains("number 65"), "{p:?}");
@@ -909,7 +928,7 @@ output = "edge"
             .unwrap_err();
         assert!(e.contains("\"p64\""), "{e}");
         c.interfaces[0].name = "p63".into();
-        assert!(c.validate(&refs, &refs).is_empty());
+        assert!(c.validate(&refs, &refs, &[]).is_empty());
         assert!(c
             .compile(&ports, ports.len(), &Compiled::default(), 0)
             .unwrap()
@@ -920,7 +939,7 @@ output = "edge"
     fn problems(edit: impl Fn(&mut QosConfig)) -> Vec<(String, String)> {
         let mut c = cfg(GOOD);
         edit(&mut c);
-        c.validate(IFS, PORTS)
+        c.validate(IFS, PORTS, VLANS)
     }
 
     #[test]
@@ -1068,7 +1087,10 @@ output = "edge"
     #[test]
     fn rules_and_8021p_compile() {
         let c = cfg(MATCH);
-        assert_eq!(c.validate(IFS, PORTS), Vec::<(String, String)>::new());
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
         let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
         let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
         // eth0: untrusted, but its rules classify.
@@ -1098,7 +1120,7 @@ output = "edge"
         let problems = |edit: &dyn Fn(&mut QosConfig)| {
             let mut c = cfg(MATCH);
             edit(&mut c);
-            c.validate(IFS, PORTS)
+            c.validate(IFS, PORTS, VLANS)
         };
         let p = problems(&|c| c.policies[0].classes[0].pcp = Some(8));
         assert_eq!(
@@ -1144,6 +1166,12 @@ output = "edge"
             p[0].1.contains("no class of policy \"edge\" has a pcp"),
             "{p:?}"
         );
+        // A tunnel is neither: its output policy would do nothing.
+        let mut c = cfg(MATCH);
+        c.interfaces[1].name = "ipsec0".into();
+        let p = c.validate(&["eth0", "eth1", "ipsec0"], PORTS, &[]);
+        assert_eq!(p[0].0, "qos.interface[1].output", "{p:?}");
+        assert!(p[0].1.contains("neither a [[port]]"), "{p:?}");
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl Lab {
     fn apply(&mut self, config: &str) {
         let cfg: QosConfig = toml::from_str(config).unwrap();
         let all = ["p0", "p1", "p1.100", "p0.5"];
-        assert_eq!(cfg.validate(&all, &["p0", "p1"]), vec![]);
+        assert_eq!(cfg.validate(&all, &["p0", "p1"], &all[2..]), vec![]);
         let names: Vec<String> = all.iter().map(|s| s.to_string()).collect();
         self.qos.apply(&cfg, &names, 2, 0).unwrap();
         // As the daemon enables them (control::features::wanted).
