@@ -441,7 +441,6 @@ impl FeatureNode for InNode {
             let by_rule = policy
                 .rules
                 .as_deref()
-                .filter(|r| r.has(self.v6))
                 .and_then(|r| r.class_of_frame(frame, at, self.v6));
             let class = by_rule.unwrap_or_else(|| {
                 let pcp = if policy.by_pcp_used() {
