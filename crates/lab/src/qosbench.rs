@@ -940,21 +940,6 @@ fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -
                 "{underruns} trial(s) the tester could not offer in full (underrun), retried"
             ));
         }
-        if limited {
-            let sent = mbps(r.tx_bytes, r.tx, r.tx_elapsed_s.max(r.duration_s));
-            let n = format!(
-                "the tester could not offer the load in full even after {underruns} retries: it sent {sent:.1} of {:.1} Mbit/s ({:.2}× R); {}",
-                offered_bps / 1e6,
-                sent * 1e6 / opts.rate_bps as f64,
-                if sent * 1e6 >= JUDGED_SHARE * offered_bps {
-                    "the shaper was still offered nearly the load asked, and the targets are judged on this run"
-                } else {
-                    "too far below the load asked: no target is judged on this run"
-                }
-            );
-            log(&format!("{label}: {n}"));
-            notes.push(n);
-        }
         if dut == DutKind::Linux {
             notes.push(format!("Linux: HTB, leaves EF pfifo, AF41 and best effort {leaf}; u32 filters on the DS field; nftables marking"));
         }
@@ -979,6 +964,21 @@ fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -
         judge_shares(&mut classes, opts.rate_bps);
         let delivered: f64 = classes.iter().map(|c| c.delivered_mbps).sum();
         let offered: f64 = classes.iter().map(|c| c.offered_mbps).sum();
+        if limited {
+            let sent = mbps(r.tx_bytes, r.tx, r.tx_elapsed_s.max(r.duration_s));
+            let n = format!(
+                "the tester could not offer the load in full even after {underruns} retries: it sent {sent:.1} of {:.1} Mbit/s ({:.2}× R); {}",
+                offered_bps / 1e6,
+                sent * 1e6 / opts.rate_bps as f64,
+                if judged(limited, Some(offered), offered_bps / 1e6) {
+                    "the shaper was still offered nearly the load asked, and the targets are judged on this run"
+                } else {
+                    "too far below the load asked: no target is judged on this run"
+                }
+            );
+            log(&format!("{label}: {n}"));
+            notes.push(n);
+        }
         let rate_mbps = opts.rate_bps as f64 / 1e6;
         for c in &classes {
             log(&format!(
@@ -1086,6 +1086,12 @@ fn congestion_trial(
 /// A congestion run whose tester sent at least this share of the load asked is judged
 /// against the targets (an underrun of a few percent leaves the shaper as oversubscribed).
 pub const JUDGED_SHARE: f64 = 0.95;
+
+/// Whether a congestion run is judged: the tester offered the load in full, or at least
+/// [`JUDGED_SHARE`] of `asked_mbps` (what its classes were offered, `offered_mbps`).
+fn judged(tester_limited: bool, offered_mbps: Option<f64>, asked_mbps: f64) -> bool {
+    !tester_limited || offered_mbps.is_some_and(|o| o >= JUDGED_SHARE * asked_mbps)
+}
 
 /// EF's p99 latency limit at `rate_bps`: 1 ms plus one 1,500-byte MTU's serialisation.
 pub fn ef_latency_limit_us(rate_bps: u64) -> f64 {
@@ -1201,9 +1207,7 @@ impl Report {
             let valid: Vec<&Run> = all
                 .iter()
                 .copied()
-                .filter(|r| {
-                    !r.tester_limited || r.offered_mbps.is_some_and(|o| o >= JUDGED_SHARE * asked)
-                })
+                .filter(|r| judged(r.tester_limited, r.offered_mbps, asked))
                 .collect();
             let judged = !valid.is_empty();
             let runs = if judged { valid } else { all };
@@ -1451,7 +1455,7 @@ mod tests {
         let v: toml::Value = toml::from_str(&text).unwrap();
         let cfg: qos::config::QosConfig =
             toml::from_str(&toml::to_string(&v["qos"]).unwrap()).unwrap();
-        let errors = cfg.validate(&["da", "db"], &["da", "db"]);
+        let errors = cfg.validate(&["da", "db"], &["da", "db"], &[]);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(cfg.policies[0].classes.len(), 3);
         let tc = linux_policy_text(100_000_000, "fq_codel");
