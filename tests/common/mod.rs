@@ -675,18 +675,7 @@ impl NetnsGuard {
 
 impl Drop for NetnsGuard {
     fn drop(&mut self) {
-        for ns in &self.namespaces {
-            if !std::path::Path::new("/run/netns").join(ns).exists() {
-                continue;
-            }
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        lab::remove_namespaces(&self.dir, &self.namespaces);
     }
 }
 

@@ -760,21 +760,10 @@ impl Topology {
     fn down(prefix: &str) {
         let (lab, t) = Topology::names(prefix);
         for ns in crate::existing_namespaces(&Topology::namespaces(prefix)) {
-            kill_namespace_pids(&ns);
+            crate::kill_namespace_pids(&ns);
         }
         lab.down();
         let _ = Command::new("ip").args(["netns", "del", &t]).status();
-    }
-}
-
-/// SIGKILL every process in namespace `ns` but this one.
-fn kill_namespace_pids(ns: &str) {
-    if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-            if pid != std::process::id().to_string() {
-                let _ = Command::new("kill").args(["-KILL", pid]).status();
-            }
-        }
     }
 }
 

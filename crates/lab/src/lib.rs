@@ -65,6 +65,33 @@ pub struct Lab {
 }
 
 /// Which of `names` exist as network namespaces.
+/// SIGKILL every process in namespace `ns` but this one (a namespace lives on while a
+/// process is in it).
+pub fn kill_namespace_pids(ns: &str) {
+    if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
+        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+            if pid != std::process::id().to_string() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+        }
+    }
+}
+
+/// Kill the processes started under `dir` (daemons whose command line names it) and every
+/// process in `namespaces`, then delete those that exist and `dir`: a bench's or a test's
+/// namespaces gone whatever ran in them.
+pub fn remove_namespaces(dir: &Path, namespaces: &[String]) {
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f"])
+        .arg(format!("{}/", dir.display()))
+        .status();
+    for ns in existing_namespaces(namespaces) {
+        kill_namespace_pids(&ns);
+        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 pub(crate) fn existing_namespaces(names: &[String]) -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
@@ -511,16 +538,7 @@ pub fn tear_down_on_signal(prefix: &str) -> Result<()> {
                     .arg(format!("{}/", lab.dir.display()))
                     .status();
                 for ns in lab.existing() {
-                    let _ = Command::new("ip")
-                        .args(["netns", "pids", &ns])
-                        .output()
-                        .map(|o| {
-                            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                                if pid != std::process::id().to_string() {
-                                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                                }
-                            }
-                        });
+                    kill_namespace_pids(&ns);
                 }
                 lab.down();
                 let _ = std::fs::remove_dir_all(&lab.dir);
@@ -545,21 +563,7 @@ pub fn tear_down_namespaces_on_signal(dir: PathBuf, namespaces: Vec<String>) -> 
             if let Some(sig) = signals.forever().next() {
                 TEARING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
                 eprintln!("signal {sig}: tearing {namespaces:?} down");
-                let _ = Command::new("pkill")
-                    .args(["-KILL", "-f"])
-                    .arg(format!("{}/", dir.display()))
-                    .status();
-                for ns in existing_namespaces(&namespaces) {
-                    if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                            if pid != std::process::id().to_string() {
-                                let _ = Command::new("kill").args(["-KILL", pid]).status();
-                            }
-                        }
-                    }
-                    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-                }
-                let _ = std::fs::remove_dir_all(&dir);
+                remove_namespaces(&dir, &namespaces);
                 std::process::exit(128 + sig);
             }
         })
