@@ -2,8 +2,8 @@
 //! (issue 27, item 8): the IKE load generator's 50 emulated initiators against ferrouter's IKE daemon and
 //! against strongSwan's charon, each the responder in turn. Checks the JSON contract
 //! (every field of every run), that both responders established all 50 tunnels and hold
-//! them (their own count: `show ike`, `swanctl --stats`), and that no namespace is left
-//! behind. No timing assertions: the machine is shared. Needs root, iproute2, taskset and
+//! them (their own count: `show ike`, `swanctl --stats`), that ten of ferrouter's tunnels
+//! carry pings both ways (`--traffic 10`), and that no namespace is left behind. No timing assertions: the machine is shared. Needs root, iproute2, taskset and
 //! strongSwan (Debian charon-systemd, strongswan-swanctl, libcharon-extra-plugins); fails
 //! naming what is missing, never passes silently.
 
@@ -53,6 +53,8 @@ fn bench_both(prefix: &str, auth: &str) {
         &prefix,
         "--timeout",
         "40",
+        "--traffic",
+        "10",
         "--json",
     ]);
     assert_no_namespaces_left(&prefix);
@@ -87,4 +89,15 @@ fn bench_both(prefix: &str, auth: &str) {
     }
     // ferrouter's children, from `show ike`: one per IKE SA.
     assert_eq!(runs[0]["children_after_setup"], 50, "{}", runs[0]);
+    // Ten of the 50 peers (all on one tunnel, `remote = "any"`, each behind its claimed
+    // NAT) pinged h2 through their own child SA: every one got answers back through its
+    // own SA, the responder choosing each peer's outbound SA by destination, ESP in UDP
+    // to the port IKE found. Three pings each: the first may meet h2's ARP.
+    let t = &runs[0]["generator"]["traffic"];
+    assert_eq!(t["sampled"], 10, "{t}");
+    assert_eq!(t["keyed"], 10, "{t}");
+    assert_eq!(t["sent"], 30, "{t}");
+    assert_eq!(t["tunnels_answered"], 10, "{t}");
+    assert_eq!(t["bad_esp"], 0, "{t}");
+    assert!(runs[1]["generator"]["traffic"].is_null(), "{}", runs[1]);
 }

@@ -266,6 +266,15 @@ fn open_ports(
     Ok((per_worker, arenas))
 }
 
+/// What decides which of the router's own traffic the fast path takes: its addresses,
+/// NAT's share of them, and IPsec's (ESP; UDP 4500 with NAT-T, configured or found by
+/// IKE).
+type LocalShares = (
+    Arc<ArcSwap<Vec<IpAddr>>>,
+    Arc<firewall::nat::NatShared>,
+    (ports::Share, Arc<ipsec::node::IpsecShared>),
+);
+
 #[allow(clippy::too_many_arguments)]
 fn spawn_worker(
     id: usize,
@@ -273,11 +282,7 @@ fn spawn_worker(
     fib: fib::FibReaders,
     (registry, features): (Arc<Registry>, Arc<ArcSwap<FeatureState>>),
     ifaces: Arc<ArcSwap<Interfaces>>,
-    (locals, nat, esp): (
-        Arc<ArcSwap<Vec<IpAddr>>>,
-        Arc<firewall::nat::NatShared>,
-        ports::Share,
-    ),
+    (locals, nat, (esp, ipsec)): LocalShares,
     (iface_version, handoff, steering): (
         Arc<AtomicU64>,
         Option<dataplane::handoff::HandoffRx>,
@@ -328,6 +333,8 @@ fn spawn_worker(
             locals,
             nat,
             esp,
+            ipsec,
+            natt_seen: false,
             iface_version,
             seen_version,
             inject,
@@ -355,6 +362,10 @@ struct DaemonHooks {
     /// IPsec tunnels end on the router's addresses: ESP to them is the fast path's (and,
     /// with NAT-T, UDP to their port 4500). Its `nat` is not read (NAT's, from `nat`).
     esp: ports::Share,
+    /// Whether some installed SA is UDP-encapsulated (IKE found a NAT on a tunnel not
+    /// configured for NAT-T): then UDP to port 4500 is the fast path's too.
+    ipsec: Arc<ipsec::node::IpsecShared>,
+    natt_seen: bool,
     iface_version: Arc<AtomicU64>,
     seen_version: u64,
     inject: PuntConsumer,
@@ -379,15 +390,19 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
         now_ns: u64,
     ) -> usize {
         let ver = self.iface_version.load(Ordering::Acquire);
-        if ver != self.seen_version {
+        let natt = self.esp.natt || self.ipsec.natt_active();
+        if ver != self.seen_version || natt != self.natt_seen {
+            self.natt_seen = natt;
+            if ver != self.seen_version {
+                graph.set_interfaces(self.ifaces.load_full());
+                graph.set_feature_state(self.features.load_full());
+            }
             self.seen_version = ver;
-            graph.set_interfaces(self.ifaces.load_full());
-            graph.set_feature_state(self.features.load_full());
             let l = self.locals.load();
             let share = ports::Share {
                 nat: self.nat.active(),
                 esp: self.esp.esp,
-                natt: self.esp.natt,
+                natt,
             };
             for p in ports.iter_mut() {
                 p.set_local_addrs(&l, share);
@@ -951,11 +966,14 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
             (
                 locals.clone(),
                 features.nat.clone(),
-                ports::Share {
-                    nat: false,
-                    esp: cfg.ipsec.active(),
-                    natt: cfg.ipsec.tunnels.iter().any(|t| t.nat_t),
-                },
+                (
+                    ports::Share {
+                        nat: false,
+                        esp: cfg.ipsec.active(),
+                        natt: cfg.ipsec.tunnels.iter().any(|t| t.nat_t),
+                    },
+                    features.ipsec.clone(),
+                ),
             ),
             (
                 iface_version.clone(),

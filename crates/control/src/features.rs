@@ -154,12 +154,36 @@ pub type Shares = (
 /// The config's SA keys as read from its key file, or what was wrong with it.
 type IpsecKeys = Result<Option<ipsec::config::Keys>, (String, String)>;
 
+/// How the API's SAs are found: direction and SPI, and, for an outbound SA chosen by
+/// destination (one of a tunnel's several peers, [`ipsec::config::SaEntry::selectors`]),
+/// its peer's address and UDP port (0 without NAT-T): peers pick our outbound SPIs, so
+/// two may pick one.
+pub type ApiSaKey = (
+    ipsec::config::SaDirection,
+    u32,
+    Option<(std::net::IpAddr, u16)>,
+);
+
+/// [`ApiSaKey`] of `x`.
+fn api_key(x: &ipsec::config::ExtraSa) -> ApiSaKey {
+    let e = &x.entry;
+    let chosen =
+        (e.direction == ipsec::config::SaDirection::Out && !e.selectors.is_empty()).then(|| {
+            (
+                e.remote
+                    .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+                e.remote_port.unwrap_or(0),
+            )
+        });
+    (e.direction, e.spi, chosen)
+}
+
 /// The SAs given through the API or by IKE, in the order given (a whole plan lists them
-/// so), found by direction and SPI, and the outbound ones by tunnel.
+/// so), found by [`ApiSaKey`], and the tunnels' transmit SAs by tunnel.
 #[derive(Default)]
 struct ApiSas {
     list: Vec<ipsec::config::ExtraSa>,
-    at: HashMap<(ipsec::config::SaDirection, u32), usize>,
+    at: HashMap<ApiSaKey, usize>,
     /// A tunnel's transmit SA, by its SPI.
     out_of: HashMap<String, u32>,
 }
@@ -173,32 +197,33 @@ impl ApiSas {
         a
     }
 
-    fn get(&self, dir: ipsec::config::SaDirection, spi: u32) -> Option<&ipsec::config::ExtraSa> {
-        self.at.get(&(dir, spi)).and_then(|&k| self.list.get(k))
+    fn get(&self, key: &ApiSaKey) -> Option<&ipsec::config::ExtraSa> {
+        self.at.get(key).and_then(|&k| self.list.get(k))
     }
 
-    /// Add `x` (none of its direction and SPI is here).
+    /// Add `x` (none of its key is here).
     fn put(&mut self, x: ipsec::config::ExtraSa) {
+        let key = api_key(&x);
         let e = &x.entry;
-        self.at.insert((e.direction, e.spi), self.list.len());
-        if e.direction == ipsec::config::SaDirection::Out && !e.tunnel.is_empty() {
+        self.at.insert(key, self.list.len());
+        if key.2.is_none() && e.direction == ipsec::config::SaDirection::Out && !e.tunnel.is_empty()
+        {
             self.out_of.insert(e.tunnel.clone(), e.spi);
         }
         self.list.push(x);
     }
 
-    /// Take out the SA of `dir` and `spi` (the last one takes its place in the list).
-    fn take(
-        &mut self,
-        dir: ipsec::config::SaDirection,
-        spi: u32,
-    ) -> Option<ipsec::config::ExtraSa> {
-        let k = self.at.remove(&(dir, spi))?;
+    /// Take out the SA of `key` (the last one takes its place in the list).
+    fn take(&mut self, key: &ApiSaKey) -> Option<ipsec::config::ExtraSa> {
+        let k = self.at.remove(key)?;
         let x = self.list.swap_remove(k);
         if let Some(moved) = self.list.get(k) {
-            self.at.insert((moved.entry.direction, moved.entry.spi), k);
+            self.at.insert(api_key(moved), k);
         }
-        if self.out_of.get(&x.entry.tunnel) == Some(&spi) && dir == ipsec::config::SaDirection::Out
+        let (dir, spi, chosen) = *key;
+        if chosen.is_none()
+            && self.out_of.get(&x.entry.tunnel) == Some(&spi)
+            && dir == ipsec::config::SaDirection::Out
         {
             self.out_of.remove(&x.entry.tunnel);
         }
@@ -464,22 +489,23 @@ impl Features {
             .ipsec_api
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let (dir, spi) = (sa.entry.direction, sa.entry.spi);
-        let mut replaced: Vec<(SaDirection, u32)> = Vec::new();
-        if api.get(dir, spi).is_some() {
-            replaced.push((dir, spi));
+        let key = api_key(&sa);
+        let (dir, spi, chosen) = key;
+        let mut replaced: Vec<ApiSaKey> = Vec::new();
+        if api.get(&key).is_some() {
+            replaced.push(key);
         }
-        if dir == SaDirection::Out {
+        if dir == SaDirection::Out && chosen.is_none() {
             if let Some(&s) = api.out_of.get(&sa.entry.tunnel) {
                 if s != spi {
-                    replaced.push((SaDirection::Out, s));
+                    replaced.push((SaDirection::Out, s, None));
                 }
             }
         }
         let policy = sa.entry.tunnel.is_empty()
             || replaced
                 .iter()
-                .any(|&(d, s)| api.get(d, s).is_some_and(|x| x.entry.tunnel.is_empty()));
+                .any(|k| api.get(k).is_some_and(|x| x.entry.tunnel.is_empty()));
         if policy {
             return self.republish_api_sas(&mut api, &replaced, Some(sa));
         }
@@ -508,17 +534,17 @@ impl Features {
                 sa.entry.tunnel
             ));
         };
-        if dir == SaDirection::Out {
+        if dir == SaDirection::Out && chosen.is_none() {
             if let Some(k) = tunnels.config_out.get(&sa.entry.tunnel) {
                 return Err(format!("{}.direction: tunnel {:?} already has its transmit SA (ipsec.sa[{k}]); a tunnel sends with one SA: change its spi and key to rekey", sa.label(), sa.entry.tunnel));
             }
         }
         let slots: Vec<u32> = replaced
             .iter()
-            .filter_map(|&(d, s)| {
-                let x = api.get(d, s)?;
+            .filter_map(|k| {
+                let x = api.get(k)?;
                 let at = tunnels.by_name.get(&x.entry.tunnel)?.1;
-                self.ipsec.slot_of(d.into(), s, at)
+                self.api_slot(k, at)
             })
             .collect();
         self.ipsec
@@ -527,11 +553,19 @@ impl Features {
                 SaDirection::In => format!("{}.spi: {e}", sa.label()),
                 SaDirection::Out => format!("{}: {e}", sa.label()),
             })?;
-        for (d, s) in replaced {
-            api.take(d, s);
+        for k in replaced {
+            api.take(&k);
         }
         api.put(sa);
         Ok(())
+    }
+
+    /// The slot of the API's tunnel SA of `key` on tunnel interface `iface`.
+    fn api_slot(&self, key: &ApiSaKey, iface: u16) -> Option<u32> {
+        match *key {
+            (_, spi, Some((peer, port))) => self.ipsec.chosen_slot(spi, peer, port),
+            (d, spi, None) => self.ipsec.slot_of(d.into(), spi, iface),
+        }
     }
 
     /// The whole IPsec config planned again with the API's SAs but the `gone` ones (by
@@ -540,7 +574,7 @@ impl Features {
     fn republish_api_sas(
         &self,
         api: &mut ApiSas,
-        gone: &[(ipsec::config::SaDirection, u32)],
+        gone: &[ApiSaKey],
         added: Option<ipsec::config::ExtraSa>,
     ) -> Result<(), String> {
         let cfg = self
@@ -557,7 +591,7 @@ impl Features {
         // Where each SA left out was, to put it back there if the plan fails.
         let mut left_out = Vec::new();
         for (k, x) in std::mem::take(&mut api.list).into_iter().enumerate() {
-            if gone.contains(&(x.entry.direction, x.entry.spi)) {
+            if gone.contains(&api_key(&x)) {
                 left_out.push((k, x));
             } else {
                 next.push(x);
@@ -579,18 +613,14 @@ impl Features {
         Ok(())
     }
 
-    /// Remove the API's SA of `direction` and `spi` (`DELETE /v1/ipsec/sa/...`); `Ok(false)`
+    /// Remove the API's SA of `key` (`DELETE /v1/ipsec/sa/...`, IKE's children); `Ok(false)`
     /// when the API gave none such (the config's SAs are the config's to remove).
-    pub fn remove_ipsec_sa(
-        &self,
-        direction: ipsec::config::SaDirection,
-        spi: u32,
-    ) -> Result<bool, String> {
+    pub fn remove_ipsec_sa(&self, key: ApiSaKey) -> Result<bool, String> {
         let mut api = self
             .ipsec_api
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let Some(x) = api.get(direction, spi) else {
+        let Some(x) = api.get(&key) else {
             return Ok(false);
         };
         if !x.entry.tunnel.is_empty() {
@@ -601,13 +631,13 @@ impl Features {
                 .by_name
                 .get(&x.entry.tunnel)
                 .map(|t| t.1);
-            if let Some(slot) = iface.and_then(|i| self.ipsec.slot_of(direction.into(), spi, i)) {
+            if let Some(slot) = iface.and_then(|i| self.api_slot(&key, i)) {
                 self.ipsec.remove_one(slot)?;
             }
-            api.take(direction, spi);
+            api.take(&key);
             return Ok(true);
         }
-        self.republish_api_sas(&mut api, &[(direction, spi)], None)?;
+        self.republish_api_sas(&mut api, &[key], None)?;
         Ok(true)
     }
 

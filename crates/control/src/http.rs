@@ -544,6 +544,8 @@ async fn ipsec_sa_add(
         key: String::new(),
         esn: b.esn,
         replay_window: b.replay_window.unwrap_or(ipsec::SaConfig::DEFAULT_WINDOW),
+        selectors: Vec::new(),
+        remote_port: None,
     };
     let sa = ipsec::config::ExtraSa::new(entry, &b.encryption_key, &b.integrity_key)
         .map_err(|e| ApiError::unprocessable(format!("sa {} {:#x}: {e}", b.direction, b.spi)))?;
@@ -646,7 +648,7 @@ async fn ipsec_sa_remove(
     blocking(move || {
         let removed = s
             .features
-            .remove_ipsec_sa(direction, spi)
+            .remove_ipsec_sa((direction, spi, None))
             .map_err(ApiError::unprocessable)?;
         if !removed {
             return Err(ApiError::new(

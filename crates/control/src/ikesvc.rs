@@ -36,8 +36,17 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
                 .esp_name()
                 .ok_or_else(|| format!("ESP has no {i:?} integrity"))?,
         };
+        // The peer's destinations, when its outbound SA is chosen by them.
+        let mut selectors = Vec::new();
+        if c.by_destination {
+            for ts in &c.remote_ts {
+                let prefixes = ipsec::dests::range_prefixes(ts.start, ts.end)
+                    .ok_or_else(|| format!("traffic selector {:?}: not a range", ts))?;
+                selectors.extend(prefixes.into_iter().map(|(a, l)| format!("{a}/{l}")));
+            }
+        }
         let sa = |dir, spi, k: &ike::engine::DirKeys| {
-            ExtraSa::for_tunnel(
+            let mut x = ExtraSa::for_tunnel(
                 &c.tunnel,
                 dir,
                 spi,
@@ -46,7 +55,18 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
                 c.esn,
                 &k.encr,
                 &k.integ,
-            )
+            );
+            // Behind a NAT: ESP in UDP to the port the NAT gave the peer.
+            x.entry.remote_port = c.udp_encap.map(|(_, peer)| peer);
+            if c.by_destination {
+                // One peer of many: its own outer ends, and (outbound) its destinations.
+                x.entry.local = Some(c.local);
+                x.entry.remote = Some(c.remote);
+                if dir == SaDirection::Out {
+                    x.entry.selectors = selectors.clone();
+                }
+            }
+            x
         };
         // Inbound first: the peer may send with the new SA as soon as it has our answer.
         s.features()
@@ -56,18 +76,31 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
             .features()
             .add_ipsec_sa(sa(SaDirection::Out, c.spi_out, &c.key_out))
         {
-            let _ = s.features().remove_ipsec_sa(SaDirection::In, c.spi_in);
+            let _ = s
+                .features()
+                .remove_ipsec_sa((SaDirection::In, c.spi_in, None));
             return Err(format!("outbound SA: {e}"));
         }
         Ok(())
     }
 
-    fn child_down(&mut self, peer: &str, tunnel: &str, spi_in: u32, spi_out: u32) {
+    fn child_down(
+        &mut self,
+        peer: &str,
+        tunnel: &str,
+        spi_in: u32,
+        spi_out: u32,
+        chosen: Option<(std::net::IpAddr, u16)>,
+    ) {
         let Some(s) = self.shared.upgrade() else {
             return;
         };
-        for (dir, spi) in [(SaDirection::Out, spi_out), (SaDirection::In, spi_in)] {
-            if let Err(e) = s.features().remove_ipsec_sa(dir, spi) {
+        for key in [
+            (SaDirection::Out, spi_out, chosen),
+            (SaDirection::In, spi_in, None),
+        ] {
+            let spi = key.1;
+            if let Err(e) = s.features().remove_ipsec_sa(key) {
                 tracing::warn!(peer, tunnel, "IKE: removing SA {spi:08x}: {e}");
             }
         }

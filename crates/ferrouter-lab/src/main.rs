@@ -970,6 +970,11 @@ struct IkeArgs {
     /// exchanges per second, so a million tunnels want a long one.
     #[arg(long, default_value_t = 10)]
     dpd: u64,
+    /// After the setup, this many tunnels (spread over all) ping a host behind the
+    /// ferrouter responder through their child SAs, ESP in UDP (0: none; not with
+    /// strongSwan, whose responder is not set up to route).
+    #[arg(long, default_value_t = 0)]
+    traffic: usize,
     /// The setup phase at most, seconds.
     #[arg(long, default_value_t = 300.0)]
     timeout: f64,
@@ -1002,6 +1007,7 @@ fn ike_bench(a: IkeArgs) -> Result<()> {
         } else {
             bail!("--dpd must be between 1 and 3600 seconds, got {}", a.dpd)
         },
+        traffic: a.traffic.min(a.tunnels),
         timeout: if a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0 {
             Duration::from_secs_f64(a.timeout)
         } else {

@@ -29,8 +29,15 @@ const BURST: usize = 64;
 pub trait Dataplane: Send + 'static {
     /// Installs both directions; an error is logged and the child counted as failed.
     fn child_up(&mut self, child: &ChildSpec) -> Result<(), String>;
-    /// Removes both directions.
-    fn child_down(&mut self, peer: &str, tunnel: &str, spi_in: u32, spi_out: u32);
+    /// Removes both directions (`chosen`: [`Event::ChildDown`]'s).
+    fn child_down(
+        &mut self,
+        peer: &str,
+        tunnel: &str,
+        spi_in: u32,
+        spi_out: u32,
+        chosen: Option<(std::net::IpAddr, u16)>,
+    );
 }
 
 struct Shared {
@@ -94,7 +101,8 @@ impl Shared {
                     tunnel,
                     spi_in,
                     spi_out,
-                } => lock(&self.dataplane).child_down(&peer, &tunnel, spi_in, spi_out),
+                    chosen,
+                } => lock(&self.dataplane).child_down(&peer, &tunnel, spi_in, spi_out, chosen),
             }
         }
     }

@@ -80,6 +80,10 @@ pub enum Event {
         tunnel: String,
         spi_in: u32,
         spi_out: u32,
+        /// Its outbound SA was chosen by destination ([`ChildSpec::by_destination`]): the
+        /// peer's address and, with NAT-T, its UDP port (else 0), which tell it from
+        /// another peer's SA of the same SPI.
+        chosen: Option<(IpAddr, u16)>,
     },
 }
 
@@ -114,6 +118,25 @@ pub struct ChildSpec {
     pub remote_ts: Vec<Selector>,
     /// ESP goes in UDP (a NAT between, or encapsulation forced): our port and the peer's.
     pub udp_encap: Option<(u16, u16)>,
+    /// Its peer has `remote = "any"` (one of many on its tunnel): its outbound SA is
+    /// chosen by the destinations of `remote_ts`, and sends to `remote`, instead of
+    /// being the tunnel's one transmit SA.
+    pub by_destination: bool,
+}
+
+impl ChildSpec {
+    /// [`Event::ChildDown::chosen`] of this child.
+    pub fn chosen(&self) -> Option<(IpAddr, u16)> {
+        self.by_destination
+            .then(|| (self.remote, self.udp_encap.map_or(0, |(_, p)| p)))
+    }
+}
+
+/// [`Event::ChildDown::chosen`] of a child of `sa`, whose peer is `peer`.
+fn chosen_of(sa: &IkeSa, peer: &Peer) -> Option<(IpAddr, u16)> {
+    peer.remote
+        .is_none()
+        .then(|| (sa.remote.ip(), if sa.nat { sa.remote.port() } else { 0 }))
 }
 
 /// Counters (`show ike`, metrics).
@@ -1783,7 +1806,7 @@ impl Engine {
         // and everything after go to port 4500.
         if let Some(found) = nat_found(ps, sa.spi_i, spi_r, &sa.remote, &sa.local) {
             if found && !peer.encap {
-                tracing::warn!(peer = peer.name, tunnel = peer.tunnel, "IKE: a NAT is between the peers: ESP must go in UDP, set nat_t = true on the tunnel");
+                tracing::info!(peer = peer.name, tunnel = peer.tunnel, "IKE: a NAT is between the peers: IKE moves to port 4500 and the child SAs' ESP goes in UDP");
             }
             if found || peer.encap {
                 sa.nat = true;
@@ -2737,6 +2760,7 @@ impl Engine {
             local_ts,
             remote_ts,
             udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
+            by_destination: peer.remote.is_none(),
         };
         self.counters.children_installed += 1;
         out.push(Event::ChildUp(spec));
@@ -2832,6 +2856,7 @@ impl Engine {
         let k = sa.children.iter().position(|c| c.spi_out == out_spi)?;
         let c = sa.children.remove(k);
         let peer = sa.peer.clone()?;
+        let chosen = chosen_of(sa, &peer);
         self.child_spis.remove(&c.spi_in);
         self.counters.children_removed += 1;
         out.push(Event::ChildDown {
@@ -2839,6 +2864,7 @@ impl Engine {
             tunnel: peer.tunnel.clone(),
             spi_in: c.spi_in,
             spi_out: c.spi_out,
+            chosen,
         });
         Some(c.spi_in)
     }
@@ -2865,6 +2891,7 @@ impl Engine {
                     tunnel: peer.tunnel.clone(),
                     spi_in: c.spi_in,
                     spi_out: c.spi_out,
+                    chosen: chosen_of(&sa, peer),
                 });
             }
             // An initiating peer left without an SA (not one whose SA was replaced by

@@ -221,7 +221,22 @@ pub struct SaEntry {
     /// Anti-replay window (inbound), a multiple of 64 from 64 to 65536.
     #[serde(default = "default_window", skip_serializing_if = "is_default_window")]
     pub replay_window: u32,
+    /// An outbound SA of a tunnel with several peers (what an IKE peer with `remote =
+    /// "any"` lands): the inner destinations it is for, as prefixes (at most
+    /// [`MAX_SELECTORS`]). The tunnel sends a packet with the SA whose prefix holds its
+    /// destination most narrowly, else with the tunnel's own transmit SA; such SAs are not
+    /// the tunnel's one transmit SA. With `local`/`remote`, as the SA's own outer ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<String>,
+    /// ESP in UDP (NAT-T, RFC 3948) for this SA, whatever its tunnel says: the peer's
+    /// UDP port (ours is 4500), as a NAT maps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_port: Option<u16>,
 }
+
+/// Destination prefixes one SA may have (`selectors`): a range of addresses makes at
+/// most 64 (IPv4), and road warriors have one or two.
+pub const MAX_SELECTORS: usize = 64;
 
 fn none() -> String {
     "none".into()
@@ -540,9 +555,11 @@ impl ExtraSa {
                 spi,
                 encryption,
                 integrity: integrity.to_string(),
-                key: format!("ike:{tunnel}"),
+                key: String::new(),
                 esn,
                 replay_window: default_window(),
+                selectors: Vec::new(),
+                remote_port: None,
             },
             key: Key {
                 encryption: Zeroizing::new(encryption_key.to_vec()),
@@ -587,6 +604,9 @@ pub struct Planned {
     pub config: SaConfig,
     /// Keyed by IKE ([`ExtraSa::negotiated`]).
     pub negotiated: bool,
+    /// Outbound, of a tunnel with several peers: the destination prefixes it is for
+    /// ([`SaEntry::selectors`]).
+    pub selectors: Vec<(IpAddr, u8)>,
 }
 
 impl IpsecConfig {
@@ -879,7 +899,7 @@ impl IpsecConfig {
                 self.tunnels.iter().position(|t| t.name == s.tunnel)
             };
             match s.direction {
-                SaDirection::Out if policy_sa => {}
+                SaDirection::Out if policy_sa || !s.selectors.is_empty() => {}
                 SaDirection::Out => {
                     if let Some(first) = out_of.insert(s.tunnel.as_str(), i) {
                         p.push((at("direction"), format!("tunnel {:?} already has its transmit SA ({}); a tunnel sends with one SA: change its spi and key to rekey", s.tunnel, name_of(first))));
@@ -952,13 +972,59 @@ impl IpsecConfig {
             None => format!("ipsec.sa[{i}].{f}"),
         };
         if !s.tunnel.is_empty() {
+            if s.mode.is_some() {
+                p.push((at("mode"), "applies only to a policy SA (one without tunnel): a tunnel's SAs take the tunnel's".into()));
+            }
+            match (s.local, s.remote) {
+                (Some(l), Some(r)) if l.is_ipv4() != r.is_ipv4() => p.push((
+                    at("remote"),
+                    format!("{r} and local {l} are of different address families"),
+                )),
+                (None, Some(_)) | (Some(_), None) => p.push((
+                    at(if s.local.is_none() { "local" } else { "remote" }),
+                    "a tunnel's SA with ends of its own (one of several peers) needs both local and remote".into(),
+                )),
+                _ => {}
+            }
+            for (f, a) in [("local", s.local), ("remote", s.remote)] {
+                if let Some(a) =
+                    a.filter(|a| a.is_unspecified() || a.is_multicast() || a.is_loopback())
+                {
+                    p.push((at(f), format!("{a} cannot be a tunnel endpoint")));
+                }
+            }
+        } else {
             for (f, set) in [
-                ("mode", s.mode.is_some()),
-                ("local", s.local.is_some()),
-                ("remote", s.remote.is_some()),
+                ("selectors", !s.selectors.is_empty()),
+                ("remote_port", s.remote_port.is_some()),
             ] {
                 if set {
-                    p.push((at(f), "applies only to a policy SA (one without tunnel): a tunnel's SAs take the tunnel's".into()));
+                    p.push((
+                        at(f),
+                        "applies only to a tunnel's SA (a policy SA's traffic is the SPD's)".into(),
+                    ));
+                }
+            }
+        }
+        if s.remote_port == Some(0) {
+            p.push((at("remote_port"), "0 is no port".into()));
+        }
+        let mut selectors = Vec::with_capacity(s.selectors.len());
+        if !s.selectors.is_empty() && s.direction == SaDirection::In {
+            p.push((
+                at("selectors"),
+                "applies only to an outbound SA (inbound ESP finds its SA by SPI)".into(),
+            ));
+        } else if s.selectors.len() > MAX_SELECTORS {
+            p.push((
+                at("selectors"),
+                format!("{} prefixes; at most {MAX_SELECTORS}", s.selectors.len()),
+            ));
+        } else {
+            for (k, t) in s.selectors.iter().enumerate() {
+                match firewall::config::parse_net(t) {
+                    Ok(n) => selectors.push((n.addr, n.len)),
+                    Err(e) => p.push((at(&format!("selectors[{k}]")), e)),
                 }
             }
         }
@@ -989,9 +1055,10 @@ impl IpsecConfig {
             return None;
         };
         let tc = self.tunnels.get(t);
-        let (local, remote) = match tc {
-            Some(tc) => (Some(tc.local), Some(tc.remote)),
-            None => (s.local, s.remote),
+        let (local, remote) = match (tc, s.local, s.remote) {
+            (Some(_), Some(l), Some(r)) => (Some(l), Some(r)),
+            (Some(tc), ..) => (Some(tc.local), Some(tc.remote)),
+            (None, ..) => (s.local, s.remote),
         };
         let mut c = SaConfig::new(
             s.spi,
@@ -1016,14 +1083,17 @@ impl IpsecConfig {
             // Reported by policy_sa_problems.
             _ => return None,
         };
-        if let Some(tc) = tc.filter(|tc| tc.nat_t) {
+        let peer_port = s
+            .remote_port
+            .or_else(|| tc.filter(|tc| tc.nat_t).map(TunnelConfig::remote_port));
+        if let Some(port) = peer_port {
             c.natt = Some(match s.direction {
                 SaDirection::Out => crate::NatT {
                     src_port: crate::esp::NATT_PORT,
-                    dst_port: tc.remote_port(),
+                    dst_port: port,
                 },
                 SaDirection::In => crate::NatT {
-                    src_port: tc.remote_port(),
+                    src_port: port,
                     dst_port: crate::esp::NATT_PORT,
                 },
             });
@@ -1055,6 +1125,7 @@ impl IpsecConfig {
             tunnel: t,
             config: c,
             negotiated: given.is_some_and(|x| x.negotiated),
+            selectors,
         })
     }
 
@@ -1440,6 +1511,72 @@ default = "protect"
         assert!(
             e.iter()
                 .any(|(p, m)| p == "ipsec.tunnel[0].remote_port" && m.contains("only with nat_t")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_tunnel_with_several_peers_has_an_sa_per_peer_by_destination() {
+        let f = key_file(KEYS, 0o600);
+        let peer = |spi: u32, remote: &str, extra: &str| {
+            format!("[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = {spi:#x}\nencryption = \"aes-128-gcm\"\nkey = \"a\"\nlocal = \"192.0.2.1\"\nremote = \"{remote}\"\n{extra}")
+        };
+        // The tunnel's own transmit SA and two peers' (one behind a NAT), same SPI.
+        let sas = format!(
+            "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n{}{}",
+            peer(0x5001, "198.51.100.1", "selectors = [\"10.128.0.1/32\"]\n"),
+            peer(0x5001, "198.51.100.2", "selectors = [\"10.128.0.2\", \"2001:db8:1::/48\"]\nremote_port = 31000\n"),
+        );
+        let c = cfg(&f, &sas);
+        let p = c.plan(&[]).unwrap();
+        assert_eq!(p.len(), 3);
+        assert!(p[0].selectors.is_empty());
+        assert_eq!(
+            p[1].selectors,
+            ["10.128.0.1".parse().map(|a| (a, 32)).unwrap()]
+        );
+        assert_eq!(
+            p[2].config.mode,
+            Mode::Tunnel {
+                src: "192.0.2.1".parse().unwrap(),
+                dst: "198.51.100.2".parse().unwrap()
+            }
+        );
+        assert_eq!(p[2].selectors.len(), 2);
+        assert_eq!(
+            p[2].config.natt,
+            Some(crate::NatT {
+                src_port: 4500,
+                dst_port: 31000
+            })
+        );
+        // Mistakes, each where it is.
+        let bad = format!(
+            "{}{}{}{}",
+            peer(0x5002, "198.51.100.3", "selectors = [\"10.128.0.0/8\", \"nope\"]\n"),
+            "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"in\"\nspi = 0x2001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\nselectors = [\"10.0.0.0/8\"]\nremote_port = 0\n",
+            "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x5003\nencryption = \"aes-128-gcm\"\nkey = \"a\"\nremote = \"198.51.100.4\"\nselectors = [\"10.1.0.0/16\"]\n",
+            peer(0x5004, "2001:db8::4", "selectors = [\"10.1.0.0/16\"]\n"),
+        );
+        let e = cfg(&f, &bad).validate(&[]);
+        let has = |path: &str, m: &str| {
+            assert!(
+                e.iter().any(|(a, b)| a == path && b.contains(m)),
+                "no {path}: {m} in {e:?}"
+            )
+        };
+        has("ipsec.sa[0].selectors[0]", "host bits set");
+        has("ipsec.sa[0].selectors[1]", "not an address or prefix");
+        has("ipsec.sa[1].selectors", "only to an outbound SA");
+        has("ipsec.sa[1].remote_port", "0 is no port");
+        has("ipsec.sa[2].local", "needs both local and remote");
+        has("ipsec.sa[3].remote", "different address families");
+        // Not on a policy SA.
+        let pol = "[[sa]]\ndirection = \"out\"\nspi = 0x6001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.9\"\nselectors = [\"10.0.0.0/8\"]\n";
+        let e = cfg(&f, pol).validate(&[]);
+        assert!(
+            e.iter()
+                .any(|(p, m)| p == "ipsec.sa[0].selectors" && m.contains("only to a tunnel's SA")),
             "{e:?}"
         );
     }

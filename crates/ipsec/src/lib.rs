@@ -25,6 +25,7 @@
 #[allow(unsafe_code)]
 pub mod arena;
 pub mod config;
+pub mod dests;
 pub mod error;
 pub mod esp;
 pub mod fuzzing;

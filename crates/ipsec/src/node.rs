@@ -26,6 +26,7 @@ use dataplane::VECTOR_SIZE;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
+use crate::dests::{Dest, DestKey};
 use crate::error::EspError;
 use crate::sa::{Direction, Mode, Sa};
 use crate::sad::{self, SaStats, Sad, SadWriter, NONE};
@@ -134,6 +135,9 @@ struct Installed {
     mark: Option<Vec<u8>>,
     /// UDP-encapsulated (NAT-T).
     natt: bool,
+    /// Outbound, chosen by destination: the prefixes it has in the workers' [`Dests`]
+    /// (crate::dests::Dests).
+    dests: Option<Box<[DestKey]>>,
 }
 
 /// The control thread's records by SA slot. The SAD hands slots out from 0 up, so they
@@ -229,6 +233,9 @@ struct Control {
     marked: usize,
     /// Per tunnel interface index: the slot it sends with.
     tx: Vec<u32>,
+    /// The outbound SAs chosen by destination, by (SPI, peer address, peer UDP port or 0):
+    /// peers pick their SPIs, so two of a tunnel's peers may pick one.
+    chosen: FxHashMap<(u32, std::net::IpAddr, u16), u32>,
     /// By key mark: the highest sequence number an outbound SA with that key used (or, read
     /// from the state file, may have used).
     sequences: std::collections::HashMap<Vec<u8>, u64>,
@@ -346,12 +353,24 @@ impl Control {
         sa: Sa,
         start: u64,
     ) -> Result<(u32, Installed), crate::sad::SadError> {
+        let outbound = p.config.direction == Direction::Outbound;
+        let dests: Option<Box<[DestKey]>> = (outbound && !p.selectors.is_empty()).then(|| {
+            p.selectors
+                .iter()
+                .filter_map(|&(a, l)| DestKey::new(iface, a, l))
+                .collect()
+        });
         let stats = Arc::new(SaStats::default());
         let slot = self.writer.insert(sa, iface, stats.clone())?;
+        if let Some(keys) = &dests {
+            if let Err(e) = self.writer.set_dests(keys, slot) {
+                self.writer.remove(slot);
+                return Err(e);
+            }
+        }
         if start > 0 {
             stats.publish(&crate::Counters::default(), start);
         }
-        let outbound = p.config.direction == Direction::Outbound;
         Ok((
             slot,
             Installed {
@@ -361,6 +380,7 @@ impl Control {
                 iface,
                 mark: (outbound && !p.negotiated).then(|| key_mark(&p.config)),
                 natt: p.config.natt.is_some(),
+                dests,
             },
         ))
     }
@@ -379,6 +399,9 @@ impl Control {
     fn remember(&mut self, slot: u32, i: Installed) {
         if i.view.direction == "in" {
             self.inbound.insert(i.view.spi, slot);
+        }
+        if i.dests.is_some() {
+            self.chosen.insert(chosen_key(&i), slot);
         }
         self.natt += usize::from(i.natt);
         self.marked += usize::from(i.mark.is_some());
@@ -402,10 +425,29 @@ impl Control {
             self.writer.set_tx(i.iface, NONE);
             self.tx[i.iface as usize] = NONE;
         }
+        if let Some(keys) = &i.dests {
+            self.writer.unset_dests(keys, slot);
+            let k = chosen_key(&i);
+            if self.chosen.get(&k) == Some(&slot) {
+                self.chosen.remove(&k);
+            }
+        }
         self.natt -= usize::from(i.natt);
         self.marked -= usize::from(i.mark.is_some());
         self.writer.remove(slot);
     }
+}
+
+/// How [`Control::chosen`] finds an outbound SA chosen by destination: its SPI, and its
+/// peer's address and UDP port (0 without NAT-T).
+fn chosen_key(i: &Installed) -> (u32, std::net::IpAddr, u16) {
+    let peer = i
+        .view
+        .ends
+        .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |e| {
+            e.1
+        });
+    (i.view.spi, peer, i.view.peer_port)
 }
 
 /// An outbound SA's key, as the sequence numbers are kept by: a SHA-256 of its keys under
@@ -484,6 +526,7 @@ impl IpsecShared {
                 natt: 0,
                 marked: 0,
                 tx: vec![NONE; ifaces],
+                chosen: FxHashMap::default(),
                 sequences: std::collections::HashMap::new(),
                 saved: std::collections::HashMap::new(),
                 state_file: None,
@@ -495,6 +538,12 @@ impl IpsecShared {
             natt: std::sync::atomic::AtomicBool::new(false),
             reasm,
         }
+    }
+
+    /// Whether some installed SA is UDP-encapsulated (NAT-T): UDP to port 4500 of the
+    /// router's addresses is then ESP's (read once per worker loop, not per packet).
+    pub fn natt_active(&self) -> bool {
+        self.natt.load(Ordering::Relaxed)
     }
 
     /// The sending sides of the handoff lanes, per worker five (for its `esp-decrypt`,
@@ -549,7 +598,7 @@ impl IpsecShared {
                         None => return Err(format!("ipsec.sa[{}]: no tunnel interface", p.index)),
                     }
                 };
-                let ident = ident(&p.config, iface);
+                let ident = ident(p, iface);
                 match by_ident.get(&ident) {
                     Some(&slot) => {
                         keep.insert(slot);
@@ -605,7 +654,7 @@ impl IpsecShared {
             .iter()
             .filter(|(slot, _)| keep.contains(slot))
             .chain(fresh.iter().map(|(slot, i)| (*slot, i)))
-            .filter(|(_, i)| i.view.direction == "out")
+            .filter(|(_, i)| i.view.direction == "out" && i.dests.is_none())
         {
             if let Some(t) = tx.get_mut(i.iface as usize) {
                 *t = slot;
@@ -632,7 +681,9 @@ impl IpsecShared {
         let tx = &c.tx;
         for (slot, i) in c.installed.iter_mut() {
             i.view.active = i.view.direction == "out"
-                && (tx.get(i.iface as usize) == Some(&slot) || i.iface == POLICY_IFACE);
+                && (tx.get(i.iface as usize) == Some(&slot)
+                    || i.iface == POLICY_IFACE
+                    || i.dests.is_some());
         }
         self.natt.store(c.natt > 0, Ordering::Relaxed);
         c.writer.flush();
@@ -684,11 +735,12 @@ impl IpsecShared {
         if let Some(slot) = first {
             c.forget(slot);
         }
-        let ident = ident(&p.config, iface);
+        let ident = ident(p, iface);
         let (slot, i) = c
             .insert(p, ident, iface, tunnel, sa, start)
             .map_err(|e| e.to_string())?;
-        let sends = !inbound && iface != POLICY_IFACE;
+        let chosen = i.dests.is_some();
+        let sends = !inbound && iface != POLICY_IFACE && !chosen;
         c.remember(slot, i);
         if sends {
             if let Some(&was) = c.tx.get(iface as usize) {
@@ -700,7 +752,7 @@ impl IpsecShared {
             }
         }
         if let Some(i) = c.installed.get_mut(&slot) {
-            i.view.active = !inbound && (sends || iface == POLICY_IFACE);
+            i.view.active = !inbound && (sends || chosen || iface == POLICY_IFACE);
         }
         for &r in replaces {
             if Some(r) != first && r != slot {
@@ -726,6 +778,17 @@ impl IpsecShared {
             .get(&slot)
             .is_some_and(|i| i.view.spi == spi)
             .then_some(slot)
+    }
+
+    /// The slot of the installed outbound SA chosen by destination with `spi`, to peer
+    /// `remote` (and its UDP port with NAT-T, else 0).
+    pub fn chosen_slot(&self, spi: u32, remote: std::net::IpAddr, port: u16) -> Option<u32> {
+        self.control
+            .lock()
+            .ok()?
+            .chosen
+            .get(&(spi, remote, port))
+            .copied()
     }
 
     /// Remove the SA in `slot` (as [`IpsecShared::insert_one`] returned it): a tunnel that
@@ -851,7 +914,8 @@ pub const POLICY_SA_NAME: &str = "(policy)";
 /// keeps one per SA (issue 27: a million tunnels).
 type Ident = [u8; 32];
 
-fn ident(c: &crate::sa::SaConfig, iface: u16) -> Ident {
+fn ident(p: &crate::config::Planned, iface: u16) -> Ident {
+    let c = &p.config;
     let mut d = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     d.update(&c.enc_key);
     d.update(&[0xff]);
@@ -870,6 +934,9 @@ fn ident(c: &crate::sa::SaConfig, iface: u16) -> Ident {
         c.df
     );
     d.update(text.as_bytes());
+    for (a, l) in &p.selectors {
+        d.update(format!("{a}/{l}|").as_bytes());
+    }
     let mut id = [0u8; 32];
     id.copy_from_slice(d.finish().as_ref());
     id
@@ -887,6 +954,8 @@ struct Brief {
     esn: bool,
     replay_window: u32,
     ends: Option<(std::net::IpAddr, std::net::IpAddr)>,
+    /// With NAT-T: the peer's UDP port (else 0).
+    peer_port: u16,
     active: bool,
 }
 
@@ -928,6 +997,10 @@ fn view(c: &crate::sa::SaConfig, tunnel: Arc<str>) -> Brief {
         esn: c.esn,
         replay_window: c.replay_window,
         ends,
+        peer_port: c.natt.map_or(0, |n| match c.direction {
+            Direction::Inbound => n.src_port,
+            Direction::Outbound => n.dst_port,
+        }),
         active: false,
     }
 }
@@ -1055,9 +1128,13 @@ impl FeatureNode for EspNode {
                 decrypt_batch(cx, batch, &mut sad, &mut self.touched, reasm.as_deref_mut());
                 sad.put_reassembly(reasm);
             }
-            Kind::Encrypt4 | Kind::Encrypt6 => {
-                encrypt_batch(cx, batch, &mut sad, &mut self.touched)
-            }
+            Kind::Encrypt4 | Kind::Encrypt6 => encrypt_batch(
+                cx,
+                batch,
+                &mut sad,
+                &mut self.touched,
+                self.kind == Kind::Encrypt6,
+            ),
         }
         for &s in &self.touched {
             sad.publish(s);
@@ -1471,16 +1548,44 @@ fn decrypt_batch(
     }
 }
 
+/// The inner destination of packet `k` (IPv6 if `v6`), for a tunnel that chooses its SA
+/// by destination; `None` if the packet is too short to have one.
+#[inline]
+fn inner_dest(cx: &FeatureCx<'_>, batch: &Batch<'_>, k: usize, v6: bool) -> Option<Dest> {
+    let p = batch.pkt(k)?;
+    let at = p.off as usize + p.l3 as usize;
+    let f = cx.mem.frame(p.buf);
+    if v6 {
+        let b: [u8; 16] = f.get(at + 24..at + 40)?.try_into().ok()?;
+        Some(Dest::V6(u128::from_be_bytes(b)))
+    } else {
+        let b: [u8; 4] = f.get(at + 16..at + 20)?.try_into().ok()?;
+        Some(Dest::V4(u32::from_be_bytes(b)))
+    }
+}
+
+/// Packet `k`'s transmit SA: its tunnel's, or by its destination ([`Sad::tx_to`]).
+#[inline]
+fn tx_slot(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad, k: usize, v6: bool) -> u32 {
+    let iface = batch.iface(k);
+    if sad.chooses(iface) {
+        sad.tx_to(iface, inner_dest(cx, batch, k, v6))
+    } else {
+        sad.tx(iface)
+    }
+}
+
 fn encrypt_batch(
     cx: &mut FeatureCx<'_>,
     batch: &mut Batch<'_>,
     sad: &mut Sad,
     touched: &mut Vec<u32>,
+    v6: bool,
 ) {
     let mut ahead = [NONE; VECTOR_SIZE];
     if sad.worth_prefetching() {
         for (k, a) in ahead.iter_mut().enumerate().take(batch.len()) {
-            *a = sad.tx(batch.iface(k));
+            *a = tx_slot(cx, batch, sad, k, v6);
             sad.prefetch_slot(*a);
         }
     }
@@ -1489,7 +1594,11 @@ fn encrypt_batch(
         let Some(p) = batch.pkt(k).copied() else {
             continue;
         };
-        let slot = sad.tx(batch.iface(k));
+        // Looked up already when prefetching.
+        let slot = match ahead.get(k) {
+            Some(&s) if s != NONE => s,
+            _ => tx_slot(cx, batch, sad, k, v6),
+        };
         let Some(inst) = sad.get_mut(slot) else {
             batch.drop(k, E_NO_SA);
             continue;
@@ -1568,7 +1677,116 @@ mod tests {
             tunnel: 0,
             config: c,
             negotiated: false,
+            selectors: Vec::new(),
         }
+    }
+
+    /// An outbound SA of peer `peer` (its outer destination), chosen for `dst` prefixes.
+    fn chosen(spi: u32, key: u8, peer: &str, dst: &[(&str, u8)]) -> Planned {
+        let mut p = planned(spi, key, Direction::Outbound);
+        p.config.mode = Mode::Tunnel {
+            src: "192.0.2.2".parse().unwrap(),
+            dst: peer.parse().unwrap(),
+        };
+        p.negotiated = true;
+        p.selectors = dst.iter().map(|(a, l)| (a.parse().unwrap(), *l)).collect();
+        p
+    }
+
+    fn v4(a: &str) -> Option<Dest> {
+        Some(Dest::V4(u32::from(
+            a.parse::<std::net::Ipv4Addr>().unwrap(),
+        )))
+    }
+
+    #[test]
+    fn peers_of_one_tunnel_each_get_their_own_traffic() {
+        let (iface, names) = tunnels();
+        let t = Tunnels {
+            iface: &iface,
+            names: &names,
+        };
+        let s = IpsecShared::new(1, 16, 3);
+        // The tunnel's own transmit SA, and two peers' SAs by destination beside it.
+        let own = s
+            .insert_one(&planned(0x4000, 1, Direction::Outbound), 2, "ipsec0", &[])
+            .unwrap();
+        let a = s
+            .insert_one(
+                &chosen(0x5001, 2, "198.51.100.1", &[("10.128.0.1", 32)]),
+                2,
+                "ipsec0",
+                &[],
+            )
+            .unwrap();
+        // Peer b picked the same SPI as a: both stay, told apart by their address.
+        let b = s
+            .insert_one(
+                &chosen(
+                    0x5001,
+                    3,
+                    "198.51.100.2",
+                    &[("10.128.0.2", 32), ("10.129.0.0", 16)],
+                ),
+                2,
+                "ipsec0",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(s.installed(), 3);
+        assert_eq!(
+            s.chosen_slot(0x5001, "198.51.100.1".parse().unwrap(), 0),
+            Some(a)
+        );
+        assert_eq!(
+            s.chosen_slot(0x5001, "198.51.100.2".parse().unwrap(), 0),
+            Some(b)
+        );
+        assert_eq!(s.slot_of(Direction::Outbound, 0x4000, 2), Some(own));
+        let sent_with = |dst: &str| {
+            let mut w = s.workers[OWNER].borrow_mut();
+            while w.apply_ops(usize::MAX) > 0 {}
+            assert!(w.chooses(2) && !w.chooses(1));
+            w.tx_to(2, v4(dst))
+        };
+        assert_eq!(sent_with("10.128.0.1"), a);
+        assert_eq!(sent_with("10.128.0.2"), b);
+        assert_eq!(sent_with("10.129.7.7"), b);
+        // Others go with the tunnel's own SA.
+        assert_eq!(sent_with("10.130.0.1"), own);
+        let r = s.report();
+        assert_eq!(r.iter().filter(|r| r.sa.active).count(), 3, "{r:?}");
+        // a's rekey: its new SA takes its prefix before the old one leaves.
+        let a2 = s
+            .insert_one(
+                &chosen(0x5002, 4, "198.51.100.1", &[("10.128.0.1", 32)]),
+                2,
+                "ipsec0",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(sent_with("10.128.0.1"), a2);
+        assert!(s.remove_one(a).unwrap());
+        assert_eq!(sent_with("10.128.0.1"), a2);
+        assert_eq!(
+            s.chosen_slot(0x5001, "198.51.100.1".parse().unwrap(), 0),
+            None
+        );
+        // b goes: its prefixes fall back to the tunnel's SA.
+        assert!(s.remove_one(b).unwrap());
+        assert_eq!(sent_with("10.128.0.2"), own);
+        assert_eq!(sent_with("10.129.7.7"), own);
+        // A whole publish keeps what it plans (a2, by its ident) and its prefix.
+        let mut a2p = chosen(0x5002, 4, "198.51.100.1", &[("10.128.0.1", 32)]);
+        a2p.negotiated = true;
+        assert_eq!(s.publish(&[a2p], &t).unwrap(), "0 SA(s) added, 1 removed");
+        assert_eq!(sent_with("10.128.0.1"), a2);
+        assert_eq!(sent_with("10.128.0.2"), NONE);
+        // Changed prefixes make it a new SA.
+        let moved = chosen(0x5002, 4, "198.51.100.1", &[("10.128.0.9", 32)]);
+        assert_eq!(s.publish(&[moved], &t).unwrap(), "1 SA(s) added, 1 removed");
+        assert_eq!(sent_with("10.128.0.1"), NONE);
+        assert_ne!(sent_with("10.128.0.9"), NONE);
     }
 
     fn tunnels() -> (Vec<u16>, Vec<String>) {

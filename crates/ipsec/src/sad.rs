@@ -24,6 +24,7 @@ use crossbeam_queue::ArrayQueue;
 use rustc_hash::FxHashMap;
 
 use crate::arena::SaBox;
+use crate::dests::{Dest, DestKey, Dests};
 use crate::error::EspError;
 use crate::reasm::{ReasmStats, Reassembly};
 use crate::sa::{Counters, Sa};
@@ -127,6 +128,23 @@ pub enum Op {
     /// The ESP reassembly table, sent with the first inbound SA (built by the control
     /// thread: a router without IPsec never allocates it).
     Reassembly(Box<Reassembly>),
+    /// The table of transmit SAs by destination, sent with the first such SA (built by
+    /// the control thread, with room for all it will hold).
+    Dests(Box<Dests>),
+    /// Packets to `key`'s prefix on its interface go with the SA in `slot`.
+    SetDest {
+        /// The interface and prefix.
+        key: DestKey,
+        /// The slot.
+        slot: u32,
+    },
+    /// `key` has no SA any more, if it is the SA in `slot`'s.
+    UnsetDest {
+        /// The interface and prefix.
+        key: DestKey,
+        /// The slot.
+        slot: u32,
+    },
 }
 
 /// One worker's SAs.
@@ -142,6 +160,8 @@ pub struct Sad {
     natt: usize,
     /// The ESP fragments being gathered, once an inbound SA was installed.
     reasm: Option<Box<Reassembly>>,
+    /// Transmit SAs by destination (tunnels with several peers), once one was installed.
+    dests: Option<Box<Dests>>,
 }
 
 impl Sad {
@@ -163,6 +183,7 @@ impl Sad {
             retired,
             natt: 0,
             reasm: None,
+            dests: None,
         }
     }
 
@@ -213,6 +234,17 @@ impl Sad {
                     }
                 }
                 Op::Reassembly(r) => self.reasm = Some(r),
+                Op::Dests(d) => self.dests = Some(d),
+                Op::SetDest { key, slot } => {
+                    if let Some(d) = self.dests.as_mut() {
+                        d.set(key, slot);
+                    }
+                }
+                Op::UnsetDest { key, slot } => {
+                    if let Some(d) = self.dests.as_mut() {
+                        d.unset(key, slot);
+                    }
+                }
             }
         }
         n
@@ -256,6 +288,27 @@ impl Sad {
     #[inline]
     pub fn tx(&self, iface: u16) -> u32 {
         self.tx.get(iface as usize).copied().unwrap_or(NONE)
+    }
+
+    /// Whether interface `iface` chooses some of its packets' SAs by destination
+    /// ([`Dests`]): then [`Sad::tx_to`] needs the packet's destination.
+    #[inline]
+    pub fn chooses(&self, iface: u16) -> bool {
+        self.dests.as_deref().is_some_and(|d| d.has(iface))
+    }
+
+    /// The slot of the SA interface `iface` sends a packet to `dst` with: the SA of the
+    /// longest of its prefixes holding `dst` if it has SAs by destination ([`Dests`]),
+    /// else its transmit SA; [`NONE`] if neither.
+    #[inline]
+    pub fn tx_to(&self, iface: u16, dst: Option<Dest>) -> u32 {
+        if let (Some(d), Some(dst)) = (self.dests.as_deref(), dst) {
+            let s = d.find(iface, dst);
+            if s != NONE {
+                return s;
+            }
+        }
+        self.tx(iface)
     }
 
     /// The SA in `slot`.
@@ -317,6 +370,9 @@ pub enum SadError {
     /// Two inbound SAs with one SPI.
     #[error("SPI {0:#x} is already used by another inbound SA")]
     DuplicateSpi(u32),
+    /// The table of transmit SAs by destination is full.
+    #[error("the {0} destination prefixes of the transmit SAs by destination are in use (half of ipsec.max_sas, which takes a restart)")]
+    DestsFull(usize),
 }
 
 /// The control thread's side of one worker's table: which slots are in use, and the ops
@@ -333,6 +389,12 @@ pub struct SadWriter {
     /// Until the first inbound SA: the counters of the reassembly table to send with it
     /// ([`SadWriter::reassemble`]).
     reasm: Option<Arc<ReasmStats>>,
+    /// Prefixes the installed SAs claim in the worker's [`Dests`] (an upper bound of what
+    /// it holds: a prefix two SAs claim counts twice), and its room, sent with the first.
+    dests: usize,
+    dests_capacity: usize,
+    ifaces: usize,
+    dests_sent: bool,
 }
 
 impl SadWriter {
@@ -380,6 +442,36 @@ impl SadWriter {
         }
         self.pending.push_back(Op::Remove { slot });
         self.free.push(slot);
+    }
+
+    /// Make interface `iface` send packets to each of `keys`' prefixes with the SA in
+    /// `slot` (installed, outbound). Refused beyond the table's room.
+    pub fn set_dests(&mut self, keys: &[DestKey], slot: u32) -> Result<(), SadError> {
+        if self.dests + keys.len() > self.dests_capacity {
+            return Err(SadError::DestsFull(self.dests_capacity));
+        }
+        if !self.dests_sent {
+            self.dests_sent = true;
+            self.pending
+                .push_back(Op::Dests(Box::new(Dests::with_capacity(
+                    self.dests_capacity,
+                    self.ifaces,
+                ))));
+        }
+        self.dests += keys.len();
+        for &key in keys {
+            self.pending.push_back(Op::SetDest { key, slot });
+        }
+        Ok(())
+    }
+
+    /// The prefixes [`SadWriter::set_dests`] gave the SA in `slot` leave it (before the SA
+    /// is removed); a newer SA that claimed one keeps it.
+    pub fn unset_dests(&mut self, keys: &[DestKey], slot: u32) {
+        self.dests = self.dests.saturating_sub(keys.len());
+        for &key in keys {
+            self.pending.push_back(Op::UnsetDest { key, slot });
+        }
     }
 
     /// Make tunnel interface `iface` send with the SA in `slot` ([`NONE`]: none).
@@ -434,6 +526,12 @@ pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
             ops,
             retired,
             reasm: None,
+            dests: 0,
+            // One prefix per outbound SA, when every SA is a child's pair: a road warrior
+            // gateway at its max_sas.
+            dests_capacity: max_sas / 2 + 64,
+            ifaces,
+            dests_sent: false,
         },
     )
 }

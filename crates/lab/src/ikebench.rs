@@ -50,6 +50,9 @@ pub struct IkeBenchOptions {
     /// so N tunnels cost N ÷ dpd exchanges per second — at a million tunnels, a short
     /// one is more than a core answers, and than the generator answers.
     pub dpd: Duration,
+    /// Tunnels that ping h2 through their child SA after the setup (ferrouter only):
+    /// [`Generator::traffic`].
+    pub traffic: usize,
     /// The setup phase at most.
     pub timeout: Duration,
     /// Namespace prefix.
@@ -88,7 +91,8 @@ pub struct IkeRun {
     pub responder_rss_before: u64,
     pub responder_rss_after: u64,
     pub responder_cpu_s: f64,
-    /// The generator's own figures (failures by notification, timeouts, rate per tenth).
+    /// The generator's own figures (failures by notification, timeouts, rate per tenth,
+    /// the traffic through a sample of the tunnels).
     pub generator: LoadReport,
 }
 
@@ -335,7 +339,10 @@ fn start_responder(o: &IkeBenchOptions, lab: &IpsecLab, dut: &str) -> Result<Res
                 }
                 _ => ferrouter_peer(dh, dpd),
             };
-            l.write_config(2, &peer)?;
+            // The initiators' inside addresses (10.128/9, one each) are behind the
+            // tunnel: each reached through its own child SA, chosen by destination.
+            let route = "\n[[route]]\nprefix = \"10.128.0.0/9\"\nvia = [\"10.255.0.1\"]\n";
+            l.write_config(2, &format!("{peer}{route}"))?;
             // max_sas: two SAs per child, with room (within the config's limit: a million
             // tunnels fill it exactly).
             let cfg = l.config_file(2);
@@ -400,6 +407,7 @@ fn run_one(o: &IkeBenchOptions, dut: &str, progress: &mut dyn FnMut(&str)) -> Re
     let srcs = sources(o.sources);
     add_sources(&lab, &srcs)?;
     let mut responder = start_responder(o, &lab, dut)?;
+    let traffic = if dut == "ferrouter" { o.traffic } else { 0 };
     let load = LoadOptions {
         responder: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)), 500),
         sources: srcs,
@@ -426,7 +434,9 @@ fn run_one(o: &IkeBenchOptions, dut: &str, progress: &mut dyn FnMut(&str)) -> Re
         retransmit: Duration::from_secs(2),
         tries: 4,
         timeout: o.timeout,
-        claim_nat: dut == "strongswan",
+        // Traffic goes as ESP in UDP, from the generator's sockets.
+        claim_nat: dut == "strongswan" || traffic > 0,
+        traffic,
     };
     // The generator: its own thread in gw1's namespace, on its core. It reports after
     // the setup, then holds while this thread counts what the responder keeps.
@@ -435,6 +445,7 @@ fn run_one(o: &IkeBenchOptions, dut: &str, progress: &mut dyn FnMut(&str)) -> Re
     let ns = lab.gw(1);
     let core = o.generator_core;
     let hold = o.hold;
+    let h2: Ipv4Addr = crate::ipsec::H2.parse()?;
     let gen = std::thread::spawn(move || -> Result<LoadReport> {
         crate::rfc2544::enter_netns(&ns)?;
         crate::rfc2544::pin(core);
@@ -450,6 +461,10 @@ fn run_one(o: &IkeBenchOptions, dut: &str, progress: &mut dyn FnMut(&str)) -> Re
         let _ = go_rx.recv();
         let r = g.setup().clone();
         let _ = tx.send(Ok(r));
+        if traffic > 0 {
+            // Three rounds, a second apart: the first may meet ARP on the far side.
+            g.traffic(h2, 3, Duration::from_secs(1));
+        }
         if !hold.is_zero() {
             g.hold(hold);
         }

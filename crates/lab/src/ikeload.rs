@@ -15,6 +15,12 @@
 //! does. No INITIAL_CONTACT is sent: every emulated initiator uses the same identity, and
 //! INITIAL_CONTACT tells a responder to delete that identity's other SAs (§2.4).
 //! Retransmission: after `retransmit`, doubled each time, `tries` sends in all.
+//!
+//! Traffic ([`Generator::traffic`]): a sample of the tunnels also key their child SA (with
+//! Ferrouter's own ESP, `crates/ipsec`) and ping a host behind the responder through it,
+//! ESP in UDP (they claim a NAT, so no raw socket is needed): an answer proves both
+//! directions of that tunnel, the responder choosing the right one of its many outbound
+//! SAs by destination.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -63,6 +69,9 @@ pub struct LoadOptions {
     /// behind a NAT): strongSwan's kernel-libipsec installs UDP-encapsulated ESP SAs
     /// only, so without a NAT its child SAs fail.
     pub claim_nat: bool,
+    /// Tunnels (evenly spread over all) that key their child SA for traffic
+    /// ([`Generator::traffic`]); needs `claim_nat` (ESP in UDP).
+    pub traffic: usize,
 }
 
 /// CERT payload encoding: an X.509 certificate, signature (RFC 7296 §3.6).
@@ -123,6 +132,34 @@ pub struct LoadReport {
     pub hold_s: f64,
     pub informational_answered: u64,
     pub deleted_by_responder: usize,
+    /// Traffic through a sample of the tunnels ([`Generator::traffic`]).
+    pub traffic: Option<TrafficReport>,
+}
+
+/// Pings through a sample of the tunnels.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TrafficReport {
+    /// Tunnels sampled, and of those up with their child SA keyed.
+    pub sampled: usize,
+    pub keyed: usize,
+    /// Echo requests sent, replies received (decrypted, and matching a request).
+    pub sent: u64,
+    pub answered: u64,
+    /// Tunnels with at least one reply.
+    pub tunnels_answered: usize,
+    /// ESP that did not decrypt, or came for no sampled SA.
+    pub bad_esp: u64,
+}
+
+/// A sampled tunnel: what keys its child SA, then the SAs.
+struct Sample {
+    ni: Vec<u8>,
+    nr: Vec<u8>,
+    /// Our inbound SPI (offered in IKE_AUTH).
+    spi_in: u32,
+    /// Ours to the responder, and back.
+    esp: Option<(Box<ipsec::Sa>, Box<ipsec::Sa>)>,
+    answered: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +190,8 @@ struct Ini {
     /// The responder's next request's message ID and our last answer.
     peer_next: u32,
     last_answer: Option<(u32, Vec<u8>)>,
+    /// Sampled for traffic.
+    sample: Option<Box<Sample>>,
 }
 
 /// The wire form of an IKE proposal.
@@ -298,7 +337,23 @@ impl Generator {
                 sends: 0,
                 peer_next: 0,
                 last_answer: None,
+                sample: None,
             });
+        }
+        if o.traffic > 0 {
+            if !o.claim_nat {
+                bail!("IKE load: traffic goes as ESP in UDP: it needs claim_nat");
+            }
+            let every = (o.tunnels / o.traffic.min(o.tunnels)).max(1);
+            for i in inis.iter_mut().step_by(every).take(o.traffic) {
+                i.sample = Some(Box::new(Sample {
+                    ni: Vec::new(),
+                    nr: Vec::new(),
+                    spi_in: 0,
+                    esp: None,
+                    answered: 0,
+                }));
+            }
         }
         let report = LoadReport {
             tunnels: o.tunnels,
@@ -463,6 +518,11 @@ impl Generator {
                 break s;
             }
         };
+        if let Some(sm) = i.sample.as_mut() {
+            sm.ni = i.ni.clone();
+            sm.nr = nr.clone();
+            sm.spi_in = child_spi;
+        }
         let mut inner = vec![Payload::IdI(o.local_id.clone())];
         if let Some(c) = cert {
             inner.push(Payload::Cert {
@@ -549,6 +609,9 @@ impl Generator {
             self.fail(k, "no_child");
             return false;
         }
+        if self.inis[k].sample.is_some() {
+            self.key_sample(k, inner);
+        }
         let i = &mut self.inis[k];
         i.st = St::Up;
         i.init_req = Vec::new();
@@ -556,6 +619,250 @@ impl Generator {
         i.ni = Vec::new();
         i.peer_next = 0;
         true
+    }
+
+    /// Sampled tunnel `k`, established: its child SA's keys (§2.17), and the ESP SAs
+    /// both ways (ESP in UDP between its socket and the responder's port 4500). A
+    /// failure leaves it unkeyed: counted by [`Generator::traffic`] as not keyed.
+    fn key_sample(&mut self, k: usize, inner: &[Payload]) {
+        let spi_out = inner.iter().find_map(|p| match p {
+            Payload::Sa(props) => props
+                .first()
+                .and_then(|pr| <[u8; 4]>::try_from(pr.spi.as_slice()).ok())
+                .map(u32::from_be_bytes),
+            _ => None,
+        });
+        let local = self.socks[self.inis[k].sock].local_addr().ok();
+        let i = &mut self.inis[k];
+        let (Some(keys), Some(sm), Some(spi_out), Some(local)) =
+            (i.keys.as_ref(), i.sample.as_mut(), spi_out, local)
+        else {
+            return;
+        };
+        let Ok(ck) = crypto::child_keys(
+            self.o.ike.prf,
+            &keys.sk_d,
+            None,
+            &sm.ni,
+            &sm.nr,
+            self.o.esp.encr,
+            self.o.esp.integ,
+        ) else {
+            return;
+        };
+        let enc = ipsec::config::encryption(&self.o.esp.encr.esp_name());
+        let integ = ipsec::config::integrity(
+            self.o
+                .esp
+                .integ
+                .map_or(Some("none"), |i| i.esp_name())
+                .unwrap_or("?"),
+        );
+        let (Some(enc), Some(integ)) = (enc, integ) else {
+            return;
+        };
+        let responder = self.o.responder.ip();
+        let sa = |spi, dir, e: &[u8], a: &[u8], src, dst, natt| {
+            let mut c = ipsec::SaConfig::new(spi, dir, enc, e, integ, a);
+            c.mode = ipsec::Mode::Tunnel { src, dst };
+            c.natt = Some(natt);
+            c.esn = self.o.esp.esn;
+            ipsec::Sa::new(&c).ok().map(Box::new)
+        };
+        let out = sa(
+            spi_out,
+            ipsec::Direction::Outbound,
+            &ck.encr_i,
+            &ck.integ_i,
+            local.ip(),
+            responder,
+            ipsec::NatT {
+                src_port: local.port(),
+                dst_port: ipsec::esp::NATT_PORT,
+            },
+        );
+        let back = sa(
+            sm.spi_in,
+            ipsec::Direction::Inbound,
+            &ck.encr_r,
+            &ck.integ_r,
+            responder,
+            local.ip(),
+            ipsec::NatT {
+                src_port: ipsec::esp::NATT_PORT,
+                dst_port: local.port(),
+            },
+        );
+        sm.ni = Vec::new();
+        sm.nr = Vec::new();
+        if let (Some(out), Some(back)) = (out, back) {
+            sm.esp = Some((out, back));
+        }
+    }
+
+    /// Pings `to` from each keyed sampled tunnel's own inside address (its TSi, 10.128/9)
+    /// `rounds` times, `gap` apart, through its child SA, and counts the replies that come
+    /// back through it (decrypted with its inbound SA, from `to`, with its echo
+    /// identifier). Answers the responder's IKE requests meanwhile.
+    pub fn traffic(&mut self, to: Ipv4Addr, rounds: u16, gap: Duration) -> TrafficReport {
+        let mut r = TrafficReport::default();
+        let mut by_spi: HashMap<u32, usize> = HashMap::new();
+        for (k, i) in self.inis.iter().enumerate() {
+            if let Some(sm) = &i.sample {
+                r.sampled += 1;
+                if i.st == St::Up && sm.esp.is_some() {
+                    r.keyed += 1;
+                    by_spi.insert(sm.spi_in, k);
+                }
+            }
+        }
+        let responder = SocketAddr::new(self.o.responder.ip(), ipsec::esp::NATT_PORT);
+        let mut frame = vec![0u8; 2048];
+        for round in 0..rounds {
+            for &k in by_spi.values() {
+                let i = &mut self.inis[k];
+                let (Some(sm), sock) = (i.sample.as_mut(), i.sock) else {
+                    continue;
+                };
+                let Some((out, _)) = sm.esp.as_mut() else {
+                    continue;
+                };
+                let IpAddr::V4(src) = own_selector(k).start else {
+                    continue;
+                };
+                let ping = echo4(src, to, k as u16, round, true);
+                // Headroom for the outer headers, the packet, tailroom for the trailer.
+                let at = 128;
+                frame[at..at + ping.len()].copy_from_slice(&ping);
+                if let Ok((start, len)) = ipsec::esp::encrypt(out, &mut frame, at, ping.len()) {
+                    // Outer IPv4 (20) and UDP (8): the socket adds its own.
+                    if let Some(esp) = frame.get(start + 28..start + len) {
+                        if self.socks[sock].send_to(esp, responder).is_ok() {
+                            r.sent += 1;
+                        }
+                    }
+                }
+            }
+            let until = Instant::now() + gap;
+            while Instant::now() < until {
+                self.receive_esp(Duration::from_millis(5), to, &by_spi, &mut r);
+            }
+        }
+        r.answered = 0;
+        for &k in by_spi.values() {
+            if let Some(sm) = &self.inis[k].sample {
+                r.answered += sm.answered;
+                r.tunnels_answered += usize::from(sm.answered > 0);
+            }
+        }
+        self.report.traffic = Some(r.clone());
+        r
+    }
+
+    /// [`Generator::receive`] for the traffic phase: ESP from the responder's port 4500
+    /// is decrypted and matched to its sampled tunnel; IKE is handled as ever.
+    fn receive_esp(
+        &mut self,
+        wait: Duration,
+        from: Ipv4Addr,
+        by_spi: &HashMap<u32, usize>,
+        r: &mut TrafficReport,
+    ) {
+        let mut fds: Vec<libc::pollfd> = self
+            .socks
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: fds is a valid array of fds.len() pollfd structs for the call's duration.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as libc::c_int,
+            )
+        };
+        if n <= 0 {
+            return;
+        }
+        let mut frame = vec![0u8; 2048];
+        for (s, fd) in fds.iter().enumerate() {
+            if fd.revents == 0 {
+                continue;
+            }
+            for _ in 0..64 {
+                let Ok((len, peer)) = self.socks[s].recv_from(&mut self.buf) else {
+                    break;
+                };
+                let d = &self.buf[..len];
+                if peer.port() != ipsec::esp::NATT_PORT {
+                    self.on_datagram(len, Instant::now());
+                    continue;
+                }
+                // From 4500: a keepalive (one byte), IKE after four zero bytes, or ESP.
+                let Some(spi) = d
+                    .get(..4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                else {
+                    continue;
+                };
+                if spi == 0 {
+                    self.buf.copy_within(4..len, 0);
+                    self.on_datagram(len - 4, Instant::now());
+                    continue;
+                }
+                let Some(&k) = by_spi.get(&spi) else {
+                    r.bad_esp += 1;
+                    continue;
+                };
+                let (IpAddr::V4(src), IpAddr::V4(dst)) = (
+                    peer.ip(),
+                    self.socks[s].local_addr().map_or(peer.ip(), |a| a.ip()),
+                ) else {
+                    continue;
+                };
+                // Outer IPv4 and UDP headers in front, as the SA decrypts from the IP header.
+                let total = 28 + len;
+                if total > frame.len() {
+                    r.bad_esp += 1;
+                    continue;
+                }
+                let ip = ipv4_header(src, dst, 17, total);
+                frame[..20].copy_from_slice(&ip);
+                let lport = self.socks[s].local_addr().map_or(0, |a| a.port());
+                frame[20..28].copy_from_slice(&[
+                    (peer.port() >> 8) as u8,
+                    peer.port() as u8,
+                    (lport >> 8) as u8,
+                    lport as u8,
+                    ((8 + len) >> 8) as u8,
+                    (8 + len) as u8,
+                    0,
+                    0,
+                ]);
+                frame[28..total].copy_from_slice(d);
+                let Some(sm) = self.inis[k].sample.as_mut() else {
+                    continue;
+                };
+                let Some((_, back)) = sm.esp.as_mut() else {
+                    continue;
+                };
+                match ipsec::esp::decrypt(back, &mut frame, 0, total) {
+                    Ok(inner) => {
+                        let p = &frame[inner.start..inner.start + inner.len];
+                        if is_echo_reply(p, from, k as u16) {
+                            sm.answered += 1;
+                        } else {
+                            r.bad_esp += 1;
+                        }
+                    }
+                    Err(_) => r.bad_esp += 1,
+                }
+            }
+        }
     }
 
     /// A request of the responder (INFORMATIONAL: DPD, delete): answered empty (a delete
@@ -801,6 +1108,46 @@ impl Generator {
         self.report.hold_s += t0.elapsed().as_secs_f64();
         &self.report
     }
+}
+
+/// An IPv4 header (no options, DF, TTL 64) of a `total`-byte packet, checksum made.
+fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, total: usize) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    h[6] = 0x40;
+    h[8] = 64;
+    h[9] = proto;
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    let c = ::wire::checksum::checksum(&h).to_be_bytes();
+    h[10..12].copy_from_slice(&c);
+    h
+}
+
+/// An ICMP echo request (or reply) from `src` to `dst`, identifier `id`, sequence `seq`,
+/// 32 bytes of data.
+fn echo4(src: Ipv4Addr, dst: Ipv4Addr, id: u16, seq: u16, request: bool) -> Vec<u8> {
+    let mut icmp = vec![if request { 8 } else { 0 }, 0, 0, 0];
+    icmp.extend_from_slice(&id.to_be_bytes());
+    icmp.extend_from_slice(&seq.to_be_bytes());
+    icmp.extend((0..32u8).map(|b| b.wrapping_mul(7)));
+    let c = ::wire::checksum::checksum(&icmp).to_be_bytes();
+    icmp[2..4].copy_from_slice(&c);
+    let mut p = ipv4_header(src, dst, 1, 20 + icmp.len()).to_vec();
+    p.extend_from_slice(&icmp);
+    p
+}
+
+/// Whether `p` is an IPv4 ICMP echo reply from `from` with identifier `id`.
+fn is_echo_reply(p: &[u8], from: Ipv4Addr, id: u16) -> bool {
+    let hl = usize::from(p.first().map_or(0, |b| b & 0x0f)) * 4;
+    p.len() >= hl + 8
+        && hl >= 20
+        && p[9] == 1
+        && p[12..16] == from.octets()
+        && p[hl] == 0
+        && p[hl + 4..hl + 6] == id.to_be_bytes()
 }
 
 /// `ike::config`'s IKE proposal of DH group `dh` with AES-128-GCM and the SHA-256 PRF.
