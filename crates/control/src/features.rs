@@ -164,7 +164,12 @@ pub type ApiSaKey = (
     Option<(std::net::IpAddr, u16)>,
 );
 
-/// [`ApiSaKey`] of `x`.
+/// [`ApiSaKey`] of `x`, as kept.
+fn stored_key(x: &ipsec::config::StoredSa) -> ApiSaKey {
+    (x.direction(), x.spi(), x.chosen())
+}
+
+/// [`ApiSaKey`] of `x`, as given.
 fn api_key(x: &ipsec::config::ExtraSa) -> ApiSaKey {
     let e = &x.entry;
     let chosen =
@@ -179,53 +184,72 @@ fn api_key(x: &ipsec::config::ExtraSa) -> ApiSaKey {
 }
 
 /// The SAs given through the API or by IKE, in the order given (a whole plan lists them
-/// so), found by [`ApiSaKey`], and the tunnels' transmit SAs by tunnel.
+/// so), found by [`ApiSaKey`], and the tunnels' transmit SAs by tunnel. Kept compact
+/// ([`ipsec::config::StoredSa`]): a gateway holds two per IKE tunnel.
 #[derive(Default)]
 struct ApiSas {
-    list: Vec<ipsec::config::ExtraSa>,
+    list: Vec<ipsec::config::StoredSa>,
     at: HashMap<ApiSaKey, usize>,
     /// A tunnel's transmit SA, by its SPI.
     out_of: HashMap<String, u32>,
+    /// Tunnel names, shared by their SAs.
+    names: std::collections::HashSet<Arc<str>>,
 }
 
 impl ApiSas {
-    fn new(list: Vec<ipsec::config::ExtraSa>) -> ApiSas {
+    /// `list` kept (each was planned: an error is an SA no plan accepts).
+    fn new(list: &[ipsec::config::ExtraSa]) -> Result<ApiSas, String> {
         let mut a = ApiSas::default();
         for x in list {
-            a.put(x);
+            let s = a.keep(x)?;
+            a.put(s);
         }
-        a
+        Ok(a)
     }
 
-    fn get(&self, key: &ApiSaKey) -> Option<&ipsec::config::ExtraSa> {
+    /// `x` as kept here.
+    fn keep(&mut self, x: &ipsec::config::ExtraSa) -> Result<ipsec::config::StoredSa, String> {
+        ipsec::config::StoredSa::new(x, &mut self.names)
+    }
+
+    /// Every SA as given, for a whole plan.
+    fn extras(&self) -> Vec<ipsec::config::ExtraSa> {
+        self.list
+            .iter()
+            .map(ipsec::config::StoredSa::extra)
+            .collect()
+    }
+
+    fn get(&self, key: &ApiSaKey) -> Option<&ipsec::config::StoredSa> {
         self.at.get(key).and_then(|&k| self.list.get(k))
     }
 
     /// Add `x` (none of its key is here).
-    fn put(&mut self, x: ipsec::config::ExtraSa) {
-        let key = api_key(&x);
-        let e = &x.entry;
+    fn put(&mut self, x: ipsec::config::StoredSa) {
+        let key = stored_key(&x);
         self.at.insert(key, self.list.len());
-        if key.2.is_none() && e.direction == ipsec::config::SaDirection::Out && !e.tunnel.is_empty()
+        if key.2.is_none()
+            && x.direction() == ipsec::config::SaDirection::Out
+            && !x.tunnel().is_empty()
         {
-            self.out_of.insert(e.tunnel.clone(), e.spi);
+            self.out_of.insert(x.tunnel().to_string(), x.spi());
         }
         self.list.push(x);
     }
 
     /// Take out the SA of `key` (the last one takes its place in the list).
-    fn take(&mut self, key: &ApiSaKey) -> Option<ipsec::config::ExtraSa> {
+    fn take(&mut self, key: &ApiSaKey) -> Option<ipsec::config::StoredSa> {
         let k = self.at.remove(key)?;
         let x = self.list.swap_remove(k);
         if let Some(moved) = self.list.get(k) {
-            self.at.insert(api_key(moved), k);
+            self.at.insert(stored_key(moved), k);
         }
         let (dir, spi, chosen) = *key;
         if chosen.is_none()
-            && self.out_of.get(&x.entry.tunnel) == Some(&spi)
+            && self.out_of.get(x.tunnel()) == Some(&spi)
             && dir == ipsec::config::SaDirection::Out
         {
-            self.out_of.remove(&x.entry.tunnel);
+            self.out_of.remove(x.tunnel());
         }
         Some(x)
     }
@@ -397,7 +421,7 @@ impl Features {
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
         let keys = cfg.keys();
-        self.publish_ipsec_with(cfg, &api.list, &keys)?;
+        self.publish_ipsec_with(cfg, &api.extras(), &keys)?;
         *self
             .ipsec_keys
             .lock()
@@ -491,6 +515,9 @@ impl Features {
             .map_err(|_| "IPsec state unavailable")?;
         let key = api_key(&sa);
         let (dir, spi, chosen) = key;
+        // Kept compact once installed: made now, so that what cannot be kept is refused
+        // before anything changes.
+        let stored = api.keep(&sa)?;
         let mut replaced: Vec<ApiSaKey> = Vec::new();
         if api.get(&key).is_some() {
             replaced.push(key);
@@ -505,7 +532,7 @@ impl Features {
         let policy = sa.entry.tunnel.is_empty()
             || replaced
                 .iter()
-                .any(|k| api.get(k).is_some_and(|x| x.entry.tunnel.is_empty()));
+                .any(|k| api.get(k).is_some_and(|x| x.tunnel().is_empty()));
         if policy {
             return self.republish_api_sas(&mut api, &replaced, Some(sa));
         }
@@ -543,7 +570,7 @@ impl Features {
             .iter()
             .filter_map(|k| {
                 let x = api.get(k)?;
-                let at = tunnels.by_name.get(&x.entry.tunnel)?.1;
+                let at = tunnels.by_name.get(x.tunnel())?.1;
                 self.api_slot(k, at)
             })
             .collect();
@@ -556,7 +583,7 @@ impl Features {
         for k in replaced {
             api.take(&k);
         }
-        api.put(sa);
+        api.put(stored);
         Ok(())
     }
 
@@ -587,29 +614,17 @@ impl Features {
             .ipsec_keys
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
-        let mut next = Vec::with_capacity(api.list.len() + 1);
-        // Where each SA left out was, to put it back there if the plan fails.
-        let mut left_out = Vec::new();
-        for (k, x) in std::mem::take(&mut api.list).into_iter().enumerate() {
-            if gone.contains(&api_key(&x)) {
-                left_out.push((k, x));
-            } else {
-                next.push(x);
-            }
-        }
-        let adding = added.is_some();
+        // The API's SAs as given, but the gone ones, then the added one: planned whole.
+        // On an error the API's SAs stay as they were (only this copy is dropped).
+        let mut next: Vec<ipsec::config::ExtraSa> = api
+            .list
+            .iter()
+            .filter(|x| !gone.contains(&stored_key(x)))
+            .map(ipsec::config::StoredSa::extra)
+            .collect();
         next.extend(added);
-        if let Err(e) = self.publish_ipsec_with(&cfg, &next, &keys) {
-            if adding {
-                next.pop();
-            }
-            for (k, x) in left_out {
-                next.insert(k, x);
-            }
-            api.list = next;
-            return Err(e);
-        }
-        *api = ApiSas::new(next);
+        self.publish_ipsec_with(&cfg, &next, &keys)?;
+        *api = ApiSas::new(&next)?;
         Ok(())
     }
 
@@ -623,13 +638,13 @@ impl Features {
         let Some(x) = api.get(&key) else {
             return Ok(false);
         };
-        if !x.entry.tunnel.is_empty() {
+        if !x.tunnel().is_empty() {
             let iface = self
                 .ipsec_tunnels
                 .lock()
                 .map_err(|_| "IPsec state unavailable")?
                 .by_name
-                .get(&x.entry.tunnel)
+                .get(x.tunnel())
                 .map(|t| t.1);
             if let Some(slot) = iface.and_then(|i| self.api_slot(&key, i)) {
                 self.ipsec.remove_one(slot)?;
@@ -645,12 +660,7 @@ impl Features {
     pub fn ipsec_api_sas(&self) -> std::collections::HashSet<(ipsec::config::SaDirection, u32)> {
         self.ipsec_api
             .lock()
-            .map(|a| {
-                a.list
-                    .iter()
-                    .map(|x| (x.entry.direction, x.entry.spi))
-                    .collect()
-            })
+            .map(|a| a.list.iter().map(|x| (x.direction(), x.spi())).collect())
             .unwrap_or_default()
     }
 

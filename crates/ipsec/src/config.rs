@@ -594,6 +594,141 @@ impl ExtraSa {
     }
 }
 
+/// An [`ExtraSa`] as it is kept between plans (a gateway keeps two per IKE tunnel, a
+/// million tunnels at a time): its algorithms as enums, its tunnel's name shared, its keys
+/// in one box, its prefixes parsed — about a third of an [`ExtraSa`]'s memory. Made from
+/// an SA that was planned (its names are known ones); [`StoredSa::extra`] gives it back.
+pub struct StoredSa {
+    tunnel: std::sync::Arc<str>,
+    local: Option<IpAddr>,
+    remote: Option<IpAddr>,
+    selectors: Box<[(IpAddr, u8)]>,
+    /// The encryption key, then the integrity key.
+    keys: Zeroizing<Box<[u8]>>,
+    key_name: Box<str>,
+    spi: u32,
+    replay_window: u32,
+    remote_port: Option<u16>,
+    encryption_len: u16,
+    direction: SaDirection,
+    mode: Option<SaMode>,
+    encryption: Encryption,
+    integrity: Integrity,
+    esn: bool,
+    negotiated: bool,
+}
+
+impl StoredSa {
+    /// `x` kept, its tunnel's name taken from `names` (or added there); an error names
+    /// the field that is not what a plan accepts.
+    pub fn new(x: &ExtraSa, names: &mut HashSet<std::sync::Arc<str>>) -> Result<StoredSa, String> {
+        let e = &x.entry;
+        let at = |f: &str| format!("{}.{f}", x.label());
+        let encryption = encryption(&e.encryption)
+            .ok_or_else(|| format!("{}: unknown algorithm {:?}", at("encryption"), e.encryption))?;
+        let integrity = integrity(&e.integrity)
+            .ok_or_else(|| format!("{}: unknown algorithm {:?}", at("integrity"), e.integrity))?;
+        let mut selectors = Vec::with_capacity(e.selectors.len());
+        for (k, t) in e.selectors.iter().enumerate() {
+            let n = firewall::config::parse_net(t)
+                .map_err(|m| format!("{}: {m}", at(&format!("selectors[{k}]"))))?;
+            selectors.push((n.addr, n.len));
+        }
+        let encryption_len = u16::try_from(x.key.encryption.len())
+            .map_err(|_| format!("{}: too long", at("encryption_key")))?;
+        let tunnel = match names.get(e.tunnel.as_str()) {
+            Some(t) => t.clone(),
+            None => {
+                let t: std::sync::Arc<str> = e.tunnel.as_str().into();
+                names.insert(t.clone());
+                t
+            }
+        };
+        Ok(StoredSa {
+            tunnel,
+            local: e.local,
+            remote: e.remote,
+            selectors: selectors.into_boxed_slice(),
+            keys: Zeroizing::new(
+                [&x.key.encryption[..], &x.key.integrity[..]]
+                    .concat()
+                    .into_boxed_slice(),
+            ),
+            key_name: e.key.as_str().into(),
+            spi: e.spi,
+            replay_window: e.replay_window,
+            remote_port: e.remote_port,
+            encryption_len,
+            direction: e.direction,
+            mode: e.mode,
+            encryption,
+            integrity,
+            esn: e.esn,
+            negotiated: x.negotiated,
+        })
+    }
+
+    /// The SA as it was given.
+    pub fn extra(&self) -> ExtraSa {
+        let (enc, integ) = self
+            .keys
+            .split_at(usize::from(self.encryption_len).min(self.keys.len()));
+        ExtraSa {
+            entry: SaEntry {
+                tunnel: self.tunnel.to_string(),
+                mode: self.mode,
+                local: self.local,
+                remote: self.remote,
+                direction: self.direction,
+                spi: self.spi,
+                encryption: self.encryption.name().into(),
+                integrity: self.integrity.name().into(),
+                key: self.key_name.to_string(),
+                esn: self.esn,
+                replay_window: self.replay_window,
+                selectors: self
+                    .selectors
+                    .iter()
+                    .map(|(a, l)| format!("{a}/{l}"))
+                    .collect(),
+                remote_port: self.remote_port,
+            },
+            key: Key {
+                encryption: Zeroizing::new(enc.to_vec()),
+                integrity: Zeroizing::new(integ.to_vec()),
+            },
+            negotiated: self.negotiated,
+        }
+    }
+
+    /// Its tunnel's name (empty: a policy SA).
+    pub fn tunnel(&self) -> &str {
+        &self.tunnel
+    }
+
+    /// `in` or `out`.
+    pub fn direction(&self) -> SaDirection {
+        self.direction
+    }
+
+    /// Its SPI.
+    pub fn spi(&self) -> u32 {
+        self.spi
+    }
+
+    /// Outbound and chosen by destination (it has `selectors`): its peer's address and
+    /// UDP port (0 without one), which tell it from another peer's SA of its SPI.
+    pub fn chosen(&self) -> Option<(IpAddr, u16)> {
+        (self.direction == SaDirection::Out && !self.selectors.is_empty()).then(|| {
+            (
+                self.remote
+                    .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+                self.remote_port.unwrap_or(0),
+            )
+        })
+    }
+}
+
 /// An SA of the config, ready to build.
 pub struct Planned {
     /// Its index in `[[ipsec.sa]]`.
