@@ -26,6 +26,7 @@ fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
         child_lifetime_s: 0,
         dpd_s: 30,
         fragment_size: 1280,
+        retransmit_tries: 5,
     }
     .resolve(Some(PSK))
     .unwrap()
@@ -292,6 +293,48 @@ fn dead_peer_is_noticed() {
 }
 
 #[test]
+fn dead_peer_is_noticed_after_its_retransmit_tries_and_an_initiator_starts_again() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    for x in [&mut a, &mut b] {
+        x.dpd = Some(Duration::from_secs(2));
+        x.retransmit_tries = 2;
+    }
+    let b_peer = b.clone();
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!(p.a.established(), 1);
+    // b dies without a word: a checks after 2 s of silence, sends again after 1 and 2
+    // more seconds, and gives up 4 s after that: 9 s.
+    p.b = Engine::new(vec![]);
+    let t0 = p.now;
+    while p.a_down == 0 {
+        p.tick(Duration::from_millis(100));
+        assert!(p.now - t0 <= Duration::from_millis(9300), "not noticed");
+    }
+    assert!(p.now - t0 >= Duration::from_secs(9), "{:?}", p.now - t0);
+    assert_eq!(p.a.counters.dpd_sent, 1);
+    assert_eq!(p.a.counters.retransmitted, 2);
+    assert_eq!(p.a.counters.dead_peers, 1);
+    assert_eq!(p.a.counters.failed.timeout, 1);
+    assert_eq!((p.a.established(), p.a.child_sas()), (0, 0));
+    // b comes back: a (initiating) sets the SA up again, RETRY_AFTER later.
+    p.b = Engine::new(vec![b_peer]);
+    let t1 = p.now;
+    while p.a.established() == 0 {
+        p.tick(Duration::from_millis(100));
+        assert!(
+            p.now - t1 <= RETRY_AFTER + Duration::from_secs(1),
+            "not again"
+        );
+    }
+    assert_eq!(p.a.child_sas(), 1);
+    assert_eq!(p.a.counters.dead_peers, 1);
+}
+
+#[test]
 fn cookies_when_many_half_open() {
     let a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
     let b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
@@ -510,6 +553,7 @@ fn cert_config(
         child_lifetime_s: 0,
         dpd_s: 30,
         fragment_size: 1280,
+        retransmit_tries: 5,
     }
 }
 

