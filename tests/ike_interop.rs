@@ -198,3 +198,137 @@ fn iperf3_crosses_a_tunnel_keyed_with_strongswan_both_ways() {
     charon.stop();
     l.stop(1);
 }
+
+/// Half-open SAs at which ferrouter asks for cookies (`ike::engine`'s default).
+const COOKIE_THRESHOLD: u64 = ike::engine::DEFAULT_COOKIE_THRESHOLD as u64;
+
+#[test]
+fn an_ike_sa_init_flood_gets_cookies_while_an_established_tunnel_carries_on() {
+    use lab::ikeload::{self, Generator, LoadAuth, LoadOptions};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    let (g, mut charon) = swan_lab("ikc");
+    let l = &g.0;
+    // gw1: its tunnel to strongSwan, and a second tunnel whose peer answers anyone who
+    // proves `load.lab` (road warriors): what a flood from anywhere gets half-open SAs of.
+    let extra = format!(
+        "{}\n[[ipsec.tunnel]]\nname = \"ipsec1\"\nlocal = \"{}\"\nremote = \"192.0.2.3\"\n\
+         \n[[ipsec.peer]]\nname = \"load\"\nlocal = \"{}\"\nremote = \"any\"\nlocal_id = \"gw1.lab\"\n\
+         remote_id = \"load.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec1\"\nstart = \"respond\"\n",
+        ferrouter_peer(l, IKE_P, ESP_P, true),
+        l.wan(1),
+        l.wan(1)
+    );
+    let what = "flood";
+    let sa = interop_case(
+        l,
+        &mut charon,
+        0,
+        what,
+        &swanctl_conf(l, IKE_P, ESP_P),
+        &extra,
+        true,
+    );
+    // The flood's sources: 32 addresses on the WAN bridge, 8 ports each.
+    let sources: Vec<IpAddr> = (100..132)
+        .map(|k| IpAddr::V4(Ipv4Addr::new(192, 0, 2, k)))
+        .collect();
+    for a in &sources {
+        l.ip(
+            &l.wire(),
+            &["addr", "add", &format!("{a}/24"), "dev", "br0"],
+        )
+        .unwrap();
+    }
+    let flood = 3 * COOKIE_THRESHOLD as usize;
+    let load = LoadOptions {
+        responder: SocketAddr::new(l.wan(1).parse().unwrap(), 500),
+        sources,
+        sockets: 256,
+        tunnels: flood,
+        rate: None,
+        window: flood,
+        ike: ikeload::proposal_for(31).unwrap(),
+        esp: ikeload::esp_proposal().unwrap(),
+        auth: LoadAuth::Psk(lab::ipsec::IKE_PSK.as_bytes().to_vec()),
+        local_id: ike::config::parse_id("load.lab").unwrap(),
+        remote_id: ike::config::parse_id("gw1.lab").unwrap(),
+        retransmit: Duration::from_secs(1),
+        tries: 1,
+        timeout: Duration::from_secs(10),
+        claim_nat: false,
+    };
+    let before = ike(l, 1);
+    // 200 pings at 20 a second (10 s); the flood starts 2 s in.
+    let pings = 200;
+    let pinger = ping_stream(l, pings);
+    std::thread::sleep(Duration::from_secs(2));
+    let ns = l.wire();
+    let report = std::thread::spawn(move || {
+        lab::rfc2544::enter_netns(&ns).unwrap();
+        // Key shares made first (the generator's, not what is measured).
+        let mut gen = Generator::new(load).unwrap();
+        gen.flood(Some(5_000.0), Duration::from_secs(1))
+    })
+    .join()
+    .unwrap();
+    let during = ike(l, 1);
+    let text = pinger.join().unwrap();
+    let v = ike(l, 1);
+    let ctx = || {
+        format!(
+            "{report:?}\n{v:#}\n{text}\ngw1 log:\n{}\ncharon log:\n{}",
+            gw1_log(l),
+            charon.log_tail(30)
+        )
+    };
+    // Cookies engaged: the half-open SAs stopped at the threshold, every request past it
+    // got a cookie (counted by both sides), none got state without one.
+    assert_eq!(report.sent, flood as u64, "{}", ctx());
+    assert!(
+        report.half_open <= COOKIE_THRESHOLD
+            && report.half_open + report.cookies >= report.sent * 9 / 10,
+        "{}",
+        ctx()
+    );
+    assert!(report.cookies >= COOKIE_THRESHOLD, "{}", ctx());
+    assert!(
+        count(&v, "cookies_sent") >= count(&before, "cookies_sent") + report.cookies,
+        "{}",
+        ctx()
+    );
+    assert!(
+        during["half_open"].as_u64().unwrap() <= COOKIE_THRESHOLD,
+        "half-open bounded: {}",
+        ctx()
+    );
+    // The established tunnel is untouched: the same IKE SA and child, both ends, and the
+    // ping stream through it lost nothing but at most 1 % (a ping is lost when its answer
+    // is more than 1 s late: the flood and the tunnel share gw1's WAN queue and this
+    // machine's two cores with whatever else runs; the IKE thread, not the fast path,
+    // does the flood's key exchanges).
+    let received: u32 = text
+        .split(", ")
+        .find_map(|f| f.strip_suffix(" received"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("ping's summary: {}", ctx()));
+    assert!(
+        received >= pings - pings / 100,
+        "{received} of {pings} pings answered: {}",
+        ctx()
+    );
+    let now = wait_established(l, 1, String::new);
+    assert_eq!(
+        (&now["spi_i"], &now["spi_r"], &now["children"][0]["spi_in"]),
+        (&sa["spi_i"], &sa["spi_r"], &sa["children"][0]["spi_in"]),
+        "{}",
+        ctx()
+    );
+    assert_eq!(v["established"], 1, "{}", ctx());
+    assert_eq!(count(&v, "failed_timeout"), 0, "{}", ctx());
+    let listing = charon.listing().unwrap();
+    assert_eq!((listing.ike, listing.installed), (1, 1), "{listing:?}");
+    ping_until(l, String::new);
+    eprintln!("flood: {report:?}; {received} of {pings} pings answered");
+    charon.stop();
+    l.stop(1);
+}
