@@ -177,7 +177,7 @@ fn ferrouter_cert_peer_for(l: &IpsecLab, cert: &str, remote_dn: &str, initiate: 
          tunnel = \"ipsec0\"\nstart = \"{}\"\nproposals = [\"aes128gcm16-prfsha256-curve25519\"]\n\
          esp_proposals = [\"aes128gcm16\"]\n",
         l.wan(1),
-        l.wan(2),
+        l.public(2),
         key.display(),
         if initiate { "initiate" } else { "respond" }
     )
@@ -211,13 +211,14 @@ fn swanctl_cert_conf_with(
     std::fs::create_dir_all(&private).unwrap();
     std::fs::copy(format!("{CERTS}/{key_file}"), private.join(key_file)).unwrap();
     format!(
-        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n    encap = yes\n{extra}\
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n{encap}{extra}\
          \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n    }}\n\
          \x20   remote {{\n      auth = pubkey\n      id = \"C=CH, O=ferrouter test, CN={fr_cert}.example\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = aes128gcm16\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
          authorities {{\n  root {{\n    cacert = {CERTS}/root.pem\n  }}\n}}\n",
         l.wan(2),
-        l.wan(1)
+        l.public(1),
+        encap = encap(l),
     )
 }
 

@@ -332,3 +332,132 @@ fn an_ike_sa_init_flood_gets_cookies_while_an_established_tunnel_carries_on() {
     charon.stop();
     l.stop(1);
 }
+
+/// NAT traversal found by IKE through a real NAT (`IpsecLab::nat`: nftables `masquerade
+/// random`, so ports are mapped to others) in front of gateway `behind`, nothing forced:
+/// the side behind it initiates (the NAT lets nothing in first). IKE moves to port 4500,
+/// ESP goes in UDP to the port the NAT mapped, ping crosses both ways, both sides send
+/// keepalives, and the wire outside the NAT carries no bare ESP.
+fn through_a_nat(tag: &str, behind: u8) {
+    lab::need_tool("nft", "nftables").unwrap_or_else(|e| panic!("{e:#}"));
+    lab::need_tool("tcpdump", "tcpdump").unwrap_or_else(|e| panic!("{e:#}"));
+    let (g, mut charon) = swan_lab_with(tag, |l| {
+        l.nat_t = false;
+        l.nat = Some(behind);
+    });
+    let l = &g.0;
+    let ferrouter_initiates = behind == 1;
+    let what = format!(
+        "gw{behind} ({}) behind the NAT",
+        if behind == 1 {
+            "ferrouter"
+        } else {
+            "strongSwan"
+        }
+    );
+    // The wire outside the NAT (gw1's link to it, or the NAT's to the wire), from the
+    // first IKE message on.
+    let (mut dump, file) = common::ipsec::wire_dump(l, "nat.pcap", &["udp or esp"]);
+    // charon's keepalives every second (20 s by default) when it is the one behind.
+    let sa = interop_case_with(
+        l,
+        &mut charon,
+        0,
+        &what,
+        "  keep_alive = 1s\n",
+        &swanctl_conf(l, IKE_P, ESP_P),
+        &ferrouter_peer(l, IKE_P, ESP_P, ferrouter_initiates),
+        ferrouter_initiates,
+    );
+    let v = ike(l, 1);
+    assert!(count(&v, "nat_detected") >= 1, "{what}: {v:#}");
+    // gw1's IKE SA: from its own address's port 4500 to the other side's public address,
+    // at the port the NAT mapped when strongSwan is behind it.
+    assert_eq!(sa["local"], format!("{}:4500", l.wan(1)), "{what}: {sa:#}");
+    let remote: std::net::SocketAddr = sa["remote"].as_str().unwrap().parse().unwrap();
+    assert_eq!(remote.ip().to_string(), l.public(2), "{what}: {sa:#}");
+    // h2 to h1 as well (interop_case pinged h1 to h2).
+    let o = l
+        .exec(&l.h2(), &["ping", "-c3", "-i0.2", "-W1", lab::ipsec::H1])
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: h2 to h1: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        gw1_log(l)
+    );
+    // The fast path's SAs went in UDP by themselves (the tunnel has no nat_t), to the
+    // IKE SA's ports.
+    let sas = fast_path_sas(l);
+    let dir = |d: &str| sas.iter().find(|s| s["direction"] == d).cloned().unwrap();
+    let (out, inb) = (dir("out"), dir("in"));
+    assert_eq!(
+        (&out["udp_src_port"], &out["udp_dst_port"]),
+        (&Value::from(4500), &Value::from(remote.port())),
+        "{what}: {sas:#?}"
+    );
+    assert_eq!(
+        (&inb["udp_src_port"], &inb["udp_dst_port"]),
+        (&Value::from(remote.port()), &Value::from(4500)),
+        "{what}: {sas:#?}"
+    );
+    assert!(
+        out["packets"].as_u64().unwrap() >= 3 && inb["packets"].as_u64().unwrap() >= 3,
+        "{what}: {sas:#?}"
+    );
+    let text = cli(l, 1, &["show", "ipsec"]);
+    assert!(
+        text.contains(&format!("(udp 4500>{})", remote.port())),
+        "{text}"
+    );
+    // Keepalives: a few seconds of them (ferrouter's tunnel keepalive_s = 1, charon's
+    // keep_alive = 1s, sent when it has sent nothing else for that long).
+    let k0 = count(&v, "keepalives_sent");
+    std::thread::sleep(Duration::from_secs(4));
+    let v = ike(l, 1);
+    assert!(count(&v, "keepalives_sent") >= k0 + 2, "{what}: {v:#}");
+    common::ipsec::stop(&mut dump);
+    let wire = common::ipsec::read_dump(&file);
+    let lines = |pred: &dyn Fn(&str) -> bool| wire.lines().filter(|x| pred(x)).count();
+    let ctx = || format!("{what}: the wire:\n{}", lab::swan::tail(&wire, 40));
+    assert!(lines(&|x| x.contains("UDP-encap: ESP")) >= 6, "{}", ctx());
+    assert_eq!(
+        lines(&|x| x.contains(": ESP(") && !x.contains("UDP-encap")),
+        0,
+        "bare ESP on the wire: {}",
+        ctx()
+    );
+    assert!(
+        lines(&|x| x.contains("NONESP-encap: isakmp")) >= 2,
+        "IKE on 4500: {}",
+        ctx()
+    );
+    // Keepalives from the side behind the NAT (RFC 3948 §4: it keeps the mapping open;
+    // strongSwan sends none when not behind one), out of the NAT's public address; and
+    // ferrouter's in any case.
+    let keepalive_from = |a: &str| {
+        lines(&|x| x.contains("isakmp-nat-keep-alive") && x.contains(&format!("IP {a}.")))
+    };
+    assert!(keepalive_from(&l.public(behind)) >= 2, "{}", ctx());
+    assert!(keepalive_from(&l.public(1)) >= 2, "{}", ctx());
+    // strongSwan saw the NAT on the right side.
+    let log = std::fs::read_to_string(charon.log()).unwrap_or_default();
+    let side = if behind == 2 { "local" } else { "remote" };
+    assert!(
+        log.contains(&format!("{side} host is behind NAT")),
+        "{what}: {}",
+        charon.log_tail(40)
+    );
+    charon.stop();
+    l.stop(1);
+}
+
+#[test]
+fn nat_traversal_with_strongswan_behind_a_linux_nat() {
+    through_a_nat("ikn", 2);
+}
+
+#[test]
+fn nat_traversal_with_ferrouter_behind_a_linux_nat() {
+    through_a_nat("ikm", 1);
+}

@@ -91,7 +91,7 @@ pub fn ferrouter_peer(l: &IpsecLab, ike: &str, esp: &str, initiate: bool) -> Str
     format!(
         "\n[[ipsec.peer]]\nname = \"swan\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw1.lab\"\nremote_id = \"gw2.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"{}\"\nproposals = [\"{ike}\"]\nesp_proposals = [\"{esp}\"]\n",
         l.wan(1),
-        l.wan(2),
+        l.public(2),
         if initiate { "initiate" } else { "respond" }
     )
 }
@@ -103,24 +103,41 @@ pub fn swanctl_conf(l: &IpsecLab, ike: &str, esp: &str) -> String {
 /// The same with `extra` settings in the connection (`rekey_time = 3s`, ...).
 pub fn swanctl_conf_with(l: &IpsecLab, ike: &str, esp: &str, extra: &str) -> String {
     format!(
-        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n    encap = yes\n{extra}\
+        "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = {ike}\n{encap}{extra}\
          \x20   local {{\n      auth = psk\n      id = gw2.lab\n    }}\n    remote {{\n      auth = psk\n      id = gw1.lab\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = {esp}\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
          secrets {{\n  ike-fr {{\n    id-1 = gw1.lab\n    id-2 = gw2.lab\n    secret = \"{IKE_PSK}\"\n  }}\n}}\n",
         l.wan(2),
-        l.wan(1)
+        l.public(1),
+        encap = encap(l),
     )
+}
+
+/// charon's `encap = yes` (ESP in UDP forced) when the lab forces it on ferrouter's side.
+pub fn encap(l: &IpsecLab) -> &'static str {
+    if l.nat_t {
+        "    encap = yes\n"
+    } else {
+        ""
+    }
 }
 
 /// The interop lab: gw1 a ferrouter (started by the first case), gw2 a Linux router
 /// running charon; ESP in UDP on both sides (strongSwan's kernel-libipsec takes nothing
 /// else: the tunnel's `nat_t`, charon's `encap`), so IKE moves to port 4500 too.
 pub fn swan_lab(tag: &str) -> (IpsecGuard, Charon) {
+    swan_lab_with(tag, |_| {})
+}
+
+/// The same, the lab changed by `f` before it is built (a NAT in front of a gateway,
+/// encapsulation not forced, ...).
+pub fn swan_lab_with(tag: &str, f: impl FnOnce(&mut IpsecLab)) -> (IpsecGuard, Charon) {
     lab::ipsecbench::preconditions(&[lab::ipsecbench::Dut::Strongswan])
         .unwrap_or_else(|e| panic!("{e:#}"));
     let mut l = lab(tag);
     l.config_sas = false;
     l.nat_t = true;
+    f(&mut l);
     l.build()
         .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
     let g = IpsecGuard(l);

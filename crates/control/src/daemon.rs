@@ -954,7 +954,9 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
                 ports::Share {
                     nat: false,
                     esp: cfg.ipsec.active(),
-                    natt: cfg.ipsec.tunnels.iter().any(|t| t.nat_t),
+                    // Any tunnel: one keyed by IKE puts ESP in UDP when IKE finds a
+                    // NAT (its peers may come with a config apply).
+                    natt: !cfg.ipsec.tunnels.is_empty(),
                 },
             ),
             (

@@ -37,7 +37,7 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
                 .ok_or_else(|| format!("ESP has no {i:?} integrity"))?,
         };
         let sa = |dir, spi, k: &ike::engine::DirKeys| {
-            ExtraSa::for_tunnel(
+            let x = ExtraSa::for_tunnel(
                 &c.tunnel,
                 dir,
                 spi,
@@ -46,7 +46,13 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
                 c.esn,
                 &k.encr,
                 &k.integ,
-            )
+            );
+            // ESP in UDP where IKE found a NAT (or the tunnel forces it), between the
+            // ports IKE moved to: the peer's as its NAT maps it.
+            match c.udp_encap {
+                Some((ours, theirs)) => x.in_udp(ours, theirs),
+                None => x,
+            }
         };
         // Inbound first: the peer may send with the new SA as soon as it has our answer.
         s.features()

@@ -1641,6 +1641,7 @@ impl Engine {
         sa.frag = frag;
         if nat {
             self.counters.nat_detected += 1;
+            tracing::debug!(%remote, "IKE: a NAT is between us and the initiator (or encapsulation forced): ESP will go in UDP");
         }
         self.insert_sa(spi_r, sa, now);
         self.by_init.insert((remote, h.spi_i), spi_r);
@@ -1787,8 +1788,8 @@ impl Engine {
         // NAT detection (§2.23): with a NAT between (or encapsulation forced), IKE_AUTH
         // and everything after go to port 4500.
         if let Some(found) = nat_found(ps, sa.spi_i, spi_r, &sa.remote, &sa.local) {
-            if found && !peer.encap {
-                tracing::warn!(peer = peer.name, tunnel = peer.tunnel, "IKE: a NAT is between the peers: ESP must go in UDP, set nat_t = true on the tunnel");
+            if found {
+                tracing::info!(peer = peer.name, tunnel = peer.tunnel, remote = %sa.remote, "IKE: a NAT is between the peers: IKE moves to port 4500, ESP goes in UDP");
             }
             if found || peer.encap {
                 sa.nat = true;

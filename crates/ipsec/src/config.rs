@@ -514,6 +514,10 @@ pub struct ExtraSa {
     /// Its keys were negotiated (IKE: fresh from a key exchange, never used again), so its
     /// sequence numbers need not be kept across restarts as a configured key's are.
     pub negotiated: bool,
+    /// ESP in UDP with these ports (for its direction), as its negotiation found (IKE
+    /// through a NAT, RFC 7296 §2.23): whatever the tunnel's `nat_t`. `None`: the tunnel's
+    /// `nat_t` decides.
+    pub natt: Option<crate::NatT>,
 }
 
 impl ExtraSa {
@@ -549,7 +553,24 @@ impl ExtraSa {
                 integrity: Zeroizing::new(integrity_key.to_vec()),
             },
             negotiated: true,
+            natt: None,
         }
+    }
+
+    /// The same in UDP (NAT traversal found by IKE): from our `local_port` to the peer's
+    /// `remote_port` outbound, the reverse inbound.
+    pub fn in_udp(mut self, local_port: u16, remote_port: u16) -> ExtraSa {
+        self.natt = Some(match self.entry.direction {
+            SaDirection::Out => crate::NatT {
+                src_port: local_port,
+                dst_port: remote_port,
+            },
+            SaDirection::In => crate::NatT {
+                src_port: remote_port,
+                dst_port: local_port,
+            },
+        });
+        self
     }
 
     /// Hex key material (`encryption`, `integrity`: as in the key file) with `entry`; an
@@ -564,6 +585,7 @@ impl ExtraSa {
                 integrity: Zeroizing::new(i),
             },
             negotiated: false,
+            natt: None,
         })
     }
 
@@ -828,12 +850,23 @@ impl IpsecConfig {
                 }
             }
             if !t.nat_t {
-                for (f, set) in [
-                    ("remote_port", t.remote_port.is_some()),
-                    ("keepalive_s", t.keepalive_s.is_some()),
+                // A tunnel keyed by IKE may find a NAT (and then sends keepalives); its
+                // peer's port is IKE's to learn.
+                let ike = self.peers.iter().any(|c| c.tunnel == t.name);
+                for (f, set, why) in [
+                    (
+                        "remote_port",
+                        t.remote_port.is_some(),
+                        "applies only with nat_t = true",
+                    ),
+                    (
+                        "keepalive_s",
+                        t.keepalive_s.is_some() && !ike,
+                        "applies only with nat_t = true, or to a tunnel an [[ipsec.peer]] keys (once IKE finds a NAT)",
+                    ),
                 ] {
                     if set {
-                        p.push((at(f), "applies only with nat_t = true".into()));
+                        p.push((at(f), why.into()));
                     }
                 }
             }
@@ -1016,7 +1049,9 @@ impl IpsecConfig {
             // Reported by policy_sa_problems.
             _ => return None,
         };
-        if let Some(tc) = tc.filter(|tc| tc.nat_t) {
+        if let Some(n) = given.and_then(|x| x.natt) {
+            c.natt = Some(n);
+        } else if let Some(tc) = tc.filter(|tc| tc.nat_t) {
             c.natt = Some(match s.direction {
                 SaDirection::Out => crate::NatT {
                     src_port: crate::esp::NATT_PORT,
@@ -1445,6 +1480,44 @@ default = "protect"
     }
 
     #[test]
+    fn an_sa_ike_put_in_udp_goes_in_udp_on_a_tunnel_without_nat_t() {
+        let f = key_file(KEYS, 0o600);
+        let c = cfg(&f, "");
+        assert!(!c.tunnels[0].nat_t);
+        for (dir, natt) in [
+            (
+                SaDirection::Out,
+                crate::NatT {
+                    src_port: 4500,
+                    dst_port: 31000,
+                },
+            ),
+            (
+                SaDirection::In,
+                crate::NatT {
+                    src_port: 31000,
+                    dst_port: 4500,
+                },
+            ),
+        ] {
+            let x = ExtraSa::for_tunnel(
+                "ipsec0",
+                dir,
+                0x3001,
+                "aes-128-gcm".into(),
+                "none",
+                true,
+                &[7; 20],
+                &[],
+            );
+            let plain = c.plan_extra(&x, Some(0)).unwrap();
+            assert_eq!(plain.config.natt, None, "{dir:?}");
+            let p = c.plan_extra(&x.in_udp(4500, 31000), Some(0)).unwrap();
+            assert_eq!(p.config.natt, Some(natt), "{dir:?}");
+        }
+    }
+
+    #[test]
     fn keys_read_once_plan_again_without_the_file() {
         let f = key_file(KEYS, 0o600);
         let sas = "[[sa]]\ntunnel = \"ipsec0\"\ndirection = \"out\"\nspi = 0x1001\nencryption = \"aes-128-gcm\"\nkey = \"a\"\n";
@@ -1463,6 +1536,7 @@ default = "protect"
                 integrity: Zeroizing::new(Vec::new()),
             },
             negotiated: false,
+            natt: None,
         };
         let p = c
             .plan_keyed(&[], std::slice::from_ref(&extra), &keys)

@@ -104,6 +104,8 @@ pub struct SaView {
     pub dst: String,
     /// Whether the tunnel sends with it (outbound) .
     pub active: bool,
+    /// ESP in UDP (NAT traversal): its source and destination ports.
+    pub udp: Option<(u16, u16)>,
 }
 
 /// An installed SA and its counters.
@@ -888,6 +890,7 @@ struct Brief {
     replay_window: u32,
     ends: Option<(std::net::IpAddr, std::net::IpAddr)>,
     active: bool,
+    udp: Option<(u16, u16)>,
 }
 
 impl Brief {
@@ -907,6 +910,7 @@ impl Brief {
             src,
             dst,
             active: self.active,
+            udp: self.udp,
         }
     }
 }
@@ -929,6 +933,7 @@ fn view(c: &crate::sa::SaConfig, tunnel: Arc<str>) -> Brief {
         replay_window: c.replay_window,
         ends,
         active: false,
+        udp: c.natt.map(|n| (n.src_port, n.dst_port)),
     }
 }
 
