@@ -1477,6 +1477,25 @@ default = "protect"
                 .any(|(p, m)| p == "ipsec.tunnel[0].remote_port" && m.contains("only with nat_t")),
             "{e:?}"
         );
+        // keepalive_s too, unless IKE keys the tunnel (and may find a NAT).
+        c.tunnels[0].remote_port = None;
+        c.tunnels[0].keepalive_s = Some(1);
+        let keepalive =
+            |e: &[(String, String)]| e.iter().any(|(p, _)| p == "ipsec.tunnel[0].keepalive_s");
+        assert!(keepalive(&c.validate(&[])));
+        let mut c = cfg(
+            &f,
+            "[[peer]]
+name = \"gw2\"
+local = \"192.0.2.1\"
+remote = \"192.0.2.2\"
+psk = \"a\"
+tunnel = \"ipsec0\"
+",
+        );
+        c.tunnels[0].keepalive_s = Some(1);
+        let e = c.validate(&[]);
+        assert!(!keepalive(&e), "{e:?}");
     }
 
     #[test]
