@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use lab::{Guard, Lab, H2_V4};
 use serde_json::Value;
 
+pub mod ike;
 pub mod ipsec;
 
 /// The binary under test: the daemon and its CLI.

@@ -145,6 +145,8 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
             } else {
                 "config".into()
             },
+            udp_src_port: r.sa.udp.map(|u| u.0),
+            udp_dst_port: r.sa.udp.map(|u| u.1),
             packets: r.packets,
             bytes: r.bytes,
             sequence: r.sequence,

@@ -42,7 +42,7 @@
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
 //! | `ferrouter_ike_sas` | state=established/half_open | IKE SAs |
-//! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD, rekeys (`child_rekeys`, `ike_rekeys`, `ike_rekey_collisions`) |
+//! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD and dead peers (`dead_peers`), NAT keepalives, rekeys (`child_rekeys`, `ike_rekeys`, `ike_rekey_collisions`) |
 //! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
 //! | `ferrouter_ike_dropped_total` | reason | IKE messages dropped (malformed, integrity, bad_message_id, ...) |
 //! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy, action | packets that matched a security policy |

@@ -1040,6 +1040,13 @@ pub struct IpsecSaView {
     /// Packets refused, by reason (only the non-zero ones): replayed, integrity_failed,
     /// truncated, bad_padding, sequence_overflow, ...
     pub errors: std::collections::BTreeMap<String, u64>,
+    /// ESP in UDP (NAT traversal: the tunnel's `nat_t`, or a NAT IKE found): the outer
+    /// UDP source port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_src_port: Option<u16>,
+    /// And destination port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_dst_port: Option<u16>,
 }
 
 /// `GET /v1/nat`: NAT's rules with the sessions each opened, and each worker's table.

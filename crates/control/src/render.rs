@@ -326,7 +326,7 @@ fn sas(s: &mut String, v: &model::IpsecView) {
         };
         let _ = writeln!(
             s,
-            "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  {}{}",
+            "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  {}{}{}",
             a.tunnel,
             dir,
             format!("{:#x}", a.spi),
@@ -339,7 +339,11 @@ fn sas(s: &mut String, v: &model::IpsecView) {
             } else {
                 errors.join(" ")
             },
-            if a.esn { "  (esn)" } else { "" }
+            if a.esn { "  (esn)" } else { "" },
+            match (a.udp_src_port, a.udp_dst_port) {
+                (Some(f), Some(t)) => format!("  (udp {f}>{t})"),
+                _ => String::new(),
+            }
         );
     }
     let r = &v.reassembly;

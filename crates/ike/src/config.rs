@@ -112,6 +112,11 @@ pub struct PeerConfig {
     /// to 65535 with IPv6).
     #[serde(default = "default_fragment_size")]
     pub fragment_size: u32,
+    /// Retransmissions of a request before the peer is given up (default 5: sent again
+    /// after 1, 2, 4, 8 and 16 s, gone 32 s later; 1 to 10). With `dpd_s`, how soon a
+    /// dead peer is noticed: 2 retransmissions, 7 s after the first liveness check.
+    #[serde(default = "default_retransmit_tries")]
+    pub retransmit_tries: u32,
 }
 
 fn default_auth() -> String {
@@ -131,6 +136,11 @@ fn default_child_lifetime() -> u32 {
 fn default_dpd() -> u32 {
     30
 }
+fn default_retransmit_tries() -> u32 {
+    crate::engine::MAX_RETRANSMITS
+}
+/// The most `retransmit_tries` (the last wait is then 17 minutes).
+pub const MAX_RETRANSMIT_TRIES: u32 = 10;
 fn default_fragment_size() -> u32 {
     DEFAULT_FRAGMENT_SIZE as u32
 }
@@ -440,6 +450,8 @@ pub struct Peer {
     pub keepalive: Duration,
     /// The largest IP datagram of an encrypted IKE message, or of each of its fragments.
     pub fragment_size: usize,
+    /// Retransmissions of a request before the SA is given up.
+    pub retransmit_tries: u32,
 }
 
 impl PeerConfig {
@@ -564,6 +576,12 @@ impl PeerConfig {
                 if self.local.is_ipv4() { 4 } else { 6 }
             ));
         }
+        if !(1..=MAX_RETRANSMIT_TRIES).contains(&self.retransmit_tries) {
+            return Err(format!(
+                "retransmit_tries: {} is not between 1 and {MAX_RETRANSMIT_TRIES}",
+                self.retransmit_tries
+            ));
+        }
         if self.child_lifetime_s != 0 && self.child_lifetime_s < 10 {
             return Err(format!(
                 "child_lifetime_s: {} is below 10",
@@ -590,6 +608,7 @@ impl PeerConfig {
             encap: false,
             keepalive: Duration::from_secs(20),
             fragment_size: self.fragment_size as usize,
+            retransmit_tries: self.retransmit_tries,
         })
     }
 }
@@ -718,6 +737,20 @@ mod tests {
                 assert!(e.starts_with("ike_lifetime_s: "), "{e}");
             }
         }
+        for (tries, ok) in [
+            (0, false),
+            (1, true),
+            (MAX_RETRANSMIT_TRIES, true),
+            (11, false),
+        ] {
+            let mut d = c.clone();
+            d.retransmit_tries = tries;
+            let r = d.resolve(Some(b"0123456789abcdef"));
+            assert_eq!(r.is_ok(), ok, "{tries}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.starts_with("retransmit_tries: "), "{e}");
+            }
+        }
         for (size, ok) in [(575, false), (576, true), (65_535, true), (65_536, false)] {
             let mut d = c.clone();
             d.fragment_size = size;
@@ -760,6 +793,7 @@ mod tests {
             child_lifetime_s: 3_600,
             dpd_s: 30,
             fragment_size: 1280,
+            retransmit_tries: 5,
         }
     }
 }

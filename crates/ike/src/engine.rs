@@ -28,7 +28,8 @@ use crate::wire::{
     Transform,
 };
 
-/// Retransmissions of a request before the SA is given up (1 + 5 sends: 1, 2, 4, 8, 16 s).
+/// Retransmissions of a request before the SA is given up (1 + 5 sends: 1, 2, 4, 8, 16 s),
+/// by default: a peer's `retransmit_tries`.
 pub const MAX_RETRANSMITS: u32 = 5;
 /// The first retransmission timeout; doubled each time.
 pub const RETRANSMIT_BASE: Duration = Duration::from_secs(1);
@@ -154,6 +155,10 @@ pub struct Counters {
     pub invalid_ke_sent: u64,
     pub invalid_ke_retried: u64,
     pub dpd_sent: u64,
+    /// Established IKE SAs whose peer answered none of a request's retransmissions (a
+    /// liveness check, most often): removed with their child SAs (also counted in
+    /// `failed.timeout`).
+    pub dead_peers: u64,
     pub deletes_received: u64,
     /// IKE SAs that found a NAT between the peers (or forced encapsulation) and moved to
     /// port 4500.
@@ -1659,6 +1664,7 @@ impl Engine {
         sa.frag = frag;
         if nat {
             self.counters.nat_detected += 1;
+            tracing::debug!(%remote, "IKE: a NAT is between us and the initiator (or encapsulation forced): ESP will go in UDP");
         }
         self.insert_sa(spi_r, sa, now);
         self.by_init.insert((remote, h.spi_i), spi_r);
@@ -1805,8 +1811,8 @@ impl Engine {
         // NAT detection (§2.23): with a NAT between (or encapsulation forced), IKE_AUTH
         // and everything after go to port 4500.
         if let Some(found) = nat_found(ps, sa.spi_i, spi_r, &sa.remote, &sa.local) {
-            if found && !peer.encap {
-                tracing::info!(peer = peer.name, tunnel = peer.tunnel, "IKE: a NAT is between the peers: IKE moves to port 4500 and the child SAs' ESP goes in UDP");
+            if found {
+                tracing::info!(peer = peer.name, tunnel = peer.tunnel, remote = %sa.remote, "IKE: a NAT is between the peers: IKE moves to port 4500, ESP goes in UDP");
             }
             if found || peer.encap {
                 sa.nat = true;
@@ -2982,9 +2988,13 @@ impl Engine {
             let Some(sa) = self.sas.get_mut(&spi) else {
                 continue;
             };
+            let tries = sa
+                .peer
+                .as_ref()
+                .map_or(MAX_RETRANSMITS, |p| p.retransmit_tries);
             if let Some(p) = &mut sa.pending {
                 if now.saturating_duration_since(p.sent) >= p.wait() {
-                    if p.tries >= MAX_RETRANSMITS {
+                    if p.tries >= tries {
                         dead.push(spi);
                     } else {
                         p.tries += 1;
@@ -3050,8 +3060,13 @@ impl Engine {
                     self.remove_sa(spi, out);
                     continue;
                 }
-                if sa.state != State::HalfOpen {
-                    tracing::warn!(peer = sa.peer_name(), remote = %sa.remote, "IKE: no answer from the peer after {MAX_RETRANSMITS} retransmissions: SA gone");
+                if sa.state == State::Established {
+                    // Its liveness check (or any request) unanswered: a dead peer.
+                    tracing::warn!(peer = sa.peer_name(), remote = %sa.remote, children = sa.children.len(), "IKE: dead peer: no answer after {} retransmissions; the IKE SA and its child SAs are removed", sa.pending.as_ref().map_or(0, |p| p.tries));
+                    self.counters.dead_peers += 1;
+                    self.counters.failed.timeout += 1;
+                } else if sa.state != State::HalfOpen {
+                    tracing::warn!(peer = sa.peer_name(), remote = %sa.remote, "IKE: no answer from the peer after {} retransmissions: SA gone", sa.pending.as_ref().map_or(0, |p| p.tries));
                     self.counters.failed.timeout += 1;
                 }
             }

@@ -983,12 +983,23 @@ impl IpsecConfig {
                 }
             }
             if !t.nat_t {
-                for (f, set) in [
-                    ("remote_port", t.remote_port.is_some()),
-                    ("keepalive_s", t.keepalive_s.is_some()),
+                // A tunnel keyed by IKE may find a NAT (and then sends keepalives); its
+                // peer's port is IKE's to learn.
+                let ike = self.peers.iter().any(|c| c.tunnel == t.name);
+                for (f, set, why) in [
+                    (
+                        "remote_port",
+                        t.remote_port.is_some(),
+                        "applies only with nat_t = true",
+                    ),
+                    (
+                        "keepalive_s",
+                        t.keepalive_s.is_some() && !ike,
+                        "applies only with nat_t = true, or to a tunnel an [[ipsec.peer]] keys (once IKE finds a NAT)",
+                    ),
                 ] {
                     if set {
-                        p.push((at(f), "applies only with nat_t = true".into()));
+                        p.push((at(f), why.into()));
                     }
                 }
             }
@@ -1648,6 +1659,65 @@ default = "protect"
                 .any(|(p, m)| p == "ipsec.tunnel[0].remote_port" && m.contains("only with nat_t")),
             "{e:?}"
         );
+        // keepalive_s too, unless IKE keys the tunnel (and may find a NAT).
+        c.tunnels[0].remote_port = None;
+        c.tunnels[0].keepalive_s = Some(1);
+        let keepalive =
+            |e: &[(String, String)]| e.iter().any(|(p, _)| p == "ipsec.tunnel[0].keepalive_s");
+        assert!(keepalive(&c.validate(&[])));
+        let mut c = cfg(
+            &f,
+            "[[peer]]
+name = \"gw2\"
+local = \"192.0.2.1\"
+remote = \"192.0.2.2\"
+psk = \"a\"
+tunnel = \"ipsec0\"
+",
+        );
+        c.tunnels[0].keepalive_s = Some(1);
+        let e = c.validate(&[]);
+        assert!(!keepalive(&e), "{e:?}");
+    }
+
+    #[test]
+    fn an_sa_ike_put_in_udp_goes_in_udp_on_a_tunnel_without_nat_t() {
+        let f = key_file(KEYS, 0o600);
+        let c = cfg(&f, "");
+        assert!(!c.tunnels[0].nat_t);
+        for (dir, natt) in [
+            (
+                SaDirection::Out,
+                crate::NatT {
+                    src_port: 4500,
+                    dst_port: 31000,
+                },
+            ),
+            (
+                SaDirection::In,
+                crate::NatT {
+                    src_port: 31000,
+                    dst_port: 4500,
+                },
+            ),
+        ] {
+            let x = ExtraSa::for_tunnel(
+                "ipsec0",
+                dir,
+                0x3001,
+                "aes-128-gcm".into(),
+                "none",
+                true,
+                &[7; 20],
+                &[],
+            );
+            let plain = c.plan_extra(&x, Some(0)).unwrap();
+            assert_eq!(plain.config.natt, None, "{dir:?}");
+            let mut x = x;
+            x.entry.remote_port = Some(31000);
+            let p = c.plan_extra(&x, Some(0)).unwrap();
+            assert_eq!(p.config.natt, Some(natt), "{dir:?}");
+        }
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub struct SaView {
     pub dst: String,
     /// Whether the tunnel sends with it (outbound) .
     pub active: bool,
+    /// ESP in UDP (NAT traversal): its source and destination ports.
+    pub udp: Option<(u16, u16)>,
 }
 
 /// An installed SA and its counters.
@@ -447,7 +449,8 @@ fn chosen_key(i: &Installed) -> (u32, std::net::IpAddr, u16) {
         .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |e| {
             e.1
         });
-    (i.view.spi, peer, i.view.peer_port)
+    // Outbound: its destination port is the peer's.
+    (i.view.spi, peer, i.view.udp.map_or(0, |u| u.1))
 }
 
 /// An outbound SA's key, as the sequence numbers are kept by: a SHA-256 of its keys under
@@ -954,9 +957,8 @@ struct Brief {
     esn: bool,
     replay_window: u32,
     ends: Option<(std::net::IpAddr, std::net::IpAddr)>,
-    /// With NAT-T: the peer's UDP port (else 0).
-    peer_port: u16,
     active: bool,
+    udp: Option<(u16, u16)>,
 }
 
 impl Brief {
@@ -976,6 +978,7 @@ impl Brief {
             src,
             dst,
             active: self.active,
+            udp: self.udp,
         }
     }
 }
@@ -997,11 +1000,8 @@ fn view(c: &crate::sa::SaConfig, tunnel: Arc<str>) -> Brief {
         esn: c.esn,
         replay_window: c.replay_window,
         ends,
-        peer_port: c.natt.map_or(0, |n| match c.direction {
-            Direction::Inbound => n.src_port,
-            Direction::Outbound => n.dst_port,
-        }),
         active: false,
+        udp: c.natt.map(|n| (n.src_port, n.dst_port)),
     }
 }
 

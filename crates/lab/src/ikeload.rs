@@ -74,6 +74,23 @@ pub struct LoadOptions {
     pub traffic: usize,
 }
 
+/// What an IKE_SA_INIT flood ([`Generator::flood`]) got back.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FloodReport {
+    /// IKE_SA_INIT requests sent.
+    pub sent: u64,
+    /// Answered with a COOKIE (§2.6): the responder kept no state.
+    pub cookies: u64,
+    /// Answered with the responder's SA, KE and nonce: an SA half-open on its side.
+    pub half_open: u64,
+    /// Answered with another notification (NO_PROPOSAL_CHOSEN, INVALID_KE_PAYLOAD, ...).
+    pub refused: u64,
+    /// Datagrams that were none of those.
+    pub other: u64,
+    /// From the first send to the end of listening.
+    pub seconds: f64,
+}
+
 /// CERT payload encoding: an X.509 certificate, signature (RFC 7296 §3.6).
 const CERT_X509: u8 = 4;
 
@@ -1091,6 +1108,86 @@ impl Generator {
         }
         self.report.generator_cpu_s = thread_cpu_s() - cpu0;
         &self.report
+    }
+
+    /// An IKE_SA_INIT flood (issue 27, item 6): every initiator sends its IKE_SA_INIT
+    /// once, at `rate` per second (`None`: at once), and goes no further, as from a spoofed
+    /// address: a COOKIE answer is not echoed, an SA answer is left half-open, nothing is
+    /// sent again. Listens `linger` after the last send; what came back is counted.
+    pub fn flood(&mut self, rate: Option<f64>, linger: Duration) -> FloodReport {
+        let t0 = Instant::now();
+        let mut r = FloodReport::default();
+        let mut last_send = t0;
+        let mut next = 0usize;
+        loop {
+            let now = Instant::now();
+            while next < self.o.tunnels {
+                if let Some(rate) = rate {
+                    if now < t0 + Duration::from_secs_f64(next as f64 / rate) {
+                        break;
+                    }
+                }
+                self.send_init(next, now);
+                self.inis[next].st = St::Done;
+                r.sent += 1;
+                next += 1;
+                last_send = Instant::now();
+            }
+            if next >= self.o.tunnels && last_send.elapsed() >= linger {
+                break;
+            }
+            self.flood_receive(Duration::from_millis(2), &mut r);
+        }
+        r.seconds = t0.elapsed().as_secs_f64();
+        r
+    }
+
+    /// [`Generator::flood`]'s answers: counted by kind, nothing sent.
+    fn flood_receive(&mut self, wait: Duration, r: &mut FloodReport) {
+        let mut fds: Vec<libc::pollfd> = self
+            .socks
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: fds is a valid array of fds.len() pollfd structs for the call's duration.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as libc::c_int,
+            )
+        };
+        if n <= 0 {
+            return;
+        }
+        for (s, fd) in fds.iter().enumerate() {
+            if fd.revents == 0 {
+                continue;
+            }
+            while let Ok(len) = self.socks[s].recv(&mut self.buf) {
+                let Ok(msg) = wire::parse(&self.buf[..len]) else {
+                    r.other += 1;
+                    continue;
+                };
+                let h = msg.header;
+                if h.exchange != exchange::IKE_SA_INIT
+                    || !h.is_response()
+                    || !self.by_spi.contains_key(&h.spi_i)
+                {
+                    r.other += 1;
+                } else if wire::find_notify(&msg.payloads, notify::COOKIE).is_some() {
+                    r.cookies += 1;
+                } else if msg.payloads.iter().any(|p| matches!(p, Payload::Sa(_))) {
+                    r.half_open += 1;
+                } else {
+                    r.refused += 1;
+                }
+            }
+        }
     }
 
     /// Tunnels up now (not deleted by the responder).

@@ -13,6 +13,15 @@
 //! encrypted only. The WAN link is a Linux bridge in its own namespace (`{p}-wire`, port
 //! `to-gw1` and `to-gw2`): a place to watch the wire with tcpdump, which the gateways'
 //! AF_XDP ports bypass.
+//!
+//! With [`IpsecLab::nat`] one gateway is behind a Linux NAT (`{p}-nat`, nftables
+//! `masquerade random`: ports are mapped to others), which takes its public address on
+//! the wire; the gateway has a private one:
+//!
+//! ```text
+//! [gwN] wan ──── in [nat] out ═══ [wire] ═══ ... the other gateway
+//! 172.16.0.N   172.16.0.254  192.0.2.N
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -64,7 +73,14 @@ pub struct IpsecLab {
     /// The tunnel keyed by IKE (`[[ipsec.peer]]`, a PSK) instead of `[[ipsec.sa]]`: gw1
     /// initiates, gw2 responds; identities `gw1.lab` and `gw2.lab`.
     pub ike: bool,
+    /// Gateway 1 or 2 behind a NAT (IPv4 outer only): [`IpsecLab::wan`] is then its
+    /// private address, [`IpsecLab::public`] the NAT's. For tunnels keyed by IKE (which
+    /// finds the NAT), or with `nat_t`; ferrouter's tunnel gets `keepalive_s = 1`.
+    pub nat: Option<u8>,
 }
+
+/// The private prefix behind the NAT (`172.16.0.N` for gateway N, `.254` the NAT).
+pub const NAT_INSIDE: &str = "172.16.0";
 
 /// The IKE lab's pre-shared key (both gateways', and strongSwan's in the interop tests).
 pub const IKE_PSK: &str = "ferrouter-lab ike psk, 32 bytes!";
@@ -92,6 +108,7 @@ impl IpsecLab {
             config_sas: true,
             policy: false,
             ike: false,
+            nat: None,
         }
     }
     /// Namespace of h1.
@@ -130,8 +147,21 @@ impl IpsecLab {
     pub fn pid_file(&self, n: u8) -> PathBuf {
         self.dir.join(format!("gw{n}.pid"))
     }
-    /// Gateway `n`'s WAN address (the tunnel's outer address).
+    /// Namespace of the NAT in front of a gateway ([`IpsecLab::nat`]).
+    pub fn nat_ns(&self) -> String {
+        format!("{}-nat", self.prefix)
+    }
+    /// Gateway `n`'s WAN address (its end of the tunnel): behind the NAT, its private
+    /// one.
     pub fn wan(&self, n: u8) -> String {
+        if self.nat == Some(n) {
+            return format!("{NAT_INSIDE}.{n}");
+        }
+        self.public(n)
+    }
+    /// The address the other gateway reaches gateway `n` at (the tunnel's remote end):
+    /// its WAN address, or the NAT's in front of it.
+    pub fn public(&self, n: u8) -> String {
         if self.outer_v6 {
             format!("2001:db8:ff::{n}")
         } else {
@@ -141,7 +171,14 @@ impl IpsecLab {
 
     /// Which of the lab's namespaces exist.
     pub fn existing(&self) -> Vec<String> {
-        existing_namespaces(&[self.h1(), self.h2(), self.gw(1), self.gw(2), self.wire()])
+        existing_namespaces(&[
+            self.h1(),
+            self.h2(),
+            self.gw(1),
+            self.gw(2),
+            self.wire(),
+            self.nat_ns(),
+        ])
     }
 
     /// Run a command in namespace `ns`, whatever its exit status.
@@ -229,16 +266,23 @@ impl IpsecLab {
              \n[[interface]]\nname = \"ipsec0\"\naddresses = [\"10.255.0.{n}/30\", \"fd00:ff::{n}/64\"]\n\
              \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"10.255.0.{other}\"]\n\
              \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"fd00:ff::{other}\"]\n\
-             \n[ipsec]\nkey_file = \"{keys}\"\n\n[[ipsec.tunnel]]\nname = \"ipsec0\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n{natt}{out}{inb}{extra}",
+             {nat_route}\n[ipsec]\nkey_file = \"{keys}\"\n\n[[ipsec.tunnel]]\nname = \"ipsec0\"\nlocal = \"{local}\"\nremote = \"{remote}\"\n{natt}{out}{inb}{extra}",
             sock = self.socket(n).display(),
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
             w = self.workers.max(1),
             keys = self.key_file(n).display(),
             local = self.wan(n),
-            remote = self.wan(other),
+            remote = self.public(other),
+            nat_route = if self.nat == Some(n) {
+                format!("\n[[route]]\nprefix = \"192.0.2.0/24\"\nvia = [\"{NAT_INSIDE}.254\"]\n")
+            } else {
+                String::new()
+            },
             natt = if self.nat_t {
                 "nat_t = true\nkeepalive_s = 1\n"
+            } else if self.nat.is_some() {
+                "keepalive_s = 1\n"
             } else {
                 ""
             },
@@ -263,7 +307,7 @@ impl IpsecLab {
         format!(
             "\n[[ipsec.peer]]\nname = \"gw{other}\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw{n}.lab\"\nremote_id = \"gw{other}.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"{}\"\ndpd_s = 2\n",
             self.wan(n),
-            self.wan(other),
+            self.public(other),
             if n == 1 { "initiate" } else { "respond" }
         )
     }
@@ -417,17 +461,33 @@ impl IpsecLab {
     /// created in a namespace that already exists (h1's and h2's `eth0`, or a tester's
     /// ports), left down and without addresses.
     pub fn build_wan(&self, lans: [(&str, &str); 2]) -> Result<()> {
-        let (g1, g2, w) = (self.gw(1), self.gw(2), self.wire());
+        let (g1, g2, w, nat) = (self.gw(1), self.gw(2), self.wire(), self.nat_ns());
+        if let Some(n) = self.nat {
+            if !(1..=2).contains(&n) || self.outer_v6 || self.policy {
+                bail!("lab {}: a NAT goes in front of gateway 1 or 2, with an IPv4 outer header and a tunnel interface (nat = {n}, outer_v6 = {}, policy = {})", self.prefix, self.outer_v6, self.policy);
+            }
+        }
         for ns in [&g1, &g2, &w] {
             self.add_namespace(ns)?;
         }
+        if self.nat.is_some() {
+            self.add_namespace(&nat)?;
+        }
         #[rustfmt::skip]
-        let links = [
+        let mut links = vec![
             (lans[0].0, lans[0].1, g1.as_str(), "lan"),
             (g1.as_str(), "wan", w.as_str(), "to-gw1"),
             (g2.as_str(), "wan", w.as_str(), "to-gw2"),
             (g2.as_str(), "lan", lans[1].0, lans[1].1),
         ];
+        // Behind the NAT: the gateway's WAN to the NAT's inside, the NAT's outside to the
+        // wire in its place.
+        let behind = self.nat.map(|n| (self.gw(n), format!("to-gw{n}")));
+        if let Some((gw, port)) = &behind {
+            links.retain(|l| !(l.0 == gw.as_str() && l.1 == "wan"));
+            links.push((gw.as_str(), "wan", nat.as_str(), "in"));
+            links.push((nat.as_str(), "out", w.as_str(), port.as_str()));
+        }
         let q = self.workers.max(1).to_string();
         for (a, an, b, bn) in links {
             #[rustfmt::skip]
@@ -451,11 +511,78 @@ impl IpsecLab {
             (&g2, "lan", "10.2.0.1/24", "2001:db8:a2::1/64"),
         ];
         for (ns, dev, v4, v6) in addrs {
+            if let Some(n) = self.nat.filter(|&n| *ns == self.gw(n) && dev == "wan") {
+                // Behind the NAT: its private address (IPv4 only).
+                self.ip(
+                    ns,
+                    &["addr", "add", &format!("{NAT_INSIDE}.{n}/24"), "dev", dev],
+                )?;
+                self.ip(ns, &["link", "set", dev, "up"])?;
+                continue;
+            }
             self.ip(ns, &["addr", "add", v4, "dev", dev])?;
             self.ip(ns, &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
             self.ip(ns, &["link", "set", dev, "up"])?;
         }
+        if let Some(n) = self.nat {
+            self.build_nat(n)?;
+        }
         Ok(())
+    }
+
+    /// The NAT in front of gateway `n`: its inside and outside addresses, forwarding,
+    /// nftables masquerading what leaves by `out` (to random ports), and the gateway's
+    /// (kernel's) route to the WAN through it.
+    fn build_nat(&self, n: u8) -> Result<()> {
+        let nat = self.nat_ns();
+        self.ip(
+            &nat,
+            &["addr", "add", &format!("{NAT_INSIDE}.254/24"), "dev", "in"],
+        )?;
+        self.ip(
+            &nat,
+            &["addr", "add", &format!("192.0.2.{n}/24"), "dev", "out"],
+        )?;
+        for dev in ["in", "out"] {
+            self.ip(&nat, &["link", "set", dev, "up"])?;
+        }
+        let o = self.exec(&nat, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        if !o.status.success() {
+            bail!(
+                "{nat}: sysctl net.ipv4.ip_forward=1: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let rules = self.dir.join("nat.nft");
+        std::fs::write(
+            &rules,
+            "table ip nat {
+  chain post {
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname \"out\" masquerade random
+  }
+}
+",
+        )
+        .with_context(|| format!("writing {}", rules.display()))?;
+        let o = self.exec(&nat, &["nft", "-f", &rules.display().to_string()])?;
+        if !o.status.success() {
+            bail!(
+                "{nat}: nft -f {} (Debian nftables): {}",
+                rules.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        self.ip(
+            &self.gw(n),
+            &[
+                "route",
+                "add",
+                "192.0.2.0/24",
+                "via",
+                &format!("{NAT_INSIDE}.254"),
+            ],
+        )
     }
 
     /// Write gateway `n`'s key file (mode 0600) and config (with `extra`).

@@ -26,6 +26,7 @@ fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
         child_lifetime_s: 0,
         dpd_s: 30,
         fragment_size: 1280,
+        retransmit_tries: 5,
     }
     .resolve(Some(PSK))
     .unwrap()
@@ -292,6 +293,48 @@ fn dead_peer_is_noticed() {
 }
 
 #[test]
+fn dead_peer_is_noticed_after_its_retransmit_tries_and_an_initiator_starts_again() {
+    let mut a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    for x in [&mut a, &mut b] {
+        x.dpd = Some(Duration::from_secs(2));
+        x.retransmit_tries = 2;
+    }
+    let b_peer = b.clone();
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!(p.a.established(), 1);
+    // b dies without a word: a checks after 2 s of silence, sends again after 1 and 2
+    // more seconds, and gives up 4 s after that: 9 s.
+    p.b = Engine::new(vec![]);
+    let t0 = p.now;
+    while p.a_down == 0 {
+        p.tick(Duration::from_millis(100));
+        assert!(p.now - t0 <= Duration::from_millis(9300), "not noticed");
+    }
+    assert!(p.now - t0 >= Duration::from_secs(9), "{:?}", p.now - t0);
+    assert_eq!(p.a.counters.dpd_sent, 1);
+    assert_eq!(p.a.counters.retransmitted, 2);
+    assert_eq!(p.a.counters.dead_peers, 1);
+    assert_eq!(p.a.counters.failed.timeout, 1);
+    assert_eq!((p.a.established(), p.a.child_sas()), (0, 0));
+    // b comes back: a (initiating) sets the SA up again, RETRY_AFTER later.
+    p.b = Engine::new(vec![b_peer]);
+    let t1 = p.now;
+    while p.a.established() == 0 {
+        p.tick(Duration::from_millis(100));
+        assert!(
+            p.now - t1 <= RETRY_AFTER + Duration::from_secs(1),
+            "not again"
+        );
+    }
+    assert_eq!(p.a.child_sas(), 1);
+    assert_eq!(p.a.counters.dead_peers, 1);
+}
+
+#[test]
 fn cookies_when_many_half_open() {
     let a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
     let b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
@@ -445,6 +488,88 @@ fn forced_encapsulation_moves_to_port_4500_with_keepalives() {
 }
 
 #[test]
+fn a_nat_found_moves_ike_to_4500_and_esp_in_udp_to_the_port_the_nat_mapped() {
+    // a behind a NAT (10.0.0.1, seen as 192.0.2.1 from ports 40500 and 44500), nothing
+    // forced on either side.
+    let a = peer("b", "10.0.0.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    // a's identity is its own (private) address.
+    b.remote_id = a.local_id.clone();
+    let mut p = Pair::new(a, b);
+    let public = |port: u16| SocketAddr::new("192.0.2.1".parse().unwrap(), port + 40_000);
+    let private = |port: u16| SocketAddr::new("10.0.0.1".parse().unwrap(), port);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    let mut seen_by_b = vec![];
+    let mut from_a = ev;
+    for _ in 0..10 {
+        let mut next_b = vec![];
+        for e in from_a.drain(..) {
+            match e {
+                Event::Send {
+                    local,
+                    remote,
+                    data,
+                } => {
+                    assert_eq!(local.ip(), private(0).ip());
+                    seen_by_b.push((public(local.port()), remote));
+                    p.b.handle(p.now, remote, public(local.port()), &data, &mut next_b);
+                }
+                Event::ChildUp(c) => p.a_children.push(c),
+                _ => {}
+            }
+        }
+        let mut next_a = vec![];
+        for e in next_b {
+            match e {
+                Event::Send {
+                    local,
+                    remote,
+                    data,
+                } => {
+                    // Back through the NAT's mapping only.
+                    assert_eq!(remote.ip(), public(0).ip());
+                    let to = private(remote.port() - 40_000);
+                    p.a.handle(p.now, to, local, &data, &mut next_a);
+                }
+                Event::ChildUp(c) => p.b_children.push(c),
+                _ => {}
+            }
+        }
+        from_a = next_a;
+        if from_a.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        seen_by_b
+            .iter()
+            .map(|(f, t)| (f.port(), t.port()))
+            .collect::<Vec<_>>(),
+        vec![(40_500, 500), (44_500, NATT_PORT)]
+    );
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    assert_eq!(
+        (p.a.counters.nat_detected, p.b.counters.nat_detected),
+        (1, 1)
+    );
+    // ESP in UDP: a from 4500 to 4500, b to the port a's 4500 is mapped to.
+    assert_eq!(p.a_children[0].udp_encap, Some((NATT_PORT, NATT_PORT)));
+    assert_eq!(p.b_children[0].udp_encap, Some((NATT_PORT, 44_500)));
+    // Both keep the mapping open from their port 4500.
+    p.now += Duration::from_secs(21);
+    for e in [&mut p.a, &mut p.b] {
+        let mut ev = vec![];
+        e.tick(p.now, &mut ev);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Keepalive { local, .. } if local.port() == NATT_PORT)),
+            "{ev:?}"
+        );
+    }
+}
+
+#[test]
 fn no_nat_stays_on_500() {
     let p = establish(&[], &[]);
     assert_eq!(p.a.counters.nat_detected, 0);
@@ -510,6 +635,7 @@ fn cert_config(
         child_lifetime_s: 0,
         dpd_s: 30,
         fragment_size: 1280,
+        retransmit_tries: 5,
     }
 }
 
