@@ -183,6 +183,29 @@ fn a_rule_classifies_by_port_and_the_vlan_tag_carries_the_classs_priority() {
     let ef_n = ef["enqueued"].as_u64().unwrap();
     assert!((30..60).contains(&ef_n), "EF queued {ef_n}: {q}");
     assert!(be["enqueued"].as_u64().unwrap() >= 30, "{q}");
+
+    // Each rule counted on r1 exactly the datagrams it matched: 20 over IPv4 (128 IP
+    // bytes each), 10 over IPv6 (148); in `show qos` and in /metrics too.
+    let rules = q["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["interface"] == "r1")
+        .map(|i| i["rules"].clone())
+        .unwrap_or_else(|| panic!("r1's rules: {q}"));
+    let counted = |k: usize| (rules[k]["packets"].as_u64(), rules[k]["bytes"].as_u64());
+    assert_eq!(counted(0), (Some(20), Some(20 * 128)), "{q}");
+    assert_eq!(counted(1), (Some(10), Some(10 * 148)), "{q}");
+    let text = cli(lab, &["show", "qos"]).1;
+    assert!(text.contains("input r1 (policy edge)"), "{text}");
+    let c = control::client::Client::new(control::client::Endpoint::Unix(lab.socket()));
+    let m = String::from_utf8_lossy(&c.call("GET", "/metrics", None).unwrap().body).into_owned();
+    assert!(
+        m.contains(
+            "ferrouter_qos_rule_packets_total{interface=\"r1\",policy=\"edge\",rule=\"1\",class=\"ef\"} 20"
+        ),
+        "{m}"
+    );
 }
 
 /// Frames tagged VLAN 100 with priority 6 (and, as many, priority 3), unmarked, from the

@@ -233,7 +233,8 @@ pub struct WorkerCounters {
 }
 
 impl WorkerCounters {
-    fn new(slots: usize) -> WorkerCounters {
+    /// Counters for `slots` slots, at zero.
+    pub fn new(slots: usize) -> WorkerCounters {
         // Two cells per slot, and a cache line of padding so workers' blocks never share
         // one.
         WorkerCounters {
@@ -248,9 +249,17 @@ impl WorkerCounters {
             b.store(b.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
         }
     }
-    fn get(&self, slot: usize) -> (u64, u64) {
+    /// (packets, bytes) counted at `slot` (0 for a slot it does not have).
+    pub fn get(&self, slot: usize) -> (u64, u64) {
         let g = |i: usize| self.cells.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
         (g(slot * 2), g(slot * 2 + 1))
+    }
+    /// (packets, bytes) at `slot`, summed over the workers' counters.
+    pub fn sum(workers: &[WorkerCounters], slot: usize) -> (u64, u64) {
+        workers.iter().fold((0, 0), |(p, b), w| {
+            let (x, y) = w.get(slot);
+            (p + x, b + y)
+        })
     }
 }
 
@@ -394,12 +403,7 @@ impl RuleSet {
 
     /// Filter `f`'s counters, summed over the workers.
     pub fn counts(&self, f: &CompiledFilter) -> Counts {
-        let sum = |slot: usize| {
-            self.counters.iter().fold((0, 0), |(p, b), w| {
-                let (x, y) = w.get(slot);
-                (p + x, b + y)
-            })
-        };
+        let sum = |slot: usize| WorkerCounters::sum(&self.counters, slot);
         Counts {
             rules: (0..f.rules.len())
                 .map(|i| sum(f.counter_base + i))

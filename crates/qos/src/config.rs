@@ -783,8 +783,10 @@ impl QosConfig {
                     }
                 }
                 c.input[idx] = Some(InputPolicy {
+                    policy: pn.clone(),
                     trusted: f.trusted,
                     rules: rules.map(Arc::new),
+                    rule_counts: None,
                     by_dscp: sched.by_dscp,
                     named,
                     by_pcp,

@@ -26,6 +26,7 @@ use crate::classify::{
 };
 use crate::config::{Compiled, QosConfig, NO_PCP};
 use crate::policer::{Colour, Policer};
+use crate::rules::RuleCounters;
 use crate::sched::{QueueStats, Rates, SchedSpec, Scheduler};
 
 /// The IPv4 input node.
@@ -83,6 +84,7 @@ pub struct QosShared {
     /// The workers' ends, taken by [`QosShared::egress`].
     worker_ends: Mutex<Vec<Option<WorkerSide>>>,
     state: Mutex<ControlState>,
+    workers_n: usize,
 }
 
 #[derive(Default)]
@@ -110,6 +112,7 @@ impl QosShared {
             workers: Mutex::new(ctl),
             worker_ends: Mutex::new(wrk),
             state: Mutex::new(ControlState::default()),
+            workers_n: workers,
         })
     }
 
@@ -157,7 +160,29 @@ impl QosShared {
             .state
             .lock()
             .map_err(|_| "QoS state poisoned".to_string())?;
-        let compiled = cfg.compile(interfaces, ports, &st.compiled, now_ns)?;
+        let mut compiled = cfg.compile(interfaces, ports, &st.compiled, now_ns)?;
+        // Rule counters: an interface whose input policy and rules did not change keeps
+        // its counts.
+        for (idx, p) in compiled.input.iter_mut().enumerate() {
+            let (Some(p), Some(name)) = (p, interfaces.get(idx)) else {
+                continue;
+            };
+            let Some(rules) = &p.rules else {
+                continue;
+            };
+            let old = st
+                .names
+                .iter()
+                .position(|n| n == name)
+                .and_then(|o| st.compiled.input.get(o)?.as_ref());
+            let kept = old
+                .filter(|o| o.policy == p.policy)
+                .filter(|o| o.rules.as_ref().is_some_and(|r| r.source == rules.source))
+                .and_then(|o| o.rule_counts.clone());
+            p.rule_counts = Some(kept.unwrap_or_else(|| {
+                Arc::new(RuleCounters::new(self.workers_n, rules.source.len()))
+            }));
+        }
         let mut workers = self
             .workers
             .lock()
@@ -273,7 +298,44 @@ impl QosShared {
                 })
             })
             .collect();
-        View { policers, ports }
+        let inputs = st
+            .compiled
+            .input
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = p.as_ref()?;
+                let rules = p.rules.as_ref()?;
+                let counts = p
+                    .rule_counts
+                    .as_ref()
+                    .map(|c| c.counts())
+                    .unwrap_or_default();
+                Some(InputView {
+                    interface: st.names.get(i).cloned().unwrap_or_default(),
+                    policy: p.policy.clone(),
+                    rules: rules
+                        .source
+                        .iter()
+                        .enumerate()
+                        .map(|(j, r)| {
+                            let (packets, bytes) = counts.get(j).copied().unwrap_or_default();
+                            RuleView {
+                                class: r.class.clone(),
+                                matches: r.describe(),
+                                packets,
+                                bytes,
+                            }
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        View {
+            policers,
+            ports,
+            inputs,
+        }
     }
 }
 
@@ -284,6 +346,32 @@ pub struct View {
     pub policers: Vec<PolicerView>,
     /// The scheduled ports.
     pub ports: Vec<PortView>,
+    /// The interfaces whose input policy has rules.
+    pub inputs: Vec<InputView>,
+}
+
+/// An interface's input policy and what its rules matched there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputView {
+    /// The interface.
+    pub interface: String,
+    /// Its input policy.
+    pub policy: String,
+    /// The policy's rules, in order.
+    pub rules: Vec<RuleView>,
+}
+
+/// A classifier rule and what it matched on one interface, summed over the workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleView {
+    /// Its class.
+    pub class: String,
+    /// Its matches (`src 10.1.0.0/16 protocol udp dport 5060`).
+    pub matches: String,
+    /// Packets it matched.
+    pub packets: u64,
+    /// Their bytes (IP length).
+    pub bytes: u64,
 }
 
 /// A policer and its colour counts.
@@ -398,9 +486,10 @@ impl Feature for QosInFeature {
         }
     }
 
-    fn node(&self, _worker: usize) -> Box<dyn FeatureNode> {
+    fn node(&self, worker: usize) -> Box<dyn FeatureNode> {
         Box::new(InNode {
             v6: self.v6,
+            worker,
             shared: self.shared.clone(),
         })
     }
@@ -413,6 +502,7 @@ impl Feature for QosInFeature {
 
 struct InNode {
     v6: bool,
+    worker: usize,
     shared: Arc<QosShared>,
 }
 
@@ -441,8 +531,11 @@ impl FeatureNode for InNode {
             let by_rule = policy
                 .rules
                 .as_deref()
-                .and_then(|r| r.class_of_frame(frame, at, self.v6));
-            let class = by_rule.unwrap_or_else(|| {
+                .and_then(|r| r.rule_of_frame(frame, at, self.v6));
+            if let (Some(hit), Some(c)) = (by_rule, &policy.rule_counts) {
+                c.add(self.worker, hit.rule, len);
+            }
+            let class = by_rule.map(|h| h.class).unwrap_or_else(|| {
                 let pcp = if policy.by_pcp_used() {
                     frame
                         .get(p.off as usize..)

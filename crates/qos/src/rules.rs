@@ -17,6 +17,7 @@ use std::ops::RangeInclusive;
 
 use firewall::classify::{key_v4, key_v6, Classifier, Match, Options, Rule, DIMS};
 use firewall::config::{parse_net, PortList, Protocol, ICMP, ICMPV6};
+use firewall::ruleset::WorkerCounters;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{parse_dscp, DscpValue};
@@ -123,6 +124,58 @@ pub struct RuleTable {
     rules: Vec<RuleRt>,
     v4: Option<Family<u32>>,
     v6: Option<Family<u128>>,
+    /// The rules as configured (for `show qos`, and to tell whether they changed).
+    pub source: Vec<RuleConfig>,
+}
+
+/// The rule a packet matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// Its index in the policy.
+    pub rule: u16,
+    /// Its class.
+    pub class: u8,
+}
+
+/// What each rule of an interface's input policy matched: packets and bytes (IP length)
+/// per rule, per worker (each worker writes its own block, without a lock or a
+/// read-modify-write; a read sums them), as the firewall counts its rules.
+pub struct RuleCounters {
+    workers: Vec<WorkerCounters>,
+    rules: usize,
+}
+
+impl std::fmt::Debug for RuleCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RuleCounters({:?})", self.counts())
+    }
+}
+
+impl RuleCounters {
+    /// Counters at zero for `rules` rules and `workers` workers.
+    pub fn new(workers: usize, rules: usize) -> RuleCounters {
+        RuleCounters {
+            workers: (0..workers.max(1))
+                .map(|_| WorkerCounters::new(rules))
+                .collect(),
+            rules,
+        }
+    }
+
+    /// Worker `worker` counts a packet of `bytes` that matched rule `rule`.
+    #[inline]
+    pub fn add(&self, worker: usize, rule: u16, bytes: u32) {
+        if let Some(w) = self.workers.get(worker) {
+            w.add(usize::from(rule), u64::from(bytes));
+        }
+    }
+
+    /// (packets, bytes) per rule, summed over the workers.
+    pub fn counts(&self) -> Vec<(u64, u64)> {
+        (0..self.rules)
+            .map(|r| WorkerCounters::sum(&self.workers, r))
+            .collect()
+    }
 }
 
 /// What a rule's addresses say about its family.
@@ -396,6 +449,7 @@ impl RuleTable {
             rules: rts,
             v4: family(b4)?,
             v6: family(b6)?,
+            source: rules.to_vec(),
         }))
     }
 
@@ -406,16 +460,18 @@ impl RuleTable {
         key: &[T; DIMS],
         dscp: u8,
         l4: bool,
-    ) -> Option<u8> {
+    ) -> Option<Hit> {
         let rule = |b: u32| {
-            f.rule_of
-                .get(b as usize)
-                .and_then(|&r| self.rules.get(r as usize))
+            let r = *f.rule_of.get(b as usize)?;
+            Some((r, self.rules.get(r as usize)?))
         };
         let b = f
             .classifier
-            .classify_where(key, |b| rule(b).is_some_and(|r| r.passes(dscp, l4)))?;
-        rule(b).map(|r| r.class)
+            .classify_where(key, |b| rule(b).is_some_and(|(_, r)| r.passes(dscp, l4)))?;
+        rule(b).map(|(rule, r)| Hit {
+            rule,
+            class: r.class,
+        })
     }
 
     /// The class of the first rule an IPv4 packet matches (`l4`: its ports are there, not
@@ -431,6 +487,7 @@ impl RuleTable {
     ) -> Option<u8> {
         let f = self.v4.as_ref()?;
         self.pick(f, &key_v4(src, dst, sport, dport, proto), dscp, l4)
+            .map(|h| h.class)
     }
 
     /// The class of the first rule an IPv6 packet matches.
@@ -445,6 +502,7 @@ impl RuleTable {
     ) -> Option<u8> {
         let f = self.v6.as_ref()?;
         self.pick(f, &key_v6(src, dst, sport, dport, proto), dscp, l4)
+            .map(|h| h.class)
     }
 
     /// The class of the first rule the packet whose IP header is at `at` in `frame`
@@ -452,27 +510,67 @@ impl RuleTable {
     /// parser: a truncated header).
     #[inline]
     pub fn class_of_frame(&self, frame: &[u8], at: usize, v6: bool) -> Option<u8> {
+        self.rule_of_frame(frame, at, v6).map(|h| h.class)
+    }
+
+    /// The first rule the packet whose IP header is at `at` in `frame` matches, and its
+    /// class (as [`RuleTable::class_of_frame`]).
+    #[inline]
+    pub fn rule_of_frame(&self, frame: &[u8], at: usize, v6: bool) -> Option<Hit> {
         if v6 {
-            self.v6.as_ref()?;
+            let f = self.v6.as_ref()?;
             let p = firewall::node::parse6(frame, at).ok()?;
-            self.class6(
+            let key = key_v6(
                 Ipv6Addr::from(p.src),
                 Ipv6Addr::from(p.dst),
-                (p.sport, p.dport, p.proto),
-                p.dscp,
-                p.l4,
-            )
+                p.sport,
+                p.dport,
+                p.proto,
+            );
+            self.pick(f, &key, p.dscp, p.l4)
         } else {
-            self.v4.as_ref()?;
+            let f = self.v4.as_ref()?;
             let p = firewall::node::parse4(frame, at).ok()?;
             let a = |b: &[u8; 16]| Ipv4Addr::new(b[12], b[13], b[14], b[15]);
-            self.class4(
-                a(&p.src),
-                a(&p.dst),
-                (p.sport, p.dport, p.proto),
-                p.dscp,
-                p.l4,
-            )
+            let key = key_v4(a(&p.src), a(&p.dst), p.sport, p.dport, p.proto);
+            self.pick(f, &key, p.dscp, p.l4)
+        }
+    }
+}
+
+impl RuleConfig {
+    /// Its matches as `show qos` lists them (`src 10.1.0.0/16 protocol udp dport 5060`),
+    /// or `any`.
+    pub fn describe(&self) -> String {
+        let mut v: Vec<String> = Vec::new();
+        for (key, p) in [("src", &self.src), ("dst", &self.dst)] {
+            if !p.is_empty() {
+                v.push(format!("{key} {}", p.list().join(",")));
+            }
+        }
+        if let Some(p) = self.protocol {
+            v.push(format!("protocol {}", p.name()));
+        }
+        for (key, p) in [("sport", &self.sport), ("dport", &self.dport)] {
+            if !p.is_empty() {
+                v.push(format!("{key} {p}"));
+            }
+        }
+        if !self.dscp.is_empty() {
+            let d: Vec<String> = self
+                .dscp
+                .iter()
+                .map(|d| match d {
+                    DscpValue::Num(n) => n.to_string(),
+                    DscpValue::Name(s) => s.clone(),
+                })
+                .collect();
+            v.push(format!("dscp {}", d.join(",")));
+        }
+        if v.is_empty() {
+            "any".into()
+        } else {
+            v.join(" ")
         }
     }
 }

@@ -502,3 +502,36 @@ fn rules_classify_and_vlan_sub_interfaces_carry_their_classs_pcp() {
     let got: Vec<(u8, u8)> = l.ports[1].sent.iter().map(|f| pcp_dscp(f)).collect();
     assert_eq!(got, [(4, 34), (5, EF), (0, 0), (5, EF)]);
 }
+
+#[test]
+fn each_rule_counts_what_it_matched_per_interface() {
+    let mut l = lab(MATCH);
+    let to = [10, 100, 0, 7];
+    l.run(
+        &[
+            udp(None, to, 5060, 0, 200),
+            udp(None, to, 5061, 10, 200),
+            udp(None, to, 5062, 0, 200),
+        ],
+        MS,
+    );
+    l.run(&[udp(Some((5, 3)), to, 5060, 12, 200)], 2 * MS);
+    let rule = |l: &Lab, iface: &str| {
+        let v = l.qos.view();
+        let i = v.inputs.iter().find(|x| x.interface == iface).unwrap();
+        assert_eq!(i.policy, "edge");
+        i.rules[0].clone()
+    };
+    let r = rule(&l, "p0");
+    assert_eq!(r.class, "ef");
+    assert_eq!(r.matches, "src 192.168.0.0/16 protocol udp dport 5060-5061");
+    // Two packets of 186 IP bytes on p0, one on p0.5.
+    assert_eq!((r.packets, r.bytes), (2, 372));
+    let r = rule(&l, "p0.5");
+    assert_eq!((r.packets, r.bytes), (1, 186));
+    // The same rules again: the counts go on; changed rules start from zero.
+    l.apply(MATCH);
+    assert_eq!(rule(&l, "p0").packets, 2);
+    l.apply(&MATCH.replace("5060-5061", "5060"));
+    assert_eq!(rule(&l, "p0").packets, 0);
+}
