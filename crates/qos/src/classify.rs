@@ -182,6 +182,9 @@ pub const NO_CLASS: u8 = 0xff;
 pub struct InputPolicy {
     /// The policy's name.
     pub policy: String,
+    /// Its number (1 to [`crate::config::MAX_POLICY_NUMBER`]; 0: none), which the packets it
+    /// classifies carry with their class to the 802.1p marking on output.
+    pub number: u16,
     /// Whether the DSCP (and 802.1p) of arriving packets is believed.
     pub trusted: bool,
     /// Classifier rules, first match first, before anything else (trusted or not).
@@ -228,6 +231,7 @@ impl InputPolicy {
     pub fn single(trusted: bool) -> InputPolicy {
         InputPolicy {
             policy: String::new(),
+            number: 0,
             trusted,
             rules: None,
             rule_counts: None,

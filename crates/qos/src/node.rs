@@ -17,6 +17,7 @@
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use dataplane::buffer::{with_frag_pcp, AUX_FEATURE_META, AUX_FRAG_PCP, F_TO_FRAG};
 use dataplane::egress::Egress;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
 use dataplane::{PacketMemory, Pkt};
@@ -24,7 +25,7 @@ use dataplane::{PacketMemory, Pkt};
 use crate::classify::{
     frame_pcp, ip4_dscp, ip6_dscp, set_frame_pcp, set_ip4_dscp, set_ip6_dscp, InputPolicy, Verdict,
 };
-use crate::config::{Compiled, QosConfig, NO_PCP};
+use crate::config::{Compiled, PcpOut, QosConfig, NO_PCP};
 use crate::policer::{Colour, Policer};
 use crate::rules::RuleCounters;
 use crate::sched::{QueueStats, Rates, SchedSpec, Scheduler};
@@ -48,6 +49,29 @@ const DROPS: &[(&str, &str)] = &[(
     "policed",
     "dropped by a QoS policer (the action of the packet's colour is drop)",
 )];
+
+/// QoS's part of `Pkt::aux`'s feature half (`dataplane::buffer::AUX_FEATURE_META`): the
+/// class the input policy chose, for the 802.1p marking on output (the DSCP alone cannot
+/// say it: a class chosen by rule or by 802.1p, without a `mark`, keeps the DSCP the packet
+/// came with). Bits 23-31: the policy's number (0: no class), 20-22: the class.
+const CLASS_META: u32 = 0xfff0_0000;
+const _: () = assert!(CLASS_META & AUX_FEATURE_META == CLASS_META);
+const _: () = assert!(CLASS_META & AUX_FRAG_PCP == 0);
+const _: () = assert!(crate::sched::MAX_CLASSES <= 8);
+const _: () = assert!(crate::config::MAX_POLICY_NUMBER < 1 << 9);
+
+/// `aux` carrying class `class` of policy number `policy`.
+#[inline]
+fn with_class(aux: u32, policy: u16, class: u8) -> u32 {
+    aux & !CLASS_META | u32::from(policy) << 23 | u32::from(class & 7) << 20
+}
+
+/// The (policy number, class) `aux` carries, if any.
+#[inline]
+fn class_in(aux: u32) -> Option<(u16, u8)> {
+    let policy = (aux >> 23) as u16;
+    (policy != 0).then_some((policy, (aux >> 20 & 7) as u8))
+}
 
 /// Most ports a worker schedules (the engine's port masks are 64 bits).
 pub const MAX_PORTS: usize = 64;
@@ -79,7 +103,7 @@ struct PortState {
 /// What the control thread and the nodes share.
 pub struct QosShared {
     input: ArcSwap<Vec<Option<InputPolicy>>>,
-    pcp_out: ArcSwap<Vec<Option<[u8; 64]>>>,
+    pcp_out: ArcSwap<Vec<Option<PcpOut>>>,
     workers: Mutex<Vec<WorkerEnds>>,
     /// The workers' ends, taken by [`QosShared::egress`].
     worker_ends: Mutex<Vec<Option<WorkerSide>>>,
@@ -473,8 +497,11 @@ impl Feature for QosInFeature {
             },
             before: &[],
             // What the filters drop spends no tokens, and a filter rule's DSCP rewrite
-            // chooses the class (classification by rule).
+            // chooses the class (classification by rule). It writes `aux`: after
+            // `ip4-nat-in` has taken what `ip4-nat-reply` left there (IPsec's inbound
+            // check, which takes its SPI, runs before all of these).
             after: &[
+                "ip4-nat-in",
                 "ip4-filter-ingress",
                 "ip6-filter-ingress",
                 "ip4-urpf-strict",
@@ -561,6 +588,9 @@ impl FeatureNode for InNode {
                             set_ip4_dscp(h, d);
                         }
                     }
+                    if let Some(q) = batch.pkt_mut(k) {
+                        q.aux = with_class(q.aux, policy.number, class);
+                    }
                     batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
                 }
             }
@@ -570,7 +600,9 @@ impl FeatureNode for InNode {
 
 /// The 802.1p feature (one per IP version): on the output arc of a VLAN sub-interface
 /// with an output policy, after the rewrite wrote its tags (priority 0), it writes the
-/// PCP of the class of the packet's DSCP into every tag.
+/// PCP of the packet's class into every tag: the class the same policy chose on input
+/// (carried in `aux`), else the class of its DSCP. A packet bound for fragmentation has
+/// no Ethernet header yet: the PCP goes in `aux` for the fragments' tags.
 struct PcpFeature {
     v6: bool,
     shared: Arc<QosShared>,
@@ -626,11 +658,6 @@ impl FeatureNode for PcpNode {
             let Some(p) = batch.pkt(k).copied() else {
                 continue;
             };
-            // Bound for ip4-frag: its L2 header is not written yet (the fragments leave
-            // with the rewrite's priority 0).
-            if p.flags & dataplane::buffer::F_TO_FRAG != 0 {
-                continue;
-            }
             let Some(f) = cx.mem.frame_mut(p.buf).get_mut(p.off as usize..) else {
                 continue;
             };
@@ -640,8 +667,23 @@ impl FeatureNode for PcpNode {
             let Some(dscp) = dscp else {
                 continue;
             };
-            let pcp = map.get(usize::from(dscp)).copied().unwrap_or(NO_PCP);
-            if pcp != NO_PCP && set_frame_pcp(f, l3, pcp) {
+            let pcp = match class_in(p.aux) {
+                Some((policy, class)) if policy == map.policy => {
+                    map.by_class.get(usize::from(class))
+                }
+                _ => map.by_dscp.get(usize::from(dscp)),
+            };
+            let pcp = pcp.copied().unwrap_or(NO_PCP);
+            if pcp == NO_PCP {
+                continue;
+            }
+            // Bound for ip4-frag (ip6-frag): its L2 header is written with each fragment's.
+            if p.flags & F_TO_FRAG != 0 {
+                if let Some(q) = batch.pkt_mut(k) {
+                    q.aux = with_frag_pcp(q.aux, pcp);
+                }
+                batch.note(k, u32::from(pcp), u64::from(dscp));
+            } else if set_frame_pcp(f, l3, pcp) {
                 batch.note(k, u32::from(pcp), u64::from(dscp));
             }
         }
