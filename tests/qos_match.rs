@@ -83,6 +83,69 @@ output = "edge"
     )
 }
 
+/// tcpdump on a port of the switch (`-e -nn`, tagged UDP), until it has `n` frames or
+/// 5 s have passed.
+struct Capture {
+    tcpdump: Bg,
+    err: std::io::BufReader<std::process::ChildStderr>,
+    dump: std::path::PathBuf,
+}
+
+impl Capture {
+    fn start(lab: &Lab, port: &str, flags: &[&str], n: usize) -> Capture {
+        let dump = std::env::temp_dir().join(format!("{}-{port}.txt", lab.prefix));
+        let file = std::fs::File::create(&dump).unwrap();
+        let mut tcpdump = Bg(Command::new("ip")
+            .args(["netns", "exec", &lab.switch()])
+            .args([
+                "tcpdump",
+                "-i",
+                port,
+                "-e",
+                "-nn",
+                "-l",
+                "-c",
+                &n.to_string(),
+            ])
+            .args(flags)
+            .arg("vlan 100 and udp")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap());
+        // It is capturing once it says so (the reader is kept: tcpdump reports on it at
+        // exit).
+        let mut err = std::io::BufReader::new(tcpdump.0.stderr.take().unwrap());
+        {
+            use std::io::BufRead;
+            let mut said = String::new();
+            while !said.contains("listening on") {
+                let mut line = String::new();
+                if err.read_line(&mut line).unwrap_or(0) == 0 {
+                    panic!("tcpdump: {said}");
+                }
+                said += &line;
+            }
+        }
+        Capture { tcpdump, err, dump }
+    }
+
+    /// What it captured.
+    fn finish(mut self) -> String {
+        let t0 = Instant::now();
+        while self.tcpdump.0.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(self.tcpdump);
+        drop(self.err);
+        let text = std::fs::read_to_string(&self.dump).unwrap();
+        let _ = std::fs::remove_file(&self.dump);
+        text
+    }
+}
+
 fn class<'a>(q: &'a Value, port: &str, name: &str) -> &'a Value {
     q["ports"]
         .as_array()
@@ -116,30 +179,7 @@ fn a_rule_classifies_by_port_and_the_vlan_tag_carries_the_classs_priority() {
     ping_until_ok(lab, &lab.h1(), vlan::HV_V6);
 
     // What the switch sends hv: tagged frames, their priority and UDP ports.
-    let dump = std::env::temp_dir().join(format!("{}-to-hv.txt", lab.prefix));
-    let file = std::fs::File::create(&dump).unwrap();
-    let mut tcpdump = Bg(Command::new("ip")
-        .args(["netns", "exec", &lab.switch()])
-        .args(["tcpdump", "-i", "to-hv", "-e", "-nn", "-l", "-c", "60"])
-        .arg("vlan 100 and udp")
-        .stdin(Stdio::null())
-        .stdout(file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap());
-    // It is capturing once it says so (the reader is kept: tcpdump reports on it at exit).
-    let mut err = std::io::BufReader::new(tcpdump.0.stderr.take().unwrap());
-    {
-        use std::io::BufRead;
-        let mut said = String::new();
-        while !said.contains("listening on") {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap_or(0) == 0 {
-                panic!("tcpdump: {said}");
-            }
-            said += &line;
-        }
-    }
+    let cap = Capture::start(lab, "to-hv", &[], 60);
     let send = |dst: &str, fam: &str, port: u16, n: usize| {
         let (ok, out) = python(
             lab,
@@ -155,14 +195,7 @@ fn a_rule_classifies_by_port_and_the_vlan_tag_carries_the_classs_priority() {
     send(vlan::HV_V4, "AF_INET", 5070, 20);
     send(vlan::HV_V6, "AF_INET6", 5060, 10);
     send(vlan::HV_V6, "AF_INET6", 5070, 10);
-    let t0 = Instant::now();
-    while tcpdump.0.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(tcpdump);
-    drop(err);
-    let text = std::fs::read_to_string(&dump).unwrap();
-    let _ = std::fs::remove_file(&dump);
+    let text = cap.finish();
     // tcpdump names 5060 SIP: "> 10.100.0.2.5060: SIP".
     let count = |port: u16, pcp: u8| {
         text.lines()
@@ -183,6 +216,67 @@ fn a_rule_classifies_by_port_and_the_vlan_tag_carries_the_classs_priority() {
     let ef_n = ef["enqueued"].as_u64().unwrap();
     assert!((30..60).contains(&ef_n), "EF queued {ef_n}: {q}");
     assert!(be["enqueued"].as_u64().unwrap() >= 30, "{q}");
+
+    // Each rule counted on r1 exactly the datagrams it matched: 20 over IPv4 (128 IP
+    // bytes each), 10 over IPv6 (148); in `show qos` and in /metrics too.
+    let rules = q["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["interface"] == "r1")
+        .map(|i| i["rules"].clone())
+        .unwrap_or_else(|| panic!("r1's rules: {q}"));
+    let counted = |k: usize| (rules[k]["packets"].as_u64(), rules[k]["bytes"].as_u64());
+    assert_eq!(counted(0), (Some(20), Some(20 * 128)), "{q}");
+    assert_eq!(counted(1), (Some(10), Some(10 * 148)), "{q}");
+    let text = cli(lab, &["show", "qos"]).1;
+    assert!(text.contains("input r1 (policy edge)"), "{text}");
+    let c = control::client::Client::new(control::client::Endpoint::Unix(lab.socket()));
+    let m = String::from_utf8_lossy(&c.call("GET", "/metrics", None).unwrap().body).into_owned();
+    assert!(
+        m.contains(
+            "ferrouter_qos_rule_packets_total{interface=\"r1\",policy=\"edge\",rule=\"1\",class=\"ef\"} 20"
+        ),
+        "{m}"
+    );
+
+    // The router fragments: h1's link (and r1) carry 3000 bytes, r2.100 1500. Datagrams
+    // of 2000 bytes, DF clear (IP_PMTUDISC_DONT), leave r2.100 in two fragments each, and
+    // both carry EF's priority: the first (offset 0, more fragments) and the second.
+    lab.exec(&lab.h1(), &["ip", "link", "set", "eth0", "mtu", "3000"])
+        .unwrap();
+    lab.exec(&lab.rtr(), &["ip", "link", "set", "r1", "mtu", "3000"])
+        .unwrap();
+    const M: usize = 5;
+    let cap = Capture::start(lab, "to-hv", &["-v"], 2 * M);
+    let (ok, out) = python(
+        lab,
+        &lab.h1(),
+        &format!(
+            "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.setsockopt(socket.IPPROTO_IP,10,0)\n\
+             for _ in range({M}):\n  s.sendto(b'y'*2000,('{}',5060))\n  time.sleep(0.02)\n",
+            vlan::HV_V4
+        ),
+    );
+    assert!(ok, "{out}");
+    let text = cap.finish();
+    let frames = |pcp: u8, offset: &str| {
+        text.lines()
+            .filter(|l| l.contains(&format!("vlan 100, p {pcp},")))
+            .filter(|l| l.contains(&format!("offset {offset},")))
+            .count()
+    };
+    assert_eq!(
+        frames(5, "0"),
+        M,
+        "first fragments with EF's priority:\n{text}"
+    );
+    assert_eq!(
+        frames(5, "1480"),
+        M,
+        "second fragments with EF's priority:\n{text}"
+    );
 }
 
 /// Frames tagged VLAN 100 with priority 6 (and, as many, priority 3), unmarked, from the

@@ -1292,7 +1292,7 @@ impl KernelFaces {
                         continue;
                     }
                     scratch.data.copy_within(12..n, 12 + tl);
-                    t.write(&mut scratch.data[12..12 + tl]);
+                    t.write(&mut scratch.data[12..12 + tl], 0);
                     n += tl;
                     out_port = t.parent;
                 }

@@ -50,6 +50,7 @@
 //! | `ferrouter_qos_queue_enqueued_packets_total`, `_sent_packets_total`, `_sent_bytes_total` | interface, class | a port's class queues |
 //! | `ferrouter_qos_queue_dropped_packets_total` | interface, class, reason=tail/codel/flush | |
 //! | `ferrouter_qos_queue_depth_packets`, `ferrouter_qos_queue_sojourn_max_seconds` | interface, class | |
+//! | `ferrouter_qos_rule_packets_total`, `_bytes_total` | interface, policy, rule, class | what each `[[qos.policy.rule]]` matched |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |
 
@@ -115,7 +116,7 @@ impl Collector for Scrape {
 /// QoS: what the policers marked, and the ports' class queues.
 fn qos_metrics(s: &mut Scrape, shared: &Shared) {
     let v = crate::qosview::view(&shared.features);
-    if v.policers.is_empty() && v.ports.is_empty() {
+    if v.policers.is_empty() && v.ports.is_empty() && v.inputs.is_empty() {
         return;
     }
     let (mut pk, mut by) = (Vec::new(), Vec::new());
@@ -195,6 +196,29 @@ fn qos_metrics(s: &mut Scrape, shared: &Shared) {
         "ferrouter_qos_queue_sojourn_max_seconds",
         "Longest time a packet waited in a port's QoS class queue.",
         soj,
+    );
+    let (mut pk, mut by) = (Vec::new(), Vec::new());
+    for i in &v.inputs {
+        for r in &i.rules {
+            let l = vec![
+                ("interface", i.interface.clone()),
+                ("policy", i.policy.clone()),
+                ("rule", r.index.to_string()),
+                ("class", r.class.clone()),
+            ];
+            pk.push((l.clone(), r.packets));
+            by.push((l, r.bytes));
+        }
+    }
+    s.counter(
+        "ferrouter_qos_rule_packets",
+        "Packets each QoS classifier rule matched on an interface.",
+        pk,
+    );
+    s.counter(
+        "ferrouter_qos_rule_bytes",
+        "Bytes (IP length) of the packets each QoS classifier rule matched on an interface.",
+        by,
     );
 }
 

@@ -1226,6 +1226,36 @@ pub struct QosView {
     pub policers: Vec<QosPolicerView>,
     /// The ports with an output policy.
     pub ports: Vec<QosPortView>,
+    /// The interfaces whose input policy has classifier rules, with what each rule
+    /// matched there.
+    #[serde(default)]
+    pub inputs: Vec<QosInputView>,
+}
+
+/// An interface's input policy and its rules' counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosInputView {
+    /// The interface.
+    pub interface: String,
+    /// Its input policy.
+    pub policy: String,
+    /// The policy's `[[qos.policy.rule]]`s, in order.
+    pub rules: Vec<QosRuleView>,
+}
+
+/// One classifier rule on one interface.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosRuleView {
+    /// Its position in the policy, from 1.
+    pub index: u32,
+    /// The class it puts packets in.
+    pub class: String,
+    /// Its matches (`src 10.1.0.0/16 protocol udp dport 5060`, or `any`).
+    pub matches: String,
+    /// Packets it matched (summed over the workers).
+    pub packets: u64,
+    /// Their bytes (IP length).
+    pub bytes: u64,
 }
 
 /// One policer.

@@ -2,7 +2,7 @@
 //! [`crate::render`]).
 
 use crate::features::Features;
-use crate::model::{QosClassView, QosPolicerView, QosPortView, QosView};
+use crate::model::{QosClassView, QosInputView, QosPolicerView, QosPortView, QosRuleView, QosView};
 
 /// The policers and the scheduled ports' queues, now.
 pub fn view(features: &Features) -> QosView {
@@ -56,6 +56,26 @@ pub fn view(features: &Features) -> QosView {
                         depth_bytes: c.depth_bytes,
                         sojourn_max_ns: c.sojourn_max_ns,
                         sojourn_mean_ns: c.sojourn_mean_ns,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        inputs: v
+            .inputs
+            .into_iter()
+            .map(|i| QosInputView {
+                interface: i.interface,
+                policy: i.policy,
+                rules: i
+                    .rules
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, r)| QosRuleView {
+                        index: j as u32 + 1,
+                        class: r.class,
+                        matches: r.matches,
+                        packets: r.packets,
+                        bytes: r.bytes,
                     })
                     .collect(),
             })

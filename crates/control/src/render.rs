@@ -46,8 +46,8 @@ fn rate(bps: u64) -> String {
 /// `ferrouter show qos`: the policers, then each scheduled port's classes.
 pub fn qos(v: &model::QosView) -> String {
     let mut s = String::new();
-    if v.policers.is_empty() && v.ports.is_empty() {
-        let _ = writeln!(s, "no QoS policers or scheduled ports ([qos])");
+    if v.policers.is_empty() && v.ports.is_empty() && v.inputs.is_empty() {
+        let _ = writeln!(s, "no QoS policers, scheduled ports or rules ([qos])");
         return s;
     }
     if !v.policers.is_empty() {
@@ -113,6 +113,21 @@ pub fn qos(v: &model::QosView) -> String {
                 c.depth,
                 c.sojourn_max_ns as f64 / 1e3,
                 c.sojourn_mean_ns as f64 / 1e3
+            );
+        }
+    }
+    for i in &v.inputs {
+        let _ = writeln!(s, "\ninput {} (policy {})", i.interface, i.policy);
+        let _ = writeln!(
+            s,
+            "  {:>4}  {:<12} {:>12} {:>14}  matches",
+            "RULE", "CLASS", "PACKETS", "BYTES"
+        );
+        for r in &i.rules {
+            let _ = writeln!(
+                s,
+                "  {:>4}  {:<12} {:>12} {:>14}  {}",
+                r.index, r.class, r.packets, r.bytes, r.matches
             );
         }
     }

@@ -486,6 +486,42 @@ pub const F_FEATURE_META: u16 = 0xff00;
 /// Shift of [`F_FEATURE_META`].
 pub const FEATURE_META_SHIFT: u32 = 8;
 
+/// The high half of `Pkt::aux`, for the features, from the unicast arc to the output arc
+/// and on to ip4-frag / ip6-frag: what a feature on an input arc leaves for one on the
+/// output arc when it needs more than [`F_FEATURE_META`] (whose bits are all taken; QoS
+/// leaves the class it chose), and what one on the output arc leaves for the
+/// fragmentation ([`AUX_FRAG_PCP`]). `aux` is the spare field because on that way the
+/// engine writes it only for a packet it replaces by an ICMP error (a new packet, `aux`
+/// 0) or sends to be fragmented, and then only the low half ([`AUX_MTU`]); growing
+/// [`Pkt`] (24 bytes, no padding) would cost every packet a cache line in three. A
+/// feature on the unicast arc that uses all of `aux` for another feature there (NAT's
+/// session, IPsec's SPI) must have it consumed before the features that write here run.
+pub const AUX_FEATURE_META: u32 = 0xffff_0000;
+/// The egress MTU in `aux` of a packet bound for ip4-frag / ip6-frag.
+pub const AUX_MTU: u32 = 0xffff;
+/// Within [`AUX_FEATURE_META`]: the 802.1p priority the VLAN tags of a packet's fragments
+/// carry (bit 19 set, the priority in bits 16-18; clear: priority 0, as the rewrite writes
+/// tags). A feature on the output arc sets it with [`with_frag_pcp`]: the fragments'
+/// Ethernet headers are written after the arc.
+pub const AUX_FRAG_PCP: u32 = 0x000f_0000;
+const AUX_FRAG_PCP_SET: u32 = 0x0008_0000;
+
+/// `aux` with [`AUX_FRAG_PCP`] saying priority `pcp` (0-7).
+#[inline]
+pub fn with_frag_pcp(aux: u32, pcp: u8) -> u32 {
+    aux & !AUX_FRAG_PCP | AUX_FRAG_PCP_SET | u32::from(pcp & 7) << 16
+}
+
+/// The priority [`AUX_FRAG_PCP`] of `aux` says (0 when not set).
+#[inline]
+pub fn frag_pcp(aux: u32) -> u8 {
+    if aux & AUX_FRAG_PCP_SET != 0 {
+        (aux >> 16 & 7) as u8
+    } else {
+        0
+    }
+}
+
 /// Descriptor of one packet in a vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pkt {

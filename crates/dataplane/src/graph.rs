@@ -569,9 +569,10 @@ impl Graph {
                     p.nh = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
                 }
             }
-            // Whatever the packet was marked for (fragmentation, an unverified checksum)
-            // was about the packet, not its answer.
+            // Whatever the packet was marked for (fragmentation, an unverified checksum,
+            // the features' notes in `aux`) was about the packet, not its answer.
             p.flags = (p.flags & F_TRACED) | F_LOCAL_ORIGIN;
+            p.aux = 0;
             self.local_lookup = true;
             self.enqueue(if v6 { Node::Ip6Lookup } else { Node::Ip4Lookup }, i);
         } else {
@@ -922,6 +923,7 @@ pub(crate) fn write_eth(
     adj: &fib::Adjacency,
     tags: Option<VlanTags>,
     ethertype: u16,
+    pcp: u8,
 ) {
     if eth.len() < 14 {
         return;
@@ -930,7 +932,7 @@ pub(crate) fn write_eth(
     eth[6..12].copy_from_slice(&adj.src_mac);
     let at = match tags {
         Some(t) => {
-            t.write(&mut eth[12..]);
+            t.write(&mut eth[12..], pcp);
             12 + t.len()
         }
         None => 12,

@@ -75,14 +75,15 @@ impl VlanTags {
         };
         (parent_mtu + allowance).saturating_sub(self.len() as u32)
     }
-    /// Write the tags (TPID and TCI each, priority 0) into `dst`, which holds [`Self::len`]
-    /// bytes; the frame's EtherType follows them.
-    pub fn write(&self, dst: &mut [u8]) {
+    /// Write the tags (TPID and TCI each, 802.1p priority `pcp` in both) into `dst`, which
+    /// holds [`Self::len`] bytes; the frame's EtherType follows them.
+    pub fn write(&self, dst: &mut [u8], pcp: u8) {
+        let prio = u16::from(pcp & 7) << 13;
         let mut w = [0u8; 8];
         w[0..2].copy_from_slice(&self.tpid.to_be_bytes());
-        w[2..4].copy_from_slice(&self.outer.to_be_bytes());
+        w[2..4].copy_from_slice(&(prio | self.outer).to_be_bytes());
         w[4..6].copy_from_slice(&wire::ethertype::VLAN.to_be_bytes());
-        w[6..8].copy_from_slice(&self.inner.to_be_bytes());
+        w[6..8].copy_from_slice(&(prio | self.inner).to_be_bytes());
         let n = self.len().min(dst.len());
         dst[..n].copy_from_slice(&w[..n]);
     }

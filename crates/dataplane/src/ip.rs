@@ -122,7 +122,8 @@ pub(crate) fn rewrite<const T: bool, const O: bool, F: Family, M: PacketMemory>(
             g.drop_pkt::<T>(out, &p, Reason::EthRunt);
             continue;
         };
-        write_eth(eth, &adj, tags, F::ETHERTYPE);
+        // Priority 0: a feature on the output arc may set it (QoS's 802.1p marking).
+        write_eth(eth, &adj, tags, F::ETHERTYPE, 0);
         p.off = (l3_abs - hlen) as u16;
         p.l3 = hlen as u16;
         p.len = (hlen + total) as u16;
@@ -209,6 +210,8 @@ pub(crate) fn emit_fragments<M: PacketMemory>(
     let src_l3 = p.off as usize + p.l3 as usize;
     let (tx_port, tags) = g.egress(adj);
     let eth_len = ETH_HLEN + tags.map_or(0, |t| t.len());
+    // The priority a feature on the output arc chose for the packet's tags.
+    let pcp = crate::buffer::frag_pcp(p.aux);
     let start_len = out.tx.get(tx_port as usize)?.len();
     let mut done = 0usize;
     // Bounded: each iteration consumes ≥ 8 payload bytes.
@@ -238,7 +241,7 @@ pub(crate) fn emit_fragments<M: PacketMemory>(
         let ipd = HEADROOM + eth_len;
         let mut write = || {
             let l3 = src.get(src_l3..)?;
-            write_eth(dst.get_mut(HEADROOM..ipd)?, adj, tags, ethertype);
+            write_eth(dst.get_mut(HEADROOM..ipd)?, adj, tags, ethertype, pcp);
             header(dst.get_mut(ipd..ipd + h)?, l3, piece)?;
             let from = payload.start + done;
             dst.get_mut(ipd + h..ipd + h + n)?

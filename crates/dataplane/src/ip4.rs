@@ -5,7 +5,8 @@ use fib::{Adjacency, NextHop};
 use wire::{checksum, Ipv4Packet};
 
 use crate::buffer::{
-    l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LINK_LOCAL_SRC, F_LOCAL_ORIGIN, F_TO_FRAG,
+    l3, PacketMemory, Pkt, Vector, AUX_FEATURE_META, AUX_MTU, F_L2_MCAST, F_LINK_LOCAL_SRC,
+    F_LOCAL_ORIGIN, F_TO_FRAG,
 };
 use crate::counters::Reason;
 use crate::family::Family;
@@ -239,7 +240,7 @@ impl Family for V4 {
             g.enqueue(Node::Icmp4Error, i);
         } else {
             p.tx_port = adj.port;
-            p.aux = adj.mtu as u32;
+            p.aux = p.aux & AUX_FEATURE_META | u32::from(adj.mtu);
             v.pkts[i as usize] = p;
             g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
             if g.has_features::<O>(ArcId::Ip4Output, adj.port) {
@@ -276,7 +277,7 @@ pub(crate) fn fragment<const T: bool, M: PacketMemory>(
 ) {
     for &i in list {
         let p = v.pkts[i as usize];
-        let mtu = p.aux as usize;
+        let mtu = (p.aux & AUX_MTU) as usize;
         match fragment_one(g, mem, out, &p, mtu) {
             None => g.drop_pkt::<T>(out, &p, Reason::Ip4FragFailed),
             Some((count, port)) => {

@@ -5,7 +5,9 @@
 use fib::Adjacency;
 use wire::{checksum, Ipv6Packet};
 
-use crate::buffer::{l3, PacketMemory, Pkt, Vector, F_L2_MCAST, F_LOCAL_ORIGIN, F_TO_FRAG};
+use crate::buffer::{
+    l3, PacketMemory, Pkt, Vector, AUX_FEATURE_META, AUX_MTU, F_L2_MCAST, F_LOCAL_ORIGIN, F_TO_FRAG,
+};
 use crate::counters::Reason;
 use crate::family::Family;
 use crate::feature::ArcId;
@@ -202,7 +204,7 @@ impl Family for V6 {
         if ttl.is_none() {
             let mut p = p;
             p.tx_port = adj.port;
-            p.aux = adj.mtu as u32;
+            p.aux = p.aux & AUX_FEATURE_META | u32::from(adj.mtu);
             v.pkts[i as usize] = p;
             g.trace::<T>(&p, Step::ToFrag { mtu: adj.mtu });
             if g.has_features::<O>(ArcId::Ip6Output, adj.port) {
@@ -320,7 +322,7 @@ pub(crate) fn fragment<const T: bool, M: PacketMemory>(
 ) {
     for &i in list {
         let p = v.pkts[i as usize];
-        match fragment_one(g, mem, out, &p, p.aux as usize) {
+        match fragment_one(g, mem, out, &p, (p.aux & AUX_MTU) as usize) {
             None => g.drop_pkt::<T>(out, &p, Reason::Ip6FragFailed),
             Some((count, port)) => {
                 g.trace::<T>(&p, Step::Fragmented { count, port });

@@ -710,7 +710,9 @@ pub fn parse6(frame: &[u8], at: usize) -> Result<Parsed, u8> {
 }
 
 impl Parsed {
-    fn key4(&self, state: u8) -> PacketKey<u32> {
+    /// The packet's key for [`crate::ruleset::CompiledFilter::judge4`], in connection-tracking
+    /// state `state` (0: untracked).
+    pub fn key4(&self, state: u8) -> PacketKey<u32> {
         PacketKey {
             src: u32::from_be_bytes([self.src[12], self.src[13], self.src[14], self.src[15]]),
             dst: u32::from_be_bytes([self.dst[12], self.dst[13], self.dst[14], self.dst[15]]),
@@ -722,7 +724,8 @@ impl Parsed {
             state,
         }
     }
-    fn key6(&self, state: u8) -> PacketKey<u128> {
+    /// The packet's key for [`crate::ruleset::CompiledFilter::judge6`].
+    pub fn key6(&self, state: u8) -> PacketKey<u128> {
         PacketKey {
             src: u128::from_be_bytes(self.src),
             dst: u128::from_be_bytes(self.dst),

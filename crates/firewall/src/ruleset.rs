@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::classify::{dim, Addr, BuildError, Classifier, Field, Options, Rule, DIMS};
 use crate::config::{
-    parse_net, parse_states, parse_tcp_flags, Action, FirewallConfig, Hook, Net, PortList,
+    parse_net, parse_states, parse_tcp_flags, Action, Filter, FirewallConfig, Hook, Net, PortList,
     RuleConfig, ICMP, ICMPV6,
 };
 
@@ -58,6 +58,7 @@ impl RuleRt {
 }
 
 /// One filter, compiled.
+#[derive(Clone, Debug)]
 pub struct CompiledFilter {
     /// Its name.
     pub name: String,
@@ -163,6 +164,61 @@ pub struct PacketKey<A> {
 }
 
 impl CompiledFilter {
+    /// Compile filter `f` of `cfg` (whose sets its rules may name), validated: its place
+    /// in [`RuleSet::filters`] is `index`, its rules' counters from slot `counter_base`.
+    pub fn compile(
+        f: &Filter,
+        index: u16,
+        counter_base: usize,
+        cfg: &FirewallConfig,
+    ) -> Result<CompiledFilter, CompileError> {
+        let err = |rule: usize, what: String| CompileError {
+            filter: f.name.clone(),
+            rule,
+            what,
+        };
+        let mut rules = Vec::with_capacity(f.rules.len());
+        let (mut b4, mut m4, mut p4) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut b6, mut m6, mut p6) = (Vec::new(), Vec::new(), Vec::new());
+        for (ri, r) in f.rules.iter().enumerate() {
+            let rt = rule_rt(r).map_err(|e| err(ri + 1, e))?;
+            let boxes = boxes(r, cfg).map_err(|e| err(ri + 1, e))?;
+            for bx in boxes.v4 {
+                b4.push(bx);
+                m4.push(ri as u32);
+                p4.push(rt.partial());
+            }
+            for bx in boxes.v6 {
+                b6.push(bx);
+                m6.push(ri as u32);
+                p6.push(rt.partial());
+            }
+            rules.push(rt);
+        }
+        let build_err = |e: BuildError, map: &[u32]| {
+            err(map.get(e.rule).map_or(0, |r| *r as usize + 1), e.what)
+        };
+        let v4 =
+            Classifier::build_partial(b4, p4, Options::default()).map_err(|e| build_err(e, &m4))?;
+        let v6 =
+            Classifier::build_partial(b6, p6, Options::default()).map_err(|e| build_err(e, &m6))?;
+        Ok(CompiledFilter {
+            name: f.name.clone(),
+            hook: f.hook,
+            interfaces: f.interfaces.clone(),
+            policy: f.policy,
+            v4,
+            map4: m4,
+            v6,
+            map6: m6,
+            by_state: leading_state_rules(&f.rules, &rules),
+            rules,
+            source: f.rules.clone(),
+            counter_base,
+            index,
+        })
+    }
+
     /// The verdict of the filter's leading state-only rules for a packet in state `state`
     /// (a single bit; 0 untracked), if they decide it: exactly what classifying it would
     /// give, without the classification.
@@ -233,7 +289,8 @@ pub struct WorkerCounters {
 }
 
 impl WorkerCounters {
-    fn new(slots: usize) -> WorkerCounters {
+    /// Counters for `slots` slots, at zero.
+    pub fn new(slots: usize) -> WorkerCounters {
         // Two cells per slot, and a cache line of padding so workers' blocks never share
         // one.
         WorkerCounters {
@@ -248,9 +305,17 @@ impl WorkerCounters {
             b.store(b.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
         }
     }
-    fn get(&self, slot: usize) -> (u64, u64) {
+    /// (packets, bytes) counted at `slot` (0 for a slot it does not have).
+    pub fn get(&self, slot: usize) -> (u64, u64) {
         let g = |i: usize| self.cells.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
         (g(slot * 2), g(slot * 2 + 1))
+    }
+    /// (packets, bytes) at `slot`, summed over the workers' counters.
+    pub fn sum(workers: &[WorkerCounters], slot: usize) -> (u64, u64) {
+        workers.iter().fold((0, 0), |(p, b), w| {
+            let (x, y) = w.get(slot);
+            (p + x, b + y)
+        })
     }
 }
 
@@ -314,59 +379,15 @@ impl RuleSet {
         let mut bind = [vec![u16::MAX; names.len()], vec![u16::MAX; names.len()]];
         let mut slots = 0usize;
         for (fi, f) in cfg.filters.iter().enumerate() {
-            let err = |rule: usize, what: String| CompileError {
-                filter: f.name.clone(),
-                rule,
-                what,
-            };
-            let mut rules = Vec::with_capacity(f.rules.len());
-            let (mut b4, mut m4, mut p4) = (Vec::new(), Vec::new(), Vec::new());
-            let (mut b6, mut m6, mut p6) = (Vec::new(), Vec::new(), Vec::new());
-            for (ri, r) in f.rules.iter().enumerate() {
-                let rt = rule_rt(r).map_err(|e| err(ri + 1, e))?;
-                let boxes = boxes(r, cfg).map_err(|e| err(ri + 1, e))?;
-                for bx in boxes.v4 {
-                    b4.push(bx);
-                    m4.push(ri as u32);
-                    p4.push(rt.partial());
-                }
-                for bx in boxes.v6 {
-                    b6.push(bx);
-                    m6.push(ri as u32);
-                    p6.push(rt.partial());
-                }
-                rules.push(rt);
-            }
-            let build_err = |e: BuildError, map: &[u32]| {
-                err(map.get(e.rule).map_or(0, |r| *r as usize + 1), e.what)
-            };
-            let v4 = Classifier::build_partial(b4, p4, Options::default())
-                .map_err(|e| build_err(e, &m4))?;
-            let v6 = Classifier::build_partial(b6, p6, Options::default())
-                .map_err(|e| build_err(e, &m6))?;
             let hook = usize::from(f.hook == Hook::Egress);
             for n in &f.interfaces {
                 if let Some(i) = names.iter().position(|x| x == n) {
                     bind[hook][i] = fi as u16;
                 }
             }
-            let base = slots;
-            slots += rules.len() + 1;
-            filters.push(CompiledFilter {
-                name: f.name.clone(),
-                hook: f.hook,
-                interfaces: f.interfaces.clone(),
-                policy: f.policy,
-                v4,
-                map4: m4,
-                v6,
-                map6: m6,
-                by_state: leading_state_rules(&f.rules, &rules),
-                rules,
-                source: f.rules.clone(),
-                counter_base: base,
-                index: fi as u16,
-            });
+            let filter = CompiledFilter::compile(f, fi as u16, slots, cfg)?;
+            slots += filter.rules.len() + 1;
+            filters.push(filter);
         }
         Ok(RuleSet {
             filters,
@@ -394,12 +415,7 @@ impl RuleSet {
 
     /// Filter `f`'s counters, summed over the workers.
     pub fn counts(&self, f: &CompiledFilter) -> Counts {
-        let sum = |slot: usize| {
-            self.counters.iter().fold((0, 0), |(p, b), w| {
-                let (x, y) = w.get(slot);
-                (p + x, b + y)
-            })
-        };
+        let sum = |slot: usize| WorkerCounters::sum(&self.counters, slot);
         Counts {
             rules: (0..f.rules.len())
                 .map(|i| sum(f.counter_base + i))

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use crate::policer::{Action, Colour, Policer};
-use crate::rules::RuleTable;
+use crate::rules::{RuleCounters, RuleTable};
 
 /// Expedited forwarding (RFC 3246).
 pub const EF: u8 = 46;
@@ -180,10 +180,18 @@ pub const NO_CLASS: u8 = 0xff;
 /// and policed.
 #[derive(Clone, Debug)]
 pub struct InputPolicy {
+    /// The policy's name.
+    pub policy: String,
+    /// Its number (1 to [`crate::config::MAX_POLICY_NUMBER`]; 0: none), which the packets it
+    /// classifies carry with their class to the 802.1p marking on output.
+    pub number: u16,
     /// Whether the DSCP (and 802.1p) of arriving packets is believed.
     pub trusted: bool,
     /// Classifier rules, first match first, before anything else (trusted or not).
     pub rules: Option<Arc<RuleTable>>,
+    /// What each rule matched on this interface (with `rules`; set by
+    /// [`crate::node::QosShared::apply`], which knows the workers).
+    pub rule_counts: Option<Arc<RuleCounters>>,
     /// Class by DSCP, for trusted interfaces (an index into `classes`).
     pub by_dscp: [u8; 64],
     /// The DSCPs a class names (one bit each): the others may be classified by PCP.
@@ -222,8 +230,11 @@ impl InputPolicy {
     /// A policy with one class, trusted or not, that changes nothing.
     pub fn single(trusted: bool) -> InputPolicy {
         InputPolicy {
+            policy: String::new(),
+            number: 0,
             trusted,
             rules: None,
+            rule_counts: None,
             by_dscp: [0; 64],
             named: 0,
             by_pcp: [NO_CLASS; 8],

@@ -213,8 +213,26 @@ pub struct InterfaceConfig {
     pub output: Option<String>,
 }
 
-/// No 802.1p marking for a DSCP (in [`Compiled::pcp_out`]).
+/// No 802.1p marking for a DSCP or a class (in [`PcpOut`]).
 pub const NO_PCP: u8 = 0xff;
+
+/// Policies numbered beyond this carry no class from input to output (the 802.1p
+/// marking goes by the DSCP for them): the number has 9 bits in the packet
+/// ([`crate::node`]'s `CLASS_META`).
+pub const MAX_POLICY_NUMBER: usize = 511;
+
+/// The 802.1p marking of what leaves a VLAN sub-interface with an output policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcpOut {
+    /// The policy's number ([`InputPolicy::number`]): a packet classified on input by
+    /// the same policy has the priority of its class.
+    pub policy: u16,
+    /// By class ([`NO_PCP`]: the tag is left as written).
+    pub by_class: [u8; MAX_CLASSES],
+    /// By DSCP, for the other packets: the class of the DSCP, as the port's scheduler
+    /// chooses.
+    pub by_dscp: [u8; 64],
+}
 
 /// Default queue limit of a class, packets.
 pub const DEFAULT_LIMIT: usize = 256;
@@ -300,9 +318,9 @@ pub struct Compiled {
     pub input: Vec<Option<InputPolicy>>,
     /// Output schedulers by interface index (ports only).
     pub output: Vec<Option<SchedSpec>>,
-    /// 802.1p by DSCP ([`NO_PCP`]: the tag is left as written) for what leaves each VLAN
-    /// sub-interface with an output policy, by interface index.
-    pub pcp_out: Vec<Option<[u8; 64]>>,
+    /// The 802.1p marking of what leaves each VLAN sub-interface with an output policy,
+    /// by interface index.
+    pub pcp_out: Vec<Option<PcpOut>>,
     /// The policers, by name (shared by everything that names them).
     pub policers: Vec<(String, Arc<Policer>)>,
 }
@@ -750,6 +768,15 @@ impl QosConfig {
                     .map(|(_, p)| p.clone())
             })
         };
+        // A policy's number: its place in the list, from 1 (0: none).
+        let number = |name: &str| {
+            self.policies
+                .iter()
+                .position(|p| p.name == name)
+                .map(|i| i + 1)
+                .filter(|&n| n <= MAX_POLICY_NUMBER)
+                .map_or(0, |n| n as u16)
+        };
         let mut c = Compiled {
             input: vec![None; interfaces.len()],
             output: vec![None; interfaces.len()],
@@ -783,8 +810,11 @@ impl QosConfig {
                     }
                 }
                 c.input[idx] = Some(InputPolicy {
+                    policy: pn.clone(),
+                    number: number(pn),
                     trusted: f.trusted,
                     rules: rules.map(Arc::new),
+                    rule_counts: None,
                     by_dscp: sched.by_dscp,
                     named,
                     by_pcp,
@@ -808,14 +838,20 @@ impl QosConfig {
                     .ok_or(format!("unknown policy {pn:?}"))?;
                 let sched = Self::sched_spec(p, "").map_err(|e| format!("policy {pn}: {e:?}"))?;
                 if idx >= ports {
-                    // A VLAN sub-interface: 802.1p by the class of each DSCP.
-                    let mut map = [NO_PCP; 64];
-                    for (d, m) in map.iter_mut().enumerate() {
-                        if let Some(k) = p.classes.get(sched.class_of(d as u8) as usize) {
-                            *m = k.pcp.unwrap_or(NO_PCP);
-                        }
+                    // A VLAN sub-interface: 802.1p by class, and by the class of each DSCP.
+                    let pcp = |k: Option<&ClassConfig>| k.and_then(|k| k.pcp).unwrap_or(NO_PCP);
+                    let mut out = PcpOut {
+                        policy: number(pn),
+                        by_class: [NO_PCP; MAX_CLASSES],
+                        by_dscp: [NO_PCP; 64],
+                    };
+                    for (j, m) in out.by_class.iter_mut().enumerate() {
+                        *m = pcp(p.classes.get(j));
                     }
-                    c.pcp_out[idx] = Some(map);
+                    for (d, m) in out.by_dscp.iter_mut().enumerate() {
+                        *m = pcp(p.classes.get(sched.class_of(d as u8) as usize));
+                    }
+                    c.pcp_out[idx] = Some(out);
                     continue;
                 }
                 if idx >= crate::node::MAX_PORTS {
@@ -1110,7 +1146,7 @@ output = "edge"
         // What leaves eth0.100: EF with PCP 5, AF41 with 4, the rest as tagged (no
         // scheduler: it is not a port).
         assert!(k.output[2].is_none() && k.output[0].is_none());
-        let m = k.pcp_out[2].unwrap();
+        let m = k.pcp_out[2].unwrap().by_dscp;
         assert_eq!((m[46], m[34], m[0], m[36]), (5, 4, NO_PCP, NO_PCP));
         assert!(k.pcp_out[0].is_none() && k.pcp_out[1].is_none());
     }

@@ -17,6 +17,7 @@
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use dataplane::buffer::{with_frag_pcp, AUX_FEATURE_META, AUX_FRAG_PCP, F_TO_FRAG};
 use dataplane::egress::Egress;
 use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureSpec};
 use dataplane::{PacketMemory, Pkt};
@@ -24,8 +25,9 @@ use dataplane::{PacketMemory, Pkt};
 use crate::classify::{
     frame_pcp, ip4_dscp, ip6_dscp, set_frame_pcp, set_ip4_dscp, set_ip6_dscp, InputPolicy, Verdict,
 };
-use crate::config::{Compiled, QosConfig, NO_PCP};
+use crate::config::{Compiled, PcpOut, QosConfig, NO_PCP};
 use crate::policer::{Colour, Policer};
+use crate::rules::RuleCounters;
 use crate::sched::{QueueStats, Rates, SchedSpec, Scheduler};
 
 /// The IPv4 input node.
@@ -47,6 +49,29 @@ const DROPS: &[(&str, &str)] = &[(
     "policed",
     "dropped by a QoS policer (the action of the packet's colour is drop)",
 )];
+
+/// QoS's part of `Pkt::aux`'s feature half (`dataplane::buffer::AUX_FEATURE_META`): the
+/// class the input policy chose, for the 802.1p marking on output (the DSCP alone cannot
+/// say it: a class chosen by rule or by 802.1p, without a `mark`, keeps the DSCP the packet
+/// came with). Bits 23-31: the policy's number (0: no class), 20-22: the class.
+const CLASS_META: u32 = 0xfff0_0000;
+const _: () = assert!(CLASS_META & AUX_FEATURE_META == CLASS_META);
+const _: () = assert!(CLASS_META & AUX_FRAG_PCP == 0);
+const _: () = assert!(crate::sched::MAX_CLASSES <= 8);
+const _: () = assert!(crate::config::MAX_POLICY_NUMBER < 1 << 9);
+
+/// `aux` carrying class `class` of policy number `policy`.
+#[inline]
+fn with_class(aux: u32, policy: u16, class: u8) -> u32 {
+    aux & !CLASS_META | u32::from(policy) << 23 | u32::from(class & 7) << 20
+}
+
+/// The (policy number, class) `aux` carries, if any.
+#[inline]
+fn class_in(aux: u32) -> Option<(u16, u8)> {
+    let policy = (aux >> 23) as u16;
+    (policy != 0).then_some((policy, (aux >> 20 & 7) as u8))
+}
 
 /// Most ports a worker schedules (the engine's port masks are 64 bits).
 pub const MAX_PORTS: usize = 64;
@@ -78,11 +103,12 @@ struct PortState {
 /// What the control thread and the nodes share.
 pub struct QosShared {
     input: ArcSwap<Vec<Option<InputPolicy>>>,
-    pcp_out: ArcSwap<Vec<Option<[u8; 64]>>>,
+    pcp_out: ArcSwap<Vec<Option<PcpOut>>>,
     workers: Mutex<Vec<WorkerEnds>>,
     /// The workers' ends, taken by [`QosShared::egress`].
     worker_ends: Mutex<Vec<Option<WorkerSide>>>,
     state: Mutex<ControlState>,
+    workers_n: usize,
 }
 
 #[derive(Default)]
@@ -110,6 +136,7 @@ impl QosShared {
             workers: Mutex::new(ctl),
             worker_ends: Mutex::new(wrk),
             state: Mutex::new(ControlState::default()),
+            workers_n: workers,
         })
     }
 
@@ -157,7 +184,29 @@ impl QosShared {
             .state
             .lock()
             .map_err(|_| "QoS state poisoned".to_string())?;
-        let compiled = cfg.compile(interfaces, ports, &st.compiled, now_ns)?;
+        let mut compiled = cfg.compile(interfaces, ports, &st.compiled, now_ns)?;
+        // Rule counters: an interface whose input policy and rules did not change keeps
+        // its counts.
+        for (idx, p) in compiled.input.iter_mut().enumerate() {
+            let (Some(p), Some(name)) = (p, interfaces.get(idx)) else {
+                continue;
+            };
+            let Some(rules) = &p.rules else {
+                continue;
+            };
+            let old = st
+                .names
+                .iter()
+                .position(|n| n == name)
+                .and_then(|o| st.compiled.input.get(o)?.as_ref());
+            let kept = old
+                .filter(|o| o.policy == p.policy)
+                .filter(|o| o.rules.as_ref().is_some_and(|r| r.source == rules.source))
+                .and_then(|o| o.rule_counts.clone());
+            p.rule_counts = Some(kept.unwrap_or_else(|| {
+                Arc::new(RuleCounters::new(self.workers_n, rules.source.len()))
+            }));
+        }
         let mut workers = self
             .workers
             .lock()
@@ -273,7 +322,44 @@ impl QosShared {
                 })
             })
             .collect();
-        View { policers, ports }
+        let inputs = st
+            .compiled
+            .input
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = p.as_ref()?;
+                let rules = p.rules.as_ref()?;
+                let counts = p
+                    .rule_counts
+                    .as_ref()
+                    .map(|c| c.counts())
+                    .unwrap_or_default();
+                Some(InputView {
+                    interface: st.names.get(i).cloned().unwrap_or_default(),
+                    policy: p.policy.clone(),
+                    rules: rules
+                        .source
+                        .iter()
+                        .enumerate()
+                        .map(|(j, r)| {
+                            let (packets, bytes) = counts.get(j).copied().unwrap_or_default();
+                            RuleView {
+                                class: r.class.clone(),
+                                matches: r.describe(),
+                                packets,
+                                bytes,
+                            }
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        View {
+            policers,
+            ports,
+            inputs,
+        }
     }
 }
 
@@ -284,6 +370,32 @@ pub struct View {
     pub policers: Vec<PolicerView>,
     /// The scheduled ports.
     pub ports: Vec<PortView>,
+    /// The interfaces whose input policy has rules.
+    pub inputs: Vec<InputView>,
+}
+
+/// An interface's input policy and what its rules matched there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputView {
+    /// The interface.
+    pub interface: String,
+    /// Its input policy.
+    pub policy: String,
+    /// The policy's rules, in order.
+    pub rules: Vec<RuleView>,
+}
+
+/// A classifier rule and what it matched on one interface, summed over the workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleView {
+    /// Its class.
+    pub class: String,
+    /// Its matches (`src 10.1.0.0/16 protocol udp dport 5060`).
+    pub matches: String,
+    /// Packets it matched.
+    pub packets: u64,
+    /// Their bytes (IP length).
+    pub bytes: u64,
 }
 
 /// A policer and its colour counts.
@@ -385,8 +497,11 @@ impl Feature for QosInFeature {
             },
             before: &[],
             // What the filters drop spends no tokens, and a filter rule's DSCP rewrite
-            // chooses the class (classification by rule).
+            // chooses the class (classification by rule). It writes `aux`: after
+            // `ip4-nat-in` has taken what `ip4-nat-reply` left there (IPsec's inbound
+            // check, which takes its SPI, runs before all of these).
             after: &[
+                "ip4-nat-in",
                 "ip4-filter-ingress",
                 "ip6-filter-ingress",
                 "ip4-urpf-strict",
@@ -398,9 +513,10 @@ impl Feature for QosInFeature {
         }
     }
 
-    fn node(&self, _worker: usize) -> Box<dyn FeatureNode> {
+    fn node(&self, worker: usize) -> Box<dyn FeatureNode> {
         Box::new(InNode {
             v6: self.v6,
+            worker,
             shared: self.shared.clone(),
         })
     }
@@ -413,6 +529,7 @@ impl Feature for QosInFeature {
 
 struct InNode {
     v6: bool,
+    worker: usize,
     shared: Arc<QosShared>,
 }
 
@@ -441,8 +558,11 @@ impl FeatureNode for InNode {
             let by_rule = policy
                 .rules
                 .as_deref()
-                .and_then(|r| r.class_of_frame(frame, at, self.v6));
-            let class = by_rule.unwrap_or_else(|| {
+                .and_then(|r| r.rule_of_frame(frame, at, self.v6));
+            if let (Some(hit), Some(c)) = (by_rule, &policy.rule_counts) {
+                c.add(self.worker, hit.rule, len);
+            }
+            let class = by_rule.map(|h| h.class).unwrap_or_else(|| {
                 let pcp = if policy.by_pcp_used() {
                     frame
                         .get(p.off as usize..)
@@ -468,6 +588,9 @@ impl FeatureNode for InNode {
                             set_ip4_dscp(h, d);
                         }
                     }
+                    if let Some(q) = batch.pkt_mut(k) {
+                        q.aux = with_class(q.aux, policy.number, class);
+                    }
                     batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
                 }
             }
@@ -477,7 +600,9 @@ impl FeatureNode for InNode {
 
 /// The 802.1p feature (one per IP version): on the output arc of a VLAN sub-interface
 /// with an output policy, after the rewrite wrote its tags (priority 0), it writes the
-/// PCP of the class of the packet's DSCP into every tag.
+/// PCP of the packet's class into every tag: the class the same policy chose on input
+/// (carried in `aux`), else the class of its DSCP. A packet bound for fragmentation has
+/// no Ethernet header yet: the PCP goes in `aux` for the fragments' tags.
 struct PcpFeature {
     v6: bool,
     shared: Arc<QosShared>,
@@ -533,11 +658,6 @@ impl FeatureNode for PcpNode {
             let Some(p) = batch.pkt(k).copied() else {
                 continue;
             };
-            // Bound for ip4-frag: its L2 header is not written yet (the fragments leave
-            // with the rewrite's priority 0).
-            if p.flags & dataplane::buffer::F_TO_FRAG != 0 {
-                continue;
-            }
             let Some(f) = cx.mem.frame_mut(p.buf).get_mut(p.off as usize..) else {
                 continue;
             };
@@ -547,8 +667,23 @@ impl FeatureNode for PcpNode {
             let Some(dscp) = dscp else {
                 continue;
             };
-            let pcp = map.get(usize::from(dscp)).copied().unwrap_or(NO_PCP);
-            if pcp != NO_PCP && set_frame_pcp(f, l3, pcp) {
+            let pcp = match class_in(p.aux) {
+                Some((policy, class)) if policy == map.policy => {
+                    map.by_class.get(usize::from(class))
+                }
+                _ => map.by_dscp.get(usize::from(dscp)),
+            };
+            let pcp = pcp.copied().unwrap_or(NO_PCP);
+            if pcp == NO_PCP {
+                continue;
+            }
+            // Bound for ip4-frag (ip6-frag): its L2 header is written with each fragment's.
+            if p.flags & F_TO_FRAG != 0 {
+                if let Some(q) = batch.pkt_mut(k) {
+                    q.aux = with_frag_pcp(q.aux, pcp);
+                }
+                batch.note(k, u32::from(pcp), u64::from(dscp));
+            } else if set_frame_pcp(f, l3, pcp) {
                 batch.note(k, u32::from(pcp), u64::from(dscp));
             }
         }

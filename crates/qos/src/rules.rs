@@ -2,21 +2,25 @@
 //! 5-tuple (and, optionally, the DSCP it arrived with), first match wins, before DSCP
 //! classification.
 //!
-//! The matching is the firewall's: a rule's prefixes, protocol and port ranges become
-//! boxes ([`firewall::classify::Match`] → [`firewall::classify::Rule`]) in a
-//! [`firewall::classify::Classifier`] per address family, and packets are read with the
-//! firewall's parser ([`firewall::node::parse4`], [`firewall::node::parse6`]); the config
-//! types (protocol, port lists, prefixes) are the firewall's too. What a box cannot say
-//! (the DSCP list; ports, which a later fragment does not carry) is the classifier's
-//! `extra` condition.
+//! The matching is the firewall's: each rule, checked here (its config paths and
+//! messages are QoS's), becomes a firewall rule ([`firewall::config::RuleConfig`]), and
+//! the policy's rules a firewall filter compiled by the firewall
+//! ([`firewall::ruleset::CompiledFilter`]: boxes per address family in its classifier, a
+//! later fragment's protocol at [`firewall::ruleset::NO_L4`] so that it matches no rule
+//! with ports, the DSCP list as the rule's extra condition); packets are read with the
+//! firewall's parser ([`firewall::node::parse4`], [`firewall::node::parse6`]) and keyed as
+//! the firewall keys them. The config types (protocol, port lists, prefixes) are the
+//! firewall's too.
 //!
 //! Lookups allocate nothing, lock nothing and cannot panic.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::ops::RangeInclusive;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use firewall::classify::{key_v4, key_v6, Classifier, Match, Options, Rule, DIMS};
-use firewall::config::{parse_net, PortList, Protocol, ICMP, ICMPV6};
+use firewall::config::{
+    parse_net, Action, Filter, FirewallConfig, Hook, PortList, Protocol, ICMP, ICMPV6,
+};
+use firewall::node::Parsed;
+use firewall::ruleset::{boxes, CompiledFilter, Verdict, WorkerCounters};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{parse_dscp, DscpValue};
@@ -92,37 +96,69 @@ pub struct RuleConfig {
     pub dscp: Vec<DscpValue>,
 }
 
-/// A rule as the fast path checks it beyond its boxes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct RuleRt {
-    /// Its class (index in the policy).
-    class: u8,
-    /// The DSCPs it matches, one bit each (all ones: any).
-    dscp: u64,
-    /// Whether it names ports (a later fragment, without them, does not match).
-    ports: bool,
+/// A policy's rules, compiled: a firewall filter of the rules in the firewall's terms
+/// ([`firewall::ruleset::CompiledFilter`]: its classifier per family, its keys, later
+/// fragments at [`firewall::ruleset::NO_L4`], its DSCP condition) and each rule's class.
+#[derive(Debug)]
+pub struct RuleTable {
+    filter: CompiledFilter,
+    /// The class of each rule.
+    classes: Vec<u8>,
+    /// The boxes of each family (`None`: none, the packet is not even read).
+    v4: Option<usize>,
+    v6: Option<usize>,
+    /// The rules as configured (for `show qos`, and to tell whether they changed).
+    pub source: Vec<RuleConfig>,
 }
 
-impl RuleRt {
-    #[inline]
-    fn passes(&self, dscp: u8, l4: bool) -> bool {
-        (l4 || !self.ports) && self.dscp & (1u64 << (dscp & 63)) != 0
+/// The rule a packet matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// Its index in the policy.
+    pub rule: u16,
+    /// Its class.
+    pub class: u8,
+}
+
+/// What each rule of an interface's input policy matched: packets and bytes (IP length)
+/// per rule, per worker (each worker writes its own block, without a lock or a
+/// read-modify-write; a read sums them), as the firewall counts its rules.
+pub struct RuleCounters {
+    workers: Vec<WorkerCounters>,
+    rules: usize,
+}
+
+impl std::fmt::Debug for RuleCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RuleCounters({:?})", self.counts())
     }
 }
 
-/// One family's classifier and, for each of its boxes, the rule it came from.
-#[derive(Clone, Debug)]
-struct Family<T> {
-    classifier: Classifier<T>,
-    rule_of: Vec<u16>,
-}
+impl RuleCounters {
+    /// Counters at zero for `rules` rules and `workers` workers.
+    pub fn new(workers: usize, rules: usize) -> RuleCounters {
+        RuleCounters {
+            workers: (0..workers.max(1))
+                .map(|_| WorkerCounters::new(rules))
+                .collect(),
+            rules,
+        }
+    }
 
-/// A policy's rules, compiled.
-#[derive(Clone, Debug)]
-pub struct RuleTable {
-    rules: Vec<RuleRt>,
-    v4: Option<Family<u32>>,
-    v6: Option<Family<u128>>,
+    /// Worker `worker` counts a packet of `bytes` that matched rule `rule`.
+    #[inline]
+    pub fn add(&self, worker: usize, rule: u16, bytes: u32) {
+        if let Some(w) = self.workers.get(worker) {
+            w.add(usize::from(rule), u64::from(bytes));
+        }
+    }
+
+    /// (packets, bytes) per rule, summed over the workers.
+    pub fn counts(&self) -> Vec<(u64, u64)> {
+        (0..self.rules)
+            .map(|r| WorkerCounters::sum(&self.workers, r))
+            .collect()
+    }
 }
 
 /// What a rule's addresses say about its family.
@@ -133,30 +169,15 @@ enum Fam {
     V6,
 }
 
-/// A rule checked: its family, prefixes and port ranges.
-struct Checked {
-    fam: Fam,
-    src: Vec<(IpAddr, u8)>,
-    dst: Vec<(IpAddr, u8)>,
-    rt: RuleRt,
-}
-
-fn port_ranges(p: &PortList) -> Vec<RangeInclusive<u16>> {
-    if p.is_empty() {
-        vec![0..=u16::MAX]
-    } else {
-        p.0.clone()
-    }
-}
-
 /// Check rule `r` of a policy whose classes are `classes`; `base` is its config path.
-/// Every problem goes to `out`; `None` if there was one.
+/// Every problem goes to `out`; `None` if there was one, else the rule in the firewall's
+/// terms and its class.
 fn check(
     r: &RuleConfig,
     classes: &[&str],
     base: &str,
     out: &mut Vec<(String, String)>,
-) -> Option<Checked> {
+) -> Option<(firewall::config::RuleConfig, u8)> {
     let before = out.len();
     let class = classes.iter().position(|c| *c == r.class);
     if class.is_none() {
@@ -168,7 +189,6 @@ fn check(
     let mut fam = Fam::Any;
     let mut first: Option<String> = None;
     let mut side = |p: &Prefixes, key: &str, out: &mut Vec<(String, String)>| {
-        let mut v = Vec::new();
         for (k, s) in p.list().iter().enumerate() {
             let path = p.path(base, key, k);
             match parse_net(s) {
@@ -187,14 +207,12 @@ fn check(
                             first.get_or_insert_with(|| s.clone());
                         }
                     }
-                    v.push((n.addr, n.len));
                 }
             }
         }
-        v
     };
-    let src = side(&r.src, "src", out);
-    let dst = side(&r.dst, "dst", out);
+    side(&r.src, "src", out);
+    side(&r.dst, "dst", out);
     let proto = r.protocol.map(|p| p.0);
     match (proto, fam) {
         (Some(ICMP), Fam::V6) => out.push((
@@ -207,11 +225,6 @@ fn check(
         )),
         _ => {}
     }
-    let fam = match (fam, proto) {
-        (Fam::Any, Some(ICMP)) => Fam::V4,
-        (Fam::Any, Some(ICMPV6)) => Fam::V6,
-        (f, _) => f,
-    };
     for (key, ports) in [("sport", &r.sport), ("dport", &r.dport)] {
         if ports.is_empty() {
             continue;
@@ -240,85 +253,50 @@ fn check(
             }
         }
     }
-    let mut dscp = if r.dscp.is_empty() { u64::MAX } else { 0 };
+    let mut dscp = Vec::new();
     for (k, d) in r.dscp.iter().enumerate() {
         match parse_dscp(d) {
-            Ok(d) => dscp |= 1 << d,
+            Ok(d) => dscp.push(d),
             Err(e) => out.push((format!("{base}.dscp[{k}]"), e)),
         }
     }
     if out.len() > before {
         return None;
     }
-    Some(Checked {
-        fam,
-        src,
-        dst,
-        rt: RuleRt {
-            class: class.unwrap_or(0) as u8,
-            dscp,
-            ports: !(r.sport.is_empty() && r.dport.is_empty()),
-        },
-    })
-}
-
-/// The boxes of one family for a checked rule.
-fn boxes<A: firewall::classify::Addr>(
-    c: &Checked,
-    r: &RuleConfig,
-    pick: impl Fn(IpAddr) -> Option<A>,
-) -> Result<Vec<Rule<A::F>>, String> {
-    let side = |l: &[(IpAddr, u8)]| -> Vec<Option<(A, u8)>> {
-        if l.is_empty() {
-            vec![None]
-        } else {
-            l.iter()
-                .filter_map(|(a, n)| pick(*a).map(|a| Some((a, *n))))
-                .collect()
-        }
+    // The family follows from the prefixes and the protocol, as in a firewall rule.
+    let rule = firewall::config::RuleConfig {
+        action: Some(Action::Accept),
+        protocol: r.protocol,
+        source: r.src.list().to_vec(),
+        destination: r.dst.list().to_vec(),
+        source_port: r.sport.clone(),
+        destination_port: r.dport.clone(),
+        dscp,
+        ..Default::default()
     };
-    let mut out = Vec::new();
-    for s in side(&c.src) {
-        for d in side(&c.dst) {
-            for sp in port_ranges(&r.sport) {
-                for dp in port_ranges(&r.dport) {
-                    let m = Match {
-                        src: s,
-                        dst: d,
-                        sport: sp.clone(),
-                        dport: dp,
-                        proto: r.protocol.map(|p| p.0),
-                    };
-                    out.push(m.rule()?);
-                }
-            }
-        }
-    }
-    Ok(out)
+    Some((rule, class.unwrap_or(0) as u8))
 }
 
-/// The boxes a rule makes in each family (a bound to check before building them).
-fn box_count(c: &Checked, r: &RuleConfig) -> usize {
-    let n = |l: usize| l.max(1);
-    let fams = if c.fam == Fam::Any { 2 } else { 1 };
-    n(c.src.len()) * n(c.dst.len()) * n(r.sport.0.len()) * n(r.dport.0.len()) * fams
-}
+/// Most boxes a rule may make for them to be built (and counted) by `config check`: a
+/// bound on its memory there (each box is 160 bytes), far above [`MAX_BOXES`].
+const MAX_BUILT: usize = 64 * MAX_BOXES;
 
-fn family<T: firewall::classify::Field>(
-    boxes: Vec<(Rule<T>, u16, bool)>,
-) -> Result<Option<Family<T>>, String> {
-    if boxes.is_empty() {
-        return Ok(None);
+/// The boxes rule `r` makes (its prefixes and port ranges crossed, in each family), as
+/// the firewall builds them; `None` when its lists make too many to build.
+fn box_count(r: &firewall::config::RuleConfig) -> Option<usize> {
+    // Two families, and a second protocol box (later fragments) at most.
+    let most = [
+        r.source.len(),
+        r.destination.len(),
+        r.source_port.0.len(),
+        r.destination_port.0.len(),
+    ]
+    .iter()
+    .fold(4usize, |n, &l| n.saturating_mul(l.max(1)));
+    if most > MAX_BUILT {
+        return None;
     }
-    let rule_of = boxes.iter().map(|b| b.1).collect();
-    let partial = boxes.iter().map(|b| b.2).collect();
-    let rules = boxes.into_iter().map(|b| b.0).collect();
-    let classifier =
-        Classifier::build_partial(rules, partial, Options::default()).map_err(|e| e.to_string())?;
-    Ok(Some(Family {
-        classifier,
-        rule_of,
-    }))
+    Some(boxes(r, &FirewallConfig::default()).map_or(0, |b| b.v4.len() + b.v6.len()))
 }
 
 /// Check the rules of a policy whose classes are `classes`; `base` is the policy's config
@@ -336,20 +314,26 @@ pub fn validate(
         ));
         return;
     }
-    let mut total = 0;
+    // The total, while it can be counted (`None`: too many).
+    let mut total = Some(0usize);
     for (j, r) in rules.iter().enumerate() {
-        if let Some(c) = check(r, classes, &format!("{base}.rule[{j}]"), out) {
-            total += box_count(&c, r);
+        if let Some((rule, _)) = check(r, classes, &format!("{base}.rule[{j}]"), out) {
+            total = total
+                .filter(|&t| t <= MAX_BOXES)
+                .and_then(|t| Some(t + box_count(&rule)?));
         }
     }
-    if total > MAX_BOXES {
-        out.push((
-            format!("{base}.rule"),
-            format!(
-                "the rules' prefixes and port ranges make {total} combinations; a policy has at most {MAX_BOXES}"
-            ),
-        ));
-    }
+    let many = match total {
+        Some(t) if t <= MAX_BOXES => return,
+        Some(t) if t <= MAX_BUILT => t.to_string(),
+        _ => format!("more than {MAX_BOXES}"),
+    };
+    out.push((
+        format!("{base}.rule"),
+        format!(
+            "the rules' prefixes and port ranges make {many} combinations; a policy has at most {MAX_BOXES}"
+        ),
+    ));
 }
 
 impl RuleTable {
@@ -359,63 +343,63 @@ impl RuleTable {
             return Ok(None);
         }
         let mut problems = Vec::new();
-        let mut rts = Vec::new();
-        let mut b4 = Vec::new();
-        let mut b6 = Vec::new();
+        let mut converted = Vec::new();
+        let mut class_of = Vec::new();
         for (j, r) in rules.iter().enumerate() {
-            let Some(c) = check(r, classes, &format!("rule[{j}]"), &mut problems) else {
-                continue;
-            };
-            let partial = c.rt.ports || c.rt.dscp != u64::MAX;
-            let j = j as u16;
-            if c.fam != Fam::V6 {
-                let v4 = |a: IpAddr| match a {
-                    IpAddr::V4(a) => Some(a),
-                    IpAddr::V6(_) => None,
-                };
-                for b in boxes::<Ipv4Addr>(&c, r, v4)? {
-                    b4.push((b, j, partial));
-                }
+            // Indices follow the rules': a rule with a problem stops the build.
+            if let Some((rule, class)) = check(r, classes, &format!("rule[{j}]"), &mut problems) {
+                converted.push(rule);
+                class_of.push(class);
             }
-            if c.fam != Fam::V4 {
-                let v6 = |a: IpAddr| match a {
-                    IpAddr::V6(a) => Some(a),
-                    IpAddr::V4(_) => None,
-                };
-                for b in boxes::<Ipv6Addr>(&c, r, v6)? {
-                    b6.push((b, j, partial));
-                }
-            }
-            rts.push(c.rt);
-            // Indices of `rts` follow the rules': a rule with a problem stops the build.
         }
         if let Some((p, e)) = problems.first() {
             return Err(format!("{p}: {e}"));
         }
+        let f = Filter {
+            name: "qos".into(),
+            hook: Hook::Ingress,
+            interfaces: Vec::new(),
+            policy: Action::Accept,
+            rules: converted,
+        };
+        let filter =
+            CompiledFilter::compile(&f, 0, 0, &FirewallConfig::default()).map_err(|e| {
+                match e.rule {
+                    0 => e.what,
+                    n => format!("rule[{}]: {}", n - 1, e.what),
+                }
+            })?;
+        let some = |n: usize| (n > 0).then_some(n);
         Ok(Some(RuleTable {
-            rules: rts,
-            v4: family(b4)?,
-            v6: family(b6)?,
+            v4: some(filter.v4.stats().rules),
+            v6: some(filter.v6.stats().rules),
+            filter,
+            classes: class_of,
+            source: rules.to_vec(),
         }))
     }
 
+    /// The rule the firewall's verdict names, and its class.
     #[inline]
-    fn pick<T: firewall::classify::Field>(
-        &self,
-        f: &Family<T>,
-        key: &[T; DIMS],
-        dscp: u8,
-        l4: bool,
-    ) -> Option<u8> {
-        let rule = |b: u32| {
-            f.rule_of
-                .get(b as usize)
-                .and_then(|&r| self.rules.get(r as usize))
-        };
-        let b = f
-            .classifier
-            .classify_where(key, |b| rule(b).is_some_and(|r| r.passes(dscp, l4)))?;
-        rule(b).map(|r| r.class)
+    fn hit(&self, v: Verdict) -> Option<Hit> {
+        let rule = v.rule?;
+        Some(Hit {
+            rule: rule as u16,
+            class: *self.classes.get(rule as usize)?,
+        })
+    }
+
+    /// A packet as the firewall's parser reads it (for its keys: a later fragment's
+    /// protocol at [`firewall::ruleset::NO_L4`]).
+    fn parsed((sport, dport, proto): (u16, u16, u8), dscp: u8, l4: bool) -> Parsed {
+        Parsed {
+            proto,
+            l4,
+            sport,
+            dport,
+            dscp,
+            ..Parsed::default()
+        }
     }
 
     /// The class of the first rule an IPv4 packet matches (`l4`: its ports are there, not
@@ -429,8 +413,11 @@ impl RuleTable {
         dscp: u8,
         l4: bool,
     ) -> Option<u8> {
-        let f = self.v4.as_ref()?;
-        self.pick(f, &key_v4(src, dst, sport, dport, proto), dscp, l4)
+        self.v4?;
+        let mut p = Self::parsed((sport, dport, proto), dscp, l4);
+        p.src[12..].copy_from_slice(&src.octets());
+        p.dst[12..].copy_from_slice(&dst.octets());
+        self.hit(self.filter.judge4(&p.key4(0))).map(|h| h.class)
     }
 
     /// The class of the first rule an IPv6 packet matches.
@@ -443,8 +430,11 @@ impl RuleTable {
         dscp: u8,
         l4: bool,
     ) -> Option<u8> {
-        let f = self.v6.as_ref()?;
-        self.pick(f, &key_v6(src, dst, sport, dport, proto), dscp, l4)
+        self.v6?;
+        let mut p = Self::parsed((sport, dport, proto), dscp, l4);
+        p.src = src.octets();
+        p.dst = dst.octets();
+        self.hit(self.filter.judge6(&p.key6(0))).map(|h| h.class)
     }
 
     /// The class of the first rule the packet whose IP header is at `at` in `frame`
@@ -452,27 +442,58 @@ impl RuleTable {
     /// parser: a truncated header).
     #[inline]
     pub fn class_of_frame(&self, frame: &[u8], at: usize, v6: bool) -> Option<u8> {
+        self.rule_of_frame(frame, at, v6).map(|h| h.class)
+    }
+
+    /// The first rule the packet whose IP header is at `at` in `frame` matches, and its
+    /// class (as [`RuleTable::class_of_frame`]).
+    #[inline]
+    pub fn rule_of_frame(&self, frame: &[u8], at: usize, v6: bool) -> Option<Hit> {
         if v6 {
-            self.v6.as_ref()?;
+            self.v6?;
             let p = firewall::node::parse6(frame, at).ok()?;
-            self.class6(
-                Ipv6Addr::from(p.src),
-                Ipv6Addr::from(p.dst),
-                (p.sport, p.dport, p.proto),
-                p.dscp,
-                p.l4,
-            )
+            self.hit(self.filter.judge6(&p.key6(0)))
         } else {
-            self.v4.as_ref()?;
+            self.v4?;
             let p = firewall::node::parse4(frame, at).ok()?;
-            let a = |b: &[u8; 16]| Ipv4Addr::new(b[12], b[13], b[14], b[15]);
-            self.class4(
-                a(&p.src),
-                a(&p.dst),
-                (p.sport, p.dport, p.proto),
-                p.dscp,
-                p.l4,
-            )
+            self.hit(self.filter.judge4(&p.key4(0)))
+        }
+    }
+}
+
+impl RuleConfig {
+    /// Its matches as `show qos` lists them (`src 10.1.0.0/16 protocol udp dport 5060`),
+    /// or `any`.
+    pub fn describe(&self) -> String {
+        let mut v: Vec<String> = Vec::new();
+        for (key, p) in [("src", &self.src), ("dst", &self.dst)] {
+            if !p.is_empty() {
+                v.push(format!("{key} {}", p.list().join(",")));
+            }
+        }
+        if let Some(p) = self.protocol {
+            v.push(format!("protocol {}", p.name()));
+        }
+        for (key, p) in [("sport", &self.sport), ("dport", &self.dport)] {
+            if !p.is_empty() {
+                v.push(format!("{key} {p}"));
+            }
+        }
+        if !self.dscp.is_empty() {
+            let d: Vec<String> = self
+                .dscp
+                .iter()
+                .map(|d| match d {
+                    DscpValue::Num(n) => n.to_string(),
+                    DscpValue::Name(s) => s.clone(),
+                })
+                .collect();
+            v.push(format!("dscp {}", d.join(",")));
+        }
+        if v.is_empty() {
+            "any".into()
+        } else {
+            v.join(" ")
         }
     }
 }

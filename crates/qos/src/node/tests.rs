@@ -502,3 +502,69 @@ fn rules_classify_and_vlan_sub_interfaces_carry_their_classs_pcp() {
     let got: Vec<(u8, u8)> = l.ports[1].sent.iter().map(|f| pcp_dscp(f)).collect();
     assert_eq!(got, [(4, 34), (5, EF), (0, 0), (5, EF)]);
 }
+
+#[test]
+fn each_rule_counts_what_it_matched_per_interface() {
+    let mut l = lab(MATCH);
+    let to = [10, 100, 0, 7];
+    l.run(
+        &[
+            udp(None, to, 5060, 0, 200),
+            udp(None, to, 5061, 10, 200),
+            udp(None, to, 5062, 0, 200),
+        ],
+        MS,
+    );
+    l.run(&[udp(Some((5, 3)), to, 5060, 12, 200)], 2 * MS);
+    let rule = |l: &Lab, iface: &str| {
+        let v = l.qos.view();
+        let i = v.inputs.iter().find(|x| x.interface == iface).unwrap();
+        assert_eq!(i.policy, "edge");
+        i.rules[0].clone()
+    };
+    let r = rule(&l, "p0");
+    assert_eq!(r.class, "ef");
+    assert_eq!(r.matches, "src 192.168.0.0/16 protocol udp dport 5060-5061");
+    // Two packets of 186 IP bytes on p0, one on p0.5.
+    assert_eq!((r.packets, r.bytes), (2, 372));
+    let r = rule(&l, "p0.5");
+    assert_eq!((r.packets, r.bytes), (1, 186));
+    // The same rules again: the counts go on; changed rules start from zero.
+    l.apply(MATCH);
+    assert_eq!(rule(&l, "p0").packets, 2);
+    l.apply(&MATCH.replace("5060-5061", "5060"));
+    assert_eq!(rule(&l, "p0").packets, 0);
+}
+
+/// `MATCH` with a rule that puts UDP to port 7000 in AF4, which has a PCP but no mark.
+fn match_af4_rule() -> String {
+    MATCH.replace(
+        "[[interface]]\nname = \"p0\"",
+        "[[policy.rule]]\nclass = \"af4\"\nprotocol = \"udp\"\ndport = 7000\n\n[[interface]]\nname = \"p0\"",
+    )
+}
+
+#[test]
+fn a_class_without_a_mark_and_every_fragment_leave_with_the_classs_pcp() {
+    let mut l = lab(&match_af4_rule());
+    // AF4 by the rule, not re-marked (trusted p0.5 keeps CS1): the class's PCP 4 all the
+    // same, which its DSCP would not give (CS1 is no class's: the default, no PCP).
+    l.run(&[udp(Some((5, 0)), [10, 100, 0, 7], 7000, 8, 200)], MS);
+    let got: Vec<(u8, u8)> = l.ports[1].sent.iter().map(|f| pcp_dscp(f)).collect();
+    assert_eq!(got, [(4, 8)]);
+    // SIP too big for p1.100's MTU (1500), DF clear: ip4-frag cuts it, and every
+    // fragment carries EF's PCP 5.
+    l.ports[1].sent.clear();
+    let mut big = udp(None, [10, 100, 0, 7], 5060, 0, 3000);
+    big[20] = 0;
+    big[24..26].copy_from_slice(&[0, 0]);
+    let c = wire_checksum(&big[14..34]);
+    big[24..26].copy_from_slice(&c.to_be_bytes());
+    l.run(&[big], 2 * MS);
+    let got: Vec<(u8, u8)> = l.ports[1].sent.iter().map(|f| pcp_dscp(f)).collect();
+    assert_eq!(got, [(5, EF), (5, EF), (5, EF)]);
+    for f in &l.ports[1].sent {
+        assert_eq!(u16::from_be_bytes([f[14], f[15]]) & 0xfff, 100);
+        assert_eq!(wire_checksum(&f[18..38]), 0);
+    }
+}
