@@ -581,20 +581,7 @@ fn sas_from_the_api_key_a_tunnel_and_rekey_it() {
             .unwrap();
         writeln!(f, "[rekey]\nencryption = \"{kc}\"").unwrap();
     }
-    let cli = |gw: u8, args: &[&str]| {
-        let o = Command::new(common::bin())
-            .args(["ipsec", "sa"])
-            .args(args)
-            .arg("--socket")
-            .arg(l.socket(gw))
-            .env("RUST_BACKTRACE", "0")
-            .output()
-            .unwrap();
-        let text =
-            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{args:?}: {text}");
-        text
-    };
+    let cli = |gw: u8, args: &[&str]| common::ike::cli(l, gw, &[&["ipsec", "sa"], args].concat());
     let (ok, out) = std::thread::scope(|s| {
         let pinger = s.spawn(|| sh(l, &l.h1(), &["ping", "-c20", "-i0.1", "-W2", H2]));
         std::thread::sleep(Duration::from_millis(500));

@@ -408,17 +408,21 @@ impl worker::LoopHooks<Arena, LivePort> for DaemonHooks {
                 p.set_local_addrs(&l, share);
             }
         }
+        // SAs the control thread queued go in now, traffic or not (counted as work: the
+        // worker stays awake while a backlog drains).
+        let ops = self.ipsec.apply_queued(self.id);
         // Frames handed back first: packets held while their next hop resolved go out
         // before the ones that arrived after it (the FIB has the neighbour a moment before
         // the held packets come back, so a few may still be overtaken).
         let own = self.ifaces.load();
-        let mut n = inject_from_kernel(
-            &mut self.inject,
-            mem,
-            ports,
-            (graph, v, out),
-            (&own.own, now_ns),
-        );
+        let mut n = ops
+            + inject_from_kernel(
+                &mut self.inject,
+                mem,
+                ports,
+                (graph, v, out),
+                (&own.own, now_ns),
+            );
         // Then the frames of flows this worker owns that other workers received, as if
         // received here (a vector's worth per iteration, so the ports are polled too).
         if let Some(rx) = self.handoff.as_mut() {

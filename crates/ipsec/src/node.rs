@@ -543,6 +543,25 @@ impl IpsecShared {
         }
     }
 
+    /// On worker `w`, between vectors (once per turn of its loop): apply a vector's worth
+    /// of the ops the control thread queued for its SA table. The ESP nodes apply them too,
+    /// but only when packets reach them: without this, SAs set up while no ESP flows (a
+    /// hundred thousand IKE tunnels coming up) would wait for traffic to pull them in, and
+    /// its first packets would find no SA. Returns how many it applied (0: none queued, or
+    /// the table busy). No allocation: the ops were built by the control thread.
+    pub fn apply_queued(&self, w: usize) -> usize {
+        let Some(t) = self.workers.get(w) else {
+            return 0;
+        };
+        let Ok(mut sad) = t.try_borrow_mut() else {
+            return 0;
+        };
+        if !sad.ops_pending() {
+            return 0;
+        }
+        sad.apply_ops(sad::OPS_PER_VECTOR)
+    }
+
     /// Whether some installed SA is UDP-encapsulated (NAT-T): UDP to port 4500 of the
     /// router's addresses is then ESP's (read once per worker loop, not per packet).
     pub fn natt_active(&self) -> bool {

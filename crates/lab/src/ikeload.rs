@@ -785,31 +785,8 @@ impl Generator {
         by_spi: &HashMap<u32, usize>,
         r: &mut TrafficReport,
     ) {
-        let mut fds: Vec<libc::pollfd> = self
-            .socks
-            .iter()
-            .map(|s| libc::pollfd {
-                fd: s.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: fds is a valid array of fds.len() pollfd structs for the call's duration.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                wait.as_millis() as libc::c_int,
-            )
-        };
-        if n <= 0 {
-            return;
-        }
         let mut frame = vec![0u8; 2048];
-        for (s, fd) in fds.iter().enumerate() {
-            if fd.revents == 0 {
-                continue;
-            }
+        for s in self.readable(wait) {
             for _ in 0..64 {
                 let Ok((len, peer)) = self.socks[s].recv_from(&mut self.buf) else {
                     break;
@@ -974,9 +951,8 @@ impl Generator {
         }
     }
 
-    /// Waits up to `wait` for datagrams and handles them all; returns the indices of
-    /// tunnels established.
-    fn receive(&mut self, wait: Duration, now: Instant, up: &mut Vec<Instant>) {
+    /// The sockets with datagrams waiting, after at most `wait` (poll(2)).
+    fn readable(&self, wait: Duration) -> Vec<usize> {
         let mut fds: Vec<libc::pollfd> = self
             .socks
             .iter()
@@ -995,12 +971,19 @@ impl Generator {
             )
         };
         if n <= 0 {
-            return;
+            return Vec::new();
         }
-        for (s, fd) in fds.iter().enumerate() {
-            if fd.revents == 0 {
-                continue;
-            }
+        fds.iter()
+            .enumerate()
+            .filter(|(_, f)| f.revents != 0)
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    /// Waits up to `wait` for datagrams and handles them all; returns the indices of
+    /// tunnels established.
+    fn receive(&mut self, wait: Duration, now: Instant, up: &mut Vec<Instant>) {
+        for s in self.readable(wait) {
             // At most a batch per socket per round: the others get their turn.
             for _ in 0..64 {
                 let got = self.socks[s].recv(&mut self.buf);
@@ -1144,30 +1127,7 @@ impl Generator {
 
     /// [`Generator::flood`]'s answers: counted by kind, nothing sent.
     fn flood_receive(&mut self, wait: Duration, r: &mut FloodReport) {
-        let mut fds: Vec<libc::pollfd> = self
-            .socks
-            .iter()
-            .map(|s| libc::pollfd {
-                fd: s.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: fds is a valid array of fds.len() pollfd structs for the call's duration.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                wait.as_millis() as libc::c_int,
-            )
-        };
-        if n <= 0 {
-            return;
-        }
-        for (s, fd) in fds.iter().enumerate() {
-            if fd.revents == 0 {
-                continue;
-            }
+        for s in self.readable(wait) {
             while let Ok(len) = self.socks[s].recv(&mut self.buf) {
                 let Ok(msg) = wire::parse(&self.buf[..len]) else {
                     r.other += 1;
