@@ -623,8 +623,10 @@ impl Features {
             .map(ipsec::config::StoredSa::extra)
             .collect();
         next.extend(added);
+        // Kept form first: what cannot be kept is refused before the data plane changes.
+        let kept = ApiSas::new(&next)?;
         self.publish_ipsec_with(&cfg, &next, &keys)?;
-        *api = ApiSas::new(&next)?;
+        *api = kept;
         Ok(())
     }
 

@@ -100,8 +100,17 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
             (SaDirection::In, spi_in, None),
         ] {
             let spi = key.1;
-            if let Err(e) = s.features().remove_ipsec_sa(key) {
-                tracing::warn!(peer, tunnel, "IKE: removing SA {spi:08x}: {e}");
+            match s.features().remove_ipsec_sa(key) {
+                Ok(true) => {}
+                // Not there: its install failed (logged then), or it was found by another key.
+                Ok(false) => {
+                    tracing::warn!(
+                        peer,
+                        tunnel,
+                        "IKE: removing SA {spi:08x}: no such SA installed"
+                    )
+                }
+                Err(e) => tracing::warn!(peer, tunnel, "IKE: removing SA {spi:08x}: {e}"),
             }
         }
         tracing::info!(

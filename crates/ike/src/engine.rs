@@ -125,21 +125,6 @@ pub struct ChildSpec {
     pub by_destination: bool,
 }
 
-impl ChildSpec {
-    /// [`Event::ChildDown::chosen`] of this child.
-    pub fn chosen(&self) -> Option<(IpAddr, u16)> {
-        self.by_destination
-            .then(|| (self.remote, self.udp_encap.map_or(0, |(_, p)| p)))
-    }
-}
-
-/// [`Event::ChildDown::chosen`] of a child of `sa`, whose peer is `peer`.
-fn chosen_of(sa: &IkeSa, peer: &Peer) -> Option<(IpAddr, u16)> {
-    peer.remote
-        .is_none()
-        .then(|| (sa.remote.ip(), if sa.nat { sa.remote.port() } else { 0 }))
-}
-
 /// Counters (`show ike`, metrics).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Counters {
@@ -304,6 +289,9 @@ struct Child {
     created: Instant,
     local_ts: Vec<Selector>,
     remote_ts: Vec<Selector>,
+    /// [`Event::ChildDown::chosen`], as installed (the IKE SA's peer address may move
+    /// later, with a NAT's new mapping; the SA keeps the one it was installed with).
+    chosen: Option<(IpAddr, u16)>,
 }
 
 /// One IKE SA.
@@ -2743,6 +2731,9 @@ impl Engine {
         // Room for this one child, not the four a first push makes (a rekey's second
         // child grows it once): most IKE SAs have one (issue 27: memory per tunnel).
         sa.children.reserve_exact(1);
+        let udp_encap = sa.nat.then(|| (sa.local.port(), sa.remote.port()));
+        let by_destination = peer.remote.is_none();
+        let chosen = by_destination.then(|| (sa.remote.ip(), udp_encap.map_or(0, |(_, p)| p)));
         sa.children.push(Child {
             spi_in,
             spi_out,
@@ -2750,6 +2741,7 @@ impl Engine {
             created: now,
             local_ts: local_ts.clone(),
             remote_ts: remote_ts.clone(),
+            chosen,
         });
         let spec = ChildSpec {
             peer: peer.name.clone(),
@@ -2765,8 +2757,8 @@ impl Engine {
             key_out,
             local_ts,
             remote_ts,
-            udp_encap: sa.nat.then(|| (sa.local.port(), sa.remote.port())),
-            by_destination: peer.remote.is_none(),
+            udp_encap,
+            by_destination,
         };
         self.counters.children_installed += 1;
         out.push(Event::ChildUp(spec));
@@ -2862,7 +2854,7 @@ impl Engine {
         let k = sa.children.iter().position(|c| c.spi_out == out_spi)?;
         let c = sa.children.remove(k);
         let peer = sa.peer.clone()?;
-        let chosen = chosen_of(sa, &peer);
+        let chosen = c.chosen;
         self.child_spis.remove(&c.spi_in);
         self.counters.children_removed += 1;
         out.push(Event::ChildDown {
@@ -2897,7 +2889,7 @@ impl Engine {
                     tunnel: peer.tunnel.clone(),
                     spi_in: c.spi_in,
                     spi_out: c.spi_out,
-                    chosen: chosen_of(&sa, peer),
+                    chosen: c.chosen,
                 });
             }
             // An initiating peer left without an SA (not one whose SA was replaced by

@@ -234,9 +234,9 @@ pub struct SaEntry {
     pub remote_port: Option<u16>,
 }
 
-/// Destination prefixes one SA may have (`selectors`): a range of addresses makes at
-/// most 64 (IPv4), and road warriors have one or two.
-pub const MAX_SELECTORS: usize = 64;
+/// Destination prefixes one SA may have (`selectors`): one range of addresses makes at
+/// most 62 (IPv4) or 254 (IPv6), and road warriors have one or two.
+pub const MAX_SELECTORS: usize = 256;
 
 fn none() -> String {
     "none".into()
@@ -1156,6 +1156,13 @@ impl IpsecConfig {
             p.push((at("remote_port"), "0 is no port".into()));
         }
         let mut selectors = Vec::with_capacity(s.selectors.len());
+        if !s.selectors.is_empty() && !s.tunnel.is_empty() && s.remote.is_none() {
+            p.push((
+                at("remote"),
+                "an SA with selectors is one peer's of several: it needs its own local and remote"
+                    .into(),
+            ));
+        }
         if !s.selectors.is_empty() && s.direction == SaDirection::In {
             p.push((
                 at("selectors"),
@@ -1229,9 +1236,13 @@ impl IpsecConfig {
             // Reported by policy_sa_problems.
             _ => return None,
         };
-        let peer_port = s
-            .remote_port
-            .or_else(|| tc.filter(|tc| tc.nat_t).map(TunnelConfig::remote_port));
+        // An SA with ends of its own (one of a tunnel's several peers) has its own
+        // encapsulation too: `remote_port` or none, whatever the tunnel's `nat_t`.
+        let own_ends = s.remote.is_some();
+        let peer_port = s.remote_port.or_else(|| {
+            tc.filter(|tc| tc.nat_t && !own_ends)
+                .map(TunnelConfig::remote_port)
+        });
         if let Some(port) = peer_port {
             c.natt = Some(match s.direction {
                 SaDirection::Out => crate::NatT {
@@ -1774,6 +1785,7 @@ tunnel = \"ipsec0\"
         has("ipsec.sa[0].selectors[1]", "not an address or prefix");
         has("ipsec.sa[1].selectors", "only to an outbound SA");
         has("ipsec.sa[1].remote_port", "0 is no port");
+        has("ipsec.sa[1].remote", "its own local and remote");
         has("ipsec.sa[2].local", "needs both local and remote");
         has("ipsec.sa[3].remote", "different address families");
         // Not on a policy SA.

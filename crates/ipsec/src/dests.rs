@@ -8,7 +8,9 @@
 //! The table is built by the control thread with room for a bound number of prefixes
 //! ([`Dests::with_capacity`]) and sent to the worker once: the worker never allocates.
 //! Where two SAs claim one prefix, the one that claimed it last has it (a rekey's new SA
-//! takes over from the old one, which then leaves without taking it back).
+//! takes over from the old one, which then leaves without taking it back); when the one
+//! that has it leaves, the control thread gives it to the newest other claimer
+//! ([`crate::sad::SadWriter::unset_dests`]).
 
 use std::net::IpAddr;
 
@@ -88,7 +90,9 @@ impl Dests {
     /// by the control thread).
     pub fn with_capacity(capacity: usize, ifaces: usize) -> Dests {
         let mut map = FxHashMap::default();
-        map.reserve(capacity);
+        // Twice what it holds: then a table worn by removals is rehashed in place, never
+        // grown (hashbrown resizes when more than half its room is in use).
+        map.reserve(2 * capacity);
         Dests {
             map,
             capacity,

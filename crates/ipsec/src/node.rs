@@ -644,6 +644,18 @@ impl IpsecShared {
                 pending.len()
             ));
         }
+        // And their destination prefixes (counted as if all new: the old ones leave after).
+        let prefixes: usize = pending
+            .iter()
+            .filter(|(p, ..)| p.config.direction == Direction::Outbound)
+            .map(|(p, ..)| p.selectors.len())
+            .sum();
+        if prefixes > c.writer.dests_room() {
+            return Err(format!(
+                "the new SAs' {prefixes} destination prefixes do not fit: room for {} (half of ipsec.max_sas; a change takes a restart)",
+                c.writer.dests_room()
+            ));
+        }
         c.note_sequences();
         // Every new SA keyed before anything changes.
         let mut built = Vec::with_capacity(pending.len());
@@ -1573,6 +1585,11 @@ fn decrypt_batch(
 fn inner_dest(cx: &FeatureCx<'_>, batch: &Batch<'_>, k: usize, v6: bool) -> Option<Dest> {
     let p = batch.pkt(k)?;
     let at = p.off as usize + p.l3 as usize;
+    // Within the packet, not only the frame.
+    let ip_len = (p.len as usize).saturating_sub(p.l3 as usize);
+    if ip_len < if v6 { 40 } else { 20 } {
+        return None;
+    }
     let f = cx.mem.frame(p.buf);
     if v6 {
         let b: [u8; 16] = f.get(at + 24..at + 40)?.try_into().ok()?;
@@ -1791,6 +1808,18 @@ mod tests {
             s.chosen_slot(0x5001, "198.51.100.1".parse().unwrap(), 0),
             None
         );
+        // c claims b's /16 too, then leaves: b has it back (the newest other claimer).
+        let c = s
+            .insert_one(
+                &chosen(0x5003, 5, "198.51.100.3", &[("10.129.0.0", 16)]),
+                2,
+                "ipsec0",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(sent_with("10.129.7.7"), c);
+        assert!(s.remove_one(c).unwrap());
+        assert_eq!(sent_with("10.129.7.7"), b);
         // b goes: its prefixes fall back to the tunnel's SA.
         assert!(s.remove_one(b).unwrap());
         assert_eq!(sent_with("10.128.0.2"), own);

@@ -174,7 +174,9 @@ impl Sad {
         retired: Arc<ArrayQueue<Installed>>,
     ) -> Sad {
         let mut by_spi = FxHashMap::default();
-        by_spi.reserve(max_sas);
+        // Twice the most it holds: then a table worn by removals is rehashed in place,
+        // never grown (hashbrown resizes when more than half its room is in use).
+        by_spi.reserve(2 * max_sas);
         Sad {
             slots: (0..max_sas).map(|_| None).collect(),
             by_spi,
@@ -389,9 +391,13 @@ pub struct SadWriter {
     /// Until the first inbound SA: the counters of the reassembly table to send with it
     /// ([`SadWriter::reassemble`]).
     reasm: Option<Arc<ReasmStats>>,
-    /// Prefixes the installed SAs claim in the worker's [`Dests`] (an upper bound of what
-    /// it holds: a prefix two SAs claim counts twice), and its room, sent with the first.
-    dests: usize,
+    /// Per prefix in the worker's [`Dests`]: the slot that has it (as the worker has it),
+    /// and the other SAs claiming it, oldest first: when the one that has it leaves, the
+    /// newest of the others takes it back (a simultaneous rekey's twin, two spokes with
+    /// one network).
+    claims: FxHashMap<DestKey, u32>,
+    others: FxHashMap<DestKey, Vec<u32>>,
+    /// The worker table's room, sent with the first prefix.
     dests_capacity: usize,
     ifaces: usize,
     dests_sent: bool,
@@ -447,7 +453,8 @@ impl SadWriter {
     /// Make interface `iface` send packets to each of `keys`' prefixes with the SA in
     /// `slot` (installed, outbound). Refused beyond the table's room.
     pub fn set_dests(&mut self, keys: &[DestKey], slot: u32) -> Result<(), SadError> {
-        if self.dests + keys.len() > self.dests_capacity {
+        let new = keys.iter().filter(|k| !self.claims.contains_key(k)).count();
+        if self.claims.len() + new > self.dests_capacity {
             return Err(SadError::DestsFull(self.dests_capacity));
         }
         if !self.dests_sent {
@@ -458,20 +465,48 @@ impl SadWriter {
                     self.ifaces,
                 ))));
         }
-        self.dests += keys.len();
         for &key in keys {
+            if let Some(had) = self.claims.insert(key, slot) {
+                if had != slot {
+                    self.others.entry(key).or_default().push(had);
+                }
+            }
             self.pending.push_back(Op::SetDest { key, slot });
         }
         Ok(())
     }
 
     /// The prefixes [`SadWriter::set_dests`] gave the SA in `slot` leave it (before the SA
-    /// is removed); a newer SA that claimed one keeps it.
+    /// is removed): a prefix it has goes to the newest other SA claiming it, or to none.
     pub fn unset_dests(&mut self, keys: &[DestKey], slot: u32) {
-        self.dests = self.dests.saturating_sub(keys.len());
         for &key in keys {
-            self.pending.push_back(Op::UnsetDest { key, slot });
+            if self.claims.get(&key) == Some(&slot) {
+                let next = self.others.get_mut(&key).and_then(Vec::pop);
+                if self.others.get(&key).is_some_and(Vec::is_empty) {
+                    self.others.remove(&key);
+                }
+                match next {
+                    Some(s) => {
+                        self.claims.insert(key, s);
+                        self.pending.push_back(Op::SetDest { key, slot: s });
+                    }
+                    None => {
+                        self.claims.remove(&key);
+                        self.pending.push_back(Op::UnsetDest { key, slot });
+                    }
+                }
+            } else if let Some(v) = self.others.get_mut(&key) {
+                v.retain(|&s| s != slot);
+                if v.is_empty() {
+                    self.others.remove(&key);
+                }
+            }
         }
+    }
+
+    /// Room left in the worker's table of prefixes.
+    pub fn dests_room(&self) -> usize {
+        self.dests_capacity.saturating_sub(self.claims.len())
     }
 
     /// Make tunnel interface `iface` send with the SA in `slot` ([`NONE`]: none).
@@ -526,7 +561,8 @@ pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
             ops,
             retired,
             reasm: None,
-            dests: 0,
+            claims: FxHashMap::default(),
+            others: FxHashMap::default(),
             // One prefix per outbound SA, when every SA is a child's pair: a road warrior
             // gateway at its max_sas.
             dests_capacity: max_sas / 2 + 64,
