@@ -224,8 +224,8 @@ pub struct Share {
     pub nat: bool,
     /// ESP (IPsec tunnels end on the router's addresses).
     pub esp: bool,
-    /// UDP to port 4500 (IPsec tunnels with NAT traversal: ESP in UDP, keepalives; IKE
-    /// on that port is lost to the kernel meanwhile).
+    /// UDP to port 4500 (IPsec tunnels with NAT traversal: ESP in UDP, keepalives; the
+    /// fast path passes IKE on that port, behind its non-ESP marker, on to the kernel).
     pub natt: bool,
 }
 
