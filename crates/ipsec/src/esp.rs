@@ -192,10 +192,10 @@ pub fn encrypt(
     let r = encap(sa, buf, start, len);
     match r {
         Ok(_) => {
-            sa.counters.packets += 1;
-            sa.counters.bytes += len as u64;
+            sa.packets += 1;
+            sa.bytes += len as u64;
         }
-        Err(e) => sa.counters.count(e),
+        Err(e) => sa.count(e),
     }
     r
 }
@@ -351,10 +351,10 @@ pub fn decrypt(sa: &mut Sa, buf: &mut [u8], start: usize, len: usize) -> Result<
     let r = decap(sa, buf, start, len);
     match r {
         Ok(i) => {
-            sa.counters.packets += 1;
-            sa.counters.bytes += i.len as u64;
+            sa.packets += 1;
+            sa.bytes += i.len as u64;
         }
-        Err(e) => sa.counters.count(e),
+        Err(e) => sa.count(e),
     }
     r
 }
@@ -545,13 +545,13 @@ pub fn encrypt_batch(sa: &mut Sa, pkts: &mut [Packet<'_>]) -> usize {
                 (p.start, p.len, p.result) = (s, l, Ok(()));
             }
             Err(e) => {
-                sa.counters.count(e);
+                sa.count(e);
                 p.result = Err(e);
             }
         }
     }
-    sa.counters.packets += ok;
-    sa.counters.bytes += bytes;
+    sa.packets += ok;
+    sa.bytes += bytes;
     ok as usize
 }
 
@@ -567,13 +567,13 @@ pub fn decrypt_batch(sa: &mut Sa, pkts: &mut [Packet<'_>]) -> usize {
                 (p.start, p.len, p.next_header, p.result) = (i.start, i.len, i.next_header, Ok(()));
             }
             Err(e) => {
-                sa.counters.count(e);
+                sa.count(e);
                 p.result = Err(e);
             }
         }
     }
-    sa.counters.packets += ok;
-    sa.counters.bytes += bytes;
+    sa.packets += ok;
+    sa.bytes += bytes;
     ok as usize
 }
 

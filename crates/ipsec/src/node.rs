@@ -134,7 +134,7 @@ struct Installed {
     iface: u16,
     /// Outbound with a configured key: its key's mark ([`key_mark`]). Keys IKE negotiated
     /// have none: they are never used again, so their sequence numbers need no keeping.
-    mark: Option<Vec<u8>>,
+    mark: Option<Box<[u8]>>,
     /// UDP-encapsulated (NAT-T).
     natt: bool,
     /// Outbound, chosen by destination: the prefixes it has in the workers' [`Dests`]
@@ -252,7 +252,7 @@ impl Control {
         for i in self.installed.values() {
             if let Some(m) = &i.mark {
                 let seq = i.stats.sequence();
-                let e = self.sequences.entry(m.clone()).or_insert(0);
+                let e = self.sequences.entry(m.to_vec()).or_insert(0);
                 *e = (*e).max(seq);
             }
         }
@@ -272,7 +272,7 @@ impl Control {
         let due = self.installed.values().any(|i| {
             i.mark.as_ref().is_some_and(|m| {
                 self.saved
-                    .get(m)
+                    .get(&**m)
                     .is_none_or(|&r| i.stats.sequence().saturating_add(SEQUENCE_GAP / 2) > r)
             })
         }) || self.sequences.keys().any(|m| !self.saved.contains_key(m));
@@ -362,8 +362,8 @@ impl Control {
                 .filter_map(|&(a, l)| DestKey::new(iface, a, l))
                 .collect()
         });
-        let stats = Arc::new(SaStats::default());
-        let slot = self.writer.insert(sa, iface, stats.clone())?;
+        let stats = sa.stats().clone();
+        let slot = self.writer.insert(sa, iface)?;
         if let Some(keys) = &dests {
             if let Err(e) = self.writer.set_dests(keys, slot) {
                 self.writer.remove(slot);
@@ -371,7 +371,7 @@ impl Control {
             }
         }
         if start > 0 {
-            stats.publish(&crate::Counters::default(), start);
+            stats.publish(0, 0, start);
         }
         Ok((
             slot,
@@ -380,7 +380,7 @@ impl Control {
                 stats,
                 view: view(&p.config, self.name(tunnel)),
                 iface,
-                mark: (outbound && !p.negotiated).then(|| key_mark(&p.config)),
+                mark: (outbound && !p.negotiated).then(|| key_mark(&p.config).into()),
                 natt: p.config.natt.is_some(),
                 dests,
             },
@@ -392,14 +392,16 @@ impl Control {
         self.installed
             .iter()
             .find(|(_, i)| {
-                i.iface == POLICY_IFACE && i.view.direction == "out" && i.view.spi == spi
+                i.iface == POLICY_IFACE
+                    && i.view.direction == Direction::Outbound
+                    && i.view.spi == spi
             })
             .map(|(slot, _)| slot)
     }
 
     /// Record `i`, installed in `slot`.
     fn remember(&mut self, slot: u32, i: Installed) {
-        if i.view.direction == "in" {
+        if i.view.direction == Direction::Inbound {
             self.inbound.insert(i.view.spi, slot);
         }
         if i.dests.is_some() {
@@ -417,10 +419,10 @@ impl Control {
             return;
         };
         if let Some(m) = &i.mark {
-            let e = self.sequences.entry(m.clone()).or_insert(0);
+            let e = self.sequences.entry(m.to_vec()).or_insert(0);
             *e = (*e).max(i.stats.sequence());
         }
-        if i.view.direction == "in" && self.inbound.get(&i.view.spi) == Some(&slot) {
+        if i.view.direction == Direction::Inbound && self.inbound.get(&i.view.spi) == Some(&slot) {
             self.inbound.remove(&i.view.spi);
         }
         if self.tx.get(i.iface as usize) == Some(&slot) {
@@ -688,7 +690,7 @@ impl IpsecShared {
             .iter()
             .filter(|(slot, _)| keep.contains(slot))
             .chain(fresh.iter().map(|(slot, i)| (*slot, i)))
-            .filter(|(_, i)| i.view.direction == "out" && i.dests.is_none())
+            .filter(|(_, i)| i.view.direction == Direction::Outbound && i.dests.is_none())
         {
             if let Some(t) = tx.get_mut(i.iface as usize) {
                 *t = slot;
@@ -714,7 +716,7 @@ impl IpsecShared {
         }
         let tx = &c.tx;
         for (slot, i) in c.installed.iter_mut() {
-            i.view.active = i.view.direction == "out"
+            i.view.active = i.view.direction == Direction::Outbound
                 && (tx.get(i.iface as usize) == Some(&slot)
                     || i.iface == POLICY_IFACE
                     || i.dests.is_some());
@@ -944,9 +946,10 @@ impl IpsecShared {
 pub const POLICY_SA_NAME: &str = "(policy)";
 
 /// What identifies an SA's config: the SHA-256 digest of everything it is built from,
-/// its keys included (the control thread keeps no key). Fixed size: the control thread
-/// keeps one per SA (issue 27: a million tunnels).
-type Ident = [u8; 32];
+/// its keys included (the control thread keeps no key), its first 128 bits (a chance
+/// change going unseen is a 2^-128 collision). Fixed size: the control thread keeps one
+/// per SA (issue 27: a million tunnels).
+type Ident = [u8; 16];
 
 fn ident(p: &crate::config::Planned, iface: u16) -> Ident {
     let c = &p.config;
@@ -971,8 +974,11 @@ fn ident(p: &crate::config::Planned, iface: u16) -> Ident {
     for (a, l) in &p.selectors {
         d.update(format!("{a}/{l}|").as_bytes());
     }
-    let mut id = [0u8; 32];
-    id.copy_from_slice(d.finish().as_ref());
+    let mut id = [0u8; 16];
+    let digest = d.finish();
+    for (i, b) in id.iter_mut().zip(digest.as_ref()) {
+        *i = *b;
+    }
     id
 }
 
@@ -981,10 +987,10 @@ fn ident(p: &crate::config::Planned, iface: u16) -> Ident {
 /// SAs, its endpoints as addresses ([`Brief::view`] spells them out).
 struct Brief {
     tunnel: Arc<str>,
-    direction: &'static str,
+    direction: Direction,
     spi: u32,
-    encryption: &'static str,
-    integrity: &'static str,
+    encryption: crate::Encryption,
+    integrity: crate::Integrity,
     esn: bool,
     replay_window: u32,
     ends: Option<(std::net::IpAddr, std::net::IpAddr)>,
@@ -1000,10 +1006,13 @@ impl Brief {
         };
         SaView {
             tunnel: self.tunnel.to_string(),
-            direction: self.direction,
+            direction: match self.direction {
+                Direction::Inbound => "in",
+                Direction::Outbound => "out",
+            },
             spi: self.spi,
-            encryption: self.encryption,
-            integrity: self.integrity,
+            encryption: self.encryption.name(),
+            integrity: self.integrity.name(),
             esn: self.esn,
             replay_window: self.replay_window,
             src,
@@ -1021,13 +1030,10 @@ fn view(c: &crate::sa::SaConfig, tunnel: Arc<str>) -> Brief {
     };
     Brief {
         tunnel,
-        direction: match c.direction {
-            Direction::Inbound => "in",
-            Direction::Outbound => "out",
-        },
+        direction: c.direction,
         spi: c.spi,
-        encryption: c.encryption.name(),
-        integrity: c.integrity.name(),
+        encryption: c.encryption,
+        integrity: c.integrity,
         esn: c.esn,
         replay_window: c.replay_window,
         ends,

@@ -13,11 +13,11 @@
 //!   of a vector use the old SA or the new one, never a mix of their state.
 //! - The slots, the SPI index and the tunnels' table are sized once (`max_sas`): the worker
 //!   never allocates. The control thread refuses an SA beyond it.
-//! - Counters: the worker copies each SA's counters into its [`SaStats`] (atomics, one
-//!   writer) after each vector that used it; `show ipsec sa` and the metrics read them.
+//! - Counters: the worker copies each SA's packet and byte counts into its [`SaStats`]
+//!   (atomics, one writer) after each vector that used it, and counts errors there as they
+//!   happen; `show ipsec sa` and the metrics read them.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
@@ -25,9 +25,8 @@ use rustc_hash::FxHashMap;
 
 use crate::arena::SaBox;
 use crate::dests::{Dest, DestKey, Dests};
-use crate::error::EspError;
 use crate::reasm::{ReasmStats, Reassembly};
-use crate::sa::{Counters, Sa};
+use crate::sa::Sa;
 
 /// Ops queued from the control thread to one worker at a time.
 pub const OP_QUEUE: usize = 4096;
@@ -39,54 +38,13 @@ pub const NONE: u32 = u32::MAX;
 /// hundred KB of SA state, about what stays in a core's L2 cache.
 pub const PREFETCH_MIN_SAS: usize = 256;
 
-/// An SA's counters as the control thread reads them: copied by the owning worker after
-/// each vector that used the SA.
-#[derive(Debug, Default)]
-pub struct SaStats {
-    packets: AtomicU64,
-    bytes: AtomicU64,
-    errors: [AtomicU64; EspError::ALL.len()],
-    /// The last sequence number sent (outbound) or the highest received (inbound).
-    sequence: AtomicU64,
-}
-
-impl SaStats {
-    /// Copy `c` and `sequence` in (the owning worker only).
-    #[inline]
-    pub fn publish(&self, c: &Counters, sequence: u64) {
-        self.packets.store(c.packets, Ordering::Relaxed);
-        self.bytes.store(c.bytes, Ordering::Relaxed);
-        for (d, s) in self.errors.iter().zip(c.errors.iter()) {
-            d.store(*s, Ordering::Relaxed);
-        }
-        self.sequence.store(sequence, Ordering::Relaxed);
-    }
-
-    /// The counters last published.
-    pub fn counters(&self) -> Counters {
-        let mut c = Counters {
-            packets: self.packets.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-            ..Counters::default()
-        };
-        for (d, s) in c.errors.iter_mut().zip(self.errors.iter()) {
-            *d = s.load(Ordering::Relaxed);
-        }
-        c
-    }
-
-    /// The sequence number last published.
-    pub fn sequence(&self) -> u64 {
-        self.sequence.load(Ordering::Relaxed)
-    }
-}
+pub use crate::sa::SaStats;
 
 /// An SA in a worker's table.
 pub struct Installed {
-    /// The SA, in huge-page memory with the other SAs ([`SaBox`]).
+    /// The SA, in huge-page memory with the other SAs ([`SaBox`]); its counters are
+    /// published to its [`SaStats`] ([`Sa::stats`]).
     pub sa: SaBox,
-    /// Where its counters are published.
-    pub stats: Arc<SaStats>,
     /// The tunnel interface it belongs to: a packet it decrypts is received there.
     pub iface: u16,
 }
@@ -335,18 +293,17 @@ impl Sad {
         }
     }
 
-    /// Hint the CPU to bring in the SA in `slot` ([`Sa::prefetch`]) and its published
-    /// counters. Reads the slot's entry: some packets after [`Sad::prefetch_slot`].
+    /// Hint the CPU to bring in the SA in `slot` ([`Sa::prefetch`]). Reads the slot's
+    /// entry: some packets after [`Sad::prefetch_slot`].
     #[inline]
     pub fn prefetch_sa(&self, slot: u32) {
         if let Some(Some(i)) = self.slots.get(slot as usize) {
             i.sa.prefetch();
-            dataplane::buffer::prefetch(Arc::as_ptr(&i.stats).cast());
         }
     }
 
-    /// Hint the CPU to bring in the replay bitmap block of the inbound SA in `slot`
-    /// ([`Sa::prefetch_window`]). Reads the SA: some packets after [`Sad::prefetch_sa`].
+    /// Hint the CPU to bring in the published counters of the SA in `slot` and, inbound,
+    /// its replay bitmap block ([`Sa::prefetch_window`]). Reads the SA: some packets after [`Sad::prefetch_sa`].
     #[inline]
     pub fn prefetch_window(&self, slot: u32) {
         if let Some(Some(i)) = self.slots.get(slot as usize) {
@@ -358,7 +315,7 @@ impl Sad {
     #[inline]
     pub fn publish(&self, slot: u32) {
         if let Some(Some(i)) = self.slots.get(slot as usize) {
-            i.stats.publish(i.sa.counters(), i.sa.sequence());
+            i.sa.publish();
         }
     }
 }
@@ -407,7 +364,7 @@ impl SadWriter {
     /// Install `sa` for tunnel interface `iface`: its slot. An inbound SA is reachable by
     /// its SPI from now on (once the worker applies the ops); an outbound one is used
     /// once [`SadWriter::set_tx`] names it.
-    pub fn insert(&mut self, sa: Sa, iface: u16, stats: Arc<SaStats>) -> Result<u32, SadError> {
+    pub fn insert(&mut self, sa: Sa, iface: u16) -> Result<u32, SadError> {
         let inbound = sa.direction() == crate::Direction::Inbound;
         let spi = sa.spi();
         if inbound && self.spis.contains_key(&spi) {
@@ -418,7 +375,6 @@ impl SadWriter {
             slot,
             sa: Installed {
                 sa: SaBox::new(sa),
-                stats,
                 iface,
             },
         });
@@ -596,12 +552,8 @@ mod tests {
     #[test]
     fn ops_apply_in_order_and_replaced_sas_come_back() {
         let (mut sad, mut w) = channel(4, 3);
-        let s1 = w
-            .insert(sa(0x1001, Direction::Inbound), 2, Arc::default())
-            .unwrap();
-        let t1 = w
-            .insert(sa(0x2001, Direction::Outbound), 2, Arc::default())
-            .unwrap();
+        let s1 = w.insert(sa(0x1001, Direction::Inbound), 2).unwrap();
+        let t1 = w.insert(sa(0x2001, Direction::Outbound), 2).unwrap();
         w.set_tx(2, t1);
         assert_eq!(w.flush(), 0);
         assert_eq!(sad.inbound(0x1001), NONE, "nothing applied yet");
@@ -611,13 +563,11 @@ mod tests {
         assert_eq!(sad.tx(9), NONE);
         assert_eq!(sad.get_mut(s1).unwrap().iface, 2);
         assert_eq!(
-            w.insert(sa(0x1001, Direction::Inbound), 2, Arc::default()),
+            w.insert(sa(0x1001, Direction::Inbound), 2),
             Err(SadError::DuplicateSpi(0x1001))
         );
         // Rekey: a new transmit SA, switched, then the old one removed.
-        let t2 = w
-            .insert(sa(0x2002, Direction::Outbound), 2, Arc::default())
-            .unwrap();
+        let t2 = w.insert(sa(0x2002, Direction::Outbound), 2).unwrap();
         w.set_tx(2, t2);
         w.remove(t1);
         w.remove(s1);
@@ -635,15 +585,12 @@ mod tests {
     fn the_reassembly_table_comes_with_the_first_inbound_sa() {
         let (mut sad, mut w) = channel(4, 1);
         w.reassemble(Arc::default());
-        w.insert(sa(0x2001, Direction::Outbound), 0, Arc::default())
-            .unwrap();
+        w.insert(sa(0x2001, Direction::Outbound), 0).unwrap();
         w.flush();
         sad.apply_ops(OPS_PER_VECTOR);
         assert!(sad.take_reassembly().is_none(), "no inbound SA, no table");
-        w.insert(sa(0x1001, Direction::Inbound), 0, Arc::default())
-            .unwrap();
-        w.insert(sa(0x1002, Direction::Inbound), 0, Arc::default())
-            .unwrap();
+        w.insert(sa(0x1001, Direction::Inbound), 0).unwrap();
+        w.insert(sa(0x1002, Direction::Inbound), 0).unwrap();
         w.flush();
         assert_eq!(sad.apply_ops(OPS_PER_VECTOR), 5, "one table, sent once");
         let r = sad.take_reassembly();
@@ -653,8 +600,7 @@ mod tests {
         assert!(sad.take_reassembly().is_some(), "given back");
         // A table that does not gather (another worker's) never gets one.
         let (mut other, mut w) = channel(4, 1);
-        w.insert(sa(0x1001, Direction::Inbound), 0, Arc::default())
-            .unwrap();
+        w.insert(sa(0x1001, Direction::Inbound), 0).unwrap();
         w.flush();
         other.apply_ops(OPS_PER_VECTOR);
         assert!(other.take_reassembly().is_none());
@@ -663,12 +609,10 @@ mod tests {
     #[test]
     fn a_full_table_is_refused_and_a_full_queue_waits() {
         let (mut sad, mut w) = channel(2, 1);
-        w.insert(sa(0x1001, Direction::Inbound), 0, Arc::default())
-            .unwrap();
-        w.insert(sa(0x1002, Direction::Inbound), 0, Arc::default())
-            .unwrap();
+        w.insert(sa(0x1001, Direction::Inbound), 0).unwrap();
+        w.insert(sa(0x1002, Direction::Inbound), 0).unwrap();
         assert_eq!(
-            w.insert(sa(0x1003, Direction::Inbound), 0, Arc::default()),
+            w.insert(sa(0x1003, Direction::Inbound), 0),
             Err(SadError::Full(2))
         );
         // More ops than the queue holds: the rest wait on the writer's side.

@@ -59,32 +59,22 @@ pub(crate) struct Mac {
     icv: usize,
 }
 
-/// An SA's transform, laid out for the cache: its first line holds the cipher, the MAC,
-/// the AEAD salt and the AEAD context's header, so that the AEAD's key schedule and GHASH
-/// table (AWS-LC's `EVP_AEAD_CTX` state, 568 bytes) start the next line. The context is
-/// inline, not behind a pointer as aws-lc-rs's `LessSafeKey` keeps it: one SA is one
-/// contiguous run of lines, which [`crate::Sa::prefetch`] brings in ahead of its packet.
-#[repr(C, align(64))]
+/// An SA's transform: the cipher, the MAC, the AEAD salt and the AEAD context (AWS-LC's
+/// `EVP_AEAD_CTX`, whose state holds the key schedule and GHASH table: 568 bytes). The
+/// context is inline, not behind a pointer as aws-lc-rs's `LessSafeKey` keeps it: one SA
+/// is one contiguous run of lines, which [`crate::Sa::prefetch`] brings in ahead of its
+/// packet. Not padded to a line (issue 27: two SAs a tunnel, a million tunnels).
+#[repr(C)]
 pub(crate) struct Transform {
     pub(crate) cipher: Cipher,
     pub(crate) mac: Option<Box<Mac>>,
     /// The AEADs' salt (RFC 4106 §4, RFC 7634 §2): the nonce's first 4 bytes.
     salt: [u8; 4],
-    _pad: [u8; TRANSFORM_PAD],
     /// The AEAD context (AES-GCM, ChaCha20-Poly1305), initialised by `EVP_AEAD_CTX_init`;
     /// zeroed (no AEAD: `aead` null) for the other ciphers. Reached only through AWS-LC's
     /// functions, with `&self.ctx` or `&mut self.ctx`: the Rust side never reads its state.
     ctx: EVP_AEAD_CTX,
 }
-
-/// What pads [`Transform`]'s first line so that the AEAD state starts the second.
-const TRANSFORM_PAD: usize = 64
-    - std::mem::size_of::<Cipher>()
-    - std::mem::size_of::<Option<Box<Mac>>>()
-    - 4
-    - std::mem::offset_of!(EVP_AEAD_CTX, state);
-const _: () =
-    assert!(std::mem::offset_of!(Transform, ctx) + std::mem::offset_of!(EVP_AEAD_CTX, state) == 64);
 
 // SAFETY: the context's pointers are AWS-LC's static AEAD description and, for no AEAD
 // used here, a heap state (AES-GCM and ChaCha20-Poly1305 keep theirs inline); after
@@ -212,7 +202,6 @@ impl Transform {
             cipher,
             mac,
             salt: [0; 4],
-            _pad: [0; TRANSFORM_PAD],
             // SAFETY: all zeroes is a valid EVP_AEAD_CTX (a null `aead`, zero bytes).
             ctx: unsafe { std::mem::zeroed() },
         };

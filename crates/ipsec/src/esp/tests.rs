@@ -710,9 +710,10 @@ fn memory_per_sa() {
         size_of::<crate::sa::Counters>(),
         Sa::hot_bytes(),
     );
-    // The AEAD context (584 bytes) is in the SA: 15 cache lines, 13 of them per packet.
-    assert!(size_of::<Sa>() <= 1024, "{}", size_of::<Sa>());
-    assert!(Sa::hot_bytes() <= 13 * 64, "{}", Sa::hot_bytes());
+    // The AEAD context (584 bytes) is in the SA: 12 cache lines, all of them per packet
+    // (issue 27: two SAs a tunnel, a million tunnels; the error counters are elsewhere).
+    assert!(size_of::<Sa>() <= 12 * 64, "{}", size_of::<Sa>());
+    assert!(Sa::hot_bytes() <= 12 * 64, "{}", Sa::hot_bytes());
     assert_eq!(std::mem::align_of::<Sa>(), 64);
     for alg in [ALGS[0], ALGS[3], ALGS[5]] {
         const N: usize = 20_000;
