@@ -189,7 +189,11 @@ fn api_key(x: &ipsec::config::ExtraSa) -> ApiSaKey {
 #[derive(Default)]
 struct ApiSas {
     list: Vec<ipsec::config::StoredSa>,
-    at: HashMap<ApiSaKey, usize>,
+    /// Indices into `list`, found by their [`ApiSaKey`]'s hash: 4 bytes a slot, where a
+    /// map from key to index took 40 (issue 27: two SAs a tunnel, a million tunnels).
+    /// SipHash with a random key: peers pick our outbound SPIs.
+    at: hashbrown::HashTable<u32>,
+    hasher: std::collections::hash_map::RandomState,
     /// A tunnel's transmit SA, by its SPI.
     out_of: HashMap<String, u32>,
     /// Tunnel names, shared by their SAs.
@@ -220,29 +224,63 @@ impl ApiSas {
             .collect()
     }
 
-    fn get(&self, key: &ApiSaKey) -> Option<&ipsec::config::StoredSa> {
-        self.at.get(key).and_then(|&k| self.list.get(k))
+    fn hash(&self, key: &ApiSaKey) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, key)
     }
 
-    /// Add `x` (none of its key is here).
+    /// Where `key`'s SA is in `list`.
+    fn index(&self, key: &ApiSaKey) -> Option<usize> {
+        let list = &self.list;
+        self.at
+            .find(self.hash(key), |&i| {
+                list.get(i as usize).is_some_and(|x| stored_key(x) == *key)
+            })
+            .map(|&i| i as usize)
+    }
+
+    fn get(&self, key: &ApiSaKey) -> Option<&ipsec::config::StoredSa> {
+        self.list.get(self.index(key)?)
+    }
+
+    /// Add `x` (none of its key is here; at most `u32::MAX` SAs, which `max_sas` keeps
+    /// far below).
     fn put(&mut self, x: ipsec::config::StoredSa) {
         let key = stored_key(&x);
-        self.at.insert(key, self.list.len());
         if key.2.is_none()
             && x.direction() == ipsec::config::SaDirection::Out
             && !x.tunnel().is_empty()
         {
             self.out_of.insert(x.tunnel().to_string(), x.spi());
         }
+        let at = self.list.len() as u32;
         self.list.push(x);
+        let h = self.hash(&key);
+        let (list, hasher) = (&self.list, &self.hasher);
+        self.at.insert_unique(h, at, |&i| {
+            list.get(i as usize).map_or(0, |x| {
+                std::hash::BuildHasher::hash_one(hasher, stored_key(x))
+            })
+        });
     }
 
     /// Take out the SA of `key` (the last one takes its place in the list).
     fn take(&mut self, key: &ApiSaKey) -> Option<ipsec::config::StoredSa> {
-        let k = self.at.remove(key)?;
+        let h = self.hash(key);
+        let list = &self.list;
+        let k = match self.at.find_entry(h, |&i| {
+            list.get(i as usize).is_some_and(|x| stored_key(x) == *key)
+        }) {
+            Ok(e) => e.remove().0 as usize,
+            Err(_) => return None,
+        };
         let x = self.list.swap_remove(k);
         if let Some(moved) = self.list.get(k) {
-            self.at.insert(stored_key(moved), k);
+            // The last one moved to `k`: its slot in `at` says so now.
+            let last = self.list.len() as u32;
+            let h = self.hash(&stored_key(moved));
+            if let Some(i) = self.at.find_mut(h, |&i| i == last) {
+                *i = k as u32;
+            }
         }
         let (dir, spi, chosen) = *key;
         if chosen.is_none()
@@ -703,5 +741,73 @@ impl Features {
                     .collect(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod api_sas_tests {
+    use super::*;
+    use ipsec::config::{ExtraSa, SaDirection};
+
+    fn sa(dir: SaDirection, spi: u32, peer: Option<&str>) -> ExtraSa {
+        let mut x = ExtraSa::for_tunnel(
+            "t0",
+            dir,
+            spi,
+            "aes-128-gcm".into(),
+            "none",
+            false,
+            &[7; 20],
+            &[],
+        );
+        if let Some(p) = peer {
+            x.entry.remote = Some(p.parse().unwrap());
+            x.entry.local = Some("192.0.2.1".parse().unwrap());
+            x.entry.selectors = vec![format!("{p}/32")];
+        }
+        x
+    }
+
+    #[test]
+    fn sas_are_found_by_key_and_taking_one_keeps_the_others_found() {
+        let mut list = vec![];
+        for spi in 0x1000..0x1040u32 {
+            list.push(sa(SaDirection::In, spi, None));
+            // Two peers that picked one outbound SPI.
+            list.push(sa(
+                SaDirection::Out,
+                0x9000,
+                Some(&format!("10.0.{}.{}", spi >> 8, spi & 0xff)),
+            ));
+        }
+        let mut a = ApiSas::new(&list).unwrap();
+        assert_eq!(a.list.len(), 128);
+        for x in &list {
+            let k = api_key(x);
+            assert_eq!(a.get(&k).map(stored_key), Some(k));
+        }
+        assert!(a.get(&(SaDirection::In, 0x5555, None)).is_none());
+        // Take every third, from the front (each take moves the last SA into its place).
+        let mut gone = vec![];
+        for x in list.iter().step_by(3) {
+            let k = api_key(x);
+            assert_eq!(a.take(&k).map(|s| stored_key(&s)), Some(k));
+            assert!(a.take(&k).is_none(), "taken twice");
+            gone.push(k);
+        }
+        for x in &list {
+            let k = api_key(x);
+            let found = a.get(&k).map(stored_key);
+            assert_eq!(found, (!gone.contains(&k)).then_some(k), "{k:?}");
+        }
+        assert_eq!(a.list.len(), 128 - gone.len());
+        // What was taken can come back.
+        for x in list.iter().step_by(3) {
+            let s = a.keep(x).unwrap();
+            a.put(s);
+        }
+        for x in &list {
+            assert!(a.get(&api_key(x)).is_some());
+        }
     }
 }

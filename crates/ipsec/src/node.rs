@@ -227,17 +227,17 @@ struct Control {
     installed: BySlot<Installed>,
     /// Tunnel names, each shared by its tunnel's records.
     names: FxHashSet<Arc<str>>,
-    /// The inbound SAs' slots by SPI.
-    inbound: FxHashMap<u32, u32>,
     /// How many installed SAs are UDP-encapsulated.
     natt: usize,
     /// How many installed SAs have a key mark (outbound, configured keys).
     marked: usize,
     /// Per tunnel interface index: the slot it sends with.
     tx: Vec<u32>,
-    /// The outbound SAs chosen by destination, by (SPI, peer address, peer UDP port or 0):
-    /// peers pick their SPIs, so two of a tunnel's peers may pick one.
-    chosen: FxHashMap<(u32, std::net::IpAddr, u16), u32>,
+    /// The outbound SAs chosen by destination, found by (SPI, peer address, peer UDP port
+    /// or 0) ([`chosen_key`] of their records): peers pick their SPIs, so two of a
+    /// tunnel's peers may pick one. Slots, 4 bytes a bucket (issue 27: a map keyed by the
+    /// triple took 28).
+    chosen: hashbrown::HashTable<u32>,
     /// By key mark: the highest sequence number an outbound SA with that key used (or, read
     /// from the state file, may have used).
     sequences: std::collections::HashMap<Vec<u8>, u64>,
@@ -401,15 +401,35 @@ impl Control {
 
     /// Record `i`, installed in `slot`.
     fn remember(&mut self, slot: u32, i: Installed) {
-        if i.view.direction == Direction::Inbound {
-            self.inbound.insert(i.view.spi, slot);
-        }
-        if i.dests.is_some() {
-            self.chosen.insert(chosen_key(&i), slot);
-        }
+        let chosen = i.dests.is_some().then(|| chosen_key(&i));
         self.natt += usize::from(i.natt);
         self.marked += usize::from(i.mark.is_some());
         self.installed.insert(slot, i);
+        if let Some(k) = chosen {
+            // One slot per key: a newer SA with the key takes the older one's place.
+            let h = chosen_hash(&k);
+            let installed = &self.installed;
+            match self.chosen.find_mut(h, |&s| {
+                installed.get(&s).is_some_and(|o| chosen_key(o) == k)
+            }) {
+                Some(s) => *s = slot,
+                None => {
+                    self.chosen.insert_unique(h, slot, |&s| {
+                        installed.get(&s).map_or(0, |o| chosen_hash(&chosen_key(o)))
+                    });
+                }
+            }
+        }
+    }
+
+    /// The slot of the outbound SA chosen by destination with key `k` ([`chosen_key`]).
+    fn chosen_slot(&self, k: &(u32, std::net::IpAddr, u16)) -> Option<u32> {
+        let installed = &self.installed;
+        self.chosen
+            .find(chosen_hash(k), |&s| {
+                installed.get(&s).is_some_and(|o| chosen_key(o) == *k)
+            })
+            .copied()
     }
 
     /// Remove the SA in `slot`: a tunnel sending with it stops first; an outbound SA's
@@ -422,18 +442,18 @@ impl Control {
             let e = self.sequences.entry(m.to_vec()).or_insert(0);
             *e = (*e).max(i.stats.sequence());
         }
-        if i.view.direction == Direction::Inbound && self.inbound.get(&i.view.spi) == Some(&slot) {
-            self.inbound.remove(&i.view.spi);
-        }
         if self.tx.get(i.iface as usize) == Some(&slot) {
             self.writer.set_tx(i.iface, NONE);
             self.tx[i.iface as usize] = NONE;
         }
         if let Some(keys) = &i.dests {
             self.writer.unset_dests(keys, slot);
-            let k = chosen_key(&i);
-            if self.chosen.get(&k) == Some(&slot) {
-                self.chosen.remove(&k);
+            // Its record is gone from `installed`: found by slot under its key's hash.
+            if let Ok(e) = self
+                .chosen
+                .find_entry(chosen_hash(&chosen_key(&i)), |&s| s == slot)
+            {
+                e.remove();
             }
         }
         self.natt -= usize::from(i.natt);
@@ -453,6 +473,10 @@ fn chosen_key(i: &Installed) -> (u32, std::net::IpAddr, u16) {
         });
     // Outbound: its destination port is the peer's.
     (i.view.spi, peer, i.view.udp.map_or(0, |u| u.1))
+}
+
+fn chosen_hash(k: &(u32, std::net::IpAddr, u16)) -> u64 {
+    std::hash::BuildHasher::hash_one(&rustc_hash::FxBuildHasher, k)
 }
 
 /// An outbound SA's key, as the sequence numbers are kept by: a SHA-256 of its keys under
@@ -527,11 +551,10 @@ impl IpsecShared {
                 writer,
                 installed: BySlot::with_capacity(max_sas),
                 names: FxHashSet::default(),
-                inbound: FxHashMap::default(),
                 natt: 0,
                 marked: 0,
                 tx: vec![NONE; ifaces],
-                chosen: FxHashMap::default(),
+                chosen: hashbrown::HashTable::new(),
                 sequences: std::collections::HashMap::new(),
                 saved: std::collections::HashMap::new(),
                 state_file: None,
@@ -629,7 +652,7 @@ impl IpsecShared {
                     }
                     None => {
                         if p.config.direction == Direction::Inbound {
-                            if let Some(&slot) = c.inbound.get(&p.config.spi) {
+                            if let Some(slot) = c.writer.slot_of_spi(p.config.spi) {
                                 replaced_first.insert(slot);
                             }
                         }
@@ -747,8 +770,8 @@ impl IpsecShared {
             .map_err(|_| "IPsec state unavailable (a thread panicked holding it)")?;
         let c = &mut *c;
         let inbound = p.config.direction == Direction::Inbound;
-        let first = match c.inbound.get(&p.config.spi) {
-            Some(&slot) if inbound && replaces.contains(&slot) => Some(slot),
+        let first = match c.writer.slot_of_spi(p.config.spi) {
+            Some(slot) if inbound && replaces.contains(&slot) => Some(slot),
             Some(_) if inbound => {
                 return Err(format!(
                     "{:#x} is already the SPI of an installed inbound SA",
@@ -806,7 +829,7 @@ impl IpsecShared {
     pub fn slot_of(&self, direction: Direction, spi: u32, iface: u16) -> Option<u32> {
         let c = self.control.lock().ok()?;
         let slot = match direction {
-            Direction::Inbound => c.inbound.get(&spi).copied(),
+            Direction::Inbound => c.writer.slot_of_spi(spi),
             Direction::Outbound if iface == POLICY_IFACE => c.policy_slot(spi),
             Direction::Outbound => c.tx.get(iface as usize).copied(),
         }?;
@@ -819,12 +842,7 @@ impl IpsecShared {
     /// The slot of the installed outbound SA chosen by destination with `spi`, to peer
     /// `remote` (and its UDP port with NAT-T, else 0).
     pub fn chosen_slot(&self, spi: u32, remote: std::net::IpAddr, port: u16) -> Option<u32> {
-        self.control
-            .lock()
-            .ok()?
-            .chosen
-            .get(&(spi, remote, port))
-            .copied()
+        self.control.lock().ok()?.chosen_slot(&(spi, remote, port))
     }
 
     /// Remove the SA in `slot` (as [`IpsecShared::insert_one`] returned it): a tunnel that

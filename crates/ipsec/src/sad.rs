@@ -339,9 +339,10 @@ pub enum SadError {
 pub struct SadWriter {
     free: Vec<u32>,
     capacity: usize,
-    /// Inbound SAs' slots by SPI, and the other way round.
+    /// Inbound SAs' slots by SPI.
     spis: FxHashMap<u32, u32>,
-    spi_of: FxHashMap<u32, u32>,
+    /// By slot: its inbound SA's SPI (0: none or outbound; SPIs below 256 are reserved).
+    spi_of: Vec<u32>,
     pending: VecDeque<Op>,
     ops: Arc<ArrayQueue<Op>>,
     retired: Arc<ArrayQueue<Installed>>,
@@ -384,7 +385,13 @@ impl SadWriter {
                     .push_back(Op::Reassembly(Box::new(Reassembly::new(stats))));
             }
             self.spis.insert(spi, slot);
-            self.spi_of.insert(slot, spi);
+            let at = slot as usize;
+            if self.spi_of.len() <= at {
+                self.spi_of.resize(at + 1, 0);
+            }
+            if let Some(s) = self.spi_of.get_mut(at) {
+                *s = spi;
+            }
             self.pending.push_back(Op::MapSpi { spi, slot });
         }
         Ok(slot)
@@ -396,11 +403,18 @@ impl SadWriter {
         self.reasm = Some(stats);
     }
 
+    /// The slot of the inbound SA with `spi`.
+    pub fn slot_of_spi(&self, spi: u32) -> Option<u32> {
+        self.spis.get(&spi).copied()
+    }
+
     /// Remove the SA in `slot` (its SPI mapping first, for an inbound one).
     pub fn remove(&mut self, slot: u32) {
-        if let Some(spi) = self.spi_of.remove(&slot) {
-            self.spis.remove(&spi);
-            self.pending.push_back(Op::UnmapSpi { spi });
+        if let Some(spi) = self.spi_of.get_mut(slot as usize).map(std::mem::take) {
+            if spi != 0 {
+                self.spis.remove(&spi);
+                self.pending.push_back(Op::UnmapSpi { spi });
+            }
         }
         self.pending.push_back(Op::Remove { slot });
         self.free.push(slot);
@@ -512,7 +526,7 @@ pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
             free: (0..max_sas as u32).rev().collect(),
             capacity: max_sas,
             spis: FxHashMap::default(),
-            spi_of: FxHashMap::default(),
+            spi_of: Vec::new(),
             pending: VecDeque::new(),
             ops,
             retired,
