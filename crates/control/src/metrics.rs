@@ -40,7 +40,7 @@
 //! | `ferrouter_ipsec_handed_off_total` | | packets other workers handed to the SAs' worker |
 //! | `ferrouter_ipsec_reassembly_total` | event=fragments/reassembled/timed_out/evicted/discarded | fragmented ESP gathered before decryption |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
-//! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, ...) |
+//! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, sequence_overflow, other) |
 //! | `ferrouter_ike_sas` | state=established/half_open | IKE SAs |
 //! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD and dead peers (`dead_peers`), NAT keepalives, rekeys (`child_rekeys`, `ike_rekeys`, `ike_rekey_collisions`) |
 //! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
@@ -421,7 +421,7 @@ fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
     );
     s.counter(
         "ferrouter_ipsec_sa_errors",
-        "Packets an SA refused, by reason (replayed, integrity_failed, truncated, bad_padding, sequence_overflow, ...).",
+        "Packets an SA refused, by reason (replayed, integrity_failed, sequence_overflow, other).",
         sas.iter()
             .flat_map(|r| {
                 r.errors.iter().map(|(reason, n)| {

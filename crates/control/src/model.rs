@@ -1038,7 +1038,7 @@ pub struct IpsecSaView {
     /// Outbound: the last sequence number sent; inbound: the highest accepted.
     pub sequence: u64,
     /// Packets refused, by reason (only the non-zero ones): replayed, integrity_failed,
-    /// truncated, bad_padding, sequence_overflow, ...
+    /// sequence_overflow, other.
     pub errors: std::collections::BTreeMap<String, u64>,
     /// ESP in UDP (NAT traversal: the tunnel's `nat_t`, or a NAT IKE found): the outer
     /// UDP source port.
