@@ -307,11 +307,7 @@ print("sent")
     );
     // The SA counts the refusals RFC 4303 names each, the rest as `other`; the node
     // counts every reason.
-    assert_eq!(
-        err(&after, "other") - err(&before, "other"),
-        2,
-        "{after:#}"
-    );
+    assert_eq!(err(&after, "other") - err(&before, "other"), 2, "{after:#}");
     // Nothing hostile was accepted: gw2 took no more than gw1 sent (read after, so a
     // packet of gw1's own in between, a router solicitation on its TUN, counts on both).
     let sent = sa(&ipsec(l, 1), "out")["packets"].as_u64().unwrap();

@@ -23,10 +23,11 @@ const V6_BASE: u8 = 33;
 /// Every (family, length) slot: 33 + 129.
 const LENGTHS: usize = 162;
 
-/// One prefix of one interface, its address masked to its length.
+/// One prefix of one interface, its address masked to its length. 20 bytes (32-bit
+/// words: a table entry with its slot is 24 bytes, not 32; issue 27, a prefix a tunnel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DestKey {
-    addr: [u64; 2],
+    addr: [u32; 4],
     iface: u16,
     /// The length, IPv6 ones past [`V6_BASE`].
     len: u8,
@@ -46,7 +47,7 @@ impl DestKey {
     fn v4(iface: u16, a: u32, len: u8) -> DestKey {
         let m = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
         DestKey {
-            addr: [0, u64::from(a & m)],
+            addr: [0, 0, 0, a & m],
             iface,
             len,
         }
@@ -57,7 +58,12 @@ impl DestKey {
         let m = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
         let a = a & m;
         DestKey {
-            addr: [(a >> 64) as u64, a as u64],
+            addr: [
+                (a >> 96) as u32,
+                (a >> 64) as u32,
+                (a >> 32) as u32,
+                a as u32,
+            ],
             iface,
             len: V6_BASE + len,
         }
@@ -255,6 +261,12 @@ mod tests {
     fn k(iface: u16, p: &str) -> DestKey {
         let (a, l) = p.split_once('/').unwrap();
         DestKey::new(iface, a.parse().unwrap(), l.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_entry_is_24_bytes() {
+        // A prefix a tunnel, tables with room for twice a million (issue 27).
+        assert_eq!(std::mem::size_of::<(DestKey, u32)>(), 24);
     }
 
     fn v4(a: &str) -> Dest {
