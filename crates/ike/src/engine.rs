@@ -282,13 +282,96 @@ struct Pending {
     tries: u32,
 }
 
+/// A child's traffic selectors: one (the usual case) inline, more boxed exact-size
+/// (issue 27: no allocation per selector list of each of a million children).
+enum Selectors {
+    One(Selector),
+    Many(Box<[Selector]>),
+}
+
+impl Selectors {
+    fn new(v: &[Selector]) -> Selectors {
+        match v {
+            [one] => Selectors::One(*one),
+            _ => Selectors::Many(v.into()),
+        }
+    }
+
+    fn as_slice(&self) -> &[Selector] {
+        match self {
+            Selectors::One(s) => std::slice::from_ref(s),
+            Selectors::Many(v) => v,
+        }
+    }
+}
+
+/// The response to the peer's last request `id`, as sent, kept for the SA's life to
+/// answer its retransmission with the same bytes (§2.1): one datagram (the usual case,
+/// with no vector around it), or its fragments; exact-size.
+enum LastResponse {
+    One { id: u32, data: Box<[u8]> },
+    Fragments { id: u32, data: Box<[Box<[u8]>]> },
+}
+
+impl LastResponse {
+    fn new(id: u32, msgs: &[Vec<u8>]) -> LastResponse {
+        match msgs {
+            [one] => LastResponse::One {
+                id,
+                data: one.as_slice().into(),
+            },
+            _ => LastResponse::Fragments {
+                id,
+                data: msgs.iter().map(|m| m.as_slice().into()).collect(),
+            },
+        }
+    }
+
+    fn id(&self) -> u32 {
+        match self {
+            LastResponse::One { id, .. } | LastResponse::Fragments { id, .. } => *id,
+        }
+    }
+
+    /// Its datagrams, to send again.
+    fn datagrams(&self) -> Vec<Vec<u8>> {
+        match self {
+            LastResponse::One { data, .. } => vec![data.to_vec()],
+            LastResponse::Fragments { data, .. } => data.iter().map(|d| d.to_vec()).collect(),
+        }
+    }
+}
+
+/// What an IKE SA needs only until it is established (IKE_SA_INIT, IKE_AUTH): boxed
+/// apart and dropped by [`IkeSa::settle`], so that an established SA does not carry its
+/// room (issue 27: a million SAs at a few KiB each).
+#[derive(Default)]
+struct Setup {
+    /// Initiator: our key share until the response.
+    share: Option<KeyShare>,
+    ni: Vec<u8>,
+    nr: Vec<u8>,
+    /// The IKE_SA_INIT request and response, as sent: AUTH signs them.
+    init_req: Vec<u8>,
+    init_resp: Vec<u8>,
+    /// Initiator: the cookie to echo.
+    cookie: Option<Vec<u8>>,
+    /// The keys derived at IKE_SA_INIT (SK_d is kept apart, in [`IkeSa::sk_d`]).
+    keys: Option<IkeKeys>,
+}
+
+/// A copy of SK_d, for [`IkeSa::sk_d`].
+fn sk_d_of(keys: &IkeKeys) -> Zeroizing<Box<[u8]>> {
+    Zeroizing::new(Box::from(&keys.sk_d[..]))
+}
+
 struct Child {
     spi_in: u32,
     spi_out: u32,
     esp: EspProposal,
     created: Instant,
-    local_ts: Vec<Selector>,
-    remote_ts: Vec<Selector>,
+    local_ts: Selectors,
+    remote_ts: Selectors,
     /// [`Event::ChildDown::chosen`], as installed (the IKE SA's peer address may move
     /// later, with a NAT's new mapping; the SA keeps the one it was installed with).
     chosen: Option<(IpAddr, u16)>,
@@ -305,29 +388,25 @@ struct IkeSa {
     remote: SocketAddr,
     state: State,
     suite: Option<IkeProposal>,
-    /// Initiator: our key share until the response.
-    share: Option<Box<KeyShare>>,
-    ni: Vec<u8>,
-    nr: Vec<u8>,
-    /// The IKE_SA_INIT request and response, as sent: AUTH signs them.
-    init_req: Vec<u8>,
-    init_resp: Vec<u8>,
-    keys: Option<Box<IkeKeys>>,
+    /// What only IKE_SA_INIT and IKE_AUTH need; gone once established ([`IkeSa::settle`]).
+    setup: Option<Box<Setup>>,
+    /// SK_d (§2.14): derives child SA keys and the next IKE SA's SKEYSEED; empty until
+    /// the keys are made.
+    sk_d: Zeroizing<Box<[u8]>>,
     tx: Option<SkCipher>,
     rx: Option<SkCipher>,
     /// Our next request's message ID.
     next_id: u32,
-    pending: Option<Pending>,
+    /// Boxed: a request is out for seconds in an SA's hours.
+    pending: Option<Box<Pending>>,
     /// The peer's next request's message ID.
     peer_next: u32,
     /// The response to the peer's last request (for its retransmissions), as sent.
-    last_response: Option<(u32, Vec<Vec<u8>>)>,
+    last_response: Option<LastResponse>,
     children: Vec<Child>,
-    /// Initiator: the SPI our IKE_AUTH offers for the child, and the cookie to echo.
+    /// Initiator: the SPI our IKE_AUTH offers for the child.
     child_spi: u32,
-    cookie: Option<Vec<u8>>,
     created: Instant,
-    established_at: Option<Instant>,
     last_heard: Instant,
     /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
     nat: bool,
@@ -343,8 +422,8 @@ struct IkeSa {
     expire_at: Option<Instant>,
     /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
     frag: bool,
-    /// Rekeyed: the IKE SA its child SAs moved to.
-    moved_to: Option<u64>,
+    /// Rekeyed: the IKE SA its child SAs moved to (our SPIs are never 0).
+    moved_to: Option<std::num::NonZeroU64>,
     /// Fragmented messages being put together: a request, a response.
     reasm: [Option<Box<fragment::Reassembly>>; 2],
     /// When [`Engine::tick`] looks at it next: its live entry in [`Engine::timers`].
@@ -370,12 +449,8 @@ impl IkeSa {
             remote,
             state,
             suite: None,
-            share: None,
-            ni: vec![],
-            nr: vec![],
-            init_req: vec![],
-            init_resp: vec![],
-            keys: None,
+            setup: None,
+            sk_d: Zeroizing::new(Box::default()),
             tx: None,
             rx: None,
             next_id: 0,
@@ -384,9 +459,7 @@ impl IkeSa {
             last_response: None,
             children: vec![],
             child_spi: 0,
-            cookie: None,
             created: now,
-            established_at: None,
             last_heard: now,
             nat: false,
             rekeying: None,
@@ -409,7 +482,6 @@ impl IkeSa {
     /// not rekeyed together.
     fn schedule_rekey(&mut self, now: Instant) {
         self.state = State::Established;
-        self.established_at = Some(now);
         let Some(life) = self.peer.as_ref().and_then(|p| p.ike_lifetime) else {
             return;
         };
@@ -428,15 +500,12 @@ impl IkeSa {
     /// from them), our key share, the cookie and the AUTH keys — so that an idle SA holds
     /// only what it uses (issue 27: a million SAs at a few KiB each).
     fn settle(&mut self) {
-        self.init_req = Vec::new();
-        self.init_resp = Vec::new();
-        self.ni = Vec::new();
-        self.nr = Vec::new();
-        self.share = None;
-        self.cookie = None;
-        if let Some(k) = &mut self.keys {
-            k.keep_sk_d_only();
-        }
+        self.setup = None;
+    }
+
+    /// Its [`Setup`], made empty if it has none yet.
+    fn setup(&mut self) -> &mut Setup {
+        self.setup.get_or_insert_with(Box::default)
     }
 
     /// When [`Engine::tick`] must look at it next: the earliest of what [`Engine::tick`]
@@ -983,8 +1052,9 @@ impl Engine {
             State::InitSent,
             now,
         );
-        sa.share = Some(Box::new(share));
-        sa.ni = rand_vec(NONCE_LEN);
+        let setup = sa.setup();
+        setup.share = Some(share);
+        setup.ni = rand_vec(NONCE_LEN);
         self.insert_sa(spi, sa, now);
         self.retry_at.remove(name);
         self.send_init(spi, now, out);
@@ -1045,8 +1115,8 @@ impl Engine {
                         spi_in: format!("{:08x}", c.spi_in),
                         spi_out: format!("{:08x}", c.spi_out),
                         proposal: esp_text(&c.esp),
-                        local_ts: c.local_ts.iter().map(selector_text).collect(),
-                        remote_ts: c.remote_ts.iter().map(selector_text).collect(),
+                        local_ts: c.local_ts.as_slice().iter().map(selector_text).collect(),
+                        remote_ts: c.remote_ts.as_slice().iter().map(selector_text).collect(),
                         age_s: now.saturating_duration_since(c.created).as_secs(),
                     })
                     .collect(),
@@ -1074,11 +1144,14 @@ impl Engine {
         let Some(peer) = sa.peer.clone() else {
             return;
         };
-        let Some(share) = sa.share.as_ref() else {
+        let Some(setup) = sa.setup.as_deref() else {
+            return;
+        };
+        let Some(share) = setup.share.as_ref() else {
             return;
         };
         let mut ps = Vec::new();
-        if let Some(c) = &sa.cookie {
+        if let Some(c) = &setup.cookie {
             ps.push(Payload::notify(notify::COOKIE, c.clone()));
         }
         // Proposals whose group is the share's first, so the responder can take the KE.
@@ -1096,7 +1169,7 @@ impl Engine {
             group: group.id(),
             data: share.public().to_vec(),
         });
-        ps.push(Payload::Nonce(sa.ni.clone()));
+        ps.push(Payload::Nonce(setup.ni.clone()));
         ps.extend(nat_payloads(sa.spi_i, 0, &sa.local, &sa.remote, peer.encap));
         ps.push(Payload::notify(
             notify::IKEV2_FRAGMENTATION_SUPPORTED,
@@ -1110,14 +1183,14 @@ impl Engine {
         }
         let h = sa.header(exchange::IKE_SA_INIT, 0, false);
         let data = wire::encode(h, &ps);
-        sa.init_req = data.clone();
-        sa.pending = Some(Pending {
+        sa.setup().init_req = data.clone();
+        sa.pending = Some(Box::new(Pending {
             id: 0,
             asked: Asked::Init,
             datagrams: vec![data.clone()],
             sent: now,
             tries: 0,
-        });
+        }));
         sa.next_id = 1;
         let (l, r) = (sa.local, sa.remote);
         self.send(l, r, data, out);
@@ -1168,13 +1241,13 @@ impl Engine {
             return;
         };
         sa.next_id += 1;
-        sa.pending = Some(Pending {
+        sa.pending = Some(Box::new(Pending {
             id,
             asked,
             datagrams: msgs.clone(),
             sent: now,
             tries: 0,
-        });
+        }));
         let (l, r) = (sa.local, sa.remote);
         for m in msgs {
             self.send(l, r, m, out);
@@ -1194,7 +1267,7 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        sa.last_response = Some((id, msgs.clone()));
+        sa.last_response = Some(LastResponse::new(id, &msgs));
         sa.peer_next = id.wrapping_add(1);
         let (l, r) = (sa.local, sa.remote);
         for m in msgs {
@@ -1238,9 +1311,13 @@ impl Engine {
         out: &mut Vec<Event>,
     ) {
         self.handle_message(now, local, remote, data, out);
-        // What the message changed (its state, a rekey due sooner) is looked at next tick.
+        // What the message changed (its state, a rekey due sooner) is looked at when due:
+        // armed at once rather than at `now`, which would leave its later entry in the
+        // heap, stale, for each message (issue 27: entries of a million SAs).
         if let Some(spi) = self.touched.take() {
-            self.arm(spi, now);
+            if let Some(at) = self.sas.get(&spi).and_then(|sa| sa.next_due()) {
+                self.arm(spi, at);
+            }
         }
     }
 
@@ -1324,7 +1401,7 @@ impl Engine {
             if sa
                 .last_response
                 .as_ref()
-                .is_some_and(|(id, _)| *id == h.message_id)
+                .is_some_and(|r| r.id() == h.message_id)
             {
                 // A retransmitted request: the same answer (§2.1), after checking it is
                 // authentic; a fragmented one is answered at its first fragment only
@@ -1341,7 +1418,7 @@ impl Engine {
                     let ds = sa
                         .last_response
                         .as_ref()
-                        .map(|(_, d)| d.clone())
+                        .map(LastResponse::datagrams)
                         .unwrap_or_default();
                     let (l, r) = (sa.local, sa.remote);
                     self.counters.answered_again += 1;
@@ -1468,9 +1545,9 @@ impl Engine {
     ) {
         let h = msg.header;
         if let Some(spi) = self.by_init.get(&(remote, h.spi_i)).copied() {
-            if let Some(sa) = self.sas.get(&spi) {
-                if sa.init_req == raw {
-                    let d = sa.init_resp.clone();
+            if let Some(setup) = self.sas.get(&spi).and_then(|sa| sa.setup.as_deref()) {
+                if setup.init_req == raw {
+                    let d = setup.init_resp.clone();
                     self.counters.answered_again += 1;
                     self.send(local, remote, d, out);
                 } else {
@@ -1640,11 +1717,15 @@ impl Engine {
             now,
         );
         sa.suite = Some(suite);
-        sa.ni = ni.clone();
-        sa.nr = nr;
-        sa.init_req = raw.to_vec();
-        sa.init_resp = resp.clone();
-        sa.keys = Some(Box::new(keys));
+        sa.sk_d = sk_d_of(&keys);
+        sa.setup = Some(Box::new(Setup {
+            ni: ni.clone(),
+            nr,
+            init_req: raw.to_vec(),
+            init_resp: resp.clone(),
+            keys: Some(keys),
+            ..Setup::default()
+        }));
         sa.tx = Some(tx);
         sa.rx = Some(rx);
         sa.peer_next = 1;
@@ -1676,12 +1757,13 @@ impl Engine {
             return;
         };
         if let Some(n) = wire::find_notify(ps, notify::COOKIE) {
-            if sa.cookie.is_some() && sa.cookie.as_deref() == Some(&n.data[..]) {
+            let setup = sa.setup();
+            if setup.cookie.is_some() && setup.cookie.as_deref() == Some(&n.data[..]) {
                 // The same cookie twice: the responder does not take it.
                 self.counters.dropped.unexpected += 1;
                 return;
             }
-            sa.cookie = Some(n.data.clone());
+            setup.cookie = Some(n.data.clone());
             sa.pending = None;
             self.send_init(spi, now, out);
             return;
@@ -1690,11 +1772,11 @@ impl Engine {
             let want = (n.data.len() == 2)
                 .then(|| u16::from_be_bytes([n.data[0], n.data[1]]))
                 .and_then(Dh::from_id);
-            let current = sa.share.as_ref().map(|s| s.group());
+            let current = sa.setup().share.as_ref().map(|s| s.group());
             match want {
                 Some(g) if peer.ike.iter().any(|p| p.dh == g) && Some(g) != current => {
                     match KeyShare::generate(g) {
-                        Ok(s) => sa.share = Some(Box::new(s)),
+                        Ok(s) => sa.setup().share = Some(s),
                         Err(_) => {
                             self.counters.failed.crypto += 1;
                             return;
@@ -1742,7 +1824,7 @@ impl Engine {
             self.counters.dropped.malformed += 1;
             return;
         };
-        let Some(share) = sa.share.take() else {
+        let Some(share) = sa.setup().share.take() else {
             return;
         };
         let suite = peer
@@ -1776,7 +1858,9 @@ impl Engine {
             }
         };
         let spi_r = msg.header.spi_r;
-        let keys = match IkeKeys::derive(&suite_of(&suite), &g_ir, &sa.ni, nr, sa.spi_i, spi_r) {
+        let spi_i = sa.spi_i;
+        let keys = match IkeKeys::derive(&suite_of(&suite), &g_ir, &sa.setup().ni, nr, spi_i, spi_r)
+        {
             Ok(k) => k,
             Err(_) => {
                 self.counters.failed.crypto += 1;
@@ -1814,9 +1898,10 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        sa.nr = nr.clone();
         sa.frag = wire::find_notify(ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
-        sa.init_resp = raw.to_vec();
+        let setup = sa.setup();
+        setup.nr = nr.clone();
+        setup.init_resp = raw.to_vec();
         sa.suite = Some(suite);
         sa.tx = Some(tx);
         sa.rx = Some(rx);
@@ -1825,8 +1910,15 @@ impl Engine {
         sa.last_heard = now;
         // IKE_AUTH: IDi, AUTH, INITIAL_CONTACT, SA, TSi, TSr (§1.2).
         let id_i = peer.local_id.clone();
-        let octets = crypto::signed_octets(suite.prf, &sa.init_req, nr, &keys.sk_pi, &id_i.body());
-        sa.keys = Some(Box::new(keys));
+        let octets = crypto::signed_octets(
+            suite.prf,
+            &sa.setup().init_req,
+            nr,
+            &keys.sk_pi,
+            &id_i.body(),
+        );
+        sa.sk_d = sk_d_of(&keys);
+        sa.setup().keys = Some(keys);
         let auth = match Self::our_auth(&peer, suite.prf, &octets) {
             Ok(a) => a,
             Err(e) => {
@@ -1921,14 +2013,19 @@ impl Engine {
         let Some((method, data)) = payloads.auth() else {
             return Err("no AUTH payload".into());
         };
-        let (Some(suite), Some(keys)) = (sa.suite.as_ref(), sa.keys.as_ref()) else {
+        let setup = sa.setup.as_deref();
+        let (Some(suite), Some(setup), Some(keys)) = (
+            sa.suite.as_ref(),
+            setup,
+            setup.and_then(|s| s.keys.as_ref()),
+        ) else {
             return Err("no keys".into());
         };
         // The peer signs its first message, our nonce, and its ID under its SK_p.
         let (first, nonce, sk_p) = if sa.initiator {
-            (&sa.init_resp, &sa.ni, &keys.sk_pr)
+            (&setup.init_resp, &setup.ni, &keys.sk_pr)
         } else {
-            (&sa.init_req, &sa.nr, &keys.sk_pi)
+            (&setup.init_req, &setup.nr, &keys.sk_pi)
         };
         let octets = crypto::signed_octets(suite.prf, first, nonce, sk_p, &id.body());
         let Some(c) = &peer.cert else {
@@ -2091,13 +2188,16 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        let (Some(suite), Some(setup)) = (sa.suite, sa.setup.as_deref()) else {
+            return;
+        };
+        let Some(keys) = setup.keys.as_ref() else {
             return;
         };
         let octets = crypto::signed_octets(
             suite.prf,
-            &sa.init_resp,
-            &sa.ni,
+            &setup.init_resp,
+            &setup.ni,
             &keys.sk_pr,
             &peer.local_id.body(),
         );
@@ -2219,7 +2319,7 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return vec![];
         };
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        let Some(suite) = sa.suite else {
             return vec![];
         };
         // PFS: our key share for the requester's.
@@ -2241,13 +2341,14 @@ impl Engine {
                 }
             }
         }
-        let (ni, nr) = match &fresh {
-            Some(f) => (&f.ni, &f.nr),
-            None => (&sa.ni, &sa.nr),
+        let (ni, nr) = match (&fresh, sa.setup.as_deref()) {
+            (Some(f), _) => (&f.ni, &f.nr),
+            (None, Some(s)) => (&s.ni, &s.nr),
+            (None, None) => return vec![],
         };
         let ck = match crypto::child_keys(
             suite.prf,
-            &keys.sk_d,
+            &sa.sk_d,
             g_ir.as_deref().map(|g| &g[..]),
             ni,
             nr,
@@ -2383,7 +2484,10 @@ impl Engine {
             self.child_spis.remove(&new_spi_in);
             return;
         }
-        let (lts, rts) = (child.local_ts.clone(), child.remote_ts.clone());
+        let (lts, rts) = (
+            child.local_ts.as_slice().to_vec(),
+            child.remote_ts.as_slice().to_vec(),
+        );
         let pfs = peer.esp.first().and_then(|e| e.dh);
         let share = match pfs.map(KeyShare::generate) {
             Some(Ok(k)) => Some(k),
@@ -2519,12 +2623,12 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        let Some(suite) = sa.suite else {
             return;
         };
         let ck = match crypto::child_keys(
             suite.prf,
-            &keys.sk_d,
+            &sa.sk_d,
             g_ir.as_deref().map(|g| &g[..]),
             &rk.ni,
             &nr,
@@ -2617,7 +2721,10 @@ impl Engine {
         }
         sa.schedule_rekey(now);
         // The first child's keys come from the IKE_SA_INIT nonces; nothing else will.
-        let (ni, nr) = (std::mem::take(&mut sa.ni), std::mem::take(&mut sa.nr));
+        let (ni, nr) = (
+            std::mem::take(&mut sa.setup().ni),
+            std::mem::take(&mut sa.setup().nr),
+        );
         sa.settle();
         self.counters.established += 1;
         tracing::info!(peer = peer.name, "IKE: SA established (initiator)");
@@ -2672,17 +2779,17 @@ impl Engine {
         }
         let spi_out =
             u32::from_be_bytes([chosen.spi[0], chosen.spi[1], chosen.spi[2], chosen.spi[3]]);
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        let Some(suite) = sa.suite else {
             return;
         };
-        let ck =
-            match crypto::child_keys(suite.prf, &keys.sk_d, None, &ni, &nr, esp.encr, esp.integ) {
-                Ok(k) => k,
-                Err(_) => {
-                    self.counters.failed.crypto += 1;
-                    return;
-                }
-            };
+        let ck = match crypto::child_keys(suite.prf, &sa.sk_d, None, &ni, &nr, esp.encr, esp.integ)
+        {
+            Ok(k) => k,
+            Err(_) => {
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
         let spi_in = sa.child_spi;
         self.install_child(spi, spi_in, spi_out, esp, ck, true, (tsi, tsr), now, out);
     }
@@ -2739,8 +2846,8 @@ impl Engine {
             spi_out,
             esp,
             created: now,
-            local_ts: local_ts.clone(),
-            remote_ts: remote_ts.clone(),
+            local_ts: Selectors::new(&local_ts),
+            remote_ts: Selectors::new(&remote_ts),
             chosen,
         });
         let spec = ChildSpec {
@@ -2789,9 +2896,10 @@ impl Engine {
                             // A child moved to the SA that rekeyed this one, if the
                             // peer's Delete crossed the rekey.
                             let moved = self.sas.get(&spi).and_then(|s| s.moved_to);
-                            if let Some(spi_in) = self
-                                .remove_child(spi, out_spi, out)
-                                .or_else(|| moved.and_then(|m| self.remove_child(m, out_spi, out)))
+                            if let Some(spi_in) =
+                                self.remove_child(spi, out_spi, out).or_else(|| {
+                                    moved.and_then(|m| self.remove_child(m.get(), out_spi, out))
+                                })
                             {
                                 ours.push(spi_in.to_be_bytes().to_vec());
                             }
@@ -2956,6 +3064,14 @@ impl Engine {
 
     /// Timers: retransmissions, liveness checks, half-open expiry, initiating peers.
     pub fn tick(&mut self, now: Instant, out: &mut Vec<Event>) {
+        // Entries made stale by an SA armed sooner wait for their time; when they are as
+        // many as the live ones, they go at once (the heap's room is per SA, issue 27).
+        if self.timers.len() > 2 * self.sas.len() + 1024 {
+            let sas = &self.sas;
+            self.timers.retain(|std::cmp::Reverse((at, spi))| {
+                sas.get(spi).is_some_and(|sa| sa.timer_at == Some(*at))
+            });
+        }
         // The SAs due now, each once; the others are not looked at.
         let mut due = Vec::new();
         while let Some(&std::cmp::Reverse((at, spi))) = self.timers.peek() {

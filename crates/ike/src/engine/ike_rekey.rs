@@ -71,13 +71,11 @@ impl Engine {
         now: Instant,
     ) -> Option<Box<IkeSa>> {
         let sa = self.sas.get(&old)?;
-        let (Some(old_suite), Some(old_keys)) = (sa.suite, sa.keys.as_ref()) else {
-            return None;
-        };
+        let old_suite = sa.suite?;
         let made = IkeKeys::rekey(
             &suite_of(&suite),
             old_suite.prf,
-            &old_keys.sk_d,
+            &sa.sk_d,
             g_ir,
             ni,
             nr,
@@ -112,9 +110,8 @@ impl Engine {
         new.frag = sa.frag;
         new.last_keepalive = sa.last_keepalive;
         new.suite = Some(suite);
-        let mut keys = Box::new(keys);
-        keys.keep_sk_d_only();
-        new.keys = Some(keys);
+        // Only SK_d is used again: the other keys are wiped as `keys` drops.
+        new.sk_d = sk_d_of(&keys);
         (new.tx, new.rx) = if initiator {
             (Some(i_to_r), Some(r_to_i))
         } else {
@@ -134,7 +131,7 @@ impl Engine {
             return;
         };
         let kids = std::mem::take(&mut old.children);
-        old.moved_to = Some(to);
+        old.moved_to = std::num::NonZeroU64::new(to);
         // The SPI IKE_AUTH offered is a child's, or was never used: not the old SA's to
         // free any more in the first case.
         if old.child_spi != 0 {
