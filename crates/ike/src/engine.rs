@@ -282,6 +282,32 @@ struct Pending {
     tries: u32,
 }
 
+/// What few IKE SAs hold, and each for seconds: boxed apart (issue 27: a million SAs
+/// carry an empty pointer instead).
+#[derive(Default)]
+struct Rare {
+    /// Our child rekey under way.
+    rekeying: Option<Rekeying>,
+    /// Our rekey of this IKE SA under way.
+    ike_rekey: Option<IkeRekey>,
+    /// The peer's rekey of this IKE SA, answered while ours was under way (§2.8.2).
+    collision: Option<Collision>,
+    /// Rekeyed: the IKE SA its child SAs moved to (our SPIs are never 0).
+    moved_to: Option<std::num::NonZeroU64>,
+    /// Fragmented messages being put together: a request, a response.
+    reasm: [Option<Box<fragment::Reassembly>>; 2],
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.rekeying.is_none()
+            && self.ike_rekey.is_none()
+            && self.collision.is_none()
+            && self.moved_to.is_none()
+            && self.reasm.iter().all(Option::is_none)
+    }
+}
+
 /// A child's traffic selectors: one (the usual case) inline, more boxed exact-size
 /// (issue 27: no allocation per selector list of each of a million children).
 enum Selectors {
@@ -410,22 +436,14 @@ struct IkeSa {
     last_heard: Instant,
     /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
     nat: bool,
-    /// Our child rekey under way.
-    rekeying: Option<Box<Rekeying>>,
     last_keepalive: Instant,
-    /// Our rekey of this IKE SA under way.
-    ike_rekey: Option<Box<IkeRekey>>,
-    /// The peer's rekey of this IKE SA, answered while ours was under way (§2.8.2).
-    collision: Option<Box<Collision>>,
+    /// Rekeys under way, fragments being put together: [`IkeSa::tidy`] drops it once empty.
+    rare: Option<Box<Rare>>,
     /// When we rekey it, and when it ends if not rekeyed (`ike_lifetime_s`).
     rekey_at: Option<Instant>,
     expire_at: Option<Instant>,
     /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
     frag: bool,
-    /// Rekeyed: the IKE SA its child SAs moved to (our SPIs are never 0).
-    moved_to: Option<std::num::NonZeroU64>,
-    /// Fragmented messages being put together: a request, a response.
-    reasm: [Option<Box<fragment::Reassembly>>; 2],
     /// When [`Engine::tick`] looks at it next: its live entry in [`Engine::timers`].
     timer_at: Option<Instant>,
 }
@@ -462,15 +480,11 @@ impl IkeSa {
             created: now,
             last_heard: now,
             nat: false,
-            rekeying: None,
             last_keepalive: now,
-            ike_rekey: None,
-            collision: None,
+            rare: None,
             rekey_at: None,
             expire_at: None,
             frag: false,
-            moved_to: None,
-            reasm: [None, None],
             timer_at: None,
         })
     }
@@ -501,6 +515,56 @@ impl IkeSa {
     /// only what it uses (issue 27: a million SAs at a few KiB each).
     fn settle(&mut self) {
         self.setup = None;
+    }
+
+    /// Its [`Rare`] part, made empty if it has none yet.
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drops its [`Rare`] part if nothing is left in it.
+    fn tidy(&mut self) {
+        if self.rare.as_deref().is_some_and(Rare::is_empty) {
+            self.rare = None;
+        }
+    }
+
+    /// Our child rekey is under way.
+    fn rekeying(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.rekeying.is_some())
+    }
+
+    /// Our rekey of this IKE SA is under way.
+    fn ike_rekeying(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.ike_rekey.is_some())
+    }
+
+    /// The peer's rekey of this IKE SA crossed ours ([`Rare::collision`]).
+    fn collided(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.collision.is_some())
+    }
+
+    fn take_rekeying(&mut self) -> Option<Rekeying> {
+        let rk = self.rare.as_mut()?.rekeying.take();
+        self.tidy();
+        rk
+    }
+
+    fn take_ike_rekey(&mut self) -> Option<IkeRekey> {
+        let rk = self.rare.as_mut()?.ike_rekey.take();
+        self.tidy();
+        rk
+    }
+
+    fn take_collision(&mut self) -> Option<Collision> {
+        let c = self.rare.as_mut()?.collision.take();
+        self.tidy();
+        c
+    }
+
+    /// Rekeyed: the IKE SA its child SAs moved to.
+    fn moved_to(&self) -> Option<u64> {
+        self.rare.as_ref()?.moved_to.map(std::num::NonZeroU64::get)
     }
 
     /// Its [`Setup`], made empty if it has none yet.
@@ -565,8 +629,8 @@ impl IkeSa {
         let life = self.peer.as_ref().and_then(|p| p.child_lifetime)?;
         if self.state != State::Established
             || self.pending.is_some()
-            || self.rekeying.is_some()
-            || self.collision.is_some()
+            || self.rekeying()
+            || self.collided()
         {
             return None;
         }
@@ -2480,7 +2544,7 @@ impl Engine {
         let Some(child) = sa.children.iter().find(|c| c.spi_in == old_in) else {
             return;
         };
-        if sa.state != State::Established || sa.pending.is_some() || sa.rekeying.is_some() {
+        if sa.state != State::Established || sa.pending.is_some() || sa.rekeying() {
             self.child_spis.remove(&new_spi_in);
             return;
         }
@@ -2524,11 +2588,11 @@ impl Engine {
         }
         inner.push(Payload::TsI(lts));
         inner.push(Payload::TsR(rts));
-        sa.rekeying = Some(Box::new(Rekeying {
+        sa.rare_mut().rekeying = Some(Rekeying {
             new_spi_in,
             ni,
             share,
-        }));
+        });
         tracing::info!(peer = peer.name, "IKE: rekeying child SA {old_in:08x}");
         self.send_request(
             spi,
@@ -2561,7 +2625,7 @@ impl Engine {
             self.counters.dropped.unexpected += 1;
             return;
         };
-        let Some(rk) = sa.rekeying.take() else {
+        let Some(rk) = sa.take_rekeying() else {
             return;
         };
         let Some(peer) = sa.peer.clone() else {
@@ -2895,11 +2959,10 @@ impl Engine {
                             let out_spi = u32::from_be_bytes(b);
                             // A child moved to the SA that rekeyed this one, if the
                             // peer's Delete crossed the rekey.
-                            let moved = self.sas.get(&spi).and_then(|s| s.moved_to);
-                            if let Some(spi_in) =
-                                self.remove_child(spi, out_spi, out).or_else(|| {
-                                    moved.and_then(|m| self.remove_child(m.get(), out_spi, out))
-                                })
+                            let moved = self.sas.get(&spi).and_then(|s| s.moved_to());
+                            if let Some(spi_in) = self
+                                .remove_child(spi, out_spi, out)
+                                .or_else(|| moved.and_then(|m| self.remove_child(m, out_spi, out)))
                             {
                                 ours.push(spi_in.to_be_bytes().to_vec());
                             }
@@ -3121,10 +3184,7 @@ impl Engine {
                 State::Rekeyed if sa.expire_at.is_some_and(|t| now >= t) => gone.push(spi),
                 State::Established if sa.expire_at.is_some_and(|t| now >= t) => expired.push(spi),
                 State::Established => {
-                    if sa.rekey_at.is_some_and(|t| now >= t)
-                        && sa.rekeying.is_none()
-                        && sa.collision.is_none()
-                    {
+                    if sa.rekey_at.is_some_and(|t| now >= t) && !sa.rekeying() && !sa.collided() {
                         rekey_ike.push(spi);
                     } else if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
                         if now.saturating_duration_since(sa.last_heard) >= d {

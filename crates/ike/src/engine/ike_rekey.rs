@@ -131,7 +131,7 @@ impl Engine {
             return;
         };
         let kids = std::mem::take(&mut old.children);
-        old.moved_to = std::num::NonZeroU64::new(to);
+        old.rare_mut().moved_to = std::num::NonZeroU64::new(to);
         // The SPI IKE_AUTH offered is a child's, or was never used: not the old SA's to
         // free any more in the first case.
         if old.child_spi != 0 {
@@ -164,8 +164,8 @@ impl Engine {
         };
         if sa.state != State::Established
             || sa.pending.is_some()
-            || sa.ike_rekey.is_some()
-            || sa.collision.is_some()
+            || sa.ike_rekeying()
+            || sa.collided()
         {
             return;
         }
@@ -202,7 +202,7 @@ impl Engine {
                 data: share.public().to_vec(),
             },
         ];
-        sa.ike_rekey = Some(Box::new(IkeRekey { new_spi, ni, share }));
+        sa.rare_mut().ike_rekey = Some(IkeRekey { new_spi, ni, share });
         tracing::info!(peer = peer.name, "IKE: rekeying IKE SA {spi:016x}");
         self.send_request(
             spi,
@@ -244,7 +244,7 @@ impl Engine {
         let busy = matches!(
             sa.pending.as_ref().map(|p| p.asked),
             Some(Asked::Rekey(_) | Asked::DeleteChild(_))
-        ) || sa.collision.is_some();
+        ) || sa.collided();
         if busy {
             tracing::info!(
                 peer = peer.name,
@@ -253,7 +253,7 @@ impl Engine {
             refuse(self, notify::TEMPORARY_FAILURE, vec![]);
             return;
         }
-        let ours_under_way = sa.ike_rekey.is_some();
+        let ours_under_way = sa.ike_rekeying();
         // The initiator's order decides (§2.7), among our proposals.
         let mut chosen = None;
         'o: for p in inner.sa().map(Vec::as_slice).unwrap_or_default() {
@@ -333,10 +333,10 @@ impl Engine {
             // Which new SA stays is known once our own answer comes (§2.8.2).
             tracing::info!(peer = peer.name, "IKE: both sides rekey the IKE SA at once");
             if let Some(sa) = self.sas.get_mut(&spi) {
-                sa.collision = Some(Box::new(Collision {
+                sa.rare_mut().collision = Some(Collision {
                     new_spi: spi_r,
                     lower_nonce: lower_nonce(&ni, &nr),
-                }));
+                });
             }
             return;
         }
@@ -375,10 +375,10 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let (Some(rk), Some(peer)) = (sa.ike_rekey.take(), sa.peer.clone()) else {
+        let (Some(rk), Some(peer)) = (sa.take_ike_rekey(), sa.peer.clone()) else {
             return;
         };
-        let collision = sa.collision.take();
+        let collision = sa.take_collision();
         // Our attempt failed: with a collision, the peer's new SA takes over; else retry.
         let fail = |e: &mut Engine, why: String, kind: u16| {
             if let Some(c) = &collision {
@@ -508,8 +508,8 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Some(c) = sa.collision.take() {
-            sa.ike_rekey = None;
+        if let Some(c) = sa.take_collision() {
+            sa.take_ike_rekey();
             self.counters.ike_rekey_collisions += 1;
             self.move_children(spi, c.new_spi);
         }

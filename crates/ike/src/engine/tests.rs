@@ -885,9 +885,11 @@ fn child_rekey_by_either_side() {
     let mut ev = vec![];
     let spi = only_spi(&p.b);
     p.b.rekey_child(spi, old_in, p.now, &mut ev);
+    assert!(the_sa(&p.b).rekeying());
     p.run(vec![], ev, false);
     assert_eq!(p.b.counters.child_rekeys, 1);
     assert_eq!((p.a_down, p.b_down), (1, 1));
+    assert!(the_sa(&p.b).rare.is_none(), "rekey state left");
     let (na, nb) = (&p.a_children[1], &p.b_children[1]);
     assert_eq!(na.spi_out, nb.spi_in);
     assert_eq!(*na.key_out.encr, *nb.key_in.encr);
@@ -980,6 +982,7 @@ fn check_ike_rekeyed(p: &Pair, old: (u64, u64), rekeys: u64) {
     assert!(!a.sk_d.is_empty());
     assert_eq!(*a.sk_d, *b.sk_d);
     assert_eq!((a.next_id, b.next_id), (0, 0), "message IDs start again");
+    assert!(a.rare.is_none() && b.rare.is_none(), "rekey state left");
     assert_eq!(a.children.len(), 1);
     assert_eq!(b.children.len(), 1);
     assert_eq!(a.children[0].spi_in, p.a_children[0].spi_in);
@@ -1074,7 +1077,12 @@ fn ike_rekey_keys_follow_section_2_18() {
     let mut ev = vec![];
     p.a.rekey_ike(old.0, None, p.now, &mut ev);
     // Our request: an IKE proposal with our new 8-byte SPI, a nonce and a KE of the group.
-    let spi_new = p.a.sas[&old.0].ike_rekey.as_ref().unwrap().new_spi;
+    let spi_new = p.a.sas[&old.0]
+        .rare
+        .as_ref()
+        .and_then(|r| r.ike_rekey.as_ref())
+        .unwrap()
+        .new_spi;
     p.run(ev, vec![], false);
     let sa = the_sa(&p.a);
     assert_eq!(sa.spi_i, spi_new);
@@ -1616,7 +1624,7 @@ fn child_delete_crossing_an_ike_rekey_finds_the_child() {
 #[test]
 fn an_established_sa_holds_little() {
     use std::mem::size_of;
-    assert!(size_of::<IkeSa>() <= 448, "IkeSa: {}", size_of::<IkeSa>());
+    assert!(size_of::<IkeSa>() <= 408, "IkeSa: {}", size_of::<IkeSa>());
     assert!(size_of::<Child>() <= 136, "Child: {}", size_of::<Child>());
     assert!(
         size_of::<SkCipher>() <= 56,
@@ -1639,6 +1647,7 @@ fn an_established_sa_holds_little() {
         assert_eq!(sa.state, State::Established);
         assert!(sa.setup.is_none(), "setup material kept");
         assert!(sa.pending.is_none());
+        assert!(sa.rare.is_none(), "rekey or fragment state kept");
         assert!(!sa.sk_d.is_empty());
         let [c] = &sa.children[..] else {
             panic!("{} children", sa.children.len())
