@@ -59,6 +59,35 @@ const SIGNATURE_HASHES: [u8; 8] = [0, 2, 0, 3, 0, 4, 0, 5];
 /// chain's DER): a chain is checked once every [`CHAIN_CACHE_TTL`], not at every AUTH.
 type ChainCache = HashMap<(String, [u8; 32]), (Instant, Result<(), String>)>;
 
+/// An instant in 8 bytes where [`Instant`] takes 16 (issue 27: seven of them in each of a
+/// million SAs and their children): nanoseconds (plus one, so that `Option<Stamp>` is 8
+/// bytes too) since a process-wide epoch a day before its first use. Exact: it converts
+/// back to the same [`Instant`] (an earlier one, which the engine never sees, would be
+/// taken as the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Stamp(std::num::NonZeroU64);
+
+impl Stamp {
+    fn epoch() -> Instant {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *EPOCH.get_or_init(|| {
+            let now = Instant::now();
+            now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now)
+        })
+    }
+
+    fn of(t: Instant) -> Stamp {
+        let ns = t.saturating_duration_since(Stamp::epoch()).as_nanos();
+        // 584 years after the epoch before it saturates.
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1);
+        Stamp(std::num::NonZeroU64::MIN.saturating_add(ns))
+    }
+
+    fn instant(self) -> Instant {
+        Stamp::epoch() + Duration::from_nanos(self.0.get() - 1)
+    }
+}
+
 /// What the engine asks of the daemon.
 #[derive(Debug)]
 pub enum Event {
@@ -395,7 +424,7 @@ struct Child {
     spi_in: u32,
     spi_out: u32,
     esp: EspProposal,
-    created: Instant,
+    created: Stamp,
     local_ts: Selectors,
     remote_ts: Selectors,
     /// [`Event::ChildDown::chosen`], as installed (the IKE SA's peer address may move
@@ -432,20 +461,20 @@ struct IkeSa {
     children: Vec<Child>,
     /// Initiator: the SPI our IKE_AUTH offers for the child.
     child_spi: u32,
-    created: Instant,
-    last_heard: Instant,
+    created: Stamp,
+    last_heard: Stamp,
     /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
     nat: bool,
-    last_keepalive: Instant,
+    last_keepalive: Stamp,
     /// Rekeys under way, fragments being put together: [`IkeSa::tidy`] drops it once empty.
     rare: Option<Box<Rare>>,
     /// When we rekey it, and when it ends if not rekeyed (`ike_lifetime_s`).
-    rekey_at: Option<Instant>,
-    expire_at: Option<Instant>,
+    rekey_at: Option<Stamp>,
+    expire_at: Option<Stamp>,
     /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
     frag: bool,
     /// When [`Engine::tick`] looks at it next: its live entry in [`Engine::timers`].
-    timer_at: Option<Instant>,
+    timer_at: Option<Stamp>,
 }
 
 impl IkeSa {
@@ -477,10 +506,10 @@ impl IkeSa {
             last_response: None,
             children: vec![],
             child_spi: 0,
-            created: now,
-            last_heard: now,
+            created: Stamp::of(now),
+            last_heard: Stamp::of(now),
             nat: false,
-            last_keepalive: now,
+            last_keepalive: Stamp::of(now),
             rare: None,
             rekey_at: None,
             expire_at: None,
@@ -505,8 +534,8 @@ impl IkeSa {
             (900, 50)
         };
         let permille = from + rand_u64() % span;
-        self.rekey_at = Some(now + life * permille as u32 / 1000);
-        self.expire_at = Some(now + life);
+        self.rekey_at = Some(Stamp::of(now + life * permille as u32 / 1000));
+        self.expire_at = Some(Stamp::of(now + life));
     }
 
     /// Authenticated and its first child made: what only the setup needed goes — the
@@ -588,18 +617,18 @@ impl IkeSa {
             at(p.sent, p.wait());
         } else {
             match self.state {
-                State::HalfOpen => at(self.created, HALF_OPEN_TIMEOUT),
+                State::HalfOpen => at(self.created.instant(), HALF_OPEN_TIMEOUT),
                 State::Rekeyed => {
                     if let Some(t) = self.expire_at {
-                        at(t, Duration::ZERO);
+                        at(t.instant(), Duration::ZERO);
                     }
                 }
                 State::Established => {
                     for t in [self.expire_at, self.rekey_at].into_iter().flatten() {
-                        at(t, Duration::ZERO);
+                        at(t.instant(), Duration::ZERO);
                     }
                     if let Some(d) = peer.and_then(|p| p.dpd) {
-                        at(self.last_heard, d);
+                        at(self.last_heard.instant(), d);
                     }
                 }
                 _ => {}
@@ -611,12 +640,12 @@ impl IkeSa {
                 && self.local.port() == NATT_PORT
                 && !every.is_zero()
             {
-                at(self.last_keepalive, every);
+                at(self.last_keepalive.instant(), every);
             }
         }
         if let Some(after) = self.child_rekey_age() {
             for c in &self.children {
-                at(c.created, after);
+                at(c.created.instant(), after);
             }
         }
         due
@@ -721,7 +750,7 @@ pub struct Engine {
     /// SA (issue 27: at a million SAs a scan every tick took the responder's core). An
     /// entry is live while it matches its SA's [`IkeSa::timer_at`]; others are dropped
     /// when they come up.
-    timers: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64)>>,
+    timers: std::collections::BinaryHeap<std::cmp::Reverse<(Stamp, u64)>>,
     /// The SA the message being handled was for: looked at on the next tick.
     touched: Option<u64>,
 }
@@ -1033,6 +1062,7 @@ impl Engine {
     /// Makes [`Engine::tick`] look at SA `spi` at `at` (or before, if it is due earlier).
     fn arm(&mut self, spi: u64, at: Instant) {
         if let Some(sa) = self.sas.get_mut(&spi) {
+            let at = Stamp::of(at);
             if sa.timer_at.is_none_or(|t| at < t) {
                 sa.timer_at = Some(at);
                 self.timers.push(std::cmp::Reverse((at, spi)));
@@ -1170,7 +1200,7 @@ impl Engine {
                     .as_ref()
                     .map_or(String::new(), |p| p.remote_id.text()),
                 proposal: s.suite.as_ref().map_or(String::new(), ike_text),
-                age_s: now.saturating_duration_since(s.created).as_secs(),
+                age_s: now.saturating_duration_since(s.created.instant()).as_secs(),
                 children: s
                     .children
                     .iter()
@@ -1181,7 +1211,7 @@ impl Engine {
                         proposal: esp_text(&c.esp),
                         local_ts: c.local_ts.as_slice().iter().map(selector_text).collect(),
                         remote_ts: c.remote_ts.as_slice().iter().map(selector_text).collect(),
-                        age_s: now.saturating_duration_since(c.created).as_secs(),
+                        age_s: now.saturating_duration_since(c.created.instant()).as_secs(),
                     })
                     .collect(),
             })
@@ -1540,7 +1570,7 @@ impl Engine {
             }
         };
         if let Some(sa) = self.sas.get_mut(&ours) {
-            sa.last_heard = now;
+            sa.last_heard = Stamp::of(now);
             // Behind a NAT, answers and requests go where the last authenticated message
             // came from (§2.23): the initiator's move to port 4500, or a NAT's new mapping.
             if sa.nat && (sa.remote != remote || sa.local != local) {
@@ -1971,7 +2001,7 @@ impl Engine {
         sa.rx = Some(rx);
         sa.pending = None;
         sa.state = State::AuthSent;
-        sa.last_heard = now;
+        sa.last_heard = Stamp::of(now);
         // IKE_AUTH: IDi, AUTH, INITIAL_CONTACT, SA, TSi, TSr (§1.2).
         let id_i = peer.local_id.clone();
         let octets = crypto::signed_octets(
@@ -2909,7 +2939,7 @@ impl Engine {
             spi_in,
             spi_out,
             esp,
-            created: now,
+            created: Stamp::of(now),
             local_ts: Selectors::new(&local_ts),
             remote_ts: Selectors::new(&remote_ts),
             chosen,
@@ -3137,8 +3167,9 @@ impl Engine {
         }
         // The SAs due now, each once; the others are not looked at.
         let mut due = Vec::new();
+        let stamp = Stamp::of(now);
         while let Some(&std::cmp::Reverse((at, spi))) = self.timers.peek() {
-            if at > now {
+            if at > stamp {
                 break;
             }
             self.timers.pop();
@@ -3177,17 +3208,17 @@ impl Engine {
             }
             match sa.state {
                 State::HalfOpen
-                    if now.saturating_duration_since(sa.created) >= HALF_OPEN_TIMEOUT =>
+                    if now.saturating_duration_since(sa.created.instant()) >= HALF_OPEN_TIMEOUT =>
                 {
                     dead.push(spi)
                 }
-                State::Rekeyed if sa.expire_at.is_some_and(|t| now >= t) => gone.push(spi),
-                State::Established if sa.expire_at.is_some_and(|t| now >= t) => expired.push(spi),
+                State::Rekeyed if sa.expire_at.is_some_and(|t| stamp >= t) => gone.push(spi),
+                State::Established if sa.expire_at.is_some_and(|t| stamp >= t) => expired.push(spi),
                 State::Established => {
-                    if sa.rekey_at.is_some_and(|t| now >= t) && !sa.rekeying() && !sa.collided() {
+                    if sa.rekey_at.is_some_and(|t| stamp >= t) && !sa.rekeying() && !sa.collided() {
                         rekey_ike.push(spi);
                     } else if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
-                        if now.saturating_duration_since(sa.last_heard) >= d {
+                        if now.saturating_duration_since(sa.last_heard.instant()) >= d {
                             dpd.push(spi);
                         }
                     }
@@ -3253,9 +3284,9 @@ impl Engine {
                 && sa.state == State::Established
                 && sa.local.port() == NATT_PORT
                 && !every.is_zero()
-                && now.saturating_duration_since(sa.last_keepalive) >= every
+                && now.saturating_duration_since(sa.last_keepalive.instant()) >= every
             {
-                sa.last_keepalive = now;
+                sa.last_keepalive = stamp;
                 keep.push((sa.local, sa.remote));
             }
         }
@@ -3273,8 +3304,8 @@ impl Engine {
             if let Some(c) = sa
                 .children
                 .iter()
-                .filter(|c| now.saturating_duration_since(c.created) >= at)
-                .min_by_key(|c| now.saturating_duration_since(c.created))
+                .filter(|c| now.saturating_duration_since(c.created.instant()) >= at)
+                .min_by_key(|c| now.saturating_duration_since(c.created.instant()))
             {
                 if !sa.children.iter().any(|n| n.created > c.created) {
                     rekey.push((spi, c.spi_in));

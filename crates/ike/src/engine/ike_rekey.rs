@@ -359,7 +359,7 @@ impl Engine {
         if let Some(sa) = self.sas.get_mut(&spi) {
             sa.state = State::Rekeyed;
             sa.rekey_at = None;
-            sa.expire_at = Some(now + REKEYED_TIMEOUT);
+            sa.expire_at = Some(Stamp::of(now + REKEYED_TIMEOUT));
         }
     }
 
@@ -396,7 +396,7 @@ impl Engine {
                 again.as_secs_f32()
             );
             if let Some(sa) = e.sas.get_mut(&spi) {
-                sa.rekey_at = Some(now + again);
+                sa.rekey_at = Some(Stamp::of(now + again));
             }
         };
         if let Some(n) = inner.error_notify() {
