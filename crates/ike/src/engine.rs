@@ -2439,7 +2439,8 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return vec![];
         };
-        let Some(suite) = sa.suite else {
+        // Keyed: SK_d derives the child's keys.
+        let Some(suite) = sa.suite.filter(|_| !sa.sk_d.is_empty()) else {
             return vec![];
         };
         // PFS: our key share for the requester's.
@@ -2740,7 +2741,8 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let Some(suite) = sa.suite else {
+        // Keyed: SK_d derives the child's keys.
+        let Some(suite) = sa.suite.filter(|_| !sa.sk_d.is_empty()) else {
             return;
         };
         let ck = match crypto::child_keys(
@@ -2896,7 +2898,8 @@ impl Engine {
         }
         let spi_out =
             u32::from_be_bytes([chosen.spi[0], chosen.spi[1], chosen.spi[2], chosen.spi[3]]);
-        let Some(suite) = sa.suite else {
+        // Keyed: SK_d derives the child's keys.
+        let Some(suite) = sa.suite.filter(|_| !sa.sk_d.is_empty()) else {
             return;
         };
         let ck = match crypto::child_keys(suite.prf, &sa.sk_d, None, &ni, &nr, esp.encr, esp.integ)

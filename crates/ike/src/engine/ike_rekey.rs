@@ -71,7 +71,7 @@ impl Engine {
         now: Instant,
     ) -> Option<Box<IkeSa>> {
         let sa = self.sas.get(&old)?;
-        let old_suite = sa.suite?;
+        let old_suite = sa.suite.filter(|_| !sa.sk_d.is_empty())?;
         let made = IkeKeys::rekey(
             &suite_of(&suite),
             old_suite.prf,
