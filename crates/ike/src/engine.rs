@@ -387,38 +387,96 @@ impl Selectors {
 }
 
 /// The response to the peer's last request `id`, as sent, kept for the SA's life to
-/// answer its retransmission with the same bytes (§2.1): one datagram (the usual case,
-/// with no vector around it), or its fragments; exact-size.
+/// answer its retransmission with the same bytes (§2.1), exact-size: one SK message (the
+/// usual case, with no vector around it) without its 28-byte IKE header, which is
+/// rebuilt from the SA's SPIs, `id`, `head` (version, exchange, flags) and the length; or
+/// its fragments (or a datagram whose header would not come back the same) whole, boxed.
 enum LastResponse {
-    One { id: u32, data: Box<[u8]> },
-    Fragments { id: u32, data: Box<[Box<[u8]>]> },
+    One {
+        id: u32,
+        next: Sk,
+        head: [u8; 3],
+        body: Box<[u8]>,
+    },
+    Whole(Box<(u32, Datagrams)>),
+}
+
+/// Datagrams kept exact-size.
+type Datagrams = Box<[Box<[u8]>]>;
+
+/// The Next Payload of a [`LastResponse::One`]: SK, always. A type of one value, so that
+/// its byte gives `Option<LastResponse>` the room to stay 24 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Sk {
+    Sk = wire::ptype::SK,
 }
 
 impl LastResponse {
-    fn new(id: u32, msgs: &[Vec<u8>]) -> LastResponse {
-        match msgs {
-            [one] => LastResponse::One {
-                id,
-                data: one.as_slice().into(),
-            },
-            _ => LastResponse::Fragments {
-                id,
-                data: msgs.iter().map(|m| m.as_slice().into()).collect(),
-            },
+    /// `msgs` as sent on the SA of SPIs `spis`.
+    fn new(id: u32, msgs: &[Vec<u8>], spis: (u64, u64)) -> LastResponse {
+        if let [one] = msgs {
+            if let (Some(&wire::ptype::SK), Some(&[v, x, f])) = (one.get(16), one.get(17..20)) {
+                let head = [v, x, f];
+                let body = &one[wire::HEADER_LEN.min(one.len())..];
+                if one.get(..wire::HEADER_LEN)
+                    == Some(&Self::header(spis, id, (Sk::Sk, head), body.len())[..])
+                {
+                    return LastResponse::One {
+                        id,
+                        next: Sk::Sk,
+                        head,
+                        body: body.into(),
+                    };
+                }
+            }
         }
+        LastResponse::Whole(Box::new((
+            id,
+            msgs.iter().map(|m| m.as_slice().into()).collect(),
+        )))
+    }
+
+    /// The IKE header (§3.1) of an SK message of `body_len` bytes after it.
+    fn header(
+        (spi_i, spi_r): (u64, u64),
+        id: u32,
+        (next, head): (Sk, [u8; 3]),
+        body_len: usize,
+    ) -> [u8; wire::HEADER_LEN] {
+        let mut h = [0u8; wire::HEADER_LEN];
+        h[..8].copy_from_slice(&spi_i.to_be_bytes());
+        h[8..16].copy_from_slice(&spi_r.to_be_bytes());
+        h[16] = next as u8;
+        h[17..20].copy_from_slice(&head);
+        h[20..24].copy_from_slice(&id.to_be_bytes());
+        let len = u32::try_from(wire::HEADER_LEN + body_len).unwrap_or(u32::MAX);
+        h[24..].copy_from_slice(&len.to_be_bytes());
+        h
     }
 
     fn id(&self) -> u32 {
         match self {
-            LastResponse::One { id, .. } | LastResponse::Fragments { id, .. } => *id,
+            LastResponse::One { id, .. } => *id,
+            LastResponse::Whole(w) => w.0,
         }
     }
 
-    /// Its datagrams, to send again.
-    fn datagrams(&self) -> Vec<Vec<u8>> {
+    /// Its datagrams, to send again, on the SA of SPIs `spis`.
+    fn datagrams(&self, spis: (u64, u64)) -> Vec<Vec<u8>> {
         match self {
-            LastResponse::One { data, .. } => vec![data.to_vec()],
-            LastResponse::Fragments { data, .. } => data.iter().map(|d| d.to_vec()).collect(),
+            LastResponse::One {
+                id,
+                next,
+                head,
+                body,
+            } => {
+                let mut d = Vec::with_capacity(wire::HEADER_LEN + body.len());
+                d.extend_from_slice(&Self::header(spis, *id, (*next, *head), body.len()));
+                d.extend_from_slice(body);
+                vec![d]
+            }
+            LastResponse::Whole(w) => w.1.iter().map(|d| d.to_vec()).collect(),
         }
     }
 }
@@ -1387,7 +1445,7 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        sa.last_response = Some(LastResponse::new(id, &msgs));
+        sa.last_response = Some(LastResponse::new(id, &msgs, (sa.spi_i, sa.spi_r)));
         sa.peer_next = id.wrapping_add(1);
         let (l, r) = (sa.local, sa.remote);
         for m in msgs {
@@ -1538,7 +1596,7 @@ impl Engine {
                     let ds = sa
                         .last_response
                         .as_ref()
-                        .map(LastResponse::datagrams)
+                        .map(|r| r.datagrams((sa.spi_i, sa.spi_r)))
                         .unwrap_or_default();
                     let (l, r) = (sa.local, sa.remote);
                     self.counters.answered_again += 1;

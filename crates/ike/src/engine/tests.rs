@@ -1627,6 +1627,7 @@ fn an_established_sa_holds_little() {
     assert!(size_of::<IkeSa>() <= 360, "IkeSa: {}", size_of::<IkeSa>());
     assert!(size_of::<Child>() <= 96, "Child: {}", size_of::<Child>());
     assert_eq!(size_of::<Option<Stamp>>(), 8);
+    assert_eq!(size_of::<Option<LastResponse>>(), 24);
     assert!(
         size_of::<SkCipher>() <= 56,
         "SkCipher: {}",
@@ -1691,9 +1692,19 @@ fn an_established_sa_holds_little() {
     }
     // The answer to the last request is kept as one datagram, as it was sent.
     let b = the_sa(&p.b);
-    let Some(LastResponse::One { id, data }) = &b.last_response else {
+    let Some(kept @ LastResponse::One { id, body, .. }) = &b.last_response else {
         panic!("no single-datagram response kept");
     };
     assert_eq!(id.wrapping_add(1), b.peer_next);
-    assert!(p.wire_b.iter().any(|d| d[..] == data[..]));
+    let [again] = &kept.datagrams((b.spi_i, b.spi_r))[..] else {
+        panic!("not one datagram");
+    };
+    assert_eq!(again.len(), body.len() + 28);
+    assert!(p.wire_b.iter().any(|d| d == again), "not the same bytes");
+    // A datagram whose header would not come back the same is kept whole.
+    let mut odd = again.clone();
+    odd[27] ^= 1;
+    let kept = LastResponse::new(*id, std::slice::from_ref(&odd), (b.spi_i, b.spi_r));
+    assert!(matches!(kept, LastResponse::Whole(_)));
+    assert_eq!(kept.datagrams((b.spi_i, b.spi_r)), [odd]);
 }
