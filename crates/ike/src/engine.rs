@@ -3138,6 +3138,8 @@ impl Engine {
         let sa = self.sas.get_mut(&spi)?;
         let k = sa.children.iter().position(|c| c.spi_out == out_spi)?;
         let c = sa.children.remove(k);
+        // A rekey's pair of children is one again: no room kept for the other.
+        sa.children.shrink_to_fit();
         let peer = sa.peer.clone()?;
         let chosen = c.chosen;
         self.child_spis.remove(&c.spi_in);

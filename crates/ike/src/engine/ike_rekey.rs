@@ -148,6 +148,8 @@ impl Engine {
                 kids.len()
             );
             new.children.extend(kids);
+            // Not the vector's room for four (issue 27).
+            new.children.shrink_to_fit();
         }
         self.counters.ike_rekeys += 1;
     }

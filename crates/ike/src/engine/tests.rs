@@ -890,6 +890,16 @@ fn child_rekey_by_either_side() {
     assert_eq!(p.b.counters.child_rekeys, 1);
     assert_eq!((p.a_down, p.b_down), (1, 1));
     assert!(the_sa(&p.b).rare.is_none(), "rekey state left");
+    assert_eq!(
+        the_sa(&p.b).children.capacity(),
+        1,
+        "room for the old child kept"
+    );
+    assert_eq!(
+        the_sa(&p.a).children.capacity(),
+        1,
+        "room for the old child kept"
+    );
     let (na, nb) = (&p.a_children[1], &p.b_children[1]);
     assert_eq!(na.spi_out, nb.spi_in);
     assert_eq!(*na.key_out.encr, *nb.key_in.encr);
@@ -983,6 +993,8 @@ fn check_ike_rekeyed(p: &Pair, old: (u64, u64), rekeys: u64) {
     assert_eq!(*a.sk_d, *b.sk_d);
     assert_eq!((a.next_id, b.next_id), (0, 0), "message IDs start again");
     assert!(a.rare.is_none() && b.rare.is_none(), "rekey state left");
+    assert_eq!(a.children.capacity(), a.children.len());
+    assert_eq!(b.children.capacity(), b.children.len());
     assert_eq!(a.children.len(), 1);
     assert_eq!(b.children.len(), 1);
     assert_eq!(a.children[0].spi_in, p.a_children[0].spi_in);
