@@ -59,6 +59,35 @@ const SIGNATURE_HASHES: [u8; 8] = [0, 2, 0, 3, 0, 4, 0, 5];
 /// chain's DER): a chain is checked once every [`CHAIN_CACHE_TTL`], not at every AUTH.
 type ChainCache = HashMap<(String, [u8; 32]), (Instant, Result<(), String>)>;
 
+/// An instant in 8 bytes where [`Instant`] takes 16 (issue 27: seven of them in each of a
+/// million SAs and their children): nanoseconds (plus one, so that `Option<Stamp>` is 8
+/// bytes too) since a process-wide epoch a day before its first use. Exact: it converts
+/// back to the same [`Instant`] (an earlier one, which the engine never sees, would be
+/// taken as the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Stamp(std::num::NonZeroU64);
+
+impl Stamp {
+    fn epoch() -> Instant {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *EPOCH.get_or_init(|| {
+            let now = Instant::now();
+            now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now)
+        })
+    }
+
+    fn of(t: Instant) -> Stamp {
+        let ns = t.saturating_duration_since(Stamp::epoch()).as_nanos();
+        // 584 years after the epoch before it saturates.
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1);
+        Stamp(std::num::NonZeroU64::MIN.saturating_add(ns))
+    }
+
+    fn instant(self) -> Instant {
+        Stamp::epoch() + Duration::from_nanos(self.0.get() - 1)
+    }
+}
+
 /// What the engine asks of the daemon.
 #[derive(Debug)]
 pub enum Event {
@@ -282,13 +311,206 @@ struct Pending {
     tries: u32,
 }
 
+/// What few IKE SAs hold, and each for seconds: boxed apart (issue 27: a million SAs
+/// carry an empty pointer instead).
+#[derive(Default)]
+struct Rare {
+    /// Our child rekey under way.
+    rekeying: Option<Rekeying>,
+    /// Our rekey of this IKE SA under way.
+    ike_rekey: Option<IkeRekey>,
+    /// The peer's rekey of this IKE SA, answered while ours was under way (§2.8.2).
+    collision: Option<Collision>,
+    /// Rekeyed: the IKE SA its child SAs moved to (our SPIs are never 0).
+    moved_to: Option<std::num::NonZeroU64>,
+    /// Fragmented messages being put together: a request, a response.
+    reasm: [Option<Box<fragment::Reassembly>>; 2],
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.rekeying.is_none()
+            && self.ike_rekey.is_none()
+            && self.collision.is_none()
+            && self.moved_to.is_none()
+            && self.reasm.iter().all(Option::is_none)
+    }
+}
+
+/// A child's traffic selectors: one IPv4 selector (the usual tunnel, a subnet or a host
+/// each side) in 13 bytes inline, others boxed exact-size (issue 27: no allocation, and
+/// 24 bytes where a [`Selector`] takes 40, for each side of a million children).
+#[derive(Debug)]
+enum Selectors {
+    V4 {
+        protocol: u8,
+        ports: [u16; 2],
+        range: [u32; 2],
+    },
+    Other(Box<[Selector]>),
+}
+
+impl Selectors {
+    fn new(v: &[Selector]) -> Selectors {
+        match v {
+            [Selector {
+                protocol,
+                start_port,
+                end_port,
+                start: IpAddr::V4(start),
+                end: IpAddr::V4(end),
+            }] => Selectors::V4 {
+                protocol: *protocol,
+                ports: [*start_port, *end_port],
+                range: [u32::from(*start), u32::from(*end)],
+            },
+            _ => Selectors::Other(v.into()),
+        }
+    }
+
+    fn to_vec(&self) -> Vec<Selector> {
+        match self {
+            Selectors::V4 {
+                protocol,
+                ports: [start_port, end_port],
+                range: [start, end],
+            } => vec![Selector {
+                protocol: *protocol,
+                start_port: *start_port,
+                end_port: *end_port,
+                start: std::net::Ipv4Addr::from(*start).into(),
+                end: std::net::Ipv4Addr::from(*end).into(),
+            }],
+            Selectors::Other(v) => v.to_vec(),
+        }
+    }
+}
+
+/// The response to the peer's last request `id`, as sent, kept for the SA's life to
+/// answer its retransmission with the same bytes (§2.1), exact-size: one SK message (the
+/// usual case, with no vector around it) without its 28-byte IKE header, which is
+/// rebuilt from the SA's SPIs, `id`, `head` (version, exchange, flags) and the length; or
+/// its fragments (or a datagram whose header would not come back the same) whole, boxed.
+enum LastResponse {
+    One {
+        id: u32,
+        next: Sk,
+        head: [u8; 3],
+        body: Box<[u8]>,
+    },
+    Whole(Box<(u32, Datagrams)>),
+}
+
+/// Datagrams kept exact-size.
+type Datagrams = Box<[Box<[u8]>]>;
+
+/// The Next Payload of a [`LastResponse::One`]: SK, always. A type of one value, so that
+/// its byte gives `Option<LastResponse>` the room to stay 24 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Sk {
+    Sk = wire::ptype::SK,
+}
+
+impl LastResponse {
+    /// `msgs` as sent on the SA of SPIs `spis`.
+    fn new(id: u32, msgs: &[Vec<u8>], spis: (u64, u64)) -> LastResponse {
+        if let [one] = msgs {
+            if let (Some(&wire::ptype::SK), Some(&[v, x, f])) = (one.get(16), one.get(17..20)) {
+                let head = [v, x, f];
+                let body = &one[wire::HEADER_LEN.min(one.len())..];
+                if one.get(..wire::HEADER_LEN)
+                    == Some(&Self::header(spis, id, (Sk::Sk, head), body.len())[..])
+                {
+                    return LastResponse::One {
+                        id,
+                        next: Sk::Sk,
+                        head,
+                        body: body.into(),
+                    };
+                }
+            }
+        }
+        LastResponse::Whole(Box::new((
+            id,
+            msgs.iter().map(|m| m.as_slice().into()).collect(),
+        )))
+    }
+
+    /// The IKE header (§3.1) of an SK message of `body_len` bytes after it.
+    fn header(
+        (spi_i, spi_r): (u64, u64),
+        id: u32,
+        (next, head): (Sk, [u8; 3]),
+        body_len: usize,
+    ) -> [u8; wire::HEADER_LEN] {
+        let mut h = [0u8; wire::HEADER_LEN];
+        h[..8].copy_from_slice(&spi_i.to_be_bytes());
+        h[8..16].copy_from_slice(&spi_r.to_be_bytes());
+        h[16] = next as u8;
+        h[17..20].copy_from_slice(&head);
+        h[20..24].copy_from_slice(&id.to_be_bytes());
+        let len = u32::try_from(wire::HEADER_LEN + body_len).unwrap_or(u32::MAX);
+        h[24..].copy_from_slice(&len.to_be_bytes());
+        h
+    }
+
+    fn id(&self) -> u32 {
+        match self {
+            LastResponse::One { id, .. } => *id,
+            LastResponse::Whole(w) => w.0,
+        }
+    }
+
+    /// Its datagrams, to send again, on the SA of SPIs `spis`.
+    fn datagrams(&self, spis: (u64, u64)) -> Vec<Vec<u8>> {
+        match self {
+            LastResponse::One {
+                id,
+                next,
+                head,
+                body,
+            } => {
+                let mut d = Vec::with_capacity(wire::HEADER_LEN + body.len());
+                d.extend_from_slice(&Self::header(spis, *id, (*next, *head), body.len()));
+                d.extend_from_slice(body);
+                vec![d]
+            }
+            LastResponse::Whole(w) => w.1.iter().map(|d| d.to_vec()).collect(),
+        }
+    }
+}
+
+/// What an IKE SA needs only until it is established (IKE_SA_INIT, IKE_AUTH): boxed
+/// apart and dropped by [`IkeSa::settle`], so that an established SA does not carry its
+/// room (issue 27: a million SAs at a few KiB each).
+#[derive(Default)]
+struct Setup {
+    /// Initiator: our key share until the response.
+    share: Option<KeyShare>,
+    ni: Vec<u8>,
+    nr: Vec<u8>,
+    /// The IKE_SA_INIT request and response, as sent: AUTH signs them.
+    init_req: Vec<u8>,
+    init_resp: Vec<u8>,
+    /// Initiator: the cookie to echo.
+    cookie: Option<Vec<u8>>,
+    /// The keys derived at IKE_SA_INIT (SK_d is kept apart, in [`IkeSa::sk_d`]).
+    keys: Option<IkeKeys>,
+}
+
+/// A copy of SK_d, for [`IkeSa::sk_d`].
+fn sk_d_of(keys: &IkeKeys) -> Zeroizing<Box<[u8]>> {
+    Zeroizing::new(Box::from(&keys.sk_d[..]))
+}
+
 struct Child {
     spi_in: u32,
     spi_out: u32,
     esp: EspProposal,
-    created: Instant,
-    local_ts: Vec<Selector>,
-    remote_ts: Vec<Selector>,
+    created: Stamp,
+    local_ts: Selectors,
+    remote_ts: Selectors,
     /// [`Event::ChildDown::chosen`], as installed (the IKE SA's peer address may move
     /// later, with a NAT's new mapping; the SA keeps the one it was installed with).
     chosen: Option<(IpAddr, u16)>,
@@ -305,50 +527,38 @@ struct IkeSa {
     remote: SocketAddr,
     state: State,
     suite: Option<IkeProposal>,
-    /// Initiator: our key share until the response.
-    share: Option<Box<KeyShare>>,
-    ni: Vec<u8>,
-    nr: Vec<u8>,
-    /// The IKE_SA_INIT request and response, as sent: AUTH signs them.
-    init_req: Vec<u8>,
-    init_resp: Vec<u8>,
-    keys: Option<Box<IkeKeys>>,
+    /// What only IKE_SA_INIT and IKE_AUTH need; gone once established ([`IkeSa::settle`]).
+    setup: Option<Box<Setup>>,
+    /// SK_d (§2.14): derives child SA keys and the next IKE SA's SKEYSEED; empty until
+    /// the keys are made.
+    sk_d: Zeroizing<Box<[u8]>>,
     tx: Option<SkCipher>,
     rx: Option<SkCipher>,
     /// Our next request's message ID.
     next_id: u32,
-    pending: Option<Pending>,
+    /// Boxed: a request is out for seconds in an SA's hours.
+    pending: Option<Box<Pending>>,
     /// The peer's next request's message ID.
     peer_next: u32,
     /// The response to the peer's last request (for its retransmissions), as sent.
-    last_response: Option<(u32, Vec<Vec<u8>>)>,
+    last_response: Option<LastResponse>,
     children: Vec<Child>,
-    /// Initiator: the SPI our IKE_AUTH offers for the child, and the cookie to echo.
+    /// Initiator: the SPI our IKE_AUTH offers for the child.
     child_spi: u32,
-    cookie: Option<Vec<u8>>,
-    created: Instant,
-    established_at: Option<Instant>,
-    last_heard: Instant,
+    created: Stamp,
+    last_heard: Stamp,
     /// A NAT between (or encapsulation forced): IKE on port 4500, ESP in UDP.
     nat: bool,
-    /// Our child rekey under way.
-    rekeying: Option<Box<Rekeying>>,
-    last_keepalive: Instant,
-    /// Our rekey of this IKE SA under way.
-    ike_rekey: Option<Box<IkeRekey>>,
-    /// The peer's rekey of this IKE SA, answered while ours was under way (§2.8.2).
-    collision: Option<Box<Collision>>,
+    last_keepalive: Stamp,
+    /// Rekeys under way, fragments being put together: [`IkeSa::tidy`] drops it once empty.
+    rare: Option<Box<Rare>>,
     /// When we rekey it, and when it ends if not rekeyed (`ike_lifetime_s`).
-    rekey_at: Option<Instant>,
-    expire_at: Option<Instant>,
+    rekey_at: Option<Stamp>,
+    expire_at: Option<Stamp>,
     /// Both sides announced IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383).
     frag: bool,
-    /// Rekeyed: the IKE SA its child SAs moved to.
-    moved_to: Option<u64>,
-    /// Fragmented messages being put together: a request, a response.
-    reasm: [Option<Box<fragment::Reassembly>>; 2],
     /// When [`Engine::tick`] looks at it next: its live entry in [`Engine::timers`].
-    timer_at: Option<Instant>,
+    timer_at: Option<Stamp>,
 }
 
 impl IkeSa {
@@ -370,12 +580,8 @@ impl IkeSa {
             remote,
             state,
             suite: None,
-            share: None,
-            ni: vec![],
-            nr: vec![],
-            init_req: vec![],
-            init_resp: vec![],
-            keys: None,
+            setup: None,
+            sk_d: Zeroizing::new(Box::default()),
             tx: None,
             rx: None,
             next_id: 0,
@@ -384,20 +590,14 @@ impl IkeSa {
             last_response: None,
             children: vec![],
             child_spi: 0,
-            cookie: None,
-            created: now,
-            established_at: None,
-            last_heard: now,
+            created: Stamp::of(now),
+            last_heard: Stamp::of(now),
             nat: false,
-            rekeying: None,
-            last_keepalive: now,
-            ike_rekey: None,
-            collision: None,
+            last_keepalive: Stamp::of(now),
+            rare: None,
             rekey_at: None,
             expire_at: None,
             frag: false,
-            moved_to: None,
-            reasm: [None, None],
             timer_at: None,
         })
     }
@@ -409,7 +609,6 @@ impl IkeSa {
     /// not rekeyed together.
     fn schedule_rekey(&mut self, now: Instant) {
         self.state = State::Established;
-        self.established_at = Some(now);
         let Some(life) = self.peer.as_ref().and_then(|p| p.ike_lifetime) else {
             return;
         };
@@ -419,8 +618,8 @@ impl IkeSa {
             (900, 50)
         };
         let permille = from + rand_u64() % span;
-        self.rekey_at = Some(now + life * permille as u32 / 1000);
-        self.expire_at = Some(now + life);
+        self.rekey_at = Some(Stamp::of(now + life * permille as u32 / 1000));
+        self.expire_at = Some(Stamp::of(now + life));
     }
 
     /// Authenticated and its first child made: what only the setup needed goes — the
@@ -428,15 +627,62 @@ impl IkeSa {
     /// from them), our key share, the cookie and the AUTH keys — so that an idle SA holds
     /// only what it uses (issue 27: a million SAs at a few KiB each).
     fn settle(&mut self) {
-        self.init_req = Vec::new();
-        self.init_resp = Vec::new();
-        self.ni = Vec::new();
-        self.nr = Vec::new();
-        self.share = None;
-        self.cookie = None;
-        if let Some(k) = &mut self.keys {
-            k.keep_sk_d_only();
+        self.setup = None;
+    }
+
+    /// Its [`Rare`] part, made empty if it has none yet.
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drops its [`Rare`] part if nothing is left in it.
+    fn tidy(&mut self) {
+        if self.rare.as_deref().is_some_and(Rare::is_empty) {
+            self.rare = None;
         }
+    }
+
+    /// Our child rekey is under way.
+    fn rekeying(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.rekeying.is_some())
+    }
+
+    /// Our rekey of this IKE SA is under way.
+    fn ike_rekeying(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.ike_rekey.is_some())
+    }
+
+    /// The peer's rekey of this IKE SA crossed ours ([`Rare::collision`]).
+    fn collided(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.collision.is_some())
+    }
+
+    fn take_rekeying(&mut self) -> Option<Rekeying> {
+        let rk = self.rare.as_mut()?.rekeying.take();
+        self.tidy();
+        rk
+    }
+
+    fn take_ike_rekey(&mut self) -> Option<IkeRekey> {
+        let rk = self.rare.as_mut()?.ike_rekey.take();
+        self.tidy();
+        rk
+    }
+
+    fn take_collision(&mut self) -> Option<Collision> {
+        let c = self.rare.as_mut()?.collision.take();
+        self.tidy();
+        c
+    }
+
+    /// Rekeyed: the IKE SA its child SAs moved to.
+    fn moved_to(&self) -> Option<u64> {
+        self.rare.as_ref()?.moved_to.map(std::num::NonZeroU64::get)
+    }
+
+    /// Its [`Setup`], made empty if it has none yet.
+    fn setup(&mut self) -> &mut Setup {
+        self.setup.get_or_insert_with(Box::default)
     }
 
     /// When [`Engine::tick`] must look at it next: the earliest of what [`Engine::tick`]
@@ -455,18 +701,18 @@ impl IkeSa {
             at(p.sent, p.wait());
         } else {
             match self.state {
-                State::HalfOpen => at(self.created, HALF_OPEN_TIMEOUT),
+                State::HalfOpen => at(self.created.instant(), HALF_OPEN_TIMEOUT),
                 State::Rekeyed => {
                     if let Some(t) = self.expire_at {
-                        at(t, Duration::ZERO);
+                        at(t.instant(), Duration::ZERO);
                     }
                 }
                 State::Established => {
                     for t in [self.expire_at, self.rekey_at].into_iter().flatten() {
-                        at(t, Duration::ZERO);
+                        at(t.instant(), Duration::ZERO);
                     }
                     if let Some(d) = peer.and_then(|p| p.dpd) {
-                        at(self.last_heard, d);
+                        at(self.last_heard.instant(), d);
                     }
                 }
                 _ => {}
@@ -478,12 +724,12 @@ impl IkeSa {
                 && self.local.port() == NATT_PORT
                 && !every.is_zero()
             {
-                at(self.last_keepalive, every);
+                at(self.last_keepalive.instant(), every);
             }
         }
         if let Some(after) = self.child_rekey_age() {
             for c in &self.children {
-                at(c.created, after);
+                at(c.created.instant(), after);
             }
         }
         due
@@ -496,8 +742,8 @@ impl IkeSa {
         let life = self.peer.as_ref().and_then(|p| p.child_lifetime)?;
         if self.state != State::Established
             || self.pending.is_some()
-            || self.rekeying.is_some()
-            || self.collision.is_some()
+            || self.rekeying()
+            || self.collided()
         {
             return None;
         }
@@ -588,7 +834,7 @@ pub struct Engine {
     /// SA (issue 27: at a million SAs a scan every tick took the responder's core). An
     /// entry is live while it matches its SA's [`IkeSa::timer_at`]; others are dropped
     /// when they come up.
-    timers: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64)>>,
+    timers: std::collections::BinaryHeap<std::cmp::Reverse<(Stamp, u64)>>,
     /// The SA the message being handled was for: looked at on the next tick.
     touched: Option<u64>,
 }
@@ -900,6 +1146,7 @@ impl Engine {
     /// Makes [`Engine::tick`] look at SA `spi` at `at` (or before, if it is due earlier).
     fn arm(&mut self, spi: u64, at: Instant) {
         if let Some(sa) = self.sas.get_mut(&spi) {
+            let at = Stamp::of(at);
             if sa.timer_at.is_none_or(|t| at < t) {
                 sa.timer_at = Some(at);
                 self.timers.push(std::cmp::Reverse((at, spi)));
@@ -983,8 +1230,9 @@ impl Engine {
             State::InitSent,
             now,
         );
-        sa.share = Some(Box::new(share));
-        sa.ni = rand_vec(NONCE_LEN);
+        let setup = sa.setup();
+        setup.share = Some(share);
+        setup.ni = rand_vec(NONCE_LEN);
         self.insert_sa(spi, sa, now);
         self.retry_at.remove(name);
         self.send_init(spi, now, out);
@@ -1036,7 +1284,7 @@ impl Engine {
                     .as_ref()
                     .map_or(String::new(), |p| p.remote_id.text()),
                 proposal: s.suite.as_ref().map_or(String::new(), ike_text),
-                age_s: now.saturating_duration_since(s.created).as_secs(),
+                age_s: now.saturating_duration_since(s.created.instant()).as_secs(),
                 children: s
                     .children
                     .iter()
@@ -1045,9 +1293,9 @@ impl Engine {
                         spi_in: format!("{:08x}", c.spi_in),
                         spi_out: format!("{:08x}", c.spi_out),
                         proposal: esp_text(&c.esp),
-                        local_ts: c.local_ts.iter().map(selector_text).collect(),
-                        remote_ts: c.remote_ts.iter().map(selector_text).collect(),
-                        age_s: now.saturating_duration_since(c.created).as_secs(),
+                        local_ts: c.local_ts.to_vec().iter().map(selector_text).collect(),
+                        remote_ts: c.remote_ts.to_vec().iter().map(selector_text).collect(),
+                        age_s: now.saturating_duration_since(c.created.instant()).as_secs(),
                     })
                     .collect(),
             })
@@ -1074,11 +1322,14 @@ impl Engine {
         let Some(peer) = sa.peer.clone() else {
             return;
         };
-        let Some(share) = sa.share.as_ref() else {
+        let Some(setup) = sa.setup.as_deref() else {
+            return;
+        };
+        let Some(share) = setup.share.as_ref() else {
             return;
         };
         let mut ps = Vec::new();
-        if let Some(c) = &sa.cookie {
+        if let Some(c) = &setup.cookie {
             ps.push(Payload::notify(notify::COOKIE, c.clone()));
         }
         // Proposals whose group is the share's first, so the responder can take the KE.
@@ -1096,7 +1347,7 @@ impl Engine {
             group: group.id(),
             data: share.public().to_vec(),
         });
-        ps.push(Payload::Nonce(sa.ni.clone()));
+        ps.push(Payload::Nonce(setup.ni.clone()));
         ps.extend(nat_payloads(sa.spi_i, 0, &sa.local, &sa.remote, peer.encap));
         ps.push(Payload::notify(
             notify::IKEV2_FRAGMENTATION_SUPPORTED,
@@ -1110,14 +1361,14 @@ impl Engine {
         }
         let h = sa.header(exchange::IKE_SA_INIT, 0, false);
         let data = wire::encode(h, &ps);
-        sa.init_req = data.clone();
-        sa.pending = Some(Pending {
+        sa.setup().init_req = data.clone();
+        sa.pending = Some(Box::new(Pending {
             id: 0,
             asked: Asked::Init,
             datagrams: vec![data.clone()],
             sent: now,
             tries: 0,
-        });
+        }));
         sa.next_id = 1;
         let (l, r) = (sa.local, sa.remote);
         self.send(l, r, data, out);
@@ -1168,13 +1419,13 @@ impl Engine {
             return;
         };
         sa.next_id += 1;
-        sa.pending = Some(Pending {
+        sa.pending = Some(Box::new(Pending {
             id,
             asked,
             datagrams: msgs.clone(),
             sent: now,
             tries: 0,
-        });
+        }));
         let (l, r) = (sa.local, sa.remote);
         for m in msgs {
             self.send(l, r, m, out);
@@ -1194,7 +1445,7 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        sa.last_response = Some((id, msgs.clone()));
+        sa.last_response = Some(LastResponse::new(id, &msgs, (sa.spi_i, sa.spi_r)));
         sa.peer_next = id.wrapping_add(1);
         let (l, r) = (sa.local, sa.remote);
         for m in msgs {
@@ -1238,9 +1489,13 @@ impl Engine {
         out: &mut Vec<Event>,
     ) {
         self.handle_message(now, local, remote, data, out);
-        // What the message changed (its state, a rekey due sooner) is looked at next tick.
+        // What the message changed (its state, a rekey due sooner) is looked at when due:
+        // armed at once rather than at `now`, which would leave its later entry in the
+        // heap, stale, for each message (issue 27: entries of a million SAs).
         if let Some(spi) = self.touched.take() {
-            self.arm(spi, now);
+            if let Some(at) = self.sas.get(&spi).and_then(|sa| sa.next_due()) {
+                self.arm(spi, at);
+            }
         }
     }
 
@@ -1324,7 +1579,7 @@ impl Engine {
             if sa
                 .last_response
                 .as_ref()
-                .is_some_and(|(id, _)| *id == h.message_id)
+                .is_some_and(|r| r.id() == h.message_id)
             {
                 // A retransmitted request: the same answer (§2.1), after checking it is
                 // authentic; a fragmented one is answered at its first fragment only
@@ -1341,7 +1596,7 @@ impl Engine {
                     let ds = sa
                         .last_response
                         .as_ref()
-                        .map(|(_, d)| d.clone())
+                        .map(|r| r.datagrams((sa.spi_i, sa.spi_r)))
                         .unwrap_or_default();
                     let (l, r) = (sa.local, sa.remote);
                     self.counters.answered_again += 1;
@@ -1399,7 +1654,7 @@ impl Engine {
             }
         };
         if let Some(sa) = self.sas.get_mut(&ours) {
-            sa.last_heard = now;
+            sa.last_heard = Stamp::of(now);
             // Behind a NAT, answers and requests go where the last authenticated message
             // came from (§2.23): the initiator's move to port 4500, or a NAT's new mapping.
             if sa.nat && (sa.remote != remote || sa.local != local) {
@@ -1468,9 +1723,9 @@ impl Engine {
     ) {
         let h = msg.header;
         if let Some(spi) = self.by_init.get(&(remote, h.spi_i)).copied() {
-            if let Some(sa) = self.sas.get(&spi) {
-                if sa.init_req == raw {
-                    let d = sa.init_resp.clone();
+            if let Some(setup) = self.sas.get(&spi).and_then(|sa| sa.setup.as_deref()) {
+                if setup.init_req == raw {
+                    let d = setup.init_resp.clone();
                     self.counters.answered_again += 1;
                     self.send(local, remote, d, out);
                 } else {
@@ -1640,11 +1895,15 @@ impl Engine {
             now,
         );
         sa.suite = Some(suite);
-        sa.ni = ni.clone();
-        sa.nr = nr;
-        sa.init_req = raw.to_vec();
-        sa.init_resp = resp.clone();
-        sa.keys = Some(Box::new(keys));
+        sa.sk_d = sk_d_of(&keys);
+        sa.setup = Some(Box::new(Setup {
+            ni: ni.clone(),
+            nr,
+            init_req: raw.to_vec(),
+            init_resp: resp.clone(),
+            keys: Some(keys),
+            ..Setup::default()
+        }));
         sa.tx = Some(tx);
         sa.rx = Some(rx);
         sa.peer_next = 1;
@@ -1676,12 +1935,13 @@ impl Engine {
             return;
         };
         if let Some(n) = wire::find_notify(ps, notify::COOKIE) {
-            if sa.cookie.is_some() && sa.cookie.as_deref() == Some(&n.data[..]) {
+            let setup = sa.setup();
+            if setup.cookie.is_some() && setup.cookie.as_deref() == Some(&n.data[..]) {
                 // The same cookie twice: the responder does not take it.
                 self.counters.dropped.unexpected += 1;
                 return;
             }
-            sa.cookie = Some(n.data.clone());
+            setup.cookie = Some(n.data.clone());
             sa.pending = None;
             self.send_init(spi, now, out);
             return;
@@ -1690,11 +1950,11 @@ impl Engine {
             let want = (n.data.len() == 2)
                 .then(|| u16::from_be_bytes([n.data[0], n.data[1]]))
                 .and_then(Dh::from_id);
-            let current = sa.share.as_ref().map(|s| s.group());
+            let current = sa.setup().share.as_ref().map(|s| s.group());
             match want {
                 Some(g) if peer.ike.iter().any(|p| p.dh == g) && Some(g) != current => {
                     match KeyShare::generate(g) {
-                        Ok(s) => sa.share = Some(Box::new(s)),
+                        Ok(s) => sa.setup().share = Some(s),
                         Err(_) => {
                             self.counters.failed.crypto += 1;
                             return;
@@ -1742,7 +2002,7 @@ impl Engine {
             self.counters.dropped.malformed += 1;
             return;
         };
-        let Some(share) = sa.share.take() else {
+        let Some(share) = sa.setup().share.take() else {
             return;
         };
         let suite = peer
@@ -1776,7 +2036,9 @@ impl Engine {
             }
         };
         let spi_r = msg.header.spi_r;
-        let keys = match IkeKeys::derive(&suite_of(&suite), &g_ir, &sa.ni, nr, sa.spi_i, spi_r) {
+        let spi_i = sa.spi_i;
+        let keys = match IkeKeys::derive(&suite_of(&suite), &g_ir, &sa.setup().ni, nr, spi_i, spi_r)
+        {
             Ok(k) => k,
             Err(_) => {
                 self.counters.failed.crypto += 1;
@@ -1814,19 +2076,27 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        sa.nr = nr.clone();
         sa.frag = wire::find_notify(ps, notify::IKEV2_FRAGMENTATION_SUPPORTED).is_some();
-        sa.init_resp = raw.to_vec();
+        let setup = sa.setup();
+        setup.nr = nr.clone();
+        setup.init_resp = raw.to_vec();
         sa.suite = Some(suite);
         sa.tx = Some(tx);
         sa.rx = Some(rx);
         sa.pending = None;
         sa.state = State::AuthSent;
-        sa.last_heard = now;
+        sa.last_heard = Stamp::of(now);
         // IKE_AUTH: IDi, AUTH, INITIAL_CONTACT, SA, TSi, TSr (§1.2).
         let id_i = peer.local_id.clone();
-        let octets = crypto::signed_octets(suite.prf, &sa.init_req, nr, &keys.sk_pi, &id_i.body());
-        sa.keys = Some(Box::new(keys));
+        let octets = crypto::signed_octets(
+            suite.prf,
+            &sa.setup().init_req,
+            nr,
+            &keys.sk_pi,
+            &id_i.body(),
+        );
+        sa.sk_d = sk_d_of(&keys);
+        sa.setup().keys = Some(keys);
         let auth = match Self::our_auth(&peer, suite.prf, &octets) {
             Ok(a) => a,
             Err(e) => {
@@ -1921,14 +2191,19 @@ impl Engine {
         let Some((method, data)) = payloads.auth() else {
             return Err("no AUTH payload".into());
         };
-        let (Some(suite), Some(keys)) = (sa.suite.as_ref(), sa.keys.as_ref()) else {
+        let setup = sa.setup.as_deref();
+        let (Some(suite), Some(setup), Some(keys)) = (
+            sa.suite.as_ref(),
+            setup,
+            setup.and_then(|s| s.keys.as_ref()),
+        ) else {
             return Err("no keys".into());
         };
         // The peer signs its first message, our nonce, and its ID under its SK_p.
         let (first, nonce, sk_p) = if sa.initiator {
-            (&sa.init_resp, &sa.ni, &keys.sk_pr)
+            (&setup.init_resp, &setup.ni, &keys.sk_pr)
         } else {
-            (&sa.init_req, &sa.nr, &keys.sk_pi)
+            (&setup.init_req, &setup.nr, &keys.sk_pi)
         };
         let octets = crypto::signed_octets(suite.prf, first, nonce, sk_p, &id.body());
         let Some(c) = &peer.cert else {
@@ -2091,13 +2366,16 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        let (Some(suite), Some(setup)) = (sa.suite, sa.setup.as_deref()) else {
+            return;
+        };
+        let Some(keys) = setup.keys.as_ref() else {
             return;
         };
         let octets = crypto::signed_octets(
             suite.prf,
-            &sa.init_resp,
-            &sa.ni,
+            &setup.init_resp,
+            &setup.ni,
             &keys.sk_pr,
             &peer.local_id.body(),
         );
@@ -2219,7 +2497,8 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return vec![];
         };
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        // Keyed: SK_d derives the child's keys.
+        let Some(suite) = sa.suite.filter(|_| !sa.sk_d.is_empty()) else {
             return vec![];
         };
         // PFS: our key share for the requester's.
@@ -2241,13 +2520,14 @@ impl Engine {
                 }
             }
         }
-        let (ni, nr) = match &fresh {
-            Some(f) => (&f.ni, &f.nr),
-            None => (&sa.ni, &sa.nr),
+        let (ni, nr) = match (&fresh, sa.setup.as_deref()) {
+            (Some(f), _) => (&f.ni, &f.nr),
+            (None, Some(s)) => (&s.ni, &s.nr),
+            (None, None) => return vec![],
         };
         let ck = match crypto::child_keys(
             suite.prf,
-            &keys.sk_d,
+            &sa.sk_d,
             g_ir.as_deref().map(|g| &g[..]),
             ni,
             nr,
@@ -2379,11 +2659,11 @@ impl Engine {
         let Some(child) = sa.children.iter().find(|c| c.spi_in == old_in) else {
             return;
         };
-        if sa.state != State::Established || sa.pending.is_some() || sa.rekeying.is_some() {
+        if sa.state != State::Established || sa.pending.is_some() || sa.rekeying() {
             self.child_spis.remove(&new_spi_in);
             return;
         }
-        let (lts, rts) = (child.local_ts.clone(), child.remote_ts.clone());
+        let (lts, rts) = (child.local_ts.to_vec(), child.remote_ts.to_vec());
         let pfs = peer.esp.first().and_then(|e| e.dh);
         let share = match pfs.map(KeyShare::generate) {
             Some(Ok(k)) => Some(k),
@@ -2420,11 +2700,11 @@ impl Engine {
         }
         inner.push(Payload::TsI(lts));
         inner.push(Payload::TsR(rts));
-        sa.rekeying = Some(Box::new(Rekeying {
+        sa.rare_mut().rekeying = Some(Rekeying {
             new_spi_in,
             ni,
             share,
-        }));
+        });
         tracing::info!(peer = peer.name, "IKE: rekeying child SA {old_in:08x}");
         self.send_request(
             spi,
@@ -2457,7 +2737,7 @@ impl Engine {
             self.counters.dropped.unexpected += 1;
             return;
         };
-        let Some(rk) = sa.rekeying.take() else {
+        let Some(rk) = sa.take_rekeying() else {
             return;
         };
         let Some(peer) = sa.peer.clone() else {
@@ -2519,12 +2799,13 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        // Keyed: SK_d derives the child's keys.
+        let Some(suite) = sa.suite.filter(|_| !sa.sk_d.is_empty()) else {
             return;
         };
         let ck = match crypto::child_keys(
             suite.prf,
-            &keys.sk_d,
+            &sa.sk_d,
             g_ir.as_deref().map(|g| &g[..]),
             &rk.ni,
             &nr,
@@ -2617,7 +2898,10 @@ impl Engine {
         }
         sa.schedule_rekey(now);
         // The first child's keys come from the IKE_SA_INIT nonces; nothing else will.
-        let (ni, nr) = (std::mem::take(&mut sa.ni), std::mem::take(&mut sa.nr));
+        let (ni, nr) = (
+            std::mem::take(&mut sa.setup().ni),
+            std::mem::take(&mut sa.setup().nr),
+        );
         sa.settle();
         self.counters.established += 1;
         tracing::info!(peer = peer.name, "IKE: SA established (initiator)");
@@ -2672,17 +2956,18 @@ impl Engine {
         }
         let spi_out =
             u32::from_be_bytes([chosen.spi[0], chosen.spi[1], chosen.spi[2], chosen.spi[3]]);
-        let (Some(suite), Some(keys)) = (sa.suite, sa.keys.as_ref()) else {
+        // Keyed: SK_d derives the child's keys.
+        let Some(suite) = sa.suite.filter(|_| !sa.sk_d.is_empty()) else {
             return;
         };
-        let ck =
-            match crypto::child_keys(suite.prf, &keys.sk_d, None, &ni, &nr, esp.encr, esp.integ) {
-                Ok(k) => k,
-                Err(_) => {
-                    self.counters.failed.crypto += 1;
-                    return;
-                }
-            };
+        let ck = match crypto::child_keys(suite.prf, &sa.sk_d, None, &ni, &nr, esp.encr, esp.integ)
+        {
+            Ok(k) => k,
+            Err(_) => {
+                self.counters.failed.crypto += 1;
+                return;
+            }
+        };
         let spi_in = sa.child_spi;
         self.install_child(spi, spi_in, spi_out, esp, ck, true, (tsi, tsr), now, out);
     }
@@ -2738,9 +3023,9 @@ impl Engine {
             spi_in,
             spi_out,
             esp,
-            created: now,
-            local_ts: local_ts.clone(),
-            remote_ts: remote_ts.clone(),
+            created: Stamp::of(now),
+            local_ts: Selectors::new(&local_ts),
+            remote_ts: Selectors::new(&remote_ts),
             chosen,
         });
         let spec = ChildSpec {
@@ -2788,7 +3073,7 @@ impl Engine {
                             let out_spi = u32::from_be_bytes(b);
                             // A child moved to the SA that rekeyed this one, if the
                             // peer's Delete crossed the rekey.
-                            let moved = self.sas.get(&spi).and_then(|s| s.moved_to);
+                            let moved = self.sas.get(&spi).and_then(|s| s.moved_to());
                             if let Some(spi_in) = self
                                 .remove_child(spi, out_spi, out)
                                 .or_else(|| moved.and_then(|m| self.remove_child(m, out_spi, out)))
@@ -2853,6 +3138,8 @@ impl Engine {
         let sa = self.sas.get_mut(&spi)?;
         let k = sa.children.iter().position(|c| c.spi_out == out_spi)?;
         let c = sa.children.remove(k);
+        // A rekey's pair of children is one again: no room kept for the other.
+        sa.children.shrink_to_fit();
         let peer = sa.peer.clone()?;
         let chosen = c.chosen;
         self.child_spis.remove(&c.spi_in);
@@ -2956,10 +3243,19 @@ impl Engine {
 
     /// Timers: retransmissions, liveness checks, half-open expiry, initiating peers.
     pub fn tick(&mut self, now: Instant, out: &mut Vec<Event>) {
+        // Entries made stale by an SA armed sooner wait for their time; when they are as
+        // many as the live ones, they go at once (the heap's room is per SA, issue 27).
+        if self.timers.len() > 2 * self.sas.len() + 1024 {
+            let sas = &self.sas;
+            self.timers.retain(|std::cmp::Reverse((at, spi))| {
+                sas.get(spi).is_some_and(|sa| sa.timer_at == Some(*at))
+            });
+        }
         // The SAs due now, each once; the others are not looked at.
         let mut due = Vec::new();
+        let stamp = Stamp::of(now);
         while let Some(&std::cmp::Reverse((at, spi))) = self.timers.peek() {
-            if at > now {
+            if at > stamp {
                 break;
             }
             self.timers.pop();
@@ -2998,20 +3294,17 @@ impl Engine {
             }
             match sa.state {
                 State::HalfOpen
-                    if now.saturating_duration_since(sa.created) >= HALF_OPEN_TIMEOUT =>
+                    if now.saturating_duration_since(sa.created.instant()) >= HALF_OPEN_TIMEOUT =>
                 {
                     dead.push(spi)
                 }
-                State::Rekeyed if sa.expire_at.is_some_and(|t| now >= t) => gone.push(spi),
-                State::Established if sa.expire_at.is_some_and(|t| now >= t) => expired.push(spi),
+                State::Rekeyed if sa.expire_at.is_some_and(|t| stamp >= t) => gone.push(spi),
+                State::Established if sa.expire_at.is_some_and(|t| stamp >= t) => expired.push(spi),
                 State::Established => {
-                    if sa.rekey_at.is_some_and(|t| now >= t)
-                        && sa.rekeying.is_none()
-                        && sa.collision.is_none()
-                    {
+                    if sa.rekey_at.is_some_and(|t| stamp >= t) && !sa.rekeying() && !sa.collided() {
                         rekey_ike.push(spi);
                     } else if let Some(d) = sa.peer.as_ref().and_then(|p| p.dpd) {
-                        if now.saturating_duration_since(sa.last_heard) >= d {
+                        if now.saturating_duration_since(sa.last_heard.instant()) >= d {
                             dpd.push(spi);
                         }
                     }
@@ -3077,9 +3370,9 @@ impl Engine {
                 && sa.state == State::Established
                 && sa.local.port() == NATT_PORT
                 && !every.is_zero()
-                && now.saturating_duration_since(sa.last_keepalive) >= every
+                && now.saturating_duration_since(sa.last_keepalive.instant()) >= every
             {
-                sa.last_keepalive = now;
+                sa.last_keepalive = stamp;
                 keep.push((sa.local, sa.remote));
             }
         }
@@ -3097,8 +3390,8 @@ impl Engine {
             if let Some(c) = sa
                 .children
                 .iter()
-                .filter(|c| now.saturating_duration_since(c.created) >= at)
-                .min_by_key(|c| now.saturating_duration_since(c.created))
+                .filter(|c| now.saturating_duration_since(c.created.instant()) >= at)
+                .min_by_key(|c| now.saturating_duration_since(c.created.instant()))
             {
                 if !sa.children.iter().any(|n| n.created > c.created) {
                     rekey.push((spi, c.spi_in));

@@ -123,21 +123,6 @@ impl std::fmt::Debug for IkeKeys {
 }
 
 impl IkeKeys {
-    /// Once the SA is authenticated and its SK cipher made: only SK_d is used again (for
-    /// child SAs and the rekey), so the other six are wiped and freed.
-    pub fn keep_sk_d_only(&mut self) {
-        for k in [
-            &mut self.sk_ai,
-            &mut self.sk_ar,
-            &mut self.sk_ei,
-            &mut self.sk_er,
-            &mut self.sk_pi,
-            &mut self.sk_pr,
-        ] {
-            *k = Zeroizing::new(Vec::new());
-        }
-    }
-
     /// The keys of a new IKE SA (§2.14): SKEYSEED = prf(Ni | Nr, g^ir) (for the HMAC PRFs
     /// the key is the whole Ni | Nr), then
     /// {SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr} = prf+(SKEYSEED, Ni | Nr | SPIi | SPIr).

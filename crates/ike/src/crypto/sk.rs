@@ -32,26 +32,34 @@ const AES_BLOCK: usize = 16;
 
 /// One direction's SK payload cipher: SK_ei with SK_ai, or SK_er with SK_ar.
 ///
-/// It keeps the keys as bytes (about 100 bytes, no heap) and schedules them for each
-/// message: an IKE SA is held for hours by the million, and sends a message in minutes.
+/// It keeps the keys as bytes (56 bytes with an AEAD; AES-CBC's SK_a, up to 64 bytes,
+/// on the heap) and schedules them for each message: an IKE SA is held for hours by the
+/// million, and sends a message in minutes.
 /// One `SkCipher` seals with a given key: the AEAD IV is its counter, so two sealing
 /// `SkCipher`s of the same key would reuse IVs.
 pub struct SkCipher {
     encr: Encr,
-    integ: Option<Integ>,
     /// SK_e: the key, then the AEAD's 4-byte salt.
     sk_e: Zeroizing<[u8; 36]>,
-    /// SK_a (CBC only).
-    sk_a: Zeroizing<[u8; 64]>,
+    /// AES-CBC's integrity transform and SK_a; boxed, so that the AEADs (the usual
+    /// suites) do not carry its room (issue 27: two of these in every IKE SA).
+    cbc: Option<Box<CbcMac>>,
     /// The next AEAD IV.
     next_iv: u64,
+}
+
+/// The integrity half of an AES-CBC [`SkCipher`].
+struct CbcMac {
+    integ: Integ,
+    /// SK_a, `integ.key_len()` bytes used.
+    sk_a: Zeroizing<[u8; 64]>,
 }
 
 impl std::fmt::Debug for SkCipher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SkCipher")
             .field("encr", &self.encr)
-            .field("integ", &self.integ)
+            .field("integ", &self.integ())
             .finish_non_exhaustive()
     }
 }
@@ -84,27 +92,38 @@ impl SkCipher {
         key_len("SK_a", sk_a.len(), a_len, format!("{integ:?}"))?;
         let mut c = SkCipher {
             encr,
-            integ,
             sk_e: Zeroizing::new([0; 36]),
-            sk_a: Zeroizing::new([0; 64]),
+            cbc: None,
             next_iv: 0,
         };
         c.sk_e[..sk_e.len()].copy_from_slice(sk_e);
-        c.sk_a[..sk_a.len()].copy_from_slice(sk_a);
+        if let Some(integ) = integ {
+            let mut mac = Box::new(CbcMac {
+                integ,
+                sk_a: Zeroizing::new([0; 64]),
+            });
+            mac.sk_a[..sk_a.len()].copy_from_slice(sk_a);
+            c.cbc = Some(mac);
+        }
         Ok(c)
+    }
+
+    /// The integrity transform (AES-CBC), `None` with an AEAD.
+    fn integ(&self) -> Option<Integ> {
+        self.cbc.as_ref().map(|m| m.integ)
     }
 
     /// What sealing adds to `plain_len` bytes of inner payloads: IV, padding, the Pad
     /// Length byte and the ICV (to size fragments, RFC 7383 §2.5.1).
     pub fn overhead(&self, plain_len: usize) -> usize {
-        match self.integ {
+        match self.integ() {
             None => AEAD_IV + 1 + AEAD_TAG,
             Some(integ) => AES_BLOCK + cbc_pad(plain_len) + 1 + integ.icv_len(),
         }
     }
 
     fn iv_len(&self) -> usize {
-        if self.integ.is_some() {
+        if self.integ().is_some() {
             AES_BLOCK
         } else {
             AEAD_IV
@@ -112,7 +131,7 @@ impl SkCipher {
     }
 
     fn icv_len(&self) -> usize {
-        self.integ.map_or(AEAD_TAG, Integ::icv_len)
+        self.integ().map_or(AEAD_TAG, Integ::icv_len)
     }
 
     /// Encrypts in place. `msg` is the IKE message: the 28-byte header, payloads, at `at`
@@ -136,7 +155,7 @@ impl SkCipher {
         // `at` is absurd.
         let total32 = u32::try_from(total).map_err(|_| CryptoError::SkTooLong { len: total })?;
         let mut iv = [0u8; AES_BLOCK];
-        let iv = match self.integ {
+        let iv = match self.integ() {
             None => {
                 let n = self.next_iv;
                 self.next_iv = n.checked_add(1).ok_or(CryptoError::IvExhausted)?;
@@ -150,7 +169,7 @@ impl SkCipher {
         };
         msg.reserve(overhead);
         msg.splice(start..start, iv.iter().copied());
-        let pad = if self.integ.is_some() {
+        let pad = if self.integ().is_some() {
             cbc_pad(plain_len)
         } else {
             0
@@ -161,7 +180,7 @@ impl SkCipher {
         msg[at + 2..at + 4].copy_from_slice(&sk_len16.to_be_bytes());
         msg[LENGTH_AT..IKE_HDR].copy_from_slice(&total32.to_be_bytes());
         let data_at = start + iv.len();
-        match self.integ {
+        match self.integ() {
             None => {
                 let (head, data) = msg.split_at_mut(data_at);
                 let (aad, iv) = head.split_at(start);
@@ -205,7 +224,7 @@ impl SkCipher {
             return Err(CryptoError::SkLength { field, actual });
         }
         let (iv_len, icv_len) = (self.iv_len(), self.icv_len());
-        let min_data = if self.integ.is_some() { AES_BLOCK } else { 1 };
+        let min_data = if self.integ().is_some() { AES_BLOCK } else { 1 };
         let min = hdr_len + iv_len + min_data + icv_len;
         if actual < min {
             return Err(CryptoError::SkTooShort { len: actual, min });
@@ -214,7 +233,7 @@ impl SkCipher {
         let icv_at = msg.len() - icv_len;
         let iv = &msg[start..data_at];
         let mut data = Zeroizing::new(msg[data_at..icv_at].to_vec());
-        match self.integ {
+        match self.integ() {
             None => {
                 let tag = &msg[icv_at..];
                 self.aead_key()?
@@ -294,7 +313,11 @@ impl SkCipher {
             Integ::HmacSha384_192 => hmac::HMAC_SHA384,
             Integ::HmacSha512_256 => hmac::HMAC_SHA512,
         };
-        hmac::sign(&hmac::Key::new(alg, &self.sk_a[..integ.key_len()]), data)
+        let key = self
+            .cbc
+            .as_ref()
+            .map_or(&[][..], |m| &m.sk_a[..integ.key_len()]);
+        hmac::sign(&hmac::Key::new(alg, key), data)
     }
 }
 

@@ -135,6 +135,23 @@ impl Engine {
         plain: Zeroizing<Vec<u8>>,
         now: Instant,
     ) -> Option<(u8, Zeroizing<Vec<u8>>)> {
+        let whole = self.reassemble_in(spi, h, (n, total), first_inner, plain, now);
+        // A message put together (or given up) leaves nothing in its SA.
+        if let Some(sa) = self.sas.get_mut(&spi) {
+            sa.tidy();
+        }
+        whole
+    }
+
+    fn reassemble_in(
+        &mut self,
+        spi: u64,
+        h: &Header,
+        (n, total): (u16, u16),
+        first_inner: u8,
+        plain: Zeroizing<Vec<u8>>,
+        now: Instant,
+    ) -> Option<(u8, Zeroizing<Vec<u8>>)> {
         self.counters.fragments_received += 1;
         let drops = &mut self.counters.dropped;
         // The parser refuses 0 and numbers past the total; checked again all the same.
@@ -143,7 +160,7 @@ impl Engine {
             return None;
         }
         let sa = self.sas.get_mut(&spi)?;
-        let slot = &mut sa.reasm[usize::from(h.is_response())];
+        let slot = &mut sa.rare_mut().reasm[usize::from(h.is_response())];
         // §2.6.2: a message of another ID replaces the one being put together (the
         // window is one: that one is over), and so does a larger Total Fragments (the
         // sender made its fragments smaller); a smaller one is stale.
@@ -204,7 +221,10 @@ impl Engine {
             return;
         }
         for sa in self.sas.values_mut() {
-            for slot in &mut sa.reasm {
+            let Some(rare) = &mut sa.rare else {
+                continue;
+            };
+            for slot in &mut rare.reasm {
                 if slot
                     .as_ref()
                     .is_some_and(|r| now.saturating_duration_since(r.started) >= REASSEMBLY_TIMEOUT)
@@ -215,12 +235,13 @@ impl Engine {
                     }
                 }
             }
+            sa.tidy();
         }
     }
 
     /// Forgets what SA `sa` was putting together (it is removed).
     pub(super) fn forget_reassembly(&mut self, sa: &IkeSa) {
-        for r in sa.reasm.iter().flatten() {
+        for r in sa.rare.iter().flat_map(|r| r.reasm.iter().flatten()) {
             self.reasm_bytes = self.reasm_bytes.saturating_sub(r.held);
         }
     }

@@ -71,13 +71,11 @@ impl Engine {
         now: Instant,
     ) -> Option<Box<IkeSa>> {
         let sa = self.sas.get(&old)?;
-        let (Some(old_suite), Some(old_keys)) = (sa.suite, sa.keys.as_ref()) else {
-            return None;
-        };
+        let old_suite = sa.suite.filter(|_| !sa.sk_d.is_empty())?;
         let made = IkeKeys::rekey(
             &suite_of(&suite),
             old_suite.prf,
-            &old_keys.sk_d,
+            &sa.sk_d,
             g_ir,
             ni,
             nr,
@@ -112,9 +110,8 @@ impl Engine {
         new.frag = sa.frag;
         new.last_keepalive = sa.last_keepalive;
         new.suite = Some(suite);
-        let mut keys = Box::new(keys);
-        keys.keep_sk_d_only();
-        new.keys = Some(keys);
+        // Only SK_d is used again: the other keys are wiped as `keys` drops.
+        new.sk_d = sk_d_of(&keys);
         (new.tx, new.rx) = if initiator {
             (Some(i_to_r), Some(r_to_i))
         } else {
@@ -134,7 +131,7 @@ impl Engine {
             return;
         };
         let kids = std::mem::take(&mut old.children);
-        old.moved_to = Some(to);
+        old.rare_mut().moved_to = std::num::NonZeroU64::new(to);
         // The SPI IKE_AUTH offered is a child's, or was never used: not the old SA's to
         // free any more in the first case.
         if old.child_spi != 0 {
@@ -151,6 +148,8 @@ impl Engine {
                 kids.len()
             );
             new.children.extend(kids);
+            // Not the vector's room for four (issue 27).
+            new.children.shrink_to_fit();
         }
         self.counters.ike_rekeys += 1;
     }
@@ -167,8 +166,8 @@ impl Engine {
         };
         if sa.state != State::Established
             || sa.pending.is_some()
-            || sa.ike_rekey.is_some()
-            || sa.collision.is_some()
+            || sa.ike_rekeying()
+            || sa.collided()
         {
             return;
         }
@@ -205,7 +204,7 @@ impl Engine {
                 data: share.public().to_vec(),
             },
         ];
-        sa.ike_rekey = Some(Box::new(IkeRekey { new_spi, ni, share }));
+        sa.rare_mut().ike_rekey = Some(IkeRekey { new_spi, ni, share });
         tracing::info!(peer = peer.name, "IKE: rekeying IKE SA {spi:016x}");
         self.send_request(
             spi,
@@ -247,7 +246,7 @@ impl Engine {
         let busy = matches!(
             sa.pending.as_ref().map(|p| p.asked),
             Some(Asked::Rekey(_) | Asked::DeleteChild(_))
-        ) || sa.collision.is_some();
+        ) || sa.collided();
         if busy {
             tracing::info!(
                 peer = peer.name,
@@ -256,7 +255,7 @@ impl Engine {
             refuse(self, notify::TEMPORARY_FAILURE, vec![]);
             return;
         }
-        let ours_under_way = sa.ike_rekey.is_some();
+        let ours_under_way = sa.ike_rekeying();
         // The initiator's order decides (§2.7), among our proposals.
         let mut chosen = None;
         'o: for p in inner.sa().map(Vec::as_slice).unwrap_or_default() {
@@ -336,10 +335,10 @@ impl Engine {
             // Which new SA stays is known once our own answer comes (§2.8.2).
             tracing::info!(peer = peer.name, "IKE: both sides rekey the IKE SA at once");
             if let Some(sa) = self.sas.get_mut(&spi) {
-                sa.collision = Some(Box::new(Collision {
+                sa.rare_mut().collision = Some(Collision {
                     new_spi: spi_r,
                     lower_nonce: lower_nonce(&ni, &nr),
-                }));
+                });
             }
             return;
         }
@@ -362,7 +361,7 @@ impl Engine {
         if let Some(sa) = self.sas.get_mut(&spi) {
             sa.state = State::Rekeyed;
             sa.rekey_at = None;
-            sa.expire_at = Some(now + REKEYED_TIMEOUT);
+            sa.expire_at = Some(Stamp::of(now + REKEYED_TIMEOUT));
         }
     }
 
@@ -378,10 +377,10 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        let (Some(rk), Some(peer)) = (sa.ike_rekey.take(), sa.peer.clone()) else {
+        let (Some(rk), Some(peer)) = (sa.take_ike_rekey(), sa.peer.clone()) else {
             return;
         };
-        let collision = sa.collision.take();
+        let collision = sa.take_collision();
         // Our attempt failed: with a collision, the peer's new SA takes over; else retry.
         let fail = |e: &mut Engine, why: String, kind: u16| {
             if let Some(c) = &collision {
@@ -399,7 +398,7 @@ impl Engine {
                 again.as_secs_f32()
             );
             if let Some(sa) = e.sas.get_mut(&spi) {
-                sa.rekey_at = Some(now + again);
+                sa.rekey_at = Some(Stamp::of(now + again));
             }
         };
         if let Some(n) = inner.error_notify() {
@@ -511,8 +510,8 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        if let Some(c) = sa.collision.take() {
-            sa.ike_rekey = None;
+        if let Some(c) = sa.take_collision() {
+            sa.take_ike_rekey();
             self.counters.ike_rekey_collisions += 1;
             self.move_children(spi, c.new_spi);
         }
