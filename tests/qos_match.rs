@@ -5,7 +5,8 @@
 //! EF's 802.1p priority into the tag of what leaves, as a capture on the switch's port to
 //! hv shows. Port 5070 stays best effort, priority 0. The other way, r2.100 is trusted:
 //! frames tagged with priority 6 (crafted, sent on the trunk) are EF by their PCP, as r1's
-//! scheduler counts. Needs root and tcpdump.
+//! scheduler counts. Needs root and tcpdump. In the plain lab, a rule's class without a
+//! `mark` is r2's scheduling class too, r2's output policy being r1's input policy.
 
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
