@@ -5,7 +5,8 @@
 //! EF's 802.1p priority into the tag of what leaves, as a capture on the switch's port to
 //! hv shows. Port 5070 stays best effort, priority 0. The other way, r2.100 is trusted:
 //! frames tagged with priority 6 (crafted, sent on the trunk) are EF by their PCP, as r1's
-//! scheduler counts. Needs root and tcpdump.
+//! scheduler counts. Needs root and tcpdump. In the plain lab, a rule's class without a
+//! `mark` is r2's scheduling class too, r2's output policy being r1's input policy.
 
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
@@ -307,4 +308,82 @@ fn a_trusted_sub_interface_classifies_tagged_frames_by_their_priority() {
     let q = api(lab, "qos", None);
     let ef = class(&q, "r1", "ef")["enqueued"].as_u64().unwrap() - ef0;
     assert_eq!(ef, N, "priority 6 is EF, 3 best effort: {q}");
+}
+
+/// A policy whose rule puts UDP to port 5060 in a strict-priority class without re-marking
+/// it: input on r1, output on r2 (a port). r2's scheduler queues h1's datagrams to 5060 in
+/// EF, though their DSCP is 0 (best effort's), as the input policy chose; 5070 in best
+/// effort.
+fn qos_carry() -> String {
+    format!(
+        r#"
+[[qos.policy]]
+name = "carry"
+default_class = "be"
+
+[[qos.policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+
+[[qos.policy.class]]
+name = "be"
+
+[[qos.policy.rule]]
+class = "ef"
+src = "{h1}/32"
+protocol = "udp"
+dport = 5060
+
+[[qos.interface]]
+name = "r1"
+trusted = true
+input = "carry"
+
+[[qos.interface]]
+name = "r2"
+output = "carry"
+"#,
+        h1 = lab::H1_V4,
+    )
+}
+
+#[test]
+fn a_port_schedules_in_the_class_its_own_policy_chose_on_input_without_a_mark() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    lab::preconditions("network namespaces", &[("python3", "python3")])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = Lab::new(&format!("t{}qc", std::process::id() % 10000));
+    l.extra_config = qos_carry();
+    let g = start_lab(l);
+    let lab = &g.0;
+    ping_until_ok(lab, &lab.h1(), lab::H2_V4);
+    let q0 = api(lab, "qos", None);
+    let enqueued = |q: &Value, name| class(q, "r2", name)["enqueued"].as_u64().unwrap();
+    let (ef0, be0) = (enqueued(&q0, "ef"), enqueued(&q0, "be"));
+    const N: u64 = 20;
+    let (ok, out) = python(
+        lab,
+        &lab.h1(),
+        &format!(
+            "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             for p in [5060,5070]*{N}:\n  s.sendto(b'x'*100,('{}',p))\n  time.sleep(0.002)\n",
+            lab::H2_V4
+        ),
+    );
+    assert!(ok, "{out}");
+    // The worker counts as it queues; the API sums the workers' counts.
+    let t0 = Instant::now();
+    let mut q = api(lab, "qos", None);
+    while enqueued(&q, "be") - be0 < N && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+        q = api(lab, "qos", None);
+    }
+    assert_eq!(
+        enqueued(&q, "ef") - ef0,
+        N,
+        "5060 is EF, DSCP 0 and all: {q}"
+    );
+    // Best effort: 5070, and whatever else crossed (ARP is not IP: the default class).
+    assert!(enqueued(&q, "be") - be0 >= N, "5070 is best effort: {q}");
 }

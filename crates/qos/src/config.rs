@@ -318,6 +318,12 @@ pub struct Compiled {
     pub input: Vec<Option<InputPolicy>>,
     /// Output schedulers by interface index (ports only).
     pub output: Vec<Option<SchedSpec>>,
+    /// The number of each port's output policy ([`InputPolicy::number`]; 0: none, or
+    /// numbered beyond [`MAX_POLICY_NUMBER`]), by interface index: a packet classified on
+    /// input by the same policy is queued in the class it chose. Not in the port's
+    /// [`SchedSpec`]: a policy added or removed before it in the list renumbers it, and that
+    /// must not replace its scheduler (and drop what its classes hold).
+    pub output_policy: Vec<u16>,
     /// The 802.1p marking of what leaves each VLAN sub-interface with an output policy,
     /// by interface index.
     pub pcp_out: Vec<Option<PcpOut>>,
@@ -780,6 +786,7 @@ impl QosConfig {
         let mut c = Compiled {
             input: vec![None; interfaces.len()],
             output: vec![None; interfaces.len()],
+            output_policy: vec![0; interfaces.len()],
             pcp_out: vec![None; interfaces.len()],
             policers: Vec::new(),
         };
@@ -863,6 +870,7 @@ impl QosConfig {
                     ));
                 }
                 c.output[idx] = Some(sched);
+                c.output_policy[idx] = number(pn);
             }
         }
         c.policers = policers;
@@ -942,6 +950,10 @@ output = "edge"
         let i = k.input[0].as_ref().unwrap();
         assert!(i.trusted && i.classes[1].policer.is_some());
         assert!(k.input[1].is_none() && k.output[1].is_none());
+        // The same policy in and out: the same number, for the scheduler to take the
+        // class chosen on input.
+        assert_eq!((k.output_policy[0], i.number), (1, 1));
+        assert_eq!(k.output_policy[1..], [0, 0]);
         // Recompiled unchanged, the policer is the same one (its buckets carry on).
         let k2 = c.compile(&names, 2, &k, 5).unwrap();
         assert!(Arc::ptr_eq(&k.policers[0].1, &k2.policers[0].1));

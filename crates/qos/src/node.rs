@@ -51,9 +51,10 @@ const DROPS: &[(&str, &str)] = &[(
 )];
 
 /// QoS's part of `Pkt::aux`'s feature half (`dataplane::buffer::AUX_FEATURE_META`): the
-/// class the input policy chose, for the 802.1p marking on output (the DSCP alone cannot
-/// say it: a class chosen by rule or by 802.1p, without a `mark`, keeps the DSCP the packet
-/// came with). Bits 23-31: the policy's number (0: no class), 20-22: the class.
+/// class the input policy chose, for the 802.1p marking and the port scheduler on output
+/// (the DSCP alone cannot say it: a class chosen by rule or by 802.1p, without a `mark`,
+/// keeps the DSCP the packet came with). Bits 23-31: the policy's number (0: no class),
+/// 20-22: the class.
 const CLASS_META: u32 = 0xfff0_0000;
 const _: () = assert!(CLASS_META & AUX_FEATURE_META == CLASS_META);
 const _: () = assert!(CLASS_META & AUX_FRAG_PCP == 0);
@@ -73,15 +74,32 @@ fn class_in(aux: u32) -> Option<(u16, u8)> {
     (policy != 0).then_some((policy, (aux >> 20 & 7) as u8))
 }
 
+/// The class `aux` carries if the input policy that chose it is policy number `policy`
+/// (an output policy's; 0 matches nothing).
+#[inline]
+fn class_from(aux: u32, policy: u16) -> Option<u8> {
+    match class_in(aux) {
+        Some((p, class)) if p == policy => Some(class),
+        _ => None,
+    }
+}
+
 /// Most ports a worker schedules (the engine's port masks are 64 bits).
 pub const MAX_PORTS: usize = 64;
 /// Scheduler changes a worker's ring holds.
 const RING: usize = MAX_PORTS;
 
-/// A port's new scheduler (or none), for one worker.
-struct Update {
-    port: u16,
-    sched: Option<Box<Scheduler<Pkt>>>,
+/// A change of a port's scheduling, for one worker.
+enum Update {
+    /// Its new scheduler (or none), and the number of its output policy.
+    Replace {
+        port: u16,
+        sched: Option<Box<Scheduler<Pkt>>>,
+        policy: u16,
+    },
+    /// Its output policy has a new number (a policy before it in the list was added or
+    /// removed); the scheduler stays, with what it holds.
+    Renumber { port: u16, policy: u16 },
 }
 
 /// The control thread's end of one worker.
@@ -96,6 +114,8 @@ type WorkerSide = (rtrb::Consumer<Update>, rtrb::Producer<Box<Scheduler<Pkt>>>);
 /// One scheduled port as the control thread knows it.
 struct PortState {
     spec: SchedSpec,
+    /// Its output policy's number (what the workers' schedulers have).
+    policy: u16,
     /// Each worker's queue counters, by class.
     stats: Vec<Arc<[QueueStats]>>,
 }
@@ -161,6 +181,7 @@ impl QosShared {
         let (rx, back) = self.worker_ends.lock().ok()?.get_mut(worker)?.take()?;
         Some(Box::new(QosEgress {
             scheds: (0..MAX_PORTS).map(|_| None).collect(),
+            policies: [0; MAX_PORTS],
             mask: 0,
             rx,
             back,
@@ -218,16 +239,32 @@ impl QosShared {
         st.ports
             .resize_with(interfaces.len().min(MAX_PORTS), || None);
         for (port, want) in compiled.output.iter().enumerate().take(MAX_PORTS) {
-            let same = match (&st.ports[port], want) {
-                (Some(old), Some(new)) => old.spec == *new,
-                (None, None) => true,
-                _ => false,
+            let policy = compiled.output_policy.get(port).copied().unwrap_or(0);
+            // The policy's number is not the spec's: a renumbered policy keeps its port's
+            // schedulers and what they hold.
+            let (same, renumber) = match (&st.ports[port], want) {
+                (Some(old), Some(new)) => (old.spec == *new, old.policy != policy),
+                (None, None) => (true, false),
+                _ => (false, false),
             };
-            if same {
+            if same && !renumber {
                 continue;
             }
             if workers.iter().any(|w| w.to.slots() == 0) {
                 return Err("a worker has not taken the previous QoS change yet; try again".into());
+            }
+            if same {
+                for w in workers.iter_mut() {
+                    // Checked above: there is a slot.
+                    let _ = w.to.push(Update::Renumber {
+                        port: port as u16,
+                        policy,
+                    });
+                }
+                if let Some(old) = st.ports[port].as_mut() {
+                    old.policy = policy;
+                }
+                continue;
             }
             let mut stats = Vec::new();
             let rates = want.as_ref().map(|s| Arc::new(Rates::new(s, now_ns)));
@@ -241,12 +278,17 @@ impl QosShared {
                     _ => None,
                 };
                 // Checked above: there is a slot.
-                let _ = w.to.push(Update {
+                let _ = w.to.push(Update::Replace {
                     port: port as u16,
                     sched,
+                    policy,
                 });
             }
-            st.ports[port] = want.clone().map(|spec| PortState { spec, stats });
+            st.ports[port] = want.clone().map(|spec| PortState {
+                spec,
+                policy,
+                stats,
+            });
         }
         self.input.store(Arc::new(compiled.input.clone()));
         self.pcp_out.store(Arc::new(compiled.pcp_out.clone()));
@@ -707,6 +749,9 @@ fn dscp_of(mem: &dyn PacketMemory, p: &Pkt) -> Option<u8> {
 /// A worker's schedulers, one per scheduled port: the engine's egress hook.
 pub struct QosEgress {
     scheds: Vec<Option<Box<Scheduler<Pkt>>>>,
+    /// Each port's output policy number (0: none): what its input classified by that
+    /// policy is queued by.
+    policies: [u16; MAX_PORTS],
     mask: u64,
     rx: rtrb::Consumer<Update>,
     back: rtrb::Producer<Box<Scheduler<Pkt>>>,
@@ -732,11 +777,14 @@ impl Egress for QosEgress {
         mem: &mut dyn PacketMemory,
         now_ns: u64,
     ) {
+        let policy = self.policies.get(port as usize).copied().unwrap_or(0);
         let Some(Some(s)) = self.scheds.get_mut(port as usize) else {
             return;
         };
         for p in list.drain(..) {
-            let class = s.class_of(dscp_of(mem, &p));
+            // The class the port's own policy chose on input (by rule or 802.1p, perhaps
+            // without re-marking), else the class of the DSCP.
+            let class = s.class_of_chosen(class_from(p.aux, policy), || dscp_of(mem, &p));
             if let Err(p) = s.enqueue(p, u32::from(p.len), class, now_ns) {
                 mem.free(p.buf);
             }
@@ -757,16 +805,33 @@ impl Egress for QosEgress {
 
     fn update(&mut self, mem: &mut dyn PacketMemory) {
         while let Ok(u) = self.rx.pop() {
-            let Some(slot) = self.scheds.get_mut(u.port as usize) else {
+            let (port, sched, policy) = match u {
+                Update::Replace {
+                    port,
+                    sched,
+                    policy,
+                } => (port, sched, policy),
+                Update::Renumber { port, policy } => {
+                    if let Some(p) = self.policies.get_mut(port as usize) {
+                        *p = policy;
+                    }
+                    continue;
+                }
+            };
+            let (Some(slot), Some(number)) = (
+                self.scheds.get_mut(port as usize),
+                self.policies.get_mut(port as usize),
+            ) else {
                 continue;
             };
-            let bit = 1u64 << u.port;
-            if u.sched.is_some() {
+            *number = policy;
+            let bit = 1u64 << port;
+            if sched.is_some() {
                 self.mask |= bit;
             } else {
                 self.mask &= !bit;
             }
-            if let Some(mut old) = std::mem::replace(slot, u.sched) {
+            if let Some(mut old) = std::mem::replace(slot, sched) {
                 old.flush(&mut |p: Pkt, _| mem.free(p.buf));
                 // Deallocated by the control thread; here only if its ring is full.
                 let _ = self.back.push(old);

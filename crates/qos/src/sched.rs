@@ -1,7 +1,8 @@
 //! The egress scheduler of a port.
 //!
-//! Packets are sorted into the port's classes by their DSCP (marked on input) and queued
-//! per class; the port takes them out in this order:
+//! Packets are sorted into the port's classes by the class the port's own output policy
+//! chose for them on input (carried with the packet), or else by their DSCP (marked on
+//! input), and queued per class; the port takes them out in this order:
 //! 1. strict-priority classes, the lowest priority number first, each while under its
 //!    maximum rate;
 //! 2. weighted classes below their minimum rate (round robin among them);
@@ -406,6 +407,17 @@ impl<T> Scheduler<T> {
     pub fn class_of(&self, dscp: Option<u8>) -> u8 {
         dscp.and_then(|d| self.by_dscp.get(d as usize).copied())
             .unwrap_or(self.default_class)
+    }
+
+    /// The class of a packet for which the port's own output policy chose class `chosen`
+    /// on input (`None`: none did), if this scheduler has that class; else the class of
+    /// its DSCP (`dscp` is read only then).
+    #[inline]
+    pub fn class_of_chosen(&self, chosen: Option<u8>, dscp: impl FnOnce() -> Option<u8>) -> u8 {
+        match chosen {
+            Some(c) if usize::from(c) < self.classes.len() => c,
+            _ => self.class_of(dscp()),
+        }
     }
 
     /// Its counters, by class, for the control thread.

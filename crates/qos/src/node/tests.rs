@@ -568,3 +568,74 @@ fn a_class_without_a_mark_and_every_fragment_leave_with_the_classs_pcp() {
         assert_eq!(wire_checksum(&f[18..38]), 0);
     }
 }
+
+#[test]
+fn a_carried_class_counts_only_for_the_policy_that_chose_it() {
+    let aux = with_class(0, 3, 5);
+    assert_eq!(class_from(aux, 3), Some(5));
+    assert_eq!(class_from(aux, 4), None, "another policy's class");
+    assert_eq!(class_from(0, 3), None, "none carried");
+    assert_eq!(class_from(0, 0), None, "no output policy matches nothing");
+    assert_eq!(class_from(with_class(0, 0, 5), 0), None);
+    // The rest of aux is left alone.
+    assert_eq!(with_class(0x000f_ffff, 3, 5) & !CLASS_META, 0x000f_ffff);
+}
+
+/// A policy whose rule puts UDP to port 5060 in strict-priority EF, without a mark; input
+/// on p0, output on p1.
+const CARRY: &str = r#"
+[[policy]]
+name = "edge"
+default_class = "be"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+
+[[policy.class]]
+name = "be"
+
+[[policy.rule]]
+class = "ef"
+protocol = "udp"
+dport = 5060
+
+[[interface]]
+name = "p0"
+trusted = true
+input = "edge"
+
+[[interface]]
+name = "p1"
+output = "edge"
+"#;
+
+#[test]
+fn the_port_scheduler_queues_in_the_class_its_own_policy_chose_on_input() {
+    let enqueued = |l: &Lab| -> Vec<u64> {
+        let v = l.qos.view();
+        v.ports[0].classes.iter().map(|c| c.enqueued).collect()
+    };
+    let sip = || udp(None, [10, 1, 2, 3], 5060, 0, 200);
+    let mut l = lab(CARRY);
+    // DSCP 0 (best effort's) both: the rule's packet in EF all the same, unmarked.
+    l.run(&[sip(), udp(None, [10, 1, 2, 3], 7000, 0, 200)], MS);
+    assert_eq!(enqueued(&l), [1, 1]);
+    assert!(l.ports[1].sent.iter().all(|f| dscp(f) == 0));
+    // Another policy (the same classes and rule) classifies on input: its class is not
+    // the port's, the DSCP is. Listed first, it renumbers "edge": the port keeps its
+    // scheduler (and its counts).
+    let other = CARRY[..CARRY.find("[[interface]]").unwrap()].replace("edge", "other");
+    l.apply(&format!(
+        "{other}{}",
+        CARRY.replace("input = \"edge\"", "input = \"other\"")
+    ));
+    l.run(&[sip()], 2 * MS);
+    assert_eq!(enqueued(&l), [1, 2], "by DSCP");
+    // "edge" on input again, still second in the list: its class again.
+    l.apply(&format!("{other}{CARRY}"));
+    l.run(&[sip()], 3 * MS);
+    assert_eq!(enqueued(&l), [2, 2], "renumbered, kept");
+    assert_eq!(l.ports[1].sent.len(), 4);
+}

@@ -79,6 +79,27 @@ fn hostile_specs_are_refused_with_what_is_wrong() {
 }
 
 #[test]
+fn a_class_chosen_on_input_wins_over_the_dscp_if_the_port_has_it() {
+    let mut sp = spec(0, vec![class("ef", Some(0), 1), class("be", None, 1)]);
+    sp.default_class = 1;
+    sp.by_dscp = [1; 64];
+    sp.by_dscp[46] = 0;
+    let s = sched(&sp);
+    // Chosen: the class, whatever the DSCP (and the DSCP is not read).
+    assert_eq!(s.class_of_chosen(Some(0), || unreachable!()), 0);
+    assert_eq!(s.class_of_chosen(Some(1), || unreachable!()), 1);
+    // None chosen: by DSCP (not IP: the default class).
+    assert_eq!(s.class_of_chosen(None, || Some(46)), 0);
+    assert_eq!(s.class_of_chosen(None, || Some(0)), 1);
+    assert_eq!(s.class_of_chosen(None, || None), 1);
+    // A class this port does not have: by DSCP.
+    for c in [2, 7, u8::MAX] {
+        assert_eq!(s.class_of_chosen(Some(c), || Some(46)), 0);
+        assert_eq!(s.class_of_chosen(Some(c), || Some(10)), 1);
+    }
+}
+
+#[test]
 fn a_full_queue_tail_drops_and_a_flush_empties_every_queue() {
     let mut s = spec(0, vec![class("be", None, 1)]);
     s.classes[0].limit = 3;
