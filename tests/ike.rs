@@ -165,20 +165,45 @@ fn swan_dn(cert: &str) -> String {
 
 /// The same, expecting `remote_dn`.
 fn ferrouter_cert_peer_for(l: &IpsecLab, cert: &str, remote_dn: &str, initiate: bool) -> String {
+    ferrouter_cert_peer_ids(
+        l,
+        &format!("{cert}-chain.pem"),
+        cert,
+        "",
+        &format!("dn:{remote_dn}"),
+        initiate,
+    )
+}
+
+/// The same with the fixture files `cert_file` and `{key}.key.pem`, `local_id` (none if
+/// empty: the certificate's subject) and `remote_id`.
+fn ferrouter_cert_peer_ids(
+    l: &IpsecLab,
+    cert_file: &str,
+    key: &str,
+    local_id: &str,
+    remote_id: &str,
+    initiate: bool,
+) -> String {
     use std::os::unix::fs::PermissionsExt;
     // The key must be its owner's only; git keeps the fixtures 0644.
-    let key = l.dir.join(format!("gw1-{cert}.key.pem"));
-    std::fs::copy(format!("{CERTS}/{cert}.key.pem"), &key).unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key_path = l.dir.join(format!("gw1-{key}.key.pem"));
+    std::fs::copy(format!("{CERTS}/{key}.key.pem"), &key_path).unwrap();
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let local_id = if local_id.is_empty() {
+        String::new()
+    } else {
+        format!("local_id = \"{local_id}\"\n")
+    };
     format!(
         "\n[[ipsec.peer]]\nname = \"swan\"\nlocal = \"{}\"\nremote = \"{}\"\n\
-         remote_id = \"dn:{remote_dn}\"\nauth = \"pubkey\"\n\
-         cert = \"{CERTS}/{cert}-chain.pem\"\nprivate_key = \"{}\"\nca = [\"{CERTS}/root.pem\"]\n\
+         {local_id}remote_id = \"{remote_id}\"\nauth = \"pubkey\"\n\
+         cert = \"{CERTS}/{cert_file}\"\nprivate_key = \"{}\"\nca = [\"{CERTS}/root.pem\"]\n\
          tunnel = \"ipsec0\"\nstart = \"{}\"\nproposals = [\"aes128gcm16-prfsha256-curve25519\"]\n\
          esp_proposals = [\"aes128gcm16\"]\n",
         l.wan(1),
         l.public(2),
-        key.display(),
+        key_path.display(),
         if initiate { "initiate" } else { "respond" }
     )
 }
@@ -206,14 +231,39 @@ fn swanctl_cert_conf_with(
     fr_cert: &str,
     extra: &str,
 ) -> String {
+    swanctl_cert_conf_ids(
+        l,
+        cert_file,
+        key_file,
+        "",
+        &format!("C=CH, O=ferrouter test, CN={fr_cert}.example"),
+        extra,
+    )
+}
+
+/// The same with charon's `local_id` (none if empty: its certificate's subject) and the
+/// `remote_id` it expects of gw1.
+fn swanctl_cert_conf_ids(
+    l: &IpsecLab,
+    cert_file: &str,
+    key_file: &str,
+    local_id: &str,
+    remote_id: &str,
+    extra: &str,
+) -> String {
+    let local_id = if local_id.is_empty() {
+        String::new()
+    } else {
+        format!("      id = \"{local_id}\"\n")
+    };
     let private = l.dir.join("private");
     let _ = std::fs::remove_dir_all(&private);
     std::fs::create_dir_all(&private).unwrap();
     std::fs::copy(format!("{CERTS}/{key_file}"), private.join(key_file)).unwrap();
     format!(
         "connections {{\n  fr {{\n    version = 2\n    local_addrs = {}\n    remote_addrs = {}\n    proposals = aes128gcm16-prfsha256-curve25519\n{encap}{extra}\
-         \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n    }}\n\
-         \x20   remote {{\n      auth = pubkey\n      id = \"C=CH, O=ferrouter test, CN={fr_cert}.example\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
+         \x20   local {{\n      auth = pubkey\n      certs = {CERTS}/{cert_file}\n{local_id}    }}\n\
+         \x20   remote {{\n      auth = pubkey\n      id = \"{remote_id}\"\n      cacerts = {CERTS}/root.pem\n    }}\n\
          \x20   children {{\n      net {{\n        mode = tunnel\n        esp_proposals = aes128gcm16\n        local_ts = 10.2.0.0/24\n        remote_ts = 10.1.0.0/24\n      }}\n    }}\n  }}\n}}\n\
          authorities {{\n  root {{\n    cacert = {CERTS}/root.pem\n  }}\n}}\n",
         l.wan(2),
@@ -294,6 +344,138 @@ fn ferrouter_and_strongswan_authenticate_with_certificates_each_side_initiating(
     let log = std::fs::read_to_string(l.log_file(1)).unwrap_or_default();
     assert!(
         log.contains("issuer is not trusted"),
+        "gw1 log:\n{}",
+        lab::swan::tail(&log, 20)
+    );
+    assert!(
+        charon.log_tail(40).contains("AUTHENTICATION_FAILED"),
+        "{}",
+        charon.log_tail(40)
+    );
+    charon.stop();
+    l.stop(1);
+}
+
+#[test]
+fn ferrouter_and_strongswan_authenticate_email_identities_with_certificates() {
+    // email.der: subjectAltNames user@example.org and Second.User@Example.ORG (the
+    // ike crate's make.sh), with p256's key.
+    let (g, mut charon) = swan_lab("ikb");
+    let l = &g.0;
+    // (strongSwan's certificate, key and ID; ferrouter's certificate file, key and ID;
+    // ferrouter initiates)
+    let cases = [
+        // strongSwan proves an email address; ferrouter expects it.
+        (
+            "email.der",
+            "p256",
+            "user@example.org",
+            "p256-chain.pem",
+            "p256",
+            "",
+            false,
+        ),
+        // The domain in another case: the same address (RFC 5280 §7.5).
+        (
+            "email.der",
+            "p256",
+            "user@EXAMPLE.org",
+            "p256-chain.pem",
+            "p256",
+            "",
+            true,
+        ),
+        // ferrouter proves one: its config accepts the certificate for it.
+        (
+            "p384.pem",
+            "p384",
+            "",
+            "email.der",
+            "p256",
+            "user@example.org",
+            true,
+        ),
+    ];
+    for (i, &(swan_cert, swan_key, swan_id, fr_cert, fr_key, fr_id, ferrouter_initiates)) in
+        cases.iter().enumerate()
+    {
+        let what = format!(
+            "case {i}: strongSwan {swan_cert} as `{swan_id}`, ferrouter {fr_cert} as \
+             `{fr_id}`, initiator {}",
+            initiator(ferrouter_initiates)
+        );
+        let swan_expects = if fr_id.is_empty() {
+            swan_dn("p256")
+        } else {
+            fr_id.to_string()
+        };
+        let fr_expects = if swan_id.is_empty() {
+            format!("dn:{}", swan_dn(swan_key))
+        } else {
+            swan_id.to_string()
+        };
+        let sa = interop_case(
+            l,
+            &mut charon,
+            i,
+            &what,
+            &swanctl_cert_conf_ids(
+                l,
+                swan_cert,
+                &format!("{swan_key}.key.pem"),
+                swan_id,
+                &swan_expects,
+                "",
+            ),
+            &ferrouter_cert_peer_ids(l, fr_cert, fr_key, fr_id, &fr_expects, ferrouter_initiates),
+            ferrouter_initiates,
+        );
+        assert_eq!(sa["remote_id"], fr_expects, "{what}: {sa:#}");
+        if !fr_id.is_empty() {
+            // strongSwan checked ferrouter's ID against its certificate.
+            let log = std::fs::read_to_string(charon.log()).unwrap_or_default();
+            assert!(
+                log.contains(&format!("authentication of '{fr_id}' with"))
+                    && log.contains("successful"),
+                "{what}: {}",
+                charon.log_tail(40)
+            );
+        }
+    }
+    // strongSwan sends `USER@example.org` for the certificate of user@example.org (it
+    // compares addresses without regard to case); ferrouter compares the local part
+    // exactly (RFC 5280 §7.5), refuses it and counts it.
+    charon.stop();
+    charon
+        .write(
+            1,
+            "",
+            &swanctl_cert_conf_ids(
+                l,
+                "email.der",
+                "p256.key.pem",
+                "USER@example.org",
+                &swan_dn("p256"),
+                "",
+            ),
+        )
+        .unwrap();
+    charon.start(None).unwrap();
+    charon.load().unwrap();
+    let extra = ferrouter_cert_peer_ids(l, "p256-chain.pem", "p256", "", "USER@example.org", false);
+    let f = l.dir.join("gw1-email-mismatch.toml");
+    std::fs::write(&f, l.config_text(1, &extra)).unwrap();
+    cli(l, 1, &["config", "apply", f.to_str().unwrap()]);
+    let before = count(&ike(l, 1), "failed_authentication");
+    assert!(charon
+        .swanctl(&["--initiate", "--child", "net", "--timeout", "10"])
+        .is_err());
+    let v = ike(l, 1);
+    assert_eq!(v["established"], 0, "{v:#}");
+    assert_eq!(count(&v, "failed_authentication"), before + 1, "{v:#}");
+    let log = std::fs::read_to_string(l.log_file(1)).unwrap_or_default();
+    assert!(
+        log.contains("identity mismatch: the certificate is not for identity USER@example.org"),
         "gw1 log:\n{}",
         lab::swan::tail(&log, 20)
     );

@@ -272,7 +272,7 @@ pub enum CryptoError {
     /// An ID type not matched against certificates.
     #[error(
         "identities of ID type {id_type} are not matched against certificates (IP addresses, \
-         FQDNs and DNs are)"
+         FQDNs, email addresses and DNs are)"
     )]
     UnsupportedId {
         /// The ID type.

@@ -16,11 +16,12 @@
 //!   TLS purposes that strongSwan's and Windows' certificates carry).
 //!
 //! - Identities: [`certificate_matches_id`] checks the peer's ID against its certificate
-//!   (IP addresses and FQDNs by subjectAltName, DNs by subject).
+//!   (IP addresses, FQDNs and email addresses by subjectAltName, DNs by subject).
 //!
-//! No X.509 or ASN.1 is parsed here: webpki parses the certificates, aws-lc-rs the keys;
-//! the AlgorithmIdentifiers of RFC 7427 are compared byte for byte with the encodings
-//! this module knows (RFC 7427 Appendix A, RFC 8420 §2).
+//! No X.509 or ASN.1 is parsed here: webpki parses the certificates, aws-lc-rs the keys,
+//! RustCrypto's x509-cert the subjectAltName's email addresses (which webpki does not
+//! expose); the AlgorithmIdentifiers of RFC 7427 are compared byte for byte with the
+//! encodings this module knows (RFC 7427 Appendix A, RFC 8420 §2).
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -30,6 +31,9 @@ use aws_lc_rs::signature::{self as sig, EcdsaKeyPair, Ed25519KeyPair, RsaKeyPair
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{alg_id, CertificateDer, DnsName, PrivateKeyDer, ServerName, UnixTime};
 use webpki::{EndEntityCert, ExtendedKeyUsageValidator, KeyPurposeId, KeyPurposeIdIter};
+use x509_cert::der::Decode;
+use x509_cert::ext::pkix::name::GeneralName;
+use x509_cert::ext::pkix::SubjectAltName;
 
 use super::CryptoError;
 
@@ -441,6 +445,7 @@ fn to_hex(b: &[u8]) -> String {
 /// ID types (RFC 7296 §3.5) that [`certificate_matches_id`] matches.
 const ID_IPV4_ADDR: u8 = 1;
 const ID_FQDN: u8 = 2;
+const ID_RFC822_ADDR: u8 = 3;
 const ID_IPV6_ADDR: u8 = 5;
 const ID_DER_ASN1_DN: u8 = 9;
 
@@ -457,8 +462,9 @@ pub fn certificate_subject(cert_der: &[u8]) -> Result<Vec<u8>, CryptoError> {
 
 /// Checks that the certificate is for the peer's identity (RFC 4945 §3.1): an IPv4 or
 /// IPv6 address (1, 5) or an FQDN (2) must be one of its subjectAltNames (webpki's
-/// matching, wildcards included), a DN (9) must be its subject, byte for byte. Other
-/// types (email addresses among them) are refused as not matched yet.
+/// matching, wildcards included), an email address (3) one of its rfc822Names
+/// ([`email_matches`]), a DN (9) must be its subject, byte for byte. Other types (KEY_ID)
+/// are refused as not matched.
 pub fn certificate_matches_id(
     cert_der: &[u8],
     id_type: u8,
@@ -494,6 +500,7 @@ pub fn certificate_matches_id(
             ee.verify_is_valid_for_subject_name(&ServerName::DnsName(name))
                 .map_err(|_| mismatch(text))
         }
+        (ID_RFC822_ADDR, _) => email_matches(cert_der, id_data),
         (ID_DER_ASN1_DN, _) => {
             if certificate_subject(cert_der)? == id_data {
                 Ok(())
@@ -502,6 +509,59 @@ pub fn certificate_matches_id(
             }
         }
         _ => Err(CryptoError::UnsupportedId { id_type }),
+    }
+}
+
+/// An email address (ID_RFC822_ADDR) against the certificate's subjectAltName (RFC 4945
+/// §3.1): one of its rfc822Names must be the same address, the local part compared
+/// exactly and the domain (after the last `@`) without regard to ASCII case (RFC 5280
+/// §4.2.1.6, §7.5). The certificate (already parsed by webpki) and its extension are
+/// decoded by x509-cert; a subjectAltName that does not decode is an error saying so,
+/// one without the address a mismatch listing the addresses it has.
+fn email_matches(cert_der: &[u8], id_data: &[u8]) -> Result<(), CryptoError> {
+    let parse_err = |reason: String| CryptoError::CertParse { index: 0, reason };
+    let cert = x509_cert::Certificate::from_der(cert_der)
+        .map_err(|e| parse_err(format!("the certificate cannot be decoded: {e}")))?;
+    let san = cert
+        .tbs_certificate()
+        .get_extension::<SubjectAltName>()
+        .map_err(|e| parse_err(format!("its subjectAltName extension cannot be read: {e}")))?;
+    let emails: Vec<&str> = san
+        .as_ref()
+        .map(|(_, SubjectAltName(names))| {
+            names
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::Rfc822Name(s) => Some(s.as_ref()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if emails.iter().any(|e| same_email(e.as_bytes(), id_data)) {
+        return Ok(());
+    }
+    let has = if emails.is_empty() {
+        "it has no email address in its subjectAltName".to_string()
+    } else {
+        format!("its email addresses: {}", emails.join(", "))
+    };
+    Err(CryptoError::IdMismatch {
+        id: format!("{} ({has})", String::from_utf8_lossy(id_data)),
+    })
+}
+
+/// Whether two email addresses are the same: local parts byte for byte, domains (after
+/// the last `@`) without regard to ASCII case. Something without `@` is no address.
+fn same_email(a: &[u8], b: &[u8]) -> bool {
+    fn split(x: &[u8]) -> Option<(&[u8], &[u8])> {
+        let mut parts = x.rsplitn(2, |&c| c == b'@');
+        let domain = parts.next()?;
+        Some((parts.next()?, domain))
+    }
+    match (split(a), split(b)) {
+        (Some((la, da)), Some((lb, db))) => la == lb && da.eq_ignore_ascii_case(db),
+        _ => false,
     }
 }
 

@@ -62,6 +62,10 @@ openssl pkey -in ed25519.key.pem -outform der -out ed25519.key.der
 q pki --issue --in p256.key.pem --type ecdsa --cacert root.der --cakey root.key.pem \
     --dn "C=CH, O=ferrouter test, CN=gw.example" --san 192.0.2.1 --san 2001:db8::1 \
     --san gw.example --lifetime 7300 --outform der > ip.der
+# With email addresses (rfc822Name) as subjectAltNames.
+q pki --issue --in p256.key.pem --type ecdsa --cacert root.der --cakey root.key.pem \
+    --dn "C=CH, O=ferrouter test, CN=user@example.org" --san user@example.org \
+    --san Second.User@Example.ORG --lifetime 7300 --outform der > email.der
 # The root CA's CRL, revoking p384.der.
 q pki --signcrl --cacert root.der --cakey root.key.pem --cert p384.der --reason key-compromise \
     --lifetime 7300 --outform der > root.crl

@@ -351,9 +351,10 @@ fn certificates_match_identities() {
     );
     assert!(certificate_matches_id(&p256, 1, &[192, 0, 2]).is_err());
     assert!(certificate_matches_id(&p256, 2, &[0xff, 0xfe]).is_err());
+    // KEY_ID (11) is matched against nothing.
     assert_eq!(
-        certificate_matches_id(&p256, 3, b"user@p256.example"),
-        Err(CryptoError::UnsupportedId { id_type: 3 })
+        certificate_matches_id(&p256, 11, b"key"),
+        Err(CryptoError::UnsupportedId { id_type: 11 })
     );
     // A certificate with addresses.
     let ip = cert("ip");
@@ -368,6 +369,79 @@ fn certificates_match_identities() {
     assert_eq!(der_wrap(0x30, &[1; 3]), [0x30, 3, 1, 1, 1]);
     assert_eq!(der_wrap(0x30, &[0; 200])[..3], [0x30, 0x81, 200]);
     assert_eq!(der_wrap(0x30, &[0; 300])[..4], [0x30, 0x82, 1, 44]);
+}
+
+#[test]
+fn certificates_match_email_identities() {
+    // email.der (make.sh): rfc822Names user@example.org and Second.User@Example.ORG.
+    let email = cert("email");
+    verify_chain(std::slice::from_ref(&email), &[cert("root")], &[], now()).unwrap();
+    certificate_matches_id(&email, 3, b"user@example.org").unwrap();
+    certificate_matches_id(&email, 3, b"Second.User@Example.ORG").unwrap();
+    // The domain without regard to case, the local part exactly.
+    certificate_matches_id(&email, 3, b"user@EXAMPLE.org").unwrap();
+    certificate_matches_id(&email, 3, b"Second.User@example.org").unwrap();
+    let e = certificate_matches_id(&email, 3, b"User@example.org").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the certificate is not for identity User@example.org (its email addresses: \
+         user@example.org, Second.User@Example.ORG)"
+    );
+    for other in [
+        &b"user@example.com"[..],
+        b"user@sub.example.org",
+        b"ser@example.org",
+        b"user@example.org ",
+        b"user",
+        b"example.org",
+        b"",
+        b"@",
+        &[0xff, b'@', 0xfe],
+    ] {
+        assert!(
+            matches!(
+                certificate_matches_id(&email, 3, other),
+                Err(CryptoError::IdMismatch { .. })
+            ),
+            "{}",
+            String::from_utf8_lossy(other)
+        );
+    }
+    // An email address is not an FQDN, nor the other way round.
+    assert!(certificate_matches_id(&email, 2, b"example.org").is_err());
+    assert!(certificate_matches_id(&cert("p256"), 3, b"user@p256.example").is_err());
+    // No subjectAltName at all (server.der), or none with an email address (ip.der).
+    let e = certificate_matches_id(&cert("server"), 3, b"user@example.org").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the certificate is not for identity user@example.org (it has no email address in \
+         its subjectAltName)"
+    );
+    let e = certificate_matches_id(&cert("ip"), 3, b"user@example.org").unwrap_err();
+    assert!(matches!(e, CryptoError::IdMismatch { .. }), "{e}");
+    // A subjectAltName that does not decode: the first name's length made to run past
+    // the extension (the certificate around it still parses).
+    let at = 2 + email
+        .windows(18)
+        .position(|w| w == b"\x81\x10user@example.org")
+        .unwrap();
+    let mut bad = email.clone();
+    bad[at - 1] = 0x7f;
+    let e = certificate_matches_id(&bad, 3, b"user@example.org").unwrap_err();
+    assert!(
+        matches!(&e, CryptoError::CertParse { reason, .. } if reason.contains("subjectAltName")),
+        "{e}"
+    );
+    // A name that is no IA5String (a byte above 0x7f).
+    let mut bad = email.clone();
+    bad[at] = 0xf5;
+    let e = certificate_matches_id(&bad, 3, b"\xf5ser@example.org").unwrap_err();
+    assert!(matches!(e, CryptoError::CertParse { .. }), "{e}");
+    // Cut short: webpki refuses it first.
+    assert!(matches!(
+        certificate_matches_id(&email[..email.len() - 1], 3, b"user@example.org"),
+        Err(CryptoError::CertParse { .. })
+    ));
 }
 
 #[test]
@@ -414,6 +488,25 @@ mod hostile {
             let _ = certificate_matches_id(&ee, method, &id);
             let _ = certificate_subject(&ee);
             let _ = PrivateKey::from_bytes(&auth);
+        }
+
+        /// The email matcher on a certificate with bytes changed, cut short or grown,
+        /// and arbitrary addresses: an error or a verdict, never a panic.
+        #[test]
+        fn email_matching_never_panics(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            cut in any::<usize>(),
+            id in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let mut ee = cert("email");
+            for (i, x) in edits {
+                let i = i % ee.len();
+                ee[i] ^= x;
+            }
+            let _ = certificate_matches_id(&ee, 3, &id);
+            let _ = certificate_matches_id(&ee, 3, b"user@example.org");
+            let _ = email_matches(&ee, &id);
+            let _ = email_matches(&ee[..cut % (ee.len() + 1)], b"user@example.org");
         }
     }
 }
