@@ -462,3 +462,112 @@ fn nat_traversal_with_strongswan_behind_a_linux_nat() {
 fn nat_traversal_with_ferrouter_behind_a_linux_nat() {
     through_a_nat("ikm", 1);
 }
+
+#[test]
+fn strongswan_asking_for_a_virtual_ip_gets_one_from_the_pool_and_pings_through_it() {
+    let (g, mut charon) = swan_lab("ikv");
+    let l = &g.0;
+    let what = "virtual IP";
+    // gw1 answers anyone proving gw2.lab, leasing from 10.200.0.0/24, routed to the
+    // tunnel (its SA chosen by destination: the virtual IP).
+    let peer = format!(
+        "\n[[route]]\nprefix = \"10.200.0.0/24\"\nvia = [\"10.255.0.2\"]\n\
+         \n[[ipsec.peer]]\nname = \"rw\"\nlocal = \"{}\"\nremote = \"any\"\nlocal_id = \"gw1.lab\"\n\
+         remote_id = \"gw2.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"respond\"\n\
+         proposals = [\"{IKE_P}\"]\nesp_proposals = [\"{ESP_P}\"]\npools = [\"10.200.0.0/24\"]\n",
+        l.wan(1)
+    );
+    // strongSwan asks for an address (vips = 0.0.0.0); its side of the child is then
+    // that address (local_ts dynamic), and it claims nothing else.
+    let swanctl = swanctl_conf_with(l, IKE_P, ESP_P, "    vips = 0.0.0.0\n")
+        .replace("        local_ts = 10.2.0.0/24\n", "");
+    assert!(!swanctl.contains("local_ts"), "{swanctl}");
+    charon
+        .write(1, "  install_virtual_ip = yes\n", &swanctl)
+        .unwrap();
+    charon
+        .start(None)
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    // Written after the tunnel's [[ipsec.tunnel]]: the route must come before [ipsec].
+    let (route, peer) = peer.split_at(peer.find("\n[[ipsec.peer]]").unwrap());
+    let text = l.config_text(1, peer);
+    let text = text.replacen("\n[ipsec]\n", &format!("{route}\n\n[ipsec]\n"), 1);
+    l.write_config(1, peer).unwrap();
+    std::fs::write(l.config_file(1), &text).unwrap();
+    l.start(1, std::path::Path::new(common::bin()))
+        .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
+    let also = || {
+        format!(
+            "{what}\ncharon log:\n{}\ngw1 log:\n{}",
+            charon.log_tail(40),
+            gw1_log(l)
+        )
+    };
+    charon
+        .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
+        .unwrap_or_else(|e| panic!("strongSwan's initiate: {e:#}\n{}", also()));
+    let sa = wait_established(l, 1, also);
+    // gw1 leased the pool's first address and narrowed strongSwan's side to it.
+    assert_eq!(sa["virtual_ip"], "10.200.0.1", "{sa:#}");
+    assert_eq!(
+        sa["children"][0]["remote_ts"],
+        serde_json::json!(["10.200.0.1"]),
+        "{sa:#}"
+    );
+    let listing = charon.swanctl(&["--list-sas"]).unwrap();
+    assert!(
+        listing.contains("[10.200.0.1]"),
+        "strongSwan shows no virtual IP 10.200.0.1:\n{listing}"
+    );
+    assert!(listing.contains("10.200.0.1/32"), "{listing}");
+    let text = cli(l, 1, &["show", "ike", "sa"]);
+    assert!(text.contains("virtual IP 10.200.0.1"), "{text}");
+    assert!(
+        metrics(l).contains("ferrouter_ike_virtual_ips{} 1"),
+        "{}",
+        metrics(l)
+    );
+    // A ping from the virtual IP (on gw2, where charon put it) to h1 behind gw1.
+    let mut ok = None;
+    for _ in 0..25 {
+        let o = l
+            .exec(
+                &l.gw(2),
+                &["ping", "-c1", "-W1", "-I", "10.200.0.1", lab::ipsec::H1],
+            )
+            .unwrap();
+        if o.status.success() {
+            ok = Some(o);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        ok.is_some(),
+        "no answer from h1 to the virtual IP:\naddresses on gw2: {}\n{}",
+        String::from_utf8_lossy(&l.exec(&l.gw(2), &["ip", "-br", "addr"]).unwrap().stdout),
+        also()
+    );
+    let listing = charon.listing().unwrap();
+    assert!(
+        listing.packets_in >= 1 && listing.packets_out >= 1,
+        "{listing:?}"
+    );
+    // strongSwan leaves: the lease goes back to the pool.
+    charon
+        .swanctl(&["--terminate", "--ike", "fr", "--timeout", "10"])
+        .unwrap_or_else(|e| panic!("strongSwan's terminate: {e:#}\n{}", also()));
+    let t = Instant::now();
+    while !metrics(l).contains("ferrouter_ike_virtual_ips{} 0") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the lease was not released: {:#}\n{}",
+            ike(l, 1),
+            also()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    charon.stop();
+    l.stop(1);
+}

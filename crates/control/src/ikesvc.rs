@@ -169,6 +169,11 @@ impl IkeService {
         self.with(Daemon::summary)
     }
 
+    /// Virtual IPs leased from the peers' pools (`None` without peers).
+    pub fn leases(&self) -> Option<usize> {
+        self.with(Daemon::leases)
+    }
+
     /// Counters, established and half-open SAs.
     pub fn counters(&self) -> Option<(ike::engine::Counters, usize, usize)> {
         self.with(Daemon::counters)
@@ -241,6 +246,7 @@ pub fn view(ike: &IkeService) -> crate::model::IkeView {
             local: s.local,
             remote: s.remote,
             remote_id: s.remote_id,
+            virtual_ip: s.virtual_ip,
             proposal: s.proposal,
             age_s: s.age_s,
             children: s

@@ -42,6 +42,7 @@
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, sequence_overflow, other) |
 //! | `ferrouter_ike_sas` | state=established/half_open | IKE SAs |
+//! | `ferrouter_ike_virtual_ips` | | virtual IPs leased to peers from their `pools` |
 //! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD and dead peers (`dead_peers`), NAT keepalives, rekeys (`child_rekeys`, `ike_rekeys`, `ike_rekey_collisions`) |
 //! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
 //! | `ferrouter_ike_dropped_total` | reason | IKE messages dropped (malformed, integrity, bad_message_id, ...) |
@@ -318,6 +319,13 @@ fn ike_metrics(s: &mut Scrape, shared: &Shared) {
             (vec![("state", "half_open".into())], half_open as f64),
         ],
     );
+    if let Some(n) = shared.ike.leases() {
+        s.gauge(
+            "ferrouter_ike_virtual_ips",
+            "Virtual IPs leased to peers from their pools.",
+            vec![(vec![], n as f64)],
+        );
+    }
     let m = crate::ikesvc::counter_map(&c);
     let pick = |prefix: &str| -> Vec<(Vec<(&'static str, String)>, u64)> {
         m.iter()

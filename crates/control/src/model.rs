@@ -1189,6 +1189,9 @@ pub struct IkeSaView {
     pub proposal: String,
     /// Seconds since it was created.
     pub age_s: u64,
+    /// The virtual IP leased to the peer from its `pools` (CP), if it asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_ip: Option<String>,
     /// Its child SAs.
     pub children: Vec<IkeChildView>,
 }

@@ -171,6 +171,9 @@ pub fn ike(v: &model::IkeView) -> String {
         if !a.proposal.is_empty() {
             let _ = writeln!(s, "    {} (peer id {})", a.proposal, a.remote_id);
         }
+        if let Some(v) = &a.virtual_ip {
+            let _ = writeln!(s, "    virtual IP {v}");
+        }
     }
     ike_counters(&mut s, &v.counters);
     s

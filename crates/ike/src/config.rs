@@ -16,6 +16,7 @@
 //! ike_lifetime_s = 14400          # IKE SA rekeyed at 80-95 % of it (0: never)
 //! fragment_size = 1280            # IKE messages above it go in fragments (RFC 7383)
 //! child_lifetime_s = 3600         # child SAs rekeyed at 90/95 % of it (0: never)
+//! pools = ["10.200.0.0/24"]       # virtual IPs leased to peers asking (CP, §2.19)
 //! ```
 //!
 //! With certificates (`auth = "pubkey"`), instead of `psk`:
@@ -44,6 +45,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::{self, PrivateKey};
+use crate::pool::{Prefix4, MAX_POOL_ADDRESSES};
 use crate::transform::{Dh, Encr, Integ, Prf};
 use crate::wire::{self, Id, Selector};
 
@@ -117,7 +119,15 @@ pub struct PeerConfig {
     /// dead peer is noticed: 2 retransmissions, 7 s after the first liveness check.
     #[serde(default = "default_retransmit_tries")]
     pub retransmit_tries: u32,
+    /// Virtual IP pools (IPv4 prefixes): a peer asking for an address in its IKE_AUTH
+    /// (CP(CFG_REQUEST) with INTERNAL_IP4_ADDRESS) is leased one, and its child SAs'
+    /// selectors on its side are that address alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
 }
+
+/// The most prefixes in a peer's `pools`.
+pub const MAX_POOLS: usize = 16;
 
 fn default_auth() -> String {
     "psk".into()
@@ -452,6 +462,8 @@ pub struct Peer {
     pub fragment_size: usize,
     /// Retransmissions of a request before the SA is given up.
     pub retransmit_tries: u32,
+    /// Virtual IP pools: checked, not overlapping.
+    pub pools: Vec<Prefix4>,
 }
 
 impl PeerConfig {
@@ -588,6 +600,7 @@ impl PeerConfig {
                 self.child_lifetime_s
             ));
         }
+        let pools = self.resolve_pools()?;
         Ok(Peer {
             name: self.name.clone(),
             local: self.local,
@@ -609,7 +622,36 @@ impl PeerConfig {
             keepalive: Duration::from_secs(20),
             fragment_size: self.fragment_size as usize,
             retransmit_tries: self.retransmit_tries,
+            pools,
         })
+    }
+
+    /// `pools`: each a prefix, none overlapping another, at most [`MAX_POOLS`] of them
+    /// and [`MAX_POOL_ADDRESSES`] addresses together.
+    fn resolve_pools(&self) -> Result<Vec<Prefix4>, String> {
+        if self.pools.len() > MAX_POOLS {
+            return Err(format!(
+                "pools: {} prefixes; at most {MAX_POOLS}",
+                self.pools.len()
+            ));
+        }
+        let mut out: Vec<Prefix4> = Vec::new();
+        let mut total = 0u64;
+        for (k, s) in self.pools.iter().enumerate() {
+            let p = Prefix4::parse(s).map_err(|e| format!("pools[{k}]: {e}"))?;
+            if let Some(j) = out.iter().position(|o| o.overlaps(&p)) {
+                return Err(format!("pools[{k}]: {p} overlaps pools[{j}] {}", out[j]));
+            }
+            let (a, b) = p.range();
+            total += u64::from(b - a) + 1;
+            if total > MAX_POOL_ADDRESSES {
+                return Err(format!(
+                    "pools[{k}]: the pools hold more than {MAX_POOL_ADDRESSES} addresses together"
+                ));
+            }
+            out.push(p);
+        }
+        Ok(out)
     }
 }
 
@@ -794,6 +836,38 @@ mod tests {
             dpd_s: 30,
             fragment_size: 1280,
             retransmit_tries: 5,
+            pools: vec![],
         }
+    }
+
+    #[test]
+    fn pools_are_checked() {
+        let mut c = toml_like();
+        c.pools = vec!["10.200.0.0/24".into(), "10.201.0.0/16".into()];
+        let p = c.resolve(Some(b"0123456789abcdef")).unwrap();
+        assert_eq!(p.pools.len(), 2);
+        for (pools, want) in [
+            (
+                vec!["10.200.0.0/24", "10.200.0.128/25"],
+                "pools[1]: 10.200.0.128/25 overlaps pools[0]",
+            ),
+            (
+                vec!["10.200.0.1/24"],
+                "pools[0]: `10.200.0.1/24`: host bits",
+            ),
+            (
+                vec!["10.0.0.0/8", "11.0.0.0/32"],
+                "pools[1]: the pools hold more than",
+            ),
+        ] {
+            c.pools = pools.iter().map(|s| s.to_string()).collect();
+            let e = c.resolve(Some(b"0123456789abcdef")).unwrap_err();
+            assert!(e.starts_with(want), "{pools:?}: {e}");
+        }
+        c.pools = (0..17).map(|k| format!("10.{k}.0.0/24")).collect();
+        assert!(c
+            .resolve(Some(b"0123456789abcdef"))
+            .unwrap_err()
+            .starts_with("pools: 17"));
     }
 }

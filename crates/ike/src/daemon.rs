@@ -252,6 +252,11 @@ impl Daemon {
         )
     }
 
+    /// Virtual IPs leased from the peers' pools.
+    pub fn leases(&self) -> usize {
+        lock(&self.shared.engine).leases()
+    }
+
     /// Half-open SAs above which cookies are asked for.
     pub fn set_cookie_threshold(&self, n: usize) {
         lock(&self.shared.engine).set_cookie_threshold(n);

@@ -22,6 +22,7 @@ use zeroize::Zeroizing;
 
 use crate::config::{id_matches, EspProposal, IkeProposal, Peer};
 use crate::crypto::{self, ChildKeys, IkeKeys, IkeSuite, KeyShare, SkCipher};
+use crate::pool::Pool;
 use crate::transform::{self as tf, Dh, Encr, Integ, Prf};
 use crate::wire::{
     self, exchange, flags, notify, proto, Find, Header, Id, Message, Payload, Proposal, Selector,
@@ -226,6 +227,12 @@ pub struct FailCounters {
     pub authentication: u64,
     pub unknown_peer: u64,
     pub ts_unacceptable: u64,
+    /// A virtual IP asked for and none free in the peer's pools (INTERNAL_ADDRESS_FAILURE
+    /// answered, no child SA).
+    pub pool_exhausted: u64,
+    /// A CP(CFG_REQUEST) with a known attribute of a wrong length (INVALID_SYNTAX
+    /// answered, the IKE SA refused).
+    pub cp_malformed: u64,
     pub timeout: u64,
     pub peer_refused: u64,
     pub crypto: u64,
@@ -792,6 +799,8 @@ pub struct SaInfo {
     pub remote_id: String,
     pub proposal: String,
     pub age_s: u64,
+    /// The virtual IP leased to the peer (CP), if any.
+    pub virtual_ip: Option<String>,
     pub children: Vec<ChildInfo>,
 }
 
@@ -837,6 +846,24 @@ pub struct Engine {
     timers: std::collections::BinaryHeap<std::cmp::Reverse<(Stamp, u64)>>,
     /// The SA the message being handled was for: looked at on the next tick.
     touched: Option<u64>,
+    /// Virtual IP pools, by peer name (peers with `pools`).
+    pools: HashMap<String, Pool>,
+    /// The virtual IPs leased (responder, CP), by IKE SA: released with the SA, moved
+    /// with its children to the SA that rekeys it. (Here rather than in [`IkeSa`]: SAs
+    /// without one pay nothing.)
+    vips: HashMap<u64, std::net::Ipv4Addr>,
+    /// Tests: as initiator, ask for a virtual IP in IKE_AUTH: a CP(CFG_REQUEST) with
+    /// this INTERNAL_IP4_ADDRESS value.
+    ask_vip: Option<Vec<u8>>,
+}
+
+/// The pools of the peers that have some.
+fn pools_of(peers: &[Arc<Peer>]) -> HashMap<String, Pool> {
+    peers
+        .iter()
+        .filter(|p| !p.pools.is_empty())
+        .map(|p| (p.name.clone(), Pool::new(&p.pools)))
+        .collect()
 }
 
 /// A peer's name for logs.
@@ -1087,8 +1114,12 @@ impl Engine {
     pub fn new(peers: Vec<Peer>) -> Engine {
         let mut secret = [0u8; 32];
         let _ = crypto::random_bytes(&mut secret);
+        let peers: Vec<Arc<Peer>> = peers.into_iter().map(Arc::new).collect();
         Engine {
-            peers: peers.into_iter().map(Arc::new).collect(),
+            pools: pools_of(&peers),
+            vips: HashMap::new(),
+            ask_vip: None,
+            peers,
             sas: HashMap::new(),
             by_init: HashMap::new(),
             half_open: 0,
@@ -1132,6 +1163,11 @@ impl Engine {
             .values()
             .filter(|s| s.state == State::Established)
             .count()
+    }
+
+    /// Virtual IPs leased, all pools together.
+    pub fn leases(&self) -> usize {
+        self.pools.values().map(|p| p.in_use() as usize).sum()
     }
 
     /// Child SAs of established IKE SAs (one pass over the SAs, no allocation).
@@ -1182,7 +1218,17 @@ impl Engine {
             .filter(|(_, s)| s.peer.as_ref().is_some_and(|p| !kept.contains(&p.name)))
             .map(|(k, _)| *k)
             .collect();
+        // Pools of peers kept stay as they are (their leases with them); the others start
+        // afresh, and the SAs of those peers, deleted, give nothing back to them.
+        let mut pools = pools_of(&self.peers);
+        for (name, pool) in pools.iter_mut() {
+            if let Some(old) = self.pools.remove(name).filter(|_| kept.contains(name)) {
+                *pool = old;
+            }
+        }
+        self.pools = pools;
         for spi in gone {
+            self.vips.remove(&spi);
             self.delete_ike(spi, now, out);
         }
         self.retry_at.retain(|n, _| kept.contains(n));
@@ -1270,8 +1316,8 @@ impl Engine {
     pub fn sa_info(&self, now: Instant) -> Vec<SaInfo> {
         let mut v: Vec<SaInfo> = self
             .sas
-            .values()
-            .map(|s| SaInfo {
+            .iter()
+            .map(|(spi, s)| SaInfo {
                 peer: s.peer_name().to_string(),
                 state: s.state,
                 initiator: s.initiator,
@@ -1285,6 +1331,7 @@ impl Engine {
                     .map_or(String::new(), |p| p.remote_id.text()),
                 proposal: s.suite.as_ref().map_or(String::new(), ike_text),
                 age_s: now.saturating_duration_since(s.created.instant()).as_secs(),
+                virtual_ip: self.vips.get(spi).map(|v| v.to_string()),
                 children: s
                     .children
                     .iter()
@@ -2117,6 +2164,17 @@ impl Engine {
             Payload::IdR(peer.remote_id.clone()),
             auth,
             Payload::notify(notify::INITIAL_CONTACT, vec![]),
+        ]);
+        if let Some(value) = self.ask_vip.clone() {
+            inner.push(Payload::Cp {
+                kind: wire::cfg::REQUEST,
+                attrs: vec![wire::CfgAttr {
+                    kind: wire::cfg::INTERNAL_IP4_ADDRESS,
+                    value,
+                }],
+            });
+        }
+        inner.extend([
             Payload::Sa(
                 peer.esp
                     .iter()
@@ -2362,6 +2420,29 @@ impl Engine {
             }
         }
         let initial_contact = wire::find_notify(&inner, notify::INITIAL_CONTACT).is_some();
+        // A virtual IP asked for, of a peer with pools (others' CP is ignored, §3.15).
+        let ask = match inner.iter().find_map(|p| match p {
+            Payload::Cp { kind, attrs } if *kind == wire::cfg::REQUEST => Some(attrs),
+            _ => None,
+        }) {
+            Some(attrs) if !peer.pools.is_empty() => match wire::cfg_request(attrs) {
+                Ok(a) => a.ip4,
+                Err(e) => {
+                    self.counters.failed.cp_malformed += 1;
+                    tracing::warn!(peer = peer.name, "IKE: refused: {e}");
+                    self.respond(
+                        spi,
+                        h.exchange,
+                        h.message_id,
+                        &[Payload::notify(notify::INVALID_SYNTAX, vec![])],
+                        out,
+                    );
+                    self.remove_sa(spi, out);
+                    return;
+                }
+            },
+            _ => false,
+        };
         // Our AUTH.
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
@@ -2424,10 +2505,56 @@ impl Engine {
         let mut resp = vec![Payload::IdR(peer.local_id.clone())];
         resp.extend(Self::cert_payloads(&peer, false));
         resp.push(auth);
-        resp.extend(self.child_for_request(now, spi, &peer, &inner, None, out));
+        // The virtual IP, leased after INITIAL_CONTACT gave back the peer's old one.
+        let leased = match ask {
+            false => Ok(()),
+            true => self.lease_vip(spi, &peer),
+        };
+        match leased {
+            Ok(()) => {
+                if let Some(v) = self.vips.get(&spi) {
+                    resp.push(Payload::Cp {
+                        kind: wire::cfg::REPLY,
+                        attrs: vec![wire::CfgAttr {
+                            kind: wire::cfg::INTERNAL_IP4_ADDRESS,
+                            value: v.octets().to_vec(),
+                        }],
+                    });
+                }
+                resp.extend(self.child_for_request(now, spi, &peer, &inner, None, out));
+            }
+            // §3.10.1: the IKE SA stands, without a child SA.
+            Err(()) => resp.push(Payload::notify(notify::INTERNAL_ADDRESS_FAILURE, vec![])),
+        }
         self.respond(spi, h.exchange, h.message_id, &resp, out);
         if let Some(sa) = self.sas.get_mut(&spi) {
             sa.settle();
+        }
+    }
+
+    /// Leases SA `spi` a virtual IP from its peer's pools; `Err` (counted) when none is
+    /// free.
+    fn lease_vip(&mut self, spi: u64, peer: &Peer) -> Result<(), ()> {
+        let got = self.pools.get_mut(&peer.name).and_then(Pool::lease);
+        let Some(addr) = got else {
+            self.counters.failed.pool_exhausted += 1;
+            tracing::warn!(
+                peer = peer.name,
+                "IKE: no virtual IP left in the pools: INTERNAL_ADDRESS_FAILURE"
+            );
+            return Err(());
+        };
+        self.vips.insert(spi, addr);
+        tracing::info!(peer = peer.name, %addr, "IKE: virtual IP leased");
+        Ok(())
+    }
+
+    /// Gives SA `spi`'s virtual IP (if it has one) back to its peer's pool.
+    fn release_vip(&mut self, spi: u64, sa: &IkeSa) {
+        if let (Some(v), Some(p)) = (self.vips.remove(&spi), &sa.peer) {
+            if let Some(pool) = self.pools.get_mut(&p.name) {
+                pool.release(v);
+            }
         }
     }
 
@@ -2485,8 +2612,20 @@ impl Engine {
             );
             return vec![Payload::notify(notify::NO_PROPOSAL_CHOSEN, vec![])];
         };
-        // TSi is the initiator's side: the peer's (remote) side for us.
-        let n_i = narrow(tsi, &peer.remote_ts);
+        // TSi is the initiator's side: the peer's (remote) side for us; with a virtual
+        // IP, that address alone (§2.19), whatever the peer proposed.
+        let n_i = match self.vips.get(&spi) {
+            Some(v) => {
+                let a = IpAddr::from(*v);
+                let host = Selector {
+                    start: a,
+                    end: a,
+                    ..Selector::any(false)
+                };
+                narrow(tsi, &[host])
+            }
+            None => narrow(tsi, &peer.remote_ts),
+        };
         let n_r = narrow(tsr, &peer.local_ts);
         if n_i.is_empty() || n_r.is_empty() {
             self.counters.failed.ts_unacceptable += 1;
@@ -3160,6 +3299,7 @@ impl Engine {
             return;
         };
         self.forget_reassembly(&sa);
+        self.release_vip(spi, &sa);
         if sa.state == State::HalfOpen {
             self.half_open = self.half_open.saturating_sub(1);
             self.by_init.remove(&(sa.remote, sa.spi_i));

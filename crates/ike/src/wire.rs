@@ -398,9 +398,48 @@ pub mod cfg {
     pub const REQUEST: u8 = 1;
     pub const REPLY: u8 = 2;
     pub const INTERNAL_IP4_ADDRESS: u16 = 1;
+    pub const INTERNAL_IP4_NETMASK: u16 = 2;
     pub const INTERNAL_IP4_DNS: u16 = 3;
     pub const INTERNAL_IP6_ADDRESS: u16 = 8;
     pub const INTERNAL_IP6_DNS: u16 = 10;
+}
+
+/// What a CP(CFG_REQUEST) asks for (§3.15), as a responder handing out addresses reads
+/// it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CfgAsk {
+    /// INTERNAL_IP4_ADDRESS (empty, or the address the initiator would like).
+    pub ip4: bool,
+    /// INTERNAL_IP6_ADDRESS.
+    pub ip6: bool,
+}
+
+/// Reads a CFG_REQUEST's attributes: the known ones must have one of the lengths §3.15.1
+/// gives them (else an error naming the attribute); unknown ones are ignored.
+pub fn cfg_request(attrs: &[CfgAttr]) -> Result<CfgAsk, WireError> {
+    let mut ask = CfgAsk::default();
+    for a in attrs {
+        let (name, lens): (&str, &[usize]) = match a.kind {
+            cfg::INTERNAL_IP4_ADDRESS => ("INTERNAL_IP4_ADDRESS", &[0, 4]),
+            cfg::INTERNAL_IP4_NETMASK => ("INTERNAL_IP4_NETMASK", &[0, 4]),
+            cfg::INTERNAL_IP4_DNS => ("INTERNAL_IP4_DNS", &[0, 4]),
+            cfg::INTERNAL_IP6_ADDRESS => ("INTERNAL_IP6_ADDRESS", &[0, 17]),
+            cfg::INTERNAL_IP6_DNS => ("INTERNAL_IP6_DNS", &[0, 16]),
+            _ => continue,
+        };
+        if !lens.contains(&a.value.len()) {
+            return Err(WireError::syntax(
+                "CP payload",
+                format!("{name} of {} bytes", a.value.len()),
+            ));
+        }
+        match a.kind {
+            cfg::INTERNAL_IP4_ADDRESS => ask.ip4 = true,
+            cfg::INTERNAL_IP6_ADDRESS => ask.ip6 = true,
+            _ => {}
+        }
+    }
+    Ok(ask)
 }
 
 /// A payload. Those of unknown types that are not critical are kept as [`Payload::Unknown`]
@@ -1323,11 +1362,83 @@ mod tests {
         assert!(matches!(parse(&c), Err(WireError::Syntax { .. })));
     }
 
+    #[test]
+    fn cfg_requests_are_read_and_bad_lengths_refused() {
+        let cp = |attrs: &[(u16, &[u8])]| {
+            let p = Payload::Cp {
+                kind: cfg::REQUEST,
+                attrs: attrs
+                    .iter()
+                    .map(|(k, v)| CfgAttr {
+                        kind: *k,
+                        value: v.to_vec(),
+                    })
+                    .collect(),
+            };
+            let b = encode(header(), &[p]);
+            match parse(&b).unwrap().payloads.remove(0) {
+                Payload::Cp { kind, attrs } => (kind, cfg_request(&attrs)),
+                p => panic!("{p:?}"),
+            }
+        };
+        assert_eq!(
+            cp(&[(cfg::INTERNAL_IP4_ADDRESS, &[]), (999, &[1, 2, 3])]),
+            (
+                cfg::REQUEST,
+                Ok(CfgAsk {
+                    ip4: true,
+                    ip6: false
+                })
+            )
+        );
+        assert_eq!(
+            cp(&[(cfg::INTERNAL_IP4_ADDRESS, &[10, 0, 0, 1])]).1,
+            Ok(CfgAsk {
+                ip4: true,
+                ip6: false
+            })
+        );
+        assert_eq!(cp(&[(cfg::INTERNAL_IP6_DNS, &[])]).1, Ok(CfgAsk::default()));
+        let e = cp(&[(cfg::INTERNAL_IP4_ADDRESS, &[10, 0, 0])])
+            .1
+            .unwrap_err();
+        assert!(
+            format!("{e}").contains("INTERNAL_IP4_ADDRESS of 3 bytes"),
+            "{e}"
+        );
+        assert!(cp(&[(cfg::INTERNAL_IP6_ADDRESS, &[0; 16])]).1.is_err());
+        // An attribute longer than the payload is the parser's error.
+        let mut b = encode(
+            header(),
+            &[Payload::Cp {
+                kind: cfg::REQUEST,
+                attrs: vec![CfgAttr {
+                    kind: cfg::INTERNAL_IP4_ADDRESS,
+                    value: vec![1, 2, 3, 4],
+                }],
+            }],
+        );
+        let n = b.len();
+        b[n - 5] = 9;
+        assert!(matches!(parse(&b), Err(WireError::Syntax { .. })));
+    }
+
     proptest::proptest! {
         #[test]
         fn never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
             let _ = parse(&bytes);
             let _ = parse_payloads(33, &bytes);
+        }
+
+        #[test]
+        fn cp_payload_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            if let Ok(ps) = parse_payloads(ptype::CP, &bytes) {
+                for p in ps {
+                    if let Payload::Cp { attrs, .. } = p {
+                        let _ = cfg_request(&attrs);
+                    }
+                }
+            }
         }
 
         #[test]

@@ -75,6 +75,7 @@ fn config(name: &str, local: IpAddr, remote: &str, start: &str) -> PeerConfig {
         dpd_s: 30,
         fragment_size: 1280,
         retransmit_tries: 5,
+        pools: vec![],
     }
 }
 

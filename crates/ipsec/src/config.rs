@@ -779,6 +779,8 @@ impl IpsecConfig {
         let mut names = HashSet::new();
         let mut tunnels = HashMap::new();
         let mut out = Vec::new();
+        // Every peer's pools: (peer, pool, prefix).
+        let mut pools: Vec<(usize, usize, ike::pool::Prefix4)> = Vec::new();
         for (i, c) in self.peers.iter().enumerate() {
             let at = |f: &str| format!("ipsec.peer[{i}].{f}");
             if c.name.is_empty() || !names.insert(c.name.as_str()) {
@@ -840,6 +842,17 @@ impl IpsecConfig {
                         peer.encap = t.nat_t;
                         peer.keepalive = std::time::Duration::from_secs(u64::from(t.keepalive_s()));
                     }
+                    // Two peers leasing the same address would route its traffic to both.
+                    for (k, pool) in peer.pools.iter().enumerate() {
+                        if let Some((j, l, other)) = pools.iter().find(|(_, _, o)| pool.overlaps(o))
+                        {
+                            p.push((
+                                at(&format!("pools[{k}]")),
+                                format!("{pool} overlaps ipsec.peer[{j}].pools[{l}] {other}"),
+                            ));
+                        }
+                    }
+                    pools.extend(peer.pools.iter().enumerate().map(|(k, x)| (i, k, *x)));
                     out.push(peer)
                 }
                 Err(e) => {
@@ -1854,6 +1867,38 @@ tunnel = \"ipsec0\"
         assert!(e.contains("line 3") && !e.contains("deadbeef"), "{e}");
         let e = Keys::read(Path::new("/nonexistent/keys")).err().unwrap();
         assert!(e.starts_with("key file /nonexistent/keys: "), "{e}");
+    }
+
+    #[test]
+    fn pools_of_two_peers_must_not_overlap() {
+        let f = key_file("[a]\npsk = \"0123456789abcdef0123\"\n", 0o600);
+        let text = |pools_b: &str| {
+            format!(
+                "key_file = \"{}\"\n\
+                 [[tunnel]]\nname = \"t0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+                 [[tunnel]]\nname = \"t1\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.3\"\n\
+                 [[peer]]\nname = \"a\"\nlocal = \"192.0.2.1\"\nremote = \"any\"\nremote_id = \"a.example\"\n\
+                 psk = \"a\"\ntunnel = \"t0\"\npools = [\"10.200.0.0/24\", \"10.201.0.0/16\"]\n\
+                 [[peer]]\nname = \"b\"\nlocal = \"192.0.2.1\"\nremote = \"any\"\nremote_id = \"b.example\"\n\
+                 psk = \"a\"\ntunnel = \"t1\"\npools = [{pools_b}]\n",
+                f.display()
+            )
+        };
+        let c: IpsecConfig = toml::from_str(&text("\"10.202.0.0/24\"")).unwrap();
+        assert_eq!(c.ike_peers().unwrap()[1].pools.len(), 1);
+        let c: IpsecConfig = toml::from_str(&text("\"10.9.0.0/24\", \"10.201.7.0/24\"")).unwrap();
+        let e = c.ike_peers().unwrap_err();
+        assert_eq!(
+            e,
+            [(
+                "ipsec.peer[1].pools[1]".to_string(),
+                "10.201.7.0/24 overlaps ipsec.peer[0].pools[1] 10.201.0.0/16".to_string()
+            )]
+        );
+        let c: IpsecConfig = toml::from_str(&text("\"10.9.0.1/24\"")).unwrap();
+        let e = c.ike_peers().unwrap_err();
+        assert_eq!(e[0].0, "ipsec.peer[1].pools[0]", "{e:?}");
+        assert!(e[0].1.contains("host bits"), "{e:?}");
     }
 
     #[test]

@@ -148,6 +148,10 @@ impl Engine {
                 kids.len()
             );
             new.children.extend(kids);
+            // The virtual IP goes with the children.
+            if let Some(v) = self.vips.remove(&from) {
+                self.vips.entry(to).or_insert(v);
+            }
             // Not the vector's room for four (issue 27).
             new.children.shrink_to_fit();
         }

@@ -27,6 +27,7 @@ fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
         dpd_s: 30,
         fragment_size: 1280,
         retransmit_tries: 5,
+        pools: vec![],
     }
     .resolve(Some(PSK))
     .unwrap()
@@ -636,6 +637,7 @@ fn cert_config(
         dpd_s: 30,
         fragment_size: 1280,
         retransmit_tries: 5,
+        pools: vec![],
     }
 }
 
@@ -1719,4 +1721,191 @@ fn an_established_sa_holds_little() {
     let kept = LastResponse::new(*id, std::slice::from_ref(&odd), (b.spi_i, b.spi_r));
     assert!(matches!(kept, LastResponse::Whole(_)));
     assert_eq!(kept.datagrams((b.spi_i, b.spi_r)), [odd]);
+}
+
+/// a asks for a virtual IP (CP) of b, a responder for anyone with `pools`.
+fn vip_pair(pools: &[&str]) -> Pair {
+    let a = peer("b", "192.0.2.1", "192.0.2.2", "initiate");
+    let mut b = peer("a", "192.0.2.2", "192.0.2.1", "respond");
+    b.remote = None;
+    b.pools = pools
+        .iter()
+        .map(|s| crate::pool::Prefix4::parse(s).unwrap())
+        .collect();
+    let mut p = Pair::new(a, b);
+    p.a.ask_vip = Some(vec![]);
+    p
+}
+
+fn vip_connect(p: &mut Pair) {
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+}
+
+fn host(a: &str) -> Selector {
+    let a: IpAddr = a.parse().unwrap();
+    Selector {
+        start: a,
+        end: a,
+        ..Selector::any(false)
+    }
+}
+
+#[test]
+fn a_virtual_ip_is_leased_and_the_peers_selectors_narrowed_to_it() {
+    let mut p = vip_pair(&["10.200.0.0/24"]);
+    vip_connect(&mut p);
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.1")
+    );
+    assert_eq!(p.b.leases(), 1);
+    // The initiator proposed 0.0.0.0/0 and ::/0 as its side: narrowed to its address.
+    let (ca, cb) = (&p.a_children[0], &p.b_children[0]);
+    assert_eq!(cb.remote_ts, [host("10.200.0.1")]);
+    assert_eq!(ca.local_ts, [host("10.200.0.1")]);
+    assert!(cb.by_destination);
+    check_child_keys(&p);
+    // The CP(CFG_REPLY) was in b's IKE_AUTH response (seen through b's SA's keys: the
+    // initiator took the narrowed selectors, so it read the reply's message whole).
+    assert_eq!(p.b.counters.failed.pool_exhausted, 0);
+    // A child rekey keeps the peer's side to its address.
+    let old_in = p.a_children[0].spi_in;
+    let spi = only_spi(&p.a);
+    let mut ev = vec![];
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    assert_eq!(p.b_children.len(), 2);
+    assert_eq!(p.b_children[1].remote_ts, [host("10.200.0.1")]);
+}
+
+#[test]
+fn a_peer_with_pools_that_asks_nothing_keeps_its_selectors() {
+    let mut p = vip_pair(&["10.200.0.0/24"]);
+    p.a.ask_vip = None;
+    vip_connect(&mut p);
+    assert_eq!(p.b.leases(), 0);
+    assert_eq!(p.b.sa_info(p.now)[0].virtual_ip, None);
+    assert_eq!(p.b_children[0].remote_ts.len(), 2, "{:?}", p.b_children[0]);
+}
+
+#[test]
+fn an_exhausted_pool_answers_internal_address_failure_without_a_child() {
+    let mut p = vip_pair(&["10.200.0.9/32"]);
+    p.b.pools.get_mut("a").unwrap().lease().unwrap();
+    vip_connect(&mut p);
+    assert_eq!(p.b.counters.failed.pool_exhausted, 1);
+    assert!(p.b_children.is_empty() && p.a_children.is_empty());
+    assert_eq!(p.b.leases(), 1);
+    assert!(p.b.sa_info(p.now).iter().all(|s| s.virtual_ip.is_none()));
+}
+
+#[test]
+fn a_malformed_cp_is_counted_and_refused() {
+    let mut p = vip_pair(&["10.200.0.0/24"]);
+    // a's CP carries a 3-byte INTERNAL_IP4_ADDRESS.
+    p.a.ask_vip = Some(vec![10, 0, 0]);
+    vip_connect(&mut p);
+    assert_eq!(p.b.counters.failed.cp_malformed, 1);
+    assert_eq!((p.b.established(), p.b.leases(), p.b.sas.len()), (0, 0, 0));
+    assert!(p.b_children.is_empty() && p.a_children.is_empty());
+    // The address it would like (4 bytes) is fine (and not honoured: the pool's first).
+    let mut p = vip_pair(&["10.200.0.0/24"]);
+    p.a.ask_vip = Some(vec![10, 200, 0, 77]);
+    vip_connect(&mut p);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.1")
+    );
+}
+
+#[test]
+fn the_lease_goes_back_on_delete_and_is_leased_again() {
+    let mut p = vip_pair(&["10.200.0.8/30"]);
+    vip_connect(&mut p);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.9")
+    );
+    let mut ev = vec![];
+    p.a.terminate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!((p.b.established(), p.b.leases()), (0, 0));
+    p.a.retry_at.clear();
+    vip_connect(&mut p);
+    // The pool's next fresh address first, then the one given back.
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.10")
+    );
+    assert_eq!(p.b.leases(), 1);
+}
+
+#[test]
+fn a_reconnecting_peer_with_initial_contact_is_leased_again() {
+    let mut p = vip_pair(&["10.200.0.9/32"]);
+    vip_connect(&mut p);
+    assert_eq!(p.b.leases(), 1);
+    // a restarts (its SAs forgotten) and connects again, with INITIAL_CONTACT: its old
+    // SA on b goes, and with it the only address, leased to the new SA.
+    let a = p.a.peers[0].as_ref().clone();
+    p.a = Engine::new(vec![a]);
+    p.a.ask_vip = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!(p.b.sas.len(), 1);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.9")
+    );
+    assert_eq!(p.b.leases(), 1);
+    assert_eq!(p.b.counters.failed.pool_exhausted, 0);
+}
+
+#[test]
+fn the_lease_is_kept_across_an_ike_rekey_and_released_when_the_peer_dies() {
+    for by_b in [false, true] {
+        let mut p = vip_pair(&["10.200.0.0/24"]);
+        vip_connect(&mut p);
+        let old = spis(&p.b);
+        let mut ev = vec![];
+        if by_b {
+            p.b.rekey_ike(old.1, None, p.now, &mut ev);
+            p.run(vec![], ev, false);
+        } else {
+            p.a.rekey_ike(old.0, None, p.now, &mut ev);
+            p.run(ev, vec![], false);
+        }
+        assert_ne!(spis(&p.b), old);
+        assert_eq!(p.b.sas.len(), 1);
+        assert_eq!(
+            p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+            Some("10.200.0.1")
+        );
+        assert_eq!(p.b.leases(), 1);
+        // a vanishes: b's liveness checks go unanswered, the SA and its lease go.
+        p.a = Engine::new(vec![]);
+        for _ in 0..120 {
+            p.tick(Duration::from_secs(1));
+        }
+        assert_eq!(p.b.counters.failed.timeout, 1);
+        assert_eq!((p.b.sas.len(), p.b.leases()), (0, 0));
+    }
+}
+
+#[test]
+fn pools_stay_with_their_leases_across_a_reload_of_the_same_peers() {
+    let mut p = vip_pair(&["10.200.0.0/24"]);
+    vip_connect(&mut p);
+    let peers: Vec<Peer> = p.b.peers.iter().map(|x| x.as_ref().clone()).collect();
+    let mut ev = vec![];
+    p.b.set_peers(peers.clone(), p.now, &mut ev);
+    assert_eq!(p.b.leases(), 1);
+    // Its pools changed: its SA is deleted, the new pool starts empty.
+    let mut changed = peers;
+    changed[0].pools = vec![crate::pool::Prefix4::parse("10.201.0.0/24").unwrap()];
+    p.b.set_peers(changed, p.now, &mut ev);
+    p.run(vec![], ev, false);
+    assert_eq!((p.b.established(), p.b.leases()), (0, 0));
 }
