@@ -375,12 +375,32 @@ pub fn parse_id(s: &str) -> Result<Id, String> {
 }
 
 /// Whether the identity the peer sent is the one configured: DNs as [`crate::dn::same`]
-/// says, other types byte for byte.
+/// says; FQDNs without regard to ASCII case (DNS names are case-insensitive); email
+/// addresses with the domain (after the last `@`) without regard to case and the local
+/// part exactly, as the certificate check compares them (RFC 5321 §2.4); IP addresses
+/// byte for byte.
 pub fn id_matches(configured: &Id, got: &Id) -> bool {
-    if configured.kind == wire::id::DER_ASN1_DN && got.kind == wire::id::DER_ASN1_DN {
-        crate::dn::same(&configured.data, &got.data)
-    } else {
-        configured == got
+    if configured.kind != got.kind {
+        return false;
+    }
+    match configured.kind {
+        wire::id::DER_ASN1_DN => crate::dn::same(&configured.data, &got.data),
+        wire::id::FQDN => configured.data.eq_ignore_ascii_case(&got.data),
+        wire::id::RFC822_ADDR => {
+            let at = |d: &[u8]| d.iter().rposition(|&b| b == b'@');
+            match (at(&configured.data), at(&got.data)) {
+                (Some(a), Some(b)) => {
+                    configured.data.get(..a) == got.data.get(..b)
+                        && configured
+                            .data
+                            .get(a..)
+                            .zip(got.data.get(b..))
+                            .is_some_and(|(x, y)| x.eq_ignore_ascii_case(y))
+                }
+                _ => configured.data == got.data,
+            }
+        }
+        _ => configured.data == got.data,
     }
 }
 
@@ -750,6 +770,26 @@ mod tests {
         assert_eq!(parse_id("2001:db8::1").unwrap().data.len(), 16);
         assert_eq!(parse_id("a@b").unwrap().kind, wire::id::RFC822_ADDR);
         assert_eq!(parse_id("gw.example").unwrap().text(), "gw.example");
+    }
+
+    #[test]
+    fn ids_match_as_their_kind_compares() {
+        let m = |a: &str, b: &str| id_matches(&parse_id(a).unwrap(), &parse_id(b).unwrap());
+        assert!(m("gw.example", "GW.Example"));
+        assert!(!m("gw.example", "gw.example.org"));
+        assert!(m("user@example.org", "user@EXAMPLE.org"));
+        assert!(
+            !m("user@example.org", "USER@example.org"),
+            "the local part is exact"
+        );
+        assert!(!m("user@example.org", "user@example.org.evil"));
+        assert!(m("a@b@example.org", "a@b@Example.ORG"));
+        assert!(!m("192.0.2.1", "192.0.2.2"));
+        assert!(m("192.0.2.1", "192.0.2.1"));
+        // Of different kinds: never, even with the same bytes.
+        let mut fqdn = parse_id("user@example.org").unwrap();
+        fqdn.kind = wire::id::FQDN;
+        assert!(!id_matches(&fqdn, &parse_id("user@example.org").unwrap()));
     }
 
     #[test]

@@ -1481,6 +1481,19 @@ impl Engine {
     }
 
     /// Answers the peer's request `id` with `inner` in an SK payload, and keeps the answer.
+    /// Answer the request `h` on SA `spi` with the error notify `kind` alone, and remove
+    /// the SA (a negotiation refused).
+    fn refuse(&mut self, spi: u64, h: &Header, kind: u16, out: &mut Vec<Event>) {
+        self.respond(
+            spi,
+            h.exchange,
+            h.message_id,
+            &[Payload::notify(kind, vec![])],
+            out,
+        );
+        self.remove_sa(spi, out);
+    }
+
     fn respond(&mut self, spi: u64, exch: u8, id: u32, inner: &[Payload], out: &mut Vec<Event>) {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
@@ -2366,14 +2379,7 @@ impl Engine {
         let id_i = inner.id_i().cloned();
         let Some(id_i) = id_i else {
             self.counters.dropped.malformed += 1;
-            self.respond(
-                spi,
-                h.exchange,
-                h.message_id,
-                &[Payload::notify(notify::INVALID_SYNTAX, vec![])],
-                out,
-            );
-            self.remove_sa(spi, out);
+            self.refuse(spi, h, notify::INVALID_SYNTAX, out);
             return;
         };
         let cands = self.candidates(&sa.local, &sa.remote);
@@ -2397,14 +2403,7 @@ impl Engine {
             (Err(why), _) => {
                 self.counters.failed.authentication += 1;
                 tracing::warn!(remote = %sa.remote, id = id_i.text(), "IKE: authentication failed: {why}");
-                self.respond(
-                    spi,
-                    h.exchange,
-                    h.message_id,
-                    &[Payload::notify(notify::AUTHENTICATION_FAILED, vec![])],
-                    out,
-                );
-                self.remove_sa(spi, out);
+                self.refuse(spi, h, notify::AUTHENTICATION_FAILED, out);
                 return;
             }
             (Ok(()), None) => return,
@@ -2430,14 +2429,7 @@ impl Engine {
                 Err(e) => {
                     self.counters.failed.cp_malformed += 1;
                     tracing::warn!(peer = peer.name, "IKE: refused: {e}");
-                    self.respond(
-                        spi,
-                        h.exchange,
-                        h.message_id,
-                        &[Payload::notify(notify::INVALID_SYNTAX, vec![])],
-                        out,
-                    );
-                    self.remove_sa(spi, out);
+                    self.refuse(spi, h, notify::INVALID_SYNTAX, out);
                     return;
                 }
             },
@@ -2465,14 +2457,7 @@ impl Engine {
             Err(e) => {
                 tracing::warn!(peer = peer.name, "IKE: cannot sign our AUTH: {e}");
                 self.counters.failed.crypto += 1;
-                self.respond(
-                    spi,
-                    h.exchange,
-                    h.message_id,
-                    &[Payload::notify(notify::AUTHENTICATION_FAILED, vec![])],
-                    out,
-                );
-                self.remove_sa(spi, out);
+                self.refuse(spi, h, notify::AUTHENTICATION_FAILED, out);
                 return;
             }
         };
