@@ -1464,17 +1464,15 @@ fn prefetch_inbound(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad) -> [u32; V
 }
 
 /// While packet `k` is processed: prefetch the SA of packet `k +` [`crate::PREFETCH_AHEAD`]
-/// (its slot's entry was prefetched before the loop) and, `inbound`, the replay bitmap of
-/// the SA half as far ahead (prefetched by then).
+/// (its slot's entry was prefetched before the loop) and the published counters (and,
+/// inbound, the replay bitmap) of the SA half as far ahead (prefetched by then).
 #[inline]
-fn prefetch_ahead(sad: &Sad, ahead: &[u32; VECTOR_SIZE], k: usize, inbound: bool) {
+fn prefetch_ahead(sad: &Sad, ahead: &[u32; VECTOR_SIZE], k: usize) {
     if let Some(&s) = ahead.get(k + crate::PREFETCH_AHEAD) {
         sad.prefetch_sa(s);
     }
-    if inbound {
-        if let Some(&s) = ahead.get(k + crate::PREFETCH_AHEAD / 2) {
-            sad.prefetch_window(s);
-        }
+    if let Some(&s) = ahead.get(k + crate::PREFETCH_AHEAD / 2) {
+        sad.prefetch_window(s);
     }
 }
 
@@ -1487,7 +1485,7 @@ fn decrypt_batch(
 ) {
     let ahead = prefetch_inbound(cx, batch, sad);
     for k in 0..batch.len() {
-        prefetch_ahead(sad, &ahead, k, true);
+        prefetch_ahead(sad, &ahead, k);
         let Some(mut p) = batch.pkt(k).copied() else {
             continue;
         };
@@ -1646,7 +1644,7 @@ fn encrypt_batch(
         }
     }
     for k in 0..batch.len() {
-        prefetch_ahead(sad, &ahead, k, false);
+        prefetch_ahead(sad, &ahead, k);
         let Some(p) = batch.pkt(k).copied() else {
             continue;
         };
