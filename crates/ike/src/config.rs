@@ -126,6 +126,36 @@ pub struct PeerConfig {
     pub pools: Vec<String>,
 }
 
+impl PeerConfig {
+    /// A PSK peer with every other field at its default, as a config file that names only
+    /// these would have it (`psk` names the secret `name`).
+    pub fn new(name: &str, local: IpAddr, remote: &str, tunnel: &str) -> PeerConfig {
+        PeerConfig {
+            name: name.into(),
+            local,
+            remote: remote.into(),
+            local_id: None,
+            remote_id: None,
+            auth: default_auth(),
+            psk: Some(name.into()),
+            cert: None,
+            private_key: None,
+            ca: vec![],
+            crl: vec![],
+            proposals: vec![],
+            esp_proposals: vec![],
+            tunnel: tunnel.into(),
+            start: default_start(),
+            ike_lifetime_s: default_ike_lifetime(),
+            child_lifetime_s: default_child_lifetime(),
+            dpd_s: default_dpd(),
+            fragment_size: default_fragment_size(),
+            retransmit_tries: default_retransmit_tries(),
+            pools: vec![],
+        }
+    }
+}
+
 /// The most prefixes in a peer's `pools`.
 pub const MAX_POOLS: usize = 16;
 
@@ -855,29 +885,7 @@ mod tests {
     }
 
     fn toml_like() -> PeerConfig {
-        PeerConfig {
-            name: "b".into(),
-            local: "192.0.2.1".parse().unwrap(),
-            remote: "192.0.2.2".into(),
-            local_id: None,
-            remote_id: None,
-            auth: "psk".into(),
-            psk: Some("b".into()),
-            cert: None,
-            private_key: None,
-            ca: vec![],
-            crl: vec![],
-            proposals: vec![],
-            esp_proposals: vec![],
-            tunnel: "ipsec0".into(),
-            start: "respond".into(),
-            ike_lifetime_s: 14_400,
-            child_lifetime_s: 3_600,
-            dpd_s: 30,
-            fragment_size: 1280,
-            retransmit_tries: 5,
-            pools: vec![],
-        }
+        PeerConfig::new("b", "192.0.2.1".parse().unwrap(), "192.0.2.2", "ipsec0")
     }
 
     #[test]

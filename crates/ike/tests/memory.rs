@@ -55,27 +55,9 @@ const RESPONDER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 
 fn config(name: &str, local: IpAddr, remote: &str, start: &str) -> PeerConfig {
     PeerConfig {
-        name: name.into(),
-        local,
-        remote: remote.into(),
-        local_id: None,
-        remote_id: None,
-        auth: "psk".into(),
         psk: Some("k".into()),
-        cert: None,
-        private_key: None,
-        ca: vec![],
-        crl: vec![],
-        proposals: vec![],
-        esp_proposals: vec![],
-        tunnel: "t0".into(),
         start: start.into(),
-        ike_lifetime_s: 14_400,
-        child_lifetime_s: 3_600,
-        dpd_s: 30,
-        fragment_size: 1280,
-        retransmit_tries: 5,
-        pools: vec![],
+        ..PeerConfig::new(name, local, remote, "t0")
     }
 }
 

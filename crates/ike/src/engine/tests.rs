@@ -7,27 +7,10 @@ const PSK: &[u8] = b"a strong enough shared secret!";
 
 fn peer(name: &str, local: &str, remote: &str, start: &str) -> Peer {
     PeerConfig {
-        name: name.into(),
-        local: local.parse().unwrap(),
-        remote: remote.into(),
-        local_id: None,
-        remote_id: None,
-        auth: "psk".into(),
-        psk: Some(name.into()),
-        cert: None,
-        private_key: None,
-        ca: vec![],
-        crl: vec![],
-        proposals: vec![],
-        esp_proposals: vec![],
-        tunnel: format!("t-{name}"),
         start: start.into(),
         ike_lifetime_s: 0,
         child_lifetime_s: 0,
-        dpd_s: 30,
-        fragment_size: 1280,
-        retransmit_tries: 5,
-        pools: vec![],
+        ..PeerConfig::new(name, local.parse().unwrap(), remote, &format!("t-{name}"))
     }
     .resolve(Some(PSK))
     .unwrap()
@@ -617,27 +600,16 @@ fn cert_config(
         ("192.0.2.2", "192.0.2.1", "respond")
     };
     PeerConfig {
-        name: name.into(),
-        local: local.parse().unwrap(),
-        remote: remote.into(),
-        local_id: None,
         remote_id: Some(remote_id.into()),
         auth: "pubkey".into(),
         psk: None,
         cert: Some(cert_file.into()),
         private_key: Some(key_file),
         ca: vec![format!("{CERTS}/{ca}.der").into()],
-        crl: vec![],
-        proposals: vec![],
-        esp_proposals: vec![],
-        tunnel: format!("t-{name}"),
         start: start.into(),
         ike_lifetime_s: 0,
         child_lifetime_s: 0,
-        dpd_s: 30,
-        fragment_size: 1280,
-        retransmit_tries: 5,
-        pools: vec![],
+        ..PeerConfig::new(name, local.parse().unwrap(), remote, &format!("t-{name}"))
     }
 }
 
