@@ -208,6 +208,7 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
             action: p.action.into(),
             sa: p.sa,
             matches: p.matches,
+            peer: p.peer,
         })
         .collect();
     let r = &shared.features.ipsec.reasm;

@@ -120,6 +120,7 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
                 .policies
                 .iter()
                 .any(|p| p.interface == name && p.direction == dir)
+                || cfg.ipsec.ike_interfaces().any(|i| i == name)
                 || cfg
                     .ipsec
                     .spds
@@ -132,8 +133,9 @@ pub fn wanted(cfg: &Config, name: &str) -> Vec<&'static str> {
         }
         // (`esp-decrypt` leaves a policy SA's SPI in the packet for it, so it runs on
         // every port where such an SA may decrypt, policies or not.)
-        let policy_sas =
-            !cfg.ipsec.policies.is_empty() || cfg.ipsec.sas.iter().any(|s| s.tunnel.is_empty());
+        let policy_sas = !cfg.ipsec.policies.is_empty()
+            || cfg.ipsec.sas.iter().any(|s| s.tunnel.is_empty())
+            || cfg.ipsec.ike_interfaces().next().is_some();
         if policy_sas && port || has(ipsec::config::SaDirection::In) {
             v.push(ipsec::policy_node::IN4);
             v.push(ipsec::policy_node::IN6);
@@ -198,6 +200,9 @@ struct ApiSas {
     out_of: HashMap<String, u32>,
     /// Tunnel names, shared by their SAs.
     names: std::collections::HashSet<Arc<str>>,
+    /// IKE's policy-based child SAs (their two SAs are in `list`), in the order installed:
+    /// their policies join the config's in the SPD.
+    ike_children: Vec<ipsec::spd::IkeChild>,
 }
 
 impl ApiSas {
@@ -459,7 +464,8 @@ impl Features {
             .lock()
             .map_err(|_| "IPsec state unavailable")?;
         let keys = cfg.keys();
-        self.publish_ipsec_with(cfg, &api.extras(), &keys)?;
+        let ike = ipsec::spd::ike_policies(&api.ike_children)?;
+        self.publish_ipsec_with(cfg, &api.extras(), &ike, &keys)?;
         *self
             .ipsec_keys
             .lock()
@@ -467,11 +473,13 @@ impl Features {
         Ok(())
     }
 
-    /// [`Features::publish_ipsec`] with `api` as the API's SAs and the config's `keys`.
+    /// [`Features::publish_ipsec`] with `api` as the API's SAs, `ike` as IKE's policies and
+    /// the config's `keys`.
     fn publish_ipsec_with(
         &self,
         cfg: &ipsec::config::IpsecConfig,
         api: &[ipsec::config::ExtraSa],
+        ike: &[ipsec::spd::IkePolicy],
         keys: &IpsecKeys,
     ) -> Result<(), String> {
         let mut cur = self
@@ -490,7 +498,15 @@ impl Features {
         })?;
         // The SPDs, compiled before anything changes (all or nothing); installed once
         // their SAs are.
-        let spd = ipsec::spd::Spd::compile(cfg, &self.names, self.workers, &self.ipsec.spd())?;
+        // IKE's policies on interfaces the fast path has (a peer's interface gone from the
+        // config takes its SAs with it, once the IKE daemon hears of it).
+        let ike: Vec<ipsec::spd::IkePolicy> = ike
+            .iter()
+            .filter(|p| self.names.contains(&p.entry.interface))
+            .cloned()
+            .collect();
+        let spd =
+            ipsec::spd::Spd::compile(cfg, &ike, &self.names, self.workers, &self.ipsec.spd())?;
         let names: Vec<String> = cfg.tunnels.iter().map(|t| t.name.clone()).collect();
         let mut iface = Vec::with_capacity(names.len());
         for n in &names {
@@ -512,7 +528,10 @@ impl Features {
         )?;
         let policies = cfg.policies.len();
         self.ipsec.publish_spd(spd);
-        tracing::info!("[ipsec] {summary}, {policies} policies");
+        tracing::info!(
+            "[ipsec] {summary}, {policies} policies, {} of IKE",
+            ike.len()
+        );
         if *cur != *cfg {
             *self
                 .ipsec_tunnels
@@ -572,7 +591,7 @@ impl Features {
                 .iter()
                 .any(|k| api.get(k).is_some_and(|x| x.tunnel().is_empty()));
         if policy {
-            return self.republish_api_sas(&mut api, &replaced, Some(sa));
+            return self.republish_api_sas(&mut api, &replaced, vec![sa], None);
         }
         let cfg = self
             .ipsec_config
@@ -634,13 +653,15 @@ impl Features {
     }
 
     /// The whole IPsec config planned again with the API's SAs but the `gone` ones (by
-    /// direction and SPI), and `added` after them: how a policy SA is added or removed.
+    /// direction and SPI), and `added` after them, and IKE's policy-based children as
+    /// `children` says (unchanged if `None`): how a policy SA is added or removed.
     /// All or nothing: on an error the API's SAs are as they were.
     fn republish_api_sas(
         &self,
         api: &mut ApiSas,
         gone: &[ApiSaKey],
-        added: Option<ipsec::config::ExtraSa>,
+        added: Vec<ipsec::config::ExtraSa>,
+        children: Option<Vec<ipsec::spd::IkeChild>>,
     ) -> Result<(), String> {
         let cfg = self
             .ipsec_config
@@ -662,10 +683,67 @@ impl Features {
             .collect();
         next.extend(added);
         // Kept form first: what cannot be kept is refused before the data plane changes.
-        let kept = ApiSas::new(&next)?;
-        self.publish_ipsec_with(&cfg, &next, &keys)?;
+        let mut kept = ApiSas::new(&next)?;
+        kept.ike_children = children.unwrap_or_else(|| api.ike_children.clone());
+        let ike = ipsec::spd::ike_policies(&kept.ike_children)?;
+        self.publish_ipsec_with(&cfg, &next, &ike, &keys)?;
         *api = kept;
         Ok(())
+    }
+
+    /// Install a child SA of a policy-based IKE peer: its two SAs (`inbound`, `outbound`,
+    /// policy SAs: no tunnel) and its policies (`child`) in the SPD, in one publish (the
+    /// whole IPsec config planned again, as for any policy SA). All or nothing. Refused
+    /// when another policy SA already has the outbound SPI (peers pick our outbound SPIs,
+    /// and policies name their SA by SPI).
+    pub fn add_ike_policy_child(
+        &self,
+        inbound: ipsec::config::ExtraSa,
+        outbound: ipsec::config::ExtraSa,
+        child: ipsec::spd::IkeChild,
+    ) -> Result<(), String> {
+        let mut api = self
+            .ipsec_api
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        for sa in [&inbound, &outbound] {
+            if api.get(&api_key(sa)).is_some() {
+                return Err(format!(
+                    "{}: another SA given through the API or by IKE has this SPI and direction",
+                    sa.label()
+                ));
+            }
+        }
+        // Its own policies alone first, so that an error names this child only.
+        ipsec::spd::ike_policies(std::slice::from_ref(&child))?;
+        let mut children = api.ike_children.clone();
+        children.push(child);
+        self.republish_api_sas(&mut api, &[], vec![inbound, outbound], Some(children))
+    }
+
+    /// Remove a child SA of a policy-based IKE peer (by its SPIs): its SAs and policies,
+    /// in one publish. `Ok(false)` when no such child is installed.
+    pub fn remove_ike_policy_child(&self, spi_in: u32, spi_out: u32) -> Result<bool, String> {
+        use ipsec::config::SaDirection;
+        let mut api = self
+            .ipsec_api
+            .lock()
+            .map_err(|_| "IPsec state unavailable")?;
+        let Some(k) = api
+            .ike_children
+            .iter()
+            .position(|c| c.spi_in == spi_in && c.spi_out == spi_out)
+        else {
+            return Ok(false);
+        };
+        let mut children = api.ike_children.clone();
+        children.remove(k);
+        let gone = [
+            (SaDirection::In, spi_in, None),
+            (SaDirection::Out, spi_out, None),
+        ];
+        self.republish_api_sas(&mut api, &gone, Vec::new(), Some(children))?;
+        Ok(true)
     }
 
     /// Remove the API's SA of `key` (`DELETE /v1/ipsec/sa/...`, IKE's children); `Ok(false)`
@@ -692,7 +770,7 @@ impl Features {
             api.take(&key);
             return Ok(true);
         }
-        self.republish_api_sas(&mut api, &[key], None)?;
+        self.republish_api_sas(&mut api, &[key], Vec::new(), None)?;
         Ok(true)
     }
 

@@ -68,6 +68,31 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
             }
             x
         };
+        if let Some(interface) = &c.interface {
+            // Policy-based: two policy SAs in tunnel mode between the IKE endpoints, and
+            // the policies of its selectors, in one publish.
+            let policy_sa = |dir, spi, k| {
+                let mut x = sa(dir, spi, k);
+                x.entry.local = Some(c.local);
+                x.entry.remote = Some(c.remote);
+                x.entry.selectors.clear();
+                x
+            };
+            let child = ipsec::spd::IkeChild {
+                peer: c.peer.clone(),
+                interface: interface.clone(),
+                priority: c.policy_priority,
+                local_ts: c.local_ts.clone(),
+                remote_ts: c.remote_ts.clone(),
+                spi_in: c.spi_in,
+                spi_out: c.spi_out,
+            };
+            return s.features().add_ike_policy_child(
+                policy_sa(SaDirection::In, c.spi_in, &c.key_in),
+                policy_sa(SaDirection::Out, c.spi_out, &c.key_out),
+                child,
+            );
+        }
         // Inbound first: the peer may send with the new SA as soon as it has our answer.
         s.features()
             .add_ipsec_sa(sa(SaDirection::In, c.spi_in, &c.key_in))
@@ -95,6 +120,24 @@ impl<S: HasFeatures> Dataplane for Sink<S> {
         let Some(s) = self.shared.upgrade() else {
             return;
         };
+        if tunnel.is_empty() {
+            // Policy-based: its SAs and policies.
+            match s.features().remove_ike_policy_child(spi_in, spi_out) {
+                Ok(true) => tracing::info!(
+                    peer,
+                    "IKE: child SA in {spi_in:08x} out {spi_out:08x} and its policies removed"
+                ),
+                Ok(false) => tracing::warn!(
+                    peer,
+                    "IKE: removing child SA in {spi_in:08x} out {spi_out:08x}: not installed"
+                ),
+                Err(e) => tracing::warn!(
+                    peer,
+                    "IKE: removing child SA in {spi_in:08x} out {spi_out:08x}: {e}"
+                ),
+            }
+            return;
+        }
         for key in [
             (SaDirection::Out, spi_out, chosen),
             (SaDirection::In, spi_in, None),

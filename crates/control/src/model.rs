@@ -986,6 +986,10 @@ pub struct IpsecPolicyView {
     pub sa: Vec<u32>,
     /// Packets that matched it (since it was last changed).
     pub matches: u64,
+    /// Made by IKE for a child SA of this `[[ipsec.peer]]` (policy-based), not in the
+    /// config (its `index` then follows the config's policies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
 }
 
 /// One tunnel interface.

@@ -301,7 +301,7 @@ fn policies(s: &mut String, v: &[model::IpsecPolicyView]) {
         let sa: Vec<String> = p.sa.iter().map(|x| format!("{x:#x}")).collect();
         let _ = writeln!(
             s,
-            "{:<10} {:<3} {:>5} {:>3}  {:<20} {:<20} {:<6} {:<11} {:<11} {:<8} {:<14} {:>12}",
+            "{:<10} {:<3} {:>5} {:>3}  {:<20} {:<20} {:<6} {:<11} {:<11} {:<8} {:<14} {:>12}{}",
             p.interface,
             p.direction,
             p.priority,
@@ -317,7 +317,10 @@ fn policies(s: &mut String, v: &[model::IpsecPolicyView]) {
             } else {
                 sa.join(",")
             },
-            p.matches
+            p.matches,
+            p.peer
+                .as_deref()
+                .map_or_else(String::new, |x| format!("  (IKE peer {x})"))
         );
     }
     let _ = writeln!(s);

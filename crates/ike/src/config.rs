@@ -92,8 +92,30 @@ pub struct PeerConfig {
     /// ESP proposals for the child SAs, most preferred first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub esp_proposals: Vec<String>,
-    /// The tunnel interface (`[[ipsec.tunnel]]`) its child SAs land on.
+    /// The tunnel interface (`[[ipsec.tunnel]]`) its child SAs land on (route-based); empty
+    /// with `interface`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub tunnel: String,
+    /// Policy-based instead of `tunnel`: the port or VLAN sub-interface whose SPD gets a
+    /// PROTECT policy in each direction for every child SA, from the traffic selectors
+    /// negotiated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Our side's traffic selectors: `10.1.0.0/24`, an address, a range `10.1.0.1-10.1.0.9`,
+    /// each optionally with `[protocol]` or `[protocol/port]` (`[udp/5201]`,
+    /// `[tcp/1000-2000]`). What a child SA may carry from us: the peer may narrow it.
+    /// Default: everything with a tunnel, our own address (`local`) with `interface`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_ts: Vec<String>,
+    /// The peer's side, written as `local_ts`. Default: everything with a tunnel; with
+    /// `interface`, the peer's address (`remote`), or everything with `pools` (each child
+    /// then narrowed to its lease).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_ts: Vec<String>,
+    /// With `interface`: the priority of its child SAs' policies among the interface's
+    /// `[[ipsec.policy]]`s (lower first; ties: the configured ones first).
+    #[serde(default = "default_policy_priority")]
+    pub policy_priority: u32,
     /// `initiate` (bring it up at start and keep it up) or `respond`.
     #[serde(default = "default_start")]
     pub start: String,
@@ -145,6 +167,10 @@ impl PeerConfig {
             proposals: vec![],
             esp_proposals: vec![],
             tunnel: tunnel.into(),
+            interface: None,
+            local_ts: vec![],
+            remote_ts: vec![],
+            policy_priority: default_policy_priority(),
             start: default_start(),
             ike_lifetime_s: default_ike_lifetime(),
             child_lifetime_s: default_child_lifetime(),
@@ -161,6 +187,9 @@ pub const MAX_POOLS: usize = 16;
 
 fn default_auth() -> String {
     "psk".into()
+}
+fn default_policy_priority() -> u32 {
+    100
 }
 fn default_start() -> String {
     "respond".into()
@@ -373,6 +402,115 @@ pub fn parse_esp_proposal(s: &str) -> Result<EspProposal, String> {
     })
 }
 
+/// The most selectors in a peer's `local_ts` or `remote_ts`.
+pub const MAX_TS: usize = 16;
+
+/// Parses a traffic selector as strongSwan writes one: a prefix (`10.1.0.0/24`), an
+/// address, or a range (`10.1.0.1-10.1.0.9`), then optionally `[protocol]` or
+/// `[protocol/port]` with a name (`tcp`, `udp`, `icmp`, `icmpv6`, `sctp`) or number, and a
+/// port or range (`[udp/5201]`, `[tcp/1000-2000]`) with TCP, UDP or SCTP.
+pub fn parse_ts(text: &str) -> Result<Selector, String> {
+    let (addr, extra) = match text.split_once('[') {
+        None => (text, None),
+        Some((a, rest)) => (
+            a,
+            Some(
+                rest.strip_suffix(']')
+                    .ok_or_else(|| format!("`{text}`: `[` without its `]`"))?,
+            ),
+        ),
+    };
+    let bad = |why: &str| format!("`{text}`: {why}");
+    let (start, end) = if let Some((a, len)) = addr.split_once('/') {
+        let a: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| bad("not an address before the `/`"))?;
+        let bits = if a.is_ipv4() { 32 } else { 128 };
+        let len: u32 = len
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&l| l <= bits)
+            .ok_or_else(|| bad(&format!("the prefix length is not 0 to {bits}")))?;
+        let v = match a {
+            IpAddr::V4(x) => u128::from(u32::from(x)),
+            IpAddr::V6(x) => u128::from(x),
+        };
+        let host = if len == bits {
+            0
+        } else {
+            u128::MAX >> (128 - bits + len)
+        };
+        if v & host != 0 {
+            return Err(bad("host bits set after the prefix length"));
+        }
+        let back = |v: u128| -> IpAddr {
+            match a {
+                IpAddr::V4(_) => std::net::Ipv4Addr::from(v as u32).into(),
+                IpAddr::V6(_) => std::net::Ipv6Addr::from(v).into(),
+            }
+        };
+        (a, back(v | host))
+    } else if let Some((a, b)) = addr.split_once('-') {
+        let a: IpAddr = a.trim().parse().map_err(|_| bad("not an address range"))?;
+        let b: IpAddr = b.trim().parse().map_err(|_| bad("not an address range"))?;
+        if a.is_ipv4() != b.is_ipv4() || a > b {
+            return Err(bad(
+                "a range goes from a lower to a higher address of one family",
+            ));
+        }
+        (a, b)
+    } else {
+        let a: IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| bad("not a prefix, address or range"))?;
+        (a, a)
+    };
+    let mut s = Selector {
+        protocol: 0,
+        start_port: 0,
+        end_port: u16::MAX,
+        start,
+        end,
+    };
+    let Some(extra) = extra else {
+        return Ok(s);
+    };
+    let (proto, ports) = match extra.split_once('/') {
+        Some((p, x)) => (p, Some(x)),
+        None => (extra, None),
+    };
+    s.protocol = match proto.trim() {
+        "tcp" => 6,
+        "udp" => 17,
+        "icmp" => 1,
+        "icmpv6" | "ipv6-icmp" => 58,
+        "sctp" => 132,
+        n => n.parse().map_err(|_| {
+            bad("the protocol is not tcp, udp, icmp, icmpv6, sctp or a number from 0 to 255")
+        })?,
+    };
+    if let Some(ports) = ports {
+        if !matches!(s.protocol, 6 | 17 | 132) {
+            return Err(bad("ports need tcp, udp or sctp"));
+        }
+        let port = |p: &str| -> Result<u16, String> {
+            p.trim().parse().map_err(|_| bad("a port is 0 to 65535"))
+        };
+        let (lo, hi) = match ports.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(ports)?, port(ports)?),
+        };
+        if lo > hi {
+            return Err(bad("the port range goes from high to low"));
+        }
+        (s.start_port, s.end_port) = (lo, hi);
+    }
+    Ok(s)
+}
+
 /// Parses an identity: `dn:...`, an IP address, `user@host` or an FQDN.
 pub fn parse_id(s: &str) -> Result<Id, String> {
     if s.is_empty() {
@@ -495,12 +633,18 @@ pub struct Peer {
     pub cert: Option<Arc<CertAuth>>,
     pub ike: Vec<IkeProposal>,
     pub esp: Vec<EspProposal>,
+    /// Its tunnel interface, or empty with `interface`.
     pub tunnel: String,
+    /// Policy-based: the interface whose SPD gets its child SAs' policies, and their
+    /// priority.
+    pub interface: Option<String>,
+    pub policy_priority: u32,
     pub initiate: bool,
     pub ike_lifetime: Option<Duration>,
     pub child_lifetime: Option<Duration>,
     pub dpd: Option<Duration>,
-    /// The selectors a tunnel's child SA covers: everything, of both families.
+    /// The selectors its child SAs may cover, ours and the peer's (`local_ts`,
+    /// `remote_ts`): everything, of both families, unless configured.
     pub local_ts: Vec<Selector>,
     pub remote_ts: Vec<Selector>,
     /// UDP encapsulation forced (the tunnel's `nat_t`): IKE moves to port 4500 after
@@ -620,9 +764,23 @@ impl PeerConfig {
         if initiate && remote.is_none() {
             return Err("start: a peer with remote = \"any\" cannot initiate".into());
         }
-        if self.tunnel.is_empty() {
-            return Err("tunnel: empty".into());
-        }
+        let interface = match (&self.interface, self.tunnel.is_empty()) {
+            (None, true) => {
+                return Err(
+                    "tunnel: empty; a peer needs a tunnel (route-based) or an interface (policy-based)"
+                        .into(),
+                )
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "interface: a peer's child SAs go on tunnel {:?} or into an interface's SPD, not both",
+                    self.tunnel
+                ))
+            }
+            (Some(i), true) if i.is_empty() => return Err("interface: empty".into()),
+            (i, _) => i.clone(),
+        };
+        let (local_ts, remote_ts) = self.resolve_ts(remote, interface.is_some())?;
         let secs = |s: u32| (s > 0).then(|| Duration::from_secs(u64::from(s)));
         if self.ike_lifetime_s != 0 && !(10..=MAX_IKE_LIFETIME_S).contains(&self.ike_lifetime_s) {
             return Err(format!(
@@ -662,18 +820,67 @@ impl PeerConfig {
             ike,
             esp,
             tunnel: self.tunnel.clone(),
+            interface,
+            policy_priority: self.policy_priority,
             initiate,
             ike_lifetime: secs(self.ike_lifetime_s),
             child_lifetime: secs(self.child_lifetime_s),
             dpd: secs(self.dpd_s),
-            local_ts: vec![Selector::any(false), Selector::any(true)],
-            remote_ts: vec![Selector::any(false), Selector::any(true)],
+            local_ts,
+            remote_ts,
             encap: false,
             keepalive: Duration::from_secs(20),
             fragment_size: self.fragment_size as usize,
             retransmit_tries: self.retransmit_tries,
             pools,
         })
+    }
+
+    /// `local_ts` and `remote_ts` as selectors, or their defaults (`remote`: the peer's
+    /// address if known; `policy`: the peer has an `interface`).
+    fn resolve_ts(
+        &self,
+        remote: Option<IpAddr>,
+        policy: bool,
+    ) -> Result<(Vec<Selector>, Vec<Selector>), String> {
+        let any = || vec![Selector::any(false), Selector::any(true)];
+        let mut sides = Vec::with_capacity(2);
+        for (field, list) in [("local_ts", &self.local_ts), ("remote_ts", &self.remote_ts)] {
+            if list.len() > MAX_TS {
+                return Err(format!(
+                    "{field}: {} selectors; at most {MAX_TS}",
+                    list.len()
+                ));
+            }
+            let mut out = Vec::with_capacity(list.len());
+            for (k, t) in list.iter().enumerate() {
+                let s = parse_ts(t).map_err(|e| format!("{field}[{k}]: {e}"))?;
+                if !policy && (s.protocol != 0 || s.start_port != 0 || s.end_port != u16::MAX) {
+                    return Err(format!(
+                        "{field}[{k}]: `{t}`: a tunnel carries whatever is routed to it; a protocol or ports need a policy-based peer (`interface`)"
+                    ));
+                }
+                out.push(s);
+            }
+            sides.push(out);
+        }
+        let remote_ts = sides.pop().unwrap_or_default();
+        let local_ts = sides.pop().unwrap_or_default();
+        let local_ts = match (local_ts.is_empty(), policy) {
+            (false, _) => local_ts,
+            (true, false) => any(),
+            (true, true) => vec![Selector::host(self.local)],
+        };
+        let remote_ts = match (remote_ts.is_empty(), policy, remote) {
+            (false, _, _) => remote_ts,
+            (true, false, _) => any(),
+            (true, true, Some(r)) => vec![Selector::host(r)],
+            (true, true, None) if !self.pools.is_empty() => any(),
+            (true, true, None) => return Err(
+                "remote_ts: needed with remote = \"any\" and no pools (the peers' networks; else any peer could claim the interface's traffic)".into(),
+            ),
+        };
+        Ok((local_ts, remote_ts))
     }
 
     /// `pools`: each a prefix, none overlapping another, at most [`MAX_POOLS`] of them
@@ -886,6 +1093,78 @@ mod tests {
 
     fn toml_like() -> PeerConfig {
         PeerConfig::new("b", "192.0.2.1".parse().unwrap(), "192.0.2.2", "ipsec0")
+    }
+
+    #[test]
+    fn traffic_selectors_are_parsed_as_strongswan_writes_them() {
+        let s = parse_ts("10.1.0.0/24").unwrap();
+        assert_eq!(
+            (s.start.to_string(), s.end.to_string(), s.protocol),
+            ("10.1.0.0".into(), "10.1.0.255".into(), 0)
+        );
+        assert_eq!((s.start_port, s.end_port), (0, 65535));
+        let s = parse_ts("2001:db8::/127[udp/5201]").unwrap();
+        assert_eq!(s.end.to_string(), "2001:db8::1");
+        assert_eq!((s.protocol, s.start_port, s.end_port), (17, 5201, 5201));
+        let s = parse_ts("10.0.0.1-10.0.0.9[tcp/1000-2000]").unwrap();
+        assert_eq!((s.protocol, s.start_port, s.end_port), (6, 1000, 2000));
+        assert_eq!(parse_ts("192.0.2.7[47]").unwrap().protocol, 47);
+        assert_eq!(parse_ts("0.0.0.0/0").unwrap(), Selector::any(false));
+        for (bad, why) in [
+            ("10.1.0.1/24", "host bits"),
+            ("10.1.0.0/33", "prefix length"),
+            ("10.1.0.9-10.1.0.1", "lower to a higher"),
+            ("10.1.0.1-2001:db8::1", "one family"),
+            ("ten", "not a prefix"),
+            ("10.1.0.0/24[icmp/8]", "ports need"),
+            ("10.1.0.0/24[bogus]", "protocol"),
+            ("10.1.0.0/24[tcp/9-1]", "high to low"),
+            ("10.1.0.0/24[tcp", "without its"),
+        ] {
+            let e = parse_ts(bad).unwrap_err();
+            assert!(e.contains(why) && e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_peer_lands_on_a_tunnel_or_an_interface_with_its_selectors() {
+        let psk = Some(&b"0123456789abcdef"[..]);
+        // A tunnel peer: everything, unless narrowed by address.
+        let t = toml_like().resolve(psk).unwrap();
+        assert_eq!(t.local_ts, [Selector::any(false), Selector::any(true)]);
+        assert!(t.interface.is_none());
+        let mut c = toml_like();
+        c.remote_ts = vec!["10.2.0.0/16[tcp]".into()];
+        assert!(c.resolve(psk).unwrap_err().starts_with("remote_ts[0]: "));
+        c.remote_ts = vec!["10.2.0.0/16".into()];
+        assert_eq!(c.resolve(psk).unwrap().remote_ts.len(), 1);
+        // Policy-based: the peers' own addresses by default.
+        let mut c = toml_like();
+        c.tunnel.clear();
+        c.interface = Some("wan".into());
+        let p = c.resolve(psk).unwrap();
+        assert_eq!(p.local_ts, [Selector::host(c.local)]);
+        assert_eq!(p.remote_ts, [Selector::host("192.0.2.2".parse().unwrap())]);
+        assert_eq!(
+            (p.interface.as_deref(), p.policy_priority),
+            (Some("wan"), 100)
+        );
+        // Anyone may answer: its networks are needed, or pools.
+        c.remote = "any".into();
+        c.remote_id = Some("rw.example".into());
+        assert!(c.resolve(psk).unwrap_err().starts_with("remote_ts: needed"));
+        c.pools = vec!["10.200.0.0/24".into()];
+        assert_eq!(c.resolve(psk).unwrap().remote_ts.len(), 2);
+        // Both, or neither.
+        let mut c = toml_like();
+        c.interface = Some("wan".into());
+        assert!(c.resolve(psk).unwrap_err().starts_with("interface: "));
+        c.interface = None;
+        c.tunnel.clear();
+        assert!(c.resolve(psk).unwrap_err().starts_with("tunnel: empty"));
+        c.local_ts = (0..17).map(|k| format!("10.0.{k}.0/24")).collect();
+        c.interface = Some("wan".into());
+        assert!(c.resolve(psk).unwrap_err().contains("at most 16"));
     }
 
     #[test]

@@ -27,7 +27,8 @@ const BURST: usize = 64;
 
 /// Where child SAs go: the fast path's SAD, or a test's list.
 pub trait Dataplane: Send + 'static {
-    /// Installs both directions; an error is logged and the child counted as failed.
+    /// Installs both directions, or neither: an error is logged, the child counted as
+    /// failed and deleted ([`Engine::child_failed`]).
     fn child_up(&mut self, child: &ChildSpec) -> Result<(), String>;
     /// Removes both directions (`chosen`: [`Event::ChildDown`]'s).
     fn child_down(
@@ -87,13 +88,18 @@ impl Shared {
                             c.spi_in,
                             c.spi_out
                         ),
-                        Err(e) => tracing::warn!(
-                            peer = c.peer,
-                            tunnel = c.tunnel,
-                            "IKE: child SA in {:08x} out {:08x} not installed: {e}",
-                            c.spi_in,
-                            c.spi_out
-                        ),
+                        Err(e) => {
+                            tracing::warn!(
+                                peer = c.peer,
+                                tunnel = c.tunnel,
+                                "IKE: child SA in {:08x} out {:08x} not installed (deleted): {e}",
+                                c.spi_in,
+                                c.spi_out
+                            );
+                            let mut ev = Vec::new();
+                            lock(&self.engine).child_failed(c.spi_in, Instant::now(), &mut ev);
+                            self.dispatch(ev);
+                        }
                     }
                 }
                 Event::ChildDown {

@@ -153,6 +153,10 @@ pub struct ChildSpec {
     /// chosen by the destinations of `remote_ts`, and sends to `remote`, instead of
     /// being the tunnel's one transmit SA.
     pub by_destination: bool,
+    /// Policy-based (`tunnel` empty): the interface whose SPD gets its policies, and their
+    /// priority.
+    pub interface: Option<String>,
+    pub policy_priority: u32,
 }
 
 /// Counters (`show ike`, metrics).
@@ -236,6 +240,8 @@ pub struct FailCounters {
     pub timeout: u64,
     pub peer_refused: u64,
     pub crypto: u64,
+    /// Child SAs negotiated that the data plane could not install ([`Engine::child_failed`]).
+    pub install: u64,
 }
 
 /// An IKE SA's state.
@@ -3168,6 +3174,8 @@ impl Engine {
             remote_ts,
             udp_encap,
             by_destination,
+            interface: peer.interface.clone(),
+            policy_priority: peer.policy_priority,
         };
         self.counters.children_installed += 1;
         out.push(Event::ChildUp(spec));
@@ -3254,6 +3262,52 @@ impl Engine {
             if let Some(o) = old_out {
                 self.remove_child(spi, o, out);
             }
+        }
+    }
+
+    /// The data plane could not install the child SA whose inbound SPI is `spi_in` (its
+    /// [`Event::ChildUp`]; it installed none of it): forgotten here, and the peer asked to
+    /// delete it too (INFORMATIONAL Delete, §1.4.1), so that neither side holds a child
+    /// without SAs. An IKE SA this side set up for an initiating peer, left without
+    /// children, is deleted instead: the peer is set up again, with new SPIs. Counted in
+    /// `failed.install`. (Found by a scan: failures are rare.)
+    pub fn child_failed(&mut self, spi_in: u32, now: Instant, out: &mut Vec<Event>) {
+        let found = self.sas.iter_mut().find_map(|(&spi, sa)| {
+            let k = sa.children.iter().position(|c| c.spi_in == spi_in)?;
+            sa.children.remove(k);
+            sa.children.shrink_to_fit();
+            let again = sa.children.is_empty()
+                && sa.initiator
+                && sa.peer.as_ref().is_some_and(|p| p.initiate);
+            Some((
+                spi,
+                again,
+                sa.state == State::Established && sa.pending.is_none(),
+            ))
+        });
+        let Some((spi, again, can_ask)) = found else {
+            return;
+        };
+        self.child_spis.remove(&spi_in);
+        self.counters.failed.install += 1;
+        if again {
+            self.delete_ike(spi, now, out);
+        } else if can_ask {
+            self.send_request(
+                spi,
+                exchange::INFORMATIONAL,
+                Asked::DeleteChild(spi_in),
+                &[Payload::Delete {
+                    protocol: proto::ESP,
+                    spis: vec![spi_in.to_be_bytes().to_vec()],
+                }],
+                now,
+                out,
+            );
+        } else {
+            tracing::warn!(
+                "IKE: child SA {spi_in:08x} not installed: the peer keeps its side until it rekeys or deletes it (a request is outstanding)"
+            );
         }
     }
 

@@ -366,6 +366,17 @@ const TS_IPV4: u8 = 7;
 const TS_IPV6: u8 = 8;
 
 impl Selector {
+    /// One address, all protocols and ports.
+    pub fn host(a: IpAddr) -> Selector {
+        Selector {
+            protocol: 0,
+            start_port: 0,
+            end_port: u16::MAX,
+            start: a,
+            end: a,
+        }
+    }
+
     /// Everything of one family: `0.0.0.0-255.255.255.255`, all protocols and ports.
     pub fn any(v6: bool) -> Selector {
         let (start, end): (IpAddr, IpAddr) = if v6 {

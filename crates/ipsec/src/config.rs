@@ -790,6 +790,8 @@ impl IpsecConfig {
                 ));
             }
             match self.tunnels.iter().find(|t| t.name == c.tunnel) {
+                // Policy-based (or neither: `resolve` names that).
+                None if c.tunnel.is_empty() => {}
                 None => p.push((
                     at("tunnel"),
                     format!("no [[ipsec.tunnel]] named {:?}", c.tunnel),
@@ -868,9 +870,18 @@ impl IpsecConfig {
         }
     }
 
-    /// Whether any tunnel or policy is configured (ESP is then decrypted on the ports).
+    /// Whether any tunnel or policy is configured, or a policy-based IKE peer (ESP is
+    /// then decrypted on the ports).
     pub fn active(&self) -> bool {
-        !self.tunnels.is_empty() || !self.policies.is_empty()
+        !self.tunnels.is_empty()
+            || !self.policies.is_empty()
+            || self.ike_interfaces().next().is_some()
+    }
+
+    /// The interfaces policy-based IKE peers put their child SAs' policies on (both
+    /// directions).
+    pub fn ike_interfaces(&self) -> impl Iterator<Item = &str> {
+        self.peers.iter().filter_map(|p| p.interface.as_deref())
     }
 
     /// Problems, as (path, message), the path in the config's terms
@@ -885,6 +896,18 @@ impl IpsecConfig {
         // check, not in `plan_with`, which runs again for every SA IKE installs.
         if let Err(e) = self.ike_peers() {
             p.extend(e);
+        }
+        for (i, peer) in self.peers.iter().enumerate() {
+            if let Some(f) = peer.interface.as_deref().filter(|f| !f.is_empty()) {
+                if !reserved.contains(&f) {
+                    p.push((
+                        format!("ipsec.peer[{i}].interface"),
+                        format!(
+                            "no [[port]] or [[vlan]] named {f:?} (a policy-based peer's policies belong to a port or VLAN sub-interface; for a tunnel, write tunnel = {f:?})"
+                        ),
+                    ));
+                }
+            }
         }
         for (i, pol) in self.policies.iter().enumerate() {
             if !reserved.contains(&pol.interface.as_str()) {
@@ -1033,6 +1056,8 @@ impl IpsecConfig {
         };
         let mut out_of: HashMap<&str, usize> = HashMap::new();
         let mut spis: HashMap<u32, usize> = HashMap::new();
+        // Outbound policy SAs by SPI: the first of each.
+        let mut policy_out: HashMap<u32, usize> = HashMap::new();
         let mut planned = Vec::new();
         let config_sas = self.sas.len();
         let name_of = |k: usize| match k.checked_sub(config_sas).and_then(|j| extra.get(j)) {
@@ -1052,7 +1077,18 @@ impl IpsecConfig {
             };
             let policy_sa = s.tunnel.is_empty();
             let tunnel = if policy_sa {
-                self.policy_sa_problems(i, s, &mut p);
+                Self::policy_sa_problems(s, &at, &mut p);
+                if s.direction == SaDirection::Out {
+                    // (Found by SPI: IKE's policy children come and go one at a time.)
+                    if let Some(&first) = policy_out.get(&s.spi) {
+                        p.push((
+                            at("spi"),
+                            format!("{:#x} is already the SPI of outbound policy SA {}: policies name their SA by SPI", s.spi, name_of(first)),
+                        ));
+                    } else {
+                        policy_out.insert(s.spi, i);
+                    }
+                }
                 Some(POLICY_SA)
             } else {
                 self.tunnels.iter().position(|t| t.name == s.tunnel)
@@ -1153,16 +1189,12 @@ impl IpsecConfig {
                 }
             }
         } else {
-            for (f, set) in [
-                ("selectors", !s.selectors.is_empty()),
-                ("remote_port", s.remote_port.is_some()),
-            ] {
-                if set {
-                    p.push((
-                        at(f),
-                        "applies only to a tunnel's SA (a policy SA's traffic is the SPD's)".into(),
-                    ));
-                }
+            // (`remote_port` puts a policy SA's ESP in UDP as a tunnel's: NAT-T.)
+            if !s.selectors.is_empty() {
+                p.push((
+                    at("selectors"),
+                    "applies only to a tunnel's SA (a policy SA's traffic is the SPD's)".into(),
+                ));
             }
         }
         if s.remote_port == Some(0) {
@@ -1300,8 +1332,7 @@ impl IpsecConfig {
     }
 
     /// What is wrong with policy SA `i` (`[[ipsec.sa]]` without `tunnel`).
-    fn policy_sa_problems(&self, i: usize, s: &SaEntry, p: &mut Vec<(String, String)>) {
-        let at = |f: &str| format!("ipsec.sa[{i}].{f}");
+    fn policy_sa_problems(s: &SaEntry, at: &dyn Fn(&str) -> String, p: &mut Vec<(String, String)>) {
         match (s.mode.unwrap_or(SaMode::Tunnel), s.local, s.remote) {
             (SaMode::Transport, None, None) => {}
             (SaMode::Transport, ..) => p.push((
@@ -1325,16 +1356,6 @@ impl IpsecConfig {
                 at(if l.is_none() { "local" } else { "remote" }),
                 "a policy SA in tunnel mode needs local and remote (its outer addresses); or mode = \"transport\"".into(),
             )),
-        }
-        if s.direction == SaDirection::Out {
-            if let Some(first) = self.sas[..i].iter().position(|o| {
-                o.tunnel.is_empty() && o.direction == SaDirection::Out && o.spi == s.spi
-            }) {
-                p.push((
-                    at("spi"),
-                    format!("{:#x} is already the SPI of outbound policy SA ipsec.sa[{first}]: policies name their SA by SPI", s.spi),
-                ));
-            }
         }
     }
 
@@ -1899,6 +1920,82 @@ tunnel = \"ipsec0\"
         let e = c.ike_peers().unwrap_err();
         assert_eq!(e[0].0, "ipsec.peer[1].pools[0]", "{e:?}");
         assert!(e[0].1.contains("host bits"), "{e:?}");
+    }
+
+    #[test]
+    fn policy_sas_given_beside_the_config_are_checked_under_their_own_names() {
+        // No SA in the config, three policy SAs given (as IKE's policy children give them):
+        // the third's outbound SPI is the first's.
+        let c = IpsecConfig::default();
+        let sa = |dir, spi| {
+            let mut x = ExtraSa::for_tunnel(
+                "",
+                dir,
+                spi,
+                "aes-128-gcm".into(),
+                "none",
+                true,
+                &[7; 20],
+                &[],
+            );
+            x.entry.local = Some("192.0.2.1".parse().unwrap());
+            x.entry.remote = Some("192.0.2.2".parse().unwrap());
+            x
+        };
+        let ok = [sa(SaDirection::In, 0x501), sa(SaDirection::Out, 0x601)];
+        assert_eq!(c.plan_keyed(&[], &ok, &Ok(None)).unwrap().len(), 2);
+        let mut bad = vec![sa(SaDirection::In, 0x501), sa(SaDirection::Out, 0x601)];
+        bad.push(sa(SaDirection::Out, 0x601));
+        bad[2].entry.remote = None;
+        let Err(e) = c.plan_keyed(&[], &bad, &Ok(None)) else {
+            panic!("planned")
+        };
+        assert_eq!(
+            e,
+            [
+                (
+                    "sa out 0x601.remote".to_string(),
+                    "a policy SA in tunnel mode needs local and remote (its outer addresses); or mode = \"transport\"".to_string()
+                ),
+                (
+                    "sa out 0x601.spi".to_string(),
+                    "0x601 is already the SPI of outbound policy SA sa out 0x601: policies name their SA by SPI".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_policy_based_peer_names_a_port_and_turns_ipsec_on() {
+        let f = key_file("[a]\npsk = \"0123456789abcdef0123\"\n", 0o600);
+        let text = |iface: &str| {
+            format!(
+                "key_file = \"{}\"\n\
+                 [[peer]]\nname = \"a\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+                 psk = \"a\"\ninterface = \"{iface}\"\nlocal_ts = [\"10.1.0.0/24\"]\n\
+                 remote_ts = [\"10.2.0.0/24\"]\n",
+                f.display()
+            )
+        };
+        let c: IpsecConfig = toml::from_str(&text("wan")).unwrap();
+        assert!(c.active());
+        assert_eq!(c.ike_interfaces().collect::<Vec<_>>(), ["wan"]);
+        assert!(
+            c.validate(&["wan"]).is_empty(),
+            "{:?}",
+            c.validate(&["wan"])
+        );
+        let peers = c.ike_peers().unwrap();
+        assert_eq!(peers[0].interface.as_deref(), Some("wan"));
+        assert!(peers[0].tunnel.is_empty());
+        let c: IpsecConfig = toml::from_str(&text("ipsec0")).unwrap();
+        let e = c.validate(&["wan"]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].0, "ipsec.peer[0].interface");
+        assert!(
+            e[0].1.contains("no [[port]] or [[vlan]] named \"ipsec0\""),
+            "{e:?}"
+        );
     }
 
     #[test]

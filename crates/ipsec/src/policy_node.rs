@@ -542,7 +542,7 @@ mod tests {
              [[policy]]\ninterface = \"wan\"\ndirection = \"out\"\npriority = 1\ndst = \"10.2.0.0/24\"\nprotocol = \"udp\"\naction = \"protect\"\nsa = 0x1001\n",
         )
         .unwrap();
-        let spd = Spd::compile(&cfg, &["wan".to_string()], 1, &Spd::default()).unwrap();
+        let spd = Spd::compile(&cfg, &[], &["wan".to_string()], 1, &Spd::default()).unwrap();
         let t = spd.out(0).unwrap();
         let v = |f: Vec<u8>| verdict(t, &parse4(&f, 0).unwrap(), false);
         // Priority 0 (the discard of UDP 9) first, then 1, then 5.

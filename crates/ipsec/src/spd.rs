@@ -20,7 +20,7 @@ use std::sync::Arc;
 use firewall::classify::{self, Classifier, Match, Options, Rule};
 use serde::Serialize;
 
-use crate::config::{IpsecConfig, PolicyAction, PolicyEntry, SaDirection};
+use crate::config::{IpsecConfig, PolicyAction, PolicyEntry, SaDirection, SpiList};
 use crate::sad::NONE;
 
 /// What an SPD says of a packet.
@@ -119,6 +119,165 @@ pub struct PolicyView {
     pub sa: Vec<u32>,
     /// Packets that matched it.
     pub matches: u64,
+    /// Made by IKE for a child SA of this peer (policy-based), not in the config.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+}
+
+/// A policy IKE made for a child SA of a policy-based peer (one with `interface`): it
+/// follows the config's at its priority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IkePolicy {
+    /// The peer (`[[ipsec.peer]]`) whose child SAs it is for.
+    pub peer: String,
+    /// The policy, as a config entry would say it.
+    pub entry: PolicyEntry,
+}
+
+/// A child SA of a policy-based IKE peer, as its policies need it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IkeChild {
+    /// Its peer's name.
+    pub peer: String,
+    /// The port or VLAN sub-interface whose SPD gets its policies.
+    pub interface: String,
+    /// Their priority.
+    pub priority: u32,
+    /// The selectors negotiated: ours (source of what it sends) and the peer's.
+    pub local_ts: Vec<ike::wire::Selector>,
+    /// The peer's.
+    pub remote_ts: Vec<ike::wire::Selector>,
+    /// Its inbound SA's SPI (ours).
+    pub spi_in: u32,
+    /// Its outbound SA's SPI (the peer's).
+    pub spi_out: u32,
+}
+
+/// The most policies one child SA's selectors make (a range that is no prefix makes
+/// several prefixes, and each pair of ours and the peer's a policy per direction).
+pub const MAX_CHILD_POLICIES: usize = 256;
+
+/// The policies of policy-based IKE children, `children` in the order they were
+/// installed. Children of one peer with the same interface, priority and selectors (a
+/// child SA and the one rekeying it, or several children alike) share their policies: out,
+/// PROTECT with the newest child's outbound SA (so a rekey switches once its new SA is
+/// in); in, PROTECT naming every such child's inbound SA. An error names the child whose
+/// selectors the SPD cannot hold (ICMP types, more than [`MAX_CHILD_POLICIES`]).
+pub fn ike_policies(children: &[IkeChild]) -> Result<Vec<IkePolicy>, String> {
+    let mut out = Vec::new();
+    for (k, c) in children.iter().enumerate() {
+        let same = |o: &IkeChild| {
+            o.peer == c.peer
+                && o.interface == c.interface
+                && o.priority == c.priority
+                && o.local_ts == c.local_ts
+                && o.remote_ts == c.remote_ts
+        };
+        // Each group once, where its first child is.
+        if children[..k].iter().any(same) {
+            continue;
+        }
+        let group: Vec<&IkeChild> = children[k..].iter().filter(|o| same(o)).collect();
+        let spi_out = group.last().map_or(c.spi_out, |g| g.spi_out);
+        let spis_in: Vec<u32> = group.iter().map(|g| g.spi_in).collect();
+        let made = child_policies(c, spi_out, &spis_in)
+            .map_err(|e| format!("child SA {:08x} of IKE peer {:?}: {e}", c.spi_in, c.peer))?;
+        out.extend(made.into_iter().map(|entry| IkePolicy {
+            peer: c.peer.clone(),
+            entry,
+        }));
+    }
+    Ok(out)
+}
+
+/// One child's selectors as policies: for each pair of our and the peer's selectors of
+/// one family and compatible protocols, and each pair of their prefixes, an outbound and
+/// an inbound PROTECT policy.
+fn child_policies(c: &IkeChild, spi_out: u32, spis_in: &[u32]) -> Result<Vec<PolicyEntry>, String> {
+    use firewall::config::{PortList, Protocol};
+    use ike::wire::Selector;
+    let ports = |s: &Selector, proto: u8| -> Result<PortList, String> {
+        if s.start_port == 0 && s.end_port == u16::MAX {
+            return Ok(PortList::default());
+        }
+        if !matches!(proto, 6 | 17 | 132) {
+            return Err(format!(
+                "ports {}-{} with protocol {proto}: an SPD selects ports of TCP, UDP and SCTP only",
+                s.start_port, s.end_port
+            ));
+        }
+        Ok(PortList(vec![s.start_port..=s.end_port]))
+    };
+    let prefixes = |s: &Selector| -> Result<Vec<String>, String> {
+        crate::dests::range_prefixes(s.start, s.end)
+            .map(|v| v.into_iter().map(|(a, l)| format!("{a}/{l}")).collect())
+            .ok_or_else(|| format!("{}-{}: not a range of one family", s.start, s.end))
+    };
+    let mut out = Vec::new();
+    for l in &c.local_ts {
+        for r in &c.remote_ts {
+            if l.start.is_ipv4() != r.start.is_ipv4() {
+                continue;
+            }
+            let proto = match (l.protocol, r.protocol) {
+                (0, p) | (p, 0) => p,
+                (a, b) if a == b => a,
+                _ => continue,
+            };
+            let (lports, rports) = (ports(l, proto)?, ports(r, proto)?);
+            let protocol = (proto != 0).then_some(Protocol(proto));
+            let (lp, rp) = (prefixes(l)?, prefixes(r)?);
+            if out.len() + 2 * lp.len() * rp.len() > MAX_CHILD_POLICIES {
+                return Err(format!(
+                    "its selectors make more than {MAX_CHILD_POLICIES} policies"
+                ));
+            }
+            for a in &lp {
+                for b in &rp {
+                    let entry =
+                        |direction, src: &str, dst: &str, sp: &PortList, dp: &PortList, sa| {
+                            PolicyEntry {
+                                interface: c.interface.clone(),
+                                direction,
+                                priority: c.priority,
+                                src: Some(src.to_string()),
+                                dst: Some(dst.to_string()),
+                                protocol,
+                                src_ports: sp.clone(),
+                                dst_ports: dp.clone(),
+                                action: PolicyAction::Protect,
+                                sa: Some(sa),
+                            }
+                        };
+                    out.push(entry(
+                        SaDirection::Out,
+                        a,
+                        b,
+                        &lports,
+                        &rports,
+                        SpiList::One(spi_out),
+                    ));
+                    out.push(entry(
+                        SaDirection::In,
+                        b,
+                        a,
+                        &rports,
+                        &lports,
+                        SpiList::Many(spis_in.to_vec()),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A policy by where it comes from: `ipsec.policy[3]`, or IKE's for a peer.
+fn label(i: usize, peer: Option<&str>) -> String {
+    match peer {
+        None => format!("ipsec.policy[{i}]"),
+        Some(p) => format!("IKE peer {p:?}'s policy"),
+    }
 }
 
 /// Every interface's SPD.
@@ -169,11 +328,12 @@ impl Spd {
         self.policies.is_empty()
     }
 
-    /// Compile `cfg`'s policies over the fast path's interfaces `names` (by index), for
-    /// `workers` workers; counters of policies unchanged since `prev` go on. Errors name
-    /// the policy.
+    /// Compile `cfg`'s policies, then IKE's (`ike`), over the fast path's interfaces
+    /// `names` (by index), for `workers` workers; counters of policies unchanged since
+    /// `prev` go on. Errors name the policy.
     pub fn compile(
         cfg: &IpsecConfig,
+        ike: &[IkePolicy],
         names: &[String],
         workers: usize,
         prev: &Spd,
@@ -184,8 +344,14 @@ impl Spd {
             inb: (0..n).map(|_| None).collect(),
             ..Spd::default()
         };
-        for (i, p) in cfg.policies.iter().enumerate() {
-            let at = format!("ipsec.policy[{i}]");
+        let all: Vec<(&PolicyEntry, Option<&str>)> = cfg
+            .policies
+            .iter()
+            .map(|p| (p, None))
+            .chain(ike.iter().map(|x| (&x.entry, Some(x.peer.as_str()))))
+            .collect();
+        for (i, &(p, peer)) in all.iter().enumerate() {
+            let at = label(i, peer);
             let iface = names
                 .iter()
                 .position(|x| *x == p.interface)
@@ -214,6 +380,7 @@ impl Spd {
                 action: p.action.name(),
                 sa: spis.clone(),
                 matches: 0,
+                peer: peer.map(str::to_string),
             });
             spd.policies.push(Policy {
                 action: p.action,
@@ -226,10 +393,8 @@ impl Spd {
         // Per interface and direction, the policies by priority (ties: config order).
         for (iface, name) in names.iter().enumerate() {
             for dir in [SaDirection::Out, SaDirection::In] {
-                let mut mine: Vec<usize> = (0..cfg.policies.len())
-                    .filter(|&i| {
-                        cfg.policies[i].interface == *name && cfg.policies[i].direction == dir
-                    })
+                let mut mine: Vec<usize> = (0..all.len())
+                    .filter(|&i| all[i].0.interface == *name && all[i].0.direction == dir)
                     .collect();
                 let default = cfg
                     .spds
@@ -239,8 +404,8 @@ impl Spd {
                 if mine.is_empty() && default.is_none() {
                     continue;
                 }
-                mine.sort_by_key(|&i| (cfg.policies[i].priority, i));
-                let t = table(cfg, &mine, default.unwrap_or(PolicyAction::Bypass))?;
+                mine.sort_by_key(|&i| (all[i].0.priority, i));
+                let t = table(&all, &mine, default.unwrap_or(PolicyAction::Bypass))?;
                 match dir {
                     SaDirection::Out => spd.out[iface] = Some(t),
                     SaDirection::In => spd.inb[iface] = Some(t),
@@ -306,13 +471,18 @@ fn net(s: &Option<String>) -> Result<Option<(IpAddr, u8)>, String> {
         .transpose()
 }
 
-/// One direction of one interface: `order` are the policies' indices, first match first.
-fn table(cfg: &IpsecConfig, order: &[usize], default: PolicyAction) -> Result<Table, String> {
+/// One direction of one interface: `order` are the policies' indices in `all` (with the
+/// peer of IKE's), first match first.
+fn table(
+    all: &[(&PolicyEntry, Option<&str>)],
+    order: &[usize],
+    default: PolicyAction,
+) -> Result<Table, String> {
     let (mut r4, mut p4, mut m4) = (Vec::new(), Vec::new(), Vec::new());
     let (mut r6, mut p6, mut m6) = (Vec::new(), Vec::new(), Vec::new());
     for &i in order {
-        let p = &cfg.policies[i];
-        let at = |f: &str| format!("ipsec.policy[{i}].{f}");
+        let (p, peer) = all[i];
+        let at = |f: &str| format!("{}.{f}", label(i, peer));
         let src = net(&p.src).map_err(|e| format!("{}: {e}", at("src")))?;
         let dst = net(&p.dst).map_err(|e| format!("{}: {e}", at("dst")))?;
         let fam = src.or(dst).map(|a| a.0.is_ipv4());
@@ -342,7 +512,7 @@ fn table(cfg: &IpsecConfig, order: &[usize], default: PolicyAction) -> Result<Ta
                         dport: dp.clone(),
                         proto: p.protocol.map(|x| x.0),
                     };
-                    r4.push(m.rule().map_err(|e| format!("ipsec.policy[{i}]: {e}"))?);
+                    r4.push(m.rule().map_err(|e| format!("{}: {e}", label(i, peer)))?);
                     p4.push(partial);
                     m4.push(i as u32);
                 }
@@ -358,7 +528,7 @@ fn table(cfg: &IpsecConfig, order: &[usize], default: PolicyAction) -> Result<Ta
                         dport: dp.clone(),
                         proto: p.protocol.map(|x| x.0),
                     };
-                    r6.push(m.rule().map_err(|e| format!("ipsec.policy[{i}]: {e}"))?);
+                    r6.push(m.rule().map_err(|e| format!("{}: {e}", label(i, peer)))?);
                     p6.push(partial);
                     m6.push(i as u32);
                 }
@@ -434,7 +604,7 @@ default = "discard"
     fn policies_match_by_priority_then_order_and_fragments_skip_port_selectors() {
         let c = cfg(POLICIES);
         let names: Vec<String> = vec!["eth0".into(), "eth1".into()];
-        let spd = Spd::compile(&c, &names, 2, &Spd::default()).unwrap();
+        let spd = Spd::compile(&c, &[], &names, 2, &Spd::default()).unwrap();
         let t = spd.out(1).unwrap();
         // Priority 100 first: the bypass of UDP 5001 and 6000-6010 to 10.2.0/24.
         assert_eq!(
@@ -499,7 +669,7 @@ default = "discard"
     fn counters_go_on_for_unchanged_policies_and_slots_resolve_by_spi() {
         let c = cfg(POLICIES);
         let names: Vec<String> = vec!["eth0".into(), "eth1".into()];
-        let mut a = Spd::compile(&c, &names, 2, &Spd::default()).unwrap();
+        let mut a = Spd::compile(&c, &[], &names, 2, &Spd::default()).unwrap();
         a.resolve(|spi| if spi == 0x1001 { 7 } else { NONE });
         assert_eq!(a.policies[0].slot, 7);
         assert_eq!(a.policies[3].slot, NONE, "inbound policies have no slot");
@@ -508,19 +678,175 @@ default = "discard"
         a.policies[2].count(1);
         let mut c2 = c.clone();
         c2.policies[2].dst = Some("10.2.8.0/24".into());
-        let b = Spd::compile(&c2, &names, 2, &a).unwrap();
+        let b = Spd::compile(&c2, &[], &names, 2, &a).unwrap();
         let r = b.report();
         let m = |i: usize| r.iter().find(|v| v.index == i).unwrap().matches;
         assert_eq!(m(0), 2);
         assert_eq!(m(2), 0, "a changed policy starts again");
         assert_eq!(r[0].interface, "eth1");
         assert_eq!(r[0].direction, "in");
-        let e = Spd::compile(&c, &["eth0".to_string()], 1, &a)
+        let e = Spd::compile(&c, &[], &["eth0".to_string()], 1, &a)
             .err()
             .unwrap();
         assert!(
             e.starts_with("ipsec.policy[0].interface: no interface named \"eth1\""),
             "{e}"
         );
+    }
+
+    fn ts(text: &str) -> ike::wire::Selector {
+        ike::config::parse_ts(text).unwrap()
+    }
+
+    fn child(spi_in: u32, spi_out: u32, lts: &[&str], rts: &[&str]) -> IkeChild {
+        IkeChild {
+            peer: "b".into(),
+            interface: "eth1".into(),
+            priority: 100,
+            local_ts: lts.iter().map(|t| ts(t)).collect(),
+            remote_ts: rts.iter().map(|t| ts(t)).collect(),
+            spi_in,
+            spi_out,
+        }
+    }
+
+    #[test]
+    fn ike_children_make_a_protect_policy_each_way_and_a_rekey_shares_them() {
+        let a = child(0xa1, 0xb1, &["10.1.0.0/24"], &["10.2.0.0/24"]);
+        let p = ike_policies(std::slice::from_ref(&a)).unwrap();
+        assert_eq!(p.len(), 2);
+        let (out, inb) = (&p[0].entry, &p[1].entry);
+        assert_eq!(
+            (out.direction, out.src.as_deref(), out.dst.as_deref()),
+            (SaDirection::Out, Some("10.1.0.0/24"), Some("10.2.0.0/24"))
+        );
+        assert_eq!(out.sa, Some(SpiList::One(0xb1)));
+        assert_eq!(
+            (inb.direction, inb.src.as_deref(), inb.dst.as_deref()),
+            (SaDirection::In, Some("10.2.0.0/24"), Some("10.1.0.0/24"))
+        );
+        assert_eq!(p[0].peer, "b");
+        // Its rekey: one pair of policies still, out with the new SA, in with both.
+        let b = child(0xa2, 0xb2, &["10.1.0.0/24"], &["10.2.0.0/24"]);
+        let p = ike_policies(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].entry.sa, Some(SpiList::One(0xb2)));
+        assert_eq!(p[1].entry.sa, Some(SpiList::Many(vec![0xa1, 0xa2])));
+        // The old one gone: the new one's alone.
+        let p = ike_policies(std::slice::from_ref(&b)).unwrap();
+        assert_eq!(p[1].entry.sa, Some(SpiList::Many(vec![0xa2])));
+        // Compiled after the config's, on the interface they name.
+        let c = cfg(POLICIES);
+        let names: Vec<String> = vec!["eth0".into(), "eth1".into()];
+        let ike = ike_policies(&[a, b]).unwrap();
+        let spd = Spd::compile(&c, &ike, &names, 2, &Spd::default()).unwrap();
+        let t = spd.out(1).unwrap();
+        let key = |src: &str, dst: &str| {
+            classify::key_v4(src.parse().unwrap(), dst.parse().unwrap(), 1000, 5001, 17)
+        };
+        // The config's UDP bypass (priority 100, before at the same priority) still wins.
+        assert_eq!(
+            t.classify4(&key("10.1.0.1", "10.2.0.5"), true),
+            Verdict::Policy(1)
+        );
+        let k = c.policies.len();
+        let k_in = k + 1;
+        let tcp = classify::key_v4(
+            "10.1.0.1".parse().unwrap(),
+            "10.2.0.5".parse().unwrap(),
+            1000,
+            80,
+            6,
+        );
+        assert_eq!(t.classify4(&tcp, true), Verdict::Policy(k));
+        assert_eq!(spd.policies[k].spis, vec![0xb2]);
+        let i = spd.inbound(1).unwrap();
+        let back = classify::key_v4(
+            "10.2.0.5".parse().unwrap(),
+            "10.1.0.1".parse().unwrap(),
+            80,
+            1000,
+            6,
+        );
+        assert_eq!(i.classify4(&back, true), Verdict::Policy(k_in));
+        let v = spd.report();
+        assert!(v
+            .iter()
+            .any(|x| x.index == k && x.peer.as_deref() == Some("b")));
+        assert!(v.iter().filter(|x| x.index < k).all(|x| x.peer.is_none()));
+    }
+
+    #[test]
+    fn ike_selectors_become_prefixes_ports_and_protocols() {
+        // A range that is no prefix, ports, both families (only pairs of one family).
+        let c = child(
+            1,
+            2,
+            &["10.1.0.1-10.1.0.2[tcp/80]", "2001:db8:1::/64"],
+            &["10.2.0.0/24[tcp]", "2001:db8:2::/64"],
+        );
+        let p = ike_policies(&[c]).unwrap();
+        let outs: Vec<_> = p
+            .iter()
+            .filter(|x| x.entry.direction == SaDirection::Out)
+            .map(|x| {
+                (
+                    x.entry.src.clone().unwrap(),
+                    x.entry.dst.clone().unwrap(),
+                    x.entry.protocol.map(|p| p.0),
+                    x.entry.src_ports.to_string(),
+                    x.entry.dst_ports.is_empty(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            outs,
+            [
+                (
+                    "10.1.0.1/32".into(),
+                    "10.2.0.0/24".into(),
+                    Some(6),
+                    "80".into(),
+                    true
+                ),
+                (
+                    "10.1.0.2/32".into(),
+                    "10.2.0.0/24".into(),
+                    Some(6),
+                    "80".into(),
+                    true
+                ),
+                (
+                    "2001:db8:1::/64".into(),
+                    "2001:db8:2::/64".into(),
+                    None,
+                    "".into(),
+                    true
+                ),
+            ]
+        );
+        // Inbound: the ports on the other side.
+        let inb = p
+            .iter()
+            .find(|x| x.entry.direction == SaDirection::In)
+            .unwrap();
+        assert_eq!(inb.entry.dst_ports.to_string(), "80");
+        // What an SPD cannot select, and too many policies, name the child.
+        let mut icmp = child(3, 4, &["10.1.0.0/24"], &["10.2.0.0/24"]);
+        icmp.remote_ts[0].protocol = 1;
+        icmp.remote_ts[0].start_port = 0x0800;
+        icmp.remote_ts[0].end_port = 0x0800;
+        let e = ike_policies(&[icmp]).unwrap_err();
+        assert!(
+            e.contains("child SA 00000003") && e.contains("TCP, UDP and SCTP"),
+            "{e}"
+        );
+        let wide = child(
+            5,
+            6,
+            &["10.0.0.1-10.255.255.254"],
+            &["10.0.0.1-10.255.255.254"],
+        );
+        assert!(ike_policies(&[wide]).unwrap_err().contains("more than 256"));
     }
 }

@@ -316,7 +316,10 @@ impl IpsecLab {
     /// host's prefixes routed via the other gateway's WAN address, two policy SAs in
     /// tunnel mode between the WAN addresses (gw1 sends with 0x1001, gw2 with 0x2001), and
     /// `wan`'s SPD: between the hosts' prefixes (both families) protect, in and out, but
-    /// UDP to port 5201 (bypass, both ways) and UDP to port 9 (discard, outbound).
+    /// UDP to port 5201 (bypass, both ways) and UDP to port 9 (discard, outbound). With
+    /// `ike`, no SAs and no protect policies: a policy-based peer
+    /// ([`IpsecLab::policy_peer_text`], `extra` right after it, so that settings there
+    /// amend it) whose child SAs bring theirs, and a discard policy each way behind them.
     pub fn policy_config_text(&self, n: u8, extra: &str) -> String {
         let other = 3 - n;
         let (out_key, in_key, out_spi, in_spi) = if n == 1 {
@@ -361,6 +364,13 @@ impl IpsecLab {
                 &theirs,
                 "protocol = \"udp\"\ndst_ports = 9\naction = \"discard\"\n",
             );
+            if self.ike {
+                // IKE's policies come at 100; should its SAs be gone, nothing between
+                // the prefixes leaves or enters in the clear.
+                pol += &policy("out", 1000, &mine, &theirs, "action = \"discard\"\n");
+                pol += &policy("in", 1000, &theirs, &mine, "action = \"discard\"\n");
+                continue;
+            }
             pol += &policy(
                 "out",
                 100,
@@ -388,14 +398,37 @@ impl IpsecLab {
              \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
              \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"192.0.2.{other}\"]\n\
              \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"2001:db8:ff::{other}\"]\n\
-             \n[ipsec]\nkey_file = \"{keys}\"\n{out}{inb}{pol}{extra}",
+             \n[ipsec]\nkey_file = \"{keys}\"\n{out}{peer_extra}{inb}{pol}{tail_extra}",
             sock = self.socket(n).display(),
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
             w = self.workers.max(1),
             keys = self.key_file(n).display(),
-            out = sa("out", out_spi, out_key),
-            inb = sa("in", in_spi, in_key),
+            out = if self.ike {
+                self.policy_peer_text(n)
+            } else {
+                sa("out", out_spi, out_key)
+            },
+            inb = if self.ike {
+                String::new()
+            } else {
+                sa("in", in_spi, in_key)
+            },
+            // With IKE, `extra` follows the peer (its settings may amend it).
+            peer_extra = if self.ike { extra } else { "" },
+            tail_extra = if self.ike { "" } else { extra },
+        )
+    }
+
+    /// Gateway `n`'s IKE peer, policy-based: its child SAs' policies in `wan`'s SPD,
+    /// between the hosts' prefixes (both families).
+    pub fn policy_peer_text(&self, n: u8) -> String {
+        let other = 3 - n;
+        format!(
+            "\n[[ipsec.peer]]\nname = \"gw{other}\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw{n}.lab\"\nremote_id = \"gw{other}.lab\"\npsk = \"ike-psk\"\ninterface = \"wan\"\nlocal_ts = [\"10.{n}.0.0/24\", \"2001:db8:a{n}::/64\"]\nremote_ts = [\"10.{other}.0.0/24\", \"2001:db8:a{other}::/64\"]\nstart = \"{}\"\ndpd_s = 2\n",
+            self.wan(n),
+            self.public(other),
+            if n == 1 { "initiate" } else { "respond" }
         )
     }
 

@@ -1881,3 +1881,117 @@ fn pools_stay_with_their_leases_across_a_reload_of_the_same_peers() {
     p.run(vec![], ev, false);
     assert_eq!((p.b.established(), p.b.leases()), (0, 0));
 }
+
+/// Policy-based peers (`interface`, selectors of their own): the child SA gets the
+/// selectors both allow, and says where its policies go.
+#[test]
+fn policy_based_peers_narrow_to_the_selectors_both_allow() {
+    let policy =
+        |name: &str, local: &str, remote: &str, start: &str, lts: &[&str], rts: &[&str]| {
+            PeerConfig {
+                start: start.into(),
+                ike_lifetime_s: 0,
+                child_lifetime_s: 0,
+                interface: Some("wan".into()),
+                local_ts: lts.iter().map(|s| s.to_string()).collect(),
+                remote_ts: rts.iter().map(|s| s.to_string()).collect(),
+                policy_priority: 50,
+                ..PeerConfig::new(name, local.parse().unwrap(), remote, "")
+            }
+            .resolve(Some(PSK))
+            .unwrap()
+        };
+    // a offers its /24 and asks for b's /16; b allows a's /24 and its own /24 only.
+    let a = policy(
+        "b",
+        "192.0.2.1",
+        "192.0.2.2",
+        "initiate",
+        &["10.1.0.0/24"],
+        &["10.2.0.0/16"],
+    );
+    let b = policy(
+        "a",
+        "192.0.2.2",
+        "192.0.2.1",
+        "respond",
+        &["10.2.0.0/24", "2001:db8:2::/48"],
+        &["10.1.0.0/24"],
+    );
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    check_child_keys(&p);
+    let (ca, cb) = (&p.a_children[0], &p.b_children[0]);
+    let range = |a: &str, b: &str| Selector {
+        start: a.parse().unwrap(),
+        end: b.parse().unwrap(),
+        ..Selector::any(false)
+    };
+    assert_eq!(ca.local_ts, [range("10.1.0.0", "10.1.0.255")]);
+    assert_eq!(ca.remote_ts, [range("10.2.0.0", "10.2.0.255")]);
+    assert_eq!(cb.local_ts, ca.remote_ts);
+    assert_eq!(cb.remote_ts, ca.local_ts);
+    for c in [ca, cb] {
+        assert_eq!(c.tunnel, "");
+        assert_eq!(c.interface.as_deref(), Some("wan"));
+        assert_eq!(c.policy_priority, 50);
+    }
+    // With nothing in common, the responder refuses the child (TS_UNACCEPTABLE).
+    let a = policy(
+        "b",
+        "192.0.2.1",
+        "192.0.2.2",
+        "initiate",
+        &["10.1.0.0/24"],
+        &["10.9.0.0/16"],
+    );
+    let b = policy(
+        "a",
+        "192.0.2.2",
+        "192.0.2.1",
+        "respond",
+        &["10.2.0.0/24"],
+        &["10.1.0.0/24"],
+    );
+    let mut p = Pair::new(a, b);
+    let mut ev = vec![];
+    p.a.initiate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert!(p.a_children.is_empty() && p.b_children.is_empty());
+}
+
+/// A child the data plane could not install goes on both sides: the responder's asks the
+/// peer to delete it; the initiator of a peer it keeps up sets the IKE SA up again.
+#[test]
+fn a_child_the_data_plane_refused_is_deleted_on_both_sides() {
+    // b (the responder) failed to install: a Delete of the child, the IKE SA stays.
+    let mut p = establish(&[], &[]);
+    let spi_in = p.b_children[0].spi_in;
+    let mut ev = vec![];
+    p.b.child_failed(spi_in, p.now, &mut ev);
+    p.run(vec![], ev, false);
+    assert_eq!(p.b.counters.failed.install, 1);
+    assert_eq!((p.a.child_sas(), p.b.child_sas()), (0, 0));
+    assert_eq!(p.a_down, 1, "a removed its side");
+    assert_eq!(p.b_down, 0, "b had nothing installed");
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    // Unknown SPIs change nothing.
+    let mut ev = vec![];
+    p.b.child_failed(spi_in, p.now, &mut ev);
+    assert!(ev.is_empty());
+    assert_eq!(p.b.counters.failed.install, 1);
+    // a (the initiator, `start = "initiate"`) failed: its IKE SA goes, and comes back
+    // with a new child.
+    let mut p = establish(&[], &[]);
+    let spi_in = p.a_children[0].spi_in;
+    let mut ev = vec![];
+    p.a.child_failed(spi_in, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    assert_eq!((p.a.established(), p.b.established()), (0, 0));
+    p.tick(RETRY_AFTER + Duration::from_secs(1));
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    assert_eq!(p.a_children.len(), 2);
+    assert_ne!(p.a_children[1].spi_in, spi_in);
+}
