@@ -50,8 +50,6 @@ const NONCE_LEN: usize = 32;
 const CHAIN_CACHE_TTL: Duration = Duration::from_secs(300);
 /// Chains remembered at most (the cache is emptied when full).
 const CHAIN_CACHE_MAX: usize = 4096;
-/// Certificate encoding 4: X.509 Certificate - Signature (§3.6).
-const CERT_X509: u8 = 4;
 /// The hash algorithms of RFC 7427 §4 we sign and verify with: SHA2-256, SHA2-384,
 /// SHA2-512, Identity (RFC 8420, Ed25519).
 const SIGNATURE_HASHES: [u8; 8] = [0, 2, 0, 3, 0, 4, 0, 5];
@@ -1953,7 +1951,7 @@ impl Engine {
         }
         if cands.iter().any(|c| c.cert.is_some()) {
             resp_ps.push(Payload::CertReq {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: ca_hashes,
             });
             resp_ps.push(Payload::notify(
@@ -2254,13 +2252,13 @@ impl Engine {
             .chain
             .iter()
             .map(|d| Payload::Cert {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: d.clone(),
             })
             .collect();
         if certreq {
             v.push(Payload::CertReq {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: c.ca_hashes.clone(),
             });
         }
@@ -2322,7 +2320,7 @@ impl Engine {
             .iter()
             .filter_map(|p| match p {
                 Payload::Cert {
-                    encoding: CERT_X509,
+                    encoding: wire::cert::X509,
                     data,
                 } => Some(data.clone()),
                 _ => None,
