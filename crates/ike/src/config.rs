@@ -17,6 +17,7 @@
 //! fragment_size = 1280            # IKE messages above it go in fragments (RFC 7383)
 //! child_lifetime_s = 3600         # child SAs rekeyed at 90/95 % of it (0: never)
 //! pools = ["10.200.0.0/24"]       # virtual IPs leased to peers asking (CP, §2.19)
+//! unique_ids = "no"               # or never, replace, keep: a new IKE SA vs the old ones
 //! ```
 //!
 //! With certificates (`auth = "pubkey"`), instead of `psk`:
@@ -146,6 +147,13 @@ pub struct PeerConfig {
     /// selectors on its side are that address alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<String>,
+    /// What a new IKE SA of this peer does to its established ones (the same identities),
+    /// as strongSwan's `unique`: `no` (the default: those go when the new one carries
+    /// INITIAL_CONTACT), `never` (they stay; INITIAL_CONTACT is ignored, and not sent),
+    /// `replace` (also `yes`, as ipsec.conf's `uniqueids`: they are deleted, with or
+    /// without INITIAL_CONTACT) or `keep` (without INITIAL_CONTACT the new one is refused).
+    #[serde(default = "default_unique_ids")]
+    pub unique_ids: String,
 }
 
 impl PeerConfig {
@@ -178,6 +186,7 @@ impl PeerConfig {
             fragment_size: default_fragment_size(),
             retransmit_tries: default_retransmit_tries(),
             pools: vec![],
+            unique_ids: default_unique_ids(),
         }
     }
 }
@@ -193,6 +202,9 @@ fn default_policy_priority() -> u32 {
 }
 fn default_start() -> String {
     "respond".into()
+}
+fn default_unique_ids() -> String {
+    "no".into()
 }
 fn default_ike_lifetime() -> u32 {
     14_400
@@ -658,6 +670,45 @@ pub struct Peer {
     pub retransmit_tries: u32,
     /// Virtual IP pools: checked, not overlapping.
     pub pools: Vec<Prefix4>,
+    /// What a new IKE SA does to the peer's established ones.
+    pub unique_ids: UniqueIds,
+}
+
+/// What a new IKE SA of a peer does to the peer's established IKE SAs (those of the same
+/// peer config, so of the same identities; their child SAs and virtual IPs go with them):
+/// strongSwan's uniqueness policy (swanctl.conf `unique`, ipsec.conf `uniqueids`).
+/// INITIAL_CONTACT (RFC 7296 §2.4) says the initiator has no other SA with us: the old
+/// ones are dropped then (without a Delete: the initiator forgot them) unless `Never`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UniqueIds {
+    /// Replaced only when the new one carries INITIAL_CONTACT.
+    #[default]
+    No,
+    /// Never replaced: INITIAL_CONTACT is ignored (and, as initiator, not sent), so
+    /// initiators sharing an identity keep their SAs side by side.
+    Never,
+    /// Replaced in any case: deleted (INFORMATIONAL Delete) without INITIAL_CONTACT.
+    Replace,
+    /// Without INITIAL_CONTACT the new one is refused (AUTHENTICATION_FAILED) and the
+    /// old one kept; with it, the old ones go as with `No`.
+    Keep,
+}
+
+impl UniqueIds {
+    /// `unique_ids` as written: `no`, `never`, `replace` (or `yes`), `keep`.
+    pub fn parse(s: &str) -> Result<UniqueIds, String> {
+        Ok(match s {
+            "no" => UniqueIds::No,
+            "never" => UniqueIds::Never,
+            "replace" | "yes" => UniqueIds::Replace,
+            "keep" => UniqueIds::Keep,
+            _ => {
+                return Err(format!(
+                "unique_ids: `{s}` is not one of no (the default), never, replace (or yes), keep"
+            ))
+            }
+        })
+    }
 }
 
 impl PeerConfig {
@@ -809,6 +860,7 @@ impl PeerConfig {
             ));
         }
         let pools = self.resolve_pools()?;
+        let unique_ids = UniqueIds::parse(&self.unique_ids)?;
         Ok(Peer {
             name: self.name.clone(),
             local: self.local,
@@ -833,6 +885,7 @@ impl PeerConfig {
             fragment_size: self.fragment_size as usize,
             retransmit_tries: self.retransmit_tries,
             pools,
+            unique_ids,
         })
     }
 
@@ -1089,6 +1142,28 @@ mod tests {
             .resolve(Some(b"0123456789abcdef"))
             .unwrap_err()
             .starts_with("proposals[1]"));
+    }
+
+    #[test]
+    fn unique_ids_are_checked() {
+        let mut c = toml_like();
+        assert_eq!(c.unique_ids, "no");
+        for (s, want) in [
+            ("no", UniqueIds::No),
+            ("never", UniqueIds::Never),
+            ("replace", UniqueIds::Replace),
+            ("yes", UniqueIds::Replace),
+            ("keep", UniqueIds::Keep),
+        ] {
+            c.unique_ids = s.into();
+            let p = c.resolve(Some(b"0123456789abcdef")).unwrap();
+            assert_eq!(p.unique_ids, want, "{s}");
+        }
+        c.unique_ids = "Yes".into();
+        assert_eq!(
+            c.resolve(Some(b"0123456789abcdef")).unwrap_err(),
+            "unique_ids: `Yes` is not one of no (the default), never, replace (or yes), keep"
+        );
     }
 
     fn toml_like() -> PeerConfig {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
 
-use crate::config::{id_matches, EspProposal, IkeProposal, Peer};
+use crate::config::{id_matches, EspProposal, IkeProposal, Peer, UniqueIds};
 use crate::crypto::{self, ChildKeys, IkeKeys, IkeSuite, KeyShare, SkCipher};
 use crate::pool::Pool;
 use crate::transform::{self as tf, Dh, Encr, Integ, Prf};
@@ -50,8 +50,6 @@ const NONCE_LEN: usize = 32;
 const CHAIN_CACHE_TTL: Duration = Duration::from_secs(300);
 /// Chains remembered at most (the cache is emptied when full).
 const CHAIN_CACHE_MAX: usize = 4096;
-/// Certificate encoding 4: X.509 Certificate - Signature (§3.6).
-const CERT_X509: u8 = 4;
 /// The hash algorithms of RFC 7427 §4 we sign and verify with: SHA2-256, SHA2-384,
 /// SHA2-512, Identity (RFC 8420, Ed25519).
 const SIGNATURE_HASHES: [u8; 8] = [0, 2, 0, 3, 0, 4, 0, 5];
@@ -195,6 +193,9 @@ pub struct Counters {
     pub fragments_sent: u64,
     pub fragments_received: u64,
     pub messages_reassembled: u64,
+    /// Established IKE SAs (with their child SAs) removed for a new one of the same peer
+    /// ([`UniqueIds`]: INITIAL_CONTACT, or `unique_ids = "replace"`).
+    pub duplicates_removed: u64,
     /// Dropped or refused, by reason.
     pub dropped: DropCounters,
     pub failed: FailCounters,
@@ -242,6 +243,9 @@ pub struct FailCounters {
     pub crypto: u64,
     /// Child SAs negotiated that the data plane could not install ([`Engine::child_failed`]).
     pub install: u64,
+    /// A new IKE SA refused (AUTHENTICATION_FAILED) because its peer has one already
+    /// (`unique_ids = "keep"`, without INITIAL_CONTACT).
+    pub unique_keep: u64,
 }
 
 /// An IKE SA's state.
@@ -260,6 +264,19 @@ pub enum State {
     Rekeyed,
     /// Delete sent; gone once answered.
     Deleting,
+}
+
+/// What a new IKE SA does to its peer's established ones ([`UniqueIds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Duplicates {
+    /// Left as they are.
+    Stay,
+    /// Removed without a word (INITIAL_CONTACT: the peer forgot them).
+    Drop,
+    /// Deleted (INFORMATIONAL Delete).
+    Delete,
+    /// The new one refused if there are any.
+    RefuseNew,
 }
 
 /// What one of our requests was for.
@@ -1940,7 +1957,7 @@ impl Engine {
         }
         if cands.iter().any(|c| c.cert.is_some()) {
             resp_ps.push(Payload::CertReq {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: ca_hashes,
             });
             resp_ps.push(Payload::notify(
@@ -2179,11 +2196,11 @@ impl Engine {
         sa.child_spi = child_spi;
         let mut inner = vec![Payload::IdI(id_i)];
         inner.extend(Self::cert_payloads(&peer, true));
-        inner.extend([
-            Payload::IdR(peer.remote_id.clone()),
-            auth,
-            Payload::notify(notify::INITIAL_CONTACT, vec![]),
-        ]);
+        inner.extend([Payload::IdR(peer.remote_id.clone()), auth]);
+        // As strongSwan: a peer whose SAs are never replaced does not ask for it either.
+        if peer.unique_ids != UniqueIds::Never {
+            inner.push(Payload::notify(notify::INITIAL_CONTACT, vec![]));
+        }
         if let Some(value) = self.ask_vip.clone() {
             inner.push(Payload::Cp {
                 kind: wire::cfg::REQUEST,
@@ -2241,13 +2258,13 @@ impl Engine {
             .chain
             .iter()
             .map(|d| Payload::Cert {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: d.clone(),
             })
             .collect();
         if certreq {
             v.push(Payload::CertReq {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: c.ca_hashes.clone(),
             });
         }
@@ -2309,7 +2326,7 @@ impl Engine {
             .iter()
             .filter_map(|p| match p {
                 Payload::Cert {
-                    encoding: CERT_X509,
+                    encoding: wire::cert::X509,
                     data,
                 } => Some(data.clone()),
                 _ => None,
@@ -2425,6 +2442,24 @@ impl Engine {
             }
         }
         let initial_contact = wire::find_notify(&inner, notify::INITIAL_CONTACT).is_some();
+        // The peer's other established SAs (its identities'): what becomes of them.
+        let duplicates = match (peer.unique_ids, initial_contact) {
+            (UniqueIds::Never, _) | (UniqueIds::No, false) => Duplicates::Stay,
+            // §2.4: the initiator has no other SA with us any more: nothing to tell it.
+            (_, true) => Duplicates::Drop,
+            (UniqueIds::Replace, false) => Duplicates::Delete,
+            (UniqueIds::Keep, false) => Duplicates::RefuseNew,
+        };
+        if duplicates == Duplicates::RefuseNew && !self.established_of(&peer.name, spi).is_empty() {
+            self.counters.failed.unique_keep += 1;
+            tracing::warn!(
+                peer = peer.name,
+                remote = %sa.remote,
+                "IKE: refused: the peer has an IKE SA already (unique_ids = keep)"
+            );
+            self.refuse(spi, h, notify::AUTHENTICATION_FAILED, out);
+            return;
+        }
         // A virtual IP asked for, of a peer with pools (others' CP is ignored, §3.15).
         let ask = match inner.iter().find_map(|p| match p {
             Payload::Cp { kind, attrs } if *kind == wire::cfg::REQUEST => Some(attrs),
@@ -2477,20 +2512,22 @@ impl Engine {
         self.half_open = self.half_open.saturating_sub(1);
         self.counters.established += 1;
         tracing::info!(peer = peer.name, %remote, "IKE: SA established (responder)");
-        if initial_contact {
-            // §2.4: the peer has no other SA with us any more.
-            let stale: Vec<u64> = self
-                .sas
-                .iter()
-                .filter(|(k, s)| {
-                    **k != spi
-                        && s.peer.as_ref().is_some_and(|p| p.name == peer.name)
-                        && s.state == State::Established
-                })
-                .map(|(k, _)| *k)
-                .collect();
+        if matches!(duplicates, Duplicates::Drop | Duplicates::Delete) {
+            let stale = self.established_of(&peer.name, spi);
+            if !stale.is_empty() {
+                tracing::info!(
+                    peer = peer.name,
+                    n = stale.len(),
+                    initial_contact,
+                    "IKE: the peer's older IKE SAs replaced by the new one"
+                );
+            }
+            self.counters.duplicates_removed += stale.len() as u64;
             for k in stale {
-                self.remove_sa(k, out);
+                match duplicates {
+                    Duplicates::Drop => self.remove_sa(k, out),
+                    _ => self.delete_ike(k, now, out),
+                }
             }
         }
         let mut resp = vec![Payload::IdR(peer.local_id.clone())];
@@ -2521,6 +2558,20 @@ impl Engine {
         if let Some(sa) = self.sas.get_mut(&spi) {
             sa.settle();
         }
+    }
+
+    /// The established IKE SAs of peer `name` but `spi` (a look at every SA: only when
+    /// an IKE_AUTH asks for it).
+    fn established_of(&self, name: &str, spi: u64) -> Vec<u64> {
+        self.sas
+            .iter()
+            .filter(|(k, s)| {
+                **k != spi
+                    && s.state == State::Established
+                    && s.peer.as_ref().is_some_and(|p| p.name == name)
+            })
+            .map(|(k, _)| *k)
+            .collect()
     }
 
     /// Leases SA `spi` a virtual IP from its peer's pools; `Err` (counted) when none is

@@ -150,6 +150,12 @@ pub mod proto {
     pub const ESP: u8 = 3;
 }
 
+/// Certificate encodings of CERT and CERTREQ payloads (§3.6).
+pub mod cert {
+    /// X.509 Certificate - Signature: one DER certificate.
+    pub const X509: u8 = 4;
+}
+
 /// Authentication methods (§3.8, RFC 7427).
 pub mod auth {
     pub const RSA: u8 = 1;

@@ -1999,6 +1999,39 @@ tunnel = \"ipsec0\"
     }
 
     #[test]
+    fn unique_ids_is_read_and_an_unknown_value_named() {
+        let f = key_file("[w]\npsk = \"0123456789abcdef0123\"\n", 0o600);
+        let text = |line: &str| {
+            format!(
+                "key_file = \"{}\"\n\
+                 [[tunnel]]\nname = \"t0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
+                 [[peer]]\nname = \"w\"\nlocal = \"192.0.2.1\"\nremote = \"any\"\n\
+                 remote_id = \"warrior.example\"\npsk = \"w\"\ntunnel = \"t0\"\n{line}",
+                f.display()
+            )
+        };
+        let c: IpsecConfig = toml::from_str(&text("")).unwrap();
+        assert_eq!(
+            c.ike_peers().unwrap()[0].unique_ids,
+            ike::config::UniqueIds::No
+        );
+        let c: IpsecConfig = toml::from_str(&text("unique_ids = \"never\"\n")).unwrap();
+        assert_eq!(
+            c.ike_peers().unwrap()[0].unique_ids,
+            ike::config::UniqueIds::Never
+        );
+        let c: IpsecConfig = toml::from_str(&text("unique_ids = \"always\"\n")).unwrap();
+        assert_eq!(
+            c.ike_peers().unwrap_err(),
+            [(
+                "ipsec.peer[0].unique_ids".to_string(),
+                "`always` is not one of no (the default), never, replace (or yes), keep"
+                    .to_string()
+            )]
+        );
+    }
+
+    #[test]
     fn certificate_peers_need_no_key_file_and_their_errors_name_the_field() {
         let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/../ike/tests/certs");
         let dir = std::env::temp_dir().join(format!("ipsec-cert-{}", std::process::id()));

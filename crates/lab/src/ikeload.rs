@@ -91,9 +91,6 @@ pub struct FloodReport {
     pub seconds: f64,
 }
 
-/// CERT payload encoding: an X.509 certificate, signature (RFC 7296 §3.6).
-const CERT_X509: u8 = 4;
-
 /// The emulated initiators' authentication.
 #[derive(Clone)]
 pub enum LoadAuth {
@@ -543,7 +540,7 @@ impl Generator {
         let mut inner = vec![Payload::IdI(o.local_id.clone())];
         if let Some(c) = cert {
             inner.push(Payload::Cert {
-                encoding: CERT_X509,
+                encoding: wire::cert::X509,
                 data: c.clone(),
             });
         }

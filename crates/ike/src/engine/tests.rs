@@ -1995,3 +1995,224 @@ fn a_child_the_data_plane_refused_is_deleted_on_both_sides() {
     assert_eq!(p.a_children.len(), 2);
     assert_ne!(p.a_children[1].spi_in, spi_in);
 }
+
+/// A road-warrior gateway (`remote = "any"`, pools) and warriors sharing one identity and
+/// PSK, each at its own address, their datagrams delivered by address.
+struct Warriors {
+    gw: Engine,
+    rw: Vec<Engine>,
+    now: Instant,
+    /// The inbound SPIs of the child SAs installed (`ChildUp`) and removed (`ChildDown`):
+    /// the gateway's first, then each warrior's.
+    up: Vec<Vec<u32>>,
+    down: Vec<Vec<u32>>,
+}
+
+const GW: &str = "192.0.2.2";
+
+fn warrior_addr(k: usize) -> IpAddr {
+    format!("192.0.2.{}", 10 + k).parse().unwrap()
+}
+
+impl Warriors {
+    /// The gateway with `unique_ids = gw`, a warrior for each of `rw` (its own
+    /// `unique_ids`: `never` sends no INITIAL_CONTACT), each asking for a virtual IP.
+    fn new(gw: &str, rw: &[&str]) -> Warriors {
+        let g = PeerConfig {
+            remote_id: Some("warrior.example".into()),
+            pools: vec!["10.200.0.0/24".into()],
+            unique_ids: gw.into(),
+            ike_lifetime_s: 0,
+            child_lifetime_s: 0,
+            ..PeerConfig::new("warriors", GW.parse().unwrap(), "any", "t-w")
+        };
+        let rw: Vec<Engine> = rw
+            .iter()
+            .enumerate()
+            .map(|(k, u)| {
+                let c = PeerConfig {
+                    local_id: Some("warrior.example".into()),
+                    start: "initiate".into(),
+                    unique_ids: u.to_string(),
+                    ike_lifetime_s: 0,
+                    child_lifetime_s: 0,
+                    ..PeerConfig::new("gw", warrior_addr(k), GW, "t-gw")
+                };
+                let mut e = Engine::new(vec![c.resolve(Some(PSK)).unwrap()]);
+                e.ask_vip = Some(vec![]);
+                e
+            })
+            .collect();
+        let n = rw.len() + 1;
+        Warriors {
+            gw: Engine::new(vec![g.resolve(Some(PSK)).unwrap()]),
+            rw,
+            now: Instant::now(),
+            up: vec![vec![]; n],
+            down: vec![vec![]; n],
+        }
+    }
+
+    /// 0: the gateway, k + 1: warrior k.
+    fn engine(&mut self, k: usize) -> &mut Engine {
+        match k {
+            0 => &mut self.gw,
+            k => &mut self.rw[k - 1],
+        }
+    }
+
+    /// Delivers the events of engine `from`, and what they bring, until all are quiet.
+    fn run(&mut self, from: usize, events: Vec<Event>) {
+        let mut queue: std::collections::VecDeque<(usize, Event)> =
+            events.into_iter().map(|e| (from, e)).collect();
+        let mut n = 0;
+        while let Some((src, e)) = queue.pop_front() {
+            n += 1;
+            assert!(n < 1000, "the engines did not settle");
+            match e {
+                Event::Send {
+                    local,
+                    remote,
+                    data,
+                } => {
+                    let dst = if remote.ip() == GW.parse::<IpAddr>().unwrap() {
+                        0
+                    } else {
+                        (0..self.rw.len())
+                            .position(|k| warrior_addr(k) == remote.ip())
+                            .unwrap()
+                            + 1
+                    };
+                    let (now, mut next) = (self.now, vec![]);
+                    self.engine(dst)
+                        .handle(now, remote, local, &data, &mut next);
+                    queue.extend(next.into_iter().map(|e| (dst, e)));
+                }
+                Event::ChildUp(c) => self.up[src].push(c.spi_in),
+                Event::ChildDown { spi_in, .. } => self.down[src].push(spi_in),
+                Event::Keepalive { .. } => {}
+            }
+        }
+    }
+
+    /// Warrior `k` connects.
+    fn connect(&mut self, k: usize) {
+        let mut ev = vec![];
+        self.rw[k].initiate("gw", self.now, &mut ev).unwrap();
+        self.run(k + 1, ev);
+    }
+
+    /// The gateway's IKE SAs: the warrior's address and virtual IP, by address.
+    fn gw_sas(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self
+            .gw
+            .sa_info(self.now)
+            .into_iter()
+            .map(|s| (s.remote, s.virtual_ip.unwrap_or_default()))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// Two warriors of one identity: the first connects, then the second (with
+/// INITIAL_CONTACT unless its `unique_ids` is `never`), the gateway's being `gw`.
+fn two_warriors(gw: &str, second: &str) -> Warriors {
+    let mut w = Warriors::new(gw, &["no", second]);
+    w.connect(0);
+    assert_eq!(
+        (w.gw.established(), w.gw.leases(), w.up[0].len()),
+        (1, 1, 1)
+    );
+    w.connect(1);
+    w
+}
+
+fn sa_of(k: usize, vip: &str) -> (String, String) {
+    (format!("{}:500", warrior_addr(k)), vip.into())
+}
+
+/// Both warriors' SAs stand side by side on the gateway, each with its address.
+fn check_both_stay(w: &Warriors) {
+    assert_eq!(w.gw_sas(), [sa_of(0, "10.200.0.1"), sa_of(1, "10.200.0.2")]);
+    assert_eq!((w.gw.leases(), w.gw.child_sas()), (2, 2));
+    assert_eq!(w.up[0].len(), 2);
+    assert!(w.down.iter().all(|d| d.is_empty()), "{:?}", w.down);
+    assert_eq!(w.gw.counters.duplicates_removed, 0);
+    assert_eq!((w.rw[0].established(), w.rw[1].established()), (1, 1));
+}
+
+/// The second warrior's SA replaced the first's on the gateway, without a word to the
+/// first (INITIAL_CONTACT: it is taken to have forgotten its SAs).
+fn check_replaced_silently(w: &Warriors) {
+    assert_eq!(w.gw_sas(), [sa_of(1, "10.200.0.2")]);
+    assert_eq!((w.gw.leases(), w.gw.child_sas()), (1, 1));
+    assert_eq!(w.up[0].len(), 2);
+    assert_eq!(w.down[0], [w.up[0][0]], "the first's child SA removed");
+    assert_eq!(w.gw.counters.duplicates_removed, 1);
+    assert!(w.down[1].is_empty() && w.down[2].is_empty());
+    assert_eq!((w.rw[0].established(), w.rw[1].established()), (1, 1));
+}
+
+#[test]
+fn unique_ids_no_replaces_on_initial_contact_only() {
+    check_replaced_silently(&two_warriors("no", "no"));
+    // Without INITIAL_CONTACT (the second's `never`), both stay.
+    check_both_stay(&two_warriors("no", "never"));
+}
+
+#[test]
+fn unique_ids_never_keeps_warriors_of_one_identity_side_by_side() {
+    // INITIAL_CONTACT ignored.
+    check_both_stay(&two_warriors("never", "no"));
+    check_both_stay(&two_warriors("never", "never"));
+    // A third, and the first again after it restarted (INITIAL_CONTACT): nothing goes.
+    let mut w = Warriors::new("never", &["no", "no", "no"]);
+    for k in 0..3 {
+        w.connect(k);
+    }
+    w.rw[0] = Engine::new(vec![w.rw[0].peers[0].as_ref().clone()]);
+    w.rw[0].ask_vip = Some(vec![]);
+    w.connect(0);
+    assert_eq!((w.gw.established(), w.gw.leases()), (4, 4));
+    assert!(w.down[0].is_empty());
+}
+
+#[test]
+fn unique_ids_replace_deletes_the_older_sa_even_without_initial_contact() {
+    // With INITIAL_CONTACT: dropped silently, as with `no`.
+    check_replaced_silently(&two_warriors("replace", "no"));
+    check_replaced_silently(&two_warriors("yes", "no"));
+    // Without: deleted, the first warrior told (INFORMATIONAL Delete) and its child SA
+    // removed on both sides; its lease back once the Delete is answered.
+    let w = two_warriors("replace", "never");
+    assert_eq!(w.gw_sas(), [sa_of(1, "10.200.0.2")]);
+    assert_eq!((w.gw.leases(), w.gw.child_sas()), (1, 1));
+    assert_eq!(w.down[0], [w.up[0][0]]);
+    assert_eq!(
+        w.down[1],
+        [w.up[1][0]],
+        "the first warrior removed its child"
+    );
+    assert!(w.down[2].is_empty());
+    assert_eq!(w.gw.counters.duplicates_removed, 1);
+    assert_eq!((w.rw[0].established(), w.rw[1].established()), (0, 1));
+    assert_eq!(w.rw[0].counters.deletes_received, 1);
+}
+
+#[test]
+fn unique_ids_keep_refuses_a_second_sa_without_initial_contact() {
+    // With INITIAL_CONTACT the old SA goes, as strongSwan's `keep` does too.
+    check_replaced_silently(&two_warriors("keep", "no"));
+    // Without: the second is refused, the first kept.
+    let w = two_warriors("keep", "never");
+    assert_eq!(w.gw_sas(), [sa_of(0, "10.200.0.1")]);
+    assert_eq!((w.gw.leases(), w.gw.child_sas()), (1, 1));
+    assert_eq!(w.up[0].len(), 1);
+    assert!(w.down.iter().all(|d| d.is_empty()), "{:?}", w.down);
+    assert!(w.up[2].is_empty(), "no child SA for the second");
+    assert_eq!(w.gw.counters.failed.unique_keep, 1);
+    assert_eq!(w.rw[1].counters.failed.peer_refused, 1);
+    assert_eq!((w.rw[0].established(), w.rw[1].established()), (1, 0));
+    assert_eq!(w.gw.sas.len(), 1, "the refused SA is gone");
+}
