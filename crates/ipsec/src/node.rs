@@ -387,6 +387,18 @@ impl Control {
         ))
     }
 
+    /// The slots of the outbound policy SAs (no tunnel's), by SPI (the first of each):
+    /// one walk of the SAs for a whole SPD.
+    fn policy_slots(&self) -> std::collections::HashMap<u32, u32> {
+        let mut m = std::collections::HashMap::new();
+        for (slot, i) in self.installed.iter() {
+            if i.iface == POLICY_IFACE && i.view.direction == Direction::Outbound {
+                m.entry(i.view.spi).or_insert(slot);
+            }
+        }
+        m
+    }
+
     /// The slot of the outbound policy SA (no tunnel's) with `spi`.
     fn policy_slot(&self, spi: u32) -> Option<u32> {
         self.installed
@@ -928,11 +940,11 @@ impl IpsecShared {
         v
     }
 
-    /// The slot of the outbound policy SA (no tunnel's) with `spi`, or [`NONE`].
-    pub(crate) fn policy_slot(&self, spi: u32) -> u32 {
+    /// The slots of the outbound policy SAs (no tunnel's), by SPI.
+    pub(crate) fn policy_slots(&self) -> std::collections::HashMap<u32, u32> {
         self.control
             .lock()
-            .map_or(NONE, |c| c.policy_slot(spi).unwrap_or(NONE))
+            .map_or_else(|_| Default::default(), |c| c.policy_slots())
     }
 
     /// SAs installed.

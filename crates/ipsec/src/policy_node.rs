@@ -128,7 +128,8 @@ impl IpsecShared {
     /// published): each outbound protect policy finds its SA's slot, and the nodes take it
     /// up between vectors.
     pub fn publish_spd(&self, mut spd: Spd) {
-        spd.resolve(|spi| self.policy_slot(spi));
+        let slots = self.policy_slots();
+        spd.resolve(|spi| slots.get(&spi).copied().unwrap_or(crate::sad::NONE));
         self.spd.store(Arc::new(spd));
     }
 

@@ -164,22 +164,37 @@ pub const MAX_CHILD_POLICIES: usize = 256;
 /// in); in, PROTECT naming every such child's inbound SA. An error names the child whose
 /// selectors the SPD cannot hold (ICMP types, more than [`MAX_CHILD_POLICIES`]).
 pub fn ike_policies(children: &[IkeChild]) -> Result<Vec<IkePolicy>, String> {
-    let mut out = Vec::new();
-    for (k, c) in children.iter().enumerate() {
-        let same = |o: &IkeChild| {
-            o.peer == c.peer
-                && o.interface == c.interface
-                && o.priority == c.priority
-                && o.local_ts == c.local_ts
-                && o.remote_ts == c.remote_ts
-        };
-        // Each group once, where its first child is.
-        if children[..k].iter().any(same) {
-            continue;
+    // The groups in the order of their first child: (first, newest outbound SPI, inbound SPIs).
+    type Key<'a> = (
+        &'a str,
+        &'a str,
+        u32,
+        &'a [ike::wire::Selector],
+        &'a [ike::wire::Selector],
+    );
+    let mut at: std::collections::HashMap<Key<'_>, usize> = std::collections::HashMap::new();
+    let mut groups: Vec<(&IkeChild, u32, Vec<u32>)> = Vec::new();
+    for c in children {
+        let key = (
+            c.peer.as_str(),
+            c.interface.as_str(),
+            c.priority,
+            &c.local_ts[..],
+            &c.remote_ts[..],
+        );
+        match at.get(&key) {
+            Some(&g) => {
+                groups[g].1 = c.spi_out;
+                groups[g].2.push(c.spi_in);
+            }
+            None => {
+                at.insert(key, groups.len());
+                groups.push((c, c.spi_out, vec![c.spi_in]));
+            }
         }
-        let group: Vec<&IkeChild> = children[k..].iter().filter(|o| same(o)).collect();
-        let spi_out = group.last().map_or(c.spi_out, |g| g.spi_out);
-        let spis_in: Vec<u32> = group.iter().map(|g| g.spi_in).collect();
+    }
+    let mut out = Vec::new();
+    for (c, spi_out, spis_in) in groups {
         let made = child_policies(c, spi_out, &spis_in)
             .map_err(|e| format!("child SA {:08x} of IKE peer {:?}: {e}", c.spi_in, c.peer))?;
         out.extend(made.into_iter().map(|entry| IkePolicy {
