@@ -133,6 +133,12 @@ fn two_ferrouter_gateways_fill_their_spds_with_ike() {
     );
     let listing = cli(l, 1, &["show", "ipsec"]);
     assert!(listing.contains("(IKE peer gw2)"), "{listing}");
+    let c = control::client::Client::new(control::client::Endpoint::Unix(l.socket(1)));
+    let m = String::from_utf8_lossy(&c.call("GET", "/metrics", None).unwrap().body).into_owned();
+    assert!(
+        m.contains("policy=\"ike:gw2:10.1.0.0/24:any>10.2.0.0/24:any/any\",action=\"protect\""),
+        "{m}"
+    );
     stop(&mut tcpdump);
     // Between the hosts, only ESP crossed the WAN.
     let text = read_dump(&dump);

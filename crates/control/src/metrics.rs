@@ -46,7 +46,7 @@
 //! | `ferrouter_ike_events_total` | event | IKE messages, SAs established, child SAs installed/removed, cookies, DPD and dead peers (`dead_peers`), NAT keepalives, rekeys (`child_rekeys`, `ike_rekeys`, `ike_rekey_collisions`) |
 //! | `ferrouter_ike_failures_total` | reason | IKE negotiations that failed (no_proposal, authentication, timeout, ...) |
 //! | `ferrouter_ike_dropped_total` | reason | IKE messages dropped (malformed, integrity, bad_message_id, ...) |
-//! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy, action | packets that matched a security policy |
+//! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy (the config's index, or `ike:PEER:SRC:PORTS>DST:PORTS/PROTO` for IKE's), action | packets that matched a security policy |
 //! | `ferrouter_qos_policer_packets_total`, `_bytes_total` | policer, colour | what each QoS policer marked |
 //! | `ferrouter_qos_queue_enqueued_packets_total`, `_sent_packets_total`, `_sent_bytes_total` | interface, class | a port's class queues |
 //! | `ferrouter_qos_queue_dropped_packets_total` | interface, class, reason=tail/codel/flush | |
@@ -367,7 +367,18 @@ fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
                         vec![
                             ("interface", p.interface.clone()),
                             ("direction", p.direction.to_string()),
-                            ("policy", p.index.to_string()),
+                            // IKE's policies by what they select (their index moves
+                            // as children come and go).
+                            (
+                                "policy",
+                                match &p.peer {
+                                    None => p.index.to_string(),
+                                    Some(peer) => format!(
+                                        "ike:{peer}:{}:{}>{}:{}/{}",
+                                        p.src, p.src_ports, p.dst, p.dst_ports, p.protocol
+                                    ),
+                                },
+                            ),
                             ("action", p.action.to_string()),
                         ],
                         p.matches,
