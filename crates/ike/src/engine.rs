@@ -3018,13 +3018,19 @@ impl Engine {
             "IKE: child SA {old_in:08x} rekeyed as {:08x}",
             rk.new_spi_in
         );
+        self.ask_delete_child(spi, old_in, now, out);
+    }
+
+    /// Asks the peer of IKE SA `spi` to delete our child SA `spi_in` (INFORMATIONAL
+    /// Delete, §1.4.1); ours goes once it answers.
+    fn ask_delete_child(&mut self, spi: u64, spi_in: u32, now: Instant, out: &mut Vec<Event>) {
         self.send_request(
             spi,
             exchange::INFORMATIONAL,
-            Asked::DeleteChild(old_in),
+            Asked::DeleteChild(spi_in),
             &[Payload::Delete {
                 protocol: proto::ESP,
-                spis: vec![old_in.to_be_bytes().to_vec()],
+                spis: vec![spi_in.to_be_bytes().to_vec()],
             }],
             now,
             out,
@@ -3344,17 +3350,7 @@ impl Engine {
         if again {
             self.delete_ike(spi, now, out);
         } else if can_ask {
-            self.send_request(
-                spi,
-                exchange::INFORMATIONAL,
-                Asked::DeleteChild(spi_in),
-                &[Payload::Delete {
-                    protocol: proto::ESP,
-                    spis: vec![spi_in.to_be_bytes().to_vec()],
-                }],
-                now,
-                out,
-            );
+            self.ask_delete_child(spi, spi_in, now, out);
         } else {
             tracing::warn!(
                 "IKE: child SA {spi_in:08x} not installed: the peer keeps its side until it rekeys or deletes it (a request is outstanding)"
