@@ -251,3 +251,49 @@ fn ferrouter_fills_its_spd_with_ike_against_strongswan_each_side_initiating() {
     charon.stop();
     l.stop(1);
 }
+
+/// gw1 behind a Linux NAT (`masquerade random`: its ports mapped to others), both
+/// gateways policy-based: IKE finds the NAT and moves to 4500, and gw2's policy SAs send
+/// their ESP in UDP to the port the NAT gave gw1's 4500.
+#[test]
+fn policy_sas_go_in_udp_through_a_nat() {
+    let mut l = common::ike::lab("ikn");
+    l.policy = true;
+    l.ike = true;
+    l.nat = Some(1);
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    l.build()
+        .unwrap_or_else(|e| panic!("building the lab: {e:#}"));
+    for n in [1, 2] {
+        l.write_config(n, "").unwrap();
+        l.start(n, Path::new(common::bin()))
+            .unwrap_or_else(|e| panic!("starting gw{n}: {e:#}"));
+    }
+    let sa = wait_established(l, 2, String::new);
+    let remote: std::net::SocketAddr = sa["remote"].as_str().unwrap().parse().unwrap();
+    assert_eq!(remote.ip().to_string(), "192.0.2.1", "{sa:#}");
+    assert!(sa["local"].as_str().unwrap().ends_with(":4500"), "{sa:#}");
+    ping_until(l, &l.h1(), H2);
+    let (ok, out) = sh(l, &l.h2(), &["ping", "-c3", "-i0.2", "-W1", lab::ipsec::H1]);
+    assert!(ok, "h2 to h1: {out}");
+    // gw2's policy SAs: in UDP between its 4500 and the NAT's port for gw1's.
+    let sas = ipsec(l, 2)["sas"].as_array().unwrap().clone();
+    let dir = |d: &str| sas.iter().find(|s| s["direction"] == d).cloned().unwrap();
+    let (out, inb) = (dir("out"), dir("in"));
+    assert_eq!(
+        (&out["udp_src_port"], &out["udp_dst_port"]),
+        (&Value::from(4500), &Value::from(remote.port())),
+        "{sas:#?}"
+    );
+    assert_eq!(
+        (&inb["udp_src_port"], &inb["udp_dst_port"]),
+        (&Value::from(remote.port()), &Value::from(4500)),
+        "{sas:#?}"
+    );
+    assert!(
+        out["packets"].as_u64().unwrap() >= 3 && inb["packets"].as_u64().unwrap() >= 3,
+        "{sas:#?}"
+    );
+    assert_eq!(ike_policies(l, 2).len(), 4, "{:#?}", ike_policies(l, 2));
+}

@@ -396,9 +396,7 @@ impl IpsecLab {
         format!(
             "# written by ferrouter-lab's IPsec lab (policy-based)\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = {w}\n\
              \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
-             \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"192.0.2.{other}\"]\n\
-             \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"2001:db8:ff::{other}\"]\n\
-             \n[ipsec]\nkey_file = \"{keys}\"\n{out}{peer_extra}{inb}{pol}{tail_extra}",
+             {routes}\n[ipsec]\nkey_file = \"{keys}\"\n{out}{peer_extra}{inb}{pol}{tail_extra}",
             sock = self.socket(n).display(),
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
@@ -413,6 +411,20 @@ impl IpsecLab {
                 String::new()
             } else {
                 sa("in", in_spi, in_key)
+            },
+            // Behind the NAT (IPv4 only): everything via the NAT; the other host's
+            // traffic is encrypted on `wan` anyway, and its ESP goes where the outer
+            // address routes.
+            routes = if self.nat == Some(n) {
+                format!(
+                    "\n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"{NAT_INSIDE}.254\"]\n\
+                     \n[[route]]\nprefix = \"192.0.2.0/24\"\nvia = [\"{NAT_INSIDE}.254\"]\n"
+                )
+            } else {
+                format!(
+                    "\n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"192.0.2.{other}\"]\n\
+                     \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"2001:db8:ff::{other}\"]\n"
+                )
             },
             // With IKE, `extra` follows the peer (its settings may amend it).
             peer_extra = if self.ike { extra } else { "" },
@@ -496,8 +508,8 @@ impl IpsecLab {
     pub fn build_wan(&self, lans: [(&str, &str); 2]) -> Result<()> {
         let (g1, g2, w, nat) = (self.gw(1), self.gw(2), self.wire(), self.nat_ns());
         if let Some(n) = self.nat {
-            if !(1..=2).contains(&n) || self.outer_v6 || self.policy {
-                bail!("lab {}: a NAT goes in front of gateway 1 or 2, with an IPv4 outer header and a tunnel interface (nat = {n}, outer_v6 = {}, policy = {})", self.prefix, self.outer_v6, self.policy);
+            if !(1..=2).contains(&n) || self.outer_v6 || (self.policy && !self.ike) {
+                bail!("lab {}: a NAT goes in front of gateway 1 or 2, with an IPv4 outer header and a tunnel interface or IKE (nat = {n}, outer_v6 = {}, policy = {}, ike = {})", self.prefix, self.outer_v6, self.policy, self.ike);
             }
         }
         for ns in [&g1, &g2, &w] {
