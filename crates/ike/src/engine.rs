@@ -232,8 +232,9 @@ pub struct FailCounters {
     pub authentication: u64,
     pub unknown_peer: u64,
     pub ts_unacceptable: u64,
-    /// A virtual IP asked for and none free in the peer's pools (INTERNAL_ADDRESS_FAILURE
-    /// answered, no child SA).
+    /// Virtual IPs asked for and none of them could be given: none free in the peer's
+    /// pools of the families asked for, or no pool of those families
+    /// (INTERNAL_ADDRESS_FAILURE answered, no child SA).
     pub pool_exhausted: u64,
     /// A CP(CFG_REQUEST) with a known attribute of a wrong length (INVALID_SYNTAX
     /// answered, the IKE SA refused).
@@ -822,7 +823,8 @@ pub struct SaInfo {
     pub remote_id: String,
     pub proposal: String,
     pub age_s: u64,
-    /// The virtual IP leased to the peer (CP), if any.
+    /// The virtual IPs leased to the peer (CP), if any: `10.200.0.1, fd00:200::1` with both
+    /// families.
     pub virtual_ip: Option<String>,
     pub children: Vec<ChildInfo>,
 }
