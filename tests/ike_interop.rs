@@ -2,7 +2,8 @@
 //! peer that dies without a word is noticed by DPD and comes back; iperf3 both ways
 //! through a tunnel keyed with charon; an IKE_SA_INIT flood engages cookies while an
 //! established tunnel carries a ping stream untouched; NAT traversal through a real
-//! Linux NAT (nftables masquerade), with either side behind it and nothing forced.
+//! Linux NAT (nftables masquerade), with either side behind it and nothing forced;
+//! virtual IPs leased to charon from IPv4 pools, then from both families.
 //! The lab is `tests/common/ike.rs`'s (gw1 a ferrouter, gw2 a Linux router running
 //! charon with kernel-libipsec).
 
@@ -465,22 +466,55 @@ fn nat_traversal_with_ferrouter_behind_a_linux_nat() {
 
 #[test]
 fn strongswan_asking_for_a_virtual_ip_gets_one_from_the_pool_and_pings_through_it() {
-    let (g, mut charon) = swan_lab("ikv");
+    virtual_ip_case("ikv", "0.0.0.0", &["10.200.0.0/24"], &["10.200.0.1"]);
+}
+
+#[test]
+fn strongswan_asking_for_both_families_gets_an_ipv4_and_an_ipv6_virtual_ip() {
+    virtual_ip_case(
+        "ikw",
+        "0.0.0.0,::",
+        &["10.200.0.0/24", "fd00:200::/120"],
+        &["10.200.0.1", "fd00:200::1"],
+    );
+}
+
+/// strongSwan on gw2 asks for virtual IPs (`vips`) of gw1, a responder for anyone proving
+/// gw2.lab with `pools` (each routed into the tunnel: its SA chosen by destination, the
+/// virtual IPs); it must be leased `want` (the pools' first addresses), ping h1 from each
+/// through the tunnel, and give them back when it leaves.
+fn virtual_ip_case(tag: &str, vips: &str, pools: &[&str], want: &[&str]) {
+    let (g, mut charon) = swan_lab(tag);
     let l = &g.0;
-    let what = "virtual IP";
-    // gw1 answers anyone proving gw2.lab, leasing from 10.200.0.0/24, routed to the
-    // tunnel (its SA chosen by destination: the virtual IP).
+    let what = format!("virtual IP (vips = {vips})");
+    let v6 = |a: &str| a.contains(':');
+    let routes: String = pools
+        .iter()
+        .map(|p| {
+            let via = if v6(p) { "fd00:ff::2" } else { "10.255.0.2" };
+            format!("\n[[route]]\nprefix = \"{p}\"\nvia = [\"{via}\"]\n")
+        })
+        .collect();
     let peer = format!(
-        "\n[[route]]\nprefix = \"10.200.0.0/24\"\nvia = [\"10.255.0.2\"]\n\
-         \n[[ipsec.peer]]\nname = \"rw\"\nlocal = \"{}\"\nremote = \"any\"\nlocal_id = \"gw1.lab\"\n\
+        "\n[[ipsec.peer]]\nname = \"rw\"\nlocal = \"{}\"\nremote = \"any\"\nlocal_id = \"gw1.lab\"\n\
          remote_id = \"gw2.lab\"\npsk = \"ike-psk\"\ntunnel = \"ipsec0\"\nstart = \"respond\"\n\
-         proposals = [\"{IKE_P}\"]\nesp_proposals = [\"{ESP_P}\"]\npools = [\"10.200.0.0/24\"]\n",
+         proposals = [\"{IKE_P}\"]\nesp_proposals = [\"{ESP_P}\"]\npools = {pools:?}\n",
         l.wan(1)
     );
-    // strongSwan asks for an address (vips = 0.0.0.0); its side of the child is then
-    // that address (local_ts dynamic), and it claims nothing else.
-    let swanctl = swanctl_conf_with(l, IKE_P, ESP_P, "    vips = 0.0.0.0\n")
+    // strongSwan asks for addresses; its side of the child is then those addresses
+    // (local_ts dynamic), and it claims nothing else. h1's IPv6 network too when it asks
+    // for an IPv6 address.
+    let mut swanctl = swanctl_conf_with(l, IKE_P, ESP_P, &format!("    vips = {vips}\n"))
         .replace("        local_ts = 10.2.0.0/24\n", "");
+    if want.iter().any(|a| v6(a)) {
+        swanctl = swanctl.replace(
+            "remote_ts = 10.1.0.0/24\n",
+            &format!(
+                "remote_ts = 10.1.0.0/24,{}/64\n",
+                lab::ipsec::H1_V6.replace("::2", "::")
+            ),
+        );
+    }
     assert!(!swanctl.contains("local_ts"), "{swanctl}");
     charon
         .write(1, "  install_virtual_ip = yes\n", &swanctl)
@@ -489,11 +523,10 @@ fn strongswan_asking_for_a_virtual_ip_gets_one_from_the_pool_and_pings_through_i
         .start(None)
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
     charon.load().unwrap_or_else(|e| panic!("{what}: {e:#}"));
-    // Written after the tunnel's [[ipsec.tunnel]]: the route must come before [ipsec].
-    let (route, peer) = peer.split_at(peer.find("\n[[ipsec.peer]]").unwrap());
-    let text = l.config_text(1, peer);
-    let text = text.replacen("\n[ipsec]\n", &format!("{route}\n\n[ipsec]\n"), 1);
-    l.write_config(1, peer).unwrap();
+    // The routes must come before [ipsec] (the peer goes after the tunnel).
+    let text = l.config_text(1, &peer);
+    let text = text.replacen("\n[ipsec]\n", &format!("{routes}\n\n[ipsec]\n"), 1);
+    l.write_config(1, &peer).unwrap();
     std::fs::write(l.config_file(1), &text).unwrap();
     l.start(1, std::path::Path::new(common::bin()))
         .unwrap_or_else(|e| panic!("starting gw1: {e:#}"));
@@ -508,53 +541,62 @@ fn strongswan_asking_for_a_virtual_ip_gets_one_from_the_pool_and_pings_through_i
         .swanctl(&["--initiate", "--child", "net", "--timeout", "20"])
         .unwrap_or_else(|e| panic!("strongSwan's initiate: {e:#}\n{}", also()));
     let sa = wait_established(l, 1, also);
-    // gw1 leased the pool's first address and narrowed strongSwan's side to it.
-    assert_eq!(sa["virtual_ip"], "10.200.0.1", "{sa:#}");
+    // gw1 leased the pools' first addresses and narrowed strongSwan's side to them.
+    assert_eq!(sa["virtual_ip"], want.join(", "), "{sa:#}");
     assert_eq!(
         sa["children"][0]["remote_ts"],
-        serde_json::json!(["10.200.0.1"]),
+        serde_json::json!(want),
         "{sa:#}"
     );
+    // strongSwan took them (`[10.200.0.1 fd00:200::1]` beside its address), as its side
+    // of the child.
     let listing = charon.swanctl(&["--list-sas"]).unwrap();
     assert!(
-        listing.contains("[10.200.0.1]"),
-        "strongSwan shows no virtual IP 10.200.0.1:\n{listing}"
+        listing.contains(&format!("[{}]", want.join(" "))),
+        "strongSwan shows no virtual IPs {want:?}:\n{listing}"
     );
-    assert!(listing.contains("10.200.0.1/32"), "{listing}");
-    let text = cli(l, 1, &["show", "ike", "sa"]);
-    assert!(text.contains("virtual IP 10.200.0.1"), "{text}");
-    assert!(
-        metrics(l).contains("ferrouter_ike_virtual_ips{} 1"),
-        "{}",
-        metrics(l)
-    );
-    // A ping from the virtual IP (on gw2, where charon put it) to h1 behind gw1.
-    let mut ok = None;
-    for _ in 0..25 {
-        let o = l
-            .exec(
-                &l.gw(2),
-                &["ping", "-c1", "-W1", "-I", "10.200.0.1", lab::ipsec::H1],
-            )
-            .unwrap();
-        if o.status.success() {
-            ok = Some(o);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    for a in want {
+        let host = format!("{a}/{}", if v6(a) { 128 } else { 32 });
+        assert!(listing.contains(&host), "{host}: {listing}");
     }
+    let text = cli(l, 1, &["show", "ike", "sa"]);
     assert!(
-        ok.is_some(),
-        "no answer from h1 to the virtual IP:\naddresses on gw2: {}\n{}",
-        String::from_utf8_lossy(&l.exec(&l.gw(2), &["ip", "-br", "addr"]).unwrap().stdout),
-        also()
+        text.contains(&format!("virtual IP {}", want.join(", "))),
+        "{text}"
     );
+    let leased = format!("ferrouter_ike_virtual_ips{{}} {}", want.len());
+    assert!(metrics(l).contains(&leased), "{}", metrics(l));
+    // A ping from each virtual IP (on gw2, where charon put them) to h1 behind gw1.
+    for a in want {
+        let (family, to) = if v6(a) {
+            ("-6", lab::ipsec::H1_V6)
+        } else {
+            ("-4", lab::ipsec::H1)
+        };
+        let mut ok = None;
+        for _ in 0..25 {
+            let o = l
+                .exec(&l.gw(2), &["ping", family, "-c1", "-W1", "-I", a, to])
+                .unwrap();
+            if o.status.success() {
+                ok = Some(o);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(
+            ok.is_some(),
+            "no answer from h1 to the virtual IP {a}:\naddresses on gw2: {}\n{}",
+            String::from_utf8_lossy(&l.exec(&l.gw(2), &["ip", "-br", "addr"]).unwrap().stdout),
+            also()
+        );
+    }
     let listing = charon.listing().unwrap();
     assert!(
-        listing.packets_in >= 1 && listing.packets_out >= 1,
+        listing.packets_in >= want.len() as u64 && listing.packets_out >= want.len() as u64,
         "{listing:?}"
     );
-    // strongSwan leaves: the lease goes back to the pool.
+    // strongSwan leaves: the leases go back to the pools.
     charon
         .swanctl(&["--terminate", "--ike", "fr", "--timeout", "10"])
         .unwrap_or_else(|e| panic!("strongSwan's terminate: {e:#}\n{}", also()));
@@ -562,7 +604,7 @@ fn strongswan_asking_for_a_virtual_ip_gets_one_from_the_pool_and_pings_through_i
     while !metrics(l).contains("ferrouter_ike_virtual_ips{} 0") {
         assert!(
             t.elapsed() < Duration::from_secs(10),
-            "the lease was not released: {:#}\n{}",
+            "the leases were not released: {:#}\n{}",
             ike(l, 1),
             also()
         );

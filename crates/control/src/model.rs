@@ -1193,7 +1193,8 @@ pub struct IkeSaView {
     pub proposal: String,
     /// Seconds since it was created.
     pub age_s: u64,
-    /// The virtual IP leased to the peer from its `pools` (CP), if it asked for one.
+    /// The virtual IPs leased to the peer from its `pools` (CP), if it asked for some:
+    /// `10.200.0.1`, `fd00:200::1`, or both families as `10.200.0.1, fd00:200::1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_ip: Option<String>,
     /// Its child SAs.

@@ -16,7 +16,7 @@
 //! ike_lifetime_s = 14400          # IKE SA rekeyed at 80-95 % of it (0: never)
 //! fragment_size = 1280            # IKE messages above it go in fragments (RFC 7383)
 //! child_lifetime_s = 3600         # child SAs rekeyed at 90/95 % of it (0: never)
-//! pools = ["10.200.0.0/24"]       # virtual IPs leased to peers asking (CP, §2.19)
+//! pools = ["10.200.0.0/24"]       # virtual IPs leased to peers asking (CP, §2.19; IPv6 too)
 //! unique_ids = "no"               # or never, replace, keep: a new IKE SA vs the old ones
 //! ```
 //!
@@ -46,7 +46,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::{self, PrivateKey};
-use crate::pool::{Prefix4, MAX_POOL_ADDRESSES};
+use crate::pool::{Prefix, MAX_POOL_ADDRESSES};
 use crate::transform::{Dh, Encr, Integ, Prf};
 use crate::wire::{self, Id, Selector};
 
@@ -142,9 +142,10 @@ pub struct PeerConfig {
     /// dead peer is noticed: 2 retransmissions, 7 s after the first liveness check.
     #[serde(default = "default_retransmit_tries")]
     pub retransmit_tries: u32,
-    /// Virtual IP pools (IPv4 prefixes): a peer asking for an address in its IKE_AUTH
-    /// (CP(CFG_REQUEST) with INTERNAL_IP4_ADDRESS) is leased one, and its child SAs'
-    /// selectors on its side are that address alone.
+    /// Virtual IP pools (IPv4 and IPv6 prefixes): a peer asking for an address in its
+    /// IKE_AUTH (CP(CFG_REQUEST) with INTERNAL_IP4_ADDRESS, INTERNAL_IP6_ADDRESS or both)
+    /// is leased one of each family asked for that has pools, and its child SAs'
+    /// selectors on its side are those addresses alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<String>,
     /// What a new IKE SA of this peer does to its established ones (the same identities),
@@ -668,8 +669,8 @@ pub struct Peer {
     pub fragment_size: usize,
     /// Retransmissions of a request before the SA is given up.
     pub retransmit_tries: u32,
-    /// Virtual IP pools: checked, not overlapping.
-    pub pools: Vec<Prefix4>,
+    /// Virtual IP pools, of either family: checked, not overlapping.
+    pub pools: Vec<Prefix>,
     /// What a new IKE SA does to the peer's established ones.
     pub unique_ids: UniqueIds,
 }
@@ -937,26 +938,28 @@ impl PeerConfig {
     }
 
     /// `pools`: each a prefix, none overlapping another, at most [`MAX_POOLS`] of them
-    /// and [`MAX_POOL_ADDRESSES`] addresses together.
-    fn resolve_pools(&self) -> Result<Vec<Prefix4>, String> {
+    /// and [`MAX_POOL_ADDRESSES`] addresses of each family together.
+    fn resolve_pools(&self) -> Result<Vec<Prefix>, String> {
         if self.pools.len() > MAX_POOLS {
             return Err(format!(
                 "pools: {} prefixes; at most {MAX_POOLS}",
                 self.pools.len()
             ));
         }
-        let mut out: Vec<Prefix4> = Vec::new();
-        let mut total = 0u64;
+        let mut out: Vec<Prefix> = Vec::new();
+        // Addresses of the IPv4 pools, of the IPv6 pools.
+        let mut total = [0u64; 2];
         for (k, s) in self.pools.iter().enumerate() {
-            let p = Prefix4::parse(s).map_err(|e| format!("pools[{k}]: {e}"))?;
+            let p = Prefix::parse(s).map_err(|e| format!("pools[{k}]: {e}"))?;
             if let Some(j) = out.iter().position(|o| o.overlaps(&p)) {
                 return Err(format!("pools[{k}]: {p} overlaps pools[{j}] {}", out[j]));
             }
-            let (a, b) = p.range();
-            total += u64::from(b - a) + 1;
-            if total > MAX_POOL_ADDRESSES {
+            let n = &mut total[usize::from(p.is_v6())];
+            *n = n.saturating_add(p.size());
+            if *n > MAX_POOL_ADDRESSES {
                 return Err(format!(
-                    "pools[{k}]: the pools hold more than {MAX_POOL_ADDRESSES} addresses together"
+                    "pools[{k}]: the {} pools hold more than {MAX_POOL_ADDRESSES} addresses together",
+                    if p.is_v6() { "IPv6" } else { "IPv4" }
                 ));
             }
             out.push(p);
@@ -1245,9 +1248,17 @@ mod tests {
     #[test]
     fn pools_are_checked() {
         let mut c = toml_like();
-        c.pools = vec!["10.200.0.0/24".into(), "10.201.0.0/16".into()];
+        c.pools = vec![
+            "10.200.0.0/24".into(),
+            "10.201.0.0/16".into(),
+            "fd00:200::/120".into(),
+        ];
         let p = c.resolve(Some(b"0123456789abcdef")).unwrap();
-        assert_eq!(p.pools.len(), 2);
+        assert_eq!(p.pools.len(), 3);
+        assert!(p.pools[2].is_v6() && !p.pools[0].is_v6());
+        // The largest of each family, side by side.
+        c.pools = vec!["10.0.0.0/8".into(), "fd00::/104".into()];
+        assert_eq!(c.resolve(Some(b"0123456789abcdef")).unwrap().pools.len(), 2);
         for (pools, want) in [
             (
                 vec!["10.200.0.0/24", "10.200.0.128/25"],
@@ -1259,7 +1270,19 @@ mod tests {
             ),
             (
                 vec!["10.0.0.0/8", "11.0.0.0/32"],
-                "pools[1]: the pools hold more than",
+                "pools[1]: the IPv4 pools hold more than",
+            ),
+            (
+                vec!["fd00:200::/104", "10.0.0.0/8", "fd00:201::/120"],
+                "pools[2]: the IPv6 pools hold more than",
+            ),
+            (
+                vec!["10.200.0.0/24", "fd00:200::/64"],
+                "pools[1]: `fd00:200::/64`: an IPv6 pool is at most a /104",
+            ),
+            (
+                vec!["fd00:200::/112", "10.200.0.0/24", "fd00:200::100/120"],
+                "pools[2]: fd00:200::100/120 overlaps pools[0] fd00:200::/112",
             ),
         ] {
             c.pools = pools.iter().map(|s| s.to_string()).collect();

@@ -232,8 +232,9 @@ pub struct FailCounters {
     pub authentication: u64,
     pub unknown_peer: u64,
     pub ts_unacceptable: u64,
-    /// A virtual IP asked for and none free in the peer's pools (INTERNAL_ADDRESS_FAILURE
-    /// answered, no child SA).
+    /// Virtual IPs asked for and none of them could be given: none free in the peer's
+    /// pools of the families asked for, or no pool of those families
+    /// (INTERNAL_ADDRESS_FAILURE answered, no child SA).
     pub pool_exhausted: u64,
     /// A CP(CFG_REQUEST) with a known attribute of a wrong length (INVALID_SYNTAX
     /// answered, the IKE SA refused).
@@ -822,7 +823,8 @@ pub struct SaInfo {
     pub remote_id: String,
     pub proposal: String,
     pub age_s: u64,
-    /// The virtual IP leased to the peer (CP), if any.
+    /// The virtual IPs leased to the peer (CP), if any: `10.200.0.1, fd00:200::1` with both
+    /// families.
     pub virtual_ip: Option<String>,
     pub children: Vec<ChildInfo>,
 }
@@ -874,10 +876,54 @@ pub struct Engine {
     /// The virtual IPs leased (responder, CP), by IKE SA: released with the SA, moved
     /// with its children to the SA that rekeys it. (Here rather than in [`IkeSa`]: SAs
     /// without one pay nothing.)
-    vips: HashMap<u64, std::net::Ipv4Addr>,
+    vips: HashMap<u64, Vips>,
     /// Tests: as initiator, ask for a virtual IP in IKE_AUTH: a CP(CFG_REQUEST) with
     /// this INTERNAL_IP4_ADDRESS value.
     ask_vip: Option<Vec<u8>>,
+    /// Tests: the same with this INTERNAL_IP6_ADDRESS value (beside the IPv4 one, if
+    /// any).
+    ask_vip6: Option<Vec<u8>>,
+}
+
+/// The virtual IPs leased to an IKE SA: one of each family asked for (and in the pools).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Vips {
+    v4: Option<std::net::Ipv4Addr>,
+    v6: Option<std::net::Ipv6Addr>,
+}
+
+impl Vips {
+    fn addrs(&self) -> impl Iterator<Item = IpAddr> {
+        self.v4
+            .map(IpAddr::from)
+            .into_iter()
+            .chain(self.v6.map(IpAddr::from))
+    }
+
+    /// `10.200.0.1`, `fd00:200::1` or `10.200.0.1, fd00:200::1`.
+    fn text(&self) -> String {
+        self.addrs()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The CP(CFG_REPLY) giving an SA its virtual IPs: INTERNAL_IP4_ADDRESS (4 bytes),
+/// INTERNAL_IP6_ADDRESS (16 bytes and the prefix length: 128, one address, §3.15.1).
+fn cfg_reply(v: &Vips) -> Payload {
+    let v4 = v.v4.map(|a| wire::CfgAttr {
+        kind: wire::cfg::INTERNAL_IP4_ADDRESS,
+        value: a.octets().to_vec(),
+    });
+    let v6 = v.v6.map(|a| wire::CfgAttr {
+        kind: wire::cfg::INTERNAL_IP6_ADDRESS,
+        value: a.octets().into_iter().chain([128]).collect(),
+    });
+    Payload::Cp {
+        kind: wire::cfg::REPLY,
+        attrs: v4.into_iter().chain(v6).collect(),
+    }
 }
 
 /// The pools of the peers that have some.
@@ -1142,6 +1188,7 @@ impl Engine {
             pools: pools_of(&peers),
             vips: HashMap::new(),
             ask_vip: None,
+            ask_vip6: None,
             peers,
             sas: HashMap::new(),
             by_init: HashMap::new(),
@@ -1354,7 +1401,7 @@ impl Engine {
                     .map_or(String::new(), |p| p.remote_id.text()),
                 proposal: s.suite.as_ref().map_or(String::new(), ike_text),
                 age_s: now.saturating_duration_since(s.created.instant()).as_secs(),
-                virtual_ip: self.vips.get(spi).map(|v| v.to_string()),
+                virtual_ip: self.vips.get(spi).map(Vips::text),
                 children: s
                     .children
                     .iter()
@@ -2201,13 +2248,17 @@ impl Engine {
         if peer.unique_ids != UniqueIds::Never {
             inner.push(Payload::notify(notify::INITIAL_CONTACT, vec![]));
         }
-        if let Some(value) = self.ask_vip.clone() {
+        let ask: Vec<wire::CfgAttr> = [
+            (wire::cfg::INTERNAL_IP4_ADDRESS, &self.ask_vip),
+            (wire::cfg::INTERNAL_IP6_ADDRESS, &self.ask_vip6),
+        ]
+        .into_iter()
+        .filter_map(|(kind, v)| v.clone().map(|value| wire::CfgAttr { kind, value }))
+        .collect();
+        if !ask.is_empty() {
             inner.push(Payload::Cp {
                 kind: wire::cfg::REQUEST,
-                attrs: vec![wire::CfgAttr {
-                    kind: wire::cfg::INTERNAL_IP4_ADDRESS,
-                    value,
-                }],
+                attrs: ask,
             });
         }
         inner.extend([
@@ -2460,13 +2511,13 @@ impl Engine {
             self.refuse(spi, h, notify::AUTHENTICATION_FAILED, out);
             return;
         }
-        // A virtual IP asked for, of a peer with pools (others' CP is ignored, §3.15).
+        // Virtual IPs asked for, of a peer with pools (others' CP is ignored, §3.15).
         let ask = match inner.iter().find_map(|p| match p {
             Payload::Cp { kind, attrs } if *kind == wire::cfg::REQUEST => Some(attrs),
             _ => None,
         }) {
             Some(attrs) if !peer.pools.is_empty() => match wire::cfg_request(attrs) {
-                Ok(a) => a.ip4,
+                Ok(a) => a,
                 Err(e) => {
                     self.counters.failed.cp_malformed += 1;
                     tracing::warn!(peer = peer.name, "IKE: refused: {e}");
@@ -2474,7 +2525,7 @@ impl Engine {
                     return;
                 }
             },
-            _ => false,
+            _ => wire::CfgAsk::default(),
         };
         // Our AUTH.
         let Some(sa) = self.sas.get_mut(&spi) else {
@@ -2533,21 +2584,15 @@ impl Engine {
         let mut resp = vec![Payload::IdR(peer.local_id.clone())];
         resp.extend(Self::cert_payloads(&peer, false));
         resp.push(auth);
-        // The virtual IP, leased after INITIAL_CONTACT gave back the peer's old one.
-        let leased = match ask {
+        // The virtual IPs, leased after INITIAL_CONTACT gave back the peer's old ones.
+        let leased = match ask.ip4 || ask.ip6 {
             false => Ok(()),
-            true => self.lease_vip(spi, &peer),
+            true => self.lease_vips(spi, &peer, ask),
         };
         match leased {
             Ok(()) => {
                 if let Some(v) = self.vips.get(&spi) {
-                    resp.push(Payload::Cp {
-                        kind: wire::cfg::REPLY,
-                        attrs: vec![wire::CfgAttr {
-                            kind: wire::cfg::INTERNAL_IP4_ADDRESS,
-                            value: v.octets().to_vec(),
-                        }],
-                    });
+                    resp.push(cfg_reply(v));
                 }
                 resp.extend(self.child_for_request(now, spi, &peer, &inner, None, out));
             }
@@ -2574,28 +2619,57 @@ impl Engine {
             .collect()
     }
 
-    /// Leases SA `spi` a virtual IP from its peer's pools; `Err` (counted) when none is
-    /// free.
-    fn lease_vip(&mut self, spi: u64, peer: &Peer) -> Result<(), ()> {
-        let got = self.pools.get_mut(&peer.name).and_then(Pool::lease);
-        let Some(addr) = got else {
+    /// Leases SA `spi` a virtual IP of each family `ask` names from its peer's pools
+    /// (a family without pools, or none free, is left out: §3.15.1 lets the responder
+    /// answer what it can); `Err` (counted) when nothing asked for is free.
+    fn lease_vips(&mut self, spi: u64, peer: &Peer, ask: wire::CfgAsk) -> Result<(), ()> {
+        let mut got = Vips::default();
+        if let Some(pool) = self.pools.get_mut(&peer.name) {
+            if ask.ip4 {
+                got.v4 = pool.lease4();
+            }
+            if ask.ip6 {
+                got.v6 = pool.lease6();
+            }
+            for (asked, v6, given) in [
+                (ask.ip4, false, got.v4.is_some()),
+                (ask.ip6, true, got.v6.is_some()),
+            ] {
+                if asked && !given {
+                    let why = match pool.size(v6) {
+                        0 => "no pool of that family",
+                        _ => "none left",
+                    };
+                    tracing::warn!(
+                        peer = peer.name,
+                        family = if v6 { "IPv6" } else { "IPv4" },
+                        "IKE: virtual IP not given: {why}"
+                    );
+                }
+            }
+        }
+        if got == Vips::default() {
             self.counters.failed.pool_exhausted += 1;
             tracing::warn!(
                 peer = peer.name,
-                "IKE: no virtual IP left in the pools: INTERNAL_ADDRESS_FAILURE"
+                "IKE: no virtual IP asked for left in the pools: INTERNAL_ADDRESS_FAILURE"
             );
             return Err(());
-        };
-        self.vips.insert(spi, addr);
-        tracing::info!(peer = peer.name, %addr, "IKE: virtual IP leased");
+        }
+        tracing::info!(
+            peer = peer.name,
+            addr = got.text(),
+            "IKE: virtual IP leased"
+        );
+        self.vips.insert(spi, got);
         Ok(())
     }
 
-    /// Gives SA `spi`'s virtual IP (if it has one) back to its peer's pool.
+    /// Gives SA `spi`'s virtual IPs (if it has some) back to its peer's pools.
     fn release_vip(&mut self, spi: u64, sa: &IkeSa) {
         if let (Some(v), Some(p)) = (self.vips.remove(&spi), &sa.peer) {
             if let Some(pool) = self.pools.get_mut(&p.name) {
-                pool.release(v);
+                v.addrs().for_each(|a| pool.release(a));
             }
         }
     }
@@ -2654,17 +2728,19 @@ impl Engine {
             );
             return vec![Payload::notify(notify::NO_PROPOSAL_CHOSEN, vec![])];
         };
-        // TSi is the initiator's side: the peer's (remote) side for us; with a virtual
-        // IP, that address alone (§2.19), whatever the peer proposed.
+        // TSi is the initiator's side: the peer's (remote) side for us; with virtual
+        // IPs, those addresses alone (§2.19), whatever the peer proposed.
         let n_i = match self.vips.get(&spi) {
             Some(v) => {
-                let a = IpAddr::from(*v);
-                let host = Selector {
-                    start: a,
-                    end: a,
-                    ..Selector::any(false)
-                };
-                narrow(tsi, &[host])
+                let hosts: Vec<Selector> = v
+                    .addrs()
+                    .map(|a| Selector {
+                        start: a,
+                        end: a,
+                        ..Selector::any(a.is_ipv6())
+                    })
+                    .collect();
+                narrow(tsi, &hosts)
             }
             None => narrow(tsi, &peer.remote_ts),
         };

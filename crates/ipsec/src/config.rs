@@ -780,7 +780,7 @@ impl IpsecConfig {
         let mut tunnels = HashMap::new();
         let mut out = Vec::new();
         // Every peer's pools: (peer, pool, prefix).
-        let mut pools: Vec<(usize, usize, ike::pool::Prefix4)> = Vec::new();
+        let mut pools: Vec<(usize, usize, ike::pool::Prefix)> = Vec::new();
         for (i, c) in self.peers.iter().enumerate() {
             let at = |f: &str| format!("ipsec.peer[{i}].{f}");
             if c.name.is_empty() || !names.insert(c.name.as_str()) {
@@ -1899,14 +1899,23 @@ tunnel = \"ipsec0\"
                  [[tunnel]]\nname = \"t0\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.2\"\n\
                  [[tunnel]]\nname = \"t1\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.3\"\n\
                  [[peer]]\nname = \"a\"\nlocal = \"192.0.2.1\"\nremote = \"any\"\nremote_id = \"a.example\"\n\
-                 psk = \"a\"\ntunnel = \"t0\"\npools = [\"10.200.0.0/24\", \"10.201.0.0/16\"]\n\
+                 psk = \"a\"\ntunnel = \"t0\"\npools = [\"10.200.0.0/24\", \"10.201.0.0/16\", \"fd00:200::/112\"]\n\
                  [[peer]]\nname = \"b\"\nlocal = \"192.0.2.1\"\nremote = \"any\"\nremote_id = \"b.example\"\n\
                  psk = \"a\"\ntunnel = \"t1\"\npools = [{pools_b}]\n",
                 f.display()
             )
         };
-        let c: IpsecConfig = toml::from_str(&text("\"10.202.0.0/24\"")).unwrap();
-        assert_eq!(c.ike_peers().unwrap()[1].pools.len(), 1);
+        let c: IpsecConfig =
+            toml::from_str(&text("\"10.202.0.0/24\", \"fd00:201::/120\"")).unwrap();
+        assert_eq!(c.ike_peers().unwrap()[1].pools.len(), 2);
+        let c: IpsecConfig = toml::from_str(&text("\"fd00:200::80/121\"")).unwrap();
+        assert_eq!(
+            c.ike_peers().unwrap_err(),
+            [(
+                "ipsec.peer[1].pools[0]".to_string(),
+                "fd00:200::80/121 overlaps ipsec.peer[0].pools[2] fd00:200::/112".to_string()
+            )]
+        );
         let c: IpsecConfig = toml::from_str(&text("\"10.9.0.0/24\", \"10.201.7.0/24\"")).unwrap();
         let e = c.ike_peers().unwrap_err();
         assert_eq!(

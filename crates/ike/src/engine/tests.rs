@@ -1702,7 +1702,7 @@ fn vip_pair(pools: &[&str]) -> Pair {
     b.remote = None;
     b.pools = pools
         .iter()
-        .map(|s| crate::pool::Prefix4::parse(s).unwrap())
+        .map(|s| crate::pool::Prefix::parse(s).unwrap())
         .collect();
     let mut p = Pair::new(a, b);
     p.a.ask_vip = Some(vec![]);
@@ -1766,7 +1766,7 @@ fn a_peer_with_pools_that_asks_nothing_keeps_its_selectors() {
 #[test]
 fn an_exhausted_pool_answers_internal_address_failure_without_a_child() {
     let mut p = vip_pair(&["10.200.0.9/32"]);
-    p.b.pools.get_mut("a").unwrap().lease().unwrap();
+    p.b.pools.get_mut("a").unwrap().lease4().unwrap();
     vip_connect(&mut p);
     assert_eq!(p.b.counters.failed.pool_exhausted, 1);
     assert!(p.b_children.is_empty() && p.a_children.is_empty());
@@ -1876,10 +1876,184 @@ fn pools_stay_with_their_leases_across_a_reload_of_the_same_peers() {
     assert_eq!(p.b.leases(), 1);
     // Its pools changed: its SA is deleted, the new pool starts empty.
     let mut changed = peers;
-    changed[0].pools = vec![crate::pool::Prefix4::parse("10.201.0.0/24").unwrap()];
+    changed[0].pools = vec![crate::pool::Prefix::parse("10.201.0.0/24").unwrap()];
     p.b.set_peers(changed, p.now, &mut ev);
     p.run(vec![], ev, false);
     assert_eq!((p.b.established(), p.b.leases()), (0, 0));
+}
+
+#[test]
+fn an_ipv6_virtual_ip_is_leased_and_the_peers_selectors_narrowed_to_it() {
+    let mut p = vip_pair(&["10.200.0.0/24", "fd00:200::/120"]);
+    p.a.ask_vip = None;
+    p.a.ask_vip6 = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!((p.a.established(), p.b.established()), (1, 1));
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("fd00:200::1")
+    );
+    assert_eq!(p.b.leases(), 1);
+    // The initiator proposed 0.0.0.0/0 and ::/0 as its side: narrowed to its /128.
+    let (ca, cb) = (&p.a_children[0], &p.b_children[0]);
+    assert_eq!(cb.remote_ts, [host("fd00:200::1")]);
+    assert_eq!(ca.local_ts, [host("fd00:200::1")]);
+    check_child_keys(&p);
+    // An address it would like (16 bytes and a prefix length) is fine, and not honoured.
+    let mut p = vip_pair(&["fd00:200::/120"]);
+    p.a.ask_vip = None;
+    p.a.ask_vip6 = Some(
+        [0xfd, 0, 2, 0]
+            .into_iter()
+            .chain([0; 11])
+            .chain([7, 64])
+            .collect(),
+    );
+    vip_connect(&mut p);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("fd00:200::1")
+    );
+    // The lease goes back with the SA.
+    let mut ev = vec![];
+    p.a.terminate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!((p.b.established(), p.b.leases()), (0, 0));
+}
+
+#[test]
+fn both_families_asked_for_get_one_address_each() {
+    let mut p = vip_pair(&["fd00:200::/120", "10.200.0.0/24"]);
+    p.a.ask_vip6 = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.1, fd00:200::1")
+    );
+    assert_eq!(p.b.leases(), 2);
+    let both = [host("10.200.0.1"), host("fd00:200::1")];
+    assert_eq!(p.b_children[0].remote_ts, both);
+    assert_eq!(p.a_children[0].local_ts, both);
+    check_child_keys(&p);
+    // A child rekey keeps the peer's side to its addresses.
+    let old_in = p.a_children[0].spi_in;
+    let spi = only_spi(&p.a);
+    let mut ev = vec![];
+    p.a.rekey_child(spi, old_in, p.now, &mut ev);
+    p.run(ev, vec![], false);
+    assert_eq!(p.b_children[1].remote_ts, both);
+    // Both go back with the SA; the next SA gets the next fresh address of each.
+    let mut ev = vec![];
+    p.a.terminate("b", p.now, &mut ev).unwrap();
+    p.run(ev, vec![], false);
+    assert_eq!((p.b.established(), p.b.leases()), (0, 0));
+    p.a.retry_at.clear();
+    vip_connect(&mut p);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.2, fd00:200::2")
+    );
+}
+
+#[test]
+fn an_exhausted_ipv6_pool_answers_internal_address_failure_or_leaves_it_out() {
+    // IPv6 alone asked for, none left: INTERNAL_ADDRESS_FAILURE, no child.
+    let mut p = vip_pair(&["fd00:200::9/128", "10.200.0.0/24"]);
+    p.b.pools.get_mut("a").unwrap().lease6().unwrap();
+    p.a.ask_vip = None;
+    p.a.ask_vip6 = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!(p.b.counters.failed.pool_exhausted, 1);
+    assert!(p.b_children.is_empty() && p.a_children.is_empty());
+    assert_eq!((p.b.established(), p.b.leases()), (1, 1));
+    assert!(p.b.sa_info(p.now).iter().all(|s| s.virtual_ip.is_none()));
+    // Both asked for: the IPv4 address alone, the child narrowed to it.
+    let mut p = vip_pair(&["fd00:200::9/128", "10.200.0.0/24"]);
+    p.b.pools.get_mut("a").unwrap().lease6().unwrap();
+    p.a.ask_vip6 = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!(p.b.counters.failed.pool_exhausted, 0);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.1")
+    );
+    assert_eq!(p.b_children[0].remote_ts, [host("10.200.0.1")]);
+    assert_eq!(p.b.leases(), 2);
+}
+
+#[test]
+fn a_family_without_a_pool_is_left_unanswered() {
+    // IPv4 pools only, both asked for: the IPv4 address, IPv6 left out.
+    let mut p = vip_pair(&["10.200.0.0/24"]);
+    p.a.ask_vip6 = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!(p.b.counters.failed.pool_exhausted, 0);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("10.200.0.1")
+    );
+    assert_eq!(p.b_children[0].remote_ts, [host("10.200.0.1")]);
+    assert_eq!(p.a_children[0].local_ts, [host("10.200.0.1")]);
+    // IPv6 pools only, both asked for: the IPv6 address.
+    let mut p = vip_pair(&["fd00:200::/120"]);
+    p.a.ask_vip6 = Some(vec![]);
+    vip_connect(&mut p);
+    assert_eq!(
+        p.b.sa_info(p.now)[0].virtual_ip.as_deref(),
+        Some("fd00:200::1")
+    );
+    assert_eq!(p.b_children[0].remote_ts, [host("fd00:200::1")]);
+    // Nothing asked for can be given: INTERNAL_ADDRESS_FAILURE, counted, no child.
+    for (pools, v4, v6) in [
+        ("10.200.0.0/24", None, Some(vec![])),
+        ("fd00:200::/120", Some(vec![]), None),
+    ] {
+        let mut p = vip_pair(&[pools]);
+        (p.a.ask_vip, p.a.ask_vip6) = (v4, v6);
+        vip_connect(&mut p);
+        assert_eq!(p.b.counters.failed.pool_exhausted, 1, "{pools}");
+        assert_eq!((p.b.established(), p.b.leases()), (1, 0), "{pools}");
+        assert!(
+            p.b_children.is_empty() && p.a_children.is_empty(),
+            "{pools}"
+        );
+    }
+}
+
+#[test]
+fn the_cfg_reply_carries_each_address_as_section_3_15_1_has_it() {
+    let v = Vips {
+        v4: Some("10.200.0.1".parse().unwrap()),
+        v6: Some("fd00:200::1".parse().unwrap()),
+    };
+    let Payload::Cp { kind, attrs } = cfg_reply(&v) else {
+        panic!("not a CP")
+    };
+    assert_eq!(kind, wire::cfg::REPLY);
+    let mut six = vec![0xfd, 0, 2, 0];
+    six.extend([0; 11]);
+    six.extend([1, 128]);
+    assert_eq!(
+        attrs,
+        [
+            wire::CfgAttr {
+                kind: wire::cfg::INTERNAL_IP4_ADDRESS,
+                value: vec![10, 200, 0, 1]
+            },
+            wire::CfgAttr {
+                kind: wire::cfg::INTERNAL_IP6_ADDRESS,
+                value: six
+            }
+        ]
+    );
+    // As a CFG_REQUEST reads it (the lengths §3.15.1 allows).
+    assert_eq!(
+        wire::cfg_request(&attrs),
+        Ok(wire::CfgAsk {
+            ip4: true,
+            ip6: true
+        })
+    );
 }
 
 /// Policy-based peers (`interface`, selectors of their own): the child SA gets the
