@@ -62,6 +62,38 @@ fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
     );
     let text = cli(l, 1, &["show", "ike", "child-sa"]);
     assert!(text.contains(child["spi_in"].as_str().unwrap()), "{text}");
+    // One peer's SAs, a page of them.
+    let text = cli(l, 1, &["show", "ike", "sa", "gw2"]);
+    assert!(
+        text.contains("gw2") && text.contains("established"),
+        "{text}"
+    );
+    let text = cli(l, 1, &["show", "ike", "sa", "nosuch"]);
+    assert!(!text.contains("established  init"), "{text}");
+    let get = |q: &str| -> (u16, Value) {
+        let c = control::client::Client::new(control::client::Endpoint::Unix(l.socket(1)));
+        let r = c.call("GET", &format!("/v1/ike{q}"), None).unwrap();
+        (
+            r.status,
+            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+        )
+    };
+    let (st, v) = get("?peer=gw2&limit=0");
+    assert_eq!(
+        (st, v["total"].as_u64(), v["sas"].as_array().map(Vec::len)),
+        (200, Some(1), Some(0)),
+        "{v:#}"
+    );
+    let (st, v) = get("?peer=nosuch");
+    assert_eq!((st, v["total"].as_u64()), (200, Some(0)), "{v:#}");
+    let (st, v) = get("?offset=1");
+    assert_eq!(
+        (st, v["total"].as_u64(), v["sas"].as_array().map(Vec::len)),
+        (200, Some(1), Some(0)),
+        "{v:#}"
+    );
+    let (st, v) = get("?bogus=1");
+    assert_eq!(st, 400, "{v:#}");
     let text = cli(l, 2, &["show", "ike", "summary"]);
     assert!(
         text.contains("1 IKE SAs established, 0 half-open; 1 child SAs"),

@@ -239,7 +239,8 @@ enum Cmd {
         /// `sa` (the default), `child-sa` or `summary` (the counts, without the list).
         arg: Option<String>,
         /// For `nat sessions`: an IPv4 address, prefix or range any address of the
-        /// sessions (before or after translation) lies in.
+        /// sessions (before or after translation) lies in; for `ike sa` and `ike
+        /// child-sa`: a peer's name (its SAs only).
         filter: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
@@ -681,8 +682,9 @@ fn show(
         ("nat", Some("sessions"), Some(f)) => control::api::Shown::NatSessions(
             control::api::nat_sessions_with(client, Some(f), None)?,
         ),
+        ("ike", _, Some(peer)) => control::api::ike_peer_with(client, arg, peer)?,
         (_, _, Some(f)) => {
-            anyhow::bail!("unexpected {f:?}: only `show nat sessions` takes a filter")
+            anyhow::bail!("unexpected {f:?}: only `show nat sessions` and `show ike sa|child-sa PEER` take a filter")
         }
         _ => control::api::request_with(client, what, arg)?,
     };

@@ -699,6 +699,16 @@ pub fn nat_sessions_with(
     ))
 }
 
+/// Client side: `show ike sa|child-sa PEER`: one peer's IKE SAs (`GET /v1/ike?peer=`).
+pub fn ike_peer_with(client: &Client, arg: Option<&str>, peer: &str) -> Result<Shown> {
+    let path = format!("/v1/ike?{}", serde_urlencoded::to_string([("peer", peer)])?);
+    Ok(match arg {
+        None | Some("sa") => Shown::Ike(client.get_as(&path)?),
+        Some("child-sa") => Shown::IkeChildSas(children(client.get_as(&path)?)),
+        Some(a) => anyhow::bail!("unexpected {peer:?} after \"ike {a}\": only `show ike sa PEER` and `show ike child-sa PEER` take a peer"),
+    })
+}
+
 /// Client side: remove the flows that match (`DELETE /v1/conntrack`); each condition is
 /// optional.
 pub fn conntrack_flush_with(

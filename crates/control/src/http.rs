@@ -565,10 +565,15 @@ async fn ipsec_sa_add(
 }
 
 /// The IKE daemon's SAs, their child SAs, and its counters.
-#[utoipa::path(get, path = "/v1/ike", tag = "show",
-    responses((status = 200, description = "IKE SAs and counters", body = model::IkeView)))]
-async fn ike(State(s): State<Arc<Shared>>) -> ApiResult<model::IkeView> {
-    blocking(move || Ok(Json(crate::ikesvc::view(&s.ike)))).await
+#[utoipa::path(get, path = "/v1/ike", tag = "show", params(crate::ikesvc::IkeQuery),
+    responses((status = 200, description = "IKE SAs (a page of them) and counters", body = model::IkeView),
+              (status = 400, description = "A malformed query", body = model::ErrorBody)))]
+async fn ike(
+    State(s): State<Arc<Shared>>,
+    q: std::result::Result<Query<crate::ikesvc::IkeQuery>, QueryRejection>,
+) -> ApiResult<model::IkeView> {
+    let Query(q) = q?;
+    blocking(move || Ok(Json(crate::ikesvc::view_page(&s.ike, &q)))).await
 }
 
 /// The IKE daemon's counts (SAs established and half-open, child SAs) and counters, without

@@ -207,6 +207,12 @@ impl IkeService {
         self.with(Daemon::sas).unwrap_or_default()
     }
 
+    /// [`Daemon::sa_page`].
+    pub fn sa_page(&self, peer: Option<&str>, skip: usize, limit: usize) -> (Vec<SaInfo>, usize) {
+        self.with(|d| d.sa_page(peer, skip, limit))
+            .unwrap_or_default()
+    }
+
     /// Counters, established, half-open and child SAs.
     pub fn summary(&self) -> Option<(ike::engine::Counters, usize, usize, usize)> {
         self.with(Daemon::summary)
@@ -270,12 +276,37 @@ pub fn summary(ike: &IkeService) -> crate::model::IkeSummary {
 
 /// `GET /v1/ike`.
 pub fn view(ike: &IkeService) -> crate::model::IkeView {
+    view_page(ike, &IkeQuery::default())
+}
+
+/// Most IKE SAs `GET /v1/ike` lists by default, and at most.
+pub const DEFAULT_LIST: usize = 10_000;
+pub const MAX_LIST: usize = 1_000_000;
+
+/// Which IKE SAs `GET /v1/ike` lists: a peer's, a page of them.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct IkeQuery {
+    /// Only this `[[ipsec.peer]]`'s SAs.
+    #[serde(default)]
+    pub peer: Option<String>,
+    /// SAs to skip first, in (peer, initiator's SPI) order (default 0).
+    #[serde(default)]
+    pub offset: Option<usize>,
+    /// Most SAs to list (default 10,000; at most 1,000,000); `total` says how many match.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/ike` with `q`'s filter and page.
+pub fn view_page(ike: &IkeService, q: &IkeQuery) -> crate::model::IkeView {
     use crate::model::{IkeChildView, IkeSaView, IkeView};
     let Some((c, established, half_open)) = ike.counters() else {
         return IkeView::default();
     };
-    let sas = ike
-        .sas()
+    let limit = q.limit.unwrap_or(DEFAULT_LIST).min(MAX_LIST);
+    let (page, total) = ike.sa_page(q.peer.as_deref(), q.offset.unwrap_or(0), limit);
+    let sas = page
         .into_iter()
         .map(|s| IkeSaView {
             state: serde_json::to_value(s.state)
@@ -312,6 +343,7 @@ pub fn view(ike: &IkeService) -> crate::model::IkeView {
         established,
         half_open,
         sas,
+        total,
         counters: counter_map(&c),
     }
 }

@@ -1150,8 +1150,12 @@ pub struct IkeView {
     pub established: usize,
     /// Responder SAs half-open (IKE_SA_INIT answered, no IKE_AUTH yet).
     pub half_open: usize,
-    /// The IKE SAs, by peer.
+    /// The IKE SAs, by peer and SPI: a page of them (`GET /v1/ike?peer=&offset=&limit=`,
+    /// 10,000 by default).
     pub sas: Vec<IkeSaView>,
+    /// The IKE SAs the query matches, listed or not (all of them, or the peer's).
+    #[serde(default)]
+    pub total: usize,
     /// Events, failures by reason and dropped messages by reason (`name` → count).
     pub counters: std::collections::BTreeMap<String, u64>,
 }

@@ -175,6 +175,14 @@ pub fn ike(v: &model::IkeView) -> String {
             let _ = writeln!(s, "    virtual IP {v}");
         }
     }
+    if v.total > v.sas.len() {
+        let _ = writeln!(
+            s,
+            "\n({} of {} IKE SAs listed: GET /v1/ike?peer=&offset=&limit= for others)",
+            v.sas.len(),
+            v.total
+        );
+    }
     ike_counters(&mut s, &v.counters);
     s
 }

@@ -242,6 +242,11 @@ impl Daemon {
         lock(&self.shared.engine).sa_info(Instant::now())
     }
 
+    /// [`Engine::sa_page`].
+    pub fn sa_page(&self, peer: Option<&str>, skip: usize, limit: usize) -> (Vec<SaInfo>, usize) {
+        lock(&self.shared.engine).sa_page(Instant::now(), peer, skip, limit)
+    }
+
     pub fn counters(&self) -> (Counters, usize, usize) {
         let e = lock(&self.shared.engine);
         (e.counters.clone(), e.established(), e.half_open())

@@ -1382,43 +1382,69 @@ impl Engine {
         Ok(n)
     }
 
-    /// The IKE SAs, for `show ike sa`.
+    /// The IKE SAs, for `show ike sa`, by peer and SPI.
     pub fn sa_info(&self, now: Instant) -> Vec<SaInfo> {
-        let mut v: Vec<SaInfo> = self
+        self.sa_page(now, None, 0, usize::MAX).0
+    }
+
+    /// A page of the IKE SAs of `peer` (all: `None`), in (peer, initiator's SPI) order:
+    /// `limit` of them after the first `skip`; and how many there are in all. Only the
+    /// page is written out (a million SAs make a gigabyte of text).
+    pub fn sa_page(
+        &self,
+        now: Instant,
+        peer: Option<&str>,
+        skip: usize,
+        limit: usize,
+    ) -> (Vec<SaInfo>, usize) {
+        let mut keys: Vec<(&str, u64, u64)> = self
             .sas
             .iter()
-            .map(|(spi, s)| SaInfo {
-                peer: s.peer_name().to_string(),
-                state: s.state,
-                initiator: s.initiator,
-                spi_i: format!("{:016x}", s.spi_i),
-                spi_r: format!("{:016x}", s.spi_r),
-                local: s.local.to_string(),
-                remote: s.remote.to_string(),
-                remote_id: s
-                    .peer
-                    .as_ref()
-                    .map_or(String::new(), |p| p.remote_id.text()),
-                proposal: s.suite.as_ref().map_or(String::new(), ike_text),
-                age_s: now.saturating_duration_since(s.created.instant()).as_secs(),
-                virtual_ip: self.vips.get(spi).map(Vips::text),
-                children: s
-                    .children
-                    .iter()
-                    .map(|c| ChildInfo {
-                        peer: s.peer_name().to_string(),
-                        spi_in: format!("{:08x}", c.spi_in),
-                        spi_out: format!("{:08x}", c.spi_out),
-                        proposal: esp_text(&c.esp),
-                        local_ts: c.local_ts.to_vec().iter().map(selector_text).collect(),
-                        remote_ts: c.remote_ts.to_vec().iter().map(selector_text).collect(),
-                        age_s: now.saturating_duration_since(c.created.instant()).as_secs(),
-                    })
-                    .collect(),
-            })
+            .filter(|(_, s)| peer.is_none_or(|p| s.peer_name() == p))
+            .map(|(k, s)| (s.peer_name(), s.spi_i, *k))
             .collect();
-        v.sort_by(|a, b| (&a.peer, &a.spi_i).cmp(&(&b.peer, &b.spi_i)));
-        v
+        let total = keys.len();
+        keys.sort_unstable();
+        let v = keys
+            .into_iter()
+            .skip(skip)
+            .take(limit)
+            .filter_map(|(_, _, k)| Some(self.info_of(k, self.sas.get(&k)?, now)))
+            .collect();
+        (v, total)
+    }
+
+    /// What `show ike sa` says of SA `spi`.
+    fn info_of(&self, spi: u64, s: &IkeSa, now: Instant) -> SaInfo {
+        SaInfo {
+            peer: s.peer_name().to_string(),
+            state: s.state,
+            initiator: s.initiator,
+            spi_i: format!("{:016x}", s.spi_i),
+            spi_r: format!("{:016x}", s.spi_r),
+            local: s.local.to_string(),
+            remote: s.remote.to_string(),
+            remote_id: s
+                .peer
+                .as_ref()
+                .map_or(String::new(), |p| p.remote_id.text()),
+            proposal: s.suite.as_ref().map_or(String::new(), ike_text),
+            age_s: now.saturating_duration_since(s.created.instant()).as_secs(),
+            virtual_ip: self.vips.get(&spi).map(Vips::text),
+            children: s
+                .children
+                .iter()
+                .map(|c| ChildInfo {
+                    peer: s.peer_name().to_string(),
+                    spi_in: format!("{:08x}", c.spi_in),
+                    spi_out: format!("{:08x}", c.spi_out),
+                    proposal: esp_text(&c.esp),
+                    local_ts: c.local_ts.to_vec().iter().map(selector_text).collect(),
+                    remote_ts: c.remote_ts.to_vec().iter().map(selector_text).collect(),
+                    age_s: now.saturating_duration_since(c.created.instant()).as_secs(),
+                })
+                .collect(),
+        }
     }
 
     // ---- Sending ----

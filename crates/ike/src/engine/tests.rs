@@ -2390,3 +2390,30 @@ fn unique_ids_keep_refuses_a_second_sa_without_initial_contact() {
     assert_eq!((w.rw[0].established(), w.rw[1].established()), (1, 0));
     assert_eq!(w.gw.sas.len(), 1, "the refused SA is gone");
 }
+
+/// `show ike sa` pages: a peer's SAs, in (peer, SPI) order, `limit` after `skip`, with
+/// the total matched.
+#[test]
+fn sas_are_listed_a_page_at_a_time() {
+    let mut w = Warriors::new("never", &["no", "no", "no"]);
+    for k in 0..3 {
+        w.connect(k);
+    }
+    let now = w.now;
+    let all = w.gw.sa_info(now);
+    assert_eq!(all.len(), 3);
+    let order: Vec<&str> = all.iter().map(|s| s.spi_i.as_str()).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted);
+    let peer = all[0].peer.clone();
+    let (page, total) = w.gw.sa_page(now, Some(&peer), 1, 1);
+    assert_eq!(total, 3);
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].spi_i, all[1].spi_i);
+    let (page, total) = w.gw.sa_page(now, None, 2, 10);
+    assert_eq!((page.len(), total), (1, 3));
+    assert_eq!(w.gw.sa_page(now, Some("nosuch"), 0, 10).1, 0);
+    assert!(w.gw.sa_page(now, None, 0, 0).0.is_empty());
+    assert!(w.gw.sa_page(now, None, 5, 10).0.is_empty());
+}
