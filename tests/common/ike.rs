@@ -250,3 +250,30 @@ pub fn ping_stream(l: &IpsecLab, n: u32) -> std::thread::JoinHandle<String> {
 pub fn count(v: &Value, name: &str) -> u64 {
     v["counters"][name].as_u64().unwrap_or(0)
 }
+
+/// A gateway's fast-path SAs (`show ipsec`'s `sas`): one each way, in UDP between port
+/// 4500 and the peer's `port` (as a NAT mapped it), each having carried at least 3
+/// packets. `what` names the case in a failure.
+pub fn sas_in_udp_to(sas: &[Value], port: u16, what: &str) {
+    let dir = |d: &str| {
+        sas.iter()
+            .find(|s| s["direction"] == d)
+            .cloned()
+            .unwrap_or_else(|| panic!("{what}: no {d} SA: {sas:#?}"))
+    };
+    let (out, inb) = (dir("out"), dir("in"));
+    assert_eq!(
+        (&out["udp_src_port"], &out["udp_dst_port"]),
+        (&Value::from(4500), &Value::from(port)),
+        "{what}: {sas:#?}"
+    );
+    assert_eq!(
+        (&inb["udp_src_port"], &inb["udp_dst_port"]),
+        (&Value::from(port), &Value::from(4500)),
+        "{what}: {sas:#?}"
+    );
+    assert!(
+        out["packets"].as_u64().unwrap() >= 3 && inb["packets"].as_u64().unwrap() >= 3,
+        "{what}: {sas:#?}"
+    );
+}
