@@ -1,7 +1,8 @@
 //! `ferrouter-lab bench qos --dut ferrouter,linux` (issue 28) at small scale: the cost test
 //! (NDR with QoS off and on, ipv4-64, at a line rate of 0.01 Gbit/s so that both DUTs pass
 //! without loss on a shared machine) and the congestion test (a 20 Mbit/s shaper offered
-//! twice that for 1 s). Checks the JSON contract: every run of each DUT and test is there
+//! twice that for 1 s, ferrouter's shaper burst set to 20 ms of it by `--shaper-burst-ms`).
+//! Checks the JSON contract: every run of each DUT and test is there
 //! with every field, rates finite, the three classes named; the chart is written; no
 //! namespace is left behind. Performance is the bench's business, not this test's: no
 //! figure is compared with a target. Needs root, iproute2 (tc) and nftables: the test fails
@@ -75,6 +76,10 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
         "20",
         "--congestion-duration",
         "1",
+        // 20 ms of 20 Mbit/s: ferrouter's policy gets `burst = 50000` (Linux's HTB keeps
+        // tc's default).
+        "--shaper-burst-ms",
+        "20",
         "--netns-prefix",
         &prefix,
         "--json",
@@ -99,6 +104,13 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
     let leaf = v["linux_leaf"].as_str().unwrap();
     assert!(["fq_codel", "pfifo"].contains(&leaf), "{leaf}");
     assert!(v["linux_policy"].as_str().unwrap().contains("htb"));
+    assert!(
+        v["ferrouter_policy"]
+            .as_str()
+            .unwrap()
+            .contains("\nburst = 50000\n"),
+        "{v}"
+    );
 
     let runs = v["runs"].as_array().expect("runs");
     let mut got: Vec<(String, String)> = Vec::new();
@@ -108,6 +120,14 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
         }
         let (dut, test) = (r["dut"].as_str().unwrap(), r["test"].as_str().unwrap());
         got.push((dut.into(), test.into()));
+        // The burst ferrouter's shaper had in the congestion test; none for Linux (its
+        // HTB keeps tc's default) or for the cost test.
+        let burst = &r["shaper_burst_bytes"];
+        if dut == "ferrouter" && test == "congestion" {
+            assert_eq!(burst.as_u64(), Some(50_000), "{r}");
+        } else {
+            assert!(burst.is_null(), "{r}");
+        }
         assert_eq!(r["transport"], "veth", "{r}");
         let classes = r["classes"].as_array().unwrap();
         // A search that found no zero-loss rate (on a busy machine the tester may not
@@ -174,4 +194,31 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
     for t in targets {
         assert!(t["met"].is_boolean() || t["met"].is_null(), "{t}");
     }
+}
+
+/// A `--shaper-burst-ms` the policy cannot take (here 250 bytes, below a jumbo frame) is
+/// refused before anything starts, naming the option and the range.
+#[test]
+fn bench_qos_refuses_a_shaper_burst_out_of_range() {
+    let out = std::process::Command::new(lab_bin())
+        .args([
+            "bench",
+            "qos",
+            "--test",
+            "congestion",
+            "--rate",
+            "20",
+            "--shaper-burst-ms",
+            "0.1",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--shaper-burst-ms 0.1: 250 bytes")
+            && stderr.contains("9216 to 100000000 bytes"),
+        "{stderr}"
+    );
 }

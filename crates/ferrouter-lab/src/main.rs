@@ -798,6 +798,12 @@ struct QosArgs {
     /// congestion: seconds of the trial.
     #[arg(long, default_value_t = 5.0)]
     congestion_duration: f64,
+    /// congestion: ferrouter's shaper burst, milliseconds of --rate (its policy's `burst`,
+    /// R × MS / 8000 bytes, 9,216 bytes to 100 MB). Left out: no `burst` in the policy,
+    /// ferrouter's default (2 ms of R, at least 15,000 bytes). Linux's HTB keeps tc's
+    /// default burst.
+    #[arg(long, value_name = "MS")]
+    shaper_burst_ms: Option<f64>,
     /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
     #[arg(long, default_value = "fqs")]
     netns_prefix: String,
@@ -1628,6 +1634,10 @@ fn qos_bench(a: QosArgs) -> Result<()> {
     if !(a.rate.is_finite() && (1.0..=10_000.0).contains(&a.rate)) {
         bail!("--rate is Mbit/s, 1 to 10000, got {}", a.rate);
     }
+    let rate_bps = (a.rate * 1e6).round() as u64;
+    if let Some(ms) = a.shaper_burst_ms {
+        lab::qosbench::shaper_burst_bytes(rate_bps, ms)?;
+    }
     if dataplane::worker::cores().len() < 2 {
         bail!("the QoS bench needs 2 cores: one for the tester, one for the DUT");
     }
@@ -1657,10 +1667,11 @@ fn qos_bench(a: QosArgs) -> Result<()> {
             max_trials: a.max_trials,
         },
         repeat: a.repeat,
-        rate_bps: (a.rate * 1e6).round() as u64,
+        rate_bps,
         oversubscription: a.oversubscription,
         congestion_profile: a.congestion_profile.clone(),
         congestion_s: a.congestion_duration,
+        shaper_burst_ms: a.shaper_burst_ms,
         ferrouter_bin: ferrouter_bin()?,
         seed: a.seed,
         ..lab::qosbench::Options::default()

@@ -166,6 +166,10 @@ pub struct Options {
     pub congestion_profile: String,
     /// Congestion: seconds of the trial.
     pub congestion_s: f64,
+    /// Congestion: ferrouter's shaper burst, milliseconds of R (`burst` in its policy:
+    /// [`shaper_burst_bytes`]); `None`: no `burst` written, ferrouter's default (2 ms of R,
+    /// at least 15,000 bytes). Linux's HTB keeps tc's default either way.
+    pub shaper_burst_ms: Option<f64>,
     /// The ferrouter binary.
     pub ferrouter_bin: PathBuf,
     /// Core of the tester.
@@ -190,6 +194,7 @@ impl Default for Options {
             oversubscription: 2.0,
             congestion_profile: "imix1".into(),
             congestion_s: 5.0,
+            shaper_burst_ms: None,
             ferrouter_bin: PathBuf::from("ferrouter"),
             tester_core: 0,
             dut_core: 1,
@@ -270,6 +275,10 @@ pub struct Run {
     pub rx_window_s: Option<f64>,
     /// Congestion: trials the tester could not offer in full (retried).
     pub underruns: u32,
+    /// Congestion, ferrouter: its port shaper's burst (bucket), bytes: `--shaper-burst-ms`
+    /// of R, else its default (2 ms of R, at least 15,000). Null for Linux (HTB keeps tc's
+    /// default burst) and for the cost test.
+    pub shaper_burst_bytes: Option<u64>,
     /// Congestion: the DUT's own queue counters at the end (ferrouter `show qos`, Linux
     /// `tc -s -j qdisc show dev db`).
     pub dut_counters: Option<serde_json::Value>,
@@ -360,14 +369,16 @@ pub fn loadavg() -> [f64; 3] {
 // ---------------------------------------------------------------------------------------
 // The policy.
 
-/// Ferrouter's `[qos]`: the policy on both ports, the shaper at `shaper_bps`.
-pub fn ferrouter_config(shaper_bps: u64, [a, b]: [&str; 2]) -> String {
+/// Ferrouter's `[qos]`: the policy on both ports, the shaper at `shaper_bps` with a burst
+/// of `burst_bytes` (`None`: no `burst` written, ferrouter's default).
+pub fn ferrouter_config(shaper_bps: u64, burst_bytes: Option<u64>, [a, b]: [&str; 2]) -> String {
+    let burst = burst_bytes.map_or(String::new(), |b| format!("burst = {b}\n"));
     format!(
         r#"[[qos.policy]]
 name = "bench"
 default_class = "be"
 shaper = {shaper_bps}
-
+{burst}
 [[qos.policy.class]]
 name = "ef"
 dscp = ["ef"]
@@ -403,6 +414,36 @@ input = "bench"
 output = "bench"
 "#
     )
+}
+
+/// The congestion test's shaper burst: `ms` milliseconds of `rate_bps` in bytes (rounded),
+/// refused unless it is a burst ferrouter's policy accepts ([`qos::config::BURST_BYTES`]).
+pub fn shaper_burst_bytes(rate_bps: u64, ms: f64) -> Result<u64> {
+    let range = qos::config::BURST_BYTES;
+    let ms_of = |bytes: u64| bytes as f64 * 8000.0 / rate_bps as f64;
+    let bytes = rate_bps as f64 * ms / 8000.0;
+    if !(ms.is_finite() && ms > 0.0 && rate_bps > 0) {
+        bail!("--shaper-burst-ms must be a positive number of milliseconds, got {ms}");
+    }
+    let bytes = bytes.round();
+    if !(bytes >= *range.start() as f64 && bytes <= *range.end() as f64) {
+        bail!(
+            "--shaper-burst-ms {ms}: {bytes:.0} bytes at --rate {} Mbit/s, out of the range of a policy's burst ({} to {} bytes: {:.3} to {:.0} ms at this rate)",
+            rate_bps as f64 / 1e6,
+            range.start(),
+            range.end(),
+            ms_of(*range.start()),
+            ms_of(*range.end())
+        );
+    }
+    Ok(bytes as u64)
+}
+
+/// The congestion test's `burst` for ferrouter's policy (`None`: none written).
+fn congestion_burst(opts: &Options) -> Result<Option<u64>> {
+    opts.shaper_burst_ms
+        .map(|ms| shaper_burst_bytes(opts.rate_bps, ms))
+        .transpose()
 }
 
 /// Linux's marking: an nftables prerouting chain that rewrites what ferrouter's input
@@ -569,12 +610,14 @@ pub fn linux_down(topo: &Topo) -> Vec<String> {
 #[derive(Debug)]
 struct QosSetup {
     shaper_bps: u64,
+    /// Ferrouter's shaper burst, bytes (`None`: its default).
+    burst_bytes: Option<u64>,
     leaf: &'static str,
 }
 
 impl DutSetup for QosSetup {
     fn ferrouter_config(&self, ports: [&str; 2]) -> String {
-        ferrouter_config(self.shaper_bps, ports)
+        ferrouter_config(self.shaper_bps, self.burst_bytes, ports)
     }
 
     fn linux_up(&self, topo: &Topo) -> Result<()> {
@@ -643,6 +686,7 @@ pub fn check(opts: &Options) -> Result<()> {
             opts.congestion_s
         );
     }
+    congestion_burst(opts)?;
     if opts.repeat == 0 || opts.repeat > 100 {
         bail!("--repeat must be 1..=100, got {}", opts.repeat);
     }
@@ -666,7 +710,7 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
     let mut report = Report {
         machine: Machine::probe(),
         load_before: loadavg(),
-        ferrouter_policy: ferrouter_config(opts.rate_bps, ["da", "db"]),
+        ferrouter_policy: ferrouter_config(opts.rate_bps, congestion_burst(opts)?, ["da", "db"]),
         linux_policy: linux_policy_text(opts.rate_bps, leaf),
         linux_leaf: leaf.into(),
         ..Report::default()
@@ -751,6 +795,7 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
             setup: on.then(|| {
                 Arc::new(QosSetup {
                     shaper_bps: line_bps,
+                    burst_bytes: None,
                     leaf,
                 }) as Arc<dyn DutSetup>
             }),
@@ -803,6 +848,7 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
                 shaper_accuracy: None,
                 rx_window_s: None,
                 underruns: r.underruns,
+                shaper_burst_bytes: None,
                 dut_counters: None,
                 notes,
                 rfc2544: Some(r),
@@ -874,8 +920,12 @@ pub fn judge_shares(classes: &mut [ClassRow], rate_bps: u64) {
 fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Result<Vec<Run>> {
     let profile = Profile::parse(&opts.congestion_profile)
         .with_context(|| format!("profile {}", opts.congestion_profile))?;
+    let burst = congestion_burst(opts)?;
+    // The burst ferrouter's shaper has: the one given, else its default.
+    let burst_used = burst.unwrap_or_else(|| qos::config::default_burst_bytes(opts.rate_bps));
     let setup: Arc<dyn DutSetup> = Arc::new(QosSetup {
         shaper_bps: opts.rate_bps,
+        burst_bytes: burst,
         leaf,
     });
     let ro = crate::rfc2544::Options {
@@ -908,8 +958,13 @@ fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -
     for (k, dut) in tester::compare::interleaved(&duts, opts.repeat) {
         let label = format!("congestion {}/veth", dut.name());
         log(&format!(
-            "{label}: shaper {:.1} Mbit/s, offered {:.1} Mbit/s ({:.0} frames/s of {}), {} s (repetition {} of {})",
+            "{label}: shaper {:.1} Mbit/s{}, offered {:.1} Mbit/s ({:.0} frames/s of {}), {} s (repetition {} of {})",
             opts.rate_bps as f64 / 1e6,
+            match (dut, burst) {
+                (DutKind::Linux, _) => String::new(),
+                (_, Some(b)) => format!(" (burst {b} bytes)"),
+                (_, None) => format!(" (default burst, {burst_used} bytes)"),
+            },
             offered_bps / 1e6,
             rate_pps,
             profile.name(),
@@ -942,6 +997,16 @@ fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -
         }
         if dut == DutKind::Linux {
             notes.push(format!("Linux: HTB, leaves EF pfifo, AF41 and best effort {leaf}; u32 filters on the DS field; nftables marking"));
+            if burst.is_some() {
+                notes.push(
+                    "Linux: HTB keeps tc's default burst (--shaper-burst-ms sets ferrouter's only)"
+                        .into(),
+                );
+            }
+        } else if let Some(ms) = opts.shaper_burst_ms {
+            notes.push(format!(
+                "ferrouter's shaper burst: {burst_used} bytes ({ms} ms of R, --shaper-burst-ms)"
+            ));
         }
         log(&format!(
             "{label}: sent {} frames ({:.0}/s of {rate_pps:.0}/s), {} given up behind schedule, {} bursts refused by the port in part, {} without a buffer; received {} ({} foreign)",
@@ -1011,6 +1076,7 @@ fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -
             shaper_accuracy: Some(delivered / rate_mbps),
             rx_window_s: Some(rx_s),
             underruns,
+            shaper_burst_bytes: (dut != DutKind::Linux).then_some(burst_used),
             dut_counters: counters,
             notes,
             rfc2544: None,
@@ -1403,14 +1469,16 @@ impl Report {
                 }
                 let _ = writeln!(
                     s,
-                    "{:<16} {:<6} {:>10} {:>10} of R = {} Mbit/s: {}",
+                    "{:<16} {:<6} {:>10} {:>10} of R = {} Mbit/s: {}{}",
                     "",
                     "total",
                     opt(r.offered_mbps, 2),
                     opt(r.delivered_mbps, 2),
                     opt(r.rate_mbps, 1),
                     r.shaper_accuracy
-                        .map_or("-".into(), |a| format!("{:.2} % of R", a * 100.0))
+                        .map_or("-".into(), |a| format!("{:.2} % of R", a * 100.0)),
+                    r.shaper_burst_bytes
+                        .map_or(String::new(), |b| format!(" (shaper burst {b} bytes)"))
                 );
             }
             let _ = writeln!(s, "rates: Mbit/s of Ethernet frames without FCS (what both shapers count); delivered over the receive window");
@@ -1451,7 +1519,7 @@ mod tests {
 
     #[test]
     fn the_ferrouter_policy_is_valid_and_linux_gets_the_same() {
-        let text = ferrouter_config(100_000_000, ["da", "db"]);
+        let text = ferrouter_config(100_000_000, None, ["da", "db"]);
         let v: toml::Value = toml::from_str(&text).unwrap();
         let cfg: qos::config::QosConfig =
             toml::from_str(&toml::to_string(&v["qos"]).unwrap()).unwrap();
@@ -1477,6 +1545,60 @@ mod tests {
         let t = traffic_classes();
         assert_eq!(t.iter().map(|c| c.weight).sum::<u32>(), 100);
         assert_eq!((t[0].dscp, t[1].dscp, t[2].dscp), (46, 36, 8));
+    }
+
+    /// The compiled scheduler of port `db` under `text`'s policy.
+    fn compiled_db(text: &str) -> qos::sched::SchedSpec {
+        let v: toml::Value = toml::from_str(text).unwrap();
+        let cfg: qos::config::QosConfig =
+            toml::from_str(&toml::to_string(&v["qos"]).unwrap()).unwrap();
+        let errors = cfg.validate(&["da", "db"], &["da", "db"], &[]);
+        assert!(errors.is_empty(), "{errors:?}");
+        let names = ["da".to_string(), "db".to_string()];
+        let c = cfg
+            .compile(&names, 2, &qos::config::Compiled::default(), 0)
+            .unwrap();
+        c.output[1].clone().unwrap()
+    }
+
+    #[test]
+    fn the_shaper_burst_is_milliseconds_of_r_in_range_and_left_out_by_default() {
+        // 20 ms of 100 Mbit/s: 250,000 bytes, written into the policy.
+        assert_eq!(shaper_burst_bytes(100_000_000, 20.0).unwrap(), 250_000);
+        assert_eq!(shaper_burst_bytes(20_000_000, 20.0).unwrap(), 50_000);
+        let text = ferrouter_config(100_000_000, Some(250_000), ["da", "db"]);
+        assert!(text.contains("\nburst = 250000\n"), "{text}");
+        assert_eq!(compiled_db(&text).burst_bytes, 250_000);
+        // The default writes no `burst` (the policy as before), and ferrouter's shaper then
+        // has its default, which is what a congestion run reports.
+        let text = ferrouter_config(100_000_000, None, ["da", "db"]);
+        assert!(!text.contains("burst"), "{text}");
+        assert_eq!(compiled_db(&text).burst_bytes, 25_000);
+        assert_eq!(qos::config::default_burst_bytes(100_000_000), 25_000);
+        // Out of a policy's range (a jumbo frame to 100 MB), or not a duration: refused,
+        // naming the option.
+        for ms in [0.1, 10_000.0, 0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = shaper_burst_bytes(100_000_000, ms).unwrap_err().to_string();
+            assert!(e.contains("--shaper-burst-ms"), "{ms}: {e}");
+        }
+        let e = shaper_burst_bytes(100_000_000, 0.1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("1250 bytes") && e.contains("9216 to 100000000"),
+            "{e}"
+        );
+        let opts = Options {
+            shaper_burst_ms: Some(0.1),
+            ..Options::default()
+        };
+        assert!(check(&opts).is_err());
+        let opts = Options {
+            shaper_burst_ms: Some(20.0),
+            ..Options::default()
+        };
+        check(&opts).unwrap();
+        check(&Options::default()).unwrap();
     }
 
     #[test]
@@ -1525,6 +1647,7 @@ mod tests {
             shaper_accuracy: None,
             rx_window_s: None,
             underruns: 0,
+            shaper_burst_bytes: None,
             dut_counters: None,
             notes: vec![],
             rfc2544: None,

@@ -310,6 +310,15 @@ fn valid_name(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
+/// The bursts a policy's `burst` accepts, in bytes: a jumbo frame to [`MAX_BURST_BYTES`].
+pub const BURST_BYTES: std::ops::RangeInclusive<u64> = MAX_PACKET..=MAX_BURST_BYTES;
+
+/// A policy's shaper burst when it gives none: 2 ms at `shaper_bps`, at least 15,000
+/// bytes (and at most [`MAX_BURST_BYTES`]).
+pub fn default_burst_bytes(shaper_bps: u64) -> u64 {
+    (shaper_bps / 8 / 500).clamp(15_000, MAX_BURST_BYTES)
+}
+
 /// What a config compiles to: for each fast-path interface (by index) its input policy,
 /// and for each port its output scheduler.
 #[derive(Clone, Debug, Default)]
@@ -417,10 +426,8 @@ impl QosConfig {
                 0
             }),
         };
-        let burst = p
-            .burst
-            .unwrap_or_else(|| (shaper / 8 / 500).clamp(15_000, MAX_BURST_BYTES));
-        if p.burst.is_some() && !(MAX_PACKET..=MAX_BURST_BYTES).contains(&burst) {
+        let burst = p.burst.unwrap_or_else(|| default_burst_bytes(shaper));
+        if p.burst.is_some() && !BURST_BYTES.contains(&burst) {
             out.push((
                 format!("{path}.burst"),
                 format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
