@@ -139,6 +139,7 @@ async fn interfaces(State(s): State<Arc<Shared>>) -> ApiResult<Vec<model::Interf
 
 /// Query of `GET /v1/routes`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RoutesQuery {
     /// A prefix (exact match) or an address (longest match); all routes when absent.
@@ -202,6 +203,7 @@ async fn qos(State(s): State<Arc<Shared>>) -> ApiResult<model::QosView> {
 
 /// Which flows of `GET` / `DELETE /v1/conntrack` and `GET /v1/nat/sessions`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FlowQuery {
     /// An address or prefix either end of the flow lies in (NAT sessions: any of their

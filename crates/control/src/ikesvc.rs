@@ -285,6 +285,7 @@ pub const MAX_LIST: usize = 1_000_000;
 
 /// Which IKE SAs `GET /v1/ike` lists: a peer's, a page of them.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct IkeQuery {
     /// Only this `[[ipsec.peer]]`'s SAs.
