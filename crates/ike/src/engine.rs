@@ -2758,14 +2758,7 @@ impl Engine {
         // IPs, those addresses alone (§2.19), whatever the peer proposed.
         let n_i = match self.vips.get(&spi) {
             Some(v) => {
-                let hosts: Vec<Selector> = v
-                    .addrs()
-                    .map(|a| Selector {
-                        start: a,
-                        end: a,
-                        ..Selector::any(a.is_ipv6())
-                    })
-                    .collect();
+                let hosts: Vec<Selector> = v.addrs().map(Selector::host).collect();
                 narrow(tsi, &hosts)
             }
             None => narrow(tsi, &peer.remote_ts),

@@ -1716,12 +1716,7 @@ fn vip_connect(p: &mut Pair) {
 }
 
 fn host(a: &str) -> Selector {
-    let a: IpAddr = a.parse().unwrap();
-    Selector {
-        start: a,
-        end: a,
-        ..Selector::any(false)
-    }
+    Selector::host(a.parse().unwrap())
 }
 
 #[test]
