@@ -9,4 +9,5 @@ pub mod lpm;
 pub mod mrt;
 pub mod nat;
 pub mod pipeline;
+pub mod qos;
 pub mod routes;

@@ -126,6 +126,14 @@ pub struct Options {
     /// with its checksums updated (`ip4-nat-in`) and passes `ip4-nat-out`. The sessions
     /// are made in the untimed warm-up passes.
     pub nat: bool,
+    /// Also measure each cell with `bench qos`'s policy ([`crate::qos::ferrouter_config`])
+    /// as input and output policy of both interfaces: classification and re-marking by
+    /// DSCP on input, three class queues (EF strict priority with a maximum rate, AF41 and
+    /// best effort by DRR with CoDel) under a port shaper at [`QOS_SHAPER_BPS`], far above
+    /// what a core forwards, so that every packet is queued and leaves in the same vector.
+    /// The frames carry the bench's DSCPs in its shares (EF 10 %, AF42 45 %, CS1 45 %) in
+    /// every variant of the run, so the plain cells differ only by QoS.
+    pub qos: bool,
     /// With `stateful` and several workers: two-way traffic (every second frame of a pool
     /// is the reply of the one before it), and each cell measured twice, with the flows
     /// steered (`ip4-handoff`/`ip6-handoff`: each packet handed to the worker that owns
@@ -145,6 +153,7 @@ enum Variant {
         handoff: bool,
     },
     Nat,
+    Qos,
 }
 
 impl Variant {
@@ -164,6 +173,7 @@ impl Variant {
                 )
             }
             Variant::Nat => "nat44".into(),
+            Variant::Qos => "qos".into(),
         }
     }
 }
@@ -314,6 +324,46 @@ fn nat_setup(workers: usize, pool: usize) -> Result<NatSetup> {
     Ok((registry, state, shared))
 }
 
+/// The port shaper's rate in `--qos` cells, bit/s: 400 Gbit/s, beyond any core's
+/// forwarding, so it never holds a packet back (its buckets are still refilled and charged
+/// for every packet, as at line rate).
+pub const QOS_SHAPER_BPS: u64 = 400_000_000_000;
+
+/// The QoS features of a [`Variant::Qos`] cell for `workers` workers (the shared state
+/// kept alive with them, and each worker's egress hook).
+type QosSetup = (
+    Arc<dataplane::feature::Registry>,
+    Arc<dataplane::feature::FeatureState>,
+    Arc<qos::node::QosShared>,
+);
+
+fn qos_setup(workers: usize) -> Result<QosSetup> {
+    use dataplane::feature::Registry;
+    let text = crate::qos::ferrouter_config(QOS_SHAPER_BPS, None, ["rx", "tx"]);
+    let mut table: toml::Table =
+        toml::from_str(&text).context("the bench's QoS policy is not TOML")?;
+    let cfg: qos::config::QosConfig = table
+        .remove("qos")
+        .context("the bench's QoS policy has no [qos]")?
+        .try_into()
+        .context("the bench's QoS policy")?;
+    let names = ["rx", "tx"];
+    if let Some((path, m)) = cfg.validate(&names, &names, &[]).first() {
+        bail!("the bench's QoS policy is invalid: {path}: {m}");
+    }
+    let shared = qos::node::QosShared::new(workers);
+    shared
+        .apply(&cfg, &names.map(String::from), 2, 0)
+        .map_err(|e| anyhow::anyhow!("applying the bench's QoS policy: {e}"))?;
+    let registry = Arc::new(Registry::new(shared.features())?);
+    let state = Arc::new(
+        registry
+            .state(2, |_| qos::node::NAMES.to_vec())
+            .map_err(anyhow::Error::msg)?,
+    );
+    Ok((registry, state, shared))
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -330,6 +380,7 @@ impl Default for Options {
             firewall_rules: None,
             stateful: false,
             nat: false,
+            qos: false,
             handoff: false,
         }
     }
@@ -553,6 +604,9 @@ pub struct Traffic {
     pub pkts: Vec<Pkt>,
     /// Sum of wire sizes (bytes incl. FCS) over the pool, for Gbps.
     pub wire_bytes: u64,
+    /// The DSCP each frame arrives with, written back before every pass ([`mark_traffic`]:
+    /// a QoS input policy re-marks in place, and each pass must find the frames as sent).
+    pub dscp: Option<Vec<u8>>,
 }
 
 /// Build `n` frames of `profile` toward random destinations inside the loaded routes;
@@ -607,6 +661,47 @@ pub fn build_traffic(
         arena,
         pkts,
         wire_bytes,
+        dscp: None,
+    }
+}
+
+/// Give the frames the DSCPs of `bench qos`'s classes in their shares
+/// ([`crate::qos::CLASSES`]: EF, AF42, CS1, frame by frame in a fixed pattern), kept in
+/// [`Traffic::dscp`] so that every pass starts from them.
+pub fn mark_traffic(t: &mut Traffic) {
+    let mut pattern = Vec::with_capacity(100);
+    for c in crate::qos::CLASSES {
+        pattern.extend(std::iter::repeat_n(c.sent_dscp, c.frames_pct as usize));
+    }
+    // Interleave the classes (a fixed stride through the pattern, coprime with 100).
+    let dscp: Vec<u8> = (0..t.pkts.len())
+        .map(|i| pattern[i * 37 % pattern.len()])
+        .collect();
+    t.dscp = Some(dscp);
+    restore_dscp(t);
+}
+
+/// Write each frame's DSCP back ([`Traffic::dscp`]), the IPv4 checksum updated
+/// incrementally (RFC 1624), ECN kept.
+fn restore_dscp(t: &mut Traffic) {
+    let Some(dscp) = &t.dscp else {
+        return;
+    };
+    for (p, &d) in t.pkts.iter().zip(dscp) {
+        let f = t.arena.frame_mut(p.buf);
+        let ip = &mut f[p.off as usize + 14..];
+        if ip[0] >> 4 == 6 {
+            ip[0] = 0x60 | d >> 2;
+            ip[1] = (ip[1] & 0x3f) | (d & 3) << 6;
+        } else {
+            let old = u16::from_be_bytes([ip[0], ip[1]]);
+            // Written whether or not it changed: the same work in every variant.
+            ip[1] = d << 2 | ip[1] & 3;
+            let new = u16::from_be_bytes([ip[0], ip[1]]);
+            let sum = u16::from_be_bytes([ip[10], ip[11]]);
+            let c = wire::checksum::update16(sum, old, new);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
     }
 }
 
@@ -664,11 +759,13 @@ pub fn forward_loop(
         if pass % PASSES_PER_TTL_RESET as u64 == PASSES_PER_TTL_RESET as u64 - 1 {
             reset_ttl(t);
         }
+        restore_dscp(t);
         let now = epoch.elapsed().as_nanos() as u64;
         for chunk in t.pkts.chunks(VECTOR_SIZE) {
             v.pkts[..chunk.len()].copy_from_slice(chunk);
             v.len = chunk.len();
             graph.process(&mut v, &mut t.arena, &mut out, now);
+            schedule_egress(graph, &mut t.arena, &mut out, now);
             offered += chunk.len() as u64;
             sent += out.tx_count() as u64;
             release(&mut t.arena, &mut out);
@@ -682,6 +779,7 @@ pub fn forward_loop(
                         break;
                     }
                     graph.process(&mut v, &mut t.arena, &mut out, now);
+                    schedule_egress(graph, &mut t.arena, &mut out, now);
                     sent += out.tx_count() as u64;
                     release(&mut t.arena, &mut out);
                 }
@@ -692,6 +790,20 @@ pub fn forward_loop(
         pass += 1;
     }
     (offered, sent)
+}
+
+/// What a worker does with its transmit lists before sending them: the egress hook (QoS's
+/// schedulers) follows its configuration (as `dataplane::worker::drain_egress` has it do
+/// between vectors), takes each list it schedules and leaves what may leave now.
+fn schedule_egress(graph: &mut Graph, arena: &mut Arena, out: &mut Output, now: u64) {
+    if let Some(e) = graph.egress_mut() {
+        e.update(arena);
+        for (port, list) in out.tx.iter_mut().enumerate() {
+            if e.takes(port as u16) {
+                e.schedule(port as u16, list, arena, now);
+            }
+        }
+    }
 }
 
 /// Run one (profile, workers) cell.
@@ -705,6 +817,7 @@ fn run_cell(
     // The features' registry and state (the features hold their shared state; NAT's is
     // kept to check what it did).
     let mut nat = None;
+    let mut egress: Vec<Option<Box<dyn dataplane::egress::Egress>>> = Vec::new();
     let mut receivers: Vec<Option<dataplane::handoff::HandoffRx>> = Vec::new();
     let fw = match variant {
         Variant::Firewall {
@@ -734,6 +847,16 @@ fn run_cell(
         Variant::Nat => {
             let (r, st, sh) = nat_setup(workers, opts.pool)?;
             nat = Some(sh);
+            Some((r, st))
+        }
+        Variant::Qos => {
+            let (r, st, sh) = qos_setup(workers)?;
+            for w in 0..workers {
+                egress.push(Some(
+                    sh.egress(w)
+                        .with_context(|| format!("QoS egress hook of worker {w}"))?,
+                ));
+            }
             Some((r, st))
         }
         _ => None,
@@ -773,6 +896,10 @@ fn run_cell(
             opts.seed.wrapping_add(w as u64 * 7919),
             opts.handoff,
         );
+        if opts.qos {
+            mark_traffic(&mut t);
+        }
+        let eg = egress.get_mut(w).and_then(Option::take);
         let fw = fw.as_ref().map(|(r, st)| (r.clone(), st.clone()));
         let mut rx = receivers.get_mut(w).and_then(Option::take);
         handles.push(dataplane::worker::spawn(w, core, move |_| {
@@ -790,6 +917,9 @@ fn run_cell(
                     g.set_feature_state(state);
                 }
                 _ => {}
+            }
+            if let Some(e) = eg {
+                g.set_egress(e);
             }
             // Warm caches and TLBs, untimed.
             let warm = AtomicBool::new(false);
@@ -888,6 +1018,9 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
             }
             if opts.nat {
                 variants.push(Variant::Nat);
+            }
+            if opts.qos {
+                variants.push(Variant::Qos);
             }
             if variants.len() > 1 {
                 // Interleaved, so drift of a shared machine hits every variant alike.

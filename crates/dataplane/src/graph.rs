@@ -294,6 +294,12 @@ impl Graph {
         self.egress = Some(e);
     }
 
+    /// The egress hook, if any: for what drives a graph without ports (a benchmark from
+    /// memory), which hands it the transmit lists as [`crate::worker::flush`] does.
+    pub fn egress_mut(&mut self) -> Option<&mut (dyn crate::egress::Egress + 'static)> {
+        self.egress.as_deref_mut()
+    }
+
     /// Packets the egress hook holds.
     #[inline]
     pub fn egress_held(&self) -> usize {

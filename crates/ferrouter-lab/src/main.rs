@@ -539,6 +539,11 @@ struct PipelineArgs {
     /// its checksums updated), interleaved with runs without it.
     #[arg(long)]
     nat: bool,
+    /// Also measure each cell with `bench qos`'s policy on both interfaces (DSCP
+    /// classification and re-marking, three class queues, a port shaper that never binds),
+    /// interleaved with runs without it; the frames carry the bench's DSCPs in every cell.
+    #[arg(long)]
+    qos: bool,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -1101,6 +1106,7 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         stateful: a.stateful,
         handoff: a.handoff,
         nat: a.nat,
+        qos: a.qos,
         ..Default::default()
     })
 }

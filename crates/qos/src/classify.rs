@@ -205,6 +205,9 @@ pub struct InputPolicy {
     pub classes: Vec<InputClass>,
     /// A policer for every packet of the interface, after the class's.
     pub policer: Option<Arc<Policer>>,
+    /// What [`InputPolicy::plain_table`] gives, set once the policy is complete (by
+    /// `QosConfig::compile`; `None`: the input node decides packet by packet).
+    pub plain: Option<[u16; 64]>,
 }
 
 /// What the input side decided for a packet.
@@ -241,7 +244,30 @@ impl InputPolicy {
             default_class: 0,
             classes: vec![InputClass::default()],
             policer: None,
+            plain: None,
         }
+    }
+
+    /// For a policy without rules, 802.1p classification or policers, whose decision
+    /// then depends on the DSCP alone: the class and the DSCP the packet leaves with, for
+    /// each DSCP (`class << 8 | dscp`), so that the input node looks a packet up in one
+    /// load. `None` for any other policy.
+    pub fn plain_table(&self) -> Option<[u16; 64]> {
+        if self.rules.is_some()
+            || self.by_pcp_used()
+            || self.policer.is_some()
+            || self.classes.iter().any(|c| c.policer.is_some())
+        {
+            return None;
+        }
+        let mut t = [0u16; 64];
+        for (d, e) in (0u8..).zip(t.iter_mut()) {
+            let Verdict::Pass { class, dscp } = self.decide(0, d, 0) else {
+                return None;
+            };
+            *e = u16::from(class) << 8 | u16::from(dscp);
+        }
+        Some(t)
     }
 
     /// The class of a packet of DSCP `dscp`.

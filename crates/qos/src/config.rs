@@ -823,7 +823,7 @@ impl QosConfig {
                         }
                     }
                 }
-                c.input[idx] = Some(InputPolicy {
+                let mut input = InputPolicy {
                     policy: pn.clone(),
                     number: number(pn),
                     trusted: f.trusted,
@@ -842,7 +842,10 @@ impl QosConfig {
                         })
                         .collect(),
                     policer: policer(&p.policer),
-                });
+                    plain: None,
+                };
+                input.plain = input.plain_table();
+                c.input[idx] = Some(input);
             }
             if let Some(pn) = &f.output {
                 let p = self
@@ -964,6 +967,58 @@ output = "edge"
         // Recompiled unchanged, the policer is the same one (its buckets carry on).
         let k2 = c.compile(&names, 2, &k, 5).unwrap();
         assert!(Arc::ptr_eq(&k.policers[0].1, &k2.policers[0].1));
+    }
+
+    #[test]
+    fn a_policy_decided_by_the_dscp_alone_gets_a_table_that_decides_the_same() {
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        // GOOD's AF4 class has a policer: no table, the node decides packet by packet.
+        let k = cfg(GOOD)
+            .compile(&names, 2, &Compiled::default(), 0)
+            .unwrap();
+        assert!(k.input[0].as_ref().unwrap().plain.is_none());
+        // Without it, trusted and untrusted, marks and all: the table is the decision.
+        for trusted in [true, false] {
+            let mut c = cfg(GOOD);
+            c.policers.clear();
+            c.policies[0].classes[1].policer = None;
+            c.policies[0].classes[1].mark = Some(DscpValue::Name("af41".into()));
+            c.policies[0].classes[2].mark = Some(DscpValue::Name("cs0".into()));
+            c.interfaces[0].trusted = trusted;
+            assert_eq!(
+                c.validate(IFS, PORTS, VLANS),
+                Vec::<(String, String)>::new()
+            );
+            let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+            let i = k.input[0].as_ref().unwrap();
+            let t = i.plain.expect("a table");
+            for d in 0..64u8 {
+                let crate::classify::Verdict::Pass { class, dscp } = i.decide(0, d, 100) else {
+                    panic!("no policer, no drop");
+                };
+                assert_eq!(
+                    t[d as usize],
+                    u16::from(class) << 8 | u16::from(dscp),
+                    "dscp {d}"
+                );
+            }
+            if trusted {
+                assert_eq!(t[46], 46, "EF kept in class 0");
+                assert_eq!(t[36], 1 << 8 | 34, "AF42 re-marked AF41 in class 1");
+            }
+            assert_eq!(
+                t[8],
+                2 << 8,
+                "CS1 re-marked CS0 in class 2 (or untrusted: the default)"
+            );
+        }
+        // Classified by 802.1p: the frame's tag matters, no table.
+        let mut c = cfg(GOOD);
+        c.policers.clear();
+        c.policies[0].classes[1].policer = None;
+        c.policies[0].classes[0].pcp_in = vec![5];
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        assert!(k.input[0].as_ref().unwrap().plain.is_none());
     }
 
     #[test]

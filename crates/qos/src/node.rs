@@ -594,6 +594,26 @@ impl FeatureNode for InNode {
             let Some(dscp) = dscp else {
                 continue;
             };
+            // A policy decided by the DSCP alone: one lookup.
+            if let Some(t) = &policy.plain {
+                let e = t[usize::from(dscp & 63)];
+                let (class, d) = ((e >> 8) as u8, e as u8);
+                if d != dscp {
+                    let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+                        continue;
+                    };
+                    if self.v6 {
+                        set_ip6_dscp(h, d);
+                    } else {
+                        set_ip4_dscp(h, d);
+                    }
+                }
+                if let Some(q) = batch.pkt_mut(k) {
+                    q.aux = with_class(q.aux, policy.number, class);
+                }
+                batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
+                continue;
+            }
             let frame = cx.mem.frame(p.buf);
             // A rule first (the operator's own classification, trusted or not), then the
             // DSCP, then a tagged frame's PCP.
@@ -781,6 +801,17 @@ impl Egress for QosEgress {
         let Some(Some(s)) = self.scheds.get_mut(port as usize) else {
             return;
         };
+        // Nothing queued and the tokens for all of it: the list goes as it is.
+        if !list.is_empty()
+            && s.pass_through(list.len(), now_ns, |s, k| {
+                let p = &list[k];
+                let class = s.class_of_chosen(class_from(p.aux, policy), || dscp_of(mem, p));
+                (class, u32::from(p.len))
+            })
+        {
+            return;
+        }
+        let before = s.queued();
         for p in list.drain(..) {
             // The class the port's own policy chose on input (by rule or 802.1p, perhaps
             // without re-marking), else the class of the DSCP.
@@ -789,13 +820,16 @@ impl Egress for QosEgress {
                 mem.free(p.buf);
             }
         }
-        while list.len() < list.capacity() {
-            match s.dequeue(now_ns, &mut |p: Pkt, _| mem.free(p.buf)) {
-                Some((p, _)) => list.push(p),
-                None => break,
-            }
-        }
-        self.count();
+        // As many as the list holds without growing (it is empty now).
+        let room = list.capacity();
+        s.dequeue_burst(
+            now_ns,
+            room,
+            &mut |p: Pkt, _| list.push(p),
+            &mut |p: Pkt, _| mem.free(p.buf),
+        );
+        // What this port's queues hold changed; the others' did not.
+        self.held = self.held.saturating_sub(before) + s.queued();
     }
 
     #[inline]

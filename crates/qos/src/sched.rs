@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::bucket::{Shaper, MAX_BURST_BYTES, MAX_RATE_BPS};
+use crate::bucket::{cost, Shaper, MAX_BURST_BYTES, MAX_RATE_BPS};
 use crate::codel::{Codel, CodelParams};
 use crate::queue::{Entry, Fifo};
 
@@ -327,6 +327,90 @@ impl QueueCounts {
     }
 }
 
+/// What one burst of dequeues knows of the port's buckets, which every worker shares: their
+/// tokens, read once when it starts and spent here packet by packet, and the bytes it sent
+/// through each, charged to the bucket once when it ends. One locked instruction per
+/// bucket per burst instead of one per packet (a vector's worth of packets at a time); the
+/// price is that another worker's charges made during a burst are seen at the next one,
+/// so the buckets may go further into debt, by at most what the bursts sent meanwhile,
+/// and pay it back before anything more leaves. A bucket that does not exist reads as
+/// `i64::MAX` tokens (a port shaper or class maximum: never holds back) or `i64::MIN`
+/// (a class minimum: never below it).
+struct Spend {
+    port: i64,
+    port_bytes: u64,
+    max: [i64; MAX_CLASSES],
+    max_bytes: [u64; MAX_CLASSES],
+    min: [i64; MAX_CLASSES],
+    min_bytes: [u64; MAX_CLASSES],
+}
+
+impl Spend {
+    fn read(r: &Rates) -> Spend {
+        let tokens = |b: Option<&Shaper>, none| b.map_or(none, Shaper::tokens);
+        let mut sp = Spend {
+            port: tokens(r.port.as_ref(), i64::MAX),
+            port_bytes: 0,
+            max: [i64::MAX; MAX_CLASSES],
+            max_bytes: [0; MAX_CLASSES],
+            min: [i64::MIN; MAX_CLASSES],
+            min_bytes: [0; MAX_CLASSES],
+        };
+        for (t, b) in sp.max.iter_mut().zip(&r.max) {
+            *t = tokens(b.as_ref(), i64::MAX);
+        }
+        for (t, b) in sp.min.iter_mut().zip(&r.min) {
+            *t = tokens(b.as_ref(), i64::MIN);
+        }
+        sp
+    }
+
+    #[inline]
+    fn max_ok(&self, c: usize) -> bool {
+        self.max.get(c).is_none_or(|&t| t > 0)
+    }
+
+    #[inline]
+    fn below_min(&self, c: usize) -> bool {
+        self.min.get(c).is_some_and(|&t| t > 0)
+    }
+
+    /// `len` bytes of class `c` sent.
+    #[inline]
+    fn spend(&mut self, c: usize, len: u64) {
+        let k = cost(len).min(i64::MAX as u64) as i64;
+        self.port = self.port.saturating_sub(k);
+        self.port_bytes += len;
+        if let (Some(t), Some(b)) = (self.max.get_mut(c), self.max_bytes.get_mut(c)) {
+            *t = t.saturating_sub(k);
+            *b += len;
+        }
+        if let (Some(t), Some(b)) = (self.min.get_mut(c), self.min_bytes.get_mut(c)) {
+            *t = t.saturating_sub(k);
+            *b += len;
+        }
+    }
+
+    /// Charge what was sent to the buckets.
+    fn settle(&self, r: &Rates) {
+        if let Some(p) = &r.port {
+            if self.port_bytes > 0 {
+                p.charge(self.port_bytes);
+            }
+        }
+        for (b, &n) in r.max.iter().zip(&self.max_bytes) {
+            if let (Some(b), true) = (b, n > 0) {
+                b.charge(n);
+            }
+        }
+        for (b, &n) in r.min.iter().zip(&self.min_bytes) {
+            if let (Some(b), true) = (b, n > 0) {
+                b.charge_floored(n);
+            }
+        }
+    }
+}
+
 struct Class<T> {
     fifo: Fifo<T>,
     codel: Option<Codel>,
@@ -431,6 +515,81 @@ impl<T> Scheduler<T> {
         self.queued
     }
 
+    /// Let a whole list of packets through without queueing them, when nothing is queued
+    /// and every bucket has the tokens for all of it (Linux's qdisc bypass, with the rates
+    /// still kept): they leave in the order they came, which is the order a scheduler with
+    /// empty queues and room on the link gives them too. `class_len(self, k)` is the class
+    /// and length of the list's packet `k` (`len` packets). Each class counts them as queued
+    /// and sent with a sojourn of 0, and the buckets are charged as if they had been
+    /// dequeued. Returns false, with nothing done, when any of it would have to wait: a
+    /// packet queued already, a bucket without the tokens for its share (the port shaper
+    /// for all of it, a class maximum for its class's), more packets of a class than its
+    /// queue's limit, a class that does not exist; the caller then queues them as usual.
+    pub fn pass_through(
+        &mut self,
+        len: usize,
+        now_ns: u64,
+        mut class_len: impl FnMut(&Self, usize) -> (u8, u32),
+    ) -> bool {
+        if self.queued != 0 {
+            return false;
+        }
+        if len == 0 {
+            return true;
+        }
+        let mut bytes = [0u64; MAX_CLASSES];
+        let mut count = [0usize; MAX_CLASSES];
+        for k in 0..len {
+            let (c, l) = class_len(self, k);
+            let c = usize::from(c);
+            if c >= self.classes.len() {
+                return false;
+            }
+            bytes[c] += u64::from(l);
+            count[c] += 1;
+        }
+        let total: u64 = bytes.iter().sum();
+        let r = &self.rates;
+        if let Some(p) = &r.port {
+            p.refill(now_ns);
+            if p.tokens() < cost(total).min(i64::MAX as u64) as i64 {
+                return false;
+            }
+        }
+        for (c, class) in self.classes.iter().enumerate() {
+            if count[c] > class.fifo.limit() {
+                return false;
+            }
+            if let Some(Some(m)) = r.max.get(c) {
+                m.refill(now_ns);
+                if count[c] > 0 && m.tokens() < cost(bytes[c]).min(i64::MAX as u64) as i64 {
+                    return false;
+                }
+            }
+        }
+        if let Some(p) = &r.port {
+            p.charge(total);
+        }
+        for (c, s) in self.stats.iter().enumerate().take(MAX_CLASSES) {
+            if count[c] == 0 {
+                continue;
+            }
+            if let Some(Some(m)) = r.max.get(c) {
+                m.charge(bytes[c]);
+            }
+            if let Some(Some(m)) = r.min.get(c) {
+                m.refill(now_ns);
+                m.charge_floored(bytes[c]);
+            }
+            bump(&s.enqueued, count[c] as u64);
+            bump(&s.enqueued_bytes, bytes[c]);
+            bump(&s.sent, count[c] as u64);
+            bump(&s.sent_bytes, bytes[c]);
+            s.sojourn_last_ns.store(0, Relaxed);
+        }
+        true
+    }
+
     /// Queue a packet of `len` bytes in class `class` at `now_ns`; a full queue (or a
     /// class that does not exist) hands it back, counted as a tail drop.
     #[inline]
@@ -461,7 +620,8 @@ impl<T> Scheduler<T> {
         }
     }
 
-    #[inline]
+    /// Whether class `c` is under its maximum rate now (the shared bucket's tokens).
+    #[cfg(test)]
     fn max_ok(&self, c: usize) -> bool {
         self.rates
             .max
@@ -470,25 +630,17 @@ impl<T> Scheduler<T> {
             .is_none_or(Shaper::conforms)
     }
 
-    #[inline]
-    fn below_min(&self, c: usize) -> bool {
-        self.rates
-            .min
-            .get(c)
-            .and_then(Option::as_ref)
-            .is_some_and(Shaper::conforms)
-    }
-
-    /// Take the next packet of class `c` (through CoDel if it has it), counting and
-    /// charging it; CoDel's drops go to `drop`.
+    /// Take the next packet of class `c` (through CoDel if it has it), counting it and
+    /// spending its bytes in `sp`; CoDel's drops go to `drop`.
+    #[inline(always)]
     fn pop(
         &mut self,
         c: usize,
         now: u64,
+        sp: &mut Spend,
         drop: &mut impl FnMut(T, DropReason),
     ) -> Option<Entry<T>> {
-        let stats = self.stats.clone();
-        let s = stats.get(c)?;
+        let s = self.stats.get(c)?;
         let class = self.classes.get_mut(c)?;
         let before = class.fifo.len();
         let e = match &mut class.codel {
@@ -511,15 +663,7 @@ impl<T> Scheduler<T> {
             s.sojourn_max_ns.store(sojourn, Relaxed);
         }
         bump(&s.sojourn_sum_ns, sojourn);
-        if let Some(p) = &self.rates.port {
-            p.charge(len);
-        }
-        if let Some(Some(m)) = self.rates.max.get(c) {
-            m.charge(len);
-        }
-        if let Some(Some(m)) = self.rates.min.get(c) {
-            m.charge_floored(len);
-        }
+        sp.spend(c, len);
         Some(e)
     }
 
@@ -531,23 +675,62 @@ impl<T> Scheduler<T> {
         now_ns: u64,
         drop: &mut impl FnMut(T, DropReason),
     ) -> Option<(T, u8)> {
-        if self.queued == 0 {
-            return None;
+        let mut got = None;
+        self.dequeue_burst(now_ns, 1, &mut |t, c| got = Some((t, c)), drop);
+        got
+    }
+
+    /// Up to `max` packets that may leave at `now_ns`, in the order [`Scheduler::dequeue`]
+    /// would give them one at a time, each handed to `out` with its class; returns how
+    /// many. The buckets are refilled once and read once, and what the burst sent is
+    /// charged to each once at its end (see [`Spend`]). Packets CoDel drops on the way go
+    /// to `drop`.
+    pub fn dequeue_burst(
+        &mut self,
+        now_ns: u64,
+        max: usize,
+        out: &mut impl FnMut(T, u8),
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> usize {
+        if self.queued == 0 || max == 0 {
+            return 0;
         }
-        if let Some(p) = &self.rates.port {
-            p.refill(now_ns);
-            if !p.conforms() {
-                return None;
-            }
-        }
-        for s in self.rates.min.iter().chain(&self.rates.max).flatten() {
+        let r = &self.rates;
+        for s in r.port.iter().chain(r.min.iter().flatten()) {
             s.refill(now_ns);
+        }
+        for s in r.max.iter().flatten() {
+            s.refill(now_ns);
+        }
+        let mut sp = Spend::read(r);
+        let mut n = 0;
+        while n < max {
+            let Some((item, c)) = self.next(now_ns, &mut sp, drop) else {
+                break;
+            };
+            out(item, c);
+            n += 1;
+        }
+        sp.settle(&self.rates);
+        n
+    }
+
+    /// One packet of a burst (the shaper's, classes' and DRR's decisions on `sp`'s tokens).
+    #[inline(always)]
+    fn next(
+        &mut self,
+        now_ns: u64,
+        sp: &mut Spend,
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> Option<(T, u8)> {
+        if self.queued == 0 || sp.port <= 0 {
+            return None;
         }
         // 1. Strict priority.
         for k in 0..self.strict.len() {
             let c = self.strict[k] as usize;
-            while !self.classes[c].fifo.is_empty() && self.max_ok(c) {
-                if let Some(e) = self.pop(c, now_ns, drop) {
+            while !self.classes[c].fifo.is_empty() && sp.max_ok(c) {
+                if let Some(e) = self.pop(c, now_ns, sp, drop) {
                     return Some((e.item, c as u8));
                 }
             }
@@ -559,8 +742,8 @@ impl<T> Scheduler<T> {
         // 2. Weighted classes below their minimum rate.
         for k in 0..n {
             let c = self.weighted[(self.min_cursor + k) % n] as usize;
-            while !self.classes[c].fifo.is_empty() && self.below_min(c) && self.max_ok(c) {
-                if let Some(e) = self.pop(c, now_ns, drop) {
+            while !self.classes[c].fifo.is_empty() && sp.below_min(c) && sp.max_ok(c) {
+                if let Some(e) = self.pop(c, now_ns, sp, drop) {
                     self.min_cursor = (self.min_cursor + k + 1) % n;
                     return Some((e.item, c as u8));
                 }
@@ -574,7 +757,7 @@ impl<T> Scheduler<T> {
             self.drr_cursor %= n;
             let c = self.weighted[self.drr_cursor] as usize;
             let head = self.classes[c].fifo.head_len();
-            let Some(head) = head.filter(|_| self.max_ok(c)) else {
+            let Some(head) = head.filter(|_| sp.max_ok(c)) else {
                 if self.classes[c].fifo.is_empty() {
                     self.classes[c].deficit = 0;
                 }
@@ -587,7 +770,7 @@ impl<T> Scheduler<T> {
                 self.drr_fresh = false;
             }
             if self.classes[c].deficit >= i64::from(head) {
-                if let Some(e) = self.pop(c, now_ns, drop) {
+                if let Some(e) = self.pop(c, now_ns, sp, drop) {
                     self.classes[c].deficit -= i64::from(e.len);
                     return Some((e.item, c as u8));
                 }

@@ -241,8 +241,17 @@ fn codel_drops_from_a_standing_best_effort_queue() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Enqueue { class: u8, len: u32 },
-    Send { tries: u8 },
+    Enqueue {
+        class: u8,
+        len: u32,
+    },
+    Send {
+        tries: u8,
+    },
+    /// A list offered to [`Scheduler::pass_through`] (queued if it refuses).
+    List {
+        classes: Vec<(u8, u32)>,
+    },
 }
 
 fn op() -> impl Strategy<Value = (u64, Op)> {
@@ -251,6 +260,8 @@ fn op() -> impl Strategy<Value = (u64, Op)> {
         prop_oneof![
             (0u8..4, 64u32..9_000).prop_map(|(class, len)| Op::Enqueue { class, len }),
             (1u8..20).prop_map(|tries| Op::Send { tries }),
+            proptest::collection::vec((0u8..4, 64u32..9_000), 1..8)
+                .prop_map(|classes| Op::List { classes }),
         ],
     )
 }
@@ -288,6 +299,13 @@ proptest! {
             now += dt;
             match op {
                 Op::Enqueue { class, len } => { let _ = q.enqueue(now, len, class, now); }
+                Op::List { classes } => {
+                    if !q.pass_through(classes.len(), now, |_, k| classes[k]) {
+                        for &(class, len) in &classes {
+                            let _ = q.enqueue(now, len, class, now);
+                        }
+                    }
+                }
                 Op::Send { tries } => for _ in 0..tries {
                     let Some((_, c)) = q.dequeue(now, &mut |_, _| ()) else { break };
                     let rank = |c: u8| q.strict.iter().position(|&s| s == c);
@@ -319,6 +337,131 @@ proptest! {
             prop_assert!(u128::from(total) * 8 <= allowed(port_rate, 10_000));
         }
     }
+}
+
+proptest! {
+    /// A burst of dequeues (the buckets read once, charged once) sends exactly what as
+    /// many dequeues one at a time send, in the same order, with the same counts.
+    #[test]
+    fn a_burst_sends_what_one_dequeue_at_a_time_sends(
+        port_rate in prop_oneof![Just(0u64), 1_000_000u64..100_000_000],
+        maxes in proptest::collection::vec(prop_oneof![Just(0u64), 500_000u64..50_000_000], 3),
+        min_b in prop_oneof![Just(0u64), 100_000u64..500_000],
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let mut classes = vec![
+            class("ef", Some(0), 1),
+            class("af", None, 4),
+            class("be", None, 1),
+        ];
+        for (c, m) in classes.iter_mut().zip(&maxes) {
+            c.max_bps = *m;
+            c.burst_bytes = 10_000;
+            c.limit = 50;
+        }
+        classes[2].codel = Some(CodelParams::default());
+        if classes[1].max_bps == 0 || classes[1].max_bps >= min_b {
+            classes[1].min_bps = min_b;
+        }
+        let mut s = spec(port_rate, classes);
+        s.burst_bytes = 10_000;
+        let (mut one, mut burst) = (sched(&s), sched(&s));
+        let mut now = 0;
+        let mut id = 0u64;
+        for (dt, op) in ops {
+            now += dt;
+            match op {
+                Op::Enqueue { class, len } => {
+                    id += 1;
+                    prop_assert_eq!(
+                        one.enqueue(id, len, class % 3, now).is_ok(),
+                        burst.enqueue(id, len, class % 3, now).is_ok()
+                    );
+                }
+                Op::List { classes } => {
+                    for &(class, len) in &classes {
+                        id += 1;
+                        let _ = one.enqueue(id, len, class % 3, now);
+                        let _ = burst.enqueue(id, len, class % 3, now);
+                    }
+                }
+                Op::Send { tries } => {
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    let (mut da, mut db) = (Vec::new(), Vec::new());
+                    for _ in 0..tries {
+                        match one.dequeue(now, &mut |t, r| da.push((t, r))) {
+                            Some(x) => a.push(x),
+                            None => break,
+                        }
+                    }
+                    let n = burst.dequeue_burst(
+                        now,
+                        usize::from(tries),
+                        &mut |t, c| b.push((t, c)),
+                        &mut |t, r| db.push((t, r)),
+                    );
+                    prop_assert_eq!(n, b.len());
+                    prop_assert_eq!(&a, &b);
+                    prop_assert_eq!(&da, &db);
+                }
+            }
+        }
+        prop_assert_eq!(sent(&one), sent(&burst));
+        prop_assert_eq!(one.queued(), burst.queued());
+    }
+}
+
+#[test]
+fn a_list_passes_through_only_when_nothing_waits_and_the_tokens_suffice() {
+    let mut ef = class("ef", Some(0), 1);
+    ef.max_bps = 1_000_000;
+    ef.burst_bytes = 10_000;
+    let mut be = class("be", None, 1);
+    be.limit = 4;
+    let mut s = spec(100_000_000, vec![ef, be]);
+    s.burst_bytes = 20_000;
+    let mut q = sched(&s);
+    // Both classes, within the shaper's 20,000 bytes and EF's 10,000.
+    let list = [(0u8, 1_000u32), (1, 1_500), (1, 1_500), (0, 1_000)];
+    assert!(q.pass_through(list.len(), 0, |_, k| list[k]));
+    let st: Vec<QueueCounts> = q.stats().iter().map(|s| s.read()).collect();
+    assert_eq!(
+        (st[0].enqueued, st[0].sent, st[0].sent_bytes),
+        (2, 2, 2_000)
+    );
+    assert_eq!(
+        (st[1].enqueued, st[1].sent, st[1].sent_bytes),
+        (2, 2, 3_000)
+    );
+    assert_eq!((st[0].depth, st[1].depth, q.queued()), (0, 0, 0));
+    // The buckets were charged: EF has 8,000 bytes of tokens left, so 9,000 more of EF
+    // must wait (the shaper has 15,000 left).
+    let ef2 = [(0u8, 5_000u32), (0, 4_000)];
+    assert!(!q.pass_through(ef2.len(), 0, |_, k| ef2[k]));
+    assert_eq!(
+        q.stats()[0].read().enqueued,
+        2,
+        "a refused list is not counted"
+    );
+    // More packets of a class than its queue holds: queued as usual (and tail-dropped).
+    let five = [(1u8, 100u32); 5];
+    assert!(!q.pass_through(five.len(), 0, |_, k| five[k]));
+    // A class that does not exist.
+    let bad = [(7u8, 100u32)];
+    assert!(!q.pass_through(bad.len(), 0, |_, k| bad[k]));
+    // Beyond the shaper's tokens.
+    let big = [(1u8, 9_000u32), (1, 9_000)];
+    assert!(!q.pass_through(big.len(), 0, |_, k| big[k]));
+    // Something queued: nothing passes, however many tokens.
+    assert!(q.enqueue(1, 100, 1, 0).is_ok());
+    let one = [(1u8, 100u32)];
+    assert!(!q.pass_through(one.len(), 10 * SEC, |_, k| one[k]));
+    assert_eq!(q.dequeue(10 * SEC, &mut |_, _| ()), Some((1, 1)));
+    assert!(q.pass_through(one.len(), 10 * SEC, |_, k| one[k]));
+    // An empty list goes, trivially, when nothing waits.
+    assert!(q.pass_through(0, 10 * SEC, |_, _| (0, 0)));
+    assert!(q.enqueue(2, 100, 1, 0).is_ok());
+    assert!(!q.pass_through(0, 10 * SEC, |_, _| (0, 0)));
 }
 
 #[test]
