@@ -429,3 +429,31 @@ fn dequeue_on_an_idle_scheduler_is_none() {
     let mut q = sched(&s);
     assert_eq!(q.dequeue(5 * MS, &mut |_, _| ()), None);
 }
+
+/// The weight at 2x: how fast the average follows the queue. Every setting keeps the
+/// queue below its limit (no tail drop); the figures (`--nocapture`) are in docs/qos.md.
+#[test]
+fn wred_weights_at_twice_the_rate() {
+    for (min, max, w) in [
+        (16, 64, 3),
+        (16, 64, 9),
+        (32, 96, 4),
+        (32, 96, 6),
+        (32, 96, 9),
+    ] {
+        let mut s = spec(10_000_000, vec![class("be", None, 1)]);
+        s.classes[0].wred = Some(wred(min, max, 0.1, w));
+        s.classes[0].limit = 256;
+        let mut q = sched(&s);
+        offer(&mut q, &[2_500], 500, 2_000);
+        let c = q.stats()[0].read();
+        eprintln!(
+            "min {min} max {max} weight {w}: dropped (tail, codel, flush, wred) {:?}, sent {} bit in 2 s, mean sojourn {} us",
+            c.dropped,
+            c.sent_bytes * 8,
+            c.sojourn_sum_ns / c.sent.max(1) / 1_000
+        );
+        assert_eq!(c.dropped[DropReason::Tail as usize], 0, "{:?}", c.dropped);
+        assert!(c.dropped[DropReason::Wred as usize] > 0, "{:?}", c.dropped);
+    }
+}
