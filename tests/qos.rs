@@ -3,7 +3,8 @@
 //! at 20 Mbit/s and an EF-marked flow at 2 Mbit/s, through a shaper of 10 Mbit/s with EF
 //! in a strict-priority class. What arrives is near the shaper's rate, EF loses nothing
 //! and best effort is dropped, through a live change that keeps the port's queues;
-//! `show qos` counts it all. Correctness only: the bounds
+//! `show qos` counts it all. Then WRED: best effort alone at twice the shaper's rate into a
+//! class whose WRED holds the queue below its limit. Correctness only: the bounds
 //! are generous and nothing is timed.
 
 use serde_json::Value;
@@ -89,8 +90,13 @@ fn class<'a>(q: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("class {name}: {q}"))
 }
 
+/// The tests here one at a time: each loads the 2 cores with its traffic, which would
+/// disturb the other's.
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped() {
+    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let g = start("qos", QOS);
     let lab = &g.0;
     let h2 = lab.h2();
@@ -180,4 +186,57 @@ fn a_shaper_delivers_its_rate_and_ef_loses_nothing_while_best_effort_is_dropped(
     let q = api(lab, "qos", None);
     assert_eq!(q["ports"].as_array().map(Vec::len), Some(0), "{q}");
     ping_until_ok(lab, &lab.h1(), H2_V4);
+}
+
+const WRED: &str = r#"
+[[qos.policy]]
+name = "wan"
+default_class = "be"
+shaper = "10mbit"
+
+[[qos.policy.class]]
+name = "be"
+weight = 1
+limit = 256
+wred = { min = 16, max = 64, probability = 0.2, weight = 3 }
+
+[[qos.interface]]
+name = "r2"
+output = "wan"
+"#;
+
+/// Best effort at 20 Mbit/s through a 10 Mbit/s shaper into a class with WRED whose
+/// maximum (64 packets) is far below its limit (256): WRED drops, the queue never fills.
+#[test]
+fn wred_drops_early_and_the_queue_never_fills() {
+    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let g = start("qosw", WRED);
+    let lab = &g.0;
+    let h2 = lab.h2();
+    ping_until_ok(lab, &lab.h1(), H2_V4);
+    let _server = spawn(&h2, &["iperf3", "-s", "-1", "-B", H2_V4, "-p", "5201"]);
+    assert!(bound(lab, &h2, 5201, "-ltnH"));
+    let be = udp(lab, 5201, "20M", 0, 3).join().unwrap();
+    let (be_bps, be_lost) = received(&be);
+    eprintln!("BE {be_bps:.0} bit/s lost {be_lost}");
+    assert!(be_lost > 0, "best effort at twice the rate must lose: {be}");
+
+    let q = api(lab, "qos", None);
+    let c = class(&q, "be");
+    assert_eq!(c["wred"], true, "{q}");
+    assert_eq!(c["codel"], false, "{q}");
+    assert!(c["dropped_wred"].as_u64().unwrap() > 0, "{q}");
+    assert_eq!(
+        c["dropped_tail"], 0,
+        "WRED kept the queue below its limit: {q}"
+    );
+    assert!(c["sent"].as_u64().unwrap() > 0, "{q}");
+    let text = cli(lab, &["show", "qos"]).1;
+    eprintln!("{text}");
+    assert!(text.contains("WRED"), "{text}");
+    let wred = metric(
+        lab,
+        "ferrouter_qos_queue_dropped_packets_total{interface=\"r2\",class=\"be\",reason=\"wred\"}",
+    );
+    assert!(wred.is_some_and(|n| n > 0.0), "{wred:?}");
 }

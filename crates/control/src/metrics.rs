@@ -49,7 +49,7 @@
 //! | `ferrouter_ipsec_policy_matches_total` | interface, direction, policy (the config's index, or `ike:PEER:SRC:PORTS>DST:PORTS/PROTO` for IKE's), action | packets that matched a security policy |
 //! | `ferrouter_qos_policer_packets_total`, `_bytes_total` | policer, colour | what each QoS policer marked |
 //! | `ferrouter_qos_queue_enqueued_packets_total`, `_sent_packets_total`, `_sent_bytes_total` | interface, class | a port's class queues |
-//! | `ferrouter_qos_queue_dropped_packets_total` | interface, class, reason=tail/codel/flush | |
+//! | `ferrouter_qos_queue_dropped_packets_total` | interface, class, reason=tail/codel/wred/flush | |
 //! | `ferrouter_qos_queue_depth_packets`, `ferrouter_qos_queue_sojourn_max_seconds` | interface, class | |
 //! | `ferrouter_qos_rule_packets_total`, `_bytes_total` | interface, policy, rule, class | what each `[[qos.policy.rule]]` matched |
 //! | `ferrouter_build_info` | version | 1 |
@@ -162,6 +162,7 @@ fn qos_metrics(s: &mut Scrape, shared: &Shared) {
             for (reason, n) in [
                 ("tail", c.dropped_tail),
                 ("codel", c.dropped_codel),
+                ("wred", c.dropped_wred),
                 ("flush", c.dropped_flush),
             ] {
                 let mut l = l.clone();

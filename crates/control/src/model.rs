@@ -1325,6 +1325,8 @@ pub struct QosClassView {
     pub limit: u64,
     /// Whether CoDel runs on its queue.
     pub codel: bool,
+    /// Whether WRED runs on its queue.
+    pub wred: bool,
     /// Packets queued.
     pub enqueued: u64,
     /// Bytes queued.
@@ -1339,6 +1341,8 @@ pub struct QosClassView {
     pub dropped_codel: u64,
     /// Packets dropped when the port's scheduler was replaced or removed.
     pub dropped_flush: u64,
+    /// Packets WRED dropped on arrival (early, or with the average at its maximum).
+    pub dropped_wred: u64,
     /// Packets in the queue now.
     pub depth: u64,
     /// Bytes in the queue now.

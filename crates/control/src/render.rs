@@ -80,7 +80,7 @@ pub fn qos(v: &model::QosView) -> String {
         );
         let _ = writeln!(
             s,
-            "  {:<12} {:>6} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>11} {:>11}",
+            "  {:<12} {:>6} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11} {:>11}",
             "CLASS",
             "PRIO/W",
             "MIN",
@@ -89,6 +89,7 @@ pub fn qos(v: &model::QosView) -> String {
             "SENT",
             "TAIL",
             "CODEL",
+            "WRED",
             "DEPTH",
             "SOJ-MAX-us",
             "SOJ-AVG-us"
@@ -101,7 +102,7 @@ pub fn qos(v: &model::QosView) -> String {
             };
             let _ = writeln!(
                 s,
-                "  {:<12} {:>6} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
+                "  {:<12} {:>6} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
                 c.name,
                 pw,
                 rate(c.min_bps),
@@ -110,6 +111,7 @@ pub fn qos(v: &model::QosView) -> String {
                 c.sent,
                 c.dropped_tail,
                 c.dropped_codel,
+                c.dropped_wred,
                 c.depth,
                 c.sojourn_max_ns as f64 / 1e3,
                 c.sojourn_mean_ns as f64 / 1e3

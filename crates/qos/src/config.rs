@@ -36,6 +36,14 @@
 //! weight = 60
 //! codel = true
 //!
+//! [[qos.policy.class]]
+//! name = "af1"
+//! dscp = ["af11", "af12", "af13"]
+//! weight = 20
+//! # WRED: thresholds in packets of average depth; yellow (AFx2) and red (AFx3) profiles
+//! # default to the green one.
+//! wred = { min = 32, max = 96, probability = 0.1, weight = 9, red = { min = 16, max = 64, probability = 0.5 } }
+//!
 //! [[qos.interface]]
 //! name = "eth0"
 //! trusted = true
@@ -57,6 +65,7 @@ use crate::codel::CodelParams;
 use crate::policer::{Action, Kind, Policer, PolicerSpec};
 use crate::rules::{RuleConfig, RuleTable};
 use crate::sched::{ClassSpec, SchedSpec, MAX_CLASSES, MAX_PACKET};
+use crate::wred::{WredParams, WredProfile, DEFAULT_WEIGHT, P_ONE, WEIGHTS};
 
 /// `[qos]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -185,6 +194,9 @@ pub struct ClassConfig {
     /// CoDel on its queue.
     #[serde(default)]
     pub codel: bool,
+    /// WRED on its queue (not with CoDel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wred: Option<WredConfig>,
     /// The 802.1p priority (0-7) of its frames that leave tagged by a VLAN sub-interface
     /// with this output policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,6 +206,147 @@ pub struct ClassConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pcp_in: Vec<u8>,
 }
+
+/// A probability, as the file writes it (a number; 1 may be written as an integer).
+/// Equal when its bits are, so that configs compare (NaN is refused by validation).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Probability(pub f64);
+
+impl PartialEq for Probability {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.to_bits() == o.0.to_bits()
+    }
+}
+
+impl Eq for Probability {}
+
+/// A class's `wred`: the green profile (AFx1 and every DSCP that is not AF) and the
+/// average's weight, with the yellow (AFx2) and red (AFx3) profiles, which default to
+/// the green one.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WredConfig {
+    /// Below this average depth (packets) nothing is dropped.
+    pub min: i64,
+    /// From this average depth on everything is dropped (at most the class's limit).
+    pub max: i64,
+    /// The drop probability as the average reaches `max`: above 0, at most 1.
+    pub probability: Probability,
+    /// The average's weight is 2^-weight (1 to 16; default 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i64>,
+    /// The profile of yellow packets (AFx2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yellow: Option<WredProfileConfig>,
+    /// The profile of red packets (AFx3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub red: Option<WredProfileConfig>,
+}
+
+/// A drop precedence's WRED profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WredProfileConfig {
+    /// Below this average depth (packets) nothing is dropped.
+    pub min: i64,
+    /// From this average depth on everything is dropped.
+    pub max: i64,
+    /// The drop probability as the average reaches `max`.
+    pub probability: Probability,
+}
+
+impl WredConfig {
+    /// The parameters of a queue of `limit` packets that drains at `rate_bps` (for the
+    /// idle decay), or the problems (key under `wred`, message).
+    pub fn params(&self, limit: usize, rate_bps: u64) -> Result<WredParams, Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let green = WredProfileConfig {
+            min: self.min,
+            max: self.max,
+            probability: self.probability,
+        };
+        let mut profiles = [WredProfile {
+            min: 0,
+            max: 1,
+            max_p: P_ONE,
+        }; 3];
+        // Yellow and red left out: as green.
+        let given = [
+            ("", green),
+            ("yellow.", self.yellow.unwrap_or(green)),
+            ("red.", self.red.unwrap_or(green)),
+        ];
+        for (k, (key, p)) in given.iter().enumerate() {
+            if k > 0 && *p == green {
+                profiles[k] = profiles[0];
+                continue;
+            }
+            let mut ok = true;
+            if p.min < 0 {
+                out.push((
+                    format!("{key}min"),
+                    format!("{} packets: min is at least 0", p.min),
+                ));
+                ok = false;
+            }
+            if p.max < 1 || p.max as u64 > limit as u64 {
+                out.push((
+                    format!("{key}max"),
+                    format!(
+                        "{} packets is out of range: 1 to the class's limit ({limit} packets)",
+                        p.max
+                    ),
+                ));
+                ok = false;
+            } else if p.min >= p.max {
+                out.push((
+                    format!("{key}min"),
+                    format!("{} packets: min must be below max ({})", p.min, p.max),
+                ));
+                ok = false;
+            }
+            let pr = p.probability.0;
+            if !(pr > 0.0 && pr <= 1.0) {
+                out.push((
+                    format!("{key}probability"),
+                    format!("{pr} is out of range: above 0, at most 1"),
+                ));
+                ok = false;
+            }
+            if ok {
+                profiles[k] = WredProfile {
+                    min: p.min as u32,
+                    max: p.max as u32,
+                    max_p: ((pr * P_ONE as f64).round() as u64).clamp(1, P_ONE),
+                };
+            }
+        }
+        let weight = self.weight.unwrap_or(i64::from(DEFAULT_WEIGHT));
+        if !(i64::from(*WEIGHTS.start())..=i64::from(*WEIGHTS.end())).contains(&weight) {
+            out.push((
+                "weight".into(),
+                format!(
+                    "{weight} is out of range: {} to {} (the average's weight is 2^-weight)",
+                    WEIGHTS.start(),
+                    WEIGHTS.end()
+                ),
+            ));
+        }
+        if !out.is_empty() {
+            return Err(out);
+        }
+        Ok(WredParams {
+            weight: weight as u8,
+            profiles,
+            idle_packet_ns: WredParams::packet_time_ns(rate_bps),
+        })
+    }
+}
+
+/// The rate by which an idle WRED queue's average decays when neither the class nor the
+/// policy has a rate (bit/s).
+pub const WRED_IDLE_RATE_BPS: u64 = 1_000_000_000;
 
 /// `[[qos.interface]]`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -482,6 +635,37 @@ impl QosConfig {
                     "CoDel is for best-effort (weighted) classes, not strict-priority ones".into(),
                 ));
             }
+            // WRED's idle decay: the time of a typical packet at the class's maximum rate,
+            // else the shaper's, else 1 Gbit/s.
+            let drain = [max_bps, shaper, WRED_IDLE_RATE_BPS]
+                .into_iter()
+                .find(|&r| r > 0)
+                .unwrap_or(WRED_IDLE_RATE_BPS);
+            let wred = match &c.wred {
+                None => None,
+                Some(w) => {
+                    if c.codel {
+                        out.push((
+                            format!("{cp}.wred"),
+                            "a class has CoDel or WRED, not both (leave out codel or wred)".into(),
+                        ));
+                    }
+                    if c.priority.is_some() {
+                        out.push((
+                            format!("{cp}.wred"),
+                            "WRED is for best-effort (weighted) classes, not strict-priority ones"
+                                .into(),
+                        ));
+                    }
+                    match w.params(limit, drain) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            out.extend(e.into_iter().map(|(k, m)| (format!("{cp}.wred.{k}"), m)));
+                            None
+                        }
+                    }
+                }
+            };
             classes.push(ClassSpec {
                 name: c.name.clone(),
                 priority: c.priority,
@@ -491,6 +675,7 @@ impl QosConfig {
                 burst_bytes: burst,
                 limit: limit.clamp(1, MAX_PORT_QUEUED),
                 codel: c.codel.then(CodelParams::default),
+                wred,
             });
         }
         if queued > MAX_PORT_QUEUED && !p.classes.is_empty() {
@@ -1151,6 +1336,163 @@ output = "edge"
         });
         assert_eq!(p[0].0, "qos.policy[0].class[0].max_rate");
         assert!(p[0].1.contains("the policy has none"));
+    }
+
+    fn wred(min: i64, max: i64, p: f64) -> WredConfig {
+        WredConfig {
+            min,
+            max,
+            probability: Probability(p),
+            weight: None,
+            yellow: None,
+            red: None,
+        }
+    }
+
+    #[test]
+    fn wred_compiles_with_a_profile_per_drop_precedence() {
+        let text = GOOD.replace(
+            "weight = 60\ncodel = true",
+            "weight = 60\nlimit = 128\nwred = { min = 32, max = 96, probability = 0.1, red = { min = 16, max = 64, probability = 1 } }",
+        );
+        let c = cfg(&text);
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        let w = s.classes[2].wred.unwrap();
+        assert!(s.classes[2].codel.is_none());
+        assert_eq!(w.weight, 9, "the default weight");
+        let green = WredProfile {
+            min: 32,
+            max: 96,
+            max_p: 429_496_730,
+        };
+        assert_eq!(w.profiles[0], green);
+        assert_eq!(w.profiles[1], green, "yellow left out: as green");
+        assert_eq!(
+            w.profiles[2],
+            WredProfile {
+                min: 16,
+                max: 64,
+                max_p: P_ONE
+            }
+        );
+        // The idle decay's packet: 1,000 bytes at the 10 Mbit/s shaper.
+        assert_eq!(w.idle_packet_ns, 800_000);
+        s.validate().unwrap();
+        // Written out and read back, the same.
+        let again: QosConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
+        // A key it does not know is refused as the file is read.
+        let e = toml::from_str::<QosConfig>(
+            &text.replace("probability = 0.1,", "probability = 0.1, ecn = true,"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field `ecn`"), "{e}");
+    }
+
+    #[test]
+    fn hostile_wred_values_are_refused_by_name() {
+        let one = |w: WredConfig| {
+            problems(move |c| {
+                c.policies[0].classes[2].codel = false;
+                c.policies[0].classes[2].wred = Some(w.clone());
+            })
+        };
+        let cp = "qos.policy[0].class[2]";
+        assert_eq!(one(wred(32, 96, 0.1)), []);
+        assert_eq!(
+            one(wred(-1, 96, 0.1)),
+            [(
+                format!("{cp}.wred.min"),
+                "-1 packets: min is at least 0".to_string()
+            )]
+        );
+        assert_eq!(
+            one(wred(32, 300, 0.1)),
+            [(
+                format!("{cp}.wred.max"),
+                "300 packets is out of range: 1 to the class's limit (256 packets)".to_string()
+            )]
+        );
+        assert_eq!(
+            one(wred(96, 96, 0.1)),
+            [(
+                format!("{cp}.wred.min"),
+                "96 packets: min must be below max (96)".to_string()
+            )]
+        );
+        for p in [0.0, -0.5, 1.5, f64::NAN, f64::INFINITY] {
+            let got = one(wred(32, 96, p));
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(got[0].0, format!("{cp}.wred.probability"));
+            assert!(
+                got[0].1.contains("out of range: above 0, at most 1"),
+                "{got:?}"
+            );
+        }
+        for w in [0, 17, -3] {
+            let got = one(WredConfig {
+                weight: Some(w),
+                ..wred(32, 96, 0.1)
+            });
+            assert_eq!(
+                got,
+                [(
+                    format!("{cp}.wred.weight"),
+                    format!("{w} is out of range: 1 to 16 (the average's weight is 2^-weight)")
+                )]
+            );
+        }
+        let got = one(WredConfig {
+            yellow: Some(WredProfileConfig {
+                min: 10,
+                max: 1_000,
+                probability: Probability(0.2),
+            }),
+            ..wred(32, 96, 0.1)
+        });
+        assert_eq!(got[0].0, format!("{cp}.wred.yellow.max"), "{got:?}");
+        // Not with CoDel, not on a strict-priority class.
+        let got = problems(|c| {
+            c.policies[0].classes[2].wred = Some(wred(32, 96, 0.1));
+            c.policies[0].classes[2].codel = true;
+        });
+        assert_eq!(
+            got,
+            [(
+                format!("{cp}.wred"),
+                "a class has CoDel or WRED, not both (leave out codel or wred)".to_string()
+            )]
+        );
+        let got = problems(|c| c.policies[0].classes[0].wred = Some(wred(32, 96, 0.1)));
+        assert_eq!(got[0].0, "qos.policy[0].class[0].wred", "{got:?}");
+        assert!(got[0].1.contains("not strict-priority"), "{got:?}");
+        // Every problem at once, each by its name.
+        let got = one(WredConfig {
+            weight: Some(99),
+            red: Some(WredProfileConfig {
+                min: -5,
+                max: 0,
+                probability: Probability(2.0),
+            }),
+            ..wred(32, 96, 0.1)
+        });
+        let keys: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "qos.policy[0].class[2].wred.red.min",
+                "qos.policy[0].class[2].wred.red.max",
+                "qos.policy[0].class[2].wred.red.probability",
+                "qos.policy[0].class[2].wred.weight"
+            ]
+        );
     }
 
     const MATCH: &str = r#"

@@ -9,8 +9,10 @@
 //! - [`rules`]: classifier rules (a class by 5-tuple and DSCP), on the firewall's
 //!   classifier;
 //! - [`codel`]: CoDel (RFC 8289), the AQM of best-effort queues;
+//! - [`wred`]: WRED (RED with a profile per drop precedence), the other one;
 //! - [`sched`]: the egress scheduler of a port: a shaper, strict-priority classes, DRR among
-//!   the rest, per-class minimum and maximum rates, tail-drop limits and per-queue counters.
+//!   the rest, per-class minimum and maximum rates, tail-drop limits, CoDel or WRED, and
+//!   per-queue counters.
 //!
 //! Everything here that runs per packet allocates nothing, locks nothing and cannot panic
 //! on packet data: queues are preallocated when a policy is built.
@@ -26,3 +28,4 @@ pub mod policer;
 pub mod queue;
 pub mod rules;
 pub mod sched;
+pub mod wred;

@@ -23,7 +23,8 @@ use dataplane::feature::{ArcId, Batch, Feature, FeatureCx, FeatureNode, FeatureS
 use dataplane::{PacketMemory, Pkt};
 
 use crate::classify::{
-    frame_pcp, ip4_dscp, ip6_dscp, set_frame_pcp, set_ip4_dscp, set_ip6_dscp, InputPolicy, Verdict,
+    dscp_colour, frame_pcp, ip4_dscp, ip6_dscp, set_frame_pcp, set_ip4_dscp, set_ip6_dscp,
+    InputPolicy, Verdict,
 };
 use crate::config::{Compiled, PcpOut, QosConfig, NO_PCP};
 use crate::policer::{Colour, Policer};
@@ -347,6 +348,7 @@ impl QosShared {
                                 max_bps: spec.max_bps,
                                 limit: spec.limit,
                                 codel: spec.codel.is_some(),
+                                wred: spec.wred.is_some(),
                                 enqueued: n.enqueued,
                                 enqueued_bytes: n.enqueued_bytes,
                                 sent: n.sent,
@@ -354,6 +356,7 @@ impl QosShared {
                                 dropped_tail: n.dropped[0],
                                 dropped_codel: n.dropped[1],
                                 dropped_flush: n.dropped[2],
+                                dropped_wred: n.dropped[3],
                                 depth: n.depth,
                                 depth_bytes: n.depth_bytes,
                                 sojourn_max_ns: n.sojourn_max_ns,
@@ -498,6 +501,8 @@ pub struct ClassView {
     pub limit: usize,
     /// CoDel on.
     pub codel: bool,
+    /// WRED on.
+    pub wred: bool,
     /// Packets queued.
     pub enqueued: u64,
     /// Bytes queued.
@@ -512,6 +517,8 @@ pub struct ClassView {
     pub dropped_codel: u64,
     /// Dropped when the scheduler was replaced.
     pub dropped_flush: u64,
+    /// Dropped by WRED on arrival.
+    pub dropped_wred: u64,
     /// Packets queued now.
     pub depth: u64,
     /// Bytes queued now.
@@ -816,7 +823,14 @@ impl Egress for QosEgress {
             // The class the port's own policy chose on input (by rule or 802.1p, perhaps
             // without re-marking), else the class of the DSCP.
             let class = s.class_of_chosen(class_from(p.aux, policy), || dscp_of(mem, &p));
-            if let Err(p) = s.enqueue(p, u32::from(p.len), class, now_ns) {
+            // WRED's drop precedence: the AF drop precedence of the DSCP it leaves with
+            // (a policer's re-marking of its colour included); anything else is green.
+            let precedence = if s.has_wred(class) {
+                dscp_of(mem, &p).map_or(0, |d| dscp_colour(d) as u8)
+            } else {
+                0
+            };
+            if let Err(p) = s.enqueue_coloured(p, u32::from(p.len), class, precedence, now_ns) {
                 mem.free(p.buf);
             }
         }

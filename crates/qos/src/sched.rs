@@ -10,7 +10,7 @@
 //!    quantum is proportional to its weight; the smallest weight gets 1,536 bytes).
 //!
 //! Nothing leaves while the port's shaper is in debt. Each class queue has a tail-drop
-//! limit and, if configured, CoDel. The rate buckets (port shaper, class minimum and
+//! limit and, if configured, CoDel or WRED. The rate buckets (port shaper, class minimum and
 //! maximum) are [`Shaper`]s shared by every worker's scheduler of the port, so the rates
 //! hold for the port as a whole; the queues, the DRR state and the order among classes
 //! are per worker (strict priority holds among the packets of one worker).
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::bucket::{cost, Shaper, MAX_BURST_BYTES, MAX_RATE_BPS};
 use crate::codel::{Codel, CodelParams};
 use crate::queue::{Entry, Fifo};
+use crate::wred::{Wred, WredParams};
 
 /// Most classes a port has.
 pub const MAX_CLASSES: usize = 8;
@@ -50,6 +51,8 @@ pub struct ClassSpec {
     pub limit: usize,
     /// CoDel on its queue.
     pub codel: Option<CodelParams>,
+    /// WRED on its queue.
+    pub wred: Option<WredParams>,
 }
 
 /// A port's scheduler, as configured.
@@ -86,6 +89,8 @@ pub enum SchedError {
     MinsAboveRate(u64, u64),
     /// A DSCP mapped to a class that does not exist.
     UnknownClass(u8),
+    /// WRED parameters that do not fit (class, what).
+    Wred(String, String),
 }
 
 impl std::fmt::Display for SchedError {
@@ -112,6 +117,7 @@ impl std::fmt::Display for SchedError {
                 "the classes' minimum rates add up to {m} bit/s, more than the port's {r} bit/s"
             ),
             SchedError::UnknownClass(c) => write!(f, "class index {c} does not exist"),
+            SchedError::Wred(c, e) => write!(f, "{c}: wred: {e}"),
         }
     }
 }
@@ -158,6 +164,16 @@ impl SchedSpec {
             }
             if c.max_bps > 0 && c.min_bps > c.max_bps {
                 return Err(SchedError::MinAboveMax(c.name.clone()));
+            }
+            if let Some(w) = &c.wred {
+                let bad = |e: String| SchedError::Wred(c.name.clone(), e);
+                w.check(c.limit).map_err(bad)?;
+                if c.codel.is_some() {
+                    return Err(bad("a queue has CoDel or WRED, not both".into()));
+                }
+                if c.priority.is_some() {
+                    return Err(bad("WRED is for weighted classes, not strict ones".into()));
+                }
             }
             mins = mins.saturating_add(c.min_bps);
         }
@@ -220,17 +236,25 @@ pub enum DropReason {
     Codel = 1,
     /// The scheduler was replaced or removed with it queued.
     Flush = 2,
+    /// WRED dropped it on arrival.
+    Wred = 3,
 }
 
 impl DropReason {
     /// Every reason, in index order.
-    pub const ALL: [DropReason; 3] = [DropReason::Tail, DropReason::Codel, DropReason::Flush];
+    pub const ALL: [DropReason; 4] = [
+        DropReason::Tail,
+        DropReason::Codel,
+        DropReason::Flush,
+        DropReason::Wred,
+    ];
     /// Its name in `show` and metrics.
     pub fn name(self) -> &'static str {
         match self {
             DropReason::Tail => "tail",
             DropReason::Codel => "codel",
             DropReason::Flush => "flush",
+            DropReason::Wred => "wred",
         }
     }
 }
@@ -248,7 +272,7 @@ pub struct QueueStats {
     /// Bytes sent.
     pub sent_bytes: AtomicU64,
     /// Drops by [`DropReason`] index.
-    pub dropped: [AtomicU64; 3],
+    pub dropped: [AtomicU64; 4],
     /// Packets in the queue now.
     pub depth: AtomicU64,
     /// Bytes in the queue now.
@@ -278,7 +302,7 @@ pub struct QueueCounts {
     /// Bytes sent.
     pub sent_bytes: u64,
     /// Drops by [`DropReason`] index.
-    pub dropped: [u64; 3],
+    pub dropped: [u64; 4],
     /// Packets queued now.
     pub depth: u64,
     /// Bytes queued now.
@@ -414,6 +438,7 @@ impl Spend {
 struct Class<T> {
     fifo: Fifo<T>,
     codel: Option<Codel>,
+    wred: Option<Wred>,
     quantum: i64,
     deficit: i64,
 }
@@ -452,6 +477,7 @@ impl<T> Scheduler<T> {
             .map(|c| Class {
                 fifo: Fifo::new(c.limit),
                 codel: c.codel.map(Codel::new),
+                wred: c.wred.map(Wred::seeded),
                 quantum: (u64::from(c.weight.max(1)) * QUANTUM_BYTES / min_w)
                     .min(i64::MAX as u64 / 4) as i64,
                 deficit: 0,
@@ -591,15 +617,46 @@ impl<T> Scheduler<T> {
     }
 
     /// Queue a packet of `len` bytes in class `class` at `now_ns`; a full queue (or a
-    /// class that does not exist) hands it back, counted as a tail drop.
+    /// class that does not exist) hands it back, counted as a tail drop. With WRED, as a
+    /// packet of the lowest drop precedence (green).
     #[inline]
     pub fn enqueue(&mut self, item: T, len: u32, class: u8, now_ns: u64) -> Result<(), T> {
+        self.enqueue_coloured(item, len, class, 0, now_ns)
+    }
+
+    /// Whether class `class` has WRED (whose decision needs the packet's drop
+    /// precedence: [`Scheduler::enqueue_coloured`]).
+    #[inline]
+    pub fn has_wred(&self, class: u8) -> bool {
+        self.classes
+            .get(class as usize)
+            .is_some_and(|c| c.wred.is_some())
+    }
+
+    /// [`Scheduler::enqueue`] for a packet of drop precedence `precedence` (0 green, 1
+    /// yellow, 2 red): a class with WRED may drop it first (handed back, counted as a
+    /// `wred` drop).
+    #[inline]
+    pub fn enqueue_coloured(
+        &mut self,
+        item: T,
+        len: u32,
+        class: u8,
+        precedence: u8,
+        now_ns: u64,
+    ) -> Result<(), T> {
         let (Some(c), Some(s)) = (
             self.classes.get_mut(class as usize),
             self.stats.get(class as usize),
         ) else {
             return Err(item);
         };
+        if let Some(w) = &mut c.wred {
+            if w.arrival(now_ns, c.fifo.len(), precedence) {
+                bump(&s.dropped[DropReason::Wred as usize], 1);
+                return Err(item);
+            }
+        }
         match c.fifo.push(Entry {
             item,
             len,
@@ -651,6 +708,11 @@ impl<T> Scheduler<T> {
             None => class.fifo.pop(),
         };
         self.queued -= before - class.fifo.len();
+        if class.fifo.is_empty() {
+            if let Some(w) = &mut class.wred {
+                w.idle(now);
+            }
+        }
         s.depth.store(class.fifo.len() as u64, Relaxed);
         s.depth_bytes.store(class.fifo.bytes(), Relaxed);
         let e = e?;

@@ -639,3 +639,41 @@ fn the_port_scheduler_queues_in_the_class_its_own_policy_chose_on_input() {
     assert_eq!(enqueued(&l), [2, 2], "renumbered, kept");
     assert_eq!(l.ports[1].sent.len(), 4);
 }
+
+/// WRED's drop precedence is the DSCP's: in one vector, ten AF11 frames then ten AF13 into
+/// a class whose red profile drops from an average of 4 packets, its green one from 30.
+#[test]
+fn wred_drops_by_the_dscps_drop_precedence() {
+    let mut l = lab(r#"
+[[policy]]
+name = "wan"
+default_class = "af1"
+
+[[policy.class]]
+name = "af1"
+weight = 1
+limit = 64
+wred = { min = 30, max = 60, probability = 0.1, weight = 1, red = { min = 2, max = 4, probability = 1 } }
+
+[[interface]]
+name = "p1"
+output = "wan"
+"#);
+    let free0 = l.arena.free_count();
+    let (af11, af13) = (10, 14);
+    let mut frames = vec![frame(af11, 200); 10];
+    frames.extend(vec![frame(af13, 200); 10]);
+    l.run(&frames, MS);
+    l.drain(2 * MS);
+    let sent = &l.ports[1].sent;
+    let count = |d| sent.iter().filter(|f| dscp(f) == d).count();
+    assert_eq!((count(af11), count(af13)), (10, 0));
+    let v = l.qos.view();
+    let c = &v.ports[0].classes[0];
+    assert!(c.wred && !c.codel);
+    assert_eq!((c.dropped_wred, c.dropped_tail, c.sent), (10, 0, 10));
+    // WRED's drops freed their buffers.
+    assert_eq!(l.graph.egress_held(), 0);
+    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+    assert_eq!(l.arena.bad_frees(), 0);
+}

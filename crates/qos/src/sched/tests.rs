@@ -15,6 +15,7 @@ fn class(name: &str, priority: Option<u8>, weight: u32) -> ClassSpec {
         burst_bytes: 15_000,
         limit: 1_000,
         codel: None,
+        wred: None,
     }
 }
 
@@ -112,7 +113,7 @@ fn a_full_queue_tail_drops_and_a_flush_empties_every_queue() {
     let c = q.stats()[0].read();
     assert_eq!(
         (c.enqueued, c.depth, c.depth_bytes, c.dropped),
-        (3, 3, 300, [1, 0, 0])
+        (3, 3, 300, [1, 0, 0, 0])
     );
     assert_eq!(q.dequeue(2 * US, &mut |_, _| ()), Some((0, 0)));
     let c = q.stats()[0].read();
@@ -124,7 +125,7 @@ fn a_full_queue_tail_drops_and_a_flush_empties_every_queue() {
     q.flush(&mut |i, r| flushed.push((i, r)));
     assert_eq!(flushed, [(1, DropReason::Flush), (2, DropReason::Flush)]);
     assert_eq!(q.queued(), 0);
-    assert_eq!(q.stats()[0].read().dropped, [1, 0, 2]);
+    assert_eq!(q.stats()[0].read().dropped, [1, 0, 2, 0]);
 }
 
 /// Offer `bytes_per_ms` per class every ms (packets of `len`) and try to send every
@@ -181,7 +182,7 @@ fn ef_loses_nothing_at_twice_the_rate_while_best_effort_is_dropped() {
     // per ms: EF 250 bytes, AF41 1,000, BE 1,250: 2,500 = 2x 1,250.
     offer(&mut q, &[1_250, 1_000, 250], 250, 2_000);
     let st: Vec<QueueCounts> = q.stats().iter().map(|s| s.read()).collect();
-    assert_eq!(st[2].dropped, [0, 0, 0], "EF lost nothing");
+    assert_eq!(st[2].dropped, [0; 4], "EF lost nothing");
     assert_eq!(st[2].sent, st[2].enqueued - st[2].depth);
     assert!(
         st[2].sojourn_max_ns <= MS,
@@ -239,6 +240,102 @@ fn codel_drops_from_a_standing_best_effort_queue() {
     assert!(c.dropped[1] > 0, "CoDel dropped {:?}", c.dropped);
 }
 
+fn wred(min: u32, max: u32, p: f64, weight: u8) -> WredParams {
+    let prof = crate::wred::WredProfile {
+        min,
+        max,
+        max_p: (p * crate::wred::P_ONE as f64) as u64,
+    };
+    WredParams {
+        weight,
+        profiles: [prof; 3],
+        idle_packet_ns: WredParams::packet_time_ns(10_000_000),
+    }
+}
+
+/// Twice what the shaper sends, into a class whose WRED's maximum is below its limit:
+/// WRED drops (early, then at its maximum) and keeps the queue from ever filling.
+#[test]
+fn wred_drops_before_the_queue_is_full() {
+    let mut s = spec(10_000_000, vec![class("be", None, 1)]);
+    s.classes[0].wred = Some(wred(16, 64, 0.2, 3));
+    s.classes[0].limit = 256;
+    let mut q = sched(&s);
+    offer(&mut q, &[2_500], 500, 2_000);
+    let c = q.stats()[0].read();
+    let [tail, codel, flush, red] = c.dropped;
+    assert_eq!((tail, codel, flush), (0, 0, 0), "{:?}", c.dropped);
+    // About half of what came: it came at twice the rate.
+    let share = red as f64 / (red + c.enqueued) as f64;
+    assert!(
+        (0.4..0.6).contains(&share),
+        "WRED dropped {red} of {}",
+        red + c.enqueued
+    );
+    // The shaper is still kept busy: WRED does not starve the link.
+    let sent = c.sent_bytes * 8;
+    assert!(
+        sent > 19_000_000 && sent < 20_200_000,
+        "sent {sent} bits in 2 s"
+    );
+}
+
+/// Drop precedence: at the same depth, red packets (AFx3) are dropped first.
+#[test]
+fn wred_drops_red_before_green() {
+    let mut s = spec(1_000_000, vec![class("af1", None, 1)]);
+    let mut w = wred(200, 256, 0.1, 1);
+    w.profiles[2] = crate::wred::WredProfile {
+        min: 10,
+        max: 30,
+        max_p: crate::wred::P_ONE,
+    };
+    s.classes[0].wred = Some(w);
+    s.classes[0].limit = 256;
+    let mut q = sched(&s);
+    assert!(q.has_wred(0) && !q.has_wred(1));
+    // 35 queued (nothing leaves: no dequeue), then one of each colour, many times.
+    for i in 0..35 {
+        assert_eq!(q.enqueue(i, 100, 0, 0), Ok(()));
+    }
+    let (mut green, mut red) = (0, 0);
+    for i in 0..100 {
+        if q.enqueue_coloured(i, 100, 0, 2, 0).is_err() {
+            red += 1;
+        }
+        if q.enqueue_coloured(i, 100, 0, 0, 0).is_err() {
+            green += 1;
+        }
+    }
+    assert_eq!((green, red), (0, 100));
+    assert_eq!(q.stats()[0].read().dropped[DropReason::Wred as usize], 100);
+}
+
+#[test]
+fn wred_specs_are_checked() {
+    let mut s = spec(
+        1_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    s.classes[1].limit = 100;
+    s.classes[1].wred = Some(wred(10, 101, 0.1, 9));
+    assert_eq!(
+        s.validate().unwrap_err().to_string(),
+        "be: wred: green: max 101 is above the queue's limit (100 packets)"
+    );
+    s.classes[1].wred = Some(wred(10, 100, 0.1, 9));
+    assert_eq!(s.validate(), Ok(()));
+    s.classes[1].codel = Some(CodelParams::default());
+    assert!(s
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("CoDel or WRED"));
+    s.classes[1].codel = None;
+    s.classes[0].wred = Some(wred(10, 100, 0.1, 9));
+    assert!(s.validate().unwrap_err().to_string().contains("not strict"));
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Enqueue {
@@ -275,6 +372,7 @@ proptest! {
         port_rate in prop_oneof![Just(0u64), 1_000_000u64..100_000_000],
         maxes in proptest::collection::vec(prop_oneof![Just(0u64), 500_000u64..50_000_000], 4),
         min_b in prop_oneof![Just(0u64), 100_000u64..500_000],
+        with_wred in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..400),
     ) {
         let mut classes = vec![
@@ -290,6 +388,10 @@ proptest! {
         }
         if classes[3].max_bps == 0 || classes[3].max_bps >= min_b {
             classes[3].min_bps = min_b;
+        }
+        // WRED on a weighted class drops some arrivals; the bounds hold all the same.
+        if with_wred {
+            classes[2].wred = Some(wred(2, 20, 0.5, 1));
         }
         let mut s = spec(port_rate, classes);
         s.burst_bytes = 10_000;
@@ -469,4 +571,32 @@ fn dequeue_on_an_idle_scheduler_is_none() {
     let s = spec(1_000_000, vec![class("be", None, 1)]);
     let mut q = sched(&s);
     assert_eq!(q.dequeue(5 * MS, &mut |_, _| ()), None);
+}
+
+/// The weight at 2x: how fast the average follows the queue. Every setting keeps the
+/// queue below its limit (no tail drop); the figures (`--nocapture`) are in docs/qos.md.
+#[test]
+fn wred_weights_at_twice_the_rate() {
+    for (min, max, w) in [
+        (16, 64, 3),
+        (16, 64, 9),
+        (32, 96, 4),
+        (32, 96, 6),
+        (32, 96, 9),
+    ] {
+        let mut s = spec(10_000_000, vec![class("be", None, 1)]);
+        s.classes[0].wred = Some(wred(min, max, 0.1, w));
+        s.classes[0].limit = 256;
+        let mut q = sched(&s);
+        offer(&mut q, &[2_500], 500, 2_000);
+        let c = q.stats()[0].read();
+        eprintln!(
+            "min {min} max {max} weight {w}: dropped (tail, codel, flush, wred) {:?}, sent {} bit in 2 s, mean sojourn {} us",
+            c.dropped,
+            c.sent_bytes * 8,
+            c.sojourn_sum_ns / c.sent.max(1) / 1_000
+        );
+        assert_eq!(c.dropped[DropReason::Tail as usize], 0, "{:?}", c.dropped);
+        assert!(c.dropped[DropReason::Wred as usize] > 0, "{:?}", c.dropped);
+    }
 }
