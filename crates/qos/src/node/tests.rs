@@ -642,12 +642,16 @@ fn the_port_scheduler_queues_in_the_class_its_own_policy_chose_on_input() {
 
 /// WRED's drop precedence is the DSCP's: in one vector, ten AF11 frames then ten AF13 into
 /// a class whose red profile drops from an average of 4 packets, its green one from 30.
+/// The vector is more than the shaper's burst, so it is queued (a list the buckets can
+/// take whole, with nothing queued, passes through: no queue forms, nothing to drop).
 #[test]
 fn wred_drops_by_the_dscps_drop_precedence() {
     let mut l = lab(r#"
 [[policy]]
 name = "wan"
 default_class = "af1"
+shaper = "100mbit"
+burst = 9216
 
 [[policy.class]]
 name = "af1"
@@ -661,8 +665,8 @@ output = "wan"
 "#);
     let free0 = l.arena.free_count();
     let (af11, af13) = (10, 14);
-    let mut frames = vec![frame(af11, 200); 10];
-    frames.extend(vec![frame(af13, 200); 10]);
+    let mut frames = vec![frame(af11, 600); 10];
+    frames.extend(vec![frame(af13, 600); 10]);
     l.run(&frames, MS);
     l.drain(2 * MS);
     let sent = &l.ports[1].sent;
