@@ -1,6 +1,7 @@
 //! Where SAs live: [`SaBox`], a box for an [`Sa`] in 2 MiB chunks advised as transparent
-//! huge pages (`madvise(MADV_HUGEPAGE)`), shared by the process; and [`Blocks`], an inbound
-//! SA's replay bitmap, in chunks of their own.
+//! huge pages (`madvise(MADV_HUGEPAGE)`), shared by the process; [`Blocks`], an inbound
+//! SA's replay bitmap, in chunks of their own; and [`SharedStats`], an SA's [`SaStats`]
+//! (which the control thread reads), one line each in chunks of their own.
 //!
 //! With 100,000 SAs each packet's SA is cold not only in the caches but in the TLB: with
 //! 4 KiB pages almost every SA is a page of its own, and a page walk (nested, in a VM)
@@ -14,9 +15,10 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::sa::Sa;
+use crate::sa::{Sa, SaStats};
 
 /// Bytes of a chunk: one huge page.
 const CHUNK: usize = 2 << 20;
@@ -26,6 +28,9 @@ static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// Free places for a replay bitmap of [`CHUNK_BLOCKS`] blocks.
 static FREE_BLOCKS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Free places for a [`SharedStats`].
+static FREE_STATS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// 64-bit blocks of a bitmap that lives in the chunks: windows up to 1,984 packets (the
 /// default 1,024 takes 17 blocks, rounded up to 32: 256 bytes, 4 cache lines).
@@ -167,6 +172,107 @@ impl std::fmt::Debug for Blocks {
     }
 }
 
+/// A [`SharedStats`]'s line: the count of its handles and the counters.
+#[repr(C, align(64))]
+struct StatsLine {
+    refs: AtomicUsize,
+    stats: SaStats,
+}
+
+const _: () = assert!(std::mem::size_of::<StatsLine>() == 64);
+
+/// An SA's [`SaStats`], shared by the worker that holds the SA (which publishes into it
+/// after each vector, and counts refusals) and the control thread (which reads it, and
+/// keeps it after the SA is gone): an `Arc<SaStats>` whose one line (a count of handles
+/// and the 56 bytes of counters) lives in huge-page chunks, as the SAs do. With 100,000
+/// SAs, heap `Arc`s were 100,000 places in 4 KiB pages, each a TLB miss (a nested page walk
+/// on a VM) that the ESP nodes' prefetch of the counters paid (issue 26).
+pub struct SharedStats(NonNull<StatsLine>);
+
+// SAFETY: as Arc<SaStats>: the handles only give `&SaStats`, whose fields are atomics
+// (Sync), and the count of handles is atomic; the line is freed by the last handle.
+unsafe impl Send for SharedStats {}
+// SAFETY: as for Send.
+unsafe impl Sync for SharedStats {}
+
+impl SharedStats {
+    /// Zeroed counters, one handle.
+    pub fn new() -> SharedStats {
+        let p = take(&FREE_STATS, std::mem::size_of::<StatsLine>()).cast::<StatsLine>();
+        // SAFETY: `p` is a free place of 64 bytes in a live chunk (never freed), 64-byte
+        // aligned, taken off the free list under its lock: no one else uses it.
+        unsafe {
+            p.as_ptr().write(StatsLine {
+                refs: AtomicUsize::new(1),
+                stats: SaStats::default(),
+            })
+        };
+        SharedStats(p)
+    }
+
+    /// The address of the counters, for a prefetch.
+    #[inline]
+    pub fn as_ptr(&self) -> *const SaStats {
+        // SAFETY: the line is live while this handle is (see Drop).
+        unsafe { &raw const (*self.0.as_ptr()).stats }
+    }
+
+    fn line(&self) -> &StatsLine {
+        // SAFETY: the line is live while a handle to it is: only the last handle's drop
+        // gives its place back.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Default for SharedStats {
+    fn default() -> SharedStats {
+        SharedStats::new()
+    }
+}
+
+impl Clone for SharedStats {
+    fn clone(&self) -> SharedStats {
+        // Relaxed, as Arc's: a new handle comes from an existing one, which keeps the
+        // line alive meanwhile.
+        let old = self.line().refs.fetch_add(1, Ordering::Relaxed);
+        if old > isize::MAX as usize {
+            // As Arc: beyond any count of real handles (leaked ones), give up.
+            std::process::abort();
+        }
+        SharedStats(self.0)
+    }
+}
+
+impl Drop for SharedStats {
+    fn drop(&mut self) {
+        // Release, then Acquire when last: the other handles' uses happen before the place
+        // is reused (Arc's protocol).
+        if self.line().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SaStats holds atomics only (no Drop); its place goes back to the free list, to
+        // be written whole by the next `new`.
+        FREE_STATS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.0.as_ptr() as usize);
+    }
+}
+
+impl std::ops::Deref for SharedStats {
+    type Target = SaStats;
+    fn deref(&self) -> &SaStats {
+        &self.line().stats
+    }
+}
+
+impl std::fmt::Debug for SharedStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
 /// Places for an SA in the chunks that no SA holds: what the next SAs reuse (already
 /// resident if used before) before a new chunk is taken.
 pub fn free_places() -> usize {
@@ -237,6 +343,26 @@ mod tests {
         let reused = &*again as *const Sa as usize == at;
         assert_eq!(again.spi(), 0x9999, "reused: {reused}");
         assert_eq!(v[3].spi(), 0x1004);
+    }
+
+    #[test]
+    fn shared_stats_live_while_a_handle_does() {
+        let a = SharedStats::new();
+        assert_eq!(
+            a.as_ptr() as usize % 64,
+            8,
+            "after the count, in a line of its own"
+        );
+        let b = a.clone();
+        a.count(crate::EspError::Replayed);
+        drop(a);
+        assert_eq!(b.counters().replayed, 1, "the other handle still reads it");
+        b.publish(3, 300, 7);
+        let t = std::thread::spawn(move || (b.counters().packets, b.sequence()));
+        assert_eq!(t.join().unwrap(), (3, 7));
+        // A place given back comes back zeroed (whoever gets it).
+        let c = SharedStats::new();
+        assert_eq!(c.counters(), crate::Counters::default());
     }
 
     #[test]

@@ -26,10 +26,11 @@ use dataplane::VECTOR_SIZE;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
+use crate::arena::SharedStats;
 use crate::dests::{Dest, DestKey};
 use crate::error::EspError;
 use crate::sa::{Direction, Mode, Sa};
-use crate::sad::{self, SaStats, Sad, SadWriter, NONE};
+use crate::sad::{self, Sad, SadWriter, NONE};
 
 crate::esp_drops! {
     /// Drop reasons of `esp-decrypt`: the codec's, in [`EspError::ALL`]'s order, then the
@@ -128,7 +129,7 @@ pub struct SaReport {
 struct Installed {
     /// What identifies it: a changed config (keys included) is a new SA.
     ident: Ident,
-    stats: Arc<SaStats>,
+    stats: SharedStats,
     view: Brief,
     /// Its tunnel interface.
     iface: u16,

@@ -8,10 +8,10 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use zeroize::Zeroizing;
 
+use crate::arena::SharedStats;
 use crate::error::{EspError, SaError};
 use crate::replay::Replay;
 use crate::suite::Transform;
@@ -383,8 +383,9 @@ pub struct Sa {
     /// Packets encrypted or decrypted, and their bytes (inner packets).
     pub(crate) packets: u64,
     pub(crate) bytes: u64,
-    /// Where the control thread reads its counters, and where its errors are counted.
-    stats: Arc<SaStats>,
+    /// Where the control thread reads its counters, and where its errors are counted (in
+    /// huge-page chunks, as the SAs).
+    stats: SharedStats,
     encryption: Encryption,
     integrity: Integrity,
 }
@@ -410,8 +411,9 @@ impl fmt::Debug for Sa {
 
 impl Sa {
     /// Checks the configuration and keys the cipher contexts (the only allocations: CBC's
-    /// and HMAC's contexts, the [`SaStats`], and the replay bitmap, which is in the SA
-    /// chunks up to a 1,984-packet window: [`crate::arena::Blocks`]).
+    /// and HMAC's contexts, the [`SaStats`], in the SA chunks
+    /// ([`crate::arena::SharedStats`]), and the replay bitmap, which is in the SA chunks up
+    /// to a 1,984-packet window: [`crate::arena::Blocks`]).
     pub fn new(cfg: &SaConfig) -> Result<Sa, SaError> {
         if cfg.spi < 256 {
             return Err(SaError::ReservedSpi(cfg.spi));
@@ -461,7 +463,7 @@ impl Sa {
             state,
             packets: 0,
             bytes: 0,
-            stats: Arc::new(SaStats::default()),
+            stats: SharedStats::new(),
             encryption: cfg.encryption,
             integrity: cfg.integrity,
         })
@@ -491,7 +493,7 @@ impl Sa {
 
     /// Where the control thread reads its counters (shared with it before the SA goes to
     /// a worker).
-    pub fn stats(&self) -> &Arc<SaStats> {
+    pub fn stats(&self) -> &SharedStats {
         &self.stats
     }
 
@@ -548,7 +550,7 @@ impl Sa {
     /// reads the SA).
     #[inline]
     pub fn prefetch_window(&self) {
-        dataplane::buffer::prefetch(Arc::as_ptr(&self.stats).cast());
+        dataplane::buffer::prefetch(self.stats.as_ptr().cast());
         if let State::In { replay } = &self.state {
             replay.prefetch_next();
         }
