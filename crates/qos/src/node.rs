@@ -604,21 +604,16 @@ impl FeatureNode for InNode {
             // A policy decided by the DSCP alone: one lookup.
             if let Some(t) = &policy.plain {
                 let e = t[usize::from(dscp & 63)];
-                let (class, d) = ((e >> 8) as u8, e as u8);
-                if d != dscp {
-                    let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
-                        continue;
-                    };
-                    if self.v6 {
-                        set_ip6_dscp(h, d);
-                    } else {
-                        set_ip4_dscp(h, d);
-                    }
-                }
-                if let Some(q) = batch.pkt_mut(k) {
-                    q.aux = with_class(q.aux, policy.number, class);
-                }
-                batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
+                self.pass(
+                    cx,
+                    batch,
+                    k,
+                    at,
+                    policy.number,
+                    (e >> 8) as u8,
+                    dscp,
+                    e as u8,
+                );
                 continue;
             }
             let frame = cx.mem.frame(p.buf);
@@ -641,29 +636,52 @@ impl FeatureNode for InNode {
                 };
                 policy.class_of_tagged(dscp, pcp)
             });
-            let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
-                continue;
-            };
             match policy.decide_in(cx.now_ns, class, dscp, len) {
                 Verdict::Drop { class, colour } => {
                     batch.note(k, u32::from(class), (colour as u64) << 8 | u64::from(dscp));
                     batch.drop(k, POLICED);
                 }
                 Verdict::Pass { class, dscp: d } => {
-                    if d != dscp {
-                        if self.v6 {
-                            set_ip6_dscp(h, d);
-                        } else {
-                            set_ip4_dscp(h, d);
-                        }
-                    }
-                    if let Some(q) = batch.pkt_mut(k) {
-                        q.aux = with_class(q.aux, policy.number, class);
-                    }
-                    batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
+                    self.pass(cx, batch, k, at, policy.number, class, dscp, d);
                 }
             }
         }
+    }
+}
+
+impl InNode {
+    /// Packet `k` goes on in class `class` of policy number `number`, re-marked from
+    /// `dscp` to `d` if they differ (its IP header at `at` in its frame).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn pass(
+        &self,
+        cx: &mut FeatureCx<'_>,
+        batch: &mut Batch<'_>,
+        k: usize,
+        at: usize,
+        number: u16,
+        class: u8,
+        dscp: u8,
+        d: u8,
+    ) {
+        let Some(p) = batch.pkt(k).copied() else {
+            return;
+        };
+        if d != dscp {
+            let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+                return;
+            };
+            if self.v6 {
+                set_ip6_dscp(h, d);
+            } else {
+                set_ip4_dscp(h, d);
+            }
+        }
+        if let Some(q) = batch.pkt_mut(k) {
+            q.aux = with_class(q.aux, number, class);
+        }
+        batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
     }
 }
 
