@@ -803,10 +803,11 @@ struct QosArgs {
     /// congestion: seconds of the trial.
     #[arg(long, default_value_t = 5.0)]
     congestion_duration: f64,
-    /// congestion: ferrouter's shaper burst, milliseconds of --rate (its policy's `burst`,
-    /// R × MS / 8000 bytes, 9,216 bytes to 100 MB). Left out: no `burst` in the policy,
-    /// ferrouter's default (2 ms of R, at least 15,000 bytes). Linux's HTB keeps tc's
-    /// default burst.
+    /// Ferrouter's shaper burst, milliseconds of the shaper's rate (its policy's `burst`,
+    /// rate × MS / 8000 bytes, 9,216 bytes to 100 MB): of --rate in the congestion test, of
+    /// --line-rate in the cost test's qos-on runs. Left out: no `burst` in the policy,
+    /// ferrouter's default (2 ms of the rate, at least 15,000 bytes). Linux's HTB keeps
+    /// tc's default burst.
     #[arg(long, value_name = "MS")]
     shaper_burst_ms: Option<f64>,
     /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
@@ -1643,6 +1644,10 @@ fn qos_bench(a: QosArgs) -> Result<()> {
     let rate_bps = (a.rate * 1e6).round() as u64;
     if let Some(ms) = a.shaper_burst_ms {
         lab::qosbench::shaper_burst_bytes(rate_bps, ms)?;
+        if a.test.iter().any(|t| t == "cost") {
+            lab::qosbench::shaper_burst_bytes((a.line_rate * 1e9).round() as u64, ms)
+                .context("--shaper-burst-ms of --line-rate (the cost test's shaper)")?;
+        }
     }
     if dataplane::worker::cores().len() < 2 {
         bail!("the QoS bench needs 2 cores: one for the tester, one for the DUT");

@@ -125,9 +125,10 @@ pub struct Options {
     pub congestion_profile: String,
     /// Congestion: seconds of the trial.
     pub congestion_s: f64,
-    /// Congestion: ferrouter's shaper burst, milliseconds of R (`burst` in its policy:
-    /// [`shaper_burst_bytes`]); `None`: no `burst` written, ferrouter's default (2 ms of R,
-    /// at least 15,000 bytes). Linux's HTB keeps tc's default either way.
+    /// Ferrouter's shaper burst, milliseconds of its rate (`burst` in its policy:
+    /// [`shaper_burst_bytes`]): R in the congestion test, the line rate in the cost test's
+    /// qos-on runs; `None`: no `burst` written, ferrouter's default (2 ms of the rate, at
+    /// least 15,000 bytes). Linux's HTB keeps tc's default either way.
     pub shaper_burst_ms: Option<f64>,
     /// The ferrouter binary.
     pub ferrouter_bin: PathBuf,
@@ -234,9 +235,9 @@ pub struct Run {
     pub rx_window_s: Option<f64>,
     /// Congestion: trials the tester could not offer in full (retried).
     pub underruns: u32,
-    /// Congestion, ferrouter: its port shaper's burst (bucket), bytes: `--shaper-burst-ms`
-    /// of R, else its default (2 ms of R, at least 15,000). Null for Linux (HTB keeps tc's
-    /// default burst) and for the cost test.
+    /// Ferrouter's port shaper's burst (bucket), bytes, in the congestion test and the cost
+    /// test's qos-on runs: `--shaper-burst-ms` of the shaper's rate, else its default (2 ms
+    /// of it, at least 15,000). Null for Linux (HTB keeps tc's default burst) and qos-off.
     pub shaper_burst_bytes: Option<u64>,
     /// Congestion: the DUT's own queue counters at the end (ferrouter `show qos`, Linux
     /// `tc -s -j qdisc show dev db`).
@@ -656,6 +657,11 @@ pub fn run(opts: &Options, log: &(dyn Fn(&str) + Sync)) -> Result<Report> {
 /// The qos-off and qos-on NDR searches, alternating over the repetitions.
 fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Result<Vec<Run>> {
     let line_bps = (opts.search.line_rate_gbps * 1e9).round() as u64;
+    // `--shaper-burst-ms` of the line rate, for ferrouter's qos-on shaper.
+    let burst = opts
+        .shaper_burst_ms
+        .map(|ms| shaper_burst_bytes(line_bps, ms))
+        .transpose()?;
     let mut runs = Vec::new();
     for (k, on) in tester::compare::interleaved(&[false, true], opts.repeat) {
         let test = if on { "qos-on" } else { "qos-off" };
@@ -707,7 +713,7 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
             setup: on.then(|| {
                 Arc::new(QosSetup {
                     shaper_bps: line_bps,
-                    burst_bytes: None,
+                    burst_bytes: burst,
                     leaf,
                 }) as Arc<dyn DutSetup>
             }),
@@ -760,7 +766,8 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
                 shaper_accuracy: None,
                 rx_window_s: None,
                 underruns: r.underruns,
-                shaper_burst_bytes: None,
+                shaper_burst_bytes: (on && r.dut == "ferrouter")
+                    .then(|| burst.unwrap_or_else(|| qos::config::default_burst_bytes(line_bps))),
                 dut_counters: None,
                 notes,
                 rfc2544: Some(r),
