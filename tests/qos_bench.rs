@@ -120,13 +120,14 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
         }
         let (dut, test) = (r["dut"].as_str().unwrap(), r["test"].as_str().unwrap());
         got.push((dut.into(), test.into()));
-        // The burst ferrouter's shaper had in the congestion test; none for Linux (its
-        // HTB keeps tc's default) or for the cost test.
+        // The burst ferrouter's shaper had: 20 ms of R in the congestion test, of the line
+        // rate (10 Mbit/s) in the cost test's qos-on runs; none for Linux (its HTB keeps
+        // tc's default) or for qos-off.
         let burst = &r["shaper_burst_bytes"];
-        if dut == "ferrouter" && test == "congestion" {
-            assert_eq!(burst.as_u64(), Some(50_000), "{r}");
-        } else {
-            assert!(burst.is_null(), "{r}");
+        match (dut, test) {
+            ("ferrouter", "congestion") => assert_eq!(burst.as_u64(), Some(50_000), "{r}"),
+            ("ferrouter", "qos-on") => assert_eq!(burst.as_u64(), Some(25_000), "{r}"),
+            _ => assert!(burst.is_null(), "{r}"),
         }
         assert_eq!(r["transport"], "veth", "{r}");
         let classes = r["classes"].as_array().unwrap();
