@@ -87,6 +87,42 @@ fn wait_for(
 }
 
 /// Both ends of r2 have a usable link-local address (OSPFv3 runs on them).
+/// ospfd's type-5 LSAs for `prefix` (A.B.C.D/L), one line each: advertising router,
+/// sequence number, age, metric (from `show ip ospf database external A.B.C.D`).
+fn ospfd_externals(frr: &Frr, prefix: &str) -> String {
+    let id = prefix.split('/').next().unwrap_or(prefix);
+    match frr.vtysh(&[&format!("show ip ospf database external {id}")]) {
+        Ok(out) => {
+            let mut lsas = Vec::new();
+            for line in out.lines().map(str::trim) {
+                let keep = [
+                    "Advertising Router:",
+                    "LS Seq Number:",
+                    "LS age:",
+                    "Metric:",
+                ];
+                if line.starts_with("LS age:") {
+                    lsas.push(String::new());
+                }
+                if keep.iter().any(|k| line.starts_with(k)) {
+                    if let Some(l) = lsas.last_mut() {
+                        if !l.is_empty() {
+                            l.push_str(", ");
+                        }
+                        l.push_str(line);
+                    }
+                }
+            }
+            if lsas.is_empty() {
+                "no LSA".into()
+            } else {
+                format!("[{}]", lsas.join("; "))
+            }
+        }
+        Err(e) => format!("vtysh failed: {e:#}"),
+    }
+}
+
 fn wait_link_local(lab: &Lab, d: &mut Daemons) {
     let (h2, rtr) = (lab.h2(), lab.rtr());
     wait_for("link-local addresses", Duration::from_secs(10), d, || {
@@ -709,6 +745,10 @@ fn tester_ospf_routers_feed_ospfd_withdraw_readvertise_and_shrug_off_bad_packets
             .filter(|(p, h)| h.starts_with(&format!("via {nh} ")) && want.contains(p))
             .count()
     };
+    let frr = Frr {
+        ns: lab.rtr(),
+        dir: lab.dir.join("daemons").join("frr"),
+    };
     let all_on = |d: &mut Daemons, what: &str, nh: &str| {
         wait_for(what, Duration::from_secs(60), d, || {
             let n = on(nh);
@@ -731,6 +771,10 @@ fn tester_ospf_routers_feed_ospfd_withdraw_readvertise_and_shrug_off_bad_packets
                 {
                     let (_, kernel) = sh(lab, &lab.rtr(), &["ip", "route", "show", p]);
                     why += &format!("; {p}: FIB {:?}, kernel {:?}", fib.get(p), kernel.trim());
+                    // And ospfd's own view: which routers' LSAs for it it holds (one
+                    // still from the router that withdrew it, or none from the one that
+                    // re-advertised it, tells our emulated router from ospfd).
+                    why += &format!(", ospfd LSDB: {}", ospfd_externals(&frr, p));
                 }
             }
             (n == N, format!("{n} of {N} via {nh}{why}"))

@@ -15,13 +15,15 @@ mod common;
 use common::*;
 
 /// The fields of every run, and of every class, as the issue specifies them.
-const RUN_FIELDS: [&str; 6] = [
+const RUN_FIELDS: [&str; 8] = [
     "dut",
     "test",
     "profile",
     "throughput_mpps",
     "classes",
     "transport",
+    "ns_per_packet",
+    "cost_trial_loss",
 ];
 const CLASS_FIELDS: [&str; 5] = [
     "name",
@@ -130,6 +132,12 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
             _ => assert!(burst.is_null(), "{r}"),
         }
         assert_eq!(r["transport"], "veth", "{r}");
+        // The CPU-cost trial after each search (--cost-load, 1.5 % of the line rate by
+        // default): ferrouter's worker's time per packet it forwarded.
+        if dut == "ferrouter" && test != "congestion" {
+            let ns = finite(&r["ns_per_packet"], "ns_per_packet");
+            assert!(ns > 0.0, "{r}");
+        }
         let classes = r["classes"].as_array().unwrap();
         // A search that found no zero-loss rate (on a busy machine the tester may not
         // offer even the lowest loads in full) has a null NDR and no trial to break down
@@ -190,6 +198,11 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
     assert_eq!(got, want, "{v}");
     // The cost per DUT and the targets, each with its verdict or null.
     assert_eq!(v["cost"].as_array().unwrap().len(), 2, "{v}");
+    for c in v["cost"].as_array().unwrap() {
+        for k in ["ns_off", "ns_on", "cpu_cost_pct", "cost_load_mpps"] {
+            assert!(c.get(k).is_some(), "{k} missing: {c}");
+        }
+    }
     let targets = v["targets"].as_array().unwrap();
     assert!(targets.len() >= 2 + 1 + 2 * 5, "{targets:?}");
     for t in targets {

@@ -810,6 +810,11 @@ struct QosArgs {
     /// tc's default burst.
     #[arg(long, value_name = "MS")]
     shaper_burst_ms: Option<f64>,
+    /// cost: after each search, a trial at this percent of the line rate measures each
+    /// DUT's CPU time per packet (ferrouter: its worker's busy time; Linux: the kernel's);
+    /// where the tester bounds the NDRs, the cost target is judged on it. 0: no such trial.
+    #[arg(long, value_name = "PCT", default_value_t = 1.5)]
+    cost_load: f64,
     /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
     #[arg(long, default_value = "fqs")]
     netns_prefix: String,
@@ -1642,6 +1647,12 @@ fn qos_bench(a: QosArgs) -> Result<()> {
         bail!("--rate is Mbit/s, 1 to 10000, got {}", a.rate);
     }
     let rate_bps = (a.rate * 1e6).round() as u64;
+    if !(a.cost_load.is_finite() && (0.0..=100.0).contains(&a.cost_load)) {
+        bail!(
+            "--cost-load is a percent of the line rate in [0, 100] (0: no cost trial), got {}",
+            a.cost_load
+        );
+    }
     if let Some(ms) = a.shaper_burst_ms {
         lab::qosbench::shaper_burst_bytes(rate_bps, ms)?;
         if a.test.iter().any(|t| t == "cost") {
@@ -1685,6 +1696,7 @@ fn qos_bench(a: QosArgs) -> Result<()> {
         shaper_burst_ms: a.shaper_burst_ms,
         ferrouter_bin: ferrouter_bin()?,
         seed: a.seed,
+        cost_load_pct: a.cost_load,
         ..lab::qosbench::Options::default()
     };
     lab::qosbench::check(&opts)?;

@@ -138,6 +138,10 @@ pub struct Options {
     pub dut_core: usize,
     /// Seed of the frame-size shuffle.
     pub seed: u64,
+    /// Cost: the CPU-cost trial after each search, percent of the line rate (0: none):
+    /// each DUT's CPU time per packet at that fixed load ([`Run::ns_per_packet`]), which
+    /// the tester's ceiling does not bound.
+    pub cost_load_pct: f64,
 }
 
 impl Default for Options {
@@ -159,6 +163,7 @@ impl Default for Options {
             tester_core: 0,
             dut_core: 1,
             seed: 1,
+            cost_load_pct: 1.5,
         }
     }
 }
@@ -239,6 +244,13 @@ pub struct Run {
     /// test's qos-on runs: `--shaper-burst-ms` of the shaper's rate, else its default (2 ms
     /// of it, at least 15,000). Null for Linux (HTB keeps tc's default burst) and qos-off.
     pub shaper_burst_bytes: Option<u64>,
+    /// Cost: the DUT's own CPU time per packet in the CPU-cost trial at `--cost-load`
+    /// (ferrouter: its worker's busy time over the packets received; Linux: the kernel's
+    /// time on both cores, the tester's socket work included), ns; null: not measured.
+    pub ns_per_packet: Option<f64>,
+    /// Cost: frames the CPU-cost trial lost, fraction of those sent (0 to 1; above
+    /// [`COST_TRIAL_LOSS`] the DUT was not keeping up, and its figure judges nothing).
+    pub cost_trial_loss: Option<f64>,
     /// Congestion: the DUT's own queue counters at the end (ferrouter `show qos`, Linux
     /// `tc -s -j qdisc show dev db`).
     pub dut_counters: Option<serde_json::Value>,
@@ -248,6 +260,12 @@ pub struct Run {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rfc2544: Option<crate::rfc2544::report::Run>,
 }
+
+/// The most a CPU-cost trial may lose (fraction of the frames sent) and still judge the
+/// cost: a worker preempted on a shared host loses a few frames from a full ring, and
+/// those were never processed, so the time per packet of the rest still holds; a DUT
+/// that cannot keep up loses far more.
+pub const COST_TRIAL_LOSS: f64 = 0.001;
 
 /// One DUT's cost figures for one transport and profile over the repetitions.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -270,8 +288,23 @@ pub struct CostSummary {
     /// for Linux itself).
     pub over_linux_on: Option<tester::compare::PairedRatio>,
     /// The tester set the ceiling of one of these searches: a figure is then the
-    /// tester's, not the DUT's, and no target is judged on it.
+    /// tester's, not the DUT's, and the NDRs judge no target (the CPU cost may: see
+    /// `cpu_cost_pct`; and a ratio to Linux whose numerator alone is bounded is a lower
+    /// bound).
     pub tester_limited: bool,
+    /// Its CPU time per packet in the CPU-cost trials, QoS off.
+    pub ns_off: Option<tester::compare::Spread>,
+    /// The same, QoS on.
+    pub ns_on: Option<tester::compare::Spread>,
+    /// The cost by CPU time: `1 − median(ns off ÷ ns on)`, percent: the throughput a DUT
+    /// bound by its own core loses to the policy, measured at a load below the tester's
+    /// ceiling. Judges the cost target when the NDRs are the tester's.
+    pub cpu_cost_pct: Option<f64>,
+    /// Mpps offered in its CPU-cost trials.
+    pub cost_load_mpps: Option<f64>,
+    /// A CPU-cost trial of this DUT lost more than [`COST_TRIAL_LOSS`] of its frames:
+    /// `cpu_cost_pct` is not judged on.
+    pub cost_trial_lost: bool,
 }
 
 /// One of the targets, as this run measured it.
@@ -706,7 +739,7 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
             dut_core: opts.dut_core,
             seed: opts.seed,
             repeat: 1,
-            cost_load_pct: 0.0,
+            cost_load_pct: opts.cost_load_pct,
             latency: false,
             warmup_s: 0.2,
             replies: None,
@@ -760,6 +793,8 @@ fn cost(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -> Resu
                     .map(|t| t.sent_mpps)
                     .max_by(f64::total_cmp),
                 tester_limited: r.notes.iter().any(|n| n.contains("generator-limited")),
+                ns_per_packet: r.cost.as_ref().and_then(|c| c.ns_per_packet),
+                cost_trial_loss: r.cost.as_ref().map(|c| c.lost as f64 / c.tx.max(1) as f64),
                 rate_mbps: None,
                 offered_mbps: None,
                 delivered_mbps: None,
@@ -989,6 +1024,8 @@ fn congestion(opts: &Options, leaf: &'static str, log: &(dyn Fn(&str) + Sync)) -
             repeat: k,
             lossless_mpps: None,
             tester_limited: limited,
+            ns_per_packet: None,
+            cost_trial_loss: None,
             rate_mbps: Some(rate_mbps),
             offered_mbps: Some(offered),
             delivered_mbps: Some(delivered),
@@ -1107,6 +1144,18 @@ impl Report {
                 .and_then(|r| r.throughput_mpps)
         };
         let reps = opts.repeat.max(1);
+        let run_of = |dut: &str, tr: &str, p: &str, test: &str, k: usize| {
+            self.runs.iter().find(|r| {
+                r.dut == dut
+                    && r.transport == tr
+                    && r.profile == p
+                    && r.test == test
+                    && r.repeat == k
+            })
+        };
+        let ns = |dut: &str, tr: &str, p: &str, test: &str, k: usize| {
+            run_of(dut, tr, p, test, k).and_then(|r| r.ns_per_packet)
+        };
         let limited = |dut: &str, tr: &str, p: &str| {
             self.runs.iter().any(|r| {
                 r.dut == dut
@@ -1123,7 +1172,26 @@ impl Report {
                     (0..reps)
                         .map(|k| (ndr(dut, tr, p, "qos-on", k), ndr(dut, tr, p, "qos-off", k))),
                 );
+                let cpu = paired_ratio(
+                    (0..reps).map(|k| (ns(dut, tr, p, "qos-off", k), ns(dut, tr, p, "qos-on", k))),
+                );
+                let trials = || {
+                    (0..reps).flat_map(|k| {
+                        ["qos-off", "qos-on"]
+                            .into_iter()
+                            .filter_map(move |t| run_of(dut, tr, p, t, k))
+                    })
+                };
                 CostSummary {
+                    ns_off: spread((0..reps).map(|k| ns(dut, tr, p, "qos-off", k))),
+                    ns_on: spread((0..reps).map(|k| ns(dut, tr, p, "qos-on", k))),
+                    cpu_cost_pct: cpu.median.map(|m| (1.0 - m) * 100.0),
+                    cost_load_mpps: trials()
+                        .filter_map(|r| r.rfc2544.as_ref()?.cost.as_ref())
+                        .map(|c| c.offered_mpps)
+                        .next(),
+                    cost_trial_lost: trials()
+                        .any(|r| r.cost_trial_loss.is_some_and(|l| l > COST_TRIAL_LOSS)),
                     dut: dut.clone(),
                     transport: tr.clone(),
                     profile: p.clone(),
@@ -1145,16 +1213,38 @@ impl Report {
             })
             .collect();
         let mut targets = Vec::new();
+        const COST: &str =
+            "classification, marking and three queues cost ≤ 10 % of zero-loss throughput";
         for c in &self.cost {
             targets.push(Target {
-                target:
-                    "classification, marking and three queues cost ≤ 10 % of zero-loss throughput"
-                        .into(),
+                target: COST.into(),
                 subject: format!("{}/{} {}", c.dut, c.transport, c.profile),
                 value: c.cost_pct,
                 limit: "≤ 10 %".into(),
                 met: c.cost_pct.filter(|_| !c.tester_limited).map(|x| x <= 10.0),
             });
+            // Where the tester bounded the NDRs, the DUT's own CPU time per packet at a
+            // load below that bound says what the policy would cost a DUT bound by its
+            // core. Ferrouter's figure is its worker's alone; Linux's includes the
+            // tester's socket work, so it is shown, not judged.
+            if c.tester_limited && c.cpu_cost_pct.is_some() {
+                targets.push(Target {
+                    target: format!("{COST} (by CPU time per packet: the tester bounded the NDRs)"),
+                    subject: format!(
+                        "{}/{} {} at {} Mpps",
+                        c.dut,
+                        c.transport,
+                        c.profile,
+                        c.cost_load_mpps.map_or("-".into(), |m| format!("{m:.3}"))
+                    ),
+                    value: c.cpu_cost_pct,
+                    limit: "≤ 10 %".into(),
+                    met: c
+                        .cpu_cost_pct
+                        .filter(|_| c.dut != "linux" && !c.cost_trial_lost)
+                        .map(|x| x <= 10.0),
+                });
+            }
         }
         for c in self
             .cost
@@ -1162,6 +1252,15 @@ impl Report {
             .filter(|c| c.dut == "ferrouter" && c.transport == "veth")
         {
             if let Some(r) = &c.over_linux_on {
+                // Ferrouter's NDR bounded by the tester makes the ratio a lower bound: met
+                // if even that reaches 2×; Linux's bounded makes it an upper bound.
+                let linux_limited = self.cost.iter().any(|l| {
+                    l.dut == "linux"
+                        && l.transport == "veth"
+                        && l.profile == c.profile
+                        && l.tester_limited
+                });
+                let ours_limited = limited(&c.dut, &c.transport, &c.profile);
                 targets.push(Target {
                     target:
                         "ferrouter's zero-loss throughput with the policy ≥ 2× Linux tc's on veth"
@@ -1169,7 +1268,13 @@ impl Report {
                     subject: format!("ferrouter ÷ linux, veth {}", c.profile),
                     value: r.median,
                     limit: "≥ 2×".into(),
-                    met: r.median.filter(|_| !c.tester_limited).map(|x| x >= 2.0),
+                    met: r.median.filter(|_| !linux_limited).and_then(|x| {
+                        if x >= 2.0 {
+                            Some(true)
+                        } else {
+                            (!ours_limited).then_some(false)
+                        }
+                    }),
                 });
             }
         }
@@ -1333,13 +1438,20 @@ impl Report {
         if !self.cost.is_empty() {
             let _ = writeln!(
                 s,
-                "\n{:<16} {:<8} {:>12} {:>12} {:>8} {:>14}",
-                "DUT", "profile", "qos-off Mpps", "qos-on Mpps", "cost", "on ÷ linux on"
+                "\n{:<16} {:<8} {:>12} {:>12} {:>8} {:>14} {:>20} {:>9}",
+                "DUT",
+                "profile",
+                "qos-off Mpps",
+                "qos-on Mpps",
+                "cost",
+                "on ÷ linux on",
+                "ns/packet off → on",
+                "CPU cost"
             );
             for c in &self.cost {
                 let _ = writeln!(
                     s,
-                    "{:<16} {:<8} {:>12} {:>12} {:>8} {:>14}",
+                    "{:<16} {:<8} {:>12} {:>12} {:>8} {:>14} {:>20} {:>9}",
                     format!("{}/{}", c.dut, c.transport),
                     c.profile,
                     opt(c.off.map(|x| x.median), 3),
@@ -1349,6 +1461,12 @@ impl Report {
                         .as_ref()
                         .and_then(|r| r.median)
                         .map_or("-".into(), |x| format!("{x:.2}×")),
+                    format!(
+                        "{} → {}",
+                        opt(c.ns_off.map(|x| x.median), 1),
+                        opt(c.ns_on.map(|x| x.median), 1)
+                    ),
+                    c.cpu_cost_pct.map_or("-".into(), |x| format!("{x:.1} %")),
                 );
             }
         }
@@ -1567,6 +1685,8 @@ mod tests {
             rx_window_s: None,
             underruns: 0,
             shaper_burst_bytes: None,
+            ns_per_packet: None,
+            cost_trial_loss: None,
             dut_counters: None,
             notes: vec![],
             rfc2544: None,
@@ -1624,6 +1744,9 @@ mod tests {
         assert!(met.contains(&("linux".into(), None)), "not judged: {met:?}");
         let shaper = r.targets.iter().find(|t| t.subject == "linux").unwrap();
         assert!((shaper.value.unwrap() + 50.0).abs() < 1e-9, "still shown");
+        // No CPU-cost trials: no CPU cost, and no target judged on one.
+        assert!(f.cpu_cost_pct.is_none() && f.ns_on.is_none());
+        assert!(!r.targets.iter().any(|t| t.target.contains("CPU time")));
         let (title, _, bars) = r.bars();
         assert!(title.contains("zero-loss"));
         assert_eq!(bars.len(), 4);
@@ -1634,5 +1757,79 @@ mod tests {
         let svg = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(svg.contains("<svg") && svg.contains("ferrouter/veth"));
+    }
+
+    /// Where the tester bounds ferrouter's NDRs, the cost is judged on its CPU time per
+    /// packet, and the ratio to Linux is a lower bound: met only if it reaches 2×.
+    #[test]
+    fn a_tester_bound_cost_is_judged_by_cpu_time() {
+        let run = |dut: &str, test: &str, ndr: f64, ns: Option<f64>, limited: bool| Run {
+            dut: dut.into(),
+            transport: "veth".into(),
+            test: test.into(),
+            profile: "ipv4-64".into(),
+            throughput_mpps: Some(ndr),
+            classes: vec![],
+            repeat: 0,
+            lossless_mpps: None,
+            tester_limited: limited,
+            rate_mbps: None,
+            offered_mbps: None,
+            delivered_mbps: None,
+            shaper_accuracy: None,
+            rx_window_s: None,
+            underruns: 0,
+            shaper_burst_bytes: None,
+            ns_per_packet: ns,
+            cost_trial_loss: ns.map(|_| 0.0),
+            dut_counters: None,
+            notes: vec![],
+            rfc2544: None,
+        };
+        let report = |ours_on: f64, ours_ns_on: f64, loss: f64| {
+            let mut on = run("ferrouter", "qos-on", ours_on, Some(ours_ns_on), true);
+            on.cost_trial_loss = Some(loss);
+            let mut r = Report {
+                runs: vec![
+                    run("linux", "qos-off", 0.6, Some(900.0), false),
+                    run("ferrouter", "qos-off", 1.2, Some(100.0), true),
+                    run("linux", "qos-on", 0.5, Some(1000.0), false),
+                    on,
+                ],
+                ..Report::default()
+            };
+            r.finish(&Options::default());
+            r
+        };
+        let judged = |r: &Report, subject: &str, cpu: bool| {
+            r.targets
+                .iter()
+                .find(|t| t.subject.starts_with(subject) && t.target.contains("CPU time") == cpu)
+                .unwrap_or_else(|| panic!("no target for {subject}: {:?}", r.targets))
+                .met
+        };
+        // 100 → 108 ns: 7.4 % by CPU time; the NDRs (tester's) judge nothing.
+        let r = report(1.2, 108.0, 0.0);
+        let f = r.cost.iter().find(|c| c.dut == "ferrouter").unwrap();
+        assert!((f.cpu_cost_pct.unwrap() - (1.0 - 100.0 / 108.0) * 100.0).abs() < 1e-9);
+        assert_eq!(judged(&r, "ferrouter/veth ipv4-64", false), None);
+        assert_eq!(judged(&r, "ferrouter/veth ipv4-64", true), Some(true));
+        // Linux's CPU cost is shown, not judged (its time includes the tester's), and
+        // its NDRs were not bounded, so no CPU-time target is written for it.
+        let l = r.cost.iter().find(|c| c.dut == "linux").unwrap();
+        assert!((l.cpu_cost_pct.unwrap() - 10.0).abs() < 1e-9);
+        assert!(!r
+            .targets
+            .iter()
+            .any(|t| t.subject.starts_with("linux") && t.target.contains("CPU time")));
+        // 1.2 ÷ 0.5: a lower bound of 2.4×, met.
+        assert_eq!(judged(&r, "ferrouter ÷ linux", false), Some(true));
+        // 100 → 125 ns: 20 %, not met; and a lower bound of 1.8× says nothing.
+        let r = report(0.9, 125.0, COST_TRIAL_LOSS);
+        assert_eq!(judged(&r, "ferrouter/veth ipv4-64", true), Some(false));
+        assert_eq!(judged(&r, "ferrouter ÷ linux", false), None);
+        // A cost trial that lost more than a few frames is not judged on.
+        let r = report(1.2, 108.0, 0.01);
+        assert_eq!(judged(&r, "ferrouter/veth ipv4-64", true), None);
     }
 }

@@ -585,38 +585,39 @@ struct InNode {
 impl FeatureNode for InNode {
     fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
         let table = self.shared.input.load();
+        // The policy of the last packet's interface: a vector's packets mostly share one.
+        let mut last: Option<(u16, Option<&InputPolicy>)> = None;
         for k in 0..batch.len() {
-            let Some(Some(policy)) = table.get(batch.iface(k) as usize) else {
+            let iface = batch.iface(k);
+            let policy = match last {
+                Some((i, p)) if i == iface => p,
+                _ => {
+                    let p = table.get(iface as usize).and_then(Option::as_ref);
+                    last = Some((iface, p));
+                    p
+                }
+            };
+            let Some(policy) = policy else {
                 continue;
             };
+            // A policy decided by the DSCP alone: one lookup.
+            if let Some(t) = &policy.plain {
+                self.plain(cx, batch, k, policy.number, t);
+                continue;
+            }
             let Some(p) = batch.pkt(k).copied() else {
                 continue;
             };
             let at = p.off as usize + p.l3 as usize;
             let len = u32::from(p.len).saturating_sub(u32::from(p.l3));
-            let Some(h) = cx.mem.frame(p.buf).get(at..) else {
+            let frame = cx.mem.frame(p.buf);
+            let Some(h) = frame.get(at..) else {
                 continue;
             };
             let dscp = if self.v6 { ip6_dscp(h) } else { ip4_dscp(h) };
             let Some(dscp) = dscp else {
                 continue;
             };
-            // A policy decided by the DSCP alone: one lookup.
-            if let Some(t) = &policy.plain {
-                let e = t[usize::from(dscp & 63)];
-                self.pass(
-                    cx,
-                    batch,
-                    k,
-                    at,
-                    policy.number,
-                    (e >> 8) as u8,
-                    dscp,
-                    e as u8,
-                );
-                continue;
-            }
-            let frame = cx.mem.frame(p.buf);
             // A rule first (the operator's own classification, trusted or not), then the
             // DSCP, then a tagged frame's PCP.
             let by_rule = policy
@@ -650,6 +651,45 @@ impl FeatureNode for InNode {
 }
 
 impl InNode {
+    /// Packet `k` under a policy decided by its DSCP alone (`t`: DSCP → class << 8 |
+    /// DSCP out, [`InputPolicy::plain`]): one access to its frame, read and re-marked in
+    /// place, and its descriptor touched once.
+    #[inline]
+    fn plain(
+        &self,
+        cx: &mut FeatureCx<'_>,
+        batch: &mut Batch<'_>,
+        k: usize,
+        number: u16,
+        t: &[u16; 64],
+    ) {
+        let Some(p) = batch.pkt_mut(k) else {
+            return;
+        };
+        let at = p.off as usize + p.l3 as usize;
+        let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+            return;
+        };
+        let dscp = if self.v6 { ip6_dscp(h) } else { ip4_dscp(h) };
+        let Some(dscp) = dscp else {
+            return;
+        };
+        let e = t[usize::from(dscp & 63)];
+        let (class, d) = ((e >> 8) as u8, e as u8);
+        if d != dscp {
+            if self.v6 {
+                set_ip6_dscp(h, d);
+            } else {
+                set_ip4_dscp(h, d);
+            }
+        }
+        p.aux = with_class(p.aux, number, class);
+        let traced = p.flags & dataplane::trace::F_TRACED != 0;
+        if traced {
+            batch.note(k, u32::from(class), 3 << 8 | u64::from(d));
+        }
+    }
+
     /// Packet `k` goes on in class `class` of policy number `number`, re-marked from
     /// `dscp` to `d` if they differ (its IP header at `at` in its frame).
     #[allow(clippy::too_many_arguments)]

@@ -950,6 +950,7 @@ pub(crate) fn measure<P: Port<Arena>>(
             offered_mpps: t.rate_pps * directions as f64 / 1e6,
             rx_mpps: r.rx_pps / 1e6,
             lost: r.lost,
+            tx: r.tx,
             ns_per_packet: own,
             kernel_ns_per_packet: per(kernel_ns, r.rx).unwrap_or(0.0),
         };

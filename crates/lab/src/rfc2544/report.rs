@@ -186,6 +186,8 @@ pub struct Cost {
     pub rx_mpps: f64,
     /// Frames lost in the trial.
     pub lost: u64,
+    /// Frames the tester sent in the trial.
+    pub tx: u64,
     /// The DUT's own cost, ns of CPU per packet: ferrouter's workers' busy time (polling
     /// for nothing excluded) over the packets they received; Linux's kernel time
     /// (system, irq and softirq on both cores: it forwards in softirq, on the tester's core
@@ -756,6 +758,7 @@ mod tests {
             offered_mpps: 0.223,
             rx_mpps: 0.223,
             lost: 0,
+            tx: 446_000,
             ns_per_packet: Some(61.4),
             kernel_ns_per_packet: 3757.0,
         });

@@ -681,3 +681,67 @@ output = "wan"
     assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
     assert_eq!(l.arena.bad_frees(), 0);
 }
+
+/// A policy decided by the DSCP alone (no policer, no rule, no PCP) goes through the
+/// input node's one-lookup path ([`InNode::plain`]): EF kept, AF42 re-marked AF41, the
+/// rest re-marked CS0, ECN and checksums kept right, and each packet carries its class to
+/// the port's scheduler.
+#[test]
+fn a_dscp_only_policy_marks_and_carries_its_class_in_one_lookup() {
+    let cfg = r#"
+[[policy]]
+name = "edge"
+default_class = "be"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+
+[[policy.class]]
+name = "af41"
+dscp = ["af41", "af42", "af43"]
+mark = "af41"
+weight = 40
+
+[[policy.class]]
+name = "be"
+mark = "cs0"
+weight = 60
+
+[[interface]]
+name = "p0"
+trusted = true
+input = "edge"
+
+[[interface]]
+name = "p1"
+output = "edge"
+"#;
+    let mut l = lab(cfg);
+    {
+        let table = l.qos.input.load();
+        let policy = table[0].as_ref().expect("p0's input policy");
+        assert!(policy.plain.is_some(), "decided by the DSCP alone");
+    }
+    // AF42 is DSCP 36, CS1 8, AF21 18.
+    l.run(
+        &[
+            frame(EF, 200),
+            frame(36, 200),
+            frame(8, 200),
+            frame(18, 200),
+        ],
+        MS,
+    );
+    let sent = &l.ports[1].sent;
+    let marks: Vec<u8> = sent.iter().map(|f| dscp(f)).collect();
+    assert_eq!(marks, [EF, 34, 0, 0]);
+    for f in sent {
+        assert_eq!(wire_checksum(&f[14..34]), 0, "checksum");
+        assert_eq!(f[15] & 3, 1, "ECN kept");
+    }
+    let v = l.qos.view();
+    let enqueued: Vec<u64> = v.ports[0].classes.iter().map(|c| c.enqueued).collect();
+    assert_eq!(enqueued, [1, 1, 2], "ef, af41, be");
+}
