@@ -79,9 +79,9 @@ pub fn set_ip4_dscp(hdr: &mut [u8], dscp: u8) -> bool {
         return false;
     }
     let new = (dscp & 63) << 2 | (tos & 3);
-    if new == tos {
-        return true;
-    }
+    // No branch on `new == tos`: the update then leaves a valid header's checksum as it
+    // is (its ones' complement sum is never zero), and the input node calls this for
+    // every packet of its class, where a branch on the packet's DSCP mispredicts.
     let old_word = u16::from_be_bytes([ver, tos]);
     let new_word = u16::from_be_bytes([ver, new]);
     let ck = u16::from_be_bytes([hdr[10], hdr[11]]);
@@ -399,6 +399,24 @@ mod tests {
             assert_eq!(ip4_checksum(&h), 0, "checksum valid after marking {d}");
         }
         assert!(!set_ip4_dscp(&mut h[..8], 1));
+    }
+
+    /// Marking a header with the DSCP it has leaves it byte for byte as it was, checksum
+    /// included, whatever that checksum is (the update has no branch on "unchanged").
+    #[test]
+    fn marking_ipv4_with_its_own_dscp_changes_nothing() {
+        for id in 0..=u16::MAX {
+            let [a, b] = id.to_be_bytes();
+            let mut h = [
+                0x45, 0xb9, 0x00, 0x54, a, b, 0x40, 0x00, 0x3f, 0x11, 0, 0, 10, 0, 0, 1, 10, 0, 1,
+                2,
+            ];
+            let ck = ip4_checksum(&h);
+            h[10..12].copy_from_slice(&ck.to_be_bytes());
+            let before = h;
+            assert!(set_ip4_dscp(&mut h, EF));
+            assert_eq!(h, before, "id {id:#x}");
+        }
     }
 
     #[test]

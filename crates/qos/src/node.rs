@@ -584,6 +584,18 @@ struct InNode {
 
 impl FeatureNode for InNode {
     fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
+        let now_ns = cx.now_ns;
+        // The loop over the concrete arena where the memory is one (every port's is):
+        // its frame accesses inline, where through `dyn PacketMemory` each is a call.
+        match cx.mem.arena() {
+            Some(arena) => self.run(arena, now_ns, batch),
+            None => self.run(&mut *cx.mem, now_ns, batch),
+        }
+    }
+}
+
+impl InNode {
+    fn run<M: PacketMemory + ?Sized>(&mut self, mem: &mut M, now_ns: u64, batch: &mut Batch<'_>) {
         let table = self.shared.input.load();
         // The policy of the last packet's interface: a vector's packets mostly share one.
         let mut last: Option<(u16, Option<&InputPolicy>)> = None;
@@ -602,7 +614,7 @@ impl FeatureNode for InNode {
             };
             // A policy decided by the DSCP alone: one lookup.
             if let Some(t) = &policy.plain {
-                self.plain(cx, batch, k, policy.number, t);
+                self.plain(mem, batch, k, policy.number, t);
                 continue;
             }
             let Some(p) = batch.pkt(k).copied() else {
@@ -610,7 +622,7 @@ impl FeatureNode for InNode {
             };
             let at = p.off as usize + p.l3 as usize;
             let len = u32::from(p.len).saturating_sub(u32::from(p.l3));
-            let frame = cx.mem.frame(p.buf);
+            let frame = mem.frame(p.buf);
             let Some(h) = frame.get(at..) else {
                 continue;
             };
@@ -637,27 +649,25 @@ impl FeatureNode for InNode {
                 };
                 policy.class_of_tagged(dscp, pcp)
             });
-            match policy.decide_in(cx.now_ns, class, dscp, len) {
+            match policy.decide_in(now_ns, class, dscp, len) {
                 Verdict::Drop { class, colour } => {
                     batch.note(k, u32::from(class), (colour as u64) << 8 | u64::from(dscp));
                     batch.drop(k, POLICED);
                 }
                 Verdict::Pass { class, dscp: d } => {
-                    self.pass(cx, batch, k, at, policy.number, class, dscp, d);
+                    self.pass(mem, batch, k, at, policy.number, class, dscp, d);
                 }
             }
         }
     }
-}
 
-impl InNode {
     /// Packet `k` under a policy decided by its DSCP alone (`t`: DSCP → class << 8 |
     /// DSCP out, [`InputPolicy::plain`]): one access to its frame, read and re-marked in
     /// place, and its descriptor touched once.
     #[inline]
-    fn plain(
+    fn plain<M: PacketMemory + ?Sized>(
         &self,
-        cx: &mut FeatureCx<'_>,
+        mem: &mut M,
         batch: &mut Batch<'_>,
         k: usize,
         number: u16,
@@ -667,7 +677,7 @@ impl InNode {
             return;
         };
         let at = p.off as usize + p.l3 as usize;
-        let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+        let Some(h) = mem.frame_mut(p.buf).get_mut(at..) else {
             return;
         };
         let dscp = if self.v6 { ip6_dscp(h) } else { ip4_dscp(h) };
@@ -676,12 +686,12 @@ impl InNode {
         };
         let e = t[usize::from(dscp & 63)];
         let (class, d) = ((e >> 8) as u8, e as u8);
-        if d != dscp {
-            if self.v6 {
-                set_ip6_dscp(h, d);
-            } else {
-                set_ip4_dscp(h, d);
-            }
+        // Written whether or not it changes: a branch on the DSCP mispredicts in mixed
+        // traffic, and writing the same DSCP back changes nothing (checksum included).
+        if self.v6 {
+            set_ip6_dscp(h, d);
+        } else {
+            set_ip4_dscp(h, d);
         }
         p.aux = with_class(p.aux, number, class);
         let traced = p.flags & dataplane::trace::F_TRACED != 0;
@@ -694,9 +704,9 @@ impl InNode {
     /// `dscp` to `d` if they differ (its IP header at `at` in its frame).
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn pass(
+    fn pass<M: PacketMemory + ?Sized>(
         &self,
-        cx: &mut FeatureCx<'_>,
+        mem: &mut M,
         batch: &mut Batch<'_>,
         k: usize,
         at: usize,
@@ -709,7 +719,7 @@ impl InNode {
             return;
         };
         if d != dscp {
-            let Some(h) = cx.mem.frame_mut(p.buf).get_mut(at..) else {
+            let Some(h) = mem.frame_mut(p.buf).get_mut(at..) else {
                 return;
             };
             if self.v6 {
