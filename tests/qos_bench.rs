@@ -132,7 +132,7 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
             _ => assert!(burst.is_null(), "{r}"),
         }
         assert_eq!(r["transport"], "veth", "{r}");
-        // The CPU-cost trial after each search (--cost-load, 1.5 % of the line rate by
+        // The CPU-cost trial after each search (--cost-load, 25 % of the line rate by
         // default): ferrouter's worker's time per packet it forwarded.
         if dut == "ferrouter" && test != "congestion" {
             let ns = finite(&r["ns_per_packet"], "ns_per_packet");
@@ -199,7 +199,14 @@ fn bench_qos_cost_and_congestion_on_ferrouter_and_linux() {
     // The cost per DUT and the targets, each with its verdict or null.
     assert_eq!(v["cost"].as_array().unwrap().len(), 2, "{v}");
     for c in v["cost"].as_array().unwrap() {
-        for k in ["ns_off", "ns_on", "cpu_cost_pct", "cost_load_mpps"] {
+        for k in [
+            "ns_off",
+            "ns_on",
+            "cpu_cost_pct",
+            "cost_load_mpps",
+            "cost_rx_mpps",
+            "cost_loads_apart",
+        ] {
             assert!(c.get(k).is_some(), "{k} missing: {c}");
         }
     }

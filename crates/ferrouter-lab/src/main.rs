@@ -813,7 +813,9 @@ struct QosArgs {
     /// cost: after each search, a trial at this percent of the line rate measures each
     /// DUT's CPU time per packet (ferrouter: its worker's busy time; Linux: the kernel's);
     /// where the tester bounds the NDRs, the cost target is judged on it. 0: no such trial.
-    #[arg(long, value_name = "PCT", default_value_t = 1.5)]
+    /// The default loads the DUT near the tester's ceiling (on veth above it: the tester
+    /// then sends what it can), where vectors fill as near the NDR.
+    #[arg(long, value_name = "PCT", default_value_t = 25.0)]
     cost_load: f64,
     /// Name prefix of the namespaces (PREFIX-t, PREFIX-d).
     #[arg(long, default_value = "fqs")]
