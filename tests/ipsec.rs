@@ -476,7 +476,7 @@ fn two_workers_hand_their_esp_to_the_sas_worker() {
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
     let v = iperf3(l, H2, &["-P", "4", "-R"]);
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
-    // Fragmented ESP, whichever worker receives it, is gathered by the SAs' worker.
+    // Fragmented ESP, whichever worker receives it, is gathered by worker 0.
     let (ok, out) = sh(
         l,
         &l.h1(),

@@ -45,7 +45,7 @@ crate::esp_drops! {
         "busy",
         "the worker's SA table was borrowed (never expected)"
     );
-    D_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+    D_HANDOFF_FULL = ("handoff_full", "the lane to the SA's worker was full");
     D_FRAGMENT_OVERLAP = (
         "fragment_overlap",
         "an ESP fragment overlapping another of its datagram or disagreeing on its end (the datagram dropped)"
@@ -65,15 +65,16 @@ crate::esp_drops! {
         "busy",
         "the worker's SA table was borrowed (never expected)"
     );
-    E_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+    E_HANDOFF_FULL = ("handoff_full", "the lane to the SA's worker was full");
 }
 
 /// The interface an SA of policy-based IPsec has in the table: none (what it decrypts is
 /// received on the port it came in on; it is the policies' SA, not a tunnel's).
 pub const POLICY_IFACE: u16 = u16::MAX;
 
-/// The worker whose table holds the policy SAs (no tunnel's) and that gathers ESP
-/// fragments; a tunnel's SAs live on the tunnel's owner ([`crate::sad::Owners`]).
+/// The worker that gathers ESP fragments (the others hand theirs to it). SAs live on
+/// their owners ([`crate::sad::Owners`]): a tunnel's on the tunnel's, a policy SA on its
+/// own.
 pub const OWNER: usize = 0;
 
 /// The features' names.
@@ -391,13 +392,14 @@ impl Control {
         ))
     }
 
-    /// The slots of the outbound policy SAs (no tunnel's), by SPI (the first of each):
-    /// one walk of the SAs for a whole SPD.
-    fn policy_slots(&self) -> std::collections::HashMap<u32, u32> {
+    /// The slots of the outbound policy SAs (no tunnel's), by SPI (the first of each),
+    /// with the worker holding each: one walk of the SAs for a whole SPD.
+    fn policy_slots(&self) -> std::collections::HashMap<u32, (u32, u16)> {
         let mut m = std::collections::HashMap::new();
         for (slot, i) in self.installed.iter() {
             if i.iface == POLICY_IFACE && i.view.direction == Direction::Outbound {
-                m.entry(i.view.spi).or_insert(slot);
+                let owner = self.writer.owner(slot).unwrap_or(0) as u16;
+                m.entry(i.view.spi).or_insert((slot, owner));
             }
         }
         m
@@ -519,8 +521,8 @@ fn hex_bytes(s: &str) -> Option<Vec<u8>> {
 /// What the control thread and the ESP nodes share: each worker's SA table, and the
 /// control thread's record of what it installed.
 pub struct IpsecShared {
-    /// Worker `w`'s table (holding the SAs of the tunnels it owns, and worker 0's the
-    /// policy SAs).
+    /// Worker `w`'s table (holding the SAs of the tunnels it owns, and the policy SAs it
+    /// owns).
     pub(crate) workers: Vec<Arc<AtomicRefCell<Sad>>>,
     /// The interfaces' SPDs (policy-based IPsec), taken up by the policy nodes between
     /// vectors.
@@ -611,7 +613,7 @@ impl IpsecShared {
     /// The sending sides of the handoff lanes, per worker five (for its `esp-decrypt`,
     /// `esp4-encrypt`, `esp6-encrypt`, `ipsec4-policy-out` and `ipsec6-policy-out` nodes,
     /// in that order), before the workers start: with several workers, a tunnel's SAs
-    /// live on its owner, policy SAs on [`OWNER`], and the other workers hand them the
+    /// live on its owner, a policy SA on its own, and the other workers hand them the
     /// ESP they receive and what they route to the tunnel (or protect with the policy).
     pub fn set_senders(&self, senders: Vec<Vec<HandoffTx>>) {
         if let Ok(mut s) = self.senders.lock() {
@@ -943,8 +945,8 @@ impl IpsecShared {
         v
     }
 
-    /// The slots of the outbound policy SAs (no tunnel's), by SPI.
-    pub(crate) fn policy_slots(&self) -> std::collections::HashMap<u32, u32> {
+    /// The slots of the outbound policy SAs (no tunnel's), by SPI, and their workers.
+    pub(crate) fn policy_slots(&self) -> std::collections::HashMap<u32, (u32, u16)> {
         self.control
             .lock()
             .map_or_else(|_| Default::default(), |c| c.policy_slots())
@@ -2149,5 +2151,48 @@ mod tests {
         assert_eq!(s.workers[0].borrow().elsewhere(3), Some(1));
         assert_eq!(s.workers[0].borrow().inbound(0x1002), in2);
         assert_eq!(sad::remote(s.workers[1].borrow().inbound(0x1002)), Some(0));
+    }
+
+    /// Policy SAs (no tunnel) spread too, each on the least loaded worker, and the SPD
+    /// names each protect policy's worker.
+    #[test]
+    fn policy_sas_spread_over_the_workers() {
+        let s = IpsecShared::new(2, 16, 4);
+        let t = s
+            .insert_one(&planned(0x2002, 1, Direction::Outbound), 2, "ipsec0", &[])
+            .unwrap();
+        let a = s
+            .insert_one(
+                &planned(0x3001, 2, Direction::Outbound),
+                POLICY_IFACE,
+                POLICY_SA_NAME,
+                &[],
+            )
+            .unwrap();
+        let b = s
+            .insert_one(
+                &planned(0x3002, 3, Direction::Outbound),
+                POLICY_IFACE,
+                POLICY_SA_NAME,
+                &[],
+            )
+            .unwrap();
+        let slots = s.policy_slots();
+        assert_eq!(slots[&0x3001], (a, 1), "ipsec0 took worker 0");
+        assert_eq!(slots[&0x3002], (b, 0));
+        let w: Vec<(u32, usize)> = s.report().iter().map(|r| (r.sa.spi, r.sa.worker)).collect();
+        assert_eq!(w, [(0x3001, 1), (0x3002, 0), (0x2002, 0)]);
+        // The policy SA gone, its worker's load goes with it: the next goes there.
+        assert!(s.remove_one(a).unwrap());
+        let c = s
+            .insert_one(
+                &planned(0x3003, 4, Direction::Outbound),
+                POLICY_IFACE,
+                POLICY_SA_NAME,
+                &[],
+            )
+            .unwrap();
+        assert_eq!(s.policy_slots()[&0x3003], (c, 1));
+        assert_ne!(t, c);
     }
 }

@@ -6,7 +6,8 @@
 //!   first SA is installed ([`Owners`]: the worker owning the fewest tunnels), kept while
 //!   the tunnel has SAs: its receive SAs, its transmit SA, its SAs by destination and a
 //!   rekey's new SAs all live there, so the switch of its transmit SA is one op on one
-//!   thread. Policy SAs (no tunnel) live on worker 0. Every worker's table knows the
+//!   thread. A policy SA (no tunnel) is a load of its own, on the least loaded worker for
+//!   its life; the SPD names its worker (`crate::spd::Policy::owner`). Every worker's table knows the
 //!   owner of each tunnel ([`Sad::elsewhere`]) and of each inbound SPI ([`Sad::inbound`]
 //!   gives [`REMOTE`]` | owner` for another worker's SA), published through the same
 //!   queues, so a packet for another worker's SA is handed to it without a lock.
@@ -385,16 +386,17 @@ pub enum SadError {
 }
 
 /// Which worker owns each tunnel interface's SAs (the control thread's, in the
-/// [`SadWriter`]): a tunnel gets the worker that owns the fewest tunnels (the lowest of
-/// them on a tie) when its first SA comes, and keeps it until its last SA goes. SAs of no
-/// tunnel (an interface beyond the table: policy SAs) are worker 0's.
+/// [`SadWriter`]): a tunnel gets the least loaded worker (the lowest of them on a tie)
+/// when its first SA comes, and keeps it until its last SA goes. An SA of no tunnel (an
+/// interface beyond the table: a policy SA) is a load of its own, and gets the least
+/// loaded worker for its life. The load of a worker: the tunnels and policy SAs it owns.
 #[derive(Debug, Clone)]
 pub struct Owners {
     /// Per interface: its owner, or [`UNOWNED`].
     of: Vec<u16>,
     /// Per interface: its SAs installed.
     sas: Vec<u32>,
-    /// Per worker: the tunnels it owns.
+    /// Per worker: the tunnels and policy SAs it owns.
     load: Vec<u32>,
 }
 
@@ -408,27 +410,16 @@ impl Owners {
         }
     }
 
-    /// The owner of interface `iface`'s SAs, if it has one (0 for an interface beyond the
-    /// table).
+    /// The owner of tunnel interface `iface`'s SAs, if it has one.
     pub fn of(&self, iface: u16) -> Option<usize> {
         match self.of.get(iface as usize) {
             Some(&o) if o != UNOWNED => Some(usize::from(o)),
-            Some(_) => None,
-            None => Some(0),
+            _ => None,
         }
     }
 
-    /// One more SA on `iface`: its owner, and whether it was chosen now (the workers are
-    /// then to be told).
-    pub fn take(&mut self, iface: u16) -> (usize, bool) {
-        let i = iface as usize;
-        let (Some(o), Some(n)) = (self.of.get_mut(i), self.sas.get_mut(i)) else {
-            return (0, false);
-        };
-        *n += 1;
-        if *o != UNOWNED {
-            return (usize::from(*o), false);
-        }
+    /// The least loaded worker, taken: its load grows by one.
+    fn least_loaded(&mut self) -> usize {
         let w = self
             .load
             .iter()
@@ -438,14 +429,36 @@ impl Owners {
         if let Some(l) = self.load.get_mut(w) {
             *l += 1;
         }
-        *o = w as u16;
+        w
+    }
+
+    /// One more SA on `iface`: its owner, and whether it was chosen now (the workers are
+    /// then to be told). An SA of no tunnel (`iface` beyond the table) gets a worker of
+    /// its own ([`Owners::release`] with its worker gives it back).
+    pub fn take(&mut self, iface: u16) -> (usize, bool) {
+        let i = iface as usize;
+        let (Some(o), Some(n)) = (self.of.get_mut(i), self.sas.get_mut(i)) else {
+            return (self.least_loaded(), false);
+        };
+        *n += 1;
+        if *o != UNOWNED {
+            return (usize::from(*o), false);
+        }
+        let w = self.least_loaded();
+        if let Some(o) = self.of.get_mut(i) {
+            *o = w as u16;
+        }
         (w, true)
     }
 
-    /// One SA fewer on `iface`: with none left, it has no owner any more.
-    pub fn release(&mut self, iface: u16) {
+    /// One SA fewer on `iface` (an SA of no tunnel: on `worker`): a tunnel with none left
+    /// has no owner any more.
+    pub fn release(&mut self, iface: u16, worker: usize) {
         let i = iface as usize;
         let (Some(o), Some(n)) = (self.of.get_mut(i), self.sas.get_mut(i)) else {
+            if let Some(l) = self.load.get_mut(worker) {
+                *l = l.saturating_sub(1);
+            }
             return;
         };
         *n = n.saturating_sub(1);
@@ -604,8 +617,8 @@ impl SadWriter {
         if let Some(l) = self.lane_of(slot) {
             l.pending.push_back(Op::Remove { slot });
         }
-        if let Some(&(iface, _)) = self.placed.get(slot as usize) {
-            self.owners.release(iface);
+        if let Some(&(iface, owner)) = self.placed.get(slot as usize) {
+            self.owners.release(iface, usize::from(owner));
         }
         self.free.push(slot);
     }
@@ -899,20 +912,22 @@ mod tests {
         assert_eq!(o.take(7), (0, true), "all equal: the lowest");
         assert_eq!(o.load(), &[2, 1, 1]);
         // Tunnel 5 loses its SA: worker 1 is the least loaded again.
-        o.release(5);
+        o.release(5, 0);
         assert_eq!(o.of(5), None);
         assert_eq!(o.take(3), (1, true));
         // Tunnel 2 keeps its owner until its last SA goes.
-        o.release(2);
+        o.release(2, 0);
         assert_eq!(o.of(2), Some(0));
-        o.release(2);
+        o.release(2, 0);
         assert_eq!(o.of(2), None);
         assert_eq!(o.load(), &[1, 1, 1]);
-        // An interface beyond the table (a policy SA's): worker 0, not counted.
+        // SAs of no tunnel (policy SAs): each the least loaded worker, for its life.
         assert_eq!(o.take(u16::MAX), (0, false));
-        assert_eq!(o.of(u16::MAX), Some(0));
-        o.release(u16::MAX);
-        assert_eq!(o.load(), &[1, 1, 1]);
+        assert_eq!(o.take(u16::MAX), (1, false));
+        assert_eq!(o.of(u16::MAX), None);
+        assert_eq!(o.load(), &[2, 2, 1]);
+        o.release(u16::MAX, 0);
+        assert_eq!(o.load(), &[1, 2, 1]);
         // One worker: everything is its.
         let mut one = Owners::new(1, 4);
         assert_eq!(one.take(1), (0, true));
