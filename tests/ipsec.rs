@@ -462,8 +462,9 @@ fn an_ipv6_tunnel_with_cbc_and_hmac_carries_both_families() {
     );
 }
 
-/// Two workers on each gateway: every SA lives on worker 0; worker 1 hands it the ESP it
-/// receives and the packets it routes to the tunnel. TCP streams both ways spread over
+/// Two workers on each gateway, one tunnel: its SAs live on one worker (its owner,
+/// worker 0); worker 1 hands it the ESP it receives and the packets it routes to the
+/// tunnel. TCP streams both ways spread over
 /// both workers, and no packet is refused as a replay or a forgery: each SA's sequence
 /// numbers stay one sequence.
 #[test]
@@ -475,7 +476,7 @@ fn two_workers_hand_their_esp_to_the_sas_worker() {
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
     let v = iperf3(l, H2, &["-P", "4", "-R"]);
     assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6);
-    // Fragmented ESP, whichever worker receives it, is gathered by the SAs' worker.
+    // Fragmented ESP, whichever worker receives it, is gathered by worker 0.
     let (ok, out) = sh(
         l,
         &l.h1(),
@@ -499,6 +500,180 @@ fn two_workers_hand_their_esp_to_the_sas_worker() {
         .and_then(|x| x.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("{m}"));
     assert!(handed > 0.0, "{m}");
+}
+
+/// Several tunnels and two workers on each gateway: the tunnels' SAs spread over both
+/// workers (`show ipsec --json` names each SA's worker; a tunnel's SAs are all on one),
+/// the other worker hands each tunnel's packets to its owner, and TCP through every
+/// tunnel at once arrives with no packet refused as a replay or a forgery.
+#[test]
+fn several_tunnels_spread_their_sas_over_two_workers() {
+    lab::preconditions(
+        "network namespaces and the gateways' ports",
+        &[("iperf3", "iperf3")],
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let mut l = IpsecLab::new(&format!("t{}ips", std::process::id() % 10000));
+    l.workers = 2;
+    l.down();
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    l.build().unwrap_or_else(|e| panic!("IPsec lab: {e:#}"));
+    // Three tunnels beside ipsec0, each with its own SAs, carrying traffic between
+    // addresses of h1 (198.18.i.1) and h2 (198.19.i.1) routed through tunnel i.
+    const N: u8 = 3;
+    // Keys of their own, in the key file beside the lab's.
+    let enc_len = ipsec::config::encryption(&l.encryption).unwrap().key_len();
+    let int_len = ipsec::config::integrity(&l.integrity).unwrap().key_len();
+    let mut keys = String::new();
+    for i in 0..N {
+        for (name, seed) in [
+            (format!("m{i}-1to2"), 40 + i),
+            (format!("m{i}-2to1"), 80 + i),
+        ] {
+            let hex = |seed: u8, len: usize| -> String {
+                (0..len)
+                    .map(|b| format!("{:02x}", (b as u8).wrapping_mul(7).wrapping_add(seed)))
+                    .collect()
+            };
+            keys.push_str(&format!(
+                "[{name}]\nencryption = \"{}\"\n",
+                hex(seed, enc_len)
+            ));
+            if int_len > 0 {
+                keys.push_str(&format!("integrity = \"{}\"\n", hex(seed + 1, int_len)));
+            }
+        }
+    }
+    let sa = |n: u8, i: u8, dir: &str| {
+        let (spi, key) = match (n, dir) {
+            (1, "out") | (2, "in") => (0x1100 + u32::from(i), format!("m{i}-1to2")),
+            _ => (0x2100 + u32::from(i), format!("m{i}-2to1")),
+        };
+        format!(
+            "\n[[ipsec.sa]]\ntunnel = \"ipsecm{i}\"\ndirection = \"{dir}\"\nspi = {spi:#x}\n\
+             encryption = \"{}\"\nintegrity = \"{}\"\nkey = \"{key}\"\n",
+            l.encryption, l.integrity
+        )
+    };
+    for n in [1u8, 2] {
+        let other = 3 - n;
+        let (mine, theirs, host) = if n == 1 { (18, 19, H1) } else { (19, 18, H2) };
+        let mut extra =
+            format!("\n[[route]]\nprefix = \"198.{mine}.0.0/16\"\nvia = [\"{host}\"]\n");
+        for i in 0..N {
+            extra.push_str(&format!(
+                "\n[[ipsec.tunnel]]\nname = \"ipsecm{i}\"\nlocal = \"{}\"\nremote = \"{}\"\n{}{}\
+                 \n[[interface]]\nname = \"ipsecm{i}\"\naddresses = [\"10.128.{i}.{n}/30\"]\n\
+                 \n[[route]]\nprefix = \"198.{theirs}.{i}.0/24\"\nvia = [\"10.128.{i}.{other}\"]\n",
+                l.wan(n),
+                l.public(other),
+                sa(n, i, "out"),
+                sa(n, i, "in"),
+            ));
+        }
+        l.write_config(n, &extra).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(l.key_file(n))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, keys.as_bytes()))
+            .unwrap();
+        l.start(n, Path::new(common::bin()))
+            .unwrap_or_else(|e| panic!("gw{n} with {N} more tunnels: {e:#}"));
+    }
+    for i in 0..N {
+        let (a, b) = (format!("198.18.{i}.1/32"), format!("198.19.{i}.1/32"));
+        l.ip(&l.h1(), &["addr", "add", &a, "dev", "lo"]).unwrap();
+        l.ip(&l.h2(), &["addr", "add", &b, "dev", "lo"]).unwrap();
+    }
+    // Each gateway: four tunnels over two workers, two each; a tunnel's SAs on one.
+    for gw in [1, 2] {
+        let v = ipsec(l, gw);
+        let sas = v["sas"].as_array().unwrap();
+        assert_eq!(sas.len(), 2 * (usize::from(N) + 1), "{v:#}");
+        let mut by_tunnel = std::collections::BTreeMap::<&str, Vec<u64>>::new();
+        for a in sas {
+            by_tunnel
+                .entry(a["tunnel"].as_str().unwrap())
+                .or_default()
+                .push(
+                    a["worker"]
+                        .as_u64()
+                        .unwrap_or_else(|| panic!("no worker: {a}")),
+                );
+        }
+        let mut per_worker = [0; 2];
+        for (t, w) in &by_tunnel {
+            assert!(w.iter().all(|x| *x == w[0]), "gw{gw} {t}: {w:?}");
+            per_worker[w[0] as usize] += 1;
+        }
+        assert_eq!(per_worker, [2, 2], "gw{gw}: {by_tunnel:?}");
+    }
+    // TCP through every tunnel at once, each way.
+    ping_until(l, &l.h1(), H2);
+    for i in 0..N {
+        let (src, dst) = (format!("198.18.{i}.1"), format!("198.19.{i}.1"));
+        let (ok, out) = sh(l, &l.h1(), &["ping", "-c1", "-W2", "-I", &src, &dst]);
+        assert!(ok, "through ipsecm{i}: {out}");
+    }
+    let servers: Vec<_> = (0..N)
+        .map(|i| {
+            l.spawn(
+                &l.h2(),
+                &["iperf3", "-s", "-1", "-B", &format!("198.19.{i}.1")],
+            )
+            .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(400));
+    let clients: Vec<_> = (0..N)
+        .map(|i| {
+            let l = l.clone();
+            std::thread::spawn(move || {
+                let (src, dst) = (format!("198.18.{i}.1"), format!("198.19.{i}.1"));
+                let a = ["iperf3", "-c", &dst, "-B", &src, "-t", "2", "-P", "2", "-J"];
+                sh(&l, &l.h1(), &a)
+            })
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let (ok, out) = c.join().unwrap();
+        assert!(ok, "iperf3 through ipsecm{i}: {out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert!(
+            v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e5,
+            "ipsecm{i}: {out:.2000}"
+        );
+    }
+    drop(servers);
+    for gw in [1, 2] {
+        let v = ipsec(l, gw);
+        for a in v["sas"].as_array().unwrap() {
+            if a["tunnel"] == "ipsec0" {
+                continue;
+            }
+            assert!(a["packets"].as_u64().unwrap() > 100, "gw{gw}: {a}");
+            assert!(a["errors"].as_object().unwrap().is_empty(), "gw{gw}: {a}");
+        }
+    }
+    // Packets crossed between the workers (whichever received them), and the metrics
+    // count each worker's SAs.
+    let mut handed = 0.0;
+    for gw in [1, 2] {
+        let m = metrics_text(&l.socket(gw));
+        handed += m
+            .lines()
+            .find(|x| x.starts_with("ferrouter_ipsec_handed_off_total"))
+            .and_then(|x| x.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{m}"));
+        for w in ["0", "1"] {
+            assert!(
+                m.contains(&format!("ferrouter_ipsec_worker_sas{{worker=\"{w}\"}} 4")),
+                "gw{gw}: {m}"
+            );
+        }
+    }
+    assert!(handed > 0.0);
 }
 
 /// NAT traversal: ESP in UDP from port 4500 (RFC 3948) on the wire, NAT keepalives sent

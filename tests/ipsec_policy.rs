@@ -57,8 +57,9 @@ fn policies_protect_bypass_and_discard_between_two_gateways() {
     policies_between_two_gateways("ipp", 1);
 }
 
-/// The same with two workers per gateway: the SAs live on worker 0, the other hands it
-/// what it classifies as PROTECT.
+/// The same with two workers per gateway: each policy SA lives on a worker of its own
+/// (the outbound one on one, the inbound one on the other), and the other worker hands it
+/// the ESP it receives and what it classifies as PROTECT.
 #[test]
 fn policies_work_with_two_workers() {
     policies_between_two_gateways("ipw", 2);
@@ -183,6 +184,16 @@ fn policies_between_two_gateways(tag: &str, workers: usize) {
     assert_eq!(out_sa["tunnel"], "(policy)");
     assert_eq!(out_sa["active"], true);
     assert!(out_sa["packets"].as_u64().unwrap() > 500, "{v:#}");
+    // With two workers the SAs are spread: one on each.
+    let mut on: Vec<u64> = v["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["worker"].as_u64().unwrap())
+        .collect();
+    on.sort_unstable();
+    let expected: Vec<u64> = if workers == 2 { vec![0, 1] } else { vec![0, 0] };
+    assert_eq!(on, expected, "{v:#}");
     // `show ipsec` lists the policies.
     let o = Command::new(common::bin())
         .args(["show", "ipsec", "--socket"])

@@ -150,6 +150,7 @@ pub fn ipsec_view(shared: &Shared) -> model::IpsecView {
             packets: r.packets,
             bytes: r.bytes,
             sequence: r.sequence,
+            worker: r.sa.worker,
             errors: r
                 .errors
                 .into_iter()

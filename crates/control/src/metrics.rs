@@ -37,7 +37,8 @@
 //! | `ferrouter_conntrack_flows`, `ferrouter_conntrack_max_flows` | | flows tracked, and the tables' capacity (with `[firewall] conntrack`) |
 //! | `ferrouter_conntrack_events_total` | event=created/expired/refused/early_dropped/invalid | |
 //! | `ferrouter_ipsec_sas` | | IPsec SAs installed |
-//! | `ferrouter_ipsec_handed_off_total` | | packets other workers handed to the SAs' worker |
+//! | `ferrouter_ipsec_worker_sas` | worker | IPsec SAs each worker holds (its tunnels'; worker 0 also the policy SAs) |
+//! | `ferrouter_ipsec_handed_off_total` | | packets handed to the worker holding their SA (ESP fragments: to worker 0) |
 //! | `ferrouter_ipsec_reassembly_total` | event=fragments/reassembled/timed_out/evicted/discarded | fragmented ESP gathered before decryption |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
 //! | `ferrouter_ipsec_sa_errors_total` | tunnel, direction, spi, reason | packets an SA refused (replayed, integrity_failed, sequence_overflow, other) |
@@ -404,9 +405,21 @@ fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
         "IPsec SAs installed in the fast path.",
         vec![(vec![], sas.len() as f64)],
     );
+    let mut by_worker: std::collections::BTreeMap<usize, usize> = Default::default();
+    for r in &sas {
+        *by_worker.entry(r.sa.worker).or_default() += 1;
+    }
+    s.gauge(
+        "ferrouter_ipsec_worker_sas",
+        "IPsec SAs each worker holds (the SAs of the tunnels it owns; worker 0 also the policy SAs).",
+        by_worker
+            .into_iter()
+            .map(|(w, n)| (vec![("worker", w.to_string())], n as f64))
+            .collect(),
+    );
     s.counter(
         "ferrouter_ipsec_handed_off",
-        "Packets other workers handed to the worker that holds the SAs (ESP received, packets routed to a tunnel).",
+        "Packets handed to the worker that holds their SA (ESP received, packets routed to a tunnel or protected by a policy; ESP fragments to worker 0, which gathers them).",
         vec![(
             vec![],
             shared

@@ -1041,6 +1041,11 @@ pub struct IpsecSaView {
     pub bytes: u64,
     /// Outbound: the last sequence number sent; inbound: the highest accepted.
     pub sequence: u64,
+    /// The worker holding it (its tunnel's owner; worker 0 for a policy SA): its sequence
+    /// number or replay window is that worker's alone, and the other workers hand it
+    /// their packets for the SA.
+    #[serde(default)]
+    pub worker: usize,
     /// Packets refused, by reason (only the non-zero ones): replayed, integrity_failed,
     /// sequence_overflow, other.
     pub errors: std::collections::BTreeMap<String, u64>,

@@ -340,8 +340,8 @@ fn policies(s: &mut String, v: &[model::IpsecPolicyView]) {
 fn sas(s: &mut String, v: &model::IpsecView) {
     let _ = writeln!(
         s,
-        "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  errors",
-        "tunnel", "dir", "spi", "algorithm", "packets", "bytes", "sequence"
+        "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12} {:>6}  errors",
+        "tunnel", "dir", "spi", "algorithm", "packets", "bytes", "sequence", "worker"
     );
     for a in &v.sas {
         let alg = if a.integrity == "none" {
@@ -357,7 +357,7 @@ fn sas(s: &mut String, v: &model::IpsecView) {
         };
         let _ = writeln!(
             s,
-            "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12}  {}{}{}",
+            "{:<12} {:<3} {:<10} {:<28} {:>12} {:>14} {:>12} {:>6}  {}{}{}",
             a.tunnel,
             dir,
             format!("{:#x}", a.spi),
@@ -365,6 +365,7 @@ fn sas(s: &mut String, v: &model::IpsecView) {
             a.packets,
             a.bytes,
             a.sequence,
+            a.worker,
             if errors.is_empty() {
                 "-".into()
             } else {

@@ -45,7 +45,7 @@ crate::esp_drops! {
         "busy",
         "the worker's SA table was borrowed (never expected)"
     );
-    D_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+    D_HANDOFF_FULL = ("handoff_full", "the lane to the SA's worker was full");
     D_FRAGMENT_OVERLAP = (
         "fragment_overlap",
         "an ESP fragment overlapping another of its datagram or disagreeing on its end (the datagram dropped)"
@@ -65,15 +65,16 @@ crate::esp_drops! {
         "busy",
         "the worker's SA table was borrowed (never expected)"
     );
-    E_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+    E_HANDOFF_FULL = ("handoff_full", "the lane to the SA's worker was full");
 }
 
 /// The interface an SA of policy-based IPsec has in the table: none (what it decrypts is
 /// received on the port it came in on; it is the policies' SA, not a tunnel's).
 pub const POLICY_IFACE: u16 = u16::MAX;
 
-/// The worker whose table holds every SA (the others hand it their ESP and what they
-/// route to a tunnel).
+/// The worker that gathers ESP fragments (the others hand theirs to it). SAs live on
+/// their owners ([`crate::sad::Owners`]): a tunnel's on the tunnel's, a policy SA on its
+/// own.
 pub const OWNER: usize = 0;
 
 /// The features' names.
@@ -108,6 +109,9 @@ pub struct SaView {
     pub active: bool,
     /// ESP in UDP (NAT traversal): its source and destination ports.
     pub udp: Option<(u16, u16)>,
+    /// The worker whose table holds it: its sequence number or replay window is that
+    /// worker's alone (the others hand it their packets for the SA).
+    pub worker: usize,
 }
 
 /// An installed SA and its counters.
@@ -388,13 +392,14 @@ impl Control {
         ))
     }
 
-    /// The slots of the outbound policy SAs (no tunnel's), by SPI (the first of each):
-    /// one walk of the SAs for a whole SPD.
-    fn policy_slots(&self) -> std::collections::HashMap<u32, u32> {
+    /// The slots of the outbound policy SAs (no tunnel's), by SPI (the first of each),
+    /// with the worker holding each: one walk of the SAs for a whole SPD.
+    fn policy_slots(&self) -> std::collections::HashMap<u32, (u32, u16)> {
         let mut m = std::collections::HashMap::new();
         for (slot, i) in self.installed.iter() {
             if i.iface == POLICY_IFACE && i.view.direction == Direction::Outbound {
-                m.entry(i.view.spi).or_insert(slot);
+                let owner = self.writer.owner(slot).unwrap_or(0) as u16;
+                m.entry(i.view.spi).or_insert((slot, owner));
             }
         }
         m
@@ -516,7 +521,8 @@ fn hex_bytes(s: &str) -> Option<Vec<u8>> {
 /// What the control thread and the ESP nodes share: each worker's SA table, and the
 /// control thread's record of what it installed.
 pub struct IpsecShared {
-    /// Worker `w`'s table (worker 0 holds every SA: IPsec runs with one worker for now).
+    /// Worker `w`'s table (holding the SAs of the tunnels it owns, and the policy SAs it
+    /// owns).
     pub(crate) workers: Vec<Arc<AtomicRefCell<Sad>>>,
     /// The interfaces' SPDs (policy-based IPsec), taken up by the policy nodes between
     /// vectors.
@@ -524,10 +530,10 @@ pub struct IpsecShared {
     control: Mutex<Control>,
     /// Vectors in which a node could not borrow its table.
     pub busy: AtomicU64,
-    /// Each worker's sending sides to the SAs' worker (one per ESP node), taken by the
-    /// nodes as the workers start (none with one worker).
+    /// Each worker's sending sides to the others (one per ESP node), taken by the nodes
+    /// as the workers start (none with one worker).
     pub(crate) senders: Mutex<Vec<Vec<Option<HandoffTx>>>>,
-    /// Packets the other workers handed to the SAs' worker.
+    /// Packets handed to the worker holding their SA (or, ESP fragments, to worker 0).
     pub handed_off: AtomicU64,
     /// Some SA is UDP-encapsulated (NAT-T): UDP to port 4500 of the router's addresses is
     /// ESP's (what the workers without SAs hand over).
@@ -547,17 +553,15 @@ pub struct Tunnels<'a> {
 impl IpsecShared {
     /// Tables of `max_sas` SAs for `workers` workers over `ifaces` interfaces.
     pub fn new(workers: usize, max_sas: usize, ifaces: usize) -> IpsecShared {
-        let (sad, mut writer) = sad::channel(max_sas, ifaces);
+        let (tables, mut writer) = sad::channels(max_sas, ifaces, workers);
         let reasm = Arc::<crate::reasm::ReasmStats>::default();
-        // The SAs' worker gathers ESP fragments (the others hand them over), in a table
-        // it gets with the first inbound SA.
+        // Worker 0 gathers ESP fragments (the others hand them over), in a table it gets
+        // with the first inbound SA.
         writer.reassemble(reasm.clone());
-        let mut tables = vec![Arc::new(AtomicRefCell::new(sad))];
-        // Other workers get empty tables (no SA is theirs).
-        for _ in 1..workers.max(1) {
-            let (s, _) = sad::channel(1, ifaces);
-            tables.push(Arc::new(AtomicRefCell::new(s)));
-        }
+        let tables = tables
+            .into_iter()
+            .map(|t| Arc::new(AtomicRefCell::new(t)))
+            .collect();
         IpsecShared {
             workers: tables,
             control: Mutex::new(Control {
@@ -608,9 +612,9 @@ impl IpsecShared {
 
     /// The sending sides of the handoff lanes, per worker five (for its `esp-decrypt`,
     /// `esp4-encrypt`, `esp6-encrypt`, `ipsec4-policy-out` and `ipsec6-policy-out` nodes,
-    /// in that order), before the workers start:
-    /// with several workers, every SA lives on [`OWNER`] and the others hand it their ESP
-    /// and what they route to a tunnel.
+    /// in that order), before the workers start: with several workers, a tunnel's SAs
+    /// live on its owner, a policy SA on its own, and the other workers hand them the
+    /// ESP they receive and what they route to the tunnel (or protect with the policy).
     pub fn set_senders(&self, senders: Vec<Vec<HandoffTx>>) {
         if let Ok(mut s) = self.senders.lock() {
             *s = senders
@@ -923,11 +927,11 @@ impl IpsecShared {
         };
         let mut v: Vec<SaReport> = c
             .installed
-            .values()
-            .map(|i| {
+            .iter()
+            .map(|(slot, i)| {
                 let k = i.stats.counters();
                 SaReport {
-                    sa: i.view.view(),
+                    sa: i.view.view(c.writer.owner(slot).unwrap_or(0)),
                     packets: k.packets,
                     bytes: k.bytes,
                     sequence: i.stats.sequence(),
@@ -941,8 +945,8 @@ impl IpsecShared {
         v
     }
 
-    /// The slots of the outbound policy SAs (no tunnel's), by SPI.
-    pub(crate) fn policy_slots(&self) -> std::collections::HashMap<u32, u32> {
+    /// The slots of the outbound policy SAs (no tunnel's), by SPI, and their workers.
+    pub(crate) fn policy_slots(&self) -> std::collections::HashMap<u32, (u32, u16)> {
         self.control
             .lock()
             .map_or_else(|_| Default::default(), |c| c.policy_slots())
@@ -1026,7 +1030,8 @@ struct Brief {
 }
 
 impl Brief {
-    fn view(&self) -> SaView {
+    /// Spelt out, as held by `worker`.
+    fn view(&self, worker: usize) -> SaView {
         let (src, dst) = match self.ends {
             Some((s, d)) => (s.to_string(), d.to_string()),
             None => (String::new(), String::new()),
@@ -1046,6 +1051,7 @@ impl Brief {
             dst,
             active: self.active,
             udp: self.udp,
+            worker,
         }
     }
 }
@@ -1132,17 +1138,16 @@ impl Feature for EspFeature {
             Kind::Encrypt4 => 1,
             Kind::Encrypt6 => 2,
         };
-        let tx = if worker == OWNER {
-            None
-        } else {
-            self.shared
-                .senders
-                .lock()
-                .ok()
-                .and_then(|mut s| s.get_mut(worker)?.get_mut(side)?.take())
-        };
+        // Every worker of several: a tunnel's SAs may be any worker's.
+        let tx = self
+            .shared
+            .senders
+            .lock()
+            .ok()
+            .and_then(|mut s| s.get_mut(worker)?.get_mut(side)?.take());
         Box::new(EspNode {
             kind: self.kind,
+            me: worker,
             table,
             shared: self.shared.clone(),
             touched: Vec::with_capacity(VECTOR_SIZE),
@@ -1153,24 +1158,20 @@ impl Feature for EspFeature {
 
 struct EspNode {
     kind: Kind,
+    /// Its worker.
+    me: usize,
     table: Arc<AtomicRefCell<Sad>>,
     shared: Arc<IpsecShared>,
     /// The slots a vector used, for publishing their counters once each (capacity for a
     /// whole vector, allocated with the node).
     touched: Vec<u32>,
-    /// On a worker other than [`OWNER`]: the lane to it.
+    /// With several workers: the lanes to the others, for packets whose SA another
+    /// worker holds.
     tx: Option<HandoffTx>,
 }
 
 impl FeatureNode for EspNode {
     fn process(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
-        if let Some(tx) = self.tx.as_mut() {
-            let natt = self.shared.natt.load(Ordering::Relaxed);
-            let n = hand_off(self.kind, cx, batch, tx, natt);
-            tx.ring();
-            self.shared.handed_off.fetch_add(n, Ordering::Relaxed);
-            return;
-        }
         let Ok(mut sad) = self.table.try_borrow_mut() else {
             self.shared.busy.fetch_add(1, Ordering::Relaxed);
             let r = if self.kind == Kind::Decrypt {
@@ -1185,11 +1186,24 @@ impl FeatureNode for EspNode {
         };
         sad.apply_ops(sad::OPS_PER_VECTOR);
         self.touched.clear();
+        let mut ho = Handoff {
+            tx: self.tx.as_mut(),
+            n: 0,
+        };
         match self.kind {
             Kind::Decrypt => {
                 // On [`OWNER`] with an inbound SA: the ESP fragments being gathered.
                 let mut reasm = sad.take_reassembly();
-                decrypt_batch(cx, batch, &mut sad, &mut self.touched, reasm.as_deref_mut());
+                let natt = self.shared.natt.load(Ordering::Relaxed);
+                let gathers = self.me == OWNER;
+                decrypt_batch(
+                    cx,
+                    batch,
+                    (&mut sad, natt),
+                    &mut self.touched,
+                    (reasm.as_deref_mut(), gathers),
+                    &mut ho,
+                );
                 sad.put_reassembly(reasm);
             }
             Kind::Encrypt4 | Kind::Encrypt6 => encrypt_batch(
@@ -1198,7 +1212,14 @@ impl FeatureNode for EspNode {
                 &mut sad,
                 &mut self.touched,
                 self.kind == Kind::Encrypt6,
+                &mut ho,
             ),
+        }
+        if ho.n > 0 {
+            if let Some(tx) = ho.tx {
+                tx.ring();
+            }
+            self.shared.handed_off.fetch_add(ho.n, Ordering::Relaxed);
         }
         for &s in &self.touched {
             sad.publish(s);
@@ -1206,54 +1227,41 @@ impl FeatureNode for EspNode {
     }
 }
 
-/// On a worker that holds no SA: hand to [`OWNER`] the ESP for the router (decrypt) or
-/// every packet routed to a tunnel (encrypt, to its output arc there). Returns how many.
-fn hand_off(
-    kind: Kind,
-    cx: &mut FeatureCx<'_>,
-    batch: &mut Batch<'_>,
-    tx: &mut HandoffTx,
-    natt: bool,
-) -> u64 {
-    let mut n = 0;
-    for k in 0..batch.len() {
-        let Some(p) = batch.pkt(k).copied() else {
-            continue;
+/// The lanes of a node to the other workers (none with one worker), and how many packets
+/// it handed over in this vector.
+struct Handoff<'a> {
+    tx: Option<&'a mut HandoffTx>,
+    n: u64,
+}
+
+impl Handoff<'_> {
+    /// Copy packet `k`'s frame bytes `start..end` to worker `to`, as received on `port`
+    /// with `flags`, and take it off the graph; dropped under `full` if the lane is full
+    /// (or there is none: with one worker, no SA is another's).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn send(
+        &mut self,
+        cx: &FeatureCx<'_>,
+        batch: &mut Batch<'_>,
+        k: usize,
+        to: usize,
+        (port, flags): (u16, u16),
+        (start, end): (usize, usize),
+        full: u8,
+    ) {
+        let Some(p) = batch.pkt(k) else {
+            return;
         };
-        let frame = cx.mem.frame(p.buf);
-        let (port, flags, full) = match kind {
-            Kind::Decrypt => {
-                match look(frame, p.off as usize, p.len as usize, &cx.ifaces.own, natt) {
-                    Seen::Other => continue,
-                    Seen::Keepalive => {
-                        batch.drop(k, EspError::NatKeepalive.reason());
-                        continue;
-                    }
-                    // Fragments too: the owner gathers them.
-                    Seen::Esp(..) | Seen::Fragment => (p.rx_port, 0, D_HANDOFF_FULL),
-                }
-            }
-            Kind::Encrypt4 | Kind::Encrypt6 => (batch.iface(k), F_TO_OUTPUT, E_HANDOFF_FULL),
-        };
-        // A received frame as it came; a packet for a tunnel from 14 bytes before its IP
-        // header, which the owner takes for an Ethernet header (one bound for
-        // fragmentation has had none written).
-        let end = p.off as usize + p.len as usize;
-        let start = if kind == Kind::Decrypt {
-            p.off as usize
-        } else {
-            (p.off as usize + p.l3 as usize).saturating_sub(14)
-        };
-        let bytes = frame.get(start..end).unwrap_or(&[]);
-        match tx.send(OWNER, port, flags, bytes) {
-            Ok(()) => {
+        let bytes = cx.mem.frame(p.buf).get(start..end).unwrap_or(&[]);
+        match self.tx.as_mut().map(|tx| tx.send(to, port, flags, bytes)) {
+            Some(Ok(())) => {
                 batch.take(k);
-                n += 1;
+                self.n += 1;
             }
-            Err(_) => batch.drop(k, full),
+            _ => batch.drop(k, full),
         }
     }
-    n
 }
 
 /// The low 32 bits of the sequence number of the ESP packet whose IP header is at `l3`
@@ -1457,7 +1465,12 @@ fn gather(
 /// With many SAs (issue 26: each packet's SA is then cold in the caches), the SA slot of
 /// each ESP packet of the vector for the router, its entry prefetched ([`NONE`]: another
 /// packet, or few SAs).
-fn prefetch_inbound(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad) -> [u32; VECTOR_SIZE] {
+fn prefetch_inbound(
+    cx: &FeatureCx<'_>,
+    batch: &Batch<'_>,
+    sad: &Sad,
+    natt: bool,
+) -> [u32; VECTOR_SIZE] {
     let mut ahead = [NONE; VECTOR_SIZE];
     if !sad.worth_prefetching() {
         return ahead;
@@ -1468,7 +1481,7 @@ fn prefetch_inbound(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad) -> [u32; V
         };
         let frame = cx.mem.frame(p.buf);
         let (off, len) = (p.off as usize, p.len as usize);
-        if let Seen::Esp(_, _, spi, _) = look(frame, off, len, &cx.ifaces.own, sad.natt()) {
+        if let Seen::Esp(_, _, spi, _) = look(frame, off, len, &cx.ifaces.own, natt) {
             *a = sad.inbound(spi);
             sad.prefetch_slot(*a);
         }
@@ -1489,14 +1502,18 @@ fn prefetch_ahead(sad: &Sad, ahead: &[u32; VECTOR_SIZE], k: usize) {
     }
 }
 
+/// Decrypt the ESP for the router in `batch` with the SAs of `sad` (`natt`: some SA is
+/// in UDP). ESP for another worker's SA goes to it through `ho`; ESP fragments are
+/// gathered in `reasm` if this worker `gathers` them (worker 0), else handed to it.
 fn decrypt_batch(
     cx: &mut FeatureCx<'_>,
     batch: &mut Batch<'_>,
-    sad: &mut Sad,
+    (sad, natt): (&mut Sad, bool),
     touched: &mut Vec<u32>,
-    mut reasm: Option<&mut crate::reasm::Reassembly>,
+    (mut reasm, gathers): (Option<&mut crate::reasm::Reassembly>, bool),
+    ho: &mut Handoff<'_>,
 ) {
-    let ahead = prefetch_inbound(cx, batch, sad);
+    let ahead = prefetch_inbound(cx, batch, sad, natt);
     for k in 0..batch.len() {
         prefetch_ahead(sad, &ahead, k);
         let Some(mut p) = batch.pkt(k).copied() else {
@@ -1507,9 +1524,22 @@ fn decrypt_batch(
             p.off as usize,
             p.len as usize,
             &cx.ifaces.own,
-            sad.natt(),
+            natt,
         );
         if matches!(seen, Seen::Fragment) {
+            if !gathers {
+                let (start, end) = (p.off as usize, p.off as usize + p.len as usize);
+                ho.send(
+                    cx,
+                    batch,
+                    k,
+                    OWNER,
+                    (p.rx_port, 0),
+                    (start, end),
+                    D_HANDOFF_FULL,
+                );
+                continue;
+            }
             match gather(cx, batch, k, p, reasm.as_deref_mut()) {
                 Ok(Some(whole)) => {
                     p = whole;
@@ -1518,7 +1548,7 @@ fn decrypt_batch(
                         p.off as usize,
                         p.len as usize,
                         &cx.ifaces.own,
-                        sad.natt(),
+                        natt,
                     );
                 }
                 Ok(None) => continue,
@@ -1541,6 +1571,20 @@ fn decrypt_batch(
             Seen::Esp(l3, total, spi, udp) => (l3, total, spi, udp),
         };
         let slot = sad.inbound(spi);
+        if let Some(w) = sad::remote(slot) {
+            // Another worker's SA: the frame as received (or as reassembled) goes there.
+            let (start, end) = (p.off as usize, p.off as usize + p.len as usize);
+            ho.send(
+                cx,
+                batch,
+                k,
+                w,
+                (p.rx_port, 0),
+                (start, end),
+                D_HANDOFF_FULL,
+            );
+            continue;
+        }
         let Some(inst) = sad.get_mut(slot) else {
             batch.drop(k, D_UNKNOWN_SPI);
             continue;
@@ -1642,12 +1686,15 @@ fn tx_slot(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad, k: usize, v6: bool)
     }
 }
 
+/// Encrypt the packets routed to tunnels in `batch` with their SAs; a packet for a
+/// tunnel another worker owns goes to that worker's output arc of the tunnel through `ho`.
 fn encrypt_batch(
     cx: &mut FeatureCx<'_>,
     batch: &mut Batch<'_>,
     sad: &mut Sad,
     touched: &mut Vec<u32>,
     v6: bool,
+    ho: &mut Handoff<'_>,
 ) {
     let mut ahead = [NONE; VECTOR_SIZE];
     if sad.worth_prefetching() {
@@ -1661,6 +1708,23 @@ fn encrypt_batch(
         let Some(p) = batch.pkt(k).copied() else {
             continue;
         };
+        let iface = batch.iface(k);
+        if let Some(w) = sad.elsewhere(iface) {
+            // From 14 bytes before its IP header, which the owner takes for an Ethernet
+            // header (one bound for fragmentation has had none written).
+            let start = (p.off as usize + p.l3 as usize).saturating_sub(14);
+            let end = p.off as usize + p.len as usize;
+            ho.send(
+                cx,
+                batch,
+                k,
+                w,
+                (iface, F_TO_OUTPUT),
+                (start, end),
+                E_HANDOFF_FULL,
+            );
+            continue;
+        }
         // Looked up already when prefetching.
         let slot = match ahead.get(k) {
             Some(&s) if s != NONE => s,
@@ -2042,5 +2106,93 @@ mod tests {
             "0 SA(s) added, 2 removed"
         );
         assert_eq!(s.slot_of(Direction::Inbound, 0x3001, 2), None);
+    }
+
+    /// Two workers: each tunnel's SAs on one worker, the tunnels spread over both, a
+    /// rekey's new SAs (IKE's or the API's, through [`IpsecShared::insert_one`]) on the
+    /// tunnel's worker, and `show ipsec sa` saying which.
+    #[test]
+    fn tunnels_spread_over_the_workers_and_a_rekey_stays_on_its_tunnels_worker() {
+        let s = IpsecShared::new(2, 16, 4);
+        let mut p = planned(0x1002, 1, Direction::Inbound);
+        let in2 = s.insert_one(&p, 2, "ipsec0", &[]).unwrap();
+        p = planned(0x2002, 2, Direction::Outbound);
+        s.insert_one(&p, 2, "ipsec0", &[]).unwrap();
+        p = planned(0x1003, 3, Direction::Inbound);
+        s.insert_one(&p, 3, "ipsec1", &[]).unwrap();
+        p = planned(0x2003, 4, Direction::Outbound);
+        let out3 = s.insert_one(&p, 3, "ipsec1", &[]).unwrap();
+        let workers = |s: &IpsecShared| -> Vec<(u32, usize)> {
+            s.report().iter().map(|r| (r.sa.spi, r.sa.worker)).collect()
+        };
+        assert_eq!(
+            workers(&s),
+            [(0x1002, 0), (0x2002, 0), (0x1003, 1), (0x2003, 1)]
+        );
+        // Rekey ipsec1: new SAs replace the old ones, on worker 1 still.
+        p = planned(0x1013, 5, Direction::Inbound);
+        s.insert_one(&p, 3, "ipsec1", &[]).unwrap();
+        p = planned(0x2013, 6, Direction::Outbound);
+        let out3b = s.insert_one(&p, 3, "ipsec1", &[out3]).unwrap();
+        assert_eq!(
+            workers(&s),
+            [
+                (0x1002, 0),
+                (0x2002, 0),
+                (0x1003, 1),
+                (0x1013, 1),
+                (0x2013, 1)
+            ]
+        );
+        for w in &s.workers {
+            w.borrow_mut().apply_ops(sad::OPS_PER_VECTOR);
+        }
+        assert_eq!(s.workers[1].borrow().tx(3), out3b);
+        assert_eq!(s.workers[0].borrow().elsewhere(3), Some(1));
+        assert_eq!(s.workers[0].borrow().inbound(0x1002), in2);
+        assert_eq!(sad::remote(s.workers[1].borrow().inbound(0x1002)), Some(0));
+    }
+
+    /// Policy SAs (no tunnel) spread too, each on the least loaded worker, and the SPD
+    /// names each protect policy's worker.
+    #[test]
+    fn policy_sas_spread_over_the_workers() {
+        let s = IpsecShared::new(2, 16, 4);
+        let t = s
+            .insert_one(&planned(0x2002, 1, Direction::Outbound), 2, "ipsec0", &[])
+            .unwrap();
+        let a = s
+            .insert_one(
+                &planned(0x3001, 2, Direction::Outbound),
+                POLICY_IFACE,
+                POLICY_SA_NAME,
+                &[],
+            )
+            .unwrap();
+        let b = s
+            .insert_one(
+                &planned(0x3002, 3, Direction::Outbound),
+                POLICY_IFACE,
+                POLICY_SA_NAME,
+                &[],
+            )
+            .unwrap();
+        let slots = s.policy_slots();
+        assert_eq!(slots[&0x3001], (a, 1), "ipsec0 took worker 0");
+        assert_eq!(slots[&0x3002], (b, 0));
+        let w: Vec<(u32, usize)> = s.report().iter().map(|r| (r.sa.spi, r.sa.worker)).collect();
+        assert_eq!(w, [(0x3001, 1), (0x3002, 0), (0x2002, 0)]);
+        // The policy SA gone, its worker's load goes with it: the next goes there.
+        assert!(s.remove_one(a).unwrap());
+        let c = s
+            .insert_one(
+                &planned(0x3003, 4, Direction::Outbound),
+                POLICY_IFACE,
+                POLICY_SA_NAME,
+                &[],
+            )
+            .unwrap();
+        assert_eq!(s.policy_slots()[&0x3003], (c, 1));
+        assert_ne!(t, c);
     }
 }

@@ -19,7 +19,9 @@
 //!   BYPASS goes on; nothing matching: the interface's default.
 //!
 //! Nothing allocates, locks or logs per packet. The SPD is taken up between vectors (the
-//! outbound nodes of the SAs' worker once their SA table has applied every queued change);
+//! outbound nodes of each worker once its SA table has applied every queued change); a
+//! packet a PROTECT policy takes whose SA another worker holds is handed to that worker's
+//! output arc of the interface (once: a packet handed over for output stays there);
 //! an outbound policy's SA is checked by SPI at use, so a policy whose SA is gone drops
 //! (`no_sa`) rather than encrypting with another.
 
@@ -34,7 +36,7 @@ use firewall::classify::{key_v4, key_v6};
 use firewall::node::{parse4, parse6, Parsed};
 
 use crate::config::PolicyAction;
-use crate::node::{encrypt_one, IpsecShared, OWNER};
+use crate::node::{encrypt_one, IpsecShared};
 use crate::sa::Direction;
 use crate::sad::{self, Sad};
 use crate::spd::{Spd, Verdict};
@@ -67,7 +69,7 @@ crate::esp_drops! {
         "busy",
         "the worker's SA table was borrowed (never expected)"
     );
-    O_HANDOFF_FULL = ("handoff_full", "the lane to the SAs' worker was full");
+    O_HANDOFF_FULL = ("handoff_full", "the lane to the SA's worker was full");
 }
 
 /// Drop reasons of the inbound policy features.
@@ -129,7 +131,7 @@ impl IpsecShared {
     /// up between vectors.
     pub fn publish_spd(&self, mut spd: Spd) {
         let slots = self.policy_slots();
-        spd.resolve(|spi| slots.get(&spi).copied().unwrap_or(crate::sad::NONE));
+        spd.resolve(|spi| slots.get(&spi).copied().unwrap_or((crate::sad::NONE, 0)));
         self.spd.store(Arc::new(spd));
     }
 
@@ -214,7 +216,8 @@ impl Feature for PolicyFeature {
             Kind::Out4 => 3,
             _ => 4,
         };
-        let tx = if worker == OWNER || !self.kind.out() {
+        // Every worker of several: a policy's SA may be any worker's.
+        let tx = if !self.kind.out() {
             None
         } else {
             self.shared
@@ -241,9 +244,10 @@ struct PolicyNode {
     shared: Arc<IpsecShared>,
     /// The SPD in use.
     spd: Arc<Spd>,
-    /// The worker's SA table (only [`OWNER`]'s holds SAs).
+    /// The worker's SA table.
     table: Arc<AtomicRefCell<Sad>>,
-    /// Outbound, on a worker other than [`OWNER`]: the lane to it.
+    /// Outbound, with several workers: the lanes to the others, for packets whose SA
+    /// another worker holds.
     tx: Option<HandoffTx>,
     /// The SA slots a vector used (capacity for a whole vector).
     touched: Vec<u32>,
@@ -355,31 +359,24 @@ impl PolicyNode {
 
     fn outbound(&mut self, cx: &mut FeatureCx<'_>, batch: &mut Batch<'_>) {
         let v6 = self.kind.v6();
-        // The SAs' worker applies its table's queued changes first, and takes up a new SPD
-        // only once they are all in.
+        // The worker applies its table's queued changes first, and takes up a new SPD only
+        // once they are all in.
         let mut sad = None;
-        if self.tx.is_none() {
-            match self.table.try_borrow_mut() {
-                Ok(mut s) => {
-                    s.apply_ops(sad::OPS_PER_VECTOR);
-                    if !s.ops_pending() {
-                        let latest = self.shared.spd.load();
-                        if !Arc::ptr_eq(&latest, &self.spd) {
-                            self.spd = latest.clone();
-                        }
+        match self.table.try_borrow_mut() {
+            Ok(mut s) => {
+                s.apply_ops(sad::OPS_PER_VECTOR);
+                if !s.ops_pending() {
+                    let latest = self.shared.spd.load();
+                    if !Arc::ptr_eq(&latest, &self.spd) {
+                        self.spd = latest.clone();
                     }
-                    sad = Some(s);
                 }
-                Err(_) => {
-                    self.shared
-                        .busy
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
+                sad = Some(s);
             }
-        } else {
-            let latest = self.shared.spd.load();
-            if !Arc::ptr_eq(&latest, &self.spd) {
-                self.spd = latest.clone();
+            Err(_) => {
+                self.shared
+                    .busy
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         self.touched.clear();
@@ -411,7 +408,7 @@ impl PolicyNode {
             let (action, pol) = match v {
                 Verdict::Policy(i) => match spd.policies.get(i) {
                     Some(pol) => {
-                        // Counted once: on the worker that handed it to the SAs' worker,
+                        // Counted once: on the worker that handed it to the SA's worker,
                         // not again there.
                         if p.flags & F_TO_OUTPUT == 0 {
                             pol.count(self.worker);
@@ -431,12 +428,16 @@ impl PolicyNode {
                 (PolicyAction::Discard, Some(_)) => batch.drop(k, O_DISCARD),
                 (PolicyAction::Discard, None) => batch.drop(k, O_DEFAULT),
                 (PolicyAction::Protect, Some((_, pol))) => {
-                    if let Some(tx) = self.tx.as_mut() {
-                        // The SA lives on OWNER: the packet goes to this interface's output
-                        // arc there, from 14 bytes before its IP header.
+                    let owner = usize::from(pol.owner);
+                    // A packet handed here for output stays (an SPD this worker has not
+                    // taken up yet may name another owner: no packet goes round).
+                    let away = owner != self.worker && p.flags & F_TO_OUTPUT == 0;
+                    if let Some(tx) = self.tx.as_mut().filter(|_| away) {
+                        // The SA lives on its owner: the packet goes to this interface's
+                        // output arc there, from 14 bytes before its IP header.
                         let end = p.off as usize + p.len as usize;
                         let bytes = frame.get(at.saturating_sub(14)..end).unwrap_or(&[]);
-                        match tx.send(OWNER, iface, F_TO_OUTPUT, bytes) {
+                        match tx.send(owner, iface, F_TO_OUTPUT, bytes) {
                             Ok(()) => {
                                 batch.take(k);
                                 handed += 1;

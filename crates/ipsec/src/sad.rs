@@ -1,7 +1,16 @@
 //! The security association database of the fast path: each worker's SAs, owned by that
 //! worker (an [`Sa`] carries a sequence number or a replay window, so one thread at a time
-//! writes it), changed by the control thread through a bounded queue of [`Op`]s.
+//! writes it), changed by the control thread through a bounded queue of [`Op`]s per worker.
 //!
+//! - **Owners.** With several workers each tunnel interface gets an owner worker when its
+//!   first SA is installed ([`Owners`]: the worker owning the fewest tunnels), kept while
+//!   the tunnel has SAs: its receive SAs, its transmit SA, its SAs by destination and a
+//!   rekey's new SAs all live there, so the switch of its transmit SA is one op on one
+//!   thread. A policy SA (no tunnel) is a load of its own, on the least loaded worker for
+//!   its life; the SPD names its worker (`crate::spd::Policy::owner`). Every worker's table knows the
+//!   owner of each tunnel ([`Sad::elsewhere`]) and of each inbound SPI ([`Sad::inbound`]
+//!   gives [`REMOTE`]` | owner` for another worker's SA), published through the same
+//!   queues, so a packet for another worker's SA is handed to it without a lock.
 //! - The control thread builds each SA (keying its cipher contexts: the only allocations)
 //!   and sends it boxed to the worker with the slot it goes into ([`SadWriter`]). The
 //!   worker applies queued ops between packets, a bounded number per vector, so adding a
@@ -34,6 +43,18 @@ pub const OP_QUEUE: usize = 4096;
 pub const OPS_PER_VECTOR: usize = 256;
 /// No slot.
 pub const NONE: u32 = u32::MAX;
+/// In a worker's SPI index: the SA is worker `v & !REMOTE`'s ([`remote`]). Slots stay
+/// below it (a table holds fewer than 2^31 SAs).
+pub const REMOTE: u32 = 1 << 31;
+/// A tunnel interface no worker owns yet (it has no SA): its packets stay where they are.
+pub const UNOWNED: u16 = u16::MAX;
+
+/// The worker another worker's SA lives on, from what [`Sad::inbound`] gave (`None`: a
+/// slot of this worker's, or [`NONE`]).
+#[inline]
+pub fn remote(v: u32) -> Option<usize> {
+    (v != NONE && v & REMOTE != 0).then_some((v & !REMOTE) as usize)
+}
 /// Inbound SAs above which the ESP nodes prefetch ([`Sad::worth_prefetching`]): a few
 /// hundred KB of SA state, about what stays in a core's L2 cache.
 pub const PREFETCH_MIN_SAS: usize = 256;
@@ -63,7 +84,14 @@ pub enum Op {
         /// The slot.
         slot: u32,
     },
-    /// Inbound ESP with `spi` is for the SA in `slot`.
+    /// Tunnel interface `iface`'s SAs live on worker `worker` ([`UNOWNED`]: on none).
+    SetOwner {
+        /// The interface.
+        iface: u16,
+        /// The worker.
+        worker: u16,
+    },
+    /// Inbound ESP with `spi` is for the SA in `slot` (or, [`REMOTE`]` | w`, worker w's).
     MapSpi {
         /// The SPI.
         spi: u32,
@@ -111,6 +139,10 @@ pub struct Sad {
     by_spi: FxHashMap<u32, u32>,
     /// Per interface index: the slot of its transmit SA, or [`NONE`].
     tx: Vec<u32>,
+    /// Per interface index: the worker owning its SAs, or [`UNOWNED`].
+    owner: Vec<u16>,
+    /// This table's worker.
+    me: u16,
     ops: Arc<ArrayQueue<Op>>,
     retired: Arc<ArrayQueue<Installed>>,
     /// SAs installed with UDP encapsulation (NAT-T): while any is, UDP to port 4500 of the
@@ -123,9 +155,10 @@ pub struct Sad {
 }
 
 impl Sad {
-    /// A table of `max_sas` slots for `ifaces` interfaces, fed by `ops`, handing replaced
-    /// SAs to `retired`.
+    /// Worker `me`'s table of `max_sas` slots for `ifaces` interfaces, fed by `ops`,
+    /// handing replaced SAs to `retired`.
     fn new(
+        me: u16,
         max_sas: usize,
         ifaces: usize,
         ops: Arc<ArrayQueue<Op>>,
@@ -139,6 +172,8 @@ impl Sad {
             slots: (0..max_sas).map(|_| None).collect(),
             by_spi,
             tx: vec![NONE; ifaces],
+            owner: vec![UNOWNED; ifaces],
+            me,
             ops,
             retired,
             natt: 0,
@@ -193,6 +228,11 @@ impl Sad {
                         *t = slot;
                     }
                 }
+                Op::SetOwner { iface, worker } => {
+                    if let Some(o) = self.owner.get_mut(iface as usize) {
+                        *o = worker;
+                    }
+                }
                 Op::Reassembly(r) => self.reasm = Some(r),
                 Op::Dests(d) => self.dests = Some(d),
                 Op::SetDest { key, slot } => {
@@ -238,10 +278,21 @@ impl Sad {
         self.natt > 0
     }
 
-    /// The slot of the inbound SA for `spi`, or [`NONE`].
+    /// The slot of the inbound SA for `spi`, [`NONE`], or (another worker's SA)
+    /// [`REMOTE`]` | worker` ([`remote`]; [`Sad::get_mut`] finds no SA there).
     #[inline]
     pub fn inbound(&self, spi: u32) -> u32 {
         self.by_spi.get(&spi).copied().unwrap_or(NONE)
+    }
+
+    /// The worker owning tunnel interface `iface`'s SAs if it is another one (`None`:
+    /// this one, or none yet: then its packets stay here).
+    #[inline]
+    pub fn elsewhere(&self, iface: u16) -> Option<usize> {
+        match self.owner.get(iface as usize) {
+            Some(&o) if o != UNOWNED && o != self.me => Some(usize::from(o)),
+            _ => None,
+        }
     }
 
     /// The slot of the transmit SA of interface `iface`, or [`NONE`].
@@ -334,8 +385,110 @@ pub enum SadError {
     DestsFull(usize),
 }
 
-/// The control thread's side of one worker's table: which slots are in use, and the ops
-/// not yet queued (the queue is bounded; [`SadWriter::flush`] sends what fits).
+/// Which worker owns each tunnel interface's SAs (the control thread's, in the
+/// [`SadWriter`]): a tunnel gets the least loaded worker (the lowest of them on a tie)
+/// when its first SA comes, and keeps it until its last SA goes. An SA of no tunnel (an
+/// interface beyond the table: a policy SA) is a load of its own, and gets the least
+/// loaded worker for its life. The load of a worker: the tunnels and policy SAs it owns.
+#[derive(Debug, Clone)]
+pub struct Owners {
+    /// Per interface: its owner, or [`UNOWNED`].
+    of: Vec<u16>,
+    /// Per interface: its SAs installed.
+    sas: Vec<u32>,
+    /// Per worker: the tunnels and policy SAs it owns.
+    load: Vec<u32>,
+}
+
+impl Owners {
+    /// Nothing owned, among `workers` workers (1 at least), for `ifaces` interfaces.
+    pub fn new(workers: usize, ifaces: usize) -> Owners {
+        Owners {
+            of: vec![UNOWNED; ifaces],
+            sas: vec![0; ifaces],
+            load: vec![0; workers.clamp(1, usize::from(UNOWNED))],
+        }
+    }
+
+    /// The owner of tunnel interface `iface`'s SAs, if it has one.
+    pub fn of(&self, iface: u16) -> Option<usize> {
+        match self.of.get(iface as usize) {
+            Some(&o) if o != UNOWNED => Some(usize::from(o)),
+            _ => None,
+        }
+    }
+
+    /// The least loaded worker, taken: its load grows by one.
+    fn least_loaded(&mut self) -> usize {
+        let w = self
+            .load
+            .iter()
+            .enumerate()
+            .min_by_key(|&(w, l)| (*l, w))
+            .map_or(0, |(w, _)| w);
+        if let Some(l) = self.load.get_mut(w) {
+            *l += 1;
+        }
+        w
+    }
+
+    /// One more SA on `iface`: its owner, and whether it was chosen now (the workers are
+    /// then to be told). An SA of no tunnel (`iface` beyond the table) gets a worker of
+    /// its own ([`Owners::release`] with its worker gives it back).
+    pub fn take(&mut self, iface: u16) -> (usize, bool) {
+        let i = iface as usize;
+        let (Some(o), Some(n)) = (self.of.get_mut(i), self.sas.get_mut(i)) else {
+            return (self.least_loaded(), false);
+        };
+        *n += 1;
+        if *o != UNOWNED {
+            return (usize::from(*o), false);
+        }
+        let w = self.least_loaded();
+        if let Some(o) = self.of.get_mut(i) {
+            *o = w as u16;
+        }
+        (w, true)
+    }
+
+    /// One SA fewer on `iface` (an SA of no tunnel: on `worker`): a tunnel with none left
+    /// has no owner any more.
+    pub fn release(&mut self, iface: u16, worker: usize) {
+        let i = iface as usize;
+        let (Some(o), Some(n)) = (self.of.get_mut(i), self.sas.get_mut(i)) else {
+            if let Some(l) = self.load.get_mut(worker) {
+                *l = l.saturating_sub(1);
+            }
+            return;
+        };
+        *n = n.saturating_sub(1);
+        if *n == 0 && *o != UNOWNED {
+            if let Some(l) = self.load.get_mut(usize::from(*o)) {
+                *l = l.saturating_sub(1);
+            }
+            *o = UNOWNED;
+        }
+    }
+
+    /// Tunnels each worker owns.
+    pub fn load(&self) -> &[u32] {
+        &self.load
+    }
+}
+
+/// The control thread's side of one worker's queue: the ops not yet queued (the queue is
+/// bounded; [`SadWriter::flush`] sends what fits) and the SAs it hands back.
+struct Lane {
+    pending: VecDeque<Op>,
+    ops: Arc<ArrayQueue<Op>>,
+    retired: Arc<ArrayQueue<Installed>>,
+    /// The worker's [`Dests`] table was sent.
+    dests_sent: bool,
+}
+
+/// The control thread's side of the workers' tables: which slots are in use (slots are
+/// one numbering over all workers: a slot is in its owner's table only), which worker
+/// owns each tunnel ([`Owners`]), and a [`Lane`] of ops to each worker.
 pub struct SadWriter {
     free: Vec<u32>,
     capacity: usize,
@@ -343,28 +496,29 @@ pub struct SadWriter {
     spis: FxHashMap<u32, u32>,
     /// By slot: its inbound SA's SPI (0: none or outbound; SPIs below 256 are reserved).
     spi_of: Vec<u32>,
-    pending: VecDeque<Op>,
-    ops: Arc<ArrayQueue<Op>>,
-    retired: Arc<ArrayQueue<Installed>>,
-    /// Until the first inbound SA: the counters of the reassembly table to send with it
-    /// ([`SadWriter::reassemble`]).
+    /// By slot: its SA's interface and owner.
+    placed: Vec<(u16, u16)>,
+    lanes: Vec<Lane>,
+    owners: Owners,
+    /// Until the first inbound SA: the counters of the reassembly table to send worker 0
+    /// with it ([`SadWriter::reassemble`]).
     reasm: Option<Arc<ReasmStats>>,
     /// Per prefix in the worker's [`Dests`]: the slot that has it (as the worker has it),
     /// and the other SAs claiming it, oldest first: when the one that has it leaves, the
     /// newest of the others takes it back (a simultaneous rekey's twin, two spokes with
-    /// one network).
+    /// one network). A prefix is its interface's, so all its claimants have one owner.
     claims: FxHashMap<DestKey, u32>,
     others: FxHashMap<DestKey, Vec<u32>>,
-    /// The worker table's room, sent with the first prefix.
+    /// A worker table's room, sent with its first prefix.
     dests_capacity: usize,
     ifaces: usize,
-    dests_sent: bool,
 }
 
 impl SadWriter {
-    /// Install `sa` for tunnel interface `iface`: its slot. An inbound SA is reachable by
-    /// its SPI from now on (once the worker applies the ops); an outbound one is used
-    /// once [`SadWriter::set_tx`] names it.
+    /// Install `sa` for tunnel interface `iface` on the tunnel's owner (chosen now if it
+    /// has none): its slot. An inbound SA is reachable by its SPI from now on (once the
+    /// workers apply the ops: the owner's table maps the SPI to the slot, the others' to
+    /// the owner); an outbound one is used once [`SadWriter::set_tx`] names it.
     pub fn insert(&mut self, sa: Sa, iface: u16) -> Result<u32, SadError> {
         let inbound = sa.direction() == crate::Direction::Inbound;
         let spi = sa.spi();
@@ -372,33 +526,59 @@ impl SadWriter {
             return Err(SadError::DuplicateSpi(spi));
         }
         let slot = self.free.pop().ok_or(SadError::Full(self.capacity))?;
-        self.pending.push_back(Op::Insert {
-            slot,
-            sa: Installed {
-                sa: SaBox::new(sa),
-                iface,
-            },
-        });
+        let (owner, chosen) = self.owners.take(iface);
+        // With one worker, every tunnel is its: nothing to tell.
+        if chosen && self.lanes.len() > 1 {
+            for l in &mut self.lanes {
+                l.pending.push_back(Op::SetOwner {
+                    iface,
+                    worker: owner as u16,
+                });
+            }
+        }
+        let at = slot as usize;
+        if self.placed.len() <= at {
+            self.placed.resize(at + 1, (0, 0));
+            self.spi_of.resize(at + 1, 0);
+        }
+        if let Some(p) = self.placed.get_mut(at) {
+            *p = (iface, owner as u16);
+        }
+        if let Some(l) = self.lanes.get_mut(owner) {
+            l.pending.push_back(Op::Insert {
+                slot,
+                sa: Installed {
+                    sa: SaBox::new(sa),
+                    iface,
+                },
+            });
+        }
         if inbound {
+            // Worker 0 gathers ESP fragments, whoever owns their SA.
             if let Some(stats) = self.reasm.take() {
-                self.pending
-                    .push_back(Op::Reassembly(Box::new(Reassembly::new(stats))));
+                if let Some(l) = self.lanes.first_mut() {
+                    l.pending
+                        .push_back(Op::Reassembly(Box::new(Reassembly::new(stats))));
+                }
             }
             self.spis.insert(spi, slot);
-            let at = slot as usize;
-            if self.spi_of.len() <= at {
-                self.spi_of.resize(at + 1, 0);
-            }
             if let Some(s) = self.spi_of.get_mut(at) {
                 *s = spi;
             }
-            self.pending.push_back(Op::MapSpi { spi, slot });
+            for (w, l) in self.lanes.iter_mut().enumerate() {
+                let slot = if w == owner {
+                    slot
+                } else {
+                    REMOTE | owner as u32
+                };
+                l.pending.push_back(Op::MapSpi { spi, slot });
+            }
         }
         Ok(slot)
     }
 
-    /// This table gathers ESP fragments: with the first inbound SA, the writer sends it a
-    /// reassembly table counting into `stats`.
+    /// This table gathers ESP fragments: with the first inbound SA, the writer sends
+    /// worker 0 a reassembly table counting into `stats`.
     pub fn reassemble(&mut self, stats: Arc<ReasmStats>) {
         self.reasm = Some(stats);
     }
@@ -408,15 +588,38 @@ impl SadWriter {
         self.spis.get(&spi).copied()
     }
 
-    /// Remove the SA in `slot` (its SPI mapping first, for an inbound one).
+    /// The worker whose table holds the SA in `slot` (installed).
+    pub fn owner(&self, slot: u32) -> Option<usize> {
+        self.placed.get(slot as usize).map(|&(_, o)| usize::from(o))
+    }
+
+    /// Which worker owns which tunnel.
+    pub fn owners(&self) -> &Owners {
+        &self.owners
+    }
+
+    fn lane_of(&mut self, slot: u32) -> Option<&mut Lane> {
+        let o = self.placed.get(slot as usize).map(|&(_, o)| o)?;
+        self.lanes.get_mut(usize::from(o))
+    }
+
+    /// Remove the SA in `slot` (its SPI mapping first, in every table, for an inbound
+    /// one). The tunnel's last SA gone, the tunnel has no owner any more.
     pub fn remove(&mut self, slot: u32) {
         if let Some(spi) = self.spi_of.get_mut(slot as usize).map(std::mem::take) {
             if spi != 0 {
                 self.spis.remove(&spi);
-                self.pending.push_back(Op::UnmapSpi { spi });
+                for l in &mut self.lanes {
+                    l.pending.push_back(Op::UnmapSpi { spi });
+                }
             }
         }
-        self.pending.push_back(Op::Remove { slot });
+        if let Some(l) = self.lane_of(slot) {
+            l.pending.push_back(Op::Remove { slot });
+        }
+        if let Some(&(iface, owner)) = self.placed.get(slot as usize) {
+            self.owners.release(iface, usize::from(owner));
+        }
         self.free.push(slot);
     }
 
@@ -427,13 +630,14 @@ impl SadWriter {
         if self.claims.len() + new > self.dests_capacity {
             return Err(SadError::DestsFull(self.dests_capacity));
         }
-        if !self.dests_sent {
-            self.dests_sent = true;
-            self.pending
-                .push_back(Op::Dests(Box::new(Dests::with_capacity(
-                    self.dests_capacity,
-                    self.ifaces,
-                ))));
+        let (cap, ifaces) = (self.dests_capacity, self.ifaces);
+        let Some(lane) = self.lane_of(slot) else {
+            return Ok(());
+        };
+        if !lane.dests_sent {
+            lane.dests_sent = true;
+            lane.pending
+                .push_back(Op::Dests(Box::new(Dests::with_capacity(cap, ifaces))));
         }
         for &key in keys {
             if let Some(had) = self.claims.insert(key, slot) {
@@ -441,7 +645,9 @@ impl SadWriter {
                     self.others.entry(key).or_default().push(had);
                 }
             }
-            self.pending.push_back(Op::SetDest { key, slot });
+            if let Some(l) = self.lane_of(slot) {
+                l.pending.push_back(Op::SetDest { key, slot });
+            }
         }
         Ok(())
     }
@@ -458,11 +664,15 @@ impl SadWriter {
                 match next {
                     Some(s) => {
                         self.claims.insert(key, s);
-                        self.pending.push_back(Op::SetDest { key, slot: s });
+                        if let Some(l) = self.lane_of(s) {
+                            l.pending.push_back(Op::SetDest { key, slot: s });
+                        }
                     }
                     None => {
                         self.claims.remove(&key);
-                        self.pending.push_back(Op::UnsetDest { key, slot });
+                        if let Some(l) = self.lane_of(slot) {
+                            l.pending.push_back(Op::UnsetDest { key, slot });
+                        }
                     }
                 }
             } else if let Some(v) = self.others.get_mut(&key) {
@@ -474,29 +684,40 @@ impl SadWriter {
         }
     }
 
-    /// Room left in the worker's table of prefixes.
+    /// Room left in the table of prefixes.
     pub fn dests_room(&self) -> usize {
         self.dests_capacity.saturating_sub(self.claims.len())
     }
 
-    /// Make tunnel interface `iface` send with the SA in `slot` ([`NONE`]: none).
+    /// Make tunnel interface `iface` send with the SA in `slot` (installed, on `iface`'s
+    /// owner), or with none ([`NONE`]: told to every worker, owner or not).
     pub fn set_tx(&mut self, iface: u16, slot: u32) {
-        self.pending.push_back(Op::SetTx { iface, slot });
+        if slot == NONE {
+            for l in &mut self.lanes {
+                l.pending.push_back(Op::SetTx { iface, slot });
+            }
+        } else if let Some(l) = self.lane_of(slot) {
+            l.pending.push_back(Op::SetTx { iface, slot });
+        }
     }
 
-    /// Queue what fits of the pending ops, and drop the SAs the worker handed back (their
+    /// Queue what fits of the pending ops, and drop the SAs the workers handed back (their
     /// keys are zeroized as they go). Returns the ops still pending.
     pub fn flush(&mut self) -> usize {
-        while let Some(old) = self.retired.pop() {
-            drop(old);
-        }
-        while let Some(op) = self.pending.pop_front() {
-            if let Err(op) = self.ops.push(op) {
-                self.pending.push_front(op);
-                break;
+        let mut left = 0;
+        for l in &mut self.lanes {
+            while let Some(old) = l.retired.pop() {
+                drop(old);
             }
+            while let Some(op) = l.pending.pop_front() {
+                if let Err(op) = l.ops.push(op) {
+                    l.pending.push_front(op);
+                    break;
+                }
+            }
+            left += l.pending.len();
         }
-        self.pending.len()
+        left
     }
 
     /// Slots free.
@@ -515,21 +736,55 @@ impl SadWriter {
     }
 }
 
-/// A worker's table and the control thread's writer for it, connected.
+/// One worker's table and the control thread's writer for it, connected.
 pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
-    let ops = Arc::new(ArrayQueue::new(OP_QUEUE));
-    let retired = Arc::new(ArrayQueue::new(OP_QUEUE));
-    let max_sas = max_sas.min(NONE as usize);
+    let (mut tables, w) = channels(max_sas, ifaces, 1);
+    let t = tables.pop().unwrap_or_else(|| {
+        Sad::new(
+            0,
+            0,
+            0,
+            Arc::new(ArrayQueue::new(1)),
+            Arc::new(ArrayQueue::new(1)),
+        )
+    });
+    (t, w)
+}
+
+/// The tables of `workers` workers (1 at least), each with room for `max_sas` SAs, and
+/// the control thread's writer for them, connected.
+pub fn channels(max_sas: usize, ifaces: usize, workers: usize) -> (Vec<Sad>, SadWriter) {
+    let workers = workers.clamp(1, usize::from(UNOWNED));
+    let max_sas = max_sas.min(REMOTE as usize - 1);
+    let mut tables = Vec::with_capacity(workers);
+    let mut lanes = Vec::with_capacity(workers);
+    for me in 0..workers {
+        let ops = Arc::new(ArrayQueue::new(OP_QUEUE));
+        let retired = Arc::new(ArrayQueue::new(OP_QUEUE));
+        tables.push(Sad::new(
+            me as u16,
+            max_sas,
+            ifaces,
+            ops.clone(),
+            retired.clone(),
+        ));
+        lanes.push(Lane {
+            pending: VecDeque::new(),
+            ops,
+            retired,
+            dests_sent: false,
+        });
+    }
     (
-        Sad::new(max_sas, ifaces, ops.clone(), retired.clone()),
+        tables,
         SadWriter {
             free: (0..max_sas as u32).rev().collect(),
             capacity: max_sas,
             spis: FxHashMap::default(),
             spi_of: Vec::new(),
-            pending: VecDeque::new(),
-            ops,
-            retired,
+            placed: Vec::new(),
+            lanes,
+            owners: Owners::new(workers, ifaces),
             reasm: None,
             claims: FxHashMap::default(),
             others: FxHashMap::default(),
@@ -537,7 +792,6 @@ pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
             // gateway at its max_sas.
             dests_capacity: max_sas / 2 + 64,
             ifaces,
-            dests_sent: false,
         },
     )
 }
@@ -592,7 +846,10 @@ mod tests {
         assert!(sad.get_mut(t1).is_none());
         assert_eq!(w.len(), 1);
         w.flush();
-        assert!(w.retired.is_empty(), "the removed SAs were dropped");
+        assert!(
+            w.lanes[0].retired.is_empty(),
+            "the removed SAs were dropped"
+        );
     }
 
     #[test]
@@ -642,5 +899,110 @@ mod tests {
             w.flush();
         }
         assert_eq!(sad.inbound(0x1002), 1);
+    }
+
+    #[test]
+    fn a_tunnel_goes_to_the_least_loaded_worker_and_keeps_it_while_it_has_sas() {
+        let mut o = Owners::new(3, 8);
+        assert_eq!(o.of(2), None, "no SA, no owner");
+        assert_eq!(o.take(2), (0, true));
+        assert_eq!(o.take(2), (0, false), "a tunnel's second SA: same owner");
+        assert_eq!(o.take(5), (1, true));
+        assert_eq!(o.take(6), (2, true));
+        assert_eq!(o.take(7), (0, true), "all equal: the lowest");
+        assert_eq!(o.load(), &[2, 1, 1]);
+        // Tunnel 5 loses its SA: worker 1 is the least loaded again.
+        o.release(5, 0);
+        assert_eq!(o.of(5), None);
+        assert_eq!(o.take(3), (1, true));
+        // Tunnel 2 keeps its owner until its last SA goes.
+        o.release(2, 0);
+        assert_eq!(o.of(2), Some(0));
+        o.release(2, 0);
+        assert_eq!(o.of(2), None);
+        assert_eq!(o.load(), &[1, 1, 1]);
+        // SAs of no tunnel (policy SAs): each the least loaded worker, for its life.
+        assert_eq!(o.take(u16::MAX), (0, false));
+        assert_eq!(o.take(u16::MAX), (1, false));
+        assert_eq!(o.of(u16::MAX), None);
+        assert_eq!(o.load(), &[2, 2, 1]);
+        o.release(u16::MAX, 0);
+        assert_eq!(o.load(), &[1, 2, 1]);
+        // One worker: everything is its.
+        let mut one = Owners::new(1, 4);
+        assert_eq!(one.take(1), (0, true));
+        assert_eq!(one.take(2), (0, true));
+    }
+
+    fn apply(tables: &mut [Sad], w: &mut SadWriter) {
+        w.flush();
+        for t in tables.iter_mut() {
+            t.apply_ops(OPS_PER_VECTOR);
+        }
+        w.flush();
+    }
+
+    #[test]
+    fn each_tunnel_has_its_sas_on_its_owner_and_the_others_know_where() {
+        let (mut t, mut w) = channels(8, 4, 2);
+        // Tunnel 2 on worker 0, tunnel 3 on worker 1.
+        let in2 = w.insert(sa(0x1002, Direction::Inbound), 2).unwrap();
+        let out2 = w.insert(sa(0x2002, Direction::Outbound), 2).unwrap();
+        w.set_tx(2, out2);
+        let in3 = w.insert(sa(0x1003, Direction::Inbound), 3).unwrap();
+        let out3 = w.insert(sa(0x2003, Direction::Outbound), 3).unwrap();
+        w.set_tx(3, out3);
+        apply(&mut t, &mut w);
+        assert_eq!((w.owner(in2), w.owner(out2)), (Some(0), Some(0)));
+        assert_eq!((w.owner(in3), w.owner(out3)), (Some(1), Some(1)));
+        // The owner finds the SA by SPI; the other worker finds its owner.
+        assert_eq!(t[0].inbound(0x1002), in2);
+        assert_eq!(remote(t[1].inbound(0x1002)), Some(0));
+        let there = t[1].inbound(0x1002);
+        assert!(t[1].get_mut(there).is_none());
+        assert_eq!(t[1].inbound(0x1003), in3);
+        assert_eq!(remote(t[0].inbound(0x1003)), Some(1));
+        assert_eq!(remote(in3), None, "a slot is no worker");
+        assert_eq!(remote(NONE), None);
+        assert_eq!(t[0].inbound(0x9999), NONE);
+        // Transmit: on the owner only; the other hands the tunnel's packets over.
+        assert_eq!((t[0].tx(2), t[0].elsewhere(2)), (out2, None));
+        assert_eq!((t[1].tx(2), t[1].elsewhere(2)), (NONE, Some(0)));
+        assert_eq!((t[1].tx(3), t[1].elsewhere(3)), (out3, None));
+        assert_eq!((t[0].tx(3), t[0].elsewhere(3)), (NONE, Some(1)));
+        assert_eq!(t[0].elsewhere(1), None, "no SA: stays where it is");
+        // A rekey of tunnel 3: the new SAs go to its owner, the switch is one op there.
+        let in3b = w.insert(sa(0x1013, Direction::Inbound), 3).unwrap();
+        let out3b = w.insert(sa(0x2013, Direction::Outbound), 3).unwrap();
+        w.set_tx(3, out3b);
+        w.remove(out3);
+        w.remove(in3);
+        apply(&mut t, &mut w);
+        assert_eq!((w.owner(in3b), w.owner(out3b)), (Some(1), Some(1)));
+        assert_eq!(t[1].tx(3), out3b);
+        assert_eq!(t[1].inbound(0x1003), NONE);
+        assert_eq!(t[0].inbound(0x1003), NONE, "unmapped everywhere");
+        assert_eq!(remote(t[0].inbound(0x1013)), Some(1));
+        assert!(t[1].get_mut(out3).is_none() && t[1].get_mut(out3b).is_some());
+        // Tunnel 2's SAs all go: it has no owner, and a new tunnel takes worker 0.
+        w.set_tx(2, NONE);
+        w.remove(out2);
+        w.remove(in2);
+        assert_eq!(w.owners().of(2), None);
+        let in1 = w.insert(sa(0x1001, Direction::Inbound), 1).unwrap();
+        apply(&mut t, &mut w);
+        assert_eq!(w.owner(in1), Some(0));
+        assert_eq!(t[0].tx(2), NONE);
+        assert_eq!(w.len(), 3);
+    }
+
+    #[test]
+    fn one_worker_holds_everything_and_hands_nothing_over() {
+        let (mut t, mut w) = channels(4, 4, 1);
+        let a = w.insert(sa(0x1002, Direction::Inbound), 2).unwrap();
+        let b = w.insert(sa(0x1003, Direction::Inbound), 3).unwrap();
+        apply(&mut t, &mut w);
+        assert_eq!((t[0].inbound(0x1002), t[0].inbound(0x1003)), (a, b));
+        assert_eq!((t[0].elsewhere(2), t[0].elsewhere(3)), (None, None));
     }
 }

@@ -73,6 +73,9 @@ pub struct Policy {
     /// Out, protect: the SA's slot in the owner's table ([`NONE`] until resolved). Checked
     /// against the SA's SPI at use.
     pub slot: u32,
+    /// Out, protect: the worker whose table holds the SA (the others hand it the packets
+    /// the policy protects).
+    pub owner: u16,
     /// Its match counters, one per worker.
     counts: Arc<Vec<AtomicU64>>,
 }
@@ -401,6 +404,7 @@ impl Spd {
                 action: p.action,
                 spis,
                 slot: NONE,
+                owner: 0,
                 counts,
             });
             spd.entries.push((iface, p.clone()));
@@ -430,11 +434,12 @@ impl Spd {
         Ok(spd)
     }
 
-    /// Set each outbound protect policy's SA slot: `slot(spi)` ([`NONE`] if not installed).
-    pub fn resolve(&mut self, slot: impl Fn(u32) -> u32) {
+    /// Set each outbound protect policy's SA slot and the worker holding it: `slot(spi)`
+    /// ([`NONE`] if not installed).
+    pub fn resolve(&mut self, slot: impl Fn(u32) -> (u32, u16)) {
         for (p, (_, e)) in self.policies.iter_mut().zip(&self.entries) {
             if p.action == PolicyAction::Protect && e.direction == SaDirection::Out {
-                p.slot = p.spis.first().map_or(NONE, |&s| slot(s));
+                (p.slot, p.owner) = p.spis.first().map_or((NONE, 0), |&s| slot(s));
             }
         }
     }
@@ -685,8 +690,8 @@ default = "discard"
         let c = cfg(POLICIES);
         let names: Vec<String> = vec!["eth0".into(), "eth1".into()];
         let mut a = Spd::compile(&c, &[], &names, 2, &Spd::default()).unwrap();
-        a.resolve(|spi| if spi == 0x1001 { 7 } else { NONE });
-        assert_eq!(a.policies[0].slot, 7);
+        a.resolve(|spi| if spi == 0x1001 { (7, 1) } else { (NONE, 0) });
+        assert_eq!((a.policies[0].slot, a.policies[0].owner), (7, 1));
         assert_eq!(a.policies[3].slot, NONE, "inbound policies have no slot");
         a.policies[0].count(0);
         a.policies[0].count(1);
