@@ -1741,9 +1741,10 @@ mod tests {
         assert!((ef_latency_limit_us(100_000_000) - 1120.0).abs() < 1e-9);
     }
 
-    #[test]
-    fn the_report_summarises_cost_and_targets() {
-        let run = |dut: &str, test: &str, ndr: f64, k: usize| Run {
+    /// A cost run of `dut` on veth at ipv4-64 with NDR `ndr`, repetition `k`, nothing else
+    /// measured.
+    fn cost_run(dut: &str, test: &str, ndr: f64, k: usize) -> Run {
+        Run {
             dut: dut.into(),
             transport: "veth".into(),
             test: test.into(),
@@ -1767,7 +1768,12 @@ mod tests {
             dut_counters: None,
             notes: vec![],
             rfc2544: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_report_summarises_cost_and_targets() {
+        let run = cost_run;
         let mut cong = run("ferrouter", "congestion", 0.1, 0);
         cong.shaper_accuracy = Some(0.995);
         cong.classes = vec![ClassRow {
@@ -1841,29 +1847,11 @@ mod tests {
     #[test]
     fn a_tester_bound_cost_is_judged_by_cpu_time() {
         let run = |dut: &str, test: &str, ndr: f64, ns: Option<f64>, limited: bool| Run {
-            dut: dut.into(),
-            transport: "veth".into(),
-            test: test.into(),
-            profile: "ipv4-64".into(),
-            throughput_mpps: Some(ndr),
-            classes: vec![],
-            repeat: 0,
-            lossless_mpps: None,
             tester_limited: limited,
-            rate_mbps: None,
-            offered_mbps: None,
-            delivered_mbps: None,
-            shaper_accuracy: None,
-            rx_window_s: None,
-            underruns: 0,
-            shaper_burst_bytes: None,
             ns_per_packet: ns,
             cost_trial_loss: ns.map(|_| 0.0),
             cost_rx_mpps: ns.map(|_| 1.0),
-            tester_softirq_pct: None,
-            dut_counters: None,
-            notes: vec![],
-            rfc2544: None,
+            ..cost_run(dut, test, ndr, 0)
         };
         let report = |ours_on: f64, ours_ns_on: f64, loss: f64| {
             let mut on = run("ferrouter", "qos-on", ours_on, Some(ours_ns_on), true);

@@ -661,6 +661,16 @@ impl InNode {
         }
     }
 
+    /// Write DSCP `d` into the IP header `h` (of this node's version), ECN kept.
+    #[inline]
+    fn remark(&self, h: &mut [u8], d: u8) {
+        if self.v6 {
+            set_ip6_dscp(h, d);
+        } else {
+            set_ip4_dscp(h, d);
+        }
+    }
+
     /// Packet `k` under a policy decided by its DSCP alone (`t`: DSCP → class << 8 |
     /// DSCP out, [`InputPolicy::plain`]): one access to its frame, read and re-marked in
     /// place, and its descriptor touched once.
@@ -688,11 +698,7 @@ impl InNode {
         let (class, d) = ((e >> 8) as u8, e as u8);
         // Written whether or not it changes: a branch on the DSCP mispredicts in mixed
         // traffic, and writing the same DSCP back changes nothing (checksum included).
-        if self.v6 {
-            set_ip6_dscp(h, d);
-        } else {
-            set_ip4_dscp(h, d);
-        }
+        self.remark(h, d);
         p.aux = with_class(p.aux, number, class);
         let traced = p.flags & dataplane::trace::F_TRACED != 0;
         if traced {
@@ -722,11 +728,7 @@ impl InNode {
             let Some(h) = mem.frame_mut(p.buf).get_mut(at..) else {
                 return;
             };
-            if self.v6 {
-                set_ip6_dscp(h, d);
-            } else {
-                set_ip4_dscp(h, d);
-            }
+            self.remark(h, d);
         }
         if let Some(q) = batch.pkt_mut(k) {
             q.aux = with_class(q.aux, number, class);
