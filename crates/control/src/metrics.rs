@@ -37,7 +37,7 @@
 //! | `ferrouter_conntrack_flows`, `ferrouter_conntrack_max_flows` | | flows tracked, and the tables' capacity (with `[firewall] conntrack`) |
 //! | `ferrouter_conntrack_events_total` | event=created/expired/refused/early_dropped/invalid | |
 //! | `ferrouter_ipsec_sas` | | IPsec SAs installed |
-//! | `ferrouter_ipsec_worker_sas` | worker | IPsec SAs each worker holds (its tunnels'; worker 0 also the policy SAs) |
+//! | `ferrouter_ipsec_worker_sas` | worker | IPsec SAs each worker holds (its tunnels' and the policy SAs placed on it) |
 //! | `ferrouter_ipsec_handed_off_total` | | packets handed to the worker holding their SA (ESP fragments: to worker 0) |
 //! | `ferrouter_ipsec_reassembly_total` | event=fragments/reassembled/timed_out/evicted/discarded | fragmented ESP gathered before decryption |
 //! | `ferrouter_ipsec_sa_packets_total`, `_bytes_total` | tunnel, direction, spi | inner packets and bytes per SA |
@@ -411,7 +411,7 @@ fn ipsec_metrics(s: &mut Scrape, shared: &Shared) {
     }
     s.gauge(
         "ferrouter_ipsec_worker_sas",
-        "IPsec SAs each worker holds (the SAs of the tunnels it owns; worker 0 also the policy SAs).",
+        "IPsec SAs each worker holds (the SAs of the tunnels it owns, and the policy SAs placed on it).",
         by_worker
             .into_iter()
             .map(|(w, n)| (vec![("worker", w.to_string())], n as f64))

@@ -1041,7 +1041,7 @@ pub struct IpsecSaView {
     pub bytes: u64,
     /// Outbound: the last sequence number sent; inbound: the highest accepted.
     pub sequence: u64,
-    /// The worker holding it (its tunnel's owner; worker 0 for a policy SA): its sequence
+    /// The worker holding it (its tunnel's owner; a policy SA's own): its sequence
     /// number or replay window is that worker's alone, and the other workers hand it
     /// their packets for the SA.
     #[serde(default)]
