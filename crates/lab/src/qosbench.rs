@@ -1164,18 +1164,6 @@ impl Report {
                 keys.push(k);
             }
         }
-        let ndr = |dut: &str, tr: &str, p: &str, test: &str, k: usize| {
-            self.runs
-                .iter()
-                .find(|r| {
-                    r.dut == dut
-                        && r.transport == tr
-                        && r.profile == p
-                        && r.test == test
-                        && r.repeat == k
-                })
-                .and_then(|r| r.throughput_mpps)
-        };
         let reps = opts.repeat.max(1);
         let run_of = |dut: &str, tr: &str, p: &str, test: &str, k: usize| {
             self.runs.iter().find(|r| {
@@ -1185,6 +1173,9 @@ impl Report {
                     && r.test == test
                     && r.repeat == k
             })
+        };
+        let ndr = |dut: &str, tr: &str, p: &str, test: &str, k: usize| {
+            run_of(dut, tr, p, test, k).and_then(|r| r.throughput_mpps)
         };
         let ns = |dut: &str, tr: &str, p: &str, test: &str, k: usize| {
             run_of(dut, tr, p, test, k).and_then(|r| r.ns_per_packet)
