@@ -1686,6 +1686,20 @@ fn tx_slot(cx: &FeatureCx<'_>, batch: &Batch<'_>, sad: &Sad, k: usize, v6: bool)
     }
 }
 
+/// The worker a packet for tunnel `iface` with `flags` is handed to: the tunnel's owner
+/// when that is another worker, unless the packet was handed here for output already
+/// ([`F_TO_OUTPUT`]). Such a packet stays, as the policy node's do: a table that has not
+/// taken up a new owner yet (the tunnel lost its last SA and got another worker while the
+/// packet was in a lane) would send it back, and it could cross again. It is encrypted
+/// here if this worker holds the tunnel's SA, else dropped as `no_sa`.
+#[inline]
+fn hand_to(sad: &Sad, iface: u16, flags: u16) -> Option<usize> {
+    if flags & F_TO_OUTPUT != 0 {
+        return None;
+    }
+    sad.elsewhere(iface)
+}
+
 /// Encrypt the packets routed to tunnels in `batch` with their SAs; a packet for a
 /// tunnel another worker owns goes to that worker's output arc of the tunnel through `ho`.
 fn encrypt_batch(
@@ -1709,7 +1723,7 @@ fn encrypt_batch(
             continue;
         };
         let iface = batch.iface(k);
-        if let Some(w) = sad.elsewhere(iface) {
+        if let Some(w) = hand_to(sad, iface, p.flags) {
             // From 14 bytes before its IP header, which the owner takes for an Ethernet
             // header (one bound for fragmentation has had none written).
             let start = (p.off as usize + p.l3 as usize).saturating_sub(14);
@@ -2149,6 +2163,12 @@ mod tests {
         }
         assert_eq!(s.workers[1].borrow().tx(3), out3b);
         assert_eq!(s.workers[0].borrow().elsewhere(3), Some(1));
+        // ipsec1's packets go to worker 1, but one handed to worker 0 for output (its
+        // table naming another owner than the sender's did) stays and finds no SA there.
+        assert_eq!(hand_to(&s.workers[0].borrow(), 3, 0), Some(1));
+        assert_eq!(hand_to(&s.workers[0].borrow(), 3, F_TO_OUTPUT), None);
+        assert_eq!(s.workers[0].borrow().tx(3), sad::NONE);
+        assert_eq!(hand_to(&s.workers[1].borrow(), 3, 0), None);
         assert_eq!(s.workers[0].borrow().inbound(0x1002), in2);
         assert_eq!(sad::remote(s.workers[1].borrow().inbound(0x1002)), Some(0));
     }
