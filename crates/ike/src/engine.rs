@@ -13,7 +13,8 @@
 //! exponential backoff and a message-ID window of one; answers to retransmitted requests
 //! from the stored response.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -849,6 +850,15 @@ pub struct Engine {
     sas: HashMap<u64, Box<IkeSa>>,
     /// Responder: (peer address, initiator's SPI) → our SPI, while half-open.
     by_init: HashMap<(SocketAddr, u64), u64>,
+    /// The SAs of each peer (those [`IkeSa::peer`] names), by a hash of the peer's name
+    /// ([`PeerSas`]): what INITIAL_CONTACT, `unique_ids`, `initiate`, `terminate`, a config
+    /// change and the tick look at, without a pass over every SA of the engine (on a hub
+    /// of 10,000 peers each of those was O(SAs), the tick's every 100 ms). Kept by
+    /// [`Engine::insert_sa`], [`Engine::remove_sa`] and the responder's IKE_AUTH, the only
+    /// places an SA gets or loses its peer.
+    by_peer: HashMap<u64, PeerSas>,
+    /// Hashes peer names for [`Engine::by_peer`].
+    name_hash: std::hash::RandomState,
     half_open: usize,
     cookie_threshold: usize,
     cookie_secret: [u8; 32],
@@ -883,6 +893,58 @@ pub struct Engine {
     /// Tests: the same with this INTERNAL_IP6_ADDRESS value (beside the IPv4 one, if
     /// any).
     ask_vip6: Option<Vec<u8>>,
+}
+
+/// The SAs of one peer name (of one hash of it) in [`Engine::by_peer`]: most peers have one
+/// (a site-to-site peer), kept inline; a peer of many SAs (a `remote = "any"` peer of
+/// road warriors) gets a set. 24 bytes a peer in the table with one SA.
+#[derive(Debug, PartialEq, Eq)]
+enum PeerSas {
+    One(u64),
+    // Boxed: the set (48 bytes with its hasher) would make every peer's entry that size;
+    // the extra allocation is only for peers of more than one SA.
+    #[allow(clippy::box_collection)]
+    Many(Box<HashSet<u64>>),
+}
+
+impl PeerSas {
+    fn insert(&mut self, spi: u64) {
+        match self {
+            PeerSas::One(k) if *k == spi => {}
+            PeerSas::One(k) => *self = PeerSas::Many(Box::new(HashSet::from([*k, spi]))),
+            PeerSas::Many(set) => {
+                set.insert(spi);
+            }
+        }
+    }
+
+    /// Takes `spi` out; true when none is left.
+    fn remove(&mut self, spi: u64) -> bool {
+        match self {
+            PeerSas::One(k) => *k == spi,
+            PeerSas::Many(set) => {
+                set.remove(&spi);
+                if set.len() > 1 {
+                    return false;
+                }
+                match set.iter().next().copied() {
+                    None => true,
+                    Some(k) => {
+                        *self = PeerSas::One(k);
+                        false
+                    }
+                }
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        let (one, many) = match self {
+            PeerSas::One(k) => (Some(*k), None),
+            PeerSas::Many(set) => (None, Some(set.iter().copied())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
 }
 
 /// The virtual IPs leased to an IKE SA: one of each family asked for (and in the pools).
@@ -1192,6 +1254,8 @@ impl Engine {
             peers,
             sas: HashMap::new(),
             by_init: HashMap::new(),
+            by_peer: HashMap::new(),
+            name_hash: std::hash::RandomState::new(),
             half_open: 0,
             cookie_threshold: DEFAULT_COOKIE_THRESHOLD,
             cookie_secret: secret,
@@ -1262,8 +1326,48 @@ impl Engine {
 
     /// A new IKE SA, looked at on the next tick.
     fn insert_sa(&mut self, spi: u64, sa: Box<IkeSa>, now: Instant) {
+        if let Some(old) = self.sas.remove(&spi) {
+            if let Some(p) = &old.peer {
+                self.unindex_peer(spi, &p.name);
+            }
+        }
+        if let Some(p) = &sa.peer {
+            self.index_peer(spi, &p.name);
+        }
         self.sas.insert(spi, sa);
         self.arm(spi, now);
+    }
+
+    /// SA `spi` counts as peer `name`'s.
+    fn index_peer(&mut self, spi: u64, name: &str) {
+        let h = self.name_hash.hash_one(name);
+        match self.by_peer.entry(h) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(PeerSas::One(spi));
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => o.get_mut().insert(spi),
+        }
+    }
+
+    /// SA `spi` no longer counts as peer `name`'s.
+    fn unindex_peer(&mut self, spi: u64, name: &str) {
+        let h = self.name_hash.hash_one(name);
+        if let Some(sas) = self.by_peer.get_mut(&h) {
+            if sas.remove(spi) {
+                self.by_peer.remove(&h);
+            }
+        }
+    }
+
+    /// The SAs of peer `name` (any state), by our SPI.
+    fn sas_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (u64, &'a IkeSa)> + 'a {
+        self.by_peer
+            .get(&self.name_hash.hash_one(name))
+            .into_iter()
+            .flat_map(PeerSas::iter)
+            .filter_map(|k| Some((k, &**self.sas.get(&k)?)))
+            // Another name of the same hash shares the entry.
+            .filter(move |(_, s)| s.peer.as_ref().is_some_and(|p| p.name == name))
     }
 
     /// Replaces the peers: SAs of peers gone or changed are deleted (their children
@@ -1273,20 +1377,27 @@ impl Engine {
         self.peers = peers.into_iter().map(Arc::new).collect();
         // The CAs and CRLs may have changed: chains are verified afresh.
         self.chain_cache.clear();
-        let kept: Vec<String> = self
+        // By name, so that a config of many peers is not compared pair by pair.
+        let old: HashMap<&str, &Arc<Peer>> = old.iter().map(|o| (o.name.as_str(), o)).collect();
+        let kept: HashSet<String> = self
             .peers
             .iter()
             .filter(|p| {
-                old.iter()
-                    .any(|o| o.name == p.name && format!("{o:?}") == format!("{p:?}"))
+                old.get(p.name.as_str())
+                    .is_some_and(|o| format!("{o:?}") == format!("{p:?}"))
             })
             .map(|p| p.name.clone())
             .collect();
         let gone: Vec<u64> = self
-            .sas
-            .iter()
-            .filter(|(_, s)| s.peer.as_ref().is_some_and(|p| !kept.contains(&p.name)))
-            .map(|(k, _)| *k)
+            .by_peer
+            .values()
+            .flat_map(PeerSas::iter)
+            .filter(|k| {
+                self.sas
+                    .get(k)
+                    .and_then(|s| s.peer.as_ref())
+                    .is_some_and(|p| !kept.contains(&p.name))
+            })
             .collect();
         // Pools of peers kept stay as they are (their leases with them); the others start
         // afresh, and the SAs of those peers, deleted, give nothing back to them.
@@ -1322,11 +1433,7 @@ impl Engine {
                 "peer `{name}` has remote = any: it can only respond"
             ));
         };
-        if self
-            .sas
-            .values()
-            .any(|s| s.peer.as_ref().is_some_and(|p| p.name == name) && s.state != State::Deleting)
-        {
+        if self.sas_of(name).any(|(_, s)| s.state != State::Deleting) {
             return Ok(());
         }
         let first = peer.ike[0];
@@ -1366,12 +1473,7 @@ impl Engine {
         if !self.peers.iter().any(|p| p.name == name) {
             return Err(format!("no peer `{name}`"));
         }
-        let spis: Vec<u64> = self
-            .sas
-            .iter()
-            .filter(|(_, s)| s.peer.as_ref().is_some_and(|p| p.name == name))
-            .map(|(k, _)| *k)
-            .collect();
+        let spis: Vec<u64> = self.sas_of(name).map(|(k, _)| k).collect();
         let n = spis.len();
         for spi in spis {
             self.delete_ike(spi, now, out);
@@ -1859,13 +1961,17 @@ impl Engine {
         c
     }
 
-    /// The peers a message to `local` from `remote` may be for.
-    fn candidates(&self, local: &SocketAddr, remote: &SocketAddr) -> Vec<Arc<Peer>> {
-        self.peers
+    /// The peers a message to `local` from `remote` may be for (borrowed: a hub of many
+    /// peers cloned and dropped an `Arc` of each per message, half of its setup time).
+    fn candidates<'a>(
+        peers: &'a [Arc<Peer>],
+        local: &SocketAddr,
+        remote: &SocketAddr,
+    ) -> impl Iterator<Item = &'a Arc<Peer>> + Clone + 'a {
+        let (local, remote) = (local.ip(), remote.ip());
+        peers
             .iter()
-            .filter(|p| p.local == local.ip() && p.remote.is_none_or(|r| r == remote.ip()))
-            .cloned()
-            .collect()
+            .filter(move |p| p.local == local && p.remote.is_none_or(|r| r == remote))
     }
 
     fn on_init_request(
@@ -1913,22 +2019,19 @@ impl Engine {
                 return;
             }
         }
-        let cands = self.candidates(&local, &remote);
         // The initiator's order decides (§2.7), among what any candidate peer accepts.
-        let mut chosen: Option<(u8, IkeProposal)> = None;
-        'outer: for p in props {
-            for c in &cands {
-                for ours in &c.ike {
-                    if ike_matches(p, ours) && p.spi.is_empty() {
-                        chosen = Some((p.number, *ours));
-                        break 'outer;
-                    }
-                }
-            }
-        }
+        let chosen = props.iter().find_map(|p| {
+            Self::candidates(&self.peers, &local, &remote)
+                .flat_map(|c| c.ike.iter())
+                .find(|ours| ike_matches(p, ours) && p.spi.is_empty())
+                .map(|ours| (p.number, *ours))
+        });
         let Some((number, suite)) = chosen else {
             self.counters.failed.no_proposal += 1;
-            if cands.is_empty() {
+            if Self::candidates(&self.peers, &local, &remote)
+                .next()
+                .is_none()
+            {
                 self.counters.failed.unknown_peer += 1;
                 tracing::info!(%remote, %local, "IKE: IKE_SA_INIT from an address no peer is configured for");
             } else {
@@ -2005,7 +2108,7 @@ impl Engine {
         // NAT detection (§2.23), answered only when asked.
         let nat = match nat_found(ps, h.spi_i, 0, &remote, &local) {
             Some(found) => {
-                let force = cands.iter().any(|c| c.encap);
+                let force = Self::candidates(&self.peers, &local, &remote).any(|c| c.encap);
                 resp_ps.extend(nat_payloads(h.spi_i, spi_r, &local, &remote, force));
                 found || force
             }
@@ -2021,14 +2124,14 @@ impl Engine {
         }
         // Certificates (§3.7, RFC 7427 §4): which CAs we trust, which hashes we take.
         let mut ca_hashes: Vec<u8> = Vec::new();
-        for c in cands.iter().filter_map(|c| c.cert.as_ref()) {
+        for c in Self::candidates(&self.peers, &local, &remote).filter_map(|c| c.cert.as_ref()) {
             for h in c.ca_hashes.chunks(20) {
                 if !ca_hashes.chunks(20).any(|x| x == h) {
                     ca_hashes.extend_from_slice(h);
                 }
             }
         }
-        if cands.iter().any(|c| c.cert.is_some()) {
+        if Self::candidates(&self.peers, &local, &remote).any(|c| c.cert.is_some()) {
             resp_ps.push(Payload::CertReq {
                 encoding: wire::cert::X509,
                 data: ca_hashes,
@@ -2482,9 +2585,7 @@ impl Engine {
             self.refuse(spi, h, notify::INVALID_SYNTAX, out);
             return;
         };
-        let cands = self.candidates(&sa.local, &sa.remote);
-        let peer = cands
-            .iter()
+        let peer = Self::candidates(&self.peers, &sa.local, &sa.remote)
             .find(|p| id_matches(&p.remote_id, &id_i))
             .cloned();
         let result = match &peer {
@@ -2582,8 +2683,15 @@ impl Engine {
         let Some(sa) = self.sas.get_mut(&spi) else {
             return;
         };
-        sa.peer = Some(peer.clone());
+        let before = sa.peer.replace(peer.clone());
         sa.schedule_rekey(now);
+        if let Some(b) = before {
+            self.unindex_peer(spi, &b.name);
+        }
+        self.index_peer(spi, &peer.name);
+        let Some(sa) = self.sas.get_mut(&spi) else {
+            return;
+        };
         let (remote, spi_i) = (sa.remote, sa.spi_i);
         self.by_init.remove(&(remote, spi_i));
         self.half_open = self.half_open.saturating_sub(1);
@@ -2631,17 +2739,12 @@ impl Engine {
         }
     }
 
-    /// The established IKE SAs of peer `name` but `spi` (a look at every SA: only when
-    /// an IKE_AUTH asks for it).
+    /// The established IKE SAs of peer `name` but `spi` (the peer's own, through
+    /// [`Engine::by_peer`]).
     fn established_of(&self, name: &str, spi: u64) -> Vec<u64> {
-        self.sas
-            .iter()
-            .filter(|(k, s)| {
-                **k != spi
-                    && s.state == State::Established
-                    && s.peer.as_ref().is_some_and(|p| p.name == name)
-            })
-            .map(|(k, _)| *k)
+        self.sas_of(name)
+            .filter(|(k, s)| *k != spi && s.state == State::Established)
+            .map(|(k, _)| k)
             .collect()
     }
 
@@ -3479,6 +3582,9 @@ impl Engine {
         let Some(sa) = self.sas.remove(&spi) else {
             return;
         };
+        if let Some(p) = &sa.peer {
+            self.unindex_peer(spi, &p.name);
+        }
         self.forget_reassembly(&sa);
         self.release_vip(spi, &sa);
         if sa.state == State::HalfOpen {
@@ -3736,16 +3842,15 @@ impl Engine {
         if !self.peers.iter().any(|p| p.initiate) {
             return;
         }
-        let live: std::collections::HashSet<&str> = self
-            .sas
-            .values()
-            .filter(|s| s.state != State::Deleting)
-            .filter_map(|s| s.peer.as_ref().map(|q| q.name.as_str()))
-            .collect();
         let want: Vec<String> = self
             .peers
             .iter()
-            .filter(|p| p.initiate && !live.contains(p.name.as_str()))
+            .filter(|p| {
+                p.initiate
+                    && !self
+                        .sas_of(&p.name)
+                        .any(|(_, s)| s.state != State::Deleting)
+            })
             .filter(|p| self.retry_at.get(&p.name).is_none_or(|t| now >= *t))
             .map(|p| p.name.clone())
             .collect();

@@ -31,6 +31,29 @@ struct Pair {
     wire_b: Vec<Vec<u8>>,
 }
 
+/// `Engine::by_peer` holds exactly the SAs that name a peer, under its name (every test
+/// of a pair checks it after each round of messages).
+fn check_peer_index(e: &Engine) {
+    let mut scan: HashMap<u64, HashSet<u64>> = HashMap::new();
+    for (k, s) in &e.sas {
+        if let Some(p) = &s.peer {
+            let h = e.name_hash.hash_one(p.name.as_str());
+            scan.entry(h).or_default().insert(*k);
+        }
+    }
+    let index: HashMap<u64, HashSet<u64>> = e
+        .by_peer
+        .iter()
+        .map(|(h, sas)| (*h, sas.iter().collect()))
+        .collect();
+    assert_eq!(index, scan, "the SAs by peer");
+    // One SA is kept inline, never as a set of one.
+    assert!(e.by_peer.values().all(|s| match s {
+        PeerSas::One(_) => true,
+        PeerSas::Many(set) => set.len() > 1,
+    }));
+}
+
 impl Pair {
     fn new(a: Peer, b: Peer) -> Pair {
         let a_addr = SocketAddr::new(a.local, 500);
@@ -53,6 +76,8 @@ impl Pair {
     /// Delivers events until both are quiet (bounded); `drop_a` loses a's datagrams.
     fn run(&mut self, mut from_a: Vec<Event>, mut from_b: Vec<Event>, drop_a: bool) {
         for _ in 0..50 {
+            check_peer_index(&self.a);
+            check_peer_index(&self.b);
             if from_a.is_empty() && from_b.is_empty() {
                 return;
             }
@@ -2238,6 +2263,7 @@ impl Warriors {
         while let Some((src, e)) = queue.pop_front() {
             n += 1;
             assert!(n < 1000, "the engines did not settle");
+            check_peer_index(&self.gw);
             match e {
                 Event::Send {
                     local,
