@@ -138,6 +138,32 @@ fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
     ping_until(l, String::new);
 }
 
+/// IKE between gateways whose WAN addresses are on a VLAN sub-interface (`wan.100`): the
+/// exchanges go through the sub-interface's TAP, and the children's ESP comes tagged and is
+/// decrypted in the fast path.
+#[test]
+fn ike_keys_a_tunnel_between_vlan_sub_interfaces() {
+    let mut l = lab("ikv");
+    l.ike = true;
+    l.config_sas = false;
+    l.vlan = true;
+    l.up(Path::new(common::bin()))
+        .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
+    let g = IpsecGuard(l);
+    let l = &g.0;
+    let sa = &wait_established(l, 1, String::new);
+    assert_eq!(sa["peer"], "gw2");
+    ping_until(l, String::new);
+    let ipsec = control::api::request_json(&l.socket(2), "ipsec", None).unwrap();
+    let inbound = ipsec["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["direction"] == "in")
+        .unwrap_or_else(|| panic!("no in SA: {ipsec:#}"));
+    assert!(inbound["packets"].as_u64().unwrap() >= 1, "{ipsec:#}");
+}
+
 #[test]
 fn ferrouter_and_strongswan_negotiate_every_proposal_each_side_initiating() {
     let (g, mut charon) = swan_lab("iks");

@@ -65,6 +65,28 @@ fn policies_work_with_two_workers() {
     policies_between_two_gateways("ipw", 2);
 }
 
+/// The SPD on a VLAN sub-interface (`wan.100`, the gateways' WAN addresses on it): ESP
+/// arrives tagged, is decrypted in the fast path, and the inbound check is that
+/// sub-interface's SPD (its PROTECT policy counts the packets; nothing is refused as
+/// unprotected).
+#[test]
+fn policies_on_a_vlan_sub_interface_decrypt_its_tagged_esp() {
+    let g = common::ipsec::up("ipq", &[("tcpdump", "tcpdump")], |l: &mut IpsecLab| {
+        l.policy = true;
+        l.vlan = true;
+    });
+    let l = &g.0;
+    ping_until(l, &l.h1(), H2);
+    let (ok, out) = sh(l, &l.h1(), &["ping", "-c5", "-i0.2", "-W2", H2]);
+    assert!(ok && out.contains(" 0% packet loss"), "{out}");
+    ping_until(l, &l.h1(), H2_V6);
+    assert!(matches(l, 1, OUT_PROTECT) >= 6, "gw1: {}", drop_list(l, 1));
+    assert!(matches(l, 2, IN_PROTECT) >= 6, "gw2: {}", drop_list(l, 2));
+    assert_eq!(drops(l, 2, "ipsec4-policy-in", "not_protected"), 0);
+    assert_eq!(drops(l, 2, "ipsec4-policy-in", "policy_mismatch"), 0);
+    assert_eq!(drops(l, 2, "esp-decrypt", "unknown_spi"), 0);
+}
+
 fn policies_between_two_gateways(tag: &str, workers: usize) {
     assert!(
         Path::new("/usr/bin/python3").exists(),

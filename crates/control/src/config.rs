@@ -1475,21 +1475,71 @@ impl Config {
             return;
         }
         // On AF_PACKET the kernel gets its own copy of every frame: with no ESP of its own,
-        // it would answer each ESP packet with a protocol unreachable.
-        self.refuse_af_packet(r, "IPsec", "ESP to the router itself");
+        // it would answer each ESP packet with a protocol unreachable. Not ESP tagged for a
+        // VLAN sub-interface: the kernel has no VLAN device for its tags and drops the
+        // frame. So a port that runs AF_PACKET because it carries sub-interfaces may stay
+        // when all of IPsec's ends are on sub-interfaces (its ESP then arrives tagged).
+        let vlan_parents = self.ipsec_ends_on_vlans();
+        self.refuse_af_packet_but(
+            r,
+            ("IPsec", "ESP to the router itself"),
+            ", or have every IPsec end (tunnels' and SAs' `local`, IKE peers' `local` and `interface`, SPDs) on VLAN sub-interfaces",
+            vlan_parents,
+        );
+    }
+
+    /// Whether every end of IPsec the config names is on a VLAN sub-interface: tunnels'
+    /// and SAs' local addresses and IKE peers' among the addresses of `[[vlan]]`s'
+    /// `[[interface]]` entries, SPDs (policies, defaults, IKE peers' `interface`) on
+    /// `[[vlan]]`s, and no transport-mode SA without its SPD interface known.
+    fn ipsec_ends_on_vlans(&self) -> bool {
+        let vlan = |name: &str| self.vlans.iter().any(|v| v.name == name);
+        let addrs: Vec<IpAddr> = self
+            .interfaces
+            .iter()
+            .filter(|i| vlan(&i.name))
+            .flat_map(|i| &i.addresses)
+            .filter_map(|a| a.split('/').next()?.parse().ok())
+            .collect();
+        let on_vlan = |a: &IpAddr| addrs.contains(a);
+        let ip = &self.ipsec;
+        !self.vlans.is_empty()
+            && ip.tunnels.iter().all(|t| on_vlan(&t.local))
+            && ip.sas.iter().all(|s| s.local.as_ref().is_none_or(on_vlan))
+            && ip.policies.iter().all(|p| vlan(&p.interface))
+            && ip.spds.iter().all(|p| vlan(&p.interface))
+            && ip
+                .peers
+                .iter()
+                .all(|p| on_vlan(&p.local) && p.interface.as_deref().is_none_or(vlan))
     }
 
     /// `feature` cannot work on a port that runs AF_PACKET (so does one carrying VLAN
     /// sub-interfaces under `auto`): the kernel gets a copy of every frame and would answer
     /// `what` itself.
     fn refuse_af_packet(&self, r: &mut Report, feature: &str, what: &str) {
+        self.refuse_af_packet_but(r, (feature, what), "", false);
+    }
+
+    /// [`Config::refuse_af_packet`], with `hint` after the advice; ports that carry VLAN
+    /// sub-interfaces are let be if `vlan_parents`.
+    fn refuse_af_packet_but(
+        &self,
+        r: &mut Report,
+        (feature, what): (&str, &str),
+        hint: &str,
+        vlan_parents: bool,
+    ) {
         for (i, p) in self.ports.iter().enumerate() {
             let vlan_parent = self.vlans.iter().any(|v| v.parent == p.name);
+            if vlan_parent && vlan_parents {
+                continue;
+            }
             if p.backend == Backend::AfPacket || (p.backend == Backend::Auto && vlan_parent) {
                 r.add(
                     format!("port[{i}].backend"),
                     format!(
-                        "port {} runs AF_PACKET{}, where {feature} cannot work: the kernel gets a copy of every frame and would answer {what}; use af_xdp (or auto without VLAN sub-interfaces) or memif",
+                        "port {} runs AF_PACKET{}, where {feature} cannot work: the kernel gets a copy of every frame and would answer {what}; use af_xdp (or auto without VLAN sub-interfaces) or memif{hint}",
                         p.name,
                         if vlan_parent { " (it carries VLAN sub-interfaces)" } else { "" }
                     ),
@@ -1836,6 +1886,20 @@ mod tests {
             e.contains("port[0].backend: port eth1 runs AF_PACKET, where IPsec cannot work"),
             "{e}"
         );
+        // A port that runs AF_PACKET for its VLAN sub-interfaces: refused while the tunnel
+        // ends on the port itself (its ESP would come untagged, and the kernel answer it)...
+        let vlan = "[[vlan]]\nname = \"eth1.100\"\nparent = \"eth1\"\nid = 100\n";
+        let e = parse(&format!("{PORT}{vlan}{good}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("port eth1 runs AF_PACKET (it carries VLAN sub-interfaces), where IPsec cannot work")
+                && e.contains("or have every IPsec end"),
+            "{e}"
+        );
+        // ... and taken when it ends on a sub-interface (its ESP comes tagged).
+        let on_vlan = "[[interface]]\nname = \"eth1.100\"\naddresses = [\"192.0.2.1/24\"]\n";
+        parse(&format!("{PORT}{vlan}{on_vlan}{good}")).unwrap();
         std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o604)).unwrap();
         let e = problems(&good);
         assert!(

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::buffer::{PacketMemory, Pkt, F_LOCAL_ORIGIN, VECTOR_SIZE};
-use crate::interfaces::Interfaces;
+use crate::interfaces::{Interfaces, Subifs};
 
 /// A point of the graph where features run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,10 +98,23 @@ pub struct FeatureCx<'a> {
     pub fib: &'a fib::FibReader,
     /// The interface table.
     pub ifaces: &'a Interfaces,
+    /// Its VLAN sub-interfaces by their tags ([`FeatureCx::subif_of`]).
+    pub subifs: &'a Subifs,
     /// Monotonic clock of the vector, in ns.
     pub now_ns: u64,
     /// The arc being run.
     pub arc: ArcId,
+}
+
+impl FeatureCx<'_> {
+    /// The VLAN sub-interface a tagged `frame` (from its Ethernet header) received on
+    /// `rx_port` belongs to, as ethernet-input will find it; `None` if it is untagged or of
+    /// no sub-interface (ethernet-input drops such a tagged frame). For features on
+    /// `port-input`, which see frames before ethernet-input has read their tags.
+    #[inline]
+    pub fn subif_of(&self, rx_port: u16, frame: &[u8]) -> Option<u16> {
+        self.subifs.of(self.ifaces, rx_port, frame)
+    }
 }
 
 /// The packets of one vector that reach a feature: those on interfaces that enabled it,

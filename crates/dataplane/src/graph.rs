@@ -24,7 +24,7 @@ use crate::buffer::{PacketMemory, Pkt, Vector, F_LOCAL_ORIGIN, F_TO_FRAG, MAX_FR
 use crate::capture::Capturer;
 use crate::counters::{Counters, Reason};
 use crate::feature::{self, ArcId, FeatureCx, FeatureState, Registry, DEAD};
-use crate::interfaces::{vlan_key, Interfaces, PuntPath, VlanTags};
+use crate::interfaces::{Interfaces, PuntPath, Subifs, VlanTags};
 use crate::punt::{PuntPacket, PuntProducer};
 use crate::ratelimit::{PeerLimiter, RateLimiter};
 use crate::trace::{Step, Tracer, F_TRACED};
@@ -184,8 +184,8 @@ pub struct Graph {
     /// Index of the first VLAN sub-interface in the port table (its length if none): an
     /// adjacency on a port below it is sent untagged, on that port.
     pub(crate) first_subif: usize,
-    /// Sub-interfaces by the key of their tags on their parent ([`vlan_key`]), sorted.
-    subifs: Vec<(u64, u16)>,
+    /// Sub-interfaces by their tags (also lent to the features).
+    subifs: Subifs,
     /// Bit `p`: port `p` is down ([`crate::interfaces::PortInfo::down`]); ports are at most 64.
     tx_down: u64,
     pub(crate) counters: Arc<Counters>,
@@ -236,11 +236,11 @@ impl Graph {
         punt: Option<PuntProducer>,
         cfg: GraphConfig,
     ) -> Graph {
-        let (first_subif, subifs) = subifs_of(&ifaces);
+        let subifs = Subifs::new(&ifaces);
         Graph {
+            first_subif: subifs.first(),
             fib,
             port_macs: macs_of(&ifaces),
-            first_subif,
             subifs,
             tx_down: down_of(&ifaces),
             ifaces,
@@ -320,7 +320,8 @@ impl Graph {
     /// Replace the interface table (control plane update between vectors).
     pub fn set_interfaces(&mut self, ifaces: Arc<Interfaces>) {
         self.port_macs = macs_of(&ifaces);
-        (self.first_subif, self.subifs) = subifs_of(&ifaces);
+        self.subifs = Subifs::new(&ifaces);
+        self.first_subif = self.subifs.first();
         self.tx_down = down_of(&ifaces);
         self.ifaces = ifaces;
     }
@@ -466,6 +467,7 @@ impl Graph {
                     mem: &mut *mem,
                     fib: &self.fib,
                     ifaces: &self.ifaces,
+                    subifs: &self.subifs,
                     now_ns: self.now_ns,
                     arc,
                 };
@@ -833,21 +835,7 @@ impl Graph {
     #[cold]
     #[inline(never)]
     pub(crate) fn subif_of(&self, rx_port: u16, frame: &[u8]) -> Option<u16> {
-        let port = if (rx_port as usize) < self.first_subif {
-            rx_port
-        } else {
-            self.ifaces.port(rx_port)?.vlan?.parent
-        };
-        let [(tpid, outer), (inner_tpid, inner)] = wire::parse_l2(frame).ok()?.tags;
-        let inner = match inner_tpid {
-            0 => 0,
-            wire::ethertype::VLAN => inner,
-            // An S-tag inside is no stack a sub-interface is declared with.
-            _ => return None,
-        };
-        let key = vlan_key(port, tpid, outer, inner);
-        let i = self.subifs.binary_search_by_key(&key, |e| e.0).ok()?;
-        Some(self.subifs[i].1)
+        self.subifs.of(&self.ifaces, rx_port, frame)
     }
 
     /// Where a frame for `adj` leaves: its port, untagged; a sub-interface's frames leave by
@@ -952,23 +940,6 @@ pub(crate) fn write_eth(
 /// a tunnel interface.
 fn is_virtual(ifaces: &Interfaces, iface: u16, out: &Output) -> bool {
     iface as usize >= out.tx.len() && ifaces.port(iface).is_some_and(|p| p.vlan.is_none())
-}
-
-/// The first sub-interface's index and the sub-interfaces by their tags' key.
-fn subifs_of(ifaces: &Interfaces) -> (usize, Vec<(u64, u16)>) {
-    let first = ifaces
-        .ports
-        .iter()
-        .position(|p| p.vlan.is_some())
-        .unwrap_or(ifaces.ports.len());
-    let mut v: Vec<(u64, u16)> = ifaces
-        .ports
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((p.vlan?.key(), i as u16)))
-        .collect();
-    v.sort_unstable();
-    (first, v)
 }
 
 /// The ports that are down, as a mask (bit `p` for port `p` below 64).

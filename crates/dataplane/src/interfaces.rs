@@ -225,6 +225,69 @@ impl OwnAddrs {
     }
 }
 
+/// The VLAN sub-interfaces of an [`Interfaces`] table by their tags on their parent, for
+/// finding the one a tagged frame was received on: ethernet-input's table, which features
+/// on `port-input` (before ethernet-input has looked at the tags) reach through
+/// [`crate::feature::FeatureCx::subif_of`].
+#[derive(Clone, Debug, Default)]
+pub struct Subifs {
+    /// Index of the first sub-interface in the port table (its length if none).
+    first: usize,
+    /// Sub-interfaces by the key of their tags on their parent ([`vlan_key`]), sorted.
+    by_key: Vec<(u64, u16)>,
+}
+
+impl Subifs {
+    /// The sub-interfaces of `ifaces`.
+    pub fn new(ifaces: &Interfaces) -> Subifs {
+        let first = ifaces
+            .ports
+            .iter()
+            .position(|p| p.vlan.is_some())
+            .unwrap_or(ifaces.ports.len());
+        let mut by_key: Vec<(u64, u16)> = ifaces
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p.vlan?.key(), i as u16)))
+            .collect();
+        by_key.sort_unstable();
+        Subifs { first, by_key }
+    }
+
+    /// Index of the first sub-interface in the port table (its length if none): a port
+    /// below it is a port, not a sub-interface.
+    #[inline]
+    pub fn first(&self) -> usize {
+        self.first
+    }
+
+    /// The sub-interface a tagged `frame` (from its Ethernet header) received on `rx_port`
+    /// belongs to, by its tags (VLAN ids only: priority and DEI bits do not matter); `None`
+    /// if it is untagged, malformed, or of no sub-interface. `rx_port` may already be a
+    /// sub-interface (a packet held for its next hop and sent through again): its parent's
+    /// table is searched.
+    pub fn of(&self, ifaces: &Interfaces, rx_port: u16, frame: &[u8]) -> Option<u16> {
+        let port = if (rx_port as usize) < self.first {
+            rx_port
+        } else {
+            ifaces.port(rx_port)?.vlan?.parent
+        };
+        let l2 = wire::parse_l2(frame).ok()?;
+        l2.vlan?;
+        let [(tpid, outer), (inner_tpid, inner)] = l2.tags;
+        let inner = match inner_tpid {
+            0 => 0,
+            wire::ethertype::VLAN => inner,
+            // An S-tag inside is no stack a sub-interface is declared with.
+            _ => return None,
+        };
+        let key = vlan_key(port, tpid, outer, inner);
+        let i = self.by_key.binary_search_by_key(&key, |e| e.0).ok()?;
+        self.by_key.get(i).map(|e| e.1)
+    }
+}
+
 impl Interfaces {
     /// A table of `ports` whose addresses are all the router's own addresses.
     pub fn from_ports(ports: Vec<PortInfo>) -> Interfaces {

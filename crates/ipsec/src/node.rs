@@ -1288,16 +1288,20 @@ fn touch(touched: &mut Vec<u32>, slot: u32) {
 enum Seen {
     /// Not ESP for the router: goes on untouched.
     Other,
-    /// An ESP fragment for the router.
-    Fragment,
+    /// An ESP fragment for the router: (the length of its Ethernet header and tags).
+    Fragment(usize),
     /// A NAT-T keepalive to the router's port 4500 (NAT-T on).
     Keepalive,
-    /// ESP for the router: (L3 offset in the frame, IP length, SPI, in UDP).
-    Esp(usize, usize, u32, bool),
+    /// ESP for the router: (L3 offset in the frame, IP length, SPI, in UDP, the VLAN
+    /// sub-interface it came in on if it was tagged).
+    Esp(usize, usize, u32, bool, Option<u16>),
 }
 
 /// The ESP (or, with `natt`, UDP-encapsulated ESP to port 4500) for the router in the
-/// frame at `frame[at..at + len]`.
+/// frame at `frame[at..at + len]`. A tagged frame (802.1Q, or QinQ) is looked at if
+/// `subif` finds the VLAN sub-interface of its tags ([`FeatureCx::subif_of`]: one the
+/// router has, as ethernet-input requires); ESP to a sub-interface's address is then the
+/// router's as on a port.
 #[inline]
 fn look(
     frame: &[u8],
@@ -1305,6 +1309,7 @@ fn look(
     len: usize,
     own: &dataplane::interfaces::OwnAddrs,
     natt: bool,
+    subif: impl FnOnce(&[u8]) -> Option<u16>,
 ) -> Seen {
     let Some(d) = frame.get(at..at + len) else {
         return Seen::Other;
@@ -1312,8 +1317,19 @@ fn look(
     if d.len() < 14 {
         return Seen::Other;
     }
-    let ethertype = u16::from_be_bytes([d[12], d[13]]);
-    let ip = &d[14..];
+    let mut ethertype = u16::from_be_bytes([d[12], d[13]]);
+    let (mut l2, mut rx) = (14, None);
+    if ethertype == wire::ethertype::VLAN || ethertype == wire::ethertype::QINQ {
+        match (subif(d), wire::parse_l2(d)) {
+            (Some(s), Ok(info)) => {
+                (ethertype, l2, rx) = (info.ethertype, info.l3_offset, Some(s));
+            }
+            _ => return Seen::Other,
+        }
+    }
+    let Some(ip) = d.get(l2..) else {
+        return Seen::Other;
+    };
     // (header length, protocol, IP length)
     let (hl, proto, total) = match ethertype {
         wire::ethertype::IPV4 => {
@@ -1327,7 +1343,7 @@ fn look(
             }
             if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
                 return if ip[9] == 50 {
-                    Seen::Fragment
+                    Seen::Fragment(l2)
                 } else {
                     Seen::Other
                 };
@@ -1346,7 +1362,7 @@ fn look(
             }
             if ip[6] == 44 {
                 return if ip.get(40) == Some(&50) {
-                    Seen::Fragment
+                    Seen::Fragment(l2)
                 } else {
                     Seen::Other
                 };
@@ -1368,7 +1384,7 @@ fn look(
     };
     if proto == 50 {
         return match be32(hl) {
-            Some(spi) => Seen::Esp(at + 14, total, spi, false),
+            Some(spi) => Seen::Esp(at + l2, total, spi, false, rx),
             None => Seen::Other,
         };
     }
@@ -1383,23 +1399,24 @@ fn look(
         crate::UdpPayload::Keepalive => Seen::Keepalive,
         crate::UdpPayload::NonEsp => Seen::Other,
         crate::UdpPayload::Esp => match be32(hl + 8) {
-            Some(spi) => Seen::Esp(at + 14, total, spi, true),
+            Some(spi) => Seen::Esp(at + l2, total, spi, true, rx),
             None => Seen::Other,
         },
     }
 }
 
-/// Take the ESP fragment `p` (batch position `k`) into the reassembly table: `Ok(None)`
-/// when it is held (taken off the graph), `Ok(Some(whole))` when it completed its
-/// datagram, which packet `k` now is (in its frame, or in a bigger one), `Err(reason)`
-/// when it is to be dropped.
+/// Take the ESP fragment `p` (batch position `k`, its IP header `l2` bytes into the frame)
+/// into the reassembly table: `Ok(None)` when it is held (taken off the graph),
+/// `Ok(Some(whole))` when it completed its datagram, which packet `k` now is (in its
+/// frame, or in a bigger one, behind the same Ethernet header and tags), `Err(reason)` when
+/// it is to be dropped.
 #[cold]
 #[inline(never)]
 fn gather(
     cx: &mut FeatureCx<'_>,
     batch: &mut Batch<'_>,
     k: usize,
-    p: dataplane::Pkt,
+    (p, l2): (dataplane::Pkt, usize),
     reasm: Option<&mut crate::reasm::Reassembly>,
 ) -> Result<Option<dataplane::Pkt>, u8> {
     use crate::reasm::{FragError, Fragment, Outcome};
@@ -1407,7 +1424,7 @@ fn gather(
         return Err(D_FRAGMENT);
     };
     let (off, end) = (p.off as usize, p.off as usize + p.len as usize);
-    let ip = cx.mem.frame(p.buf).get(off + 14..end).unwrap_or(&[]);
+    let ip = cx.mem.frame(p.buf).get(off + l2..end).unwrap_or(&[]);
     let f = match ip.first().map(|b| b >> 4) {
         Some(4) => Fragment::v4(ip),
         Some(6) => Fragment::v6(ip),
@@ -1425,15 +1442,15 @@ fn gather(
         Outcome::Complete { slot, len } => (slot, len),
     };
     let mut whole = p;
-    if off + 14 + len > cx.mem.frame(p.buf).len() {
+    if off + l2 + len > cx.mem.frame(p.buf).len() {
         // Bigger than its frame: into a big one, the Ethernet header with it.
-        let Some(b) = cx.mem.alloc_for(14 + len) else {
+        let Some(b) = cx.mem.alloc_for(l2 + len) else {
             r.abandon(slot);
             return Err(D_NO_BUFFER);
         };
         let at = dataplane::HEADROOM;
         let (src, dst) = cx.mem.frame_pair(p.buf, b);
-        match (src.get(off..off + 14), dst.get_mut(at..at + 14)) {
+        match (src.get(off..off + l2), dst.get_mut(at..at + l2)) {
             (Some(s), Some(d)) => d.copy_from_slice(s),
             _ => {
                 cx.mem.free(b);
@@ -1445,13 +1462,13 @@ fn gather(
         whole.buf = b;
         whole.off = at as u16;
     }
-    let at = whole.off as usize + 14;
+    let at = whole.off as usize + l2;
     let written = match cx.mem.frame_mut(whole.buf).get_mut(at..at + len) {
         Some(out) => r.write(slot, out),
         None => false,
     };
-    whole.len = (14 + len) as u16;
-    whole.l3 = 14;
+    whole.len = (l2 + len) as u16;
+    whole.l3 = l2 as u16;
     if let Some(d) = batch.pkt_mut(k) {
         *d = whole;
     }
@@ -1481,7 +1498,8 @@ fn prefetch_inbound(
         };
         let frame = cx.mem.frame(p.buf);
         let (off, len) = (p.off as usize, p.len as usize);
-        if let Seen::Esp(_, _, spi, _) = look(frame, off, len, &cx.ifaces.own, natt) {
+        let subif = |d: &[u8]| cx.subif_of(p.rx_port, d);
+        if let Seen::Esp(_, _, spi, _, _) = look(frame, off, len, &cx.ifaces.own, natt, subif) {
             *a = sad.inbound(spi);
             sad.prefetch_slot(*a);
         }
@@ -1525,8 +1543,9 @@ fn decrypt_batch(
             p.len as usize,
             &cx.ifaces.own,
             natt,
+            |d| cx.subif_of(p.rx_port, d),
         );
-        if matches!(seen, Seen::Fragment) {
+        if let Seen::Fragment(l2) = seen {
             if !gathers {
                 let (start, end) = (p.off as usize, p.off as usize + p.len as usize);
                 ho.send(
@@ -1540,7 +1559,7 @@ fn decrypt_batch(
                 );
                 continue;
             }
-            match gather(cx, batch, k, p, reasm.as_deref_mut()) {
+            match gather(cx, batch, k, (p, l2), reasm.as_deref_mut()) {
                 Ok(Some(whole)) => {
                     p = whole;
                     seen = look(
@@ -1549,6 +1568,7 @@ fn decrypt_batch(
                         p.len as usize,
                         &cx.ifaces.own,
                         natt,
+                        |d| cx.subif_of(p.rx_port, d),
                     );
                 }
                 Ok(None) => continue,
@@ -1558,9 +1578,9 @@ fn decrypt_batch(
                 }
             }
         }
-        let (l3, total, spi, udp) = match seen {
+        let (l3, total, spi, udp, vlan) = match seen {
             Seen::Other => continue,
-            Seen::Fragment => {
+            Seen::Fragment(_) => {
                 batch.drop(k, D_FRAGMENT);
                 continue;
             }
@@ -1568,7 +1588,7 @@ fn decrypt_batch(
                 batch.drop(k, EspError::NatKeepalive.reason());
                 continue;
             }
-            Seen::Esp(l3, total, spi, udp) => (l3, total, spi, udp),
+            Seen::Esp(l3, total, spi, udp, vlan) => (l3, total, spi, udp, vlan),
         };
         let slot = sad.inbound(spi);
         if let Some(w) = sad::remote(slot) {
@@ -1625,7 +1645,12 @@ fn decrypt_batch(
                 continue;
             }
         };
-        let iface = if policy { p.rx_port } else { iface };
+        // A policy SA's packet tagged for a VLAN sub-interface is received there (its SPD).
+        let iface = if policy {
+            vlan.unwrap_or(p.rx_port)
+        } else {
+            iface
+        };
         // A frame received on the tunnel interface (or the port, for a policy SA): an
         // Ethernet header to its own address in front of the inner packet.
         let mac = cx.ifaces.port(iface).map_or([0; 6], |i| i.mac);
@@ -1977,17 +2002,68 @@ mod tests {
             len in 0usize..220,
             natt in proptest::prelude::any::<bool>(),
             ether in proptest::prelude::any::<bool>(),
+            tags in 0usize..3,
         ) {
             let mut frame = frame;
-            if ether && frame.len() > 14 {
-                frame[12..14].copy_from_slice(&[0x08, 0x00]);
-                frame[14] = 0x45;
+            if ether && frame.len() > 14 + 4 * tags {
+                for t in 0..tags {
+                    let tpid: [u8; 2] = if t + 1 < tags { [0x88, 0xa8] } else { [0x81, 0x00] };
+                    frame[12 + 4 * t..14 + 4 * t].copy_from_slice(&tpid);
+                }
+                let l3 = 14 + 4 * tags;
+                frame[l3 - 2..l3].copy_from_slice(&[0x08, 0x00]);
+                frame[l3] = 0x45;
             }
             let own = dataplane::interfaces::OwnAddrs::new(["192.0.2.1".parse().unwrap()]);
-            if let Seen::Esp(l3, total, _, _) = look(&frame, at, len, &own, natt) {
+            if let Seen::Esp(l3, total, _, _, _) = look(&frame, at, len, &own, natt, |_| Some(9)) {
                 proptest::prop_assert!(l3 + total <= frame.len());
             }
             let _ = esp_seq(&frame, at, natt);
+        }
+    }
+
+    /// ESP to the router in a frame with no tag, one (802.1Q) or two (QinQ): found after
+    /// the tags, with the sub-interface they name; a tagged frame of no sub-interface is
+    /// left alone (ethernet-input drops it), as is ESP to another address.
+    #[test]
+    fn esp_is_found_behind_vlan_tags_of_a_sub_interface() {
+        let own = dataplane::interfaces::OwnAddrs::new(["192.0.2.1".parse().unwrap()]);
+        let frame = |tags: &[[u8; 2]], dst: [u8; 4]| -> Vec<u8> {
+            let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+            for tpid in tags {
+                f.extend_from_slice(tpid);
+                f.extend_from_slice(&100u16.to_be_bytes());
+            }
+            f.extend_from_slice(&[0x08, 0x00]);
+            // IPv4, 20-byte header, total 40, protocol ESP, to `dst`; then SPI 0x1001.
+            let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 50, 0, 0, 192, 0, 2, 2];
+            ip.extend_from_slice(&dst);
+            ip.extend_from_slice(&[0, 0, 0x10, 0x01]);
+            ip.resize(40, 0);
+            f.extend_from_slice(&ip);
+            f
+        };
+        let (q, ad) = ([0x81, 0x00], [0x88, 0xa8]);
+        let us = [192, 0, 2, 1];
+        for (tags, l2, vlan) in [
+            (&[][..], 14, None),
+            (&[q][..], 18, Some(7)),
+            (&[ad, q][..], 22, Some(7)),
+        ] {
+            let f = frame(tags, us);
+            let seen = look(&f, 0, f.len(), &own, false, |_| Some(7));
+            assert!(
+                matches!(seen, Seen::Esp(at, 40, 0x1001, false, v) if at == l2 && v == vlan),
+                "{} tags",
+                tags.len()
+            );
+            if !tags.is_empty() {
+                let none = look(&f, 0, f.len(), &own, false, |_| None);
+                assert!(matches!(none, Seen::Other), "tags of no sub-interface");
+            }
+            let other = frame(tags, [192, 0, 2, 9]);
+            let seen = look(&other, 0, other.len(), &own, false, |_| Some(7));
+            assert!(matches!(seen, Seen::Other), "not to the router");
         }
     }
 

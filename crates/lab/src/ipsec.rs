@@ -77,6 +77,11 @@ pub struct IpsecLab {
     /// private address, [`IpsecLab::public`] the NAT's. For tunnels keyed by IKE (which
     /// finds the NAT), or with `nat_t`; ferrouter's tunnel gets `keepalive_s = 1`.
     pub nat: Option<u8>,
+    /// The gateways' WAN addresses on a VLAN sub-interface, `wan.100` (802.1Q tag 100 on
+    /// `wan`), instead of on the port: their ESP crosses the wire tagged (the wire's
+    /// bridge is not VLAN-aware: it carries the tags through, as a trunk does). Not with
+    /// `nat`.
+    pub vlan: bool,
 }
 
 /// The private prefix behind the NAT (`172.16.0.N` for gateway N, `.254` the NAT).
@@ -109,7 +114,28 @@ impl IpsecLab {
             policy: false,
             ike: false,
             nat: None,
+            vlan: false,
         }
+    }
+
+    /// The interface the gateways' WAN addresses are on: `wan`, or `wan.100` ([`IpsecLab::vlan`]).
+    pub fn wan_iface(&self) -> &'static str {
+        if self.vlan {
+            "wan.100"
+        } else {
+            "wan"
+        }
+    }
+
+    /// Gateway `n`'s VLAN sub-interface and its WAN addresses, with [`IpsecLab::vlan`].
+    fn vlan_text(&self, n: u8) -> String {
+        if !self.vlan {
+            return String::new();
+        }
+        format!(
+            "\n[[vlan]]\nname = \"wan.100\"\nparent = \"wan\"\nid = 100\n\
+             \n[[interface]]\nname = \"wan.100\"\naddresses = [\"192.0.2.{n}/24\", \"2001:db8:ff::{n}/64\"]\n"
+        )
     }
     /// Namespace of h1.
     pub fn h1(&self) -> String {
@@ -262,7 +288,7 @@ impl IpsecLab {
         };
         format!(
             "# written by ferrouter-lab's IPsec lab\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = {w}\n\
-             \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
+             \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n{vlan}\
              \n[[interface]]\nname = \"ipsec0\"\naddresses = [\"10.255.0.{n}/30\", \"fd00:ff::{n}/64\"]\n\
              \n[[route]]\nprefix = \"10.{other}.0.0/24\"\nvia = [\"10.255.0.{other}\"]\n\
              \n[[route]]\nprefix = \"2001:db8:a{other}::/64\"\nvia = [\"fd00:ff::{other}\"]\n\
@@ -271,6 +297,7 @@ impl IpsecLab {
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
             w = self.workers.max(1),
+            vlan = self.vlan_text(n),
             keys = self.key_file(n).display(),
             local = self.wan(n),
             remote = self.public(other),
@@ -339,7 +366,8 @@ impl IpsecLab {
         };
         let policy = |dir: &str, prio: u32, src: &str, dst: &str, rest: &str| {
             format!(
-                "\n[[ipsec.policy]]\ninterface = \"wan\"\ndirection = \"{dir}\"\npriority = {prio}\nsrc = \"{src}\"\ndst = \"{dst}\"\n{rest}"
+                "\n[[ipsec.policy]]\ninterface = \"{}\"\ndirection = \"{dir}\"\npriority = {prio}\nsrc = \"{src}\"\ndst = \"{dst}\"\n{rest}",
+                self.wan_iface()
             )
         };
         let mut pol = String::new();
@@ -395,12 +423,13 @@ impl IpsecLab {
         }
         format!(
             "# written by ferrouter-lab's IPsec lab (policy-based)\ncontrol_socket = \"{sock}\"\nstate_dir = \"{state}\"\nworkers = {w}\n\
-             \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n\
+             \n[[port]]\nname = \"lan\"\nbackend = \"{b}\"\n\n[[port]]\nname = \"wan\"\nbackend = \"{b}\"\n{vlan}\
              {routes}\n[ipsec]\nkey_file = \"{keys}\"\n{out}{peer_extra}{inb}{pol}{tail_extra}",
             sock = self.socket(n).display(),
             state = self.dir.join(format!("state{n}")).display(),
             b = self.backend,
             w = self.workers.max(1),
+            vlan = self.vlan_text(n),
             keys = self.key_file(n).display(),
             out = if self.ike {
                 self.policy_peer_text(n)
@@ -437,9 +466,10 @@ impl IpsecLab {
     pub fn policy_peer_text(&self, n: u8) -> String {
         let other = 3 - n;
         format!(
-            "\n[[ipsec.peer]]\nname = \"gw{other}\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw{n}.lab\"\nremote_id = \"gw{other}.lab\"\npsk = \"ike-psk\"\ninterface = \"wan\"\nlocal_ts = [\"10.{n}.0.0/24\", \"2001:db8:a{n}::/64\"]\nremote_ts = [\"10.{other}.0.0/24\", \"2001:db8:a{other}::/64\"]\nstart = \"{}\"\ndpd_s = 2\n",
+            "\n[[ipsec.peer]]\nname = \"gw{other}\"\nlocal = \"{}\"\nremote = \"{}\"\nlocal_id = \"gw{n}.lab\"\nremote_id = \"gw{other}.lab\"\npsk = \"ike-psk\"\ninterface = \"{}\"\nlocal_ts = [\"10.{n}.0.0/24\", \"2001:db8:a{n}::/64\"]\nremote_ts = [\"10.{other}.0.0/24\", \"2001:db8:a{other}::/64\"]\nstart = \"{}\"\ndpd_s = 2\n",
             self.wan(n),
             self.public(other),
+            self.wan_iface(),
             if n == 1 { "initiate" } else { "respond" }
         )
     }
@@ -507,6 +537,12 @@ impl IpsecLab {
     /// ports), left down and without addresses.
     pub fn build_wan(&self, lans: [(&str, &str); 2]) -> Result<()> {
         let (g1, g2, w, nat) = (self.gw(1), self.gw(2), self.wire(), self.nat_ns());
+        if self.vlan && self.nat.is_some() {
+            bail!(
+                "lab {}: the WAN on a VLAN and a NAT in front of a gateway do not go together",
+                self.prefix
+            );
+        }
         if let Some(n) = self.nat {
             if !(1..=2).contains(&n) || self.outer_v6 || (self.policy && !self.ike) {
                 bail!("lab {}: a NAT goes in front of gateway 1 or 2, with an IPv4 outer header and a tunnel interface or IKE (nat = {n}, outer_v6 = {}, policy = {}, ike = {})", self.prefix, self.outer_v6, self.policy, self.ike);
@@ -562,6 +598,11 @@ impl IpsecLab {
                     ns,
                     &["addr", "add", &format!("{NAT_INSIDE}.{n}/24"), "dev", dev],
                 )?;
+                self.ip(ns, &["link", "set", dev, "up"])?;
+                continue;
+            }
+            if self.vlan && dev == "wan" {
+                // The addresses are on Ferrouter's `wan.100` (a TAP it makes), not the port.
                 self.ip(ns, &["link", "set", dev, "up"])?;
                 continue;
             }
