@@ -5,7 +5,7 @@
 //! inside socket that caused it; masquerade, a port forward, hairpinning; `show nat`,
 //! `show nat sessions`, the metrics; and NAT under a stateful filter.
 
-use lab::{Lab, H1_V4, H2_V4, R1_V4, R2_V4};
+use lab::{vlan, Lab, H1_V4, H2_V4, R1_V4, R2_V4};
 use serde_json::Value;
 
 mod common;
@@ -25,6 +25,22 @@ destination_port = 8080
 translation_address = "192.0.2.2"
 translation_port = 8000
 comment = "port forward to h1"
+"#;
+
+/// Masquerade and a port forward on a VLAN sub-interface (the VLAN lab's r2.100).
+const NAT_VLAN: &str = r#"
+[[nat.source]]
+outbound_interface = "r2.100"
+source = ["192.0.2.0/24"]
+translation = "masquerade"
+
+[[nat.destination]]
+inbound_interface = "r2.100"
+destination = ["10.100.0.1"]
+protocol = "tcp"
+destination_port = 8080
+translation_address = "192.0.2.2"
+translation_port = 8000
 "#;
 
 fn nat_sessions(lab: &Lab) -> Vec<Value> {
@@ -229,6 +245,45 @@ translation_port = 8000
 
 /// NAT under a stateful filter: the filter sees a translated flow's replies as its
 /// own (established), and new flows from outside get in only through the forward.
+/// The outside on a VLAN sub-interface (an ISP's VLAN: the VLAN lab's r2.100, hv behind
+/// it). The port carrying it runs AF_PACKET, which NAT may share when every rule names a
+/// sub-interface (the replies come tagged, and the kernel drops its copy): h1 masquerades
+/// out r2.100 to hv, which sees the router's address there over TCP and UDP, and hv
+/// reaches h1 through a port forward on that address.
+#[test]
+fn masquerade_and_a_port_forward_on_a_vlan_sub_interface() {
+    let mut lab = Lab::new(&format!("t{}natv", std::process::id() % 10000));
+    lab.vlans = true;
+    lab.extra_config = NAT_VLAN.into();
+    let g = start_lab(lab);
+    let lab = &g.0;
+    let (h1, hv) = (lab.h1(), lab.hv());
+    ping_until_ok(lab, &h1, vlan::HV_V4);
+    let _t = peer_echo_tcp(&hv, 7000);
+    let _u = peer_echo_udp(&hv, 7001);
+    wait_listening(lab, &hv, 7000);
+    assert!(bound(lab, &hv, 7001, "-lunH"));
+    let (ok, out) = tcp_peer(lab, &h1, vlan::HV_V4, 7000);
+    assert!(ok, "h1 -> hv TCP through masquerade on r2.100: {out}");
+    assert_eq!(out.trim(), vlan::RV_V4, "hv must see r2.100's address");
+    let (ok, out) = udp_peer(lab, &h1, vlan::HV_V4, 7001);
+    assert!(ok, "UDP: {out}");
+    assert_eq!(
+        out.trim(),
+        vlan::RV_V4,
+        "hv must see r2.100's address over UDP"
+    );
+    // The port forward: hv to r2.100's address, port 8080, reaches h1's port 8000, which
+    // sees hv's own address.
+    let _f = peer_echo_tcp(&h1, 8000);
+    wait_listening(lab, &h1, 8000);
+    let (ok, out) = tcp_peer(lab, &hv, vlan::RV_V4, 8080);
+    assert!(ok, "hv -> r2.100:8080 forwarded to h1: {out}");
+    assert_eq!(out.trim(), vlan::HV_V4);
+    let sessions = nat_sessions(lab);
+    assert!(sessions.len() >= 3, "{sessions:#?}");
+}
+
 #[test]
 fn nat_under_a_stateful_filter() {
     let g = start("natst", STATEFUL_NAT);

@@ -1456,8 +1456,26 @@ impl Config {
         if self.nat.has_rules() {
             // On AF_PACKET the kernel gets its own copy of every frame, and would answer the
             // replies of NAT's flows addressed to the router itself (a reset, a port
-            // unreachable).
-            self.refuse_af_packet(r, "NAT", "the replies of NAT's flows itself");
+            // unreachable). Not those tagged for a VLAN sub-interface (it has no VLAN device
+            // for them): a port that runs AF_PACKET for its sub-interfaces may stay when
+            // every rule names a sub-interface (source rules' `outbound_interface`,
+            // destination rules' `inbound_interface`), its outside.
+            let vlan = |i: &Option<String>| {
+                i.as_deref()
+                    .is_some_and(|n| self.vlans.iter().any(|v| v.name == n))
+            };
+            let on_vlans = self.nat.source.iter().all(|s| vlan(&s.outbound_interface))
+                && self
+                    .nat
+                    .destination
+                    .iter()
+                    .all(|d| vlan(&d.inbound_interface));
+            self.refuse_af_packet(
+                r,
+                ("NAT", "the replies of NAT's flows itself"),
+                ", or have every NAT rule's interface (`outbound_interface`, `inbound_interface`) a VLAN sub-interface",
+                on_vlans,
+            );
         }
     }
 
@@ -1480,7 +1498,7 @@ impl Config {
         // frame. So a port that runs AF_PACKET because it carries sub-interfaces may stay
         // when all of IPsec's ends are on sub-interfaces (its ESP then arrives tagged).
         let vlan_parents = self.ipsec_ends_on_vlans();
-        self.refuse_af_packet_but(
+        self.refuse_af_packet(
             r,
             ("IPsec", "ESP to the router itself"),
             ", or have every IPsec end (tunnels' and SAs' `local`, IKE peers' `local` and `interface`, SPDs) on VLAN sub-interfaces",
@@ -1516,14 +1534,10 @@ impl Config {
 
     /// `feature` cannot work on a port that runs AF_PACKET (so does one carrying VLAN
     /// sub-interfaces under `auto`): the kernel gets a copy of every frame and would answer
-    /// `what` itself.
-    fn refuse_af_packet(&self, r: &mut Report, feature: &str, what: &str) {
-        self.refuse_af_packet_but(r, (feature, what), "", false);
-    }
-
-    /// [`Config::refuse_af_packet`], with `hint` after the advice; ports that carry VLAN
-    /// sub-interfaces are let be if `vlan_parents`.
-    fn refuse_af_packet_but(
+    /// `what` itself. `hint` follows the advice; ports that carry VLAN sub-interfaces are
+    /// let be if `vlan_parents` (the feature's frames come tagged there, and the kernel,
+    /// with no VLAN device for the tags, drops its copy).
+    fn refuse_af_packet(
         &self,
         r: &mut Report,
         (feature, what): (&str, &str),
@@ -1843,6 +1857,18 @@ mod tests {
             e.contains("port[0].backend: port eth1 runs AF_PACKET, where NAT cannot work"),
             "{e}"
         );
+        // A port that runs AF_PACKET for its VLAN sub-interfaces: refused while a rule may
+        // take any interface, taken when each names a sub-interface (its outside).
+        let vlan = "[[vlan]]\nname = \"eth1.7\"\nparent = \"eth1\"\nid = 7\n";
+        let e = parse(&format!("{PORT}{vlan}{ok}")).unwrap_err().to_string();
+        assert!(
+            e.contains("where NAT cannot work") && e.contains("a VLAN sub-interface"),
+            "{e}"
+        );
+        let out = "[[nat.source]]\noutbound_interface = \"eth1.7\"\ntranslation = \"masquerade\"\n\
+                   [[nat.destination]]\ninbound_interface = \"eth1.7\"\ndestination = [\"192.0.2.1\"]\n\
+                   protocol = \"tcp\"\ndestination_port = 80\ntranslation_address = \"10.0.0.2\"\n";
+        parse(&format!("{PORT}{vlan}{out}")).unwrap();
     }
 
     const PORT: &str = "[[port]]\nname = \"eth1\"\n";
