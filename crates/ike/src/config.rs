@@ -555,6 +555,31 @@ pub fn parse_id(s: &str) -> Result<Id, String> {
     })
 }
 
+/// A key of an identity: [`id_matches`] holds for two identities exactly when their keys
+/// are equal (`None`: it matches nothing, a DN that does not parse). For a table of peers
+/// by `remote_id` (an engine of many peers looks the initiator's up rather than comparing
+/// it with each).
+pub fn id_key(id: &Id) -> Option<(u8, Vec<u8>)> {
+    let data = match id.kind {
+        wire::id::DER_ASN1_DN => crate::dn::fold(&id.data)?,
+        wire::id::FQDN => id.data.to_ascii_lowercase(),
+        // The local part as it is, the domain (from the last `@`) in lower case.
+        wire::id::RFC822_ADDR => match id.data.iter().rposition(|&b| b == b'@') {
+            Some(at) => {
+                let (local, domain) = id.data.split_at(at);
+                local
+                    .iter()
+                    .copied()
+                    .chain(domain.iter().map(u8::to_ascii_lowercase))
+                    .collect()
+            }
+            None => id.data.clone(),
+        },
+        _ => id.data.clone(),
+    };
+    Some((id.kind, data))
+}
+
 /// Whether the identity the peer sent is the one configured: DNs as [`crate::dn::same`]
 /// says; FQDNs without regard to ASCII case (DNS names are case-insensitive); email
 /// addresses with the domain (after the last `@`) without regard to case and the local
@@ -1083,6 +1108,63 @@ mod tests {
         let mut fqdn = parse_id("user@example.org").unwrap();
         fqdn.kind = wire::id::FQDN;
         assert!(!id_matches(&fqdn, &parse_id("user@example.org").unwrap()));
+    }
+
+    /// `id_key` agrees with `id_matches` on the pairs above, on DNs, and on random
+    /// identities of every kind with their letters' case changed at random.
+    #[test]
+    fn id_keys_are_equal_exactly_when_ids_match() {
+        let texts = [
+            "gw.example",
+            "GW.Example",
+            "gw.example.org",
+            "user@example.org",
+            "user@EXAMPLE.org",
+            "USER@example.org",
+            "a@b@example.org",
+            "a@b@Example.ORG",
+            "A@b@example.org",
+            "192.0.2.1",
+            "192.0.2.2",
+            "2001:db8::1",
+            "dn:C=CH, O=Example, CN=gw1",
+            "dn:C=ch, O=EXAMPLE, CN=GW1",
+            "dn:O=Example, C=CH, CN=gw1",
+            "dn:C=CH, O=Example, CN=gw2",
+            "dn:C=CH, O=Example",
+        ];
+        let ids: Vec<Id> = texts.iter().map(|t| parse_id(t).unwrap()).collect();
+        let mut bad_dn = parse_id("dn:C=CH").unwrap();
+        bad_dn.data.truncate(3);
+        let ids: Vec<Id> = ids.into_iter().chain([bad_dn]).collect();
+        for a in &ids {
+            for b in &ids {
+                let keys = matches!((id_key(a), id_key(b)), (Some(x), Some(y)) if x == y);
+                assert_eq!(keys, id_matches(a, b), "{} and {}", a.text(), b.text());
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn id_keys_follow_id_matches_on_random_identities(
+            kind in proptest::sample::select(vec![1u8, 2, 3, 5, 9, 11]),
+            data in proptest::collection::vec(
+                proptest::sample::select(b"aAbB@.zZ9-".to_vec()), 0..12),
+            flips in proptest::prelude::any::<u16>(),
+        ) {
+            let flipped: Vec<u8> = data
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let flip = (flips >> (i % 16)) & 1 == 1 && b.is_ascii_alphabetic();
+                    if flip { b ^ 0x20 } else { *b }
+                })
+                .collect();
+            let (a, b) = (Id { kind, data }, Id { kind, data: flipped });
+            let keys = matches!((id_key(&a), id_key(&b)), (Some(x), Some(y)) if x == y);
+            proptest::prop_assert_eq!(keys, id_matches(&a, &b));
+        }
     }
 
     #[test]

@@ -113,6 +113,20 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// A key of a DER `Name`: two names are [`same`] exactly when their keys are equal
+/// (`None`: the name does not parse, and is the same as nothing). Each attribute's OID and
+/// value, length-prefixed, the value in ASCII lower case.
+pub fn fold(name: &[u8]) -> Option<Vec<u8>> {
+    let mut key = Vec::new();
+    for (oid, value) in attributes(name)? {
+        key.extend_from_slice(&(oid.len() as u32).to_be_bytes());
+        key.extend_from_slice(oid);
+        key.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        key.extend(value.iter().map(u8::to_ascii_lowercase));
+    }
+    Some(key)
+}
+
 /// The attributes of a DER `Name`, in order.
 fn attributes(name: &[u8]) -> Option<Vec<Attr<'_>>> {
     let (tag, rdns, rest) = tlv(name)?;

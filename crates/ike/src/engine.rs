@@ -845,6 +845,10 @@ pub struct ChildInfo {
 /// The engine: every IKE SA, by our SPI.
 pub struct Engine {
     peers: Vec<Arc<Peer>>,
+    /// The peers (their places in `peers`, in order) by the key of their `remote_id`
+    /// ([`crate::config::id_key`]): IKE_AUTH finds the initiator's peer by its identity
+    /// rather than comparing it with every peer's (a hub of many peers).
+    by_remote_id: HashMap<(u8, Vec<u8>), Vec<usize>>,
     /// Boxed: the table's slots stay small (a million SAs, issue 27), and an SA does not
     /// move when the table grows.
     sas: HashMap<u64, Box<IkeSa>>,
@@ -893,6 +897,17 @@ pub struct Engine {
     /// Tests: the same with this INTERNAL_IP6_ADDRESS value (beside the IPv4 one, if
     /// any).
     ask_vip6: Option<Vec<u8>>,
+}
+
+/// [`Engine::by_remote_id`] of `peers`.
+fn ids_of(peers: &[Arc<Peer>]) -> HashMap<(u8, Vec<u8>), Vec<usize>> {
+    let mut m: HashMap<(u8, Vec<u8>), Vec<usize>> = HashMap::new();
+    for (i, p) in peers.iter().enumerate() {
+        if let Some(k) = crate::config::id_key(&p.remote_id) {
+            m.entry(k).or_default().push(i);
+        }
+    }
+    m
 }
 
 /// The SAs of one peer name (of one hash of it) in [`Engine::by_peer`]: most peers have one
@@ -1248,6 +1263,7 @@ impl Engine {
         let peers: Vec<Arc<Peer>> = peers.into_iter().map(Arc::new).collect();
         Engine {
             pools: pools_of(&peers),
+            by_remote_id: ids_of(&peers),
             vips: HashMap::new(),
             ask_vip: None,
             ask_vip6: None,
@@ -1375,6 +1391,7 @@ impl Engine {
     pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
         let old = std::mem::take(&mut self.peers);
         self.peers = peers.into_iter().map(Arc::new).collect();
+        self.by_remote_id = ids_of(&self.peers);
         // The CAs and CRLs may have changed: chains are verified afresh.
         self.chain_cache.clear();
         // By name, so that a config of many peers is not compared pair by pair.
@@ -1968,10 +1985,15 @@ impl Engine {
         local: &SocketAddr,
         remote: &SocketAddr,
     ) -> impl Iterator<Item = &'a Arc<Peer>> + Clone + 'a {
-        let (local, remote) = (local.ip(), remote.ip());
+        let (local, remote) = (*local, *remote);
         peers
             .iter()
-            .filter(move |p| p.local == local && p.remote.is_none_or(|r| r == remote))
+            .filter(move |p| Self::is_candidate(p, &local, &remote))
+    }
+
+    /// Whether a message to `local` from `remote` may be for `peer`.
+    fn is_candidate(peer: &Peer, local: &SocketAddr, remote: &SocketAddr) -> bool {
+        peer.local == local.ip() && peer.remote.is_none_or(|r| r == remote.ip())
     }
 
     fn on_init_request(
@@ -2585,8 +2607,14 @@ impl Engine {
             self.refuse(spi, h, notify::INVALID_SYNTAX, out);
             return;
         };
-        let peer = Self::candidates(&self.peers, &sa.local, &sa.remote)
-            .find(|p| id_matches(&p.remote_id, &id_i))
+        let peer = crate::config::id_key(&id_i)
+            .and_then(|k| self.by_remote_id.get(&k))
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.peers.get(i))
+            .find(|p| {
+                Self::is_candidate(p, &sa.local, &sa.remote) && id_matches(&p.remote_id, &id_i)
+            })
             .cloned();
         let result = match &peer {
             None => {
