@@ -745,10 +745,7 @@ fn tester_ospf_routers_feed_ospfd_withdraw_readvertise_and_shrug_off_bad_packets
             .filter(|(p, h)| h.starts_with(&format!("via {nh} ")) && want.contains(p))
             .count()
     };
-    let frr = Frr {
-        ns: lab.rtr(),
-        dir: lab.dir.join("daemons").join("frr"),
-    };
+    let frr = peers.frr();
     let all_on = |d: &mut Daemons, what: &str, nh: &str| {
         wait_for(what, Duration::from_secs(60), d, || {
             let n = on(nh);
@@ -774,7 +771,7 @@ fn tester_ospf_routers_feed_ospfd_withdraw_readvertise_and_shrug_off_bad_packets
                     // And ospfd's own view: which routers' LSAs for it it holds (one
                     // still from the router that withdrew it, or none from the one that
                     // re-advertised it, tells our emulated router from ospfd).
-                    why += &format!(", ospfd LSDB: {}", ospfd_externals(&frr, p));
+                    why += &format!(", ospfd LSDB: {}", ospfd_externals(frr, p));
                 }
             }
             (n == N, format!("{n} of {N} via {nh}{why}"))

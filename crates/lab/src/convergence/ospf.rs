@@ -239,7 +239,11 @@ pub fn setup_tester(
          reachable {:.1} s after starting them",
         t0.elapsed().as_secs_f64()
     ));
-    Ok(TesterPeers { peers, prefixes })
+    Ok(TesterPeers {
+        peers,
+        prefixes,
+        frr,
+    })
 }
 
 /// No LSA to either tester peer for this long: the router is done flooding.
@@ -249,9 +253,16 @@ pub const QUIET_FOR: Duration = Duration::from_secs(5);
 pub struct TesterPeers {
     peers: [::ospf::peer::Peer; 2],
     prefixes: Vec<(u32, u8)>,
+    /// The router's FRR (ospfd, zebra), which the tester set up.
+    frr: crate::daemons::Frr,
 }
 
 impl TesterPeers {
+    /// The router's FRR, to ask it what it holds (`vtysh`).
+    pub fn frr(&self) -> &crate::daemons::Frr {
+        &self.frr
+    }
+
     /// Each peer's counters.
     pub fn stats(&self) -> [::ospf::peer::Stats; 2] {
         [self.peers[0].stats(), self.peers[1].stats()]
