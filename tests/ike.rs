@@ -16,14 +16,21 @@ use lab::ipsec::{IpsecGuard, IpsecLab};
 use lab::swan::Charon;
 use serde_json::Value;
 
-#[test]
-fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
-    let mut l = lab("ike");
+/// Two ferrouter gateways keying their tunnel with IKE (`lab::ipsec`'s `ike` lab, no
+/// configured SAs), as `f` amends the lab, up.
+fn ike_lab(tag: &str, f: impl FnOnce(&mut IpsecLab)) -> IpsecGuard {
+    let mut l = lab(tag);
     l.ike = true;
     l.config_sas = false;
+    f(&mut l);
     l.up(Path::new(common::bin()))
         .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
-    let g = IpsecGuard(l);
+    IpsecGuard(l)
+}
+
+#[test]
+fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
+    let g = ike_lab("ike", |_| {});
     let l = &g.0;
     let sa = &wait_established(l, 1, String::new);
     assert_eq!(sa["peer"], "gw2");
@@ -143,13 +150,7 @@ fn two_ferrouter_gateways_key_their_tunnel_with_ike() {
 /// decrypted in the fast path.
 #[test]
 fn ike_keys_a_tunnel_between_vlan_sub_interfaces() {
-    let mut l = lab("ikv");
-    l.ike = true;
-    l.config_sas = false;
-    l.vlan = true;
-    l.up(Path::new(common::bin()))
-        .unwrap_or_else(|e| panic!("IPsec lab up: {e:#}"));
-    let g = IpsecGuard(l);
+    let g = ike_lab("ikv", |l| l.vlan = true);
     let l = &g.0;
     let sa = &wait_established(l, 1, String::new);
     assert_eq!(sa["peer"], "gw2");
