@@ -845,10 +845,8 @@ pub struct ChildInfo {
 /// The engine: every IKE SA, by our SPI.
 pub struct Engine {
     peers: Vec<Arc<Peer>>,
-    /// The peers (their places in `peers`, in order) by the key of their `remote_id`
-    /// ([`crate::config::id_key`]): IKE_AUTH finds the initiator's peer by its identity
-    /// rather than comparing it with every peer's (a hub of many peers).
-    by_remote_id: HashMap<(u8, Vec<u8>), Vec<usize>>,
+    /// The peers by identity and by address ([`PeerIndex`]).
+    index: PeerIndex,
     /// Boxed: the table's slots stay small (a million SAs, issue 27), and an SA does not
     /// move when the table grows.
     sas: HashMap<u64, Box<IkeSa>>,
@@ -899,15 +897,65 @@ pub struct Engine {
     ask_vip6: Option<Vec<u8>>,
 }
 
-/// [`Engine::by_remote_id`] of `peers`.
-fn ids_of(peers: &[Arc<Peer>]) -> HashMap<(u8, Vec<u8>), Vec<usize>> {
-    let mut m: HashMap<(u8, Vec<u8>), Vec<usize>> = HashMap::new();
-    for (i, p) in peers.iter().enumerate() {
-        if let Some(k) = crate::config::id_key(&p.remote_id) {
-            m.entry(k).or_default().push(i);
+/// The engine's peers (their places in its list, in order) by what a message is looked
+/// up with, so that a hub of many peers finds a message's peer without passing over all of
+/// them: by local address and remote address (or `any`), and by the key of their
+/// `remote_id` ([`crate::config::id_key`]: IKE_AUTH). Built when the peers are set.
+#[derive(Default)]
+struct PeerIndex {
+    by_remote_id: HashMap<(u8, Vec<u8>), Vec<usize>>,
+    by_local: HashMap<IpAddr, LocalPeers>,
+}
+
+/// The peers of one local address: `remote = "any"`, and by remote address.
+#[derive(Default)]
+struct LocalPeers {
+    any: Vec<usize>,
+    by_remote: HashMap<IpAddr, Vec<usize>>,
+}
+
+impl PeerIndex {
+    fn new(peers: &[Arc<Peer>]) -> PeerIndex {
+        let mut x = PeerIndex::default();
+        for (i, p) in peers.iter().enumerate() {
+            if let Some(k) = crate::config::id_key(&p.remote_id) {
+                x.by_remote_id.entry(k).or_default().push(i);
+            }
+            let at = x.by_local.entry(p.local).or_default();
+            match p.remote {
+                None => at.any.push(i),
+                Some(r) => at.by_remote.entry(r).or_default().push(i),
+            }
+        }
+        x
+    }
+}
+
+/// Two ascending lists of places merged into one, ascending (config order).
+#[derive(Clone)]
+struct Merged<'a>(&'a [usize], &'a [usize]);
+
+impl Iterator for Merged<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let (a, b) = (self.0.split_first(), self.1.split_first());
+        match (a, b) {
+            (Some((&x, rest)), Some((&y, _))) if x < y => {
+                self.0 = rest;
+                Some(x)
+            }
+            (_, Some((&y, rest))) => {
+                self.1 = rest;
+                Some(y)
+            }
+            (Some((&x, rest)), None) => {
+                self.0 = rest;
+                Some(x)
+            }
+            (None, None) => None,
         }
     }
-    m
 }
 
 /// The SAs of one peer name (of one hash of it) in [`Engine::by_peer`]: most peers have one
@@ -1263,7 +1311,7 @@ impl Engine {
         let peers: Vec<Arc<Peer>> = peers.into_iter().map(Arc::new).collect();
         Engine {
             pools: pools_of(&peers),
-            by_remote_id: ids_of(&peers),
+            index: PeerIndex::new(&peers),
             vips: HashMap::new(),
             ask_vip: None,
             ask_vip6: None,
@@ -1391,7 +1439,7 @@ impl Engine {
     pub fn set_peers(&mut self, peers: Vec<Peer>, now: Instant, out: &mut Vec<Event>) {
         let old = std::mem::take(&mut self.peers);
         self.peers = peers.into_iter().map(Arc::new).collect();
-        self.by_remote_id = ids_of(&self.peers);
+        self.index = PeerIndex::new(&self.peers);
         // The CAs and CRLs may have changed: chains are verified afresh.
         self.chain_cache.clear();
         // By name, so that a config of many peers is not compared pair by pair.
@@ -1978,17 +2026,21 @@ impl Engine {
         c
     }
 
-    /// The peers a message to `local` from `remote` may be for (borrowed: a hub of many
-    /// peers cloned and dropped an `Arc` of each per message, half of its setup time).
+    /// The peers a message to `local` from `remote` may be for, in config order: those of
+    /// that local address with that remote one or `any`, from [`PeerIndex`] (borrowed, not
+    /// copied: a hub of many peers cloned an `Arc` of each per message, and passed over
+    /// all of them).
     fn candidates<'a>(
-        peers: &'a [Arc<Peer>],
+        (peers, index): (&'a [Arc<Peer>], &'a PeerIndex),
         local: &SocketAddr,
         remote: &SocketAddr,
     ) -> impl Iterator<Item = &'a Arc<Peer>> + Clone + 'a {
-        let (local, remote) = (*local, *remote);
-        peers
-            .iter()
-            .filter(move |p| Self::is_candidate(p, &local, &remote))
+        let at = index.by_local.get(&local.ip());
+        let any = at.map_or(&[][..], |l| l.any.as_slice());
+        let theirs = at
+            .and_then(|l| l.by_remote.get(&remote.ip()))
+            .map_or(&[][..], Vec::as_slice);
+        Merged(any, theirs).filter_map(move |i| peers.get(i))
     }
 
     /// Whether a message to `local` from `remote` may be for `peer`.
@@ -2043,14 +2095,14 @@ impl Engine {
         }
         // The initiator's order decides (§2.7), among what any candidate peer accepts.
         let chosen = props.iter().find_map(|p| {
-            Self::candidates(&self.peers, &local, &remote)
+            Self::candidates((&self.peers, &self.index), &local, &remote)
                 .flat_map(|c| c.ike.iter())
                 .find(|ours| ike_matches(p, ours) && p.spi.is_empty())
                 .map(|ours| (p.number, *ours))
         });
         let Some((number, suite)) = chosen else {
             self.counters.failed.no_proposal += 1;
-            if Self::candidates(&self.peers, &local, &remote)
+            if Self::candidates((&self.peers, &self.index), &local, &remote)
                 .next()
                 .is_none()
             {
@@ -2130,7 +2182,8 @@ impl Engine {
         // NAT detection (§2.23), answered only when asked.
         let nat = match nat_found(ps, h.spi_i, 0, &remote, &local) {
             Some(found) => {
-                let force = Self::candidates(&self.peers, &local, &remote).any(|c| c.encap);
+                let force =
+                    Self::candidates((&self.peers, &self.index), &local, &remote).any(|c| c.encap);
                 resp_ps.extend(nat_payloads(h.spi_i, spi_r, &local, &remote, force));
                 found || force
             }
@@ -2146,14 +2199,16 @@ impl Engine {
         }
         // Certificates (§3.7, RFC 7427 §4): which CAs we trust, which hashes we take.
         let mut ca_hashes: Vec<u8> = Vec::new();
-        for c in Self::candidates(&self.peers, &local, &remote).filter_map(|c| c.cert.as_ref()) {
+        for c in Self::candidates((&self.peers, &self.index), &local, &remote)
+            .filter_map(|c| c.cert.as_ref())
+        {
             for h in c.ca_hashes.chunks(20) {
                 if !ca_hashes.chunks(20).any(|x| x == h) {
                     ca_hashes.extend_from_slice(h);
                 }
             }
         }
-        if Self::candidates(&self.peers, &local, &remote).any(|c| c.cert.is_some()) {
+        if Self::candidates((&self.peers, &self.index), &local, &remote).any(|c| c.cert.is_some()) {
             resp_ps.push(Payload::CertReq {
                 encoding: wire::cert::X509,
                 data: ca_hashes,
@@ -2608,7 +2663,7 @@ impl Engine {
             return;
         };
         let peer = crate::config::id_key(&id_i)
-            .and_then(|k| self.by_remote_id.get(&k))
+            .and_then(|k| self.index.by_remote_id.get(&k))
             .into_iter()
             .flatten()
             .filter_map(|&i| self.peers.get(i))

@@ -2438,3 +2438,52 @@ fn sas_are_listed_a_page_at_a_time() {
     assert!(w.gw.sa_page(now, None, 0, 0).0.is_empty());
     assert!(w.gw.sa_page(now, None, 5, 10).0.is_empty());
 }
+
+/// The candidate peers of a message come from the index in config order, `any` ones and
+/// those of the sender's address merged, as a pass over every peer would give them.
+#[test]
+fn candidates_by_address_keep_the_config_order() {
+    assert_eq!(
+        Merged(&[0, 3, 5], &[1, 2, 6]).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 5, 6]
+    );
+    assert_eq!(Merged(&[], &[4]).collect::<Vec<_>>(), [4]);
+    let peers: Vec<Peer> = [
+        ("a", "192.0.2.1", "198.51.100.1"),
+        ("b", "192.0.2.1", "any"),
+        ("c", "192.0.2.9", "198.51.100.1"),
+        ("d", "192.0.2.1", "198.51.100.2"),
+        ("e", "192.0.2.1", "198.51.100.1"),
+        ("f", "192.0.2.1", "any"),
+    ]
+    .iter()
+    .map(|(n, l, r)| {
+        let mut c = PeerConfig::new(n, l.parse().unwrap(), r, "t0");
+        c.psk = Some("k".into());
+        c.remote_id = Some(format!("{n}.example"));
+        c.resolve(Some(PSK)).unwrap()
+    })
+    .collect();
+    let e = Engine::new(peers);
+    let names = |local: &str, remote: &str| -> Vec<String> {
+        let (l, r) = (
+            SocketAddr::new(local.parse().unwrap(), 500),
+            SocketAddr::new(remote.parse().unwrap(), 500),
+        );
+        let by_index: Vec<String> = Engine::candidates((&e.peers, &e.index), &l, &r)
+            .map(|p| p.name.clone())
+            .collect();
+        let by_pass: Vec<String> = e
+            .peers
+            .iter()
+            .filter(|p| Engine::is_candidate(p, &l, &r))
+            .map(|p| p.name.clone())
+            .collect();
+        assert_eq!(by_index, by_pass);
+        by_index
+    };
+    assert_eq!(names("192.0.2.1", "198.51.100.1"), ["a", "b", "e", "f"]);
+    assert_eq!(names("192.0.2.1", "198.51.100.7"), ["b", "f"]);
+    assert_eq!(names("192.0.2.9", "198.51.100.1"), ["c"]);
+    assert!(names("192.0.2.5", "198.51.100.1").is_empty());
+}
