@@ -24,6 +24,7 @@ pub mod classify;
 pub mod codel;
 pub mod config;
 pub mod node;
+pub mod pipes;
 pub mod policer;
 pub mod queue;
 pub mod rules;
