@@ -14,6 +14,14 @@
 //! maximum) are [`Shaper`]s shared by every worker's scheduler of the port, so the rates
 //! hold for the port as a whole; the queues, the DRR state and the order among classes
 //! are per worker (strict priority holds among the packets of one worker).
+//!
+//! **Pipes** ([`PipeSpec`]): under the port's shaper, each pipe (a subscriber line, by
+//! destination prefix: [`crate::pipes`]) has its own rate bucket, shared by the workers
+//! like the class buckets, and its own queue per class. The pipes with something queued
+//! and tokens in their bucket are served by deficit round robin by bytes (the same
+//! quantum each, [`PIPE_QUANTUM_BYTES`]); the packets of no pipe take part as one more
+//! pipe without a bucket ("lane 0"); within a pipe, the classes' order above. Class
+//! minimum and maximum rates stay port-wide.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -1255,6 +1263,8 @@ impl<T> Scheduler<T> {
             if lane.allot <= 0 {
                 lane.allot += PIPE_QUANTUM_BYTES as i64;
                 self.ring.rotate_left(1);
+                // Every lane is to be tried again after it: the count starts over.
+                blocked = 0;
                 continue;
             }
             if l > 0 {
