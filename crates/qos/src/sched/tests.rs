@@ -838,6 +838,44 @@ fn hostile_pipes_are_refused_with_what_is_wrong() {
     .contains("at most 1024"));
 }
 
+#[test]
+fn a_pipe_in_debt_does_not_keep_the_others_waiting() {
+    // Pipe a's bucket holds one jumbo frame (9,216 bytes); pipe b's many. After a's first
+    // frame it has no token left, and b (whose deficit its own jumbo frames spend) sends all of its.
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.burst_bytes = 100_000;
+    s.pipes = vec![
+        pipe("a", 1_000_000, "10.0.1.0/24"),
+        pipe("b", 100_000_000, "10.0.2.0/24"),
+    ];
+    s.pipes[0].burst_bytes = 9_216;
+    s.pipes[1].burst_bytes = 100_000;
+    let mut q = sched(&s);
+    for i in 0..2 {
+        q.enqueue_in(10 + i, 9_216, 1, 0, 0, 0).unwrap();
+    }
+    for i in 0..4 {
+        q.enqueue_in(20 + i, 9_000, 2, 0, 0, 0).unwrap();
+    }
+    let mut out = vec![];
+    q.dequeue_burst(0, 16, &mut |i, _| out.push(i), &mut |_, _| ());
+    out.sort();
+    assert_eq!(out, [10, 20, 21, 22, 23]);
+    // One at a time too.
+    let mut q = sched(&s);
+    for i in 0..2 {
+        q.enqueue_in(10 + i, 9_216, 1, 0, 0, 0).unwrap();
+    }
+    for i in 0..4 {
+        q.enqueue_in(20 + i, 9_000, 2, 0, 0, 0).unwrap();
+    }
+    let mut n = 0;
+    while q.dequeue(0, &mut |_, _| ()).is_some() {
+        n += 1;
+    }
+    assert_eq!((n, q.queued()), (5, 1));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
