@@ -200,6 +200,48 @@ fn qos_metrics(s: &mut Scrape, shared: &Shared) {
         "Longest time a packet waited in a port's QoS class queue.",
         soj,
     );
+    let (mut enq, mut sent, mut sent_b, mut drops, mut depth) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for p in &v.ports {
+        for q in &p.pipes {
+            let l = vec![("interface", p.interface.clone()), ("pipe", q.name.clone())];
+            enq.push((l.clone(), q.enqueued));
+            sent.push((l.clone(), q.sent));
+            sent_b.push((l.clone(), q.sent_bytes));
+            for (reason, n) in [
+                ("tail", q.dropped_tail),
+                ("codel", q.dropped_codel),
+                ("wred", q.dropped_wred),
+                ("flush", q.dropped_flush),
+            ] {
+                let mut l = l.clone();
+                l.push(("reason", reason.to_string()));
+                drops.push((l, n));
+            }
+            depth.push((l, q.depth as f64));
+        }
+    }
+    s.counter(
+        "ferrouter_qos_pipe_enqueued_packets",
+        "Packets queued in a port's QoS pipe.",
+        enq,
+    );
+    s.counter(
+        "ferrouter_qos_pipe_sent_packets",
+        "Packets a port's QoS pipe sent.",
+        sent,
+    );
+    s.counter(
+        "ferrouter_qos_pipe_sent_bytes",
+        "Bytes a port's QoS pipe sent.",
+        sent_b,
+    );
+    s.counter("ferrouter_qos_pipe_dropped_packets", "Packets a port's QoS pipe dropped: its queue or the port's queues full (tail), CoDel, WRED, or its scheduler replaced (flush).", drops);
+    s.gauge(
+        "ferrouter_qos_pipe_depth_packets",
+        "Packets in a port's QoS pipe's queues now.",
+        depth,
+    );
     let (mut pk, mut by) = (Vec::new(), Vec::new());
     for i in &v.inputs {
         for r in &i.rules {

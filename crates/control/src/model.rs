@@ -1309,8 +1309,48 @@ pub struct QosPortView {
     pub policy: String,
     /// The shaper's rate, bit/s (0: none).
     pub shaper_bps: u64,
-    /// Its classes, in the policy's order.
+    /// Its classes, in the policy's order (their counters include the pipes' packets).
     pub classes: Vec<QosClassView>,
+    /// Its pipes (`[[qos.policy.pipe]]`), in the policy's order.
+    #[serde(default)]
+    pub pipes: Vec<QosPipeView>,
+}
+
+/// One pipe of a port: a shaper and class queues for the packets to its destinations.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosPipeView {
+    /// Its name.
+    pub name: String,
+    /// Its shaper's rate, bit/s.
+    pub rate_bps: u64,
+    /// The limit of each of its class queues, packets per worker.
+    pub limit: u64,
+    /// Its destination prefixes (a packet is the pipe's with the longest one that matches).
+    pub dst: Vec<String>,
+    /// Packets queued.
+    pub enqueued: u64,
+    /// Bytes queued.
+    pub enqueued_bytes: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Packets dropped because its queue (or all the port's queues together) was full.
+    pub dropped_tail: u64,
+    /// Packets CoDel dropped.
+    pub dropped_codel: u64,
+    /// Packets dropped when the port's scheduler was replaced or removed.
+    pub dropped_flush: u64,
+    /// Packets WRED dropped on arrival.
+    pub dropped_wred: u64,
+    /// Packets in its queues now.
+    pub depth: u64,
+    /// Bytes in its queues now.
+    pub depth_bytes: u64,
+    /// Longest time a packet waited, ns.
+    pub sojourn_max_ns: u64,
+    /// Mean time the packets sent waited, ns.
+    pub sojourn_mean_ns: u64,
 }
 
 /// One class queue of a port.

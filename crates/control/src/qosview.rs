@@ -2,7 +2,9 @@
 //! [`crate::render`]).
 
 use crate::features::Features;
-use crate::model::{QosClassView, QosInputView, QosPolicerView, QosPortView, QosRuleView, QosView};
+use crate::model::{
+    QosClassView, QosInputView, QosPipeView, QosPolicerView, QosPortView, QosRuleView, QosView,
+};
 
 /// The policers and the scheduled ports' queues, now.
 pub fn view(features: &Features) -> QosView {
@@ -58,6 +60,28 @@ pub fn view(features: &Features) -> QosView {
                         depth_bytes: c.depth_bytes,
                         sojourn_max_ns: c.sojourn_max_ns,
                         sojourn_mean_ns: c.sojourn_mean_ns,
+                    })
+                    .collect(),
+                pipes: p
+                    .pipes
+                    .into_iter()
+                    .map(|q| QosPipeView {
+                        name: q.name,
+                        rate_bps: q.rate_bps,
+                        limit: q.limit as u64,
+                        dst: q.dst,
+                        enqueued: q.enqueued,
+                        enqueued_bytes: q.enqueued_bytes,
+                        sent: q.sent,
+                        sent_bytes: q.sent_bytes,
+                        dropped_tail: q.dropped_tail,
+                        dropped_codel: q.dropped_codel,
+                        dropped_flush: q.dropped_flush,
+                        dropped_wred: q.dropped_wred,
+                        depth: q.depth,
+                        depth_bytes: q.depth_bytes,
+                        sojourn_max_ns: q.sojourn_max_ns,
+                        sojourn_mean_ns: q.sojourn_mean_ns,
                     })
                     .collect(),
             })

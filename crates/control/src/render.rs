@@ -117,6 +117,40 @@ pub fn qos(v: &model::QosView) -> String {
                 c.sojourn_mean_ns as f64 / 1e3
             );
         }
+        if p.pipes.is_empty() {
+            continue;
+        }
+        // One line a pipe, after the classes (which count every pipe's packets too).
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11} {:>11}",
+            "PIPE",
+            "RATE",
+            "ENQUEUED",
+            "SENT",
+            "TAIL",
+            "CODEL",
+            "WRED",
+            "DEPTH",
+            "SOJ-MAX-us",
+            "SOJ-AVG-us"
+        );
+        for q in &p.pipes {
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
+                q.name,
+                rate(q.rate_bps),
+                q.enqueued,
+                q.sent,
+                q.dropped_tail,
+                q.dropped_codel,
+                q.dropped_wred,
+                q.depth,
+                q.sojourn_max_ns as f64 / 1e3,
+                q.sojourn_mean_ns as f64 / 1e3
+            );
+        }
     }
     for i in &v.inputs {
         let _ = writeln!(s, "\ninput {} (policy {})", i.interface, i.policy);

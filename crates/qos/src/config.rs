@@ -64,7 +64,9 @@ use crate::classify::{dscp_by_name, InputClass, InputPolicy, NO_CLASS};
 use crate::codel::CodelParams;
 use crate::policer::{Action, Kind, Policer, PolicerSpec};
 use crate::rules::{RuleConfig, RuleTable};
-use crate::sched::{ClassSpec, SchedSpec, MAX_CLASSES, MAX_PACKET};
+use crate::sched::{
+    ClassSpec, PipeSpec, SchedSpec, MAX_CLASSES, MAX_PACKET, MAX_PIPES, MAX_PIPE_PACKETS,
+};
 use crate::wred::{WredParams, WredProfile, DEFAULT_WEIGHT, P_ONE, WEIGHTS};
 
 /// `[qos]`.
@@ -159,6 +161,29 @@ pub struct PolicyConfig {
     /// classification (input only).
     #[serde(rename = "rule", default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleConfig>,
+    /// Pipes (`[[qos.policy.pipe]]`): subscriber lines behind the port, each with its
+    /// own shaper and queues (output, with a shaper).
+    #[serde(rename = "pipe", default, skip_serializing_if = "Vec::is_empty")]
+    pub pipes: Vec<PipeConfig>,
+}
+
+/// `[[qos.policy.pipe]]`: the packets leaving the port to its destinations (the pipe with
+/// the longest matching prefix) are shaped at its rate, in queues of their own.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipeConfig {
+    /// Its name.
+    pub name: String,
+    /// Its rate: bit/s, with a unit, or a share of the policy's shaper.
+    pub rate: RateValue,
+    /// Its bucket, bytes (default: 2 ms at its rate, at least 15,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// The limit of each of its class queues, packets (default 64; at most the class's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Its destinations: a prefix or a list of them, IPv4 and/or IPv6.
+    pub dst: crate::rules::Prefixes,
 }
 
 /// `[[qos.policy.class]]`.
@@ -389,6 +414,8 @@ pub struct PcpOut {
 
 /// Default queue limit of a class, packets.
 pub const DEFAULT_LIMIT: usize = 256;
+/// Default limit of a pipe's class queues, packets.
+pub const DEFAULT_PIPE_LIMIT: usize = 64;
 /// The most packets one port's classes may hold together (per worker): queued packets
 /// keep their buffers, of which a worker has 8,192 for everything.
 pub const MAX_PORT_QUEUED: usize = 2_048;
@@ -699,6 +726,7 @@ impl QosConfig {
                 by_dscp[d as usize] = j as u8;
             }
         }
+        let pipes = Self::pipe_specs(p, path, shaper, &classes, &mut out);
         if !out.is_empty() {
             return Err(out);
         }
@@ -708,7 +736,141 @@ impl QosConfig {
             classes,
             by_dscp,
             default_class,
+            pipes,
         })
+    }
+
+    /// The pipes of policy `p` (at `path`) under a shaper of `shaper` bit/s (0: none),
+    /// over `classes`; problems go to `out`.
+    fn pipe_specs(
+        p: &PolicyConfig,
+        path: &str,
+        shaper: u64,
+        classes: &[ClassSpec],
+        out: &mut Vec<(String, String)>,
+    ) -> Vec<PipeSpec> {
+        let mut pipes = Vec::new();
+        if p.pipes.is_empty() {
+            return pipes;
+        }
+        if p.shaper.is_none() {
+            out.push((
+                format!("{path}.pipe"),
+                "pipes are shaped under the port's shaper: the policy needs a shaper".into(),
+            ));
+        }
+        if p.pipes.len() > MAX_PIPES {
+            out.push((
+                format!("{path}.pipe"),
+                format!(
+                    "{} pipes: a policy has at most {MAX_PIPES} (each has a queue per class in every worker)",
+                    p.pipes.len()
+                ),
+            ));
+            return pipes;
+        }
+        let of = (shaper > 0).then_some(shaper);
+        let mut names = HashMap::new();
+        let mut seen: HashMap<(std::net::IpAddr, u8), usize> = HashMap::new();
+        let mut places = 0usize;
+        for (k, q) in p.pipes.iter().enumerate() {
+            let qp = format!("{path}.pipe[{k}]");
+            if !valid_name(&q.name) {
+                out.push((
+                    format!("{qp}.name"),
+                    format!(
+                        "{:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)",
+                        q.name
+                    ),
+                ));
+            } else if names.insert(q.name.as_str(), k).is_some() {
+                out.push((
+                    format!("{qp}.name"),
+                    format!("pipe {:?} is defined twice", q.name),
+                ));
+            }
+            let rate = match parse_rate(&q.rate, of) {
+                Ok(r) if shaper > 0 && r > shaper => {
+                    out.push((
+                        format!("{qp}.rate"),
+                        format!("{r} bit/s is above the policy's shaper ({shaper} bit/s)"),
+                    ));
+                    0
+                }
+                Ok(r) => r,
+                Err(e) => {
+                    out.push((format!("{qp}.rate"), e));
+                    0
+                }
+            };
+            let burst = q.burst.unwrap_or_else(|| default_burst_bytes(rate));
+            if q.burst.is_some() && !BURST_BYTES.contains(&burst) {
+                out.push((
+                    format!("{qp}.burst"),
+                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
+                ));
+            }
+            let limit = q.limit.unwrap_or(DEFAULT_PIPE_LIMIT);
+            if limit == 0 || limit > MAX_PORT_QUEUED {
+                out.push((
+                    format!("{qp}.limit"),
+                    format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
+                ));
+            }
+            if q.dst.is_empty() {
+                out.push((
+                    format!("{qp}.dst"),
+                    "a pipe needs its destinations: a prefix or a list of them".into(),
+                ));
+            }
+            for (j, d) in q.dst.list().iter().enumerate() {
+                let dp = q.dst.path(&qp, "dst", j);
+                match firewall::config::parse_net(d) {
+                    Err(e) => out.push((dp, e)),
+                    Ok(n) => {
+                        if let Some(other) = seen.insert((n.addr, n.len), k) {
+                            out.push((
+                                dp,
+                                format!(
+                                    "{d} is already a destination of pipe {:?}",
+                                    p.pipes[other].name
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            places += classes
+                .iter()
+                .map(|c| c.limit.min(limit.max(1)))
+                .sum::<usize>();
+            pipes.push(PipeSpec {
+                name: q.name.clone(),
+                rate_bps: rate,
+                burst_bytes: burst,
+                limit: limit.clamp(1, MAX_PORT_QUEUED),
+                dst: q.dst.list().to_vec(),
+            });
+        }
+        // The lookup builds (the firewall's classifier: its own limits).
+        if !out
+            .iter()
+            .any(|(k, _)| k.starts_with(&format!("{path}.pipe")))
+        {
+            let dst: Vec<Vec<String>> = pipes.iter().map(|p| p.dst.clone()).collect();
+            if let Err(e) = crate::pipes::PipeTable::build(&dst) {
+                out.push((format!("{path}.pipe"), e));
+            }
+        }
+        if places > MAX_PIPE_PACKETS {
+            out.push((
+                format!("{path}.pipe"),
+                format!(
+                    "the pipes' queues hold {places} packets (each pipe has a queue per class, of the smaller of its limit and the class's); a port has at most {MAX_PIPE_PACKETS} (40 bytes each per worker): lower the pipes' limit"
+                ),
+            ));
+        }
+        pipes
     }
 
     /// Everything wrong, each with the dotted path of the value; `interfaces` are the fast
@@ -898,7 +1060,15 @@ impl QosConfig {
                 .filter(|_| vlans.contains(&name))
                 .and_then(|o| self.policies.iter().find(|p| &p.name == o));
             if let Some(p) = vlan_policy {
-                if p.shaper.is_some() {
+                if !p.pipes.is_empty() {
+                    out.push((
+                        format!("{path}.output"),
+                        format!(
+                            "{:?} is not a [[port]]: its output policy only sets 802.1p, and policy {:?} has pipes: pipes are per port (give them to its port's output policy)",
+                            f.name, p.name
+                        ),
+                    ));
+                } else if p.shaper.is_some() {
                     out.push((
                         format!("{path}.output"),
                         format!(
@@ -1636,5 +1806,180 @@ output = "edge"
         assert!(r("0%").is_err() && r("101%").is_err() && r("fast").is_err());
         assert_eq!(parse_dscp(&DscpValue::Name("af41".into())), Ok(34));
         assert!(parse_dscp(&DscpValue::Name("af51".into())).is_err());
+    }
+
+    const PIPES: &str = r#"
+[[policy]]
+name = "bng"
+default_class = "be"
+shaper = "1gbit"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+max_rate = "10%"
+
+[[policy.class]]
+name = "be"
+weight = 1
+
+[[policy.pipe]]
+name = "sub1"
+rate = "100mbit"
+dst = "10.1.0.0/24"
+
+[[policy.pipe]]
+name = "sub2"
+rate = "20%"
+burst = 50000
+limit = 32
+dst = ["10.2.0.0/24", "2001:db8:2::/48"]
+
+[[interface]]
+name = "eth0"
+output = "bng"
+"#;
+
+    #[test]
+    fn pipes_compile_with_their_rates_bursts_and_limits() {
+        let c = cfg(PIPES);
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        assert_eq!(s.validate(), Ok(()));
+        let p: Vec<_> = s
+            .pipes
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.rate_bps,
+                    p.burst_bytes,
+                    p.limit,
+                    p.dst.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            p,
+            [
+                ("sub1", 100_000_000, 25_000, DEFAULT_PIPE_LIMIT, 1),
+                ("sub2", 200_000_000, 50_000, 32, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn hostile_pipes_are_refused_with_their_locations() {
+        let pipes = |edit: &dyn Fn(&mut PolicyConfig)| {
+            let mut c = cfg(PIPES);
+            edit(&mut c.policies[0]);
+            c.validate(IFS, PORTS, VLANS)
+        };
+        let has = |p: &[(String, String)], path: &str, what: &str| {
+            assert!(
+                p.iter().any(|(k, m)| k == path && m.contains(what)),
+                "{path}: {what:?} not in {p:?}"
+            );
+        };
+        has(
+            &pipes(&|p| p.shaper = None),
+            "qos.policy[0].pipe",
+            "needs a shaper",
+        );
+        has(
+            &pipes(&|p| p.pipes[1].rate = RateValue::Bps(0)),
+            "qos.policy[0].pipe[1].rate",
+            "out of range",
+        );
+        has(
+            &pipes(&|p| p.pipes[1].rate = RateValue::Text("120%".into())),
+            "qos.policy[0].pipe[1].rate",
+            "a share is 1% to 100%",
+        );
+        has(
+            &pipes(&|p| p.pipes[0].rate = RateValue::Text("2gbit".into())),
+            "qos.policy[0].pipe[0].rate",
+            "above the policy's shaper",
+        );
+        has(
+            &pipes(&|p| p.pipes[0].burst = Some(100)),
+            "qos.policy[0].pipe[0].burst",
+            "out of range",
+        );
+        has(
+            &pipes(&|p| p.pipes[0].limit = Some(0)),
+            "qos.policy[0].pipe[0].limit",
+            "out of range",
+        );
+        has(
+            &pipes(&|p| p.pipes[0].dst = crate::rules::Prefixes::One("10.1.0.1/24".into())),
+            "qos.policy[0].pipe[0].dst",
+            "host bits",
+        );
+        has(
+            &pipes(&|p| {
+                p.pipes[1].dst = crate::rules::Prefixes::Many(vec![
+                    "2001:db8:3::/48".into(),
+                    "10.1.0.0/24".into(),
+                ])
+            }),
+            "qos.policy[0].pipe[1].dst[1]",
+            "already a destination of pipe \"sub1\"",
+        );
+        has(
+            &pipes(&|p| p.pipes[0].dst = crate::rules::Prefixes::Many(vec![])),
+            "qos.policy[0].pipe[0].dst",
+            "needs its destinations",
+        );
+        has(
+            &pipes(&|p| p.pipes[1].name = "sub1".into()),
+            "qos.policy[0].pipe[1].name",
+            "defined twice",
+        );
+        let many = |n: usize, limit: usize| {
+            move |p: &mut PolicyConfig| {
+                let one = p.pipes[0].clone();
+                p.pipes = (0..n)
+                    .map(|k| PipeConfig {
+                        name: format!("s{k}"),
+                        rate: RateValue::Text("1mbit".into()),
+                        limit: Some(limit),
+                        dst: crate::rules::Prefixes::One(format!(
+                            "10.{}.{}.0/24",
+                            k / 256,
+                            k % 256
+                        )),
+                        ..one.clone()
+                    })
+                    .collect();
+            }
+        };
+        has(
+            &pipes(&many(1_025, 1)),
+            "qos.policy[0].pipe",
+            "at most 1024",
+        );
+        has(
+            &pipes(&many(1_024, 128)),
+            "qos.policy[0].pipe",
+            "lower the pipes' limit",
+        );
+        assert!(pipes(&many(1_024, 64)).is_empty());
+        // On a VLAN sub-interface.
+        let mut c = cfg(PIPES);
+        c.interfaces[0].name = "eth0.100".into();
+        let p = c.validate(IFS, PORTS, VLANS);
+        has(&p, "qos.interface[0].output", "has pipes");
+        // Unknown keys.
+        let e = toml::from_str::<QosConfig>(&PIPES.replace("limit = 32", "limt = 32"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `limt`"), "{e}");
     }
 }

@@ -12,7 +12,9 @@
 //! - [`wred`]: WRED (RED with a profile per drop precedence), the other one;
 //! - [`sched`]: the egress scheduler of a port: a shaper, strict-priority classes, DRR among
 //!   the rest, per-class minimum and maximum rates, tail-drop limits, CoDel or WRED, and
-//!   per-queue counters.
+//!   per-queue counters, and pipes (a shaper and class queues per subscriber line);
+//! - [`pipes`]: the pipe of a packet by its destination (the longest prefix), on the
+//!   firewall's classifier.
 //!
 //! Everything here that runs per packet allocates nothing, locks nothing and cannot panic
 //! on packet data: queues are preallocated when a policy is built.
@@ -24,6 +26,7 @@ pub mod classify;
 pub mod codel;
 pub mod config;
 pub mod node;
+pub mod pipes;
 pub mod policer;
 pub mod queue;
 pub mod rules;

@@ -119,6 +119,8 @@ struct PortState {
     policy: u16,
     /// Each worker's queue counters, by class.
     stats: Vec<Arc<[QueueStats]>>,
+    /// Each worker's scheduler's counters, by pipe.
+    pipe_stats: Vec<Arc<[QueueStats]>>,
 }
 
 /// What the control thread and the nodes share.
@@ -268,12 +270,14 @@ impl QosShared {
                 continue;
             }
             let mut stats = Vec::new();
+            let mut pipe_stats = Vec::new();
             let rates = want.as_ref().map(|s| Arc::new(Rates::new(s, now_ns)));
             for w in workers.iter_mut() {
                 let sched = match (want, &rates) {
                     (Some(s), Some(r)) => {
                         let s = Box::new(Scheduler::new(s, r.clone()));
                         stats.push(s.stats());
+                        pipe_stats.push(s.pipe_stats());
                         Some(s)
                     }
                     _ => None,
@@ -289,6 +293,7 @@ impl QosShared {
                 spec,
                 policy,
                 stats,
+                pipe_stats,
             });
         }
         self.input.store(Arc::new(compiled.input.clone()));
@@ -349,6 +354,38 @@ impl QosShared {
                                 limit: spec.limit,
                                 codel: spec.codel.is_some(),
                                 wred: spec.wred.is_some(),
+                                enqueued: n.enqueued,
+                                enqueued_bytes: n.enqueued_bytes,
+                                sent: n.sent,
+                                sent_bytes: n.sent_bytes,
+                                dropped_tail: n.dropped[0],
+                                dropped_codel: n.dropped[1],
+                                dropped_flush: n.dropped[2],
+                                dropped_wred: n.dropped[3],
+                                depth: n.depth,
+                                depth_bytes: n.depth_bytes,
+                                sojourn_max_ns: n.sojourn_max_ns,
+                                sojourn_mean_ns: n.sojourn_sum_ns.checked_div(n.sent).unwrap_or(0),
+                            }
+                        })
+                        .collect(),
+                    pipes: p
+                        .spec
+                        .pipes
+                        .iter()
+                        .enumerate()
+                        .map(|(k, spec)| {
+                            let mut n = crate::sched::QueueCounts::default();
+                            for w in &p.pipe_stats {
+                                if let Some(q) = w.get(k) {
+                                    n.add(&q.read());
+                                }
+                            }
+                            PipeView {
+                                name: spec.name.clone(),
+                                rate_bps: spec.rate_bps,
+                                limit: spec.limit,
+                                dst: spec.dst.clone(),
                                 enqueued: n.enqueued,
                                 enqueued_bytes: n.enqueued_bytes,
                                 sent: n.sent,
@@ -480,8 +517,47 @@ pub struct PortView {
     pub policy: String,
     /// Its shaper's rate, bit/s (0: none).
     pub shaper_bps: u64,
-    /// Its classes.
+    /// Its classes (their counters include their pipes' packets).
     pub classes: Vec<ClassView>,
+    /// Its pipes.
+    pub pipes: Vec<PipeView>,
+}
+
+/// A pipe of a port, summed over the workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipeView {
+    /// Its name.
+    pub name: String,
+    /// Its shaper's rate, bit/s.
+    pub rate_bps: u64,
+    /// The limit of each of its class queues, packets (per worker).
+    pub limit: usize,
+    /// Its destination prefixes.
+    pub dst: Vec<String>,
+    /// Packets queued.
+    pub enqueued: u64,
+    /// Bytes queued.
+    pub enqueued_bytes: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// Bytes sent.
+    pub sent_bytes: u64,
+    /// Dropped: a queue full (or the port's queues all full).
+    pub dropped_tail: u64,
+    /// Dropped by CoDel.
+    pub dropped_codel: u64,
+    /// Dropped when the scheduler was replaced.
+    pub dropped_flush: u64,
+    /// Dropped by WRED on arrival.
+    pub dropped_wred: u64,
+    /// Packets queued now.
+    pub depth: u64,
+    /// Bytes queued now.
+    pub depth_bytes: u64,
+    /// Longest sojourn, ns.
+    pub sojourn_max_ns: u64,
+    /// Mean sojourn, ns.
+    pub sojourn_mean_ns: u64,
 }
 
 /// A class queue of a port, summed over the workers.
@@ -843,6 +919,25 @@ fn dscp_of(mem: &dyn PacketMemory, p: &Pkt) -> Option<u8> {
     }
 }
 
+/// The lane of a packet on a transmit list in scheduler `s`: its pipe's (by its destination
+/// address) plus 1, or 0 (no pipe, not IP, or a port without pipes).
+#[inline]
+fn lane_of(s: &Scheduler<Pkt>, mem: &dyn PacketMemory, p: &Pkt) -> u16 {
+    if !s.has_pipes() {
+        return 0;
+    }
+    let f = mem.frame(p.buf);
+    let at = p.off as usize + p.l3 as usize;
+    let (Some(ty), Some(&v)) = (at.checked_sub(2).and_then(|t| f.get(t..at)), f.get(at)) else {
+        return 0;
+    };
+    match (ty, v >> 4) {
+        ([0x08, 0x00], 4) => s.lane_of_frame(f, at, false),
+        ([0x86, 0xdd], 6) => s.lane_of_frame(f, at, true),
+        _ => 0,
+    }
+}
+
 /// A worker's schedulers, one per scheduled port: the engine's egress hook.
 pub struct QosEgress {
     scheds: Vec<Option<Box<Scheduler<Pkt>>>>,
@@ -880,10 +975,10 @@ impl Egress for QosEgress {
         };
         // Nothing queued and the tokens for all of it: the list goes as it is.
         if !list.is_empty()
-            && s.pass_through(list.len(), now_ns, |s, k| {
+            && s.pass_through_lanes(list.len(), now_ns, |s, k| {
                 let p = &list[k];
                 let class = s.class_of_chosen(class_from(p.aux, policy), || dscp_of(mem, p));
-                (class, u32::from(p.len))
+                (lane_of(s, mem, p), class, u32::from(p.len))
             })
         {
             return;
@@ -900,7 +995,8 @@ impl Egress for QosEgress {
             } else {
                 0
             };
-            if let Err(p) = s.enqueue_coloured(p, u32::from(p.len), class, precedence, now_ns) {
+            let lane = lane_of(s, mem, &p);
+            if let Err(p) = s.enqueue_in(p, u32::from(p.len), lane, class, precedence, now_ns) {
                 mem.free(p.buf);
             }
         }

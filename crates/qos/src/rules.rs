@@ -61,7 +61,7 @@ impl Prefixes {
         self.list().is_empty()
     }
     /// The config path of item `k` under `key`.
-    fn path(&self, base: &str, key: &str, k: usize) -> String {
+    pub(crate) fn path(&self, base: &str, key: &str, k: usize) -> String {
         match self {
             Prefixes::One(_) => format!("{base}.{key}"),
             Prefixes::Many(_) => format!("{base}.{key}[{k}]"),

@@ -14,12 +14,23 @@
 //! maximum) are [`Shaper`]s shared by every worker's scheduler of the port, so the rates
 //! hold for the port as a whole; the queues, the DRR state and the order among classes
 //! are per worker (strict priority holds among the packets of one worker).
+//!
+//! **Pipes** ([`PipeSpec`]): under the port's shaper, each pipe (a subscriber line, by
+//! destination prefix: [`crate::pipes`]) has its own rate bucket, shared by the workers
+//! like the class buckets, and its own queue per class. The pipes with something queued
+//! and tokens in their bucket are served by deficit round robin by bytes (the same
+//! quantum each, [`PIPE_QUANTUM_BYTES`]); the packets of no pipe take part as one more
+//! pipe without a bucket ("lane 0"); within a pipe, the classes' order above. Class
+//! minimum and maximum rates stay port-wide.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::bucket::{cost, Shaper, MAX_BURST_BYTES, MAX_RATE_BPS};
 use crate::codel::{Codel, CodelParams};
+pub use crate::config::MAX_PORT_QUEUED;
+use crate::pipes::PipeTable;
 use crate::queue::{Entry, Fifo};
 use crate::wred::{Wred, WredParams};
 
@@ -31,6 +42,29 @@ pub const QUANTUM_BYTES: u64 = 1_536;
 pub const MAX_PACKET: u64 = 9_216;
 /// The largest queue limit, in packets.
 pub const MAX_LIMIT: usize = 65_536;
+/// Most pipes a port has: each has a queue per class in every worker's scheduler, and a
+/// dequeue may pass over every pipe in debt.
+pub const MAX_PIPES: usize = 1_024;
+/// Most queue places (packets) a port's pipes have together, per worker: each is an entry
+/// of 40 bytes allocated with the scheduler (5 MiB per worker at most).
+pub const MAX_PIPE_PACKETS: usize = 131_072;
+/// The deficit round robin quantum among a port's pipes, bytes.
+pub const PIPE_QUANTUM_BYTES: u64 = 1_536;
+
+/// One pipe of a port (a subscriber line behind it), as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipeSpec {
+    /// Its name.
+    pub name: String,
+    /// Its shaper's rate in bit/s.
+    pub rate_bps: u64,
+    /// Its shaper's burst in bytes.
+    pub burst_bytes: u64,
+    /// The limit of each of its class queues, packets (at most the class's own limit).
+    pub limit: usize,
+    /// Its destination prefixes, as written.
+    pub dst: Vec<String>,
+}
 
 /// One class of a port, as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +102,8 @@ pub struct SchedSpec {
     pub by_dscp: [u8; 64],
     /// The class of DSCPs no class names.
     pub default_class: u8,
+    /// Its pipes (none: every packet is scheduled at the port level).
+    pub pipes: Vec<PipeSpec>,
 }
 
 /// Why a [`SchedSpec`] is refused (the config says where).
@@ -91,6 +127,8 @@ pub enum SchedError {
     UnknownClass(u8),
     /// WRED parameters that do not fit (class, what).
     Wred(String, String),
+    /// A pipe that does not fit (pipe, what).
+    Pipe(String, String),
 }
 
 impl std::fmt::Display for SchedError {
@@ -118,6 +156,7 @@ impl std::fmt::Display for SchedError {
             ),
             SchedError::UnknownClass(c) => write!(f, "class index {c} does not exist"),
             SchedError::Wred(c, e) => write!(f, "{c}: wred: {e}"),
+            SchedError::Pipe(p, e) => write!(f, "pipe {p}: {e}"),
         }
     }
 }
@@ -185,6 +224,63 @@ impl SchedSpec {
                 return Err(SchedError::UnknownClass(c));
             }
         }
+        self.validate_pipes()
+    }
+
+    fn validate_pipes(&self) -> Result<(), SchedError> {
+        if self.pipes.is_empty() {
+            return Ok(());
+        }
+        let bad = |p: &PipeSpec, e: String| Err(SchedError::Pipe(p.name.clone(), e));
+        if self.pipes.len() > MAX_PIPES {
+            return Err(SchedError::Pipe(
+                String::new(),
+                format!("{} pipes: a port has at most {MAX_PIPES}", self.pipes.len()),
+            ));
+        }
+        let mut places = 0usize;
+        for p in &self.pipes {
+            if self.rate_bps == 0 {
+                return bad(p, "pipes need the port's shaper".into());
+            }
+            if p.rate_bps == 0 || p.rate_bps > self.rate_bps {
+                return bad(
+                    p,
+                    format!(
+                        "rate = {} bit/s: must be 1 to the port's {} bit/s",
+                        p.rate_bps, self.rate_bps
+                    ),
+                );
+            }
+            if !(MAX_PACKET..=MAX_BURST_BYTES).contains(&p.burst_bytes) {
+                return bad(
+                    p,
+                    format!(
+                        "burst = {} bytes: must be {MAX_PACKET} to {MAX_BURST_BYTES} bytes",
+                        p.burst_bytes
+                    ),
+                );
+            }
+            if p.limit == 0 || p.limit > MAX_LIMIT {
+                return bad(
+                    p,
+                    format!("limit = {} packets: must be 1 to {MAX_LIMIT}", p.limit),
+                );
+            }
+            places += self
+                .classes
+                .iter()
+                .map(|c| c.limit.min(p.limit))
+                .sum::<usize>();
+        }
+        if places > MAX_PIPE_PACKETS {
+            return Err(SchedError::Pipe(
+                String::new(),
+                format!("the pipes' queues hold {places} packets: at most {MAX_PIPE_PACKETS}"),
+            ));
+        }
+        let dst: Vec<Vec<String>> = self.pipes.iter().map(|p| p.dst.clone()).collect();
+        PipeTable::build(&dst).map_err(|e| SchedError::Pipe(String::new(), e))?;
         Ok(())
     }
 
@@ -204,6 +300,10 @@ pub struct Rates {
     port: Option<Shaper>,
     min: Vec<Option<Shaper>>,
     max: Vec<Option<Shaper>>,
+    /// By pipe.
+    pipes: Vec<Shaper>,
+    /// The pipe of a destination (none without pipes).
+    table: Option<PipeTable>,
 }
 
 impl Rates {
@@ -222,6 +322,18 @@ impl Rates {
                 .iter()
                 .map(|c| b(c.max_bps, c.burst_bytes))
                 .collect(),
+            pipes: spec
+                .pipes
+                .iter()
+                .map(|p| Shaper::new(p.rate_bps, p.burst_bytes, now_ns))
+                .collect(),
+            // Validated: it builds (else no packet is of a pipe).
+            table: (!spec.pipes.is_empty())
+                .then(|| {
+                    let dst: Vec<Vec<String>> = spec.pipes.iter().map(|p| p.dst.clone()).collect();
+                    PipeTable::build(&dst).ok()
+                })
+                .flatten(),
         }
     }
 }
@@ -443,19 +555,206 @@ struct Class<T> {
     deficit: i64,
 }
 
-/// One worker's scheduler of one port: its queues, over the port's shared [`Rates`].
-pub struct Scheduler<T> {
+/// The queues of one pipe of one worker (lane 0: the packets of no pipe, which no pipe
+/// shaper holds back), with the order among its classes and its place among the pipes.
+struct Lane<T> {
     classes: Vec<Class<T>>,
-    rates: Arc<Rates>,
+    drr_cursor: usize,
+    drr_fresh: bool,
+    min_cursor: usize,
+    /// Packets and bytes it holds.
+    queued: usize,
+    bytes: u64,
+    /// In the round of pipes with something queued.
+    active: bool,
+    /// Its deficit among the pipes, bytes: it is served while this is above 0, then goes
+    /// to the back of the round with a quantum more.
+    allot: i64,
+    /// The smallest of its class queues' limits (the pass-through's bound).
+    min_limit: usize,
+    /// This burst of dequeues' view of its pipe's bucket (see [`Spend`]): the burst it was
+    /// read in, its tokens then less what the burst sent, and the bytes sent.
+    epoch: u64,
+    tokens: i64,
+    spent: u64,
+    /// A pass-through's packets and bytes of this lane.
+    pt_count: usize,
+    pt_bytes: u64,
+}
+
+/// What every lane of a worker's scheduler shares: the order among classes, the counters,
+/// and the depths summed over the lanes.
+struct Book {
     stats: Arc<[QueueStats]>,
+    /// By pipe (lane 1 is pipe 0).
+    pipe_stats: Arc<[QueueStats]>,
     /// Strict classes, highest precedence first.
     strict: Vec<u8>,
     /// Weighted classes, in round-robin order.
     weighted: Vec<u8>,
-    drr_cursor: usize,
-    drr_fresh: bool,
-    min_cursor: usize,
+    /// Packets in all lanes.
     queued: usize,
+    /// Each class's packets and bytes over all lanes.
+    class_depth: [usize; MAX_CLASSES],
+    class_bytes: [u64; MAX_CLASSES],
+}
+
+#[inline]
+fn count_sent(s: &QueueStats, len: u64, sojourn: u64) {
+    bump(&s.sent, 1);
+    bump(&s.sent_bytes, len);
+    s.sojourn_last_ns.store(sojourn, Relaxed);
+    if sojourn > s.sojourn_max_ns.load(Relaxed) {
+        s.sojourn_max_ns.store(sojourn, Relaxed);
+    }
+    bump(&s.sojourn_sum_ns, sojourn);
+}
+
+impl Book {
+    /// Take the next packet of class `c` of lane `l` (through CoDel if it has it),
+    /// counting it and spending its bytes in `sp`; CoDel's drops go to `drop`.
+    #[inline(always)]
+    fn pop<T>(
+        &mut self,
+        lane: &mut Lane<T>,
+        l: usize,
+        c: usize,
+        now: u64,
+        sp: &mut Spend,
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> Option<Entry<T>> {
+        let s = self.stats.get(c)?;
+        let ps = l.checked_sub(1).and_then(|p| self.pipe_stats.get(p));
+        let class = lane.classes.get_mut(c)?;
+        let (before, before_bytes) = (class.fifo.len(), class.fifo.bytes());
+        let e = match &mut class.codel {
+            Some(codel) => codel.dequeue(now, &mut class.fifo, &mut |e: Entry<T>| {
+                bump(&s.dropped[DropReason::Codel as usize], 1);
+                if let Some(ps) = ps {
+                    bump(&ps.dropped[DropReason::Codel as usize], 1);
+                }
+                drop(e.item, DropReason::Codel)
+            }),
+            None => class.fifo.pop(),
+        };
+        let gone = before - class.fifo.len();
+        let gone_bytes = before_bytes - class.fifo.bytes();
+        lane.queued -= gone;
+        lane.bytes -= gone_bytes;
+        self.queued -= gone;
+        if let (Some(d), Some(b)) = (self.class_depth.get_mut(c), self.class_bytes.get_mut(c)) {
+            *d -= gone;
+            *b -= gone_bytes;
+            s.depth.store(*d as u64, Relaxed);
+            s.depth_bytes.store(*b, Relaxed);
+        }
+        if class.fifo.is_empty() {
+            if let Some(w) = &mut class.wred {
+                w.idle(now);
+            }
+        }
+        if let Some(ps) = ps {
+            ps.depth.store(lane.queued as u64, Relaxed);
+            ps.depth_bytes.store(lane.bytes, Relaxed);
+        }
+        let e = e?;
+        let len = u64::from(e.len);
+        let sojourn = now.saturating_sub(e.enq_ns);
+        count_sent(s, len, sojourn);
+        if let Some(ps) = ps {
+            count_sent(ps, len, sojourn);
+        }
+        sp.spend(c, len);
+        Some(e)
+    }
+
+    /// The next packet of lane `l` (its classes' order, on `sp`'s tokens), its class and
+    /// length.
+    #[inline(always)]
+    fn next_in<T>(
+        &mut self,
+        lane: &mut Lane<T>,
+        l: usize,
+        now_ns: u64,
+        sp: &mut Spend,
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> Option<(T, u8, u32)> {
+        if lane.queued == 0 {
+            return None;
+        }
+        // 1. Strict priority.
+        for k in 0..self.strict.len() {
+            let c = self.strict[k] as usize;
+            while !lane.classes[c].fifo.is_empty() && sp.max_ok(c) {
+                if let Some(e) = self.pop(lane, l, c, now_ns, sp, drop) {
+                    return Some((e.item, c as u8, e.len));
+                }
+            }
+        }
+        let n = self.weighted.len();
+        if n == 0 {
+            return None;
+        }
+        // 2. Weighted classes below their minimum rate.
+        for k in 0..n {
+            let c = self.weighted[(lane.min_cursor + k) % n] as usize;
+            while !lane.classes[c].fifo.is_empty() && sp.below_min(c) && sp.max_ok(c) {
+                if let Some(e) = self.pop(lane, l, c, now_ns, sp, drop) {
+                    lane.min_cursor = (lane.min_cursor + k + 1) % n;
+                    return Some((e.item, c as u8, e.len));
+                }
+            }
+        }
+        // 3. DRR. A visit adds a quantum (at least 1,536 bytes), so a class with a packet
+        // of at most MAX_PACKET bytes sends within MAX_PACKET / 1,536 + 1 visits: the
+        // bound finds any class that may send.
+        let visits = n * (MAX_PACKET / QUANTUM_BYTES + 2) as usize;
+        for _ in 0..visits {
+            lane.drr_cursor %= n;
+            let c = self.weighted[lane.drr_cursor] as usize;
+            let head = lane.classes[c].fifo.head_len();
+            let Some(head) = head.filter(|_| sp.max_ok(c)) else {
+                if lane.classes[c].fifo.is_empty() {
+                    lane.classes[c].deficit = 0;
+                }
+                lane.drr_cursor += 1;
+                lane.drr_fresh = true;
+                continue;
+            };
+            if lane.drr_fresh {
+                lane.classes[c].deficit += lane.classes[c].quantum;
+                lane.drr_fresh = false;
+            }
+            if lane.classes[c].deficit >= i64::from(head) {
+                if let Some(e) = self.pop(lane, l, c, now_ns, sp, drop) {
+                    lane.classes[c].deficit -= i64::from(e.len);
+                    return Some((e.item, c as u8, e.len));
+                }
+                // CoDel emptied it: on to the next class.
+                continue;
+            }
+            lane.drr_cursor += 1;
+            lane.drr_fresh = true;
+        }
+        None
+    }
+}
+
+/// One worker's scheduler of one port: its queues, over the port's shared [`Rates`].
+pub struct Scheduler<T> {
+    /// Lane 0: the packets of no pipe; lane `k + 1`: pipe `k`'s.
+    lanes: Vec<Lane<T>>,
+    book: Book,
+    rates: Arc<Rates>,
+    /// The lanes with something queued, in round-robin order (room for all of them,
+    /// allocated with the scheduler).
+    ring: VecDeque<u16>,
+    /// The pipes a burst of dequeues (or a pass-through) read (room for all).
+    touched: Vec<u16>,
+    /// The burst of dequeues under way.
+    epoch: u64,
+    /// The most packets all lanes hold together.
+    cap: usize,
     by_dscp: [u8; 64],
     default_class: u8,
 }
@@ -471,17 +770,38 @@ impl<T> Scheduler<T> {
             .map(|c| u64::from(c.weight.max(1)))
             .min()
             .unwrap_or(1);
-        let classes = spec
-            .classes
-            .iter()
-            .map(|c| Class {
-                fifo: Fifo::new(c.limit),
-                codel: c.codel.map(Codel::new),
-                wred: c.wred.map(Wred::seeded),
-                quantum: (u64::from(c.weight.max(1)) * QUANTUM_BYTES / min_w)
-                    .min(i64::MAX as u64 / 4) as i64,
-                deficit: 0,
-            })
+        let lane = |limit: Option<usize>| {
+            let classes: Vec<Class<T>> = spec
+                .classes
+                .iter()
+                .map(|c| Class {
+                    fifo: Fifo::new(limit.map_or(c.limit, |l| l.min(c.limit))),
+                    codel: c.codel.map(Codel::new),
+                    wred: c.wred.map(Wred::seeded),
+                    quantum: (u64::from(c.weight.max(1)) * QUANTUM_BYTES / min_w)
+                        .min(i64::MAX as u64 / 4) as i64,
+                    deficit: 0,
+                })
+                .collect();
+            Lane {
+                min_limit: classes.iter().map(|c| c.fifo.limit()).min().unwrap_or(0),
+                classes,
+                drr_cursor: 0,
+                drr_fresh: true,
+                min_cursor: 0,
+                queued: 0,
+                bytes: 0,
+                active: false,
+                allot: 0,
+                epoch: 0,
+                tokens: 0,
+                spent: 0,
+                pt_count: 0,
+                pt_bytes: 0,
+            }
+        };
+        let lanes: Vec<Lane<T>> = std::iter::once(lane(None))
+            .chain(spec.pipes.iter().map(|p| lane(Some(p.limit))))
             .collect();
         let mut strict: Vec<(u8, u8)> = spec
             .classes
@@ -498,15 +818,25 @@ impl<T> Scheduler<T> {
             .map(|(i, _)| i as u8)
             .collect();
         Scheduler {
-            classes,
+            ring: VecDeque::with_capacity(lanes.len()),
+            touched: Vec::with_capacity(lanes.len()),
+            lanes,
+            book: Book {
+                stats: spec.classes.iter().map(|_| QueueStats::default()).collect(),
+                pipe_stats: spec.pipes.iter().map(|_| QueueStats::default()).collect(),
+                strict: strict.into_iter().map(|(_, i)| i).collect(),
+                weighted,
+                queued: 0,
+                class_depth: [0; MAX_CLASSES],
+                class_bytes: [0; MAX_CLASSES],
+            },
             rates,
-            stats: spec.classes.iter().map(|_| QueueStats::default()).collect(),
-            strict: strict.into_iter().map(|(_, i)| i).collect(),
-            weighted,
-            drr_cursor: 0,
-            drr_fresh: true,
-            min_cursor: 0,
-            queued: 0,
+            epoch: 0,
+            cap: if spec.pipes.is_empty() {
+                usize::MAX
+            } else {
+                MAX_PORT_QUEUED
+            },
             by_dscp: spec.by_dscp,
             default_class: spec.default_class,
         }
@@ -525,39 +855,76 @@ impl<T> Scheduler<T> {
     #[inline]
     pub fn class_of_chosen(&self, chosen: Option<u8>, dscp: impl FnOnce() -> Option<u8>) -> u8 {
         match chosen {
-            Some(c) if usize::from(c) < self.classes.len() => c,
+            Some(c) if usize::from(c) < self.book.stats.len() => c,
             _ => self.class_of(dscp()),
         }
     }
 
+    /// Whether the port has pipes.
+    #[inline]
+    pub fn has_pipes(&self) -> bool {
+        self.lanes.len() > 1
+    }
+
+    /// The lane of the IP packet whose header is at `at` in `frame` (`v6`: IPv6): its
+    /// pipe's number plus 1, 0 for a packet of no pipe.
+    #[inline]
+    pub fn lane_of_frame(&self, frame: &[u8], at: usize, v6: bool) -> u16 {
+        self.rates
+            .table
+            .as_ref()
+            .map_or(0, |t| t.lane_of_frame(frame, at, v6))
+    }
+
     /// Its counters, by class, for the control thread.
     pub fn stats(&self) -> Arc<[QueueStats]> {
-        self.stats.clone()
+        self.book.stats.clone()
+    }
+
+    /// Its counters, by pipe, for the control thread.
+    pub fn pipe_stats(&self) -> Arc<[QueueStats]> {
+        self.book.pipe_stats.clone()
     }
 
     /// Packets queued in all classes.
     #[inline]
     pub fn queued(&self) -> usize {
-        self.queued
+        self.book.queued
     }
 
     /// Let a whole list of packets through without queueing them, when nothing is queued
     /// and every bucket has the tokens for all of it (Linux's qdisc bypass, with the rates
     /// still kept): they leave in the order they came, which is the order a scheduler with
     /// empty queues and room on the link gives them too. `class_len(self, k)` is the class
-    /// and length of the list's packet `k` (`len` packets). Each class counts them as queued
-    /// and sent with a sojourn of 0, and the buckets are charged as if they had been
-    /// dequeued. Returns false, with nothing done, when any of it would have to wait: a
-    /// packet queued already, a bucket without the tokens for its share (the port shaper
-    /// for all of it, a class maximum for its class's), more packets of a class than its
-    /// queue's limit, a class that does not exist; the caller then queues them as usual.
+    /// and length of the list's packet `k` (`len` packets), all of no pipe.
     pub fn pass_through(
         &mut self,
         len: usize,
         now_ns: u64,
         mut class_len: impl FnMut(&Self, usize) -> (u8, u32),
     ) -> bool {
-        if self.queued != 0 {
+        self.pass_through_lanes(len, now_ns, |s, k| {
+            let (c, l) = class_len(s, k);
+            (0, c, l)
+        })
+    }
+
+    /// [`Scheduler::pass_through`] with each packet's lane: `lane_class_len(self, k)` is
+    /// the lane ([`Scheduler::lane_of_frame`]), class and length of packet `k`. Each class
+    /// and pipe counts its packets as queued and sent with a sojourn of 0, and the buckets
+    /// (pipes' too) are charged as if they had been dequeued. Returns false, with nothing
+    /// done, when any of it would have to wait: a packet queued already, a bucket without
+    /// the tokens for its share (the port shaper for all of it, a class maximum for its
+    /// class's, a pipe's for its pipe's), more packets of a class than its queue's limit
+    /// (of a pipe than its smallest queue's), a class or lane that does not exist; the
+    /// caller then queues them as usual.
+    pub fn pass_through_lanes(
+        &mut self,
+        len: usize,
+        now_ns: u64,
+        mut lane_class_len: impl FnMut(&Self, usize) -> (u16, u8, u32),
+    ) -> bool {
+        if self.book.queued != 0 || len > self.cap {
             return false;
         }
         if len == 0 {
@@ -565,15 +932,84 @@ impl<T> Scheduler<T> {
         }
         let mut bytes = [0u64; MAX_CLASSES];
         let mut count = [0usize; MAX_CLASSES];
+        self.touched.clear();
+        let mut ok = true;
         for k in 0..len {
-            let (c, l) = class_len(self, k);
+            let (l, c, n) = lane_class_len(self, k);
             let c = usize::from(c);
-            if c >= self.classes.len() {
-                return false;
+            let (Some(lane), true) = (
+                self.lanes.get_mut(usize::from(l)),
+                c < self.book.stats.len(),
+            ) else {
+                ok = false;
+                break;
+            };
+            if l > 0 {
+                if lane.pt_count == 0 {
+                    self.touched.push(l);
+                }
+                lane.pt_count += 1;
+                lane.pt_bytes += u64::from(n);
             }
-            bytes[c] += u64::from(l);
+            bytes[c] += u64::from(n);
             count[c] += 1;
         }
+        let ok = ok && self.pass_through_fits(now_ns, &bytes, &count);
+        if ok {
+            let r = &self.rates;
+            if let Some(p) = &r.port {
+                p.charge(bytes.iter().sum());
+            }
+            for (c, s) in self.book.stats.iter().enumerate().take(MAX_CLASSES) {
+                if count[c] == 0 {
+                    continue;
+                }
+                if let Some(Some(m)) = r.max.get(c) {
+                    m.charge(bytes[c]);
+                }
+                if let Some(Some(m)) = r.min.get(c) {
+                    m.refill(now_ns);
+                    m.charge_floored(bytes[c]);
+                }
+                bump(&s.enqueued, count[c] as u64);
+                bump(&s.enqueued_bytes, bytes[c]);
+                bump(&s.sent, count[c] as u64);
+                bump(&s.sent_bytes, bytes[c]);
+                s.sojourn_last_ns.store(0, Relaxed);
+            }
+        }
+        for &l in &self.touched {
+            let l = usize::from(l);
+            let Some(lane) = self.lanes.get_mut(l) else {
+                continue;
+            };
+            if ok {
+                if let Some(p) = r_pipe(&self.rates, l) {
+                    p.charge(lane.pt_bytes);
+                }
+                if let Some(s) = self.book.pipe_stats.get(l - 1) {
+                    bump(&s.enqueued, lane.pt_count as u64);
+                    bump(&s.enqueued_bytes, lane.pt_bytes);
+                    bump(&s.sent, lane.pt_count as u64);
+                    bump(&s.sent_bytes, lane.pt_bytes);
+                    s.sojourn_last_ns.store(0, Relaxed);
+                }
+            }
+            lane.pt_count = 0;
+            lane.pt_bytes = 0;
+        }
+        self.touched.clear();
+        ok
+    }
+
+    /// Whether a pass-through's packets fit: `bytes` and `count` by class, the lanes'
+    /// in their `pt_` fields (the pipes among `touched`).
+    fn pass_through_fits(
+        &self,
+        now_ns: u64,
+        bytes: &[u64; MAX_CLASSES],
+        count: &[usize; MAX_CLASSES],
+    ) -> bool {
         let total: u64 = bytes.iter().sum();
         let r = &self.rates;
         if let Some(p) = &r.port {
@@ -582,7 +1018,7 @@ impl<T> Scheduler<T> {
                 return false;
             }
         }
-        for (c, class) in self.classes.iter().enumerate() {
+        for (c, class) in self.lanes[0].classes.iter().enumerate() {
             if count[c] > class.fifo.limit() {
                 return false;
             }
@@ -593,25 +1029,18 @@ impl<T> Scheduler<T> {
                 }
             }
         }
-        if let Some(p) = &r.port {
-            p.charge(total);
-        }
-        for (c, s) in self.stats.iter().enumerate().take(MAX_CLASSES) {
-            if count[c] == 0 {
-                continue;
+        for &l in &self.touched {
+            let l = usize::from(l);
+            let (Some(lane), Some(p)) = (self.lanes.get(l), r_pipe(r, l)) else {
+                return false;
+            };
+            if lane.pt_count > lane.min_limit {
+                return false;
             }
-            if let Some(Some(m)) = r.max.get(c) {
-                m.charge(bytes[c]);
+            p.refill(now_ns);
+            if p.tokens() < cost(lane.pt_bytes).min(i64::MAX as u64) as i64 {
+                return false;
             }
-            if let Some(Some(m)) = r.min.get(c) {
-                m.refill(now_ns);
-                m.charge_floored(bytes[c]);
-            }
-            bump(&s.enqueued, count[c] as u64);
-            bump(&s.enqueued_bytes, bytes[c]);
-            bump(&s.sent, count[c] as u64);
-            bump(&s.sent_bytes, bytes[c]);
-            s.sojourn_last_ns.store(0, Relaxed);
         }
         true
     }
@@ -621,14 +1050,15 @@ impl<T> Scheduler<T> {
     /// packet of the lowest drop precedence (green).
     #[inline]
     pub fn enqueue(&mut self, item: T, len: u32, class: u8, now_ns: u64) -> Result<(), T> {
-        self.enqueue_coloured(item, len, class, 0, now_ns)
+        self.enqueue_in(item, len, 0, class, 0, now_ns)
     }
 
     /// Whether class `class` has WRED (whose decision needs the packet's drop
     /// precedence: [`Scheduler::enqueue_coloured`]).
     #[inline]
     pub fn has_wred(&self, class: u8) -> bool {
-        self.classes
+        self.lanes[0]
+            .classes
             .get(class as usize)
             .is_some_and(|c| c.wred.is_some())
     }
@@ -645,15 +1075,47 @@ impl<T> Scheduler<T> {
         precedence: u8,
         now_ns: u64,
     ) -> Result<(), T> {
-        let (Some(c), Some(s)) = (
-            self.classes.get_mut(class as usize),
-            self.stats.get(class as usize),
-        ) else {
+        self.enqueue_in(item, len, 0, class, precedence, now_ns)
+    }
+
+    /// [`Scheduler::enqueue_coloured`] in lane `lane` ([`Scheduler::lane_of_frame`]; one
+    /// that does not exist is lane 0). With pipes, the port's lanes hold at most
+    /// [`MAX_PORT_QUEUED`] packets together: beyond, a tail drop.
+    #[inline]
+    pub fn enqueue_in(
+        &mut self,
+        item: T,
+        len: u32,
+        lane: u16,
+        class: u8,
+        precedence: u8,
+        now_ns: u64,
+    ) -> Result<(), T> {
+        let mut l = usize::from(lane);
+        if l >= self.lanes.len() {
+            l = 0;
+        }
+        let ps = l.checked_sub(1).and_then(|p| self.book.pipe_stats.get(p));
+        let (Some(ln), Some(s)) = (self.lanes.get_mut(l), self.book.stats.get(class as usize))
+        else {
             return Err(item);
         };
+        let Some(c) = ln.classes.get_mut(class as usize) else {
+            return Err(item);
+        };
+        let drop = |why: DropReason| {
+            bump(&s.dropped[why as usize], 1);
+            if let Some(ps) = ps {
+                bump(&ps.dropped[why as usize], 1);
+            }
+        };
+        if self.book.queued >= self.cap {
+            drop(DropReason::Tail);
+            return Err(item);
+        }
         if let Some(w) = &mut c.wred {
             if w.arrival(now_ns, c.fifo.len(), precedence) {
-                bump(&s.dropped[DropReason::Wred as usize], 1);
+                drop(DropReason::Wred);
                 return Err(item);
             }
         }
@@ -663,15 +1125,37 @@ impl<T> Scheduler<T> {
             enq_ns: now_ns,
         }) {
             Ok(()) => {
-                self.queued += 1;
+                let k = class as usize;
+                self.book.queued += 1;
+                ln.queued += 1;
+                ln.bytes += u64::from(len);
                 bump(&s.enqueued, 1);
                 bump(&s.enqueued_bytes, u64::from(len));
-                s.depth.store(c.fifo.len() as u64, Relaxed);
-                s.depth_bytes.store(c.fifo.bytes(), Relaxed);
+                if let (Some(d), Some(b)) = (
+                    self.book.class_depth.get_mut(k),
+                    self.book.class_bytes.get_mut(k),
+                ) {
+                    *d += 1;
+                    *b += u64::from(len);
+                    s.depth.store(*d as u64, Relaxed);
+                    s.depth_bytes.store(*b, Relaxed);
+                }
+                if let Some(ps) = ps {
+                    bump(&ps.enqueued, 1);
+                    bump(&ps.enqueued_bytes, u64::from(len));
+                    ps.depth.store(ln.queued as u64, Relaxed);
+                    ps.depth_bytes.store(ln.bytes, Relaxed);
+                }
+                if !ln.active {
+                    ln.active = true;
+                    ln.allot = PIPE_QUANTUM_BYTES as i64;
+                    // Room for every lane: never grows.
+                    self.ring.push_back(l as u16);
+                }
                 Ok(())
             }
             Err(e) => {
-                bump(&s.dropped[DropReason::Tail as usize], 1);
+                drop(DropReason::Tail);
                 Err(e.item)
             }
         }
@@ -685,48 +1169,6 @@ impl<T> Scheduler<T> {
             .get(c)
             .and_then(Option::as_ref)
             .is_none_or(Shaper::conforms)
-    }
-
-    /// Take the next packet of class `c` (through CoDel if it has it), counting it and
-    /// spending its bytes in `sp`; CoDel's drops go to `drop`.
-    #[inline(always)]
-    fn pop(
-        &mut self,
-        c: usize,
-        now: u64,
-        sp: &mut Spend,
-        drop: &mut impl FnMut(T, DropReason),
-    ) -> Option<Entry<T>> {
-        let s = self.stats.get(c)?;
-        let class = self.classes.get_mut(c)?;
-        let before = class.fifo.len();
-        let e = match &mut class.codel {
-            Some(codel) => codel.dequeue(now, &mut class.fifo, &mut |e: Entry<T>| {
-                bump(&s.dropped[DropReason::Codel as usize], 1);
-                drop(e.item, DropReason::Codel)
-            }),
-            None => class.fifo.pop(),
-        };
-        self.queued -= before - class.fifo.len();
-        if class.fifo.is_empty() {
-            if let Some(w) = &mut class.wred {
-                w.idle(now);
-            }
-        }
-        s.depth.store(class.fifo.len() as u64, Relaxed);
-        s.depth_bytes.store(class.fifo.bytes(), Relaxed);
-        let e = e?;
-        let len = u64::from(e.len);
-        let sojourn = now.saturating_sub(e.enq_ns);
-        bump(&s.sent, 1);
-        bump(&s.sent_bytes, len);
-        s.sojourn_last_ns.store(sojourn, Relaxed);
-        if sojourn > s.sojourn_max_ns.load(Relaxed) {
-            s.sojourn_max_ns.store(sojourn, Relaxed);
-        }
-        bump(&s.sojourn_sum_ns, sojourn);
-        sp.spend(c, len);
-        Some(e)
     }
 
     /// The next packet to send at `now_ns` and its class, or `None` when nothing may leave
@@ -745,8 +1187,8 @@ impl<T> Scheduler<T> {
     /// Up to `max` packets that may leave at `now_ns`, in the order [`Scheduler::dequeue`]
     /// would give them one at a time, each handed to `out` with its class; returns how
     /// many. The buckets are refilled once and read once, and what the burst sent is
-    /// charged to each once at its end (see [`Spend`]). Packets CoDel drops on the way go
-    /// to `drop`.
+    /// charged to each once at its end (see [`Spend`]); a pipe's bucket is read the first
+    /// time the burst comes to the pipe. Packets CoDel drops on the way go to `drop`.
     pub fn dequeue_burst(
         &mut self,
         now_ns: u64,
@@ -754,7 +1196,7 @@ impl<T> Scheduler<T> {
         out: &mut impl FnMut(T, u8),
         drop: &mut impl FnMut(T, DropReason),
     ) -> usize {
-        if self.queued == 0 || max == 0 {
+        if self.book.queued == 0 || max == 0 {
             return 0;
         }
         let r = &self.rates;
@@ -765,6 +1207,8 @@ impl<T> Scheduler<T> {
             s.refill(now_ns);
         }
         let mut sp = Spend::read(r);
+        self.epoch += 1;
+        self.touched.clear();
         let mut n = 0;
         while n < max {
             let Some((item, c)) = self.next(now_ns, &mut sp, drop) else {
@@ -774,10 +1218,21 @@ impl<T> Scheduler<T> {
             n += 1;
         }
         sp.settle(&self.rates);
+        for &l in &self.touched {
+            let l = usize::from(l);
+            if let (Some(lane), Some(p)) = (self.lanes.get(l), r_pipe(&self.rates, l)) {
+                if lane.spent > 0 {
+                    p.charge(lane.spent);
+                }
+            }
+        }
+        self.touched.clear();
         n
     }
 
-    /// One packet of a burst (the shaper's, classes' and DRR's decisions on `sp`'s tokens).
+    /// One packet of a burst: the lanes in turn (deficit round robin by bytes, a quantum of
+    /// [`PIPE_QUANTUM_BYTES`] each), a lane whose pipe is in debt or whose classes may not
+    /// send passed over; in the lane, its classes' order.
     #[inline(always)]
     fn next(
         &mut self,
@@ -785,78 +1240,120 @@ impl<T> Scheduler<T> {
         sp: &mut Spend,
         drop: &mut impl FnMut(T, DropReason),
     ) -> Option<(T, u8)> {
-        if self.queued == 0 || sp.port <= 0 {
+        if self.book.queued == 0 || sp.port <= 0 {
             return None;
         }
-        // 1. Strict priority.
-        for k in 0..self.strict.len() {
-            let c = self.strict[k] as usize;
-            while !self.classes[c].fifo.is_empty() && sp.max_ok(c) {
-                if let Some(e) = self.pop(c, now_ns, sp, drop) {
-                    return Some((e.item, c as u8));
-                }
-            }
-        }
-        let n = self.weighted.len();
-        if n == 0 {
-            return None;
-        }
-        // 2. Weighted classes below their minimum rate.
-        for k in 0..n {
-            let c = self.weighted[(self.min_cursor + k) % n] as usize;
-            while !self.classes[c].fifo.is_empty() && sp.below_min(c) && sp.max_ok(c) {
-                if let Some(e) = self.pop(c, now_ns, sp, drop) {
-                    self.min_cursor = (self.min_cursor + k + 1) % n;
-                    return Some((e.item, c as u8));
-                }
-            }
-        }
-        // 3. DRR. A visit adds a quantum (at least 1,536 bytes), so a class with a packet
-        // of at most MAX_PACKET bytes sends within MAX_PACKET / 1,536 + 1 visits: the
-        // bound finds any class that may send.
-        let visits = n * (MAX_PACKET / QUANTUM_BYTES + 2) as usize;
-        for _ in 0..visits {
-            self.drr_cursor %= n;
-            let c = self.weighted[self.drr_cursor] as usize;
-            let head = self.classes[c].fifo.head_len();
-            let Some(head) = head.filter(|_| sp.max_ok(c)) else {
-                if self.classes[c].fifo.is_empty() {
-                    self.classes[c].deficit = 0;
-                }
-                self.drr_cursor += 1;
-                self.drr_fresh = true;
+        // A lane needs at most MAX_PACKET / quantum + 1 quanta to send its largest packet;
+        // every visit either sends, passes a lane that cannot send, or adds a quantum.
+        let mut visits = self.ring.len() * (MAX_PACKET / PIPE_QUANTUM_BYTES + 2) as usize;
+        let mut blocked = 0;
+        while visits > 0 && blocked < self.ring.len() {
+            visits -= 1;
+            let &l16 = self.ring.front()?;
+            let l = usize::from(l16);
+            let Some(lane) = self.lanes.get_mut(l) else {
+                self.ring.pop_front();
                 continue;
             };
-            if self.drr_fresh {
-                self.classes[c].deficit += self.classes[c].quantum;
-                self.drr_fresh = false;
-            }
-            if self.classes[c].deficit >= i64::from(head) {
-                if let Some(e) = self.pop(c, now_ns, sp, drop) {
-                    self.classes[c].deficit -= i64::from(e.len);
-                    return Some((e.item, c as u8));
-                }
-                // CoDel emptied it: on to the next class.
+            if lane.queued == 0 {
+                lane.active = false;
+                self.ring.pop_front();
                 continue;
             }
-            self.drr_cursor += 1;
-            self.drr_fresh = true;
+            if lane.allot <= 0 {
+                lane.allot += PIPE_QUANTUM_BYTES as i64;
+                self.ring.rotate_left(1);
+                // Every lane is to be tried again after it: the count starts over.
+                blocked = 0;
+                continue;
+            }
+            if l > 0 {
+                if lane.epoch != self.epoch {
+                    lane.epoch = self.epoch;
+                    lane.spent = 0;
+                    lane.tokens = match r_pipe(&self.rates, l) {
+                        Some(p) => {
+                            p.refill(now_ns);
+                            p.tokens()
+                        }
+                        None => i64::MAX,
+                    };
+                    // Once per lane per burst: within its room.
+                    self.touched.push(l16);
+                }
+                if lane.tokens <= 0 {
+                    blocked += 1;
+                    self.ring.rotate_left(1);
+                    continue;
+                }
+            }
+            match self.book.next_in(lane, l, now_ns, sp, drop) {
+                Some((item, c, len)) => {
+                    let len = u64::from(len);
+                    if l > 0 {
+                        lane.tokens = lane
+                            .tokens
+                            .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
+                        lane.spent += len;
+                    }
+                    lane.allot -= len as i64;
+                    if lane.queued == 0 {
+                        lane.active = false;
+                        self.ring.pop_front();
+                    } else if lane.allot <= 0 {
+                        lane.allot += PIPE_QUANTUM_BYTES as i64;
+                        self.ring.rotate_left(1);
+                    }
+                    return Some((item, c));
+                }
+                None => {
+                    if lane.queued == 0 {
+                        lane.active = false;
+                        self.ring.pop_front();
+                    } else {
+                        blocked += 1;
+                        self.ring.rotate_left(1);
+                    }
+                }
+            }
         }
         None
     }
 
     /// Hand every queued packet to `drop` (the scheduler is being replaced or removed).
     pub fn flush(&mut self, drop: &mut impl FnMut(T, DropReason)) {
-        for (c, s) in self.classes.iter_mut().zip(self.stats.iter()) {
-            while let Some(e) = c.fifo.pop() {
-                bump(&s.dropped[DropReason::Flush as usize], 1);
-                drop(e.item, DropReason::Flush);
+        for (l, lane) in self.lanes.iter_mut().enumerate() {
+            let ps = l.checked_sub(1).and_then(|p| self.book.pipe_stats.get(p));
+            for (c, s) in lane.classes.iter_mut().zip(self.book.stats.iter()) {
+                while let Some(e) = c.fifo.pop() {
+                    bump(&s.dropped[DropReason::Flush as usize], 1);
+                    if let Some(ps) = ps {
+                        bump(&ps.dropped[DropReason::Flush as usize], 1);
+                    }
+                    drop(e.item, DropReason::Flush);
+                }
+                s.depth.store(0, Relaxed);
+                s.depth_bytes.store(0, Relaxed);
             }
-            s.depth.store(0, Relaxed);
-            s.depth_bytes.store(0, Relaxed);
+            if let Some(ps) = ps {
+                ps.depth.store(0, Relaxed);
+                ps.depth_bytes.store(0, Relaxed);
+            }
+            lane.queued = 0;
+            lane.bytes = 0;
+            lane.active = false;
         }
-        self.queued = 0;
+        self.ring.clear();
+        self.book.queued = 0;
+        self.book.class_depth = [0; MAX_CLASSES];
+        self.book.class_bytes = [0; MAX_CLASSES];
     }
+}
+
+/// The bucket of lane `l`'s pipe (lane 0 has none).
+#[inline]
+fn r_pipe(r: &Rates, l: usize) -> Option<&Shaper> {
+    r.pipes.get(l.checked_sub(1)?)
 }
 
 #[cfg(test)]

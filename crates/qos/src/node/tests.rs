@@ -745,3 +745,81 @@ output = "edge"
     let enqueued: Vec<u64> = v.ports[0].classes.iter().map(|c| c.enqueued).collect();
     assert_eq!(enqueued, [1, 1, 2], "ef, af41, be");
 }
+
+#[test]
+fn pipes_shape_each_destination_at_its_rate_in_the_graph() {
+    // A 10 Mbit/s port with two pipes of 2 and 4 Mbit/s; 10.1.2.0/24's traffic is of no
+    // pipe. Each pipe offered 2,000 bytes per ms (16 Mbit/s), no pipe 250 (2 Mbit/s): the
+    // port has room for what the pipes let through.
+    let config = format!(
+        "{SHAPE}
+[[policy.pipe]]
+name = \"s1\"
+rate = \"2mbit\"
+burst = 15000
+dst = \"10.1.3.0/24\"
+
+[[policy.pipe]]
+name = \"s2\"
+rate = \"40%\"
+burst = 15000
+dst = [\"10.1.4.0/24\", \"10.1.4.128/25\"]
+"
+    );
+    // The pipes belong to the policy above ([[interface]] comes last in SHAPE).
+    let config = config.replacen("[[interface]]\nname = \"p1\"\noutput = \"wan\"\n", "", 1)
+        + "\n[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
+    let mut l = lab(&config);
+    let free0 = l.arena.free_count();
+    let t0 = MS;
+    for ms in 0..400u64 {
+        let now = t0 + ms * MS;
+        l.run(
+            &[
+                udp(None, [10, 1, 3, 9], 1, 0, 1000),
+                udp(None, [10, 1, 3, 9], 1, 0, 1000),
+                udp(None, [10, 1, 4, 200], 1, 0, 1000),
+                udp(None, [10, 1, 4, 9], 1, 0, 1000),
+                udp(None, [10, 1, 2, 3], 1, 0, 250),
+            ],
+            now,
+        );
+        for k in 1..10 {
+            l.drain(now + k * MS / 10);
+        }
+    }
+    let bytes_to = |b: u8| -> usize {
+        l.ports[1]
+            .sent
+            .iter()
+            .filter(|f| f[14 + 18] == b)
+            .map(Vec::len)
+            .sum()
+    };
+    // 400 ms at the rate plus the 15,000-byte bucket, within a frame.
+    for (b, rate_bytes_per_ms) in [(3u8, 250), (4, 500)] {
+        let expect = 400 * rate_bytes_per_ms + 15_000;
+        let got = bytes_to(b);
+        assert!(
+            got.abs_diff(expect) <= 1_000,
+            "10.1.{b}.0/24: {got} bytes, expected about {expect}"
+        );
+    }
+    assert_eq!(bytes_to(2), 400 * 250, "no pipe: all of it");
+    let v = l.qos.view();
+    let pipes = &v.ports[0].pipes;
+    assert_eq!(
+        pipes
+            .iter()
+            .map(|p| (p.name.as_str(), p.rate_bps))
+            .collect::<Vec<_>>(),
+        [("s1", 2_000_000), ("s2", 4_000_000)]
+    );
+    assert_eq!(pipes[0].sent_bytes as usize, bytes_to(3));
+    assert!(pipes[0].dropped_tail > 0 && pipes[1].dropped_tail > 0);
+    assert_eq!(pipes[1].enqueued, pipes[1].sent + pipes[1].depth);
+    l.apply("");
+    l.drain(t0 + 401 * MS);
+    assert_eq!(l.graph.egress_held(), 0);
+    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+}

@@ -26,6 +26,7 @@ fn spec(rate_bps: u64, classes: Vec<ClassSpec>) -> SchedSpec {
         classes,
         by_dscp: [0; 64],
         default_class: 0,
+        pipes: Vec::new(),
     }
 }
 
@@ -215,7 +216,7 @@ fn drr_shares_by_weight_with_mixed_sizes() {
     for round in 0..20_000u64 {
         // Keep both backlogged with packets of varying sizes.
         for c in 0..2u8 {
-            while q.classes[c as usize].fifo.len() < 10 {
+            while q.lanes[0].classes[c as usize].fifo.len() < 10 {
                 id += 1;
                 let len = 64 + (id * 7919 % 1_400) as u32;
                 q.enqueue(id, len, c, round).unwrap();
@@ -410,13 +411,13 @@ proptest! {
                 }
                 Op::Send { tries } => for _ in 0..tries {
                     let Some((_, c)) = q.dequeue(now, &mut |_, _| ()) else { break };
-                    let rank = |c: u8| q.strict.iter().position(|&s| s == c);
+                    let rank = |c: u8| q.book.strict.iter().position(|&s| s == c);
                     let mine = rank(c).unwrap_or(usize::MAX);
-                    for (r, &s) in q.strict.iter().enumerate() {
+                    for (r, &s) in q.book.strict.iter().enumerate() {
                         if r < mine {
                             let s = s as usize;
                             prop_assert!(
-                                q.classes[s].fifo.is_empty() || !q.max_ok(s),
+                                q.lanes[0].classes[s].fifo.is_empty() || !q.max_ok(s),
                                 "class {c} sent while strict class {s} waited"
                             );
                         }
@@ -598,5 +599,322 @@ fn wred_weights_at_twice_the_rate() {
         );
         assert_eq!(c.dropped[DropReason::Tail as usize], 0, "{:?}", c.dropped);
         assert!(c.dropped[DropReason::Wred as usize] > 0, "{:?}", c.dropped);
+    }
+}
+
+// Pipes.
+
+fn pipe(name: &str, rate_bps: u64, dst: &str) -> PipeSpec {
+    PipeSpec {
+        name: name.to_string(),
+        rate_bps,
+        burst_bytes: 15_000,
+        limit: 64,
+        dst: vec![dst.to_string()],
+    }
+}
+
+/// Offer, every ms, `bytes_per_ms` of packets of `len` in (lane, class) for `ms` ms, and
+/// send in bursts of 32 every 10 µs; returns the bytes sent per lane (by the `out`
+/// callback, lane found from the item's high bits) at each ms.
+fn offer_lanes(
+    q: &mut Scheduler<u64>,
+    flows: &[(u16, u8, u64, u32)],
+    ms: u64,
+    mut each_ms: impl FnMut(u64, &[u64]),
+) -> Vec<u64> {
+    let lanes = flows.iter().map(|f| f.0 as usize).max().unwrap_or(0) + 1;
+    let mut sent = vec![0u64; lanes];
+    let mut id = 0u64;
+    for t in 0..ms * 100 {
+        let now = t * 10 * US;
+        if t % 100 == 0 {
+            each_ms(t / 100, &sent);
+            for &(lane, class, b, len) in flows {
+                for _ in 0..b / u64::from(len) {
+                    id += 1;
+                    // The item: its lane and length, and a serial.
+                    let item = (u64::from(lane) << 48) | (u64::from(len) << 32) | id;
+                    let _ = q.enqueue_in(item, len, lane, class, 0, now);
+                }
+            }
+        }
+        q.dequeue_burst(
+            now,
+            32,
+            &mut |item, _| sent[(item >> 48) as usize] += (item >> 32) & 0xffff,
+            &mut |_, _| (),
+        );
+    }
+    sent
+}
+
+#[test]
+fn each_pipe_delivers_its_rate_within_1pct_when_offered_twice_it() {
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.pipes = vec![
+        pipe("a", 10_000_000, "10.0.1.0/24"),
+        pipe("b", 20_000_000, "10.0.2.0/24"),
+    ];
+    let mut q = sched(&s);
+    // 2x: 10 Mbit/s is 1,250 bytes per ms.
+    let sent = offer_lanes(
+        &mut q,
+        &[(1, 0, 2_500, 500), (2, 0, 5_000, 1_000)],
+        2_000,
+        |_, _| (),
+    );
+    for (lane, rate) in [(1, 10_000_000u64), (2, 20_000_000)] {
+        // 2 s at the rate, plus the bucket's 15,000 bytes at the start.
+        let got = (sent[lane] - 15_000) as f64 * 8.0 / 2.0;
+        let err = (got - rate as f64).abs() / rate as f64;
+        assert!(err < 0.01, "pipe {lane}: {got} bit/s for {rate}");
+        let c = q.pipe_stats()[lane - 1].read();
+        assert_eq!(c.sent_bytes, sent[lane]);
+        assert!(c.dropped[0] > 0, "the rest is tail dropped");
+        assert!(c.depth <= 64, "a pipe's queue holds its limit");
+    }
+    // The class counts every pipe's packets.
+    assert_eq!(q.stats()[0].read().sent_bytes, sent[1] + sent[2]);
+}
+
+#[test]
+fn pipes_share_the_port_in_bytes_when_the_port_is_the_bottleneck() {
+    // Three pipes each allowed the whole port, each offered it, in packets of different
+    // sizes: each gets a third of the bytes.
+    let mut s = spec(10_000_000, vec![class("be", None, 1)]);
+    s.pipes = vec![
+        pipe("a", 10_000_000, "10.0.1.0/24"),
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+        pipe("c", 10_000_000, "10.0.3.0/24"),
+    ];
+    let mut q = sched(&s);
+    let sent = offer_lanes(
+        &mut q,
+        &[(1, 0, 1_500, 1_500), (2, 0, 1_500, 500), (3, 0, 1_500, 100)],
+        2_000,
+        |_, _| (),
+    );
+    let total: u64 = sent.iter().sum();
+    for (lane, &b) in sent.iter().enumerate().skip(1) {
+        let share = b as f64 / total as f64;
+        assert!((share - 1.0 / 3.0).abs() < 0.01, "pipe {lane}: {share}");
+    }
+    // The port sent its rate.
+    let got = (total - 15_000) as f64 * 8.0 / 2.0;
+    assert!((got - 10e6).abs() / 10e6 < 0.01, "port: {got}");
+}
+
+#[test]
+fn a_strict_class_in_a_pipe_is_served_before_the_pipes_weighted_classes() {
+    let mut s = spec(
+        100_000_000,
+        vec![
+            class("be", None, 60),
+            class("af", None, 40),
+            class("ef", Some(0), 1),
+        ],
+    );
+    s.classes[2].max_bps = 50_000_000;
+    s.pipes = vec![pipe("a", 10_000_000, "10.0.1.0/24")];
+    let mut q = sched(&s);
+    // Per ms: EF 250 bytes, AF 1,000, BE 1,250: twice the pipe's 1,250.
+    offer_lanes(
+        &mut q,
+        &[(1, 2, 250, 250), (1, 1, 1_000, 250), (1, 0, 1_250, 250)],
+        2_000,
+        |_, _| (),
+    );
+    let st: Vec<QueueCounts> = q.stats().iter().map(|s| s.read()).collect();
+    assert_eq!(st[2].dropped, [0; 4], "EF lost nothing");
+    assert!(
+        st[2].sojourn_max_ns <= MS,
+        "EF waited {} ns",
+        st[2].sojourn_max_ns
+    );
+    assert!(st[0].dropped[0] > 0 && st[1].dropped[0] > 0);
+    let (be, af) = (st[0].sent_bytes as f64, st[1].sent_bytes as f64);
+    let share = af / (af + be);
+    assert!((share - 0.4).abs() < 0.02, "AF got {share} of what EF left");
+}
+
+#[test]
+fn packets_of_no_pipe_still_flow_beside_the_pipes() {
+    let mut s = spec(20_000_000, vec![class("be", None, 1)]);
+    s.pipes = vec![pipe("a", 5_000_000, "10.0.1.0/24")];
+    let mut q = sched(&s);
+    // The pipe offered 10 Mbit/s (gets 5), no pipe 10 Mbit/s: 15 of the port's 20.
+    let sent = offer_lanes(
+        &mut q,
+        &[(0, 0, 1_250, 250), (1, 0, 1_250, 250)],
+        2_000,
+        |_, _| (),
+    );
+    assert!(sent[0] >= 2_000 * 1_250 - 1_250, "no pipe: {}", sent[0]);
+    let got = (sent[1] - 15_000) as f64 * 8.0 / 2.0;
+    assert!((got - 5e6).abs() / 5e6 < 0.01, "pipe: {got}");
+}
+
+#[test]
+fn a_pass_through_charges_the_pipes_and_holds_back_a_pipe_without_tokens() {
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.pipes = vec![pipe("a", 1_000_000, "10.0.1.0/24")];
+    let mut q = sched(&s);
+    // 10 of 1,000 bytes: within the pipe's 15,000.
+    assert!(q.pass_through_lanes(10, 0, |_, _| (1, 0, 1_000)));
+    let c = q.pipe_stats()[0].read();
+    assert_eq!((c.sent, c.sent_bytes, c.enqueued), (10, 10_000, 10));
+    // 10 more: the pipe has 5,000 bytes left, so they would queue; the port's no-pipe
+    // packets still pass (the port's bucket has 5,000 bytes left too).
+    assert!(!q.pass_through_lanes(10, 0, |_, _| (1, 0, 1_000)));
+    assert_eq!(q.pipe_stats()[0].read().sent, 10, "nothing counted");
+    assert!(q.pass_through_lanes(4, 0, |_, _| (0, 0, 1_000)));
+    // A lane that does not exist: queued (by the caller) instead.
+    assert!(!q.pass_through_lanes(1, 0, |_, _| (7, 0, 100)));
+    // More packets than the pipe's queue holds: queued.
+    let mut s2 = s.clone();
+    s2.pipes[0].limit = 2;
+    s2.pipes[0].rate_bps = 100_000_000;
+    let mut q2 = sched(&s2);
+    assert!(!q2.pass_through_lanes(3, 0, |_, _| (1, 0, 100)));
+    assert!(q2.pass_through_lanes(2, 0, |_, _| (1, 0, 100)));
+}
+
+#[test]
+fn the_ports_lanes_hold_at_most_the_port_bound_and_a_flush_counts_per_pipe() {
+    let mut s = spec(1_000_000, vec![class("be", None, 1)]);
+    s.pipes = (0..40)
+        .map(|k| pipe(&format!("p{k}"), 1_000_000, &format!("10.0.{k}.0/24")))
+        .collect();
+    let mut q = sched(&s);
+    let mut ok = 0;
+    for k in 0..40u16 {
+        for i in 0..64 {
+            if q.enqueue_in(u64::from(k) * 100 + i, 100, k + 1, 0, 0, 0)
+                .is_ok()
+            {
+                ok += 1;
+            }
+        }
+    }
+    assert_eq!(
+        ok, MAX_PORT_QUEUED,
+        "40 x 64 offered, the port's bound kept"
+    );
+    assert_eq!(q.queued(), MAX_PORT_QUEUED);
+    let tail: u64 = q.pipe_stats().iter().map(|p| p.read().dropped[0]).sum();
+    assert_eq!(tail, 40 * 64 - MAX_PORT_QUEUED as u64);
+    let mut n = 0;
+    q.flush(&mut |_, _| n += 1);
+    assert_eq!(n, MAX_PORT_QUEUED);
+    let p0 = q.pipe_stats()[0].read();
+    assert_eq!((p0.dropped[2], p0.depth), (64, 0));
+}
+
+#[test]
+fn hostile_pipes_are_refused_with_what_is_wrong() {
+    let mut ok = spec(10_000_000, vec![class("be", None, 1)]);
+    ok.pipes = vec![pipe("a", 1_000_000, "10.0.1.0/24")];
+    assert_eq!(ok.validate(), Ok(()));
+    let bad = |f: &dyn Fn(&mut SchedSpec)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s.validate().unwrap_err().to_string()
+    };
+    assert_eq!(
+        bad(&|s| s.rate_bps = 0),
+        "pipe a: pipes need the port's shaper"
+    );
+    assert_eq!(
+        bad(&|s| s.pipes[0].rate_bps = 20_000_000),
+        "pipe a: rate = 20000000 bit/s: must be 1 to the port's 10000000 bit/s"
+    );
+    assert!(bad(&|s| s.pipes[0].burst_bytes = 10).starts_with("pipe a: burst = 10 bytes"));
+    assert!(bad(&|s| s.pipes[0].limit = 0).starts_with("pipe a: limit = 0"));
+    assert!(bad(&|s| s.pipes[0].dst = vec!["10.0.1.1/24".into()]).contains("host bits"));
+    assert!(bad(&|s| s.pipes = (0..=MAX_PIPES)
+        .map(|k| pipe("p", 1_000, &format!("10.{}.{}.0/24", k / 256, k % 256)))
+        .collect())
+    .contains("at most 1024"));
+}
+
+#[test]
+fn a_pipe_in_debt_does_not_keep_the_others_waiting() {
+    // Pipe a's bucket holds one jumbo frame (9,216 bytes); pipe b's many. After a's first
+    // frame it has no token left, and b (whose deficit its own jumbo frames spend) sends all of its.
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.burst_bytes = 100_000;
+    s.pipes = vec![
+        pipe("a", 1_000_000, "10.0.1.0/24"),
+        pipe("b", 100_000_000, "10.0.2.0/24"),
+    ];
+    s.pipes[0].burst_bytes = 9_216;
+    s.pipes[1].burst_bytes = 100_000;
+    let mut q = sched(&s);
+    for i in 0..2 {
+        q.enqueue_in(10 + i, 9_216, 1, 0, 0, 0).unwrap();
+    }
+    for i in 0..4 {
+        q.enqueue_in(20 + i, 9_000, 2, 0, 0, 0).unwrap();
+    }
+    let mut out = vec![];
+    q.dequeue_burst(0, 16, &mut |i, _| out.push(i), &mut |_, _| ());
+    out.sort();
+    assert_eq!(out, [10, 20, 21, 22, 23]);
+    // One at a time too.
+    let mut q = sched(&s);
+    for i in 0..2 {
+        q.enqueue_in(10 + i, 9_216, 1, 0, 0, 0).unwrap();
+    }
+    for i in 0..4 {
+        q.enqueue_in(20 + i, 9_000, 2, 0, 0, 0).unwrap();
+    }
+    let mut n = 0;
+    while q.dequeue(0, &mut |_, _| ()).is_some() {
+        n += 1;
+    }
+    assert_eq!((n, q.queued()), (5, 1));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Over random arrivals in pipes of random rates, no pipe ever sends more than its
+    /// rate allows since the start (its bucket and one packet of debt), and packets of no
+    /// pipe are sent too.
+    #[test]
+    fn a_pipe_never_exceeds_its_rate(
+        rates in proptest::collection::vec(1u64..=40, 1..5),
+        arrivals in proptest::collection::vec((0u16..5, 0u8..2, 64u32..1_500, 0u64..4), 200),
+    ) {
+        let mut s = spec(
+            50_000_000,
+            vec![class("ef", Some(0), 1), class("be", None, 3)],
+        );
+        s.classes[0].max_bps = 25_000_000;
+        s.pipes = rates
+            .iter()
+            .enumerate()
+            .map(|(k, r)| pipe(&format!("p{k}"), r * 1_000_000, &format!("10.0.{k}.0/24")))
+            .collect();
+        let n = rates.len() as u16;
+        let mut q = sched(&s);
+        // Each ms, arrivals k..k+8 of the list (cycled): a bursty, random offer.
+        let flows: Vec<(u16, u8, u64, u32)> = arrivals
+            .iter()
+            .map(|&(l, c, len, k)| (l % (n + 1), c, u64::from(len) * (k + 1), len))
+            .collect();
+        let mut worst = 0f64;
+        let sent = offer_lanes(&mut q, &flows, 300, |ms, sent| {
+            for (k, r) in rates.iter().enumerate() {
+                let allowed = r * 1_000_000 * ms / 8_000 + 15_000 + 1_500;
+                let got = sent.get(k + 1).copied().unwrap_or(0);
+                worst = worst.max(got as f64 / allowed as f64);
+            }
+        });
+        prop_assert!(worst <= 1.0, "a pipe sent {worst} of what its rate allows");
+        if flows.iter().any(|f| f.0 == 0 && f.2 >= u64::from(f.3)) {
+            prop_assert!(sent[0] > 0, "no pipe's packets flow");
+        }
     }
 }
