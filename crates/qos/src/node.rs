@@ -919,13 +919,10 @@ fn dscp_of(mem: &dyn PacketMemory, p: &Pkt) -> Option<u8> {
     }
 }
 
-/// The lane of a packet on a transmit list in scheduler `s`: its pipe's (by its destination
-/// address) plus 1, or 0 (no pipe, not IP, or a port without pipes).
+/// The lane of a packet on a transmit list in scheduler `s` (a port with pipes): its pipe's
+/// (by its destination address) plus 1, or 0 (no pipe, not IP).
 #[inline]
 fn lane_of(s: &Scheduler<Pkt>, mem: &dyn PacketMemory, p: &Pkt) -> u16 {
-    if !s.has_pipes() {
-        return 0;
-    }
     let f = mem.frame(p.buf);
     let at = p.off as usize + p.l3 as usize;
     let (Some(ty), Some(&v)) = (at.checked_sub(2).and_then(|t| f.get(t..at)), f.get(at)) else {
@@ -973,12 +970,15 @@ impl Egress for QosEgress {
         let Some(Some(s)) = self.scheds.get_mut(port as usize) else {
             return;
         };
+        // Read once: a port without pipes looks at no packet's destination.
+        let pipes = s.has_pipes();
         // Nothing queued and the tokens for all of it: the list goes as it is.
         if !list.is_empty()
             && s.pass_through_lanes(list.len(), now_ns, |s, k| {
                 let p = &list[k];
                 let class = s.class_of_chosen(class_from(p.aux, policy), || dscp_of(mem, p));
-                (lane_of(s, mem, p), class, u32::from(p.len))
+                let lane = if pipes { lane_of(s, mem, p) } else { 0 };
+                (lane, class, u32::from(p.len))
             })
         {
             return;
@@ -995,7 +995,7 @@ impl Egress for QosEgress {
             } else {
                 0
             };
-            let lane = lane_of(s, mem, &p);
+            let lane = if pipes { lane_of(s, mem, &p) } else { 0 };
             if let Err(p) = s.enqueue_in(p, u32::from(p.len), lane, class, precedence, now_ns) {
                 mem.free(p.buf);
             }

@@ -937,14 +937,16 @@ impl<T> Scheduler<T> {
         for k in 0..len {
             let (l, c, n) = lane_class_len(self, k);
             let c = usize::from(c);
-            let (Some(lane), true) = (
-                self.lanes.get_mut(usize::from(l)),
-                c < self.book.stats.len(),
-            ) else {
+            if c >= self.book.stats.len() {
                 ok = false;
                 break;
-            };
+            }
+            // Lane 0 (every packet of a port without pipes) keeps no tally of its own.
             if l > 0 {
+                let Some(lane) = self.lanes.get_mut(usize::from(l)) else {
+                    ok = false;
+                    break;
+                };
                 if lane.pt_count == 0 {
                     self.touched.push(l);
                 }
