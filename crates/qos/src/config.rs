@@ -483,6 +483,27 @@ fn parse_action(v: &Option<DscpValue>, default: Action) -> Result<Action, String
     }
 }
 
+/// Problems with `name`, a `kind` at `path` (the `k`th): not a valid name, or one `names`
+/// (the names of its kind so far) has already.
+fn check_name<'a>(
+    out: &mut Vec<(String, String)>,
+    path: &str,
+    (kind, name): (&str, &'a str),
+    (names, k): (&mut HashMap<&'a str, usize>, usize),
+) {
+    if !valid_name(name) {
+        out.push((
+            format!("{path}.name"),
+            format!("{name:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)"),
+        ));
+    } else if names.insert(name, k).is_some() {
+        out.push((
+            format!("{path}.name"),
+            format!("{kind} {name:?} is defined twice"),
+        ));
+    }
+}
+
 fn valid_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 64
@@ -775,20 +796,7 @@ impl QosConfig {
         let mut places = 0usize;
         for (k, q) in p.pipes.iter().enumerate() {
             let qp = format!("{path}.pipe[{k}]");
-            if !valid_name(&q.name) {
-                out.push((
-                    format!("{qp}.name"),
-                    format!(
-                        "{:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)",
-                        q.name
-                    ),
-                ));
-            } else if names.insert(q.name.as_str(), k).is_some() {
-                out.push((
-                    format!("{qp}.name"),
-                    format!("pipe {:?} is defined twice", q.name),
-                ));
-            }
+            check_name(out, &qp, ("pipe", &q.name), (&mut names, k));
             let rate = match parse_rate(&q.rate, of) {
                 Ok(r) if shaper > 0 && r > shaper => {
                     out.push((
@@ -886,20 +894,7 @@ impl QosConfig {
         let mut names = HashMap::new();
         for (i, p) in self.policers.iter().enumerate() {
             let path = format!("qos.policer[{i}]");
-            if !valid_name(&p.name) {
-                out.push((
-                    format!("{path}.name"),
-                    format!(
-                        "{:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)",
-                        p.name
-                    ),
-                ));
-            } else if names.insert(p.name.as_str(), i).is_some() {
-                out.push((
-                    format!("{path}.name"),
-                    format!("policer {:?} is defined twice", p.name),
-                ));
-            }
+            check_name(&mut out, &path, ("policer", &p.name), (&mut names, i));
             if let Err((key, e)) = Self::policer_spec(p) {
                 out.push((format!("{path}.{key}"), e));
             }
@@ -907,20 +902,7 @@ impl QosConfig {
         let mut policies = HashMap::new();
         for (i, p) in self.policies.iter().enumerate() {
             let path = format!("qos.policy[{i}]");
-            if !valid_name(&p.name) {
-                out.push((
-                    format!("{path}.name"),
-                    format!(
-                        "{:?} is not a valid name (letters, digits, '-', '_', 1-64 characters)",
-                        p.name
-                    ),
-                ));
-            } else if policies.insert(p.name.as_str(), i).is_some() {
-                out.push((
-                    format!("{path}.name"),
-                    format!("policy {:?} is defined twice", p.name),
-                ));
-            }
+            check_name(&mut out, &path, ("policy", &p.name), (&mut policies, i));
             if p.classes.is_empty() || p.classes.len() > MAX_CLASSES {
                 out.push((
                     format!("{path}.class"),
@@ -952,17 +934,7 @@ impl QosConfig {
             let mut class_names = HashMap::new();
             for (j, c) in p.classes.iter().enumerate() {
                 let cp = format!("{path}.class[{j}]");
-                if !valid_name(&c.name) {
-                    out.push((
-                        format!("{cp}.name"),
-                        format!("{:?} is not a valid name", c.name),
-                    ));
-                } else if class_names.insert(c.name.as_str(), j).is_some() {
-                    out.push((
-                        format!("{cp}.name"),
-                        format!("class {:?} is defined twice", c.name),
-                    ));
-                }
+                check_name(&mut out, &cp, ("class", &c.name), (&mut class_names, j));
                 for (k, d) in c.dscp.iter().enumerate() {
                     match parse_dscp(d) {
                         Err(e) => out.push((format!("{cp}.dscp[{k}]"), e)),
