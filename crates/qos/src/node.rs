@@ -339,12 +339,7 @@ impl QosShared {
                         .iter()
                         .enumerate()
                         .map(|(c, spec)| {
-                            let mut n = crate::sched::QueueCounts::default();
-                            for w in &p.stats {
-                                if let Some(q) = w.get(c) {
-                                    n.add(&q.read());
-                                }
-                            }
+                            let n = summed(&p.stats, c);
                             ClassView {
                                 name: spec.name.clone(),
                                 priority: spec.priority,
@@ -375,12 +370,7 @@ impl QosShared {
                         .iter()
                         .enumerate()
                         .map(|(k, spec)| {
-                            let mut n = crate::sched::QueueCounts::default();
-                            for w in &p.pipe_stats {
-                                if let Some(q) = w.get(k) {
-                                    n.add(&q.read());
-                                }
-                            }
+                            let n = summed(&p.pipe_stats, k);
                             PipeView {
                                 name: spec.name.clone(),
                                 rate_bps: spec.rate_bps,
@@ -917,6 +907,15 @@ fn dscp_of(mem: &dyn PacketMemory, p: &Pkt) -> Option<u8> {
         ([0x86, 0xdd], 6) => ip6_dscp(h),
         _ => None,
     }
+}
+
+/// Queue `k`'s counters (a class's or a pipe's) summed over the workers' `stats`.
+fn summed(stats: &[Arc<[QueueStats]>], k: usize) -> crate::sched::QueueCounts {
+    let mut n = crate::sched::QueueCounts::default();
+    for q in stats.iter().filter_map(|w| w.get(k)) {
+        n.add(&q.read());
+    }
+    n
 }
 
 /// The lane of a packet on a transmit list in scheduler `s` (a port with pipes): its pipe's
