@@ -134,6 +134,11 @@ pub struct Options {
     /// The frames carry the bench's DSCPs in its shares (EF 10 %, AF42 45 %, CS1 45 %) in
     /// every variant of the run, so the plain cells differ only by QoS.
     pub qos: bool,
+    /// Also measure each cell with `--qos`'s policy and this many pipes on its output
+    /// ([`qos_pipes_config`]): every packet leaving a port is looked up in the pipes'
+    /// classifier and queued in its pipe, whose bucket never binds either; the difference
+    /// to the `qos` cell is what the pipes cost a packet.
+    pub qos_pipes: Option<usize>,
     /// With `stateful` and several workers: two-way traffic (every second frame of a pool
     /// is the reply of the one before it), and each cell measured twice, with the flows
     /// steered (`ip4-handoff`/`ip6-handoff`: each packet handed to the worker that owns
@@ -154,6 +159,7 @@ enum Variant {
     },
     Nat,
     Qos,
+    QosPipes(usize),
 }
 
 impl Variant {
@@ -174,6 +180,7 @@ impl Variant {
             }
             Variant::Nat => "nat44".into(),
             Variant::Qos => "qos".into(),
+            Variant::QosPipes(n) => format!("qos-pipes-{n}"),
         }
     }
 }
@@ -337,9 +344,55 @@ type QosSetup = (
     Arc<qos::node::QosShared>,
 );
 
-fn qos_setup(workers: usize) -> Result<QosSetup> {
+/// `--qos`'s policy with `pipes` pipes (1 to [`qos::sched::MAX_PIPES`]) on its output,
+/// as TOML. The pipes split the whole address space: with `b` the bits to number them,
+/// the `2^b` IPv4 `/b` and IPv6 `/b` prefixes go to the pipes in turn, so every packet
+/// is in a pipe, and pipes are found by a classifier of `2 × 2^b` prefixes (2,048 at
+/// 1,024 pipes). Each pipe's rate is the shaper's, so no pipe holds a packet back; its
+/// queues are as long as the policy's queue places allow.
+pub fn qos_pipes_config(pipes: usize) -> Result<String> {
+    if pipes == 0 || pipes > qos::sched::MAX_PIPES {
+        bail!(
+            "--qos-pipes {pipes}: a policy has 1 to {} pipes",
+            qos::sched::MAX_PIPES
+        );
+    }
+    let mut text = crate::qos::ferrouter_config(QOS_SHAPER_BPS, None, ["rx", "tx"]);
+    let bits = pipes.next_power_of_two().trailing_zeros();
+    let limit = (qos::sched::MAX_PIPE_PACKETS / (3 * pipes)).clamp(1, crate::qos::LIMIT);
+    let mut dst: Vec<Vec<String>> = vec![Vec::new(); pipes];
+    for j in 0..1u64 << bits {
+        let v4 = if bits == 0 {
+            0
+        } else {
+            (j << (32 - bits)) as u32
+        };
+        let v6 = if bits == 0 {
+            0
+        } else {
+            u128::from(j) << (128 - bits)
+        };
+        let d = &mut dst[j as usize % pipes];
+        d.push(format!("\"{}/{bits}\"", std::net::Ipv4Addr::from(v4)));
+        d.push(format!("\"{}/{bits}\"", std::net::Ipv6Addr::from(v6)));
+    }
+    for (k, d) in dst.iter().enumerate() {
+        // Appended after [[qos.interface]]: an array of tables' sub-table belongs to its
+        // last element, the one policy.
+        text.push_str(&format!(
+            "\n[[qos.policy.pipe]]\nname = \"p{k}\"\nrate = \"100%\"\nlimit = {limit}\ndst = [{}]\n",
+            d.join(", ")
+        ));
+    }
+    Ok(text)
+}
+
+fn qos_setup(workers: usize, pipes: Option<usize>) -> Result<QosSetup> {
     use dataplane::feature::Registry;
-    let text = crate::qos::ferrouter_config(QOS_SHAPER_BPS, None, ["rx", "tx"]);
+    let text = match pipes {
+        Some(n) => qos_pipes_config(n)?,
+        None => crate::qos::ferrouter_config(QOS_SHAPER_BPS, None, ["rx", "tx"]),
+    };
     let mut table: toml::Table =
         toml::from_str(&text).context("the bench's QoS policy is not TOML")?;
     let cfg: qos::config::QosConfig = table
@@ -381,6 +434,7 @@ impl Default for Options {
             stateful: false,
             nat: false,
             qos: false,
+            qos_pipes: None,
             handoff: false,
         }
     }
@@ -849,8 +903,12 @@ fn run_cell(
             nat = Some(sh);
             Some((r, st))
         }
-        Variant::Qos => {
-            let (r, st, sh) = qos_setup(workers)?;
+        Variant::Qos | Variant::QosPipes(_) => {
+            let pipes = match variant {
+                Variant::QosPipes(n) => Some(n),
+                _ => None,
+            };
+            let (r, st, sh) = qos_setup(workers, pipes)?;
             for w in 0..workers {
                 egress.push(Some(
                     sh.egress(w)
@@ -896,7 +954,7 @@ fn run_cell(
             opts.seed.wrapping_add(w as u64 * 7919),
             opts.handoff,
         );
-        if opts.qos {
+        if opts.qos || opts.qos_pipes.is_some() {
             mark_traffic(&mut t);
         }
         let eg = egress.get_mut(w).and_then(Option::take);
@@ -1021,6 +1079,9 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report> {
             }
             if opts.qos {
                 variants.push(Variant::Qos);
+            }
+            if let Some(n) = opts.qos_pipes {
+                variants.push(Variant::QosPipes(n));
             }
             if variants.len() > 1 {
                 // Interleaved, so drift of a shared machine hits every variant alike.
@@ -1157,6 +1218,47 @@ mod tests {
             let (off, sent) = forward_loop(&mut g, &mut t, &stop, 450, None, || {});
             assert_eq!(off, 1024 * 450);
             assert_eq!(sent, off, "{}: drops {:?}", p.name, drops(&counters));
+        }
+    }
+
+    #[test]
+    fn qos_pipes_cells_put_every_packet_in_a_pipe_and_forward_it() {
+        for n in [0, qos::sched::MAX_PIPES + 1] {
+            assert!(qos_pipes_config(n)
+                .unwrap_err()
+                .to_string()
+                .contains("a policy has 1 to"));
+        }
+        let fib = load_fib(2000, 1000, 4, 5).unwrap();
+        for n in [1, 3, qos::sched::MAX_PIPES] {
+            let (registry, state, shared) = qos_setup(1, Some(n)).unwrap();
+            let p = PROFILES.iter().find(|p| p.name == "imix1").unwrap();
+            let mut t = build_traffic(&fib, p, 512, 9, false);
+            mark_traffic(&mut t);
+            let counters = Arc::new(Counters::default());
+            let mut g = Graph::new(
+                fib.readers.register(),
+                Arc::new(bench_interfaces()),
+                counters.clone(),
+                None,
+                GraphConfig::default(),
+            );
+            g.set_features(registry, 0);
+            g.set_feature_state(state);
+            g.set_egress(shared.egress(0).unwrap());
+            let stop = AtomicBool::new(false);
+            let (off, sent) = forward_loop(&mut g, &mut t, &stop, 20, None, || {});
+            assert_eq!(off, 512 * 20);
+            assert_eq!(sent, off, "{n} pipes: drops {:?}", drops(&counters));
+            // Every packet went through a pipe: the pipes' counters hold them all.
+            let sent_by_pipes: u64 = shared
+                .view()
+                .ports
+                .iter()
+                .flat_map(|p| &p.pipes)
+                .map(|p| p.sent)
+                .sum();
+            assert_eq!(sent_by_pipes, off, "{n} pipes");
         }
     }
 }

@@ -544,6 +544,11 @@ struct PipelineArgs {
     /// interleaved with runs without it; the frames carry the bench's DSCPs in every cell.
     #[arg(long)]
     qos: bool,
+    /// Also measure each cell with that policy and N pipes (1 to 1,024) on its output,
+    /// every packet looked up and queued in a pipe whose rate never binds: what the pipes
+    /// add to the `qos` cell.
+    #[arg(long, value_name = "N")]
+    qos_pipes: Option<usize>,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -1115,6 +1120,7 @@ fn pipeline_options(a: &PipelineArgs) -> Result<bench::pipeline::Options> {
         handoff: a.handoff,
         nat: a.nat,
         qos: a.qos,
+        qos_pipes: a.qos_pipes,
         ..Default::default()
     })
 }
