@@ -899,12 +899,17 @@ pub fn run(config_path: &Path, version: &str, ready: impl FnOnce(&Path)) -> Resu
     // 0): esp-decrypt, esp4/6-encrypt, ipsec4/6-policy-out.
     let ipsec_senders = if cfg.ipsec.active() { 5 } else { 0 };
     let (mut senders, mut receivers) = if workers > 1 {
-        // Slots take frames up to MAX_FRAME bytes; only the bytes of the frames that pass
-        // are touched.
+        // Slots take any frame (SLOT_BYTES: an ESP datagram reassembled to MAX_FRAME bytes
+        // of IP with its Ethernet header too); only the bytes of the frames that pass are
+        // touched.
         let depth = dataplane::handoff::lane_depth(workers);
-        let (s, r) =
-            dataplane::handoff::mesh_with(workers, 2 + ipsec_senders, depth, dataplane::MAX_FRAME)
-                .context("creating the handoff lanes between workers (an eventfd each)")?;
+        let (s, r) = dataplane::handoff::mesh_with(
+            workers,
+            2 + ipsec_senders,
+            depth,
+            dataplane::handoff::SLOT_BYTES,
+        )
+        .context("creating the handoff lanes between workers (an eventfd each)")?;
         (s, r.into_iter().map(Some).collect())
     } else {
         (Vec::new(), vec![None])

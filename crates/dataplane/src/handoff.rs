@@ -40,6 +40,11 @@ use crate::buffer::{PacketMemory, Pkt, Vector, F_HANDED_OFF, HEADROOM, VECTOR_SI
 /// slots per lane cost 133 ns per packet more than none, 256 cost 69 ns.
 pub const LANE_SLOTS: usize = 256;
 
+/// Bytes of a lane slot that takes any frame the fast path holds: [`crate::MAX_FRAME`]
+/// bytes of IP (a jumbo frame's, or a datagram reassembled to that size) behind an
+/// Ethernet header with two VLAN tags (22 bytes).
+pub const SLOT_BYTES: usize = crate::MAX_FRAME + 22;
+
 /// Lane depth for `workers` workers: [`LANE_SLOTS`] shared among the lanes of a sending
 /// side, 16 at least.
 pub fn lane_depth(workers: usize) -> usize {
@@ -492,6 +497,21 @@ mod tests {
                 mem.free(p.buf);
             }
         }
+    }
+
+    #[test]
+    fn a_reassembled_jumbo_datagram_with_two_vlan_tags_fits_a_slot_and_a_big_frame() {
+        let (mut tx, mut rx) = mesh(2, 2, SLOT_BYTES).unwrap();
+        let whole = frame(7, crate::MAX_FRAME + 22);
+        tx[0].send(1, 3, 0, &whole).unwrap();
+        assert_eq!(
+            tx[0].send(1, 3, 0, &frame(7, SLOT_BYTES + 1)),
+            Err(SendError::TooBig)
+        );
+        let mut mem = Arena::with_big(4, 1);
+        let mut v = Vector::default();
+        assert_eq!(rx[1].receive(&mut mem, &mut v, 256).frames, 1);
+        assert_eq!(pkt_bytes(&mem, &v.pkts[0]), &whole[..]);
     }
 
     #[test]
