@@ -911,7 +911,85 @@ struct PeerIndex {
 #[derive(Default)]
 struct LocalPeers {
     any: Vec<usize>,
+    /// What IKE_SA_INIT needs of the `any` peers, gathered once (a hub of thousands of
+    /// road-warrior peers passed over all of them several times per request).
+    any_init: InitSummary,
     by_remote: HashMap<IpAddr, Vec<usize>>,
+}
+
+/// What answering an IKE_SA_INIT needs of the peers it may be for, gathered without
+/// passing over each again.
+#[derive(Clone, Default)]
+struct InitSummary {
+    /// Their IKE proposals, each once, in the order a pass over the peers (config order)
+    /// and their proposals meets them first, with the place of the peer it was met in.
+    ike: Vec<(usize, IkeProposal)>,
+    /// Whether any of them forces UDP encapsulation.
+    encap: bool,
+    /// Whether any of them authenticates with certificates.
+    cert: bool,
+    /// The hashes of their CAs' keys (20 bytes each, each once): our CERTREQ.
+    ca_hashes: Vec<u8>,
+}
+
+impl InitSummary {
+    /// The summary of `peers[k]` for each `k` of `places` (ascending).
+    fn of(peers: &[Arc<Peer>], places: impl Iterator<Item = usize>) -> InitSummary {
+        let mut s = InitSummary::default();
+        let mut seen: HashSet<IkeProposal> = HashSet::new();
+        let mut cas: HashSet<&[u8]> = HashSet::new();
+        for i in places {
+            let Some(p) = peers.get(i) else { continue };
+            for ours in &p.ike {
+                if seen.insert(*ours) {
+                    s.ike.push((i, *ours));
+                }
+            }
+            s.encap |= p.encap;
+            if let Some(c) = &p.cert {
+                s.cert = true;
+                for h in c.ca_hashes.chunks(20) {
+                    if cas.insert(h) {
+                        s.ca_hashes.extend_from_slice(h);
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// This summary (of the `any` peers) with the peers `theirs` (ascending places) of
+    /// one remote address added: proposals in the order of a pass over both merged.
+    fn with(&self, peers: &[Arc<Peer>], theirs: &[usize]) -> InitSummary {
+        let t = InitSummary::of(peers, theirs.iter().copied());
+        let mut s = InitSummary {
+            ike: Vec::with_capacity(self.ike.len() + t.ike.len()),
+            encap: self.encap || t.encap,
+            cert: self.cert || t.cert,
+            ca_hashes: self.ca_hashes.clone(),
+        };
+        let (mut a, mut b) = (self.ike.iter().peekable(), t.ike.iter().peekable());
+        let mut seen: HashSet<IkeProposal> = HashSet::new();
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x.0 < y.0 => a.next(),
+                (_, Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, None) => break,
+            };
+            if let Some(&(i, ours)) = next {
+                if seen.insert(ours) {
+                    s.ike.push((i, ours));
+                }
+            }
+        }
+        for h in t.ca_hashes.chunks(20) {
+            if !s.ca_hashes.chunks(20).any(|x| x == h) {
+                s.ca_hashes.extend_from_slice(h);
+            }
+        }
+        s
+    }
 }
 
 impl PeerIndex {
@@ -927,7 +1005,28 @@ impl PeerIndex {
                 Some(r) => at.by_remote.entry(r).or_default().push(i),
             }
         }
+        for at in x.by_local.values_mut() {
+            at.any_init = InitSummary::of(peers, at.any.iter().copied());
+        }
         x
+    }
+
+    /// What IKE_SA_INIT needs of the peers a message to `local` from `remote` may be for
+    /// ([`Engine::candidates`]): borrowed when no peer names that remote address.
+    fn init_summary(
+        &self,
+        peers: &[Arc<Peer>],
+        local: &SocketAddr,
+        remote: &SocketAddr,
+    ) -> std::borrow::Cow<'_, InitSummary> {
+        use std::borrow::Cow;
+        let Some(at) = self.by_local.get(&local.ip()) else {
+            return Cow::Owned(InitSummary::default());
+        };
+        match at.by_remote.get(&remote.ip()) {
+            Some(theirs) if !theirs.is_empty() => Cow::Owned(at.any_init.with(peers, theirs)),
+            _ => Cow::Borrowed(&at.any_init),
+        }
     }
 }
 
@@ -2094,12 +2193,17 @@ impl Engine {
             }
         }
         // The initiator's order decides (§2.7), among what any candidate peer accepts.
+        let summary = self.index.init_summary(&self.peers, &local, &remote);
         let chosen = props.iter().find_map(|p| {
-            Self::candidates((&self.peers, &self.index), &local, &remote)
-                .flat_map(|c| c.ike.iter())
-                .find(|ours| ike_matches(p, ours) && p.spi.is_empty())
-                .map(|ours| (p.number, *ours))
+            summary
+                .ike
+                .iter()
+                .find(|(_, ours)| ike_matches(p, ours) && p.spi.is_empty())
+                .map(|(_, ours)| (p.number, *ours))
         });
+        let (force_encap, want_certs) = (summary.encap, summary.cert);
+        let ca_hashes = want_certs.then(|| summary.ca_hashes.clone());
+        drop(summary);
         let Some((number, suite)) = chosen else {
             self.counters.failed.no_proposal += 1;
             if Self::candidates((&self.peers, &self.index), &local, &remote)
@@ -2182,10 +2286,8 @@ impl Engine {
         // NAT detection (§2.23), answered only when asked.
         let nat = match nat_found(ps, h.spi_i, 0, &remote, &local) {
             Some(found) => {
-                let force =
-                    Self::candidates((&self.peers, &self.index), &local, &remote).any(|c| c.encap);
-                resp_ps.extend(nat_payloads(h.spi_i, spi_r, &local, &remote, force));
-                found || force
+                resp_ps.extend(nat_payloads(h.spi_i, spi_r, &local, &remote, force_encap));
+                found || force_encap
             }
             None => false,
         };
@@ -2198,17 +2300,7 @@ impl Engine {
             ));
         }
         // Certificates (§3.7, RFC 7427 §4): which CAs we trust, which hashes we take.
-        let mut ca_hashes: Vec<u8> = Vec::new();
-        for c in Self::candidates((&self.peers, &self.index), &local, &remote)
-            .filter_map(|c| c.cert.as_ref())
-        {
-            for h in c.ca_hashes.chunks(20) {
-                if !ca_hashes.chunks(20).any(|x| x == h) {
-                    ca_hashes.extend_from_slice(h);
-                }
-            }
-        }
-        if Self::candidates((&self.peers, &self.index), &local, &remote).any(|c| c.cert.is_some()) {
+        if let Some(ca_hashes) = ca_hashes {
             resp_ps.push(Payload::CertReq {
                 encoding: wire::cert::X509,
                 data: ca_hashes,

@@ -2487,3 +2487,81 @@ fn candidates_by_address_keep_the_config_order() {
     assert_eq!(names("192.0.2.9", "198.51.100.1"), ["c"]);
     assert!(names("192.0.2.5", "198.51.100.1").is_empty());
 }
+
+/// What IKE_SA_INIT takes of the peers it may be for, gathered once for the `any` peers of
+/// an address, is what a pass over every candidate peer gives: the same proposals in the
+/// same order (each once), encapsulation forced if any peer forces it.
+#[test]
+fn the_init_summary_is_what_a_pass_over_the_candidates_gives() {
+    let props = [
+        "aes128gcm16-prfsha256-curve25519",
+        "aes256gcm16-prfsha384-ecp384",
+        "chacha20poly1305-prfsha256-ecp256",
+        "aes256-sha256-prfsha256-modp2048",
+    ];
+    // `any` peers: made with a remote address, then given none (the config wants a
+    // remote_id with `any`, which the summary does not read).
+    let any = |name: &str, local: &str| {
+        let mut p = peer(name, local, "198.51.100.99", "respond");
+        p.remote = None;
+        p
+    };
+    let with = |mut p: Peer, ks: &[usize], encap: bool| {
+        p.ike = ks
+            .iter()
+            .map(|&k| crate::config::parse_ike_proposal(props[k]).unwrap())
+            .collect();
+        p.encap = encap;
+        Arc::new(p)
+    };
+    let peers = vec![
+        with(any("any0", "192.0.2.1"), &[1, 0], false),
+        with(
+            peer("r1", "192.0.2.1", "198.51.100.1", "respond"),
+            &[2, 1],
+            true,
+        ),
+        with(any("any2", "192.0.2.1"), &[0, 3], false),
+        with(any("other", "192.0.2.9"), &[2], true),
+        with(
+            peer("r4", "192.0.2.1", "198.51.100.1", "respond"),
+            &[3, 2],
+            false,
+        ),
+    ];
+    let index = PeerIndex::new(&peers);
+    let local = SocketAddr::new("192.0.2.1".parse().unwrap(), 500);
+    for (remote, want) in [
+        ("198.51.100.1", vec![(0, 1), (0, 0), (1, 2), (2, 3)]),
+        ("198.51.100.7", vec![(0, 1), (0, 0), (2, 3)]),
+    ] {
+        let remote = SocketAddr::new(remote.parse().unwrap(), 500);
+        let s = index.init_summary(&peers, &local, &remote);
+        let got: Vec<(usize, IkeProposal)> = s.ike.clone();
+        let want: Vec<(usize, IkeProposal)> = want
+            .iter()
+            .map(|&(i, k)| (i, crate::config::parse_ike_proposal(props[k]).unwrap()))
+            .collect();
+        assert_eq!(got, want, "from {remote}");
+        // The same as a pass over every candidate.
+        let mut pass: Vec<IkeProposal> = Vec::new();
+        for c in Engine::candidates((&peers, &index), &local, &remote) {
+            for p in &c.ike {
+                if !pass.contains(p) {
+                    pass.push(*p);
+                }
+            }
+        }
+        assert_eq!(
+            got.iter().map(|x| x.1).collect::<Vec<_>>(),
+            pass,
+            "from {remote}"
+        );
+        let encap = Engine::candidates((&peers, &index), &local, &remote).any(|c| c.encap);
+        assert_eq!(s.encap, encap, "from {remote}");
+        assert!(!s.cert && s.ca_hashes.is_empty());
+    }
+    // An address no peer has: nothing.
+    let nowhere = SocketAddr::new("203.0.113.1".parse().unwrap(), 500);
+    assert!(index.init_summary(&peers, &nowhere, &local).ike.is_empty());
+}
