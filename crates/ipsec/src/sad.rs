@@ -738,62 +738,61 @@ impl SadWriter {
 
 /// One worker's table and the control thread's writer for it, connected.
 pub fn channel(max_sas: usize, ifaces: usize) -> (Sad, SadWriter) {
-    let (mut tables, w) = channels(max_sas, ifaces, 1);
-    let t = tables.pop().unwrap_or_else(|| {
-        Sad::new(
-            0,
-            0,
-            0,
-            Arc::new(ArrayQueue::new(1)),
-            Arc::new(ArrayQueue::new(1)),
-        )
-    });
-    (t, w)
+    let max_sas = capped(max_sas);
+    let (t, lane) = table(0, max_sas, ifaces);
+    (t, writer(vec![lane], max_sas, ifaces))
 }
 
 /// The tables of `workers` workers (1 at least), each with room for `max_sas` SAs, and
 /// the control thread's writer for them, connected.
 pub fn channels(max_sas: usize, ifaces: usize, workers: usize) -> (Vec<Sad>, SadWriter) {
     let workers = workers.clamp(1, usize::from(UNOWNED));
-    let max_sas = max_sas.min(REMOTE as usize - 1);
-    let mut tables = Vec::with_capacity(workers);
-    let mut lanes = Vec::with_capacity(workers);
-    for me in 0..workers {
-        let ops = Arc::new(ArrayQueue::new(OP_QUEUE));
-        let retired = Arc::new(ArrayQueue::new(OP_QUEUE));
-        tables.push(Sad::new(
-            me as u16,
-            max_sas,
-            ifaces,
-            ops.clone(),
-            retired.clone(),
-        ));
-        lanes.push(Lane {
+    let max_sas = capped(max_sas);
+    let (tables, lanes): (Vec<Sad>, Vec<Lane>) = (0..workers)
+        .map(|me| table(me as u16, max_sas, ifaces))
+        .unzip();
+    (tables, writer(lanes, max_sas, ifaces))
+}
+
+/// `max_sas` within what a slot number can say.
+fn capped(max_sas: usize) -> usize {
+    max_sas.min(REMOTE as usize - 1)
+}
+
+/// Worker `me`'s table and the writer's lane to it.
+fn table(me: u16, max_sas: usize, ifaces: usize) -> (Sad, Lane) {
+    let ops = Arc::new(ArrayQueue::new(OP_QUEUE));
+    let retired = Arc::new(ArrayQueue::new(OP_QUEUE));
+    (
+        Sad::new(me, max_sas, ifaces, ops.clone(), retired.clone()),
+        Lane {
             pending: VecDeque::new(),
             ops,
             retired,
             dests_sent: false,
-        });
-    }
-    (
-        tables,
-        SadWriter {
-            free: (0..max_sas as u32).rev().collect(),
-            capacity: max_sas,
-            spis: FxHashMap::default(),
-            spi_of: Vec::new(),
-            placed: Vec::new(),
-            lanes,
-            owners: Owners::new(workers, ifaces),
-            reasm: None,
-            claims: FxHashMap::default(),
-            others: FxHashMap::default(),
-            // One prefix per outbound SA, when every SA is a child's pair: a road warrior
-            // gateway at its max_sas.
-            dests_capacity: max_sas / 2 + 64,
-            ifaces,
         },
     )
+}
+
+/// The control thread's writer for the tables behind `lanes` (by worker).
+fn writer(lanes: Vec<Lane>, max_sas: usize, ifaces: usize) -> SadWriter {
+    let workers = lanes.len();
+    SadWriter {
+        free: (0..max_sas as u32).rev().collect(),
+        capacity: max_sas,
+        spis: FxHashMap::default(),
+        spi_of: Vec::new(),
+        placed: Vec::new(),
+        lanes,
+        owners: Owners::new(workers, ifaces),
+        reasm: None,
+        claims: FxHashMap::default(),
+        others: FxHashMap::default(),
+        // One prefix per outbound SA, when every SA is a child's pair: a road warrior
+        // gateway at its max_sas.
+        dests_capacity: max_sas / 2 + 64,
+        ifaces,
+    }
 }
 
 #[cfg(test)]
