@@ -64,6 +64,12 @@ pub struct PipeSpec {
     pub limit: usize,
     /// Its destination prefixes, as written.
     pub dst: Vec<String>,
+    /// The profile it took its parameters from (`[[qos.policy.pipe_profile]]`), if any:
+    /// shown, not used by the scheduler.
+    pub profile: Option<String>,
+    /// Its own DRR weights of the classes, by class index (empty: the classes' weights);
+    /// the entries of strict-priority classes are not used.
+    pub weights: Vec<u32>,
 }
 
 /// One class of a port, as configured.
@@ -266,6 +272,26 @@ impl SchedSpec {
                     p,
                     format!("limit = {} packets: must be 1 to {MAX_LIMIT}", p.limit),
                 );
+            }
+            if !p.weights.is_empty() {
+                if p.weights.len() != self.classes.len() {
+                    return bad(
+                        p,
+                        format!(
+                            "{} weights for {} classes: one per class, or none",
+                            p.weights.len(),
+                            self.classes.len()
+                        ),
+                    );
+                }
+                let zero = self
+                    .classes
+                    .iter()
+                    .zip(&p.weights)
+                    .find(|(c, &w)| c.priority.is_none() && w == 0);
+                if let Some((c, _)) = zero {
+                    return bad(p, format!("{}: weight must be at least 1", c.name));
+                }
             }
             places += self
                 .classes
@@ -763,23 +789,29 @@ impl<T> Scheduler<T> {
     /// A scheduler of `spec` (validated) over `rates` (built from the same spec),
     /// with its queues allocated now.
     pub fn new(spec: &SchedSpec, rates: Arc<Rates>) -> Scheduler<T> {
-        let min_w = spec
-            .classes
-            .iter()
-            .filter(|c| c.priority.is_none())
-            .map(|c| u64::from(c.weight.max(1)))
-            .min()
-            .unwrap_or(1);
-        let lane = |limit: Option<usize>| {
+        // A lane's classes' quanta: proportional to its weights (a pipe's own, else the
+        // classes'), the smallest weight of its weighted classes getting QUANTUM_BYTES.
+        let lane = |limit: Option<usize>, weights: &[u32]| {
+            let weight = |k: usize, c: &ClassSpec| {
+                u64::from(weights.get(k).copied().unwrap_or(c.weight).max(1))
+            };
+            let min_w = spec
+                .classes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.priority.is_none())
+                .map(|(k, c)| weight(k, c))
+                .min()
+                .unwrap_or(1);
             let classes: Vec<Class<T>> = spec
                 .classes
                 .iter()
-                .map(|c| Class {
+                .enumerate()
+                .map(|(k, c)| Class {
                     fifo: Fifo::new(limit.map_or(c.limit, |l| l.min(c.limit))),
                     codel: c.codel.map(Codel::new),
                     wred: c.wred.map(Wred::seeded),
-                    quantum: (u64::from(c.weight.max(1)) * QUANTUM_BYTES / min_w)
-                        .min(i64::MAX as u64 / 4) as i64,
+                    quantum: (weight(k, c) * QUANTUM_BYTES / min_w).min(i64::MAX as u64 / 4) as i64,
                     deficit: 0,
                 })
                 .collect();
@@ -800,8 +832,8 @@ impl<T> Scheduler<T> {
                 pt_bytes: 0,
             }
         };
-        let lanes: Vec<Lane<T>> = std::iter::once(lane(None))
-            .chain(spec.pipes.iter().map(|p| lane(Some(p.limit))))
+        let lanes: Vec<Lane<T>> = std::iter::once(lane(None, &[]))
+            .chain(spec.pipes.iter().map(|p| lane(Some(p.limit), &p.weights)))
             .collect();
         let mut strict: Vec<(u8, u8)> = spec
             .classes

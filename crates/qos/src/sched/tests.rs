@@ -611,6 +611,8 @@ fn pipe(name: &str, rate_bps: u64, dst: &str) -> PipeSpec {
         burst_bytes: 15_000,
         limit: 64,
         dst: vec![dst.to_string()],
+        profile: None,
+        weights: vec![],
     }
 }
 
@@ -736,6 +738,78 @@ fn a_strict_class_in_a_pipe_is_served_before_the_pipes_weighted_classes() {
     let (be, af) = (st[0].sent_bytes as f64, st[1].sent_bytes as f64);
     let share = af / (af + be);
     assert!((share - 0.4).abs() < 0.02, "AF got {share} of what EF left");
+}
+
+#[test]
+fn a_pipes_own_weights_share_its_rate_among_its_classes() {
+    // Two weighted classes of weight 1 each; pipe a weighs them 3 to 1 (its profile's
+    // weights), pipe b keeps the classes' own. Each pipe is offered twice its rate in
+    // each class: a's classes share its rate 3:1, b's 1:1.
+    let mut s = spec(
+        100_000_000,
+        vec![class("be", None, 1), class("af", None, 1)],
+    );
+    s.pipes = vec![
+        pipe("a", 10_000_000, "10.0.1.0/24"),
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+    ];
+    s.pipes[0].weights = vec![3, 1];
+    let mut q = sched(&s);
+    let mut by_lane_class = [[0u64; 2]; 3];
+    let mut id = 0u64;
+    for t in 0..2_000 * 100u64 {
+        let now = t * 10 * US;
+        if t % 100 == 0 {
+            for lane in 1..=2u16 {
+                for class in 0..2u8 {
+                    for _ in 0..5 {
+                        id += 1;
+                        let item = (u64::from(lane) << 48) | (u64::from(class) << 40) | id;
+                        let _ = q.enqueue_in(item, 500, lane, class, 0, now);
+                    }
+                }
+            }
+        }
+        q.dequeue_burst(
+            now,
+            32,
+            &mut |item, c| {
+                assert_eq!(u64::from(c), (item >> 40) & 0xff, "its own class");
+                by_lane_class[(item >> 48) as usize][c as usize] += 500;
+            },
+            &mut |_, _| (),
+        );
+    }
+    let share =
+        |l: usize| by_lane_class[l][1] as f64 / (by_lane_class[l].iter().sum::<u64>() as f64);
+    assert!((share(1) - 0.25).abs() < 0.02, "pipe a's af: {}", share(1));
+    assert!((share(2) - 0.5).abs() < 0.02, "pipe b's af: {}", share(2));
+    // Each pipe still holds to its rate (plus its bucket).
+    for (l, sent) in by_lane_class.iter().enumerate().skip(1) {
+        let got = (sent.iter().sum::<u64>() - 15_000) as f64 * 8.0 / 2.0;
+        assert!((got - 10e6).abs() / 10e6 < 0.01, "pipe {l}: {got}");
+    }
+}
+
+#[test]
+fn a_pipes_weights_are_one_per_class_and_at_least_1() {
+    let mut s = spec(
+        100_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    s.pipes = vec![pipe("a", 10_000_000, "10.0.1.0/24")];
+    s.pipes[0].weights = vec![0, 5];
+    assert_eq!(s.validate(), Ok(()), "a strict class's weight is not used");
+    s.pipes[0].weights = vec![1, 0];
+    assert_eq!(
+        s.validate().unwrap_err().to_string(),
+        "pipe a: be: weight must be at least 1"
+    );
+    s.pipes[0].weights = vec![1];
+    assert_eq!(
+        s.validate().unwrap_err().to_string(),
+        "pipe a: 1 weights for 2 classes: one per class, or none"
+    );
 }
 
 #[test]
