@@ -1325,6 +1325,9 @@ pub struct QosPipeView {
     /// any.
     #[serde(default)]
     pub profile: Option<String>,
+    /// The subport (`[[qos.policy.subport]]`) it is under, if any.
+    #[serde(default)]
+    pub subport: Option<String>,
     /// Its shaper's rate, bit/s.
     pub rate_bps: u64,
     /// The limit of each of its class queues, packets per worker.

@@ -65,7 +65,8 @@ use crate::codel::CodelParams;
 use crate::policer::{Action, Kind, Policer, PolicerSpec};
 use crate::rules::{RuleConfig, RuleTable};
 use crate::sched::{
-    ClassSpec, PipeSpec, SchedSpec, MAX_CLASSES, MAX_PACKET, MAX_PIPES, MAX_PIPE_PACKETS,
+    ClassSpec, PipeSpec, SchedSpec, SubportSpec, MAX_CLASSES, MAX_PACKET, MAX_PIPES,
+    MAX_PIPE_PACKETS, MAX_SUBPORTS,
 };
 use crate::wred::{WredParams, WredProfile, DEFAULT_WEIGHT, P_ONE, WEIGHTS};
 
@@ -173,6 +174,24 @@ pub struct PolicyConfig {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub pipe_profiles: Vec<PipeProfileConfig>,
+    /// Subports (`[[qos.policy.subport]]`): groups of pipes sharing a rate under the
+    /// port's shaper.
+    #[serde(rename = "subport", default, skip_serializing_if = "Vec::is_empty")]
+    pub subports: Vec<SubportConfig>,
+}
+
+/// `[[qos.policy.subport]]`: the pipes that name it (`subport = "name"`) share its rate,
+/// under the port's shaper.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubportConfig {
+    /// Its name.
+    pub name: String,
+    /// Its rate: bit/s, with a unit, or a share of the policy's shaper.
+    pub rate: RateValue,
+    /// Its bucket, bytes (default: 2 ms at its rate, at least 15,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
 }
 
 /// `[[qos.policy.pipe_profile]]`: a pipe's parameters, for the pipes that name it
@@ -207,6 +226,9 @@ pub struct PipeConfig {
     /// The profile it takes its rate, burst, limit and weights from, unless it gives them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The subport it is under (left out: directly under the port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subport: Option<String>,
     /// Its rate: bit/s, with a unit, or a share of the policy's shaper (left out: its
     /// profile's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -796,7 +818,8 @@ impl QosConfig {
                 by_dscp[d as usize] = j as u8;
             }
         }
-        let pipes = Self::pipe_specs(p, path, shaper, &classes, &mut out);
+        let subports = Self::subport_specs(p, path, shaper, &mut out);
+        let pipes = Self::pipe_specs(p, path, shaper, &classes, &subports, &mut out);
         if !out.is_empty() {
             return Err(out);
         }
@@ -807,7 +830,57 @@ impl QosConfig {
             by_dscp,
             default_class,
             pipes,
+            subports,
         })
+    }
+
+    /// The subports of policy `p` (at `path`) under a shaper of `shaper` bit/s (0: none);
+    /// problems go to `out` (a rate with a problem reads as 0).
+    fn subport_specs(
+        p: &PolicyConfig,
+        path: &str,
+        shaper: u64,
+        out: &mut Vec<(String, String)>,
+    ) -> Vec<SubportSpec> {
+        let mut subports = Vec::new();
+        if p.subports.is_empty() {
+            return subports;
+        }
+        if p.shaper.is_none() {
+            out.push((
+                format!("{path}.subport"),
+                "subports are shaped under the port's shaper: the policy needs a shaper".into(),
+            ));
+        }
+        if p.subports.len() > MAX_SUBPORTS {
+            out.push((
+                format!("{path}.subport"),
+                format!(
+                    "{} subports: a policy has at most {MAX_SUBPORTS}",
+                    p.subports.len()
+                ),
+            ));
+            return subports;
+        }
+        let mut names = HashMap::new();
+        for (k, s) in p.subports.iter().enumerate() {
+            let sp = format!("{path}.subport[{k}]");
+            check_name(out, &sp, ("subport", &s.name), (&mut names, k));
+            let rate = Self::pipe_rate(&s.rate, &sp, shaper, out);
+            let burst = s.burst.unwrap_or_else(|| default_burst_bytes(rate));
+            if !BURST_BYTES.contains(&burst) {
+                out.push((
+                    format!("{sp}.burst"),
+                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
+                ));
+            }
+            subports.push(SubportSpec {
+                name: s.name.clone(),
+                rate_bps: rate,
+                burst_bytes: burst,
+            });
+        }
+        subports
     }
 
     /// A pipe's or a pipe profile's rate `v` (at `at`) under a shaper of `shaper` bit/s (0:
@@ -911,12 +984,13 @@ impl QosConfig {
     }
 
     /// The pipes of policy `p` (at `path`) under a shaper of `shaper` bit/s (0: none),
-    /// over `classes`; problems go to `out`.
+    /// over `classes`, under `subports` (those of `p`); problems go to `out`.
     fn pipe_specs(
         p: &PolicyConfig,
         path: &str,
         shaper: u64,
         classes: &[ClassSpec],
+        subports: &[SubportSpec],
         out: &mut Vec<(String, String)>,
     ) -> Vec<PipeSpec> {
         let mut pipes = Vec::new();
@@ -980,6 +1054,29 @@ impl QosConfig {
                     0
                 }
             };
+            let subport = q.subport.as_ref().and_then(|n| {
+                let k = p.subports.iter().position(|s| &s.name == n);
+                if k.is_none() {
+                    out.push((
+                        format!("{qp}.subport"),
+                        format!(
+                            "unknown subport {n:?}: a subport is a [[qos.policy.subport]] of the same policy"
+                        ),
+                    ));
+                }
+                k
+            });
+            if let Some(s) = subport.and_then(|k| subports.get(k)) {
+                if s.rate_bps > 0 && rate > s.rate_bps {
+                    out.push((
+                        format!("{qp}.rate"),
+                        format!(
+                            "{rate} bit/s is above its subport {:?}'s rate ({} bit/s)",
+                            s.name, s.rate_bps
+                        ),
+                    ));
+                }
+            }
             let burst = q
                 .burst
                 .or(profile.and_then(|f| f.burst))
@@ -1035,6 +1132,7 @@ impl QosConfig {
                 dst: q.dst.list().to_vec(),
                 profile: q.profile.clone(),
                 weights: profile.map(|f| f.weights.clone()).unwrap_or_default(),
+                subport: subport.map(|k| k as u16),
             });
         }
         // The lookup builds (the firewall's classifier: its own limits).
@@ -2367,5 +2465,153 @@ output = "bng"
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown field `brust`"), "{e}");
+    }
+
+    const SUBPORTS: &str = r#"
+[[policy]]
+name = "bng"
+default_class = "be"
+shaper = "1gbit"
+
+[[policy.class]]
+name = "be"
+weight = 1
+
+[[policy.subport]]
+name = "wholesale-a"
+rate = "300mbit"
+
+[[policy.subport]]
+name = "wholesale-b"
+rate = "50%"
+burst = 100000
+
+[[policy.pipe]]
+name = "sub1"
+subport = "wholesale-a"
+rate = "100mbit"
+dst = "10.1.0.0/24"
+
+[[policy.pipe]]
+name = "sub2"
+subport = "wholesale-b"
+rate = "100mbit"
+dst = "10.2.0.0/24"
+
+[[policy.pipe]]
+name = "sub3"
+rate = "100mbit"
+dst = "10.3.0.0/24"
+
+[[interface]]
+name = "eth0"
+output = "bng"
+"#;
+
+    #[test]
+    fn subports_compile_and_their_pipes_name_them() {
+        let c = cfg(SUBPORTS);
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(
+            s.subports,
+            [
+                SubportSpec {
+                    name: "wholesale-a".into(),
+                    rate_bps: 300_000_000,
+                    burst_bytes: 75_000,
+                },
+                SubportSpec {
+                    name: "wholesale-b".into(),
+                    rate_bps: 500_000_000,
+                    burst_bytes: 100_000,
+                },
+            ]
+        );
+        let subs: Vec<Option<u16>> = s.pipes.iter().map(|p| p.subport).collect();
+        assert_eq!(subs, [Some(0), Some(1), None]);
+    }
+
+    #[test]
+    fn hostile_subports_are_refused_with_their_locations() {
+        let subports = |edit: &dyn Fn(&mut PolicyConfig)| {
+            let mut c = cfg(SUBPORTS);
+            edit(&mut c.policies[0]);
+            c.validate(IFS, PORTS, VLANS)
+        };
+        let only = |p: &[(String, String)], path: &str, what: &str| {
+            assert!(
+                p.iter().any(|(k, m)| k == path && m.contains(what)),
+                "{path}: {what:?} not in {p:?}"
+            );
+            assert_eq!(p.len(), 1, "one problem: {p:?}");
+        };
+        only(
+            &subports(&|p| p.pipes[1].subport = Some("wholesale-c".into())),
+            "qos.policy[0].pipe[1].subport",
+            "unknown subport \"wholesale-c\"",
+        );
+        only(
+            &subports(&|p| p.subports[0].rate = RateValue::Text("2gbit".into())),
+            "qos.policy[0].subport[0].rate",
+            "above the policy's shaper",
+        );
+        only(
+            &subports(&|p| p.subports[0].rate = RateValue::Bps(0)),
+            "qos.policy[0].subport[0].rate",
+            "out of range",
+        );
+        only(
+            &subports(&|p| p.subports[1].burst = Some(100)),
+            "qos.policy[0].subport[1].burst",
+            "out of range",
+        );
+        only(
+            &subports(&|p| {
+                p.subports[1].name = "wholesale-a".into();
+                p.pipes[1].subport = Some("wholesale-a".into());
+            }),
+            "qos.policy[0].subport[1].name",
+            "subport \"wholesale-a\" is defined twice",
+        );
+        only(
+            &subports(&|p| p.pipes[0].rate = Some(RateValue::Text("400mbit".into()))),
+            "qos.policy[0].pipe[0].rate",
+            "above its subport \"wholesale-a\"'s rate",
+        );
+        only(
+            &subports(&|p| {
+                p.pipes.clear();
+                p.shaper = None;
+                p.subports[1].rate = RateValue::Text("500mbit".into());
+            }),
+            "qos.policy[0].subport",
+            "needs a shaper",
+        );
+        only(
+            &subports(&|p| {
+                let one = p.subports[0].clone();
+                p.subports = (0..=MAX_SUBPORTS)
+                    .map(|k| SubportConfig {
+                        name: format!("s{k}"),
+                        ..one.clone()
+                    })
+                    .collect();
+                p.pipes[0].subport = None;
+                p.pipes[1].subport = None;
+            }),
+            "qos.policy[0].subport",
+            "at most 64",
+        );
+        let e = toml::from_str::<QosConfig>(&SUBPORTS.replace("burst = 100000", "limit = 3"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `limit`"), "{e}");
     }
 }
