@@ -264,16 +264,25 @@ shaper = "50mbit"
 name = "be"
 weight = 1
 
+[[qos.policy.subport]]
+name = "wholesale"
+rate = "8mbit"
+
 [[qos.policy.pipe]]
 name = "sub-v4"
+subport = "wholesale"
 rate = "5mbit"
 burst = 25000
 dst = "198.51.100.2/32"
 
-[[qos.policy.pipe]]
-name = "sub-v6"
+[[qos.policy.pipe_profile]]
+name = "line10"
 rate = "10mbit"
 burst = 25000
+
+[[qos.policy.pipe]]
+name = "sub-v6"
+profile = "line10"
 dst = ["2001:db8:2::/64", "2001:db8:2::2/128"]
 
 [[qos.interface]]
@@ -281,10 +290,11 @@ name = "r2"
 output = "bng"
 "#;
 
-/// Two pipes behind r2's 50 Mbit/s shaper, h2's IPv4 address in one (5 Mbit/s) and its
-/// IPv6 address in the other (10 Mbit/s; its /128, the longer of its two prefixes), each
-/// offered twice its rate by iperf3: each delivers near its own rate, and `show qos`, the
-/// API and the metrics count each pipe.
+/// Two pipes behind r2's 50 Mbit/s shaper, h2's IPv4 address in one (5 Mbit/s, under a
+/// subport of 8) and its IPv6 address in the other (10 Mbit/s from its profile; its
+/// /128, the longer of its two prefixes), each offered twice its rate by iperf3: each
+/// delivers near its own rate, and `show qos`, the API and the metrics count each pipe
+/// (and show the first's subport and the second's profile).
 #[test]
 fn two_pipes_each_deliver_their_own_rate() {
     let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
@@ -336,6 +346,10 @@ fn two_pipes_each_deliver_their_own_rate() {
     let (p4, p6) = (pipe("sub-v4"), pipe("sub-v6"));
     assert_eq!(p4["rate_bps"], 5_000_000u64, "{q}");
     assert_eq!(p6["rate_bps"], 10_000_000u64, "{q}");
+    assert_eq!(p6["profile"], "line10", "{q}");
+    assert!(p4["profile"].is_null(), "{q}");
+    assert_eq!(p4["subport"], "wholesale", "{q}");
+    assert!(p6["subport"].is_null(), "{q}");
     for p in [p4, p6] {
         assert!(p["sent"].as_u64().unwrap() > 0, "{q}");
         assert!(p["dropped_tail"].as_u64().unwrap() > 0, "{q}");
@@ -350,7 +364,10 @@ fn two_pipes_each_deliver_their_own_rate() {
     );
     let text = cli(lab, &["show", "qos"]).1;
     eprintln!("{text}");
-    assert!(text.contains("PIPE") && text.contains("sub-v6"), "{text}");
+    assert!(
+        text.contains("PIPE") && text.contains("sub-v6") && text.contains("line10"),
+        "{text}"
+    );
     let tail = metric(
         lab,
         "ferrouter_qos_pipe_dropped_packets_total{interface=\"r2\",pipe=\"sub-v6\",reason=\"tail\"}",

@@ -1321,6 +1321,13 @@ pub struct QosPortView {
 pub struct QosPipeView {
     /// Its name.
     pub name: String,
+    /// The pipe profile (`[[qos.policy.pipe_profile]]`) it takes its parameters from, if
+    /// any.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// The subport (`[[qos.policy.subport]]`) it is under, if any.
+    #[serde(default)]
+    pub subport: Option<String>,
     /// Its shaper's rate, bit/s.
     pub rate_bps: u64,
     /// The limit of each of its class queues, packets per worker.

@@ -67,6 +67,8 @@ pub fn view(features: &Features) -> QosView {
                     .into_iter()
                     .map(|q| QosPipeView {
                         name: q.name,
+                        profile: q.profile,
+                        subport: q.subport,
                         rate_bps: q.rate_bps,
                         limit: q.limit as u64,
                         dst: q.dst,

@@ -123,8 +123,10 @@ pub fn qos(v: &model::QosView) -> String {
         // One line a pipe, after the classes (which count every pipe's packets too).
         let _ = writeln!(
             s,
-            "  {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11} {:>11}",
+            "  {:<12} {:<12} {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11} {:>11}",
             "PIPE",
+            "PROFILE",
+            "SUBPORT",
             "RATE",
             "ENQUEUED",
             "SENT",
@@ -138,8 +140,10 @@ pub fn qos(v: &model::QosView) -> String {
         for q in &p.pipes {
             let _ = writeln!(
                 s,
-                "  {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
+                "  {:<12} {:<12} {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
                 q.name,
+                q.profile.as_deref().unwrap_or("-"),
+                q.subport.as_deref().unwrap_or("-"),
                 rate(q.rate_bps),
                 q.enqueued,
                 q.sent,

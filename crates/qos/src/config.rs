@@ -54,7 +54,7 @@
 //! [`QosConfig::validate`] finds everything wrong, each problem with the dotted path of the
 //! value (`qos.policy[0].class[2].max_rate`), so the config checker can give its line.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -65,7 +65,8 @@ use crate::codel::CodelParams;
 use crate::policer::{Action, Kind, Policer, PolicerSpec};
 use crate::rules::{RuleConfig, RuleTable};
 use crate::sched::{
-    ClassSpec, PipeSpec, SchedSpec, MAX_CLASSES, MAX_PACKET, MAX_PIPES, MAX_PIPE_PACKETS,
+    ClassSpec, PipeSpec, SchedSpec, SubportSpec, MAX_CLASSES, MAX_PACKET, MAX_PIPES,
+    MAX_PIPE_PACKETS, MAX_SUBPORTS,
 };
 use crate::wred::{WredParams, WredProfile, DEFAULT_WEIGHT, P_ONE, WEIGHTS};
 
@@ -165,6 +166,54 @@ pub struct PolicyConfig {
     /// own shaper and queues (output, with a shaper).
     #[serde(rename = "pipe", default, skip_serializing_if = "Vec::is_empty")]
     pub pipes: Vec<PipeConfig>,
+    /// Pipe profiles (`[[qos.policy.pipe_profile]]`): the parameters many pipes share,
+    /// written once.
+    #[serde(
+        rename = "pipe_profile",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub pipe_profiles: Vec<PipeProfileConfig>,
+    /// Subports (`[[qos.policy.subport]]`): groups of pipes sharing a rate under the
+    /// port's shaper.
+    #[serde(rename = "subport", default, skip_serializing_if = "Vec::is_empty")]
+    pub subports: Vec<SubportConfig>,
+}
+
+/// `[[qos.policy.subport]]`: the pipes that name it (`subport = "name"`) share its rate,
+/// under the port's shaper.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubportConfig {
+    /// Its name.
+    pub name: String,
+    /// Its rate: bit/s, with a unit, or a share of the policy's shaper.
+    pub rate: RateValue,
+    /// Its bucket, bytes (default: 2 ms at its rate, at least 15,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+}
+
+/// `[[qos.policy.pipe_profile]]`: a pipe's parameters, for the pipes that name it
+/// (`profile = "name"`); what a pipe gives itself overrides its profile's.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipeProfileConfig {
+    /// Its name.
+    pub name: String,
+    /// The pipes' rate: bit/s, with a unit, or a share of the policy's shaper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateValue>,
+    /// The pipes' bucket, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// The limit of each of the pipes' class queues, packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// DRR weights of weighted classes within each of the pipes, by class name (a class
+    /// left out keeps its own weight).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weights: BTreeMap<String, u32>,
 }
 
 /// `[[qos.policy.pipe]]`: the packets leaving the port to its destinations (the pipe with
@@ -174,12 +223,21 @@ pub struct PolicyConfig {
 pub struct PipeConfig {
     /// Its name.
     pub name: String,
-    /// Its rate: bit/s, with a unit, or a share of the policy's shaper.
-    pub rate: RateValue,
-    /// Its bucket, bytes (default: 2 ms at its rate, at least 15,000).
+    /// The profile it takes its rate, burst, limit and weights from, unless it gives them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The subport it is under (left out: directly under the port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subport: Option<String>,
+    /// Its rate: bit/s, with a unit, or a share of the policy's shaper (left out: its
+    /// profile's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateValue>,
+    /// Its bucket, bytes (default: its profile's, else 2 ms at its rate, at least 15,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
-    /// The limit of each of its class queues, packets (default 64; at most the class's).
+    /// The limit of each of its class queues, packets (default: its profile's, else 64; at
+    /// most the class's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     /// Its destinations: a prefix or a list of them, IPv4 and/or IPv6.
@@ -541,6 +599,19 @@ pub struct Compiled {
     pub policers: Vec<(String, Arc<Policer>)>,
 }
 
+/// A pipe profile as its pipes take it (`[[qos.policy.pipe_profile]]`): what it gives.
+#[derive(Debug)]
+struct Profile {
+    /// Rate, bit/s (0: one with a problem).
+    rate: Option<u64>,
+    /// Burst, bytes.
+    burst: Option<u64>,
+    /// Class queue limit, packets.
+    limit: Option<usize>,
+    /// Weights by class index (empty: the classes' own).
+    weights: Vec<u32>,
+}
+
 impl QosConfig {
     /// Whether it says nothing.
     pub fn is_default(&self) -> bool {
@@ -747,7 +818,8 @@ impl QosConfig {
                 by_dscp[d as usize] = j as u8;
             }
         }
-        let pipes = Self::pipe_specs(p, path, shaper, &classes, &mut out);
+        let subports = Self::subport_specs(p, path, shaper, &mut out);
+        let pipes = Self::pipe_specs(p, path, shaper, &classes, &subports, &mut out);
         if !out.is_empty() {
             return Err(out);
         }
@@ -758,19 +830,171 @@ impl QosConfig {
             by_dscp,
             default_class,
             pipes,
+            subports,
         })
     }
 
+    /// The subports of policy `p` (at `path`) under a shaper of `shaper` bit/s (0: none);
+    /// problems go to `out` (a rate with a problem reads as 0).
+    fn subport_specs(
+        p: &PolicyConfig,
+        path: &str,
+        shaper: u64,
+        out: &mut Vec<(String, String)>,
+    ) -> Vec<SubportSpec> {
+        let mut subports = Vec::new();
+        if p.subports.is_empty() {
+            return subports;
+        }
+        if p.shaper.is_none() {
+            out.push((
+                format!("{path}.subport"),
+                "subports are shaped under the port's shaper: the policy needs a shaper".into(),
+            ));
+        }
+        if p.subports.len() > MAX_SUBPORTS {
+            out.push((
+                format!("{path}.subport"),
+                format!(
+                    "{} subports: a policy has at most {MAX_SUBPORTS}",
+                    p.subports.len()
+                ),
+            ));
+            return subports;
+        }
+        let mut names = HashMap::new();
+        for (k, s) in p.subports.iter().enumerate() {
+            let sp = format!("{path}.subport[{k}]");
+            check_name(out, &sp, ("subport", &s.name), (&mut names, k));
+            let rate = Self::pipe_rate(&s.rate, &sp, shaper, out);
+            let burst = s.burst.unwrap_or_else(|| default_burst_bytes(rate));
+            if !BURST_BYTES.contains(&burst) {
+                out.push((
+                    format!("{sp}.burst"),
+                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
+                ));
+            }
+            subports.push(SubportSpec {
+                name: s.name.clone(),
+                rate_bps: rate,
+                burst_bytes: burst,
+            });
+        }
+        subports
+    }
+
+    /// A pipe's or a pipe profile's rate `v` (at `at`) under a shaper of `shaper` bit/s (0:
+    /// none), or 0 with its problem in `out`.
+    fn pipe_rate(v: &RateValue, at: &str, shaper: u64, out: &mut Vec<(String, String)>) -> u64 {
+        match parse_rate(v, (shaper > 0).then_some(shaper)) {
+            Ok(r) if shaper > 0 && r > shaper => {
+                out.push((
+                    format!("{at}.rate"),
+                    format!("{r} bit/s is above the policy's shaper ({shaper} bit/s)"),
+                ));
+                0
+            }
+            Ok(r) => r,
+            Err(e) => {
+                out.push((format!("{at}.rate"), e));
+                0
+            }
+        }
+    }
+
+    /// The pipe profiles of policy `p` (at `path`) under a shaper of `shaper` bit/s, over
+    /// `classes`, by name; problems go to `out` (a value with a problem reads as 0, which
+    /// its pipes then report no more).
+    fn pipe_profiles<'a>(
+        p: &'a PolicyConfig,
+        path: &str,
+        shaper: u64,
+        classes: &[ClassSpec],
+        out: &mut Vec<(String, String)>,
+    ) -> HashMap<&'a str, Profile> {
+        let mut profiles = HashMap::new();
+        if p.pipe_profiles.len() > MAX_PIPES {
+            out.push((
+                format!("{path}.pipe_profile"),
+                format!(
+                    "{} pipe profiles: a policy has at most {MAX_PIPES} (as many as pipes)",
+                    p.pipe_profiles.len()
+                ),
+            ));
+            return profiles;
+        }
+        let mut names = HashMap::new();
+        for (k, f) in p.pipe_profiles.iter().enumerate() {
+            let fp = format!("{path}.pipe_profile[{k}]");
+            check_name(out, &fp, ("pipe profile", &f.name), (&mut names, k));
+            let rate = f
+                .rate
+                .as_ref()
+                .map(|r| Self::pipe_rate(r, &fp, shaper, out));
+            if let Some(burst) = f.burst.filter(|b| !BURST_BYTES.contains(b)) {
+                out.push((
+                    format!("{fp}.burst"),
+                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
+                ));
+            }
+            if let Some(limit) = f.limit.filter(|&l| l == 0 || l > MAX_PORT_QUEUED) {
+                out.push((
+                    format!("{fp}.limit"),
+                    format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
+                ));
+            }
+            for (name, &w) in &f.weights {
+                let wp = format!("{fp}.weights.{name}");
+                match classes.iter().find(|c| &c.name == name) {
+                    None => out.push((
+                        wp,
+                        format!("{name:?} is not a class of policy {:?}", p.name),
+                    )),
+                    Some(c) if c.priority.is_some() => out.push((
+                        wp,
+                        format!(
+                            "class {name:?} has a strict priority: weights are for weighted classes"
+                        ),
+                    )),
+                    Some(_) if w == 0 => {
+                        out.push((wp, "0: a weight is at least 1".into()));
+                    }
+                    Some(_) => {}
+                }
+            }
+            let weights = if f.weights.is_empty() {
+                Vec::new()
+            } else {
+                classes
+                    .iter()
+                    .map(|c| f.weights.get(&c.name).copied().unwrap_or(c.weight).max(1))
+                    .collect()
+            };
+            profiles.insert(
+                f.name.as_str(),
+                Profile {
+                    rate,
+                    burst: f.burst,
+                    limit: f.limit,
+                    weights,
+                },
+            );
+        }
+        profiles
+    }
+
     /// The pipes of policy `p` (at `path`) under a shaper of `shaper` bit/s (0: none),
-    /// over `classes`; problems go to `out`.
+    /// over `classes`, under `subports` (those of `p`); problems go to `out`.
     fn pipe_specs(
         p: &PolicyConfig,
         path: &str,
         shaper: u64,
         classes: &[ClassSpec],
+        subports: &[SubportSpec],
         out: &mut Vec<(String, String)>,
     ) -> Vec<PipeSpec> {
         let mut pipes = Vec::new();
+        let profiles = Self::pipe_profiles(p, path, shaper, classes, out);
         if p.pipes.is_empty() {
             return pipes;
         }
@@ -790,36 +1014,84 @@ impl QosConfig {
             ));
             return pipes;
         }
-        let of = (shaper > 0).then_some(shaper);
         let mut names = HashMap::new();
         let mut seen: HashMap<(std::net::IpAddr, u8), usize> = HashMap::new();
         let mut places = 0usize;
         for (k, q) in p.pipes.iter().enumerate() {
             let qp = format!("{path}.pipe[{k}]");
             check_name(out, &qp, ("pipe", &q.name), (&mut names, k));
-            let rate = match parse_rate(&q.rate, of) {
-                Ok(r) if shaper > 0 && r > shaper => {
-                    out.push((
-                        format!("{qp}.rate"),
-                        format!("{r} bit/s is above the policy's shaper ({shaper} bit/s)"),
-                    ));
-                    0
+            let profile = match &q.profile {
+                None => None,
+                Some(n) => {
+                    let f = profiles.get(n.as_str());
+                    if f.is_none() {
+                        let known = if p.pipe_profiles.is_empty() {
+                            format!("policy {:?} has no [[qos.policy.pipe_profile]]", p.name)
+                        } else {
+                            "a profile is a [[qos.policy.pipe_profile]] of the same policy"
+                                .to_string()
+                        };
+                        out.push((
+                            format!("{qp}.profile"),
+                            format!("unknown pipe profile {n:?}: {known}"),
+                        ));
+                    }
+                    f
                 }
-                Ok(r) => r,
-                Err(e) => {
-                    out.push((format!("{qp}.rate"), e));
+            };
+            // Its own values, else its profile's (already checked there).
+            let rate = match (&q.rate, profile.and_then(|f| f.rate)) {
+                (Some(r), _) => Self::pipe_rate(r, &qp, shaper, out),
+                (None, Some(r)) => r,
+                (None, None) => {
+                    // An unknown profile is reported already.
+                    if q.profile.is_none() || profile.is_some() {
+                        out.push((
+                            format!("{qp}.rate"),
+                            "a pipe needs a rate: its own, or its profile's".into(),
+                        ));
+                    }
                     0
                 }
             };
-            let burst = q.burst.unwrap_or_else(|| default_burst_bytes(rate));
+            let subport = q.subport.as_ref().and_then(|n| {
+                let k = p.subports.iter().position(|s| &s.name == n);
+                if k.is_none() {
+                    out.push((
+                        format!("{qp}.subport"),
+                        format!(
+                            "unknown subport {n:?}: a subport is a [[qos.policy.subport]] of the same policy"
+                        ),
+                    ));
+                }
+                k
+            });
+            if let Some(s) = subport.and_then(|k| subports.get(k)) {
+                if s.rate_bps > 0 && rate > s.rate_bps {
+                    out.push((
+                        format!("{qp}.rate"),
+                        format!(
+                            "{rate} bit/s is above its subport {:?}'s rate ({} bit/s)",
+                            s.name, s.rate_bps
+                        ),
+                    ));
+                }
+            }
+            let burst = q
+                .burst
+                .or(profile.and_then(|f| f.burst))
+                .unwrap_or_else(|| default_burst_bytes(rate));
             if q.burst.is_some() && !BURST_BYTES.contains(&burst) {
                 out.push((
                     format!("{qp}.burst"),
                     format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
                 ));
             }
-            let limit = q.limit.unwrap_or(DEFAULT_PIPE_LIMIT);
-            if limit == 0 || limit > MAX_PORT_QUEUED {
+            let limit = q
+                .limit
+                .or(profile.and_then(|f| f.limit))
+                .unwrap_or(DEFAULT_PIPE_LIMIT);
+            if q.limit.is_some() && (limit == 0 || limit > MAX_PORT_QUEUED) {
                 out.push((
                     format!("{qp}.limit"),
                     format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
@@ -858,6 +1130,9 @@ impl QosConfig {
                 burst_bytes: burst,
                 limit: limit.clamp(1, MAX_PORT_QUEUED),
                 dst: q.dst.list().to_vec(),
+                profile: q.profile.clone(),
+                weights: profile.map(|f| f.weights.clone()).unwrap_or_default(),
+                subport: subport.map(|k| k as u16),
             });
         }
         // The lookup builds (the firewall's classifier: its own limits).
@@ -1865,17 +2140,17 @@ output = "bng"
             "needs a shaper",
         );
         has(
-            &pipes(&|p| p.pipes[1].rate = RateValue::Bps(0)),
+            &pipes(&|p| p.pipes[1].rate = Some(RateValue::Bps(0))),
             "qos.policy[0].pipe[1].rate",
             "out of range",
         );
         has(
-            &pipes(&|p| p.pipes[1].rate = RateValue::Text("120%".into())),
+            &pipes(&|p| p.pipes[1].rate = Some(RateValue::Text("120%".into()))),
             "qos.policy[0].pipe[1].rate",
             "a share is 1% to 100%",
         );
         has(
-            &pipes(&|p| p.pipes[0].rate = RateValue::Text("2gbit".into())),
+            &pipes(&|p| p.pipes[0].rate = Some(RateValue::Text("2gbit".into()))),
             "qos.policy[0].pipe[0].rate",
             "above the policy's shaper",
         );
@@ -1920,7 +2195,7 @@ output = "bng"
                 p.pipes = (0..n)
                     .map(|k| PipeConfig {
                         name: format!("s{k}"),
-                        rate: RateValue::Text("1mbit".into()),
+                        rate: Some(RateValue::Text("1mbit".into())),
                         limit: Some(limit),
                         dst: crate::rules::Prefixes::One(format!(
                             "10.{}.{}.0/24",
@@ -1953,5 +2228,390 @@ output = "bng"
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown field `limt`"), "{e}");
+    }
+
+    const PROFILES: &str = r#"
+[[policy]]
+name = "bng"
+default_class = "be"
+shaper = "1gbit"
+
+[[policy.class]]
+name = "ef"
+dscp = ["ef"]
+priority = 0
+
+[[policy.class]]
+name = "af"
+dscp = ["af41"]
+weight = 1
+
+[[policy.class]]
+name = "be"
+weight = 1
+
+[[policy.pipe_profile]]
+name = "line100"
+rate = "100mbit"
+burst = 40000
+limit = 32
+weights = { af = 3 }
+
+[[policy.pipe_profile]]
+name = "unused"
+rate = "1mbit"
+
+[[policy.pipe]]
+name = "sub1"
+profile = "line100"
+dst = "10.1.0.0/24"
+
+[[policy.pipe]]
+name = "sub2"
+profile = "line100"
+rate = "20%"
+limit = 16
+dst = "10.2.0.0/24"
+
+[[policy.pipe]]
+name = "sub3"
+rate = "50mbit"
+dst = "10.3.0.0/24"
+
+[[interface]]
+name = "eth0"
+output = "bng"
+"#;
+
+    #[test]
+    fn pipes_take_their_profiles_values_unless_they_give_their_own() {
+        let c = cfg(PROFILES);
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new(),
+            "an unused profile is fine"
+        );
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        assert_eq!(s.validate(), Ok(()));
+        let p: Vec<_> = s
+            .pipes
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.profile.as_deref(),
+                    p.rate_bps,
+                    p.burst_bytes,
+                    p.limit,
+                    p.weights.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            p,
+            [
+                // The profile's all: weights by class index (ef's own, af 3, be's own).
+                (
+                    "sub1",
+                    Some("line100"),
+                    100_000_000,
+                    40_000,
+                    32,
+                    vec![1, 3, 1]
+                ),
+                // Its own rate and limit, the profile's burst and weights.
+                (
+                    "sub2",
+                    Some("line100"),
+                    200_000_000,
+                    40_000,
+                    16,
+                    vec![1, 3, 1]
+                ),
+                // No profile: defaults, the classes' weights.
+                ("sub3", None, 50_000_000, 15_000, DEFAULT_PIPE_LIMIT, vec![]),
+            ]
+        );
+        // A profile without weights leaves the classes' own.
+        let mut c = cfg(PROFILES);
+        c.policies[0].pipe_profiles[0].weights.clear();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        assert!(k.output[0].as_ref().unwrap().pipes[0].weights.is_empty());
+        // It round-trips through TOML.
+        let back: QosConfig = toml::from_str(&toml::to_string(&cfg(PROFILES)).unwrap()).unwrap();
+        assert_eq!(back, cfg(PROFILES));
+    }
+
+    #[test]
+    fn hostile_pipe_profiles_are_refused_with_their_locations() {
+        let profiles = |edit: &dyn Fn(&mut PolicyConfig)| {
+            let mut c = cfg(PROFILES);
+            edit(&mut c.policies[0]);
+            c.validate(IFS, PORTS, VLANS)
+        };
+        let has = |p: &[(String, String)], path: &str, what: &str| {
+            assert!(
+                p.iter().any(|(k, m)| k == path && m.contains(what)),
+                "{path}: {what:?} not in {p:?}"
+            );
+        };
+        let only = |p: &[(String, String)], path: &str, what: &str| {
+            has(p, path, what);
+            assert_eq!(p.len(), 1, "one problem: {p:?}");
+        };
+        only(
+            &profiles(&|p| p.pipes[2].profile = Some("line10".into())),
+            "qos.policy[0].pipe[2].profile",
+            "unknown pipe profile \"line10\"",
+        );
+        only(
+            &profiles(&|p| {
+                p.pipe_profiles.clear();
+                p.pipes[0].rate = Some(RateValue::Text("1mbit".into()));
+                p.pipes[1].profile = None;
+            }),
+            "qos.policy[0].pipe[0].profile",
+            "policy \"bng\" has no [[qos.policy.pipe_profile]]",
+        );
+        only(
+            &profiles(&|p| p.pipe_profiles[0].rate = None),
+            "qos.policy[0].pipe[0].rate",
+            "a pipe needs a rate: its own, or its profile's",
+        );
+        only(
+            &profiles(&|p| p.pipes[2].rate = None),
+            "qos.policy[0].pipe[2].rate",
+            "a pipe needs a rate",
+        );
+        // A profile's bad values are reported once, at the profile, not at each pipe.
+        only(
+            &profiles(&|p| p.pipe_profiles[0].rate = Some(RateValue::Text("2gbit".into()))),
+            "qos.policy[0].pipe_profile[0].rate",
+            "above the policy's shaper",
+        );
+        only(
+            &profiles(&|p| p.pipe_profiles[1].rate = Some(RateValue::Text("0%".into()))),
+            "qos.policy[0].pipe_profile[1].rate",
+            "a share is 1% to 100%",
+        );
+        only(
+            &profiles(&|p| p.pipe_profiles[0].burst = Some(100)),
+            "qos.policy[0].pipe_profile[0].burst",
+            "out of range",
+        );
+        only(
+            &profiles(&|p| p.pipe_profiles[0].limit = Some(0)),
+            "qos.policy[0].pipe_profile[0].limit",
+            "out of range",
+        );
+        only(
+            &profiles(&|p| p.pipe_profiles[1].name = "line100".into()),
+            "qos.policy[0].pipe_profile[1].name",
+            "pipe profile \"line100\" is defined twice",
+        );
+        only(
+            &profiles(&|p| p.pipe_profiles[1].name = "a b".into()),
+            "qos.policy[0].pipe_profile[1].name",
+            "not a valid name",
+        );
+        let weight = |class: &str, w: u32| {
+            let class = class.to_string();
+            move |p: &mut PolicyConfig| {
+                p.pipe_profiles[0].weights.insert(class.clone(), w);
+            }
+        };
+        only(
+            &profiles(&weight("gold", 2)),
+            "qos.policy[0].pipe_profile[0].weights.gold",
+            "\"gold\" is not a class of policy \"bng\"",
+        );
+        only(
+            &profiles(&weight("ef", 2)),
+            "qos.policy[0].pipe_profile[0].weights.ef",
+            "strict priority",
+        );
+        only(
+            &profiles(&weight("be", 0)),
+            "qos.policy[0].pipe_profile[0].weights.be",
+            "a weight is at least 1",
+        );
+        // A pipe's own bad values still at the pipe.
+        only(
+            &profiles(&|p| p.pipes[1].limit = Some(5_000)),
+            "qos.policy[0].pipe[1].limit",
+            "out of range",
+        );
+        // Too many profiles.
+        has(
+            &profiles(&|p| {
+                let one = p.pipe_profiles[1].clone();
+                p.pipe_profiles = (0..=MAX_PIPES)
+                    .map(|k| PipeProfileConfig {
+                        name: format!("p{k}"),
+                        ..one.clone()
+                    })
+                    .collect();
+                p.pipes[0].profile = None;
+                p.pipes[0].rate = Some(RateValue::Text("1mbit".into()));
+                p.pipes[1].profile = None;
+            }),
+            "qos.policy[0].pipe_profile",
+            "at most 1024",
+        );
+        // Unknown keys.
+        let e = toml::from_str::<QosConfig>(&PROFILES.replace("burst = 40000", "brust = 40000"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `brust`"), "{e}");
+    }
+
+    const SUBPORTS: &str = r#"
+[[policy]]
+name = "bng"
+default_class = "be"
+shaper = "1gbit"
+
+[[policy.class]]
+name = "be"
+weight = 1
+
+[[policy.subport]]
+name = "wholesale-a"
+rate = "300mbit"
+
+[[policy.subport]]
+name = "wholesale-b"
+rate = "50%"
+burst = 100000
+
+[[policy.pipe]]
+name = "sub1"
+subport = "wholesale-a"
+rate = "100mbit"
+dst = "10.1.0.0/24"
+
+[[policy.pipe]]
+name = "sub2"
+subport = "wholesale-b"
+rate = "100mbit"
+dst = "10.2.0.0/24"
+
+[[policy.pipe]]
+name = "sub3"
+rate = "100mbit"
+dst = "10.3.0.0/24"
+
+[[interface]]
+name = "eth0"
+output = "bng"
+"#;
+
+    #[test]
+    fn subports_compile_and_their_pipes_name_them() {
+        let c = cfg(SUBPORTS);
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(
+            s.subports,
+            [
+                SubportSpec {
+                    name: "wholesale-a".into(),
+                    rate_bps: 300_000_000,
+                    burst_bytes: 75_000,
+                },
+                SubportSpec {
+                    name: "wholesale-b".into(),
+                    rate_bps: 500_000_000,
+                    burst_bytes: 100_000,
+                },
+            ]
+        );
+        let subs: Vec<Option<u16>> = s.pipes.iter().map(|p| p.subport).collect();
+        assert_eq!(subs, [Some(0), Some(1), None]);
+    }
+
+    #[test]
+    fn hostile_subports_are_refused_with_their_locations() {
+        let subports = |edit: &dyn Fn(&mut PolicyConfig)| {
+            let mut c = cfg(SUBPORTS);
+            edit(&mut c.policies[0]);
+            c.validate(IFS, PORTS, VLANS)
+        };
+        let only = |p: &[(String, String)], path: &str, what: &str| {
+            assert!(
+                p.iter().any(|(k, m)| k == path && m.contains(what)),
+                "{path}: {what:?} not in {p:?}"
+            );
+            assert_eq!(p.len(), 1, "one problem: {p:?}");
+        };
+        only(
+            &subports(&|p| p.pipes[1].subport = Some("wholesale-c".into())),
+            "qos.policy[0].pipe[1].subport",
+            "unknown subport \"wholesale-c\"",
+        );
+        only(
+            &subports(&|p| p.subports[0].rate = RateValue::Text("2gbit".into())),
+            "qos.policy[0].subport[0].rate",
+            "above the policy's shaper",
+        );
+        only(
+            &subports(&|p| p.subports[0].rate = RateValue::Bps(0)),
+            "qos.policy[0].subport[0].rate",
+            "out of range",
+        );
+        only(
+            &subports(&|p| p.subports[1].burst = Some(100)),
+            "qos.policy[0].subport[1].burst",
+            "out of range",
+        );
+        only(
+            &subports(&|p| {
+                p.subports[1].name = "wholesale-a".into();
+                p.pipes[1].subport = Some("wholesale-a".into());
+            }),
+            "qos.policy[0].subport[1].name",
+            "subport \"wholesale-a\" is defined twice",
+        );
+        only(
+            &subports(&|p| p.pipes[0].rate = Some(RateValue::Text("400mbit".into()))),
+            "qos.policy[0].pipe[0].rate",
+            "above its subport \"wholesale-a\"'s rate",
+        );
+        only(
+            &subports(&|p| {
+                p.pipes.clear();
+                p.shaper = None;
+                p.subports[1].rate = RateValue::Text("500mbit".into());
+            }),
+            "qos.policy[0].subport",
+            "needs a shaper",
+        );
+        only(
+            &subports(&|p| {
+                let one = p.subports[0].clone();
+                p.subports = (0..=MAX_SUBPORTS)
+                    .map(|k| SubportConfig {
+                        name: format!("s{k}"),
+                        ..one.clone()
+                    })
+                    .collect();
+                p.pipes[0].subport = None;
+                p.pipes[1].subport = None;
+            }),
+            "qos.policy[0].subport",
+            "at most 64",
+        );
+        let e = toml::from_str::<QosConfig>(&SUBPORTS.replace("burst = 100000", "limit = 3"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `limit`"), "{e}");
     }
 }

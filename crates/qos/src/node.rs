@@ -373,6 +373,11 @@ impl QosShared {
                             let n = summed(&p.pipe_stats, k);
                             PipeView {
                                 name: spec.name.clone(),
+                                profile: spec.profile.clone(),
+                                subport: spec
+                                    .subport
+                                    .and_then(|k| p.spec.subports.get(usize::from(k)))
+                                    .map(|s| s.name.clone()),
                                 rate_bps: spec.rate_bps,
                                 limit: spec.limit,
                                 dst: spec.dst.clone(),
@@ -518,6 +523,10 @@ pub struct PortView {
 pub struct PipeView {
     /// Its name.
     pub name: String,
+    /// The profile it takes its parameters from, if any.
+    pub profile: Option<String>,
+    /// The subport it is under, if any.
+    pub subport: Option<String>,
     /// Its shaper's rate, bit/s.
     pub rate_bps: u64,
     /// The limit of each of its class queues, packets (per worker).

@@ -22,6 +22,13 @@
 //! quantum each, [`PIPE_QUANTUM_BYTES`]); the packets of no pipe take part as one more
 //! pipe without a bucket ("lane 0"); within a pipe, the classes' order above. Class
 //! minimum and maximum rates stay port-wide.
+//!
+//! **Subports** ([`SubportSpec`]): between the port and its pipes, each subport (a group
+//! of pipes: a wholesale customer, a DSLAM) has its own rate bucket, shared like a pipe's.
+//! The subports with something queued and tokens in their bucket are served by deficit
+//! round robin by bytes ([`SUBPORT_QUANTUM_BYTES`]), the pipes of no subport (and lane 0)
+//! taking part as one more subport without a bucket; within a subport, its pipes as
+//! above. A port without subports has that one member only, and no round among members.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -50,6 +57,21 @@ pub const MAX_PIPES: usize = 1_024;
 pub const MAX_PIPE_PACKETS: usize = 131_072;
 /// The deficit round robin quantum among a port's pipes, bytes.
 pub const PIPE_QUANTUM_BYTES: u64 = 1_536;
+/// Most subports a port has.
+pub const MAX_SUBPORTS: usize = 64;
+/// The deficit round robin quantum among a port's subports, bytes.
+pub const SUBPORT_QUANTUM_BYTES: u64 = 1_536;
+
+/// One subport of a port (a group of its pipes sharing a rate), as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubportSpec {
+    /// Its name.
+    pub name: String,
+    /// Its shaper's rate in bit/s.
+    pub rate_bps: u64,
+    /// Its shaper's burst in bytes.
+    pub burst_bytes: u64,
+}
 
 /// One pipe of a port (a subscriber line behind it), as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +86,14 @@ pub struct PipeSpec {
     pub limit: usize,
     /// Its destination prefixes, as written.
     pub dst: Vec<String>,
+    /// The profile it took its parameters from (`[[qos.policy.pipe_profile]]`), if any:
+    /// shown, not used by the scheduler.
+    pub profile: Option<String>,
+    /// Its own DRR weights of the classes, by class index (empty: the classes' weights);
+    /// the entries of strict-priority classes are not used.
+    pub weights: Vec<u32>,
+    /// Its subport, by index into [`SchedSpec::subports`] (none: directly under the port).
+    pub subport: Option<u16>,
 }
 
 /// One class of a port, as configured.
@@ -104,6 +134,9 @@ pub struct SchedSpec {
     pub default_class: u8,
     /// Its pipes (none: every packet is scheduled at the port level).
     pub pipes: Vec<PipeSpec>,
+    /// Its subports, which its pipes may name (none: the pipes are directly under the
+    /// port).
+    pub subports: Vec<SubportSpec>,
 }
 
 /// Why a [`SchedSpec`] is refused (the config says where).
@@ -129,6 +162,8 @@ pub enum SchedError {
     Wred(String, String),
     /// A pipe that does not fit (pipe, what).
     Pipe(String, String),
+    /// A subport that does not fit (subport, what).
+    Subport(String, String),
 }
 
 impl std::fmt::Display for SchedError {
@@ -157,6 +192,7 @@ impl std::fmt::Display for SchedError {
             SchedError::UnknownClass(c) => write!(f, "class index {c} does not exist"),
             SchedError::Wred(c, e) => write!(f, "{c}: wred: {e}"),
             SchedError::Pipe(p, e) => write!(f, "pipe {p}: {e}"),
+            SchedError::Subport(p, e) => write!(f, "subport {p}: {e}"),
         }
     }
 }
@@ -227,7 +263,39 @@ impl SchedSpec {
         self.validate_pipes()
     }
 
+    fn validate_subports(&self) -> Result<(), SchedError> {
+        if self.subports.len() > MAX_SUBPORTS {
+            return Err(SchedError::Subport(
+                String::new(),
+                format!(
+                    "{} subports: a port has at most {MAX_SUBPORTS}",
+                    self.subports.len()
+                ),
+            ));
+        }
+        for s in &self.subports {
+            let bad = |e: String| Err(SchedError::Subport(s.name.clone(), e));
+            if self.rate_bps == 0 {
+                return bad("subports need the port's shaper".into());
+            }
+            if s.rate_bps == 0 || s.rate_bps > self.rate_bps {
+                return bad(format!(
+                    "rate = {} bit/s: must be 1 to the port's {} bit/s",
+                    s.rate_bps, self.rate_bps
+                ));
+            }
+            if !(MAX_PACKET..=MAX_BURST_BYTES).contains(&s.burst_bytes) {
+                return bad(format!(
+                    "burst = {} bytes: must be {MAX_PACKET} to {MAX_BURST_BYTES} bytes",
+                    s.burst_bytes
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_pipes(&self) -> Result<(), SchedError> {
+        self.validate_subports()?;
         if self.pipes.is_empty() {
             return Ok(());
         }
@@ -267,6 +335,31 @@ impl SchedSpec {
                     format!("limit = {} packets: must be 1 to {MAX_LIMIT}", p.limit),
                 );
             }
+            if let Some(k) = p.subport {
+                if usize::from(k) >= self.subports.len() {
+                    return bad(p, format!("subport index {k} does not exist"));
+                }
+            }
+            if !p.weights.is_empty() {
+                if p.weights.len() != self.classes.len() {
+                    return bad(
+                        p,
+                        format!(
+                            "{} weights for {} classes: one per class, or none",
+                            p.weights.len(),
+                            self.classes.len()
+                        ),
+                    );
+                }
+                let zero = self
+                    .classes
+                    .iter()
+                    .zip(&p.weights)
+                    .find(|(c, &w)| c.priority.is_none() && w == 0);
+                if let Some((c, _)) = zero {
+                    return bad(p, format!("{}: weight must be at least 1", c.name));
+                }
+            }
             places += self
                 .classes
                 .iter()
@@ -302,6 +395,8 @@ pub struct Rates {
     max: Vec<Option<Shaper>>,
     /// By pipe.
     pipes: Vec<Shaper>,
+    /// By subport.
+    subports: Vec<Shaper>,
     /// The pipe of a destination (none without pipes).
     table: Option<PipeTable>,
 }
@@ -326,6 +421,11 @@ impl Rates {
                 .pipes
                 .iter()
                 .map(|p| Shaper::new(p.rate_bps, p.burst_bytes, now_ns))
+                .collect(),
+            subports: spec
+                .subports
+                .iter()
+                .map(|s| Shaper::new(s.rate_bps, s.burst_bytes, now_ns))
                 .collect(),
             // Validated: it builds (else no packet is of a pipe).
             table: (!spec.pipes.is_empty())
@@ -580,6 +680,27 @@ struct Lane<T> {
     /// A pass-through's packets and bytes of this lane.
     pt_count: usize,
     pt_bytes: u64,
+    /// Its member of the round among subports ([`Scheduler::groups`]).
+    group: u16,
+}
+
+/// A member of the round among a port's subports, in one worker: a subport's lanes (or,
+/// the last, those of no subport), with its place in that round and its view of its
+/// subport's bucket (as [`Lane`]'s of its pipe's).
+struct Group {
+    /// Its lanes with something queued, in round-robin order (room for all of them).
+    ring: VecDeque<u16>,
+    /// In the round of subports with something queued.
+    active: bool,
+    /// Its deficit among the subports, bytes.
+    allot: i64,
+    /// This burst of dequeues' view of its bucket (see [`Lane`]).
+    epoch: u64,
+    tokens: i64,
+    spent: u64,
+    /// A pass-through's packets and bytes of this subport.
+    pt_count: usize,
+    pt_bytes: u64,
 }
 
 /// What every lane of a worker's scheduler shares: the order among classes, the counters,
@@ -746,11 +867,16 @@ pub struct Scheduler<T> {
     lanes: Vec<Lane<T>>,
     book: Book,
     rates: Arc<Rates>,
-    /// The lanes with something queued, in round-robin order (room for all of them,
-    /// allocated with the scheduler).
-    ring: VecDeque<u16>,
+    /// The members of the round among subports: subport `k` is member `k`, the lanes of
+    /// no subport the last (the only one of a port without subports).
+    groups: Vec<Group>,
+    /// The members with something queued, in round-robin order (room for all of them,
+    /// allocated with the scheduler; kept for ports with subports only).
+    gring: VecDeque<u16>,
     /// The pipes a burst of dequeues (or a pass-through) read (room for all).
     touched: Vec<u16>,
+    /// The subports a burst of dequeues (or a pass-through) read (room for all).
+    touched_groups: Vec<u16>,
     /// The burst of dequeues under way.
     epoch: u64,
     /// The most packets all lanes hold together.
@@ -763,23 +889,29 @@ impl<T> Scheduler<T> {
     /// A scheduler of `spec` (validated) over `rates` (built from the same spec),
     /// with its queues allocated now.
     pub fn new(spec: &SchedSpec, rates: Arc<Rates>) -> Scheduler<T> {
-        let min_w = spec
-            .classes
-            .iter()
-            .filter(|c| c.priority.is_none())
-            .map(|c| u64::from(c.weight.max(1)))
-            .min()
-            .unwrap_or(1);
-        let lane = |limit: Option<usize>| {
+        // A lane's classes' quanta: proportional to its weights (a pipe's own, else the
+        // classes'), the smallest weight of its weighted classes getting QUANTUM_BYTES.
+        let lane = |limit: Option<usize>, weights: &[u32]| {
+            let weight = |k: usize, c: &ClassSpec| {
+                u64::from(weights.get(k).copied().unwrap_or(c.weight).max(1))
+            };
+            let min_w = spec
+                .classes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.priority.is_none())
+                .map(|(k, c)| weight(k, c))
+                .min()
+                .unwrap_or(1);
             let classes: Vec<Class<T>> = spec
                 .classes
                 .iter()
-                .map(|c| Class {
+                .enumerate()
+                .map(|(k, c)| Class {
                     fifo: Fifo::new(limit.map_or(c.limit, |l| l.min(c.limit))),
                     codel: c.codel.map(Codel::new),
                     wred: c.wred.map(Wred::seeded),
-                    quantum: (u64::from(c.weight.max(1)) * QUANTUM_BYTES / min_w)
-                        .min(i64::MAX as u64 / 4) as i64,
+                    quantum: (weight(k, c) * QUANTUM_BYTES / min_w).min(i64::MAX as u64 / 4) as i64,
                     deficit: 0,
                 })
                 .collect();
@@ -798,11 +930,38 @@ impl<T> Scheduler<T> {
                 spent: 0,
                 pt_count: 0,
                 pt_bytes: 0,
+                group: 0,
             }
         };
-        let lanes: Vec<Lane<T>> = std::iter::once(lane(None))
-            .chain(spec.pipes.iter().map(|p| lane(Some(p.limit))))
+        let mut lanes: Vec<Lane<T>> = std::iter::once(lane(None, &[]))
+            .chain(spec.pipes.iter().map(|p| lane(Some(p.limit), &p.weights)))
             .collect();
+        // The lanes of no subport (lane 0 among them) are the last member.
+        let none = spec.subports.len();
+        let mut members = vec![0usize; none + 1];
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let g = l
+                .checked_sub(1)
+                .and_then(|p| spec.pipes.get(p))
+                .and_then(|p| p.subport)
+                .map_or(none, usize::from)
+                .min(none);
+            lane.group = g as u16;
+            members[g] += 1;
+        }
+        let groups = members
+            .iter()
+            .map(|&n| Group {
+                ring: VecDeque::with_capacity(n),
+                active: false,
+                allot: 0,
+                epoch: 0,
+                tokens: 0,
+                spent: 0,
+                pt_count: 0,
+                pt_bytes: 0,
+            })
+            .collect::<Vec<_>>();
         let mut strict: Vec<(u8, u8)> = spec
             .classes
             .iter()
@@ -818,8 +977,10 @@ impl<T> Scheduler<T> {
             .map(|(i, _)| i as u8)
             .collect();
         Scheduler {
-            ring: VecDeque::with_capacity(lanes.len()),
+            gring: VecDeque::with_capacity(groups.len()),
             touched: Vec::with_capacity(lanes.len()),
+            touched_groups: Vec::with_capacity(groups.len()),
+            groups,
             lanes,
             book: Book {
                 stats: spec.classes.iter().map(|_| QueueStats::default()).collect(),
@@ -915,9 +1076,9 @@ impl<T> Scheduler<T> {
     /// (pipes' too) are charged as if they had been dequeued. Returns false, with nothing
     /// done, when any of it would have to wait: a packet queued already, a bucket without
     /// the tokens for its share (the port shaper for all of it, a class maximum for its
-    /// class's, a pipe's for its pipe's), more packets of a class than its queue's limit
-    /// (of a pipe than its smallest queue's), a class or lane that does not exist; the
-    /// caller then queues them as usual.
+    /// class's, a pipe's for its pipe's, a subport's for its pipes'), more packets of a
+    /// class than its queue's limit (of a pipe than its smallest queue's), a class or lane
+    /// that does not exist; the caller then queues them as usual.
     pub fn pass_through_lanes(
         &mut self,
         len: usize,
@@ -955,6 +1116,26 @@ impl<T> Scheduler<T> {
             }
             bytes[c] += u64::from(n);
             count[c] += 1;
+        }
+        // With subports, their shares of it (a port without has no subport to look at).
+        self.touched_groups.clear();
+        if ok && self.groups.len() > 1 {
+            for &l in &self.touched {
+                let Some(lane) = self.lanes.get(usize::from(l)) else {
+                    continue;
+                };
+                let g = lane.group;
+                if self.rates.subports.get(usize::from(g)).is_none() {
+                    continue;
+                }
+                if let Some(grp) = self.groups.get_mut(usize::from(g)) {
+                    if grp.pt_count == 0 {
+                        self.touched_groups.push(g);
+                    }
+                    grp.pt_count += lane.pt_count;
+                    grp.pt_bytes += lane.pt_bytes;
+                }
+            }
         }
         let ok = ok && self.pass_through_fits(now_ns, &bytes, &count);
         if ok {
@@ -1001,6 +1182,20 @@ impl<T> Scheduler<T> {
             lane.pt_bytes = 0;
         }
         self.touched.clear();
+        for &g in &self.touched_groups {
+            let g = usize::from(g);
+            let Some(grp) = self.groups.get_mut(g) else {
+                continue;
+            };
+            if ok {
+                if let Some(b) = self.rates.subports.get(g) {
+                    b.charge(grp.pt_bytes);
+                }
+            }
+            grp.pt_count = 0;
+            grp.pt_bytes = 0;
+        }
+        self.touched_groups.clear();
         ok
     }
 
@@ -1041,6 +1236,16 @@ impl<T> Scheduler<T> {
             }
             p.refill(now_ns);
             if p.tokens() < cost(lane.pt_bytes).min(i64::MAX as u64) as i64 {
+                return false;
+            }
+        }
+        for &g in &self.touched_groups {
+            let g = usize::from(g);
+            let (Some(grp), Some(b)) = (self.groups.get(g), r.subports.get(g)) else {
+                return false;
+            };
+            b.refill(now_ns);
+            if b.tokens() < cost(grp.pt_bytes).min(i64::MAX as u64) as i64 {
                 return false;
             }
         }
@@ -1151,8 +1356,19 @@ impl<T> Scheduler<T> {
                 if !ln.active {
                     ln.active = true;
                     ln.allot = PIPE_QUANTUM_BYTES as i64;
-                    // Room for every lane: never grows.
-                    self.ring.push_back(l as u16);
+                    if let Some(grp) = self.groups.get_mut(usize::from(ln.group)) {
+                        // Room for every lane of the member: never grows.
+                        grp.ring.push_back(l as u16);
+                        if !grp.active {
+                            grp.active = true;
+                            grp.allot = SUBPORT_QUANTUM_BYTES as i64;
+                            // Room for every member: never grows. Without subports,
+                            // no round among members.
+                            if self.groups.len() > 1 {
+                                self.gring.push_back(ln.group);
+                            }
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -1211,6 +1427,7 @@ impl<T> Scheduler<T> {
         let mut sp = Spend::read(r);
         self.epoch += 1;
         self.touched.clear();
+        self.touched_groups.clear();
         let mut n = 0;
         while n < max {
             let Some((item, c)) = self.next(now_ns, &mut sp, drop) else {
@@ -1229,12 +1446,22 @@ impl<T> Scheduler<T> {
             }
         }
         self.touched.clear();
+        for &g in &self.touched_groups {
+            let g = usize::from(g);
+            if let (Some(grp), Some(b)) = (self.groups.get(g), self.rates.subports.get(g)) {
+                if grp.spent > 0 {
+                    b.charge(grp.spent);
+                }
+            }
+        }
+        self.touched_groups.clear();
         n
     }
 
-    /// One packet of a burst: the lanes in turn (deficit round robin by bytes, a quantum of
-    /// [`PIPE_QUANTUM_BYTES`] each), a lane whose pipe is in debt or whose classes may not
-    /// send passed over; in the lane, its classes' order.
+    /// One packet of a burst: with subports, the members of the round among them in turn
+    /// (deficit round robin by bytes, a quantum of [`SUBPORT_QUANTUM_BYTES`] each), a
+    /// subport in debt or none of whose lanes may send passed over; in the member (the only
+    /// one without subports), [`Scheduler::next_lane`].
     #[inline(always)]
     fn next(
         &mut self,
@@ -1245,26 +1472,118 @@ impl<T> Scheduler<T> {
         if self.book.queued == 0 || sp.port <= 0 {
             return None;
         }
+        if self.groups.len() <= 1 {
+            return self.next_lane(0, now_ns, sp, drop).map(|(t, c, _)| (t, c));
+        }
+        // As among the lanes: a member needs at most MAX_PACKET / quantum + 1 quanta.
+        let mut visits = self.gring.len() * (MAX_PACKET / SUBPORT_QUANTUM_BYTES + 2) as usize;
+        let mut blocked = 0;
+        while visits > 0 && blocked < self.gring.len() {
+            visits -= 1;
+            let &g16 = self.gring.front()?;
+            let g = usize::from(g16);
+            let Some(grp) = self.groups.get_mut(g) else {
+                self.gring.pop_front();
+                continue;
+            };
+            if grp.ring.is_empty() {
+                grp.active = false;
+                self.gring.pop_front();
+                continue;
+            }
+            if grp.allot <= 0 {
+                grp.allot += SUBPORT_QUANTUM_BYTES as i64;
+                self.gring.rotate_left(1);
+                blocked = 0;
+                continue;
+            }
+            let bucket = self.rates.subports.get(g);
+            if let Some(b) = bucket {
+                if grp.epoch != self.epoch {
+                    grp.epoch = self.epoch;
+                    grp.spent = 0;
+                    b.refill(now_ns);
+                    grp.tokens = b.tokens();
+                    // Once per subport per burst: within its room.
+                    self.touched_groups.push(g16);
+                }
+                if grp.tokens <= 0 {
+                    blocked += 1;
+                    self.gring.rotate_left(1);
+                    continue;
+                }
+            }
+            let bucketed = bucket.is_some();
+            let got = self.next_lane(g, now_ns, sp, drop);
+            let Some(grp) = self.groups.get_mut(g) else {
+                return got.map(|(t, c, _)| (t, c));
+            };
+            match got {
+                Some((item, c, len)) => {
+                    let len = u64::from(len);
+                    if bucketed {
+                        grp.tokens = grp
+                            .tokens
+                            .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
+                        grp.spent += len;
+                    }
+                    grp.allot -= len as i64;
+                    if grp.ring.is_empty() {
+                        grp.active = false;
+                        self.gring.pop_front();
+                    } else if grp.allot <= 0 {
+                        grp.allot += SUBPORT_QUANTUM_BYTES as i64;
+                        self.gring.rotate_left(1);
+                    }
+                    return Some((item, c));
+                }
+                None => {
+                    if grp.ring.is_empty() {
+                        grp.active = false;
+                        self.gring.pop_front();
+                    } else {
+                        blocked += 1;
+                        self.gring.rotate_left(1);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// One packet of member `g` of the round among subports: its lanes in turn (deficit
+    /// round robin by bytes, a quantum of [`PIPE_QUANTUM_BYTES`] each), a lane whose pipe
+    /// is in debt or whose classes may not send passed over; in the lane, its classes'
+    /// order. Its class and length.
+    #[inline(always)]
+    fn next_lane(
+        &mut self,
+        g: usize,
+        now_ns: u64,
+        sp: &mut Spend,
+        drop: &mut impl FnMut(T, DropReason),
+    ) -> Option<(T, u8, u32)> {
+        let ring = &mut self.groups.get_mut(g)?.ring;
         // A lane needs at most MAX_PACKET / quantum + 1 quanta to send its largest packet;
         // every visit either sends, passes a lane that cannot send, or adds a quantum.
-        let mut visits = self.ring.len() * (MAX_PACKET / PIPE_QUANTUM_BYTES + 2) as usize;
+        let mut visits = ring.len() * (MAX_PACKET / PIPE_QUANTUM_BYTES + 2) as usize;
         let mut blocked = 0;
-        while visits > 0 && blocked < self.ring.len() {
+        while visits > 0 && blocked < ring.len() {
             visits -= 1;
-            let &l16 = self.ring.front()?;
+            let &l16 = ring.front()?;
             let l = usize::from(l16);
             let Some(lane) = self.lanes.get_mut(l) else {
-                self.ring.pop_front();
+                ring.pop_front();
                 continue;
             };
             if lane.queued == 0 {
                 lane.active = false;
-                self.ring.pop_front();
+                ring.pop_front();
                 continue;
             }
             if lane.allot <= 0 {
                 lane.allot += PIPE_QUANTUM_BYTES as i64;
-                self.ring.rotate_left(1);
+                ring.rotate_left(1);
                 // Every lane is to be tried again after it: the count starts over.
                 blocked = 0;
                 continue;
@@ -1285,7 +1604,7 @@ impl<T> Scheduler<T> {
                 }
                 if lane.tokens <= 0 {
                     blocked += 1;
-                    self.ring.rotate_left(1);
+                    ring.rotate_left(1);
                     continue;
                 }
             }
@@ -1301,20 +1620,20 @@ impl<T> Scheduler<T> {
                     lane.allot -= len as i64;
                     if lane.queued == 0 {
                         lane.active = false;
-                        self.ring.pop_front();
+                        ring.pop_front();
                     } else if lane.allot <= 0 {
                         lane.allot += PIPE_QUANTUM_BYTES as i64;
-                        self.ring.rotate_left(1);
+                        ring.rotate_left(1);
                     }
-                    return Some((item, c));
+                    return Some((item, c, len as u32));
                 }
                 None => {
                     if lane.queued == 0 {
                         lane.active = false;
-                        self.ring.pop_front();
+                        ring.pop_front();
                     } else {
                         blocked += 1;
-                        self.ring.rotate_left(1);
+                        ring.rotate_left(1);
                     }
                 }
             }
@@ -1345,7 +1664,11 @@ impl<T> Scheduler<T> {
             lane.bytes = 0;
             lane.active = false;
         }
-        self.ring.clear();
+        for grp in &mut self.groups {
+            grp.ring.clear();
+            grp.active = false;
+        }
+        self.gring.clear();
         self.book.queued = 0;
         self.book.class_depth = [0; MAX_CLASSES];
         self.book.class_bytes = [0; MAX_CLASSES];

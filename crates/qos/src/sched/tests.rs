@@ -27,6 +27,7 @@ fn spec(rate_bps: u64, classes: Vec<ClassSpec>) -> SchedSpec {
         by_dscp: [0; 64],
         default_class: 0,
         pipes: Vec::new(),
+        subports: Vec::new(),
     }
 }
 
@@ -611,6 +612,9 @@ fn pipe(name: &str, rate_bps: u64, dst: &str) -> PipeSpec {
         burst_bytes: 15_000,
         limit: 64,
         dst: vec![dst.to_string()],
+        profile: None,
+        weights: vec![],
+        subport: None,
     }
 }
 
@@ -736,6 +740,78 @@ fn a_strict_class_in_a_pipe_is_served_before_the_pipes_weighted_classes() {
     let (be, af) = (st[0].sent_bytes as f64, st[1].sent_bytes as f64);
     let share = af / (af + be);
     assert!((share - 0.4).abs() < 0.02, "AF got {share} of what EF left");
+}
+
+#[test]
+fn a_pipes_own_weights_share_its_rate_among_its_classes() {
+    // Two weighted classes of weight 1 each; pipe a weighs them 3 to 1 (its profile's
+    // weights), pipe b keeps the classes' own. Each pipe is offered twice its rate in
+    // each class: a's classes share its rate 3:1, b's 1:1.
+    let mut s = spec(
+        100_000_000,
+        vec![class("be", None, 1), class("af", None, 1)],
+    );
+    s.pipes = vec![
+        pipe("a", 10_000_000, "10.0.1.0/24"),
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+    ];
+    s.pipes[0].weights = vec![3, 1];
+    let mut q = sched(&s);
+    let mut by_lane_class = [[0u64; 2]; 3];
+    let mut id = 0u64;
+    for t in 0..2_000 * 100u64 {
+        let now = t * 10 * US;
+        if t % 100 == 0 {
+            for lane in 1..=2u16 {
+                for class in 0..2u8 {
+                    for _ in 0..5 {
+                        id += 1;
+                        let item = (u64::from(lane) << 48) | (u64::from(class) << 40) | id;
+                        let _ = q.enqueue_in(item, 500, lane, class, 0, now);
+                    }
+                }
+            }
+        }
+        q.dequeue_burst(
+            now,
+            32,
+            &mut |item, c| {
+                assert_eq!(u64::from(c), (item >> 40) & 0xff, "its own class");
+                by_lane_class[(item >> 48) as usize][c as usize] += 500;
+            },
+            &mut |_, _| (),
+        );
+    }
+    let share =
+        |l: usize| by_lane_class[l][1] as f64 / (by_lane_class[l].iter().sum::<u64>() as f64);
+    assert!((share(1) - 0.25).abs() < 0.02, "pipe a's af: {}", share(1));
+    assert!((share(2) - 0.5).abs() < 0.02, "pipe b's af: {}", share(2));
+    // Each pipe still holds to its rate (plus its bucket).
+    for (l, sent) in by_lane_class.iter().enumerate().skip(1) {
+        let got = (sent.iter().sum::<u64>() - 15_000) as f64 * 8.0 / 2.0;
+        assert!((got - 10e6).abs() / 10e6 < 0.01, "pipe {l}: {got}");
+    }
+}
+
+#[test]
+fn a_pipes_weights_are_one_per_class_and_at_least_1() {
+    let mut s = spec(
+        100_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    s.pipes = vec![pipe("a", 10_000_000, "10.0.1.0/24")];
+    s.pipes[0].weights = vec![0, 5];
+    assert_eq!(s.validate(), Ok(()), "a strict class's weight is not used");
+    s.pipes[0].weights = vec![1, 0];
+    assert_eq!(
+        s.validate().unwrap_err().to_string(),
+        "pipe a: be: weight must be at least 1"
+    );
+    s.pipes[0].weights = vec![1];
+    assert_eq!(
+        s.validate().unwrap_err().to_string(),
+        "pipe a: 1 weights for 2 classes: one per class, or none"
+    );
 }
 
 #[test]
@@ -917,4 +993,209 @@ proptest! {
             prop_assert!(sent[0] > 0, "no pipe's packets flow");
         }
     }
+
+    /// Over random arrivals in pipes of random rates under subports of random rates (and
+    /// some pipes under none), no subport ever sends more than its rate allows since the
+    /// start (its bucket and one packet of debt), nor does any pipe.
+    #[test]
+    fn a_subport_never_exceeds_its_rate(
+        subports in proptest::collection::vec(1u64..=20, 1..4),
+        pipes in proptest::collection::vec((1u64..=30, 0u16..4), 1..7),
+        arrivals in proptest::collection::vec((0u16..7, 0u8..2, 64u32..1_500, 0u64..4), 200),
+    ) {
+        let mut s = spec(
+            50_000_000,
+            vec![class("ef", Some(0), 1), class("be", None, 3)],
+        );
+        s.classes[0].max_bps = 25_000_000;
+        s.subports = subports
+            .iter()
+            .enumerate()
+            .map(|(k, r)| subport(&format!("s{k}"), r * 1_000_000))
+            .collect();
+        let m = subports.len() as u16;
+        s.pipes = pipes
+            .iter()
+            .enumerate()
+            .map(|(k, &(r, sub))| PipeSpec {
+                // Its subport's number, or none (sub >= m).
+                subport: (sub < m).then_some(sub),
+                ..pipe(&format!("p{k}"), r * 1_000_000, &format!("10.0.{k}.0/24"))
+            })
+            .collect();
+        let n = pipes.len() as u16;
+        let mut q = sched(&s);
+        let flows: Vec<(u16, u8, u64, u32)> = arrivals
+            .iter()
+            .map(|&(l, c, len, k)| (l % (n + 1), c, u64::from(len) * (k + 1), len))
+            .collect();
+        let mut worst = 0f64;
+        let mut worst_pipe = 0f64;
+        offer_lanes(&mut q, &flows, 300, |ms, sent| {
+            for (k, r) in subports.iter().enumerate() {
+                let allowed = r * 1_000_000 * ms / 8_000 + 15_000 + 1_500;
+                let got: u64 = pipes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.1 == k as u16)
+                    .map(|(j, _)| sent.get(j + 1).copied().unwrap_or(0))
+                    .sum();
+                worst = worst.max(got as f64 / allowed as f64);
+            }
+            for (j, p) in pipes.iter().enumerate() {
+                let allowed = p.0 * 1_000_000 * ms / 8_000 + 15_000 + 1_500;
+                let got = sent.get(j + 1).copied().unwrap_or(0);
+                worst_pipe = worst_pipe.max(got as f64 / allowed as f64);
+            }
+        });
+        prop_assert!(worst <= 1.0, "a subport sent {worst} of what its rate allows");
+        prop_assert!(worst_pipe <= 1.0, "a pipe sent {worst_pipe} of what its rate allows");
+    }
+}
+
+// Subports.
+
+fn subport(name: &str, rate_bps: u64) -> SubportSpec {
+    SubportSpec {
+        name: name.to_string(),
+        rate_bps,
+        burst_bytes: 15_000,
+    }
+}
+
+#[test]
+fn pipes_under_a_subport_share_its_rate_beside_the_others() {
+    // Subport s of 10 Mbit/s over pipes a and b, each allowed all of it; pipe c of no
+    // subport. Each offered 20 Mbit/s: a and b share s's rate equally, c gets its own.
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.subports = vec![subport("s", 10_000_000)];
+    s.pipes = vec![
+        pipe("a", 10_000_000, "10.0.1.0/24"),
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+        pipe("c", 10_000_000, "10.0.3.0/24"),
+    ];
+    s.pipes[0].subport = Some(0);
+    s.pipes[1].subport = Some(0);
+    let mut q = sched(&s);
+    // 20 Mbit/s is 2,500 bytes per ms; different packet sizes: shares are in bytes.
+    let sent = offer_lanes(
+        &mut q,
+        &[(1, 0, 2_500, 500), (2, 0, 2_500, 1_250), (3, 0, 2_500, 250)],
+        2_000,
+        |_, _| (),
+    );
+    // 2 s at its rate plus its bucket's 15,000 bytes.
+    let sub = (sent[1] + sent[2] - 15_000) as f64 * 8.0 / 2.0;
+    assert!((sub - 10e6).abs() / 10e6 < 0.01, "subport: {sub} bit/s");
+    let share = sent[1] as f64 / (sent[1] + sent[2]) as f64;
+    assert!(
+        (share - 0.5).abs() < 0.02,
+        "a's share of the subport: {share}"
+    );
+    let c = (sent[3] - 15_000) as f64 * 8.0 / 2.0;
+    assert!((c - 10e6).abs() / 10e6 < 0.01, "pipe c: {c} bit/s");
+}
+
+#[test]
+fn subports_share_the_port_when_the_port_is_the_bottleneck() {
+    // Two subports each allowed the whole port, one with one pipe and one with three, and
+    // one pipe of no subport: the three members get a third each, whatever their pipes.
+    let mut s = spec(10_000_000, vec![class("be", None, 1)]);
+    s.subports = vec![subport("x", 10_000_000), subport("y", 10_000_000)];
+    s.pipes = (1..=5)
+        .map(|k| pipe(&format!("p{k}"), 10_000_000, &format!("10.0.{k}.0/24")))
+        .collect();
+    s.pipes[0].subport = Some(0);
+    for p in &mut s.pipes[1..4] {
+        p.subport = Some(1);
+    }
+    let mut q = sched(&s);
+    let sent = offer_lanes(
+        &mut q,
+        &(1..=5).map(|l| (l, 0, 1_500, 500)).collect::<Vec<_>>(),
+        2_000,
+        |_, _| (),
+    );
+    let total: u64 = sent.iter().sum();
+    let x = sent[1] as f64 / total as f64;
+    let y = (sent[2] + sent[3] + sent[4]) as f64 / total as f64;
+    let none = sent[5] as f64 / total as f64;
+    for (what, got) in [("x", x), ("y", y), ("no subport", none)] {
+        assert!((got - 1.0 / 3.0).abs() < 0.01, "{what}: {got}");
+    }
+    // Within y, a third each.
+    for l in 2..=4 {
+        let share = sent[l] as f64 / (sent[2] + sent[3] + sent[4]) as f64;
+        assert!((share - 1.0 / 3.0).abs() < 0.02, "pipe {l} in y: {share}");
+    }
+}
+
+#[test]
+fn a_pass_through_charges_the_subports_and_holds_back_one_without_tokens() {
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.subports = vec![subport("s", 1_000_000)];
+    s.pipes = vec![
+        pipe("a", 100_000_000, "10.0.1.0/24"),
+        pipe("b", 100_000_000, "10.0.2.0/24"),
+    ];
+    s.pipes[0].burst_bytes = 100_000;
+    s.pipes[1].burst_bytes = 100_000;
+    s.burst_bytes = 100_000;
+    s.pipes[0].subport = Some(0);
+    s.pipes[1].subport = Some(0);
+    let mut q = sched(&s);
+    // 10 of 1,000 bytes, half in each pipe: within the subport's 15,000.
+    assert!(q.pass_through_lanes(10, 0, |_, k| (1 + (k % 2) as u16, 0, 1_000)));
+    // 10 more: each pipe's bucket has plenty, the subport only 5,000 bytes: queued.
+    assert!(!q.pass_through_lanes(10, 0, |_, k| (1 + (k % 2) as u16, 0, 1_000)));
+    let sent: u64 = q.pipe_stats().iter().map(|p| p.read().sent).sum();
+    assert_eq!(sent, 10, "nothing counted");
+    // 5 fit.
+    assert!(q.pass_through_lanes(5, 0, |_, _| (2, 0, 1_000)));
+    // Queued: nothing leaves until the subport's bucket refills (its pipe's is full);
+    // then one packet (a bucket with any token sends, into debt), then the rest 40 ms
+    // later (5,000 bytes at 1 Mbit/s).
+    for i in 0..4 {
+        q.enqueue_in(i, 1_000, 1, 0, 0, 0).unwrap();
+    }
+    let mut burst = |now| q.dequeue_burst(now, 32, &mut |_, _| (), &mut |_, _| ());
+    assert_eq!(burst(0), 0);
+    assert_eq!(burst(2 * MS), 1);
+    assert_eq!(burst(2 * MS), 0);
+    assert_eq!(burst(40 * MS), 3);
+}
+
+#[test]
+fn hostile_subports_are_refused_with_what_is_wrong() {
+    let mut ok = spec(10_000_000, vec![class("be", None, 1)]);
+    ok.subports = vec![subport("s", 1_000_000)];
+    ok.pipes = vec![pipe("a", 1_000_000, "10.0.1.0/24")];
+    ok.pipes[0].subport = Some(0);
+    assert_eq!(ok.validate(), Ok(()));
+    let bad = |f: &dyn Fn(&mut SchedSpec)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s.validate().unwrap_err().to_string()
+    };
+    assert_eq!(
+        bad(&|s| s.subports[0].rate_bps = 20_000_000),
+        "subport s: rate = 20000000 bit/s: must be 1 to the port's 10000000 bit/s"
+    );
+    assert_eq!(
+        bad(&|s| s.subports[0].rate_bps = 0),
+        "subport s: rate = 0 bit/s: must be 1 to the port's 10000000 bit/s"
+    );
+    assert!(bad(&|s| s.subports[0].burst_bytes = 10).starts_with("subport s: burst = 10 bytes"));
+    assert_eq!(
+        bad(&|s| s.pipes[0].subport = Some(1)),
+        "pipe a: subport index 1 does not exist"
+    );
+    assert!(bad(&|s| s.subports = (0..=MAX_SUBPORTS)
+        .map(|k| subport(&format!("s{k}"), 1_000))
+        .collect())
+    .contains("at most 64"));
+    assert_eq!(
+        bad(&|s| s.rate_bps = 0),
+        "subport s: subports need the port's shaper"
+    );
 }
