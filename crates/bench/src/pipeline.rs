@@ -1200,19 +1200,25 @@ pub fn drops(c: &Counters) -> Vec<(Reason, u64)> {
 mod tests {
     use super::*;
 
+    /// A bench graph over `fib`'s routes, and its counters.
+    fn graph(fib: &LoadedFib) -> (Graph, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        let g = Graph::new(
+            fib.readers.register(),
+            Arc::new(bench_interfaces()),
+            counters.clone(),
+            None,
+            GraphConfig::default(),
+        );
+        (g, counters)
+    }
+
     #[test]
     fn every_profile_forwards_everything_at_small_scale() {
         let fib = load_fib(2000, 1000, 4, 5).unwrap();
         for p in PROFILES {
             let mut t = build_traffic(&fib, p, 1024, 9, false);
-            let counters = Arc::new(Counters::default());
-            let mut g = Graph::new(
-                fib.readers.register(),
-                Arc::new(bench_interfaces()),
-                counters.clone(),
-                None,
-                GraphConfig::default(),
-            );
+            let (mut g, counters) = graph(&fib);
             let stop = AtomicBool::new(false);
             // 450 passes cross two TTL resets: TTL never runs out.
             let (off, sent) = forward_loop(&mut g, &mut t, &stop, 450, None, || {});
@@ -1235,14 +1241,7 @@ mod tests {
             let p = PROFILES.iter().find(|p| p.name == "imix1").unwrap();
             let mut t = build_traffic(&fib, p, 512, 9, false);
             mark_traffic(&mut t);
-            let counters = Arc::new(Counters::default());
-            let mut g = Graph::new(
-                fib.readers.register(),
-                Arc::new(bench_interfaces()),
-                counters.clone(),
-                None,
-                GraphConfig::default(),
-            );
+            let (mut g, counters) = graph(&fib);
             g.set_features(registry, 0);
             g.set_feature_state(state);
             g.set_egress(shared.egress(0).unwrap());

@@ -541,6 +541,17 @@ fn parse_action(v: &Option<DscpValue>, default: Action) -> Result<Action, String
     }
 }
 
+/// A problem with `burst`, the bucket of what is at `at` (a policy's shaper, a subport, a
+/// pipe or a profile): outside what a bucket holds.
+fn check_burst(out: &mut Vec<(String, String)>, at: &str, burst: u64) {
+    if !BURST_BYTES.contains(&burst) {
+        out.push((
+            format!("{at}.burst"),
+            format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
+        ));
+    }
+}
+
 /// Problems with `name`, a `kind` at `path` (the `k`th): not a valid name, or one `names`
 /// (the names of its kind so far) has already.
 fn check_name<'a>(
@@ -699,11 +710,8 @@ impl QosConfig {
             }),
         };
         let burst = p.burst.unwrap_or_else(|| default_burst_bytes(shaper));
-        if p.burst.is_some() && !BURST_BYTES.contains(&burst) {
-            out.push((
-                format!("{path}.burst"),
-                format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
-            ));
+        if p.burst.is_some() {
+            check_burst(&mut out, path, burst);
         }
         let of = (shaper > 0).then_some(shaper);
         let mut classes = Vec::new();
@@ -843,23 +851,8 @@ impl QosConfig {
         out: &mut Vec<(String, String)>,
     ) -> Vec<SubportSpec> {
         let mut subports = Vec::new();
-        if p.subports.is_empty() {
-            return subports;
-        }
-        if p.shaper.is_none() {
-            out.push((
-                format!("{path}.subport"),
-                "subports are shaped under the port's shaper: the policy needs a shaper".into(),
-            ));
-        }
-        if p.subports.len() > MAX_SUBPORTS {
-            out.push((
-                format!("{path}.subport"),
-                format!(
-                    "{} subports: a policy has at most {MAX_SUBPORTS}",
-                    p.subports.len()
-                ),
-            ));
+        let level = ("subport", "subports", p.subports.len());
+        if !Self::level_fits(p, path, level, (MAX_SUBPORTS, ""), out) {
             return subports;
         }
         let mut names = HashMap::new();
@@ -868,12 +861,7 @@ impl QosConfig {
             check_name(out, &sp, ("subport", &s.name), (&mut names, k));
             let rate = Self::pipe_rate(&s.rate, &sp, shaper, out);
             let burst = s.burst.unwrap_or_else(|| default_burst_bytes(rate));
-            if !BURST_BYTES.contains(&burst) {
-                out.push((
-                    format!("{sp}.burst"),
-                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
-                ));
-            }
+            check_burst(out, &sp, burst);
             subports.push(SubportSpec {
                 name: s.name.clone(),
                 rate_bps: rate,
@@ -881,6 +869,33 @@ impl QosConfig {
             });
         }
         subports
+    }
+
+    /// Whether the `n` entries of a level of policy `p` (`[[qos.policy.<key>]]`, called
+    /// `what`) can be looked at one by one: at most `max` (`why` says why), reported at
+    /// `path.<key>` otherwise. Subports and pipes are shaped under the policy's shaper:
+    /// without one, that is reported too (profiles are only written-down values).
+    fn level_fits(
+        p: &PolicyConfig,
+        path: &str,
+        (key, what, n): (&str, &str, usize),
+        (max, why): (usize, &str),
+        out: &mut Vec<(String, String)>,
+    ) -> bool {
+        if n > 0 && key != "pipe_profile" && p.shaper.is_none() {
+            out.push((
+                format!("{path}.{key}"),
+                format!("{what} are shaped under the port's shaper: the policy needs a shaper"),
+            ));
+        }
+        if n > max {
+            out.push((
+                format!("{path}.{key}"),
+                format!("{n} {what}: a policy has at most {max}{why}"),
+            ));
+            return false;
+        }
+        true
     }
 
     /// A pipe's or a pipe profile's rate `v` (at `at`) under a shaper of `shaper` bit/s (0:
@@ -913,14 +928,8 @@ impl QosConfig {
         out: &mut Vec<(String, String)>,
     ) -> HashMap<&'a str, Profile> {
         let mut profiles = HashMap::new();
-        if p.pipe_profiles.len() > MAX_PIPES {
-            out.push((
-                format!("{path}.pipe_profile"),
-                format!(
-                    "{} pipe profiles: a policy has at most {MAX_PIPES} (as many as pipes)",
-                    p.pipe_profiles.len()
-                ),
-            ));
+        let level = ("pipe_profile", "pipe profiles", p.pipe_profiles.len());
+        if !Self::level_fits(p, path, level, (MAX_PIPES, " (as many as pipes)"), out) {
             return profiles;
         }
         let mut names = HashMap::new();
@@ -931,11 +940,8 @@ impl QosConfig {
                 .rate
                 .as_ref()
                 .map(|r| Self::pipe_rate(r, &fp, shaper, out));
-            if let Some(burst) = f.burst.filter(|b| !BURST_BYTES.contains(b)) {
-                out.push((
-                    format!("{fp}.burst"),
-                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
-                ));
+            if let Some(burst) = f.burst {
+                check_burst(out, &fp, burst);
             }
             if let Some(limit) = f.limit.filter(|&l| l == 0 || l > MAX_PORT_QUEUED) {
                 out.push((
@@ -998,20 +1004,9 @@ impl QosConfig {
         if p.pipes.is_empty() {
             return pipes;
         }
-        if p.shaper.is_none() {
-            out.push((
-                format!("{path}.pipe"),
-                "pipes are shaped under the port's shaper: the policy needs a shaper".into(),
-            ));
-        }
-        if p.pipes.len() > MAX_PIPES {
-            out.push((
-                format!("{path}.pipe"),
-                format!(
-                    "{} pipes: a policy has at most {MAX_PIPES} (each has a queue per class in every worker)",
-                    p.pipes.len()
-                ),
-            ));
+        let level = ("pipe", "pipes", p.pipes.len());
+        let why = " (each has a queue per class in every worker)";
+        if !Self::level_fits(p, path, level, (MAX_PIPES, why), out) {
             return pipes;
         }
         let mut names = HashMap::new();
@@ -1081,11 +1076,8 @@ impl QosConfig {
                 .burst
                 .or(profile.and_then(|f| f.burst))
                 .unwrap_or_else(|| default_burst_bytes(rate));
-            if q.burst.is_some() && !BURST_BYTES.contains(&burst) {
-                out.push((
-                    format!("{qp}.burst"),
-                    format!("{burst} bytes is out of range: {MAX_PACKET} to {MAX_BURST_BYTES}"),
-                ));
+            if q.burst.is_some() {
+                check_burst(out, &qp, burst);
             }
             let limit = q
                 .limit

@@ -665,23 +665,31 @@ struct Lane<T> {
     /// Packets and bytes it holds.
     queued: usize,
     bytes: u64,
-    /// In the round of pipes with something queued.
-    active: bool,
-    /// Its deficit among the pipes, bytes: it is served while this is above 0, then goes
-    /// to the back of the round with a quantum more.
-    allot: i64,
     /// The smallest of its class queues' limits (the pass-through's bound).
     min_limit: usize,
-    /// This burst of dequeues' view of its pipe's bucket (see [`Spend`]): the burst it was
-    /// read in, its tokens then less what the burst sent, and the bytes sent.
+    /// Its place in the round of pipes and its view of its pipe's bucket.
+    round: Round,
+    /// Its member of the round among subports ([`Scheduler::groups`]).
+    group: u16,
+}
+
+/// A member of a deficit round robin with a bucket of its own (a pipe among pipes, a
+/// subport among subports), in one worker.
+#[derive(Clone, Copy, Debug, Default)]
+struct Round {
+    /// In the round of members with something queued.
+    active: bool,
+    /// Its deficit in the round, bytes: it is served while this is above 0, then goes to
+    /// the back of the round with a quantum more.
+    allot: i64,
+    /// This burst of dequeues' view of its bucket (see [`Spend`]): the burst it was read
+    /// in, its tokens then less what the burst sent, and the bytes sent.
     epoch: u64,
     tokens: i64,
     spent: u64,
-    /// A pass-through's packets and bytes of this lane.
+    /// A pass-through's packets and bytes of this member.
     pt_count: usize,
     pt_bytes: u64,
-    /// Its member of the round among subports ([`Scheduler::groups`]).
-    group: u16,
 }
 
 /// A member of the round among a port's subports, in one worker: a subport's lanes (or,
@@ -690,17 +698,8 @@ struct Lane<T> {
 struct Group {
     /// Its lanes with something queued, in round-robin order (room for all of them).
     ring: VecDeque<u16>,
-    /// In the round of subports with something queued.
-    active: bool,
-    /// Its deficit among the subports, bytes.
-    allot: i64,
-    /// This burst of dequeues' view of its bucket (see [`Lane`]).
-    epoch: u64,
-    tokens: i64,
-    spent: u64,
-    /// A pass-through's packets and bytes of this subport.
-    pt_count: usize,
-    pt_bytes: u64,
+    /// Its place in the round of subports and its view of its subport's bucket.
+    round: Round,
 }
 
 /// What every lane of a worker's scheduler shares: the order among classes, the counters,
@@ -923,13 +922,7 @@ impl<T> Scheduler<T> {
                 min_cursor: 0,
                 queued: 0,
                 bytes: 0,
-                active: false,
-                allot: 0,
-                epoch: 0,
-                tokens: 0,
-                spent: 0,
-                pt_count: 0,
-                pt_bytes: 0,
+                round: Round::default(),
                 group: 0,
             }
         };
@@ -953,13 +946,7 @@ impl<T> Scheduler<T> {
             .iter()
             .map(|&n| Group {
                 ring: VecDeque::with_capacity(n),
-                active: false,
-                allot: 0,
-                epoch: 0,
-                tokens: 0,
-                spent: 0,
-                pt_count: 0,
-                pt_bytes: 0,
+                round: Round::default(),
             })
             .collect::<Vec<_>>();
         let mut strict: Vec<(u8, u8)> = spec
@@ -1108,11 +1095,11 @@ impl<T> Scheduler<T> {
                     ok = false;
                     break;
                 };
-                if lane.pt_count == 0 {
+                if lane.round.pt_count == 0 {
                     self.touched.push(l);
                 }
-                lane.pt_count += 1;
-                lane.pt_bytes += u64::from(n);
+                lane.round.pt_count += 1;
+                lane.round.pt_bytes += u64::from(n);
             }
             bytes[c] += u64::from(n);
             count[c] += 1;
@@ -1129,11 +1116,11 @@ impl<T> Scheduler<T> {
                     continue;
                 }
                 if let Some(grp) = self.groups.get_mut(usize::from(g)) {
-                    if grp.pt_count == 0 {
+                    if grp.round.pt_count == 0 {
                         self.touched_groups.push(g);
                     }
-                    grp.pt_count += lane.pt_count;
-                    grp.pt_bytes += lane.pt_bytes;
+                    grp.round.pt_count += lane.round.pt_count;
+                    grp.round.pt_bytes += lane.round.pt_bytes;
                 }
             }
         }
@@ -1168,18 +1155,18 @@ impl<T> Scheduler<T> {
             };
             if ok {
                 if let Some(p) = r_pipe(&self.rates, l) {
-                    p.charge(lane.pt_bytes);
+                    p.charge(lane.round.pt_bytes);
                 }
                 if let Some(s) = self.book.pipe_stats.get(l - 1) {
-                    bump(&s.enqueued, lane.pt_count as u64);
-                    bump(&s.enqueued_bytes, lane.pt_bytes);
-                    bump(&s.sent, lane.pt_count as u64);
-                    bump(&s.sent_bytes, lane.pt_bytes);
+                    bump(&s.enqueued, lane.round.pt_count as u64);
+                    bump(&s.enqueued_bytes, lane.round.pt_bytes);
+                    bump(&s.sent, lane.round.pt_count as u64);
+                    bump(&s.sent_bytes, lane.round.pt_bytes);
                     s.sojourn_last_ns.store(0, Relaxed);
                 }
             }
-            lane.pt_count = 0;
-            lane.pt_bytes = 0;
+            lane.round.pt_count = 0;
+            lane.round.pt_bytes = 0;
         }
         self.touched.clear();
         for &g in &self.touched_groups {
@@ -1189,11 +1176,11 @@ impl<T> Scheduler<T> {
             };
             if ok {
                 if let Some(b) = self.rates.subports.get(g) {
-                    b.charge(grp.pt_bytes);
+                    b.charge(grp.round.pt_bytes);
                 }
             }
-            grp.pt_count = 0;
-            grp.pt_bytes = 0;
+            grp.round.pt_count = 0;
+            grp.round.pt_bytes = 0;
         }
         self.touched_groups.clear();
         ok
@@ -1231,11 +1218,11 @@ impl<T> Scheduler<T> {
             let (Some(lane), Some(p)) = (self.lanes.get(l), r_pipe(r, l)) else {
                 return false;
             };
-            if lane.pt_count > lane.min_limit {
+            if lane.round.pt_count > lane.min_limit {
                 return false;
             }
             p.refill(now_ns);
-            if p.tokens() < cost(lane.pt_bytes).min(i64::MAX as u64) as i64 {
+            if p.tokens() < cost(lane.round.pt_bytes).min(i64::MAX as u64) as i64 {
                 return false;
             }
         }
@@ -1245,7 +1232,7 @@ impl<T> Scheduler<T> {
                 return false;
             };
             b.refill(now_ns);
-            if b.tokens() < cost(grp.pt_bytes).min(i64::MAX as u64) as i64 {
+            if b.tokens() < cost(grp.round.pt_bytes).min(i64::MAX as u64) as i64 {
                 return false;
             }
         }
@@ -1353,15 +1340,15 @@ impl<T> Scheduler<T> {
                     ps.depth.store(ln.queued as u64, Relaxed);
                     ps.depth_bytes.store(ln.bytes, Relaxed);
                 }
-                if !ln.active {
-                    ln.active = true;
-                    ln.allot = PIPE_QUANTUM_BYTES as i64;
+                if !ln.round.active {
+                    ln.round.active = true;
+                    ln.round.allot = PIPE_QUANTUM_BYTES as i64;
                     if let Some(grp) = self.groups.get_mut(usize::from(ln.group)) {
                         // Room for every lane of the member: never grows.
                         grp.ring.push_back(l as u16);
-                        if !grp.active {
-                            grp.active = true;
-                            grp.allot = SUBPORT_QUANTUM_BYTES as i64;
+                        if !grp.round.active {
+                            grp.round.active = true;
+                            grp.round.allot = SUBPORT_QUANTUM_BYTES as i64;
                             // Room for every member: never grows. Without subports,
                             // no round among members.
                             if self.groups.len() > 1 {
@@ -1440,8 +1427,8 @@ impl<T> Scheduler<T> {
         for &l in &self.touched {
             let l = usize::from(l);
             if let (Some(lane), Some(p)) = (self.lanes.get(l), r_pipe(&self.rates, l)) {
-                if lane.spent > 0 {
-                    p.charge(lane.spent);
+                if lane.round.spent > 0 {
+                    p.charge(lane.round.spent);
                 }
             }
         }
@@ -1449,8 +1436,8 @@ impl<T> Scheduler<T> {
         for &g in &self.touched_groups {
             let g = usize::from(g);
             if let (Some(grp), Some(b)) = (self.groups.get(g), self.rates.subports.get(g)) {
-                if grp.spent > 0 {
-                    b.charge(grp.spent);
+                if grp.round.spent > 0 {
+                    b.charge(grp.round.spent);
                 }
             }
         }
@@ -1487,27 +1474,27 @@ impl<T> Scheduler<T> {
                 continue;
             };
             if grp.ring.is_empty() {
-                grp.active = false;
+                grp.round.active = false;
                 self.gring.pop_front();
                 continue;
             }
-            if grp.allot <= 0 {
-                grp.allot += SUBPORT_QUANTUM_BYTES as i64;
+            if grp.round.allot <= 0 {
+                grp.round.allot += SUBPORT_QUANTUM_BYTES as i64;
                 self.gring.rotate_left(1);
                 blocked = 0;
                 continue;
             }
             let bucket = self.rates.subports.get(g);
             if let Some(b) = bucket {
-                if grp.epoch != self.epoch {
-                    grp.epoch = self.epoch;
-                    grp.spent = 0;
+                if grp.round.epoch != self.epoch {
+                    grp.round.epoch = self.epoch;
+                    grp.round.spent = 0;
                     b.refill(now_ns);
-                    grp.tokens = b.tokens();
+                    grp.round.tokens = b.tokens();
                     // Once per subport per burst: within its room.
                     self.touched_groups.push(g16);
                 }
-                if grp.tokens <= 0 {
+                if grp.round.tokens <= 0 {
                     blocked += 1;
                     self.gring.rotate_left(1);
                     continue;
@@ -1522,24 +1509,25 @@ impl<T> Scheduler<T> {
                 Some((item, c, len)) => {
                     let len = u64::from(len);
                     if bucketed {
-                        grp.tokens = grp
+                        grp.round.tokens = grp
+                            .round
                             .tokens
                             .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
-                        grp.spent += len;
+                        grp.round.spent += len;
                     }
-                    grp.allot -= len as i64;
+                    grp.round.allot -= len as i64;
                     if grp.ring.is_empty() {
-                        grp.active = false;
+                        grp.round.active = false;
                         self.gring.pop_front();
-                    } else if grp.allot <= 0 {
-                        grp.allot += SUBPORT_QUANTUM_BYTES as i64;
+                    } else if grp.round.allot <= 0 {
+                        grp.round.allot += SUBPORT_QUANTUM_BYTES as i64;
                         self.gring.rotate_left(1);
                     }
                     return Some((item, c));
                 }
                 None => {
                     if grp.ring.is_empty() {
-                        grp.active = false;
+                        grp.round.active = false;
                         self.gring.pop_front();
                     } else {
                         blocked += 1;
@@ -1577,22 +1565,22 @@ impl<T> Scheduler<T> {
                 continue;
             };
             if lane.queued == 0 {
-                lane.active = false;
+                lane.round.active = false;
                 ring.pop_front();
                 continue;
             }
-            if lane.allot <= 0 {
-                lane.allot += PIPE_QUANTUM_BYTES as i64;
+            if lane.round.allot <= 0 {
+                lane.round.allot += PIPE_QUANTUM_BYTES as i64;
                 ring.rotate_left(1);
                 // Every lane is to be tried again after it: the count starts over.
                 blocked = 0;
                 continue;
             }
             if l > 0 {
-                if lane.epoch != self.epoch {
-                    lane.epoch = self.epoch;
-                    lane.spent = 0;
-                    lane.tokens = match r_pipe(&self.rates, l) {
+                if lane.round.epoch != self.epoch {
+                    lane.round.epoch = self.epoch;
+                    lane.round.spent = 0;
+                    lane.round.tokens = match r_pipe(&self.rates, l) {
                         Some(p) => {
                             p.refill(now_ns);
                             p.tokens()
@@ -1602,7 +1590,7 @@ impl<T> Scheduler<T> {
                     // Once per lane per burst: within its room.
                     self.touched.push(l16);
                 }
-                if lane.tokens <= 0 {
+                if lane.round.tokens <= 0 {
                     blocked += 1;
                     ring.rotate_left(1);
                     continue;
@@ -1612,24 +1600,25 @@ impl<T> Scheduler<T> {
                 Some((item, c, len)) => {
                     let len = u64::from(len);
                     if l > 0 {
-                        lane.tokens = lane
+                        lane.round.tokens = lane
+                            .round
                             .tokens
                             .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
-                        lane.spent += len;
+                        lane.round.spent += len;
                     }
-                    lane.allot -= len as i64;
+                    lane.round.allot -= len as i64;
                     if lane.queued == 0 {
-                        lane.active = false;
+                        lane.round.active = false;
                         ring.pop_front();
-                    } else if lane.allot <= 0 {
-                        lane.allot += PIPE_QUANTUM_BYTES as i64;
+                    } else if lane.round.allot <= 0 {
+                        lane.round.allot += PIPE_QUANTUM_BYTES as i64;
                         ring.rotate_left(1);
                     }
                     return Some((item, c, len as u32));
                 }
                 None => {
                     if lane.queued == 0 {
-                        lane.active = false;
+                        lane.round.active = false;
                         ring.pop_front();
                     } else {
                         blocked += 1;
@@ -1662,11 +1651,11 @@ impl<T> Scheduler<T> {
             }
             lane.queued = 0;
             lane.bytes = 0;
-            lane.active = false;
+            lane.round.active = false;
         }
         for grp in &mut self.groups {
             grp.ring.clear();
-            grp.active = false;
+            grp.round.active = false;
         }
         self.gring.clear();
         self.book.queued = 0;
