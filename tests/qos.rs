@@ -362,10 +362,21 @@ fn two_pipes_each_deliver_their_own_rate() {
         sent_v4 >= got_v4,
         "{sent_v4} sent for {got_v4} received: {q}"
     );
+    // The subport: its rate, and its one pipe's counters as its own.
+    let sub = &q["ports"][0]["subports"][0];
+    assert_eq!(sub["name"], "wholesale", "{q}");
+    assert_eq!(sub["rate_bps"], 8_000_000u64, "{q}");
+    assert_eq!(sub["pipes"], 1, "{q}");
+    assert_eq!(sub["sent"], p4["sent"], "{q}");
+    assert_eq!(sub["sent_bytes"], p4["sent_bytes"], "{q}");
     let text = cli(lab, &["show", "qos"]).1;
     eprintln!("{text}");
     assert!(
         text.contains("PIPE") && text.contains("sub-v6") && text.contains("line10"),
+        "{text}"
+    );
+    assert!(
+        text.contains("SUBPORT") && text.contains("wholesale"),
         "{text}"
     );
     let tail = metric(
@@ -373,4 +384,11 @@ fn two_pipes_each_deliver_their_own_rate() {
         "ferrouter_qos_pipe_dropped_packets_total{interface=\"r2\",pipe=\"sub-v6\",reason=\"tail\"}",
     );
     assert!(tail.is_some_and(|n| n > 0.0), "{tail:?}");
+    let sub_sent = metric(
+        lab,
+        "ferrouter_qos_subport_sent_packets_total{interface=\"r2\",subport=\"wholesale\"}",
+    );
+    // Read after the API: as many or more.
+    let api_sent = sub["sent"].as_f64().unwrap_or(f64::MAX);
+    assert!(sub_sent.is_some_and(|n| n >= api_sent), "{sub_sent:?}: {q}");
 }

@@ -242,6 +242,33 @@ fn qos_metrics(s: &mut Scrape, shared: &Shared) {
         "Packets in a port's QoS pipe's queues now.",
         depth,
     );
+    let (mut sent, mut sent_b, mut drops) = (Vec::new(), Vec::new(), Vec::new());
+    for p in &v.ports {
+        for u in &p.subports {
+            let l = vec![
+                ("interface", p.interface.clone()),
+                ("subport", u.name.clone()),
+            ];
+            sent.push((l.clone(), u.sent));
+            sent_b.push((l.clone(), u.sent_bytes));
+            drops.push((l, u.dropped));
+        }
+    }
+    s.counter(
+        "ferrouter_qos_subport_sent_packets",
+        "Packets the QoS pipes under a port's subport sent.",
+        sent,
+    );
+    s.counter(
+        "ferrouter_qos_subport_sent_bytes",
+        "Bytes the QoS pipes under a port's subport sent.",
+        sent_b,
+    );
+    s.counter(
+        "ferrouter_qos_subport_dropped_packets",
+        "Packets the QoS pipes under a port's subport dropped, for any reason.",
+        drops,
+    );
     let (mut pk, mut by) = (Vec::new(), Vec::new());
     for i in &v.inputs {
         for r in &i.rules {

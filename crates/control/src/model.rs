@@ -1314,6 +1314,34 @@ pub struct QosPortView {
     /// Its pipes (`[[qos.policy.pipe]]`), in the policy's order.
     #[serde(default)]
     pub pipes: Vec<QosPipeView>,
+    /// Its subports (`[[qos.policy.subport]]`), in the policy's order, with their pipes'
+    /// counters summed.
+    #[serde(default)]
+    pub subports: Vec<QosSubportView>,
+}
+
+/// One subport of a port: a rate shared by the pipes under it. It has no queue of its
+/// own: its counters are its pipes', summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QosSubportView {
+    /// Its name.
+    pub name: String,
+    /// Its shaper's rate, bit/s.
+    pub rate_bps: u64,
+    /// Its shaper's burst, bytes.
+    pub burst_bytes: u64,
+    /// The pipes under it.
+    pub pipes: u64,
+    /// Packets its pipes queued.
+    pub enqueued: u64,
+    /// Packets its pipes sent.
+    pub sent: u64,
+    /// Bytes its pipes sent.
+    pub sent_bytes: u64,
+    /// Packets its pipes dropped, for any reason.
+    pub dropped: u64,
+    /// Packets in its pipes' queues now.
+    pub depth: u64,
 }
 
 /// One pipe of a port: a shaper and class queues for the packets to its destinations.

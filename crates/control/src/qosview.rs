@@ -3,7 +3,8 @@
 
 use crate::features::Features;
 use crate::model::{
-    QosClassView, QosInputView, QosPipeView, QosPolicerView, QosPortView, QosRuleView, QosView,
+    QosClassView, QosInputView, QosPipeView, QosPolicerView, QosPortView, QosRuleView,
+    QosSubportView, QosView,
 };
 
 /// The policers and the scheduled ports' queues, now.
@@ -84,6 +85,21 @@ pub fn view(features: &Features) -> QosView {
                         depth_bytes: q.depth_bytes,
                         sojourn_max_ns: q.sojourn_max_ns,
                         sojourn_mean_ns: q.sojourn_mean_ns,
+                    })
+                    .collect(),
+                subports: p
+                    .subports
+                    .into_iter()
+                    .map(|u| QosSubportView {
+                        name: u.name,
+                        rate_bps: u.rate_bps,
+                        burst_bytes: u.burst_bytes,
+                        pipes: u.pipes as u64,
+                        enqueued: u.enqueued,
+                        sent: u.sent,
+                        sent_bytes: u.sent_bytes,
+                        dropped: u.dropped,
+                        depth: u.depth,
                     })
                     .collect(),
             })

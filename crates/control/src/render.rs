@@ -155,6 +155,29 @@ pub fn qos(v: &model::QosView) -> String {
                 q.sojourn_mean_ns as f64 / 1e3
             );
         }
+        if p.subports.is_empty() {
+            continue;
+        }
+        // One line a subport: its rate and its pipes' counters summed.
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>10} {:>6} {:>12} {:>12} {:>14} {:>9} {:>7}",
+            "SUBPORT", "RATE", "PIPES", "ENQUEUED", "SENT", "SENT-BYTES", "DROPPED", "DEPTH"
+        );
+        for u in &p.subports {
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>10} {:>6} {:>12} {:>12} {:>14} {:>9} {:>7}",
+                u.name,
+                rate(u.rate_bps),
+                u.pipes,
+                u.enqueued,
+                u.sent,
+                u.sent_bytes,
+                u.dropped,
+                u.depth
+            );
+        }
     }
     for i in &v.inputs {
         let _ = writeln!(s, "\ninput {} (policy {})", i.interface, i.policy);

@@ -240,6 +240,10 @@ pub struct PipeConfig {
     /// most the class's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    /// DRR weights of weighted classes within it, by class name: over its profile's, class
+    /// by class (a class in neither keeps its own weight).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weights: BTreeMap<String, u32>,
     /// Its destinations: a prefix or a list of them, IPv4 and/or IPv6.
     pub dst: crate::rules::Prefixes,
 }
@@ -612,15 +616,38 @@ pub struct Compiled {
 
 /// A pipe profile as its pipes take it (`[[qos.policy.pipe_profile]]`): what it gives.
 #[derive(Debug)]
-struct Profile {
+struct Profile<'a> {
     /// Rate, bit/s (0: one with a problem).
     rate: Option<u64>,
     /// Burst, bytes.
     burst: Option<u64>,
     /// Class queue limit, packets.
     limit: Option<usize>,
-    /// Weights by class index (empty: the classes' own).
-    weights: Vec<u32>,
+    /// Weights by class name, as written (checked at the profile).
+    weights: &'a BTreeMap<String, u32>,
+}
+
+/// Problems with `weights`, DRR weights by class name at `at` (a pipe's or a profile's),
+/// over `classes` of policy `policy`: a class that does not exist, one of strict priority,
+/// a weight of 0.
+fn check_weights(
+    out: &mut Vec<(String, String)>,
+    at: &str,
+    weights: &BTreeMap<String, u32>,
+    (classes, policy): (&[ClassSpec], &str),
+) {
+    for (name, &w) in weights {
+        let wp = format!("{at}.weights.{name}");
+        match classes.iter().find(|c| &c.name == name) {
+            None => out.push((wp, format!("{name:?} is not a class of policy {policy:?}"))),
+            Some(c) if c.priority.is_some() => out.push((
+                wp,
+                format!("class {name:?} has a strict priority: weights are for weighted classes"),
+            )),
+            Some(_) if w == 0 => out.push((wp, "0: a weight is at least 1".into())),
+            Some(_) => {}
+        }
+    }
 }
 
 impl QosConfig {
@@ -926,7 +953,7 @@ impl QosConfig {
         shaper: u64,
         classes: &[ClassSpec],
         out: &mut Vec<(String, String)>,
-    ) -> HashMap<&'a str, Profile> {
+    ) -> HashMap<&'a str, Profile<'a>> {
         let mut profiles = HashMap::new();
         let level = ("pipe_profile", "pipe profiles", p.pipe_profiles.len());
         if !Self::level_fits(p, path, level, (MAX_PIPES, " (as many as pipes)"), out) {
@@ -949,40 +976,14 @@ impl QosConfig {
                     format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
                 ));
             }
-            for (name, &w) in &f.weights {
-                let wp = format!("{fp}.weights.{name}");
-                match classes.iter().find(|c| &c.name == name) {
-                    None => out.push((
-                        wp,
-                        format!("{name:?} is not a class of policy {:?}", p.name),
-                    )),
-                    Some(c) if c.priority.is_some() => out.push((
-                        wp,
-                        format!(
-                            "class {name:?} has a strict priority: weights are for weighted classes"
-                        ),
-                    )),
-                    Some(_) if w == 0 => {
-                        out.push((wp, "0: a weight is at least 1".into()));
-                    }
-                    Some(_) => {}
-                }
-            }
-            let weights = if f.weights.is_empty() {
-                Vec::new()
-            } else {
-                classes
-                    .iter()
-                    .map(|c| f.weights.get(&c.name).copied().unwrap_or(c.weight).max(1))
-                    .collect()
-            };
+            check_weights(out, &fp, &f.weights, (classes, &p.name));
             profiles.insert(
                 f.name.as_str(),
                 Profile {
                     rate,
                     burst: f.burst,
                     limit: f.limit,
-                    weights,
+                    weights: &f.weights,
                 },
             );
         }
@@ -1089,6 +1090,24 @@ impl QosConfig {
                     format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
                 ));
             }
+            // Its weights over its profile's, class by class (a profile's are checked there).
+            check_weights(out, &qp, &q.weights, (classes, &p.name));
+            let theirs = profile.map(|f| f.weights);
+            let weights = if q.weights.is_empty() && theirs.is_none_or(BTreeMap::is_empty) {
+                Vec::new()
+            } else {
+                classes
+                    .iter()
+                    .map(|c| {
+                        q.weights
+                            .get(&c.name)
+                            .or_else(|| theirs.and_then(|w| w.get(&c.name)))
+                            .copied()
+                            .unwrap_or(c.weight)
+                            .max(1)
+                    })
+                    .collect()
+            };
             if q.dst.is_empty() {
                 out.push((
                     format!("{qp}.dst"),
@@ -1123,7 +1142,7 @@ impl QosConfig {
                 limit: limit.clamp(1, MAX_PORT_QUEUED),
                 dst: q.dst.list().to_vec(),
                 profile: q.profile.clone(),
-                weights: profile.map(|f| f.weights.clone()).unwrap_or_default(),
+                weights,
                 subport: subport.map(|k| k as u16),
             });
         }
@@ -2331,6 +2350,24 @@ output = "bng"
         c.policies[0].pipe_profiles[0].weights.clear();
         let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
         assert!(k.output[0].as_ref().unwrap().pipes[0].weights.is_empty());
+        // A pipe's own weights go over its profile's class by class, and a pipe without a
+        // profile may have its own.
+        let mut c = cfg(PROFILES);
+        c.policies[0].pipes[1].weights.insert("be".into(), 5);
+        c.policies[0].pipes[2].weights.insert("af".into(), 2);
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let w: Vec<Vec<u32>> = k.output[0]
+            .as_ref()
+            .unwrap()
+            .pipes
+            .iter()
+            .map(|p| p.weights.clone())
+            .collect();
+        assert_eq!(w, [vec![1, 3, 1], vec![1, 3, 5], vec![1, 2, 1]]);
         // It round-trips through TOML.
         let back: QosConfig = toml::from_str(&toml::to_string(&cfg(PROFILES)).unwrap()).unwrap();
         assert_eq!(back, cfg(PROFILES));
@@ -2434,6 +2471,20 @@ output = "bng"
             &profiles(&|p| p.pipes[1].limit = Some(5_000)),
             "qos.policy[0].pipe[1].limit",
             "out of range",
+        );
+        only(
+            &profiles(&|p| {
+                p.pipes[2].weights.insert("gold".into(), 2);
+            }),
+            "qos.policy[0].pipe[2].weights.gold",
+            "\"gold\" is not a class of policy \"bng\"",
+        );
+        only(
+            &profiles(&|p| {
+                p.pipes[0].weights.insert("af".into(), 0);
+            }),
+            "qos.policy[0].pipe[0].weights.af",
+            "a weight is at least 1",
         );
         // Too many profiles.
         has(

@@ -329,6 +329,38 @@ impl QosShared {
                     .find(|f| st.names.get(i) == Some(&f.name))
                     .and_then(|f| f.output.clone())
                     .unwrap_or_default();
+                let pipes: Vec<PipeView> = p
+                    .spec
+                    .pipes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, spec)| {
+                        let n = summed(&p.pipe_stats, k);
+                        PipeView {
+                            name: spec.name.clone(),
+                            profile: spec.profile.clone(),
+                            subport: spec
+                                .subport
+                                .and_then(|k| p.spec.subports.get(usize::from(k)))
+                                .map(|s| s.name.clone()),
+                            rate_bps: spec.rate_bps,
+                            limit: spec.limit,
+                            dst: spec.dst.clone(),
+                            enqueued: n.enqueued,
+                            enqueued_bytes: n.enqueued_bytes,
+                            sent: n.sent,
+                            sent_bytes: n.sent_bytes,
+                            dropped_tail: n.dropped[0],
+                            dropped_codel: n.dropped[1],
+                            dropped_flush: n.dropped[2],
+                            dropped_wred: n.dropped[3],
+                            depth: n.depth,
+                            depth_bytes: n.depth_bytes,
+                            sojourn_max_ns: n.sojourn_max_ns,
+                            sojourn_mean_ns: n.sojourn_sum_ns.checked_div(n.sent).unwrap_or(0),
+                        }
+                    })
+                    .collect();
                 Some(PortView {
                     interface: st.names.get(i).cloned().unwrap_or_default(),
                     policy,
@@ -364,38 +396,8 @@ impl QosShared {
                             }
                         })
                         .collect(),
-                    pipes: p
-                        .spec
-                        .pipes
-                        .iter()
-                        .enumerate()
-                        .map(|(k, spec)| {
-                            let n = summed(&p.pipe_stats, k);
-                            PipeView {
-                                name: spec.name.clone(),
-                                profile: spec.profile.clone(),
-                                subport: spec
-                                    .subport
-                                    .and_then(|k| p.spec.subports.get(usize::from(k)))
-                                    .map(|s| s.name.clone()),
-                                rate_bps: spec.rate_bps,
-                                limit: spec.limit,
-                                dst: spec.dst.clone(),
-                                enqueued: n.enqueued,
-                                enqueued_bytes: n.enqueued_bytes,
-                                sent: n.sent,
-                                sent_bytes: n.sent_bytes,
-                                dropped_tail: n.dropped[0],
-                                dropped_codel: n.dropped[1],
-                                dropped_flush: n.dropped[2],
-                                dropped_wred: n.dropped[3],
-                                depth: n.depth,
-                                depth_bytes: n.depth_bytes,
-                                sojourn_max_ns: n.sojourn_max_ns,
-                                sojourn_mean_ns: n.sojourn_sum_ns.checked_div(n.sent).unwrap_or(0),
-                            }
-                        })
-                        .collect(),
+                    subports: SubportView::of(&p.spec.subports, &pipes),
+                    pipes,
                 })
             })
             .collect();
@@ -516,6 +518,62 @@ pub struct PortView {
     pub classes: Vec<ClassView>,
     /// Its pipes.
     pub pipes: Vec<PipeView>,
+    /// Its subports, with their pipes' counters summed.
+    pub subports: Vec<SubportView>,
+}
+
+/// A subport of a port: its rate, and the counters of its pipes summed (it has no queue
+/// of its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubportView {
+    /// Its name.
+    pub name: String,
+    /// Its shaper's rate, bit/s.
+    pub rate_bps: u64,
+    /// Its shaper's burst, bytes.
+    pub burst_bytes: u64,
+    /// The pipes under it.
+    pub pipes: usize,
+    /// Packets its pipes queued.
+    pub enqueued: u64,
+    /// Packets its pipes sent.
+    pub sent: u64,
+    /// Bytes its pipes sent.
+    pub sent_bytes: u64,
+    /// Packets its pipes dropped, for any reason.
+    pub dropped: u64,
+    /// Packets in its pipes' queues now.
+    pub depth: u64,
+}
+
+impl SubportView {
+    /// The subports `specs` with the counters of `pipes` (those naming them) summed.
+    fn of(specs: &[crate::sched::SubportSpec], pipes: &[PipeView]) -> Vec<SubportView> {
+        specs
+            .iter()
+            .map(|sp| {
+                let mut v = SubportView {
+                    name: sp.name.clone(),
+                    rate_bps: sp.rate_bps,
+                    burst_bytes: sp.burst_bytes,
+                    ..SubportView::default()
+                };
+                for q in pipes
+                    .iter()
+                    .filter(|q| q.subport.as_deref() == Some(sp.name.as_str()))
+                {
+                    v.pipes += 1;
+                    v.enqueued += q.enqueued;
+                    v.sent += q.sent;
+                    v.sent_bytes += q.sent_bytes;
+                    v.dropped +=
+                        q.dropped_tail + q.dropped_codel + q.dropped_flush + q.dropped_wred;
+                    v.depth += q.depth;
+                }
+                v
+            })
+            .collect()
+    }
 }
 
 /// A pipe of a port, summed over the workers.
