@@ -692,6 +692,61 @@ struct Round {
     pt_bytes: u64,
 }
 
+impl Round {
+    /// Its view of `bucket` (none: never holds back) for burst `epoch`, read the first time
+    /// the burst comes to it; true then (the caller charges it at the burst's end).
+    #[inline(always)]
+    fn open(&mut self, epoch: u64, bucket: Option<&Shaper>, now_ns: u64) -> bool {
+        if self.epoch == epoch {
+            return false;
+        }
+        self.epoch = epoch;
+        self.spent = 0;
+        self.tokens = match bucket {
+            Some(b) => {
+                b.refill(now_ns);
+                b.tokens()
+            }
+            None => i64::MAX,
+        };
+        true
+    }
+
+    /// `len` bytes it sent: out of its allotment and, if it has a bucket, its tokens.
+    #[inline(always)]
+    fn spend(&mut self, len: u64, bucketed: bool) {
+        if bucketed {
+            self.tokens = self
+                .tokens
+                .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
+            self.spent += len;
+        }
+        self.allot -= len as i64;
+    }
+
+    /// After a visit to it at the front of `ring`: out of the round if it has nothing
+    /// queued (`empty`); else, if it `sent` and its allotment is spent or if it has spent
+    /// it already, a quantum more and to the back; else, if it could not send, to the back
+    /// as blocked. Whether it was blocked.
+    #[inline(always)]
+    fn advance(&mut self, ring: &mut VecDeque<u16>, empty: bool, sent: bool, quantum: u64) -> bool {
+        if empty {
+            self.active = false;
+            ring.pop_front();
+            false
+        } else if !sent {
+            ring.rotate_left(1);
+            true
+        } else {
+            if self.allot <= 0 {
+                self.allot += quantum as i64;
+                ring.rotate_left(1);
+            }
+            false
+        }
+    }
+}
+
 /// A member of the round among a port's subports, in one worker: a subport's lanes (or,
 /// the last, those of no subport), with its place in that round and its view of its
 /// subport's bucket (as [`Lane`]'s of its pipe's).
@@ -1473,67 +1528,47 @@ impl<T> Scheduler<T> {
                 self.gring.pop_front();
                 continue;
             };
+            let r = &mut grp.round;
             if grp.ring.is_empty() {
-                grp.round.active = false;
-                self.gring.pop_front();
+                r.advance(&mut self.gring, true, false, SUBPORT_QUANTUM_BYTES);
                 continue;
             }
-            if grp.round.allot <= 0 {
-                grp.round.allot += SUBPORT_QUANTUM_BYTES as i64;
-                self.gring.rotate_left(1);
+            if r.allot <= 0 {
+                // A quantum more and to the back: every member is to be tried again after
+                // it, so the count starts over.
+                r.advance(&mut self.gring, false, true, SUBPORT_QUANTUM_BYTES);
                 blocked = 0;
                 continue;
             }
             let bucket = self.rates.subports.get(g);
-            if let Some(b) = bucket {
-                if grp.round.epoch != self.epoch {
-                    grp.round.epoch = self.epoch;
-                    grp.round.spent = 0;
-                    b.refill(now_ns);
-                    grp.round.tokens = b.tokens();
+            let bucketed = bucket.is_some();
+            if bucketed {
+                if r.open(self.epoch, bucket, now_ns) {
                     // Once per subport per burst: within its room.
                     self.touched_groups.push(g16);
                 }
-                if grp.round.tokens <= 0 {
+                if r.tokens <= 0 {
                     blocked += 1;
                     self.gring.rotate_left(1);
                     continue;
                 }
             }
-            let bucketed = bucket.is_some();
             let got = self.next_lane(g, now_ns, sp, drop);
             let Some(grp) = self.groups.get_mut(g) else {
                 return got.map(|(t, c, _)| (t, c));
             };
-            match got {
-                Some((item, c, len)) => {
-                    let len = u64::from(len);
-                    if bucketed {
-                        grp.round.tokens = grp
-                            .round
-                            .tokens
-                            .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
-                        grp.round.spent += len;
-                    }
-                    grp.round.allot -= len as i64;
-                    if grp.ring.is_empty() {
-                        grp.round.active = false;
-                        self.gring.pop_front();
-                    } else if grp.round.allot <= 0 {
-                        grp.round.allot += SUBPORT_QUANTUM_BYTES as i64;
-                        self.gring.rotate_left(1);
-                    }
-                    return Some((item, c));
-                }
-                None => {
-                    if grp.ring.is_empty() {
-                        grp.round.active = false;
-                        self.gring.pop_front();
-                    } else {
-                        blocked += 1;
-                        self.gring.rotate_left(1);
-                    }
-                }
+            if let Some((_, _, len)) = &got {
+                grp.round.spend(u64::from(*len), bucketed);
+            }
+            let empty = grp.ring.is_empty();
+            if grp
+                .round
+                .advance(&mut self.gring, empty, got.is_some(), SUBPORT_QUANTUM_BYTES)
+            {
+                blocked += 1;
+            }
+            if let Some((item, c, _)) = got {
+                return Some((item, c));
             }
         }
         None
@@ -1565,28 +1600,19 @@ impl<T> Scheduler<T> {
                 continue;
             };
             if lane.queued == 0 {
-                lane.round.active = false;
-                ring.pop_front();
+                lane.round.advance(ring, true, false, PIPE_QUANTUM_BYTES);
                 continue;
             }
             if lane.round.allot <= 0 {
-                lane.round.allot += PIPE_QUANTUM_BYTES as i64;
-                ring.rotate_left(1);
-                // Every lane is to be tried again after it: the count starts over.
+                // A quantum more and to the back: every lane is to be tried again after it,
+                // so the count starts over.
+                lane.round.advance(ring, false, true, PIPE_QUANTUM_BYTES);
                 blocked = 0;
                 continue;
             }
+            // Lane 0 has no pipe, and no bucket to look at.
             if l > 0 {
-                if lane.round.epoch != self.epoch {
-                    lane.round.epoch = self.epoch;
-                    lane.round.spent = 0;
-                    lane.round.tokens = match r_pipe(&self.rates, l) {
-                        Some(p) => {
-                            p.refill(now_ns);
-                            p.tokens()
-                        }
-                        None => i64::MAX,
-                    };
+                if lane.round.open(self.epoch, r_pipe(&self.rates, l), now_ns) {
                     // Once per lane per burst: within its room.
                     self.touched.push(l16);
                 }
@@ -1596,35 +1622,18 @@ impl<T> Scheduler<T> {
                     continue;
                 }
             }
-            match self.book.next_in(lane, l, now_ns, sp, drop) {
-                Some((item, c, len)) => {
-                    let len = u64::from(len);
-                    if l > 0 {
-                        lane.round.tokens = lane
-                            .round
-                            .tokens
-                            .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
-                        lane.round.spent += len;
-                    }
-                    lane.round.allot -= len as i64;
-                    if lane.queued == 0 {
-                        lane.round.active = false;
-                        ring.pop_front();
-                    } else if lane.round.allot <= 0 {
-                        lane.round.allot += PIPE_QUANTUM_BYTES as i64;
-                        ring.rotate_left(1);
-                    }
-                    return Some((item, c, len as u32));
-                }
-                None => {
-                    if lane.queued == 0 {
-                        lane.round.active = false;
-                        ring.pop_front();
-                    } else {
-                        blocked += 1;
-                        ring.rotate_left(1);
-                    }
-                }
+            let got = self.book.next_in(lane, l, now_ns, sp, drop);
+            if let Some((_, _, len)) = &got {
+                lane.round.spend(u64::from(*len), l > 0);
+            }
+            if lane
+                .round
+                .advance(ring, lane.queued == 0, got.is_some(), PIPE_QUANTUM_BYTES)
+            {
+                blocked += 1;
+            }
+            if got.is_some() {
+                return got;
             }
         }
         None
