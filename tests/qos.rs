@@ -267,6 +267,7 @@ weight = 1
 [[qos.policy.subport]]
 name = "wholesale"
 rate = "8mbit"
+limit = 1000
 
 [[qos.policy.pipe]]
 name = "sub-v4"
@@ -367,6 +368,7 @@ fn two_pipes_each_deliver_their_own_rate() {
     assert_eq!(sub["name"], "wholesale", "{q}");
     assert_eq!(sub["rate_bps"], 8_000_000u64, "{q}");
     assert_eq!(sub["pipes"], 1, "{q}");
+    assert_eq!(sub["limit"], 1000, "{q}");
     assert_eq!(sub["sent"], p4["sent"], "{q}");
     assert_eq!(sub["sent_bytes"], p4["sent_bytes"], "{q}");
     let text = cli(lab, &["show", "qos"]).1;

@@ -52,6 +52,10 @@
 //! | `ferrouter_qos_queue_enqueued_packets_total`, `_sent_packets_total`, `_sent_bytes_total` | interface, class | a port's class queues |
 //! | `ferrouter_qos_queue_dropped_packets_total` | interface, class, reason=tail/codel/wred/flush | |
 //! | `ferrouter_qos_queue_depth_packets`, `ferrouter_qos_queue_sojourn_max_seconds` | interface, class | |
+//! | `ferrouter_qos_pipe_enqueued_packets_total`, `_sent_packets_total`, `_sent_bytes_total` | interface, pipe | a port's pipes (`[[qos.policy.pipe]]`) |
+//! | `ferrouter_qos_pipe_dropped_packets_total` | interface, pipe, reason=tail/codel/wred/flush | |
+//! | `ferrouter_qos_pipe_depth_packets` | interface, pipe | |
+//! | `ferrouter_qos_subport_sent_packets_total`, `_sent_bytes_total`, `_dropped_packets_total` | interface, subport | a port's subports: their pipes' counters summed |
 //! | `ferrouter_qos_rule_packets_total`, `_bytes_total` | interface, policy, rule, class | what each `[[qos.policy.rule]]` matched |
 //! | `ferrouter_build_info` | version | 1 |
 //! | `ferrouter_uptime_seconds` | | |

@@ -1330,6 +1330,10 @@ pub struct QosSubportView {
     pub rate_bps: u64,
     /// Its shaper's burst, bytes.
     pub burst_bytes: u64,
+    /// The most packets its pipes hold together in each worker (none: no limit but
+    /// theirs).
+    #[serde(default)]
+    pub limit: Option<u64>,
     /// The pipes under it.
     pub pipes: u64,
     /// Packets its pipes queued.

@@ -94,6 +94,7 @@ pub fn view(features: &Features) -> QosView {
                         name: u.name,
                         rate_bps: u.rate_bps,
                         burst_bytes: u.burst_bytes,
+                        limit: u.limit.map(|l| l as u64),
                         pipes: u.pipes as u64,
                         enqueued: u.enqueued,
                         sent: u.sent,

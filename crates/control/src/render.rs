@@ -117,28 +117,26 @@ pub fn qos(v: &model::QosView) -> String {
                 c.sojourn_mean_ns as f64 / 1e3
             );
         }
-        if p.pipes.is_empty() {
-            continue;
-        }
         // One line a pipe, after the classes (which count every pipe's packets too).
-        let _ = writeln!(
-            s,
-            "  {:<12} {:<12} {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11} {:>11}",
-            "PIPE",
-            "PROFILE",
-            "SUBPORT",
-            "RATE",
-            "ENQUEUED",
-            "SENT",
-            "TAIL",
-            "CODEL",
-            "WRED",
-            "DEPTH",
-            "SOJ-MAX-us",
-            "SOJ-AVG-us"
-        );
-        for q in &p.pipes {
+        if !p.pipes.is_empty() {
             let _ = writeln!(
+                s,
+                "  {:<12} {:<12} {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11} {:>11}",
+                "PIPE",
+                "PROFILE",
+                "SUBPORT",
+                "RATE",
+                "ENQUEUED",
+                "SENT",
+                "TAIL",
+                "CODEL",
+                "WRED",
+                "DEPTH",
+                "SOJ-MAX-us",
+                "SOJ-AVG-us"
+            );
+            for q in &p.pipes {
+                let _ = writeln!(
                 s,
                 "  {:<12} {:<12} {:<12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7} {:>11.1} {:>11.1}",
                 q.name,
@@ -154,6 +152,7 @@ pub fn qos(v: &model::QosView) -> String {
                 q.sojourn_max_ns as f64 / 1e3,
                 q.sojourn_mean_ns as f64 / 1e3
             );
+            }
         }
         if p.subports.is_empty() {
             continue;
@@ -161,15 +160,24 @@ pub fn qos(v: &model::QosView) -> String {
         // One line a subport: its rate and its pipes' counters summed.
         let _ = writeln!(
             s,
-            "  {:<12} {:>10} {:>6} {:>12} {:>12} {:>14} {:>9} {:>7}",
-            "SUBPORT", "RATE", "PIPES", "ENQUEUED", "SENT", "SENT-BYTES", "DROPPED", "DEPTH"
+            "  {:<12} {:>10} {:>6} {:>6} {:>12} {:>12} {:>14} {:>9} {:>7}",
+            "SUBPORT",
+            "RATE",
+            "LIMIT",
+            "PIPES",
+            "ENQUEUED",
+            "SENT",
+            "SENT-BYTES",
+            "DROPPED",
+            "DEPTH"
         );
         for u in &p.subports {
             let _ = writeln!(
                 s,
-                "  {:<12} {:>10} {:>6} {:>12} {:>12} {:>14} {:>9} {:>7}",
+                "  {:<12} {:>10} {:>6} {:>6} {:>12} {:>12} {:>14} {:>9} {:>7}",
                 u.name,
                 rate(u.rate_bps),
+                opt(&u.limit),
                 u.pipes,
                 u.enqueued,
                 u.sent,

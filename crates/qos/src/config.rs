@@ -192,6 +192,10 @@ pub struct SubportConfig {
     /// Its bucket, bytes (default: 2 ms at its rate, at least 15,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
+    /// The most packets its pipes hold together in each worker (default: only each
+    /// pipe's own limits); beyond, a tail drop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
 
 /// `[[qos.policy.pipe_profile]]`: a pipe's parameters, for the pipes that name it
@@ -556,6 +560,17 @@ fn check_burst(out: &mut Vec<(String, String)>, at: &str, burst: u64) {
     }
 }
 
+/// A problem with `limit`, the queue limit in packets of what is at `at` (a class, a
+/// subport, a pipe or a profile), if it is given: outside what a port holds.
+fn check_limit(out: &mut Vec<(String, String)>, at: &str, limit: Option<usize>) {
+    if let Some(limit) = limit.filter(|&l| l == 0 || l > MAX_PORT_QUEUED) {
+        out.push((
+            format!("{at}.limit"),
+            format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
+        ));
+    }
+}
+
 /// Problems with `name`, a `kind` at `path` (the `k`th): not a valid name, or one `names`
 /// (the names of its kind so far) has already.
 fn check_name<'a>(
@@ -770,12 +785,7 @@ impl QosConfig {
                 out.push((format!("{cp}.weight"), "0: a weight is at least 1".into()));
             }
             let limit = c.limit.unwrap_or(DEFAULT_LIMIT);
-            if limit == 0 || limit > MAX_PORT_QUEUED {
-                out.push((
-                    format!("{cp}.limit"),
-                    format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
-                ));
-            }
+            check_limit(&mut out, &cp, Some(limit));
             queued += limit;
             if max_bps > 0 && min_bps > max_bps {
                 out.push((
@@ -889,10 +899,12 @@ impl QosConfig {
             let rate = Self::pipe_rate(&s.rate, &sp, shaper, out);
             let burst = s.burst.unwrap_or_else(|| default_burst_bytes(rate));
             check_burst(out, &sp, burst);
+            check_limit(out, &sp, s.limit);
             subports.push(SubportSpec {
                 name: s.name.clone(),
                 rate_bps: rate,
                 burst_bytes: burst,
+                limit: s.limit,
             });
         }
         subports
@@ -970,12 +982,7 @@ impl QosConfig {
             if let Some(burst) = f.burst {
                 check_burst(out, &fp, burst);
             }
-            if let Some(limit) = f.limit.filter(|&l| l == 0 || l > MAX_PORT_QUEUED) {
-                out.push((
-                    format!("{fp}.limit"),
-                    format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
-                ));
-            }
+            check_limit(out, &fp, f.limit);
             check_weights(out, &fp, &f.weights, (classes, &p.name));
             profiles.insert(
                 f.name.as_str(),
@@ -1064,10 +1071,16 @@ impl QosConfig {
             });
             if let Some(s) = subport.and_then(|k| subports.get(k)) {
                 if s.rate_bps > 0 && rate > s.rate_bps {
+                    // Its own rate, or its profile's (then the subport is what to change
+                    // in the pipe).
+                    let (at, whose) = match (&q.rate, &q.profile) {
+                        (None, Some(f)) => ("subport", format!(" (its profile {f:?}'s rate)")),
+                        _ => ("rate", String::new()),
+                    };
                     out.push((
-                        format!("{qp}.rate"),
+                        format!("{qp}.{at}"),
                         format!(
-                            "{rate} bit/s is above its subport {:?}'s rate ({} bit/s)",
+                            "{rate} bit/s{whose} is above its subport {:?}'s rate ({} bit/s)",
                             s.name, s.rate_bps
                         ),
                     ));
@@ -1084,12 +1097,7 @@ impl QosConfig {
                 .limit
                 .or(profile.and_then(|f| f.limit))
                 .unwrap_or(DEFAULT_PIPE_LIMIT);
-            if q.limit.is_some() && (limit == 0 || limit > MAX_PORT_QUEUED) {
-                out.push((
-                    format!("{qp}.limit"),
-                    format!("{limit} packets is out of range: 1 to {MAX_PORT_QUEUED}"),
-                ));
-            }
+            check_limit(out, &qp, q.limit);
             // Its weights over its profile's, class by class (a profile's are checked there).
             check_weights(out, &qp, &q.weights, (classes, &p.name));
             let theirs = profile.map(|f| f.weights);
@@ -2528,6 +2536,7 @@ rate = "300mbit"
 name = "wholesale-b"
 rate = "50%"
 burst = 100000
+limit = 256
 
 [[policy.pipe]]
 name = "sub1"
@@ -2569,11 +2578,13 @@ output = "bng"
                     name: "wholesale-a".into(),
                     rate_bps: 300_000_000,
                     burst_bytes: 75_000,
+                    limit: None,
                 },
                 SubportSpec {
                     name: "wholesale-b".into(),
                     rate_bps: 500_000_000,
                     burst_bytes: 100_000,
+                    limit: Some(256),
                 },
             ]
         );
@@ -2630,6 +2641,21 @@ output = "bng"
         );
         only(
             &subports(&|p| {
+                p.pipe_profiles.push(PipeProfileConfig {
+                    name: "fast".into(),
+                    rate: Some(RateValue::Text("400mbit".into())),
+                    burst: None,
+                    limit: None,
+                    weights: BTreeMap::new(),
+                });
+                p.pipes[0].rate = None;
+                p.pipes[0].profile = Some("fast".into());
+            }),
+            "qos.policy[0].pipe[0].subport",
+            "400000000 bit/s (its profile \"fast\"'s rate) is above its subport \"wholesale-a\"'s rate",
+        );
+        only(
+            &subports(&|p| {
                 p.pipes.clear();
                 p.shaper = None;
                 p.subports[1].rate = RateValue::Text("500mbit".into());
@@ -2652,9 +2678,16 @@ output = "bng"
             "qos.policy[0].subport",
             "at most 64",
         );
-        let e = toml::from_str::<QosConfig>(&SUBPORTS.replace("burst = 100000", "limit = 3"))
+        for l in [0, MAX_PORT_QUEUED + 1] {
+            only(
+                &subports(&|p| p.subports[1].limit = Some(l)),
+                "qos.policy[0].subport[1].limit",
+                "out of range: 1 to 2048",
+            );
+        }
+        let e = toml::from_str::<QosConfig>(&SUBPORTS.replace("burst = 100000", "ceil = 3"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown field `limit`"), "{e}");
+        assert!(e.contains("unknown field `ceil`"), "{e}");
     }
 }

@@ -245,11 +245,18 @@ impl QosShared {
             let policy = compiled.output_policy.get(port).copied().unwrap_or(0);
             // The policy's number is not the spec's: a renumbered policy keeps its port's
             // schedulers and what they hold.
+            // Nor do names and profiles, which only show: a renamed class, pipe or subport
+            // keeps them too, and its counters.
             let (same, renumber) = match (&st.ports[port], want) {
-                (Some(old), Some(new)) => (old.spec == *new, old.policy != policy),
+                (Some(old), Some(new)) => (old.spec.schedules_as(new), old.policy != policy),
                 (None, None) => (true, false),
                 _ => (false, false),
             };
+            if same {
+                if let (Some(old), Some(new)) = (st.ports[port].as_mut(), want) {
+                    old.spec.clone_from(new);
+                }
+            }
             if same && !renumber {
                 continue;
             }
@@ -396,7 +403,7 @@ impl QosShared {
                             }
                         })
                         .collect(),
-                    subports: SubportView::of(&p.spec.subports, &pipes),
+                    subports: SubportView::of(&p.spec, &pipes),
                     pipes,
                 })
             })
@@ -532,6 +539,8 @@ pub struct SubportView {
     pub rate_bps: u64,
     /// Its shaper's burst, bytes.
     pub burst_bytes: u64,
+    /// The most packets its pipes hold together in each worker, if limited.
+    pub limit: Option<usize>,
     /// The pipes under it.
     pub pipes: usize,
     /// Packets its pipes queued.
@@ -547,21 +556,22 @@ pub struct SubportView {
 }
 
 impl SubportView {
-    /// The subports `specs` with the counters of `pipes` (those naming them) summed.
-    fn of(specs: &[crate::sched::SubportSpec], pipes: &[PipeView]) -> Vec<SubportView> {
-        specs
+    /// The subports of `spec` with the counters of their pipes (`pipes`, by the index of
+    /// `spec.pipes`) summed.
+    fn of(spec: &crate::sched::SchedSpec, pipes: &[PipeView]) -> Vec<SubportView> {
+        spec.subports
             .iter()
-            .map(|sp| {
+            .enumerate()
+            .map(|(k, sp)| {
                 let mut v = SubportView {
                     name: sp.name.clone(),
                     rate_bps: sp.rate_bps,
                     burst_bytes: sp.burst_bytes,
+                    limit: sp.limit,
                     ..SubportView::default()
                 };
-                for q in pipes
-                    .iter()
-                    .filter(|q| q.subport.as_deref() == Some(sp.name.as_str()))
-                {
+                let under = spec.pipes.iter().map(|p| p.subport == Some(k as u16));
+                for (q, _) in pipes.iter().zip(under).filter(|(_, u)| *u) {
                     v.pipes += 1;
                     v.enqueued += q.enqueued;
                     v.sent += q.sent;

@@ -71,6 +71,9 @@ pub struct SubportSpec {
     pub rate_bps: u64,
     /// Its shaper's burst in bytes.
     pub burst_bytes: u64,
+    /// The most packets its pipes hold together, per worker (none: only their own
+    /// limits); beyond, a tail drop.
+    pub limit: Option<usize>,
 }
 
 /// One pipe of a port (a subscriber line behind it), as configured.
@@ -191,6 +194,9 @@ impl std::fmt::Display for SchedError {
             ),
             SchedError::UnknownClass(c) => write!(f, "class index {c} does not exist"),
             SchedError::Wred(c, e) => write!(f, "{c}: wred: {e}"),
+            // No name: the port's pipes or subports as a whole.
+            SchedError::Pipe(p, e) if p.is_empty() => write!(f, "pipes: {e}"),
+            SchedError::Subport(p, e) if p.is_empty() => write!(f, "subports: {e}"),
             SchedError::Pipe(p, e) => write!(f, "pipe {p}: {e}"),
             SchedError::Subport(p, e) => write!(f, "subport {p}: {e}"),
         }
@@ -273,8 +279,16 @@ impl SchedSpec {
                 ),
             ));
         }
-        for s in &self.subports {
+        for (k, s) in self.subports.iter().enumerate() {
             let bad = |e: String| Err(SchedError::Subport(s.name.clone(), e));
+            if self.subports[..k].iter().any(|o| o.name == s.name) {
+                return bad("a subport of that name is defined already".into());
+            }
+            if let Some(l) = s.limit.filter(|&l| l == 0 || l > MAX_PORT_QUEUED) {
+                return bad(format!(
+                    "limit = {l} packets: must be 1 to {MAX_PORT_QUEUED}"
+                ));
+            }
             if self.rate_bps == 0 {
                 return bad("subports need the port's shaper".into());
             }
@@ -336,8 +350,17 @@ impl SchedSpec {
                 );
             }
             if let Some(k) = p.subport {
-                if usize::from(k) >= self.subports.len() {
+                let Some(s) = self.subports.get(usize::from(k)) else {
                     return bad(p, format!("subport index {k} does not exist"));
+                };
+                if p.rate_bps > s.rate_bps {
+                    return bad(
+                        p,
+                        format!(
+                            "rate = {} bit/s: above its subport {}'s {} bit/s",
+                            p.rate_bps, s.name, s.rate_bps
+                        ),
+                    );
                 }
             }
             if !p.weights.is_empty() {
@@ -375,6 +398,23 @@ impl SchedSpec {
         let dst: Vec<Vec<String>> = self.pipes.iter().map(|p| p.dst.clone()).collect();
         PipeTable::build(&dst).map_err(|e| SchedError::Pipe(String::new(), e))?;
         Ok(())
+    }
+
+    /// Whether `other` schedules packets as this one does: the same in everything but the
+    /// names of its classes, pipes and subports and the profiles its pipes name, which
+    /// only show (a port whose policy changed only in those keeps its queues).
+    pub fn schedules_as(&self, other: &SchedSpec) -> bool {
+        let unnamed = |s: &SchedSpec| {
+            let mut s = s.clone();
+            s.classes.iter_mut().for_each(|c| c.name.clear());
+            s.pipes.iter_mut().for_each(|p| {
+                p.name.clear();
+                p.profile = None;
+            });
+            s.subports.iter_mut().for_each(|p| p.name.clear());
+            s
+        };
+        unnamed(self) == unnamed(other)
     }
 
     /// The class of a packet of DSCP `dscp`.
@@ -753,6 +793,10 @@ impl Round {
 struct Group {
     /// Its lanes with something queued, in round-robin order (room for all of them).
     ring: VecDeque<u16>,
+    /// Packets its lanes hold, and the most they may ([`SubportSpec::limit`]; no limit:
+    /// `usize::MAX`).
+    queued: usize,
+    limit: usize,
     /// Its place in the round of subports and its view of its subport's bucket.
     round: Round,
 }
@@ -984,8 +1028,13 @@ impl<T> Scheduler<T> {
         let mut lanes: Vec<Lane<T>> = std::iter::once(lane(None, &[]))
             .chain(spec.pipes.iter().map(|p| lane(Some(p.limit), &p.weights)))
             .collect();
-        // The lanes of no subport (lane 0 among them) are the last member.
-        let none = spec.subports.len();
+        // The lanes of no subport (lane 0 among them) are the last member. Subports
+        // without pipes have no lanes: then no round among members.
+        let none = if spec.pipes.is_empty() {
+            0
+        } else {
+            spec.subports.len()
+        };
         let mut members = vec![0usize; none + 1];
         for (l, lane) in lanes.iter_mut().enumerate() {
             let g = l
@@ -999,8 +1048,16 @@ impl<T> Scheduler<T> {
         }
         let groups = members
             .iter()
-            .map(|&n| Group {
+            .enumerate()
+            .map(|(g, &n)| Group {
                 ring: VecDeque::with_capacity(n),
+                queued: 0,
+                limit: spec
+                    .subports
+                    .get(g)
+                    .filter(|_| g < none)
+                    .and_then(|s| s.limit)
+                    .unwrap_or(usize::MAX),
                 round: Round::default(),
             })
             .collect::<Vec<_>>();
@@ -1286,6 +1343,9 @@ impl<T> Scheduler<T> {
             let (Some(grp), Some(b)) = (self.groups.get(g), r.subports.get(g)) else {
                 return false;
             };
+            if grp.round.pt_count > grp.limit {
+                return false;
+            }
             b.refill(now_ns);
             if b.tokens() < cost(grp.round.pt_bytes).min(i64::MAX as u64) as i64 {
                 return false;
@@ -1362,6 +1422,13 @@ impl<T> Scheduler<T> {
             drop(DropReason::Tail);
             return Err(item);
         }
+        let Some(grp) = self.groups.get_mut(usize::from(ln.group)) else {
+            return Err(item);
+        };
+        if grp.queued >= grp.limit {
+            drop(DropReason::Tail);
+            return Err(item);
+        }
         if let Some(w) = &mut c.wred {
             if w.arrival(now_ns, c.fifo.len(), precedence) {
                 drop(DropReason::Wred);
@@ -1395,20 +1462,19 @@ impl<T> Scheduler<T> {
                     ps.depth.store(ln.queued as u64, Relaxed);
                     ps.depth_bytes.store(ln.bytes, Relaxed);
                 }
+                grp.queued += 1;
                 if !ln.round.active {
                     ln.round.active = true;
                     ln.round.allot = PIPE_QUANTUM_BYTES as i64;
-                    if let Some(grp) = self.groups.get_mut(usize::from(ln.group)) {
-                        // Room for every lane of the member: never grows.
-                        grp.ring.push_back(l as u16);
-                        if !grp.round.active {
-                            grp.round.active = true;
-                            grp.round.allot = SUBPORT_QUANTUM_BYTES as i64;
-                            // Room for every member: never grows. Without subports,
-                            // no round among members.
-                            if self.groups.len() > 1 {
-                                self.gring.push_back(ln.group);
-                            }
+                    // Room for every lane of the member: never grows.
+                    grp.ring.push_back(l as u16);
+                    if !grp.round.active {
+                        grp.round.active = true;
+                        grp.round.allot = SUBPORT_QUANTUM_BYTES as i64;
+                        // Room for every member: never grows. Without subports, no round
+                        // among members.
+                        if self.groups.len() > 1 {
+                            self.gring.push_back(ln.group);
                         }
                     }
                 }
@@ -1586,7 +1652,11 @@ impl<T> Scheduler<T> {
         sp: &mut Spend,
         drop: &mut impl FnMut(T, DropReason),
     ) -> Option<(T, u8, u32)> {
-        let ring = &mut self.groups.get_mut(g)?.ring;
+        let Group {
+            ring,
+            queued: group_queued,
+            ..
+        } = self.groups.get_mut(g)?;
         // A lane needs at most MAX_PACKET / quantum + 1 quanta to send its largest packet;
         // every visit either sends, passes a lane that cannot send, or adds a quantum.
         let mut visits = ring.len() * (MAX_PACKET / PIPE_QUANTUM_BYTES + 2) as usize;
@@ -1622,7 +1692,10 @@ impl<T> Scheduler<T> {
                     continue;
                 }
             }
+            let before = lane.queued;
             let got = self.book.next_in(lane, l, now_ns, sp, drop);
+            // Sent, or dropped by CoDel on the way.
+            *group_queued -= before - lane.queued;
             if let Some((_, _, len)) = &got {
                 lane.round.spend(u64::from(*len), l > 0);
             }
@@ -1664,6 +1737,7 @@ impl<T> Scheduler<T> {
         }
         for grp in &mut self.groups {
             grp.ring.clear();
+            grp.queued = 0;
             grp.round.active = false;
         }
         self.gring.clear();

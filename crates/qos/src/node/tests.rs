@@ -818,6 +818,99 @@ dst = [\"10.1.4.0/24\", \"10.1.4.128/25\"]
     assert_eq!(pipes[0].sent_bytes as usize, bytes_to(3));
     assert!(pipes[0].dropped_tail > 0 && pipes[1].dropped_tail > 0);
     assert_eq!(pipes[1].enqueued, pipes[1].sent + pipes[1].depth);
+    // Renaming a pipe (and a class) changes nothing the scheduler does: the port keeps its
+    // queues and its counters, and shows the new names.
+    let (held, sent) = (pipes[1].depth, pipes[0].sent_bytes);
+    assert!(held > 0, "packets are queued in s2");
+    l.apply(
+        &config
+            .replace("name = \"s1\"", "name = \"line-1\"")
+            .replace("name = \"be\"", "name = \"best-effort\"")
+            .replace("default_class = \"be\"", "default_class = \"best-effort\""),
+    );
+    let v = l.qos.view();
+    let pipes = &v.ports[0].pipes;
+    assert_eq!(pipes[0].name, "line-1");
+    assert_eq!((pipes[0].sent_bytes, pipes[1].depth), (sent, held));
+    assert_eq!(pipes[1].dropped_flush, 0, "nothing flushed");
+    assert!(v.ports[0].classes.iter().any(|c| c.name == "best-effort"));
+    l.apply("");
+    l.drain(t0 + 401 * MS);
+    assert_eq!(l.graph.egress_held(), 0);
+    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+}
+
+#[test]
+fn a_subport_shapes_its_pipes_together_in_the_graph() {
+    // A 10 Mbit/s port; subport w of 3 Mbit/s over pipes s1 and s2 of 2 Mbit/s each, both
+    // offered 16 Mbit/s: together they get w's rate, about half each.
+    let config = format!(
+        "{SHAPE}
+[[policy.subport]]
+name = \"w\"
+rate = \"3mbit\"
+burst = 15000
+limit = 100
+
+[[policy.pipe]]
+name = \"s1\"
+subport = \"w\"
+rate = \"2mbit\"
+burst = 15000
+dst = \"10.1.3.0/24\"
+
+[[policy.pipe]]
+name = \"s2\"
+subport = \"w\"
+rate = \"2mbit\"
+burst = 15000
+dst = \"10.1.4.0/24\"
+"
+    );
+    let config = config.replacen("[[interface]]\nname = \"p1\"\noutput = \"wan\"\n", "", 1)
+        + "\n[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
+    let mut l = lab(&config);
+    let free0 = l.arena.free_count();
+    let t0 = MS;
+    for ms in 0..400u64 {
+        let now = t0 + ms * MS;
+        l.run(
+            &[
+                udp(None, [10, 1, 3, 9], 1, 0, 1000),
+                udp(None, [10, 1, 3, 9], 1, 0, 1000),
+                udp(None, [10, 1, 4, 9], 1, 0, 1000),
+                udp(None, [10, 1, 4, 9], 1, 0, 1000),
+            ],
+            now,
+        );
+        for k in 1..10 {
+            l.drain(now + k * MS / 10);
+        }
+    }
+    let bytes_to = |b: u8| -> usize {
+        l.ports[1]
+            .sent
+            .iter()
+            .filter(|f| f[14 + 18] == b)
+            .map(Vec::len)
+            .sum()
+    };
+    // 400 ms at 3 Mbit/s (375 bytes a ms) plus w's 15,000-byte bucket, within a frame
+    // or two.
+    let (a, b) = (bytes_to(3), bytes_to(4));
+    let expect = 400 * 375 + 15_000;
+    assert!(
+        (a + b).abs_diff(expect) <= 2_000,
+        "w: {} bytes, expected about {expect}",
+        a + b
+    );
+    let share = a as f64 / (a + b) as f64;
+    assert!((share - 0.5).abs() < 0.05, "s1's share of w: {share}");
+    let v = l.qos.view();
+    let w = &v.ports[0].subports[0];
+    assert_eq!((w.name.as_str(), w.limit, w.pipes), ("w", Some(100), 2));
+    assert_eq!(w.sent_bytes as usize, a + b);
+    assert!(w.dropped > 0 && w.depth <= 100);
     l.apply("");
     l.drain(t0 + 401 * MS);
     assert_eq!(l.graph.egress_held(), 0);

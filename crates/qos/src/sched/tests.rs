@@ -1017,10 +1017,13 @@ proptest! {
         s.pipes = pipes
             .iter()
             .enumerate()
-            .map(|(k, &(r, sub))| PipeSpec {
-                // Its subport's number, or none (sub >= m).
-                subport: (sub < m).then_some(sub),
-                ..pipe(&format!("p{k}"), r * 1_000_000, &format!("10.0.{k}.0/24"))
+            .map(|(k, &(r, sub))| {
+                // Its subport's number, or none (sub >= m); at most its subport's rate.
+                let r = subports.get(usize::from(sub)).map_or(r, |&s| r.min(s));
+                PipeSpec {
+                    subport: (sub < m).then_some(sub),
+                    ..pipe(&format!("p{k}"), r * 1_000_000, &format!("10.0.{k}.0/24"))
+                }
             })
             .collect();
         let n = pipes.len() as u16;
@@ -1042,8 +1045,8 @@ proptest! {
                     .sum();
                 worst = worst.max(got as f64 / allowed as f64);
             }
-            for (j, p) in pipes.iter().enumerate() {
-                let allowed = p.0 * 1_000_000 * ms / 8_000 + 15_000 + 1_500;
+            for (j, p) in s.pipes.iter().enumerate() {
+                let allowed = p.rate_bps * ms / 8_000 + 15_000 + 1_500;
                 let got = sent.get(j + 1).copied().unwrap_or(0);
                 worst_pipe = worst_pipe.max(got as f64 / allowed as f64);
             }
@@ -1060,6 +1063,7 @@ fn subport(name: &str, rate_bps: u64) -> SubportSpec {
         name: name.to_string(),
         rate_bps,
         burst_bytes: 15_000,
+        limit: None,
     }
 }
 
@@ -1135,8 +1139,8 @@ fn a_pass_through_charges_the_subports_and_holds_back_one_without_tokens() {
     let mut s = spec(100_000_000, vec![class("be", None, 1)]);
     s.subports = vec![subport("s", 1_000_000)];
     s.pipes = vec![
-        pipe("a", 100_000_000, "10.0.1.0/24"),
-        pipe("b", 100_000_000, "10.0.2.0/24"),
+        pipe("a", 1_000_000, "10.0.1.0/24"),
+        pipe("b", 1_000_000, "10.0.2.0/24"),
     ];
     s.pipes[0].burst_bytes = 100_000;
     s.pipes[1].burst_bytes = 100_000;
@@ -1198,4 +1202,137 @@ fn hostile_subports_are_refused_with_what_is_wrong() {
         bad(&|s| s.rate_bps = 0),
         "subport s: subports need the port's shaper"
     );
+    assert_eq!(
+        bad(&|s| s.pipes[0].rate_bps = 2_000_000),
+        "pipe a: rate = 2000000 bit/s: above its subport s's 1000000 bit/s"
+    );
+    assert_eq!(
+        bad(&|s| s.subports.push(subport("s", 1_000))),
+        "subport s: a subport of that name is defined already"
+    );
+    for l in [0, MAX_PORT_QUEUED + 1] {
+        assert_eq!(
+            bad(&|s| s.subports[0].limit = Some(l)),
+            format!("subport s: limit = {l} packets: must be 1 to {MAX_PORT_QUEUED}")
+        );
+    }
+    assert_eq!(
+        bad(&|s| s.pipes = (0..=MAX_PIPES)
+            .map(|k| pipe(&format!("p{k}"), 1_000, "10.0.0.0/24"))
+            .collect()),
+        format!(
+            "pipes: {} pipes: a port has at most {MAX_PIPES}",
+            MAX_PIPES + 1
+        )
+    );
+}
+
+#[test]
+fn a_subport_limit_holds_its_pipes_packets_together() {
+    // Subport s (limit 5) over pipes a and b (64 each); pipe c of no subport.
+    let mut s = spec(100_000_000, vec![class("be", None, 1)]);
+    s.subports = vec![SubportSpec {
+        limit: Some(5),
+        ..subport("s", 10_000_000)
+    }];
+    s.pipes = vec![
+        pipe("a", 10_000_000, "10.0.1.0/24"),
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+        pipe("c", 10_000_000, "10.0.3.0/24"),
+    ];
+    s.pipes[0].subport = Some(0);
+    s.pipes[1].subport = Some(0);
+    let mut q = sched(&s);
+    // A pass-through of more than the limit waits; of the limit, goes.
+    assert!(!q.pass_through_lanes(6, 0, |_, k| (1 + (k % 2) as u16, 0, 100)));
+    assert!(q.pass_through_lanes(5, 0, |_, k| (1 + (k % 2) as u16, 0, 100)));
+    // Queued: three in a and two in b fill it; the sixth is a tail drop, in its pipe's
+    // and its class's counters; c is not held by it.
+    for i in 0..3 {
+        q.enqueue_in(i, 100, 1, 0, 0, 0).unwrap();
+    }
+    for i in 3..5 {
+        q.enqueue_in(i, 100, 2, 0, 0, 0).unwrap();
+    }
+    assert_eq!(q.enqueue_in(5, 100, 2, 0, 0, 0), Err(5));
+    assert_eq!(q.enqueue_in(6, 100, 1, 0, 0, 0), Err(6));
+    for i in 7..17 {
+        q.enqueue_in(i, 100, 3, 0, 0, 0).unwrap();
+    }
+    let tail = |s: &QueueStats| s.read().dropped[DropReason::Tail as usize];
+    let pipes = q.pipe_stats();
+    assert_eq!(
+        (tail(&pipes[0]), tail(&pipes[1]), tail(&pipes[2])),
+        (1, 1, 0)
+    );
+    assert_eq!(tail(&q.stats()[0]), 2);
+    // Two leave (a and b each have a turn of the subport's round): room for two more.
+    let mut n = 0;
+    for _ in 0..20 {
+        let mut got = None;
+        q.dequeue_burst(MS, 1, &mut |t, _| got = Some(t), &mut |_, _| ());
+        n += usize::from(got.is_some_and(|t| t < 5));
+        if n == 2 {
+            break;
+        }
+    }
+    assert_eq!(n, 2, "two of the subport's packets left");
+    q.enqueue_in(20, 100, 1, 0, 0, MS).unwrap();
+    q.enqueue_in(21, 100, 2, 0, 0, MS).unwrap();
+    assert_eq!(q.enqueue_in(22, 100, 2, 0, 0, MS), Err(22));
+    // A flush empties it: the limit's room is whole again.
+    q.flush(&mut |_, _| ());
+    for i in 0..5 {
+        q.enqueue_in(30 + i, 100, 1 + (i % 2) as u16, 0, 0, 2 * MS)
+            .unwrap();
+    }
+    assert_eq!(q.enqueue_in(40, 100, 1, 0, 0, 2 * MS), Err(40));
+}
+
+#[test]
+fn subports_without_pipes_make_no_round() {
+    // A policy may name subports before any pipe does: its port schedules as one without.
+    let mut with = spec(
+        10_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    with.subports = vec![subport("s", 1_000_000)];
+    let mut q = sched(&with);
+    assert_eq!(q.groups.len(), 1);
+    // Not held by the subport's 1 Mbit/s: 20 packets of 1,000 bytes pass at 10 Mbit/s.
+    for i in 0..20 {
+        q.enqueue(i, 1_000, 1, 0).unwrap();
+    }
+    let mut sent = 0;
+    for ms in 0..=20 {
+        sent += q.dequeue_burst(ms * MS, 32, &mut |_, _| (), &mut |_, _| ());
+    }
+    assert_eq!(sent, 20);
+}
+
+#[test]
+fn names_and_profiles_do_not_change_how_a_port_schedules() {
+    let mut a = spec(
+        10_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    a.subports = vec![subport("s", 1_000_000)];
+    a.pipes = vec![pipe("a", 1_000_000, "10.0.1.0/24")];
+    a.pipes[0].subport = Some(0);
+    let mut b = a.clone();
+    b.classes[1].name = "best-effort".into();
+    b.subports[0].name = "wholesale".into();
+    b.pipes[0].name = "line-1".into();
+    b.pipes[0].profile = Some("home".into());
+    assert!(a.schedules_as(&b) && b.schedules_as(&a));
+    for f in [
+        &(|s: &mut SchedSpec| s.pipes[0].rate_bps = 500_000) as &dyn Fn(&mut SchedSpec),
+        &|s| s.subports[0].limit = Some(10),
+        &|s| s.pipes[0].dst = vec!["10.0.2.0/24".into()],
+        &|s| s.classes[1].weight = 2,
+    ] {
+        let mut c = b.clone();
+        f(&mut c);
+        assert!(!a.schedules_as(&c), "{c:?}");
+    }
 }
