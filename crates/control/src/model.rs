@@ -1364,6 +1364,10 @@ pub struct QosPipeView {
     pub rate_bps: u64,
     /// The limit of each of its class queues, packets per worker.
     pub limit: u64,
+    /// Its classes' maximum rates within it, bit/s, by class name (`max_rates`: those that
+    /// have one).
+    #[serde(default)]
+    pub max_rates_bps: BTreeMap<String, u64>,
     /// Its destination prefixes (a packet is the pipe's with the longest one that matches).
     pub dst: Vec<String>,
     /// Packets queued.

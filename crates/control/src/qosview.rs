@@ -72,6 +72,7 @@ pub fn view(features: &Features) -> QosView {
                         subport: q.subport,
                         rate_bps: q.rate_bps,
                         limit: q.limit as u64,
+                        max_rates_bps: q.max_bps.into_iter().collect(),
                         dst: q.dst,
                         enqueued: q.enqueued,
                         enqueued_bytes: q.enqueued_bytes,

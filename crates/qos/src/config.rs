@@ -218,6 +218,10 @@ pub struct PipeProfileConfig {
     /// left out keeps its own weight).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weights: BTreeMap<String, u32>,
+    /// Maximum rates of classes within each of the pipes, by class name: bit/s, with a
+    /// unit, or a share of the pipe's rate.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max_rates: BTreeMap<String, RateValue>,
 }
 
 /// `[[qos.policy.pipe]]`: the packets leaving the port to its destinations (the pipe with
@@ -248,6 +252,11 @@ pub struct PipeConfig {
     /// by class (a class in neither keeps its own weight).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weights: BTreeMap<String, u32>,
+    /// Maximum rates of classes within it, by class name (bit/s, with a unit, or a share of
+    /// its rate): over its profile's, class by class (a class in neither has none but its
+    /// port-wide `max_rate`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max_rates: BTreeMap<String, RateValue>,
     /// Its destinations: a prefix or a list of them, IPv4 and/or IPv6.
     pub dst: crate::rules::Prefixes,
 }
@@ -640,6 +649,81 @@ struct Profile<'a> {
     limit: Option<usize>,
     /// Weights by class name, as written (checked at the profile).
     weights: &'a BTreeMap<String, u32>,
+    /// Its name, and its classes' maximum rates by class name, as written (the names and
+    /// the values that are not shares checked at the profile).
+    name: &'a str,
+    max_rates: &'a BTreeMap<String, RateValue>,
+}
+
+/// Problems with `max_rates`, maximum rates by class name at `at` (a pipe profile's),
+/// over `classes` of policy `policy`: a class that does not exist, a rate that is not one
+/// (shares are of each pipe's rate: checked at the pipes).
+fn check_max_rates(
+    out: &mut Vec<(String, String)>,
+    at: &str,
+    max_rates: &BTreeMap<String, RateValue>,
+    (classes, policy): (&[ClassSpec], &str),
+) {
+    for (name, v) in max_rates {
+        let mp = format!("{at}.max_rates.{name}");
+        if !classes.iter().any(|c| &c.name == name) {
+            out.push((mp, format!("{name:?} is not a class of policy {policy:?}")));
+            continue;
+        }
+        // Any rate stands in for the pipe's, which shares are of.
+        if let Err(e) = parse_rate(v, Some(MAX_RATE_BPS)) {
+            out.push((mp, e));
+        }
+    }
+}
+
+/// A pipe's classes' maximum rates within it, bit/s by class index: its own `max_rates`
+/// (at `at`) over its profile's (`theirs`), class by class, shares of its rate `rate`;
+/// empty when neither gives one. Problems go to `out`, at the pipe: its own values', and
+/// a profile's value above the pipe's rate (the profile's others are reported there).
+fn pipe_max_rates(
+    out: &mut Vec<(String, String)>,
+    at: &str,
+    (own, theirs): (&BTreeMap<String, RateValue>, Option<&Profile<'_>>),
+    rate: u64,
+    (classes, policy): (&[ClassSpec], &str),
+) -> Vec<u64> {
+    let theirs_only = theirs
+        .into_iter()
+        .flat_map(|f| f.max_rates.iter().map(move |(n, v)| (n, v, Some(f.name))))
+        .filter(|(n, _, _)| !own.contains_key(*n));
+    let mut max = vec![0; classes.len()];
+    for (name, v, from) in own.iter().map(|(n, v)| (n, v, None)).chain(theirs_only) {
+        let mp = format!("{at}.max_rates.{name}");
+        let k = classes.iter().position(|c| &c.name == name);
+        let r = parse_rate(v, Some(rate.max(1)));
+        let (Some(k), Ok(r)) = (k, &r) else {
+            // A profile's problems are reported at the profile.
+            if from.is_none() {
+                out.push((
+                    mp,
+                    match r {
+                        Err(e) => e,
+                        Ok(_) => format!("{name:?} is not a class of policy {policy:?}"),
+                    },
+                ));
+            }
+            continue;
+        };
+        if rate > 0 && *r > rate {
+            let whose = from.map_or(String::new(), |f| format!(" (its profile {f:?}'s)"));
+            out.push((
+                mp,
+                format!("{r} bit/s{whose} is above the pipe's rate ({rate} bit/s)"),
+            ));
+            continue;
+        }
+        max[k] = *r;
+    }
+    if max.iter().all(|&m| m == 0) {
+        max.clear();
+    }
+    max
 }
 
 /// Problems with `weights`, DRR weights by class name at `at` (a pipe's or a profile's),
@@ -984,6 +1068,7 @@ impl QosConfig {
             }
             check_limit(out, &fp, f.limit);
             check_weights(out, &fp, &f.weights, (classes, &p.name));
+            check_max_rates(out, &fp, &f.max_rates, (classes, &p.name));
             profiles.insert(
                 f.name.as_str(),
                 Profile {
@@ -991,6 +1076,8 @@ impl QosConfig {
                     burst: f.burst,
                     limit: f.limit,
                     weights: &f.weights,
+                    name: &f.name,
+                    max_rates: &f.max_rates,
                 },
             );
         }
@@ -1116,6 +1203,8 @@ impl QosConfig {
                     })
                     .collect()
             };
+            let max_bps =
+                pipe_max_rates(out, &qp, (&q.max_rates, profile), rate, (classes, &p.name));
             if q.dst.is_empty() {
                 out.push((
                     format!("{qp}.dst"),
@@ -1152,6 +1241,7 @@ impl QosConfig {
                 profile: q.profile.clone(),
                 weights,
                 subport: subport.map(|k| k as u16),
+                max_bps,
             });
         }
         // The lookup builds (the firewall's classifier: its own limits).
@@ -2382,6 +2472,104 @@ output = "bng"
     }
 
     #[test]
+    fn classes_maximum_rates_within_pipes_compile_over_their_profiles() {
+        let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+        // line100 caps EF at 10 % of each pipe's rate and AF at 30 Mbit/s; sub2 (200
+        // Mbit/s) gives AF its own 50 % and BE 150 Mbit/s; sub3 has no profile and none.
+        let mut c = cfg(PROFILES);
+        let rate = |t: &str| RateValue::Text(t.into());
+        let f = &mut c.policies[0].pipe_profiles[0];
+        f.max_rates.insert("ef".into(), rate("10%"));
+        f.max_rates.insert("af".into(), rate("30mbit"));
+        let q = &mut c.policies[0].pipes[1];
+        q.max_rates.insert("af".into(), rate("50%"));
+        q.max_rates.insert("be".into(), RateValue::Bps(150_000_000));
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            Vec::<(String, String)>::new()
+        );
+        let k = c.compile(&names, 2, &Compiled::default(), 0).unwrap();
+        let s = k.output[0].as_ref().unwrap();
+        assert_eq!(s.validate(), Ok(()));
+        let m: Vec<Vec<u64>> = s.pipes.iter().map(|p| p.max_bps.clone()).collect();
+        assert_eq!(
+            m,
+            [
+                vec![10_000_000, 30_000_000, 0],
+                vec![20_000_000, 100_000_000, 150_000_000],
+                vec![],
+            ]
+        );
+        // It round-trips through TOML.
+        let back: QosConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        // Hostile ones, each at its place.
+        let refused = |edit: &dyn Fn(&mut PolicyConfig)| {
+            let mut c = cfg(PROFILES);
+            edit(&mut c.policies[0]);
+            c.validate(IFS, PORTS, VLANS)
+        };
+        let only = |p: &[(String, String)], path: &str, what: &str| {
+            assert!(
+                p.iter().any(|(k, m)| k == path && m.contains(what)),
+                "{path}: {what:?} not in {p:?}"
+            );
+            assert_eq!(p.len(), 1, "one problem: {p:?}");
+        };
+        only(
+            &refused(&|p| {
+                p.pipes[2].max_rates.insert("gold".into(), rate("1mbit"));
+            }),
+            "qos.policy[0].pipe[2].max_rates.gold",
+            "\"gold\" is not a class of policy \"bng\"",
+        );
+        only(
+            &refused(&|p| {
+                p.pipes[2].max_rates.insert("af".into(), rate("60mbit"));
+            }),
+            "qos.policy[0].pipe[2].max_rates.af",
+            "60000000 bit/s is above the pipe's rate (50000000 bit/s)",
+        );
+        only(
+            &refused(&|p| {
+                p.pipes[2].max_rates.insert("af".into(), rate("0%"));
+            }),
+            "qos.policy[0].pipe[2].max_rates.af",
+            "a share is 1% to 100%",
+        );
+        // A profile's: its own problems at the profile, once; one above a pipe's rate at
+        // the pipe, naming the profile.
+        only(
+            &refused(&|p| {
+                p.pipe_profiles[0]
+                    .max_rates
+                    .insert("gold".into(), rate("1mbit"));
+            }),
+            "qos.policy[0].pipe_profile[0].max_rates.gold",
+            "not a class",
+        );
+        only(
+            &refused(&|p| {
+                p.pipe_profiles[0]
+                    .max_rates
+                    .insert("af".into(), rate("fast"));
+            }),
+            "qos.policy[0].pipe_profile[0].max_rates.af",
+            "is not a rate",
+        );
+        only(
+            &refused(&|p| {
+                p.pipe_profiles[0]
+                    .max_rates
+                    .insert("af".into(), rate("150mbit"));
+                // sub1 has line100's 100 Mbit/s, sub2 its own 200.
+            }),
+            "qos.policy[0].pipe[0].max_rates.af",
+            "(its profile \"line100\"'s) is above the pipe's rate",
+        );
+    }
+
+    #[test]
     fn hostile_pipe_profiles_are_refused_with_their_locations() {
         let profiles = |edit: &dyn Fn(&mut PolicyConfig)| {
             let mut c = cfg(PROFILES);
@@ -2647,6 +2835,7 @@ output = "bng"
                     burst: None,
                     limit: None,
                     weights: BTreeMap::new(),
+                    max_rates: BTreeMap::new(),
                 });
                 p.pipes[0].rate = None;
                 p.pipes[0].profile = Some("fast".into());

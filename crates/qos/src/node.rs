@@ -352,6 +352,14 @@ impl QosShared {
                                 .map(|s| s.name.clone()),
                             rate_bps: spec.rate_bps,
                             limit: spec.limit,
+                            max_bps: p
+                                .spec
+                                .classes
+                                .iter()
+                                .zip(&spec.max_bps)
+                                .filter(|(_, &m)| m > 0)
+                                .map(|(c, &m)| (c.name.clone(), m))
+                                .collect(),
                             dst: spec.dst.clone(),
                             enqueued: n.enqueued,
                             enqueued_bytes: n.enqueued_bytes,
@@ -599,6 +607,8 @@ pub struct PipeView {
     pub rate_bps: u64,
     /// The limit of each of its class queues, packets (per worker).
     pub limit: usize,
+    /// Its classes' maximum rates within it, bit/s, by class name (those that have one).
+    pub max_bps: Vec<(String, u64)>,
     /// Its destination prefixes.
     pub dst: Vec<String>,
     /// Packets queued.

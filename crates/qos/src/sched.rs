@@ -21,7 +21,10 @@
 //! and tokens in their bucket are served by deficit round robin by bytes (the same
 //! quantum each, [`PIPE_QUANTUM_BYTES`]); the packets of no pipe take part as one more
 //! pipe without a bucket ("lane 0"); within a pipe, the classes' order above. Class
-//! minimum and maximum rates stay port-wide.
+//! minimum and maximum rates are port-wide; a pipe may give its classes maximum rates of
+//! their own within it ([`PipeSpec::max_bps`]: a bucket per pipe and class, shared by the
+//! workers like the pipe's, a class at its maximum in a pipe waiting as one at its
+//! port-wide maximum does).
 //!
 //! **Subports** ([`SubportSpec`]): between the port and its pipes, each subport (a group
 //! of pipes: a wholesale customer, a DSLAM) has its own rate bucket, shared like a pipe's.
@@ -97,6 +100,9 @@ pub struct PipeSpec {
     pub weights: Vec<u32>,
     /// Its subport, by index into [`SchedSpec::subports`] (none: directly under the port).
     pub subport: Option<u16>,
+    /// Its classes' maximum rates within it, bit/s, by class index (empty, or 0 for a
+    /// class: none but the class's port-wide one); each a bucket of the pipe's burst.
+    pub max_bps: Vec<u64>,
 }
 
 /// One class of a port, as configured.
@@ -383,6 +389,32 @@ impl SchedSpec {
                     return bad(p, format!("{}: weight must be at least 1", c.name));
                 }
             }
+            if !p.max_bps.is_empty() {
+                if p.max_bps.len() != self.classes.len() {
+                    return bad(
+                        p,
+                        format!(
+                            "{} maximum rates for {} classes: one per class, or none",
+                            p.max_bps.len(),
+                            self.classes.len()
+                        ),
+                    );
+                }
+                let above = self
+                    .classes
+                    .iter()
+                    .zip(&p.max_bps)
+                    .find(|(_, &m)| m > p.rate_bps);
+                if let Some((c, m)) = above {
+                    return bad(
+                        p,
+                        format!(
+                            "{}: max_rate = {m} bit/s: above the pipe's {} bit/s",
+                            c.name, p.rate_bps
+                        ),
+                    );
+                }
+            }
             places += self
                 .classes
                 .iter()
@@ -437,6 +469,10 @@ pub struct Rates {
     pipes: Vec<Shaper>,
     /// By subport.
     subports: Vec<Shaper>,
+    /// Each pipe's classes' maximum rates within it, by pipe then class (`classes` a
+    /// pipe); empty when no pipe has them.
+    pipe_max: Vec<Option<Shaper>>,
+    classes: usize,
     /// The pipe of a destination (none without pipes).
     table: Option<PipeTable>,
 }
@@ -467,6 +503,18 @@ impl Rates {
                 .iter()
                 .map(|s| Shaper::new(s.rate_bps, s.burst_bytes, now_ns))
                 .collect(),
+            pipe_max: if spec.pipes.iter().all(|p| p.max_bps.is_empty()) {
+                Vec::new()
+            } else {
+                spec.pipes
+                    .iter()
+                    .flat_map(|p| {
+                        (0..spec.classes.len())
+                            .map(|c| b(p.max_bps.get(c).copied().unwrap_or(0), p.burst_bytes))
+                    })
+                    .collect()
+            },
+            classes: spec.classes.len(),
             // Validated: it builds (else no packet is of a pipe).
             table: (!spec.pipes.is_empty())
                 .then(|| {
@@ -711,6 +759,91 @@ struct Lane<T> {
     round: Round,
     /// Its member of the round among subports ([`Scheduler::groups`]).
     group: u16,
+    /// Its classes' maximum rates within its pipe, if the pipe gives them
+    /// ([`PipeSpec::max_bps`]): boxed, so that the lanes of other pipes (and of ports
+    /// without such rates) stay as small as they were.
+    max: Option<Box<ClassMax>>,
+}
+
+impl<T> Lane<T> {
+    /// Whether class `c` is under its maximum rate within the lane's pipe, as this burst
+    /// sees it (always, without such rates).
+    #[inline(always)]
+    fn max_ok(&self, c: usize) -> bool {
+        self.max.as_ref().is_none_or(|m| m.ok(c))
+    }
+}
+
+/// A lane's view of its classes' maximum-rate buckets within its pipe, in one worker.
+struct ClassMax {
+    /// This burst's view of each bucket: its tokens then less what the burst sent
+    /// (`i64::MAX`: no bucket), read when the burst opens the lane.
+    tokens: [i64; MAX_CLASSES],
+    /// The bytes sent through each, by the burst under way or by a pass-through (never
+    /// both at once: a pass-through needs every queue empty, and starts and ends with
+    /// these at 0).
+    bytes: [u64; MAX_CLASSES],
+}
+
+impl ClassMax {
+    fn new() -> Box<ClassMax> {
+        Box::new(ClassMax {
+            tokens: [i64::MAX; MAX_CLASSES],
+            bytes: [0; MAX_CLASSES],
+        })
+    }
+
+    #[inline(always)]
+    fn ok(&self, c: usize) -> bool {
+        // Within the array whatever `c` is.
+        self.tokens[c % MAX_CLASSES] > 0
+    }
+
+    /// `len` bytes of class `c` sent by the burst.
+    #[inline(always)]
+    fn spend(&mut self, c: usize, len: u64) {
+        let c = c % MAX_CLASSES;
+        self.tokens[c] = self.tokens[c].saturating_sub(cost(len).min(i64::MAX as u64) as i64);
+        self.bytes[c] += len;
+    }
+
+    /// Read its buckets (those of lane `l`) for a burst.
+    fn open(&mut self, r: &Rates, l: usize, now_ns: u64) {
+        for (c, (t, b)) in self.tokens.iter_mut().zip(&mut self.bytes).enumerate() {
+            *b = 0;
+            *t = match r_pipe_max(r, l, c) {
+                Some(m) => {
+                    m.refill(now_ns);
+                    m.tokens()
+                }
+                None => i64::MAX,
+            };
+        }
+    }
+
+    /// Whether its buckets (lane `l`'s) have the tokens for the bytes a pass-through
+    /// tallied.
+    fn fit(&self, r: &Rates, l: usize, now_ns: u64) -> bool {
+        self.bytes.iter().enumerate().all(|(c, &b)| {
+            b == 0
+                || r_pipe_max(r, l, c).is_none_or(|m| {
+                    m.refill(now_ns);
+                    m.tokens() >= cost(b).min(i64::MAX as u64) as i64
+                })
+        })
+    }
+
+    /// Charge its buckets (lane `l`'s) with the bytes sent through them, and start again.
+    fn settle(&mut self, r: &Rates, l: usize) {
+        for (c, b) in self.bytes.iter_mut().enumerate() {
+            if *b > 0 {
+                if let Some(m) = r_pipe_max(r, l, c) {
+                    m.charge(*b);
+                }
+                *b = 0;
+            }
+        }
+    }
 }
 
 /// A member of a deficit round robin with a bucket of its own (a pipe among pipes, a
@@ -884,6 +1017,9 @@ impl Book {
             count_sent(ps, len, sojourn);
         }
         sp.spend(c, len);
+        if let Some(m) = &mut lane.max {
+            m.spend(c, len);
+        }
         Some(e)
     }
 
@@ -904,7 +1040,7 @@ impl Book {
         // 1. Strict priority.
         for k in 0..self.strict.len() {
             let c = self.strict[k] as usize;
-            while !lane.classes[c].fifo.is_empty() && sp.max_ok(c) {
+            while !lane.classes[c].fifo.is_empty() && sp.max_ok(c) && lane.max_ok(c) {
                 if let Some(e) = self.pop(lane, l, c, now_ns, sp, drop) {
                     return Some((e.item, c as u8, e.len));
                 }
@@ -917,7 +1053,11 @@ impl Book {
         // 2. Weighted classes below their minimum rate.
         for k in 0..n {
             let c = self.weighted[(lane.min_cursor + k) % n] as usize;
-            while !lane.classes[c].fifo.is_empty() && sp.below_min(c) && sp.max_ok(c) {
+            while !lane.classes[c].fifo.is_empty()
+                && sp.below_min(c)
+                && sp.max_ok(c)
+                && lane.max_ok(c)
+            {
                 if let Some(e) = self.pop(lane, l, c, now_ns, sp, drop) {
                     lane.min_cursor = (lane.min_cursor + k + 1) % n;
                     return Some((e.item, c as u8, e.len));
@@ -932,7 +1072,7 @@ impl Book {
             lane.drr_cursor %= n;
             let c = self.weighted[lane.drr_cursor] as usize;
             let head = lane.classes[c].fifo.head_len();
-            let Some(head) = head.filter(|_| sp.max_ok(c)) else {
+            let Some(head) = head.filter(|_| sp.max_ok(c) && lane.max_ok(c)) else {
                 if lane.classes[c].fifo.is_empty() {
                     lane.classes[c].deficit = 0;
                 }
@@ -1023,10 +1163,14 @@ impl<T> Scheduler<T> {
                 bytes: 0,
                 round: Round::default(),
                 group: 0,
+                max: None,
             }
         };
         let mut lanes: Vec<Lane<T>> = std::iter::once(lane(None, &[]))
-            .chain(spec.pipes.iter().map(|p| lane(Some(p.limit), &p.weights)))
+            .chain(spec.pipes.iter().map(|p| Lane {
+                max: p.max_bps.iter().any(|&m| m > 0).then(ClassMax::new),
+                ..lane(Some(p.limit), &p.weights)
+            }))
             .collect();
         // The lanes of no subport (lane 0 among them) are the last member. Subports
         // without pipes have no lanes: then no round among members.
@@ -1212,6 +1356,9 @@ impl<T> Scheduler<T> {
                 }
                 lane.round.pt_count += 1;
                 lane.round.pt_bytes += u64::from(n);
+                if let Some(m) = &mut lane.max {
+                    m.bytes[c % MAX_CLASSES] += u64::from(n);
+                }
             }
             bytes[c] += u64::from(n);
             count[c] += 1;
@@ -1269,6 +1416,9 @@ impl<T> Scheduler<T> {
                 if let Some(p) = r_pipe(&self.rates, l) {
                     p.charge(lane.round.pt_bytes);
                 }
+                if let Some(m) = &mut lane.max {
+                    m.settle(&self.rates, l);
+                }
                 if let Some(s) = self.book.pipe_stats.get(l - 1) {
                     bump(&s.enqueued, lane.round.pt_count as u64);
                     bump(&s.enqueued_bytes, lane.round.pt_bytes);
@@ -1279,6 +1429,9 @@ impl<T> Scheduler<T> {
             }
             lane.round.pt_count = 0;
             lane.round.pt_bytes = 0;
+            if let Some(m) = &mut lane.max {
+                m.bytes = [0; MAX_CLASSES];
+            }
         }
         self.touched.clear();
         for &g in &self.touched_groups {
@@ -1335,6 +1488,9 @@ impl<T> Scheduler<T> {
             }
             p.refill(now_ns);
             if p.tokens() < cost(lane.round.pt_bytes).min(i64::MAX as u64) as i64 {
+                return false;
+            }
+            if lane.max.as_ref().is_some_and(|m| !m.fit(r, l, now_ns)) {
                 return false;
             }
         }
@@ -1547,9 +1703,12 @@ impl<T> Scheduler<T> {
         sp.settle(&self.rates);
         for &l in &self.touched {
             let l = usize::from(l);
-            if let (Some(lane), Some(p)) = (self.lanes.get(l), r_pipe(&self.rates, l)) {
+            if let (Some(lane), Some(p)) = (self.lanes.get_mut(l), r_pipe(&self.rates, l)) {
                 if lane.round.spent > 0 {
                     p.charge(lane.round.spent);
+                }
+                if let Some(m) = &mut lane.max {
+                    m.settle(&self.rates, l);
                 }
             }
         }
@@ -1685,6 +1844,9 @@ impl<T> Scheduler<T> {
                 if lane.round.open(self.epoch, r_pipe(&self.rates, l), now_ns) {
                     // Once per lane per burst: within its room.
                     self.touched.push(l16);
+                    if let Some(m) = &mut lane.max {
+                        m.open(&self.rates, l, now_ns);
+                    }
                 }
                 if lane.round.tokens <= 0 {
                     blocked += 1;
@@ -1751,6 +1913,14 @@ impl<T> Scheduler<T> {
 #[inline]
 fn r_pipe(r: &Rates, l: usize) -> Option<&Shaper> {
     r.pipes.get(l.checked_sub(1)?)
+}
+
+/// The bucket of class `c`'s maximum rate within lane `l`'s pipe, if it has one.
+#[inline]
+fn r_pipe_max(r: &Rates, l: usize, c: usize) -> Option<&Shaper> {
+    r.pipe_max
+        .get((l.checked_sub(1)? * r.classes).checked_add(c)?)?
+        .as_ref()
 }
 
 #[cfg(test)]

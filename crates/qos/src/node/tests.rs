@@ -174,6 +174,28 @@ impl Lab {
         );
     }
 
+    /// Receive `frames` on p0 every ms for `ms` ms from `t0`, draining the egress every
+    /// 100 µs.
+    fn offer_for(&mut self, frames: &[Vec<u8>], t0: u64, ms: u64) {
+        for i in 0..ms {
+            let now = t0 + i * MS;
+            self.run(frames, now);
+            for k in 1..10 {
+                self.drain(now + k * MS / 10);
+            }
+        }
+    }
+
+    /// The bytes p1 sent to 10.1.`b`.0/24.
+    fn bytes_to(&self, b: u8) -> usize {
+        self.ports[1]
+            .sent
+            .iter()
+            .filter(|f| f[14 + 18] == b)
+            .map(Vec::len)
+            .sum()
+    }
+
     fn drain(&mut self, now: u64) {
         drain_egress(
             &mut self.graph,
@@ -772,30 +794,18 @@ dst = [\"10.1.4.0/24\", \"10.1.4.128/25\"]
     let mut l = lab(&config);
     let free0 = l.arena.free_count();
     let t0 = MS;
-    for ms in 0..400u64 {
-        let now = t0 + ms * MS;
-        l.run(
-            &[
-                udp(None, [10, 1, 3, 9], 1, 0, 1000),
-                udp(None, [10, 1, 3, 9], 1, 0, 1000),
-                udp(None, [10, 1, 4, 200], 1, 0, 1000),
-                udp(None, [10, 1, 4, 9], 1, 0, 1000),
-                udp(None, [10, 1, 2, 3], 1, 0, 250),
-            ],
-            now,
-        );
-        for k in 1..10 {
-            l.drain(now + k * MS / 10);
-        }
-    }
-    let bytes_to = |b: u8| -> usize {
-        l.ports[1]
-            .sent
-            .iter()
-            .filter(|f| f[14 + 18] == b)
-            .map(Vec::len)
-            .sum()
-    };
+    l.offer_for(
+        &[
+            udp(None, [10, 1, 3, 9], 1, 0, 1000),
+            udp(None, [10, 1, 3, 9], 1, 0, 1000),
+            udp(None, [10, 1, 4, 200], 1, 0, 1000),
+            udp(None, [10, 1, 4, 9], 1, 0, 1000),
+            udp(None, [10, 1, 2, 3], 1, 0, 250),
+        ],
+        t0,
+        400,
+    );
+    let bytes_to = |b: u8| l.bytes_to(b);
     // 400 ms at the rate plus the 15,000-byte bucket, within a frame.
     for (b, rate_bytes_per_ms) in [(3u8, 250), (4, 500)] {
         let expect = 400 * rate_bytes_per_ms + 15_000;
@@ -872,29 +882,17 @@ dst = \"10.1.4.0/24\"
     let mut l = lab(&config);
     let free0 = l.arena.free_count();
     let t0 = MS;
-    for ms in 0..400u64 {
-        let now = t0 + ms * MS;
-        l.run(
-            &[
-                udp(None, [10, 1, 3, 9], 1, 0, 1000),
-                udp(None, [10, 1, 3, 9], 1, 0, 1000),
-                udp(None, [10, 1, 4, 9], 1, 0, 1000),
-                udp(None, [10, 1, 4, 9], 1, 0, 1000),
-            ],
-            now,
-        );
-        for k in 1..10 {
-            l.drain(now + k * MS / 10);
-        }
-    }
-    let bytes_to = |b: u8| -> usize {
-        l.ports[1]
-            .sent
-            .iter()
-            .filter(|f| f[14 + 18] == b)
-            .map(Vec::len)
-            .sum()
-    };
+    l.offer_for(
+        &[
+            udp(None, [10, 1, 3, 9], 1, 0, 1000),
+            udp(None, [10, 1, 3, 9], 1, 0, 1000),
+            udp(None, [10, 1, 4, 9], 1, 0, 1000),
+            udp(None, [10, 1, 4, 9], 1, 0, 1000),
+        ],
+        t0,
+        400,
+    );
+    let bytes_to = |b: u8| l.bytes_to(b);
     // 400 ms at 3 Mbit/s (375 bytes a ms) plus w's 15,000-byte bucket, within a frame
     // or two.
     let (a, b) = (bytes_to(3), bytes_to(4));
@@ -911,6 +909,51 @@ dst = \"10.1.4.0/24\"
     assert_eq!((w.name.as_str(), w.limit, w.pipes), ("w", Some(100), 2));
     assert_eq!(w.sent_bytes as usize, a + b);
     assert!(w.dropped > 0 && w.depth <= 100);
+    l.apply("");
+    l.drain(t0 + 401 * MS);
+    assert_eq!(l.graph.egress_held(), 0);
+    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+}
+
+#[test]
+fn a_class_keeps_to_its_maximum_within_its_pipe_in_the_graph() {
+    // A 10 Mbit/s port; pipe s1 of 4 Mbit/s whose best effort may have half of it, offered
+    // 16 Mbit/s of best effort: it gets 2 Mbit/s; s2 (4 Mbit/s, no such limit) gets 4.
+    let config = format!(
+        "{SHAPE}
+[[policy.pipe]]
+name = \"s1\"
+rate = \"4mbit\"
+burst = 15000
+max_rates = {{ be = \"50%\" }}
+dst = \"10.1.3.0/24\"
+
+[[policy.pipe]]
+name = \"s2\"
+rate = \"4mbit\"
+burst = 15000
+dst = \"10.1.4.0/24\"
+"
+    );
+    let config = config.replacen("[[interface]]\nname = \"p1\"\noutput = \"wan\"\n", "", 1)
+        + "\n[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
+    let mut l = lab(&config);
+    let free0 = l.arena.free_count();
+    let t0 = MS;
+    let f = |b: u8| udp(None, [10, 1, b, 9], 1, 0, 1000);
+    l.offer_for(&[f(3), f(3), f(4), f(4)], t0, 400);
+    // 400 ms at the rate plus the 15,000-byte bucket, within a frame.
+    for (b, rate_bytes_per_ms) in [(3u8, 250), (4, 500)] {
+        let expect = 400 * rate_bytes_per_ms + 15_000;
+        let got = l.bytes_to(b);
+        assert!(
+            got.abs_diff(expect) <= 1_000,
+            "10.1.{b}.0/24: {got} bytes, expected about {expect}"
+        );
+    }
+    let v = l.qos.view();
+    assert_eq!(v.ports[0].pipes[0].max_bps, [("be".to_string(), 2_000_000)]);
+    assert!(v.ports[0].pipes[1].max_bps.is_empty());
     l.apply("");
     l.drain(t0 + 401 * MS);
     assert_eq!(l.graph.egress_held(), 0);

@@ -615,6 +615,7 @@ fn pipe(name: &str, rate_bps: u64, dst: &str) -> PipeSpec {
         profile: None,
         weights: vec![],
         subport: None,
+        max_bps: vec![],
     }
 }
 
@@ -625,10 +626,22 @@ fn offer_lanes(
     q: &mut Scheduler<u64>,
     flows: &[(u16, u8, u64, u32)],
     ms: u64,
-    mut each_ms: impl FnMut(u64, &[u64]),
+    each_ms: impl FnMut(u64, &[u64]),
 ) -> Vec<u64> {
+    offer_by_class(q, flows, ms, each_ms).0
+}
+
+/// [`offer_lanes`], returning the bytes sent per lane and per lane and class (lane `l`'s
+/// class `c` at `l * MAX_CLASSES + c`).
+fn offer_by_class(
+    q: &mut Scheduler<u64>,
+    flows: &[(u16, u8, u64, u32)],
+    ms: u64,
+    mut each_ms: impl FnMut(u64, &[u64]),
+) -> (Vec<u64>, Vec<u64>) {
     let lanes = flows.iter().map(|f| f.0 as usize).max().unwrap_or(0) + 1;
     let mut sent = vec![0u64; lanes];
+    let mut by_class = vec![0u64; lanes * MAX_CLASSES];
     let mut id = 0u64;
     for t in 0..ms * 100 {
         let now = t * 10 * US;
@@ -646,11 +659,15 @@ fn offer_lanes(
         q.dequeue_burst(
             now,
             32,
-            &mut |item, _| sent[(item >> 48) as usize] += (item >> 32) & 0xffff,
+            &mut |item, c| {
+                let (l, len) = ((item >> 48) as usize, (item >> 32) & 0xffff);
+                sent[l] += len;
+                by_class[l * MAX_CLASSES + usize::from(c)] += len;
+            },
             &mut |_, _| (),
         );
     }
-    sent
+    (sent, by_class)
 }
 
 #[test]
@@ -954,6 +971,48 @@ fn a_pipe_in_debt_does_not_keep_the_others_waiting() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Over random arrivals in pipes of random rates whose classes have random maximum
+    /// rates within them, no class of a pipe sends more than its maximum allows (its
+    /// bucket and one packet of debt), nor any pipe more than its rate.
+    #[test]
+    fn a_class_never_exceeds_its_maximum_within_a_pipe(
+        pipes in proptest::collection::vec((1u64..=40, 0u64..=40, 0u64..=40), 1..5),
+        arrivals in proptest::collection::vec((0u16..5, 0u8..2, 64u32..1_500, 0u64..4), 200),
+    ) {
+        let mut s = spec(
+            50_000_000,
+            vec![class("ef", Some(0), 1), class("be", None, 3)],
+        );
+        // Each class's maximum in a pipe: none (0), or 1 Mbit/s to the pipe's rate.
+        let max = |r: u64, m: u64| if m == 0 { 0 } else { m.min(r) * 1_000_000 };
+        s.pipes = pipes
+            .iter()
+            .enumerate()
+            .map(|(k, &(r, ef, be))| PipeSpec {
+                max_bps: vec![max(r, ef), max(r, be)],
+                ..pipe(&format!("p{k}"), r * 1_000_000, &format!("10.0.{k}.0/24"))
+            })
+            .collect();
+        let n = pipes.len() as u16;
+        let mut q = sched(&s);
+        let flows: Vec<(u16, u8, u64, u32)> = arrivals
+            .iter()
+            .map(|&(l, c, len, k)| (l % (n + 1), c, u64::from(len) * (k + 1), len))
+            .collect();
+        let ms = 300;
+        let (sent, by_class) = offer_by_class(&mut q, &flows, ms, |_, _| ());
+        for (k, p) in s.pipes.iter().enumerate() {
+            let l = k + 1;
+            let allowed = |bps: u64| bps * ms / 8_000 + 15_000 + 1_500;
+            let got = sent.get(l).copied().unwrap_or(0);
+            prop_assert!(got <= allowed(p.rate_bps), "pipe {k}: {got} bytes");
+            for (c, &m) in p.max_bps.iter().enumerate().filter(|(_, &m)| m > 0) {
+                let got = by_class.get(l * MAX_CLASSES + c).copied().unwrap_or(0);
+                prop_assert!(got <= allowed(m), "pipe {k} class {c}: {got} bytes, max {m} bit/s");
+            }
+        }
+    }
 
     /// Over random arrivals in pipes of random rates, no pipe ever sends more than its
     /// rate allows since the start (its bucket and one packet of debt), and packets of no
@@ -1335,4 +1394,106 @@ fn names_and_profiles_do_not_change_how_a_port_schedules() {
         f(&mut c);
         assert!(!a.schedules_as(&c), "{c:?}");
     }
+}
+
+// Classes' maximum rates within a pipe.
+
+#[test]
+fn a_class_keeps_to_its_maximum_within_its_pipe_and_the_rest_goes_to_the_others() {
+    // Pipes a and b of 10 Mbit/s under a 100 Mbit/s port; in a, EF (strict) may have 2
+    // Mbit/s and AF 3; b has no such limits. Each class offered 10 Mbit/s in each pipe.
+    let mut s = spec(
+        100_000_000,
+        vec![
+            class("ef", Some(0), 1),
+            class("af", None, 1),
+            class("be", None, 1),
+        ],
+    );
+    s.pipes = vec![
+        PipeSpec {
+            max_bps: vec![2_000_000, 3_000_000, 0],
+            ..pipe("a", 10_000_000, "10.0.1.0/24")
+        },
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+    ];
+    let mut q = sched(&s);
+    let flows: Vec<(u16, u8, u64, u32)> = (1..=2)
+        .flat_map(|l| (0..3).map(move |c| (l, c, 1_250, 250)))
+        .collect();
+    let (sent, by) = offer_by_class(&mut q, &flows, 2_000, |_, _| ());
+    let mbps =
+        |l: usize, c: usize, burst: u64| (by[l * MAX_CLASSES + c] - burst) as f64 * 8.0 / 2.0 / 1e6;
+    // 2 s at the rate, plus the bucket's 15,000 bytes at the start.
+    let (ef, af, be) = (mbps(1, 0, 15_000), mbps(1, 1, 15_000), mbps(1, 2, 0));
+    assert!((ef - 2.0).abs() < 0.02, "a's EF: {ef} Mbit/s");
+    assert!((af - 3.0).abs() < 0.03, "a's AF: {af} Mbit/s");
+    // The pipe's rate is whole: best effort has what EF and AF may not take.
+    let a = (sent[1] - 15_000) as f64 * 8.0 / 2.0 / 1e6;
+    assert!((a - 10.0).abs() < 0.1, "pipe a: {a} Mbit/s");
+    assert!(be > 4.8, "a's best effort: {be} Mbit/s");
+    // In b, EF takes what it is offered, the whole pipe (strict, no limit of its own
+    // there).
+    let ef_b = mbps(2, 0, 0);
+    assert!(ef_b > 9.8, "b's EF: {ef_b} Mbit/s");
+}
+
+#[test]
+fn a_pass_through_keeps_to_a_class_maximum_within_a_pipe() {
+    let mut s = spec(
+        100_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    s.pipes = vec![PipeSpec {
+        max_bps: vec![1_000_000, 0],
+        burst_bytes: 100_000,
+        ..pipe("a", 10_000_000, "10.0.1.0/24")
+    }];
+    s.burst_bytes = 100_000;
+    let mut q = sched(&s);
+    // EF's bucket in a and the pipe's are 100,000 bytes each: 60 EF packets of 1,000 bytes
+    // fit at 0, and leave 40,000 in both.
+    assert!(q.pass_through_lanes(60, 0, |_, _| (1, 0, 1_000)));
+    // At 100 ms the pipe's is full again (10 Mbit/s), EF's has 52,500 (1 Mbit/s): 60 more
+    // EF do not fit, 52 do.
+    let t = 100 * MS;
+    assert!(!q.pass_through_lanes(60, t, |_, _| (1, 0, 1_000)));
+    assert!(q.pass_through_lanes(52, t, |_, _| (1, 0, 1_000)));
+    // Best effort in a is not held by EF's bucket: 40 of it go (the pipe's 48,000).
+    assert!(q.pass_through_lanes(40, t, |_, _| (1, 1, 1_000)));
+    // Queued: EF's 500 bytes let one go (a bucket with any token sends, into debt), then
+    // none until EF's bucket is back above 0 (125 bytes a ms), though the pipe has room.
+    for i in 0..3 {
+        q.enqueue_in(i, 1_000, 1, 0, 0, t).unwrap();
+    }
+    let mut burst = |now| q.dequeue_burst(now, 32, &mut |_, _| (), &mut |_, _| ());
+    assert_eq!(burst(t), 1);
+    assert_eq!(burst(t + MS), 0);
+    assert_eq!(burst(t + 40 * MS), 2);
+}
+
+#[test]
+fn hostile_class_maximums_in_a_pipe_are_refused() {
+    let mut ok = spec(
+        100_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    ok.pipes = vec![PipeSpec {
+        max_bps: vec![1_000_000, 0],
+        ..pipe("a", 10_000_000, "10.0.1.0/24")
+    }];
+    assert_eq!(ok.validate(), Ok(()));
+    let bad = |f: &dyn Fn(&mut SchedSpec)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s.validate().unwrap_err().to_string()
+    };
+    assert_eq!(
+        bad(&|s| s.pipes[0].max_bps = vec![1]),
+        "pipe a: 1 maximum rates for 2 classes: one per class, or none"
+    );
+    assert_eq!(
+        bad(&|s| s.pipes[0].max_bps[1] = 20_000_000),
+        "pipe a: be: max_rate = 20000000 bit/s: above the pipe's 10000000 bit/s"
+    );
 }
