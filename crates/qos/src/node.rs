@@ -1070,6 +1070,10 @@ impl Egress for QosEgress {
             return;
         }
         let before = s.queued();
+        // Class and lane are found again here rather than kept from the pass-through: with
+        // anything queued the pass-through looks at no packet, and keeping them cost every
+        // packet it let through 12 instructions in the 64-pipe cell of `ferrouter-lab bench
+        // pipeline --qos --qos-pipes 64` (callgrind, 2026-11-28).
         for p in list.drain(..) {
             // The class the port's own policy chose on input (by rule or 802.1p, perhaps
             // without re-marking), else the class of the DSCP.

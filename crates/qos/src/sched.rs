@@ -702,7 +702,7 @@ impl Spend {
     /// `len` bytes of class `c` sent.
     #[inline]
     fn spend(&mut self, c: usize, len: u64) {
-        let k = cost(len).min(i64::MAX as u64) as i64;
+        let k = tokens_of(len);
         self.port = self.port.saturating_sub(k);
         self.port_bytes += len;
         if let (Some(t), Some(b)) = (self.max.get_mut(c), self.max_bytes.get_mut(c)) {
@@ -803,7 +803,7 @@ impl ClassMax {
     #[inline(always)]
     fn spend(&mut self, c: usize, len: u64) {
         let c = c % MAX_CLASSES;
-        self.tokens[c] = self.tokens[c].saturating_sub(cost(len).min(i64::MAX as u64) as i64);
+        self.tokens[c] = self.tokens[c].saturating_sub(tokens_of(len));
         self.bytes[c] += len;
     }
 
@@ -828,7 +828,7 @@ impl ClassMax {
             b == 0
                 || r_pipe_max(r, l, c).is_none_or(|m| {
                     m.refill(now_ns);
-                    m.tokens() >= cost(b).min(i64::MAX as u64) as i64
+                    m.tokens() >= tokens_of(b)
                 })
         })
     }
@@ -889,9 +889,7 @@ impl Round {
     #[inline(always)]
     fn spend(&mut self, len: u64, bucketed: bool) {
         if bucketed {
-            self.tokens = self
-                .tokens
-                .saturating_sub(cost(len).min(i64::MAX as u64) as i64);
+            self.tokens = self.tokens.saturating_sub(tokens_of(len));
             self.spent += len;
         }
         self.allot -= len as i64;
@@ -1463,7 +1461,7 @@ impl<T> Scheduler<T> {
         let r = &self.rates;
         if let Some(p) = &r.port {
             p.refill(now_ns);
-            if p.tokens() < cost(total).min(i64::MAX as u64) as i64 {
+            if p.tokens() < tokens_of(total) {
                 return false;
             }
         }
@@ -1473,7 +1471,7 @@ impl<T> Scheduler<T> {
             }
             if let Some(Some(m)) = r.max.get(c) {
                 m.refill(now_ns);
-                if count[c] > 0 && m.tokens() < cost(bytes[c]).min(i64::MAX as u64) as i64 {
+                if count[c] > 0 && m.tokens() < tokens_of(bytes[c]) {
                     return false;
                 }
             }
@@ -1487,7 +1485,7 @@ impl<T> Scheduler<T> {
                 return false;
             }
             p.refill(now_ns);
-            if p.tokens() < cost(lane.round.pt_bytes).min(i64::MAX as u64) as i64 {
+            if p.tokens() < tokens_of(lane.round.pt_bytes) {
                 return false;
             }
             if lane.max.as_ref().is_some_and(|m| !m.fit(r, l, now_ns)) {
@@ -1503,7 +1501,7 @@ impl<T> Scheduler<T> {
                 return false;
             }
             b.refill(now_ns);
-            if b.tokens() < cost(grp.round.pt_bytes).min(i64::MAX as u64) as i64 {
+            if b.tokens() < tokens_of(grp.round.pt_bytes) {
                 return false;
             }
         }
@@ -1907,6 +1905,12 @@ impl<T> Scheduler<T> {
         self.book.class_depth = [0; MAX_CLASSES];
         self.book.class_bytes = [0; MAX_CLASSES];
     }
+}
+
+/// What `bytes` bytes cost in a bucket's signed tokens (saturating).
+#[inline(always)]
+fn tokens_of(bytes: u64) -> i64 {
+    cost(bytes).min(i64::MAX as u64) as i64
 }
 
 /// The bucket of lane `l`'s pipe (lane 0 has none).
