@@ -2503,70 +2503,70 @@ output = "bng"
         // It round-trips through TOML.
         let back: QosConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
-        // Hostile ones, each at its place.
-        let refused = |edit: &dyn Fn(&mut PolicyConfig)| {
+        // Hostile ones, each at its place: (where, class, rate, path, problem), "where" a
+        // pipe's index or the profile line100 (None). A profile's own problems are at the
+        // profile, once; one of its rates above a pipe's rate at the pipe, naming it.
+        let cases: [(Option<usize>, &str, &str, &str, &str); 6] = [
+            (
+                Some(2),
+                "gold",
+                "1mbit",
+                "pipe[2].max_rates.gold",
+                "\"gold\" is not a class of policy \"bng\"",
+            ),
+            (
+                Some(2),
+                "af",
+                "60mbit",
+                "pipe[2].max_rates.af",
+                "60000000 bit/s is above the pipe's rate (50000000 bit/s)",
+            ),
+            (
+                Some(2),
+                "af",
+                "0%",
+                "pipe[2].max_rates.af",
+                "a share is 1% to 100%",
+            ),
+            (
+                None,
+                "gold",
+                "1mbit",
+                "pipe_profile[0].max_rates.gold",
+                "not a class",
+            ),
+            (
+                None,
+                "af",
+                "fast",
+                "pipe_profile[0].max_rates.af",
+                "is not a rate",
+            ),
+            // sub1 has line100's 100 Mbit/s, sub2 its own 200.
+            (
+                None,
+                "af",
+                "150mbit",
+                "pipe[0].max_rates.af",
+                "(its profile \"line100\"'s) is above the pipe's rate",
+            ),
+        ];
+        for (at, class, r, path, what) in cases {
             let mut c = cfg(PROFILES);
-            edit(&mut c.policies[0]);
-            c.validate(IFS, PORTS, VLANS)
-        };
-        let only = |p: &[(String, String)], path: &str, what: &str| {
+            let p = &mut c.policies[0];
+            let max_rates = match at {
+                Some(k) => &mut p.pipes[k].max_rates,
+                None => &mut p.pipe_profiles[0].max_rates,
+            };
+            max_rates.insert(class.into(), rate(r));
+            let got = c.validate(IFS, PORTS, VLANS);
+            let path = format!("qos.policy[0].{path}");
             assert!(
-                p.iter().any(|(k, m)| k == path && m.contains(what)),
-                "{path}: {what:?} not in {p:?}"
+                got.iter().any(|(k, m)| *k == path && m.contains(what)),
+                "{path}: {what:?} not in {got:?}"
             );
-            assert_eq!(p.len(), 1, "one problem: {p:?}");
-        };
-        only(
-            &refused(&|p| {
-                p.pipes[2].max_rates.insert("gold".into(), rate("1mbit"));
-            }),
-            "qos.policy[0].pipe[2].max_rates.gold",
-            "\"gold\" is not a class of policy \"bng\"",
-        );
-        only(
-            &refused(&|p| {
-                p.pipes[2].max_rates.insert("af".into(), rate("60mbit"));
-            }),
-            "qos.policy[0].pipe[2].max_rates.af",
-            "60000000 bit/s is above the pipe's rate (50000000 bit/s)",
-        );
-        only(
-            &refused(&|p| {
-                p.pipes[2].max_rates.insert("af".into(), rate("0%"));
-            }),
-            "qos.policy[0].pipe[2].max_rates.af",
-            "a share is 1% to 100%",
-        );
-        // A profile's: its own problems at the profile, once; one above a pipe's rate at
-        // the pipe, naming the profile.
-        only(
-            &refused(&|p| {
-                p.pipe_profiles[0]
-                    .max_rates
-                    .insert("gold".into(), rate("1mbit"));
-            }),
-            "qos.policy[0].pipe_profile[0].max_rates.gold",
-            "not a class",
-        );
-        only(
-            &refused(&|p| {
-                p.pipe_profiles[0]
-                    .max_rates
-                    .insert("af".into(), rate("fast"));
-            }),
-            "qos.policy[0].pipe_profile[0].max_rates.af",
-            "is not a rate",
-        );
-        only(
-            &refused(&|p| {
-                p.pipe_profiles[0]
-                    .max_rates
-                    .insert("af".into(), rate("150mbit"));
-                // sub1 has line100's 100 Mbit/s, sub2 its own 200.
-            }),
-            "qos.policy[0].pipe[0].max_rates.af",
-            "(its profile \"line100\"'s) is above the pipe's rate",
-        );
+            assert_eq!(got.len(), 1, "one problem: {got:?}");
+        }
     }
 
     #[test]

@@ -186,6 +186,14 @@ impl Lab {
         }
     }
 
+    /// Remove every policy at `now`: every buffer is back (`free0` of them), nothing held.
+    fn remove_all(&mut self, now: u64, free0: usize) {
+        self.apply("");
+        self.drain(now);
+        assert_eq!(self.graph.egress_held(), 0);
+        assert_eq!(self.arena.free_count(), free0, "no buffer leaked");
+    }
+
     /// The bytes p1 sent to 10.1.`b`.0/24.
     fn bytes_to(&self, b: u8) -> usize {
         self.ports[1]
@@ -366,6 +374,12 @@ limit = 64
 name = "p1"
 output = "wan"
 "#;
+
+/// [`SHAPE`] with `tables` (of its policy "wan": pipes, subports) before its interface.
+fn wan_with(tables: &str) -> String {
+    let interface = "[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
+    format!("{}{tables}\n{interface}", SHAPE.replacen(interface, "", 1))
+}
 
 #[test]
 fn the_scheduler_shapes_the_port_and_keeps_ef_whole() {
@@ -773,9 +787,8 @@ fn pipes_shape_each_destination_at_its_rate_in_the_graph() {
     // A 10 Mbit/s port with two pipes of 2 and 4 Mbit/s; 10.1.2.0/24's traffic is of no
     // pipe. Each pipe offered 2,000 bytes per ms (16 Mbit/s), no pipe 250 (2 Mbit/s): the
     // port has room for what the pipes let through.
-    let config = format!(
-        "{SHAPE}
-[[policy.pipe]]
+    let config = wan_with(
+        "[[policy.pipe]]
 name = \"s1\"
 rate = \"2mbit\"
 burst = 15000
@@ -786,11 +799,8 @@ name = \"s2\"
 rate = \"40%\"
 burst = 15000
 dst = [\"10.1.4.0/24\", \"10.1.4.128/25\"]
-"
+",
     );
-    // The pipes belong to the policy above ([[interface]] comes last in SHAPE).
-    let config = config.replacen("[[interface]]\nname = \"p1\"\noutput = \"wan\"\n", "", 1)
-        + "\n[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
     let mut l = lab(&config);
     let free0 = l.arena.free_count();
     let t0 = MS;
@@ -844,19 +854,15 @@ dst = [\"10.1.4.0/24\", \"10.1.4.128/25\"]
     assert_eq!((pipes[0].sent_bytes, pipes[1].depth), (sent, held));
     assert_eq!(pipes[1].dropped_flush, 0, "nothing flushed");
     assert!(v.ports[0].classes.iter().any(|c| c.name == "best-effort"));
-    l.apply("");
-    l.drain(t0 + 401 * MS);
-    assert_eq!(l.graph.egress_held(), 0);
-    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+    l.remove_all(t0 + 401 * MS, free0);
 }
 
 #[test]
 fn a_subport_shapes_its_pipes_together_in_the_graph() {
     // A 10 Mbit/s port; subport w of 3 Mbit/s over pipes s1 and s2 of 2 Mbit/s each, both
     // offered 16 Mbit/s: together they get w's rate, about half each.
-    let config = format!(
-        "{SHAPE}
-[[policy.subport]]
+    let config = wan_with(
+        "[[policy.subport]]
 name = \"w\"
 rate = \"3mbit\"
 burst = 15000
@@ -875,10 +881,8 @@ subport = \"w\"
 rate = \"2mbit\"
 burst = 15000
 dst = \"10.1.4.0/24\"
-"
+",
     );
-    let config = config.replacen("[[interface]]\nname = \"p1\"\noutput = \"wan\"\n", "", 1)
-        + "\n[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
     let mut l = lab(&config);
     let free0 = l.arena.free_count();
     let t0 = MS;
@@ -909,23 +913,19 @@ dst = \"10.1.4.0/24\"
     assert_eq!((w.name.as_str(), w.limit, w.pipes), ("w", Some(100), 2));
     assert_eq!(w.sent_bytes as usize, a + b);
     assert!(w.dropped > 0 && w.depth <= 100);
-    l.apply("");
-    l.drain(t0 + 401 * MS);
-    assert_eq!(l.graph.egress_held(), 0);
-    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+    l.remove_all(t0 + 401 * MS, free0);
 }
 
 #[test]
 fn a_class_keeps_to_its_maximum_within_its_pipe_in_the_graph() {
     // A 10 Mbit/s port; pipe s1 of 4 Mbit/s whose best effort may have half of it, offered
     // 16 Mbit/s of best effort: it gets 2 Mbit/s; s2 (4 Mbit/s, no such limit) gets 4.
-    let config = format!(
-        "{SHAPE}
-[[policy.pipe]]
+    let config = wan_with(
+        "[[policy.pipe]]
 name = \"s1\"
 rate = \"4mbit\"
 burst = 15000
-max_rates = {{ be = \"50%\" }}
+max_rates = { be = \"50%\" }
 dst = \"10.1.3.0/24\"
 
 [[policy.pipe]]
@@ -933,10 +933,8 @@ name = \"s2\"
 rate = \"4mbit\"
 burst = 15000
 dst = \"10.1.4.0/24\"
-"
+",
     );
-    let config = config.replacen("[[interface]]\nname = \"p1\"\noutput = \"wan\"\n", "", 1)
-        + "\n[[interface]]\nname = \"p1\"\noutput = \"wan\"\n";
     let mut l = lab(&config);
     let free0 = l.arena.free_count();
     let t0 = MS;
@@ -954,8 +952,5 @@ dst = \"10.1.4.0/24\"
     let v = l.qos.view();
     assert_eq!(v.ports[0].pipes[0].max_bps, [("be".to_string(), 2_000_000)]);
     assert!(v.ports[0].pipes[1].max_bps.is_empty());
-    l.apply("");
-    l.drain(t0 + 401 * MS);
-    assert_eq!(l.graph.egress_held(), 0);
-    assert_eq!(l.arena.free_count(), free0, "no buffer leaked");
+    l.remove_all(t0 + 401 * MS, free0);
 }
