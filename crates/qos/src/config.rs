@@ -2879,4 +2879,155 @@ output = "bng"
             .to_string();
         assert!(e.contains("unknown field `ceil`"), "{e}");
     }
+
+    /// Random edits of a policy with classes, profiles, pipes and subports: whatever they
+    /// make of it, validation never panics and names where each problem is, and what it
+    /// accepts compiles into schedulers whose own check accepts them too (the config's
+    /// checks are never weaker than the scheduler's).
+    mod random_edits {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn rates(k: u8) -> RateValue {
+            const TEXT: [&str; 9] = [
+                "1gbit", "100mbit", "1mbit", "0", "50%", "0%", "150%", "fast", "10%",
+            ];
+            const BPS: [u64; 4] = [0, 1, u64::MAX, 2_000_000_000_000];
+            match TEXT.get(usize::from(k) % 13) {
+                Some(t) => RateValue::Text((*t).into()),
+                None => RateValue::Bps(BPS[usize::from(k) % 13 - TEXT.len()]),
+            }
+        }
+
+        fn name(k: u8) -> String {
+            const NAMES: [&str; 9] = [
+                "ef",
+                "af",
+                "be",
+                "gold",
+                "line100",
+                "unused",
+                "wholesale-a",
+                "",
+                "a b",
+            ];
+            NAMES[usize::from(k) % NAMES.len()].into()
+        }
+
+        fn edit(p: &mut PolicyConfig, (op, a, b, n): (u8, u8, u8, u32)) {
+            let at = |len: usize| usize::from(a) % len.max(1);
+            let some = b % 5 != 0;
+            match op % 18 {
+                0 => p.shaper = some.then(|| rates(b)),
+                1 => p.burst = Some(u64::from(n)),
+                2..=5 if !p.classes.is_empty() => {
+                    let k = at(p.classes.len());
+                    let c = &mut p.classes[k];
+                    match op % 18 {
+                        2 => c.limit = Some(n as usize % 5_000),
+                        3 => c.weight = Some(n % 4),
+                        4 => c.min_rate = some.then(|| rates(b)),
+                        _ => c.max_rate = some.then(|| rates(b)),
+                    }
+                }
+                6..=11 if !p.pipes.is_empty() => {
+                    let k = at(p.pipes.len());
+                    let q = &mut p.pipes[k];
+                    match op % 18 {
+                        6 => q.rate = some.then(|| rates(b)),
+                        7 => q.limit = Some(n as usize % 3_000),
+                        8 => q.subport = some.then(|| name(b)),
+                        9 => q.profile = some.then(|| name(b)),
+                        10 => {
+                            q.max_rates.insert(name(b), rates(n as u8));
+                        }
+                        _ => {
+                            q.weights.insert(name(b), n % 4);
+                        }
+                    }
+                }
+                12 if !p.pipe_profiles.is_empty() => {
+                    let k = at(p.pipe_profiles.len());
+                    let f = &mut p.pipe_profiles[k];
+                    match n % 4 {
+                        0 => f.rate = some.then(|| rates(b)),
+                        1 => f.limit = Some(n as usize % 3_000),
+                        2 => {
+                            f.max_rates.insert(name(b), rates(n as u8));
+                        }
+                        _ => {
+                            f.weights.insert(name(b), n % 4);
+                        }
+                    }
+                }
+                13 if !p.subports.is_empty() => {
+                    let k = at(p.subports.len());
+                    p.subports[k].rate = rates(b);
+                }
+                14 if !p.subports.is_empty() => {
+                    let k = at(p.subports.len());
+                    p.subports[k].limit = some.then_some(n as usize % 3_000);
+                }
+                15 if !p.pipes.is_empty() => {
+                    let k = at(p.pipes.len());
+                    if b % 2 == 0 {
+                        let mut q = p.pipes[k].clone();
+                        q.name = name(b);
+                        q.dst = crate::rules::Prefixes::One(format!("10.{}.0.0/24", n % 256));
+                        p.pipes.push(q);
+                    } else {
+                        p.pipes.remove(k);
+                    }
+                }
+                16 if !p.subports.is_empty() => {
+                    let k = at(p.subports.len());
+                    if b % 2 == 0 {
+                        let mut u = p.subports[k].clone();
+                        u.name = name(b);
+                        p.subports.push(u);
+                    } else {
+                        p.subports.remove(k);
+                    }
+                }
+                17 if !p.classes.is_empty() => {
+                    let k = at(p.classes.len());
+                    p.classes[k].priority = some.then_some(b % 3);
+                }
+                _ => {}
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+            #[test]
+            fn whatever_is_accepted_compiles_and_the_scheduler_accepts_it(
+                edits in proptest::collection::vec(
+                    (any::<u8>(), any::<u8>(), any::<u8>(), any::<u32>()),
+                    0..8,
+                ),
+            ) {
+                let text = PROFILES.replace(
+                    "[[interface]]",
+                    "[[policy.subport]]\nname = \"wholesale-a\"\nrate = \"300mbit\"\n\n[[interface]]",
+                );
+                let mut c = cfg(&text);
+                for e in edits {
+                    edit(&mut c.policies[0], e);
+                }
+                let problems = c.validate(IFS, PORTS, VLANS);
+                for (path, what) in &problems {
+                    prop_assert!(path.starts_with("qos."), "{path}: {what}");
+                    prop_assert!(!what.is_empty(), "{path}: no problem given");
+                }
+                if problems.is_empty() {
+                    let names: Vec<String> = IFS.iter().map(|s| s.to_string()).collect();
+                    let k = c.compile(&names, 2, &Compiled::default(), 0);
+                    prop_assert!(k.is_ok(), "accepted, not compiled: {:?}", k.err());
+                    for spec in k.unwrap().output.iter().flatten() {
+                        prop_assert_eq!(spec.validate(), Ok(()), "{:?}", c);
+                    }
+                }
+            }
+        }
+    }
 }
