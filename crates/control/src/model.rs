@@ -1368,6 +1368,10 @@ pub struct QosPipeView {
     /// have one).
     #[serde(default)]
     pub max_rates_bps: BTreeMap<String, u64>,
+    /// Its classes' minimum rates within it, bit/s, by class name (`min_rates`: those that
+    /// have one).
+    #[serde(default)]
+    pub min_rates_bps: BTreeMap<String, u64>,
     /// Its destination prefixes (a packet is the pipe's with the longest one that matches).
     pub dst: Vec<String>,
     /// Packets queued.

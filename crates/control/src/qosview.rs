@@ -73,6 +73,7 @@ pub fn view(features: &Features) -> QosView {
                         rate_bps: q.rate_bps,
                         limit: q.limit as u64,
                         max_rates_bps: q.max_bps.into_iter().collect(),
+                        min_rates_bps: q.min_bps.into_iter().collect(),
                         dst: q.dst,
                         enqueued: q.enqueued,
                         enqueued_bytes: q.enqueued_bytes,

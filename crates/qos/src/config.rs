@@ -222,6 +222,10 @@ pub struct PipeProfileConfig {
     /// unit, or a share of the pipe's rate.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_rates: BTreeMap<String, RateValue>,
+    /// Minimum rates of weighted classes within each of the pipes, by class name (as
+    /// `max_rates`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_rates: BTreeMap<String, RateValue>,
 }
 
 /// `[[qos.policy.pipe]]`: the packets leaving the port to its destinations (the pipe with
@@ -257,6 +261,10 @@ pub struct PipeConfig {
     /// port-wide `max_rate`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_rates: BTreeMap<String, RateValue>,
+    /// Minimum rates of weighted classes within it, by class name (as `max_rates`; a class
+    /// below its minimum in the pipe is served before the pipe's DRR).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_rates: BTreeMap<String, RateValue>,
     /// Its destinations: a prefix or a list of them, IPv4 and/or IPv6.
     pub dst: crate::rules::Prefixes,
 }
@@ -653,21 +661,27 @@ struct Profile<'a> {
     /// the values that are not shares checked at the profile).
     name: &'a str,
     max_rates: &'a BTreeMap<String, RateValue>,
+    min_rates: &'a BTreeMap<String, RateValue>,
 }
 
-/// Problems with `max_rates`, maximum rates by class name at `at` (a pipe profile's),
-/// over `classes` of policy `policy`: a class that does not exist, a rate that is not one
-/// (shares are of each pipe's rate: checked at the pipes).
-fn check_max_rates(
+/// Problems with `rates`, maximum or minimum rates by class name at `at.key` (a pipe
+/// profile's `max_rates` or `min_rates`), over `classes` of policy `policy`: a class that
+/// does not exist, a minimum for a strict-priority class, a rate that is not one (shares
+/// are of each pipe's rate: checked at the pipes).
+fn check_class_rates(
     out: &mut Vec<(String, String)>,
-    at: &str,
-    max_rates: &BTreeMap<String, RateValue>,
+    (at, key): (&str, &str),
+    rates: &BTreeMap<String, RateValue>,
     (classes, policy): (&[ClassSpec], &str),
 ) {
-    for (name, v) in max_rates {
-        let mp = format!("{at}.max_rates.{name}");
-        if !classes.iter().any(|c| &c.name == name) {
+    for (name, v) in rates {
+        let mp = format!("{at}.{key}.{name}");
+        let Some(c) = classes.iter().find(|c| &c.name == name) else {
             out.push((mp, format!("{name:?} is not a class of policy {policy:?}")));
+            continue;
+        };
+        if key == "min_rates" && c.priority.is_some() {
+            out.push((mp, STRICT_MIN.into()));
             continue;
         }
         // Any rate stands in for the pipe's, which shares are of.
@@ -677,25 +691,42 @@ fn check_max_rates(
     }
 }
 
-/// A pipe's classes' maximum rates within it, bit/s by class index: its own `max_rates`
-/// (at `at`) over its profile's (`theirs`), class by class, shares of its rate `rate`;
-/// empty when neither gives one. Problems go to `out`, at the pipe: its own values', and
-/// a profile's value above the pipe's rate (the profile's others are reported there).
-fn pipe_max_rates(
+/// Rates by class name, as written (`max_rates`, `min_rates`).
+type ClassRates = BTreeMap<String, RateValue>;
+
+/// Why a strict-priority class has no minimum rate.
+const STRICT_MIN: &str =
+    "a strict-priority class is served first: a minimum rate is for weighted classes";
+
+/// A pipe's classes' maximum or minimum rates within it (`key`: `max_rates` or
+/// `min_rates`), bit/s by class index: its own (at `at.key`) over its profile's
+/// (`theirs`, its name and its values), class by class, shares of its rate `rate`; empty
+/// when neither gives one. Problems go to `out`, at the pipe: its own values', and a
+/// profile's value above the pipe's rate (the profile's others are reported there).
+fn pipe_class_rates(
     out: &mut Vec<(String, String)>,
-    at: &str,
-    (own, theirs): (&BTreeMap<String, RateValue>, Option<&Profile<'_>>),
+    (at, key): (&str, &str),
+    (own, theirs): (&ClassRates, Option<(&str, &ClassRates)>),
     rate: u64,
     (classes, policy): (&[ClassSpec], &str),
 ) -> Vec<u64> {
     let theirs_only = theirs
         .into_iter()
-        .flat_map(|f| f.max_rates.iter().map(move |(n, v)| (n, v, Some(f.name))))
+        .flat_map(|(f, m)| m.iter().map(move |(n, v)| (n, v, Some(f))))
         .filter(|(n, _, _)| !own.contains_key(*n));
     let mut max = vec![0; classes.len()];
     for (name, v, from) in own.iter().map(|(n, v)| (n, v, None)).chain(theirs_only) {
-        let mp = format!("{at}.max_rates.{name}");
+        let mp = format!("{at}.{key}.{name}");
         let k = classes.iter().position(|c| &c.name == name);
+        let strict = k
+            .and_then(|k| classes.get(k))
+            .is_some_and(|c| c.priority.is_some());
+        if key == "min_rates" && strict {
+            if from.is_none() {
+                out.push((mp, STRICT_MIN.into()));
+            }
+            continue;
+        }
         let r = parse_rate(v, Some(rate.max(1)));
         let (Some(k), Ok(r)) = (k, &r) else {
             // A profile's problems are reported at the profile.
@@ -860,10 +891,7 @@ impl QosConfig {
                 ));
             }
             if c.priority.is_some() && c.min_rate.is_some() {
-                out.push((
-                    format!("{cp}.min_rate"),
-                    "a strict-priority class is served first: a minimum rate is for weighted classes".into(),
-                ));
+                out.push((format!("{cp}.min_rate"), STRICT_MIN.into()));
             }
             if c.weight == Some(0) {
                 out.push((format!("{cp}.weight"), "0: a weight is at least 1".into()));
@@ -1068,7 +1096,8 @@ impl QosConfig {
             }
             check_limit(out, &fp, f.limit);
             check_weights(out, &fp, &f.weights, (classes, &p.name));
-            check_max_rates(out, &fp, &f.max_rates, (classes, &p.name));
+            check_class_rates(out, (&fp, "max_rates"), &f.max_rates, (classes, &p.name));
+            check_class_rates(out, (&fp, "min_rates"), &f.min_rates, (classes, &p.name));
             profiles.insert(
                 f.name.as_str(),
                 Profile {
@@ -1078,10 +1107,43 @@ impl QosConfig {
                     weights: &f.weights,
                     name: &f.name,
                     max_rates: &f.max_rates,
+                    min_rates: &f.min_rates,
                 },
             );
         }
         profiles
+    }
+
+    /// Problems with a pipe's (at `qp`, of rate `rate`) classes' minimum rates `min` within
+    /// it, against their maximums `max` within it (by class index, empty: none): a minimum
+    /// above its maximum, minimums that add up to more than the pipe's rate.
+    fn check_pipe_mins(
+        out: &mut Vec<(String, String)>,
+        qp: &str,
+        (min, max): (&[u64], &[u64]),
+        rate: u64,
+        classes: &[ClassSpec],
+    ) {
+        for (k, (c, &m)) in classes.iter().zip(min).enumerate() {
+            if max.get(k).is_some_and(|&x| x > 0 && m > x) {
+                out.push((
+                    format!("{qp}.min_rates.{}", c.name),
+                    format!(
+                        "{m} bit/s is above the class's maximum in the pipe ({} bit/s)",
+                        max[k]
+                    ),
+                ));
+            }
+        }
+        let sum = min.iter().fold(0u64, |a, &m| a.saturating_add(m));
+        if rate > 0 && sum > rate {
+            out.push((
+                format!("{qp}.min_rates"),
+                format!(
+                    "the minimum rates add up to {sum} bit/s, more than the pipe's {rate} bit/s"
+                ),
+            ));
+        }
     }
 
     /// The pipes of policy `p` (at `path`) under a shaper of `shaper` bit/s (0: none),
@@ -1203,8 +1265,21 @@ impl QosConfig {
                     })
                     .collect()
             };
-            let max_bps =
-                pipe_max_rates(out, &qp, (&q.max_rates, profile), rate, (classes, &p.name));
+            let max_bps = pipe_class_rates(
+                out,
+                (&qp, "max_rates"),
+                (&q.max_rates, profile.map(|f| (f.name, f.max_rates))),
+                rate,
+                (classes, &p.name),
+            );
+            let min_bps = pipe_class_rates(
+                out,
+                (&qp, "min_rates"),
+                (&q.min_rates, profile.map(|f| (f.name, f.min_rates))),
+                rate,
+                (classes, &p.name),
+            );
+            Self::check_pipe_mins(out, &qp, (&min_bps, &max_bps), rate, classes);
             if q.dst.is_empty() {
                 out.push((
                     format!("{qp}.dst"),
@@ -1242,6 +1317,7 @@ impl QosConfig {
                 weights,
                 subport: subport.map(|k| k as u16),
                 max_bps,
+                min_bps,
             });
         }
         // The lookup builds (the firewall's classifier: its own limits).
@@ -2481,9 +2557,11 @@ output = "bng"
         let f = &mut c.policies[0].pipe_profiles[0];
         f.max_rates.insert("ef".into(), rate("10%"));
         f.max_rates.insert("af".into(), rate("30mbit"));
+        f.min_rates.insert("af".into(), rate("20%"));
         let q = &mut c.policies[0].pipes[1];
         q.max_rates.insert("af".into(), rate("50%"));
         q.max_rates.insert("be".into(), RateValue::Bps(150_000_000));
+        q.min_rates.insert("be".into(), rate("50mbit"));
         assert_eq!(
             c.validate(IFS, PORTS, VLANS),
             Vec::<(String, String)>::new()
@@ -2500,13 +2578,44 @@ output = "bng"
                 vec![],
             ]
         );
+        // Minimums the same way: line100's AF 20 % of each pipe, sub2's own BE.
+        let m: Vec<Vec<u64>> = s.pipes.iter().map(|p| p.min_bps.clone()).collect();
+        assert_eq!(
+            m,
+            [
+                vec![0, 20_000_000, 0],
+                vec![0, 40_000_000, 50_000_000],
+                vec![]
+            ]
+        );
         // It round-trips through TOML.
         let back: QosConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
         // Hostile ones, each at its place: (where, class, rate, path, problem), "where" a
         // pipe's index or the profile line100 (None). A profile's own problems are at the
         // profile, once; one of its rates above a pipe's rate at the pipe, naming it.
-        let cases: [(Option<usize>, &str, &str, &str, &str); 6] = [
+        let cases: [(Option<usize>, &str, &str, &str, &str); 9] = [
+            (
+                Some(2),
+                "ef",
+                "1mbit",
+                "pipe[2].min_rates.ef",
+                "a minimum rate is for weighted classes",
+            ),
+            (
+                None,
+                "ef",
+                "1mbit",
+                "pipe_profile[0].min_rates.ef",
+                "a minimum rate is for weighted classes",
+            ),
+            (
+                Some(2),
+                "af",
+                "60mbit",
+                "pipe[2].min_rates.af",
+                "above the pipe's rate",
+            ),
             (
                 Some(2),
                 "gold",
@@ -2554,11 +2663,13 @@ output = "bng"
         for (at, class, r, path, what) in cases {
             let mut c = cfg(PROFILES);
             let p = &mut c.policies[0];
-            let max_rates = match at {
-                Some(k) => &mut p.pipes[k].max_rates,
-                None => &mut p.pipe_profiles[0].max_rates,
+            let rates = match (at, path.contains("min_rates")) {
+                (Some(k), false) => &mut p.pipes[k].max_rates,
+                (Some(k), true) => &mut p.pipes[k].min_rates,
+                (None, false) => &mut p.pipe_profiles[0].max_rates,
+                (None, true) => &mut p.pipe_profiles[0].min_rates,
             };
-            max_rates.insert(class.into(), rate(r));
+            rates.insert(class.into(), rate(r));
             let got = c.validate(IFS, PORTS, VLANS);
             let path = format!("qos.policy[0].{path}");
             assert!(
@@ -2567,6 +2678,27 @@ output = "bng"
             );
             assert_eq!(got.len(), 1, "one problem: {got:?}");
         }
+        // A pipe's minimums against its maximums and its rate (sub3: 50 Mbit/s).
+        let mut c = cfg(PROFILES);
+        let q = &mut c.policies[0].pipes[2];
+        q.max_rates.insert("af".into(), rate("10mbit"));
+        q.min_rates.insert("af".into(), rate("20mbit"));
+        q.min_rates.insert("be".into(), rate("40mbit"));
+        assert_eq!(
+            c.validate(IFS, PORTS, VLANS),
+            [
+                (
+                    "qos.policy[0].pipe[2].min_rates.af".to_string(),
+                    "20000000 bit/s is above the class's maximum in the pipe (10000000 bit/s)"
+                        .to_string()
+                ),
+                (
+                    "qos.policy[0].pipe[2].min_rates".to_string(),
+                    "the minimum rates add up to 60000000 bit/s, more than the pipe's 50000000 bit/s"
+                        .to_string()
+                ),
+            ]
+        );
     }
 
     #[test]
@@ -2836,6 +2968,7 @@ output = "bng"
                     limit: None,
                     weights: BTreeMap::new(),
                     max_rates: BTreeMap::new(),
+                    min_rates: BTreeMap::new(),
                 });
                 p.pipes[0].rate = None;
                 p.pipes[0].profile = Some("fast".into());
@@ -2938,8 +3071,11 @@ output = "bng"
                         7 => q.limit = Some(n as usize % 3_000),
                         8 => q.subport = some.then(|| name(b)),
                         9 => q.profile = some.then(|| name(b)),
-                        10 => {
+                        10 if n % 2 == 0 => {
                             q.max_rates.insert(name(b), rates(n as u8));
+                        }
+                        10 => {
+                            q.min_rates.insert(name(b), rates(n as u8));
                         }
                         _ => {
                             q.weights.insert(name(b), n % 4);
@@ -2949,11 +3085,14 @@ output = "bng"
                 12 if !p.pipe_profiles.is_empty() => {
                     let k = at(p.pipe_profiles.len());
                     let f = &mut p.pipe_profiles[k];
-                    match n % 4 {
+                    match n % 5 {
                         0 => f.rate = some.then(|| rates(b)),
                         1 => f.limit = Some(n as usize % 3_000),
                         2 => {
                             f.max_rates.insert(name(b), rates(n as u8));
+                        }
+                        3 => {
+                            f.min_rates.insert(name(b), rates(n as u8));
                         }
                         _ => {
                             f.weights.insert(name(b), n % 4);

@@ -336,6 +336,16 @@ impl QosShared {
                     .find(|f| st.names.get(i) == Some(&f.name))
                     .and_then(|f| f.output.clone())
                     .unwrap_or_default();
+                // Rates by class index as (class name, rate) of those that have one.
+                let by_class = |v: &[u64]| -> Vec<(String, u64)> {
+                    p.spec
+                        .classes
+                        .iter()
+                        .zip(v)
+                        .filter(|(_, &m)| m > 0)
+                        .map(|(c, &m)| (c.name.clone(), m))
+                        .collect()
+                };
                 let pipes: Vec<PipeView> = p
                     .spec
                     .pipes
@@ -352,14 +362,8 @@ impl QosShared {
                                 .map(|s| s.name.clone()),
                             rate_bps: spec.rate_bps,
                             limit: spec.limit,
-                            max_bps: p
-                                .spec
-                                .classes
-                                .iter()
-                                .zip(&spec.max_bps)
-                                .filter(|(_, &m)| m > 0)
-                                .map(|(c, &m)| (c.name.clone(), m))
-                                .collect(),
+                            max_bps: by_class(&spec.max_bps),
+                            min_bps: by_class(&spec.min_bps),
                             dst: spec.dst.clone(),
                             enqueued: n.enqueued,
                             enqueued_bytes: n.enqueued_bytes,
@@ -609,6 +613,8 @@ pub struct PipeView {
     pub limit: usize,
     /// Its classes' maximum rates within it, bit/s, by class name (those that have one).
     pub max_bps: Vec<(String, u64)>,
+    /// Its classes' minimum rates within it, bit/s, by class name (those that have one).
+    pub min_bps: Vec<(String, u64)>,
     /// Its destination prefixes.
     pub dst: Vec<String>,
     /// Packets queued.

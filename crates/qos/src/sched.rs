@@ -21,10 +21,12 @@
 //! and tokens in their bucket are served by deficit round robin by bytes (the same
 //! quantum each, [`PIPE_QUANTUM_BYTES`]); the packets of no pipe take part as one more
 //! pipe without a bucket ("lane 0"); within a pipe, the classes' order above. Class
-//! minimum and maximum rates are port-wide; a pipe may give its classes maximum rates of
-//! their own within it ([`PipeSpec::max_bps`]: a bucket per pipe and class, shared by the
-//! workers like the pipe's, a class at its maximum in a pipe waiting as one at its
-//! port-wide maximum does).
+//! minimum and maximum rates are port-wide; a pipe may give its classes maximum and
+//! minimum rates of their own within it ([`PipeSpec::max_bps`], [`PipeSpec::min_bps`]: a
+//! bucket per pipe and class, shared by the workers like the pipe's): a class at its
+//! maximum in a pipe waits as one at its port-wide maximum does, and one below its
+//! minimum in a pipe is served before the pipe's DRR as one below its port-wide minimum
+//! is.
 //!
 //! **Subports** ([`SubportSpec`]): between the port and its pipes, each subport (a group
 //! of pipes: a wholesale customer, a DSLAM) has its own rate bucket, shared like a pipe's.
@@ -103,6 +105,9 @@ pub struct PipeSpec {
     /// Its classes' maximum rates within it, bit/s, by class index (empty, or 0 for a
     /// class: none but the class's port-wide one); each a bucket of the pipe's burst.
     pub max_bps: Vec<u64>,
+    /// Its weighted classes' minimum rates within it, bit/s, by class index (empty, or 0
+    /// for a class: none but the class's port-wide one); each a bucket of the pipe's burst.
+    pub min_bps: Vec<u64>,
 }
 
 /// One class of a port, as configured.
@@ -415,6 +420,40 @@ impl SchedSpec {
                     );
                 }
             }
+            if !p.min_bps.is_empty() {
+                if p.min_bps.len() != self.classes.len() {
+                    return bad(
+                        p,
+                        format!(
+                            "{} minimum rates for {} classes: one per class, or none",
+                            p.min_bps.len(),
+                            self.classes.len()
+                        ),
+                    );
+                }
+                for (k, (c, &m)) in self.classes.iter().zip(&p.min_bps).enumerate() {
+                    let max = p.max_bps.get(k).copied().filter(|&x| x > 0);
+                    if m > 0 && c.priority.is_some() {
+                        return bad(
+                            p,
+                            format!("{}: a minimum rate is for weighted classes", c.name),
+                        );
+                    }
+                    if max.is_some_and(|x| m > x) {
+                        return bad(p, format!("{}: min_rate is above max_rate", c.name));
+                    }
+                }
+                let sum = p.min_bps.iter().fold(0u64, |a, &m| a.saturating_add(m));
+                if sum > p.rate_bps {
+                    return bad(
+                        p,
+                        format!(
+                            "minimum rates add up to {sum} bit/s, more than the pipe's {} bit/s",
+                            p.rate_bps
+                        ),
+                    );
+                }
+            }
             places += self
                 .classes
                 .iter()
@@ -469,9 +508,10 @@ pub struct Rates {
     pipes: Vec<Shaper>,
     /// By subport.
     subports: Vec<Shaper>,
-    /// Each pipe's classes' maximum rates within it, by pipe then class (`classes` a
-    /// pipe); empty when no pipe has them.
+    /// Each pipe's classes' maximum and minimum rates within it, by pipe then class
+    /// (`classes` a pipe); empty when no pipe has them.
     pipe_max: Vec<Option<Shaper>>,
+    pipe_min: Vec<Option<Shaper>>,
     classes: usize,
     /// The pipe of a destination (none without pipes).
     table: Option<PipeTable>,
@@ -481,6 +521,19 @@ impl Rates {
     /// The buckets of `spec` (validated), full at `now_ns`.
     pub fn new(spec: &SchedSpec, now_ns: u64) -> Rates {
         let b = |rate: u64, burst| (rate > 0).then(|| Shaper::new(rate, burst, now_ns));
+        // A bucket for each pipe and class of the rates `of` gives (none if no pipe does).
+        let per_pipe_class = |of: fn(&PipeSpec) -> &Vec<u64>| -> Vec<Option<Shaper>> {
+            if spec.pipes.iter().all(|p| of(p).is_empty()) {
+                return Vec::new();
+            }
+            spec.pipes
+                .iter()
+                .flat_map(|p| {
+                    (0..spec.classes.len())
+                        .map(move |c| b(of(p).get(c).copied().unwrap_or(0), p.burst_bytes))
+                })
+                .collect()
+        };
         Rates {
             port: b(spec.rate_bps, spec.burst_bytes),
             min: spec
@@ -503,17 +556,8 @@ impl Rates {
                 .iter()
                 .map(|s| Shaper::new(s.rate_bps, s.burst_bytes, now_ns))
                 .collect(),
-            pipe_max: if spec.pipes.iter().all(|p| p.max_bps.is_empty()) {
-                Vec::new()
-            } else {
-                spec.pipes
-                    .iter()
-                    .flat_map(|p| {
-                        (0..spec.classes.len())
-                            .map(|c| b(p.max_bps.get(c).copied().unwrap_or(0), p.burst_bytes))
-                    })
-                    .collect()
-            },
+            pipe_max: per_pipe_class(|p| &p.max_bps),
+            pipe_min: per_pipe_class(|p| &p.min_bps),
             classes: spec.classes.len(),
             // Validated: it builds (else no packet is of a pipe).
             table: (!spec.pipes.is_empty())
@@ -759,10 +803,10 @@ struct Lane<T> {
     round: Round,
     /// Its member of the round among subports ([`Scheduler::groups`]).
     group: u16,
-    /// Its classes' maximum rates within its pipe, if the pipe gives them
-    /// ([`PipeSpec::max_bps`]): boxed, so that the lanes of other pipes (and of ports
-    /// without such rates) stay as small as they were.
-    max: Option<Box<ClassMax>>,
+    /// Its classes' maximum and minimum rates within its pipe, if the pipe gives any
+    /// ([`PipeSpec::max_bps`], [`PipeSpec::min_bps`]): boxed, so that the lanes of other
+    /// pipes (and of ports without such rates) stay as small as they were.
+    rates: Option<Box<ClassRates>>,
 }
 
 impl<T> Lane<T> {
@@ -770,75 +814,97 @@ impl<T> Lane<T> {
     /// sees it (always, without such rates).
     #[inline(always)]
     fn max_ok(&self, c: usize) -> bool {
-        self.max.as_ref().is_none_or(|m| m.ok(c))
+        self.rates.as_ref().is_none_or(|m| m.max_ok(c))
+    }
+
+    /// Whether class `c` is below its minimum rate within the lane's pipe, as this burst
+    /// sees it (never, without such rates).
+    #[inline(always)]
+    fn below_min(&self, c: usize) -> bool {
+        self.rates.as_ref().is_some_and(|m| m.below_min(c))
     }
 }
 
-/// A lane's view of its classes' maximum-rate buckets within its pipe, in one worker.
-struct ClassMax {
-    /// This burst's view of each bucket: its tokens then less what the burst sent
-    /// (`i64::MAX`: no bucket), read when the burst opens the lane.
-    tokens: [i64; MAX_CLASSES],
-    /// The bytes sent through each, by the burst under way or by a pass-through (never
+/// A lane's view of its classes' rate buckets within its pipe, in one worker.
+struct ClassRates {
+    /// This burst's view of each maximum's bucket: its tokens then less what the burst
+    /// sent (`i64::MAX`: no bucket), read when the burst opens the lane.
+    max: [i64; MAX_CLASSES],
+    /// The same of each minimum's (`i64::MIN`: no bucket, never below it).
+    min: [i64; MAX_CLASSES],
+    /// The bytes sent of each class, by the burst under way or by a pass-through (never
     /// both at once: a pass-through needs every queue empty, and starts and ends with
     /// these at 0).
     bytes: [u64; MAX_CLASSES],
 }
 
-impl ClassMax {
-    fn new() -> Box<ClassMax> {
-        Box::new(ClassMax {
-            tokens: [i64::MAX; MAX_CLASSES],
+impl ClassRates {
+    fn new() -> Box<ClassRates> {
+        Box::new(ClassRates {
+            max: [i64::MAX; MAX_CLASSES],
+            min: [i64::MIN; MAX_CLASSES],
             bytes: [0; MAX_CLASSES],
         })
     }
 
     #[inline(always)]
-    fn ok(&self, c: usize) -> bool {
+    fn max_ok(&self, c: usize) -> bool {
         // Within the array whatever `c` is.
-        self.tokens[c % MAX_CLASSES] > 0
+        self.max[c % MAX_CLASSES] > 0
+    }
+
+    #[inline(always)]
+    fn below_min(&self, c: usize) -> bool {
+        self.min[c % MAX_CLASSES] > 0
     }
 
     /// `len` bytes of class `c` sent by the burst.
     #[inline(always)]
     fn spend(&mut self, c: usize, len: u64) {
         let c = c % MAX_CLASSES;
-        self.tokens[c] = self.tokens[c].saturating_sub(tokens_of(len));
+        self.max[c] = self.max[c].saturating_sub(tokens_of(len));
+        self.min[c] = self.min[c].saturating_sub(tokens_of(len));
         self.bytes[c] += len;
     }
 
     /// Read its buckets (those of lane `l`) for a burst.
     fn open(&mut self, r: &Rates, l: usize, now_ns: u64) {
-        for (c, (t, b)) in self.tokens.iter_mut().zip(&mut self.bytes).enumerate() {
-            *b = 0;
-            *t = match r_pipe_max(r, l, c) {
-                Some(m) => {
-                    m.refill(now_ns);
-                    m.tokens()
-                }
-                None => i64::MAX,
-            };
+        let read = |b: Option<&Shaper>, none| {
+            b.map_or(none, |b| {
+                b.refill(now_ns);
+                b.tokens()
+            })
+        };
+        for c in 0..MAX_CLASSES {
+            self.bytes[c] = 0;
+            self.max[c] = read(r_pipe_class(&r.pipe_max, r, l, c), i64::MAX);
+            self.min[c] = read(r_pipe_class(&r.pipe_min, r, l, c), i64::MIN);
         }
     }
 
-    /// Whether its buckets (lane `l`'s) have the tokens for the bytes a pass-through
-    /// tallied.
+    /// Whether its maximums' buckets (lane `l`'s) have the tokens for the bytes a
+    /// pass-through tallied (a minimum never holds anything back).
     fn fit(&self, r: &Rates, l: usize, now_ns: u64) -> bool {
         self.bytes.iter().enumerate().all(|(c, &b)| {
             b == 0
-                || r_pipe_max(r, l, c).is_none_or(|m| {
+                || r_pipe_class(&r.pipe_max, r, l, c).is_none_or(|m| {
                     m.refill(now_ns);
                     m.tokens() >= tokens_of(b)
                 })
         })
     }
 
-    /// Charge its buckets (lane `l`'s) with the bytes sent through them, and start again.
-    fn settle(&mut self, r: &Rates, l: usize) {
+    /// Charge its buckets (lane `l`'s) at `now_ns` with the bytes sent through them, and
+    /// start again (a minimum's, as the port's, no further below empty than its burst).
+    fn settle(&mut self, r: &Rates, l: usize, now_ns: u64) {
         for (c, b) in self.bytes.iter_mut().enumerate() {
             if *b > 0 {
-                if let Some(m) = r_pipe_max(r, l, c) {
+                if let Some(m) = r_pipe_class(&r.pipe_max, r, l, c) {
                     m.charge(*b);
+                }
+                if let Some(m) = r_pipe_class(&r.pipe_min, r, l, c) {
+                    m.refill(now_ns);
+                    m.charge_floored(*b);
                 }
                 *b = 0;
             }
@@ -1015,7 +1081,7 @@ impl Book {
             count_sent(ps, len, sojourn);
         }
         sp.spend(c, len);
-        if let Some(m) = &mut lane.max {
+        if let Some(m) = &mut lane.rates {
             m.spend(c, len);
         }
         Some(e)
@@ -1052,7 +1118,7 @@ impl Book {
         for k in 0..n {
             let c = self.weighted[(lane.min_cursor + k) % n] as usize;
             while !lane.classes[c].fifo.is_empty()
-                && sp.below_min(c)
+                && (sp.below_min(c) || lane.below_min(c))
                 && sp.max_ok(c)
                 && lane.max_ok(c)
             {
@@ -1161,13 +1227,20 @@ impl<T> Scheduler<T> {
                 bytes: 0,
                 round: Round::default(),
                 group: 0,
-                max: None,
+                rates: None,
             }
         };
         let mut lanes: Vec<Lane<T>> = std::iter::once(lane(None, &[]))
-            .chain(spec.pipes.iter().map(|p| Lane {
-                max: p.max_bps.iter().any(|&m| m > 0).then(ClassMax::new),
-                ..lane(Some(p.limit), &p.weights)
+            .chain(spec.pipes.iter().map(|p| {
+                Lane {
+                    rates: p
+                        .max_bps
+                        .iter()
+                        .chain(&p.min_bps)
+                        .any(|&m| m > 0)
+                        .then(ClassRates::new),
+                    ..lane(Some(p.limit), &p.weights)
+                }
             }))
             .collect();
         // The lanes of no subport (lane 0 among them) are the last member. Subports
@@ -1354,7 +1427,7 @@ impl<T> Scheduler<T> {
                 }
                 lane.round.pt_count += 1;
                 lane.round.pt_bytes += u64::from(n);
-                if let Some(m) = &mut lane.max {
+                if let Some(m) = &mut lane.rates {
                     m.bytes[c % MAX_CLASSES] += u64::from(n);
                 }
             }
@@ -1414,8 +1487,8 @@ impl<T> Scheduler<T> {
                 if let Some(p) = r_pipe(&self.rates, l) {
                     p.charge(lane.round.pt_bytes);
                 }
-                if let Some(m) = &mut lane.max {
-                    m.settle(&self.rates, l);
+                if let Some(m) = &mut lane.rates {
+                    m.settle(&self.rates, l, now_ns);
                 }
                 if let Some(s) = self.book.pipe_stats.get(l - 1) {
                     bump(&s.enqueued, lane.round.pt_count as u64);
@@ -1427,7 +1500,7 @@ impl<T> Scheduler<T> {
             }
             lane.round.pt_count = 0;
             lane.round.pt_bytes = 0;
-            if let Some(m) = &mut lane.max {
+            if let Some(m) = &mut lane.rates {
                 m.bytes = [0; MAX_CLASSES];
             }
         }
@@ -1488,7 +1561,7 @@ impl<T> Scheduler<T> {
             if p.tokens() < tokens_of(lane.round.pt_bytes) {
                 return false;
             }
-            if lane.max.as_ref().is_some_and(|m| !m.fit(r, l, now_ns)) {
+            if lane.rates.as_ref().is_some_and(|m| !m.fit(r, l, now_ns)) {
                 return false;
             }
         }
@@ -1705,8 +1778,8 @@ impl<T> Scheduler<T> {
                 if lane.round.spent > 0 {
                     p.charge(lane.round.spent);
                 }
-                if let Some(m) = &mut lane.max {
-                    m.settle(&self.rates, l);
+                if let Some(m) = &mut lane.rates {
+                    m.settle(&self.rates, l, now_ns);
                 }
             }
         }
@@ -1842,7 +1915,7 @@ impl<T> Scheduler<T> {
                 if lane.round.open(self.epoch, r_pipe(&self.rates, l), now_ns) {
                     // Once per lane per burst: within its room.
                     self.touched.push(l16);
-                    if let Some(m) = &mut lane.max {
+                    if let Some(m) = &mut lane.rates {
                         m.open(&self.rates, l, now_ns);
                     }
                 }
@@ -1919,11 +1992,14 @@ fn r_pipe(r: &Rates, l: usize) -> Option<&Shaper> {
     r.pipes.get(l.checked_sub(1)?)
 }
 
-/// The bucket of class `c`'s maximum rate within lane `l`'s pipe, if it has one.
+/// The bucket of class `c`'s rate within lane `l`'s pipe in `v` (the port's
+/// [`Rates::pipe_max`] or [`Rates::pipe_min`]), if it has one.
 #[inline]
-fn r_pipe_max(r: &Rates, l: usize, c: usize) -> Option<&Shaper> {
-    r.pipe_max
-        .get((l.checked_sub(1)? * r.classes).checked_add(c)?)?
+fn r_pipe_class<'a>(v: &'a [Option<Shaper>], r: &Rates, l: usize, c: usize) -> Option<&'a Shaper> {
+    if c >= r.classes {
+        return None;
+    }
+    v.get((l.checked_sub(1)? * r.classes).checked_add(c)?)?
         .as_ref()
 }
 

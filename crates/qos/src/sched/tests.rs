@@ -616,6 +616,7 @@ fn pipe(name: &str, rate_bps: u64, dst: &str) -> PipeSpec {
         weights: vec![],
         subport: None,
         max_bps: vec![],
+        min_bps: vec![],
     }
 }
 
@@ -1495,5 +1496,71 @@ fn hostile_class_maximums_in_a_pipe_are_refused() {
     assert_eq!(
         bad(&|s| s.pipes[0].max_bps[1] = 20_000_000),
         "pipe a: be: max_rate = 20000000 bit/s: above the pipe's 10000000 bit/s"
+    );
+}
+
+#[test]
+fn a_class_below_its_minimum_within_its_pipe_is_served_before_the_pipes_drr() {
+    // Pipes a and b of 10 Mbit/s; AF has weight 1 and best effort 9, each offered 10
+    // Mbit/s in each pipe. In b, AF gets its weight's share, a tenth; in a, whose AF may
+    // have 4 Mbit/s at least, 4 (and best effort the rest).
+    let mut s = spec(
+        100_000_000,
+        vec![class("af", None, 1), class("be", None, 9)],
+    );
+    s.pipes = vec![
+        PipeSpec {
+            min_bps: vec![4_000_000, 0],
+            ..pipe("a", 10_000_000, "10.0.1.0/24")
+        },
+        pipe("b", 10_000_000, "10.0.2.0/24"),
+    ];
+    let mut q = sched(&s);
+    let flows: Vec<(u16, u8, u64, u32)> = (1..=2)
+        .flat_map(|l| (0..2).map(move |c| (l, c, 1_250, 250)))
+        .collect();
+    let (sent, by) = offer_by_class(&mut q, &flows, 2_000, |_, _| ());
+    let share = |l: usize, c: usize| by[l * MAX_CLASSES + c] as f64 / sent[l] as f64;
+    assert!((share(2, 0) - 0.1).abs() < 0.01, "b's AF: {}", share(2, 0));
+    assert!((share(1, 0) - 0.4).abs() < 0.02, "a's AF: {}", share(1, 0));
+    let a = (sent[1] - 15_000) as f64 * 8.0 / 2.0 / 1e6;
+    assert!((a - 10.0).abs() < 0.1, "pipe a: {a} Mbit/s");
+}
+
+#[test]
+fn hostile_class_minimums_in_a_pipe_are_refused() {
+    let mut ok = spec(
+        10_000_000,
+        vec![class("ef", Some(0), 1), class("be", None, 1)],
+    );
+    ok.pipes = vec![PipeSpec {
+        min_bps: vec![0, 1_000_000],
+        max_bps: vec![0, 2_000_000],
+        ..pipe("a", 5_000_000, "10.0.1.0/24")
+    }];
+    assert_eq!(ok.validate(), Ok(()));
+    let bad = |f: &dyn Fn(&mut SchedSpec)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s.validate().unwrap_err().to_string()
+    };
+    assert_eq!(
+        bad(&|s| s.pipes[0].min_bps = vec![1]),
+        "pipe a: 1 minimum rates for 2 classes: one per class, or none"
+    );
+    assert_eq!(
+        bad(&|s| s.pipes[0].min_bps[0] = 1_000),
+        "pipe a: ef: a minimum rate is for weighted classes"
+    );
+    assert_eq!(
+        bad(&|s| s.pipes[0].min_bps[1] = 3_000_000),
+        "pipe a: be: min_rate is above max_rate"
+    );
+    assert_eq!(
+        bad(&|s| {
+            s.pipes[0].max_bps.clear();
+            s.pipes[0].min_bps[1] = 6_000_000;
+        }),
+        "pipe a: minimum rates add up to 6000000 bit/s, more than the pipe's 5000000 bit/s"
     );
 }
