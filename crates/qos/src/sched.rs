@@ -1928,7 +1928,7 @@ impl<T> Scheduler<T> {
             let before = lane.queued;
             let got = self.book.next_in(lane, l, now_ns, sp, drop);
             // Sent, or dropped by CoDel on the way.
-            *group_queued -= before - lane.queued;
+            *group_queued = group_queued.saturating_sub(before - lane.queued);
             if let Some((_, _, len)) = &got {
                 lane.round.spend(u64::from(*len), l > 0);
             }
